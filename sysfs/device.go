@@ -1,0 +1,108 @@
+package sysfs
+
+// Device is what the kernel tells about one PCI function. Every field that
+// could not be read is left at its unknown value ("" for strings, -1 for the
+// integers documented so) and a warning naming the file is recorded in
+// Warnings; a device is never dropped because one attribute is missing.
+type Device struct {
+	// Address is the full PCI address, domain included: "0000:3b:02.1".
+	Address string `json:"address"`
+
+	// Vendor, Device, SubsystemVendor and SubsystemDevice are four lower-case
+	// hex digits without "0x" ("8086", "154c").
+	Vendor          string `json:"vendor"`
+	Device          string `json:"device"`
+	SubsystemVendor string `json:"subsystem_vendor,omitempty"`
+	SubsystemDevice string `json:"subsystem_device,omitempty"`
+
+	// Class is the six hex digits of the class code without "0x"
+	// ("020000" for an Ethernet controller); ClassName names its base class.
+	Class     string `json:"class"`
+	ClassName string `json:"class_name,omitempty"`
+
+	// VendorName and DeviceName come from the PCI ID database; both are empty
+	// when no database was found or it does not know the IDs.
+	VendorName string `json:"vendor_name,omitempty"`
+	DeviceName string `json:"device_name,omitempty"`
+
+	// Driver is the base name of the bound driver ("vfio-pci", "iavf"), or ""
+	// when no driver is bound.
+	Driver string `json:"driver,omitempty"`
+
+	// NUMANode is the NUMA node of the function, -1 when the kernel reports
+	// none or the attribute is unreadable.
+	NUMANode int `json:"numa_node"`
+
+	// IOMMUGroup is the number of the IOMMU group ("42"), or "" when the
+	// function is in none. VFIODevice tells whether <dev-root>/vfio/<group>
+	// exists.
+	IOMMUGroup string `json:"iommu_group,omitempty"`
+	VFIODevice bool   `json:"vfio_device,omitempty"`
+
+	// ACPIIndex is the content of acpi_index, "" when absent.
+	ACPIIndex string `json:"acpi_index,omitempty"`
+
+	// SR-IOV. On a physical function with SR-IOV capability TotalVFs and
+	// NumVFs are read from sriov_totalvfs/sriov_numvfs (-1 when absent). On a
+	// virtual function PF is the physical function's address and VFIndex its
+	// index N from the PF's virtfnN link; on anything else PF is "" and
+	// VFIndex is -1.
+	TotalVFs int    `json:"sriov_totalvfs"`
+	NumVFs   int    `json:"sriov_numvfs"`
+	PF       string `json:"pf,omitempty"`
+	VFIndex  int    `json:"vf_index"`
+
+	// Interfaces are the network interfaces of the function, from net/ or,
+	// for virtio functions, virtio*/net/. PFInterface is the first interface
+	// of the PF for a VF ("" when unknown or not a VF).
+	Interfaces  []NetInterface `json:"interfaces,omitempty"`
+	PFInterface string         `json:"pf_interface,omitempty"`
+
+	// RDMADevices are the names under infiniband/ ("mlx5_0"); RDMA reports
+	// whether there is at least one.
+	RDMADevices []string `json:"rdma_devices,omitempty"`
+
+	// VDPAType is "virtio" or "vhost" when a vdpa device sits on the function
+	// (from the driver of its vdpaN child), "" otherwise.
+	VDPAType string `json:"vdpa_type,omitempty"`
+
+	// AuxDevices are the auxiliary devices hanging off the function
+	// ("mlx5_core.sf.2"), with their type ("sf", "eth", "rdma").
+	AuxDevices []AuxDevice `json:"aux_devices,omitempty"`
+
+	// Warnings lists, one per file, attributes that were missing or
+	// malformed.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// NetInterface is one network interface of a PCI function.
+type NetInterface struct {
+	Name string `json:"name"`
+	// OperState is the content of operstate ("up", "down", ...), "" when
+	// unknown.
+	OperState string `json:"operstate,omitempty"`
+	// Carrier is 1 (carrier), 0 (no carrier) or -1 (unknown; the kernel
+	// refuses to read it on a down interface).
+	Carrier int `json:"carrier"`
+	// LinkType is "ether", "infiniband" or the numeric ARPHRD type when it
+	// is another one; "" when unknown.
+	LinkType string `json:"link_type,omitempty"`
+	// PKeys are the partition keys of an InfiniBand port (hex, "0xffff").
+	PKeys []string `json:"pkeys,omitempty"`
+}
+
+// AuxDevice is an auxiliary bus device exposed by a PCI function.
+type AuxDevice struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
+// IsVF reports whether the function is an SR-IOV virtual function.
+func (d *Device) IsVF() bool { return d.PF != "" }
+
+// IsPFWithVFs reports whether the function is a physical function with at
+// least one virtual function enabled.
+func (d *Device) IsPFWithVFs() bool { return d.NumVFs > 0 }
+
+// RDMA reports whether the function has an RDMA device.
+func (d *Device) RDMA() bool { return len(d.RDMADevices) > 0 }
