@@ -1,0 +1,442 @@
+package events
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// State is the node as the ledger knows it after some prefix of the log.
+// Maps are keyed by pool resource name, PCI address or allocation sequence.
+// The zero State is not ready for Apply; start from NewState.
+type State struct {
+	// Seq is the sequence of the last event applied.
+	Seq uint64 `json:"seq"`
+	// Time is the time of the last event applied.
+	Time time.Time `json:"time"`
+
+	Daemon  DaemonState  `json:"daemon"`
+	Config  ConfigState  `json:"config"`
+	Kubelet KubeletState `json:"kubelet"`
+
+	Pools       map[string]Pool       `json:"pools"`
+	Devices     map[string]Device     `json:"devices"`
+	Allocations map[uint64]Allocation `json:"allocations"`
+	// Holders maps a device address to the live allocations that hold it
+	// (more than one only after a conflict).
+	Holders map[string][]uint64 `json:"holders"`
+}
+
+// DaemonState is what the ledger knows of the daemon runs.
+type DaemonState struct {
+	BootID    string    `json:"boot_id,omitempty"`
+	Version   string    `json:"version,omitempty"`
+	StartedAt time.Time `json:"started_at"`
+	// Running is true between a DaemonStarted and its DaemonStopped. A
+	// replayed state that says running after a crash is how the next start
+	// knows the last run did not stop cleanly.
+	Running bool `json:"running"`
+	Starts  int  `json:"starts"`
+}
+
+// ConfigState is the configuration in force.
+type ConfigState struct {
+	Path       string    `json:"path,omitempty"`
+	SHA256     string    `json:"sha256,omitempty"`
+	AppliedAt  time.Time `json:"applied_at"`
+	Rejections int       `json:"rejections"`
+	LastError  []string  `json:"last_error,omitempty"`
+}
+
+// KubeletState counts kubelet restarts seen.
+type KubeletState struct {
+	Restarts    int       `json:"restarts"`
+	LastRestart time.Time `json:"last_restart"`
+}
+
+// Pool is a resource pool: its spec, its members, its registration.
+type Pool struct {
+	Spec PoolSpec `json:"spec"`
+	// Members are the PCI addresses in the pool, sorted.
+	Members      []string     `json:"members"`
+	Registration Registration `json:"registration"`
+}
+
+// Registration is the pool's standing with the kubelet.
+type Registration struct {
+	Socket string `json:"socket,omitempty"`
+	Mode   string `json:"mode,omitempty"`
+	// Serving is true while the pool's gRPC server listens on Socket.
+	Serving bool `json:"serving"`
+	// Registered is true once the kubelet acknowledged the pool, until the
+	// socket is lost, the kubelet restarts, or the daemon stops.
+	Registered   bool      `json:"registered"`
+	RegisteredAt time.Time `json:"registered_at"`
+	Failures     int       `json:"failures"`
+	LastError    string    `json:"last_error,omitempty"`
+}
+
+// Device is one PCI function as the ledger knows it.
+type Device struct {
+	Facts DeviceFacts `json:"facts"`
+	// Present is false once the device was removed; its history stays.
+	Present bool `json:"present"`
+	// Healthy is the last verdict; a discovered device is healthy until a
+	// DeviceHealthChanged says otherwise.
+	Healthy      bool   `json:"healthy"`
+	HealthReason string `json:"health_reason,omitempty"`
+	// Pool is the pool the device is a member of, "" for none.
+	Pool string `json:"pool,omitempty"`
+}
+
+// Allocation is a live allocation: allocated and not yet released.
+type Allocation struct {
+	Seq       uint64    `json:"seq"`
+	Pool      string    `json:"pool"`
+	DeviceIDs []string  `json:"device_ids"`
+	At        time.Time `json:"at"`
+	// Binding is set once PodResources attributed the allocation.
+	Binding *Binding `json:"binding,omitempty"`
+	// Lost is true when one of its devices was removed while it was live.
+	Lost bool `json:"lost,omitempty"`
+}
+
+// Binding is the container that holds an allocation.
+type Binding struct {
+	Namespace string    `json:"namespace"`
+	Pod       string    `json:"pod"`
+	UID       string    `json:"uid,omitempty"`
+	Container string    `json:"container"`
+	At        time.Time `json:"at"`
+}
+
+// NewState returns the empty state, before any event.
+func NewState() State {
+	return State{
+		Pools:       map[string]Pool{},
+		Devices:     map[string]Device{},
+		Allocations: map[uint64]Allocation{},
+		Holders:     map[string][]uint64{},
+	}
+}
+
+// Apply returns the state after event e. It is pure: no I/O, no clock; the
+// time it records is the event's. It reuses s's maps (write s = Apply(s, e)).
+// Events that do not change the fold (ConfigRejected still counts) only move
+// Seq and Time.
+func Apply(s State, e Envelope) State {
+	s.Seq = e.Seq
+	s.Time = e.Time
+	switch p := e.Payload.(type) {
+	case DaemonStarted:
+		s.Daemon = DaemonState{BootID: e.BootID, Version: p.Version, StartedAt: e.Time, Running: true, Starts: s.Daemon.Starts + 1}
+		// A new daemon has no server and no registration yet, whatever the
+		// last run left behind.
+		for name, pool := range s.Pools {
+			pool.Registration.Serving = false
+			pool.Registration.Registered = false
+			s.Pools[name] = pool
+		}
+	case DaemonStopped:
+		s.Daemon.Running = false
+		for name, pool := range s.Pools {
+			pool.Registration.Serving = false
+			pool.Registration.Registered = false
+			s.Pools[name] = pool
+		}
+	case ConfigApplied:
+		s.Config = ConfigState{Path: p.Path, SHA256: p.SHA256, AppliedAt: e.Time, Rejections: s.Config.Rejections}
+		keep := make(map[string]bool, len(p.Pools))
+		for _, spec := range p.Pools {
+			keep[spec.Resource] = true
+			pool := s.Pools[spec.Resource]
+			pool.Spec = spec
+			s.Pools[spec.Resource] = pool
+		}
+		for name, pool := range s.Pools {
+			if keep[name] {
+				continue
+			}
+			for _, addr := range pool.Members {
+				if d, ok := s.Devices[addr]; ok && d.Pool == name {
+					d.Pool = ""
+					s.Devices[addr] = d
+				}
+			}
+			delete(s.Pools, name)
+		}
+	case ConfigRejected:
+		s.Config.Rejections++
+		s.Config.LastError = slices.Clone(p.Errors)
+	case DeviceDiscovered:
+		d := s.Devices[p.Device.Address]
+		d.Facts = p.Device
+		d.Present = true
+		d.Healthy = true
+		d.HealthReason = ""
+		s.Devices[p.Device.Address] = d
+	case DeviceChanged:
+		d := s.Devices[p.Device.Address]
+		d.Facts = p.Device
+		d.Present = true
+		s.Devices[p.Device.Address] = d
+	case DeviceRemoved:
+		d, ok := s.Devices[p.Address]
+		if !ok {
+			d.Facts.Address = p.Address
+		}
+		d.Present = false
+		d.Healthy = false
+		d.HealthReason = "removed"
+		if p.Reason != "" {
+			d.HealthReason = "removed: " + p.Reason
+		}
+		s.Devices[p.Address] = d
+		for _, seq := range s.Holders[p.Address] {
+			if a, ok := s.Allocations[seq]; ok {
+				a.Lost = true
+				s.Allocations[seq] = a
+			}
+		}
+	case DeviceHealthChanged:
+		d, ok := s.Devices[p.Address]
+		if !ok {
+			d.Facts.Address = p.Address
+			d.Present = true
+		}
+		d.Healthy = p.Healthy
+		d.HealthReason = p.Reason
+		s.Devices[p.Address] = d
+	case PoolMembershipChanged:
+		pool := s.Pools[p.Pool]
+		pool.Spec.Resource = p.Pool
+		members := pool.Members
+		for _, addr := range p.Removed {
+			if i, found := slices.BinarySearch(members, addr); found {
+				members = slices.Delete(members, i, i+1)
+			}
+			if d, ok := s.Devices[addr]; ok && d.Pool == p.Pool {
+				d.Pool = ""
+				s.Devices[addr] = d
+			}
+		}
+		for _, addr := range p.Added {
+			if i, found := slices.BinarySearch(members, addr); !found {
+				members = slices.Insert(members, i, addr)
+			}
+			d, ok := s.Devices[addr]
+			if !ok {
+				d.Facts.Address = addr
+				d.Present = true
+				d.Healthy = true
+			}
+			d.Pool = p.Pool
+			s.Devices[addr] = d
+		}
+		pool.Members = members
+		s.Pools[p.Pool] = pool
+	case PluginServing:
+		pool := s.Pools[p.Pool]
+		pool.Spec.Resource = p.Pool
+		pool.Registration.Socket = p.Socket
+		pool.Registration.Mode = p.Mode
+		pool.Registration.Serving = true
+		pool.Registration.Registered = false
+		s.Pools[p.Pool] = pool
+	case PluginRegistered:
+		pool := s.Pools[p.Pool]
+		pool.Spec.Resource = p.Pool
+		pool.Registration.Socket = p.Socket
+		pool.Registration.Mode = p.Mode
+		pool.Registration.Registered = true
+		pool.Registration.RegisteredAt = e.Time
+		pool.Registration.LastError = ""
+		s.Pools[p.Pool] = pool
+	case RegistrationFailed:
+		pool := s.Pools[p.Pool]
+		pool.Spec.Resource = p.Pool
+		pool.Registration.Registered = false
+		pool.Registration.Failures++
+		pool.Registration.LastError = p.Error
+		s.Pools[p.Pool] = pool
+	case KubeletRestarted:
+		s.Kubelet.Restarts++
+		s.Kubelet.LastRestart = e.Time
+		for name, pool := range s.Pools {
+			pool.Registration.Registered = false
+			s.Pools[name] = pool
+		}
+	case SocketLost:
+		if pool, ok := s.Pools[p.Pool]; ok {
+			pool.Registration.Serving = false
+			pool.Registration.Registered = false
+			s.Pools[p.Pool] = pool
+		}
+	case DevicesAllocated:
+		s.Allocations[e.Seq] = Allocation{Seq: e.Seq, Pool: p.Pool, DeviceIDs: slices.Clone(p.DeviceIDs), At: e.Time}
+		for _, id := range p.DeviceIDs {
+			s.Holders[id] = append(s.Holders[id], e.Seq)
+		}
+	case AllocationConflict:
+		// Recorded for the history; the claims it names are already in the
+		// fold through their own events.
+	case AllocationBound:
+		if a, ok := s.Allocations[p.AllocationSeq]; ok {
+			a.Binding = &Binding{Namespace: p.Namespace, Pod: p.Pod, UID: p.UID, Container: p.Container, At: e.Time}
+			s.Allocations[p.AllocationSeq] = a
+		}
+	case DevicesReleased:
+		a, ok := s.Allocations[p.AllocationSeq]
+		if !ok {
+			break
+		}
+		for _, id := range a.DeviceIDs {
+			holders := slices.DeleteFunc(s.Holders[id], func(seq uint64) bool { return seq == p.AllocationSeq })
+			if len(holders) == 0 {
+				delete(s.Holders, id)
+			} else {
+				s.Holders[id] = holders
+			}
+		}
+		delete(s.Allocations, p.AllocationSeq)
+	case SnapshotTaken, EventsDropped:
+		// Facts about the ledger itself; the fold is unchanged.
+	}
+	return s
+}
+
+// Clone returns a deep copy of s that shares nothing with it.
+func (s State) Clone() State {
+	c := s
+	c.Config.LastError = slices.Clone(s.Config.LastError)
+	c.Pools = make(map[string]Pool, len(s.Pools))
+	for k, p := range s.Pools {
+		p.Members = slices.Clone(p.Members)
+		c.Pools[k] = p
+	}
+	c.Devices = make(map[string]Device, len(s.Devices))
+	for k, d := range s.Devices {
+		d.Facts.Interfaces = slices.Clone(d.Facts.Interfaces)
+		d.Facts.RDMADevices = slices.Clone(d.Facts.RDMADevices)
+		c.Devices[k] = d
+	}
+	c.Allocations = make(map[uint64]Allocation, len(s.Allocations))
+	for k, a := range s.Allocations {
+		a.DeviceIDs = slices.Clone(a.DeviceIDs)
+		if a.Binding != nil {
+			b := *a.Binding
+			a.Binding = &b
+		}
+		c.Allocations[k] = a
+	}
+	c.Holders = make(map[string][]uint64, len(s.Holders))
+	for k, h := range s.Holders {
+		c.Holders[k] = slices.Clone(h)
+	}
+	return c
+}
+
+// Equal reports whether two states hold the same facts. Nil and empty slices
+// and maps are equal; times compare by instant.
+func (s State) Equal(o State) bool {
+	a, errA := MarshalState(s)
+	b, errB := MarshalState(o)
+	return errA == nil && errB == nil && string(a) == string(b)
+}
+
+// snapshotFormat is the version of the snapshot encoding written by
+// MarshalState. UnmarshalState reads it and every older one.
+const snapshotFormat = 1
+
+type snapshotDoc struct {
+	Format int   `json:"format"`
+	State  State `json:"state"`
+}
+
+// MarshalState encodes a state for a snapshot: canonical JSON (sorted map
+// keys, UTC times), with a format version. Equal states encode to equal bytes.
+func MarshalState(s State) ([]byte, error) {
+	n := normalize(s)
+	b, err := json.Marshal(snapshotDoc{Format: snapshotFormat, State: n})
+	if err != nil {
+		return nil, fmt.Errorf("encode state at seq %d: %w", s.Seq, err)
+	}
+	return b, nil
+}
+
+// ErrSnapshotFormat is returned (wrapped) for a snapshot of a format newer
+// than this build reads.
+var ErrSnapshotFormat = fmt.Errorf("unsupported snapshot format")
+
+// UnmarshalState decodes a snapshot written by MarshalState. The result is
+// ready for Apply.
+func UnmarshalState(b []byte) (State, error) {
+	var doc snapshotDoc
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return State{}, fmt.Errorf("%w: snapshot: %v", ErrCorrupt, err)
+	}
+	if doc.Format < 1 || doc.Format > snapshotFormat {
+		return State{}, fmt.Errorf("%w %d (this build reads 1 to %d)", ErrSnapshotFormat, doc.Format, snapshotFormat)
+	}
+	s := doc.State
+	if s.Pools == nil {
+		s.Pools = map[string]Pool{}
+	}
+	if s.Devices == nil {
+		s.Devices = map[string]Device{}
+	}
+	if s.Allocations == nil {
+		s.Allocations = map[uint64]Allocation{}
+	}
+	if s.Holders == nil {
+		s.Holders = map[string][]uint64{}
+	}
+	return normalize(s), nil
+}
+
+// normalize makes equal facts look equal: UTC times, empty slices as nil.
+func normalize(s State) State {
+	s = s.Clone()
+	s.Time = utc(s.Time)
+	s.Daemon.StartedAt = utc(s.Daemon.StartedAt)
+	s.Config.AppliedAt = utc(s.Config.AppliedAt)
+	s.Kubelet.LastRestart = utc(s.Kubelet.LastRestart)
+	if len(s.Config.LastError) == 0 {
+		s.Config.LastError = nil
+	}
+	for k, p := range s.Pools {
+		p.Registration.RegisteredAt = utc(p.Registration.RegisteredAt)
+		if len(p.Members) == 0 {
+			p.Members = nil
+		}
+		s.Pools[k] = p
+	}
+	for k, d := range s.Devices {
+		if len(d.Facts.Interfaces) == 0 {
+			d.Facts.Interfaces = nil
+		}
+		if len(d.Facts.RDMADevices) == 0 {
+			d.Facts.RDMADevices = nil
+		}
+		s.Devices[k] = d
+	}
+	for k, a := range s.Allocations {
+		a.At = utc(a.At)
+		if a.Binding != nil {
+			a.Binding.At = utc(a.Binding.At)
+		}
+		if len(a.DeviceIDs) == 0 {
+			a.DeviceIDs = nil
+		}
+		s.Allocations[k] = a
+	}
+	return s
+}
+
+func utc(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return t.UTC()
+}

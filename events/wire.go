@@ -1,0 +1,233 @@
+package events
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// ErrCorrupt is returned (wrapped) when a record cannot be decoded: it is
+// truncated, carries impossible lengths, or has trailing bytes.
+var ErrCorrupt = errors.New("corrupt event record")
+
+// writer appends the primitive encodings used by every payload. Lengths and
+// integers are varints; strings are a length then bytes; maps are written with
+// sorted keys so that one value always has one encoding.
+type writer struct{ buf []byte }
+
+func (w *writer) uvarint(v uint64) { w.buf = binary.AppendUvarint(w.buf, v) }
+func (w *writer) varint(v int64)   { w.buf = binary.AppendVarint(w.buf, v) }
+func (w *writer) int(v int)        { w.varint(int64(v)) }
+
+func (w *writer) bool(v bool) {
+	if v {
+		w.buf = append(w.buf, 1)
+		return
+	}
+	w.buf = append(w.buf, 0)
+}
+
+func (w *writer) string(s string) {
+	w.uvarint(uint64(len(s)))
+	w.buf = append(w.buf, s...)
+}
+
+func (w *writer) bytes(b []byte) {
+	w.uvarint(uint64(len(b)))
+	w.buf = append(w.buf, b...)
+}
+
+// time writes UTC nanoseconds since the Unix epoch; the zero time is 0.
+func (w *writer) time(t time.Time) {
+	if t.IsZero() {
+		w.varint(0)
+		return
+	}
+	w.varint(t.UnixNano())
+}
+
+func (w *writer) duration(d time.Duration) { w.varint(int64(d)) }
+
+func (w *writer) strings(ss []string) {
+	w.uvarint(uint64(len(ss)))
+	for _, s := range ss {
+		w.string(s)
+	}
+}
+
+func (w *writer) stringMap(m map[string]string) {
+	w.uvarint(uint64(len(m)))
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		w.string(k)
+		w.string(m[k])
+	}
+}
+
+// reader decodes what writer wrote. The first error sticks: after it every
+// read returns a zero value, so decoders read all fields and check err once.
+// No length is trusted beyond the bytes that remain, so a hostile record can
+// neither panic the reader nor make it allocate more than its own size.
+type reader struct {
+	buf []byte
+	off int
+	err error
+}
+
+func (r *reader) fail(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: at byte %d: %s", ErrCorrupt, r.off, fmt.Sprintf(format, args...))
+	}
+}
+
+func (r *reader) remaining() int { return len(r.buf) - r.off }
+
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.buf[r.off:])
+	if n <= 0 {
+		r.fail("bad unsigned varint")
+		return 0
+	}
+	r.off += n
+	return v
+}
+
+func (r *reader) varint() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.buf[r.off:])
+	if n <= 0 {
+		r.fail("bad varint")
+		return 0
+	}
+	r.off += n
+	return v
+}
+
+func (r *reader) int() int {
+	v := r.varint()
+	if v < math.MinInt32 || v > math.MaxInt32 {
+		r.fail("integer %d out of range", v)
+		return 0
+	}
+	return int(v)
+}
+
+func (r *reader) uint16() uint16 {
+	v := r.uvarint()
+	if v > math.MaxUint16 {
+		r.fail("value %d out of range for uint16", v)
+		return 0
+	}
+	return uint16(v)
+}
+
+func (r *reader) bool() bool {
+	if r.err != nil {
+		return false
+	}
+	if r.remaining() < 1 {
+		r.fail("truncated bool")
+		return false
+	}
+	b := r.buf[r.off]
+	r.off++
+	switch b {
+	case 0:
+		return false
+	case 1:
+		return true
+	}
+	r.fail("bad bool %d", b)
+	return false
+}
+
+// length reads a count of items that each take at least minSize bytes and
+// refuses counts the remaining bytes cannot hold.
+func (r *reader) length(minSize int) int {
+	n := r.uvarint()
+	if r.err != nil {
+		return 0
+	}
+	if minSize < 1 {
+		minSize = 1
+	}
+	if n > uint64(r.remaining()/minSize) {
+		r.fail("length %d exceeds the %d bytes left", n, r.remaining())
+		return 0
+	}
+	return int(n)
+}
+
+func (r *reader) rawBytes() []byte {
+	n := r.length(1)
+	if r.err != nil {
+		return nil
+	}
+	b := r.buf[r.off : r.off+n]
+	r.off += n
+	return b
+}
+
+func (r *reader) string() string { return string(r.rawBytes()) }
+
+func (r *reader) bytes() []byte {
+	b := r.rawBytes()
+	if len(b) == 0 {
+		return nil
+	}
+	return slices.Clone(b)
+}
+
+func (r *reader) time() time.Time {
+	v := r.varint()
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, v).UTC()
+}
+
+func (r *reader) duration() time.Duration { return time.Duration(r.varint()) }
+
+func (r *reader) strings() []string {
+	n := r.length(1)
+	if n == 0 {
+		return nil
+	}
+	ss := make([]string, n)
+	for i := range ss {
+		ss[i] = r.string()
+	}
+	return ss
+}
+
+func (r *reader) stringMap() map[string]string {
+	n := r.length(2)
+	if n == 0 {
+		return nil
+	}
+	m := make(map[string]string, n)
+	for range n {
+		k := r.string()
+		m[k] = r.string()
+	}
+	return m
+}
+
+// end fails the read when bytes are left over: a record is exactly its fields.
+func (r *reader) end() {
+	if r.err == nil && r.remaining() != 0 {
+		r.fail("%d trailing bytes", r.remaining())
+	}
+}
