@@ -1,0 +1,75 @@
+// Package supervise holds devledger's supervision strategy: a restart with
+// a real exponential backoff that gives up, and says so, after repeated
+// crashes. protoactor-go's own "exponential" strategy grows linearly and never
+// gives up; a daemon that crash-loops quietly is worse than one that exits.
+package supervise
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+)
+
+// Backoff restarts a crashed child after a delay that doubles with every
+// crash inside Window (Initial, 2×Initial, 4×Initial, ... capped at Max).
+// The MaxFailures+1-th crash inside Window stops the child for good and calls
+// GiveUp, which the daemon turns into a loud exit. A child that stays up for
+// a whole Window starts again from Initial.
+type Backoff struct {
+	Initial     time.Duration
+	Max         time.Duration
+	Window      time.Duration
+	MaxFailures int
+	// GiveUp is called once per child that exceeded MaxFailures, with the
+	// reason of its last crash. It must not block.
+	GiveUp func(child *actor.PID, reason any)
+	Log    zerolog.Logger
+}
+
+// DefaultBackoff is the daemon's strategy: 100ms doubling to 5s, and five
+// crashes within a minute stop the child.
+func DefaultBackoff(log zerolog.Logger, giveUp func(*actor.PID, any)) *Backoff {
+	return &Backoff{
+		Initial:     100 * time.Millisecond,
+		Max:         5 * time.Second,
+		Window:      time.Minute,
+		MaxFailures: 5,
+		GiveUp:      giveUp,
+		Log:         log,
+	}
+}
+
+var _ actor.SupervisorStrategy = (*Backoff)(nil)
+
+// Delay is the wait before the restart that follows the n-th crash (n ≥ 1).
+func (b *Backoff) Delay(n int) time.Duration {
+	d := b.Initial
+	for i := 1; i < n && d < b.Max; i++ {
+		d *= 2
+	}
+	return min(d, b.Max)
+}
+
+// HandleFailure implements actor.SupervisorStrategy.
+func (b *Backoff) HandleFailure(_ *actor.ActorSystem, supervisor actor.Supervisor, child *actor.PID, rs *actor.RestartStatistics, reason any, _ any) {
+	if rs.NumberOfFailures(b.Window) == 0 {
+		rs.Reset()
+	}
+	rs.Fail()
+	n := rs.NumberOfFailures(b.Window)
+	if n > b.MaxFailures {
+		b.Log.Error().Str("actor", child.Id).Int("crashes", n).Dur("window", b.Window).
+			Str("reason", fmt.Sprint(reason)).Msg("actor keeps crashing; giving up")
+		supervisor.StopChildren(child)
+		if b.GiveUp != nil {
+			b.GiveUp(child, reason)
+		}
+		return
+	}
+	delay := b.Delay(n)
+	b.Log.Warn().Str("actor", child.Id).Int("crash", n).Dur("restart_in", delay).
+		Str("reason", fmt.Sprint(reason)).Msg("actor crashed; restarting it from the ledger")
+	time.AfterFunc(delay, func() { supervisor.RestartChildren(child) })
+}
