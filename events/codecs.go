@@ -387,3 +387,61 @@ func decodeEventsDropped(r *reader) Payload {
 	return EventsDropped{FromSeq: r.uvarint(), ToSeq: r.uvarint(), Count: r.uvarint(), Bytes: r.varint(),
 		SnapshotSeq: r.uvarint(), Reason: r.string()}
 }
+
+// payloadValue returns p as the value the codec and Apply switch on. The
+// payloads of the catalog are values, but a pointer to one satisfies Payload
+// as well; it is dereferenced here so that a live event built around
+// &DevicesAllocated{...} folds and encodes exactly like its replayed value.
+// A nil pointer yields nil.
+func payloadValue(p Payload) Payload {
+	switch v := p.(type) {
+	case *DaemonStarted:
+		return deref(v)
+	case *DaemonStopped:
+		return deref(v)
+	case *ConfigApplied:
+		return deref(v)
+	case *ConfigRejected:
+		return deref(v)
+	case *DeviceDiscovered:
+		return deref(v)
+	case *DeviceChanged:
+		return deref(v)
+	case *DeviceRemoved:
+		return deref(v)
+	case *DeviceHealthChanged:
+		return deref(v)
+	case *PoolMembershipChanged:
+		return deref(v)
+	case *PluginServing:
+		return deref(v)
+	case *PluginRegistered:
+		return deref(v)
+	case *RegistrationFailed:
+		return deref(v)
+	case *KubeletRestarted:
+		return deref(v)
+	case *SocketLost:
+		return deref(v)
+	case *DevicesAllocated:
+		return deref(v)
+	case *AllocationConflict:
+		return deref(v)
+	case *AllocationBound:
+		return deref(v)
+	case *DevicesReleased:
+		return deref(v)
+	case *SnapshotTaken:
+		return deref(v)
+	case *EventsDropped:
+		return deref(v)
+	}
+	return p
+}
+
+func deref[T Payload](v *T) Payload {
+	if v == nil {
+		return nil
+	}
+	return *v
+}

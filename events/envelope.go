@@ -3,6 +3,8 @@ package events
 import (
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"time"
 )
 
@@ -62,22 +64,38 @@ var ErrUnknownVersion = errors.New("unknown schema version")
 // starting with anything else was written by another codec.
 const codecV1 byte = 1
 
+// The instants the codec can write: nanoseconds since the Unix epoch must fit
+// an int64. The zero time is written as 0, so the Unix epoch itself reads back
+// as the zero time; no clock of a running daemon says 1970-01-01T00:00:00Z to
+// the nanosecond.
+var (
+	minTime = time.Unix(0, math.MinInt64)
+	maxTime = time.Unix(0, math.MaxInt64)
+)
+
 // Marshal encodes an envelope into its ledger record (without the store's
-// checksum). The payload is encoded at its type's current schema version,
-// whatever Version says.
+// checksum). Type, Subject and Version are taken from the payload and the
+// catalog, whatever the envelope says: the payload is encoded at its type's
+// current schema version. It fails for a missing payload and for a time
+// outside the years 1678 to 2262.
 func Marshal(e Envelope) ([]byte, error) {
 	return AppendMarshal(nil, e)
 }
 
 // AppendMarshal is Marshal appending to buf, for callers that reuse buffers.
+// On error it returns buf unchanged.
 func AppendMarshal(buf []byte, e Envelope) ([]byte, error) {
-	if e.Payload == nil {
-		return nil, fmt.Errorf("marshal event %d: no payload", e.Seq)
+	p := payloadValue(e.Payload)
+	if p == nil {
+		return buf, fmt.Errorf("marshal event %d: no payload", e.Seq)
 	}
-	t := e.Payload.EventType()
+	t := p.EventType()
 	k, ok := catalog[t]
 	if !ok {
-		return nil, fmt.Errorf("marshal event %d: %w %q", e.Seq, ErrUnknownType, t)
+		return buf, fmt.Errorf("marshal event %d: %w %q", e.Seq, ErrUnknownType, t)
+	}
+	if !e.Time.IsZero() && (e.Time.Before(minTime) || e.Time.After(maxTime)) {
+		return buf, fmt.Errorf("marshal event %d: time %s out of range", e.Seq, e.Time)
 	}
 	w := writer{buf: buf}
 	w.buf = append(w.buf, codecV1)
@@ -86,15 +104,16 @@ func AppendMarshal(buf []byte, e Envelope) ([]byte, error) {
 	w.string(string(t))
 	w.uvarint(uint64(k.version))
 	w.string(e.BootID)
-	w.string(e.Payload.Subject())
-	e.Payload.encode(&w)
+	w.string(p.Subject())
+	p.encode(&w)
 	return w.buf, nil
 }
 
 // Unmarshal decodes a record written by Marshal, upcasting a payload of an
 // older schema version to the current type. The returned envelope's Version
 // is the version that was on disk. It never panics; a bad record yields an
-// error wrapping ErrCorrupt, ErrUnknownType or ErrUnknownVersion.
+// error wrapping ErrCorrupt, ErrUnknownType or ErrUnknownVersion. The
+// envelope shares no memory with rec.
 func Unmarshal(rec []byte) (Envelope, error) {
 	var e Envelope
 	if len(rec) == 0 {
@@ -106,32 +125,102 @@ func Unmarshal(rec []byte) (Envelope, error) {
 	r := reader{buf: rec, off: 1}
 	e.Seq = r.uvarint()
 	e.Time = r.time()
-	e.Type = Type(r.string())
+	typ := r.rawBytes()
 	e.Version = r.uint16()
-	e.BootID = r.string()
-	e.Subject = r.string()
+	e.BootID = r.bootID()
+	subject := r.rawBytes()
 	if r.err != nil {
 		return e, r.err
 	}
-	k, ok := catalog[e.Type]
+	// Indexing with the converted bytes does not allocate; the type name is
+	// taken from the catalog, so every envelope of a type shares one string.
+	k, ok := catalog[Type(typ)]
 	if !ok {
+		e.Type = Type(typ)
 		return e, fmt.Errorf("event %d: %w %q", e.Seq, ErrUnknownType, e.Type)
 	}
+	e.Type = k.name
 	dec, ok := k.decoders[e.Version]
 	if !ok {
-		return e, fmt.Errorf("event %d: %s: %w %d (this build reads up to %d)", e.Seq, e.Type, ErrUnknownVersion, e.Version, k.version)
+		if e.Version > k.version {
+			return e, fmt.Errorf("event %d: %s: %w %d (this build reads up to %d)", e.Seq, e.Type, ErrUnknownVersion, e.Version, k.version)
+		}
+		return e, fmt.Errorf("%w: event %d: %s: schema version %d was never written", ErrCorrupt, e.Seq, e.Type, e.Version)
 	}
-	e.Payload = dec(&r)
+	p := dec(&r)
 	r.end()
 	if r.err != nil {
 		return e, fmt.Errorf("event %d (%s): %w", e.Seq, e.Type, r.err)
 	}
+	// The subject is derived from the payload; one that disagrees was not
+	// written by Marshal. Taking the payload's string shares its memory.
+	if string(subject) != p.Subject() {
+		return e, fmt.Errorf("%w: event %d (%s): subject %q, payload says %q", ErrCorrupt, e.Seq, e.Type, subject, p.Subject())
+	}
+	e.Subject = p.Subject()
+	e.Payload = p
 	return e, nil
+}
+
+// Devices returns the PCI addresses the event concerns: the subject of a
+// device event, the device IDs of an allocation event, the added then the
+// removed members of a membership change, the contested device of a
+// conflict; nil for any other event. The slice is the caller's to keep.
+func (e Envelope) Devices() []string {
+	switch p := payloadValue(e.Payload).(type) {
+	case DeviceDiscovered:
+		return []string{p.Device.Address}
+	case DeviceChanged:
+		return []string{p.Device.Address}
+	case DeviceRemoved:
+		return []string{p.Address}
+	case DeviceHealthChanged:
+		return []string{p.Address}
+	case PoolMembershipChanged:
+		return slices.Concat(p.Added, p.Removed)
+	case DevicesAllocated:
+		return slices.Clone(p.DeviceIDs)
+	case AllocationBound:
+		return slices.Clone(p.DeviceIDs)
+	case DevicesReleased:
+		return slices.Clone(p.DeviceIDs)
+	case AllocationConflict:
+		return []string{p.Device}
+	}
+	return nil
+}
+
+// Pool returns the resource name of the pool the event concerns, "" for an
+// event about no single pool (device facts, the daemon, the config, the
+// kubelet, the ledger).
+func (e Envelope) Pool() string {
+	switch p := payloadValue(e.Payload).(type) {
+	case PoolMembershipChanged:
+		return p.Pool
+	case PluginServing:
+		return p.Pool
+	case PluginRegistered:
+		return p.Pool
+	case RegistrationFailed:
+		return p.Pool
+	case SocketLost:
+		return p.Pool
+	case DevicesAllocated:
+		return p.Pool
+	case AllocationConflict:
+		return p.Pool
+	case AllocationBound:
+		return p.Pool
+	case DevicesReleased:
+		return p.Pool
+	}
+	return ""
 }
 
 // kind is the codec entry of one event type: its current schema version and
 // a decoder for every version ever written, older ones upcasting.
 type kind struct {
+	name     Type
 	version  uint16
 	decoders map[uint16]func(*reader) Payload
 }
@@ -147,7 +236,7 @@ func register(t Type, version uint16, decoders map[uint16]func(*reader) Payload)
 	if decoders[version] == nil {
 		panic("events: no decoder for the current version of " + string(t))
 	}
-	catalog[t] = kind{version: version, decoders: decoders}
+	catalog[t] = kind{name: t, version: version, decoders: decoders}
 }
 
 // CurrentVersion is the schema version this build writes for t, 0 when t is

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -115,9 +116,12 @@ func (r *reader) varint() int64 {
 	return v
 }
 
+// int reads what writer.int wrote. Every value of this platform's int reads
+// back; only a record written on a 64-bit host with a value beyond 32 bits
+// fails on a 32-bit one.
 func (r *reader) int() int {
 	v := r.varint()
-	if v < math.MinInt32 || v > math.MaxInt32 {
+	if int64(int(v)) != v {
 		r.fail("integer %d out of range", v)
 		return 0
 	}
@@ -181,6 +185,25 @@ func (r *reader) rawBytes() []byte {
 }
 
 func (r *reader) string() string { return string(r.rawBytes()) }
+
+// lastBootID holds the boot id most recently decoded. A ledger holds long runs
+// of events of one boot, so reusing the string saves an allocation per event.
+var lastBootID atomic.Pointer[string]
+
+// bootID reads a string like string does, returning the cached boot id when
+// the bytes are the same.
+func (r *reader) bootID() string {
+	b := r.rawBytes()
+	if len(b) == 0 {
+		return ""
+	}
+	if last := lastBootID.Load(); last != nil && *last == string(b) {
+		return *last
+	}
+	s := string(b)
+	lastBootID.Store(&s)
+	return s
+}
 
 func (r *reader) bytes() []byte {
 	b := r.rawBytes()
