@@ -1,0 +1,38 @@
+package grpcapi
+
+import (
+	"context"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// PoolBackend answers one pool's kubelet calls. The pool allocator actor
+// implements it by messages; the server only translates, bounds every call
+// with a deadline, and turns errors into gRPC status codes.
+//
+// Errors: a backend returns errors wrapping ErrInvalidRequest (the request
+// names an unknown device, a device of another pool, or no container: the
+// kubelet gets InvalidArgument), ErrUnavailable (the ledger cannot record
+// the allocation, or the pool is stopping: Unavailable), or
+// context.DeadlineExceeded (DeadlineExceeded). Anything else is Internal.
+type PoolBackend interface {
+	// WatchDevices returns a channel that receives the pool's full device
+	// list at once and again after every health or membership change. Only
+	// the latest list matters: a slow reader may miss intermediate lists
+	// but always gets the newest. The channel is closed when ctx ends or
+	// the pool stops serving.
+	WatchDevices(ctx context.Context) (<-chan []*pluginapi.Device, error)
+	// Allocate answers the kubelet's Allocate once the allocation is
+	// durable in the ledger.
+	Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error)
+	// PreferredAllocation answers GetPreferredAllocation.
+	PreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error)
+}
+
+// RegistrationObserver hears what the kubelet says about a pool in
+// plugin-watcher mode: GetInfo was called (the kubelet found the socket), and
+// NotifyRegistrationStatus reported the outcome.
+type RegistrationObserver interface {
+	InfoRequested(resource, socket string)
+	RegistrationStatus(resource, socket string, registered bool, reason string)
+}
