@@ -70,10 +70,16 @@ func compareGolden(t *testing.T, path, want string) {
 	if err != nil {
 		t.Fatalf("%v (run with -update to create it)", err)
 	}
-	if string(got) == want {
-		return
+	if string(got) != want {
+		t.Fatalf("%s differs from this build's output: %s\n"+
+			"If the format change is meant, bump the type's schema version, keep the old decoder, and run with -update.",
+			path, firstDiff(want, string(got)))
 	}
-	gotLines, wantLines := strings.Split(string(got), "\n"), strings.Split(want, "\n")
+}
+
+// firstDiff names the first line where got and want differ, with both.
+func firstDiff(got, want string) string {
+	gotLines, wantLines := strings.Split(got, "\n"), strings.Split(want, "\n")
 	for i := range max(len(gotLines), len(wantLines)) {
 		var g, w string
 		if i < len(gotLines) {
@@ -83,11 +89,10 @@ func compareGolden(t *testing.T, path, want string) {
 			w = wantLines[i]
 		}
 		if g != w {
-			t.Fatalf("%s differs from this build's output at line %d:\nfile:  %s\nbuild: %s\n"+
-				"If the format change is meant, bump the type's schema version, keep the old decoder, and run with -update.",
-				path, i+1, g, w)
+			return fmt.Sprintf("line %d\n got: %s\nwant: %s", i+1, g, w)
 		}
 	}
+	return "no line differs"
 }
 
 // recordOfGolden reads the record back from the hex dump of a golden file.

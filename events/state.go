@@ -122,13 +122,16 @@ func NewState() State {
 }
 
 // Apply returns the state after event e. It is pure: no I/O, no clock; the
-// time it records is the event's. It reuses s's maps (write s = Apply(s, e)).
-// Events that do not change the fold (ConfigRejected still counts) only move
-// Seq and Time.
+// time it records is the event's. It reuses s's maps (write s = Apply(s, e))
+// but keeps no reference to e's slices. Events that do not change the fold
+// (ConfigRejected still counts) only move Seq and Time; so does an event about
+// something the fold does not know (the release of an unknown allocation, a
+// lost socket or failed registration of an unknown pool), which never creates
+// it. A payload may be a catalog value or a pointer to one.
 func Apply(s State, e Envelope) State {
 	s.Seq = e.Seq
 	s.Time = e.Time
-	switch p := e.Payload.(type) {
+	switch p := payloadValue(e.Payload).(type) {
 	case DaemonStarted:
 		s.Daemon = DaemonState{BootID: e.BootID, Version: p.Version, StartedAt: e.Time, Running: true, Starts: s.Daemon.Starts + 1}
 		// A new daemon has no server and no registration yet, whatever the
@@ -171,14 +174,21 @@ func Apply(s State, e Envelope) State {
 		s.Config.LastError = slices.Clone(p.Errors)
 	case DeviceDiscovered:
 		d := s.Devices[p.Device.Address]
-		d.Facts = p.Device
+		d.Facts = p.Device.clone()
 		d.Present = true
 		d.Healthy = true
 		d.HealthReason = ""
 		s.Devices[p.Device.Address] = d
 	case DeviceChanged:
 		d := s.Devices[p.Device.Address]
-		d.Facts = p.Device
+		// A change of a device the fold has as absent (or never saw) means
+		// it is there after all: it counts as discovered, healthy until a
+		// verdict says otherwise, not as still "removed".
+		if !d.Present {
+			d.Healthy = true
+			d.HealthReason = ""
+		}
+		d.Facts = p.Device.clone()
 		d.Present = true
 		s.Devices[p.Device.Address] = d
 	case DeviceRemoved:
@@ -209,7 +219,7 @@ func Apply(s State, e Envelope) State {
 		d.HealthReason = p.Reason
 		s.Devices[p.Address] = d
 	case PoolMembershipChanged:
-		pool := s.Pools[p.Pool]
+		pool, known := s.Pools[p.Pool]
 		pool.Spec.Resource = p.Pool
 		members := pool.Members
 		for _, addr := range p.Removed {
@@ -235,7 +245,11 @@ func Apply(s State, e Envelope) State {
 			s.Devices[addr] = d
 		}
 		pool.Members = members
-		s.Pools[p.Pool] = pool
+		// Devices leaving a pool that is gone (a config dropped it first)
+		// must not bring it back.
+		if known || len(members) > 0 {
+			s.Pools[p.Pool] = pool
+		}
 	case PluginServing:
 		pool := s.Pools[p.Pool]
 		pool.Spec.Resource = p.Pool
@@ -254,8 +268,10 @@ func Apply(s State, e Envelope) State {
 		pool.Registration.LastError = ""
 		s.Pools[p.Pool] = pool
 	case RegistrationFailed:
-		pool := s.Pools[p.Pool]
-		pool.Spec.Resource = p.Pool
+		pool, ok := s.Pools[p.Pool]
+		if !ok {
+			break
+		}
 		pool.Registration.Registered = false
 		pool.Registration.Failures++
 		pool.Registration.LastError = p.Error
@@ -317,8 +333,7 @@ func (s State) Clone() State {
 	}
 	c.Devices = make(map[string]Device, len(s.Devices))
 	for k, d := range s.Devices {
-		d.Facts.Interfaces = slices.Clone(d.Facts.Interfaces)
-		d.Facts.RDMADevices = slices.Clone(d.Facts.RDMADevices)
+		d.Facts = d.Facts.clone()
 		c.Devices[k] = d
 	}
 	c.Allocations = make(map[uint64]Allocation, len(s.Allocations))
@@ -439,4 +454,11 @@ func utc(t time.Time) time.Time {
 		return time.Time{}
 	}
 	return t.UTC()
+}
+
+// clone returns a copy of d that shares no slice with it.
+func (d DeviceFacts) clone() DeviceFacts {
+	d.Interfaces = slices.Clone(d.Interfaces)
+	d.RDMADevices = slices.Clone(d.RDMADevices)
+	return d
 }
