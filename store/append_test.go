@@ -1,0 +1,369 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/devledger/devledger/events"
+)
+
+func TestAppendRead(t *testing.T) {
+	l := openTestLog(t)
+	h := newHistory(1, 16)
+	var want []events.Envelope
+	for _, n := range []int{1, 5, 1, 30, 2} {
+		got := mustAppend(t, l, h.take(n)...)
+		for i, e := range got {
+			if e.Seq != uint64(len(want)+i+1) {
+				t.Fatalf("seq %d, want %d", e.Seq, len(want)+i+1)
+			}
+		}
+		want = append(want, got...)
+	}
+	if l.LastSeq() != uint64(len(want)) || l.FirstSeq() != 1 {
+		t.Fatalf("bounds %d..%d, want 1..%d", l.FirstSeq(), l.LastSeq(), len(want))
+	}
+
+	tests := []struct {
+		name string
+		from uint64
+		want []events.Envelope
+	}{
+		{"from 0 is from the first", 0, want},
+		{"from 1", 1, want},
+		{"from the middle", 17, want[16:]},
+		{"from the last", uint64(len(want)), want[len(want)-1:]},
+		{"past the end", uint64(len(want) + 1), nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := readAll(t, l, tc.from); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("read from %d: got %d events, want %d\ngot  %+v\nwant %+v", tc.from, len(got), len(tc.want), first(got), first(tc.want))
+			}
+		})
+	}
+
+	t.Run("fn error stops the read and is returned as is", func(t *testing.T) {
+		stop := errors.New("enough")
+		n := 0
+		err := l.Read(0, func(events.Envelope) error {
+			if n++; n == 3 {
+				return stop
+			}
+			return nil
+		})
+		if err != stop || n != 3 {
+			t.Fatalf("err %v after %d events, want %v after 3", err, n, stop)
+		}
+	})
+
+	t.Run("raw records decode to the same events", func(t *testing.T) {
+		var got []events.Envelope
+		err := l.ReadRaw(0, func(seq uint64, rec []byte) error {
+			e, err := events.Unmarshal(rec)
+			if err == nil && e.Seq != seq {
+				err = fmt.Errorf("seq %d in record %d", e.Seq, seq)
+			}
+			got = append(got, e)
+			return err
+		})
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("ReadRaw: err %v, %d events", err, len(got))
+		}
+	})
+
+	// The envelopes Read delivered must not point into bbolt's memory map:
+	// after Close unmaps the file, touching them would fault.
+	read := readAll(t, l, 0)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(read, want) {
+		t.Fatal("events read before Close changed after it")
+	}
+}
+
+func first(es []events.Envelope) any {
+	if len(es) == 0 {
+		return nil
+	}
+	return es[0]
+}
+
+func TestAppendReturnsWhatIsStored(t *testing.T) {
+	l := openTestLog(t)
+	loc := time.FixedZone("CET", 3600)
+	e := events.Envelope{Time: time.Now().In(loc), BootID: "b", Payload: events.DeviceRemoved{Address: "0000:3b:00.1"}}
+	got := mustAppend(t, l, e)[0]
+	if got.Type != events.TypeDeviceRemoved || got.Subject != "0000:3b:00.1" || got.Version != events.CurrentVersion(events.TypeDeviceRemoved) || got.Seq != 1 {
+		t.Errorf("returned %+v", got)
+	}
+	if read := readAll(t, l, 0)[0]; !reflect.DeepEqual(read, got) {
+		t.Errorf("read %+v\nreturned %+v", read, got)
+	}
+}
+
+func TestAppendConcurrentIsGapFree(t *testing.T) {
+	l := openTestLog(t)
+	const goroutines, calls = 16, 40
+	var (
+		mu  sync.Mutex
+		got = map[uint64]events.Envelope{}
+		wg  sync.WaitGroup
+	)
+	for g := range goroutines {
+		wg.Go(func() {
+			for c := range calls {
+				n := 1 + (g+c)%3
+				envs := make([]events.Envelope, n)
+				for i := range envs {
+					envs[i] = ev(c, events.DeviceHealthChanged{Address: fmt.Sprintf("g%d", g), Reason: fmt.Sprintf("call %d event %d", c, i)})
+				}
+				out, err := l.Append(context.Background(), envs...)
+				if err != nil {
+					t.Errorf("append: %v", err)
+					return
+				}
+				for i := range out {
+					if i > 0 && out[i].Seq != out[i-1].Seq+1 {
+						t.Errorf("one call's events got seqs %d then %d", out[i-1].Seq, out[i].Seq)
+					}
+				}
+				mu.Lock()
+				for _, e := range out {
+					if _, dup := got[e.Seq]; dup {
+						t.Errorf("seq %d handed out twice", e.Seq)
+					}
+					got[e.Seq] = e
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if uint64(len(got)) != l.LastSeq() {
+		t.Fatalf("%d events acknowledged, last seq %d", len(got), l.LastSeq())
+	}
+	for i, e := range readAll(t, l, 0) {
+		if e.Seq != uint64(i+1) || !reflect.DeepEqual(e, got[e.Seq]) {
+			t.Fatalf("event %d read back as %+v, acknowledged as %+v", i+1, e, got[uint64(i+1)])
+		}
+	}
+	if _, err := l.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// queued builds a request as Append hands it to the writer.
+func queued(ctx context.Context, envs ...events.Envelope) *appendReq {
+	return &appendReq{ctx: ctx, envs: envs, done: make(chan struct{})}
+}
+
+func TestCommitGivesEachCallerItsOwnResult(t *testing.T) {
+	l := openTestLog(t)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	bg := context.Background()
+	good1 := queued(bg, ev(1, events.KubeletRestarted{Socket: "a"}), ev(2, events.KubeletRestarted{Socket: "b"}))
+	bad := queued(bg, ev(3, events.KubeletRestarted{Socket: "c"}), events.Envelope{Time: baseTime})
+	late := queued(cancelled, ev(4, events.KubeletRestarted{Socket: "d"}))
+	withdrawn := queued(bg, ev(5, events.KubeletRestarted{Socket: "e"}))
+	withdrawn.state.Store(reqWithdrawn)
+	mismatched := queued(bg, events.Envelope{Type: events.TypeSocketLost, Payload: events.KubeletRestarted{Socket: "f"}})
+	good2 := queued(bg, ev(6, events.KubeletRestarted{Socket: "g"}))
+
+	l.commit([]*appendReq{good1, bad, late, withdrawn, mismatched, good2})
+
+	for _, r := range []*appendReq{good1, bad, late, mismatched, good2} {
+		<-r.done
+	}
+	if good1.err != nil || good2.err != nil {
+		t.Fatalf("good calls failed: %v, %v", good1.err, good2.err)
+	}
+	if bad.err == nil || mismatched.err == nil {
+		t.Fatalf("bad calls succeeded: %v, %v", bad.err, mismatched.err)
+	}
+	if !errors.Is(late.err, context.Canceled) {
+		t.Fatalf("cancelled call: %v", late.err)
+	}
+	if seqs := []uint64{good1.out[0].Seq, good1.out[1].Seq, good2.out[0].Seq}; !slices.Equal(seqs, []uint64{1, 2, 3}) {
+		t.Fatalf("seqs %v, want [1 2 3]", seqs)
+	}
+	var sockets []string
+	for _, e := range readAll(t, l, 0) {
+		sockets = append(sockets, e.Payload.(events.KubeletRestarted).Socket)
+	}
+	if !slices.Equal(sockets, []string{"a", "b", "g"}) {
+		t.Fatalf("ledger holds %v, want [a b g]", sockets)
+	}
+}
+
+func TestFailedCommitFailsEveryCallerAndWritesNothing(t *testing.T) {
+	l := openTestLog(t)
+	mustAppend(t, l, ev(0, events.KubeletRestarted{Socket: "first"}))
+	// Make the writer's idea of the next sequence disagree with bbolt's:
+	// the transaction fails on its first put.
+	l.lastSeq.Store(5)
+	a := queued(context.Background(), ev(1, events.KubeletRestarted{Socket: "a"}))
+	b := queued(context.Background(), ev(2, events.KubeletRestarted{Socket: "b"}))
+	l.commit([]*appendReq{a, b})
+	if a.err == nil || b.err == nil {
+		t.Fatalf("errors %v, %v; want both to fail", a.err, b.err)
+	}
+	l.lastSeq.Store(1)
+	if got := readAll(t, l, 0); len(got) != 1 {
+		t.Fatalf("%d events in the ledger, want 1", len(got))
+	}
+	if out := mustAppend(t, l, ev(3, events.KubeletRestarted{Socket: "c"})); out[0].Seq != 2 {
+		t.Fatalf("next append got seq %d, want 2", out[0].Seq)
+	}
+}
+
+func TestAppendContext(t *testing.T) {
+	l := openTestLog(t)
+
+	t.Run("done before the call", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := l.Append(ctx, ev(0, events.KubeletRestarted{Socket: "x"})); !errors.Is(err, context.Canceled) {
+			t.Fatalf("err %v, want context.Canceled", err)
+		}
+	})
+
+	t.Run("done while waiting for the writer", func(t *testing.T) {
+		// Hold the write lock: the writer takes the first call and blocks
+		// in its commit, so the second call waits its turn.
+		l.writeMu.Lock()
+		firstDone := make(chan error, 1)
+		go func() {
+			_, err := l.Append(context.Background(), ev(1, events.KubeletRestarted{Socket: "kept"}))
+			firstDone <- err
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		_, err := l.Append(ctx, ev(2, events.KubeletRestarted{Socket: "dropped"}))
+		l.writeMu.Unlock()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err %v, want context.DeadlineExceeded", err)
+		}
+		if err := <-firstDone; err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	var sockets []string
+	for _, e := range readAll(t, l, 0) {
+		sockets = append(sockets, e.Payload.(events.KubeletRestarted).Socket)
+	}
+	if !slices.Equal(sockets, []string{"kept"}) {
+		t.Fatalf("ledger holds %v, want [kept]", sockets)
+	}
+}
+
+func TestCloseWaitsForAppendsInFlight(t *testing.T) {
+	l := openTestLog(t)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		acked []uint64
+	)
+	start := make(chan struct{})
+	for g := range 8 {
+		wg.Go(func() {
+			<-start
+			for i := range 50 {
+				out, err := l.Append(context.Background(), ev(i, events.KubeletRestarted{Socket: fmt.Sprint(g)}))
+				if errors.Is(err, ErrClosed) {
+					return
+				}
+				if err != nil {
+					t.Errorf("append: %v", err)
+					return
+				}
+				mu.Lock()
+				acked = append(acked, out[0].Seq)
+				mu.Unlock()
+			}
+		})
+	}
+	close(start)
+	// Close while appends are in flight: each either commits or gets
+	// ErrClosed, and none is lost or half-written.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); runtime.Gosched() {
+		mu.Lock()
+		n := len(acked)
+		mu.Unlock()
+		if n >= 20 {
+			break
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if err := l.Close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+	if _, err := l.Append(context.Background(), ev(0, events.KubeletRestarted{})); !errors.Is(err, ErrClosed) {
+		t.Fatalf("append after close: %v", err)
+	}
+	if err := l.Read(0, func(events.Envelope) error { return nil }); !errors.Is(err, ErrClosed) {
+		t.Fatalf("read after close: %v", err)
+	}
+
+	l2, err := Open(l.Meta().Path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	if l2.LastSeq() != uint64(len(acked)) {
+		t.Fatalf("%d appends acknowledged, ledger ends at %d", len(acked), l2.LastSeq())
+	}
+}
+
+func TestReopenKeepsEverything(t *testing.T) {
+	l := openTestLog(t)
+	h := newHistory(2, 8)
+	want := mustAppend(t, l, h.take(40)...)
+	meta := l.Meta()
+	l = reopen(t, l, Options{Node: "another-node"})
+	if got := l.Meta(); got != meta || got.Node != "node-7" || got.FormatVersion != FormatVersion || got.Created.IsZero() {
+		t.Errorf("meta after reopen %+v, before %+v", got, meta)
+	}
+	if l.LastSeq() != 40 || l.FirstSeq() != 1 {
+		t.Fatalf("bounds %d..%d", l.FirstSeq(), l.LastSeq())
+	}
+	want = append(want, mustAppend(t, l, h.take(3)...)...)
+	if want[40].Seq != 41 {
+		t.Fatalf("append after reopen got seq %d", want[40].Seq)
+	}
+	if got := readAll(t, l, 0); !reflect.DeepEqual(got, want) {
+		t.Fatal("events differ after reopen")
+	}
+}
+
+func TestReadOnlyRefusesWrites(t *testing.T) {
+	l := openTestLog(t)
+	mustAppend(t, l, newHistory(3, 4).take(10)...)
+	l = reopen(t, l, Options{ReadOnly: true})
+	ctx := context.Background()
+	if _, err := l.Append(ctx, ev(0, events.KubeletRestarted{})); !errors.Is(err, ErrReadOnly) {
+		t.Errorf("append: %v", err)
+	}
+	if _, err := l.SaveSnapshot(ctx, events.NewState(), "x"); !errors.Is(err, ErrReadOnly) {
+		t.Errorf("snapshot: %v", err)
+	}
+	if _, _, err := l.Retain(ctx, Retention{MaxAge: time.Hour}); !errors.Is(err, ErrReadOnly) {
+		t.Errorf("retain: %v", err)
+	}
+	if got := readAll(t, l, 0); len(got) != 10 {
+		t.Errorf("read %d events", len(got))
+	}
+}

@@ -1,0 +1,145 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/devledger/devledger/events"
+	bolt "go.etcd.io/bbolt"
+)
+
+// CheckReport is what Check found.
+type CheckReport struct {
+	// Events is the number of events verified (before FirstBad, if any).
+	Events uint64
+	// Snapshots is the number of snapshots verified.
+	Snapshots int
+	// FirstSeq and LastSeq are the ledger's bounds.
+	FirstSeq, LastSeq uint64
+	// FirstBad is the sequence of the first bad record, 0 when none was
+	// found (or when the damage is in the file's structure).
+	FirstBad uint64
+	// Problems describes what is wrong, one line each; empty for a sound
+	// ledger.
+	Problems []string
+}
+
+// Check verifies the whole ledger in one read transaction: every event's
+// checksum, that it decodes and carries the sequence it is stored under,
+// that the sequences run without a gap from FirstSeq to LastSeq, and that
+// every snapshot decodes and equals the fold of the log up to it (folded on
+// from the snapshot before, or from the empty state; the oldest snapshot of
+// a ledger whose start retention dropped is where the fold starts). On a
+// read-only Log it also runs bbolt's own page consistency check, which is
+// not safe beside a writer.
+//
+// It stops at the first problem and returns a *CorruptError naming it, with
+// the report filled up to there. It checks ctx between records.
+func (l *Log) Check(ctx context.Context) (CheckReport, error) {
+	var rep CheckReport
+	if err := l.enter(); err != nil {
+		return rep, err
+	}
+	defer l.leave()
+	err := l.view(func(tx *bolt.Tx) error {
+		evb := tx.Bucket(bucketEvents)
+		rep.LastSeq = evb.Sequence()
+		rep.FirstSeq = firstSeqTx(tx)
+
+		// The fold runs from the empty state when the ledger starts at 1,
+		// else from the snapshot just before the oldest event kept, else
+		// from the first snapshot met.
+		var (
+			fold    events.State
+			folding bool
+		)
+		if rep.FirstSeq <= 1 {
+			fold, folding = events.NewState(), true
+		}
+		sc := tx.Bucket(bucketSnapshots).Cursor()
+		sk, sv := sc.First()
+		for ; sk != nil; sk, sv = sc.Next() {
+			seq, ok := keySeq(sk)
+			if !ok {
+				return l.corrupt(0, fmt.Sprintf("snapshots key %x is not a sequence", sk), nil)
+			}
+			if seq >= rep.FirstSeq && rep.FirstSeq != 0 {
+				break
+			}
+			if seq+1 < rep.FirstSeq {
+				return l.corrupt(seq, fmt.Sprintf("snapshot older than the oldest event kept (seq %d)", rep.FirstSeq), nil)
+			}
+			st, err := decodeSnapshot(sk, sv)
+			if err != nil {
+				return l.corrupt(seq, "snapshot: "+err.Error(), err)
+			}
+			rep.Snapshots++
+			if rep.FirstSeq == 0 {
+				return l.corrupt(seq, "snapshot in a ledger without events", nil)
+			}
+			fold, folding = st, true
+		}
+
+		var n int
+		err := l.scan(tx, rep.FirstSeq, 0, false, func(seq uint64, rec []byte) error {
+			if n++; n%4096 == 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
+			e, err := l.decodeRecord(seq, rec)
+			if err != nil {
+				return err
+			}
+			rep.Events++
+			if folding {
+				fold = events.Apply(fold, e)
+			}
+			for ; sk != nil; sk, sv = sc.Next() {
+				sseq, ok := keySeq(sk)
+				if !ok {
+					return l.corrupt(0, fmt.Sprintf("snapshots key %x is not a sequence", sk), nil)
+				}
+				if sseq > seq {
+					break
+				}
+				st, err := decodeSnapshot(sk, sv)
+				if err != nil {
+					return l.corrupt(sseq, "snapshot: "+err.Error(), err)
+				}
+				if folding && !fold.Equal(st) {
+					return l.corrupt(sseq, "snapshot does not equal the fold of the log up to it", nil)
+				}
+				rep.Snapshots++
+				fold, folding = st, true
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if sk != nil {
+			seq, _ := keySeq(sk)
+			return l.corrupt(seq, fmt.Sprintf("snapshot past the last event (seq %d)", rep.LastSeq), nil)
+		}
+		if l.readOnly {
+			var first error
+			for err := range tx.Check() { // drain: the checker blocks on each send
+				if first == nil {
+					first = l.corrupt(0, "bbolt consistency check: "+err.Error(), err)
+				}
+			}
+			return first
+		}
+		return nil
+	})
+	if err != nil {
+		if ce := (*CorruptError)(nil); errors.As(err, &ce) {
+			rep.FirstBad = ce.Seq
+			rep.Problems = append(rep.Problems, ce.Error())
+		}
+		return rep, err
+	}
+	return rep, nil
+}

@@ -1,0 +1,248 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/devledger/devledger/events"
+	bolt "go.etcd.io/bbolt"
+)
+
+// markedLedger writes n events, each carrying a unique marker string, and
+// returns the closed file's path.
+func markedLedger(t *testing.T, n int) string {
+	t.Helper()
+	l := openTestLog(t)
+	for i := 1; i <= n; i++ {
+		mustAppend(t, l, ev(i, events.DeviceRemoved{Address: "0000:3b:00.1", Reason: marker(i)}))
+	}
+	path := l.Meta().Path
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func marker(seq int) string { return fmt.Sprintf("marker-%05d", seq) }
+
+// flipInFile flips one byte of every copy of needle in the file. bbolt
+// copies pages on write, so freed pages may still hold old copies of a
+// record; flipping them all is sure to hit the live one.
+func flipInFile(t *testing.T, path, needle string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for off := 0; ; {
+		i := bytes.Index(b[off:], []byte(needle))
+		if i < 0 {
+			break
+		}
+		b[off+i+len(needle)-1] ^= 0x01
+		off += i + len(needle)
+		n++
+	}
+	if n == 0 {
+		t.Fatalf("%q not found in %s", needle, path)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFlippedByteInARecord(t *testing.T) {
+	const n, bad = 60, 37
+	path := markedLedger(t, n)
+	flipInFile(t, path, marker(bad))
+
+	l, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+
+	var got []uint64
+	err = l.Read(0, func(e events.Envelope) error {
+		got = append(got, e.Seq)
+		return nil
+	})
+	var ce *CorruptError
+	if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || ce.Seq != bad {
+		t.Fatalf("read: %v, want a *CorruptError at seq %d", err, bad)
+	}
+	if len(got) != bad-1 || got[len(got)-1] != bad-1 {
+		t.Fatalf("read delivered %d events before the bad one, want %d", len(got), bad-1)
+	}
+	if !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "checksum") {
+		t.Errorf("error %q should name the file and the checksum", err)
+	}
+
+	rawN := 0
+	err = l.ReadRaw(0, func(uint64, []byte) error { rawN++; return nil })
+	if !errors.As(err, &ce) || ce.Seq != bad || rawN != bad-1 {
+		t.Fatalf("read raw: %v after %d records", err, rawN)
+	}
+
+	rep, err := l.Check(context.Background())
+	if !errors.As(err, &ce) || ce.Seq != bad || rep.FirstBad != bad || rep.Events != bad-1 || len(rep.Problems) != 1 {
+		t.Fatalf("check: %v, report %+v", err, rep)
+	}
+	if rep.FirstSeq != 1 || rep.LastSeq != n {
+		t.Errorf("check bounds %d..%d", rep.FirstSeq, rep.LastSeq)
+	}
+
+	if _, err := l.Replay(0); !errors.As(err, &ce) || ce.Seq != bad {
+		t.Fatalf("replay: %v", err)
+	}
+	if s, err := l.Replay(bad - 1); err != nil || s.Seq != bad-1 {
+		t.Fatalf("replay up to the record before: %v", err)
+	}
+}
+
+// rewrite edits the closed ledger with bbolt directly.
+func rewrite(t *testing.T, path string, fn func(tx *bolt.Tx) error) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Update(fn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCheckFindsStructuralDamage(t *testing.T) {
+	tests := []struct {
+		name    string
+		edit    func(tx *bolt.Tx) error
+		badSeq  uint64
+		mention string
+	}{
+		{"a record moved under another key", func(tx *bolt.Tx) error {
+			b := tx.Bucket(bucketEvents)
+			v := bytes.Clone(b.Get(seqKey(10)))
+			return b.Put(seqKey(11), v)
+		}, 11, "checksum"},
+		{"a missing record", func(tx *bolt.Tx) error {
+			return tx.Bucket(bucketEvents).Delete(seqKey(20))
+		}, 20, "missing"},
+		{"missing records at the end", func(tx *bolt.Tx) error {
+			b := tx.Bucket(bucketEvents)
+			b.Delete(seqKey(30))
+			return b.Delete(seqKey(29))
+		}, 29, "missing"},
+		{"a record with a valid checksum that does not decode", func(tx *bolt.Tx) error {
+			return tx.Bucket(bucketEvents).Put(seqKey(5), appendValue(nil, 5, []byte{1, 2, 3}))
+		}, 5, "decode"},
+		{"a record that says another seq", func(tx *bolt.Tx) error {
+			rec, _ := events.Marshal(events.Envelope{Seq: 8, Time: baseTime, Payload: events.KubeletRestarted{}})
+			return tx.Bucket(bucketEvents).Put(seqKey(7), appendValue(nil, 7, rec))
+		}, 7, "says seq 8"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := markedLedger(t, 30)
+			rewrite(t, path, tc.edit)
+			l, err := Open(path, Options{ReadOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			rep, err := l.Check(context.Background())
+			var ce *CorruptError
+			if !errors.As(err, &ce) || ce.Seq != tc.badSeq || rep.FirstBad != tc.badSeq {
+				t.Fatalf("check: %v (report %+v), want seq %d", err, rep, tc.badSeq)
+			}
+			if !strings.Contains(err.Error(), tc.mention) {
+				t.Errorf("%q does not mention %q", err, tc.mention)
+			}
+			n := uint64(0)
+			err = l.Read(0, func(events.Envelope) error { n++; return nil })
+			if !errors.As(err, &ce) || ce.Seq != tc.badSeq || n != tc.badSeq-1 {
+				t.Fatalf("read: %v after %d events", err, n)
+			}
+		})
+	}
+}
+
+func TestCheckCatchesATamperedSnapshot(t *testing.T) {
+	l := openTestLog(t)
+	h := newHistory(5, 12)
+	envs := mustAppend(t, l, h.take(80)...)
+	ctx := context.Background()
+	if _, err := l.SaveSnapshot(ctx, foldAll(envs[:40]), "test"); err != nil {
+		t.Fatal(err)
+	}
+	envs = append(envs, mustAppend(t, l, h.take(20)...)...)
+	if _, err := l.SaveSnapshot(ctx, foldAll(envs[:70]), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := l.Check(ctx); err != nil || rep.Snapshots != 2 || rep.Events != l.LastSeq() {
+		t.Fatalf("sound ledger: %v, %+v", err, rep)
+	}
+	path := l.Meta().Path
+	l.Close()
+
+	// A snapshot whose checksum is right but whose state is not the fold:
+	// one device went missing from it.
+	rewrite(t, path, func(tx *bolt.Tx) error {
+		s := foldAll(envs[:70])
+		for addr := range s.Devices {
+			delete(s.Devices, addr)
+			break
+		}
+		rec, err := events.MarshalState(s)
+		if err != nil {
+			return err
+		}
+		return tx.Bucket(bucketSnapshots).Put(seqKey(70), appendValue(nil, 70, rec))
+	})
+	ro, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	rep, err := ro.Check(ctx)
+	var ce *CorruptError
+	if !errors.As(err, &ce) || ce.Seq != 70 || !strings.Contains(err.Error(), "fold") {
+		t.Fatalf("check: %v, want the snapshot at 70", err)
+	}
+	if rep.Snapshots != 1 || rep.Events != 70 {
+		t.Errorf("report %+v", rep)
+	}
+}
+
+func TestCheckCatchesAFlippedSnapshot(t *testing.T) {
+	l := openTestLog(t)
+	envs := mustAppend(t, l, newHistory(6, 12).take(50)...)
+	if _, err := l.SaveSnapshot(context.Background(), foldAll(envs[:30]), "test"); err != nil {
+		t.Fatal(err)
+	}
+	path := l.Meta().Path
+	l.Close()
+	flipInFile(t, path, `"boot_id":"boot-0001"`)
+	ro, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	var ce *CorruptError
+	if _, err := ro.Check(context.Background()); !errors.As(err, &ce) || ce.Seq != 30 {
+		t.Fatalf("check: %v", err)
+	}
+	if _, _, err := ro.LatestSnapshot(0); !errors.As(err, &ce) || ce.Seq != 30 {
+		t.Fatalf("latest snapshot: %v", err)
+	}
+	if _, err := ro.Replay(0); !errors.As(err, &ce) {
+		t.Fatalf("replay: %v", err)
+	}
+}

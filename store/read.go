@@ -1,0 +1,311 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/devledger/devledger/events"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Read calls fn with every event from sequence from (inclusive; 0, or a
+// sequence retention dropped, means the oldest there is) to the newest, in
+// order. It stops at fn's first error and returns that error as is.
+//
+// Every record is verified (checksum, decoding, the sequence it carries,
+// continuity with the one before) before fn sees it. At the first bad or
+// missing record Read returns a *CorruptError naming its sequence, fn having
+// received every event before it.
+//
+// Read runs in one read transaction, so it sees the ledger as it was when it
+// started, and memory stays flat however long the log: each envelope is
+// decoded into fresh memory (events.Unmarshal copies what it keeps), so fn
+// may retain it. A long Read delays a concurrent writer only when the file
+// must grow (bbolt re-maps it then, waiting for open read transactions).
+func (l *Log) Read(from uint64, fn func(events.Envelope) error) error {
+	if err := l.enter(); err != nil {
+		return err
+	}
+	defer l.leave()
+	return l.view(func(tx *bolt.Tx) error {
+		return l.scan(tx, from, 0, true, func(seq uint64, rec []byte) error {
+			e, err := l.decodeRecord(seq, rec)
+			if err != nil {
+				return err
+			}
+			return callFn(fn, e)
+		})
+	})
+}
+
+// ReadRaw is Read without decoding: fn gets each record's sequence and its
+// bytes as events.Unmarshal reads them, checksum verified. rec aliases the
+// file's memory map: it is valid only until fn returns, and must not be
+// modified.
+func (l *Log) ReadRaw(from uint64, fn func(seq uint64, rec []byte) error) error {
+	if err := l.enter(); err != nil {
+		return err
+	}
+	defer l.leave()
+	return l.view(func(tx *bolt.Tx) error {
+		return l.scan(tx, from, 0, true, func(seq uint64, rec []byte) error {
+			return callFn(func(struct{}) error { return fn(seq, rec) }, struct{}{})
+		})
+	})
+}
+
+// scan walks the events from..until (until 0: to the ledger's last
+// sequence) in one transaction, verifying checksums and continuity, and
+// calls visit with each record. With clamp, a from before the oldest event
+// starts at the oldest; without, it is a missing record.
+func (l *Log) scan(tx *bolt.Tx, from, until uint64, clamp bool, visit func(seq uint64, rec []byte) error) error {
+	b := tx.Bucket(bucketEvents)
+	last := b.Sequence()
+	if until == 0 || until > last {
+		until = last
+	}
+	from = max(from, 1)
+	c := b.Cursor()
+	if k, _ := c.First(); k != nil && clamp {
+		if first, ok := keySeq(k); ok {
+			from = max(from, first)
+		}
+	}
+	if from > until {
+		return nil
+	}
+	expect := from
+	for k, v := c.Seek(seqKey(from)); k != nil; k, v = c.Next() {
+		seq, ok := keySeq(k)
+		if !ok {
+			return l.corrupt(expect, fmt.Sprintf("events key %x is not a sequence", k), nil)
+		}
+		if seq > until {
+			break
+		}
+		if seq != expect {
+			return l.corrupt(expect, fmt.Sprintf("record missing (the next one is seq %d)", seq), nil)
+		}
+		rec, err := openValue(k, v)
+		if err != nil {
+			return l.corrupt(seq, err.Error(), nil)
+		}
+		if err := visit(seq, rec); err != nil {
+			return err
+		}
+		expect++
+	}
+	if expect <= until {
+		return l.corrupt(expect, fmt.Sprintf("record missing (the ledger's last seq is %d)", last), nil)
+	}
+	return nil
+}
+
+func (l *Log) corrupt(seq uint64, reason string, err error) *CorruptError {
+	return &CorruptError{Path: l.path, Seq: seq, Reason: reason, Err: err}
+}
+
+// decodeRecord decodes a verified record stored under seq.
+func (l *Log) decodeRecord(seq uint64, rec []byte) (events.Envelope, error) {
+	e, err := events.Unmarshal(rec)
+	if err != nil {
+		return e, l.corrupt(seq, "cannot decode: "+err.Error(), err)
+	}
+	if e.Seq != seq {
+		return e, l.corrupt(seq, fmt.Sprintf("record says seq %d", e.Seq), nil)
+	}
+	return e, nil
+}
+
+// LatestSnapshot returns the newest snapshot at or before sequence
+// atOrBefore (0: the newest of all); false when there is none. A snapshot
+// that fails its checksum or does not decode is a *CorruptError: an older
+// one is not silently used instead.
+func (l *Log) LatestSnapshot(atOrBefore uint64) (events.State, bool, error) {
+	if err := l.enter(); err != nil {
+		return events.State{}, false, err
+	}
+	defer l.leave()
+	var (
+		s  events.State
+		ok bool
+	)
+	err := l.view(func(tx *bolt.Tx) error {
+		var err error
+		s, ok, err = l.latestSnapshot(tx, atOrBefore, 0)
+		return err
+	})
+	return s, ok, err
+}
+
+// latestSnapshot finds the newest snapshot in notBefore..atOrBefore.
+func (l *Log) latestSnapshot(tx *bolt.Tx, atOrBefore, notBefore uint64) (events.State, bool, error) {
+	k, v := lastAtOrBefore(tx.Bucket(bucketSnapshots).Cursor(), atOrBefore)
+	seq, _ := keySeq(k)
+	if k == nil || seq < notBefore {
+		return events.State{}, false, nil
+	}
+	s, err := decodeSnapshot(k, v)
+	if err != nil {
+		return s, false, l.corrupt(seq, "snapshot: "+err.Error(), err)
+	}
+	return s, true, nil
+}
+
+// lastAtOrBefore positions c on the last key <= seq (any key for seq 0).
+func lastAtOrBefore(c *bolt.Cursor, seq uint64) ([]byte, []byte) {
+	if seq == 0 {
+		return c.Last()
+	}
+	k, v := c.Seek(seqKey(seq))
+	if k != nil {
+		if s, _ := keySeq(k); s == seq {
+			return k, v
+		}
+		return c.Prev()
+	}
+	return c.Last()
+}
+
+// Replay returns the state after event untilSeq (0: the newest): the
+// newest snapshot at or before untilSeq, with the events after it folded in.
+// Past the end of the ledger is an error; so is a point before the oldest
+// state retention kept (ErrHistoryDropped).
+func (l *Log) Replay(untilSeq uint64) (events.State, error) {
+	return l.replay(untilSeq, true)
+}
+
+func (l *Log) replay(untilSeq uint64, useSnapshots bool) (events.State, error) {
+	if err := l.enter(); err != nil {
+		return events.State{}, err
+	}
+	defer l.leave()
+	s := events.NewState()
+	err := l.view(func(tx *bolt.Tx) error {
+		last := tx.Bucket(bucketEvents).Sequence()
+		if untilSeq == 0 {
+			untilSeq = last
+		}
+		if untilSeq > last {
+			return fmt.Errorf("replay ledger %s to seq %d: the ledger ends at seq %d", l.path, untilSeq, last)
+		}
+		if untilSeq == 0 {
+			return nil
+		}
+		first := firstSeqTx(tx)
+		if useSnapshots {
+			base, ok, err := l.latestSnapshot(tx, untilSeq, first-min(first, 1))
+			if err != nil {
+				return err
+			}
+			if ok {
+				s = base
+			}
+		}
+		if s.Seq == 0 && first > 1 {
+			return l.dropped(fmt.Sprintf("seq %d", untilSeq), first)
+		}
+		return l.fold(tx, &s, untilSeq, nil)
+	})
+	if err != nil {
+		return events.State{}, err
+	}
+	return s, nil
+}
+
+func (l *Log) dropped(point string, first uint64) error {
+	return fmt.Errorf("replay ledger %s to %s: %w: the oldest event kept is seq %d and no snapshot at or after seq %d leads there",
+		l.path, point, ErrHistoryDropped, first, first-1)
+}
+
+// firstSeqTx is the oldest event's sequence (0 when there is none).
+func firstSeqTx(tx *bolt.Tx) uint64 {
+	k, _ := tx.Bucket(bucketEvents).Cursor().First()
+	seq, _ := keySeq(k)
+	return seq
+}
+
+// errStopFold ends a fold early without error.
+var errStopFold = errors.New("stop")
+
+// fold applies the events after s.Seq up to until to s; stop, when set,
+// ends the fold before the first event it returns true for.
+func (l *Log) fold(tx *bolt.Tx, s *events.State, until uint64, stop func(events.Envelope) bool) error {
+	err := l.scan(tx, s.Seq+1, until, false, func(seq uint64, rec []byte) error {
+		e, err := l.decodeRecord(seq, rec)
+		if err != nil {
+			return err
+		}
+		if stop != nil && stop(e) {
+			return errStopFold
+		}
+		*s = events.Apply(*s, e)
+		return nil
+	})
+	if err == errStopFold {
+		return nil
+	}
+	return err
+}
+
+// ReplayUntilTime returns the state as of wall time t: the events stamped at
+// or before t folded in order, starting from the newest snapshot whose state
+// is from at or before t. The fold stops at the first event stamped after t;
+// the ledger's times follow its order as long as the node's clock does not
+// step back. A t before the first event gives the empty state (or
+// ErrHistoryDropped when retention dropped the events of that time).
+func (l *Log) ReplayUntilTime(t time.Time) (events.State, error) {
+	if err := l.enter(); err != nil {
+		return events.State{}, err
+	}
+	defer l.leave()
+	s := events.NewState()
+	err := l.view(func(tx *bolt.Tx) error {
+		evb := tx.Bucket(bucketEvents)
+		if evb.Sequence() == 0 {
+			return nil
+		}
+		first := firstSeqTx(tx)
+		sc := tx.Bucket(bucketSnapshots).Cursor()
+		for k, v := sc.Last(); k != nil; k, v = sc.Prev() {
+			seq, _ := keySeq(k)
+			if seq+1 < first {
+				break // older than the kept events: no way forward from it
+			}
+			// A snapshot's time is that of its last event: read the event
+			// rather than decode the whole state, when it is still there.
+			var at time.Time
+			if ek := seqKey(seq); seq >= first {
+				e, err := decodeEvent(ek, evb.Get(ek))
+				if err != nil {
+					return l.corrupt(seq, err.Error(), err)
+				}
+				at = e.Time
+			} else {
+				st, err := decodeSnapshot(k, v)
+				if err != nil {
+					return l.corrupt(seq, "snapshot: "+err.Error(), err)
+				}
+				at = st.Time
+			}
+			if at.After(t) {
+				continue
+			}
+			st, err := decodeSnapshot(k, v)
+			if err != nil {
+				return l.corrupt(seq, "snapshot: "+err.Error(), err)
+			}
+			s = st
+			break
+		}
+		if s.Seq == 0 && first > 1 {
+			return l.dropped(t.UTC().Format(time.RFC3339Nano), first)
+		}
+		return l.fold(tx, &s, 0, func(e events.Envelope) bool { return e.Time.After(t) })
+	})
+	if err != nil {
+		return events.State{}, err
+	}
+	return s, nil
+}

@@ -1,0 +1,229 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/devledger/devledger/events"
+)
+
+func TestSnapshotsAndReplay(t *testing.T) {
+	l := openTestLog(t)
+	testClock(l)
+	ctx := context.Background()
+	h := newHistory(7, 24)
+	envs := mustAppend(t, l, h.take(150)...)
+
+	if s, ok, err := l.LatestSnapshot(0); err != nil || ok {
+		t.Fatalf("latest snapshot of a ledger without one: %+v %v %v", s.Seq, ok, err)
+	}
+	seq, err := l.SaveSnapshot(ctx, foldAll(envs[:60]), "every 60")
+	if err != nil || seq != 151 {
+		t.Fatalf("save snapshot: seq %d, %v", seq, err)
+	}
+	taken := readAll(t, l, 151)[0]
+	if p, ok := taken.Payload.(events.SnapshotTaken); !ok || p.Seq != 60 || p.Reason != "every 60" || p.Size == 0 || taken.BootID != "boot-test" {
+		t.Fatalf("SnapshotTaken event: %+v", taken)
+	}
+	envs = append(envs, taken)
+	envs = append(envs, mustAppend(t, l, h.take(49)...)...)
+	if _, err := l.SaveSnapshot(ctx, foldAll(envs[:120]), "every 60"); err != nil {
+		t.Fatal(err)
+	}
+	envs = append(envs, readAll(t, l, 201)...)
+
+	for _, tc := range []struct {
+		atOrBefore, want uint64
+		ok               bool
+	}{{0, 120, true}, {59, 0, false}, {60, 60, true}, {119, 60, true}, {120, 120, true}, {500, 120, true}} {
+		s, ok, err := l.LatestSnapshot(tc.atOrBefore)
+		if err != nil || ok != tc.ok || s.Seq != tc.want {
+			t.Errorf("LatestSnapshot(%d) = seq %d, %v, %v; want %d, %v", tc.atOrBefore, s.Seq, ok, err, tc.want, tc.ok)
+		}
+	}
+
+	for _, until := range []uint64{1, 59, 60, 61, 119, 120, 150, 151, 200, 201} {
+		want := foldAll(envs[:until])
+		got, err := l.Replay(until)
+		if err != nil || !got.Equal(want) || got.Seq != until {
+			t.Errorf("Replay(%d): seq %d, %v; not the fold", until, got.Seq, err)
+		}
+	}
+	if got, err := l.Replay(0); err != nil || !got.Equal(foldAll(envs)) {
+		t.Errorf("Replay(0): %v", err)
+	}
+	if _, err := l.Replay(l.LastSeq() + 1); err == nil || !strings.Contains(err.Error(), "ends at seq") {
+		t.Errorf("replay past the end: %v", err)
+	}
+
+	for _, i := range []int{0, 1, 59, 60, 61, 120, 149, 150, 200} {
+		at := envs[i].Time
+		// The state then: every event up to the first stamped after at (a
+		// SnapshotTaken shares its time with the event before it).
+		want := foldAll(envs)
+		for j := range envs {
+			if envs[j].Time.After(at) {
+				want = foldAll(envs[:j])
+				break
+			}
+		}
+		got, err := l.ReplayUntilTime(at)
+		if err != nil || !got.Equal(want) {
+			t.Errorf("ReplayUntilTime(time of event %d) = seq %d, %v; want seq %d", i+1, got.Seq, err, want.Seq)
+		}
+	}
+	if got, err := l.ReplayUntilTime(baseTime.Add(-time.Hour)); err != nil || got.Seq != 0 {
+		t.Errorf("before the first event: seq %d, %v", got.Seq, err)
+	}
+
+	rep, err := l.Check(ctx)
+	if err != nil || rep.Snapshots != 2 || rep.Events != uint64(len(envs)) || len(rep.Problems) != 0 || rep.FirstBad != 0 {
+		t.Fatalf("check: %v %+v", err, rep)
+	}
+}
+
+// testClock makes the store stamp its own events (SnapshotTaken,
+// EventsDropped) with the generated history's clock, one second per event.
+func testClock(l *Log) {
+	l.now = func() time.Time { return baseTime.Add(time.Duration(l.LastSeq()) * time.Second) }
+}
+
+func TestSaveSnapshotRefusesWhatIsNotAFold(t *testing.T) {
+	l := openTestLog(t)
+	envs := mustAppend(t, l, newHistory(8, 4).take(20)...)
+	ctx := context.Background()
+	past := foldAll(envs)
+	past.Seq = 25
+	wrongTime := foldAll(envs[:10])
+	wrongTime.Time = wrongTime.Time.Add(time.Second)
+	for name, s := range map[string]events.State{"empty": events.NewState(), "past the end": past, "wrong time": wrongTime} {
+		if _, err := l.SaveSnapshot(ctx, s, "x"); err == nil {
+			t.Errorf("%s: saved", name)
+		}
+	}
+	if l.LastSeq() != 20 {
+		t.Fatalf("refused snapshots appended events: last seq %d", l.LastSeq())
+	}
+}
+
+func TestRetention(t *testing.T) {
+	ctx := context.Background()
+	// 300 events one second apart, snapshots at 100 and 200.
+	build := func(t *testing.T) (*Log, []events.Envelope) {
+		l := openTestLog(t)
+		testClock(l)
+		h := newHistory(9, 24)
+		envs := mustAppend(t, l, h.take(100)...)
+		for _, at := range []int{100, 200} {
+			if _, err := l.SaveSnapshot(ctx, foldAll(envs[:at]), "test"); err != nil {
+				t.Fatal(err)
+			}
+			envs = append(envs, readAll(t, l, l.LastSeq())...)
+			envs = append(envs, mustAppend(t, l, h.take(99)...)...)
+		}
+		return l, envs
+	}
+	timeOf := func(envs []events.Envelope, seq uint64) time.Time { return envs[seq-1].Time }
+
+	t.Run("nothing without a snapshot", func(t *testing.T) {
+		l := openTestLog(t)
+		mustAppend(t, l, newHistory(10, 4).take(50)...)
+		if _, dropped, err := l.Retain(ctx, Retention{MaxAge: time.Nanosecond, MaxBytes: 1}); err != nil || dropped {
+			t.Fatalf("dropped %v, %v", dropped, err)
+		}
+	})
+
+	tests := []struct {
+		name             string
+		r                func(l *Log, envs []events.Envelope) Retention
+		from, to         uint64
+		snapshotsLeft    int
+		reasonMentions   string
+		replayFromBefore uint64 // a seq that can no longer be replayed
+	}{
+		{"by age, up to the middle", func(l *Log, envs []events.Envelope) Retention {
+			// Events of seqs 1..150 are more than an hour older than Now.
+			return Retention{MaxAge: time.Hour, Now: timeOf(envs, 151).Add(time.Hour)}
+		}, 1, 150, 1, "older than 1h0m0s", 120},
+		{"by age, everything old stops at the newest snapshot", func(l *Log, envs []events.Envelope) Retention {
+			return Retention{MaxAge: time.Minute, Now: timeOf(envs, 300).Add(time.Hour)}
+		}, 1, 200, 1, "older than", 199},
+		{"by size", func(l *Log, envs []events.Envelope) Retention {
+			return Retention{MaxBytes: 1}
+		}, 1, 200, 1, "over 1 bytes", 150},
+		{"by size, exactly at a snapshot", func(l *Log, envs []events.Envelope) Retention {
+			// What the events after seq 100 take: everything before goes.
+			var keep int64
+			l.ReadRaw(101, func(_ uint64, rec []byte) error { keep += int64(crcSize + len(rec)); return nil })
+			return Retention{MaxBytes: keep}
+		}, 1, 100, 2, "over", 99},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l, envs := build(t)
+			before, err := l.Replay(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := l.LastSeq()
+			d, dropped, err := l.Retain(ctx, tc.r(l, envs))
+			if err != nil || !dropped {
+				t.Fatalf("retain: %v, dropped %v", err, dropped)
+			}
+			if d.FromSeq != tc.from || d.ToSeq != tc.to || d.Count != tc.to-tc.from+1 || d.SnapshotSeq != 200 || d.Bytes <= 0 {
+				t.Errorf("dropped %+v, want %d..%d", d, tc.from, tc.to)
+			}
+			if !strings.Contains(d.Reason, tc.reasonMentions) {
+				t.Errorf("reason %q does not mention %q", d.Reason, tc.reasonMentions)
+			}
+			if l.FirstSeq() != tc.to+1 || l.LastSeq() != last+1 {
+				t.Errorf("bounds %d..%d after retention", l.FirstSeq(), l.LastSeq())
+			}
+			got := readAll(t, l, 0)
+			if got[0].Seq != tc.to+1 {
+				t.Errorf("read starts at %d", got[0].Seq)
+			}
+			note := got[len(got)-1]
+			if p, ok := note.Payload.(events.EventsDropped); !ok || p != d {
+				t.Errorf("last event %+v, want EventsDropped %+v", note, d)
+			}
+
+			after, err := l.Replay(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before = events.Apply(before, note)
+			if !after.Equal(before) {
+				t.Error("replay after retention differs from before it")
+			}
+			if _, err := l.Replay(tc.replayFromBefore); !errors.Is(err, ErrHistoryDropped) {
+				t.Errorf("replay to %d, before the history kept: %v", tc.replayFromBefore, err)
+			}
+			if _, err := l.Replay(tc.to + 1); err != nil && tc.to%100 == 0 {
+				t.Errorf("replay to the first kept event: %v", err)
+			}
+			rep, err := l.Check(ctx)
+			if err != nil || rep.Snapshots != tc.snapshotsLeft || rep.FirstSeq != tc.to+1 {
+				t.Errorf("check after retention: %v, %+v", err, rep)
+			}
+
+			// Retaining again with the same limits drops nothing more.
+			if _, dropped, err := l.Retain(ctx, tc.r(l, envs)); err != nil || dropped {
+				t.Errorf("second retain: dropped %v, %v", dropped, err)
+			}
+
+			// The log goes on, and a reopened ledger knows where it starts.
+			l = reopen(t, l, Options{})
+			if l.FirstSeq() != tc.to+1 {
+				t.Errorf("first seq after reopen %d", l.FirstSeq())
+			}
+			mustAppend(t, l, ev(0, events.KubeletRestarted{Socket: "s"}))
+			if _, err := l.Check(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}

@@ -1,0 +1,494 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// FormatVersion is the ledger format this build writes and the newest it
+// reads. It changes only when the layout of doc.go changes; new event types
+// and schema versions are the events package's business.
+const FormatVersion = 1
+
+// DefaultLockTimeout is how long Open waits for the file lock when
+// Options.LockTimeout is not set.
+const DefaultLockTimeout = time.Second
+
+// DefaultMaxBatch is the largest number of events one group commit takes
+// when Options.MaxBatch is not set.
+const DefaultMaxBatch = 1024
+
+var (
+	bucketEvents    = []byte("events")
+	bucketSnapshots = []byte("snapshots")
+	bucketMeta      = []byte("meta")
+
+	metaKind      = []byte("kind")
+	metaFormat    = []byte("format_version")
+	metaNode      = []byte("node")
+	metaCreated   = []byte("created")
+	metaKindValue = []byte("devledger ledger")
+)
+
+// Options configure Open. The zero value opens (or creates) a ledger for
+// writing with the defaults below.
+type Options struct {
+	// ReadOnly opens the ledger for reading only: the file is never created
+	// or modified, and bbolt takes a shared lock, so any number of readers
+	// may open it while no daemon runs (a running daemon holds the lock
+	// exclusively: readers get ErrLocked after LockTimeout).
+	ReadOnly bool
+	// LockTimeout bounds the wait for the file lock. Zero or negative means
+	// DefaultLockTimeout: the store never waits forever.
+	LockTimeout time.Duration
+	// Node is written into the meta bucket when Open creates the ledger.
+	Node string
+	// BootID stamps the events the store appends itself (SnapshotTaken,
+	// EventsDropped), as events.New would.
+	BootID string
+	// Logger receives one line per ledger-level change (open, snapshot,
+	// retention); nothing per append. The zero Logger discards.
+	Logger zerolog.Logger
+	// MaxBatch is the largest number of events one group commit takes from
+	// waiting callers (one call's events are never split, so one larger
+	// call commits alone). Zero or negative means DefaultMaxBatch.
+	MaxBatch int
+}
+
+// Meta is what the ledger says about itself.
+type Meta struct {
+	// FormatVersion is the on-disk format version of the file.
+	FormatVersion int
+	// Node is the node name given when the ledger was created.
+	Node string
+	// Created is when the ledger was created (UTC).
+	Created time.Time
+	// Path is the file, as given to Open.
+	Path string
+}
+
+// Log is an open ledger. Its methods are safe for concurrent use. A Log
+// opened for writing owns the file exclusively until Close.
+type Log struct {
+	path     string
+	db       *bolt.DB
+	meta     Meta
+	log      zerolog.Logger
+	readOnly bool
+	bootID   string
+	maxBatch int
+	now      func() time.Time // the clock for the store's own events; tests set it
+
+	lastSeq  atomic.Uint64
+	firstSeq atomic.Uint64
+
+	// mu guards closed; active counts calls in progress, which Close waits
+	// for.
+	mu     sync.Mutex
+	closed bool
+	active sync.WaitGroup
+
+	// The group-commit writer (append.go). writeMu serialises every write
+	// transaction, so the writer's idea of the next sequence is exact.
+	reqs       chan *appendReq
+	closing    chan struct{}
+	writerDone chan struct{}
+	writeMu    sync.Mutex
+	arena      []byte
+}
+
+// Open opens the ledger at path. Opened for writing, a missing file is
+// created (atomically: a complete empty ledger appears under path, or
+// nothing); opened read-only, a missing file is ErrNoLedger. A file that is
+// not a devledger ledger is ErrNotLedger, one of a newer format
+// ErrNewerFormat, one whose lock is held ErrLocked; in all of these the file
+// is left untouched.
+func Open(path string, opts Options) (*Log, error) {
+	if opts.LockTimeout <= 0 {
+		opts.LockTimeout = DefaultLockTimeout
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = DefaultMaxBatch
+	}
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if opts.ReadOnly {
+			return nil, newError(ErrNoLedger, "no ledger at %s", path)
+		}
+		if err := create(path, opts); err != nil {
+			return nil, err
+		}
+	case err != nil:
+		return nil, fmt.Errorf("open ledger %s: %w", path, err)
+	case fi.IsDir():
+		return nil, newError(ErrNotLedger, "%s is not a devledger ledger: it is a directory", path)
+	case !fi.Mode().IsRegular():
+		return nil, newError(ErrNotLedger, "%s is not a devledger ledger: not a regular file (%s)", path, fi.Mode().Type())
+	}
+	if err := sniff(path); err != nil {
+		return nil, err
+	}
+
+	// A writer first validates the file through a read-only open: bbolt may
+	// write to a file it opens read-write (a freelist sync), and a file that
+	// is not ours must not be touched.
+	if !opts.ReadOnly {
+		ro, err := openBolt(path, true, opts.LockTimeout)
+		if err != nil {
+			return nil, err
+		}
+		_, err = readMeta(ro, path)
+		ro.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	db, err := openBolt(path, opts.ReadOnly, opts.LockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	meta, err := readMeta(db, path)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	l := &Log{
+		path:     path,
+		db:       db,
+		meta:     meta,
+		log:      opts.Logger,
+		readOnly: opts.ReadOnly,
+		bootID:   opts.BootID,
+		maxBatch: opts.MaxBatch,
+		now:      time.Now,
+	}
+	if err := l.loadBounds(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if !l.readOnly {
+		l.reqs = make(chan *appendReq)
+		l.closing = make(chan struct{})
+		l.writerDone = make(chan struct{})
+		go l.writeLoop()
+	}
+	l.log.Info().Str("path", path).Bool("read_only", l.readOnly).
+		Uint64("first_seq", l.FirstSeq()).Uint64("last_seq", l.LastSeq()).Msg("ledger opened")
+	return l, nil
+}
+
+// create makes a new, empty ledger at path: built under a temporary name in
+// the same directory, then linked into place, so that a crash never leaves
+// a half-made file under path, and two processes creating the same ledger at
+// once do not overwrite each other (the second one opens the first one's).
+func create(path string, opts Options) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".creating-*")
+	if err != nil {
+		return fmt.Errorf("create ledger %s: %w", path, err)
+	}
+	tmp := f.Name()
+	f.Close()
+	defer os.Remove(tmp)
+
+	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: opts.LockTimeout})
+	if err != nil {
+		return fmt.Errorf("create ledger %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketEvents, bucketSnapshots} {
+			if _, err := tx.CreateBucket(name); err != nil {
+				return err
+			}
+		}
+		m, err := tx.CreateBucket(bucketMeta)
+		if err != nil {
+			return err
+		}
+		for k, v := range map[string]string{
+			string(metaKind):    string(metaKindValue),
+			string(metaFormat):  strconv.Itoa(FormatVersion),
+			string(metaNode):    opts.Node,
+			string(metaCreated): time.Now().UTC().Format(time.RFC3339Nano),
+		} {
+			if err := m.Put([]byte(k), []byte(v)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("create ledger %s: %w", path, err)
+	}
+	if err := os.Link(tmp, path); err != nil && !errors.Is(err, fs.ErrExist) {
+		// No hard links on this file system: rename, which is atomic too
+		// but would replace a ledger created since the Stat above.
+		if _, serr := os.Stat(path); !errors.Is(serr, fs.ErrNotExist) {
+			return fmt.Errorf("create ledger %s: %w", path, err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			return fmt.Errorf("create ledger %s: %w", path, err)
+		}
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// bbolt's file layout, as far as sniff needs it: every page starts with a
+// 16-byte header; pages 0 and 1 are meta pages whose first field is a magic
+// number, stored in the machine's byte order. The page size (1 KiB to
+// 16 MiB) is only known once a meta page is read, so the second meta page is
+// looked for at every possible page size, as bbolt itself does.
+const (
+	bboltMagic      = 0xED0CDAED
+	bboltPageHeader = 16
+)
+
+// sniff tells, before bbolt sees the file, whether it can be a bbolt
+// database at all, so that the error says what the file is.
+func sniff(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("open ledger %s: %w", path, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("open ledger %s: %w", path, err)
+	}
+	if fi.Size() == 0 {
+		return newError(ErrNotLedger, "%s is not a devledger ledger: empty file", path)
+	}
+	hasMagic := func(off int64) bool {
+		var b [4]byte
+		if _, err := f.ReadAt(b[:], off+bboltPageHeader); err != nil {
+			return false
+		}
+		return binary.NativeEndian.Uint32(b[:]) == bboltMagic
+	}
+	if hasMagic(0) {
+		return nil
+	}
+	for i := range 15 {
+		if off := int64(1024) << i; off < fi.Size() && hasMagic(off) {
+			return nil
+		}
+	}
+	head := make([]byte, 16)
+	n, _ := io.ReadFull(f, head)
+	return newError(ErrNotLedger, "%s is not a devledger ledger: not a bbolt database (%d bytes, starting %q)",
+		path, fi.Size(), head[:n])
+}
+
+// openBolt opens the file with bbolt, always with a lock timeout (bbolt's
+// default waits forever), and turns bbolt's failures into the store's.
+func openBolt(path string, readOnly bool, timeout time.Duration) (db *bolt.DB, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			db, err = nil, &CorruptError{Path: path, Reason: fmt.Sprintf("bbolt cannot open it: %v", p)}
+		}
+	}()
+	db, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: readOnly, Timeout: timeout})
+	switch {
+	case err == nil:
+		return db, nil
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, newError(ErrLocked, "ledger %s is locked by another process (a running daemon?); gave up after %s", path, timeout)
+	case errors.As(err, new(*fs.PathError)), errors.As(err, new(syscall.Errno)):
+		return nil, fmt.Errorf("open ledger %s: %w", path, err)
+	}
+	// Anything else is bbolt refusing the file's contents: invalid or
+	// mismatched meta pages, a file shorter than its pages.
+	return nil, &CorruptError{Path: path, Reason: "bbolt cannot open it: " + err.Error(), Err: err}
+}
+
+// readMeta checks that db is a devledger ledger this build reads and
+// returns its meta.
+func readMeta(db *bolt.DB, path string) (Meta, error) {
+	m := Meta{Path: path}
+	err := viewRecover(db, path, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketMeta)
+		if b == nil || !bytes.Equal(b.Get(metaKind), metaKindValue) {
+			return newError(ErrNotLedger, "%s is not a devledger ledger: bbolt database without devledger meta", path)
+		}
+		raw := b.Get(metaFormat)
+		v, err := strconv.Atoi(string(raw))
+		if err != nil || v < 1 {
+			return &CorruptError{Path: path, Reason: fmt.Sprintf("meta format_version %q is not a version", raw)}
+		}
+		if v > FormatVersion {
+			return newError(ErrNewerFormat, "ledger %s has format version %d; this build of devledger reads format versions up to %d", path, v, FormatVersion)
+		}
+		m.FormatVersion = v
+		m.Node = string(b.Get(metaNode))
+		if c := b.Get(metaCreated); len(c) > 0 {
+			t, err := time.Parse(time.RFC3339Nano, string(c))
+			if err != nil {
+				return &CorruptError{Path: path, Reason: fmt.Sprintf("meta created %q is not a time", c)}
+			}
+			m.Created = t.UTC()
+		}
+		for _, name := range [][]byte{bucketEvents, bucketSnapshots} {
+			if tx.Bucket(name) == nil {
+				return &CorruptError{Path: path, Reason: fmt.Sprintf("no %q bucket", name)}
+			}
+		}
+		return nil
+	})
+	return m, err
+}
+
+// loadBounds reads the first and last sequence from the file. The last is
+// the events bucket's sequence counter, not its last key: after a loss of
+// trailing records the counter still says how far the ledger went (and Read
+// and Check report the missing ones).
+func (l *Log) loadBounds() error {
+	return l.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEvents)
+		l.lastSeq.Store(b.Sequence())
+		if k, _ := b.Cursor().First(); k != nil {
+			seq, ok := keySeq(k)
+			if !ok {
+				return &CorruptError{Path: l.path, Reason: fmt.Sprintf("events key %x is not a sequence", k)}
+			}
+			l.firstSeq.Store(seq)
+		}
+		return nil
+	})
+}
+
+// viewRecover runs a read transaction, turning a bbolt panic (which bbolt
+// raises on damaged pages) into a *CorruptError.
+func viewRecover(db *bolt.DB, path string, fn func(*bolt.Tx) error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			if up, ok := p.(callerPanic); ok {
+				panic(up.v)
+			}
+			err = &CorruptError{Path: path, Reason: fmt.Sprintf("bbolt: %v", p)}
+		}
+	}()
+	return db.View(fn)
+}
+
+// callerPanic carries a panic raised by a caller's callback through
+// viewRecover, which re-raises it instead of calling it corruption.
+type callerPanic struct{ v any }
+
+// callFn calls a caller's callback, marking a panic as the caller's.
+func callFn[T any](fn func(T) error, v T) (err error) {
+	panicking := true
+	defer func() {
+		// recover is nil when fn called runtime.Goexit (t.FailNow in a
+		// test): let that proceed.
+		if r := recover(); panicking && r != nil {
+			panic(callerPanic{r})
+		}
+	}()
+	err = fn(v)
+	panicking = false
+	return err
+}
+
+func (l *Log) view(fn func(*bolt.Tx) error) error { return viewRecover(l.db, l.path, fn) }
+
+// update runs a write transaction (callers hold writeMu), with bbolt panics
+// turned into errors: the writer goroutine must never take the daemon down.
+func (l *Log) update(fn func(*bolt.Tx) error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &CorruptError{Path: l.path, Reason: fmt.Sprintf("bbolt: %v", p)}
+		}
+	}()
+	return l.db.Update(fn)
+}
+
+// enter registers a call in progress; it fails once Close has begun.
+func (l *Log) enter() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return fmt.Errorf("ledger %s: %w", l.path, ErrClosed)
+	}
+	l.active.Add(1)
+	return nil
+}
+
+func (l *Log) leave() { l.active.Done() }
+
+func (l *Log) errReadOnly(op string) error {
+	return fmt.Errorf("%s: ledger %s: %w", op, l.path, ErrReadOnly)
+}
+
+// LastSeq is the sequence of the newest event (0 for an empty ledger).
+func (l *Log) LastSeq() uint64 { return l.lastSeq.Load() }
+
+// FirstSeq is the sequence of the oldest event still in the ledger: 1 until
+// retention drops events, 0 for an empty ledger.
+func (l *Log) FirstSeq() uint64 { return l.firstSeq.Load() }
+
+// Meta returns what the ledger says about itself.
+func (l *Log) Meta() Meta { return l.meta }
+
+// SizeBytes is the size of the ledger file. bbolt never shrinks a file:
+// space freed by retention is reused for new events, not returned.
+func (l *Log) SizeBytes() int64 {
+	fi, err := os.Stat(l.path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// Close waits for calls in progress (appends already handed to the writer
+// are committed and answered; appends not yet handed over get ErrClosed),
+// then closes the file and releases its lock. Closing twice is harmless.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	l.mu.Unlock()
+	if l.closing != nil {
+		close(l.closing)
+		<-l.writerDone
+	}
+	l.active.Wait()
+	if err := l.db.Close(); err != nil {
+		return fmt.Errorf("close ledger %s: %w", l.path, err)
+	}
+	l.log.Info().Str("path", l.path).Uint64("last_seq", l.LastSeq()).Msg("ledger closed")
+	return nil
+}
