@@ -42,7 +42,11 @@
 // are never pooled. pfNames and rootDevices match VFs by their PF's
 // interface name or PCI address, "#0,2-7" limiting the VF indexes. Every
 // decision is kept, so that `devledger scan --explain` can say for each
-// pool which rule or selector field decided.
+// pool which rule or selector field decided (Selection.Placement). Env
+// carries what selection needs from outside sysfs; NewEnv reads the
+// default-route interfaces from net/route under a proc root and looks for
+// vhost-net under a dev root. EnvVarName gives the PCIDEVICE_<PREFIX>_<NAME>
+// variable the SR-IOV plugin sets in containers.
 //
 // Where devledger departs from the plugin, it says so where it happens:
 // all pfNames/rootDevices entries for one PF are honoured (the plugin

@@ -33,7 +33,8 @@ type Selection struct {
 // PoolMembers is one pool and the devices it took.
 type PoolMembers struct {
 	// Name is the resource's full name ("intel.com/intel_sriov_netdevice").
-	Name     string
+	Name string
+	// Resource points at the pool's resource in the Config selected with.
 	Resource *Resource
 	// Members are the PCI addresses of the functions the pool took, or
 	// for an auxNetDevice pool the names of the auxiliary devices, in the
