@@ -1,6 +1,12 @@
 package grpcapi
 
-import "errors"
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
 
 // ErrInvalidRequest marks a kubelet request that names devices the pool does
 // not have, or is otherwise malformed; it becomes InvalidArgument.
@@ -10,3 +16,29 @@ var ErrInvalidRequest = errors.New("invalid request")
 // not writable, the pool is stopping); it becomes Unavailable and the
 // kubelet retries.
 var ErrUnavailable = errors.New("unavailable")
+
+// ErrRegistrationRejected marks a Register call the kubelet answered with an
+// error (an unsupported version, an invalid resource name, a socket it could
+// not connect to). The wrapped text carries the kubelet's reason. A kubelet
+// that could not be reached at all is not a rejection: that error wraps the
+// context's error or the transport's instead.
+var ErrRegistrationRejected = errors.New("registration rejected by the kubelet")
+
+// backendStatus turns a PoolBackend error into the gRPC status the kubelet
+// gets, as PoolBackend's contract says, keeping the error's text as the
+// message. context.Canceled becomes Canceled: only a caller that went away
+// cancels, and Internal would misreport it.
+func backendStatus(err error) error {
+	code := codes.Internal
+	switch {
+	case errors.Is(err, ErrInvalidRequest):
+		code = codes.InvalidArgument
+	case errors.Is(err, ErrUnavailable):
+		code = codes.Unavailable
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	}
+	return status.Error(code, err.Error())
+}

@@ -1,0 +1,325 @@
+package grpcapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+)
+
+// RegistrationMode says how the kubelet learns of a pool's socket.
+type RegistrationMode string
+
+const (
+	// ModeLegacy: the socket lives in the kubelet's device-plugins dir and
+	// the pool calls Register on kubelet.sock (RegisterWithKubelet).
+	ModeLegacy RegistrationMode = "legacy"
+	// ModeWatcher: the socket lives in the kubelet's plugins_registry dir and
+	// also serves pluginregistration v1, which the kubelet's plugin watcher
+	// calls when it finds the socket.
+	ModeWatcher RegistrationMode = "watcher"
+)
+
+// DefaultCallTimeout bounds an Allocate or GetPreferredAllocation call into
+// the backend when PoolServerOptions.CallTimeout is zero. The kubelet itself
+// calls both with no deadline, so this is what keeps a stuck pool from
+// hanging pod admission.
+const DefaultCallTimeout = 10 * time.Second
+
+// PoolServerOptions configures a PoolServer. The zero value serves in legacy
+// mode with DefaultCallTimeout and no logging.
+type PoolServerOptions struct {
+	// Mode is ModeLegacy (also when empty) or ModeWatcher.
+	Mode RegistrationMode
+	// Observer hears GetInfo and NotifyRegistrationStatus in watcher mode;
+	// nil ignores them.
+	Observer RegistrationObserver
+	// CallTimeout bounds each Allocate and GetPreferredAllocation call into
+	// the backend; zero means DefaultCallTimeout.
+	CallTimeout time.Duration
+	// Logger gets one line per stream opened or ended and per failed call.
+	Logger zerolog.Logger
+}
+
+// PoolServer is one pool's gRPC server on a unix socket: DevicePlugin
+// v1beta1 and, in watcher mode, pluginregistration v1 on the same socket. It
+// translates the kubelet's calls into PoolBackend calls, bounds them with a
+// deadline and maps errors to gRPC codes; it decides nothing itself.
+//
+// One grpc.Server lives as long as the PoolServer, across any number of
+// listeners (Reserve), so connections the kubelet holds survive a socket
+// being re-created. All methods are safe for concurrent use.
+type PoolServer struct {
+	resource string
+	backend  PoolBackend
+	mode     RegistrationMode
+	observer RegistrationObserver
+	timeout  time.Duration
+	log      zerolog.Logger
+	srv      *grpc.Server
+	// stopping is closed by Stop; it ends ListAndWatch streams, which would
+	// otherwise keep GracefulStop waiting until its deadline.
+	stopping chan struct{}
+	sock     servedSocket
+}
+
+// NewPoolServer returns a server for the pool named resource (the extended
+// resource name, "prefix/name") answered by backend. It serves nothing until
+// Serve.
+func NewPoolServer(resource string, backend PoolBackend, opts PoolServerOptions) *PoolServer {
+	if opts.Mode == "" {
+		opts.Mode = ModeLegacy
+	}
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = DefaultCallTimeout
+	}
+	s := &PoolServer{
+		resource: resource,
+		backend:  backend,
+		mode:     opts.Mode,
+		observer: opts.Observer,
+		timeout:  opts.CallTimeout,
+		log:      opts.Logger.With().Str("pool", resource).Logger(),
+		srv:      grpc.NewServer(),
+		stopping: make(chan struct{}),
+	}
+	pluginapi.RegisterDevicePluginServer(s.srv, devicePluginService{s: s})
+	if s.mode == ModeWatcher {
+		registerapi.RegisterRegistrationServer(s.srv, registrationService{s: s})
+	}
+	return s
+}
+
+// Serve creates the socket at socketPath (0600, replacing a stale socket
+// file left there, refusing to replace anything that is not a socket) and
+// serves on it in the background. It returns once the socket accepts
+// connections, so a Register that follows finds the server up, as the
+// kubelet requires. Serve may be called once; after a socket was lost, use
+// Reserve.
+func (s *PoolServer) Serve(socketPath string) error {
+	return s.listen(socketPath, false)
+}
+
+// Reserve serves again ("re-serve") at socketPath, typically after the
+// kubelet deleted the socket file on restart: it creates a new socket there
+// as Serve does, then closes the previous listener. The gRPC server, its
+// open connections and streams are kept. The previous socket file is
+// removed only if it is still the one this server created (so never when
+// the new socket took its path). On a server not yet serving, Reserve is
+// Serve.
+func (s *PoolServer) Reserve(socketPath string) error {
+	return s.listen(socketPath, true)
+}
+
+func (s *PoolServer) listen(socketPath string, replace bool) error {
+	if s.mode != ModeLegacy && s.mode != ModeWatcher {
+		return fmt.Errorf("serve pool %s: registration mode %q: want %q or %q", s.resource, s.mode, ModeLegacy, ModeWatcher)
+	}
+	old, err := s.sock.listen(socketPath, replace, func(lis *privateListener) { go s.serveOn(lis) })
+	if err != nil {
+		return fmt.Errorf("serve pool %s: %w", s.resource, err)
+	}
+	if old != nil {
+		if err := old.close(); err != nil {
+			s.log.Debug().Err(err).Str("socket", old.path).Msg("closing the replaced listener")
+		}
+	}
+	s.log.Info().Str("socket", s.Socket()).Str("mode", string(s.mode)).Msg("serving")
+	return nil
+}
+
+// serveOn runs the gRPC server on one listener until that listener is
+// closed (by Reserve or Stop) or fails.
+func (s *PoolServer) serveOn(lis *privateListener) {
+	err := s.srv.Serve(lis)
+	if err != nil && !s.sock.retired(lis) && !errors.Is(err, grpc.ErrServerStopped) {
+		s.log.Error().Err(err).Str("socket", lis.path).Msg("serving stopped")
+	}
+}
+
+// Socket returns the absolute path of the socket being served, or "" before
+// Serve.
+func (s *PoolServer) Socket() string { return s.sock.socket() }
+
+// Stop stops accepting connections and removes the socket file (if it is
+// still this server's), ends every ListAndWatch stream, and waits for
+// in-flight unary calls to finish until ctx ends; then it cuts them short
+// and returns an error saying so. Stop is idempotent; a stopped server
+// cannot serve again.
+func (s *PoolServer) Stop(ctx context.Context) error {
+	first, lerr := s.sock.stop()
+	if !first {
+		return nil
+	}
+	close(s.stopping)
+	done := make(chan struct{})
+	go func() {
+		s.srv.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.srv.Stop()
+		<-done
+		return fmt.Errorf("stop pool %s: in-flight calls cut short: %w", s.resource, ctx.Err())
+	}
+	if lerr != nil {
+		return fmt.Errorf("stop pool %s: %w", s.resource, lerr)
+	}
+	s.log.Info().Msg("stopped serving")
+	return nil
+}
+
+// callBackend runs call with the server's deadline. The call runs in its own
+// goroutine so that the kubelet gets DeadlineExceeded on time even from a
+// backend that ignores its context. An answer that arrived together with
+// the deadline wins: an Allocate the ledger already holds is not reported
+// as failed.
+func callBackend[T comparable](s *PoolServer, ctx context.Context, method string, call func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := call(ctx)
+		done <- result{v, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		select {
+		case r = <-done:
+		default:
+			r.err = fmt.Errorf("pool %s did not answer %s: %w", s.resource, method, ctx.Err())
+		}
+	}
+	var zero T
+	if r.err == nil && r.v == zero {
+		r.err = fmt.Errorf("pool %s answered %s with nothing", s.resource, method)
+	}
+	if r.err != nil {
+		st := backendStatus(r.err)
+		s.log.Warn().Err(r.err).Str("method", method).Str("code", status.Code(st).String()).Msg("kubelet call failed")
+		return zero, st
+	}
+	return r.v, nil
+}
+
+// devicePluginService is the DevicePlugin v1beta1 face of a PoolServer,
+// kept unexported so the gRPC methods do not become PoolServer's API.
+type devicePluginService struct {
+	pluginapi.UnimplementedDevicePluginServer
+	s *PoolServer
+}
+
+var _ pluginapi.DevicePluginServer = devicePluginService{}
+
+func (devicePluginService) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true, PreStartRequired: false}, nil
+}
+
+// ListAndWatch forwards every list the backend publishes until the kubelet
+// goes away, the backend closes its channel, or the server stops. Both of
+// the last two end the stream with Unavailable: the kubelet then marks the
+// pool's devices unhealthy until a new stream opens.
+func (d devicePluginService) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	s := d.s
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	lists, err := s.backend.WatchDevices(ctx)
+	if err != nil {
+		s.log.Warn().Err(err).Msg("cannot watch the pool's devices")
+		return backendStatus(err)
+	}
+	s.log.Info().Msg("kubelet opened ListAndWatch")
+	for {
+		select {
+		case <-ctx.Done():
+			s.log.Info().Msg("kubelet closed ListAndWatch")
+			return status.FromContextError(ctx.Err()).Err()
+		case <-s.stopping:
+			return status.Errorf(codes.Unavailable, "pool %s: server stopping", s.resource)
+		case list, ok := <-lists:
+			if !ok {
+				if ctx.Err() != nil {
+					return status.FromContextError(ctx.Err()).Err()
+				}
+				s.log.Info().Msg("pool stopped publishing devices; ending ListAndWatch")
+				return status.Errorf(codes.Unavailable, "pool %s stopped serving its devices", s.resource)
+			}
+			if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: list}); err != nil {
+				s.log.Info().Err(err).Msg("ListAndWatch send failed")
+				return err
+			}
+		}
+	}
+}
+
+func (d devicePluginService) GetPreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	return callBackend(d.s, ctx, "GetPreferredAllocation", func(ctx context.Context) (*pluginapi.PreferredAllocationResponse, error) {
+		return d.s.backend.PreferredAllocation(ctx, req)
+	})
+}
+
+func (d devicePluginService) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	return callBackend(d.s, ctx, "Allocate", func(ctx context.Context) (*pluginapi.AllocateResponse, error) {
+		return d.s.backend.Allocate(ctx, req)
+	})
+}
+
+// PreStartContainer is never required (GetDevicePluginOptions says so), but
+// a kubelet that calls it anyway gets an answer.
+func (devicePluginService) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return &pluginapi.PreStartContainerResponse{}, nil
+}
+
+// registrationService is the pluginregistration v1 face of a PoolServer in
+// watcher mode.
+type registrationService struct {
+	registerapi.UnimplementedRegistrationServer
+	s *PoolServer
+}
+
+var _ registerapi.RegistrationServer = registrationService{}
+
+// GetInfo names the pool and gives the socket's absolute path as the
+// endpoint: the kubelet's device manager uses a watcher-mode endpoint as is.
+func (r registrationService) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
+	s := r.s
+	socket := s.Socket()
+	if s.observer != nil {
+		s.observer.InfoRequested(s.resource, socket)
+	}
+	return &registerapi.PluginInfo{
+		Type:              registerapi.DevicePlugin,
+		Name:              s.resource,
+		Endpoint:          socket,
+		SupportedVersions: []string{pluginapi.Version},
+	}, nil
+}
+
+func (r registrationService) NotifyRegistrationStatus(_ context.Context, st *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
+	s := r.s
+	socket := s.Socket()
+	if st.PluginRegistered {
+		s.log.Info().Str("socket", socket).Msg("kubelet registered the pool")
+	} else {
+		s.log.Warn().Str("socket", socket).Str("reason", st.Error).Msg("kubelet rejected the pool")
+	}
+	if s.observer != nil {
+		s.observer.RegistrationStatus(s.resource, socket, st.PluginRegistered, st.Error)
+	}
+	return &registerapi.RegistrationStatusResponse{}, nil
+}

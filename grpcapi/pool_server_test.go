@@ -1,0 +1,401 @@
+package grpcapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+)
+
+func devices(ids ...string) []*pluginapi.Device {
+	var out []*pluginapi.Device
+	for _, id := range ids {
+		out = append(out, &pluginapi.Device{ID: id, Health: pluginapi.Healthy})
+	}
+	return out
+}
+
+func deviceIDs(resp *pluginapi.ListAndWatchResponse) []string {
+	var out []string
+	for _, d := range resp.Devices {
+		out = append(out, d.ID)
+	}
+	return out
+}
+
+// openWatch opens ListAndWatch on conn and returns its stream.
+func openWatch(t *testing.T, conn *grpc.ClientConn) grpc.ServerStreamingClient[pluginapi.ListAndWatchResponse] {
+	t.Helper()
+	stream, err := pluginapi.NewDevicePluginClient(conn).ListAndWatch(testCtx(t), &pluginapi.Empty{})
+	if err != nil {
+		t.Fatalf("ListAndWatch: %v", err)
+	}
+	return stream
+}
+
+// sendAndReceive publishes ids on the backend and checks the stream
+// delivers exactly them.
+func sendAndReceive(t *testing.T, b *fakeBackend, stream grpc.ServerStreamingClient[pluginapi.ListAndWatchResponse], ids ...string) {
+	t.Helper()
+	b.lists <- devices(ids...)
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatalf("Recv: %v", err)
+	}
+	if got, want := fmt.Sprint(deviceIDs(resp)), fmt.Sprint(ids); got != want {
+		t.Fatalf("ListAndWatch sent %s, want %s", got, want)
+	}
+}
+
+func TestPoolServerOptionsAndPreStart(t *testing.T) {
+	_, path := startPool(t, newFakeBackend(), PoolServerOptions{})
+	client := pluginapi.NewDevicePluginClient(dialTest(t, path))
+	opts, err := client.GetDevicePluginOptions(testCtx(t), &pluginapi.Empty{})
+	if err != nil {
+		t.Fatalf("GetDevicePluginOptions: %v", err)
+	}
+	if !opts.GetPreferredAllocationAvailable || opts.PreStartRequired {
+		t.Errorf("options = %+v, want GetPreferredAllocationAvailable and no PreStartRequired", opts)
+	}
+	if _, err := client.PreStartContainer(testCtx(t), &pluginapi.PreStartContainerRequest{DevicesIds: []string{"a"}}); err != nil {
+		t.Errorf("PreStartContainer: %v", err)
+	}
+}
+
+func TestListAndWatchStreamsUntilStop(t *testing.T) {
+	b := newFakeBackend()
+	s, path := startPool(t, b, PoolServerOptions{})
+	stream := openWatch(t, dialTest(t, path))
+	sendAndReceive(t, b, stream, "0000:3b:02.0", "0000:3b:02.1")
+	sendAndReceive(t, b, stream, "0000:3b:02.1")
+
+	// Stop returns although the stream is open, and ends it.
+	stopWithin(t, s, 5*time.Second)
+	if _, err := stream.Recv(); status.Code(err) != codes.Unavailable {
+		t.Errorf("Recv after Stop: %v, want Unavailable", err)
+	}
+	if _, err := os.Lstat(path); !os.IsNotExist(err) {
+		t.Errorf("socket after Stop: %v, want it removed", err)
+	}
+	if err := s.Reserve(path); err == nil {
+		t.Error("Reserve after Stop succeeded")
+	}
+}
+
+func TestListAndWatchEndsWhenBackendCloses(t *testing.T) {
+	b := newFakeBackend()
+	_, path := startPool(t, b, PoolServerOptions{})
+	stream := openWatch(t, dialTest(t, path))
+	sendAndReceive(t, b, stream, "a")
+	close(b.lists)
+	if _, err := stream.Recv(); status.Code(err) != codes.Unavailable {
+		t.Errorf("Recv after the backend closed: %v, want Unavailable", err)
+	}
+}
+
+func TestListAndWatchWatchError(t *testing.T) {
+	b := newFakeBackend()
+	b.watchErr = fmt.Errorf("pool stopping: %w", ErrUnavailable)
+	_, path := startPool(t, b, PoolServerOptions{})
+	_, err := openWatch(t, dialTest(t, path)).Recv()
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("Recv: %v, want Unavailable", err)
+	}
+}
+
+func TestAllocateAndPreferredErrors(t *testing.T) {
+	answer := &pluginapi.AllocateResponse{ContainerResponses: []*pluginapi.ContainerAllocateResponse{
+		{Envs: map[string]string{"PCIDEVICE_EXAMPLE_COM_NIC": "0000:3b:02.0"}},
+	}}
+	tests := []struct {
+		name     string
+		allocate func(context.Context, *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error)
+		code     codes.Code
+		message  string
+	}{
+		{"answer", func(context.Context, *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+			return answer, nil
+		}, codes.OK, ""},
+		{"invalid", func(context.Context, *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+			return nil, fmt.Errorf("device 0000:ff:00.0 is not in the pool: %w", ErrInvalidRequest)
+		}, codes.InvalidArgument, "device 0000:ff:00.0 is not in the pool: invalid request"},
+		{"unavailable", func(context.Context, *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+			return nil, fmt.Errorf("ledger: disk full: %w", ErrUnavailable)
+		}, codes.Unavailable, "ledger: disk full: unavailable"},
+		{"deadline from backend", func(context.Context, *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+			return nil, fmt.Errorf("ask pool: %w", context.DeadlineExceeded)
+		}, codes.DeadlineExceeded, "ask pool: context deadline exceeded"},
+		{"backend honours the deadline", func(ctx context.Context, _ *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}, codes.DeadlineExceeded, "context deadline exceeded"},
+		{"backend ignores the deadline", func(context.Context, *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+			time.Sleep(2 * time.Second) // a stuck backend: the server must not wait for it
+			return answer, nil
+		}, codes.DeadlineExceeded, "pool example.com/nic did not answer Allocate: context deadline exceeded"},
+		{"other", func(context.Context, *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+			return nil, errors.New("boom")
+		}, codes.Internal, "boom"},
+		{"no answer", func(context.Context, *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+			return nil, nil
+		}, codes.Internal, "pool example.com/nic answered Allocate with nothing"},
+	}
+	b := newFakeBackend()
+	_, path := startPool(t, b, PoolServerOptions{CallTimeout: 200 * time.Millisecond})
+	client := pluginapi.NewDevicePluginClient(dialTest(t, path))
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b.setAllocate(tc.allocate)
+			resp, err := client.Allocate(testCtx(t), &pluginapi.AllocateRequest{
+				ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"0000:3b:02.0"}}},
+			})
+			st := status.Convert(err)
+			if st.Code() != tc.code || !strings.Contains(st.Message(), tc.message) {
+				t.Fatalf("Allocate error = %v %q, want %v %q", st.Code(), st.Message(), tc.code, tc.message)
+			}
+			if tc.code == codes.OK && !proto.Equal(resp, answer) {
+				t.Errorf("Allocate = %v, want %v", resp, answer)
+			}
+		})
+	}
+
+	t.Run("preferred", func(t *testing.T) {
+		want := &pluginapi.PreferredAllocationResponse{ContainerResponses: []*pluginapi.ContainerPreferredAllocationResponse{{DeviceIDs: []string{"b"}}}}
+		b.setPreferred(func(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+			if len(req.ContainerRequests) != 1 || req.ContainerRequests[0].AllocationSize != 1 {
+				return nil, fmt.Errorf("request %v: %w", req, ErrInvalidRequest)
+			}
+			return want, nil
+		})
+		got, err := client.GetPreferredAllocation(testCtx(t), &pluginapi.PreferredAllocationRequest{
+			ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: []string{"a", "b"}, AllocationSize: 1}},
+		})
+		if err != nil || !proto.Equal(got, want) {
+			t.Fatalf("GetPreferredAllocation = %v, %v; want %v", got, err, want)
+		}
+		_, err = client.GetPreferredAllocation(testCtx(t), &pluginapi.PreferredAllocationRequest{})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("GetPreferredAllocation of nothing: %v, want InvalidArgument", err)
+		}
+	})
+}
+
+func TestWatcherModeRegistration(t *testing.T) {
+	obs := &fakeObserver{}
+	_, path := startPool(t, newFakeBackend(), PoolServerOptions{Mode: ModeWatcher, Observer: obs})
+	conn := dialTest(t, path)
+	reg := registerapi.NewRegistrationClient(conn)
+
+	info, err := reg.GetInfo(testCtx(t), &registerapi.InfoRequest{})
+	if err != nil {
+		t.Fatalf("GetInfo: %v", err)
+	}
+	want := &registerapi.PluginInfo{Type: "DevicePlugin", Name: testResource, Endpoint: path, SupportedVersions: []string{"v1beta1"}}
+	if !proto.Equal(info, want) {
+		t.Errorf("GetInfo = %v, want %v", info, want)
+	}
+	for _, st := range []*registerapi.RegistrationStatus{
+		{PluginRegistered: false, Error: "plugin validation failed"},
+		{PluginRegistered: true},
+	} {
+		if _, err := reg.NotifyRegistrationStatus(testCtx(t), st); err != nil {
+			t.Fatalf("NotifyRegistrationStatus: %v", err)
+		}
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if want := []string{testResource + " " + path}; fmt.Sprint(obs.infos) != fmt.Sprint(want) {
+		t.Errorf("InfoRequested heard %q, want %q", obs.infos, want)
+	}
+	wantStatus := []observedStatus{
+		{testResource, path, false, "plugin validation failed"},
+		{testResource, path, true, ""},
+	}
+	if fmt.Sprint(obs.status) != fmt.Sprint(wantStatus) {
+		t.Errorf("RegistrationStatus heard %+v, want %+v", obs.status, wantStatus)
+	}
+
+	// The DevicePlugin service answers on the same socket.
+	if _, err := pluginapi.NewDevicePluginClient(conn).GetDevicePluginOptions(testCtx(t), &pluginapi.Empty{}); err != nil {
+		t.Errorf("GetDevicePluginOptions on the watcher socket: %v", err)
+	}
+}
+
+func TestLegacyModeHasNoRegistrationService(t *testing.T) {
+	_, path := startPool(t, newFakeBackend(), PoolServerOptions{Mode: ModeLegacy})
+	_, err := registerapi.NewRegistrationClient(dialTest(t, path)).GetInfo(testCtx(t), &registerapi.InfoRequest{})
+	if status.Code(err) != codes.Unimplemented {
+		t.Errorf("GetInfo in legacy mode: %v, want Unimplemented", err)
+	}
+}
+
+func TestSocketIsPrivate(t *testing.T) {
+	_, path := startPool(t, newFakeBackend(), PoolServerOptions{})
+	fi, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 {
+		t.Errorf("socket mode = %v, want a 0600 socket", fi.Mode())
+	}
+	// The private directory the socket was created in is gone.
+	entries, err := os.ReadDir(filepath.Dir(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 {
+		t.Errorf("socket dir holds %d entries, want only the socket", len(entries))
+	}
+}
+
+// staleSocket leaves a socket file at path that nothing listens on, as a
+// crashed daemon would.
+func staleSocket(t *testing.T, path string) {
+	t.Helper()
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	l.Close()
+}
+
+func TestServeOverStaleSocket(t *testing.T) {
+	path := filepath.Join(shortDir(t), "p.sock")
+	staleSocket(t, path)
+	s := NewPoolServer(testResource, newFakeBackend(), PoolServerOptions{})
+	if err := s.Serve(path); err != nil {
+		t.Fatalf("Serve over a stale socket: %v", err)
+	}
+	t.Cleanup(func() { stopWithin(t, s, 5*time.Second) })
+	if _, err := pluginapi.NewDevicePluginClient(dialTest(t, path)).GetDevicePluginOptions(testCtx(t), &pluginapi.Empty{}); err != nil {
+		t.Errorf("GetDevicePluginOptions: %v", err)
+	}
+	if err := s.Serve(path); err == nil {
+		t.Error("a second Serve succeeded")
+	}
+}
+
+func TestServeRefusesToReplaceAFile(t *testing.T) {
+	path := filepath.Join(shortDir(t), "p.sock")
+	if err := os.WriteFile(path, []byte("keep me"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := NewPoolServer(testResource, newFakeBackend(), PoolServerOptions{})
+	t.Cleanup(func() { stopWithin(t, s, time.Second) })
+	if err := s.Serve(path); err == nil {
+		t.Fatal("Serve replaced a regular file")
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "keep me" {
+		t.Errorf("file after Serve: %q, %v", b, err)
+	}
+}
+
+func TestServeRejectsBadModeAndLongPath(t *testing.T) {
+	dir := shortDir(t)
+	s := NewPoolServer(testResource, newFakeBackend(), PoolServerOptions{Mode: "auto"})
+	if err := s.Serve(filepath.Join(dir, "p.sock")); err == nil {
+		t.Error("Serve in mode auto succeeded")
+	}
+	s = NewPoolServer(testResource, newFakeBackend(), PoolServerOptions{})
+	long := filepath.Join(dir, strings.Repeat("x", 120)+".sock")
+	if err := s.Serve(long); err == nil {
+		t.Error("Serve on a 120-byte name succeeded")
+	}
+}
+
+func TestReserveAfterSocketDeleted(t *testing.T) {
+	b := newFakeBackend()
+	s, path := startPool(t, b, PoolServerOptions{})
+	stream := openWatch(t, dialTest(t, path))
+	sendAndReceive(t, b, stream, "a")
+
+	// The kubelet restarts and deletes every socket in its dir.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := net.Dial("unix", path); err == nil {
+		c.Close()
+		t.Fatal("dial after the socket was deleted succeeded")
+	}
+	if err := s.Reserve(path); err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	if s.Socket() != path {
+		t.Errorf("Socket() = %q, want %q", s.Socket(), path)
+	}
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket after Reserve: %v, %v", fi, err)
+	}
+	// New connections are served, and the old stream was not dropped.
+	b.setAllocate(func(context.Context, *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+		return &pluginapi.AllocateResponse{}, nil
+	})
+	if _, err := pluginapi.NewDevicePluginClient(dialTest(t, path)).Allocate(testCtx(t), &pluginapi.AllocateRequest{}); err != nil {
+		t.Errorf("Allocate after Reserve: %v", err)
+	}
+	sendAndReceive(t, b, stream, "a", "b")
+
+	// Reserve while the socket is still there replaces it in place.
+	if err := s.Reserve(path); err != nil {
+		t.Fatalf("second Reserve: %v", err)
+	}
+	if _, err := pluginapi.NewDevicePluginClient(dialTest(t, path)).GetDevicePluginOptions(testCtx(t), &pluginapi.Empty{}); err != nil {
+		t.Errorf("after a second Reserve: %v", err)
+	}
+}
+
+func TestStopLeavesAnotherServersSocket(t *testing.T) {
+	s, path := startPool(t, newFakeBackend(), PoolServerOptions{})
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	// Another server now owns the path.
+	other := NewPoolServer(testResource, newFakeBackend(), PoolServerOptions{})
+	if err := other.Serve(path); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopWithin(t, other, 5*time.Second) })
+	stopWithin(t, s, 5*time.Second)
+	if _, err := os.Lstat(path); err != nil {
+		t.Errorf("the other server's socket after Stop: %v", err)
+	}
+}
+
+func TestStopCutsShortAStuckCall(t *testing.T) {
+	b := newFakeBackend()
+	entered := make(chan struct{})
+	b.setAllocate(func(ctx context.Context, _ *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+		close(entered)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	s, path := startPool(t, b, PoolServerOptions{CallTimeout: time.Minute})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := pluginapi.NewDevicePluginClient(dialTest(t, path)).Allocate(testCtx(t), &pluginapi.AllocateRequest{})
+		errc <- err
+	}()
+	<-entered
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := s.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Stop with a stuck call: %v, want DeadlineExceeded", err)
+	}
+	if err := <-errc; err == nil {
+		t.Error("the stuck Allocate succeeded")
+	}
+}

@@ -1,0 +1,183 @@
+package grpcapi
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// maxSocketPath is the longest path a unix socket can be bound to on Linux
+// (sun_path holds 108 bytes, one of them the terminating NUL).
+const maxSocketPath = 107
+
+// privateDirPrefix names the short-lived directory a socket is created in
+// before it is renamed into place. The leading dot matters: the kubelet's
+// plugin watcher ignores names that start with '.', so it never sees the
+// directory or the socket before the socket is ready and private.
+const privateDirPrefix = ".devledger-"
+
+// privateListener is a unix listener whose socket file was made private
+// (0600) before it became reachable at its path. id identifies that file, so
+// that the socket is removed on close only while it is still ours: the
+// kubelet may have deleted it and another server may have bound the path
+// since.
+type privateListener struct {
+	*net.UnixListener
+	path string
+	id   os.FileInfo
+}
+
+// listenPrivate binds a unix socket at path that only its owner can connect
+// to, at no moment world-accessible.
+//
+// A socket file takes its mode from the process umask when bind(2) creates
+// it, and syscall.Umask is process-wide, so changing it would race every
+// other goroutine that creates files. Instead the socket is bound inside a
+// fresh 0700 directory beside path (no one else can reach it there),
+// chmodded to 0600, and renamed onto path. rename(2) keeps the bound inode,
+// so the listener accepts at the new name, and it atomically replaces a
+// stale socket left there by a previous run. Anything at path that is not a
+// socket is left alone and reported as an error.
+func listenPrivate(path string) (*privateListener, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("socket path %s: %w", path, err)
+	}
+	if len(abs) > maxSocketPath {
+		return nil, fmt.Errorf("socket path %s is %d bytes long; a unix socket path takes at most %d", abs, len(abs), maxSocketPath)
+	}
+	if fi, err := os.Lstat(abs); err == nil && fi.Mode().Type() != os.ModeSocket {
+		return nil, fmt.Errorf("socket path %s holds a %v, not a socket: not replacing it", abs, fi.Mode().Type())
+	}
+	tmpDir, err := os.MkdirTemp(filepath.Dir(abs), privateDirPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", abs, err)
+	}
+	defer os.RemoveAll(tmpDir)
+	tmp := filepath.Join(tmpDir, "s")
+	if len(tmp) > maxSocketPath {
+		return nil, fmt.Errorf("listen on %s: its temporary name %s is %d bytes long; a unix socket path takes at most %d", abs, tmp, len(tmp), maxSocketPath)
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", abs, err)
+	}
+	// The listener would unlink its bind name, which is gone after the
+	// rename; removal of the real path is done by close, by identity.
+	l.SetUnlinkOnClose(false)
+	fail := func(step string, err error) (*privateListener, error) {
+		l.Close()
+		return nil, fmt.Errorf("listen on %s: %s: %w", abs, step, err)
+	}
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		return fail("chmod", err)
+	}
+	if err := os.Rename(tmp, abs); err != nil {
+		return fail("move into place", err)
+	}
+	id, err := os.Lstat(abs)
+	if err != nil {
+		return fail("stat", err)
+	}
+	return &privateListener{UnixListener: l, path: abs, id: id}, nil
+}
+
+// close stops accepting and removes the socket file if it is still the one
+// this listener created.
+func (l *privateListener) close() error {
+	err := l.UnixListener.Close()
+	if cur, serr := os.Lstat(l.path); serr == nil && os.SameFile(cur, l.id) {
+		if rerr := os.Remove(l.path); rerr != nil && !os.IsNotExist(rerr) && err == nil {
+			err = rerr
+		}
+	}
+	return err
+}
+
+// dialUnix returns a gRPC client connection to the unix socket at path. The
+// passthrough target with a dialer of our own keeps the path out of the
+// target's URL parsing (a '%' or '?' in a directory name stays literal).
+func dialUnix(path string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	dial := func(ctx context.Context, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}
+	base := []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(dial),
+		grpc.WithAuthority("localhost"),
+	}
+	return grpc.NewClient("passthrough:///localhost", append(base, opts...)...)
+}
+
+// servedSocket is the socket side of a server's life: the listener it
+// serves on now, and whether it was stopped. Both servers in this package
+// share it; the zero value is ready.
+type servedSocket struct {
+	mu      sync.Mutex
+	lis     *privateListener // nil before the first listen
+	stopped bool
+}
+
+// listen creates a private socket at path and hands it to serve, which
+// must not block. With replace, a listener already in use is returned for
+// the caller to close once the new one serves; without, a second listen is
+// an error.
+func (s *servedSocket) listen(path string, replace bool, serve func(*privateListener)) (old *privateListener, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return nil, fmt.Errorf("serve at %s: server stopped", path)
+	}
+	if s.lis != nil && !replace {
+		return nil, fmt.Errorf("serve at %s: already serving at %s", path, s.lis.path)
+	}
+	lis, err := listenPrivate(path)
+	if err != nil {
+		return nil, err
+	}
+	old, s.lis = s.lis, lis
+	serve(lis)
+	return old, nil
+}
+
+// socket returns the path being served, or "" before the first listen.
+func (s *servedSocket) socket() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lis == nil {
+		return ""
+	}
+	return s.lis.path
+}
+
+// retired says whether lis no longer matters: the server stopped or
+// listens elsewhere now. A serve loop ending on a retired listener is
+// expected, not a failure.
+func (s *servedSocket) retired(lis *privateListener) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopped || s.lis != lis
+}
+
+// stop marks the server stopped and closes its listener, removing the
+// socket file if it is still ours. first is false when an earlier stop
+// already did so.
+func (s *servedSocket) stop() (first bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return false, nil
+	}
+	s.stopped = true
+	if s.lis != nil {
+		err = s.lis.close()
+	}
+	return true, err
+}
