@@ -1,0 +1,67 @@
+package grpcapi
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// registerBackoff retries a kubelet socket that does not answer yet. The
+// first attempt is immediate; the retries stay short because a kubelet that
+// is starting comes up within seconds and registration gates the pool.
+var registerBackoff = backoff.Config{
+	BaseDelay:  50 * time.Millisecond,
+	Multiplier: 1.6,
+	Jitter:     0.2,
+	MaxDelay:   time.Second,
+}
+
+// RegisterWithKubelet registers a legacy-mode pool: it calls the kubelet's
+// Registration service on kubeletSocket with Version v1beta1, the resource
+// name and endpointBaseName, the pool socket's file name inside the
+// kubelet's device-plugins dir. opts may be nil; the kubelet ignores them
+// and asks the pool's GetDevicePluginOptions instead. The pool must already
+// be serving: the kubelet connects back before it answers.
+//
+// It waits for the kubelet's socket to answer until ctx ends, so give ctx a
+// deadline. An answer with an error wraps ErrRegistrationRejected and keeps
+// the kubelet's reason; an unreachable kubelet wraps ctx's error (or the
+// transport's) instead.
+func RegisterWithKubelet(ctx context.Context, kubeletSocket, resource, endpointBaseName string, opts *pluginapi.DevicePluginOptions) error {
+	if endpointBaseName == "" || filepath.Base(endpointBaseName) != endpointBaseName {
+		return fmt.Errorf("register %s with the kubelet: endpoint %q: want a socket file name, not a path", resource, endpointBaseName)
+	}
+	conn, err := dialUnix(kubeletSocket, grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff:           registerBackoff,
+		MinConnectTimeout: 5 * time.Second,
+	}))
+	if err != nil {
+		return fmt.Errorf("register %s with the kubelet at %s: %w", resource, kubeletSocket, err)
+	}
+	defer conn.Close()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+		Version:      pluginapi.Version,
+		Endpoint:     endpointBaseName,
+		ResourceName: resource,
+		Options:      opts,
+	}, grpc.WaitForReady(true))
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("register %s with the kubelet at %s: kubelet not reachable: %w", resource, kubeletSocket, ctx.Err())
+	}
+	st := status.Convert(err)
+	switch st.Code() {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return fmt.Errorf("register %s with the kubelet at %s: %w", resource, kubeletSocket, err)
+	}
+	return fmt.Errorf("register %s with the kubelet at %s: %w: %s", resource, kubeletSocket, ErrRegistrationRejected, st.Message())
+}

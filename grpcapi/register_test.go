@@ -1,0 +1,115 @@
+package grpcapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// fakeKubelet is a minimal kubelet Registration server: it checks the
+// version as the kubelet does, with the kubelet's wording, and records
+// every request.
+type fakeKubelet struct {
+	pluginapi.UnimplementedRegistrationServer
+	supported []string
+
+	mu  sync.Mutex
+	got []*pluginapi.RegisterRequest
+}
+
+func (k *fakeKubelet) Register(_ context.Context, r *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
+	k.mu.Lock()
+	k.got = append(k.got, r)
+	k.mu.Unlock()
+	if !slices.Contains(k.supported, r.Version) {
+		return nil, fmt.Errorf("requested API version %q is not supported by kubelet. Supported version is %q", r.Version, k.supported)
+	}
+	return &pluginapi.Empty{}, nil
+}
+
+func (k *fakeKubelet) requests() []*pluginapi.RegisterRequest {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.got)
+}
+
+// serveFakeKubelet serves k on a unix socket at path until cleanup.
+func serveFakeKubelet(t *testing.T, path string, k *fakeKubelet) {
+	t.Helper()
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	pluginapi.RegisterRegistrationServer(srv, k)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+}
+
+func TestRegisterWithKubelet(t *testing.T) {
+	sock := filepath.Join(shortDir(t), "kubelet.sock")
+	k := &fakeKubelet{supported: []string{"v1beta1"}}
+	serveFakeKubelet(t, sock, k)
+	opts := &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}
+	if err := RegisterWithKubelet(testCtx(t), sock, testResource, "example.com_nic.sock", opts); err != nil {
+		t.Fatalf("RegisterWithKubelet: %v", err)
+	}
+	want := &pluginapi.RegisterRequest{Version: "v1beta1", Endpoint: "example.com_nic.sock", ResourceName: testResource, Options: opts}
+	if got := k.requests(); len(got) != 1 || !proto.Equal(got[0], want) {
+		t.Errorf("kubelet got %v, want %v", got, want)
+	}
+}
+
+func TestRegisterWithKubeletRejected(t *testing.T) {
+	sock := filepath.Join(shortDir(t), "kubelet.sock")
+	serveFakeKubelet(t, sock, &fakeKubelet{supported: []string{"v1"}})
+	err := RegisterWithKubelet(testCtx(t), sock, testResource, "p.sock", nil)
+	if !errors.Is(err, ErrRegistrationRejected) {
+		t.Fatalf("RegisterWithKubelet = %v, want ErrRegistrationRejected", err)
+	}
+	if reason := `requested API version "v1beta1" is not supported by kubelet. Supported version is ["v1"]`; !strings.Contains(err.Error(), reason) {
+		t.Errorf("error %q does not carry the kubelet's reason %q", err, reason)
+	}
+}
+
+func TestRegisterWithKubeletUnreachable(t *testing.T) {
+	sock := filepath.Join(shortDir(t), "kubelet.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err := RegisterWithKubelet(ctx, sock, testResource, "p.sock", nil)
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrRegistrationRejected) {
+		t.Errorf("RegisterWithKubelet without a kubelet = %v, want DeadlineExceeded, not a rejection", err)
+	}
+}
+
+func TestRegisterWithKubeletWaitsForTheSocket(t *testing.T) {
+	sock := filepath.Join(shortDir(t), "kubelet.sock")
+	errc := make(chan error, 1)
+	go func() { errc <- RegisterWithKubelet(testCtx(t), sock, testResource, "p.sock", nil) }()
+	k := &fakeKubelet{supported: []string{"v1beta1"}}
+	serveFakeKubelet(t, sock, k)
+	if err := <-errc; err != nil {
+		t.Fatalf("RegisterWithKubelet before the kubelet came up: %v", err)
+	}
+	if n := len(k.requests()); n != 1 {
+		t.Errorf("kubelet got %d requests, want 1", n)
+	}
+}
+
+func TestRegisterWithKubeletRefusesAPathAsEndpoint(t *testing.T) {
+	err := RegisterWithKubelet(testCtx(t), "unused.sock", testResource, "dir/p.sock", nil)
+	if err == nil || errors.Is(err, ErrRegistrationRejected) {
+		t.Errorf("RegisterWithKubelet with endpoint dir/p.sock = %v, want a usage error", err)
+	}
+}
