@@ -152,3 +152,23 @@ func eventually(t testing.TB, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// checkPrivateSocket checks path is a 0600 socket, alone in its dir: the
+// private directory it was created in is gone.
+func checkPrivateSocket(t *testing.T, path string) {
+	t.Helper()
+	fi, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 {
+		t.Errorf("socket mode = %v, want a 0600 socket", fi.Mode())
+	}
+	entries, err := os.ReadDir(filepath.Dir(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 {
+		t.Errorf("socket dir holds %d entries, want only the socket", len(entries))
+	}
+}

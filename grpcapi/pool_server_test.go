@@ -243,21 +243,7 @@ func TestLegacyModeHasNoRegistrationService(t *testing.T) {
 
 func TestSocketIsPrivate(t *testing.T) {
 	_, path := startPool(t, newFakeBackend(), PoolServerOptions{})
-	fi, err := os.Lstat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 {
-		t.Errorf("socket mode = %v, want a 0600 socket", fi.Mode())
-	}
-	// The private directory the socket was created in is gone.
-	entries, err := os.ReadDir(filepath.Dir(path))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(entries) != 1 {
-		t.Errorf("socket dir holds %d entries, want only the socket", len(entries))
-	}
+	checkPrivateSocket(t, path)
 }
 
 // staleSocket leaves a socket file at path that nothing listens on, as a

@@ -1,0 +1,302 @@
+package grpcapi
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// The admin socket lets offline tools read a live node: while the daemon
+// runs, bbolt's file lock keeps them from opening the ledger, so they ask
+// the daemon over <state-dir>/admin.sock (0600, HTTP/1.1; no gRPC because
+// there is no protoc in the build).
+//
+// GET /v1/records?from=N streams the ledger's records with sequence N and
+// later (N absent or 0: from the oldest kept). The answer is 200 with
+// Content-Type RecordsContentType, and the body is a series of frames:
+//
+//	frame   = uvarint(length) bytes[length]
+//	body    = { frame with length >= 1 } frame with length 0  trailer
+//	trailer = one JSON object and "\n": {"ok":true} or {"ok":false,"error":"TEXT"}
+//
+// Each frame of length >= 1 carries one record, exactly the bytes
+// events.Unmarshal takes, in sequence order. The zero-length frame ends the
+// records; the trailer says whether they ended because the ledger has no
+// more (ok) or because reading failed (the error's text, after the records
+// read before the failure). A body that ends before its trailer was cut
+// (the daemon stopped or died) and is never a complete dump. A bad query
+// is answered 400 with the trailer object as its body.
+//
+// GET /v1/status answers 200 with an AdminStatus as JSON, or 503 with the
+// trailer object when the daemon cannot say.
+const (
+	// AdminSocketName is the admin socket's file name in the state dir.
+	AdminSocketName = "admin.sock"
+	// RecordsContentType is the media type of a /v1/records body.
+	RecordsContentType = "application/vnd.devledger.records"
+	// MaxAdminRecord is the largest record the admin stream carries; a
+	// client refuses a longer frame rather than allocate for it.
+	MaxAdminRecord = 64 << 20
+	// DefaultAdminWriteTimeout bounds each write to an admin client, so a
+	// client that stops reading cannot hold a handler forever.
+	DefaultAdminWriteTimeout = 30 * time.Second
+)
+
+// adminChunkBytes is how much the server reads from the RecordSource
+// before it writes to the client. Each read runs in one ledger read
+// transaction; writing only between reads keeps a slow client from holding
+// a transaction open (a long bbolt read transaction blocks the writer when
+// the file must grow), and keeps the server's memory to one chunk.
+const adminChunkBytes = 256 << 10
+
+// errChunkFull ends one RecordSource read when a chunk is full.
+var errChunkFull = errors.New("chunk full")
+
+// AdminSocketPath returns the admin socket's path in stateDir.
+func AdminSocketPath(stateDir string) string {
+	return filepath.Join(stateDir, AdminSocketName)
+}
+
+// RecordSource reads the ledger's raw records. *store.Log implements it:
+// fn gets each record at or after from, in sequence order, valid only until
+// fn returns; an error from fn ends the read and is returned. A from older
+// than the oldest kept record starts at the oldest.
+type RecordSource interface {
+	ReadRaw(from uint64, fn func(seq uint64, rec []byte) error) error
+}
+
+// StatusSource reports the daemon's status for GET /v1/status.
+type StatusSource interface {
+	Status(ctx context.Context) (AdminStatus, error)
+}
+
+// AdminStatus is what GET /v1/status answers.
+type AdminStatus struct {
+	// Version is the daemon's build version.
+	Version string `json:"version"`
+	// BootID is the daemon's boot id, as in the envelopes it writes.
+	BootID string `json:"boot_id"`
+	// Pools lists every pool the daemon serves.
+	Pools []AdminPoolStatus `json:"pools"`
+}
+
+// AdminPoolStatus is one pool in AdminStatus.
+type AdminPoolStatus struct {
+	Resource   string `json:"resource"`
+	Socket     string `json:"socket"`
+	Registered bool   `json:"registered"`
+	// Reason is the kubelet's last rejection while not registered.
+	Reason string `json:"reason,omitempty"`
+}
+
+// adminTrailer ends a /v1/records body, and is the body of an error answer.
+type adminTrailer struct {
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+}
+
+// AdminServerOptions configures an AdminServer; the zero value is usable.
+type AdminServerOptions struct {
+	// WriteTimeout bounds each write to a client; zero means
+	// DefaultAdminWriteTimeout.
+	WriteTimeout time.Duration
+	Logger       zerolog.Logger
+}
+
+// AdminServer serves the admin socket. It only reads: records from a
+// RecordSource and status from a StatusSource. Safe for concurrent use.
+type AdminServer struct {
+	records      RecordSource
+	status       StatusSource
+	writeTimeout time.Duration
+	log          zerolog.Logger
+	srv          *http.Server
+	// base is every request's parent context; Stop cancels it so that
+	// streams end with a trailer instead of keeping Shutdown waiting.
+	base       context.Context
+	cancelBase context.CancelFunc
+	sock       servedSocket
+}
+
+// NewAdminServer returns an admin server reading records and status; a nil
+// status answers /v1/status with 503.
+func NewAdminServer(records RecordSource, status StatusSource, opts AdminServerOptions) *AdminServer {
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = DefaultAdminWriteTimeout
+	}
+	a := &AdminServer{
+		records:      records,
+		status:       status,
+		writeTimeout: opts.WriteTimeout,
+		log:          opts.Logger.With().Str("component", "admin").Logger(),
+	}
+	a.base, a.cancelBase = context.WithCancel(context.Background())
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/records", a.serveRecords)
+	mux.HandleFunc("GET /v1/status", a.serveStatus)
+	a.srv = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return a.base },
+		ErrorLog:          log.New(a.log, "", 0),
+	}
+	return a
+}
+
+// Serve creates the socket at socketPath (0600, replacing a stale socket
+// file) and serves on it in the background until Stop. It may be called
+// once.
+func (a *AdminServer) Serve(socketPath string) error {
+	_, err := a.sock.listen(socketPath, false, func(lis *privateListener) {
+		go func() {
+			if err := a.srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.log.Error().Err(err).Str("socket", lis.path).Msg("admin socket stopped serving")
+			}
+		}()
+	})
+	if err != nil {
+		return fmt.Errorf("serve admin socket: %w", err)
+	}
+	a.log.Info().Str("socket", a.Socket()).Msg("serving the admin socket")
+	return nil
+}
+
+// Socket returns the absolute path being served, or "" before Serve.
+func (a *AdminServer) Socket() string { return a.sock.socket() }
+
+// Stop stops accepting, removes the socket file (if still this server's),
+// ends running streams with an error trailer and waits for handlers until
+// ctx ends, then closes their connections. Idempotent.
+func (a *AdminServer) Stop(ctx context.Context) error {
+	first, lerr := a.sock.stop()
+	if !first {
+		return nil
+	}
+	a.cancelBase()
+	// Shutdown closes the listener again; that it is closed already is
+	// no failure.
+	if err := a.srv.Shutdown(ctx); err != nil && !errors.Is(err, net.ErrClosed) {
+		a.srv.Close()
+		return fmt.Errorf("stop admin socket: %w", err)
+	}
+	if lerr != nil {
+		return fmt.Errorf("stop admin socket: %w", lerr)
+	}
+	return nil
+}
+
+func (a *AdminServer) serveStatus(w http.ResponseWriter, r *http.Request) {
+	if a.status == nil {
+		writeJSON(w, http.StatusServiceUnavailable, adminTrailer{Error: "status not available"})
+		return
+	}
+	st, err := a.status.Status(r.Context())
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, adminTrailer{Error: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (a *AdminServer) serveRecords(w http.ResponseWriter, r *http.Request) {
+	var from uint64
+	if s := r.URL.Query().Get("from"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, adminTrailer{Error: fmt.Sprintf("from=%q: want a sequence number", s)})
+			return
+		}
+		from = n
+	}
+	w.Header().Set("Content-Type", RecordsContentType)
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	err := a.streamRecords(r.Context(), w, rc, from)
+	t := adminTrailer{OK: err == nil}
+	if err != nil {
+		t.Error = err.Error()
+		a.log.Warn().Err(err).Uint64("from", from).Msg("record stream ended early")
+	}
+	body, _ := json.Marshal(t)
+	_ = rc.SetWriteDeadline(time.Now().Add(a.writeTimeout))
+	if _, err := w.Write(append(append([]byte{0}, body...), '\n')); err == nil {
+		_ = rc.Flush()
+	}
+}
+
+// streamRecords writes the frames of the records at or after from, a chunk
+// at a time, each chunk read in its own RecordSource call (see
+// adminChunkBytes). Records appended while it streams are included; records
+// dropped by retention between two chunks end the stream with an error
+// rather than leave a silent gap.
+func (a *AdminServer) streamRecords(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController, from uint64) error {
+	buf := make([]byte, 0, adminChunkBytes+binary.MaxVarintLen64)
+	next, resumed := from, false
+	for {
+		if a.base.Err() != nil {
+			return errors.New("daemon stopping: stream cut short")
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		buf = buf[:0]
+		var last uint64
+		n, full := 0, false
+		err := a.records.ReadRaw(next, func(seq uint64, rec []byte) error {
+			if resumed && n == 0 && seq != next {
+				return fmt.Errorf("record %d was dropped while streaming (the next kept is %d); read again", next, seq)
+			}
+			if len(rec) == 0 {
+				return fmt.Errorf("record %d is empty", seq)
+			}
+			if len(rec) > MaxAdminRecord {
+				return fmt.Errorf("record %d is %d bytes; the admin stream carries at most %d", seq, len(rec), MaxAdminRecord)
+			}
+			buf = binary.AppendUvarint(buf, uint64(len(rec)))
+			buf = append(buf, rec...)
+			last, n = seq, n+1
+			if len(buf) >= adminChunkBytes {
+				full = true
+				return errChunkFull
+			}
+			return nil
+		})
+		if errors.Is(err, errChunkFull) {
+			err = nil
+		}
+		if len(buf) > 0 {
+			_ = rc.SetWriteDeadline(time.Now().Add(a.writeTimeout))
+			if _, werr := w.Write(buf); werr != nil {
+				return fmt.Errorf("write to client: %w", werr)
+			}
+			if ferr := rc.Flush(); ferr != nil {
+				return fmt.Errorf("write to client: %w", ferr)
+			}
+		}
+		if err != nil || !full {
+			return err
+		}
+		next, resumed = last+1, true
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		code = http.StatusInternalServerError
+		body, _ = json.Marshal(adminTrailer{Error: err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(body, '\n'))
+}

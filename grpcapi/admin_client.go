@@ -1,0 +1,141 @@
+package grpcapi
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"strconv"
+)
+
+// ReadRecordsFromAdmin reads the ledger of the daemon serving the admin
+// socket at socketPath: fn gets each record with sequence from or later, as
+// events.Unmarshal takes it, in order. rec is reused: it is valid only
+// until fn returns. Memory stays flat however long the ledger is: records
+// are read off the connection one at a time.
+//
+// An error from fn stops the read and is returned as is. The daemon's own
+// failure arrives after the records read before it, as an error carrying
+// its text; a stream cut before its trailer is an error wrapping
+// io.ErrUnexpectedEOF. ctx bounds the whole read.
+func ReadRecordsFromAdmin(ctx context.Context, socketPath string, from uint64, fn func(rec []byte) error) error {
+	fail := func(err error) error {
+		return fmt.Errorf("read ledger through admin socket %s: %w", socketPath, err)
+	}
+	resp, err := adminGet(ctx, socketPath, "/v1/records?from="+strconv.FormatUint(from, 10))
+	if err != nil {
+		return fail(err)
+	}
+	defer resp.Body.Close()
+	if err := adminAnswerOK(resp, RecordsContentType); err != nil {
+		return fail(err)
+	}
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	var buf []byte
+	for {
+		n, err := binary.ReadUvarint(br)
+		if err != nil {
+			return fail(cutShort(err))
+		}
+		if n == 0 {
+			break
+		}
+		if n > MaxAdminRecord {
+			return fail(fmt.Errorf("a record of %d bytes: at most %d expected", n, MaxAdminRecord))
+		}
+		if uint64(cap(buf)) < n {
+			buf = make([]byte, n)
+		}
+		buf = buf[:n]
+		if _, err := io.ReadFull(br, buf); err != nil {
+			return fail(cutShort(err))
+		}
+		if err := fn(buf); err != nil {
+			return err
+		}
+	}
+	var t adminTrailer
+	if err := json.NewDecoder(io.LimitReader(br, 64<<10)).Decode(&t); err != nil {
+		return fail(fmt.Errorf("unreadable trailer: %w", cutShort(err)))
+	}
+	if !t.OK {
+		return fail(fmt.Errorf("the daemon reported: %s", t.Error))
+	}
+	return nil
+}
+
+// ReadStatusFromAdmin asks the daemon serving the admin socket at
+// socketPath for its status.
+func ReadStatusFromAdmin(ctx context.Context, socketPath string) (AdminStatus, error) {
+	var st AdminStatus
+	fail := func(err error) (AdminStatus, error) {
+		return AdminStatus{}, fmt.Errorf("read status through admin socket %s: %w", socketPath, err)
+	}
+	resp, err := adminGet(ctx, socketPath, "/v1/status")
+	if err != nil {
+		return fail(err)
+	}
+	defer resp.Body.Close()
+	if err := adminAnswerOK(resp, "application/json"); err != nil {
+		return fail(err)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&st); err != nil {
+		return fail(fmt.Errorf("unreadable answer: %w", err))
+	}
+	return st, nil
+}
+
+// adminGet sends one GET over the unix socket. Each call has its own
+// transport and no keep-alive: tools make a call or two, and nothing is
+// left open behind them.
+func adminGet(ctx context.Context, socketPath, target string) (*http.Response, error) {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socketPath)
+		},
+		DisableKeepAlives:  true,
+		DisableCompression: true,
+	}
+	// The host is a placeholder: the dialer ignores it.
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://devledger"+target, nil)
+	if err != nil {
+		return nil, err
+	}
+	return (&http.Client{Transport: tr}).Do(req)
+}
+
+// adminAnswerOK checks that resp is a 200 of the wanted media type, and
+// otherwise turns the daemon's error answer into an error.
+func adminAnswerOK(resp *http.Response, wantType string) error {
+	if resp.StatusCode != http.StatusOK {
+		var t adminTrailer
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		if json.Unmarshal(body, &t) == nil && t.Error != "" {
+			return fmt.Errorf("%s: %s", resp.Status, t.Error)
+		}
+		return fmt.Errorf("%s: %q", resp.Status, body)
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != wantType {
+		return fmt.Errorf("answer of type %q, want %q: not a devledger admin socket?", resp.Header.Get("Content-Type"), wantType)
+	}
+	return nil
+}
+
+// cutShort reports a body that ended early as io.ErrUnexpectedEOF: within
+// the frames, a clean EOF is still a stream cut before its trailer.
+func cutShort(err error) error {
+	if errors.Is(err, io.EOF) {
+		return fmt.Errorf("stream ended before its trailer: %w", io.ErrUnexpectedEOF)
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("stream ended before its trailer: %w", err)
+	}
+	return err
+}

@@ -1,0 +1,281 @@
+package grpcapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// genSource is a RecordSource that makes its records up: record seq is
+// size bytes, the big-endian seq then seq's low byte repeated. Like the
+// store, it hands every record in one reused buffer.
+type genSource struct {
+	last   uint64 // the newest seq; records are 1..last
+	size   int
+	failAt uint64 // fail instead of producing this seq; 0: never
+	// dropOnResume skips 5 records at the start of every read after the
+	// first, as retention dropping records between two reads would.
+	dropOnResume bool
+
+	mu    sync.Mutex
+	reads int
+}
+
+func (g *genSource) ReadRaw(from uint64, fn func(seq uint64, rec []byte) error) error {
+	g.mu.Lock()
+	g.reads++
+	resumed := g.reads > 1
+	g.mu.Unlock()
+	from = max(from, 1)
+	if g.dropOnResume && resumed {
+		from += 5
+	}
+	buf := make([]byte, g.size)
+	for seq := from; seq <= g.last && seq != 0; seq++ {
+		if seq == g.failAt {
+			return errors.New("disk on fire")
+		}
+		fillRecord(buf, seq)
+		if err := fn(seq, buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func fillRecord(buf []byte, seq uint64) {
+	binary.BigEndian.PutUint64(buf, seq)
+	for i := 8; i < len(buf); i++ {
+		buf[i] = byte(seq)
+	}
+}
+
+type fakeStatus struct {
+	st  AdminStatus
+	err error
+}
+
+func (f fakeStatus) Status(context.Context) (AdminStatus, error) { return f.st, f.err }
+
+// startAdmin serves an admin socket in a short temp dir until cleanup.
+func startAdmin(t *testing.T, records RecordSource, status StatusSource) (*AdminServer, string) {
+	t.Helper()
+	path := AdminSocketPath(shortDir(t))
+	a := NewAdminServer(records, status, AdminServerOptions{})
+	if err := a.Serve(path); err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := a.Stop(ctx); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+	return a, path
+}
+
+// checkedReader returns a ReadRecordsFromAdmin callback that checks each
+// record is the next of a genSource of record size size starting at from,
+// and counts them in *n.
+func checkedReader(t *testing.T, from uint64, size int, n *uint64) func([]byte) error {
+	want := make([]byte, size)
+	return func(rec []byte) error {
+		fillRecord(want, from+*n)
+		if !bytes.Equal(rec, want) {
+			t.Fatalf("record %d: got %x..., want %x...", from+*n, rec[:min(len(rec), 12)], want[:12])
+		}
+		*n++
+		return nil
+	}
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+func TestAdminStreamsManyRecordsInFlatMemory(t *testing.T) {
+	const records, size = 100_000, 200 // 20 MB in all
+	_, path := startAdmin(t, &genSource{last: records, size: size}, nil)
+	base := heapInUse()
+	var peak uint64
+	var n uint64
+	check := checkedReader(t, 1, size, &n)
+	err := ReadRecordsFromAdmin(testCtx(t), path, 0, func(rec []byte) error {
+		if n%10_000 == 0 {
+			peak = max(peak, heapInUse())
+		}
+		return check(rec)
+	})
+	if err != nil {
+		t.Fatalf("ReadRecordsFromAdmin: %v", err)
+	}
+	if n != records {
+		t.Errorf("read %d records, want %d", n, records)
+	}
+	t.Logf("live heap grew by %d bytes while streaming %d bytes", int64(peak)-int64(base), records*size)
+	// Buffering the stream on either side would hold most of 20 MB.
+	if grown := int64(peak) - int64(base); grown > 8<<20 {
+		t.Errorf("live heap grew by %d bytes while streaming, want it flat", grown)
+	}
+}
+
+func TestAdminStreamsFromASequence(t *testing.T) {
+	_, path := startAdmin(t, &genSource{last: 100, size: 16}, nil)
+	var n uint64
+	if err := ReadRecordsFromAdmin(testCtx(t), path, 60, checkedReader(t, 60, 16, &n)); err != nil {
+		t.Fatalf("ReadRecordsFromAdmin: %v", err)
+	}
+	if n != 41 {
+		t.Errorf("read %d records from 60 of 100, want 41", n)
+	}
+}
+
+func TestAdminErrorMidStream(t *testing.T) {
+	// 5,000 records of 100 bytes span more than one chunk before the fault.
+	_, path := startAdmin(t, &genSource{last: 10_000, size: 100, failAt: 5_001}, nil)
+	var n uint64
+	err := ReadRecordsFromAdmin(testCtx(t), path, 1, checkedReader(t, 1, 100, &n))
+	if err == nil || !strings.Contains(err.Error(), "disk on fire") {
+		t.Fatalf("ReadRecordsFromAdmin = %v, want the daemon's error", err)
+	}
+	if n != 5_000 {
+		t.Errorf("read %d records before the error, want 5000", n)
+	}
+}
+
+func TestAdminRecordsDroppedWhileStreaming(t *testing.T) {
+	_, path := startAdmin(t, &genSource{last: 100_000, size: 100, dropOnResume: true}, nil)
+	var n uint64
+	err := ReadRecordsFromAdmin(testCtx(t), path, 1, checkedReader(t, 1, 100, &n))
+	if err == nil || !strings.Contains(err.Error(), "dropped while streaming") {
+		t.Fatalf("ReadRecordsFromAdmin = %v, want a dropped-records error", err)
+	}
+	if n == 0 {
+		t.Error("no records before the error")
+	}
+}
+
+func TestAdminCallerStops(t *testing.T) {
+	_, path := startAdmin(t, &genSource{last: math.MaxUint64, size: 100}, nil)
+	errEnough := errors.New("enough")
+	var n int
+	err := ReadRecordsFromAdmin(testCtx(t), path, 1, func([]byte) error {
+		if n++; n == 3_000 {
+			return errEnough
+		}
+		return nil
+	})
+	if err != errEnough {
+		t.Errorf("ReadRecordsFromAdmin = %v, want the callback's own error", err)
+	}
+}
+
+func TestAdminStopEndsAStream(t *testing.T) {
+	a, path := startAdmin(t, &genSource{last: math.MaxUint64, size: 100}, nil)
+	stopped := make(chan error, 1)
+	var n int
+	err := ReadRecordsFromAdmin(testCtx(t), path, 1, func([]byte) error {
+		if n++; n == 3_000 {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				stopped <- a.Stop(ctx)
+			}()
+		}
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "daemon stopping") {
+		t.Errorf("ReadRecordsFromAdmin during Stop = %v, want a daemon-stopping error", err)
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	if _, err := os.Lstat(path); !os.IsNotExist(err) {
+		t.Errorf("admin socket after Stop: %v, want it removed", err)
+	}
+}
+
+func TestAdminStreamCutShort(t *testing.T) {
+	// A server that dies after one frame: no zero frame, no trailer.
+	path := filepath.Join(shortDir(t), "a.sock")
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", RecordsContentType)
+		w.Write([]byte{3, 'a', 'b', 'c'})
+	})}
+	go srv.Serve(lis)
+	t.Cleanup(func() { srv.Close() })
+
+	var got []string
+	err = ReadRecordsFromAdmin(testCtx(t), path, 0, func(rec []byte) error {
+		got = append(got, string(rec))
+		return nil
+	})
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("ReadRecordsFromAdmin = %v, want io.ErrUnexpectedEOF", err)
+	}
+	if len(got) != 1 || got[0] != "abc" {
+		t.Errorf("records = %q, want [abc]", got)
+	}
+}
+
+func TestAdminBadQuery(t *testing.T) {
+	_, path := startAdmin(t, &genSource{}, nil)
+	resp, err := adminGet(testCtx(t), path, "/v1/records?from=yesterday")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	err = adminAnswerOK(resp, RecordsContentType)
+	if err == nil || !strings.Contains(err.Error(), "400") || !strings.Contains(err.Error(), "want a sequence number") {
+		t.Errorf("from=yesterday: %v, want a 400 naming the problem", err)
+	}
+}
+
+func TestAdminStatus(t *testing.T) {
+	want := AdminStatus{Version: "v0.1.0", BootID: "b00t", Pools: []AdminPoolStatus{
+		{Resource: testResource, Socket: "/k/device-plugins/p.sock", Registered: true},
+		{Resource: "example.com/gpu", Socket: "/k/device-plugins/g.sock", Reason: "unsupported version"},
+	}}
+	_, path := startAdmin(t, &genSource{}, fakeStatus{st: want})
+	got, err := ReadStatusFromAdmin(testCtx(t), path)
+	if err != nil {
+		t.Fatalf("ReadStatusFromAdmin: %v", err)
+	}
+	if len(got.Pools) != 2 || got.Version != want.Version || got.BootID != want.BootID || got.Pools[0] != want.Pools[0] || got.Pools[1] != want.Pools[1] {
+		t.Errorf("status = %+v, want %+v", got, want)
+	}
+
+	for name, src := range map[string]StatusSource{"none": nil, "failing": fakeStatus{err: errors.New("registrar busy")}} {
+		t.Run(name, func(t *testing.T) {
+			_, path := startAdmin(t, &genSource{}, src)
+			if _, err := ReadStatusFromAdmin(testCtx(t), path); err == nil || !strings.Contains(err.Error(), "503") {
+				t.Errorf("ReadStatusFromAdmin = %v, want a 503", err)
+			}
+		})
+	}
+}
+
+func TestAdminSocketIsPrivate(t *testing.T) {
+	_, path := startAdmin(t, &genSource{}, nil)
+	checkPrivateSocket(t, path)
+}
