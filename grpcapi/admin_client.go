@@ -23,7 +23,9 @@ import (
 // An error from fn stops the read and is returned as is. The daemon's own
 // failure arrives after the records read before it, as an error carrying
 // its text; a stream cut before its trailer is an error wrapping
-// io.ErrUnexpectedEOF. ctx bounds the whole read.
+// io.ErrUnexpectedEOF. ctx bounds the whole read. With no daemon behind
+// socketPath the error wraps fs.ErrNotExist (no socket file) or
+// syscall.ECONNREFUSED (a stale one).
 func ReadRecordsFromAdmin(ctx context.Context, socketPath string, from uint64, fn func(rec []byte) error) error {
 	fail := func(err error) error {
 		return fmt.Errorf("read ledger through admin socket %s: %w", socketPath, err)

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"io/fs"
 	"math"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -278,4 +280,18 @@ func TestAdminStatus(t *testing.T) {
 func TestAdminSocketIsPrivate(t *testing.T) {
 	_, path := startAdmin(t, &genSource{}, nil)
 	checkPrivateSocket(t, path)
+}
+
+func TestAdminNoDaemon(t *testing.T) {
+	dir := shortDir(t)
+	err := ReadRecordsFromAdmin(testCtx(t), AdminSocketPath(dir), 0, func([]byte) error { return nil })
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("no socket: %v, want fs.ErrNotExist", err)
+	}
+	path := filepath.Join(dir, "stale.sock")
+	staleSocket(t, path)
+	err = ReadRecordsFromAdmin(testCtx(t), path, 0, func([]byte) error { return nil })
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("stale socket: %v, want ECONNREFUSED", err)
+	}
 }
