@@ -16,9 +16,15 @@ type Device struct {
 	SubsystemDevice string `json:"subsystem_device,omitempty"`
 
 	// Class is the six hex digits of the class code without "0x"
-	// ("020000" for an Ethernet controller); ClassName names its base class.
-	Class     string `json:"class"`
-	ClassName string `json:"class_name,omitempty"`
+	// ("020000" for an Ethernet controller); ClassName names its base class
+	// ("Network controller") from a table built into this package, so it
+	// does not depend on a PCI ID database. SubclassName names the
+	// subclass ("Ethernet controller"), from the PCI ID database when one
+	// is loaded and otherwise from a built-in table of the common ones; it
+	// is "" for a subclass neither knows.
+	Class        string `json:"class"`
+	ClassName    string `json:"class_name,omitempty"`
+	SubclassName string `json:"subclass_name,omitempty"`
 
 	// VendorName and DeviceName come from the PCI ID database; both are empty
 	// when no database was found or it does not know the IDs.
@@ -53,30 +59,36 @@ type Device struct {
 	VFIndex  int    `json:"vf_index"`
 
 	// Interfaces are the network interfaces of the function, from net/ or,
-	// for virtio functions, virtio*/net/. PFInterface is the first interface
-	// of the PF for a VF ("" when unknown or not a VF).
+	// for virtio functions, virtio*/net/, sorted by name within each.
+	// PFInterface is the first interface (by name) of the PF for a VF (""
+	// when unknown or not a VF).
 	Interfaces  []NetInterface `json:"interfaces,omitempty"`
 	PFInterface string         `json:"pf_interface,omitempty"`
 
-	// RDMADevices are the names under infiniband/ ("mlx5_0"); RDMA reports
-	// whether there is at least one.
+	// RDMADevices are the names under infiniband/ ("mlx5_0"), sorted; RDMA
+	// reports whether there is at least one.
 	RDMADevices []string `json:"rdma_devices,omitempty"`
 
 	// VDPAType is "virtio" or "vhost" when a vdpa device sits on the function
 	// (from the driver of its vdpaN child), "" otherwise.
 	VDPAType string `json:"vdpa_type,omitempty"`
 
-	// AuxDevices are the auxiliary devices hanging off the function
-	// ("mlx5_core.sf.2"), with their type ("sf", "eth", "rdma").
+	// AuxDevices are the auxiliary devices hanging off the function, the
+	// children named "<driver>.<type>.<id>" ("mlx5_core.sf.2"), sorted by
+	// name, with their type ("sf", "eth", "rdma").
 	AuxDevices []AuxDevice `json:"aux_devices,omitempty"`
 
 	// Warnings lists, one per file, attributes that were missing or
-	// malformed.
+	// malformed, each starting with the file's path relative to the
+	// function's directory ("numa_node: \"x\" is not a NUMA node number").
+	// Optional attributes (driver, iommu_group, acpi_index, sriov_*) only
+	// warn when present and unreadable.
 	Warnings []string `json:"warnings,omitempty"`
 }
 
 // NetInterface is one network interface of a PCI function.
 type NetInterface struct {
+	// Name is the interface name ("ens785f0v1").
 	Name string `json:"name"`
 	// OperState is the content of operstate ("up", "down", ...), "" when
 	// unknown.
@@ -87,13 +99,18 @@ type NetInterface struct {
 	// LinkType is "ether", "infiniband" or the numeric ARPHRD type when it
 	// is another one; "" when unknown.
 	LinkType string `json:"link_type,omitempty"`
-	// PKeys are the partition keys of an InfiniBand port (hex, "0xffff").
+	// PKeys are the partition keys of an InfiniBand interface ("0xffff",
+	// "0x" and four lower-case hex digits): the non-empty entries of
+	// infiniband/<dev>/ports/<n>/pkeys/ of the function, in port then index
+	// order. Set only when LinkType is "infiniband".
 	PKeys []string `json:"pkeys,omitempty"`
 }
 
 // AuxDevice is an auxiliary bus device exposed by a PCI function.
 type AuxDevice struct {
+	// Name is the device name ("mlx5_core.sf.2").
 	Name string `json:"name"`
+	// Type is the middle part of the name ("sf").
 	Type string `json:"type"`
 }
 
