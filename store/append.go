@@ -212,6 +212,7 @@ func (l *Log) commit(batch []*appendReq) {
 		return
 	}
 	l.advance(live[0].out[0].Seq, next-1)
+	l.commits.Add(1)
 	for _, r := range live {
 		r.finish(r.out, nil)
 	}

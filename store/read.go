@@ -231,7 +231,85 @@ var errStopFold = errors.New("stop")
 
 // fold applies the events after s.Seq up to until to s; stop, when set,
 // ends the fold before the first event it returns true for.
+//
+// Decoding a record costs about three times what applying it does, so a
+// long fold runs in two stages: this goroutine walks the cursor, verifies
+// and decodes, and hands batches of envelopes to a second goroutine that
+// applies them in order. The decoded envelopes share no memory with the
+// file, so only the first stage needs the transaction.
 func (l *Log) fold(tx *bolt.Tx, s *events.State, until uint64, stop func(events.Envelope) bool) error {
+	if until == 0 {
+		until = tx.Bucket(bucketEvents).Sequence()
+	}
+	if until < s.Seq+pipelineMin {
+		return l.foldSerial(tx, s, until, stop)
+	}
+	const batchLen, buffers = 512, 4
+	full := make(chan []events.Envelope, buffers)
+	free := make(chan []events.Envelope, buffers)
+	for range buffers {
+		free <- make([]events.Envelope, 0, batchLen)
+	}
+	applied := make(chan error, 1)
+	go func() {
+		var err error
+		for batch := range full {
+			if err == nil {
+				err = applyBatch(s, batch)
+			}
+			clear(batch) // drop the payloads now, not when the buffer is refilled
+			free <- batch[:0]
+		}
+		applied <- err
+	}()
+
+	batch := <-free
+	err := l.scan(tx, s.Seq+1, until, false, func(seq uint64, rec []byte) error {
+		e, err := l.decodeRecord(seq, rec)
+		if err != nil {
+			return err
+		}
+		if stop != nil && stop(e) {
+			return errStopFold
+		}
+		if batch = append(batch, e); len(batch) == batchLen {
+			full <- batch
+			batch = <-free
+		}
+		return nil
+	})
+	if err == errStopFold {
+		err = nil
+	}
+	full <- batch
+	close(full)
+	if aerr := <-applied; err == nil {
+		err = aerr
+	}
+	return err
+}
+
+// pipelineMin is the fold length from which fold runs in two stages.
+const pipelineMin = 4096
+
+// applyBatch applies envs to s, reporting a panic of Apply (a bug in the
+// events package) as an error rather than taking the process down from
+// the second goroutine.
+func applyBatch(s *events.State, envs []events.Envelope) (err error) {
+	i := 0
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("apply event %d (%s): panic: %v", envs[i].Seq, envs[i].Type, p)
+		}
+	}()
+	for ; i < len(envs); i++ {
+		*s = events.Apply(*s, envs[i])
+	}
+	return nil
+}
+
+// foldSerial is fold in one goroutine, for short folds.
+func (l *Log) foldSerial(tx *bolt.Tx, s *events.State, until uint64, stop func(events.Envelope) bool) error {
 	err := l.scan(tx, s.Seq+1, until, false, func(seq uint64, rec []byte) error {
 		e, err := l.decodeRecord(seq, rec)
 		if err != nil {

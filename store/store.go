@@ -96,6 +96,7 @@ type Log struct {
 
 	lastSeq  atomic.Uint64
 	firstSeq atomic.Uint64
+	commits  atomic.Uint64 // group commits made, for the benchmarks
 
 	// mu guards closed; active counts calls in progress, which Close waits
 	// for.

@@ -1,0 +1,307 @@
+package store
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/devledger/devledger/events"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Comparative benchmarks (issue 2, "Speed"). Each runs its baseline and the
+// store in the same function, alternating operation by operation (or round
+// by round), so that a disk that speeds up or slows down during the run
+// affects both alike, and reports:
+//
+//	ns/op           the store's cost per operation
+//	baseline-ns/op  the baseline's
+//	x-baseline      ns/op / baseline-ns/op (0.25 = four times cheaper)
+//
+// `-benchtime 1x` (task bench) sets b.N to 1, which measures nothing useful
+// for an operation of a millisecond; every benchmark therefore runs at least
+// a fixed number of operations whatever b.N says.
+
+// baselineDB opens a bare bbolt file beside the ledger, with the same
+// bucket, for the baselines.
+func baselineDB(b *testing.B, dir string) (*bolt.DB, func(key, value []byte) error) {
+	db, err := bolt.Open(filepath.Join(dir, "baseline.db"), 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	if err := db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket(bucketEvents); return err }); err != nil {
+		b.Fatal(err)
+	}
+	put := func(key, value []byte) error {
+		return db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketEvents).Put(key, value) })
+	}
+	return db, put
+}
+
+// encodedEvents returns n events as the store will number them from seq 1,
+// and their encoded keys and values, for the baseline to put.
+func encodedEvents(b *testing.B, n int) ([]events.Envelope, [][2][]byte) {
+	envs := newHistory(11, 64).take(n)
+	kvs := make([][2][]byte, n)
+	for i, e := range envs {
+		e, err := stamp(e, uint64(i+1))
+		if err != nil {
+			b.Fatal(err)
+		}
+		buf, err := encodeEvent(nil, e)
+		if err != nil {
+			b.Fatal(err)
+		}
+		kvs[i] = [2][]byte{buf[:keySize], buf[keySize:]}
+	}
+	return envs, kvs
+}
+
+func reportVsBaseline(b *testing.B, ours, baseline time.Duration, ops int) {
+	o := float64(ours.Nanoseconds()) / float64(ops)
+	base := float64(baseline.Nanoseconds()) / float64(ops)
+	b.ReportMetric(o, "ns/op")
+	b.ReportMetric(base, "baseline-ns/op")
+	b.ReportMetric(o/base, "x-baseline")
+}
+
+func BenchmarkAppendSequential(b *testing.B) {
+	const warmup = 20
+	ops := max(b.N, 400)
+	dir := b.TempDir()
+	l, err := Open(filepath.Join(dir, "ledger.db"), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	_, put := baselineDB(b, dir)
+	envs, kvs := encodedEvents(b, warmup+ops)
+	ctx := context.Background()
+
+	// fsync latency on a shared disk wanders by a factor of several within
+	// seconds: alternate single operations, so that both sides see the
+	// same disk.
+	var ours, base time.Duration
+	for i := range warmup + ops {
+		if i == warmup {
+			b.ResetTimer()
+			ours, base = 0, 0
+		}
+		for side := range 2 {
+			start := time.Now()
+			if (i+side)%2 == 0 {
+				if _, err := l.Append(ctx, envs[i]); err != nil {
+					b.Fatal(err)
+				}
+				ours += time.Since(start)
+			} else {
+				if err := put(kvs[i][0], kvs[i][1]); err != nil {
+					b.Fatal(err)
+				}
+				base += time.Since(start)
+			}
+		}
+	}
+	b.StopTimer()
+	reportVsBaseline(b, ours, base, ops)
+}
+
+func BenchmarkAppendConcurrent8(b *testing.B) {
+	// Rounds of 8 goroutines doing perGoroutine operations each, the
+	// store's and the baseline's rounds alternating.
+	const goroutines, perGoroutine, warmup = 8, 8, 2
+	perRound := goroutines * perGoroutine
+	rounds := max(b.N, 1024) / perRound
+	dir := b.TempDir()
+	l, err := Open(filepath.Join(dir, "ledger.db"), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	_, put := baselineDB(b, dir)
+	envs, kvs := encodedEvents(b, (warmup+rounds)*perRound)
+	ctx := context.Background()
+
+	// The cost per operation is the wall time of a round over its
+	// operations.
+	round := func(op func() error) time.Duration {
+		var wg sync.WaitGroup
+		start := time.Now()
+		for range goroutines {
+			wg.Go(func() {
+				for range perGoroutine {
+					if err := op(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
+	var next, nextBase atomic.Int64
+	ourOp := func() error {
+		_, err := l.Append(ctx, envs[next.Add(1)-1])
+		return err
+	}
+	baseOp := func() error {
+		kv := kvs[nextBase.Add(1)-1]
+		return put(kv[0], kv[1])
+	}
+	var ours, base time.Duration
+	var commits0 uint64
+	for r := range warmup + rounds {
+		if r == warmup {
+			b.ResetTimer()
+			ours, base = 0, 0
+			commits0 = l.commits.Load()
+		}
+		if r%2 == 0 {
+			ours += round(ourOp)
+			base += round(baseOp)
+		} else {
+			base += round(baseOp)
+			ours += round(ourOp)
+		}
+	}
+	b.StopTimer()
+	ops := rounds * perRound
+	reportVsBaseline(b, ours, base, ops)
+	b.ReportMetric(float64(ops)/float64(l.commits.Load()-commits0), "events/commit")
+}
+
+// The replay ledger is built once per test process, in a temp dir that
+// TestMain removes.
+var replayFixture struct {
+	once    sync.Once
+	dir     string
+	path    string
+	events  uint64
+	snapSeq uint64
+	err     error
+}
+
+// replayEvents is the size of the replay benchmark's ledger; -short makes
+// it a tenth.
+func replayEvents() int {
+	if testing.Short() {
+		return 100_000
+	}
+	return 1_000_000
+}
+
+// replayLedger returns a ledger of replayEvents() generated events with a
+// snapshot 1,000 events before the end (its SnapshotTaken is the last
+// event). It is written in large calls, so that building it takes seconds.
+func replayLedger(b *testing.B) (path string, snapSeq uint64) {
+	f := &replayFixture
+	f.once.Do(func() {
+		start := time.Now()
+		f.dir, f.err = os.MkdirTemp("", "devledger-store-bench-")
+		if f.err != nil {
+			return
+		}
+		f.path = filepath.Join(f.dir, "ledger.db")
+		f.err = buildReplayLedger(f.path, replayEvents(), &f.snapSeq, &f.events)
+		b.Logf("built a ledger of %d events in %s", f.events, time.Since(start).Round(time.Millisecond))
+	})
+	if f.err != nil {
+		b.Fatal(f.err)
+	}
+	return f.path, f.snapSeq
+}
+
+func buildReplayLedger(path string, n int, snapSeq, total *uint64) error {
+	l, err := Open(path, Options{Node: "bench"})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	h := newHistory(42, 300)
+	ctx := context.Background()
+	*snapSeq = uint64(n - 1000)
+	s := events.NewState()
+	var snap events.State
+	for done := 0; done < n; {
+		k := min(20_000, n-done)
+		out, err := l.Append(ctx, h.take(k)...)
+		if err != nil {
+			return err
+		}
+		for _, e := range out {
+			s = events.Apply(s, e)
+			if e.Seq == *snapSeq {
+				snap = s.Clone()
+			}
+		}
+		done += k
+	}
+	if _, err := l.SaveSnapshot(ctx, snap, "benchmark"); err != nil {
+		return err
+	}
+	*total = l.LastSeq()
+	return l.Close()
+}
+
+func BenchmarkReplay(b *testing.B) {
+	path, snapSeq := replayLedger(b)
+	l, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	// Fault the file's pages into the map once, so that both replays
+	// measure the read path, not the first touch of the page cache.
+	if err := l.ReadRaw(0, func(uint64, []byte) error { return nil }); err != nil {
+		b.Fatal(err)
+	}
+
+	b.ResetTimer()
+	var scratch, fromSnap time.Duration
+	var fromScratch, viaSnap events.State
+	for range b.N {
+		start := time.Now()
+		fromScratch, err = l.replay(0, false)
+		scratch += time.Since(start)
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	const snapRuns = 10
+	for range snapRuns {
+		start := time.Now()
+		viaSnap, err = l.Replay(0)
+		fromSnap += time.Since(start)
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if !fromScratch.Equal(viaSnap) {
+		b.Fatal("replay from the snapshot differs from the replay from scratch")
+	}
+	if fromScratch.Seq != l.LastSeq() || l.LastSeq()-snapSeq != 1001 {
+		b.Fatalf("replayed to %d of %d (snapshot at %d)", fromScratch.Seq, l.LastSeq(), snapSeq)
+	}
+	scratchNs := float64(scratch.Nanoseconds()) / float64(b.N)
+	snapNs := float64(fromSnap.Nanoseconds()) / snapRuns
+	b.ReportMetric(scratchNs, "ns/op")
+	b.ReportMetric(snapNs, "snapshot-ns/op")
+	b.ReportMetric(float64(l.LastSeq())/(scratchNs/1e9), "events/s")
+	b.ReportMetric(snapNs/scratchNs, "x-baseline")
+	b.ReportMetric(float64(l.SizeBytes())/float64(l.LastSeq()), "file-bytes/event")
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if replayFixture.dir != "" {
+		os.RemoveAll(replayFixture.dir)
+	}
+	os.Exit(code)
+}
