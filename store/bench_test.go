@@ -26,9 +26,18 @@ import (
 // for an operation of a millisecond; every benchmark therefore runs at least
 // a fixed number of operations whatever b.N says.
 
-// baselineDB opens a bare bbolt file beside the ledger, with the same
-// bucket, for the baselines.
-func baselineDB(b *testing.B, dir string) (*bolt.DB, func(key, value []byte) error) {
+// appendBench opens a new ledger and, beside it, a bare bbolt file with the
+// same bucket for the baseline, whose put is one bbolt Update storing one
+// key and value. It returns n events as the store will number them from
+// seq 1, with their encoded keys and values for the baseline to put: both
+// sides write the same bytes.
+func appendBench(b *testing.B, n int) (l *Log, put func(key, value []byte) error, envs []events.Envelope, kvs [][2][]byte) {
+	dir := b.TempDir()
+	l, err := Open(filepath.Join(dir, "ledger.db"), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
 	db, err := bolt.Open(filepath.Join(dir, "baseline.db"), 0o600, &bolt.Options{Timeout: time.Second})
 	if err != nil {
 		b.Fatal(err)
@@ -37,17 +46,12 @@ func baselineDB(b *testing.B, dir string) (*bolt.DB, func(key, value []byte) err
 	if err := db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket(bucketEvents); return err }); err != nil {
 		b.Fatal(err)
 	}
-	put := func(key, value []byte) error {
+	put = func(key, value []byte) error {
 		return db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketEvents).Put(key, value) })
 	}
-	return db, put
-}
 
-// encodedEvents returns n events as the store will number them from seq 1,
-// and their encoded keys and values, for the baseline to put.
-func encodedEvents(b *testing.B, n int) ([]events.Envelope, [][2][]byte) {
-	envs := newHistory(11, 64).take(n)
-	kvs := make([][2][]byte, n)
+	envs = newHistory(11, 64).take(n)
+	kvs = make([][2][]byte, n)
 	for i, e := range envs {
 		e, err := stamp(e, uint64(i+1))
 		if err != nil {
@@ -59,7 +63,7 @@ func encodedEvents(b *testing.B, n int) ([]events.Envelope, [][2][]byte) {
 		}
 		kvs[i] = [2][]byte{buf[:keySize], buf[keySize:]}
 	}
-	return envs, kvs
+	return l, put, envs, kvs
 }
 
 func reportVsBaseline(b *testing.B, ours, baseline time.Duration, ops int) {
@@ -73,14 +77,7 @@ func reportVsBaseline(b *testing.B, ours, baseline time.Duration, ops int) {
 func BenchmarkAppendSequential(b *testing.B) {
 	const warmup = 20
 	ops := max(b.N, 400)
-	dir := b.TempDir()
-	l, err := Open(filepath.Join(dir, "ledger.db"), Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { l.Close() })
-	_, put := baselineDB(b, dir)
-	envs, kvs := encodedEvents(b, warmup+ops)
+	l, put, envs, kvs := appendBench(b, warmup+ops)
 	ctx := context.Background()
 
 	// fsync latency on a shared disk wanders by a factor of several within
@@ -117,14 +114,7 @@ func BenchmarkAppendConcurrent8(b *testing.B) {
 	const goroutines, perGoroutine, warmup = 8, 8, 2
 	perRound := goroutines * perGoroutine
 	rounds := max(b.N, 1024) / perRound
-	dir := b.TempDir()
-	l, err := Open(filepath.Join(dir, "ledger.db"), Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { l.Close() })
-	_, put := baselineDB(b, dir)
-	envs, kvs := encodedEvents(b, (warmup+rounds)*perRound)
+	l, put, envs, kvs := appendBench(b, (warmup+rounds)*perRound)
 	ctx := context.Background()
 
 	// The cost per operation is the wall time of a round over its

@@ -264,7 +264,24 @@ func (l *Log) fold(tx *bolt.Tx, s *events.State, until uint64, stop func(events.
 	}()
 
 	batch := <-free
-	err := l.scan(tx, s.Seq+1, until, false, func(seq uint64, rec []byte) error {
+	err := l.decodeEach(tx, s.Seq+1, until, stop, func(e events.Envelope) {
+		if batch = append(batch, e); len(batch) == batchLen {
+			full <- batch
+			batch = <-free
+		}
+	})
+	full <- batch
+	close(full)
+	if aerr := <-applied; err == nil {
+		err = aerr
+	}
+	return err
+}
+
+// decodeEach decodes the events from..until in order and hands each to
+// visit, ending (without error) before the first one stop returns true for.
+func (l *Log) decodeEach(tx *bolt.Tx, from, until uint64, stop func(events.Envelope) bool, visit func(events.Envelope)) error {
+	err := l.scan(tx, from, until, false, func(seq uint64, rec []byte) error {
 		e, err := l.decodeRecord(seq, rec)
 		if err != nil {
 			return err
@@ -272,19 +289,11 @@ func (l *Log) fold(tx *bolt.Tx, s *events.State, until uint64, stop func(events.
 		if stop != nil && stop(e) {
 			return errStopFold
 		}
-		if batch = append(batch, e); len(batch) == batchLen {
-			full <- batch
-			batch = <-free
-		}
+		visit(e)
 		return nil
 	})
 	if err == errStopFold {
-		err = nil
-	}
-	full <- batch
-	close(full)
-	if aerr := <-applied; err == nil {
-		err = aerr
+		return nil
 	}
 	return err
 }
@@ -310,21 +319,7 @@ func applyBatch(s *events.State, envs []events.Envelope) (err error) {
 
 // foldSerial is fold in one goroutine, for short folds.
 func (l *Log) foldSerial(tx *bolt.Tx, s *events.State, until uint64, stop func(events.Envelope) bool) error {
-	err := l.scan(tx, s.Seq+1, until, false, func(seq uint64, rec []byte) error {
-		e, err := l.decodeRecord(seq, rec)
-		if err != nil {
-			return err
-		}
-		if stop != nil && stop(e) {
-			return errStopFold
-		}
-		*s = events.Apply(*s, e)
-		return nil
-	})
-	if err == errStopFold {
-		return nil
-	}
-	return err
+	return l.decodeEach(tx, s.Seq+1, until, stop, func(e events.Envelope) { *s = events.Apply(*s, e) })
 }
 
 // ReplayUntilTime returns the state as of wall time t: the events stamped at
