@@ -270,6 +270,10 @@ func (c *ContainerAllocation) encode(w *writer) {
 }
 
 func (c *ContainerAllocation) decode(r *reader) {
+	if r.skipResponse {
+		skipContainerAllocation(r)
+		return
+	}
 	c.Envs = r.stringMap()
 	if n := r.length(3); n > 0 {
 		c.Mounts = make([]Mount, n)
@@ -285,6 +289,32 @@ func (c *ContainerAllocation) decode(r *reader) {
 	}
 	c.Annotations = r.stringMap()
 	c.CDIDevices = r.strings()
+}
+
+// skipContainerAllocation reads what decode reads, with the same checks, and
+// keeps none of it.
+func skipContainerAllocation(r *reader) {
+	for range r.length(2) { // Envs
+		r.rawBytes()
+		r.rawBytes()
+	}
+	for range r.length(3) { // Mounts
+		r.rawBytes()
+		r.rawBytes()
+		r.bool()
+	}
+	for range r.length(3) { // Devices
+		r.rawBytes()
+		r.rawBytes()
+		r.rawBytes()
+	}
+	for range r.length(2) { // Annotations
+		r.rawBytes()
+		r.rawBytes()
+	}
+	for range r.length(1) { // CDIDevices
+		r.rawBytes()
+	}
 }
 
 // DevicesAllocated is the heart of the ledger: the kubelet asked for DeviceIDs

@@ -34,7 +34,7 @@ func TestRoundTripEveryType(t *testing.T) {
 func roundTrip(t *testing.T, e Envelope) (rec []byte, got Envelope) {
 	t.Helper()
 	rec = mustMarshal(t, e)
-	got, err := Unmarshal(rec)
+	got, err := decodeBoth(t, rec)
 	if err != nil {
 		t.Fatalf("Unmarshal: %v", err)
 	}
@@ -272,7 +272,7 @@ func TestUnmarshalErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Unmarshal(tc.rec)
+			_, err := decodeBoth(t, tc.rec)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err = %v, want %v", err, tc.want)
 			}
@@ -291,7 +291,7 @@ func TestUnmarshalTruncated(t *testing.T) {
 				// A copy whose capacity ends where the record does, so a
 				// read past the end cannot hide in spare capacity.
 				cut := slices.Clip(slices.Clone(rec[:n]))
-				if _, err := Unmarshal(cut); !errors.Is(err, ErrCorrupt) {
+				if _, err := decodeBoth(t, cut); !errors.Is(err, ErrCorrupt) {
 					t.Errorf("cut at %d of %d: err = %v, want ErrCorrupt", n, len(rec), err)
 				}
 			}
@@ -309,7 +309,7 @@ func TestUnmarshalEveryByteChanged(t *testing.T) {
 		for i, was := range rec {
 			for _, v := range []byte{0, 1, 2, 0x7f, 0x80, 0xff, was ^ 1, was ^ 0x80, was + 1, was - 1} {
 				bad[i] = v
-				if e, err := Unmarshal(bad); err == nil {
+				if e, err := decodeBoth(t, bad); err == nil {
 					checkReencodes(t, e)
 				}
 			}
@@ -374,7 +374,7 @@ func TestUnmarshalHostileLengths(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := Unmarshal(tc.rec); !errors.Is(err, ErrCorrupt) {
+			if _, err := decodeBoth(t, tc.rec); !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("err = %v, want ErrCorrupt", err)
 			}
 			const runs = 50
@@ -481,13 +481,13 @@ func TestCatalogKeepsEveryVersion(t *testing.T) {
 		if k.name != typ {
 			t.Errorf("%s is registered as %s", typ, k.name)
 		}
+		if len(k.decoders) != int(k.version)+1 || k.decoders[0] != nil {
+			t.Errorf("%s: decoders for versions 0 to %d, current is %d", typ, len(k.decoders)-1, k.version)
+		}
 		for v := uint16(1); v <= k.version; v++ {
 			if k.decoders[v] == nil {
 				t.Errorf("%s: no decoder for version %d of %d", typ, v, k.version)
 			}
-		}
-		if len(k.decoders) != int(k.version) {
-			t.Errorf("%s: decoders for %d versions, current is %d", typ, len(k.decoders), k.version)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 )
@@ -24,6 +25,25 @@ func checkReencodes(t *testing.T, e Envelope) {
 	}
 }
 
+// decodeBoth is Unmarshal, checking on the way that ApplyRecord, which
+// decodes less, accepts and refuses exactly what Unmarshal does and folds
+// what it accepts the same way.
+func decodeBoth(t *testing.T, rec []byte) (Envelope, error) {
+	t.Helper()
+	e, err := Unmarshal(rec)
+	s, errFold := ApplyRecord(NewState(), rec)
+	if fmt.Sprint(err) != fmt.Sprint(errFold) {
+		t.Fatalf("Unmarshal says %v, ApplyRecord says %v\n%x", err, errFold, rec)
+	}
+	if err == nil && !s.Equal(Apply(NewState(), e)) {
+		t.Fatalf("ApplyRecord folds %s differently from Apply\n%x", e.Type, rec)
+	}
+	if err != nil && !s.Equal(NewState()) {
+		t.Fatalf("ApplyRecord applied a record it refused\n%x", rec)
+	}
+	return e, err
+}
+
 // FuzzUnmarshal feeds arbitrary records to the decoder. The seed corpus in
 // testdata/fuzz/FuzzUnmarshal holds the golden samples (refreshed with
 // -update) and every crasher found so far.
@@ -40,7 +60,7 @@ func FuzzUnmarshal(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, rec []byte) {
-		e, err := Unmarshal(rec)
+		e, err := decodeBoth(t, rec)
 		if err != nil {
 			return
 		}

@@ -198,20 +198,26 @@ func TestFoldFromSnapshot(t *testing.T) {
 	}
 }
 
-// Replay folds decoded records; the live daemon folds the events it built.
-// Both must reach the same state.
+// Replay folds records; the live daemon folds the events it built. Both
+// must reach the same state, whether replay decodes each record in full or
+// lets ApplyRecord decode what the fold reads.
 func TestReplayEqualsLive(t *testing.T) {
 	es := genStream(4, streamLength(t))
-	live, replayed := NewState(), NewState()
+	live, replayed, folded := NewState(), NewState(), NewState()
 	for _, e := range es {
 		live = Apply(live, e)
-		d, err := Unmarshal(mustMarshal(t, e))
+		rec := mustMarshal(t, e)
+		d, err := Unmarshal(rec)
 		if err != nil {
 			t.Fatalf("event %d: %v", e.Seq, err)
 		}
 		replayed = Apply(replayed, d)
+		if folded, err = ApplyRecord(folded, rec); err != nil {
+			t.Fatalf("event %d: %v", e.Seq, err)
+		}
 	}
 	assertState(t, replayed, live)
+	assertState(t, folded, live)
 }
 
 func TestApplyDeterministic(t *testing.T) {

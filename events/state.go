@@ -128,7 +128,12 @@ func NewState() State {
 // something the fold does not know (the release of an unknown allocation, a
 // lost socket or failed registration of an unknown pool), which never creates
 // it. A payload may be a catalog value or a pointer to one.
-func Apply(s State, e Envelope) State {
+func Apply(s State, e Envelope) State { return apply(s, e, false) }
+
+// apply is Apply. owned says that e's slices belong to no one else (the
+// payload was decoded for this call only), so the state may keep them
+// without a copy.
+func apply(s State, e Envelope, owned bool) State {
 	s.Seq = e.Seq
 	s.Time = e.Time
 	switch p := payloadValue(e.Payload).(type) {
@@ -290,7 +295,11 @@ func Apply(s State, e Envelope) State {
 			s.Pools[p.Pool] = pool
 		}
 	case DevicesAllocated:
-		s.Allocations[e.Seq] = Allocation{Seq: e.Seq, Pool: p.Pool, DeviceIDs: slices.Clone(p.DeviceIDs), At: e.Time}
+		ids := p.DeviceIDs
+		if !owned {
+			ids = slices.Clone(ids)
+		}
+		s.Allocations[e.Seq] = Allocation{Seq: e.Seq, Pool: p.Pool, DeviceIDs: ids, At: e.Time}
 		for _, id := range p.DeviceIDs {
 			s.Holders[id] = append(s.Holders[id], e.Seq)
 		}

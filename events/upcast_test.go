@@ -115,6 +115,12 @@ func TestRegisterRefusesMistakes(t *testing.T) {
 	mustPanic("a type twice", func() {
 		register(TypeDevicesAllocated, 1, map[uint16]func(*reader) Payload{1: decodeDevicesAllocated})
 	})
+	mustPanic("a decoder for a version after the current", func() {
+		register(typeWidgetTuned, 1, map[uint16]func(*reader) Payload{1: decodeWidgetTunedV1, 2: decodeWidgetTunedV2})
+	})
+	mustPanic("a decoder for version 0", func() {
+		register(typeWidgetTuned, 1, map[uint16]func(*reader) Payload{0: decodeWidgetTunedV1, 1: decodeWidgetTunedV1})
+	})
 	mustPanic("no decoder for the current version", func() {
 		register(typeWidgetTuned, 2, map[uint16]func(*reader) Payload{1: decodeWidgetTunedV1})
 	})

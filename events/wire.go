@@ -80,6 +80,23 @@ type reader struct {
 	buf []byte
 	off int
 	err error
+	// text, once set by shareText, is a copy of buf from textAt on, and
+	// strings read after are cut from it: decoding a record then costs one
+	// string allocation, not one per field.
+	text   string
+	textAt int
+	// skipResponse makes ContainerAllocation.decode check its bytes without
+	// building the value: replay folds allocations, it never reads them.
+	skipResponse bool
+}
+
+// shareText makes the strings read from here on share one copy of the rest
+// of the record. They keep the whole copy alive as long as any of them is.
+func (r *reader) shareText() {
+	if r.err == nil && r.remaining() > 0 {
+		r.text = string(r.buf[r.off:])
+		r.textAt = r.off
+	}
 }
 
 func (r *reader) fail(format string, args ...any) {
@@ -93,6 +110,11 @@ func (r *reader) remaining() int { return len(r.buf) - r.off }
 func (r *reader) uvarint() uint64 {
 	if r.err != nil {
 		return 0
+	}
+	// Most varints of a record are lengths under 128: one byte.
+	if r.off < len(r.buf) && r.buf[r.off] < 0x80 {
+		r.off++
+		return uint64(r.buf[r.off-1])
 	}
 	v, n := binary.Uvarint(r.buf[r.off:])
 	if n <= 0 {
@@ -164,10 +186,8 @@ func (r *reader) length(minSize int) int {
 	if r.err != nil {
 		return 0
 	}
-	if minSize < 1 {
-		minSize = 1
-	}
-	if n > uint64(r.remaining()/minSize) {
+	// n <= remaining, so n*minSize cannot overflow for any sane minSize.
+	if left := uint64(r.remaining()); n > left || n*uint64(max(minSize, 1)) > left {
 		r.fail("length %d exceeds the %d bytes left", n, r.remaining())
 		return 0
 	}
@@ -184,7 +204,17 @@ func (r *reader) rawBytes() []byte {
 	return b
 }
 
-func (r *reader) string() string { return string(r.rawBytes()) }
+func (r *reader) string() string {
+	b := r.rawBytes()
+	switch {
+	case len(b) == 0:
+		return ""
+	case r.text != "":
+		end := r.off - r.textAt
+		return r.text[end-len(b) : end]
+	}
+	return string(b)
+}
 
 // lastBootID holds the boot id most recently decoded. A ledger holds long runs
 // of events of one boot, so reusing the string saves an allocation per event.
