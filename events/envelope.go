@@ -123,7 +123,8 @@ func Unmarshal(rec []byte) (Envelope, error) { return unmarshal(rec, false) }
 // Unmarshal(rec) returns, without building the parts of e that the fold does
 // not read (the container response of DevicesAllocated), though they are
 // checked as strictly. It is what replay calls for each record. On error
-// nothing is applied and s is returned as it was.
+// nothing is applied and s is returned as it was. The strings the state keeps
+// from a record (pool, device IDs) share one copy of its payload bytes.
 func ApplyRecord(s State, rec []byte) (State, error) {
 	e, err := unmarshal(rec, true)
 	if err != nil {

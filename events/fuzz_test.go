@@ -72,7 +72,9 @@ func FuzzUnmarshal(f *testing.F) {
 }
 
 // FuzzUnmarshalState feeds arbitrary snapshots to UnmarshalState; whatever it
-// accepts must fold further and encode again without panicking.
+// accepts must fold further and encode again without panicking. Its inputs
+// are large, so the fuzzer spends long stretches minimizing them (execs/sec
+// shows 0); -fuzzminimizetime 5s keeps it fuzzing.
 func FuzzUnmarshalState(f *testing.F) {
 	s := NewState()
 	for i, typ := range Types() {
