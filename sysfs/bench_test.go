@@ -227,7 +227,7 @@ func BenchmarkScanLarge(b *testing.B) {
 }
 
 // minRounds is the fewest rounds BenchmarkScanLarge times, whatever b.N.
-const minRounds = 9
+const minRounds = 15
 
 func timeIt(f func()) time.Duration {
 	start := time.Now()
