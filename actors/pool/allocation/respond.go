@@ -1,0 +1,353 @@
+package allocation
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/devledger/devledger/config"
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/sysfs"
+)
+
+// Device nodes as the container and the node's runtime see them. Host paths
+// are always these real /dev paths; Env.DevRoot only says where to look
+// for them.
+const (
+	vfioContainerNode = "/dev/vfio/vfio"
+	vfioDir           = "/dev/vfio"
+	vhostNetNode      = "/dev/vhost-net"
+	tunNode           = "/dev/net/tun"
+	infinibandDir     = "/dev/infiniband"
+	rdmaCMNode        = "/dev/infiniband/rdma_cm"
+	permissionsRW     = "rw"
+)
+
+// Env is what Respond needs to know about the node beyond its devices.
+type Env struct {
+	// DevRoot is where the existence of device nodes is checked: "/dev" on
+	// a node, a temporary tree in tests. It never appears in a response,
+	// whose host paths are always the node's real /dev paths. "" skips
+	// every check: nodes that the SR-IOV plugin passes only when they
+	// exist (rdma_cm, /dev/net/tun) are then assumed present, and a vfio
+	// group is never taken for a noiommu one.
+	DevRoot string
+	// HasVhostNet tells whether /dev/vhost-net exists. Like the SR-IOV
+	// plugin, a pool with needVhostNet hands out vhost-net only when it
+	// does.
+	HasVhostNet bool
+	// RDMACharDevices maps an RDMA device name ("mlx5_0") to the names of
+	// its character devices under /dev/infiniband ("issm0", "umad0",
+	// "uverbs0"), as /sys/class/infiniband_{verbs,mad}/*/ibdev tie them
+	// together. sysfs.Device does not carry them, so whoever builds Env
+	// fills this; a device missing here gets only rdma_cm.
+	RDMACharDevices map[string][]string
+	// VhostVDPADevices maps a PCI address to the name of the vhost-vdpa
+	// character device under /dev of its vDPA device ("vhost-vdpa-0"),
+	// which sysfs.Device does not carry either. A vhost vDPA device
+	// missing here gets an empty "vdpa" entry and no device node, as the
+	// SR-IOV plugin does when it cannot find the path.
+	VhostVDPADevices map[string]string
+}
+
+// Respond is the answer for one container request of the pool res. devs
+// are the requested devices in the kubelet's request order; every one must
+// be a PCI function of the pool, each listed once.
+//
+// The response holds:
+//
+//   - env res.EnvVarName() = the PCI addresses comma-joined in request
+//     order, and that name + "_INFO" = a JSON object mapping each address
+//     to its providers' fields: "generic" {"deviceID"}, "vfio" {"mount",
+//     "dev-mount"} for vfio-bound functions, "extra" (res.AdditionalInfo,
+//     "*" overlaid with the address's own entry) when the pool has
+//     additionalInfo, "vdpa" {"mount"} or else "rdma" {"issm", "umad",
+//     "uverbs", "rdma_cm", "rdma_dev"} when a selector asks for vDPA or
+//     RDMA and the function has it, "vhost" {"net-mount", "tun-mount"}
+//     when a selector sets needVhostNet and the node has /dev/vhost-net.
+//     Keys are sorted, so equal input gives equal bytes;
+//   - device nodes, permissions "rw", each host path once in first-seen
+//     order: /dev/vfio/vfio and /dev/vfio/<group> for vfio-bound functions
+//     (host /dev/vfio/noiommu-<group> when only that exists), the
+//     /dev/infiniband nodes of each RDMA device then rdma_cm, the
+//     vhost-vdpa node, /dev/vhost-net and /dev/net/tun;
+//   - with CDI enabled, no device nodes but one CDI device name per
+//     function, "<kind>=<address>" (a PCI address is a valid CDI device
+//     name: letters, digits, '_', '-', '.', ':', alphanumeric at both
+//     ends), in request order.
+//
+// The SR-IOV plugin decides RDMA, vDPA and vhost-net per device from the
+// one selector object that took it; Respond decides them from the pool:
+// any selector object asking is enough. It also treats vfio-pci variant
+// drivers ("mlx5_vfio_pci", "virtio-vfio-pci") as vfio-bound, which the
+// plugin does not, and it hands out no uio nodes (sysfs.Device does not
+// name them).
+//
+// Errors wrap ErrInvalidRequest (no devices, a device twice or without an
+// address), ErrNoIOMMUGroup (naming the device) and ErrUnsupported (an
+// auxNetDevice pool, an invalid CDI kind).
+func Respond(res *config.Resource, devs []sysfs.Device, env Env) (events.ContainerAllocation, error) {
+	var out events.ContainerAllocation
+	if res.DeviceType == config.AuxNetDevice {
+		return out, fmt.Errorf("respond for %s: auxNetDevice members are auxiliary devices, not PCI functions: %w", res.FullName(), ErrUnsupported)
+	}
+	if len(devs) == 0 {
+		return out, fmt.Errorf("respond for %s: no devices requested: %w", res.FullName(), ErrInvalidRequest)
+	}
+	w := wantsOf(res)
+	info := make(map[string]map[string]map[string]string, len(devs))
+	addrs := make([]string, 0, len(devs))
+	var nodes nodeList
+	for i := range devs {
+		d := &devs[i]
+		if d.Address == "" {
+			return out, fmt.Errorf("respond for %s: device %d has no PCI address: %w", res.FullName(), i, ErrInvalidRequest)
+		}
+		if _, dup := info[d.Address]; dup {
+			return out, fmt.Errorf("respond for %s: device %s requested twice: %w", res.FullName(), d.Address, ErrInvalidRequest)
+		}
+		providers, err := describe(res, d, w, env, &nodes)
+		if err != nil {
+			return out, fmt.Errorf("respond for %s: %w", res.FullName(), err)
+		}
+		info[d.Address] = providers
+		addrs = append(addrs, d.Address)
+	}
+	infoJSON, err := json.Marshal(info)
+	if err != nil {
+		return out, fmt.Errorf("respond for %s: encode %s_INFO: %w", res.FullName(), res.EnvVarName(), err)
+	}
+	name := res.EnvVarName()
+	out.Envs = map[string]string{
+		name:           strings.Join(addrs, ","),
+		name + "_INFO": string(infoJSON),
+	}
+	if !res.CDI.Enabled {
+		out.Devices = nodes.list
+		return out, nil
+	}
+	if err := validCDIKind(res.CDI.Kind); err != nil {
+		return out, fmt.Errorf("respond for %s: %w: %w", res.FullName(), err, ErrUnsupported)
+	}
+	out.CDIDevices = make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		if err := validCDIDeviceName(a); err != nil {
+			return out, fmt.Errorf("respond for %s: %w: %w", res.FullName(), err, ErrInvalidRequest)
+		}
+		out.CDIDevices = append(out.CDIDevices, res.CDI.Kind+"="+a)
+	}
+	return out, nil
+}
+
+// wants is what a pool's selector objects ask to be handed out beyond the
+// device itself.
+type wants struct {
+	rdma, vdpa, vhostNet bool
+}
+
+func wantsOf(res *config.Resource) wants {
+	var w wants
+	for i := range res.Selectors {
+		s := &res.Selectors[i]
+		w.rdma = w.rdma || s.IsRDMA
+		w.vdpa = w.vdpa || s.VDPAType != ""
+		w.vhostNet = w.vhostNet || s.NeedVhostNet
+	}
+	return w
+}
+
+// nodeList collects device nodes, each host path once.
+type nodeList struct {
+	list []events.DeviceNode
+}
+
+func (n *nodeList) add(containerPath, hostPath string) {
+	if slices.ContainsFunc(n.list, func(d events.DeviceNode) bool { return d.HostPath == hostPath }) {
+		return
+	}
+	n.list = append(n.list, events.DeviceNode{ContainerPath: containerPath, HostPath: hostPath, Permissions: permissionsRW})
+}
+
+// describe returns the _INFO providers of one device and adds its device
+// nodes to nodes, in the SR-IOV plugin's provider order: generic, vfio,
+// extra, vdpa or rdma, vhost.
+func describe(res *config.Resource, d *sysfs.Device, w wants, env Env, nodes *nodeList) (map[string]map[string]string, error) {
+	providers := map[string]map[string]string{
+		"generic": {"deviceID": d.Address},
+	}
+	if vfioBound(d.Driver) {
+		host, container, err := vfioGroupNode(d, env)
+		if err != nil {
+			return nil, err
+		}
+		nodes.add(vfioContainerNode, vfioContainerNode)
+		nodes.add(container, host)
+		providers["vfio"] = map[string]string{"mount": vfioContainerNode, "dev-mount": container}
+	}
+	if res.AdditionalInfo != nil {
+		providers["extra"] = extraInfo(res.AdditionalInfo, d.Address)
+	}
+	switch {
+	case w.vdpa && d.VDPAType != "":
+		vdpa := map[string]string{}
+		if name := env.VhostVDPADevices[d.Address]; d.VDPAType == "vhost" && name != "" {
+			if !isFileName(name) {
+				return nil, fmt.Errorf("device %s: vhost-vdpa device %q is not a file name: %w", d.Address, name, ErrInvalidRequest)
+			}
+			p := "/dev/" + name
+			nodes.add(p, p)
+			vdpa["mount"] = p
+		}
+		providers["vdpa"] = vdpa
+	case w.rdma && d.RDMA():
+		rdma, err := rdmaNodes(d, env, nodes)
+		if err != nil {
+			return nil, err
+		}
+		providers["rdma"] = rdma
+	}
+	if w.vhostNet && env.HasVhostNet {
+		providers["vhost"] = map[string]string{"net-mount": vhostNetNode, "tun-mount": tunNode}
+		// The plugin hands out neither node when /dev/net/tun is missing.
+		if exists(env, tunNode) {
+			nodes.add(vhostNetNode, vhostNetNode)
+			nodes.add(tunNode, tunNode)
+		}
+	}
+	return providers, nil
+}
+
+// vfioBound reports whether driver gives its functions a /dev/vfio group
+// node: vfio-pci itself and its variant drivers, which the kernel names
+// "<vendor>_vfio_pci" or "<vendor>-vfio-pci".
+func vfioBound(driver string) bool {
+	d := strings.ReplaceAll(driver, "-", "_")
+	return d == "vfio_pci" || strings.HasSuffix(d, "_vfio_pci")
+}
+
+// vfioGroupNode returns the host and container paths of d's vfio group
+// node. Under vfio's no-IOMMU mode the node is /dev/vfio/noiommu-<group>
+// on the host; the SR-IOV plugin maps it to /dev/vfio/<group> in the
+// container, and so does this.
+func vfioGroupNode(d *sysfs.Device, env Env) (host, container string, err error) {
+	g := d.IOMMUGroup
+	if g == "" {
+		return "", "", fmt.Errorf("device %s is bound to %s: %w", d.Address, d.Driver, ErrNoIOMMUGroup)
+	}
+	if strings.Trim(g, "0123456789") != "" {
+		return "", "", fmt.Errorf("device %s: IOMMU group %q is not a number: %w", d.Address, g, ErrNoIOMMUGroup)
+	}
+	container = vfioDir + "/" + g
+	host = container
+	if !d.VFIODevice && env.DevRoot != "" && exists(env, vfioDir+"/noiommu-"+g) {
+		host = vfioDir + "/noiommu-" + g
+	}
+	return host, container, nil
+}
+
+// extraInfo is the "extra" provider: the pool's additionalInfo for every
+// device ("*") overlaid with the entry for addr. It is never nil, so a
+// pool with additionalInfo always shows "extra", as in the plugin.
+func extraInfo(add map[string]map[string]string, addr string) map[string]string {
+	out := map[string]string{}
+	for _, key := range []string{"*", addr} {
+		for k, v := range add[key] {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// rdmaNodes adds the /dev/infiniband nodes of d's RDMA devices to nodes,
+// each device's own nodes followed by rdma_cm, and returns the "rdma"
+// provider. As in the plugin, each of "issm", "umad" and "uverbs" names
+// the last such node and "rdma_dev" the first RDMA device.
+func rdmaNodes(d *sysfs.Device, env Env, nodes *nodeList) (map[string]string, error) {
+	info := map[string]string{"rdma_dev": d.RDMADevices[0]}
+	haveCM := exists(env, rdmaCMNode)
+	for _, rd := range d.RDMADevices {
+		names := slices.Clone(env.RDMACharDevices[rd])
+		slices.SortStableFunc(names, func(a, b string) int { return rdmaNodeRank(a) - rdmaNodeRank(b) })
+		for _, n := range names {
+			if !isFileName(n) {
+				return nil, fmt.Errorf("device %s: RDMA device %s: character device %q is not a file name: %w", d.Address, rd, n, ErrInvalidRequest)
+			}
+			p := infinibandDir + "/" + n
+			nodes.add(p, p)
+			for _, kind := range []string{"uverbs", "umad", "issm"} {
+				if strings.HasPrefix(n, kind) {
+					info[kind] = p
+				}
+			}
+		}
+		if haveCM {
+			nodes.add(rdmaCMNode, rdmaCMNode)
+		}
+	}
+	if haveCM {
+		info["rdma_cm"] = rdmaCMNode
+	}
+	return info, nil
+}
+
+// rdmaNodeRank orders an RDMA device's nodes as rdmamap lists them: ucm,
+// issm, umad, uverbs; anything else last. The sort is stable, so nodes of
+// one kind (one per port) keep the caller's order.
+func rdmaNodeRank(name string) int {
+	for i, kind := range []string{"ucm", "issm", "umad", "uverbs"} {
+		if strings.HasPrefix(name, kind) {
+			return i
+		}
+	}
+	return 4
+}
+
+// exists reports whether the /dev path p exists under env.DevRoot; with no
+// DevRoot it assumes so.
+func exists(env Env, p string) bool {
+	if env.DevRoot == "" {
+		return true
+	}
+	_, err := os.Stat(filepath.Join(env.DevRoot, strings.TrimPrefix(p, "/dev/")))
+	return err == nil
+}
+
+// isFileName reports whether s is a plain file name, so that joining it to
+// a /dev directory cannot leave that directory.
+func isFileName(s string) bool {
+	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, "/\x00")
+}
+
+// validCDIKind checks kind against the CDI qualified-name rules:
+// "vendor/class", each part made of letters, digits, '_', '-' and '.',
+// starting with a letter and ending with a letter or digit.
+func validCDIKind(kind string) error {
+	vendor, class, ok := strings.Cut(kind, "/")
+	if !ok {
+		return fmt.Errorf("CDI kind %q is not vendor/class", kind)
+	}
+	for _, part := range []string{vendor, class} {
+		if part == "" || !isLetter(part[0]) || !isAlnum(part[len(part)-1]) ||
+			strings.IndexFunc(part, func(r rune) bool { return !isAlnum(byte(r)) && r != '_' && r != '-' && r != '.' || r > 0x7f }) >= 0 {
+			return fmt.Errorf("CDI kind %q: %q is not a valid vendor or class", kind, part)
+		}
+	}
+	return nil
+}
+
+// validCDIDeviceName checks name against the CDI device-name rules:
+// letters, digits, '_', '-', '.' and ':', alphanumeric at both ends.
+func validCDIDeviceName(name string) error {
+	if name == "" || !isAlnum(name[0]) || !isAlnum(name[len(name)-1]) ||
+		strings.IndexFunc(name, func(r rune) bool { return !isAlnum(byte(r)) && !strings.ContainsRune("_-.:", r) || r > 0x7f }) >= 0 {
+		return errors.New("device " + name + " is not a valid CDI device name")
+	}
+	return nil
+}
+
+func isLetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
+func isAlnum(c byte) bool  { return isLetter(c) || '0' <= c && c <= '9' }
