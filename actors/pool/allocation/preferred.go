@@ -1,0 +1,242 @@
+package allocation
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/devledger/devledger/config"
+	"github.com/devledger/devledger/sysfs"
+)
+
+// Member is one device of a pool as the allocator knows it.
+type Member struct {
+	Device  sysfs.Device
+	Healthy bool
+}
+
+// Preferred answers GetPreferredAllocation for one container of the pool
+// res: up to size device IDs, taken from mustInclude and available.
+//
+// members are the pool's devices by ID, held the IDs the ledger holds for
+// live allocations. The answer is mustInclude (all of it, in order, first
+// occurrence of a repeated ID) followed by the best of the other available
+// IDs, ranked by, in this order:
+//
+//  1. not held: a held device is offered only when the free ones run out
+//     (the kubelet thinks it free; our ledger may not have seen it go);
+//  2. one NUMA node: the node most must-include devices sit on, or with
+//     none (or none on a known node) the node with the most free
+//     candidates among those with enough for the request (any node when
+//     none has enough); devices of other or unknown nodes come after.
+//     This holds for a pool with excludeTopology too: the kubelet then
+//     aligns nothing itself, and locality costs the pod nothing;
+//  3. the pool's policy, over groups of devices: a VF's group is its PF,
+//     any other function's its PCI bus ("0000:3b"). A group's load is
+//     its held members plus what this answer already took from it:
+//     - packed takes the group with the highest load first (ties: lowest
+//     group) and empties it before the next, keeping other PFs free;
+//     - spread takes one device at a time from the group with the lowest
+//     load (ties: lowest group): a round robin over the PFs that starts
+//     with the least loaded one and evens loads out;
+//     - none (or unset) takes the lowest addresses.
+//
+// Within a group devices go lowest address first; every tie falls to the
+// address, so equal input always gives the same answer. Unhealthy devices,
+// IDs not in members and IDs not in available are never offered; IDs
+// repeated in available count once. Fewer than size IDs come back when
+// there are not enough candidates: the kubelet fills the rest itself.
+//
+// Errors: size < 0 or more distinct must-include IDs than size wrap
+// ErrInvalidRequest; a must-include ID that is not a member wraps
+// ErrUnknownDevice. A must-include device is kept even when unhealthy:
+// the kubelet has already given it to the pod.
+func Preferred(res *config.Resource, members map[string]Member, held map[string]bool, available, mustInclude []string, size int) ([]string, error) {
+	if size < 0 {
+		return nil, fmt.Errorf("preferred allocation for %s: size %d: %w", res.FullName(), size, ErrInvalidRequest)
+	}
+	taken := make(map[string]bool, size)
+	out := make([]string, 0, size)
+	for _, id := range mustInclude {
+		if taken[id] {
+			continue
+		}
+		if _, ok := members[id]; !ok {
+			return nil, fmt.Errorf("preferred allocation for %s: must-include device %s: %w", res.FullName(), id, ErrUnknownDevice)
+		}
+		taken[id] = true
+		out = append(out, id)
+	}
+	if len(out) > size {
+		return nil, fmt.Errorf("preferred allocation for %s: %d must-include devices for size %d: %w", res.FullName(), len(out), size, ErrInvalidRequest)
+	}
+	need := size - len(out)
+	if need == 0 {
+		return out, nil
+	}
+
+	var cands []candidate
+	for _, id := range available {
+		m, ok := members[id]
+		if !ok || !m.Healthy || taken[id] {
+			continue
+		}
+		taken[id] = true
+		cands = append(cands, candidate{id: id, numa: m.Device.NUMANode, group: groupOf(&m.Device), held: held[id]})
+	}
+
+	load := make(map[string]int)
+	for id := range held {
+		if m, ok := members[id]; ok && held[id] {
+			load[groupOf(&m.Device)]++
+		}
+	}
+	for _, id := range out {
+		m := members[id]
+		load[groupOf(&m.Device)]++
+	}
+
+	node := preferredNode(members, out, cands, need)
+	for _, tier := range tiers(cands, node) {
+		if need == 0 {
+			break
+		}
+		picked := pick(res.AllocatePolicy, tier, load, need)
+		out = append(out, picked...)
+		need -= len(picked)
+	}
+	return out, nil
+}
+
+// candidate is a device Preferred may offer.
+type candidate struct {
+	id    string
+	numa  int
+	group string
+	held  bool
+}
+
+// groupOf is the group a policy balances over: a VF's PF, any other
+// function's PCI domain and bus.
+func groupOf(d *sysfs.Device) string {
+	if d.PF != "" {
+		return d.PF
+	}
+	if i := strings.LastIndexByte(d.Address, ':'); i > 0 {
+		return d.Address[:i]
+	}
+	return d.Address
+}
+
+// preferredNode is the NUMA node Preferred favours, -1 for none. The
+// must-include devices decide when any sits on a known node; otherwise
+// the free candidates do.
+func preferredNode(members map[string]Member, must []string, cands []candidate, need int) int {
+	count := make(map[int]int)
+	for _, id := range must {
+		if n := members[id].Device.NUMANode; n >= 0 {
+			count[n]++
+		}
+	}
+	if len(count) > 0 {
+		return busiest(count, 0)
+	}
+	for _, c := range cands {
+		if c.numa >= 0 && !c.held {
+			count[c.numa]++
+		}
+	}
+	if n := busiest(count, need); n >= 0 {
+		return n
+	}
+	return busiest(count, 0)
+}
+
+// busiest returns the node with the highest count of at least atLeast,
+// the lowest such node on a tie, or -1 when none qualifies.
+func busiest(count map[int]int, atLeast int) int {
+	best, bestN := -1, 0
+	for n, c := range count {
+		if c < atLeast || c == 0 {
+			continue
+		}
+		if best < 0 || c > bestN || c == bestN && n < best {
+			best, bestN = n, c
+		}
+	}
+	return best
+}
+
+// tiers splits the candidates into free on node, free elsewhere, held on
+// node, held elsewhere, dropping the empty ones. With no node the NUMA
+// split is skipped.
+func tiers(cands []candidate, node int) [][]candidate {
+	var t [4][]candidate
+	for _, c := range cands {
+		i := 0
+		if node >= 0 && c.numa != node {
+			i = 1
+		}
+		if c.held {
+			i += 2
+		}
+		t[i] = append(t[i], c)
+	}
+	out := make([][]candidate, 0, len(t))
+	for _, ts := range t {
+		if len(ts) > 0 {
+			out = append(out, ts)
+		}
+	}
+	return out
+}
+
+// pick takes up to need candidates from one tier by policy, adding what it
+// takes to load.
+func pick(policy config.AllocatePolicy, tier []candidate, load map[string]int, need int) []string {
+	slices.SortFunc(tier, func(a, b candidate) int { return strings.Compare(a.id, b.id) })
+	need = min(need, len(tier))
+	switch policy {
+	case config.PolicySpread:
+		return spread(tier, load, need)
+	case config.PolicyPacked:
+		// Most loaded group first, emptied before the next.
+		slices.SortStableFunc(tier, func(a, b candidate) int {
+			return cmp.Or(cmp.Compare(load[b.group], load[a.group]), strings.Compare(a.group, b.group))
+		})
+	}
+	out := make([]string, 0, need)
+	for _, c := range tier[:need] {
+		load[c.group]++
+		out = append(out, c.id)
+	}
+	return out
+}
+
+// spread takes need candidates from tier (sorted by address) one at a
+// time, each from the least loaded group that has any left.
+func spread(tier []candidate, load map[string]int, need int) []string {
+	queue := make(map[string][]candidate)
+	var groups []string
+	for _, c := range tier {
+		if _, ok := queue[c.group]; !ok {
+			groups = append(groups, c.group)
+		}
+		queue[c.group] = append(queue[c.group], c)
+	}
+	slices.Sort(groups)
+	out := make([]string, 0, need)
+	for len(out) < need {
+		best := ""
+		for _, g := range groups {
+			if len(queue[g]) > 0 && (best == "" || load[g] < load[best]) {
+				best = g
+			}
+		}
+		out = append(out, queue[best][0].id)
+		queue[best] = queue[best][1:]
+		load[best]++
+	}
+	return out
+}

@@ -1,0 +1,331 @@
+package allocation
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/devledger/devledger/config"
+	"github.com/devledger/devledger/sysfs"
+)
+
+// Three PFs: A (0000:3b:00.0) and B (0000:3b:00.1) on NUMA node 0, C
+// (0000:af:00.0) on node 1, four VFs each. A's VFs are 3b:02.x, B's
+// 3b:0a.x, C's af:02.x.
+const (
+	pfA = "0000:3b:00.0"
+	pfB = "0000:3b:00.1"
+	pfC = "0000:af:00.0"
+)
+
+func preferredMembers() map[string]Member {
+	m := make(map[string]Member)
+	add := func(pf, slot string, numa int) {
+		for i := range 4 {
+			addr := fmt.Sprintf("%s.%d", slot, i)
+			m[addr] = Member{Device: vf(addr, pf, i, "vfio-pci", "", numa), Healthy: true}
+		}
+	}
+	add(pfA, "0000:3b:02", 0)
+	add(pfB, "0000:3b:0a", 0)
+	add(pfC, "0000:af:02", 1)
+	return m
+}
+
+func ids(m map[string]Member) []string {
+	var out []string
+	for id := range m {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestPreferred(t *testing.T) {
+	all := ids(preferredMembers())
+	cases := []struct {
+		name      string
+		policy    config.AllocatePolicy // "" behaves as none
+		members   func(map[string]Member)
+		held      []string
+		available []string // nil: every member
+		must      []string
+		size      int
+		want      []string
+	}{
+		{
+			name: "none takes lowest addresses on the fullest node",
+			size: 2,
+			want: []string{"0000:3b:02.0", "0000:3b:02.1"},
+		},
+		{
+			name: "none written out",
+			size: 1, policy: config.PolicyNone,
+			want: []string{"0000:3b:02.0"},
+		},
+		{
+			name: "must-include first and in order, then its NUMA node",
+			must: []string{"0000:af:02.3", "0000:af:02.1"},
+			size: 4,
+			want: []string{"0000:af:02.3", "0000:af:02.1", "0000:af:02.0", "0000:af:02.2"},
+		},
+		{
+			name: "must-include repeated counts once",
+			must: []string{"0000:af:02.3", "0000:af:02.3"},
+			size: 2,
+			want: []string{"0000:af:02.3", "0000:af:02.0"},
+		},
+		{
+			name: "must-include filling size",
+			must: []string{"0000:3b:0a.2"},
+			size: 1,
+			want: []string{"0000:3b:0a.2"},
+		},
+		{
+			name:    "must-include kept even when unhealthy",
+			members: func(m map[string]Member) { unhealthy(m, "0000:3b:0a.2") },
+			must:    []string{"0000:3b:0a.2"},
+			size:    2,
+			want:    []string{"0000:3b:0a.2", "0000:3b:02.0"},
+		},
+		{
+			name:    "unhealthy never offered",
+			members: func(m map[string]Member) { unhealthy(m, "0000:3b:02.0", "0000:3b:02.2") },
+			size:    3,
+			want:    []string{"0000:3b:02.1", "0000:3b:02.3", "0000:3b:0a.0"},
+		},
+		{
+			name:      "unknown and unavailable never offered",
+			available: []string{"0000:ff:00.0", "0000:3b:02.3", "0000:3b:02.3", "0000:af:02.0"},
+			size:      3,
+			want:      []string{"0000:3b:02.3", "0000:af:02.0"},
+		},
+		{
+			name: "held avoided",
+			held: []string{"0000:3b:02.0", "0000:3b:02.1"},
+			size: 2,
+			want: []string{"0000:3b:02.2", "0000:3b:02.3"},
+		},
+		{
+			name:      "held offered last when free ones run out",
+			held:      []string{"0000:3b:02.0"},
+			available: []string{"0000:3b:02.0", "0000:3b:02.1"},
+			size:      2,
+			want:      []string{"0000:3b:02.1", "0000:3b:02.0"},
+		},
+		{
+			name:      "held devices do not count towards a node",
+			held:      []string{"0000:3b:02.0", "0000:3b:02.1"},
+			available: []string{"0000:3b:02.0", "0000:3b:02.1", "0000:3b:02.2", "0000:af:02.0", "0000:af:02.1"},
+			size:      2,
+			want:      []string{"0000:af:02.0", "0000:af:02.1"},
+		},
+		{
+			name:      "NUMA node that can satisfy beats lower addresses",
+			available: []string{"0000:3b:02.0", "0000:3b:02.1", "0000:af:02.0", "0000:af:02.1", "0000:af:02.2"},
+			size:      3,
+			want:      []string{"0000:af:02.0", "0000:af:02.1", "0000:af:02.2"},
+		},
+		{
+			name:      "NUMA with no node big enough starts on the fullest",
+			available: []string{"0000:3b:02.0", "0000:af:02.0", "0000:af:02.1"},
+			size:      3,
+			want:      []string{"0000:af:02.0", "0000:af:02.1", "0000:3b:02.0"},
+		},
+		{
+			name: "NUMA tie goes to the lower node",
+			available: []string{
+				"0000:af:02.0", "0000:af:02.1", "0000:3b:0a.0", "0000:3b:0a.1",
+			},
+			size: 2,
+			want: []string{"0000:3b:0a.0", "0000:3b:0a.1"},
+		},
+		{
+			name:    "unknown NUMA nodes come after the preferred node",
+			members: func(m map[string]Member) { numa(m, -1, "0000:3b:02.0", "0000:3b:02.1") },
+			size:    3,
+			want:    []string{"0000:3b:02.2", "0000:3b:02.3", "0000:3b:0a.0"},
+		},
+		{
+			name:   "packed prefers the PF with allocations",
+			policy: config.PolicyPacked,
+			held:   []string{"0000:3b:0a.0"},
+			size:   4,
+			want:   []string{"0000:3b:0a.1", "0000:3b:0a.2", "0000:3b:0a.3", "0000:3b:02.0"},
+		},
+		{
+			name:   "packed with no allocations fills the lowest PF first",
+			policy: config.PolicyPacked,
+			size:   5,
+			want:   []string{"0000:3b:02.0", "0000:3b:02.1", "0000:3b:02.2", "0000:3b:02.3", "0000:3b:0a.0"},
+		},
+		{
+			name:   "packed follows the must-include device's PF",
+			policy: config.PolicyPacked,
+			must:   []string{"0000:3b:0a.3"},
+			size:   3,
+			want:   []string{"0000:3b:0a.3", "0000:3b:0a.0", "0000:3b:0a.1"},
+		},
+		{
+			name:   "spread starts on the PF with fewest allocations and evens out",
+			policy: config.PolicySpread,
+			held:   []string{"0000:3b:02.0", "0000:3b:02.1"},
+			size:   3,
+			want:   []string{"0000:3b:0a.0", "0000:3b:0a.1", "0000:3b:02.2"},
+		},
+		{
+			name:   "spread with no allocations alternates PFs",
+			policy: config.PolicySpread,
+			size:   4,
+			want:   []string{"0000:3b:02.0", "0000:3b:0a.0", "0000:3b:02.1", "0000:3b:0a.1"},
+		},
+		{
+			name:   "size beyond the candidates gives every candidate",
+			policy: config.PolicySpread,
+			held:   []string{"0000:3b:02.0"},
+			size:   20,
+			want: []string{
+				"0000:3b:0a.0", "0000:3b:02.1", "0000:3b:0a.1", "0000:3b:02.2", "0000:3b:0a.2", "0000:3b:02.3", "0000:3b:0a.3",
+				"0000:af:02.0", "0000:af:02.1", "0000:af:02.2", "0000:af:02.3",
+				"0000:3b:02.0",
+			},
+		},
+		{
+			name: "size zero",
+			size: 0,
+			want: []string{},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			members := preferredMembers()
+			if tc.members != nil {
+				tc.members(members)
+			}
+			res := pool("intel.com", "intel_sriov_dpdk", config.NetDevice)
+			res.AllocatePolicy = tc.policy
+			avail := tc.available
+			if avail == nil {
+				avail = all
+			}
+			held := make(map[string]bool)
+			for _, id := range tc.held {
+				held[id] = true
+			}
+			got, err := Preferred(res, members, held, avail, tc.must, tc.size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("got  %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func unhealthy(m map[string]Member, ids ...string) {
+	for _, id := range ids {
+		e := m[id]
+		e.Healthy = false
+		m[id] = e
+	}
+}
+
+func numa(m map[string]Member, node int, ids ...string) {
+	for _, id := range ids {
+		e := m[id]
+		e.Device.NUMANode = node
+		m[id] = e
+	}
+}
+
+func TestPreferredErrors(t *testing.T) {
+	res := pool("intel.com", "intel_sriov_dpdk", config.NetDevice)
+	members := preferredMembers()
+	all := ids(members)
+	cases := []struct {
+		name string
+		must []string
+		size int
+		want error
+	}{
+		{"more must-include than size", []string{"0000:3b:02.0", "0000:3b:02.1"}, 1, ErrInvalidRequest},
+		{"negative size", nil, -1, ErrInvalidRequest},
+		{"unknown must-include", []string{"0000:ff:00.0"}, 2, ErrUnknownDevice},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Preferred(res, members, nil, all, tc.must, tc.size)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("got %q, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestPreferredDeterministic shuffles available and rebuilds the maps (so
+// their iteration order changes) and expects the same answer every time,
+// for every policy.
+func TestPreferredDeterministic(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, policy := range []config.AllocatePolicy{config.PolicyNone, config.PolicyPacked, config.PolicySpread} {
+		t.Run(string(policy), func(t *testing.T) {
+			res := pool("intel.com", "intel_sriov_dpdk", config.NetDevice)
+			res.AllocatePolicy = policy
+			var first []string
+			for i := range 50 {
+				members := preferredMembers()
+				avail := ids(members)
+				r.Shuffle(len(avail), func(i, j int) { avail[i], avail[j] = avail[j], avail[i] })
+				held := map[string]bool{"0000:3b:02.1": true, "0000:3b:0a.2": true, "0000:af:02.0": true}
+				got, err := Preferred(res, members, held, avail, []string{"0000:3b:0a.3"}, 6)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if i == 0 {
+					first = got
+					continue
+				}
+				if !slices.Equal(got, first) {
+					t.Fatalf("run %d: %q, first run %q", i, got, first)
+				}
+			}
+		})
+	}
+}
+
+func TestGroupOf(t *testing.T) {
+	for _, tc := range []struct {
+		dev  sysfs.Device
+		want string
+	}{
+		{vf("0000:3b:02.1", pfA, 1, "iavf", "", 0), pfA},
+		{sysfs.Device{Address: "0000:65:00.0"}, "0000:65"},
+		{sysfs.Device{Address: "10000:e5:00.1"}, "10000:e5"},
+		{sysfs.Device{Address: "odd"}, "odd"},
+	} {
+		if got := groupOf(&tc.dev); got != tc.want {
+			t.Errorf("groupOf(%s) = %q, want %q", tc.dev.Address, got, tc.want)
+		}
+	}
+}
+
+// TestPreferredSpreadGPUs groups non-VF functions by bus: two GPUs on one
+// bus and one on another spread across buses first.
+func TestPreferredSpreadGPUs(t *testing.T) {
+	res := pool("nvidia.com", "gpu", config.GenericPCI)
+	res.AllocatePolicy = config.PolicySpread
+	members := map[string]Member{}
+	for _, a := range []string{"0000:65:00.0", "0000:65:00.1", "0000:66:00.0"} {
+		members[a] = Member{Device: sysfs.Device{Address: a, NUMANode: 0, VFIndex: -1}, Healthy: true}
+	}
+	got, err := Preferred(res, members, nil, ids(members), nil, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"0000:65:00.0", "0000:66:00.0"}; !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
