@@ -22,7 +22,9 @@ import (
 // started, and memory stays flat however long the log: each envelope is
 // decoded into fresh memory (events.Unmarshal copies what it keeps), so fn
 // may retain it. A long Read delays a concurrent writer only when the file
-// must grow (bbolt re-maps it then, waiting for open read transactions).
+// must grow (bbolt re-maps it then, waiting for open read transactions); for
+// the same reason fn must not wait for a write to this Log (Append,
+// SaveSnapshot, Retain), which could wait for the Read in turn.
 func (l *Log) Read(from uint64, fn func(events.Envelope) error) error {
 	if err := l.enter(); err != nil {
 		return err
@@ -34,7 +36,7 @@ func (l *Log) Read(from uint64, fn func(events.Envelope) error) error {
 			if err != nil {
 				return err
 			}
-			return callFn(fn, e)
+			return callFn(func() error { return fn(e) })
 		})
 	})
 }
@@ -42,7 +44,7 @@ func (l *Log) Read(from uint64, fn func(events.Envelope) error) error {
 // ReadRaw is Read without decoding: fn gets each record's sequence and its
 // bytes as events.Unmarshal reads them, checksum verified. rec aliases the
 // file's memory map: it is valid only until fn returns, and must not be
-// modified.
+// modified. What Read says of fn holds for it too.
 func (l *Log) ReadRaw(from uint64, fn func(seq uint64, rec []byte) error) error {
 	if err := l.enter(); err != nil {
 		return err
@@ -50,7 +52,7 @@ func (l *Log) ReadRaw(from uint64, fn func(seq uint64, rec []byte) error) error 
 	defer l.leave()
 	return l.view(func(tx *bolt.Tx) error {
 		return l.scan(tx, from, 0, true, func(seq uint64, rec []byte) error {
-			return callFn(func(struct{}) error { return fn(seq, rec) }, struct{}{})
+			return callFn(func() error { return fn(seq, rec) })
 		})
 	})
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/devledger/devledger/events"
+	bolt "go.etcd.io/bbolt"
 )
 
 func TestSnapshotsAndReplay(t *testing.T) {
@@ -226,4 +228,61 @@ func TestRetention(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLongReplay covers the two-stage fold that long replays take.
+func TestLongReplay(t *testing.T) {
+	const n = 3*pipelineMin + 100
+	l := openTestLog(t)
+	envs := mustAppend(t, l, newHistory(12, 64).take(n)...)
+	for _, until := range []uint64{0, pipelineMin + 1, n - 1} {
+		want := foldAll(envs)
+		if until != 0 {
+			want = foldAll(envs[:until])
+		}
+		if got, err := l.Replay(until); err != nil || !got.Equal(want) {
+			t.Errorf("Replay(%d): seq %d, %v", until, got.Seq, err)
+		}
+	}
+	at := envs[2*pipelineMin].Time
+	if got, err := l.ReplayUntilTime(at); err != nil || !got.Equal(foldAll(envs[:2*pipelineMin+1])) {
+		t.Errorf("ReplayUntilTime: seq %d, %v", got.Seq, err)
+	}
+
+	path := l.Meta().Path
+	l.Close()
+	const bad = 2*pipelineMin + 7
+	rewrite(t, path, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEvents)
+		v := bytes.Clone(b.Get(seqKey(bad)))
+		v[len(v)-1] ^= 0x80
+		return b.Put(seqKey(bad), v)
+	})
+	ro, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	var ce *CorruptError
+	if _, err := ro.Replay(0); !errors.As(err, &ce) || ce.Seq != bad {
+		t.Fatalf("replay over a bad record: %v", err)
+	}
+	if got, err := ro.Replay(bad - 1); err != nil || !got.Equal(foldAll(envs[:bad-1])) {
+		t.Fatalf("replay up to the bad record: %v", err)
+	}
+}
+
+func TestReadPassesCallbackPanicsThrough(t *testing.T) {
+	l := openTestLog(t)
+	mustAppend(t, l, ev(0, events.KubeletRestarted{}))
+	defer func() {
+		if p := recover(); p != "boom" {
+			t.Fatalf("recovered %v, want the callback's own panic", p)
+		}
+		// The Log is still usable after the panic unwound the read.
+		if got := readAll(t, l, 0); len(got) != 1 {
+			t.Fatalf("read after the panic: %d events", len(got))
+		}
+	}()
+	l.Read(0, func(events.Envelope) error { panic("boom") })
 }

@@ -407,7 +407,7 @@ func viewRecover(db *bolt.DB, path string, fn func(*bolt.Tx) error) (err error) 
 type callerPanic struct{ v any }
 
 // callFn calls a caller's callback, marking a panic as the caller's.
-func callFn[T any](fn func(T) error, v T) (err error) {
+func callFn(fn func() error) (err error) {
 	panicking := true
 	defer func() {
 		// recover is nil when fn called runtime.Goexit (t.FailNow in a
@@ -416,7 +416,7 @@ func callFn[T any](fn func(T) error, v T) (err error) {
 			panic(callerPanic{r})
 		}
 	}()
-	err = fn(v)
+	err = fn()
 	panicking = false
 	return err
 }
