@@ -1,0 +1,138 @@
+package allocation
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/devledger/devledger/sysfs"
+)
+
+// DeviceInfoVersion is the version of the Network Plumbing WG device-info
+// spec the files follow, as its SPEC.md and the NAD client state it.
+const DeviceInfoVersion = "1.1.0"
+
+// DefaultDeviceInfoDir is where the spec puts device plugins' device-info
+// files, and where Multus and the SR-IOV CNI look for them.
+const DefaultDeviceInfoDir = "/var/run/k8s.cni.cncf.io/devinfo/dp"
+
+// DeviceInfo is a device-info file: the spec's "device-info" map. Fields
+// are in the order of the NAD client's types, so a file reads as the
+// SR-IOV plugin's would.
+type DeviceInfo struct {
+	Type    string         `json:"type"`
+	Version string         `json:"version"`
+	PCI     *PCIDeviceInfo `json:"pci,omitempty"`
+}
+
+// PCIDeviceInfo is the spec's "pci" map.
+type PCIDeviceInfo struct {
+	// PCIAddress is the function's address, "dddd:bb:dd.f".
+	PCIAddress string `json:"pci-address"`
+	// RDMADevice names the function's RDMA devices, comma-joined as the
+	// plugin writes them ("mlx5_2").
+	RDMADevice string `json:"rdma-device,omitempty"`
+	// PFPCIAddress is the PF's address for a VF. The SR-IOV plugin leaves
+	// it out; the spec allows it and CNIs use it to find the PF.
+	PFPCIAddress string `json:"pf-pci-address,omitempty"`
+}
+
+// NewDeviceInfo is the device-info of d: type "pci", the spec version, the
+// address, the PF address for a VF and the RDMA devices when d has any.
+// The SR-IOV plugin names RDMA devices only for pools with isRdma: a
+// caller that wants exactly that passes d with RDMADevices cleared. vDPA
+// devices are described as "pci" too: the spec's "vdpa" map requires the
+// vDPA device's name and path, which sysfs.Device does not carry.
+func NewDeviceInfo(d *sysfs.Device) DeviceInfo {
+	return DeviceInfo{
+		Type:    "pci",
+		Version: DeviceInfoVersion,
+		PCI: &PCIDeviceInfo{
+			PCIAddress:   d.Address,
+			RDMADevice:   strings.Join(d.RDMADevices, ","),
+			PFPCIAddress: d.PF,
+		},
+	}
+}
+
+// DeviceInfoPath is the path of the device-info file of the device addr of
+// the pool resource ("intel.com/intel_sriov_netdevice") in dir, named as
+// the spec and the NAD client name it: every '/' of the resource and of
+// the address becomes '-', so the file is
+// <prefix>-<name>-<addr>-device.json
+// ("intel.com-intel_sriov_netdevice-0000:af:06.0-device.json").
+func DeviceInfoPath(dir, resource, addr string) string {
+	return filepath.Join(dir, strings.ReplaceAll(resource, "/", "-")+"-"+strings.ReplaceAll(addr, "/", "-")+"-device.json")
+}
+
+// WriteDeviceInfo writes the device-info file of d for the pool resource in
+// dir, creating dir (0755) when it is missing. The file is written whole
+// or not at all: the content goes to a uniquely named temporary file in
+// dir (a dot file, so nobody globbing for device files sees it), is
+// synced, made read-only (0444, as the plugin makes it) and renamed over
+// the target, then dir is synced. Readers therefore see the old file or
+// the new one, never a partial one, and concurrent writers for the same
+// device all succeed, the last rename winning; the SR-IOV plugin's
+// check-then-write fails one of them with "already exists".
+func WriteDeviceInfo(dir, resource string, d sysfs.Device) error {
+	if d.Address == "" {
+		return fmt.Errorf("write device-info for %s: device has no PCI address: %w", resource, ErrInvalidRequest)
+	}
+	path := DeviceInfoPath(dir, resource, d.Address)
+	data, err := json.Marshal(NewDeviceInfo(&d))
+	if err != nil {
+		return fmt.Errorf("write device-info %s: %w", path, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("write device-info %s: %w", path, err)
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("write device-info %s: %w", path, err)
+	}
+	tmpPath := tmp.Name()
+	err = errors.Join(writeSync(tmp, data), tmp.Close())
+	if err == nil {
+		err = os.Rename(tmpPath, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmpPath)
+		return fmt.Errorf("write device-info %s: %w", path, err)
+	}
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("write device-info %s: sync %s: %w", path, dir, err)
+	}
+	return nil
+}
+
+func writeSync(f *os.File, data []byte) error {
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	if err := f.Chmod(0o444); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	return errors.Join(d.Sync(), d.Close())
+}
+
+// RemoveDeviceInfo removes the device-info file of the device addr of the
+// pool resource from dir. A file that is not there is no error.
+func RemoveDeviceInfo(dir, resource, addr string) error {
+	path := DeviceInfoPath(dir, resource, addr)
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove device-info %s: %w", path, err)
+	}
+	return nil
+}

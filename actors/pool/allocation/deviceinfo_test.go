@@ -1,0 +1,190 @@
+package allocation
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/devledger/devledger/sysfs"
+)
+
+const netdevice = "intel.com/intel_sriov_netdevice"
+
+func TestDeviceInfoPath(t *testing.T) {
+	for _, tc := range []struct {
+		dir, resource, addr, want string
+	}{
+		{DefaultDeviceInfoDir, netdevice, "0000:af:06.0",
+			"/var/run/k8s.cni.cncf.io/devinfo/dp/intel.com-intel_sriov_netdevice-0000:af:06.0-device.json"},
+		{"d", "nvidia.com/mlnx_sriov_rdma", "0000:3b:0a.2", "d/nvidia.com-mlnx_sriov_rdma-0000:3b:0a.2-device.json"},
+		// '/' never leaves the directory, in the resource or the ID.
+		{"d", "a/b/c", "x/y", "d/a-b-c-x-y-device.json"},
+	} {
+		if got := DeviceInfoPath(tc.dir, tc.resource, tc.addr); got != tc.want {
+			t.Errorf("DeviceInfoPath(%q, %q, %q) = %q, want %q", tc.dir, tc.resource, tc.addr, got, tc.want)
+		}
+	}
+}
+
+func TestWriteDeviceInfoGolden(t *testing.T) {
+	rdma := vf("0000:3b:0a.2", pfB, 2, "mlx5_core", "", 0)
+	rdma.RDMADevices = []string{"mlx5_2"}
+	for _, tc := range []struct {
+		name string
+		dev  sysfs.Device
+	}{
+		{"vf", vf("0000:3b:02.1", pfA, 1, "iavf", "61", 0)},
+		{"vf-rdma", rdma},
+		{"pf", sysfs.Device{Address: "0000:65:00.0", VFIndex: -1, NUMANode: -1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The directory does not exist yet: WriteDeviceInfo creates it.
+			dir := filepath.Join(t.TempDir(), "devinfo", "dp")
+			if err := WriteDeviceInfo(dir, netdevice, tc.dev); err != nil {
+				t.Fatal(err)
+			}
+			path := DeviceInfoPath(dir, netdevice, tc.dev.Address)
+			got, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden(t, "deviceinfo/"+tc.name+".json", append(got, '\n'))
+			st, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Mode().Perm() != 0o444 {
+				t.Errorf("file mode %v, want 0444", st.Mode().Perm())
+			}
+			if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+				t.Fatalf("dir: %v", err)
+			}
+			onlyFile(t, dir, filepath.Base(path))
+		})
+	}
+}
+
+// onlyFile fails unless dir holds exactly the file name: no temporary
+// file is left behind.
+func onlyFile(t *testing.T, dir, name string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Name() != name {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("dir holds %q, want only %q", names, name)
+	}
+}
+
+// TestWriteDeviceInfoConcurrent writes the same device's file from 16
+// goroutines at once, over an existing read-only file, while readers
+// watch it: every write succeeds, no reader sees a partial file, and one
+// file with the expected content remains.
+func TestWriteDeviceInfoConcurrent(t *testing.T) {
+	dir := t.TempDir()
+	dev := vf("0000:3b:02.1", pfA, 1, "iavf", "61", 0)
+	if err := WriteDeviceInfo(dir, netdevice, dev); err != nil {
+		t.Fatal(err)
+	}
+	path := DeviceInfoPath(dir, netdevice, dev.Address)
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const writers = 16
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		done    = make(chan struct{})
+		errs    = make(chan error, writers)
+		readErr = make(chan error, 1)
+	)
+	go func() {
+		defer close(readErr)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			got, err := os.ReadFile(path)
+			if err != nil {
+				readErr <- err
+				return
+			}
+			if string(got) != string(want) {
+				readErr <- errors.New("reader saw " + string(got))
+				return
+			}
+		}
+	}()
+	for range writers {
+		wg.Go(func() {
+			<-start
+			errs <- WriteDeviceInfo(dir, netdevice, dev)
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(done)
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if err := <-readErr; err != nil {
+		t.Error(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Errorf("content %s, want %s", got, want)
+	}
+	onlyFile(t, dir, filepath.Base(path))
+}
+
+func TestWriteDeviceInfoErrors(t *testing.T) {
+	if err := WriteDeviceInfo(t.TempDir(), netdevice, sysfs.Device{}); !errors.Is(err, ErrInvalidRequest) {
+		t.Errorf("no address: %v, want ErrInvalidRequest", err)
+	}
+	// dir is a file: MkdirAll fails, naming the path.
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteDeviceInfo(file, netdevice, vf("0000:3b:02.1", pfA, 1, "iavf", "", 0)); err == nil {
+		t.Error("writing under a file succeeded")
+	}
+}
+
+func TestRemoveDeviceInfo(t *testing.T) {
+	dir := t.TempDir()
+	dev := vf("0000:3b:02.1", pfA, 1, "iavf", "61", 0)
+	if err := WriteDeviceInfo(dir, netdevice, dev); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveDeviceInfo(dir, netdevice, dev.Address); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(DeviceInfoPath(dir, netdevice, dev.Address)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("file still there: %v", err)
+	}
+	// Missing file, and missing directory, are fine.
+	if err := RemoveDeviceInfo(dir, netdevice, dev.Address); err != nil {
+		t.Errorf("second remove: %v", err)
+	}
+	if err := RemoveDeviceInfo(filepath.Join(dir, "nope"), netdevice, dev.Address); err != nil {
+		t.Errorf("remove in missing dir: %v", err)
+	}
+}
