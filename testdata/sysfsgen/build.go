@@ -12,9 +12,12 @@ import (
 // Roots are the three roots of a built tree, to hand to the code under test
 // as its sysfs, devfs and procfs roots.
 type Roots struct {
+	// Sysfs is <dir>/sys, standing for /sys.
 	Sysfs string
-	Dev   string
-	Proc  string
+	// Dev is <dir>/dev, standing for /dev.
+	Dev string
+	// Proc is <dir>/proc, standing for /proc (only net/route is written).
+	Proc string
 }
 
 // ErrInvalidNode is wrapped by every error Build returns for a Node that
