@@ -270,7 +270,7 @@ func (c *ContainerAllocation) encode(w *writer) {
 }
 
 func (c *ContainerAllocation) decode(r *reader) {
-	if r.skipResponse {
+	if r.forFold { // Apply never reads a response
 		skipContainerAllocation(r)
 		return
 	}
@@ -312,9 +312,7 @@ func skipContainerAllocation(r *reader) {
 		r.rawBytes()
 		r.rawBytes()
 	}
-	for range r.length(1) { // CDIDevices
-		r.rawBytes()
-	}
+	r.skipStrings() // CDIDevices
 }
 
 // DevicesAllocated is the heart of the ledger: the kubelet asked for DeviceIDs

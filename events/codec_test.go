@@ -2,11 +2,13 @@ package events
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -489,5 +491,40 @@ func TestCatalogKeepsEveryVersion(t *testing.T) {
 				t.Errorf("%s: no decoder for version %d of %d", typ, v, k.version)
 			}
 		}
+	}
+}
+
+// Decoding shares a reader pool and a boot id cache between goroutines: the
+// store's replay, dump through the admin socket and snapshots run at once.
+func TestUnmarshalConcurrent(t *testing.T) {
+	var recs [][]byte
+	var want []Envelope
+	for i, typ := range Types() {
+		e := sampleEnvelope(t, typ)
+		e.BootID = fmt.Sprint("boot-", i%3)
+		recs = append(recs, mustMarshal(t, e))
+		want = append(want, e)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for g := range 4 {
+		wg.Go(func() {
+			for n := range 200 {
+				i := (g + n) % len(recs)
+				got, err := Unmarshal(recs[i])
+				if err == nil && !reflect.DeepEqual(got, want[i]) {
+					err = fmt.Errorf("%s decoded as %#v", want[i].Type, got)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

@@ -348,6 +348,16 @@ func (p DevicesReleased) encode(w *writer) {
 }
 
 func decodeDevicesReleased(r *reader) Payload {
+	if r.forFold {
+		// Apply reads only the allocation: it frees the devices the fold
+		// has for it, not the ones the event names. The pool is the
+		// subject, which unmarshal checks.
+		p := DevicesReleased{AllocationSeq: r.uvarint(), Pool: r.string()}
+		r.skipStrings()
+		r.duration()
+		r.rawBytes()
+		return p
+	}
 	return DevicesReleased{AllocationSeq: r.uvarint(), Pool: r.string(), DeviceIDs: r.strings(),
 		HeldFor: r.duration(), Reason: r.string()}
 }

@@ -145,7 +145,7 @@ func unmarshal(rec []byte, forFold bool) (Envelope, error) {
 	// The decoders are called through function values, so a reader on the
 	// stack would escape to the heap: an allocation per record, saved here.
 	r := readers.Get().(*reader)
-	*r = reader{buf: rec, off: 1, skipResponse: forFold}
+	*r = reader{buf: rec, off: 1, forFold: forFold}
 	defer func() {
 		*r = reader{}
 		readers.Put(r)

@@ -80,23 +80,22 @@ type reader struct {
 	buf []byte
 	off int
 	err error
-	// text, once set by shareText, is a copy of buf from textAt on, and
-	// strings read after are cut from it: decoding a record then costs one
-	// string allocation, not one per field.
+	// Once shareText was called, strings are cut from text, a copy of buf
+	// from textAt on made at the first string: decoding a record then costs
+	// one string allocation, not one per field, and none without strings.
+	share  bool
 	text   string
 	textAt int
-	// skipResponse makes ContainerAllocation.decode check its bytes without
-	// building the value: replay folds allocations, it never reads them.
-	skipResponse bool
+	// forFold says only what Apply reads is wanted: decoders may check the
+	// other fields without building them (see ApplyRecord).
+	forFold bool
 }
 
 // shareText makes the strings read from here on share one copy of the rest
 // of the record. They keep the whole copy alive as long as any of them is.
 func (r *reader) shareText() {
-	if r.err == nil && r.remaining() > 0 {
-		r.text = string(r.buf[r.off:])
-		r.textAt = r.off
-	}
+	r.share = true
+	r.textAt = r.off
 }
 
 func (r *reader) fail(format string, args ...any) {
@@ -209,11 +208,20 @@ func (r *reader) string() string {
 	switch {
 	case len(b) == 0:
 		return ""
-	case r.text != "":
-		end := r.off - r.textAt
-		return r.text[end-len(b) : end]
+	case !r.share:
+		return string(b)
+	case r.text == "":
+		r.text = string(r.buf[r.textAt:])
 	}
-	return string(b)
+	end := r.off - r.textAt
+	return r.text[end-len(b) : end]
+}
+
+// skipStrings reads what strings reads and keeps none of it.
+func (r *reader) skipStrings() {
+	for range r.length(1) {
+		r.rawBytes()
+	}
 }
 
 // lastBootID holds the boot id most recently decoded. A ledger holds long runs
