@@ -1,0 +1,512 @@
+// Package daemon wires devledger's daemon: it opens the ledger, replays it,
+// loads the config, records the start, starts the actor tree under the node
+// coordinator, serves the admin socket, takes snapshots, and on Stop drains
+// the pools, records the stop, snapshots and closes the ledger.
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/devledger/devledger/actors/ledger"
+	"github.com/devledger/devledger/actors/node"
+	"github.com/devledger/devledger/actors/pool/allocation"
+	"github.com/devledger/devledger/actors/registrar"
+	"github.com/devledger/devledger/actors/supervise"
+	"github.com/devledger/devledger/config"
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi"
+	"github.com/devledger/devledger/store"
+	"github.com/devledger/devledger/sysfs"
+)
+
+// LedgerFileName is the ledger's file name in the state dir.
+const LedgerFileName = "ledger.db"
+
+// PIDFileName names the file in the state dir that says which process holds
+// the ledger.
+const PIDFileName = "devledger.pid"
+
+// ErrBadConfig is wrapped by Start's error when the config file is missing
+// or invalid (exit code 2).
+var ErrBadConfig = errors.New("bad config")
+
+// ErrLedgerLocked is wrapped by Start's error when another process holds the
+// ledger.
+var ErrLedgerLocked = errors.New("ledger locked")
+
+// Options configure a daemon. Zero values mean the node defaults.
+type Options struct {
+	ConfigPath string
+	SysfsRoot  string // /sys
+	DevRoot    string // /dev
+	ProcRoot   string // /proc
+	PCIIDsPath string
+	KubeletDir string // /var/lib/kubelet
+	StateDir   string // /var/lib/devledger
+	DevinfoDir string // /var/run/k8s.cni.cncf.io/devinfo/dp; "-" writes none
+	// Registration is auto, legacy or watcher; auto picks watcher when
+	// the kubelet's plugins_registry dir exists.
+	Registration string
+	Version      string
+	Node         string
+	// ScanInterval and ProbeInterval pace discovery and health (defaults
+	// 30s and 5s).
+	ScanInterval  time.Duration
+	ProbeInterval time.Duration
+	// SnapshotEvery is how many events may follow the newest snapshot
+	// before the daemon takes another (default 10,000); SnapshotCheck is
+	// how often it looks (default 30s).
+	SnapshotEvery uint64
+	SnapshotCheck time.Duration
+	CallTimeout   time.Duration
+	Logger        zerolog.Logger
+}
+
+func (o *Options) defaults() {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&o.SysfsRoot, "/sys")
+	def(&o.DevRoot, "/dev")
+	def(&o.ProcRoot, "/proc")
+	def(&o.KubeletDir, "/var/lib/kubelet")
+	def(&o.StateDir, "/var/lib/devledger")
+	def(&o.DevinfoDir, "/var/run/k8s.cni.cncf.io/devinfo/dp")
+	def(&o.Registration, "auto")
+	def(&o.Version, "dev")
+	if o.Node == "" {
+		o.Node, _ = os.Hostname()
+	}
+	if o.ScanInterval == 0 {
+		o.ScanInterval = 30 * time.Second
+	}
+	if o.ProbeInterval == 0 {
+		o.ProbeInterval = 5 * time.Second
+	}
+	if o.SnapshotEvery == 0 {
+		o.SnapshotEvery = 10_000
+	}
+	if o.SnapshotCheck == 0 {
+		o.SnapshotCheck = 30 * time.Second
+	}
+}
+
+// Daemon is a running devledger daemon.
+type Daemon struct {
+	opts   Options
+	log    zerolog.Logger
+	ledger *store.Log
+	rec    *ledger.Recorder
+	system *actor.ActorSystem
+	node   *actor.PID
+	admin  *grpcapi.AdminServer
+	mode   grpcapi.RegistrationMode
+	pools  []string
+
+	fatal     chan error
+	fatalOnce sync.Once
+	stopSnap  chan struct{}
+	snapDone  chan struct{}
+	stopOnce  sync.Once
+	stopErr   error
+}
+
+// Start brings the daemon up: ledger, replay, config, actors, admin socket.
+// It returns once the actors are started; pools register as the kubelet
+// allows. Errors wrap ErrBadConfig (exit 2) or name the path at fault.
+func Start(opts Options) (*Daemon, error) {
+	opts.defaults()
+	d := &Daemon{opts: opts, log: opts.Logger, fatal: make(chan error, 1)}
+
+	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir %s: %w", opts.StateDir, err)
+	}
+	if err := os.Chmod(opts.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir %s: %w", opts.StateDir, err)
+	}
+	cfg, cfgData, cfgErr := loadConfig(opts.ConfigPath)
+
+	bootID := newBootID()
+	path := filepath.Join(opts.StateDir, LedgerFileName)
+	l, err := store.Open(path, store.Options{Node: opts.Node, BootID: bootID, LockTimeout: time.Second,
+		Logger: d.log.With().Str("component", "ledger").Logger()})
+	if err != nil {
+		if errors.Is(err, store.ErrLocked) {
+			return nil, fmt.Errorf("%w: %s is held by %s", ErrLedgerLocked, path, holder(opts.StateDir))
+		}
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+	d.ledger = l
+	ok := false
+	defer func() {
+		if !ok {
+			l.Close()
+		}
+	}()
+	writePIDFile(opts.StateDir, bootID)
+
+	began := time.Now()
+	st, err := l.Replay(0)
+	if err != nil {
+		return nil, fmt.Errorf("replay %s: %w", path, err)
+	}
+	d.log.Info().Uint64("seq", st.Seq).Int("devices", len(st.Devices)).Int("pools", len(st.Pools)).
+		Int("live_allocations", len(st.Allocations)).Dur("took", time.Since(began)).Msg("ledger replayed")
+	if st.Daemon.Running {
+		d.log.Warn().Str("boot_id", st.Daemon.BootID).Msg("the previous run did not stop cleanly; compensating")
+	}
+	d.rec = ledger.NewRecorder(l, bootID, nil)
+
+	mode, err := resolveMode(opts.Registration, opts.KubeletDir)
+	if err != nil {
+		return nil, err
+	}
+	d.mode = mode
+	start := []events.Payload{events.DaemonStarted{Version: opts.Version, Node: opts.Node, PID: os.Getpid(),
+		ConfigPath: opts.ConfigPath, SysfsRoot: opts.SysfsRoot, KubeletDir: opts.KubeletDir, Registration: string(mode)}}
+	if cfgErr != nil {
+		start = append(start, events.ConfigRejected{Path: opts.ConfigPath, SHA256: digest(cfgData), Errors: errorLines(cfgErr)})
+		if _, err := d.rec.Record(context.Background(), start...); err != nil {
+			d.log.Error().Err(err).Msg("cannot record the rejected config")
+		}
+		return nil, fmt.Errorf("%w: %w", ErrBadConfig, cfgErr)
+	}
+	for _, w := range cfg.Warnings {
+		d.log.Warn().Str("config", opts.ConfigPath).Msg(w)
+	}
+	applied := configApplied(opts.ConfigPath, cfgData, cfg)
+	if applied.SHA256 != st.Config.SHA256 || applied.Path != st.Config.Path || !sameSpecs(applied.Pools, st) {
+		start = append(start, applied)
+	}
+	envs, err := d.rec.Record(context.Background(), start...)
+	if err != nil {
+		return nil, fmt.Errorf("record start: %w", err)
+	}
+	for _, e := range envs {
+		st = events.Apply(st, e)
+	}
+	for _, r := range cfg.Resources {
+		d.pools = append(d.pools, r.FullName())
+	}
+	d.log.Info().Str("boot_id", bootID).Str("version", opts.Version).Str("registration", string(mode)).
+		Strs("pools", d.pools).Uint64("seq", envs[0].Seq).Msg("daemon started")
+
+	env, err := config.NewEnv(opts.ProcRoot, opts.DevRoot)
+	if err != nil {
+		d.log.Warn().Err(err).Msg("cannot read the default route; no interface is excluded for carrying it")
+	}
+	reader := sysfs.New(sysfs.Options{SysfsRoot: opts.SysfsRoot, DevRoot: opts.DevRoot, PCIIDsPath: opts.PCIIDsPath,
+		Logger: d.log.With().Str("component", "sysfs").Logger()})
+	if _, err := os.Stat(opts.SysfsRoot); err != nil {
+		return nil, fmt.Errorf("sysfs root %s: %w", opts.SysfsRoot, err)
+	}
+	devinfo := opts.DevinfoDir
+	if devinfo == "-" {
+		devinfo = ""
+	}
+
+	zl := d.log.With().Str("component", "protoactor").Logger()
+	d.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(&zerologHandler{log: zl})
+	}))
+	giveUp := func(child *actor.PID, reason any) {
+		d.die(fmt.Errorf("actor %s kept crashing: %v", child.Id, reason))
+	}
+	strategy := supervise.DefaultBackoff(d.log.With().Str("component", "supervisor").Logger(), giveUp)
+	props := node.Props(node.Config{
+		Config: cfg, Env: env, Reader: reader, Recorder: d.rec, Replayed: &st,
+		KubeletDir: opts.KubeletDir, Mode: mode,
+		AllocEnv:   allocation.Env{DevRoot: opts.DevRoot, HasVhostNet: env.HasVhostNet},
+		DevinfoDir: devinfo, ScanInterval: opts.ScanInterval, ProbeInterval: opts.ProbeInterval,
+		CallTimeout: opts.CallTimeout, Supervisor: strategy, Log: d.log,
+	})
+	props.Configure(actor.WithGuardian(strategy))
+	d.node, err = d.system.Root.SpawnNamed(props, "node")
+	if err != nil {
+		return nil, fmt.Errorf("spawn node: %w", err)
+	}
+
+	d.admin = grpcapi.NewAdminServer(l, d, grpcapi.AdminServerOptions{Logger: d.log.With().Str("component", "admin").Logger()})
+	if err := d.admin.Serve(grpcapi.AdminSocketPath(opts.StateDir)); err != nil {
+		d.log.Warn().Err(err).Msg("admin socket not served; dump on this node must wait for the daemon to stop")
+	}
+
+	d.stopSnap, d.snapDone = make(chan struct{}), make(chan struct{})
+	go d.snapshotLoop()
+	ok = true
+	return d, nil
+}
+
+// Fatal delivers an error when the daemon cannot go on (an actor kept
+// crashing); the caller should Stop and exit 1.
+func (d *Daemon) Fatal() <-chan error { return d.fatal }
+
+func (d *Daemon) die(err error) {
+	d.fatalOnce.Do(func() {
+		d.log.Error().Err(err).Msg("daemon failing")
+		d.fatal <- err
+	})
+}
+
+// Recorder is the daemon's recorder (for tests and the demo).
+func (d *Daemon) Recorder() *ledger.Recorder { return d.rec }
+
+// Mode is the registration mode in use.
+func (d *Daemon) Mode() grpcapi.RegistrationMode { return d.mode }
+
+// Children returns the PIDs of the actors, for queries.
+func (d *Daemon) Children(ctx context.Context) (*node.ChildPIDs, error) {
+	res, err := d.system.Root.RequestFuture(d.node, &node.Children{}, timeoutOf(ctx)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("ask node: %w", err)
+	}
+	return res.(*node.ChildPIDs), nil
+}
+
+// Send delivers a message to the node coordinator (node.Rescan,
+// node.ProbeHealth).
+func (d *Daemon) Send(msg any) { d.system.Root.Send(d.node, msg) }
+
+// Ask sends a request to an actor and waits for the reply within ctx.
+func (d *Daemon) Ask(ctx context.Context, pid *actor.PID, msg any) (any, error) {
+	return d.system.Root.RequestFuture(pid, msg, timeoutOf(ctx)).Result()
+}
+
+// Status implements grpcapi.StatusSource: every configured pool and whether
+// the kubelet acknowledged it.
+func (d *Daemon) Status(ctx context.Context) (grpcapi.AdminStatus, error) {
+	st := grpcapi.AdminStatus{Version: d.opts.Version, BootID: d.rec.BootID()}
+	kids, err := d.Children(ctx)
+	if err != nil {
+		return st, err
+	}
+	res, err := d.Ask(ctx, kids.Registrar, &registrar.Query{})
+	if err != nil {
+		return st, fmt.Errorf("ask registrar: %w", err)
+	}
+	reg := res.(*registrar.Status)
+	for _, name := range d.pools {
+		ps := reg.Pools[name]
+		st.Pools = append(st.Pools, grpcapi.AdminPoolStatus{Resource: name, Socket: ps.Socket, Registered: ps.Registered, Reason: ps.LastError})
+	}
+	return st, nil
+}
+
+// Ready reports whether every configured pool is registered.
+func (d *Daemon) Ready(ctx context.Context) bool {
+	st, err := d.Status(ctx)
+	if err != nil {
+		return false
+	}
+	for _, p := range st.Pools {
+		if !p.Registered {
+			return false
+		}
+	}
+	return true
+}
+
+func timeoutOf(ctx context.Context) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		if t := time.Until(dl); t > 0 {
+			return t
+		}
+		return time.Millisecond
+	}
+	return 5 * time.Second
+}
+
+// Stop drains the daemon: pools stop taking requests and finish those in
+// flight, sockets are removed; then DaemonStopped is recorded, a snapshot
+// taken and the ledger closed. reason goes into DaemonStopped.
+func (d *Daemon) Stop(ctx context.Context, reason string) error {
+	d.stopOnce.Do(func() { d.stopErr = d.stop(ctx, reason) })
+	return d.stopErr
+}
+
+func (d *Daemon) stop(ctx context.Context, reason string) error {
+	close(d.stopSnap)
+	<-d.snapDone
+	clean := true
+	if err := d.system.Root.PoisonFuture(d.node).Wait(); err != nil {
+		clean = false
+		d.log.Warn().Err(err).Msg("actors did not stop in time")
+	}
+	if d.admin != nil {
+		if err := d.admin.Stop(ctx); err != nil {
+			d.log.Warn().Err(err).Msg("admin socket stop")
+		}
+	}
+	var errs []error
+	if envs, err := d.rec.Record(ctx, events.DaemonStopped{Reason: reason, Clean: clean}); err != nil {
+		errs = append(errs, fmt.Errorf("record stop: %w", err))
+	} else {
+		d.log.Info().Str("reason", reason).Bool("clean", clean).Uint64("seq", envs[0].Seq).Msg("daemon stopped")
+	}
+	if err := d.snapshot(ctx, "daemon stop"); err != nil {
+		errs = append(errs, err)
+	}
+	d.system.Shutdown()
+	if err := d.ledger.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close ledger: %w", err))
+	}
+	os.Remove(filepath.Join(d.opts.StateDir, PIDFileName))
+	return errors.Join(errs...)
+}
+
+func (d *Daemon) snapshotLoop() {
+	defer close(d.snapDone)
+	t := time.NewTicker(d.opts.SnapshotCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stopSnap:
+			return
+		case <-t.C:
+			last := uint64(0)
+			if s, ok, err := d.ledger.LatestSnapshot(0); err == nil && ok {
+				last = s.Seq
+			}
+			if d.ledger.LastSeq()-last >= d.opts.SnapshotEvery {
+				if err := d.snapshot(context.Background(), fmt.Sprintf("%d events since the last", d.ledger.LastSeq()-last)); err != nil {
+					d.log.Error().Err(err).Msg("snapshot failed")
+				}
+			}
+		}
+	}
+}
+
+// snapshot folds the ledger and saves the state.
+func (d *Daemon) snapshot(ctx context.Context, reason string) error {
+	s, err := d.ledger.Replay(0)
+	if err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	if _, err := d.ledger.SaveSnapshot(ctx, s, reason); err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	d.log.Info().Uint64("seq", s.Seq).Str("reason", reason).Msg("snapshot taken")
+	return nil
+}
+
+// Run starts the daemon and runs it until ctx ends (SIGTERM) or it fails.
+func Run(ctx context.Context, opts Options) error {
+	d, err := Start(opts)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		return d.Stop(sctx, "signal: "+context.Cause(ctx).Error())
+	case ferr := <-d.Fatal():
+		sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		return errors.Join(ferr, d.Stop(sctx, "fatal: "+ferr.Error()))
+	}
+}
+
+func resolveMode(flag, kubeletDir string) (grpcapi.RegistrationMode, error) {
+	switch flag {
+	case "legacy":
+		return grpcapi.ModeLegacy, nil
+	case "watcher":
+		return grpcapi.ModeWatcher, nil
+	case "auto":
+		if fi, err := os.Stat(node.PluginsRegistryDir(kubeletDir)); err == nil && fi.IsDir() {
+			return grpcapi.ModeWatcher, nil
+		}
+		return grpcapi.ModeLegacy, nil
+	}
+	return "", fmt.Errorf("%w: --registration %q: want auto, legacy or watcher", ErrBadConfig, flag)
+}
+
+func loadConfig(path string) (*config.Config, []byte, error) {
+	if path == "" {
+		return nil, nil, errors.New("no config file given (--config)")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	cfg, err := config.Parse(path, data)
+	return cfg, data, err
+}
+
+func errorLines(err error) []string {
+	return strings.Split(strings.TrimRight(err.Error(), "\n"), "\n")
+}
+
+func digest(b []byte) string {
+	if b == nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// configApplied describes a valid config for the ledger.
+func configApplied(path string, data []byte, cfg *config.Config) events.ConfigApplied {
+	ca := events.ConfigApplied{Path: path, SHA256: digest(data)}
+	for i := range cfg.Resources {
+		r := &cfg.Resources[i]
+		def, _ := json.Marshal(r)
+		ca.Pools = append(ca.Pools, events.PoolSpec{Resource: r.FullName(), DeviceType: string(r.DeviceType),
+			ExcludeTopology: r.ExcludeTopology, AllocatePolicy: string(r.AllocatePolicy), Definition: string(def)})
+	}
+	return ca
+}
+
+func sameSpecs(specs []events.PoolSpec, st events.State) bool {
+	if len(specs) != len(st.Pools) {
+		return false
+	}
+	for _, s := range specs {
+		if p, ok := st.Pools[s.Resource]; !ok || p.Spec != s {
+			return false
+		}
+	}
+	return true
+}
+
+func newBootID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// writePIDFile says which process holds the ledger, for the error another
+// daemon gets when it finds the ledger locked.
+func writePIDFile(stateDir, bootID string) {
+	line := fmt.Sprintf("pid %d, boot %s, started %s\n", os.Getpid(), bootID, time.Now().UTC().Format(time.RFC3339))
+	tmp := filepath.Join(stateDir, PIDFileName+".tmp")
+	if os.WriteFile(tmp, []byte(line), 0o600) == nil {
+		os.Rename(tmp, filepath.Join(stateDir, PIDFileName))
+	}
+}
+
+func holder(stateDir string) string {
+	b, err := os.ReadFile(filepath.Join(stateDir, PIDFileName))
+	if err != nil || len(b) == 0 {
+		return "another process (no " + PIDFileName + " says which)"
+	}
+	return "devledger " + strings.TrimSpace(string(b))
+}

@@ -1,0 +1,62 @@
+// Package ledger gives actors one way to record facts: a Recorder stamps
+// payloads with the daemon's boot id and the time, appends them to the store
+// (durable when Record returns) and hands back the envelopes with their
+// sequence numbers, ready to Apply. Actors persist through it, then apply,
+// then reply.
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/store"
+)
+
+// Recorder appends events for one daemon run. It is safe for concurrent use:
+// concurrent Records share group commits in the store.
+type Recorder struct {
+	log    *store.Log
+	bootID string
+	now    func() time.Time
+}
+
+// NewRecorder returns a Recorder appending to log as boot bootID. now is the
+// clock; nil means time.Now.
+func NewRecorder(log *store.Log, bootID string, now func() time.Time) *Recorder {
+	if now == nil {
+		now = time.Now
+	}
+	return &Recorder{log: log, bootID: bootID, now: now}
+}
+
+// BootID is the id of this daemon run.
+func (r *Recorder) BootID() string { return r.bootID }
+
+// Log is the store the Recorder appends to, for reading back.
+func (r *Recorder) Log() *store.Log { return r.log }
+
+// Record appends the payloads as one all-or-nothing batch and returns their
+// envelopes once they are durable. On error nothing was recorded.
+func (r *Recorder) Record(ctx context.Context, ps ...events.Payload) ([]events.Envelope, error) {
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	at := r.now()
+	envs := make([]events.Envelope, len(ps))
+	for i, p := range ps {
+		envs[i] = events.New(p, at, r.bootID)
+	}
+	out, err := r.log.Append(ctx, envs...)
+	if err != nil {
+		return nil, fmt.Errorf("record %s: %w", envs[0].Type, err)
+	}
+	return out, nil
+}
+
+// Replay folds the ledger as it is now (newest snapshot plus the events
+// after it): how a restarted actor rebuilds its state.
+func (r *Recorder) Replay() (events.State, error) {
+	return r.log.Replay(0)
+}

@@ -1,0 +1,25 @@
+package node
+
+import "github.com/asynkron/protoactor-go/actor"
+
+// Messages the node coordinator receives from outside its tree.
+
+// Rescan asks for a scan now (and, through it, a fresh pool selection).
+type Rescan struct{ Reason string }
+
+// ProbeHealth asks the health checker for a probe round now.
+type ProbeHealth struct{}
+
+// Children asks for the PIDs of the node's actors; the reply is a
+// *ChildPIDs. It lets the daemon and tests query actors directly.
+type Children struct{}
+
+// ChildPIDs is the reply to Children. Pools maps a pool's resource name to
+// its allocator; a pool appears once the first scan placed devices.
+type ChildPIDs struct {
+	Scanner   *actor.PID
+	Registrar *actor.PID
+	Health    *actor.PID
+	Sockets   *actor.PID
+	Pools     map[string]*actor.PID
+}

@@ -1,0 +1,494 @@
+// Package pool is the pool allocator actor: one per resource pool. It owns
+// the pool's members, their health and the live allocations of its devices;
+// serves the pool to the kubelet through a grpcapi.PoolServer; and answers
+// Allocate only once the allocation is durable in the ledger.
+package pool
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/devledger/devledger/actors/ledger"
+	"github.com/devledger/devledger/actors/pool/allocation"
+	"github.com/devledger/devledger/config"
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi"
+	"github.com/devledger/devledger/sysfs"
+)
+
+// Config is what a pool allocator needs.
+type Config struct {
+	Resource *config.Resource
+	// Members are the devices the pool starts with.
+	Members  []allocation.Member
+	Recorder *ledger.Recorder
+	// Replayed is the ledger's state the first incarnation starts from; a
+	// restarted pool replays the ledger instead.
+	Replayed *events.State
+	// Socket is where the pool serves; Mode says how it is registered.
+	Socket string
+	Mode   grpcapi.RegistrationMode
+	Env    allocation.Env
+	// DevinfoDir is where device-info files are written for netDevice
+	// pools; "" writes none.
+	DevinfoDir string
+	// CallTimeout bounds every kubelet call (grpcapi.DefaultCallTimeout
+	// when zero).
+	CallTimeout time.Duration
+	Log         zerolog.Logger
+}
+
+// Props returns the props of a pool allocator.
+func Props(cfg Config) *actor.Props {
+	first := true
+	return actor.PropsFromProducer(func() actor.Actor {
+		p := &allocator{cfg: cfg, name: cfg.Resource.FullName()}
+		if first {
+			p.replayed = cfg.Replayed
+			first = false
+		}
+		return p
+	})
+}
+
+type allocator struct {
+	cfg      Config
+	name     string
+	replayed *events.State
+
+	members map[string]allocation.Member
+	order   []string // member addresses, sorted
+	// held maps a device to the live allocations holding it.
+	held map[string][]uint64
+	// inflight counts devices in Allocates whose append has not returned.
+	inflight map[string]int
+
+	watchers map[uint64]chan []*pluginapi.Device
+	server   *grpcapi.PoolServer
+	self     *actor.PID
+}
+
+// Receive implements actor.Actor.
+func (p *allocator) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		p.start(ctx)
+	case *actor.Stopping, *actor.Restarting:
+		p.stop()
+	case *SetMembers:
+		p.setMembers(ctx, m.Members, m.Reason)
+	case *SetHealth:
+		p.setHealth(m)
+	case *Reserve:
+		p.reserve(ctx)
+	case *Released:
+		p.release(m.AllocationSeq)
+	case *Query:
+		ctx.Respond(p.status())
+	case *Crash:
+		panic(fmt.Sprintf("pool %s: injected crash: %s", p.name, m.Reason))
+	case *watchReq:
+		p.watchers[m.id] = m.ch
+		push(m.ch, p.deviceList())
+		ctx.Respond(true)
+	case *unwatchReq:
+		if ch, ok := p.watchers[m.id]; ok {
+			close(ch)
+			delete(p.watchers, m.id)
+		}
+	case *preferredReq:
+		resp, err := p.preferred(m.req)
+		ctx.Respond(&preferredReply{resp: resp, err: err})
+	case *allocateReq:
+		p.allocate(ctx, m.req)
+	case *persisted:
+		p.persisted(ctx, m)
+	case *kubeletSaid:
+		ctx.Send(ctx.Parent(), &m.report)
+	}
+}
+
+func (p *allocator) start(ctx actor.Context) {
+	p.self = ctx.Self()
+	p.watchers = map[uint64]chan []*pluginapi.Device{}
+	p.inflight = map[string]int{}
+	st := p.replayed
+	if st == nil {
+		s, err := p.cfg.Recorder.Replay()
+		if err != nil {
+			panic(fmt.Errorf("pool %s: replay: %w", p.name, err))
+		}
+		st = &s
+		// Members may have changed since we were spawned.
+		ctx.Send(ctx.Parent(), &NeedMembers{Pool: p.name})
+	}
+	p.held = map[string][]uint64{}
+	for seq, a := range st.Allocations {
+		if a.Pool != p.name {
+			continue
+		}
+		for _, id := range a.DeviceIDs {
+			p.held[id] = append(p.held[id], seq)
+		}
+	}
+	for _, h := range p.held {
+		slices.Sort(h)
+	}
+	p.members = map[string]allocation.Member{}
+	var before []string
+	if pool, ok := st.Pools[p.name]; ok {
+		before = pool.Members
+	}
+	p.members, p.order = index(p.cfg.Members)
+	p.recordMembership(ctx, before, "daemon start")
+
+	p.server = grpcapi.NewPoolServer(p.name, &backend{root: ctx.ActorSystem().Root, pid: ctx.Self(), timeout: p.callTimeout()},
+		grpcapi.PoolServerOptions{Mode: p.cfg.Mode, Observer: observer{root: ctx.ActorSystem().Root, pid: ctx.Self(), pool: p.name},
+			CallTimeout: p.callTimeout(), Logger: p.cfg.Log})
+	if err := p.server.Serve(p.cfg.Socket); err != nil {
+		panic(fmt.Errorf("pool %s: serve %s: %w", p.name, p.cfg.Socket, err))
+	}
+	p.announce(ctx)
+}
+
+func (p *allocator) callTimeout() time.Duration {
+	if p.cfg.CallTimeout > 0 {
+		return p.cfg.CallTimeout
+	}
+	return grpcapi.DefaultCallTimeout
+}
+
+// announce records PluginServing and tells the parent the pool is ready to
+// be registered.
+func (p *allocator) announce(ctx actor.Context) {
+	mode := string(p.cfg.Mode)
+	if mode == "" {
+		mode = string(grpcapi.ModeLegacy)
+	}
+	envs, err := p.cfg.Recorder.Record(context.Background(), events.PluginServing{Pool: p.name, Socket: p.cfg.Socket, Mode: mode})
+	if err != nil {
+		// Serving is a fact about now: it is worth retrying, but the pool
+		// serves whether or not the ledger says so.
+		p.cfg.Log.Error().Err(err).Str("pool", p.name).Msg("cannot record PluginServing")
+	} else {
+		p.cfg.Log.Info().Str("pool", p.name).Str("socket", p.cfg.Socket).Str("mode", mode).Uint64("seq", envs[0].Seq).Msg("pool serving")
+	}
+	ctx.Send(ctx.Parent(), &Serving{Pool: p.name, Socket: p.cfg.Socket})
+}
+
+func (p *allocator) stop() {
+	for id, ch := range p.watchers {
+		close(ch)
+		delete(p.watchers, id)
+	}
+	if p.server != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := p.server.Stop(ctx); err != nil {
+			p.cfg.Log.Warn().Err(err).Str("pool", p.name).Msg("pool server stop")
+		}
+		p.server = nil
+	}
+}
+
+func (p *allocator) reserve(ctx actor.Context) {
+	if p.server == nil {
+		return
+	}
+	if err := p.server.Reserve(p.cfg.Socket); err != nil {
+		panic(fmt.Errorf("pool %s: re-create socket %s: %w", p.name, p.cfg.Socket, err))
+	}
+	p.announce(ctx)
+}
+
+func index(ms []allocation.Member) (map[string]allocation.Member, []string) {
+	byAddr := make(map[string]allocation.Member, len(ms))
+	order := make([]string, 0, len(ms))
+	for _, m := range ms {
+		if _, dup := byAddr[m.Device.Address]; !dup {
+			order = append(order, m.Device.Address)
+		}
+		byAddr[m.Device.Address] = m
+	}
+	slices.Sort(order)
+	return byAddr, order
+}
+
+// recordMembership records the difference between before and the current
+// members, if any.
+func (p *allocator) recordMembership(ctx actor.Context, before []string, reason string) {
+	added, removed := diffSorted(before, p.order)
+	if len(added) == 0 && len(removed) == 0 {
+		return
+	}
+	envs, err := p.cfg.Recorder.Record(context.Background(), events.PoolMembershipChanged{Pool: p.name, Added: added, Removed: removed, Reason: reason})
+	if err != nil {
+		// The members are what sysfs and the config say; the ledger will
+		// catch up at the next change.
+		p.cfg.Log.Error().Err(err).Str("pool", p.name).Msg("cannot record membership change")
+		return
+	}
+	p.cfg.Log.Info().Str("pool", p.name).Int("added", len(added)).Int("removed", len(removed)).
+		Int("members", len(p.order)).Str("reason", reason).Uint64("seq", envs[0].Seq).Msg("pool membership changed")
+}
+
+func (p *allocator) setMembers(ctx actor.Context, ms []allocation.Member, reason string) {
+	before := p.order
+	// Health is the health checker's verdict, not the scanner's: keep it.
+	for i, m := range ms {
+		if old, ok := p.members[m.Device.Address]; ok {
+			ms[i].Healthy = old.Healthy
+		}
+	}
+	p.members, p.order = index(ms)
+	p.recordMembership(ctx, before, reason)
+	p.broadcast()
+}
+
+func (p *allocator) setHealth(m *SetHealth) {
+	mem, ok := p.members[m.Address]
+	if !ok || mem.Healthy == m.Healthy {
+		return
+	}
+	mem.Healthy = m.Healthy
+	p.members[m.Address] = mem
+	p.broadcast()
+}
+
+func (p *allocator) release(seq uint64) {
+	for id, h := range p.held {
+		h = slices.DeleteFunc(h, func(s uint64) bool { return s == seq })
+		if len(h) == 0 {
+			delete(p.held, id)
+		} else {
+			p.held[id] = h
+		}
+	}
+}
+
+func (p *allocator) status() *Status {
+	st := &Status{Resource: p.name, Socket: p.cfg.Socket, Members: len(p.order), Held: map[string][]uint64{}}
+	for _, m := range p.members {
+		if m.Healthy {
+			st.Healthy++
+		}
+	}
+	for id, h := range p.held {
+		st.Held[id] = slices.Clone(h)
+	}
+	return st
+}
+
+// deviceList is the pool as ListAndWatch sends it.
+func (p *allocator) deviceList() []*pluginapi.Device {
+	list := make([]*pluginapi.Device, 0, len(p.order))
+	for _, addr := range p.order {
+		list = append(list, allocation.ListDevice(p.cfg.Resource, p.members[addr]))
+	}
+	return list
+}
+
+func (p *allocator) broadcast() {
+	if len(p.watchers) == 0 {
+		return
+	}
+	list := p.deviceList()
+	for _, ch := range p.watchers {
+		push(ch, list)
+	}
+}
+
+// push hands the newest list to a watcher without blocking: a list the
+// watcher has not taken yet is replaced. The actor is the only sender.
+func push(ch chan []*pluginapi.Device, list []*pluginapi.Device) {
+	select {
+	case <-ch:
+	default:
+	}
+	ch <- list
+}
+
+func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	held := make(map[string]bool, len(p.held)+len(p.inflight))
+	for id := range p.held {
+		held[id] = true
+	}
+	for id := range p.inflight {
+		held[id] = true
+	}
+	resp := &pluginapi.PreferredAllocationResponse{}
+	for i, cr := range req.ContainerRequests {
+		ids, err := allocation.Preferred(p.cfg.Resource, p.members, held, cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize))
+		if err != nil {
+			return nil, fmt.Errorf("%w: container request %d: %v", grpcapi.ErrInvalidRequest, i, err)
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
+	}
+	return resp, nil
+}
+
+// allocate validates the request, builds the answer, and appends it to the
+// ledger off the actor's thread; the reply goes out in persisted, once the
+// append returned. Meanwhile the pool keeps answering.
+func (p *allocator) allocate(ctx actor.Context, req *pluginapi.AllocateRequest) {
+	sender := ctx.Sender()
+	fail := func(err error) { ctx.Send(sender, &allocateReply{err: err}) }
+	if len(req.ContainerRequests) == 0 {
+		fail(fmt.Errorf("%w: Allocate for %s has no container requests", grpcapi.ErrInvalidRequest, p.name))
+		return
+	}
+	resp := &pluginapi.AllocateResponse{}
+	var payloads []events.Payload
+	devices := make([][]string, 0, len(req.ContainerRequests))
+	var conflicts []events.Payload
+	for i, cr := range req.ContainerRequests {
+		if len(cr.DevicesIds) == 0 {
+			fail(fmt.Errorf("%w: Allocate for %s: container request %d names no device", grpcapi.ErrInvalidRequest, p.name, i))
+			return
+		}
+		devs := make([]sysfs.Device, 0, len(cr.DevicesIds))
+		for _, id := range cr.DevicesIds {
+			m, ok := p.members[id]
+			if !ok {
+				fail(fmt.Errorf("%w: Allocate for %s: device %q is not in the pool", grpcapi.ErrInvalidRequest, p.name, id))
+				return
+			}
+			devs = append(devs, m.Device)
+			if claims := p.claims(id); len(claims) > 0 {
+				conflicts = append(conflicts, events.AllocationConflict{Pool: p.name, Device: id, Claims: claims,
+					Reason: "allocated again while the ledger holds it for a live allocation"})
+			}
+		}
+		answer, err := allocation.Respond(p.cfg.Resource, devs, p.cfg.Env)
+		if err != nil {
+			fail(fmt.Errorf("%w: Allocate for %s: %v", grpcapi.ErrInvalidRequest, p.name, err))
+			return
+		}
+		ids := slices.Clone(cr.DevicesIds)
+		devices = append(devices, ids)
+		payloads = append(payloads, events.DevicesAllocated{Pool: p.name, DeviceIDs: ids, ContainerIndex: i, Response: answer})
+		resp.ContainerResponses = append(resp.ContainerResponses, toPlugin(answer))
+	}
+	payloads = append(payloads, conflicts...)
+	for _, ids := range devices {
+		for _, id := range ids {
+			p.inflight[id]++
+		}
+	}
+
+	rec, self, root := p.cfg.Recorder, ctx.Self(), ctx.ActorSystem().Root
+	var devinfo []sysfs.Device
+	if p.cfg.DevinfoDir != "" && p.cfg.Resource.DeviceType == config.NetDevice {
+		for _, ids := range devices {
+			for _, id := range ids {
+				devinfo = append(devinfo, p.members[id].Device)
+			}
+		}
+	}
+	dir, name := p.cfg.DevinfoDir, p.name
+	timeout := p.callTimeout()
+	go func() {
+		actx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		var err error
+		for _, d := range devinfo {
+			if err = allocation.WriteDeviceInfo(dir, name, d); err != nil {
+				err = fmt.Errorf("write device-info for %s: %w", d.Address, err)
+				break
+			}
+		}
+		var envs []events.Envelope
+		if err == nil {
+			envs, err = rec.Record(actx, payloads...)
+		}
+		// The answer goes straight back to the kubelet's call once the
+		// ledger holds it, so a stopping pool still finishes what is in
+		// flight; the actor's bookkeeping follows in persisted, and until
+		// then the devices count as in flight.
+		if err != nil {
+			err = fmt.Errorf("%w: %s: the ledger could not record the allocation: %v", grpcapi.ErrUnavailable, name, err)
+			root.Send(sender, &allocateReply{err: err})
+		} else {
+			root.Send(sender, &allocateReply{resp: resp})
+		}
+		root.Send(self, &persisted{devices: devices, envs: envs, err: err})
+	}()
+}
+
+// claims lists what holds a device now: live allocations and Allocates in
+// flight.
+func (p *allocator) claims(id string) []events.Claim {
+	var cs []events.Claim
+	for _, seq := range p.held[id] {
+		cs = append(cs, events.Claim{AllocationSeq: seq})
+	}
+	if p.inflight[id] > 0 {
+		cs = append(cs, events.Claim{})
+	}
+	return cs
+}
+
+func (p *allocator) persisted(_ actor.Context, m *persisted) {
+	for _, ids := range m.devices {
+		for _, id := range ids {
+			if p.inflight[id]--; p.inflight[id] <= 0 {
+				delete(p.inflight, id)
+			}
+		}
+	}
+	if m.err != nil {
+		p.cfg.Log.Error().Err(m.err).Str("pool", p.name).Msg("allocation not recorded; answered Unavailable")
+		return
+	}
+	for _, e := range m.envs {
+		switch a := e.Payload.(type) {
+		case events.DevicesAllocated:
+			for _, id := range a.DeviceIDs {
+				p.held[id] = append(p.held[id], e.Seq)
+			}
+			p.cfg.Log.Info().Str("pool", p.name).Strs("devices", a.DeviceIDs).Uint64("seq", e.Seq).Msg("devices allocated")
+		case events.AllocationConflict:
+			p.cfg.Log.Warn().Str("pool", p.name).Str("bdf", a.Device).Uint64("seq", e.Seq).Msg("allocation conflict recorded")
+		}
+	}
+}
+
+func toPlugin(a events.ContainerAllocation) *pluginapi.ContainerAllocateResponse {
+	r := &pluginapi.ContainerAllocateResponse{Envs: a.Envs, Annotations: a.Annotations}
+	for _, m := range a.Mounts {
+		r.Mounts = append(r.Mounts, &pluginapi.Mount{ContainerPath: m.ContainerPath, HostPath: m.HostPath, ReadOnly: m.ReadOnly})
+	}
+	for _, d := range a.Devices {
+		r.Devices = append(r.Devices, &pluginapi.DeviceSpec{ContainerPath: d.ContainerPath, HostPath: d.HostPath, Permissions: d.Permissions})
+	}
+	for _, name := range a.CDIDevices {
+		r.CdiDevices = append(r.CdiDevices, &pluginapi.CDIDevice{Name: name})
+	}
+	return r
+}
+
+// diffSorted returns what b has that a lacks, and what a has that b lacks;
+// both inputs sorted.
+func diffSorted(a, b []string) (added, removed []string) {
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b) || i < len(a) && a[i] < b[j]:
+			removed = append(removed, a[i])
+			i++
+		case i == len(a) || b[j] < a[i]:
+			added = append(added, b[j])
+			j++
+		default:
+			i++
+			j++
+		}
+	}
+	return added, removed
+}

@@ -1,0 +1,111 @@
+package pool
+
+import (
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/devledger/devledger/actors/pool/allocation"
+	"github.com/devledger/devledger/events"
+)
+
+// Messages a pool allocator receives.
+
+// SetMembers gives the pool its members after a scan or a config change:
+// every device that belongs to it now, with fresh facts. The pool records
+// the difference as PoolMembershipChanged (with Reason) and tells the
+// kubelet through ListAndWatch.
+type SetMembers struct {
+	Members []allocation.Member
+	Reason  string
+}
+
+// SetHealth is a new health verdict for one member, already recorded by the
+// health checker.
+type SetHealth struct {
+	Address string
+	Healthy bool
+	Reason  string
+}
+
+// Reserve asks the pool to re-create its socket (it was deleted: a kubelet
+// restart empties device-plugins/) and to announce it again.
+type Reserve struct{}
+
+// Released tells the pool that a live allocation ended (recorded by the
+// reconciler), so its devices are free for GetPreferredAllocation.
+type Released struct{ AllocationSeq uint64 }
+
+// Query asks for the pool's status; the reply is a *Status.
+type Query struct{}
+
+// Status is the reply to Query.
+type Status struct {
+	Resource string
+	Socket   string
+	Members  int
+	Healthy  int
+	// Held maps a device to the live allocations holding it.
+	Held map[string][]uint64
+}
+
+// Crash makes the pool panic: fault injection for tests of supervision.
+type Crash struct{ Reason string }
+
+// Messages a pool allocator sends to its parent.
+
+// Serving says the pool's gRPC server listens on Socket (recorded as
+// PluginServing): the registrar may register it.
+type Serving struct {
+	Pool   string
+	Socket string
+}
+
+// KubeletReported relays what the kubelet told the pool's socket in
+// plugin-watcher mode: GetInfo was called (InfoRequested), or the outcome of
+// the registration.
+type KubeletReported struct {
+	Pool          string
+	Socket        string
+	InfoRequested bool
+	Registered    bool
+	Reason        string
+}
+
+// NeedMembers asks the parent for the pool's current members (a restarted
+// pool's members may be newer than those it was spawned with); the parent
+// answers with SetMembers.
+type NeedMembers struct{ Pool string }
+
+// Internal messages between the gRPC backend and the actor.
+
+type watchReq struct {
+	id uint64
+	ch chan []*pluginapi.Device
+}
+
+type unwatchReq struct{ id uint64 }
+
+type allocateReq struct{ req *pluginapi.AllocateRequest }
+
+type allocateReply struct {
+	resp *pluginapi.AllocateResponse
+	err  error
+}
+
+type preferredReq struct {
+	req *pluginapi.PreferredAllocationRequest
+}
+
+type preferredReply struct {
+	resp *pluginapi.PreferredAllocationResponse
+	err  error
+}
+
+// persisted is the outcome of an Allocate's append, back in the actor
+// (the kubelet has its answer already).
+type persisted struct {
+	devices [][]string
+	envs    []events.Envelope
+	err     error
+}
+
+type kubeletSaid struct{ report KubeletReported }

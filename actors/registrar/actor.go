@@ -1,0 +1,302 @@
+// Package registrar is the kubelet registrar actor. Like the kubelet's own
+// plugin manager it keeps a desired state (pools that serve and should be
+// registered, with their sockets) and an actual state (what the kubelet
+// acknowledged, for which kubelet), and a level-triggered reconcile makes the
+// actual follow the desired after every change: a new socket, a lost socket,
+// a new kubelet, a failed attempt's retry.
+package registrar
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/devledger/devledger/actors/ledger"
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi"
+)
+
+// Config is what the registrar needs.
+type Config struct {
+	Recorder *ledger.Recorder
+	Mode     grpcapi.RegistrationMode
+	// KubeletSocket is the kubelet's registration socket (legacy mode).
+	KubeletSocket string
+	// Options are sent with every Register.
+	Options *pluginapi.DevicePluginOptions
+	// RegisterTimeout bounds one Register call (default 10s).
+	RegisterTimeout time.Duration
+	// RetryInitial and RetryMax bound the backoff between failed attempts
+	// (defaults 200ms and 30s).
+	RetryInitial, RetryMax time.Duration
+	Log                    zerolog.Logger
+}
+
+// SocketMissing is sent to the parent when a desired pool's socket file is
+// gone: the pool must re-create it before it can be registered.
+type SocketMissing struct {
+	Pool   string
+	Socket string
+}
+
+// Props returns the props of a registrar.
+func Props(cfg Config) *actor.Props {
+	if cfg.RegisterTimeout <= 0 {
+		cfg.RegisterTimeout = 10 * time.Second
+	}
+	if cfg.RetryInitial <= 0 {
+		cfg.RetryInitial = 200 * time.Millisecond
+	}
+	if cfg.RetryMax <= 0 {
+		cfg.RetryMax = 30 * time.Second
+	}
+	if cfg.Mode == "" {
+		cfg.Mode = grpcapi.ModeLegacy
+	}
+	return actor.PropsFromProducer(func() actor.Actor { return &registrar{cfg: cfg} })
+}
+
+type desire struct {
+	socket string
+	gen    uint64
+}
+
+type acknowledged struct {
+	gen   uint64
+	epoch int
+}
+
+type registrar struct {
+	cfg Config
+
+	desired map[string]desire
+	actual  map[string]acknowledged
+	// inflight holds pools with a Register call out.
+	inflight map[string]bool
+	// retrying holds pools waiting for a retry timer.
+	retrying  map[string]*time.Timer
+	failures  map[string]int
+	lastError map[string]string
+
+	gen      uint64
+	epoch    int
+	restarts int
+	waiting  bool // "waiting for kubelet" was logged
+}
+
+// Receive implements actor.Actor.
+func (r *registrar) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		r.desired = map[string]desire{}
+		r.actual = map[string]acknowledged{}
+		r.inflight = map[string]bool{}
+		r.retrying = map[string]*time.Timer{}
+		r.failures = map[string]int{}
+		r.lastError = map[string]string{}
+	case *actor.Stopping, *actor.Restarting:
+		for _, t := range r.retrying {
+			t.Stop()
+		}
+	case *Desire:
+		r.gen++
+		r.desired[m.Pool] = desire{socket: m.Socket, gen: r.gen}
+		r.cancelRetry(m.Pool)
+		r.failures[m.Pool] = 0
+		r.reconcile(ctx)
+	case *Undesire:
+		if m.Lost {
+			r.record(events.SocketLost{Pool: m.Pool, Socket: m.Socket})
+			r.cfg.Log.Warn().Str("pool", m.Pool).Str("socket", m.Socket).Msg("socket lost; re-creating it")
+		}
+		delete(r.desired, m.Pool)
+		delete(r.actual, m.Pool)
+		r.cancelRetry(m.Pool)
+	case *KubeletAppeared:
+		r.epoch++
+		r.restarts++
+		r.waiting = false
+		if envs := r.record(events.KubeletRestarted{Socket: m.Socket}); envs != nil {
+			r.cfg.Log.Info().Str("socket", m.Socket).Uint64("seq", envs[0].Seq).Msg("kubelet restarted; registering every pool again")
+		}
+		for pool := range r.retrying {
+			r.cancelRetry(pool)
+			r.failures[pool] = 0
+		}
+		r.reconcile(ctx)
+	case *KubeletReported:
+		r.kubeletReported(m)
+	case *registerResult:
+		r.registered(ctx, m)
+	case *retry:
+		delete(r.retrying, m.pool)
+		r.reconcile(ctx)
+	case *Query:
+		ctx.Respond(r.status())
+	}
+}
+
+// reconcile starts a Register for every desired pool the current kubelet has
+// not acknowledged, unless one is already out or waiting for its retry.
+// In watcher mode the kubelet comes to us; nothing is started.
+func (r *registrar) reconcile(ctx actor.Context) {
+	if r.cfg.Mode != grpcapi.ModeLegacy {
+		return
+	}
+	pools := make([]string, 0, len(r.desired))
+	for pool := range r.desired {
+		pools = append(pools, pool)
+	}
+	slices.Sort(pools)
+	kubeletThere := fileExists(r.cfg.KubeletSocket)
+	for _, pool := range pools {
+		d := r.desired[pool]
+		if a, ok := r.actual[pool]; ok && a.gen == d.gen && a.epoch == r.epoch {
+			continue
+		}
+		if r.inflight[pool] || r.retrying[pool] != nil {
+			continue
+		}
+		if !fileExists(d.socket) {
+			// Level-triggered: whatever event we missed, a desired pool
+			// without its socket needs a new one.
+			delete(r.desired, pool)
+			ctx.Send(ctx.Parent(), &SocketMissing{Pool: pool, Socket: d.socket})
+			continue
+		}
+		if !kubeletThere {
+			if !r.waiting {
+				r.cfg.Log.Warn().Str("socket", r.cfg.KubeletSocket).Msg("waiting for kubelet at " + r.cfg.KubeletSocket)
+				r.waiting = true
+			}
+			continue
+		}
+		r.inflight[pool] = true
+		r.register(ctx, pool, d, r.epoch)
+	}
+}
+
+func (r *registrar) register(ctx actor.Context, pool string, d desire, epoch int) {
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	cfg := r.cfg
+	go func() {
+		cctx, cancel := context.WithTimeout(context.Background(), cfg.RegisterTimeout)
+		defer cancel()
+		err := grpcapi.RegisterWithKubelet(cctx, cfg.KubeletSocket, pool, baseName(d.socket), cfg.Options)
+		root.Send(self, &registerResult{pool: pool, gen: d.gen, epoch: epoch, err: err})
+	}()
+}
+
+func (r *registrar) registered(ctx actor.Context, m *registerResult) {
+	delete(r.inflight, m.pool)
+	d, ok := r.desired[m.pool]
+	if !ok || d.gen != m.gen {
+		// The pool was lost or re-created while we registered it: the
+		// result is about a socket that is no more.
+		r.reconcile(ctx)
+		return
+	}
+	if m.err != nil {
+		r.failures[m.pool]++
+		n := r.failures[m.pool]
+		r.lastError[m.pool] = m.err.Error()
+		r.record(events.RegistrationFailed{Pool: m.pool, Socket: d.socket, Mode: string(r.cfg.Mode), Error: m.err.Error(), Attempt: n})
+		delay := r.backoff(n)
+		r.cfg.Log.Warn().Err(m.err).Str("pool", m.pool).Int("attempt", n).Dur("retry_in", delay).Msg("registration failed")
+		self, root, gen := ctx.Self(), ctx.ActorSystem().Root, d.gen
+		r.retrying[m.pool] = time.AfterFunc(delay, func() { root.Send(self, &retry{pool: m.pool, gen: gen}) })
+		return
+	}
+	if m.epoch != r.epoch {
+		// A new kubelet appeared while we registered with the old one.
+		r.reconcile(ctx)
+		return
+	}
+	r.actual[m.pool] = acknowledged{gen: d.gen, epoch: m.epoch}
+	r.failures[m.pool] = 0
+	delete(r.lastError, m.pool)
+	if envs := r.record(events.PluginRegistered{Pool: m.pool, Socket: d.socket, Mode: string(r.cfg.Mode)}); envs != nil {
+		r.cfg.Log.Info().Str("pool", m.pool).Str("socket", d.socket).Uint64("seq", envs[0].Seq).Msg("pool registered with the kubelet")
+	}
+}
+
+func (r *registrar) kubeletReported(m *KubeletReported) {
+	if m.InfoRequested {
+		r.cfg.Log.Debug().Str("pool", m.Pool).Msg("kubelet asked for plugin info")
+		return
+	}
+	d, ok := r.desired[m.Pool]
+	if !ok {
+		d = desire{socket: m.Socket}
+	}
+	if !m.Registered {
+		r.failures[m.Pool]++
+		r.lastError[m.Pool] = m.Reason
+		r.record(events.RegistrationFailed{Pool: m.Pool, Socket: m.Socket, Mode: string(grpcapi.ModeWatcher), Error: m.Reason, Attempt: r.failures[m.Pool]})
+		r.cfg.Log.Warn().Str("pool", m.Pool).Str("reason", m.Reason).Msg("kubelet refused the pool")
+		return
+	}
+	r.actual[m.Pool] = acknowledged{gen: d.gen, epoch: r.epoch}
+	r.failures[m.Pool] = 0
+	delete(r.lastError, m.Pool)
+	if envs := r.record(events.PluginRegistered{Pool: m.Pool, Socket: m.Socket, Mode: string(grpcapi.ModeWatcher)}); envs != nil {
+		r.cfg.Log.Info().Str("pool", m.Pool).Str("socket", m.Socket).Uint64("seq", envs[0].Seq).Msg("pool registered with the kubelet")
+	}
+}
+
+func (r *registrar) status() *Status {
+	st := &Status{Pools: map[string]PoolStatus{}, KubeletRestarts: r.restarts}
+	for pool, d := range r.desired {
+		a, ok := r.actual[pool]
+		st.Pools[pool] = PoolStatus{Socket: d.socket, Registered: ok && a.gen == d.gen && a.epoch == r.epoch,
+			Failures: r.failures[pool], LastError: r.lastError[pool]}
+	}
+	return st
+}
+
+// record appends to the ledger; a registration is a fact about the kubelet,
+// which stands whether or not we could write it down, so a failed append is
+// logged and the registrar carries on.
+func (r *registrar) record(p events.Payload) []events.Envelope {
+	envs, err := r.cfg.Recorder.Record(context.Background(), p)
+	if err != nil {
+		r.cfg.Log.Error().Err(err).Str("event", string(p.EventType())).Msg("cannot record registration event")
+		return nil
+	}
+	return envs
+}
+
+func (r *registrar) backoff(n int) time.Duration {
+	d := r.cfg.RetryInitial
+	for i := 1; i < n && d < r.cfg.RetryMax; i++ {
+		d *= 2
+	}
+	return min(d, r.cfg.RetryMax)
+}
+
+func (r *registrar) cancelRetry(pool string) {
+	if t := r.retrying[pool]; t != nil {
+		t.Stop()
+	}
+	delete(r.retrying, pool)
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil || !errors.Is(err, os.ErrNotExist)
+}
+
+func baseName(path string) string {
+	for i := len(path) - 1; i >= 0; i-- {
+		if path[i] == '/' {
+			return path[i+1:]
+		}
+	}
+	return path
+}

@@ -1,0 +1,134 @@
+// Package scanner is the PCI scanner actor: it reads the node's PCI
+// functions through package sysfs, records what appeared, changed or
+// vanished since the ledger last knew, and tells its parent the full list.
+package scanner
+
+import (
+	"context"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/devledger/devledger/actors/ledger"
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/sysfs"
+)
+
+// Config is what a scanner needs.
+type Config struct {
+	Reader   *sysfs.Reader
+	Recorder *ledger.Recorder
+	// Known is the replayed device state the first incarnation starts from;
+	// a restarted scanner replays the ledger instead.
+	Known map[string]events.Device
+	// Interval is the periodic rescan; zero disables it (rescans then come
+	// only from Rescan messages).
+	Interval time.Duration
+	Log      zerolog.Logger
+}
+
+// Props returns the props of a scanner.
+func Props(cfg Config) *actor.Props {
+	first := true
+	return actor.PropsFromProducer(func() actor.Actor {
+		s := &scanner{cfg: cfg}
+		if first {
+			s.known = cfg.Known
+			first = false
+		}
+		return s
+	})
+}
+
+type scanner struct {
+	cfg   Config
+	known map[string]events.Device
+	timer *time.Timer
+}
+
+// Receive implements actor.Actor.
+func (s *scanner) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		if s.known == nil {
+			st, err := s.cfg.Recorder.Replay()
+			if err != nil {
+				panic(err) // restart with backoff: the ledger is unreadable now
+			}
+			s.known = st.Devices
+		}
+		s.scan(ctx, "start")
+	case *Rescan:
+		s.scan(ctx, m.Reason)
+	case *scanTick:
+		s.scan(ctx, "periodic")
+	case *actor.Stopping, *actor.Restarting:
+		if s.timer != nil {
+			s.timer.Stop()
+		}
+	}
+}
+
+// scan reads sysfs, records the differences, and reports to the parent.
+// A failed scan or a failed append is retried at the next tick; it never
+// reports devices the ledger does not know.
+func (s *scanner) scan(ctx actor.Context, reason string) {
+	defer s.schedule(ctx)
+	devs, err := s.cfg.Reader.Scan()
+	if err != nil {
+		s.cfg.Log.Error().Err(err).Msg("scan failed")
+		return
+	}
+	diff := Diff(s.known, devs)
+	if len(diff) > 0 {
+		envs, err := s.cfg.Recorder.Record(context.Background(), diff...)
+		if err != nil {
+			s.cfg.Log.Error().Err(err).Int("changes", len(diff)).Msg("cannot record scan results; will retry")
+			return
+		}
+		st := events.State{Devices: s.known, Pools: map[string]events.Pool{}, Allocations: map[uint64]events.Allocation{}, Holders: map[string][]uint64{}}
+		var found, changed, removed int
+		for _, e := range envs {
+			st = events.Apply(st, e)
+			logChange(s.cfg.Log, e)
+			switch e.Type {
+			case events.TypeDeviceDiscovered:
+				found++
+			case events.TypeDeviceChanged:
+				changed++
+			case events.TypeDeviceRemoved:
+				removed++
+			}
+		}
+		s.cfg.Log.Info().Str("reason", reason).Int("discovered", found).Int("changed", changed).
+			Int("removed", removed).Uint64("seq", envs[len(envs)-1].Seq).Msg("devices recorded")
+		s.known = st.Devices
+	}
+	ctx.Send(ctx.Parent(), &Scanned{Devices: devs, Changed: len(diff) > 0, Reason: reason})
+}
+
+func (s *scanner) schedule(ctx actor.Context) {
+	if s.cfg.Interval <= 0 {
+		return
+	}
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	s.timer = time.AfterFunc(s.cfg.Interval, func() { root.Send(self, &scanTick{}) })
+}
+
+// logChange writes one debug line per device change; the info line is the
+// summary of the scan.
+func logChange(log zerolog.Logger, e events.Envelope) {
+	ev := log.Debug().Uint64("seq", e.Seq).Str("bdf", e.Subject)
+	switch p := e.Payload.(type) {
+	case events.DeviceDiscovered:
+		ev.Str("driver", p.Device.Driver).Msg("device discovered")
+	case events.DeviceChanged:
+		ev.Strs("changed", p.Changed).Msg("device changed")
+	case events.DeviceRemoved:
+		ev.Str("reason", p.Reason).Msg("device removed")
+	}
+}

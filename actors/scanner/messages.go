@@ -1,0 +1,19 @@
+package scanner
+
+import "github.com/devledger/devledger/sysfs"
+
+// Rescan asks the scanner to scan now (a uevent, an operator's request, a
+// test's trigger). Scans asked for while one runs are coalesced into one.
+type Rescan struct{ Reason string }
+
+// Scanned is sent to the scanner's parent after every scan whose events are
+// durable: the full list of functions found, sorted by address. Changed is
+// false when the scan found nothing new (the parent may skip work then).
+type Scanned struct {
+	Devices []sysfs.Device
+	Changed bool
+	Reason  string
+}
+
+// scanTick is the periodic timer.
+type scanTick struct{}

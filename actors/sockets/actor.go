@@ -1,0 +1,126 @@
+// Package sockets is the socket watcher actor: it watches the kubelet's
+// socket directories with fsnotify and tells its parent, the moment it
+// happens, that a kubelet registration socket appeared (a new kubelet) or that
+// a socket vanished (ours, perhaps: the kubelet empties device-plugins/ when
+// it starts). It watches first and lists after, so nothing slips between.
+package sockets
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/fsnotify/fsnotify"
+	"github.com/rs/zerolog"
+)
+
+// Config is what the watcher needs.
+type Config struct {
+	// Dirs are the directories to watch (device-plugins/, and
+	// plugins_registry/ in watcher mode). Missing ones are created.
+	Dirs []string
+	// KubeletSocket is the kubelet's registration socket; its creation
+	// means a new kubelet.
+	KubeletSocket string
+	Log           zerolog.Logger
+}
+
+// KubeletAppeared is sent to the parent when KubeletSocket is created.
+type KubeletAppeared struct{ Socket string }
+
+// SocketRemoved is sent to the parent when a socket file in a watched
+// directory is removed or renamed away.
+type SocketRemoved struct{ Path string }
+
+// Ready is sent to the parent once the watches are in place, with whether
+// the kubelet socket existed then.
+type Ready struct{ KubeletPresent bool }
+
+type fsEvent struct{ ev fsnotify.Event }
+type fsError struct{ err error }
+
+// Props returns the props of a socket watcher.
+func Props(cfg Config) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor { return &watcher{cfg: cfg} })
+}
+
+type watcher struct {
+	cfg Config
+	w   *fsnotify.Watcher
+}
+
+// Receive implements actor.Actor.
+func (s *watcher) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		if err := s.start(ctx); err != nil {
+			panic(err)
+		}
+	case *actor.Stopping, *actor.Restarting:
+		if s.w != nil {
+			s.w.Close()
+			s.w = nil
+		}
+	case *fsEvent:
+		s.handle(ctx, m.ev)
+	case *fsError:
+		// An overflow means events were lost: say so; the registrar's
+		// reconcile checks the sockets themselves at the next change.
+		s.cfg.Log.Warn().Err(m.err).Msg("socket watch error")
+	}
+}
+
+func (s *watcher) start(ctx actor.Context) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("socket watcher: %w", err)
+	}
+	for _, dir := range s.cfg.Dirs {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			w.Close()
+			return fmt.Errorf("socket watcher: %w", err)
+		}
+		if err := w.Add(dir); err != nil {
+			w.Close()
+			return fmt.Errorf("socket watcher: watch %s: %w", dir, err)
+		}
+	}
+	s.w = w
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	go func() {
+		for {
+			select {
+			case ev, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				root.Send(self, &fsEvent{ev: ev})
+			case err, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+				root.Send(self, &fsError{err: err})
+			}
+		}
+	}()
+	// Watch first, then look: a kubelet that appears from here on is an
+	// event; one that is already there is what Ready says.
+	_, statErr := os.Stat(s.cfg.KubeletSocket)
+	ctx.Send(ctx.Parent(), &Ready{KubeletPresent: statErr == nil})
+	return nil
+}
+
+func (s *watcher) handle(ctx actor.Context, ev fsnotify.Event) {
+	path := filepath.Clean(ev.Name)
+	switch {
+	case ev.Has(fsnotify.Create) && path == filepath.Clean(s.cfg.KubeletSocket):
+		ctx.Send(ctx.Parent(), &KubeletAppeared{Socket: path})
+	case ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename):
+		if strings.HasPrefix(filepath.Base(path), ".") || path == filepath.Clean(s.cfg.KubeletSocket) {
+			return
+		}
+		ctx.Send(ctx.Parent(), &SocketRemoved{Path: path})
+	}
+}
