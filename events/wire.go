@@ -75,7 +75,8 @@ func (w *writer) stringMap(m map[string]string) {
 // reader decodes what writer wrote. The first error sticks: after it every
 // read returns a zero value, so decoders read all fields and check err once.
 // No length is trusted beyond the bytes that remain, so a hostile record can
-// neither panic the reader nor make it allocate more than its own size.
+// neither panic the reader nor make it allocate more than a small multiple
+// of its own size.
 type reader struct {
 	buf []byte
 	off int
