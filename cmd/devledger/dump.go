@@ -1,0 +1,165 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/store"
+)
+
+// errStop ends a Read early once --limit events were printed.
+var errStop = errors.New("limit reached")
+
+// eventFilter selects events for dump. Zero fields select everything.
+type eventFilter struct {
+	since, until time.Time
+	pool         string
+	device       string
+	types        []events.Type
+}
+
+func (f *eventFilter) match(e events.Envelope) bool {
+	if !f.since.IsZero() && e.Time.Before(f.since) {
+		return false
+	}
+	if !f.until.IsZero() && e.Time.After(f.until) {
+		return false
+	}
+	if len(f.types) > 0 && !slices.Contains(f.types, e.Type) {
+		return false
+	}
+	if f.pool != "" && e.Pool() != f.pool {
+		return false
+	}
+	if f.device != "" && !slices.Contains(e.Devices(), f.device) {
+		return false
+	}
+	return true
+}
+
+func runDump(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("dump", "[--state-dir DIR | --db FILE] [filters] [--format table|json|jsonl]", stderr)
+	var lf ledgerFlags
+	lf.register(fs)
+	since := fs.String("since", "", "only events at or after `T` (RFC 3339, or a duration before now: 2h, 7d)")
+	until := fs.String("until", "", "only events at or before `T` (RFC 3339, or a duration before now)")
+	pool := fs.String("pool", "", "only events of the pool `RESOURCE` (prefix/name)")
+	device := fs.String("device", "", "only events that concern the PCI device `ADDR` (0000:3b:02.1)")
+	typeList := fs.String("type", "", "only events of these `TYPES` (comma-separated)")
+	limit := fs.Int("limit", 0, "print at most `N` events (0: all)")
+	format := fs.String("format", "table", "output `FORMAT`: table, json or jsonl")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+
+	now := time.Now()
+	var f eventFilter
+	var err error
+	if *since != "" {
+		if f.since, err = parseTimeFlag("since", *since, now); err != nil {
+			return err
+		}
+	}
+	if *until != "" {
+		if f.until, err = parseTimeFlag("until", *until, now); err != nil {
+			return err
+		}
+	}
+	if *typeList != "" {
+		for _, name := range strings.Split(*typeList, ",") {
+			t, err := events.ParseType(strings.TrimSpace(name))
+			if err != nil {
+				return usageErrf("--type: %v", err)
+			}
+			f.types = append(f.types, t)
+		}
+	}
+	if *device != "" {
+		if !isPCIAddress(*device) {
+			return usageErrf("--device %q: want a PCI address such as 0000:3b:02.1", *device)
+		}
+		f.device = strings.ToLower(*device)
+	}
+	f.pool = *pool
+	if *limit < 0 {
+		return usageErrf("--limit %d: want 0 (all) or a positive count", *limit)
+	}
+	p, err := newPrinter(*format, stdout)
+	if err != nil {
+		return err
+	}
+
+	src, err := openSource(&lf)
+	if err != nil {
+		return err
+	}
+	defer src.close()
+
+	printed := 0
+	readErr := src.read(func(e events.Envelope) error {
+		if !f.match(e) {
+			return nil
+		}
+		if err := p.event(e); err != nil {
+			return err
+		}
+		printed++
+		if *limit > 0 && printed >= *limit {
+			return errStop
+		}
+		return nil
+	})
+	if errors.Is(readErr, errStop) {
+		readErr = nil
+	}
+	if err := p.end(); err != nil && readErr == nil {
+		readErr = err
+	}
+	if readErr != nil && !errors.Is(readErr, store.ErrCorrupt) {
+		readErr = fmt.Errorf("read %s: %w", lf.path(), readErr)
+	}
+	return readErr
+}
+
+// isPCIAddress reports whether s looks like a full PCI address,
+// dddd:bb:dd.f in hex.
+func isPCIAddress(s string) bool {
+	if len(s) != 12 || s[4] != ':' || s[7] != ':' || s[10] != '.' {
+		return false
+	}
+	for i, c := range strings.ToLower(s) {
+		if i == 4 || i == 7 || i == 10 {
+			continue
+		}
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return s[11] >= '0' && s[11] <= '7'
+}
+
+// printer writes a stream of events in one format. It buffers its output,
+// flushing as it goes, so memory stays flat however long the log.
+type printer interface {
+	event(events.Envelope) error
+	end() error
+}
+
+func newPrinter(format string, w io.Writer) (printer, error) {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	switch format {
+	case "table":
+		return &tablePrinter{w: bw}, nil
+	case "jsonl":
+		return &jsonPrinter{w: bw, lines: true}, nil
+	case "json":
+		return &jsonPrinter{w: bw}, nil
+	}
+	return nil, usageErrf("--format %q: want table, json or jsonl", format)
+}

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/devledger/devledger/events"
+)
+
+// runCLI runs one devledger command line in-process.
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// checkGolden compares got with testdata/<name>.golden, rewriting it under
+// -update.
+func checkGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("output differs from %s (rerun with -update if the change is intended)\n--- got:\n%s\n--- want:\n%s", path, got, want)
+	}
+}
+
+// sampleCopy writes the sample story into a fresh ledger in a temp dir.
+func sampleCopy(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	writeSampleLedger(t, path)
+	return path
+}
+
+func TestDumpGolden(t *testing.T) {
+	db := sampleCopy(t)
+	cases := []struct {
+		name string
+		args []string
+	}{
+		{"dump_table", nil},
+		{"dump_device", []string{"--device", "0000:3b:02.1"}},
+		{"dump_pool_limit", []string{"--pool", "nvidia.com/gpu", "--limit", "4"}},
+		{"dump_jsonl_allocated", []string{"--format", "jsonl", "--type", "DevicesAllocated,DevicesReleased"}},
+		{"dump_json_since", []string{"--format", "json", "--since", "2026-11-24T12:00:00Z", "--until", "2026-11-24T13:02:00Z"}},
+		{"dump_no_match", []string{"--type", "ConfigRejected"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := runCLI(t, append([]string{"dump", "--db", db}, tc.args...)...)
+			if code != exitOK {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			checkGolden(t, tc.name, out)
+		})
+	}
+}
+
+func TestDumpTableFits80Columns(t *testing.T) {
+	_, out, _ := runCLI(t, "dump", "--db", sampleCopy(t))
+	for i, line := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
+		if n := len([]rune(line)); n > tableWidth {
+			t.Errorf("line %d is %d columns: %q", i+1, n, line)
+		}
+	}
+}
+
+func TestDumpJSONLinesAreEnvelopes(t *testing.T) {
+	_, out, _ := runCLI(t, "dump", "--db", sampleCopy(t), "--format", "jsonl")
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) != len(sampleStory()) {
+		t.Fatalf("%d lines, want %d", len(lines), len(sampleStory()))
+	}
+	for i, line := range lines {
+		var env map[string]any
+		if err := json.Unmarshal([]byte(line), &env); err != nil {
+			t.Fatalf("line %d: %v", i+1, err)
+		}
+		for _, k := range []string{"seq", "time", "type", "version", "boot_id", "subject", "payload"} {
+			if _, ok := env[k]; !ok {
+				t.Errorf("line %d lacks %q", i+1, k)
+			}
+		}
+		if int(env["seq"].(float64)) != i+1 {
+			t.Errorf("line %d has seq %v", i+1, env["seq"])
+		}
+	}
+}
+
+func TestDumpBadInput(t *testing.T) {
+	dir := t.TempDir()
+	text := filepath.Join(dir, "notes.txt")
+	os.WriteFile(text, []byte("this is not a ledger\n"), 0o644)
+	empty := filepath.Join(dir, "empty.db")
+	os.WriteFile(empty, nil, 0o644)
+	db := sampleCopy(t)
+
+	cases := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantErr  string
+	}{
+		{"missing file", []string{"dump", "--db", filepath.Join(dir, "nope.db")}, exitUsage, "no ledger at"},
+		{"missing state dir", []string{"dump", "--state-dir", filepath.Join(dir, "nodir")}, exitUsage, "no ledger at"},
+		{"text file", []string{"dump", "--db", text}, exitUsage, "not a devledger ledger"},
+		{"empty file", []string{"dump", "--db", empty}, exitUsage, "empty"},
+		{"unknown type", []string{"dump", "--db", db, "--type", "DeviceExploded"}, exitUsage, "DevicesAllocated"},
+		{"bad since", []string{"dump", "--db", db, "--since", "yesterday"}, exitUsage, "--since"},
+		{"bad format", []string{"dump", "--db", db, "--format", "xml"}, exitUsage, "table, json or jsonl"},
+		{"bad device", []string{"dump", "--db", db, "--device", "3b:02.1"}, exitUsage, "PCI address"},
+		{"unknown flag", []string{"dump", "--frobnicate"}, exitUsage, "frobnicate"},
+		{"unknown command", []string{"frobnicate"}, exitUsage, "unknown command"},
+		{"replay bad seq", []string{"replay", "--db", db, "--until-seq", "100000"}, exitUsage, "ends at"},
+		{"replay both bounds", []string{"replay", "--db", db, "--until-seq", "3", "--until-time", "1h"}, exitUsage, "one of them"},
+		{"replay missing", []string{"replay", "--db", filepath.Join(dir, "nope.db")}, exitUsage, "no ledger at"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errOut := runCLI(t, tc.args...)
+			if code != tc.wantCode {
+				t.Errorf("exit %d, want %d (stderr %q)", code, tc.wantCode, errOut)
+			}
+			if !strings.Contains(errOut, tc.wantErr) {
+				t.Errorf("stderr %q does not mention %q", errOut, tc.wantErr)
+			}
+		})
+	}
+	for _, p := range []string{filepath.Join(dir, "nope.db"), filepath.Join(dir, "nodir")} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s was created", p)
+		}
+	}
+}
+
+// TestCorruptRecord flips one byte inside a record on disk: dump prints
+// everything before it and names the bad sequence, replay --verify too, and
+// both exit 1.
+func TestCorruptRecord(t *testing.T) {
+	db := sampleCopy(t)
+	raw, err := os.ReadFile(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Only the GPU allocation's record carries the GPU pool's variable (the
+	// snapshot keeps no responses). bbolt copies pages on write, so stale
+	// copies of the record may sit in free pages too: flip the byte in all.
+	marker := []byte("PCIDEVICE_NVIDIA_COM_GPU")
+	if bytes.Count(raw, marker) == 0 {
+		t.Fatalf("no record carries %s", marker)
+	}
+	for i := bytes.Index(raw, marker); i >= 0; {
+		raw[i+len(marker)-1] ^= 0x20
+		j := bytes.Index(raw[i+1:], marker)
+		if j < 0 {
+			break
+		}
+		i += 1 + j
+	}
+	if err := os.WriteFile(db, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var badSeq int
+	for n, e := range sampleStory() {
+		if a, ok := e.Payload.(events.DevicesAllocated); ok && a.Pool == "nvidia.com/gpu" {
+			badSeq = n + 1
+		}
+	}
+
+	code, out, errOut := runCLI(t, "dump", "--db", db, "--format", "jsonl")
+	if code != exitFailure {
+		t.Errorf("dump exit %d, want %d", code, exitFailure)
+	}
+	if got := strings.Count(out, "\n"); got != badSeq-1 {
+		t.Errorf("dump printed %d events before the bad one, want %d", got, badSeq-1)
+	}
+	if want := "seq " + strconv.Itoa(badSeq); !strings.Contains(errOut, want) {
+		t.Errorf("dump stderr %q does not name %q", errOut, want)
+	}
+
+	code, _, errOut = runCLI(t, "replay", "--db", db, "--verify")
+	if code != exitFailure {
+		t.Errorf("replay --verify exit %d, want %d", code, exitFailure)
+	}
+	if want := "seq " + strconv.Itoa(badSeq); !strings.Contains(errOut, want) {
+		t.Errorf("replay stderr %q does not name %q", errOut, want)
+	}
+}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi"
+	"github.com/devledger/devledger/store"
+)
+
+// ledgerFileName is the ledger's file name inside the state dir.
+const ledgerFileName = "ledger.db"
+
+// defaultStateDir is where the daemon keeps its ledger on a node.
+const defaultStateDir = "/var/lib/devledger"
+
+// ledgerFlags are the flags that say which ledger a tool reads.
+type ledgerFlags struct {
+	stateDir string
+	db       string
+}
+
+func (lf *ledgerFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&lf.stateDir, "state-dir", defaultStateDir, "the daemon's state dir; the ledger is `DIR`/"+ledgerFileName)
+	fs.StringVar(&lf.db, "db", "", "read this ledger `FILE` (a copy taken off a node) instead of the state dir's")
+}
+
+// path is the ledger file the flags name.
+func (lf *ledgerFlags) path() string {
+	if lf.db != "" {
+		return lf.db
+	}
+	return filepath.Join(lf.stateDir, ledgerFileName)
+}
+
+// openLedger opens the ledger read-only for an offline tool. It never creates
+// or modifies a file, and turns the store's errors into exit codes: a missing
+// file, a file that is not a ledger or a ledger too new is bad input (2).
+func openLedger(lf *ledgerFlags) (*store.Log, error) {
+	path := lf.path()
+	l, err := store.Open(path, store.Options{ReadOnly: true, LockTimeout: 500 * time.Millisecond})
+	switch {
+	case err == nil:
+		return l, nil
+	case errors.Is(err, store.ErrNoLedger), errors.Is(err, store.ErrNotLedger), errors.Is(err, store.ErrNewerFormat):
+		return nil, usageErr(err)
+	default:
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+}
+
+// eventSource streams the events of a ledger, oldest first.
+type eventSource interface {
+	read(fn func(events.Envelope) error) error
+	close() error
+}
+
+// fileSource reads a ledger file opened read-only.
+type fileSource struct{ l *store.Log }
+
+func (s fileSource) read(fn func(events.Envelope) error) error { return s.l.Read(0, fn) }
+func (s fileSource) close() error                              { return s.l.Close() }
+
+// adminSource reads the ledger of a running daemon through its admin socket:
+// the daemon holds the file's lock, but serves the same records.
+type adminSource struct{ socket string }
+
+func (s adminSource) read(fn func(events.Envelope) error) error {
+	return grpcapi.ReadRecordsFromAdmin(context.Background(), s.socket, 0, func(rec []byte) error {
+		e, err := events.Unmarshal(rec)
+		if err != nil {
+			return fmt.Errorf("record from %s: %w", s.socket, err)
+		}
+		return fn(e)
+	})
+}
+
+func (s adminSource) close() error { return nil }
+
+// openSource opens the ledger the flags name: the file, or, when a running
+// daemon holds it, the daemon's admin socket beside it.
+func openSource(lf *ledgerFlags) (eventSource, error) {
+	l, err := openLedger(lf)
+	if err == nil {
+		return fileSource{l}, nil
+	}
+	if !errors.Is(err, store.ErrLocked) {
+		return nil, err
+	}
+	sock := grpcapi.AdminSocketPath(filepath.Dir(lf.path()))
+	if _, serr := grpcapi.ReadStatusFromAdmin(context.Background(), sock); serr != nil {
+		return nil, fmt.Errorf("%w; and the daemon's admin socket does not answer: %v", err, serr)
+	}
+	return adminSource{socket: sock}, nil
+}

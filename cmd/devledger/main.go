@@ -1,0 +1,139 @@
+// Command devledger is the devledger node daemon and its operator tools:
+// run (the daemon), dump (the history), replay (the state at a point in the
+// history), scan (discovery and pool selection as a dry run) and demo.
+//
+// Exit codes: 0 ok, 1 runtime failure, 2 bad usage, bad input or bad config.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// version is stamped at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// command is one subcommand.
+type command struct {
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) error
+}
+
+func commands() map[string]command {
+	return map[string]command{
+		"dump":    {"print the ledger's history of events", runDump},
+		"replay":  {"fold the ledger up to a point and print the state then", runReplay},
+		"run":     {"the daemon: serve the node's devices to the kubelet and record everything", runRun},
+		"scan":    {"discovery and pool selection as a dry run", runScan},
+		"version": {"print the version", runVersion},
+	}
+}
+
+// run executes one command line and returns the process exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	cmds := commands()
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr, cmds)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	cmd, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "devledger: unknown command %q\n", args[0])
+		usage(stderr, cmds)
+		return exitUsage
+	}
+	err := cmd.run(args[1:], stdout, stderr)
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	code := exitFailure
+	var ce *codeError
+	if errors.As(err, &ce) {
+		code = ce.code
+	}
+	fmt.Fprintf(stderr, "devledger %s: %v\n", args[0], err)
+	return code
+}
+
+func usage(w io.Writer, cmds map[string]command) {
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("usage: devledger <command> [flags]\n\ncommands:\n")
+	for _, n := range names {
+		fmt.Fprintf(&b, "  %-8s %s\n", n, cmds[n].summary)
+	}
+	b.WriteString("\nRun 'devledger <command> -h' for the flags of a command.\n")
+	io.WriteString(w, b.String())
+}
+
+// codeError carries the exit code an error should end the process with.
+type codeError struct {
+	code int
+	err  error
+}
+
+func (e *codeError) Error() string { return e.err.Error() }
+func (e *codeError) Unwrap() error { return e.err }
+
+// usageErr marks err as bad usage or bad input: exit 2.
+func usageErr(err error) error { return &codeError{code: exitUsage, err: err} }
+
+// usageErrf is usageErr with formatting.
+func usageErrf(format string, args ...any) error {
+	return usageErr(fmt.Errorf(format, args...))
+}
+
+func runVersion(args []string, stdout, stderr io.Writer) error {
+	fmt.Fprintln(stdout, version)
+	return nil
+}
+
+// newFlagSet returns a flag set that reports errors instead of exiting and
+// prints its usage to stderr.
+func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: devledger %s %s\n\nflags:\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args and turns a flag error into a usage error; extra
+// positional arguments are refused.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageErr(err)
+	}
+	if fs.NArg() > 0 {
+		return usageErrf("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}

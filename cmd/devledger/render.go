@@ -1,0 +1,193 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/devledger/devledger/events"
+)
+
+// tableWidth is the width the table is laid out for: an 80-column terminal.
+const tableWidth = 80
+
+// tablePrinter lays events out in fixed columns, so it streams: no column
+// width depends on a later row. A heading line marks every new UTC day, and
+// the time column holds the time of day.
+type tablePrinter struct {
+	w       *bufio.Writer
+	header  bool
+	lastDay string
+}
+
+const tableRow = "%7s  %-8s  %-21s  %s\n"
+
+func (p *tablePrinter) event(e events.Envelope) error {
+	if !p.header {
+		fmt.Fprintf(p.w, tableRow, "SEQ", "TIME", "EVENT", "DETAIL")
+		p.header = true
+	}
+	t := e.Time.UTC()
+	if day := t.Format(time.DateOnly); day != p.lastDay {
+		fmt.Fprintf(p.w, "--- %s (UTC) ---\n", day)
+		p.lastDay = day
+	}
+	const fixed = 7 + 2 + 8 + 2 + 21 + 2
+	detail := truncate(describe(e), tableWidth-fixed)
+	_, err := fmt.Fprintf(p.w, tableRow, fmt.Sprint(e.Seq), t.Format(time.TimeOnly), e.Type, detail)
+	if p.w.Buffered() > 32<<10 {
+		return p.w.Flush()
+	}
+	return err
+}
+
+func (p *tablePrinter) end() error {
+	if !p.header {
+		fmt.Fprintf(p.w, tableRow, "SEQ", "TIME", "EVENT", "DETAIL")
+		p.w.WriteString("(no events)\n")
+	}
+	return p.w.Flush()
+}
+
+// truncate shortens s to n runes, marking the cut with "…".
+func truncate(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+// jsonPrinter writes envelopes as JSON: one per line (jsonl), or one JSON
+// array (json). Field names are the envelope's and the payload's JSON tags,
+// which are part of devledger's interface and do not change.
+type jsonPrinter struct {
+	w     *bufio.Writer
+	lines bool
+	n     int
+	buf   []byte
+}
+
+func (p *jsonPrinter) event(e events.Envelope) error {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("encode event %d: %w", e.Seq, err)
+	}
+	switch {
+	case p.lines:
+	case p.n == 0:
+		p.w.WriteString("[\n")
+	default:
+		p.w.WriteString(",\n")
+	}
+	p.w.Write(b)
+	if p.lines {
+		p.w.WriteByte('\n')
+	}
+	p.n++
+	return nil
+}
+
+func (p *jsonPrinter) end() error {
+	if !p.lines {
+		if p.n == 0 {
+			p.w.WriteString("[]\n")
+		} else {
+			p.w.WriteString("\n]\n")
+		}
+	}
+	return p.w.Flush()
+}
+
+// describe says in a few words what an event records, for the table.
+func describe(e events.Envelope) string {
+	switch p := e.Payload.(type) {
+	case events.DaemonStarted:
+		s := fmt.Sprintf("%s pid %d", p.Version, p.PID)
+		if p.Node != "" {
+			s += " node " + p.Node
+		}
+		return s
+	case events.DaemonStopped:
+		if p.Clean {
+			return "clean: " + p.Reason
+		}
+		return "unclean: " + p.Reason
+	case events.ConfigApplied:
+		names := make([]string, len(p.Pools))
+		for i, s := range p.Pools {
+			names[i] = s.Resource
+		}
+		return fmt.Sprintf("%d pools: %s", len(p.Pools), strings.Join(names, ", "))
+	case events.ConfigRejected:
+		if len(p.Errors) == 0 {
+			return p.Path
+		}
+		return fmt.Sprintf("%d errors: %s", len(p.Errors), p.Errors[0])
+	case events.DeviceDiscovered:
+		return deviceLine(p.Device)
+	case events.DeviceChanged:
+		return fmt.Sprintf("%s %s", p.Device.Address, strings.Join(p.Changed, ","))
+	case events.DeviceRemoved:
+		return strings.TrimSpace(p.Address + " " + p.Reason)
+	case events.DeviceHealthChanged:
+		verdict := "healthy"
+		if !p.Healthy {
+			verdict = "UNHEALTHY"
+		}
+		if p.Reason != "" {
+			return fmt.Sprintf("%s %s: %s", p.Address, verdict, p.Reason)
+		}
+		return p.Address + " " + verdict
+	case events.PoolMembershipChanged:
+		s := p.Pool
+		if len(p.Added) > 0 {
+			s += fmt.Sprintf(" +%d", len(p.Added))
+		}
+		if len(p.Removed) > 0 {
+			s += fmt.Sprintf(" -%d", len(p.Removed))
+		}
+		if p.Reason != "" {
+			s += " (" + p.Reason + ")"
+		}
+		return s
+	case events.PluginServing:
+		return fmt.Sprintf("%s %s", p.Pool, p.Mode)
+	case events.PluginRegistered:
+		return fmt.Sprintf("%s %s", p.Pool, p.Mode)
+	case events.RegistrationFailed:
+		return fmt.Sprintf("%s #%d: %s", p.Pool, p.Attempt, p.Error)
+	case events.KubeletRestarted:
+		return p.Socket
+	case events.SocketLost:
+		return p.Pool
+	case events.DevicesAllocated:
+		return fmt.Sprintf("%s %s", p.Pool, strings.Join(p.DeviceIDs, ","))
+	case events.AllocationConflict:
+		return fmt.Sprintf("%s %s", p.Device, p.Reason)
+	case events.AllocationBound:
+		return fmt.Sprintf("#%d %s/%s/%s", p.AllocationSeq, p.Namespace, p.Pod, p.Container)
+	case events.DevicesReleased:
+		return fmt.Sprintf("#%d %s after %s", p.AllocationSeq, strings.Join(p.DeviceIDs, ","), p.HeldFor.Round(time.Second))
+	case events.SnapshotTaken:
+		return fmt.Sprintf("state at #%d, %d bytes", p.Seq, p.Size)
+	case events.EventsDropped:
+		return fmt.Sprintf("#%d-#%d (%d events): %s", p.FromSeq, p.ToSeq, p.Count, p.Reason)
+	}
+	return e.Subject
+}
+
+// deviceLine is a one-line description of a PCI function.
+func deviceLine(d events.DeviceFacts) string {
+	s := fmt.Sprintf("%s %s:%s", d.Address, d.Vendor, d.Device)
+	if d.Driver != "" {
+		s += " " + d.Driver
+	}
+	if d.PF != "" {
+		s += fmt.Sprintf(" vf%d", d.VFIndex)
+	}
+	return s
+}

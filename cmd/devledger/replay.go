@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/store"
+)
+
+func runReplay(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("replay", "[--state-dir DIR | --db FILE] [--until-seq N | --until-time T] [--format table|json] [--verify]", stderr)
+	var lf ledgerFlags
+	lf.register(fs)
+	untilSeq := fs.Uint64("until-seq", 0, "fold events up to and including sequence `N` (0: all)")
+	untilTime := fs.String("until-time", "", "fold events up to time `T` (RFC 3339, or a duration before now: 2h, 7d)")
+	format := fs.String("format", "table", "output `FORMAT`: table or json")
+	verify := fs.Bool("verify", false, "check every record (checksums, sequence, snapshots) first; exit 1 at the first bad one")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *format != "table" && *format != "json" {
+		return usageErrf("--format %q: want table or json", *format)
+	}
+	var at time.Time
+	if *untilTime != "" {
+		if *untilSeq != 0 {
+			return usageErrf("--until-seq and --until-time: give one of them")
+		}
+		var err error
+		if at, err = parseTimeFlag("until-time", *untilTime, time.Now()); err != nil {
+			return err
+		}
+	}
+
+	l, err := openLedger(&lf)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+
+	if *verify {
+		rep, err := l.Check(context.Background())
+		if err != nil {
+			if errors.Is(err, store.ErrCorrupt) {
+				return fmt.Errorf("verify: %w", err)
+			}
+			return fmt.Errorf("verify %s: %w", lf.path(), err)
+		}
+		fmt.Fprintf(stdout, "verified %s: %d events (#%d-#%d), %d snapshots, no problems\n\n",
+			lf.path(), rep.Events, rep.FirstSeq, rep.LastSeq, rep.Snapshots)
+	}
+	if *untilSeq > l.LastSeq() {
+		return usageErrf("--until-seq %d: the ledger ends at #%d", *untilSeq, l.LastSeq())
+	}
+
+	var s events.State
+	if !at.IsZero() {
+		s, err = l.ReplayUntilTime(at)
+	} else {
+		s, err = l.Replay(*untilSeq)
+	}
+	if err != nil {
+		if errors.Is(err, store.ErrCorrupt) {
+			return err
+		}
+		return fmt.Errorf("replay %s: %w", lf.path(), err)
+	}
+	if *format == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(s)
+	}
+	return printState(stdout, s, at)
+}
+
+// printState renders a folded state as aligned tables.
+func printState(w io.Writer, s events.State, at time.Time) error {
+	b := &strings.Builder{}
+	when := "the empty ledger"
+	if s.Seq > 0 {
+		when = fmt.Sprintf("#%d (%s)", s.Seq, s.Time.UTC().Format(time.RFC3339))
+	}
+	if !at.IsZero() {
+		fmt.Fprintf(b, "State at %s: last event %s\n", at.UTC().Format(time.RFC3339), when)
+	} else {
+		fmt.Fprintf(b, "State after %s\n", when)
+	}
+	d := s.Daemon
+	if d.BootID != "" {
+		run := "stopped"
+		if d.Running {
+			run = "running"
+		}
+		fmt.Fprintf(b, "Daemon:  %s, boot %s, %s since %s, %d starts\n", d.Version, d.BootID, run, d.StartedAt.UTC().Format(time.RFC3339), d.Starts)
+	}
+	if s.Config.Path != "" {
+		fmt.Fprintf(b, "Config:  %s (sha256 %.12s), applied %s, %d rejected since\n", s.Config.Path, s.Config.SHA256, s.Config.AppliedAt.UTC().Format(time.RFC3339), s.Config.Rejections)
+	}
+	fmt.Fprintf(b, "Kubelet: %d restarts seen\n", s.Kubelet.Restarts)
+	io.WriteString(w, b.String())
+
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "\nPOOLS (%d)\nRESOURCE\tTYPE\tDEVICES\tHEALTHY\tREGISTRATION\n", len(s.Pools))
+	for _, name := range sortedKeys(s.Pools) {
+		p := s.Pools[name]
+		healthy := 0
+		for _, a := range p.Members {
+			if s.Devices[a].Healthy {
+				healthy++
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", name, dash(p.Spec.DeviceType), len(p.Members), healthy, registration(p.Registration))
+	}
+
+	fmt.Fprintf(tw, "\nDEVICES (%d)\nADDRESS\tID\tDRIVER\tNUMA\tPOOL\tHEALTH\tHELD BY\n", len(s.Devices))
+	for _, addr := range sortedKeys(s.Devices) {
+		dev := s.Devices[addr]
+		health := "healthy"
+		switch {
+		case !dev.Present:
+			health = "gone"
+		case !dev.Healthy:
+			health = "unhealthy"
+		}
+		if dev.HealthReason != "" && health != "healthy" {
+			health += ": " + dev.HealthReason
+		}
+		numa := "-"
+		if dev.Facts.NUMANode >= 0 && dev.Facts.Vendor != "" {
+			numa = fmt.Sprint(dev.Facts.NUMANode)
+		}
+		holders := make([]string, 0, 1)
+		for _, seq := range s.Holders[addr] {
+			holders = append(holders, holder(s.Allocations[seq]))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", addr, dash(idOf(dev.Facts)), dash(dev.Facts.Driver), numa,
+			dash(dev.Pool), health, dash(strings.Join(holders, ", ")))
+	}
+
+	seqs := sortedKeys(s.Allocations)
+	fmt.Fprintf(tw, "\nLIVE ALLOCATIONS (%d)\nSEQ\tPOOL\tDEVICES\tSINCE\tHELD BY\n", len(seqs))
+	for _, seq := range seqs {
+		a := s.Allocations[seq]
+		fmt.Fprintf(tw, "#%d\t%s\t%s\t%s\t%s\n", seq, a.Pool, strings.Join(a.DeviceIDs, ","), a.At.UTC().Format(time.RFC3339), holder(a))
+	}
+	return tw.Flush()
+}
+
+func holder(a events.Allocation) string {
+	if a.Binding == nil {
+		if a.Lost {
+			return fmt.Sprintf("#%d (lost)", a.Seq)
+		}
+		return fmt.Sprintf("#%d (unbound)", a.Seq)
+	}
+	return fmt.Sprintf("%s/%s/%s", a.Binding.Namespace, a.Binding.Pod, a.Binding.Container)
+}
+
+func registration(r events.Registration) string {
+	switch {
+	case r.Registered:
+		return "registered (" + r.Mode + ")"
+	case r.Serving:
+		return "serving, not registered"
+	case r.LastError != "":
+		return "failed: " + r.LastError
+	}
+	return "-"
+}
+
+func idOf(d events.DeviceFacts) string {
+	if d.Vendor == "" {
+		return ""
+	}
+	return d.Vendor + ":" + d.Device
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func sortedKeys[K interface{ ~string | ~uint64 }, V any](m map[K]V) []K {
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/rs/zerolog"
+
+	"github.com/devledger/devledger/actors/daemon"
+)
+
+// daemonFlags are the flags of run (and, for the node paths, demo).
+type daemonFlags struct {
+	opts      daemon.Options
+	logFormat string
+	logLevel  string
+}
+
+func (f *daemonFlags) register(fs *flag.FlagSet) {
+	o := &f.opts
+	fs.StringVar(&o.ConfigPath, "config", "/etc/devledger/config.json", "the config `FILE` (the SR-IOV device plugin's config.json schema, JSON or YAML)")
+	fs.StringVar(&o.SysfsRoot, "sysfs-root", "/sys", "sysfs mount `DIR`")
+	fs.StringVar(&o.DevRoot, "dev-root", "/dev", "devfs mount `DIR` (for /dev/vfio checks)")
+	fs.StringVar(&o.ProcRoot, "proc-root", "/proc", "procfs mount `DIR` (for the default route)")
+	fs.StringVar(&o.PCIIDsPath, "pci-ids", "", "PCI ID database `FILE` (default: the usual system locations)")
+	fs.StringVar(&o.KubeletDir, "kubelet-dir", "/var/lib/kubelet", "the kubelet's root `DIR`")
+	fs.StringVar(&o.StateDir, "state-dir", defaultStateDir, "`DIR` for the ledger (never the kubelet's device-plugins dir)")
+	fs.StringVar(&o.DevinfoDir, "devinfo-dir", "/var/run/k8s.cni.cncf.io/devinfo/dp", "`DIR` for device-info files of netDevice pools (\"-\": none)")
+	fs.StringVar(&o.Registration, "registration", "auto", "`MODE`: auto, legacy (kubelet.sock) or watcher (plugins_registry)")
+	fs.DurationVar(&o.ScanInterval, "scan-interval", 30*time.Second, "periodic rescan of sysfs")
+	fs.DurationVar(&o.ProbeInterval, "probe-interval", 5*time.Second, "periodic health probe")
+	fs.StringVar(&f.logFormat, "log-format", "", "`FORMAT`: json or console (default: console on a terminal, json otherwise)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "`LEVEL`: debug, info, warn, error")
+}
+
+// logger builds the zerolog logger the flags ask for, writing to w.
+func (f *daemonFlags) logger(w io.Writer) (zerolog.Logger, error) {
+	level, err := zerolog.ParseLevel(f.logLevel)
+	if err != nil || f.logLevel == "" {
+		return zerolog.Logger{}, usageErrf("--log-level %q: want debug, info, warn or error", f.logLevel)
+	}
+	format := f.logFormat
+	if format == "" {
+		format = "json"
+		if file, ok := w.(*os.File); ok && isatty.IsTerminal(file.Fd()) {
+			format = "console"
+		}
+	}
+	switch format {
+	case "json":
+	case "console":
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+	default:
+		return zerolog.Logger{}, usageErrf("--log-format %q: want json or console", format)
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
+}
+
+func runRun(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("run", "--config FILE [flags]", stderr)
+	var f daemonFlags
+	f.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	log, err := f.logger(stderr)
+	if err != nil {
+		return err
+	}
+	f.opts.Logger = log
+	f.opts.Version = version
+
+	ctx, stop := signalContext()
+	defer stop()
+	err = daemon.Run(ctx, f.opts)
+	if errors.Is(err, daemon.ErrBadConfig) {
+		return usageErr(err)
+	}
+	return err
+}
+
+// signalContext ends on SIGTERM or SIGINT, with the signal as its cause.
+func signalContext() (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		if sig, ok := <-ch; ok {
+			cancel(fmt.Errorf("%s", strings.ToUpper(unixSignalName(sig))))
+		}
+	}()
+	return ctx, func() { signal.Stop(ch); cancel(nil) }
+}
+
+func unixSignalName(sig os.Signal) string {
+	switch sig {
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGINT:
+		return "SIGINT"
+	}
+	return sig.String()
+}

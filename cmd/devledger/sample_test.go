@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/store"
+)
+
+// update rewrites golden files and the bundled sample ledger.
+var update = flag.Bool("update", false, "rewrite golden files and testdata/ledger/sample.db")
+
+// sampleLedgerPath is the bundled ledger the README's quick start reads.
+var sampleLedgerPath = filepath.Join("..", "..", "testdata", "ledger", "sample.db")
+
+// sampleStory is a day on an SR-IOV + GPU node, as the daemon would record
+// it: start, config, discovery, pools, registrations, allocations bound to
+// pods, a driver unbind and recovery, a kubelet restart, releases, a clean
+// stop with a snapshot, and a second start.
+func sampleStory() []events.Envelope {
+	t0 := time.Date(2026, 11, 24, 8, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	boot1, boot2 := "7f3c9a1e-boot-0001", "c2d4e6f8-boot-0002"
+	var out []events.Envelope
+	add := func(d time.Duration, boot string, p events.Payload) {
+		out = append(out, events.New(p, at(d), boot))
+	}
+
+	const vfio, netdev, gpu = "intel.com/sriov_vfio", "intel.com/sriov_net", "nvidia.com/gpu"
+	pf := func(addr, ifname string) events.DeviceFacts {
+		return events.DeviceFacts{Address: addr, Vendor: "8086", Device: "1592", Class: "020000",
+			VendorName: "Intel Corporation", DeviceName: "Ethernet Controller E810-C for QSFP",
+			Driver: "ice", NUMANode: 0, IOMMUGroup: "30", VFIndex: -1, Interfaces: []string{ifname}}
+	}
+	vf := func(addr, pfAddr string, idx int, driver, group string) events.DeviceFacts {
+		d := events.DeviceFacts{Address: addr, Vendor: "8086", Device: "1889", Class: "020000",
+			VendorName: "Intel Corporation", DeviceName: "Ethernet Adaptive Virtual Function",
+			Driver: driver, NUMANode: 0, IOMMUGroup: group, PF: pfAddr, VFIndex: idx, PFInterface: "ens1f0"}
+		if driver == "vfio-pci" {
+			d.VFIODevice = true
+		} else {
+			d.Interfaces = []string{"ens1f0v" + group}
+		}
+		return d
+	}
+	gpuDev := func(addr string, numa int, group string) events.DeviceFacts {
+		return events.DeviceFacts{Address: addr, Vendor: "10de", Device: "2330", Class: "030200",
+			VendorName: "NVIDIA Corporation", DeviceName: "GH100 [H100 SXM5 80GB]", Driver: "vfio-pci",
+			NUMANode: numa, IOMMUGroup: group, VFIODevice: true, VFIndex: -1}
+	}
+
+	add(0, boot1, events.DaemonStarted{Version: "v0.1.0", Node: "worker-3", PID: 4121, ConfigPath: "/etc/devledger/config.json",
+		SysfsRoot: "/sys", KubeletDir: "/var/lib/kubelet", Registration: "legacy"})
+	add(time.Second, boot1, events.ConfigApplied{Path: "/etc/devledger/config.json", SHA256: "5d41402abc4b2a76b9719d911017c592ae2f6a3b1c3e5d7f9a0b2c4d6e8f0a1b",
+		Pools: []events.PoolSpec{
+			{Resource: vfio, DeviceType: "netDevice", AllocatePolicy: "packed"},
+			{Resource: netdev, DeviceType: "netDevice", AllocatePolicy: "spread"},
+			{Resource: gpu, DeviceType: "genericPCI"},
+		}})
+	devs := []events.DeviceFacts{
+		pf("0000:3b:00.0", "ens1f0"),
+		vf("0000:3b:02.0", "0000:3b:00.0", 0, "vfio-pci", "140"),
+		vf("0000:3b:02.1", "0000:3b:00.0", 1, "vfio-pci", "141"),
+		vf("0000:3b:02.2", "0000:3b:00.0", 2, "vfio-pci", "142"),
+		vf("0000:3b:02.3", "0000:3b:00.0", 3, "iavf", "143"),
+		vf("0000:3b:02.4", "0000:3b:00.0", 4, "iavf", "144"),
+		gpuDev("0000:af:00.0", 0, "70"),
+		gpuDev("0000:d8:00.0", 1, "90"),
+	}
+	for i, d := range devs {
+		add(2*time.Second+time.Duration(i)*time.Millisecond, boot1, events.DeviceDiscovered{Device: d})
+	}
+	add(3*time.Second, boot1, events.PoolMembershipChanged{Pool: vfio, Added: []string{"0000:3b:02.0", "0000:3b:02.1", "0000:3b:02.2"}, Reason: "config applied"})
+	add(3*time.Second, boot1, events.PoolMembershipChanged{Pool: netdev, Added: []string{"0000:3b:02.3", "0000:3b:02.4"}, Reason: "config applied"})
+	add(3*time.Second, boot1, events.PoolMembershipChanged{Pool: gpu, Added: []string{"0000:af:00.0", "0000:d8:00.0"}, Reason: "config applied"})
+	for _, p := range []string{vfio, netdev, gpu} {
+		sock := sampleSocket(p)
+		add(4*time.Second, boot1, events.PluginServing{Pool: p, Socket: sock, Mode: "legacy"})
+		add(4*time.Second+5*time.Millisecond, boot1, events.PluginRegistered{Pool: p, Socket: sock, Mode: "legacy"})
+	}
+
+	vfioResp := func(addr, group string) events.ContainerAllocation {
+		return events.ContainerAllocation{
+			Envs: map[string]string{"PCIDEVICE_INTEL_COM_SRIOV_VFIO": addr,
+				"PCIDEVICE_INTEL_COM_SRIOV_VFIO_INFO": `{"` + addr + `":{"generic":{"deviceID":"` + addr + `"},"vfio":{"dev-mount":"/dev/vfio/` + group + `","mount":"/dev/vfio/vfio"}}}`},
+			Devices: []events.DeviceNode{
+				{ContainerPath: "/dev/vfio/vfio", HostPath: "/dev/vfio/vfio", Permissions: "rw"},
+				{ContainerPath: "/dev/vfio/" + group, HostPath: "/dev/vfio/" + group, Permissions: "rw"},
+			},
+		}
+	}
+	add(1*time.Hour, boot1, events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{"0000:3b:02.1"}, Response: vfioResp("0000:3b:02.1", "141")})
+	allocVF := uint64(len(out))
+	add(1*time.Hour+3*time.Second, boot1, events.AllocationBound{AllocationSeq: allocVF, Pool: vfio, DeviceIDs: []string{"0000:3b:02.1"},
+		Namespace: "telco", Pod: "dpdk-testpmd-7d9f", UID: "3f1e-77aa", Container: "testpmd"})
+	add(1*time.Hour+20*time.Minute, boot1, events.DevicesAllocated{Pool: gpu, DeviceIDs: []string{"0000:af:00.0"},
+		Response: events.ContainerAllocation{
+			Envs:    map[string]string{"PCIDEVICE_NVIDIA_COM_GPU": "0000:af:00.0"},
+			Devices: []events.DeviceNode{{ContainerPath: "/dev/vfio/vfio", HostPath: "/dev/vfio/vfio", Permissions: "rw"}, {ContainerPath: "/dev/vfio/70", HostPath: "/dev/vfio/70", Permissions: "rw"}},
+		}})
+	allocGPU := uint64(len(out))
+	add(1*time.Hour+20*time.Minute+4*time.Second, boot1, events.AllocationBound{AllocationSeq: allocGPU, Pool: gpu, DeviceIDs: []string{"0000:af:00.0"},
+		Namespace: "ml", Pod: "trainer-0", UID: "9c2b-01de", Container: "trainer"})
+	add(2*time.Hour, boot1, events.DeviceHealthChanged{Address: "0000:3b:02.2", Healthy: false, Reason: "driver unbound (was vfio-pci)"})
+	add(2*time.Hour+30*time.Second, boot1, events.DeviceHealthChanged{Address: "0000:3b:02.2", Healthy: true, Reason: "probes passed for 10s hold-down"})
+	add(3*time.Hour, boot1, events.KubeletRestarted{Socket: "/var/lib/kubelet/device-plugins/kubelet.sock"})
+	for _, p := range []string{vfio, netdev, gpu} {
+		sock := sampleSocket(p)
+		add(3*time.Hour+10*time.Millisecond, boot1, events.SocketLost{Pool: p, Socket: sock})
+		add(3*time.Hour+20*time.Millisecond, boot1, events.PluginServing{Pool: p, Socket: sock, Mode: "legacy"})
+		add(3*time.Hour+25*time.Millisecond, boot1, events.PluginRegistered{Pool: p, Socket: sock, Mode: "legacy"})
+	}
+	add(4*time.Hour+12*time.Minute, boot1, events.DevicesReleased{AllocationSeq: allocVF, Pool: vfio, DeviceIDs: []string{"0000:3b:02.1"},
+		HeldFor: 3*time.Hour + 12*time.Minute, Reason: "pod telco/dpdk-testpmd-7d9f deleted"})
+	add(5*time.Hour, boot1, events.DaemonStopped{Reason: "SIGTERM", Clean: true})
+	add(5*time.Hour+2*time.Minute, boot2, events.DaemonStarted{Version: "v0.1.1", Node: "worker-3", PID: 5210, ConfigPath: "/etc/devledger/config.json",
+		SysfsRoot: "/sys", KubeletDir: "/var/lib/kubelet", Registration: "legacy"})
+	add(5*time.Hour+2*time.Minute+time.Second, boot2, events.DeviceRemoved{Address: "0000:3b:02.4", Reason: "gone from sysfs while the daemon was down"})
+	add(5*time.Hour+2*time.Minute+time.Second, boot2, events.PoolMembershipChanged{Pool: netdev, Removed: []string{"0000:3b:02.4"}, Reason: "device removed"})
+	return out
+}
+
+// sampleSocket is where the legacy-mode socket of a pool lives.
+func sampleSocket(resource string) string {
+	prefix, name, _ := strings.Cut(resource, "/")
+	return "/var/lib/kubelet/device-plugins/" + prefix + "_" + name + ".sock"
+}
+
+// writeSampleLedger writes the sample story into a new ledger at path.
+func writeSampleLedger(t testing.TB, path string) {
+	t.Helper()
+	l, err := store.Open(path, store.Options{Node: "worker-3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := l.Append(context.Background(), sampleStory()...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSampleLedger keeps the bundled sample ledger the README points at in
+// step with the story: with -update it is rewritten, otherwise the bundled
+// file must replay to the same state as a fresh ledger of the story.
+func TestSampleLedger(t *testing.T) {
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(sampleLedgerPath), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(sampleLedgerPath)
+		writeSampleLedger(t, sampleLedgerPath)
+	}
+	fresh := filepath.Join(t.TempDir(), "ledger.db")
+	writeSampleLedger(t, fresh)
+	want := replayFile(t, fresh)
+	got := replayFile(t, sampleLedgerPath)
+	if !got.Equal(want) {
+		t.Fatalf("testdata/ledger/sample.db is stale: rerun go test ./cmd/devledger -run TestSampleLedger -update")
+	}
+}
+
+func replayFile(t *testing.T, path string) events.State {
+	t.Helper()
+	l, err := store.Open(path, store.Options{ReadOnly: true, LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	s, err := l.Replay(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
