@@ -1,0 +1,42 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// parseTimeFlag reads a point in time given as RFC 3339 ("2026-11-24T09:00:00Z")
+// or as a duration before now ("2h", "90m", "7d").
+func parseTimeFlag(name, value string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, value); err == nil {
+		return t, nil
+	}
+	if d, err := parseAge(value); err == nil {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, usageErrf("--%s %q: want an RFC 3339 time (2026-11-24T09:00:00Z) or a duration before now (2h, 90m, 7d)", name, value)
+}
+
+// parseAge is time.ParseDuration plus a "d" suffix for days. Negative ages
+// are refused.
+func parseAge(s string) (time.Duration, error) {
+	var d time.Duration
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseFloat(days, 64)
+		if err != nil {
+			return 0, err
+		}
+		d = time.Duration(n * 24 * float64(time.Hour))
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return 0, err
+		}
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("negative duration %s", s)
+	}
+	return d, nil
+}
