@@ -142,12 +142,12 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		if name, ok := n.socketOf[m.Path]; ok {
 			ctx.Send(n.registrar, &registrar.Undesire{Pool: name, Socket: m.Path, Lost: true})
 			if pid := n.pools[name]; pid != nil {
-				ctx.Send(pid, &pool.Reserve{})
+				ctx.Send(pid, &pool.Reserve{Lost: m.Path})
 			}
 		}
 	case *registrar.SocketMissing:
 		if pid := n.pools[m.Pool]; pid != nil {
-			ctx.Send(pid, &pool.Reserve{})
+			ctx.Send(pid, &pool.Reserve{Lost: m.Socket})
 		}
 	case *health.Verdict:
 		n.healthy[m.Address] = m.Healthy

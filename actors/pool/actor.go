@@ -86,7 +86,7 @@ func (p *allocator) Receive(ctx actor.Context) {
 	case *SetHealth:
 		p.setHealth(m)
 	case *Reserve:
-		p.reserve(ctx)
+		p.reserve(ctx, m.Lost)
 	case *Released:
 		p.release(m.AllocationSeq)
 	case *Query:
@@ -154,7 +154,7 @@ func (p *allocator) start(ctx actor.Context) {
 	if err := p.server.Serve(p.cfg.Socket); err != nil {
 		panic(fmt.Errorf("pool %s: serve %s: %w", p.name, p.cfg.Socket, err))
 	}
-	p.announce(ctx)
+	p.announce(ctx, "")
 }
 
 func (p *allocator) callTimeout() time.Duration {
@@ -164,20 +164,26 @@ func (p *allocator) callTimeout() time.Duration {
 	return grpcapi.DefaultCallTimeout
 }
 
-// announce records PluginServing and tells the parent the pool is ready to
-// be registered.
-func (p *allocator) announce(ctx actor.Context) {
+// announce records PluginServing (after SocketLost when the socket was
+// lost) and tells the parent the pool is ready to be registered.
+func (p *allocator) announce(ctx actor.Context, lost string) {
 	mode := string(p.cfg.Mode)
 	if mode == "" {
 		mode = string(grpcapi.ModeLegacy)
 	}
-	envs, err := p.cfg.Recorder.Record(context.Background(), events.PluginServing{Pool: p.name, Socket: p.cfg.Socket, Mode: mode})
+	var payloads []events.Payload
+	if lost != "" {
+		payloads = append(payloads, events.SocketLost{Pool: p.name, Socket: lost})
+		p.cfg.Log.Warn().Str("pool", p.name).Str("socket", lost).Msg("socket lost; re-creating it")
+	}
+	payloads = append(payloads, events.PluginServing{Pool: p.name, Socket: p.cfg.Socket, Mode: mode})
+	envs, err := p.cfg.Recorder.Record(context.Background(), payloads...)
 	if err != nil {
 		// Serving is a fact about now: it is worth retrying, but the pool
 		// serves whether or not the ledger says so.
 		p.cfg.Log.Error().Err(err).Str("pool", p.name).Msg("cannot record PluginServing")
 	} else {
-		p.cfg.Log.Info().Str("pool", p.name).Str("socket", p.cfg.Socket).Str("mode", mode).Uint64("seq", envs[0].Seq).Msg("pool serving")
+		p.cfg.Log.Info().Str("pool", p.name).Str("socket", p.cfg.Socket).Str("mode", mode).Uint64("seq", envs[len(envs)-1].Seq).Msg("pool serving")
 	}
 	ctx.Send(ctx.Parent(), &Serving{Pool: p.name, Socket: p.cfg.Socket})
 }
@@ -197,14 +203,14 @@ func (p *allocator) stop() {
 	}
 }
 
-func (p *allocator) reserve(ctx actor.Context) {
+func (p *allocator) reserve(ctx actor.Context, lost string) {
 	if p.server == nil {
 		return
 	}
 	if err := p.server.Reserve(p.cfg.Socket); err != nil {
 		panic(fmt.Errorf("pool %s: re-create socket %s: %w", p.name, p.cfg.Socket, err))
 	}
-	p.announce(ctx)
+	p.announce(ctx, lost)
 }
 
 func index(ms []allocation.Member) (map[string]allocation.Member, []string) {

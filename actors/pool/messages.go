@@ -26,9 +26,11 @@ type SetHealth struct {
 	Reason  string
 }
 
-// Reserve asks the pool to re-create its socket (it was deleted: a kubelet
-// restart empties device-plugins/) and to announce it again.
-type Reserve struct{}
+// Reserve asks the pool to re-create its socket and to announce it again.
+// Lost is the path of the socket that vanished (a kubelet restart empties
+// device-plugins/), recorded as SocketLost in the same append as the new
+// PluginServing; "" when the socket is re-created for another reason.
+type Reserve struct{ Lost string }
 
 // Released tells the pool that a live allocation ended (recorded by the
 // reconciler), so its devices are free for GetPreferredAllocation.

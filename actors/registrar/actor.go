@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -111,10 +112,6 @@ func (r *registrar) Receive(ctx actor.Context) {
 		r.failures[m.Pool] = 0
 		r.reconcile(ctx)
 	case *Undesire:
-		if m.Lost {
-			r.record(events.SocketLost{Pool: m.Pool, Socket: m.Socket})
-			r.cfg.Log.Warn().Str("pool", m.Pool).Str("socket", m.Socket).Msg("socket lost; re-creating it")
-		}
 		delete(r.desired, m.Pool)
 		delete(r.actual, m.Pool)
 		r.cancelRetry(m.Pool)
@@ -188,7 +185,7 @@ func (r *registrar) register(ctx actor.Context, pool string, d desire, epoch int
 	go func() {
 		cctx, cancel := context.WithTimeout(context.Background(), cfg.RegisterTimeout)
 		defer cancel()
-		err := grpcapi.RegisterWithKubelet(cctx, cfg.KubeletSocket, pool, baseName(d.socket), cfg.Options)
+		err := grpcapi.RegisterWithKubelet(cctx, cfg.KubeletSocket, pool, filepath.Base(d.socket), cfg.Options)
 		root.Send(self, &registerResult{pool: pool, gen: d.gen, epoch: epoch, err: err})
 	}()
 }
@@ -290,13 +287,4 @@ func (r *registrar) cancelRetry(pool string) {
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil || !errors.Is(err, os.ErrNotExist)
-}
-
-func baseName(path string) string {
-	for i := len(path) - 1; i >= 0; i-- {
-		if path[i] == '/' {
-			return path[i+1:]
-		}
-	}
-	return path
 }

@@ -15,8 +15,8 @@ type Desire struct {
 type Undesire struct {
 	Pool   string
 	Socket string
-	// Lost is true when the socket vanished under us (recorded as
-	// SocketLost), false for an orderly removal.
+	// Lost is true when the socket vanished under us (the pool records
+	// SocketLost as it re-creates it), false for an orderly removal.
 	Lost bool
 }
 

@@ -37,6 +37,7 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
+		"demo":    {"the whole daemon on a bundled sample node, with a kubelet stand-in", runDemo},
 		"dump":    {"print the ledger's history of events", runDump},
 		"replay":  {"fold the ledger up to a point and print the state then", runReplay},
 		"run":     {"the daemon: serve the node's devices to the kubelet and record everything", runRun},

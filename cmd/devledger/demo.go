@@ -1,0 +1,367 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/testdata/sysfsgen"
+)
+
+// demoConfig is the sample node's configuration: the SR-IOV device plugin's
+// schema, as a platform team would write it.
+const demoConfig = `{
+  "resourceList": [
+    {
+      "resourceName": "sriov_vfio",
+      "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]},
+      "allocatePolicy": "packed"
+    },
+    {
+      "resourceName": "sriov_net",
+      "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["iavf"]}
+    },
+    {
+      "resourcePrefix": "nvidia.com",
+      "resourceName": "gpu",
+      "deviceType": "genericPCI",
+      "selectors": {"vendors": ["10de"], "drivers": ["vfio-pci"]}
+    }
+  ]
+}
+`
+
+var demoPools = []string{"intel.com/sriov_vfio", "intel.com/sriov_net", "nvidia.com/gpu"}
+
+// demoNode is the bundled sample node: the sriov scenario's two E810 cards
+// with vfio-bound and iavf VFs, plus the gpu scenario's four H100s.
+func demoNode() (sysfsgen.Node, error) {
+	n, err := sysfsgen.Scenario(sysfsgen.ScenarioSRIOV)
+	if err != nil {
+		return n, err
+	}
+	g, err := sysfsgen.Scenario(sysfsgen.ScenarioGPU)
+	if err != nil {
+		return n, err
+	}
+	for _, f := range g.Functions {
+		if f.Vendor == "10de" {
+			n.Functions = append(n.Functions, f)
+		}
+	}
+	return n, nil
+}
+
+// demo is `devledger demo`: the whole daemon on the sample node, with the
+// kubelet stand-in in this process, told step by step.
+type demo struct {
+	out     io.Writer
+	dir     string
+	roots   sysfsgen.Roots
+	kubelet *kubelettest.Kubelet
+	state   string
+	cfgPath string
+	logPath string
+	daemon  *exec.Cmd
+	began   time.Time
+}
+
+func runDemo(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("demo", "[--keep DIR]", stderr)
+	keep := fs.String("keep", "", "keep the sample node, its ledger and the daemon's log in `DIR` (try dump and replay on it afterwards)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	d := &demo{out: stdout, began: time.Now()}
+	dir := *keep
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "devledger-demo")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--keep %s: %w", dir, err)
+	}
+	d.dir = dir
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := d.run(ctx)
+	d.cleanup()
+	if err != nil {
+		return fmt.Errorf("%w (daemon log: %s)", err, d.logPath)
+	}
+	if *keep != "" {
+		d.say("")
+		d.say("Kept in %s. Try:", dir)
+		d.say("  devledger dump --state-dir %s --device 0000:3b:01.2", d.state)
+		d.say("  devledger replay --state-dir %s --verify", d.state)
+	}
+	return nil
+}
+
+func (d *demo) say(format string, args ...any) {
+	fmt.Fprintf(d.out, format+"\n", args...)
+}
+
+func (d *demo) step(format string, args ...any) {
+	fmt.Fprintf(d.out, "\n[%4.1fs] %s\n", time.Since(d.began).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (d *demo) run(ctx context.Context) error {
+	node, err := demoNode()
+	if err != nil {
+		return err
+	}
+	if d.roots, err = sysfsgen.Build(filepath.Join(d.dir, "node"), node); err != nil {
+		return fmt.Errorf("build the sample node: %w", err)
+	}
+	d.state = filepath.Join(d.dir, "state")
+	d.cfgPath = filepath.Join(d.dir, "config.json")
+	d.logPath = filepath.Join(d.dir, "daemon.log")
+	if err := os.WriteFile(d.cfgPath, []byte(demoConfig), 0o644); err != nil {
+		return err
+	}
+	// Unix socket paths are short: the kubelet dir lives in a short temp
+	// dir whatever --keep says.
+	kdir, err := os.MkdirTemp("", "dlk")
+	if err != nil {
+		return err
+	}
+	if d.kubelet, err = kubelettest.New(kdir, kubelettest.Options{}); err != nil {
+		return fmt.Errorf("start the kubelet stand-in: %w", err)
+	}
+
+	d.say("devledger demo: a sample node with two Intel E810 cards (8 VFs) and four NVIDIA H100s,")
+	d.say("a kubelet stand-in in this process, and the devledger daemon as a child process.")
+	d.step("Starting the daemon (config: %s)", d.cfgPath)
+	if err := d.startDaemon(); err != nil {
+		return err
+	}
+	if err := d.waitPools(ctx, time.Time{}); err != nil {
+		return err
+	}
+
+	d.step("The kubelet asks for devices")
+	if _, err := d.allocate(ctx, "intel.com/sriov_vfio", 1); err != nil {
+		return err
+	}
+	if _, err := d.allocate(ctx, "nvidia.com/gpu", 2); err != nil {
+		return err
+	}
+	if _, err := d.kubelet.Allocate(ctx, "intel.com/sriov_vfio", []string{"0000:99:00.0"}); err != nil {
+		d.say("  A request for 0000:99:00.0, which the pool lacks, is refused: %s", grpcMessage(err))
+	}
+
+	d.step("The kubelet restarts (it empties device-plugins/, sockets and all)")
+	if err := d.kubelet.Restart(); err != nil {
+		return err
+	}
+	if err := d.waitPools(ctx, d.kubelet.BootedAt()); err != nil {
+		return err
+	}
+
+	d.step("The daemon is killed (SIGKILL) and started again")
+	before, err := d.liveAllocations()
+	if err != nil {
+		return err
+	}
+	if err := d.daemon.Process.Signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	d.daemon.Wait()
+	d.say("  killed pid %d; the ledger holds %d live allocations", d.daemon.Process.Pid, len(before))
+	restarted := time.Now()
+	if err := d.startDaemon(); err != nil {
+		return err
+	}
+	if err := d.waitPools(ctx, restarted); err != nil {
+		return err
+	}
+	after, err := d.liveAllocations()
+	if err != nil {
+		return err
+	}
+	if !slices.Equal(before, after) {
+		return fmt.Errorf("live allocations differ after replay: before %v, after %v", before, after)
+	}
+	d.say("  replayed the ledger: the same %d live allocations, %s", len(after), strings.Join(after, "; "))
+
+	d.step("The daemon stops (SIGTERM): it finishes in-flight calls, records the stop, snapshots, removes its sockets")
+	if err := d.stopDaemon(); err != nil {
+		return err
+	}
+	left, _ := filepath.Glob(filepath.Join(d.kubelet.DevicePluginDir(), "intel.com_*.sock"))
+	d.say("  sockets left behind: %d", len(left))
+
+	d.step("The history, as `devledger dump --state-dir %s` prints it", d.state)
+	if err := runDump([]string{"--state-dir", d.state}, d.out, d.out); err != nil {
+		return err
+	}
+	d.step("Done in %.1fs", time.Since(d.began).Seconds())
+	return nil
+}
+
+func (d *demo) startDaemon() error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(exe, "run", "--config", d.cfgPath, "--sysfs-root", d.roots.Sysfs, "--dev-root", d.roots.Dev,
+		"--proc-root", d.roots.Proc, "--pci-ids", filepath.Join(d.dir, "no-pci.ids"), "--kubelet-dir", d.kubelet.Dir(),
+		"--state-dir", d.state, "--devinfo-dir", filepath.Join(d.dir, "devinfo"), "--registration", "legacy",
+		"--log-format", "json", "--probe-interval", "250ms", "--scan-interval", "1s")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start the daemon: %w", err)
+	}
+	logf.Close()
+	d.daemon = cmd
+	d.say("  pid %d, ledger %s, log %s", cmd.Process.Pid, filepath.Join(d.state, ledgerFileName), d.logPath)
+	return nil
+}
+
+func (d *demo) stopDaemon() error {
+	if d.daemon == nil || d.daemon.ProcessState != nil {
+		return nil
+	}
+	if err := d.daemon.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	err := d.daemon.Wait()
+	d.daemon = nil
+	if err != nil {
+		return fmt.Errorf("the daemon exited with %v", err)
+	}
+	return nil
+}
+
+func (d *demo) cleanup() {
+	if d.daemon != nil && d.daemon.ProcessState == nil {
+		d.daemon.Process.Kill()
+		d.daemon.Wait()
+	}
+	if d.kubelet != nil {
+		d.kubelet.Close()
+		os.RemoveAll(d.kubelet.Dir())
+	}
+}
+
+// waitPools waits until every pool is registered after since and says how
+// long it took and what the kubelet sees.
+func (d *demo) waitPools(ctx context.Context, since time.Time) error {
+	from := since
+	if from.IsZero() {
+		from = d.began
+	}
+	regs, err := d.kubelet.RegisteredAfter(ctx, demoPools, since)
+	if err != nil {
+		return fmt.Errorf("waiting for the pools to register: %w", err)
+	}
+	for _, r := range regs {
+		// The list of a fresh registration arrives just after it; until
+		// then the kubelet shows the old endpoint's devices as unhealthy.
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		devs, err := d.kubelet.WaitDevices(wctx, r.Resource, func(ds []*pluginapi.Device) bool {
+			for _, dev := range ds {
+				if dev.Health != pluginapi.Healthy {
+					return false
+				}
+			}
+			return len(ds) > 0
+		})
+		cancel()
+		if err != nil {
+			devs = d.kubelet.Devices(r.Resource)
+		}
+		healthy := 0
+		for _, dev := range devs {
+			if dev.Health == pluginapi.Healthy {
+				healthy++
+			}
+		}
+		d.say("  %-22s registered after %4dms: %d devices, %d healthy", r.Resource, r.At.Sub(from).Milliseconds(), len(devs), healthy)
+	}
+	return nil
+}
+
+// allocate plays the kubelet admitting a pod: preferred allocation, then
+// Allocate, and shows what the container gets.
+func (d *demo) allocate(ctx context.Context, resource string, n int) ([]string, error) {
+	var avail []string
+	for _, dev := range d.kubelet.Devices(resource) {
+		avail = append(avail, dev.ID)
+	}
+	pref, err := d.kubelet.GetPreferredAllocation(ctx, resource, avail, nil, n)
+	if err != nil {
+		return nil, fmt.Errorf("GetPreferredAllocation %s: %w", resource, err)
+	}
+	ids := pref.ContainerResponses[0].DeviceIDs
+	start := time.Now()
+	resp, err := d.kubelet.Allocate(ctx, resource, ids)
+	if err != nil {
+		return nil, fmt.Errorf("Allocate %s: %w", resource, err)
+	}
+	took := time.Since(start)
+	cr := resp.ContainerResponses[0]
+	d.say("  %s: %s allocated in %s (durable in the ledger before the answer)", resource, strings.Join(ids, ","), took.Round(100*time.Microsecond))
+	keys := make([]string, 0, len(cr.Envs))
+	for k := range cr.Envs {
+		if !strings.HasSuffix(k, "_INFO") {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		d.say("    env %s=%s", k, cr.Envs[k])
+	}
+	for _, spec := range cr.Devices {
+		d.say("    device %s", spec.HostPath)
+	}
+	return ids, nil
+}
+
+// liveAllocations reads the ledger's live allocations through the running
+// daemon's admin socket, as `devledger dump` would.
+func (d *demo) liveAllocations() ([]string, error) {
+	src, err := openSource(&ledgerFlags{stateDir: d.state})
+	if err != nil {
+		return nil, err
+	}
+	defer src.close()
+	s := events.NewState()
+	if err := src.read(func(e events.Envelope) error { s = events.Apply(s, e); return nil }); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, seq := range sortedKeys(s.Allocations) {
+		a := s.Allocations[seq]
+		out = append(out, fmt.Sprintf("#%d %s %s", seq, a.Pool, strings.Join(a.DeviceIDs, ",")))
+	}
+	return out, nil
+}
+
+func grpcMessage(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, "desc = "); i >= 0 {
+		return msg[i+len("desc = "):]
+	}
+	return msg
+}
