@@ -10,17 +10,19 @@ import (
 // decoding and folding a typical event must stay well under a microsecond.
 
 // allocationMix is a steady flow of allocations of two devices each, each
-// released live allocations later: what most of a ledger is. Seqs wrap around
-// n and no two allocations of a cycle share a device, so a benchmark can cycle
-// through it forever with about live allocations held and no conflicts.
-func allocationMix(n, live int) []Envelope {
+// released live allocations later: what most of a ledger is. A node of
+// 2*(live+1) devices: no device is allocated twice at once. Seqs wrap around
+// the end, so a benchmark can cycle through the events forever.
+func allocationMix(live, cycles int) []Envelope {
 	dev := func(k int) string { return fmt.Sprintf("0000:%02x:%02x.%d", 0x10+k/256, k/8%32, k%8) }
 	at := func(seq uint64) time.Time { return baseTime.Add(time.Duration(seq) * time.Millisecond) }
-	pairs := n / 2
-	es := make([]Envelope, 0, n)
+	slots := live + 1
+	pairs := slots * cycles
+	devices := func(i int) []string { return []string{dev(2 * (i % slots)), dev(2*(i%slots) + 1)} }
+	es := make([]Envelope, 0, 2*pairs)
 	for i := range pairs {
 		seq := uint64(2*i + 1)
-		ids := []string{dev(2 * i), dev(2*i + 1)}
+		ids := devices(i)
 		alloc := New(DevicesAllocated{
 			Pool: streamPools[i%len(streamPools)], DeviceIDs: ids,
 			Response: ContainerAllocation{
@@ -33,7 +35,7 @@ func allocationMix(n, live int) []Envelope {
 		j := (i - live + pairs) % pairs
 		rel := New(DevicesReleased{
 			AllocationSeq: uint64(2*j + 1), Pool: streamPools[j%len(streamPools)],
-			DeviceIDs: []string{dev(2 * j), dev(2*j + 1)}, HeldFor: time.Minute, Reason: "pod deleted",
+			DeviceIDs: devices(j), HeldFor: time.Minute, Reason: "pod deleted",
 		}, at(seq+1), sampleBootID)
 		rel.Seq = seq + 1
 		es = append(es, alloc, rel)
@@ -54,8 +56,8 @@ func BenchmarkUnmarshal(b *testing.B) {
 		name string
 		e    Envelope
 	}{
-		{"DevicesAllocated", allocationMix(2, 0)[0]},
-		{"DevicesReleased", allocationMix(2, 0)[1]},
+		{"DevicesAllocated", allocationMix(1, 1)[0]},
+		{"DevicesReleased", allocationMix(1, 1)[1]},
 		{"DeviceHealthChanged", sampleEnvelope(b, TypeDeviceHealthChanged)},
 		{"DeviceDiscovered", sampleEnvelope(b, TypeDeviceDiscovered)},
 		{"DevicesAllocatedFull", sampleEnvelope(b, TypeDevicesAllocated)},
@@ -75,7 +77,7 @@ func BenchmarkUnmarshal(b *testing.B) {
 }
 
 func BenchmarkMarshal(b *testing.B) {
-	e := allocationMix(2, 0)[0]
+	e := allocationMix(1, 1)[0]
 	b.ReportAllocs()
 	var buf []byte
 	for b.Loop() {
@@ -89,7 +91,7 @@ func BenchmarkMarshal(b *testing.B) {
 // BenchmarkApply folds DevicesAllocated/DevicesReleased pairs into a state
 // holding about 64 live allocations.
 func BenchmarkApply(b *testing.B) {
-	es := allocationMix(4096, 64)
+	es := allocationMix(64, 32)
 	s := fold(NewState(), es...) // warm: the maps have their steady size
 	b.ReportAllocs()
 	i := 0
@@ -105,7 +107,7 @@ func BenchmarkApply(b *testing.B) {
 // record: decode, then fold; with Unmarshal and Apply, and with ApplyRecord.
 func BenchmarkReplay(b *testing.B) {
 	for _, live := range []int{64, 1024} {
-		es := allocationMix(2*live+4096, live)
+		es := allocationMix(live, max(4096/live, 2))
 		recs := marshalAll(b, es)
 		b.Run(fmt.Sprint("Unmarshal+Apply/live=", live), func(b *testing.B) {
 			s := fold(NewState(), es...)

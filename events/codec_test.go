@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func TestRoundTripEveryType(t *testing.T) {
@@ -494,8 +495,9 @@ func TestCatalogKeepsEveryVersion(t *testing.T) {
 	}
 }
 
-// Decoding shares a reader pool and a boot id cache between goroutines: the
-// store's replay, dump through the admin socket and snapshots run at once.
+// Decoding shares a reader pool, a boot id cache and interned strings between
+// goroutines: the store's replay, dump through the admin socket and snapshots
+// run at once.
 func TestUnmarshalConcurrent(t *testing.T) {
 	var recs [][]byte
 	var want []Envelope
@@ -515,6 +517,9 @@ func TestUnmarshalConcurrent(t *testing.T) {
 				if err == nil && !reflect.DeepEqual(got, want[i]) {
 					err = fmt.Errorf("%s decoded as %#v", want[i].Type, got)
 				}
+				if err == nil {
+					_, err = ApplyRecord(NewState(), recs[i])
+				}
 				if err != nil {
 					errs <- err
 					return
@@ -526,5 +531,23 @@ func TestUnmarshalConcurrent(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+func TestIntern(t *testing.T) {
+	a := intern([]byte("0000:3b:02.1"))
+	b := intern([]byte("0000:3b:02.1"))
+	if a != "0000:3b:02.1" || unsafe.StringData(a) != unsafe.StringData(b) {
+		t.Errorf("intern gave %q and %q, not one string", a, b)
+	}
+	if c := intern([]byte("0000:3b:02.2")); c != "0000:3b:02.2" {
+		t.Errorf("intern gave %q", c)
+	}
+	// Whatever lands in the same slot, each call returns its own bytes.
+	for i := range 3 * len(interned) {
+		want := fmt.Sprint(i)
+		if got := intern([]byte(want)); got != want {
+			t.Fatalf("intern(%q) = %q", want, got)
+		}
 	}
 }

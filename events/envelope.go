@@ -123,8 +123,9 @@ func Unmarshal(rec []byte) (Envelope, error) { return unmarshal(rec, false) }
 // Unmarshal(rec) returns, without building the parts of e that the fold does
 // not read (the container response of DevicesAllocated), though they are
 // checked as strictly. It is what replay calls for each record. On error
-// nothing is applied and s is returned as it was. The strings the state keeps
-// from a record (pool, device IDs) share one copy of its payload bytes.
+// nothing is applied and s is returned as it was. Short strings (pool names,
+// PCI addresses) come from a small process-wide cache, so the state keeps no
+// copy of them per event.
 func ApplyRecord(s State, rec []byte) (State, error) {
 	e, err := unmarshal(rec, true)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"slices"
 	"sync/atomic"
@@ -88,7 +89,8 @@ type reader struct {
 	text   string
 	textAt int
 	// forFold says only what Apply reads is wanted: decoders may check the
-	// other fields without building them (see ApplyRecord).
+	// other fields without building them (see ApplyRecord), and short
+	// strings are interned.
 	forFold bool
 }
 
@@ -209,6 +211,8 @@ func (r *reader) string() string {
 	switch {
 	case len(b) == 0:
 		return ""
+	case r.forFold && len(b) <= internMax:
+		return intern(b)
 	case !r.share:
 		return string(b)
 	case r.text == "":
@@ -216,6 +220,28 @@ func (r *reader) string() string {
 	}
 	end := r.off - r.textAt
 	return r.text[end-len(b) : end]
+}
+
+// internMax is the longest string intern keeps: PCI addresses, pool names,
+// drivers, vendor names.
+const internMax = 64
+
+// interned is a cache of the strings a fold keeps (pool names and PCI
+// addresses, mostly): a node has few of them and a ledger repeats them in
+// every event. One slot per hash, the newest string wins.
+var interned [4096]atomic.Pointer[string]
+
+var internSeed = maphash.MakeSeed()
+
+// intern returns b as a string, the same string each time if it can.
+func intern(b []byte) string {
+	slot := &interned[maphash.Bytes(internSeed, b)%uint64(len(interned))]
+	if p := slot.Load(); p != nil && *p == string(b) {
+		return *p
+	}
+	s := string(b)
+	slot.Store(&s)
+	return s
 }
 
 // skipStrings reads what strings reads and keeps none of it.
