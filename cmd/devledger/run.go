@@ -72,6 +72,14 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	// A container started from the image with nothing mounted has no
+	// config: say where it was expected and what to mount, rather than a
+	// bare "no such file".
+	if path := f.opts.ConfigPath; path != "" {
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			return usageErrf("no config at %s: mount the devledger-config ConfigMap there (see deploy/base)", path)
+		}
+	}
 	log, err := f.logger(stderr)
 	if err != nil {
 		return err
