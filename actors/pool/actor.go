@@ -352,7 +352,6 @@ func (p *allocator) allocate(ctx actor.Context, req *pluginapi.AllocateRequest) 
 	resp := &pluginapi.AllocateResponse{}
 	var payloads []events.Payload
 	devices := make([][]string, 0, len(req.ContainerRequests))
-	var conflicts []events.Payload
 	for i, cr := range req.ContainerRequests {
 		if len(cr.DevicesIds) == 0 {
 			fail(fmt.Errorf("%w: Allocate for %s: container request %d names no device", grpcapi.ErrInvalidRequest, p.name, i))
@@ -366,10 +365,6 @@ func (p *allocator) allocate(ctx actor.Context, req *pluginapi.AllocateRequest) 
 				return
 			}
 			devs = append(devs, m.Device)
-			if claims := p.claims(id); len(claims) > 0 {
-				conflicts = append(conflicts, events.AllocationConflict{Pool: p.name, Device: id, Claims: claims,
-					Reason: "allocated again while the ledger holds it for a live allocation"})
-			}
 		}
 		answer, err := allocation.Respond(p.cfg.Resource, devs, p.cfg.Env)
 		if err != nil {
@@ -381,7 +376,6 @@ func (p *allocator) allocate(ctx actor.Context, req *pluginapi.AllocateRequest) 
 		payloads = append(payloads, events.DevicesAllocated{Pool: p.name, DeviceIDs: ids, ContainerIndex: i, Response: answer})
 		resp.ContainerResponses = append(resp.ContainerResponses, toPlugin(answer))
 	}
-	payloads = append(payloads, conflicts...)
 	for _, ids := range devices {
 		for _, id := range ids {
 			p.inflight[id]++
@@ -427,19 +421,15 @@ func (p *allocator) allocate(ctx actor.Context, req *pluginapi.AllocateRequest) 
 	}()
 }
 
-// claims lists what holds a device now: live allocations and Allocates in
-// flight.
-func (p *allocator) claims(id string) []events.Claim {
-	var cs []events.Claim
-	for _, seq := range p.held[id] {
-		cs = append(cs, events.Claim{AllocationSeq: seq})
-	}
-	if p.inflight[id] > 0 {
-		cs = append(cs, events.Claim{})
-	}
-	return cs
-}
-
+// persisted takes an Allocate's outcome into the pool's state. A device
+// allocated while the ledger already held it for a live allocation is a
+// conflict: the kubelet decides and has its answer, and the ledger records
+// the conflict with every claim, the new allocation's included. Only now
+// are the new allocation's sequence numbers known, so the conflict is a
+// second append; it is history, not state (the fold has both holders from
+// the DevicesAllocated events), so it is written off the actor's thread.
+// Two Allocates of one device in flight together are caught too: whichever
+// is persisted second finds the other held.
 func (p *allocator) persisted(_ actor.Context, m *persisted) {
 	for _, ids := range m.devices {
 		for _, id := range ids {
@@ -452,16 +442,48 @@ func (p *allocator) persisted(_ actor.Context, m *persisted) {
 		p.cfg.Log.Error().Err(m.err).Str("pool", p.name).Msg("allocation not recorded; answered Unavailable")
 		return
 	}
+	var conflicts []events.Payload
 	for _, e := range m.envs {
-		switch a := e.Payload.(type) {
-		case events.DevicesAllocated:
-			for _, id := range a.DeviceIDs {
-				p.held[id] = append(p.held[id], e.Seq)
-			}
-			p.cfg.Log.Info().Str("pool", p.name).Strs("devices", a.DeviceIDs).Uint64("seq", e.Seq).Msg("devices allocated")
-		case events.AllocationConflict:
-			p.cfg.Log.Warn().Str("pool", p.name).Str("bdf", a.Device).Uint64("seq", e.Seq).Msg("allocation conflict recorded")
+		a, ok := e.Payload.(events.DevicesAllocated)
+		if !ok {
+			continue
 		}
+		for _, id := range a.DeviceIDs {
+			if prev := p.held[id]; len(prev) > 0 {
+				claims := make([]events.Claim, 0, len(prev)+1)
+				for _, seq := range slices.Sorted(slices.Values(append(slices.Clone(prev), e.Seq))) {
+					claims = append(claims, events.Claim{AllocationSeq: seq})
+				}
+				conflicts = append(conflicts, events.AllocationConflict{Pool: p.name, Device: id, Claims: claims,
+					Reason: "allocated again while the ledger holds it for a live allocation"})
+			}
+			p.held[id] = append(p.held[id], e.Seq)
+			slices.Sort(p.held[id])
+		}
+		p.cfg.Log.Info().Str("pool", p.name).Strs("devices", a.DeviceIDs).Uint64("seq", e.Seq).Msg("devices allocated")
+	}
+	if len(conflicts) > 0 {
+		go p.recordConflicts(conflicts)
+	}
+}
+
+// recordConflicts appends AllocationConflict events. A failure is logged:
+// the allocations themselves are durable, and the fold knows both holders.
+func (p *allocator) recordConflicts(conflicts []events.Payload) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.callTimeout())
+	defer cancel()
+	envs, err := p.cfg.Recorder.Record(ctx, conflicts...)
+	if err != nil {
+		p.cfg.Log.Error().Err(err).Str("pool", p.name).Int("conflicts", len(conflicts)).Msg("cannot record allocation conflicts")
+		return
+	}
+	for _, e := range envs {
+		c := e.Payload.(events.AllocationConflict)
+		seqs := make([]uint64, 0, len(c.Claims))
+		for _, cl := range c.Claims {
+			seqs = append(seqs, cl.AllocationSeq)
+		}
+		p.cfg.Log.Warn().Str("pool", p.name).Str("bdf", c.Device).Uints64("claims", seqs).Uint64("seq", e.Seq).Msg("allocation conflict recorded")
 	}
 }
 
