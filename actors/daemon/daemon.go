@@ -131,7 +131,7 @@ type Daemon struct {
 // Start brings the daemon up: ledger, replay, config, actors, admin socket.
 // It returns once the actors are started; pools register as the kubelet
 // allows. Errors wrap ErrBadConfig (exit 2) or name the path at fault.
-func Start(opts Options) (*Daemon, error) {
+func Start(opts Options) (_ *Daemon, err error) {
 	opts.defaults()
 	d := &Daemon{opts: opts, log: opts.Logger, fatal: make(chan error, 1)}
 
@@ -140,6 +140,9 @@ func Start(opts Options) (*Daemon, error) {
 	}
 	if err := os.Chmod(opts.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("state dir %s: %w", opts.StateDir, err)
+	}
+	if _, err := os.Stat(opts.SysfsRoot); err != nil {
+		return nil, fmt.Errorf("sysfs root %s: %w", opts.SysfsRoot, err)
 	}
 	cfg, cfgData, cfgErr := loadConfig(opts.ConfigPath)
 
@@ -155,10 +158,24 @@ func Start(opts Options) (*Daemon, error) {
 	}
 	d.ledger = l
 	ok := false
+	// recorded is set once DaemonStarted is in the ledger: a start that
+	// fails after it must close the run it opened, or the next start takes
+	// it for a crash and every reader for a daemon still running.
+	recorded := false
 	defer func() {
-		if !ok {
-			l.Close()
+		if ok {
+			return
 		}
+		if d.system != nil {
+			d.system.Shutdown()
+		}
+		if recorded {
+			if _, rerr := d.rec.Record(context.Background(), events.DaemonStopped{Reason: "start failed: " + err.Error(), Clean: true}); rerr != nil {
+				d.log.Error().Err(rerr).Msg("cannot record the failed start")
+			}
+		}
+		l.Close()
+		os.Remove(filepath.Join(opts.StateDir, PIDFileName))
 	}()
 	writePIDFile(opts.StateDir, bootID)
 
@@ -182,7 +199,9 @@ func Start(opts Options) (*Daemon, error) {
 	start := []events.Payload{events.DaemonStarted{Version: opts.Version, Node: opts.Node, PID: os.Getpid(),
 		ConfigPath: opts.ConfigPath, SysfsRoot: opts.SysfsRoot, KubeletDir: opts.KubeletDir, Registration: string(mode)}}
 	if cfgErr != nil {
-		start = append(start, events.ConfigRejected{Path: opts.ConfigPath, SHA256: digest(cfgData), Errors: errorLines(cfgErr)})
+		// The run this start opens ends at once: one batch says so.
+		start = append(start, events.ConfigRejected{Path: opts.ConfigPath, SHA256: digest(cfgData), Errors: errorLines(cfgErr)},
+			events.DaemonStopped{Reason: "config rejected", Clean: true})
 		if _, err := d.rec.Record(context.Background(), start...); err != nil {
 			d.log.Error().Err(err).Msg("cannot record the rejected config")
 		}
@@ -197,8 +216,9 @@ func Start(opts Options) (*Daemon, error) {
 	}
 	envs, err := d.rec.Record(context.Background(), start...)
 	if err != nil {
-		return nil, fmt.Errorf("record start: %w", err)
+		return nil, fmt.Errorf("record start in %s: %w", path, err)
 	}
+	recorded = true
 	for _, e := range envs {
 		st = events.Apply(st, e)
 	}
@@ -214,9 +234,6 @@ func Start(opts Options) (*Daemon, error) {
 	}
 	reader := sysfs.New(sysfs.Options{SysfsRoot: opts.SysfsRoot, DevRoot: opts.DevRoot, PCIIDsPath: opts.PCIIDsPath,
 		Logger: d.log.With().Str("component", "sysfs").Logger()})
-	if _, err := os.Stat(opts.SysfsRoot); err != nil {
-		return nil, fmt.Errorf("sysfs root %s: %w", opts.SysfsRoot, err)
-	}
 	devinfo := opts.DevinfoDir
 	if devinfo == "-" {
 		devinfo = ""
@@ -243,7 +260,7 @@ func Start(opts Options) (*Daemon, error) {
 		return nil, fmt.Errorf("spawn node: %w", err)
 	}
 
-	d.admin = grpcapi.NewAdminServer(l, d, grpcapi.AdminServerOptions{Logger: d.log.With().Str("component", "admin").Logger()})
+	d.admin = grpcapi.NewAdminServer(l, d, grpcapi.AdminServerOptions{Logger: d.log})
 	if err := d.admin.Serve(grpcapi.AdminSocketPath(opts.StateDir)); err != nil {
 		d.log.Warn().Err(err).Msg("admin socket not served; dump on this node must wait for the daemon to stop")
 	}
