@@ -133,8 +133,11 @@ func (n *coordinator) Receive(ctx actor.Context) {
 			ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(n.members[m.Pool]), Reason: "pool restarted"})
 		}
 	case *sockets.Ready:
+		// Said once, here, in both modes: the pools serve meanwhile, and
+		// register (or are found by the plugin watcher) when it appears.
 		if !m.KubeletPresent {
-			n.cfg.Log.Info().Str("socket", KubeletSocket(n.cfg.KubeletDir)).Msg("no kubelet yet; pools serve and register when it appears")
+			sock := KubeletSocket(n.cfg.KubeletDir)
+			n.cfg.Log.Warn().Str("socket", sock).Msg("waiting for kubelet at " + sock)
 		}
 	case *sockets.KubeletAppeared:
 		ctx.Send(n.registrar, &registrar.KubeletAppeared{Socket: m.Socket})

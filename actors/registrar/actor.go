@@ -88,7 +88,7 @@ type registrar struct {
 	gen      uint64
 	epoch    int
 	restarts int
-	waiting  bool // "waiting for kubelet" was logged
+	waiting  bool // the missing kubelet socket was logged
 }
 
 // Receive implements actor.Actor.
@@ -168,8 +168,10 @@ func (r *registrar) reconcile(ctx actor.Context) {
 			continue
 		}
 		if !kubeletThere {
+			// The node says "waiting for kubelet" once for the operator;
+			// KubeletAppeared brings us back here.
 			if !r.waiting {
-				r.cfg.Log.Warn().Str("socket", r.cfg.KubeletSocket).Msg("waiting for kubelet at " + r.cfg.KubeletSocket)
+				r.cfg.Log.Debug().Str("socket", r.cfg.KubeletSocket).Msg("no kubelet socket; registrations wait for it")
 				r.waiting = true
 			}
 			continue
