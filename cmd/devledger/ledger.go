@@ -42,8 +42,13 @@ func (lf *ledgerFlags) path() string {
 // or modifies a file, and turns the store's errors into exit codes: a missing
 // file, a file that is not a ledger or a ledger too new is bad input (2).
 func openLedger(lf *ledgerFlags) (*store.Log, error) {
+	return openLedgerWaiting(lf, 500*time.Millisecond)
+}
+
+// openLedgerWaiting is openLedger waiting at most wait for the file lock.
+func openLedgerWaiting(lf *ledgerFlags, wait time.Duration) (*store.Log, error) {
 	path := lf.path()
-	l, err := store.Open(path, store.Options{ReadOnly: true, LockTimeout: 500 * time.Millisecond})
+	l, err := store.Open(path, store.Options{ReadOnly: true, LockTimeout: wait})
 	switch {
 	case err == nil:
 		return l, nil
@@ -84,8 +89,14 @@ func (s adminSource) close() error { return nil }
 
 // openSource opens the ledger the flags name: the file, or, when a running
 // daemon holds it, the daemon's admin socket beside it.
+//
+// A running daemon holds the file's lock for as long as it runs, so waiting
+// for the lock first would only delay every dump on a live node: the file
+// gets one quick try, then the admin socket. Only when no daemon answers
+// there (one stopping, say, still writing its last events) is the lock
+// waited for as openLedger waits.
 func openSource(lf *ledgerFlags) (eventSource, error) {
-	l, err := openLedger(lf)
+	l, err := openLedgerWaiting(lf, time.Millisecond)
 	if err == nil {
 		return fileSource{l}, nil
 	}
@@ -93,8 +104,16 @@ func openSource(lf *ledgerFlags) (eventSource, error) {
 		return nil, err
 	}
 	sock := grpcapi.AdminSocketPath(filepath.Dir(lf.path()))
-	if _, serr := grpcapi.ReadStatusFromAdmin(context.Background(), sock); serr != nil {
+	_, serr := grpcapi.ReadStatusFromAdmin(context.Background(), sock)
+	if serr == nil {
+		return adminSource{socket: sock}, nil
+	}
+	l, err = openLedger(lf)
+	if err == nil {
+		return fileSource{l}, nil
+	}
+	if errors.Is(err, store.ErrLocked) {
 		return nil, fmt.Errorf("%w; and the daemon's admin socket does not answer: %v", err, serr)
 	}
-	return adminSource{socket: sock}, nil
+	return nil, err
 }
