@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -64,10 +65,15 @@ type PoolServer struct {
 	timeout  time.Duration
 	log      zerolog.Logger
 	srv      *grpc.Server
-	// stopping is closed by Stop; it ends ListAndWatch streams, which would
-	// otherwise keep GracefulStop waiting until its deadline.
+	// stopping is closed by Close (and so by Stop); it ends ListAndWatch
+	// streams, which would otherwise keep GracefulStop waiting until its
+	// deadline.
 	stopping chan struct{}
 	sock     servedSocket
+	// drainOnce starts the one GracefulStop, which closes drained when
+	// every call has finished.
+	drainOnce sync.Once
+	drained   chan struct{}
 }
 
 // NewPoolServer returns a server for the pool named resource (the extended
@@ -89,6 +95,7 @@ func NewPoolServer(resource string, backend PoolBackend, opts PoolServerOptions)
 		log:      opts.Logger.With().Str("pool", resource).Logger(),
 		srv:      grpc.NewServer(),
 		stopping: make(chan struct{}),
+		drained:  make(chan struct{}),
 	}
 	pluginapi.RegisterDevicePluginServer(s.srv, devicePluginService{s: s})
 	if s.mode == ModeWatcher {
@@ -148,34 +155,44 @@ func (s *PoolServer) serveOn(lis *privateListener) {
 // Serve.
 func (s *PoolServer) Socket() string { return s.sock.socket() }
 
-// Stop stops accepting connections and removes the socket file (if it is
-// still this server's), ends every ListAndWatch stream, and waits for
-// in-flight unary calls to finish until ctx ends; then it cuts them short
-// and returns an error saying so. Stop is idempotent; a stopped server
-// cannot serve again.
-func (s *PoolServer) Stop(ctx context.Context) error {
-	first, lerr := s.sock.stop()
+// Close stops accepting connections, removes the socket file (if it is
+// still this server's) and ends every ListAndWatch stream, at once: unary
+// calls in flight go on, and Stop waits for them. A backend that answers
+// from a single goroutine (an actor) closes from that goroutine and leaves
+// Stop to another one, since the calls Stop waits for may be waiting for
+// it. Close is idempotent; a closed server cannot serve again.
+func (s *PoolServer) Close() error {
+	first, err := s.sock.stop()
 	if !first {
 		return nil
 	}
 	close(s.stopping)
-	done := make(chan struct{})
-	go func() {
-		s.srv.GracefulStop()
-		close(done)
-	}()
+	if err != nil {
+		return fmt.Errorf("stop pool %s: %w", s.resource, err)
+	}
+	return nil
+}
+
+// Stop is Close, then it waits for in-flight unary calls to finish until
+// ctx ends; then it cuts them short and returns an error saying so. Stop is
+// idempotent; a stopped server cannot serve again.
+func (s *PoolServer) Stop(ctx context.Context) error {
+	cerr := s.Close()
+	s.drainOnce.Do(func() {
+		go func() {
+			s.srv.GracefulStop()
+			s.log.Info().Msg("stopped serving")
+			close(s.drained)
+		}()
+	})
 	select {
-	case <-done:
+	case <-s.drained:
 	case <-ctx.Done():
 		s.srv.Stop()
-		<-done
+		<-s.drained
 		return fmt.Errorf("stop pool %s: in-flight calls cut short: %w", s.resource, ctx.Err())
 	}
-	if lerr != nil {
-		return fmt.Errorf("stop pool %s: %w", s.resource, lerr)
-	}
-	s.log.Info().Msg("stopped serving")
-	return nil
+	return cerr
 }
 
 // callBackend runs call with the server's deadline. The call runs in its own

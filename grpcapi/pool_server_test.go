@@ -385,3 +385,36 @@ func TestStopCutsShortAStuckCall(t *testing.T) {
 		t.Error("the stuck Allocate succeeded")
 	}
 }
+
+// Close does not wait for a call in flight: the socket goes at once, the
+// call still gets its answer, and Stop afterwards waits for it.
+func TestCloseLeavesCallsToFinish(t *testing.T) {
+	b := newFakeBackend()
+	entered, release := make(chan struct{}), make(chan struct{})
+	b.setAllocate(func(context.Context, *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+		close(entered)
+		<-release
+		return &pluginapi.AllocateResponse{}, nil
+	})
+	s, path := startPool(t, b, PoolServerOptions{CallTimeout: time.Minute})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := pluginapi.NewDevicePluginClient(dialTest(t, path)).Allocate(testCtx(t), &pluginapi.AllocateRequest{})
+		errc <- err
+	}()
+	<-entered
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := os.Lstat(path); !os.IsNotExist(err) {
+		t.Errorf("socket after Close: %v, want it removed", err)
+	}
+	if err := s.Reserve(path); err == nil {
+		t.Error("Reserve after Close succeeded")
+	}
+	close(release)
+	if err := <-errc; err != nil {
+		t.Errorf("the call in flight at Close: %v", err)
+	}
+	stopWithin(t, s, 5*time.Second)
+}
