@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -68,6 +69,8 @@ type allocator struct {
 	held map[string][]uint64
 	// inflight counts devices in Allocates whose append has not returned.
 	inflight map[string]int
+	// appends counts the goroutines of those Allocates.
+	appends sync.WaitGroup
 
 	watchers map[uint64]chan []*pluginapi.Device
 	server   *grpcapi.PoolServer
@@ -188,19 +191,37 @@ func (p *allocator) announce(ctx actor.Context, lost string) {
 	ctx.Send(ctx.Parent(), &Serving{Pool: p.name, Socket: p.cfg.Socket})
 }
 
+// stop ends this incarnation's serving (the pool stops, or restarts after
+// a crash). The socket goes and streams end at once. Allocates whose append
+// is under way are answered by their own goroutines: they are waited for,
+// so that a stopping daemon records DaemonStopped after them. Other calls
+// may be waiting in the mailbox for this very goroutine: they are answered
+// by the next incarnation after a restart (same PID, same mailbox), or
+// time out after a stop, so the server's wait for them must not block
+// here, or every restart and stop would hang until the server gives up on
+// them.
 func (p *allocator) stop() {
 	for id, ch := range p.watchers {
 		close(ch)
 		delete(p.watchers, id)
 	}
-	if p.server != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := p.server.Stop(ctx); err != nil {
-			p.cfg.Log.Warn().Err(err).Str("pool", p.name).Msg("pool server stop")
-		}
-		p.server = nil
+	if p.server == nil {
+		return
 	}
+	srv := p.server
+	p.server = nil
+	if err := srv.Close(); err != nil {
+		p.cfg.Log.Warn().Err(err).Str("pool", p.name).Msg("pool server close")
+	}
+	p.appends.Wait()
+	log, name, timeout := p.cfg.Log, p.name, p.callTimeout()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if err := srv.Stop(ctx); err != nil {
+			log.Warn().Err(err).Str("pool", name).Msg("pool server stop")
+		}
+	}()
 }
 
 func (p *allocator) reserve(ctx actor.Context, lost string) {
@@ -393,7 +414,10 @@ func (p *allocator) allocate(ctx actor.Context, req *pluginapi.AllocateRequest) 
 	}
 	dir, name := p.cfg.DevinfoDir, p.name
 	timeout := p.callTimeout()
+	appends := &p.appends
+	appends.Add(1)
 	go func() {
+		defer appends.Done()
 		actx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		var err error
@@ -449,7 +473,13 @@ func (p *allocator) persisted(_ actor.Context, m *persisted) {
 			continue
 		}
 		for _, id := range a.DeviceIDs {
-			if prev := p.held[id]; len(prev) > 0 {
+			prev := p.held[id]
+			if slices.Contains(prev, e.Seq) {
+				// A restarted pool replayed the allocation from the ledger
+				// before its predecessor's outcome reached it.
+				continue
+			}
+			if len(prev) > 0 {
 				claims := make([]events.Claim, 0, len(prev)+1)
 				for _, seq := range slices.Sorted(slices.Values(append(slices.Clone(prev), e.Seq))) {
 					claims = append(claims, events.Claim{AllocationSeq: seq})
