@@ -1,0 +1,135 @@
+package daemon
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/devledger/devledger/actors/pool"
+	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/testdata/sysfsgen"
+)
+
+const (
+	vfioPool = "intel.com/sriov_vfio"
+	netPool  = "intel.com/sriov_net"
+)
+
+// supervisionCtx is generous: CI runs -race on two cores.
+func supervisionCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// crash makes the pool's allocator panic. Crash has no reply, so the ask
+// ends by its short timeout; the panic happens all the same.
+func crash(d *Daemon, pid *actor.PID, reason string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	d.Ask(ctx, pid, &pool.Crash{Reason: reason})
+}
+
+func poolStatus(t *testing.T, ctx context.Context, d *Daemon, pid *actor.PID) *pool.Status {
+	t.Helper()
+	res, err := d.Ask(ctx, pid, &pool.Query{})
+	if err != nil {
+		t.Fatalf("query pool: %v", err)
+	}
+	return res.(*pool.Status)
+}
+
+// A panic in one pool's allocator restarts that allocator, which rebuilds
+// its allocations from the ledger and registers again; the other pool
+// keeps serving throughout, without being registered again.
+func TestPoolCrashRestartsFromLedger(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	d := n.start(t)
+	ctx := supervisionCtx(t)
+	for _, res := range []string{vfioPool, netPool} {
+		if _, err := n.kubelet.WaitRegistered(ctx, res); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const held = "0000:3b:01.2"
+	if _, err := n.kubelet.Allocate(ctx, vfioPool, []string{held}); err != nil {
+		t.Fatal(err)
+	}
+	kids, err := d.Children(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := poolStatus(t, ctx, d, kids.Pools[vfioPool])
+	if len(before.Held[held]) != 1 {
+		t.Fatalf("pool holds %v before the crash, want %s once", before.Held, held)
+	}
+
+	crashed := time.Now()
+	crash(d, kids.Pools[vfioPool], "test")
+	if _, err := n.kubelet.RegisteredAfter(ctx, []string{vfioPool}, crashed); err != nil {
+		t.Fatalf("the crashed pool was not registered again: %v", err)
+	}
+	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+		t.Fatal(err)
+	}
+	after := poolStatus(t, ctx, d, kids.Pools[vfioPool])
+	if len(after.Held[held]) != 1 || after.Held[held][0] != before.Held[held][0] || after.Members != 5 {
+		t.Errorf("restarted pool: %d members, holds %v; want 5 members, %s held by #%d as before",
+			after.Members, after.Held, held, before.Held[held][0])
+	}
+
+	// The other pool never stopped: the kubelet kept its registration and
+	// it answers.
+	for _, r := range n.kubelet.Registrations() {
+		if r.Resource == netPool && r.Count > 1 {
+			t.Errorf("%s was registered again (%+v): it should not have noticed", netPool, r)
+		}
+	}
+	if _, err := n.kubelet.Allocate(ctx, netPool, []string{"0000:3b:01.0"}); err != nil {
+		t.Errorf("Allocate on the other pool: %v", err)
+	}
+	if _, err := n.kubelet.Allocate(ctx, vfioPool, []string{"0000:3b:01.3"}); err != nil {
+		t.Errorf("Allocate on the restarted pool: %v", err)
+	}
+	select {
+	case err := <-d.Fatal():
+		t.Fatalf("one crash failed the daemon: %v", err)
+	default:
+	}
+}
+
+// A pool that keeps crashing is stopped for good and the daemon fails
+// loudly, naming the actor and the reason, rather than crash-loop quietly.
+func TestRepeatedCrashesFailTheDaemon(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	d := n.start(t)
+	ctx := supervisionCtx(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+		t.Fatal(err)
+	}
+	kids, err := d.Children(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One more crash than the backoff allows; the ones after the first wait
+	// in the mailbox for each restart.
+	for range 6 {
+		crash(d, kids.Pools[vfioPool], "again")
+	}
+	select {
+	case err := <-d.Fatal():
+		for _, want := range []string{"pool-intel.com_sriov_vfio", "kept crashing", "injected crash: again"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("fatal error %q does not say %q", err, want)
+			}
+		}
+	case <-ctx.Done():
+		t.Fatal("the daemon did not fail after repeated crashes")
+	}
+	if err := d.Stop(ctx, "fatal"); err != nil {
+		t.Errorf("stop after the failure: %v", err)
+	}
+}
