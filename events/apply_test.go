@@ -440,6 +440,27 @@ func TestApply(t *testing.T) {
 			want:  func(s *State) {},
 		},
 		{
+			name:  "AllocationLeakSuspected marks the allocation",
+			event: AllocationLeakSuspected{AllocationSeq: allocSeq, Pool: poolA, DeviceIDs: []string{dev1}, Age: 6 * time.Minute},
+			want: func(s *State) {
+				a := s.Allocations[allocSeq]
+				a.LeakSuspected = true
+				s.Allocations[allocSeq] = a
+			},
+		},
+		{
+			name:  "AllocationLeakSuspected of an unknown allocation changes nothing",
+			event: AllocationLeakSuspected{AllocationSeq: 77, Pool: poolA},
+			want:  func(s *State) {},
+		},
+		{
+			name:  "AttributionChanged says since when",
+			event: AttributionChanged{Available: false, Reason: "socket absent"},
+			want: func(s *State) {
+				s.Attribution = AttributionState{Available: false, Reason: "socket absent", Since: at(eventSeq)}
+			},
+		},
+		{
 			name:  "SnapshotTaken leaves the fold as it is",
 			event: SnapshotTaken{Seq: 50, Size: 100},
 			want:  func(s *State) {},

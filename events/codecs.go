@@ -445,6 +445,10 @@ func payloadValue(p Payload) Payload {
 		return deref(v)
 	case *EventsDropped:
 		return deref(v)
+	case *AllocationLeakSuspected:
+		return deref(v)
+	case *AttributionChanged:
+		return deref(v)
 	}
 	return p
 }

@@ -216,6 +216,8 @@ func (e Envelope) Devices() []string {
 		return slices.Clone(p.DeviceIDs)
 	case DevicesReleased:
 		return slices.Clone(p.DeviceIDs)
+	case AllocationLeakSuspected:
+		return slices.Clone(p.DeviceIDs)
 	case AllocationConflict:
 		return []string{p.Device}
 	}
@@ -244,6 +246,8 @@ func (e Envelope) Pool() string {
 	case AllocationBound:
 		return p.Pool
 	case DevicesReleased:
+		return p.Pool
+	case AllocationLeakSuspected:
 		return p.Pool
 	}
 	return ""

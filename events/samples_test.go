@@ -101,8 +101,13 @@ var samples = map[Type]Payload{
 		AllocationSeq: 4200, Pool: "intel.com/intel_sriov_dpdk", DeviceIDs: []string{"0000:3b:02.1", "0000:3b:02.2"},
 		HeldFor: 90*time.Minute + 1500*time.Millisecond, Reason: "pod deleted",
 	},
-	TypeSnapshotTaken: SnapshotTaken{Seq: 4000, Size: 65536, Reason: "every 10000 events"},
-	TypeEventsDropped: EventsDropped{FromSeq: 1, ToSeq: 3000, Count: 3000, Bytes: 412345, SnapshotSeq: 4000, Reason: "older than 720h"},
+	TypeAllocationLeakSuspected: AllocationLeakSuspected{
+		AllocationSeq: 4300, Pool: "intel.com/intel_sriov_dpdk", DeviceIDs: []string{"0000:3b:02.3"},
+		Age: 5*time.Minute + 2*time.Second, Reason: "no container has claimed it for 5m2s",
+	},
+	TypeAttributionChanged: AttributionChanged{Available: true, Reason: "pod resources answered"},
+	TypeSnapshotTaken:      SnapshotTaken{Seq: 4000, Size: 65536, Reason: "every 10000 events"},
+	TypeEventsDropped:      EventsDropped{FromSeq: 1, ToSeq: 3000, Count: 3000, Bytes: 412345, SnapshotSeq: 4000, Reason: "older than 720h"},
 }
 
 // sampleEnvelope is the sample of t in an envelope with the fixed time, boot

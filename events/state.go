@@ -19,6 +19,8 @@ type State struct {
 	Daemon  DaemonState  `json:"daemon"`
 	Config  ConfigState  `json:"config"`
 	Kubelet KubeletState `json:"kubelet"`
+	// Attribution says whether PodResources could be read, since when.
+	Attribution AttributionState `json:"attribution"`
 
 	Pools       map[string]Pool       `json:"pools"`
 	Devices     map[string]Device     `json:"devices"`
@@ -53,6 +55,14 @@ type ConfigState struct {
 type KubeletState struct {
 	Restarts    int       `json:"restarts"`
 	LastRestart time.Time `json:"last_restart"`
+}
+
+// AttributionState is whether the kubelet's PodResources service answers.
+// The zero value (Since zero) means nothing was recorded: assumed available.
+type AttributionState struct {
+	Available bool      `json:"available"`
+	Reason    string    `json:"reason,omitempty"`
+	Since     time.Time `json:"since"`
 }
 
 // Pool is a resource pool: its spec, its members, its registration.
@@ -100,6 +110,9 @@ type Allocation struct {
 	Binding *Binding `json:"binding,omitempty"`
 	// Lost is true when one of its devices was removed while it was live.
 	Lost bool `json:"lost,omitempty"`
+	// LeakSuspected is true once no container claimed it for the grace
+	// period.
+	LeakSuspected bool `json:"leak_suspected,omitempty"`
 }
 
 // Binding is the container that holds an allocation.
@@ -325,6 +338,13 @@ func apply(s State, e Envelope, owned bool) State {
 			}
 		}
 		delete(s.Allocations, p.AllocationSeq)
+	case AllocationLeakSuspected:
+		if a, ok := s.Allocations[p.AllocationSeq]; ok {
+			a.LeakSuspected = true
+			s.Allocations[p.AllocationSeq] = a
+		}
+	case AttributionChanged:
+		s.Attribution = AttributionState{Available: p.Available, Reason: p.Reason, Since: e.Time}
 	case SnapshotTaken, EventsDropped:
 		// Facts about the ledger itself; the fold is unchanged.
 	}
