@@ -25,6 +25,7 @@ import (
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/actors/node"
 	"github.com/devledger/devledger/actors/pool/allocation"
+	"github.com/devledger/devledger/actors/reconciler"
 	"github.com/devledger/devledger/actors/registrar"
 	"github.com/devledger/devledger/actors/supervise"
 	"github.com/devledger/devledger/config"
@@ -74,7 +75,12 @@ type Options struct {
 	SnapshotEvery uint64
 	SnapshotCheck time.Duration
 	CallTimeout   time.Duration
-	Logger        zerolog.Logger
+	// ReconcileInterval paces PodResources rounds (default 30s);
+	// LeakGrace is how long an allocation may stay unclaimed by any
+	// container before it is recorded as a leak suspect (default 5m).
+	ReconcileInterval time.Duration
+	LeakGrace         time.Duration
+	Logger            zerolog.Logger
 }
 
 func (o *Options) defaults() {
@@ -117,6 +123,7 @@ type Daemon struct {
 	system *actor.ActorSystem
 	node   *actor.PID
 	admin  *grpcapi.AdminServer
+	podres *grpcapi.PodResourcesClient
 	mode   grpcapi.RegistrationMode
 	pools  []string
 
@@ -247,12 +254,19 @@ func Start(opts Options) (_ *Daemon, err error) {
 		d.die(fmt.Errorf("actor %s kept crashing: %v", child.Id, reason))
 	}
 	strategy := supervise.DefaultBackoff(d.log.With().Str("component", "supervisor").Logger(), giveUp)
+	podres, err := grpcapi.NewPodResourcesClient(filepath.Join(opts.KubeletDir, "pod-resources", "kubelet.sock"))
+	if err != nil {
+		return nil, err
+	}
+	d.podres = podres
 	props := node.Props(node.Config{
 		Config: cfg, Env: env, Reader: reader, Recorder: d.rec, Replayed: &st,
 		KubeletDir: opts.KubeletDir, Mode: mode,
 		AllocEnv:   allocation.Env{DevRoot: opts.DevRoot, HasVhostNet: env.HasVhostNet},
 		DevinfoDir: devinfo, ScanInterval: opts.ScanInterval, ProbeInterval: opts.ProbeInterval,
 		CallTimeout: opts.CallTimeout, Supervisor: strategy, Log: d.log,
+		PodResources: podres,
+		Reconcile:    reconciler.Config{Interval: opts.ReconcileInterval, LeakGrace: opts.LeakGrace},
 	})
 	props.Configure(actor.WithGuardian(strategy))
 	d.node, err = d.system.Root.SpawnNamed(props, "node")
@@ -381,6 +395,9 @@ func (d *Daemon) stop(ctx context.Context, reason string) error {
 		errs = append(errs, err)
 	}
 	d.system.Shutdown()
+	if d.podres != nil {
+		d.podres.Close()
+	}
 	if err := d.ledger.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close ledger: %w", err))
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/actors/pool/allocation"
+	"github.com/devledger/devledger/actors/reconciler"
 	"github.com/devledger/devledger/actors/registrar"
 	"github.com/devledger/devledger/actors/scanner"
 	"github.com/devledger/devledger/actors/sockets"
@@ -50,6 +51,11 @@ type Config struct {
 	ScanInterval  time.Duration
 	ProbeInterval time.Duration
 	CallTimeout   time.Duration
+	// PodResources is the kubelet's PodResources service; Reconcile
+	// configures the reconciler that reads it (its Recorder, Lister, Pools
+	// and Replayed are filled in by the node).
+	PodResources reconciler.Lister
+	Reconcile    reconciler.Config
 	// Supervisor supervises the node's children.
 	Supervisor actor.SupervisorStrategy
 	Log        zerolog.Logger
@@ -101,7 +107,7 @@ type coordinator struct {
 	cfg      Config
 	replayed *events.State
 
-	scanner, registrar, health, sockets *actor.PID
+	scanner, registrar, health, sockets, reconciler *actor.PID
 
 	devices []sysfs.Device
 	pools   map[string]*actor.PID
@@ -148,6 +154,12 @@ func (n *coordinator) Receive(ctx actor.Context) {
 				ctx.Send(pid, &pool.Reserve{Lost: m.Path})
 			}
 		}
+	case *pool.AllocationRecorded:
+		ctx.Send(n.reconciler, &reconciler.Allocated{Seq: m.Seq, Pool: m.Pool, DeviceIDs: m.DeviceIDs, At: m.At})
+	case *reconciler.Released:
+		if pid := n.pools[m.Pool]; pid != nil {
+			ctx.Send(pid, &pool.Released{AllocationSeq: m.AllocationSeq})
+		}
 	case *registrar.SocketMissing:
 		if pid := n.pools[m.Pool]; pid != nil {
 			ctx.Send(pid, &pool.Reserve{Lost: m.Socket})
@@ -166,7 +178,8 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		for k, v := range n.pools {
 			pools[k] = v
 		}
-		ctx.Respond(&ChildPIDs{Scanner: n.scanner, Registrar: n.registrar, Health: n.health, Sockets: n.sockets, Pools: pools})
+		ctx.Respond(&ChildPIDs{Scanner: n.scanner, Registrar: n.registrar, Health: n.health, Sockets: n.sockets,
+			Reconciler: n.reconciler, Pools: pools})
 	}
 }
 
@@ -205,6 +218,14 @@ func (n *coordinator) start(ctx actor.Context) {
 		Log: log.With().Str("actor", "sockets").Logger()}))
 	n.health = ctx.Spawn(health.Props(health.Config{Reader: n.cfg.Reader, Recorder: n.cfg.Recorder,
 		Interval: n.cfg.ProbeInterval, Known: st.Clone().Devices, Log: log.With().Str("actor", "health").Logger()}))
+	rc := n.cfg.Reconcile
+	rc.Recorder, rc.Lister, rc.Replayed = n.cfg.Recorder, n.cfg.PodResources, st
+	rc.Pools = nil
+	for i := range n.cfg.Config.Resources {
+		rc.Pools = append(rc.Pools, n.cfg.Config.Resources[i].FullName())
+	}
+	rc.Log = log.With().Str("actor", "reconciler").Logger()
+	n.reconciler = ctx.Spawn(reconciler.Props(rc))
 	n.scanner = ctx.Spawn(scanner.Props(scanner.Config{Reader: n.cfg.Reader, Recorder: n.cfg.Recorder,
 		Known: st.Clone().Devices, Interval: n.cfg.ScanInterval, Log: log.With().Str("actor", "scanner").Logger()}))
 }

@@ -17,9 +17,10 @@ type Children struct{}
 // ChildPIDs is the reply to Children. Pools maps a pool's resource name to
 // its allocator; a pool appears once the first scan placed devices.
 type ChildPIDs struct {
-	Scanner   *actor.PID
-	Registrar *actor.PID
-	Health    *actor.PID
-	Sockets   *actor.PID
-	Pools     map[string]*actor.PID
+	Scanner    *actor.PID
+	Registrar  *actor.PID
+	Health     *actor.PID
+	Sockets    *actor.PID
+	Reconciler *actor.PID
+	Pools      map[string]*actor.PID
 }

@@ -454,7 +454,7 @@ func (p *allocator) allocate(ctx actor.Context, req *pluginapi.AllocateRequest) 
 // the DevicesAllocated events), so it is written off the actor's thread.
 // Two Allocates of one device in flight together are caught too: whichever
 // is persisted second finds the other held.
-func (p *allocator) persisted(_ actor.Context, m *persisted) {
+func (p *allocator) persisted(ctx actor.Context, m *persisted) {
 	for _, ids := range m.devices {
 		for _, id := range ids {
 			if p.inflight[id]--; p.inflight[id] <= 0 {
@@ -491,6 +491,7 @@ func (p *allocator) persisted(_ actor.Context, m *persisted) {
 			slices.Sort(p.held[id])
 		}
 		p.cfg.Log.Info().Str("pool", p.name).Strs("devices", a.DeviceIDs).Uint64("seq", e.Seq).Msg("devices allocated")
+		ctx.Send(ctx.Parent(), &AllocationRecorded{Pool: p.name, Seq: e.Seq, DeviceIDs: slices.Clone(a.DeviceIDs), At: e.Time})
 	}
 	if len(conflicts) > 0 {
 		go p.recordConflicts(conflicts)

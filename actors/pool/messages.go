@@ -1,6 +1,8 @@
 package pool
 
 import (
+	"time"
+
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/devledger/devledger/actors/pool/allocation"
@@ -70,6 +72,15 @@ type KubeletReported struct {
 	InfoRequested bool
 	Registered    bool
 	Reason        string
+}
+
+// AllocationRecorded tells the parent an allocation is durable, so the
+// reconciler can look for the pod that holds it.
+type AllocationRecorded struct {
+	Pool      string
+	Seq       uint64
+	DeviceIDs []string
+	At        time.Time
 }
 
 // NeedMembers asks the parent for the pool's current members (a restarted

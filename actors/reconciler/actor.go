@@ -1,0 +1,274 @@
+// Package reconciler is the PodResources reconciler actor. The device-plugin
+// API never says which pod got a device nor when it let go; the kubelet's
+// PodResources service does. After every allocation (shortly: the pod is
+// being created) and periodically, the reconciler lists pod resources and
+// folds the answer into the ledger: AllocationBound when a container holds an
+// allocation's devices, DevicesReleased when none does any more,
+// AllocationConflict when the kubelet and the ledger disagree, and
+// AllocationLeakSuspected for an allocation no container claims after a
+// grace period. When PodResources cannot be read it says so once, keeps
+// trying with backoff, and the daemon serves on.
+package reconciler
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/devledger/devledger/actors/ledger"
+	"github.com/devledger/devledger/events"
+)
+
+// Lister is the kubelet's PodResources List (grpcapi.PodResourcesClient).
+type Lister interface {
+	List(ctx context.Context) (*podresourcesapi.ListPodResourcesResponse, error)
+}
+
+// Config is what the reconciler needs.
+type Config struct {
+	Recorder *ledger.Recorder
+	Lister   Lister
+	// Pools are the resources whose devices are attributed.
+	Pools []string
+	// Replayed is the ledger's state at start; a restarted reconciler
+	// replays instead.
+	Replayed *events.State
+	// Interval paces the periodic rounds (default 30s); AfterAllocate is
+	// the delay of the round that follows an allocation (default 2s);
+	// LeakGrace is how long an allocation may stay unclaimed (default 5m);
+	// RetryMax caps the backoff while PodResources fails (default 5m).
+	Interval, AfterAllocate, LeakGrace, RetryMax time.Duration
+	// CallTimeout bounds one List (default 10s).
+	CallTimeout time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	Log zerolog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.Interval <= 0 {
+		c.Interval = 30 * time.Second
+	}
+	if c.AfterAllocate <= 0 {
+		c.AfterAllocate = 2 * time.Second
+	}
+	if c.LeakGrace <= 0 {
+		c.LeakGrace = 5 * time.Minute
+	}
+	if c.RetryMax <= 0 {
+		c.RetryMax = 5 * time.Minute
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = 10 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Props returns the props of a reconciler.
+func Props(cfg Config) *actor.Props {
+	cfg.defaults()
+	first := true
+	return actor.PropsFromProducer(func() actor.Actor {
+		r := &reconciler{cfg: cfg}
+		if first {
+			r.replayed = cfg.Replayed
+			first = false
+		}
+		return r
+	})
+}
+
+type reconciler struct {
+	cfg      Config
+	replayed *events.State
+
+	pools     map[string]bool
+	allocs    map[uint64]*alloc
+	seen      map[string]bool
+	available bool
+	failures  int
+	listing   bool
+	again     bool // a round was asked for while one was out
+	timer     *time.Timer
+	due       time.Time
+	rounds    int
+	lastRound time.Time
+}
+
+// Receive implements actor.Actor.
+func (r *reconciler) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		r.start(ctx)
+	case *actor.Stopping, *actor.Restarting:
+		if r.timer != nil {
+			r.timer.Stop()
+		}
+	case *Allocated:
+		r.allocs[m.Seq] = &alloc{seq: m.Seq, pool: m.Pool, devices: slices.Clone(m.DeviceIDs), at: m.At}
+		r.schedule(ctx, r.cfg.AfterAllocate)
+	case *SetPools:
+		r.setPools(m.Pools)
+	case *Reconcile:
+		r.round(ctx)
+	case *tick:
+		r.timer, r.due = nil, time.Time{}
+		r.round(ctx)
+	case *listed:
+		r.listed(ctx, m)
+	case *Query:
+		st := &Status{Live: len(r.allocs), Available: r.available, Rounds: r.rounds, LastRound: r.lastRound}
+		for _, a := range r.allocs {
+			if a.binding != nil {
+				st.Bound++
+			}
+		}
+		ctx.Respond(st)
+	}
+}
+
+func (r *reconciler) start(ctx actor.Context) {
+	st := r.replayed
+	if st == nil {
+		s, err := r.cfg.Recorder.Replay()
+		if err != nil {
+			panic(err)
+		}
+		st = &s
+	}
+	r.replayed = nil
+	r.setPools(r.cfg.Pools)
+	r.allocs = map[uint64]*alloc{}
+	for seq, a := range st.Allocations {
+		var b *events.Binding
+		if a.Binding != nil {
+			c := *a.Binding
+			b = &c
+		}
+		r.allocs[seq] = &alloc{seq: seq, pool: a.Pool, devices: slices.Clone(a.DeviceIDs), at: a.At, binding: b, leak: a.LeakSuspected}
+	}
+	r.seen = map[string]bool{}
+	r.available = st.Attribution.Available || st.Attribution.Since.IsZero()
+	r.schedule(ctx, 0)
+}
+
+func (r *reconciler) setPools(pools []string) {
+	r.pools = make(map[string]bool, len(pools))
+	for _, p := range pools {
+		r.pools[p] = true
+	}
+}
+
+// schedule arranges a round after d, unless one is due sooner.
+func (r *reconciler) schedule(ctx actor.Context, d time.Duration) {
+	at := r.cfg.Now().Add(d)
+	if r.timer != nil {
+		if !r.due.After(at) {
+			return
+		}
+		r.timer.Stop()
+	}
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	r.due = at
+	r.timer = time.AfterFunc(d, func() { root.Send(self, &tick{}) })
+}
+
+// round lists pod resources off the actor's thread.
+func (r *reconciler) round(ctx actor.Context) {
+	if r.listing {
+		r.again = true
+		return
+	}
+	r.listing = true
+	self, root, lister, timeout := ctx.Self(), ctx.ActorSystem().Root, r.cfg.Lister, r.cfg.CallTimeout
+	go func() {
+		lctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		resp, err := lister.List(lctx)
+		root.Send(self, &listed{resp: resp, err: err})
+	}()
+}
+
+func (r *reconciler) listed(ctx actor.Context, m *listed) {
+	r.listing = false
+	defer func() {
+		if r.again {
+			r.again = false
+			r.round(ctx)
+		}
+	}()
+	if m.err != nil {
+		r.failures++
+		delay := min(time.Second<<min(r.failures-1, 20), r.cfg.RetryMax)
+		if r.available {
+			r.available = false
+			r.record(events.AttributionChanged{Available: false, Reason: m.err.Error()})
+			r.cfg.Log.Warn().Err(m.err).Dur("retry_in", delay).Msg("pod resources unavailable; devices are served but not attributed to pods")
+		}
+		r.schedule(ctx, delay)
+		return
+	}
+	r.failures = 0
+	var payloads []events.Payload
+	if !r.available {
+		r.available = true
+		payloads = append(payloads, events.AttributionChanged{Available: true, Reason: "pod resources answered"})
+		r.cfg.Log.Info().Msg("pod resources available again")
+	}
+	resp := m.resp.(*podresourcesapi.ListPodResourcesResponse)
+	res := fold(foldInput{pools: r.pools, allocs: r.allocs, now: r.cfg.Now(), grace: r.cfg.LeakGrace, seen: r.seen}, resp.GetPodResources())
+	payloads = append(payloads, res.payloads...)
+	if len(payloads) > 0 {
+		envs, err := r.cfg.Recorder.Record(context.Background(), payloads...)
+		if err != nil {
+			// Not recorded, not applied: the next round finds the same.
+			r.cfg.Log.Error().Err(err).Int("events", len(payloads)).Msg("cannot record reconciliation; will retry")
+			r.schedule(ctx, r.cfg.AfterAllocate)
+			return
+		}
+		for _, e := range envs {
+			r.apply(ctx, e)
+		}
+	}
+	r.seen = res.seen
+	r.rounds++
+	r.lastRound = r.cfg.Now()
+	r.schedule(ctx, r.cfg.Interval)
+}
+
+func (r *reconciler) apply(ctx actor.Context, e events.Envelope) {
+	log := r.cfg.Log
+	switch p := e.Payload.(type) {
+	case events.AllocationBound:
+		if a := r.allocs[p.AllocationSeq]; a != nil {
+			a.binding = &events.Binding{Namespace: p.Namespace, Pod: p.Pod, UID: p.UID, Container: p.Container, At: e.Time}
+		}
+		log.Info().Uint64("allocation", p.AllocationSeq).Str("pool", p.Pool).Str("pod", p.Namespace+"/"+p.Pod).
+			Str("container", p.Container).Uint64("seq", e.Seq).Msg("allocation bound to a container")
+	case events.DevicesReleased:
+		delete(r.allocs, p.AllocationSeq)
+		ctx.Send(ctx.Parent(), &Released{Pool: p.Pool, AllocationSeq: p.AllocationSeq})
+		log.Info().Uint64("allocation", p.AllocationSeq).Str("pool", p.Pool).Strs("devices", p.DeviceIDs).
+			Dur("held_for", p.HeldFor).Str("reason", p.Reason).Uint64("seq", e.Seq).Msg("devices released")
+	case events.AllocationLeakSuspected:
+		if a := r.allocs[p.AllocationSeq]; a != nil {
+			a.leak = true
+		}
+		log.Warn().Uint64("allocation", p.AllocationSeq).Str("pool", p.Pool).Strs("devices", p.DeviceIDs).
+			Str("reason", p.Reason).Uint64("seq", e.Seq).Msg("allocation suspected leaked")
+	case events.AllocationConflict:
+		log.Warn().Str("pool", p.Pool).Str("bdf", p.Device).Str("reason", p.Reason).Uint64("seq", e.Seq).Msg("allocation conflict")
+	}
+}
+
+func (r *reconciler) record(p events.Payload) {
+	if _, err := r.cfg.Recorder.Record(context.Background(), p); err != nil {
+		r.cfg.Log.Error().Err(err).Str("event", string(p.EventType())).Msg("cannot record")
+	}
+}

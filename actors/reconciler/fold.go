@@ -1,0 +1,172 @@
+package reconciler
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/devledger/devledger/events"
+)
+
+// alloc is a live allocation as the reconciler tracks it.
+type alloc struct {
+	seq     uint64
+	pool    string
+	devices []string
+	at      time.Time
+	binding *events.Binding
+	leak    bool
+}
+
+// key names one device of one resource.
+type key struct{ resource, device string }
+
+// holderRef is a container the kubelet says holds a device.
+type holderRef struct{ namespace, pod, container string }
+
+func (h holderRef) String() string { return h.namespace + "/" + h.pod + "/" + h.container }
+
+// foldInput is one PodResources answer and the ledger's view.
+type foldInput struct {
+	pools  map[string]bool
+	allocs map[uint64]*alloc
+	now    time.Time
+	grace  time.Duration
+	// seen are the conflicts recorded in earlier rounds and still true: a
+	// conflict is recorded once, when it appears.
+	seen map[string]bool
+}
+
+// foldResult is what a round records, and the conflicts true now.
+type foldResult struct {
+	payloads []events.Payload
+	seen     map[string]bool
+}
+
+// fold compares what the kubelet reports with the live allocations and
+// returns the events that bring the ledger in line. It is pure: nothing is
+// changed; the caller records the payloads, then applies them. A steady state
+// yields no payloads.
+func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
+	reported := map[key][]holderRef{}
+	for _, p := range pods {
+		for _, c := range p.GetContainers() {
+			ref := holderRef{namespace: p.GetNamespace(), pod: p.GetName(), container: c.GetName()}
+			for _, cd := range c.GetDevices() {
+				if !in.pools[cd.GetResourceName()] {
+					continue
+				}
+				for _, id := range cd.GetDeviceIds() {
+					k := key{cd.GetResourceName(), id}
+					if !slices.Contains(reported[k], ref) {
+						reported[k] = append(reported[k], ref)
+					}
+				}
+			}
+		}
+	}
+
+	// The newest live allocation of a device is the one that holds it; an
+	// older one was superseded (the kubelet allocated the device again).
+	holder := map[key]uint64{}
+	for seq, a := range in.allocs {
+		for _, id := range a.devices {
+			k := key{a.pool, id}
+			if seq > holder[k] {
+				holder[k] = seq
+			}
+		}
+	}
+
+	out := foldResult{seen: map[string]bool{}}
+	conflict := func(id string, p events.AllocationConflict) {
+		out.seen[id] = true
+		if !in.seen[id] {
+			out.payloads = append(out.payloads, p)
+		}
+	}
+	keys := make([]key, 0, len(reported))
+	for k := range reported {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		if c := strings.Compare(a.resource, b.resource); c != 0 {
+			return c
+		}
+		return strings.Compare(a.device, b.device)
+	})
+	for _, k := range keys {
+		refs := reported[k]
+		if len(refs) > 1 {
+			claims := make([]events.Claim, 0, len(refs))
+			names := make([]string, 0, len(refs))
+			for _, r := range refs {
+				claims = append(claims, events.Claim{AllocationSeq: holder[k], Namespace: r.namespace, Pod: r.pod, Container: r.container})
+				names = append(names, r.String())
+			}
+			conflict("multi|"+k.resource+"|"+k.device+"|"+strings.Join(names, ","), events.AllocationConflict{
+				Pool: k.resource, Device: k.device, Claims: claims,
+				Reason: fmt.Sprintf("the kubelet reports the device in %d containers: %s", len(refs), strings.Join(names, ", ")),
+			})
+		}
+		if holder[k] == 0 {
+			r := refs[0]
+			conflict("free|"+k.resource+"|"+k.device+"|"+r.String(), events.AllocationConflict{
+				Pool: k.resource, Device: k.device,
+				Claims: []events.Claim{{Namespace: r.namespace, Pod: r.pod, Container: r.container}},
+				Reason: "the kubelet reports it in " + r.String() + " while the ledger says it is free",
+			})
+		}
+	}
+
+	seqs := make([]uint64, 0, len(in.allocs))
+	for seq := range in.allocs {
+		seqs = append(seqs, seq)
+	}
+	slices.Sort(seqs)
+	for _, seq := range seqs {
+		a := in.allocs[seq]
+		var ref *holderRef
+		holdsAny, newest := false, uint64(0)
+		for _, id := range a.devices {
+			k := key{a.pool, id}
+			if h := holder[k]; h != seq {
+				newest = max(newest, h)
+				continue
+			}
+			holdsAny = true
+			if refs := reported[k]; len(refs) > 0 && ref == nil {
+				r := refs[0]
+				ref = &r
+			}
+		}
+		superseded := uint64(0)
+		if !holdsAny {
+			superseded = newest
+		}
+		held := in.now.Sub(a.at)
+		switch {
+		case superseded != 0:
+			out.payloads = append(out.payloads, events.DevicesReleased{AllocationSeq: seq, Pool: a.pool,
+				DeviceIDs: slices.Clone(a.devices), HeldFor: held, Reason: fmt.Sprintf("superseded by allocation #%d", superseded)})
+		case ref != nil:
+			if b := a.binding; b == nil || b.Namespace != ref.namespace || b.Pod != ref.pod || b.Container != ref.container {
+				out.payloads = append(out.payloads, events.AllocationBound{AllocationSeq: seq, Pool: a.pool,
+					DeviceIDs: slices.Clone(a.devices), Namespace: ref.namespace, Pod: ref.pod, Container: ref.container})
+			}
+		case a.binding != nil:
+			b := a.binding
+			out.payloads = append(out.payloads, events.DevicesReleased{AllocationSeq: seq, Pool: a.pool,
+				DeviceIDs: slices.Clone(a.devices), HeldFor: held,
+				Reason: fmt.Sprintf("%s/%s/%s no longer holds it", b.Namespace, b.Pod, b.Container)})
+		case !a.leak && held > in.grace:
+			out.payloads = append(out.payloads, events.AllocationLeakSuspected{AllocationSeq: seq, Pool: a.pool,
+				DeviceIDs: slices.Clone(a.devices), Age: held,
+				Reason: fmt.Sprintf("no container has claimed it for %s", held.Round(time.Second))})
+		}
+	}
+	return out
+}

@@ -1,0 +1,53 @@
+package reconciler
+
+import "time"
+
+// Messages the reconciler receives.
+
+// Allocated tells the reconciler about an allocation that is now durable; it
+// looks for the pod that holds it shortly after (the pod is being created).
+type Allocated struct {
+	Seq       uint64
+	Pool      string
+	DeviceIDs []string
+	At        time.Time
+}
+
+// Reconcile asks for a round now.
+type Reconcile struct{}
+
+// SetPools replaces the resources whose devices the reconciler attributes
+// (after a config change).
+type SetPools struct{ Pools []string }
+
+// Query asks for the reconciler's status; the reply is a *Status.
+type Query struct{}
+
+// Status is the reply to Query.
+type Status struct {
+	// Live counts live allocations, Bound those attributed to a container.
+	Live, Bound int
+	// Available is false while PodResources cannot be read.
+	Available bool
+	// Rounds counts completed rounds; LastRound is when the last one ended.
+	Rounds    int
+	LastRound time.Time
+}
+
+// Messages the reconciler sends to its parent.
+
+// Released says a live allocation ended (it is recorded): its pool frees the
+// devices.
+type Released struct {
+	Pool          string
+	AllocationSeq uint64
+}
+
+// internal
+
+type tick struct{}
+
+type listed struct {
+	resp any
+	err  error
+}
