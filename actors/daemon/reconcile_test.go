@@ -1,0 +1,170 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/devledger/devledger/actors/reconciler"
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/testdata/sysfsgen"
+)
+
+// ledgerState folds the running daemon's ledger.
+func ledgerState(t *testing.T, d *Daemon) events.State {
+	t.Helper()
+	s, err := d.Recorder().Replay()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// waitLedger polls the ledger until ok says yes.
+func waitLedger(ctx context.Context, t *testing.T, d *Daemon, what string, ok func(events.State) bool) events.State {
+	t.Helper()
+	for {
+		s := ledgerState(t, d)
+		if ok(s) {
+			return s
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// reconcileNow asks the reconciler for a round and waits until it is done.
+func reconcileNow(ctx context.Context, t *testing.T, d *Daemon) {
+	t.Helper()
+	kids, err := d.Children(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := d.Ask(ctx, kids.Reconciler, &reconciler.Query{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := res.(*reconciler.Status).Rounds
+	d.system.Root.Send(kids.Reconciler, &reconciler.Reconcile{})
+	for {
+		res, err := d.Ask(ctx, kids.Reconciler, &reconciler.Query{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.(*reconciler.Status).Rounds > before {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("reconcile round: %v", ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func TestReconcilerFollowsPods(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.LeakGrace = 300 * time.Millisecond
+	d := n.start(t)
+	ctx := waitCtx(t)
+	const vfio = "intel.com/sriov_vfio"
+	if _, err := n.kubelet.WaitRegistered(ctx, vfio); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.kubelet.Allocate(ctx, vfio, []string{"0000:3b:01.2"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.kubelet.Allocate(ctx, vfio, []string{"0000:af:01.1"}); err != nil {
+		t.Fatal(err)
+	}
+	n.kubelet.SetPods([]*podresourcesapi.PodResources{kubelettest.PodHolding("telco", "dpdk-0", "app", vfio, "0000:3b:01.2")})
+
+	// The first allocation is bound to the pod; the second, which no pod
+	// claims, becomes a leak suspect after the grace.
+	s := waitLedger(ctx, t, d, "binding and leak suspect", func(s events.State) bool {
+		bound, leak := false, false
+		for _, a := range s.Allocations {
+			bound = bound || a.Binding != nil && a.Binding.Pod == "dpdk-0"
+			leak = leak || a.LeakSuspected && a.DeviceIDs[0] == "0000:af:01.1"
+		}
+		return bound && leak
+	})
+	if len(s.Allocations) != 2 {
+		t.Fatalf("%d live allocations, want 2", len(s.Allocations))
+	}
+
+	// A steady state writes nothing.
+	reconcileNow(ctx, t, d)
+	before := d.Recorder().Log().LastSeq()
+	for range 3 {
+		reconcileNow(ctx, t, d)
+	}
+	if after := d.Recorder().Log().LastSeq(); after != before {
+		t.Errorf("steady rounds grew the ledger from #%d to #%d", before, after)
+	}
+
+	// The pod goes: released, and the device is free for the pool again.
+	n.kubelet.SetPods(nil)
+	reconcileNow(ctx, t, d)
+	s = waitLedger(ctx, t, d, "release", func(s events.State) bool { return len(s.Holders["0000:3b:01.2"]) == 0 })
+	var released *events.DevicesReleased
+	d.Recorder().Log().Read(0, func(e events.Envelope) error {
+		if r, ok := e.Payload.(events.DevicesReleased); ok {
+			released = &r
+		}
+		return nil
+	})
+	if released == nil || released.HeldFor <= 0 || released.Reason != "telco/dpdk-0/app no longer holds it" {
+		t.Errorf("release recorded as %+v", released)
+	}
+}
+
+func TestReconcilerWithoutPodResources(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{NoPodResources: true})
+	d := n.start(t)
+	ctx := waitCtx(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, "intel.com/sriov_vfio"); err != nil {
+		t.Fatal(err)
+	}
+	s := waitLedger(ctx, t, d, "attribution unavailable", func(s events.State) bool {
+		return !s.Attribution.Since.IsZero() && !s.Attribution.Available
+	})
+	// Serving goes on.
+	if _, err := n.kubelet.Allocate(ctx, "intel.com/sriov_vfio", []string{"0000:3b:01.2"}); err != nil {
+		t.Fatalf("Allocate without PodResources: %v", err)
+	}
+	// Failing rounds record the loss once.
+	count := 0
+	d.Recorder().Log().Read(0, func(e events.Envelope) error {
+		if e.Type == events.TypeAttributionChanged {
+			count++
+		}
+		return nil
+	})
+	if count != 1 {
+		t.Errorf("AttributionChanged recorded %d times, want once (%s)", count, s.Attribution.Reason)
+	}
+}
+
+func TestReconcilerErrorsThenRecovers(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.kubelet.FailPodResources(errors.New("feature gate off"))
+	d := n.start(t)
+	ctx := waitCtx(t)
+	waitLedger(ctx, t, d, "attribution unavailable", func(s events.State) bool {
+		return !s.Attribution.Since.IsZero() && !s.Attribution.Available
+	})
+	n.kubelet.FailPodResources(nil)
+	reconcileNow(ctx, t, d)
+	s := waitLedger(ctx, t, d, "attribution back", func(s events.State) bool { return s.Attribution.Available })
+	if s.Attribution.Reason == "" {
+		t.Errorf("attribution back without a reason")
+	}
+}
