@@ -11,29 +11,38 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// Group commit. Append hands its events to one writer goroutine over an
-// unbuffered channel. The writer takes every call waiting at that moment (up
-// to MaxBatch events), encodes each call's events (a call whose events do not
-// encode fails alone, before the transaction), and commits all of them in one
-// bbolt transaction: one commit, one pair of fsyncs. Then it answers every
-// call. While it commits, the next calls queue up on the channel and form
-// the next batch, so there is no timer and no delay for a lone caller.
+// Group commit. Append puts its call in a queue. If no commit is in
+// progress, the caller becomes the leader: it takes every call waiting in
+// the queue (up to MaxBatch events), encodes each call's events (a call whose
+// events do not encode fails alone, before the transaction), commits them
+// all in one bbolt transaction (one commit, one pair of fsyncs) and answers
+// every call. While it commits, later calls queue up; once its own call is
+// answered it hands the lead to the oldest of them, which commits the next
+// batch. So there is one writer at a time, a lone caller commits on its own
+// goroutine with no hand-off and no delay, and concurrent callers share
+// commits. (A dedicated writer goroutine would cost two goroutine hand-offs
+// per Append: some 30-50µs measured on a small VM, next to a bare bbolt
+// commit of 250µs.)
 
-// Request states: the writer claims a request before its transaction starts;
-// a caller whose context ends first withdraws it. Exactly one of the two wins.
+// Request states. A leader claims a request when its transaction is about to
+// start; a waiting caller whose context ends first withdraws it; a leader
+// handing over promotes the oldest waiting request, whose caller leads next.
+// Each transition is a compare-and-swap, so exactly one side wins.
 const (
 	reqQueued int32 = iota
+	reqPromoted
 	reqClaimed
 	reqWithdrawn
 )
 
 type appendReq struct {
-	ctx   context.Context
-	envs  []events.Envelope
-	state atomic.Int32
-	out   []events.Envelope
-	err   error
-	done  chan struct{}
+	ctx      context.Context
+	envs     []events.Envelope
+	state    atomic.Int32
+	out      []events.Envelope
+	err      error
+	done     chan struct{} // closed when answered
+	promoted chan struct{} // closed when its caller is to lead
 }
 
 func (r *appendReq) finish(out []events.Envelope, err error) {
@@ -67,80 +76,97 @@ func (l *Log) Append(ctx context.Context, envs ...events.Envelope) ([]events.Env
 	if len(envs) == 0 {
 		return nil, nil
 	}
-	r := &appendReq{ctx: ctx, envs: envs, done: make(chan struct{})}
-	select {
-	case l.reqs <- r:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-l.closing:
-		return nil, fmt.Errorf("append to ledger %s: %w", l.path, ErrClosed)
+	r := &appendReq{ctx: ctx, envs: envs, done: make(chan struct{}), promoted: make(chan struct{})}
+	l.qmu.Lock()
+	l.queue = append(l.queue, r)
+	if !l.leading {
+		l.leading = true
+		l.qmu.Unlock()
+		l.lead(r)
+		return r.out, r.err
 	}
-	select {
-	case <-r.done:
-	case <-ctx.Done():
-		if r.state.CompareAndSwap(reqQueued, reqWithdrawn) {
-			return nil, ctx.Err()
+	l.qmu.Unlock()
+
+	ctxDone := ctx.Done()
+	for {
+		select {
+		case <-r.done:
+			return r.out, r.err
+		case <-r.promoted:
+			l.lead(r)
+			return r.out, r.err
+		case <-ctxDone:
+			if r.state.CompareAndSwap(reqQueued, reqWithdrawn) {
+				return nil, ctx.Err()
+			}
+			ctxDone = nil // claimed or promoted: wait for the outcome
 		}
-		<-r.done
 	}
-	return r.out, r.err
 }
 
-// writeLoop is the single writer. It runs until Close, then commits what was
-// already handed to it and exits.
-func (l *Log) writeLoop() {
-	defer close(l.writerDone)
-	var (
-		batch    []*appendReq
-		carry    *appendReq
-		stopping bool
-	)
+// lead commits batches from the queue until me, the leader's own call, is
+// answered, then hands the lead to the oldest call still waiting.
+func (l *Log) lead(me *appendReq) {
+	handedOver := false
+	defer func() {
+		if !handedOver { // a panic on the way: do not leave the queue without a leader
+			l.handOver()
+		}
+	}()
 	for {
-		first := carry
-		carry = nil
-		if first == nil {
-			if stopping {
-				select {
-				case first = <-l.reqs:
-				default:
-					return
-				}
-			} else {
-				select {
-				case first = <-l.reqs:
-				case <-l.closing:
-					stopping = true
-					continue
-				}
-			}
-		}
-		batch = append(batch[:0], first)
-		n := len(first.envs)
 		// Let callers that were just answered, and are about to append
-		// again, reach the channel: they join this batch instead of
-		// waiting a whole commit for the next one. A lone caller loses
-		// nothing, there being nobody else to run.
+		// again, join this batch rather than wait a whole commit for the
+		// next one. A lone caller loses nothing, there being nobody else
+		// to run.
 		runtime.Gosched()
-	gather:
-		for n < l.maxBatch {
-			select {
-			case r := <-l.reqs:
-				if n+len(r.envs) > l.maxBatch {
-					carry = r
-					break gather
-				}
-				batch = append(batch, r)
-				n += len(r.envs)
-			default:
-				break gather
+		l.qmu.Lock()
+		n, i := 0, 0
+		for ; i < len(l.queue); i++ {
+			k := len(l.queue[i].envs)
+			if n > 0 && n+k > l.maxBatch {
+				break
 			}
+			n += k
 		}
+		batch := append(l.batch[:0], l.queue[:i]...)
+		was := len(l.queue)
+		l.queue = append(l.queue[:0], l.queue[i:]...)
+		clear(l.queue[len(l.queue):was]) // the array's tail still points at calls
+		l.qmu.Unlock()
+
 		l.commit(batch)
 		clear(batch)
+		l.batch = batch[:0]
+		select {
+		case <-me.done:
+			handedOver = true
+			l.handOver()
+			return
+		default:
+		}
 	}
 }
 
-// span locates one encoded event in the writer's arena: the key at off, the
+// handOver promotes the oldest waiting call to leader, or records that no
+// commit is in progress when none waits.
+func (l *Log) handOver() {
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	for len(l.queue) > 0 {
+		r := l.queue[0]
+		if r.state.CompareAndSwap(reqQueued, reqPromoted) {
+			close(r.promoted)
+			return
+		}
+		// Withdrawn while waiting: its caller has gone.
+		l.queue[0] = nil
+		l.queue = l.queue[1:]
+	}
+	l.queue = nil
+	l.leading = false
+}
+
+// span locates one encoded event in the leader's arena: the key at off, the
 // value after it up to end.
 type span struct{ off, end int }
 
@@ -157,7 +183,7 @@ func (l *Log) commit(batch []*appendReq) {
 	live := make([]*appendReq, 0, len(batch))
 	next := l.lastSeq.Load() + 1
 	for _, r := range batch {
-		if !r.state.CompareAndSwap(reqQueued, reqClaimed) {
+		if !r.state.CompareAndSwap(reqQueued, reqClaimed) && !r.state.CompareAndSwap(reqPromoted, reqClaimed) {
 			continue // withdrawn: its caller has returned
 		}
 		if err := r.ctx.Err(); err != nil {
@@ -168,12 +194,8 @@ func (l *Log) commit(batch []*appendReq) {
 		out := make([]events.Envelope, len(r.envs))
 		var err error
 		for i, e := range r.envs {
-			if e, err = stamp(e, next+uint64(i)); err != nil {
-				err = fmt.Errorf("append to ledger %s: event %d of %d: %w", l.path, i+1, len(r.envs), err)
-				break
-			}
 			off := len(arena)
-			if arena, err = encodeEvent(arena, e); err != nil {
+			if e, arena, err = stampAndEncode(arena, e, next+uint64(i)); err != nil {
 				err = fmt.Errorf("append to ledger %s: event %d of %d: %w", l.path, i+1, len(r.envs), err)
 				break
 			}
@@ -223,9 +245,25 @@ func (l *Log) commit(batch []*appendReq) {
 	}
 }
 
+// stampAndEncode stamps e with seq and appends its key and value to buf. A
+// payload that panics (a nil pointer, say) is that call's error, not the
+// end of the leader that encodes it for everybody.
+func stampAndEncode(buf []byte, e events.Envelope, seq uint64) (stamped events.Envelope, out []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = buf, fmt.Errorf("encoding panicked: %v", p)
+		}
+	}()
+	if stamped, err = stamp(e, seq); err != nil {
+		return stamped, buf, err
+	}
+	out, err = encodeEvent(buf, stamped)
+	return stamped, out, err
+}
+
 // putNext stores value under key, which must be the bucket's next sequence:
 // the sequence comes from bbolt's counter, so it is gap-free and rolls back
-// with the transaction; the writer, holding writeMu, predicted it to encode
+// with the transaction; the committer, holding writeMu, predicted it to encode
 // it into the record, and a mismatch means the file changed under it.
 func putNext(b *bolt.Bucket, key, value []byte) error {
 	seq, err := b.NextSequence()

@@ -237,15 +237,20 @@ func TestAppendContext(t *testing.T) {
 		}
 	})
 
-	t.Run("done while waiting for the writer", func(t *testing.T) {
-		// Hold the write lock: the writer takes the first call and blocks
-		// in its commit, so the second call waits its turn.
+	t.Run("done while waiting for the leader", func(t *testing.T) {
+		// Hold the write lock: the first call leads, takes its batch and
+		// blocks in the commit, so the second call waits its turn.
 		l.writeMu.Lock()
 		firstDone := make(chan error, 1)
 		go func() {
 			_, err := l.Append(context.Background(), ev(1, events.KubeletRestarted{Socket: "kept"}))
 			firstDone <- err
 		}()
+		waitFor(t, func() bool {
+			l.qmu.Lock()
+			defer l.qmu.Unlock()
+			return l.leading && len(l.queue) == 0
+		})
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()
 		_, err := l.Append(ctx, ev(2, events.KubeletRestarted{Socket: "dropped"}))
@@ -264,6 +269,16 @@ func TestAppendContext(t *testing.T) {
 	}
 	if !slices.Equal(sockets, []string{"kept"}) {
 		t.Fatalf("ledger holds %v, want [kept]", sockets)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after 10s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
 	}
 }
 
@@ -296,14 +311,11 @@ func TestCloseWaitsForAppendsInFlight(t *testing.T) {
 	close(start)
 	// Close while appends are in flight: each either commits or gets
 	// ErrClosed, and none is lost or half-written.
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); runtime.Gosched() {
+	waitFor(t, func() bool {
 		mu.Lock()
-		n := len(acked)
-		mu.Unlock()
-		if n >= 20 {
-			break
-		}
-	}
+		defer mu.Unlock()
+		return len(acked) >= 20
+	})
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -365,5 +377,55 @@ func TestReadOnlyRefusesWrites(t *testing.T) {
 	}
 	if got := readAll(t, l, 0); len(got) != 10 {
 		t.Errorf("read %d events", len(got))
+	}
+}
+
+// TestAppendUnderCancellationStorm races withdrawals against claims and
+// promotions: every call must end, a call that failed must have written
+// nothing, and every call that succeeded must be in the ledger, gap-free.
+func TestAppendUnderCancellationStorm(t *testing.T) {
+	l := openTestLog(t)
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		acked  = map[string]uint64{}
+		failed = map[string]bool{}
+	)
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 30 {
+				id := fmt.Sprintf("g%d-%d", g, i)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration((g*7+i*13)%2000)*time.Microsecond)
+				out, err := l.Append(ctx, ev(i, events.DeviceRemoved{Address: "a", Reason: id}))
+				cancel()
+				mu.Lock()
+				switch {
+				case err == nil:
+					acked[id] = out[0].Seq
+				case errors.Is(err, context.DeadlineExceeded):
+					failed[id] = true
+				default:
+					t.Errorf("append %s: %v", id, err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	got := readAll(t, l, 0)
+	if len(got) != len(acked) {
+		t.Fatalf("%d events in the ledger, %d acknowledged (%d failed)", len(got), len(acked), len(failed))
+	}
+	for _, e := range got {
+		id := e.Payload.(events.DeviceRemoved).Reason
+		if failed[id] || acked[id] != e.Seq {
+			t.Fatalf("event %d (%s): acknowledged as %d, failed %v", e.Seq, id, acked[id], failed[id])
+		}
+	}
+	t.Logf("%d acknowledged, %d withdrawn", len(acked), len(failed))
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	if l.leading || len(l.queue) != 0 {
+		t.Fatalf("after the storm: leading %v, %d queued", l.leading, len(l.queue))
 	}
 }

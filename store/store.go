@@ -104,13 +104,16 @@ type Log struct {
 	closed bool
 	active sync.WaitGroup
 
-	// The group-commit writer (append.go). writeMu serialises every write
-	// transaction, so the writer's idea of the next sequence is exact.
-	reqs       chan *appendReq
-	closing    chan struct{}
-	writerDone chan struct{}
-	writeMu    sync.Mutex
-	arena      []byte
+	// Group commit (append.go): qmu guards the queue of calls waiting and
+	// whether a leader is committing; batch and arena are the leader's
+	// buffers, used by one leader at a time. writeMu serialises every write
+	// transaction, so the committer's idea of the next sequence is exact.
+	qmu     sync.Mutex
+	queue   []*appendReq
+	leading bool
+	batch   []*appendReq
+	arena   []byte
+	writeMu sync.Mutex
 }
 
 // Open opens the ledger at path. Opened for writing, a missing file is
@@ -182,12 +185,6 @@ func Open(path string, opts Options) (*Log, error) {
 	if err := l.loadBounds(); err != nil {
 		db.Close()
 		return nil, err
-	}
-	if !l.readOnly {
-		l.reqs = make(chan *appendReq)
-		l.closing = make(chan struct{})
-		l.writerDone = make(chan struct{})
-		go l.writeLoop()
 	}
 	l.log.Info().Str("path", path).Bool("read_only", l.readOnly).
 		Uint64("first_seq", l.FirstSeq()).Uint64("last_seq", l.LastSeq()).Msg("ledger opened")
@@ -424,7 +421,7 @@ func callFn(fn func() error) (err error) {
 func (l *Log) view(fn func(*bolt.Tx) error) error { return viewRecover(l.db, l.path, fn) }
 
 // update runs a write transaction (callers hold writeMu), with bbolt panics
-// turned into errors: the writer goroutine must never take the daemon down.
+// turned into errors: a leader committing for others must not die of them.
 func (l *Log) update(fn func(*bolt.Tx) error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -471,8 +468,8 @@ func (l *Log) SizeBytes() int64 {
 	return fi.Size()
 }
 
-// Close waits for calls in progress (appends already handed to the writer
-// are committed and answered; appends not yet handed over get ErrClosed),
+// Close waits for the calls in progress (every Append already made is
+// committed and answered; calls made once Close has begun get ErrClosed),
 // then closes the file and releases its lock. Closing twice is harmless.
 func (l *Log) Close() error {
 	l.mu.Lock()
@@ -482,10 +479,6 @@ func (l *Log) Close() error {
 	}
 	l.closed = true
 	l.mu.Unlock()
-	if l.closing != nil {
-		close(l.closing)
-		<-l.writerDone
-	}
 	l.active.Wait()
 	if err := l.db.Close(); err != nil {
 		return fmt.Errorf("close ledger %s: %w", l.path, err)
