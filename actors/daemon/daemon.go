@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -80,7 +81,10 @@ type Options struct {
 	// container before it is recorded as a leak suspect (default 5m).
 	ReconcileInterval time.Duration
 	LeakGrace         time.Duration
-	Logger            zerolog.Logger
+	// MetricsAddr, when set, serves Prometheus metrics, /healthz and
+	// /readyz over HTTP there (":9108").
+	MetricsAddr string
+	Logger      zerolog.Logger
 }
 
 func (o *Options) defaults() {
@@ -124,8 +128,12 @@ type Daemon struct {
 	node   *actor.PID
 	admin  *grpcapi.AdminServer
 	podres *grpcapi.PodResourcesClient
-	mode   grpcapi.RegistrationMode
-	pools  []string
+
+	metrics     *metrics
+	metricsSrv  *http.Server
+	metricsAddr string
+	mode        grpcapi.RegistrationMode
+	pools       []string
 
 	fatal     chan error
 	fatalOnce sync.Once
@@ -197,6 +205,10 @@ func Start(opts Options) (_ *Daemon, err error) {
 		d.log.Warn().Str("boot_id", st.Daemon.BootID).Msg("the previous run did not stop cleanly; compensating")
 	}
 	d.rec = ledger.NewRecorder(l, bootID, nil)
+	d.metrics = newMetrics(d)
+	d.metrics.replay.Set(time.Since(began).Seconds())
+	d.metrics.ledgerSeq.Set(float64(st.Seq))
+	d.rec.Observe(d.metrics.recorded)
 
 	mode, err := resolveMode(opts.Registration, opts.KubeletDir)
 	if err != nil {
@@ -265,8 +277,8 @@ func Start(opts Options) (_ *Daemon, err error) {
 		AllocEnv:   allocation.Env{DevRoot: opts.DevRoot, HasVhostNet: env.HasVhostNet},
 		DevinfoDir: devinfo, ScanInterval: opts.ScanInterval, ProbeInterval: opts.ProbeInterval,
 		CallTimeout: opts.CallTimeout, Supervisor: strategy, Log: d.log,
-		PodResources: podres,
-		Reconcile:    reconciler.Config{Interval: opts.ReconcileInterval, LeakGrace: opts.LeakGrace},
+		PodResources: podres, ObserveAllocate: d.metrics.allocated,
+		Reconcile: reconciler.Config{Interval: opts.ReconcileInterval, LeakGrace: opts.LeakGrace},
 	})
 	props.Configure(actor.WithGuardian(strategy))
 	d.node, err = d.system.Root.SpawnNamed(props, "node")
@@ -279,6 +291,16 @@ func Start(opts Options) (_ *Daemon, err error) {
 		d.log.Warn().Err(err).Msg("admin socket not served; dump on this node must wait for the daemon to stop")
 	}
 
+	if opts.MetricsAddr != "" {
+		if err := d.serveMetrics(opts.MetricsAddr); err != nil {
+			d.system.Root.PoisonFuture(d.node).Wait()
+			d.system.Shutdown()
+			if d.admin != nil {
+				d.admin.Stop(context.Background())
+			}
+			return nil, fmt.Errorf("--metrics-addr %s: %w", opts.MetricsAddr, err)
+		}
+	}
 	d.stopSnap, d.snapDone = make(chan struct{}), make(chan struct{})
 	go d.snapshotLoop()
 	ok = true
@@ -304,6 +326,9 @@ func (d *Daemon) Mode() grpcapi.RegistrationMode { return d.mode }
 
 // Children returns the PIDs of the actors, for queries.
 func (d *Daemon) Children(ctx context.Context) (*node.ChildPIDs, error) {
+	if d.node == nil {
+		return nil, errors.New("the actors are not started yet")
+	}
 	res, err := d.system.Root.RequestFuture(d.node, &node.Children{}, timeoutOf(ctx)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("ask node: %w", err)
@@ -379,6 +404,9 @@ func (d *Daemon) stop(ctx context.Context, reason string) error {
 	if err := d.system.Root.PoisonFuture(d.node).Wait(); err != nil {
 		clean = false
 		d.log.Warn().Err(err).Msg("actors did not stop in time")
+	}
+	if d.metricsSrv != nil {
+		d.metricsSrv.Shutdown(ctx)
 	}
 	if d.admin != nil {
 		if err := d.admin.Stop(ctx); err != nil {

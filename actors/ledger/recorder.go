@@ -17,10 +17,16 @@ import (
 // Recorder appends events for one daemon run. It is safe for concurrent use:
 // concurrent Records share group commits in the store.
 type Recorder struct {
-	log    *store.Log
-	bootID string
-	now    func() time.Time
+	log      *store.Log
+	bootID   string
+	now      func() time.Time
+	observer func([]events.Envelope)
 }
+
+// Observe sets a function called with every batch once it is durable (the
+// daemon's metrics). It must be fast and must not block; set it before the
+// first Record.
+func (r *Recorder) Observe(fn func([]events.Envelope)) { r.observer = fn }
 
 // NewRecorder returns a Recorder appending to log as boot bootID. now is the
 // clock; nil means time.Now.
@@ -51,6 +57,9 @@ func (r *Recorder) Record(ctx context.Context, ps ...events.Payload) ([]events.E
 	out, err := r.log.Append(ctx, envs...)
 	if err != nil {
 		return nil, fmt.Errorf("record %s: %w", envs[0].Type, err)
+	}
+	if r.observer != nil {
+		r.observer(out)
 	}
 	return out, nil
 }

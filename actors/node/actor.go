@@ -54,8 +54,9 @@ type Config struct {
 	// PodResources is the kubelet's PodResources service; Reconcile
 	// configures the reconciler that reads it (its Recorder, Lister, Pools
 	// and Replayed are filled in by the node).
-	PodResources reconciler.Lister
-	Reconcile    reconciler.Config
+	ObserveAllocate func(pool string, took time.Duration, err error)
+	PodResources    reconciler.Lister
+	Reconcile       reconciler.Config
 	// Supervisor supervises the node's children.
 	Supervisor actor.SupervisorStrategy
 	Log        zerolog.Logger
@@ -272,7 +273,7 @@ func (n *coordinator) scanned(ctx actor.Context, m *scanner.Scanned) {
 		pid, err := ctx.SpawnNamed(pool.Props(pool.Config{
 			Resource: pm.Resource, Members: slices.Clone(ms), Recorder: n.cfg.Recorder, Replayed: n.replayed,
 			Socket: socket, Mode: n.cfg.Mode, Env: n.cfg.AllocEnv, DevinfoDir: n.cfg.DevinfoDir,
-			CallTimeout: n.cfg.CallTimeout, Log: n.cfg.Log.With().Str("actor", "pool").Logger(),
+			CallTimeout: n.cfg.CallTimeout, ObserveAllocate: n.cfg.ObserveAllocate, Log: n.cfg.Log.With().Str("actor", "pool").Logger(),
 		}), "pool-"+strings.ReplaceAll(pm.Name, "/", "_"))
 		if err != nil {
 			panic(fmt.Errorf("node: spawn pool %s: %w", pm.Name, err))

@@ -42,7 +42,10 @@ type Config struct {
 	// CallTimeout bounds every kubelet call (grpcapi.DefaultCallTimeout
 	// when zero).
 	CallTimeout time.Duration
-	Log         zerolog.Logger
+	// ObserveAllocate, when set, hears how long every Allocate took and
+	// how it ended (the daemon's latency histogram).
+	ObserveAllocate func(pool string, took time.Duration, err error)
+	Log             zerolog.Logger
 }
 
 // Props returns the props of a pool allocator.
@@ -151,7 +154,7 @@ func (p *allocator) start(ctx actor.Context) {
 	p.members, p.order = index(p.cfg.Members)
 	p.recordMembership(ctx, before, "daemon start")
 
-	p.server = grpcapi.NewPoolServer(p.name, &backend{root: ctx.ActorSystem().Root, pid: ctx.Self(), timeout: p.callTimeout()},
+	p.server = grpcapi.NewPoolServer(p.name, &backend{root: ctx.ActorSystem().Root, pid: ctx.Self(), timeout: p.callTimeout(), pool: p.name, observe: p.cfg.ObserveAllocate},
 		grpcapi.PoolServerOptions{Mode: p.cfg.Mode, Observer: observer{root: ctx.ActorSystem().Root, pid: ctx.Self(), pool: p.name},
 			CallTimeout: p.callTimeout(), Logger: p.cfg.Log})
 	if err := p.server.Serve(p.cfg.Socket); err != nil {

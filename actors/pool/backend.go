@@ -17,6 +17,8 @@ type backend struct {
 	root    *actor.RootContext
 	pid     *actor.PID
 	timeout time.Duration
+	pool    string
+	observe func(pool string, took time.Duration, err error)
 }
 
 var watchIDs atomic.Uint64
@@ -56,7 +58,11 @@ func (b *backend) WatchDevices(ctx context.Context) (<-chan []*pluginapi.Device,
 }
 
 // Allocate implements grpcapi.PoolBackend.
-func (b *backend) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+func (b *backend) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (resp *pluginapi.AllocateResponse, err error) {
+	if b.observe != nil {
+		start := time.Now()
+		defer func() { b.observe(b.pool, time.Since(start), err) }()
+	}
 	res, err := b.ask(ctx, &allocateReq{req: req})
 	if err != nil {
 		return nil, err

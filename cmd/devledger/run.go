@@ -38,6 +38,9 @@ func (f *daemonFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.Registration, "registration", "auto", "`MODE`: auto, legacy (kubelet.sock) or watcher (plugins_registry)")
 	fs.DurationVar(&o.ScanInterval, "scan-interval", 30*time.Second, "periodic rescan of sysfs")
 	fs.DurationVar(&o.ProbeInterval, "probe-interval", 5*time.Second, "periodic health probe")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics, /healthz and /readyz on `ADDR` (\":9108\"; default off)")
+	fs.DurationVar(&o.ReconcileInterval, "reconcile-interval", 30*time.Second, "periodic PodResources reconciliation")
+	fs.DurationVar(&o.LeakGrace, "leak-grace", 5*time.Minute, "how long an allocation may stay unclaimed by any container before it is recorded as a leak suspect")
 	fs.StringVar(&f.logFormat, "log-format", "", "`FORMAT`: json or console (default: console on a terminal, json otherwise)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "`LEVEL`: debug, info, warn, error")
 }

@@ -1,0 +1,166 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/status"
+
+	"github.com/devledger/devledger/actors/pool"
+	"github.com/devledger/devledger/events"
+)
+
+// metrics is the daemon's Prometheus view. Counters follow the ledger: they
+// move when an event is durable, never before. Gauges of pools are asked of
+// the pool actors at scrape time.
+type metrics struct {
+	reg *prometheus.Registry
+
+	events        *prometheus.CounterVec
+	allocations   *prometheus.CounterVec
+	releases      *prometheus.CounterVec
+	leaks         *prometheus.CounterVec
+	conflicts     *prometheus.CounterVec
+	registrations *prometheus.CounterVec
+	regFailures   *prometheus.CounterVec
+	kubelet       prometheus.Counter
+	ledgerSeq     prometheus.Gauge
+	replay        prometheus.Gauge
+	latency       *prometheus.HistogramVec
+}
+
+func newMetrics(d *Daemon) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "devledger", Name: name, Help: help}, labels)
+		m.reg.MustRegister(c)
+		return c
+	}
+	m.events = counter("events_total", "Events recorded in the ledger by this daemon run, by type.", "type")
+	m.allocations = counter("allocations_total", "Allocations recorded (one per container request).", "pool")
+	m.releases = counter("releases_total", "Allocations released (no container holds them any more).", "pool")
+	m.leaks = counter("leak_suspects_total", "Allocations no container claimed within the grace period.", "pool")
+	m.conflicts = counter("allocation_conflicts_total", "Devices claimed twice.", "pool")
+	m.registrations = counter("registrations_total", "Registrations the kubelet acknowledged.", "pool")
+	m.regFailures = counter("registration_failures_total", "Registrations that failed or were refused.", "pool")
+	m.kubelet = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "devledger", Name: "kubelet_restarts_total", Help: "New kubelets seen (their registration socket appeared)."})
+	m.ledgerSeq = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "devledger", Name: "ledger_sequence", Help: "Sequence of the newest durable event."})
+	m.replay = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "devledger", Name: "replay_duration_seconds", Help: "How long replaying the ledger took at start."})
+	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "devledger", Name: "allocate_duration_seconds",
+		Help:    "Allocate calls, from the kubelet's request to the durable answer.",
+		Buckets: []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5}}, []string{"pool", "code"})
+	m.reg.MustRegister(m.kubelet, m.ledgerSeq, m.replay, m.latency,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "devledger", Name: "ledger_size_bytes", Help: "Size of the ledger file."},
+			func() float64 { return float64(d.ledger.SizeBytes()) }),
+		&poolCollector{d: d},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// recorded counts a durable batch.
+func (m *metrics) recorded(envs []events.Envelope) {
+	for _, e := range envs {
+		m.events.WithLabelValues(string(e.Type)).Inc()
+		m.ledgerSeq.Set(float64(e.Seq))
+		switch p := e.Payload.(type) {
+		case events.DevicesAllocated:
+			m.allocations.WithLabelValues(p.Pool).Inc()
+		case events.DevicesReleased:
+			m.releases.WithLabelValues(p.Pool).Inc()
+		case events.AllocationLeakSuspected:
+			m.leaks.WithLabelValues(p.Pool).Inc()
+		case events.AllocationConflict:
+			m.conflicts.WithLabelValues(p.Pool).Inc()
+		case events.PluginRegistered:
+			m.registrations.WithLabelValues(p.Pool).Inc()
+		case events.RegistrationFailed:
+			m.regFailures.WithLabelValues(p.Pool).Inc()
+		case events.KubeletRestarted:
+			m.kubelet.Inc()
+		}
+	}
+}
+
+// allocated observes one Allocate call.
+func (m *metrics) allocated(poolName string, took time.Duration, err error) {
+	m.latency.WithLabelValues(poolName, status.Code(err).String()).Observe(took.Seconds())
+}
+
+var poolDevicesDesc = prometheus.NewDesc("devledger_pool_devices", "Devices in each pool, by health.", []string{"pool", "health"}, nil)
+
+// poolCollector asks every pool for its members at scrape time.
+type poolCollector struct{ d *Daemon }
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) { ch <- poolDevicesDesc }
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	kids, err := c.d.Children(ctx)
+	if err != nil {
+		return
+	}
+	for name, pid := range kids.Pools {
+		res, err := c.d.Ask(ctx, pid, &pool.Query{})
+		if err != nil {
+			continue
+		}
+		st := res.(*pool.Status)
+		ch <- prometheus.MustNewConstMetric(poolDevicesDesc, prometheus.GaugeValue, float64(st.Healthy), name, "healthy")
+		ch <- prometheus.MustNewConstMetric(poolDevicesDesc, prometheus.GaugeValue, float64(st.Members-st.Healthy), name, "unhealthy")
+	}
+}
+
+// serveMetrics serves /metrics, /healthz (the actors answer) and /readyz
+// (every pool registered) on addr.
+func (d *Daemon) serveMetrics(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if _, err := d.Status(ctx); err != nil {
+			http.Error(w, "actors do not answer: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		st, err := d.Status(ctx)
+		if err != nil {
+			http.Error(w, "actors do not answer: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		for _, p := range st.Pools {
+			if !p.Registered {
+				http.Error(w, "pool "+p.Resource+" is not registered with the kubelet", http.StatusServiceUnavailable)
+				return
+			}
+		}
+		w.Write([]byte("ok\n"))
+	})
+	d.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	d.metricsAddr = ln.Addr().String()
+	go func() {
+		if err := d.metricsSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error().Err(err).Msg("metrics server")
+		}
+	}()
+	d.log.Info().Str("addr", d.metricsAddr).Msg("serving metrics, /healthz and /readyz")
+	return nil
+}
+
+// MetricsAddr is the address the metrics server listens on, "" when off.
+func (d *Daemon) MetricsAddr() string { return d.metricsAddr }
