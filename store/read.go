@@ -141,6 +141,23 @@ func (l *Log) LatestSnapshot(atOrBefore uint64) (events.State, bool, error) {
 	return s, ok, err
 }
 
+// LatestSnapshotSeq is the sequence of the newest snapshot at or before
+// atOrBefore (0: the newest of all), without reading the snapshot: cheap
+// enough to ask on a timer. False when there is none (or on ErrClosed).
+func (l *Log) LatestSnapshotSeq(atOrBefore uint64) (uint64, bool) {
+	if err := l.enter(); err != nil {
+		return 0, false
+	}
+	defer l.leave()
+	var seq uint64
+	err := l.view(func(tx *bolt.Tx) error {
+		k, _ := lastAtOrBefore(tx.Bucket(bucketSnapshots).Cursor(), atOrBefore)
+		seq, _ = keySeq(k)
+		return nil
+	})
+	return seq, err == nil && seq > 0
+}
+
 // latestSnapshot finds the newest snapshot in notBefore..atOrBefore.
 func (l *Log) latestSnapshot(tx *bolt.Tx, atOrBefore, notBefore uint64) (events.State, bool, error) {
 	k, v := lastAtOrBefore(tx.Bucket(bucketSnapshots).Cursor(), atOrBefore)

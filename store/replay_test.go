@@ -45,6 +45,9 @@ func TestSnapshotsAndReplay(t *testing.T) {
 		if err != nil || ok != tc.ok || s.Seq != tc.want {
 			t.Errorf("LatestSnapshot(%d) = seq %d, %v, %v; want %d, %v", tc.atOrBefore, s.Seq, ok, err, tc.want, tc.ok)
 		}
+		if seq, ok := l.LatestSnapshotSeq(tc.atOrBefore); ok != tc.ok || seq != tc.want {
+			t.Errorf("LatestSnapshotSeq(%d) = %d, %v; want %d, %v", tc.atOrBefore, seq, ok, tc.want, tc.ok)
+		}
 	}
 
 	for _, until := range []uint64{1, 59, 60, 61, 119, 120, 150, 151, 200, 201} {
