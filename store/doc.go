@@ -67,8 +67,9 @@
 // daemon holds the lock, and tools read through its admin socket instead. A
 // file that is not a ledger (empty, not bbolt, bbolt without devledger's
 // meta) is refused with ErrNotLedger before anything could change it. A new
-// ledger is built under a temporary name and linked into place, so a crash
-// never leaves a half-made ledger behind.
+// ledger (mode 0600) is built under a temporary name beside it
+// (".NAME.creating-*") and linked into place, so a crash never leaves a
+// half-made ledger under NAME, at worst a stray temporary file.
 //
 // Long reads (Read, Replay, Check) run in one bbolt read transaction. bbolt
 // re-maps the file when a writer grows it and must then wait for open read
