@@ -7,17 +7,17 @@ package daemon
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -219,7 +219,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 		ConfigPath: opts.ConfigPath, SysfsRoot: opts.SysfsRoot, KubeletDir: opts.KubeletDir, Registration: string(mode)}}
 	if cfgErr != nil {
 		// The run this start opens ends at once: one batch says so.
-		start = append(start, events.ConfigRejected{Path: opts.ConfigPath, SHA256: digest(cfgData), Errors: errorLines(cfgErr)},
+		start = append(start, events.ConfigRejected{Path: opts.ConfigPath, SHA256: node.Digest(cfgData), Errors: errorLines(cfgErr)},
 			events.DaemonStopped{Reason: "config rejected", Clean: true})
 		if _, err := d.rec.Record(context.Background(), start...); err != nil {
 			d.log.Error().Err(err).Msg("cannot record the rejected config")
@@ -229,7 +229,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 	for _, w := range cfg.Warnings {
 		d.log.Warn().Str("config", opts.ConfigPath).Msg(w)
 	}
-	applied := configApplied(opts.ConfigPath, cfgData, cfg)
+	applied := node.ConfigApplied(opts.ConfigPath, cfgData, cfg)
 	if applied.SHA256 != st.Config.SHA256 || applied.Path != st.Config.Path || !sameSpecs(applied.Pools, st) {
 		start = append(start, applied)
 	}
@@ -272,7 +272,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 	}
 	d.podres = podres
 	props := node.Props(node.Config{
-		Config: cfg, Env: env, Reader: reader, Recorder: d.rec, Replayed: &st,
+		Config: cfg, ConfigPath: opts.ConfigPath, ConfigSHA256: node.Digest(cfgData), Env: env, Reader: reader, Recorder: d.rec, Replayed: &st,
 		KubeletDir: opts.KubeletDir, Mode: mode,
 		AllocEnv:   allocation.Env{DevRoot: opts.DevRoot, HasVhostNet: env.HasVhostNet},
 		DevinfoDir: devinfo, ScanInterval: opts.ScanInterval, ProbeInterval: opts.ProbeInterval,
@@ -334,6 +334,16 @@ func (d *Daemon) Children(ctx context.Context) (*node.ChildPIDs, error) {
 		return nil, fmt.Errorf("ask node: %w", err)
 	}
 	return res.(*node.ChildPIDs), nil
+}
+
+// Reload reads the config file again (SIGHUP): a valid new config is
+// applied, an invalid one recorded as rejected while the old one stays.
+func (d *Daemon) Reload(ctx context.Context, reason string) (*node.ReloadResult, error) {
+	res, err := d.system.Root.RequestFuture(d.node, &node.ReloadConfig{Reason: reason}, timeoutOf(ctx)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("reload: %w", err)
+	}
+	return res.(*node.ReloadResult), nil
 }
 
 // Send delivers a message to the node coordinator (node.Rescan,
@@ -474,15 +484,26 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	select {
-	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		return d.Stop(sctx, "signal: "+context.Cause(ctx).Error())
-	case ferr := <-d.Fatal():
-		sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		return errors.Join(ferr, d.Stop(sctx, "fatal: "+ferr.Error()))
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-hup:
+			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if _, err := d.Reload(rctx, "SIGHUP"); err != nil {
+				d.log.Error().Err(err).Msg("reload on SIGHUP")
+			}
+			cancel()
+		case <-ctx.Done():
+			sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			return d.Stop(sctx, "signal: "+context.Cause(ctx).Error())
+		case ferr := <-d.Fatal():
+			sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			return errors.Join(ferr, d.Stop(sctx, "fatal: "+ferr.Error()))
+		}
 	}
 }
 
@@ -515,26 +536,6 @@ func loadConfig(path string) (*config.Config, []byte, error) {
 
 func errorLines(err error) []string {
 	return strings.Split(strings.TrimRight(err.Error(), "\n"), "\n")
-}
-
-func digest(b []byte) string {
-	if b == nil {
-		return ""
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
-}
-
-// configApplied describes a valid config for the ledger.
-func configApplied(path string, data []byte, cfg *config.Config) events.ConfigApplied {
-	ca := events.ConfigApplied{Path: path, SHA256: digest(data)}
-	for i := range cfg.Resources {
-		r := &cfg.Resources[i]
-		def, _ := json.Marshal(r)
-		ca.Pools = append(ca.Pools, events.PoolSpec{Resource: r.FullName(), DeviceType: string(r.DeviceType),
-			ExcludeTopology: r.ExcludeTopology, AllocatePolicy: string(r.AllocatePolicy), Definition: string(def)})
-	}
-	return ca
 }
 
 func sameSpecs(specs []events.PoolSpec, st events.State) bool {

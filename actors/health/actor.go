@@ -1,12 +1,18 @@
 // Package health is the health checker actor. It probes every pooled device
 // (still in sysfs, still bound to the driver it joined its pool with, its VFIO
-// node still there) and records DeviceHealthChanged only when a verdict
-// changes, then tells its parent so the pool can tell the kubelet.
+// node still there, and, when its pool asks, its link or its PF's link up
+// with carrier) and records DeviceHealthChanged only when a verdict changes,
+// then tells its parent so the pool can tell the kubelet.
+//
+// Verdicts recover in both directions. A failing probe turns a device
+// unhealthy once it has failed for the pool's debounce (zero: at once); a
+// device that passes its probes for the pool's hold-down turns healthy again.
+// A probe round runs every probe interval, when asked (a kernel event, a
+// rescan), and exactly when a hold-down or debounce ends.
 package health
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -19,31 +25,39 @@ import (
 	"github.com/devledger/devledger/sysfs"
 )
 
+// Prober probes devices (sysfs.Reader).
+type Prober interface {
+	ProbeAll(ts []sysfs.ProbeTarget) []sysfs.ProbeResult
+}
+
 // Config is what the health checker needs.
 type Config struct {
-	Reader   *sysfs.Reader
+	Prober   Prober
 	Recorder *ledger.Recorder
-	// Interval is the periodic probe (default 5s).
+	// Interval is the probe interval for targets that set none (default
+	// 5s).
 	Interval time.Duration
 	// Known is the replayed device state: the verdicts the ledger holds.
 	Known map[string]events.Device
-	Log   zerolog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	Log zerolog.Logger
 }
 
-// Target is a device to probe and what it must look like to be healthy.
+// Target is a device to probe and the rules of its pool.
 type Target struct {
-	Address string
-	// Driver is the driver the device had when it joined its pool.
-	Driver string
-	// VFIO says the device's /dev/vfio/<group> node must exist.
-	VFIO bool
+	Probe sysfs.ProbeTarget
+	// HoldDown is how long a recovered device must pass its probes before
+	// it is healthy again; Debounce how long a failure must last before it
+	// counts; Interval how often the device is probed (0: the default).
+	HoldDown, Debounce, Interval time.Duration
 }
 
 // Watch replaces the set of devices to probe; they are probed at once.
 type Watch struct{ Targets []Target }
 
 // Probe asks for a probe round now.
-type Probe struct{}
+type Probe struct{ Reason string }
 
 // Verdict is sent to the parent when a device's health changed; it is
 // already in the ledger.
@@ -53,17 +67,31 @@ type Verdict struct {
 	Reason  string
 }
 
+// Query asks for the current verdicts; the reply is a *Verdicts.
+type Query struct{}
+
+// Verdicts is the reply to Query, by address.
+type Verdicts struct{ Devices map[string]Verdict }
+
 type tick struct{}
 
-type verdict struct {
-	healthy bool
-	reason  string
+// device is what the checker knows of one device: the verdict in the ledger,
+// and what the probes say now, since when.
+type device struct {
+	healthy  bool
+	reason   string
+	raw      bool
+	rawWhy   string
+	rawSince time.Time
 }
 
 // Props returns the props of a health checker.
 func Props(cfg Config) *actor.Props {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 5 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	first := true
 	return actor.PropsFromProducer(func() actor.Actor {
@@ -77,11 +105,12 @@ func Props(cfg Config) *actor.Props {
 }
 
 type checker struct {
-	cfg      Config
-	known    map[string]events.Device
-	targets  []Target
-	verdicts map[string]verdict
-	timer    *time.Timer
+	cfg     Config
+	known   map[string]events.Device
+	targets []Target
+	devices map[string]*device
+	timer   *time.Timer
+	due     time.Time
 }
 
 // Receive implements actor.Actor.
@@ -95,84 +124,124 @@ func (c *checker) Receive(ctx actor.Context) {
 			}
 			c.known = st.Devices
 		}
-		c.verdicts = map[string]verdict{}
-		for addr, d := range c.known {
-			c.verdicts[addr] = verdict{healthy: d.Healthy, reason: d.HealthReason}
-		}
-		c.known = nil
-		c.schedule(ctx)
+		c.devices = map[string]*device{}
+		c.schedule(ctx, c.cfg.Interval)
 	case *actor.Stopping, *actor.Restarting:
 		if c.timer != nil {
 			c.timer.Stop()
 		}
 	case *Watch:
 		c.targets = slices.Clone(m.Targets)
-		c.probe(ctx)
+		c.round(ctx)
 	case *Probe:
-		c.probe(ctx)
+		c.round(ctx)
 	case *tick:
-		c.probe(ctx)
-		c.schedule(ctx)
+		c.timer, c.due = nil, time.Time{}
+		c.round(ctx)
+	case *Query:
+		out := &Verdicts{Devices: map[string]Verdict{}}
+		for _, t := range c.targets {
+			if d := c.devices[t.Probe.Address]; d != nil {
+				out.Devices[t.Probe.Address] = Verdict{Address: t.Probe.Address, Healthy: d.healthy, Reason: d.reason}
+			}
+		}
+		ctx.Respond(out)
 	}
 }
 
-func (c *checker) schedule(ctx actor.Context) {
+// schedule arranges a round after d unless one is due sooner.
+func (c *checker) schedule(ctx actor.Context, d time.Duration) {
+	at := c.cfg.Now().Add(d)
+	if c.timer != nil {
+		if !c.due.After(at) {
+			return
+		}
+		c.timer.Stop()
+	}
 	self, root := ctx.Self(), ctx.ActorSystem().Root
-	c.timer = time.AfterFunc(c.cfg.Interval, func() { root.Send(self, &tick{}) })
+	c.due = at
+	c.timer = time.AfterFunc(d, func() { root.Send(self, &tick{}) })
 }
 
-// probe checks every target and records the verdicts that changed, in one
-// append.
-func (c *checker) probe(ctx actor.Context) {
+// state returns what is known of a device, starting from the ledger's
+// verdict the first time it is probed.
+func (c *checker) state(addr string, now time.Time) *device {
+	if d := c.devices[addr]; d != nil {
+		return d
+	}
+	d := &device{healthy: true, raw: true, rawSince: now}
+	if k, ok := c.known[addr]; ok && k.Present {
+		d.healthy, d.reason = k.Healthy, k.HealthReason
+		d.raw, d.rawWhy = k.Healthy, k.HealthReason
+	}
+	c.devices[addr] = d
+	return d
+}
+
+// round probes every target, records the verdicts that changed in one
+// append, and schedules the next round: the probe interval, or sooner when a
+// hold-down or debounce ends first.
+func (c *checker) round(ctx actor.Context) {
+	probes := make([]sysfs.ProbeTarget, len(c.targets))
+	for i, t := range c.targets {
+		probes[i] = t.Probe
+	}
+	results := c.cfg.Prober.ProbeAll(probes)
+	now := c.cfg.Now()
+	next := c.cfg.Interval
 	var changes []events.Payload
-	var next []Verdict
-	for _, t := range c.targets {
-		v := c.check(t)
-		old, ok := c.verdicts[t.Address]
-		if !ok {
-			old = verdict{healthy: true}
+	var verdicts []Verdict
+	for i, t := range c.targets {
+		if t.Interval > 0 && t.Interval < next {
+			next = t.Interval
 		}
-		if old.healthy == v.healthy {
+		r := results[i]
+		d := c.state(t.Probe.Address, now)
+		if r.Healthy != d.raw {
+			d.raw, d.rawSince = r.Healthy, now
+		}
+		d.rawWhy = r.Reason
+		switch {
+		case d.healthy && !d.raw:
+			if wait := t.Debounce - now.Sub(d.rawSince); wait > 0 {
+				next = min(next, wait)
+				continue
+			}
+			verdicts = append(verdicts, Verdict{Address: t.Probe.Address, Healthy: false, Reason: d.rawWhy})
+		case !d.healthy && d.raw:
+			if wait := t.HoldDown - now.Sub(d.rawSince); wait > 0 {
+				next = min(next, wait)
+				continue
+			}
+			reason := "probes pass"
+			if t.HoldDown > 0 {
+				reason = fmt.Sprintf("probes passed for %s", t.HoldDown)
+			}
+			verdicts = append(verdicts, Verdict{Address: t.Probe.Address, Healthy: true, Reason: reason})
+		default:
 			continue
 		}
-		changes = append(changes, events.DeviceHealthChanged{Address: t.Address, Healthy: v.healthy, Reason: v.reason})
-		next = append(next, Verdict{Address: t.Address, Healthy: v.healthy, Reason: v.reason})
+		last := verdicts[len(verdicts)-1]
+		changes = append(changes, events.DeviceHealthChanged{Address: last.Address, Healthy: last.Healthy, Reason: last.Reason})
 	}
+	c.schedule(ctx, next)
 	if len(changes) == 0 {
 		return
 	}
 	envs, err := c.cfg.Recorder.Record(context.Background(), changes...)
 	if err != nil {
-		// Not recorded means not decided: the next probe tries again.
+		// Not recorded means not decided: the next round tries again.
 		c.cfg.Log.Error().Err(err).Int("changes", len(changes)).Msg("cannot record health changes; will retry")
 		return
 	}
-	for i, v := range next {
-		c.verdicts[v.Address] = verdict{healthy: v.Healthy, reason: v.Reason}
+	for i, v := range verdicts {
+		d := c.devices[v.Address]
+		d.healthy, d.reason = v.Healthy, v.Reason
 		ev := c.cfg.Log.Info()
 		if !v.Healthy {
 			ev = c.cfg.Log.Warn()
 		}
 		ev.Str("bdf", v.Address).Bool("healthy", v.Healthy).Str("reason", v.Reason).Uint64("seq", envs[i].Seq).Msg("device health changed")
-		ctx.Send(ctx.Parent(), &next[i])
+		ctx.Send(ctx.Parent(), &verdicts[i])
 	}
-}
-
-// check probes one device. An attribute that cannot be read counts as a
-// failed probe, with the reason naming what failed.
-func (c *checker) check(t Target) verdict {
-	d, err := c.cfg.Reader.Device(t.Address)
-	switch {
-	case errors.Is(err, sysfs.ErrNoDevice):
-		return verdict{reason: "gone from sysfs"}
-	case err != nil:
-		return verdict{reason: "probe failed: " + err.Error()}
-	case d.Driver == "" && t.Driver != "":
-		return verdict{reason: "driver unbound (was " + t.Driver + ")"}
-	case d.Driver != t.Driver:
-		return verdict{reason: "driver is " + d.Driver + " (was " + t.Driver + ")"}
-	case t.VFIO && !d.VFIODevice:
-		return verdict{reason: "/dev/vfio/" + d.IOMMUGroup + " missing"}
-	}
-	return verdict{healthy: true, reason: "probes pass"}
 }

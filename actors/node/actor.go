@@ -8,7 +8,12 @@
 package node
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/devledger/devledger/actors/configwatch"
 	"github.com/devledger/devledger/actors/health"
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/actors/pool"
@@ -34,10 +40,14 @@ import (
 
 // Config is what the node coordinator needs.
 type Config struct {
-	Config   *config.Config
-	Env      config.Env
-	Reader   *sysfs.Reader
-	Recorder *ledger.Recorder
+	// Config is the config in force at start, read from ConfigPath, whose
+	// SHA-256 is ConfigSHA256; ReloadConfig reads ConfigPath again.
+	Config       *config.Config
+	ConfigPath   string
+	ConfigSHA256 string
+	Env          config.Env
+	Reader       *sysfs.Reader
+	Recorder     *ledger.Recorder
 	// Replayed is the ledger's state at start; a restarted node replays.
 	Replayed *events.State
 	// KubeletDir is the kubelet's root dir (/var/lib/kubelet).
@@ -115,8 +125,16 @@ type coordinator struct {
 	members map[string][]allocation.Member
 	// owner maps a pooled device to its pool.
 	owner map[string]string
-	// joinDriver is the driver a device had when it joined its pool.
-	joinDriver map[string]string
+	// join is what a device looked like when it joined its pool: health
+	// checks that it still has that driver and VFIO node.
+	join map[string]sysfs.Device
+	// resources are the pools of the config in force, by name.
+	resources map[string]*config.Resource
+	// configSHA is the SHA-256 of the config file in force.
+	configSHA string
+	// spawned counts pools spawned, so a pool removed and added again gets
+	// a fresh actor name.
+	spawned int
 	// socketOf maps a socket path to its pool.
 	socketOf map[string]string
 	// healthy is the last verdict per device.
@@ -137,6 +155,9 @@ func (n *coordinator) Receive(ctx actor.Context) {
 			InfoRequested: m.InfoRequested, Registered: m.Registered, Reason: m.Reason})
 	case *pool.NeedMembers:
 		if pid := n.pools[m.Pool]; pid != nil {
+			if r := n.resources[m.Pool]; r != nil {
+				ctx.Send(pid, &pool.SetResource{Resource: r})
+			}
 			ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(n.members[m.Pool]), Reason: "pool restarted"})
 		}
 	case *sockets.Ready:
@@ -172,6 +193,13 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		}
 	case *Rescan:
 		ctx.Send(n.scanner, &scanner.Rescan{Reason: m.Reason})
+	case *configwatch.Changed:
+		n.reload(ctx, m.Reason)
+	case *ReloadConfig:
+		res := n.reload(ctx, m.Reason)
+		if ctx.Sender() != nil {
+			ctx.Respond(res)
+		}
 	case *ProbeHealth:
 		ctx.Send(n.health, &health.Probe{})
 	case *Children:
@@ -198,7 +226,13 @@ func (n *coordinator) start(ctx actor.Context) {
 	n.pools = map[string]*actor.PID{}
 	n.members = map[string][]allocation.Member{}
 	n.owner = map[string]string{}
-	n.joinDriver = map[string]string{}
+	n.configSHA = n.cfg.ConfigSHA256
+	n.join = map[string]sysfs.Device{}
+	n.resources = map[string]*config.Resource{}
+	for i := range n.cfg.Config.Resources {
+		r := &n.cfg.Config.Resources[i]
+		n.resources[r.FullName()] = r
+	}
 	n.socketOf = map[string]string{}
 	n.healthy = map[string]bool{}
 	for addr, d := range st.Devices {
@@ -217,7 +251,7 @@ func (n *coordinator) start(ctx actor.Context) {
 	}
 	n.sockets = ctx.Spawn(sockets.Props(sockets.Config{Dirs: dirs, KubeletSocket: kubeletSock,
 		Log: log.With().Str("actor", "sockets").Logger()}))
-	n.health = ctx.Spawn(health.Props(health.Config{Reader: n.cfg.Reader, Recorder: n.cfg.Recorder,
+	n.health = ctx.Spawn(health.Props(health.Config{Prober: n.cfg.Reader, Recorder: n.cfg.Recorder,
 		Interval: n.cfg.ProbeInterval, Known: st.Clone().Devices, Log: log.With().Str("actor", "health").Logger()}))
 	rc := n.cfg.Reconcile
 	rc.Recorder, rc.Lister, rc.Replayed = n.cfg.Recorder, n.cfg.PodResources, st
@@ -227,64 +261,220 @@ func (n *coordinator) start(ctx actor.Context) {
 	}
 	rc.Log = log.With().Str("actor", "reconciler").Logger()
 	n.reconciler = ctx.Spawn(reconciler.Props(rc))
+	if n.cfg.ConfigPath != "" {
+		ctx.Spawn(configwatch.Props(configwatch.Config{Path: n.cfg.ConfigPath, Log: log.With().Str("actor", "configwatch").Logger()}))
+	}
 	n.scanner = ctx.Spawn(scanner.Props(scanner.Config{Reader: n.cfg.Reader, Recorder: n.cfg.Recorder,
 		Known: st.Clone().Devices, Interval: n.cfg.ScanInterval, Log: log.With().Str("actor", "scanner").Logger()}))
 }
 
-// scanned places the scanned devices into pools, spawns the pools that do
-// not run yet, gives the running ones their members, and tells the health
-// checker what to probe.
+// scanned takes a new scan and places its devices.
 func (n *coordinator) scanned(ctx actor.Context, m *scanner.Scanned) {
 	n.devices = m.Devices
-	sel := n.cfg.Config.Select(m.Devices, n.cfg.Env)
-	byAddr := make(map[string]sysfs.Device, len(m.Devices))
-	for _, d := range m.Devices {
+	n.place(ctx, "scan: "+m.Reason, m.Changed)
+}
+
+// place puts the last scan's devices into the pools of the config in force,
+// spawns the pools that do not run yet, gives the running ones their members
+// when anything may have changed, and tells the health checker what to
+// probe.
+//
+// A member that lost its driver (unbound) stays in its pool, unhealthy, so a
+// rebind brings it back without a membership change; a device bound to
+// another driver is placed by the selection again, and its pools record where
+// it went.
+func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
+	sel := n.cfg.Config.Select(n.devices, n.cfg.Env)
+	byAddr := make(map[string]sysfs.Device, len(n.devices))
+	for _, d := range n.devices {
 		byAddr[d.Address] = d
 	}
 	owner := map[string]string{}
+	members := map[string][]string{}
+	for _, pm := range sel.Pools {
+		for _, addr := range pm.Members {
+			if _, ok := byAddr[addr]; ok { // auxiliary devices ride on their parent
+				owner[addr] = pm.Name
+				members[pm.Name] = append(members[pm.Name], addr)
+			}
+		}
+	}
+	for addr, name := range n.owner {
+		d, present := byAddr[addr]
+		if _, placed := owner[addr]; present && !placed && d.Driver == "" && n.resources[name] != nil {
+			owner[addr] = name
+			members[name] = append(members[name], addr)
+		}
+	}
+
 	var targets []health.Target
 	for _, pm := range sel.Pools {
-		ms := make([]allocation.Member, 0, len(pm.Members))
-		for _, addr := range pm.Members {
-			d, ok := byAddr[addr]
-			if !ok {
-				continue // an auxiliary device: its parent carries it
-			}
+		res := pm.Resource
+		ids := members[pm.Name]
+		slices.Sort(ids)
+		ms := make([]allocation.Member, 0, len(ids))
+		for _, addr := range ids {
+			d := byAddr[addr]
 			healthy, known := n.healthy[addr]
 			if !known {
 				healthy = true
 			}
 			ms = append(ms, allocation.Member{Device: d, Healthy: healthy})
-			owner[addr] = pm.Name
-			if prev, ok := n.owner[addr]; !ok || prev != pm.Name {
-				n.joinDriver[addr] = d.Driver
+			joined, ok := n.join[addr]
+			if prev := n.owner[addr]; !ok || prev != pm.Name || (d.Driver != "" && d.Driver != joined.Driver) {
+				joined = d
+				n.join[addr] = d
 			}
-			targets = append(targets, health.Target{Address: addr, Driver: n.joinDriver[addr], VFIO: d.VFIODevice || d.Driver == "vfio-pci"})
+			t := health.Target{Probe: sysfs.ProbeTarget{Address: addr, Driver: joined.Driver,
+				VFIO: joined.VFIODevice || joined.Driver == "vfio-pci", IOMMUGroup: joined.IOMMUGroup,
+				Link: res.Health.Link, PFInterface: d.PFInterface},
+				HoldDown: res.Health.HoldDown, Debounce: res.Health.Debounce, Interval: res.Health.ProbeInterval}
+			if len(d.Interfaces) > 0 {
+				t.Probe.Interface = d.Interfaces[0].Name
+			}
+			targets = append(targets, t)
 		}
 		n.members[pm.Name] = ms
 		if pid, ok := n.pools[pm.Name]; ok {
-			if m.Changed {
-				ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(ms), Reason: "scan: " + m.Reason})
+			if changed {
+				ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(ms), Reason: reason})
 			}
 			continue
 		}
-		socket := SocketPath(n.cfg.KubeletDir, n.cfg.Mode, pm.Name)
-		n.socketOf[socket] = pm.Name
-		pid, err := ctx.SpawnNamed(pool.Props(pool.Config{
-			Resource: pm.Resource, Members: slices.Clone(ms), Recorder: n.cfg.Recorder, Replayed: n.replayed,
-			Socket: socket, Mode: n.cfg.Mode, Env: n.cfg.AllocEnv, DevinfoDir: n.cfg.DevinfoDir,
-			CallTimeout: n.cfg.CallTimeout, ObserveAllocate: n.cfg.ObserveAllocate, Log: n.cfg.Log.With().Str("actor", "pool").Logger(),
-		}), "pool-"+strings.ReplaceAll(pm.Name, "/", "_"))
-		if err != nil {
-			panic(fmt.Errorf("node: spawn pool %s: %w", pm.Name, err))
-		}
-		n.pools[pm.Name] = pid
+		n.spawnPool(ctx, res, ms)
 	}
-	for addr := range n.joinDriver {
+	for addr := range n.join {
 		if _, ok := owner[addr]; !ok {
-			delete(n.joinDriver, addr)
+			delete(n.join, addr)
 		}
 	}
 	n.owner = owner
 	ctx.Send(n.health, &health.Watch{Targets: targets})
+}
+
+func (n *coordinator) spawnPool(ctx actor.Context, res *config.Resource, ms []allocation.Member) {
+	name := res.FullName()
+	socket := SocketPath(n.cfg.KubeletDir, n.cfg.Mode, name)
+	n.socketOf[socket] = name
+	pid, err := ctx.SpawnNamed(pool.Props(pool.Config{
+		Resource: res, Members: slices.Clone(ms), Recorder: n.cfg.Recorder, Replayed: n.replayed,
+		Socket: socket, Mode: n.cfg.Mode, Env: n.cfg.AllocEnv, DevinfoDir: n.cfg.DevinfoDir,
+		CallTimeout: n.cfg.CallTimeout, ObserveAllocate: n.cfg.ObserveAllocate, Log: n.cfg.Log.With().Str("actor", "pool").Logger(),
+	}), fmt.Sprintf("pool-%s-%d", strings.ReplaceAll(name, "/", "_"), n.spawned))
+	if err != nil {
+		panic(fmt.Errorf("node: spawn pool %s: %w", name, err))
+	}
+	n.spawned++
+	n.pools[name] = pid
+}
+
+// Digest is the SHA-256 of a config file's bytes, as the ledger names it.
+func Digest(data []byte) string {
+	if data == nil {
+		return ""
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// ConfigApplied describes a valid config for the ledger: its path, digest
+// and every pool's spec, with the pool's whole entry as canonical JSON so
+// any change of it is a change of the spec.
+func ConfigApplied(path string, data []byte, cfg *config.Config) events.ConfigApplied {
+	ca := events.ConfigApplied{Path: path, SHA256: Digest(data)}
+	for i := range cfg.Resources {
+		r := &cfg.Resources[i]
+		def, _ := json.Marshal(r)
+		ca.Pools = append(ca.Pools, events.PoolSpec{Resource: r.FullName(), DeviceType: string(r.DeviceType),
+			ExcludeTopology: r.ExcludeTopology, AllocatePolicy: string(r.AllocatePolicy), Definition: string(def)})
+	}
+	return ca
+}
+
+// reload reads the config file again. A file that cannot be read is logged
+// and the config in force stays; an invalid one is recorded as
+// ConfigRejected with every error, and stays out; a valid one is recorded as
+// ConfigApplied (after the membership of any pool it removes), then pools
+// start, stop or change and every device is placed again.
+func (n *coordinator) reload(ctx actor.Context, reason string) *ReloadResult {
+	path := n.cfg.ConfigPath
+	log := n.cfg.Log.With().Str("config", path).Str("reason", reason).Logger()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		log.Warn().Err(err).Msg("cannot read the config file; keeping the config in force")
+		return &ReloadResult{Err: err}
+	}
+	sha := Digest(data)
+	if sha == n.configSHA {
+		return &ReloadResult{Unchanged: true}
+	}
+	cfg, err := config.Parse(path, data)
+	if err != nil {
+		lines := strings.Split(strings.TrimRight(err.Error(), "\n"), "\n")
+		if _, rerr := n.cfg.Recorder.Record(context.Background(), events.ConfigRejected{Path: path, SHA256: sha, Errors: lines}); rerr != nil {
+			log.Error().Err(rerr).Msg("cannot record the rejected config")
+		}
+		n.configSHA = sha // the same bad bytes are not rejected twice
+		log.Warn().Strs("errors", lines).Msg("config rejected; keeping the config in force")
+		return &ReloadResult{Rejected: lines}
+	}
+	for _, w := range cfg.Warnings {
+		log.Warn().Msg(w)
+	}
+	next := make(map[string]*config.Resource, len(cfg.Resources))
+	for i := range cfg.Resources {
+		next[cfg.Resources[i].FullName()] = &cfg.Resources[i]
+	}
+	var payloads []events.Payload
+	var gone []string
+	for name := range n.resources {
+		if next[name] != nil {
+			continue
+		}
+		gone = append(gone, name)
+		if ms := n.members[name]; len(ms) > 0 {
+			removed := make([]string, len(ms))
+			for i, m := range ms {
+				removed[i] = m.Device.Address
+			}
+			payloads = append(payloads, events.PoolMembershipChanged{Pool: name, Removed: removed, Reason: "pool removed from the config"})
+		}
+	}
+	slices.Sort(gone)
+	applied := ConfigApplied(path, data, cfg)
+	payloads = append(payloads, applied)
+	envs, err := n.cfg.Recorder.Record(context.Background(), payloads...)
+	if err != nil {
+		log.Error().Err(err).Msg("cannot record the new config; keeping the config in force")
+		return &ReloadResult{Err: err}
+	}
+	old := make(map[string]string, len(n.resources))
+	for name, r := range n.resources {
+		def, _ := json.Marshal(r)
+		old[name] = string(def)
+	}
+	for _, name := range gone {
+		if pid := n.pools[name]; pid != nil {
+			socket := SocketPath(n.cfg.KubeletDir, n.cfg.Mode, name)
+			ctx.Send(n.registrar, &registrar.Undesire{Pool: name, Socket: socket})
+			delete(n.socketOf, socket)
+			ctx.Poison(pid)
+		}
+		delete(n.pools, name)
+		delete(n.members, name)
+	}
+	for _, spec := range applied.Pools {
+		if pid := n.pools[spec.Resource]; pid != nil && old[spec.Resource] != spec.Definition {
+			ctx.Send(pid, &pool.SetResource{Resource: next[spec.Resource]})
+		}
+	}
+	n.cfg.Config, n.resources, n.configSHA = cfg, next, sha
+	pools := make([]string, 0, len(cfg.Resources))
+	for i := range cfg.Resources {
+		pools = append(pools, cfg.Resources[i].FullName())
+	}
+	ctx.Send(n.reconciler, &reconciler.SetPools{Pools: pools})
+	log.Info().Str("sha256", sha).Strs("pools", pools).Strs("removed", gone).Uint64("seq", envs[len(envs)-1].Seq).Msg("config applied")
+	n.place(ctx, "config applied", true)
+	return &ReloadResult{Applied: true}
 }

@@ -24,3 +24,20 @@ type ChildPIDs struct {
 	Reconciler *actor.PID
 	Pools      map[string]*actor.PID
 }
+
+// ReloadConfig asks the node to read its config file again (the file
+// changed, or SIGHUP). A request gets a *ReloadResult.
+type ReloadConfig struct{ Reason string }
+
+// ReloadResult says what a reload did.
+type ReloadResult struct {
+	// Applied is true when a new valid config is now in force.
+	Applied bool
+	// Unchanged is true when the file holds the config in force.
+	Unchanged bool
+	// Rejected holds the errors of an invalid config, which stays out.
+	Rejected []string
+	// Err is set when the file could not be read or the ledger not
+	// written; the config in force stays.
+	Err error
+}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -89,6 +90,9 @@ func (p *allocator) Receive(ctx actor.Context) {
 		p.stop()
 	case *SetMembers:
 		p.setMembers(ctx, m.Members, m.Reason)
+	case *SetResource:
+		p.cfg.Resource = m.Resource
+		p.broadcast()
 	case *SetHealth:
 		p.setHealth(m)
 	case *Reserve:
@@ -257,6 +261,17 @@ func (p *allocator) recordMembership(ctx actor.Context, before []string, reason 
 	if len(added) == 0 && len(removed) == 0 {
 		return
 	}
+	// A device that leaves while a live allocation holds it is not moved
+	// silently: the reason names the allocations, which stay in the ledger.
+	var held []string
+	for _, addr := range removed {
+		for _, seq := range p.held[addr] {
+			held = append(held, fmt.Sprintf("%s by #%d", addr, seq))
+		}
+	}
+	if len(held) > 0 {
+		reason += "; still held: " + strings.Join(held, ", ")
+	}
 	envs, err := p.cfg.Recorder.Record(context.Background(), events.PoolMembershipChanged{Pool: p.name, Added: added, Removed: removed, Reason: reason})
 	if err != nil {
 		// The members are what sysfs and the config say; the ledger will
@@ -264,7 +279,11 @@ func (p *allocator) recordMembership(ctx actor.Context, before []string, reason 
 		p.cfg.Log.Error().Err(err).Str("pool", p.name).Msg("cannot record membership change")
 		return
 	}
-	p.cfg.Log.Info().Str("pool", p.name).Int("added", len(added)).Int("removed", len(removed)).
+	ev := p.cfg.Log.Info()
+	if len(held) > 0 {
+		ev = p.cfg.Log.Warn().Strs("still_held", held)
+	}
+	ev.Str("pool", p.name).Int("added", len(added)).Int("removed", len(removed)).
 		Int("members", len(p.order)).Str("reason", reason).Uint64("seq", envs[0].Seq).Msg("pool membership changed")
 }
 

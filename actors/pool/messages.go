@@ -6,6 +6,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/devledger/devledger/actors/pool/allocation"
+	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/events"
 )
 
@@ -19,6 +20,11 @@ type SetMembers struct {
 	Members []allocation.Member
 	Reason  string
 }
+
+// SetResource gives the pool its new definition after a config change (its
+// name is unchanged): policy, topology, CDI and the answers to come follow
+// it; the kubelet gets the device list again.
+type SetResource struct{ Resource *config.Resource }
 
 // SetHealth is a new health verdict for one member, already recorded by the
 // health checker.

@@ -1,0 +1,119 @@
+// Package configwatch is the config watcher actor: it watches the directory
+// of the config file, not the file itself, so it sees an edit in place, a
+// file replaced by rename, and a Kubernetes ConfigMap update (the mounted
+// file is a symlink through ..data, which the kubelet swaps atomically). A
+// burst of changes becomes one reload request to its parent.
+package configwatch
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/fsnotify/fsnotify"
+	"github.com/rs/zerolog"
+)
+
+// Config is what the watcher needs.
+type Config struct {
+	// Path is the config file.
+	Path string
+	// Quiet is how long changes must pause before the reload is asked for
+	// (default 100ms).
+	Quiet time.Duration
+	Log   zerolog.Logger
+}
+
+// Changed is sent to the parent after a burst of changes to the config file
+// (or the ConfigMap's ..data link) settled.
+type Changed struct{ Reason string }
+
+type fsEvent struct{ ev fsnotify.Event }
+type settled struct{ gen int }
+
+// Props returns the props of a config watcher.
+func Props(cfg Config) *actor.Props {
+	if cfg.Quiet <= 0 {
+		cfg.Quiet = 100 * time.Millisecond
+	}
+	return actor.PropsFromProducer(func() actor.Actor { return &watcher{cfg: cfg} })
+}
+
+type watcher struct {
+	cfg  Config
+	w    *fsnotify.Watcher
+	gen  int
+	last string
+}
+
+// Receive implements actor.Actor.
+func (c *watcher) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		if err := c.start(ctx); err != nil {
+			// Without a watch the config can still be reloaded by SIGHUP;
+			// say so rather than crash-loop on a directory that is absent.
+			c.cfg.Log.Error().Err(err).Msg("not watching the config; reload it with SIGHUP")
+		}
+	case *actor.Stopping, *actor.Restarting:
+		if c.w != nil {
+			c.w.Close()
+			c.w = nil
+		}
+	case *fsEvent:
+		if !c.concerns(m.ev.Name) {
+			return
+		}
+		c.gen++
+		c.last = fmt.Sprintf("%s %s", m.ev.Op, filepath.Base(m.ev.Name))
+		gen, self, root := c.gen, ctx.Self(), ctx.ActorSystem().Root
+		time.AfterFunc(c.cfg.Quiet, func() { root.Send(self, &settled{gen: gen}) })
+	case *settled:
+		if m.gen == c.gen {
+			ctx.Send(ctx.Parent(), &Changed{Reason: "config file changed (" + c.last + ")"})
+		}
+	}
+}
+
+// concerns reports whether a change to name may change the config: the file
+// itself, the ConfigMap's ..data link, or whatever the file links to.
+func (c *watcher) concerns(name string) bool {
+	base := filepath.Base(name)
+	if base == filepath.Base(c.cfg.Path) || base == "..data" {
+		return true
+	}
+	target, err := filepath.EvalSymlinks(c.cfg.Path)
+	return err == nil && filepath.Clean(name) == target
+}
+
+func (c *watcher) start(ctx actor.Context) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(c.cfg.Path)
+	if err := w.Add(dir); err != nil {
+		w.Close()
+		return fmt.Errorf("watch %s: %w", dir, err)
+	}
+	c.w = w
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	go func() {
+		for {
+			select {
+			case ev, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				root.Send(self, &fsEvent{ev: ev})
+			case err, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+				c.cfg.Log.Warn().Err(err).Msg("config watch error")
+			}
+		}
+	}()
+	return nil
+}

@@ -1,0 +1,258 @@
+package daemon
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/devledger/devledger/actors/node"
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/testdata/sysfsgen"
+)
+
+// healthConfig pools the vfio VFs (by driver) and the iavf VFs (with link
+// health), with a short hold-down and probe interval so recovery is quick.
+const healthConfig = `{
+  "resourceList": [
+    {"resourceName": "sriov_vfio", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]},
+     "health": {"holdDown": "400ms", "probeInterval": "100ms"}},
+    {"resourceName": "sriov_net", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["iavf"]},
+     "health": {"link": true, "holdDown": "400ms", "probeInterval": "100ms"}}
+  ]
+}`
+
+// health returns the health the kubelet sees for one device of a resource,
+// "" when the device is not listed.
+func healthOf(k *kubelettest.Kubelet, resource, id string) string {
+	for _, d := range k.Devices(resource) {
+		if d.ID == id {
+			return d.Health
+		}
+	}
+	return ""
+}
+
+func waitHealth(ctx context.Context, t *testing.T, k *kubelettest.Kubelet, resource, id, want string) time.Time {
+	t.Helper()
+	_, err := k.WaitDevices(ctx, resource, func(ds []*pluginapi.Device) bool {
+		for _, d := range ds {
+			if d.ID == id {
+				return d.Health == want
+			}
+		}
+		return want == ""
+	})
+	if err != nil {
+		t.Fatalf("%s %s: want health %q, have %q: %v", resource, id, want, healthOf(k, resource, id), err)
+	}
+	return time.Now()
+}
+
+func TestHealthUnbindRebind(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, healthConfig, kubelettest.Options{})
+	n.opts.ScanInterval = time.Hour // changes are seen by probes and explicit rescans
+	d := n.start(t)
+	ctx := waitCtx(t)
+	const vfio, vf = "intel.com/sriov_vfio", "0000:3b:01.2"
+	waitHealth(ctx, t, n.kubelet, vfio, vf, pluginapi.Healthy)
+
+	if err := n.roots.Unbind(vf); err != nil {
+		t.Fatal(err)
+	}
+	d.Send(&node.Rescan{Reason: "test"})
+	waitHealth(ctx, t, n.kubelet, vfio, vf, pluginapi.Unhealthy)
+	// The unbound device stays in its pool.
+	if healthOf(n.kubelet, vfio, vf) == "" {
+		t.Fatalf("%s left its pool when unbound", vf)
+	}
+
+	if err := n.roots.Bind(vf, "vfio-pci"); err != nil {
+		t.Fatal(err)
+	}
+	rebound := time.Now()
+	d.Send(&node.Rescan{Reason: "test"})
+	healthy := waitHealth(ctx, t, n.kubelet, vfio, vf, pluginapi.Healthy)
+	if held := healthy.Sub(rebound); held < 400*time.Millisecond {
+		t.Errorf("healthy again %s after the rebind, before the 400ms hold-down", held)
+	}
+	s := ledgerState(t, d)
+	if !s.Devices[vf].Healthy {
+		t.Errorf("the ledger says %s is %q", vf, s.Devices[vf].HealthReason)
+	}
+	var reasons []string
+	d.Recorder().Log().Read(0, func(e events.Envelope) error {
+		if h, ok := e.Payload.(events.DeviceHealthChanged); ok && h.Address == vf {
+			reasons = append(reasons, h.Reason)
+		}
+		return nil
+	})
+	if len(reasons) != 2 || !strings.Contains(reasons[0], "driver unbound (was vfio-pci)") {
+		t.Errorf("health transitions recorded: %q", reasons)
+	}
+}
+
+func TestHealthLinkDownOnPF(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, healthConfig, kubelettest.Options{})
+	n.opts.ScanInterval = time.Hour
+	n.start(t)
+	ctx := waitCtx(t)
+	const net = "intel.com/sriov_net"
+	// 0000:3b:01.0 and .1 are iavf VFs of ens785f0.
+	waitHealth(ctx, t, n.kubelet, net, "0000:3b:01.0", pluginapi.Healthy)
+	if err := n.roots.SetLinkDown("ens785f0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.roots.SetLinkDown("ens785f0v0"); err != nil {
+		t.Fatal(err)
+	}
+	waitHealth(ctx, t, n.kubelet, net, "0000:3b:01.0", pluginapi.Unhealthy)
+	if err := n.roots.SetLinkUp("ens785f0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.roots.SetLinkUp("ens785f0v0"); err != nil {
+		t.Fatal(err)
+	}
+	waitHealth(ctx, t, n.kubelet, net, "0000:3b:01.0", pluginapi.Healthy)
+	// The vfio pool does not ask for link health.
+	if h := healthOf(n.kubelet, "intel.com/sriov_vfio", "0000:3b:01.2"); h != pluginapi.Healthy {
+		t.Errorf("vfio VF is %q", h)
+	}
+}
+
+func TestHotPlug(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, healthConfig, kubelettest.Options{})
+	n.opts.ScanInterval = time.Hour
+	d := n.start(t)
+	ctx := waitCtx(t)
+	const vfio = "intel.com/sriov_vfio"
+	if _, err := n.kubelet.WaitDevices(ctx, vfio, func(ds []*pluginapi.Device) bool { return len(ds) == 5 }); err != nil {
+		t.Fatal(err)
+	}
+	// An allocated device is removed: it leaves the pool, its allocation
+	// stays in the ledger, marked lost.
+	if _, err := n.kubelet.Allocate(ctx, vfio, []string{"0000:af:01.3"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.roots.Remove("0000:af:01.3"); err != nil {
+		t.Fatal(err)
+	}
+	d.Send(&node.Rescan{Reason: "test"})
+	if _, err := n.kubelet.WaitDevices(ctx, vfio, func(ds []*pluginapi.Device) bool { return len(ds) == 4 }); err != nil {
+		t.Fatalf("removed device still listed: %v", err)
+	}
+	s := waitLedger(ctx, t, d, "allocation marked lost", func(s events.State) bool {
+		for _, a := range s.Allocations {
+			if slices.Contains(a.DeviceIDs, "0000:af:01.3") {
+				return a.Lost
+			}
+		}
+		return false
+	})
+	if len(s.Allocations) != 1 {
+		t.Errorf("%d live allocations, want the lost one", len(s.Allocations))
+	}
+
+	// New VFs on the second port: those bound to vfio-pci join the pool.
+	err := n.roots.SetNumVFs("0000:3b:00.1", 2, func(i int) sysfsgen.Function {
+		return sysfsgen.Function{Driver: "vfio-pci", IOMMUGroup: "20" + string(rune('0'+i))}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Send(&node.Rescan{Reason: "test"})
+	if _, err := n.kubelet.WaitDevices(ctx, vfio, func(ds []*pluginapi.Device) bool { return len(ds) == 6 }); err != nil {
+		t.Fatalf("new VFs not listed: %v", err)
+	}
+}
+
+// writeConfigMap lays out a config the way the kubelet mounts a ConfigMap:
+// dir/config.json -> ..data/config.json, ..data -> ..<version>/.
+func writeConfigMap(t *testing.T, dir, version, content string) {
+	t.Helper()
+	vdir := filepath.Join(dir, ".."+version)
+	if err := os.MkdirAll(vdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(vdir, "config.json"), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(dir, "..data_tmp")
+	os.Remove(tmp)
+	if err := os.Symlink(".."+version, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "config.json")
+	if _, err := os.Lstat(link); os.IsNotExist(err) {
+		if err := os.Symlink(filepath.Join("..data", "config.json"), link); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestConfigReload(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	cmDir := t.TempDir()
+	writeConfigMap(t, cmDir, "v1", sriovConfig)
+	n.opts.ConfigPath = filepath.Join(cmDir, "config.json")
+	d := n.start(t)
+	ctx := waitCtx(t)
+	for _, res := range []string{"intel.com/sriov_vfio", "intel.com/sriov_net"} {
+		if _, err := n.kubelet.WaitRegistered(ctx, res); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The ConfigMap is updated: sriov_net goes, a PF pool comes.
+	v2 := `{"resourceList": [
+	  {"resourceName": "sriov_vfio", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]}},
+	  {"resourceName": "e810_port", "selectors": {"pciAddresses": ["0000:3b:00.1"]}}
+	]}`
+	writeConfigMap(t, cmDir, "v2", v2)
+	if _, err := n.kubelet.WaitRegistered(ctx, "intel.com/e810_port"); err != nil {
+		t.Fatalf("new pool not registered: %v", err)
+	}
+	if _, err := n.kubelet.WaitDevices(ctx, "intel.com/e810_port", func(ds []*pluginapi.Device) bool { return len(ds) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(n.kubelet.DevicePluginDir(), "intel.com_sriov_net.sock")
+	waitLedger(ctx, t, d, "the removed pool stopped", func(s events.State) bool {
+		_, err := os.Stat(sock)
+		_, pooled := s.Pools["intel.com/sriov_net"]
+		return os.IsNotExist(err) && !pooled
+	})
+
+	// Garbage: rejected, with its errors; nothing changes.
+	before := ledgerState(t, d)
+	writeConfigMap(t, cmDir, "v3", `{"resourceList": [{"resourceName": "bad name!", "selectors": {"pfNames": ["eth0#5-2"]}}]}`)
+	s := waitLedger(ctx, t, d, "config rejected", func(s events.State) bool { return s.Config.Rejections > before.Config.Rejections })
+	if s.Config.SHA256 != before.Config.SHA256 || len(s.Pools) != len(before.Pools) {
+		t.Errorf("a rejected config changed the config in force")
+	}
+	if got := strings.Join(s.Config.LastError, "\n"); !strings.Contains(got, "range end before start") || !strings.Contains(got, "resourceList[0]") {
+		t.Errorf("rejection errors: %q", got)
+	}
+
+	// Deleted: logged, kept.
+	res, err := d.Reload(ctx, "test")
+	if err != nil || !res.Unchanged && res.Rejected == nil {
+		t.Logf("reload of the same bad file: %+v %v", res, err)
+	}
+	os.Remove(n.opts.ConfigPath)
+	res, err = d.Reload(ctx, "test")
+	if err != nil || res.Err == nil || res.Applied {
+		t.Errorf("reload of a deleted config = %+v, %v; want an error and nothing applied", res, err)
+	}
+	if _, err := n.kubelet.WaitRegistered(ctx, "intel.com/e810_port"); err != nil {
+		t.Errorf("pool lost after the config file went: %v", err)
+	}
+}
