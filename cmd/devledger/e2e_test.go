@@ -678,8 +678,8 @@ func TestE2ELedgerUnwritable(t *testing.T) {
 
 	const refused = "0000:3b:01.2"
 	_, err = n.kubelet.Allocate(ctx, vfioPool, []string{refused})
-	if status.Code(err) != codes.Unavailable {
-		t.Fatalf("Allocate with the ledger unwritable: %v, want Unavailable", err)
+	if status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), "ledger could not record") {
+		t.Fatalf("Allocate with the ledger unwritable: %v, want Unavailable saying the ledger could not record it", err)
 	}
 	// The pools still serve: the stream is up, and a new kubelet gets
 	// every pool registered and listed.
