@@ -56,8 +56,12 @@ type Target struct {
 // Watch replaces the set of devices to probe; they are probed at once.
 type Watch struct{ Targets []Target }
 
-// Probe asks for a probe round now.
-type Probe struct{ Reason string }
+// Probe asks for a probe round now: of the devices named in Addresses (a
+// kernel event names them), or of every target when it is empty.
+type Probe struct {
+	Reason    string
+	Addresses []string
+}
 
 // Verdict is sent to the parent when a device's health changed; it is
 // already in the ledger.
@@ -132,12 +136,12 @@ func (c *checker) Receive(ctx actor.Context) {
 		}
 	case *Watch:
 		c.targets = slices.Clone(m.Targets)
-		c.round(ctx)
+		c.round(ctx, nil)
 	case *Probe:
-		c.round(ctx)
+		c.round(ctx, m.Addresses)
 	case *tick:
 		c.timer, c.due = nil, time.Time{}
-		c.round(ctx)
+		c.round(ctx, nil)
 	case *Query:
 		out := &Verdicts{Devices: map[string]Verdict{}}
 		for _, t := range c.targets {
@@ -178,12 +182,21 @@ func (c *checker) state(addr string, now time.Time) *device {
 	return d
 }
 
-// round probes every target, records the verdicts that changed in one
+// round probes every target (or those named in only), records the verdicts that changed in one
 // append, and schedules the next round: the probe interval, or sooner when a
 // hold-down or debounce ends first.
-func (c *checker) round(ctx actor.Context) {
-	probes := make([]sysfs.ProbeTarget, len(c.targets))
-	for i, t := range c.targets {
+func (c *checker) round(ctx actor.Context, only []string) {
+	targets := c.targets
+	if len(only) > 0 {
+		targets = make([]Target, 0, len(only))
+		for _, t := range c.targets {
+			if slices.Contains(only, t.Probe.Address) {
+				targets = append(targets, t)
+			}
+		}
+	}
+	probes := make([]sysfs.ProbeTarget, len(targets))
+	for i, t := range targets {
 		probes[i] = t.Probe
 	}
 	results := c.cfg.Prober.ProbeAll(probes)
@@ -191,7 +204,7 @@ func (c *checker) round(ctx actor.Context) {
 	next := c.cfg.Interval
 	var changes []events.Payload
 	var verdicts []Verdict
-	for i, t := range c.targets {
+	for i, t := range targets {
 		if t.Interval > 0 && t.Interval < next {
 			next = t.Interval
 		}

@@ -161,6 +161,9 @@ func (n *coordinator) Receive(ctx actor.Context) {
 			ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(n.members[m.Pool]), Reason: "pool restarted"})
 		}
 	case *sockets.Ready:
+		// Watch first, then look: whatever appeared before the watch is
+		// found by a reconcile now.
+		ctx.Send(n.registrar, &registrar.Reconcile{})
 		// Said once, here, in both modes: the pools serve meanwhile, and
 		// register (or are found by the plugin watcher) when it appears.
 		if !m.KubeletPresent {
@@ -201,7 +204,7 @@ func (n *coordinator) Receive(ctx actor.Context) {
 			ctx.Respond(res)
 		}
 	case *ProbeHealth:
-		ctx.Send(n.health, &health.Probe{})
+		ctx.Send(n.health, &health.Probe{Reason: "asked", Addresses: m.Addresses})
 	case *Children:
 		pools := make(map[string]*actor.PID, len(n.pools))
 		for k, v := range n.pools {

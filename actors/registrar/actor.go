@@ -134,6 +134,8 @@ func (r *registrar) Receive(ctx actor.Context) {
 	case *retry:
 		delete(r.retrying, m.pool)
 		r.reconcile(ctx)
+	case *Reconcile:
+		r.reconcile(ctx)
 	case *Query:
 		ctx.Respond(r.status())
 	}

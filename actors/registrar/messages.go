@@ -34,6 +34,10 @@ type KubeletReported struct {
 	Reason        string
 }
 
+// Reconcile asks for a reconcile now (the socket watcher's watch is in
+// place: a kubelet that appeared before it is registered with).
+type Reconcile struct{}
+
 // Query asks for the registrations; the reply is a *Status.
 type Query struct{}
 
