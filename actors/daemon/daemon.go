@@ -453,8 +453,8 @@ func (d *Daemon) snapshotLoop() {
 			return
 		case <-t.C:
 			last := uint64(0)
-			if s, ok, err := d.ledger.LatestSnapshot(0); err == nil && ok {
-				last = s.Seq
+			if seq, ok := d.ledger.LatestSnapshotSeq(0); ok {
+				last = seq
 			}
 			if d.ledger.LastSeq()-last >= d.opts.SnapshotEvery {
 				if err := d.snapshot(context.Background(), fmt.Sprintf("%d events since the last", d.ledger.LastSeq()-last)); err != nil {
