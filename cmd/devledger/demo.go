@@ -26,7 +26,8 @@ const demoConfig = `{
     {
       "resourceName": "sriov_vfio",
       "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]},
-      "allocatePolicy": "packed"
+      "allocatePolicy": "packed",
+      "health": {"holdDown": "1s"}
     },
     {
       "resourceName": "sriov_net",
@@ -163,6 +164,11 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	if _, err := d.kubelet.Allocate(ctx, "intel.com/sriov_vfio", []string{"0000:99:00.0"}); err != nil {
 		d.say("  A request for 0000:99:00.0, which the pool lacks, is refused: %s", grpcMessage(err))
+	}
+
+	d.step("A VF's driver is unbound on the node, then bound again")
+	if err := d.unbindRebind(ctx, "intel.com/sriov_vfio", "0000:3b:01.3", "vfio-pci"); err != nil {
+		return err
 	}
 
 	d.step("The kubelet restarts (it empties device-plugins/, sockets and all)")
@@ -336,6 +342,40 @@ func (d *demo) allocate(ctx context.Context, resource string, n int) ([]string, 
 		d.say("    device %s", spec.HostPath)
 	}
 	return ids, nil
+}
+
+// unbindRebind unbinds a pooled device's driver, shows the kubelet seeing it
+// unhealthy, rebinds it and shows it healthy again after the pool's
+// hold-down.
+func (d *demo) unbindRebind(ctx context.Context, resource, addr, driver string) error {
+	health := func(want string) (time.Duration, error) {
+		start := time.Now()
+		_, err := d.kubelet.WaitDevices(ctx, resource, func(ds []*pluginapi.Device) bool {
+			for _, dev := range ds {
+				if dev.ID == addr {
+					return dev.Health == want
+				}
+			}
+			return false
+		})
+		return time.Since(start), err
+	}
+	if err := d.roots.Unbind(addr); err != nil {
+		return err
+	}
+	took, err := health(pluginapi.Unhealthy)
+	if err != nil {
+		return fmt.Errorf("waiting for %s to turn unhealthy: %w", addr, err)
+	}
+	d.say("  unbound %s from %s: the kubelet sees it Unhealthy %dms later (it stays in its pool)", addr, driver, took.Milliseconds())
+	if err := d.roots.Bind(addr, driver); err != nil {
+		return err
+	}
+	if took, err = health(pluginapi.Healthy); err != nil {
+		return fmt.Errorf("waiting for %s to recover: %w", addr, err)
+	}
+	d.say("  bound it to %s again: Healthy %dms later, after the pool's 1s hold-down", driver, took.Milliseconds())
+	return nil
 }
 
 // liveAllocations reads the ledger's live allocations through the running
