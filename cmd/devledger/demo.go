@@ -220,8 +220,12 @@ func (d *demo) run(ctx context.Context) error {
 	return nil
 }
 
+// demoExecutable is the devledger binary the demo starts as its daemon:
+// this very program, except in tests, which build the binary.
+var demoExecutable = os.Executable
+
 func (d *demo) startDaemon() error {
-	exe, err := os.Executable()
+	exe, err := demoExecutable()
 	if err != nil {
 		return err
 	}
