@@ -22,6 +22,9 @@ type eventFilter struct {
 	pool         string
 	device       string
 	types        []events.Type
+	// pods selects the events of the allocations bound to a pod or a
+	// namespace; its first pass must have run.
+	pods *podSelection
 }
 
 func (f *eventFilter) match(e events.Envelope) bool {
@@ -40,6 +43,9 @@ func (f *eventFilter) match(e events.Envelope) bool {
 	if f.device != "" && !slices.Contains(e.Devices(), f.device) {
 		return false
 	}
+	if f.pods != nil && !f.pods.match(e) {
+		return false
+	}
 	return true
 }
 
@@ -51,6 +57,8 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	until := fs.String("until", "", "only events at or before `T` (RFC 3339, or a duration before now)")
 	pool := fs.String("pool", "", "only events of the pool `RESOURCE` (prefix/name)")
 	device := fs.String("device", "", "only events that concern the PCI device `ADDR` (0000:3b:02.1)")
+	pod := fs.String("pod", "", "only the allocations bound to pod `NAME` (or NAMESPACE/NAME): allocated, bound, released, conflicts")
+	namespace := fs.String("namespace", "", "only the allocations bound to pods of namespace `NS`")
 	typeList := fs.String("type", "", "only events of these `TYPES` (comma-separated)")
 	limit := fs.Int("limit", 0, "print at most `N` events (0: all)")
 	format := fs.String("format", "table", "output `FORMAT`: table, json or jsonl")
@@ -87,10 +95,15 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 		f.device = strings.ToLower(*device)
 	}
 	f.pool = *pool
+	if f.pods, err = newPodSelection(*pod, *namespace); err != nil {
+		return err
+	}
 	if *limit < 0 {
 		return usageErrf("--limit %d: want 0 (all) or a positive count", *limit)
 	}
-	p, err := newPrinter(*format, stdout)
+	// A device's or a pod's history reads as a story.
+	story := f.device != "" || f.pods != nil
+	p, err := newPrinter(*format, stdout, story, f.device)
 	if err != nil {
 		return err
 	}
@@ -101,8 +114,15 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	}
 	defer src.close()
 
+	read := src.read
+	if f.pods != nil {
+		if err := f.pods.collect(src); err != nil {
+			return readFailed(&lf, err)
+		}
+		read = func(fn func(events.Envelope) error) error { return f.pods.readSelected(src, fn) }
+	}
 	printed := 0
-	readErr := src.read(func(e events.Envelope) error {
+	readErr := read(func(e events.Envelope) error {
 		if !f.match(e) {
 			return nil
 		}
@@ -121,10 +141,16 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	if err := p.end(); err != nil && readErr == nil {
 		readErr = err
 	}
-	if readErr != nil && !errors.Is(readErr, store.ErrCorrupt) {
-		readErr = fmt.Errorf("read %s: %w", lf.path(), readErr)
+	return readFailed(&lf, readErr)
+}
+
+// readFailed names the ledger in a read error; a corrupt record's error
+// names it already.
+func readFailed(lf *ledgerFlags, err error) error {
+	if err != nil && !errors.Is(err, store.ErrCorrupt) {
+		return fmt.Errorf("read %s: %w", lf.path(), err)
 	}
-	return readErr
+	return err
 }
 
 // isPCIAddress reports whether s looks like a full PCI address,
@@ -151,11 +177,14 @@ type printer interface {
 	end() error
 }
 
-func newPrinter(format string, w io.Writer) (printer, error) {
+// newPrinter returns the printer of format. A story table tells what
+// happened in words, about one device (about) or about a pod's
+// allocations (about "").
+func newPrinter(format string, w io.Writer, story bool, about string) (printer, error) {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	switch format {
 	case "table":
-		return &tablePrinter{w: bw}, nil
+		return &tablePrinter{w: bw, story: story, about: about}, nil
 	case "jsonl":
 		return &jsonPrinter{w: bw, lines: true}, nil
 	case "json":

@@ -17,27 +17,60 @@ const tableWidth = 80
 // tablePrinter lays events out in fixed columns, so it streams: no column
 // width depends on a later row. A heading line marks every new UTC day, and
 // the time column holds the time of day.
+//
+// As a story (dump --device, --pod, --namespace) the rows say in words what
+// happened to the device or the pod's allocations, and the event type
+// column gives its width to them: the words name the event.
 type tablePrinter struct {
 	w       *bufio.Writer
 	header  bool
 	lastDay string
+	story   bool
+	// about is the device a story is about, "" for a pod's story.
+	about string
 }
 
-const tableRow = "%7s  %-8s  %-21s  %s\n"
+// eventWidth is the width of the event type column: the longest type name
+// of the catalog, so that every row lines up.
+var eventWidth = func() int {
+	n := 0
+	for _, t := range events.Types() {
+		n = max(n, len(t))
+	}
+	return n
+}()
+
+const (
+	tableRow = "%7s  %-8s  %-*s  %s\n"
+	storyRow = "%7s  %-8s  %s\n"
+)
+
+func (p *tablePrinter) writeHeader() {
+	if p.story {
+		fmt.Fprintf(p.w, storyRow, "SEQ", "TIME", "WHAT HAPPENED")
+	} else {
+		fmt.Fprintf(p.w, tableRow, "SEQ", "TIME", eventWidth, "EVENT", "DETAIL")
+	}
+	p.header = true
+}
 
 func (p *tablePrinter) event(e events.Envelope) error {
 	if !p.header {
-		fmt.Fprintf(p.w, tableRow, "SEQ", "TIME", "EVENT", "DETAIL")
-		p.header = true
+		p.writeHeader()
 	}
 	t := e.Time.UTC()
 	if day := t.Format(time.DateOnly); day != p.lastDay {
 		fmt.Fprintf(p.w, "--- %s (UTC) ---\n", day)
 		p.lastDay = day
 	}
-	const fixed = 7 + 2 + 8 + 2 + 21 + 2
-	detail := truncate(describe(e), tableWidth-fixed)
-	_, err := fmt.Fprintf(p.w, tableRow, fmt.Sprint(e.Seq), t.Format(time.TimeOnly), e.Type, detail)
+	var err error
+	if p.story {
+		const fixed = 7 + 2 + 8 + 2
+		_, err = fmt.Fprintf(p.w, storyRow, fmt.Sprint(e.Seq), t.Format(time.TimeOnly), truncate(tell(e, p.about), tableWidth-fixed))
+	} else {
+		fixed := 7 + 2 + 8 + 2 + eventWidth + 2
+		_, err = fmt.Fprintf(p.w, tableRow, fmt.Sprint(e.Seq), t.Format(time.TimeOnly), eventWidth, e.Type, truncate(describe(e), tableWidth-fixed))
+	}
 	if p.w.Buffered() > 32<<10 {
 		return p.w.Flush()
 	}
@@ -46,7 +79,7 @@ func (p *tablePrinter) event(e events.Envelope) error {
 
 func (p *tablePrinter) end() error {
 	if !p.header {
-		fmt.Fprintf(p.w, tableRow, "SEQ", "TIME", "EVENT", "DETAIL")
+		p.writeHeader()
 		p.w.WriteString("(no events)\n")
 	}
 	return p.w.Flush()
@@ -172,6 +205,14 @@ func describe(e events.Envelope) string {
 		return fmt.Sprintf("#%d %s/%s/%s", p.AllocationSeq, p.Namespace, p.Pod, p.Container)
 	case events.DevicesReleased:
 		return fmt.Sprintf("#%d %s after %s", p.AllocationSeq, strings.Join(p.DeviceIDs, ","), p.HeldFor.Round(time.Second))
+	case events.AllocationLeakSuspected:
+		return fmt.Sprintf("#%d %s unclaimed for %s", p.AllocationSeq, strings.Join(p.DeviceIDs, ","), p.Age.Round(time.Second))
+	case events.AttributionChanged:
+		verdict := "available"
+		if !p.Available {
+			verdict = "UNAVAILABLE"
+		}
+		return withReason(verdict, ": ", p.Reason)
 	case events.SnapshotTaken:
 		return fmt.Sprintf("state at #%d, %d bytes", p.Seq, p.Size)
 	case events.EventsDropped:

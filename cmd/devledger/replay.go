@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -105,6 +106,15 @@ func printState(w io.Writer, s events.State, at time.Time) error {
 		fmt.Fprintf(b, "Config:  %s (sha256 %.12s), applied %s, %d rejected since\n", s.Config.Path, s.Config.SHA256, s.Config.AppliedAt.UTC().Format(time.RFC3339), s.Config.Rejections)
 	}
 	fmt.Fprintf(b, "Kubelet: %d restarts seen\n", s.Kubelet.Restarts)
+	if a := s.Attribution; !a.Since.IsZero() {
+		// Whether allocations could be attributed to pods then: while
+		// not, HELD BY below may lag behind the kubelet.
+		verdict := "attributed"
+		if !a.Available {
+			verdict = "NOT attributed (PodResources unavailable)"
+		}
+		fmt.Fprintf(b, "Pods:    %s since %s%s\n", verdict, a.Since.UTC().Format(time.RFC3339), withReason("", ": ", a.Reason))
+	}
 	io.WriteString(w, b.String())
 
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -126,12 +136,13 @@ func printState(w io.Writer, s events.State, at time.Time) error {
 		health := "healthy"
 		switch {
 		case !dev.Present:
-			health = "gone"
+			// The fold's reason for a removed device starts with "removed".
+			health = cmp.Or(dev.HealthReason, "removed")
 		case !dev.Healthy:
 			health = "unhealthy"
-		}
-		if dev.HealthReason != "" && health != "healthy" {
-			health += ": " + dev.HealthReason
+			if dev.HealthReason != "" {
+				health += ": " + dev.HealthReason
+			}
 		}
 		numa := "-"
 		if dev.Facts.NUMANode >= 0 && dev.Facts.Vendor != "" {
@@ -145,19 +156,29 @@ func printState(w io.Writer, s events.State, at time.Time) error {
 			dash(dev.Pool), health, dash(strings.Join(holders, ", ")))
 	}
 
+	// HELD FOR is how long each allocation had been held at the point replayed
+	// to: the time asked for, else the last event's.
+	now := s.Time
+	if !at.IsZero() {
+		now = at
+	}
 	seqs := sortedKeys(s.Allocations)
-	fmt.Fprintf(tw, "\nLIVE ALLOCATIONS (%d)\nSEQ\tPOOL\tDEVICES\tSINCE\tHELD BY\n", len(seqs))
+	fmt.Fprintf(tw, "\nLIVE ALLOCATIONS (%d)\nSEQ\tPOOL\tDEVICES\tSINCE\tHELD FOR\tHELD BY\n", len(seqs))
 	for _, seq := range seqs {
 		a := s.Allocations[seq]
-		fmt.Fprintf(tw, "#%d\t%s\t%s\t%s\t%s\n", seq, a.Pool, strings.Join(a.DeviceIDs, ","), a.At.UTC().Format(time.RFC3339), holder(a))
+		fmt.Fprintf(tw, "#%d\t%s\t%s\t%s\t%s\t%s\n", seq, a.Pool, strings.Join(a.DeviceIDs, ","), a.At.UTC().Format(time.RFC3339),
+			humanDuration(now.Sub(a.At)), holder(a))
 	}
 	return tw.Flush()
 }
 
 func holder(a events.Allocation) string {
 	if a.Binding == nil {
-		if a.Lost {
+		switch {
+		case a.Lost:
 			return fmt.Sprintf("#%d (lost)", a.Seq)
+		case a.LeakSuspected:
+			return fmt.Sprintf("#%d (unbound, leak suspected)", a.Seq)
 		}
 		return fmt.Sprintf("#%d (unbound)", a.Seq)
 	}

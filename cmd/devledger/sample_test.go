@@ -22,7 +22,9 @@ var sampleLedgerPath = filepath.Join("..", "..", "testdata", "ledger", "sample.d
 // sampleStory is a day on an SR-IOV + GPU node, as the daemon would record
 // it: start, config, discovery, pools, registrations, allocations bound to
 // pods, a driver unbind and recovery, a kubelet restart, releases, a clean
-// stop with a snapshot, and a second start.
+// stop with a snapshot, a second start, then an afternoon of new pods, a
+// conflict, an allocation no pod claims (a leak suspect), a GPU that fails
+// for good and a short spell without PodResources.
 func sampleStory() []events.Envelope {
 	t0 := time.Date(2026, 11, 24, 8, 0, 0, 0, time.UTC)
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
@@ -123,6 +125,43 @@ func sampleStory() []events.Envelope {
 		SysfsRoot: "/sys", KubeletDir: "/var/lib/kubelet", Registration: "legacy"})
 	add(5*time.Hour+2*time.Minute+time.Second, boot2, events.DeviceRemoved{Address: "0000:3b:02.4", Reason: "gone from sysfs while the daemon was down"})
 	add(5*time.Hour+2*time.Minute+time.Second, boot2, events.PoolMembershipChanged{Pool: netdev, Removed: []string{"0000:3b:02.4"}, Reason: "device removed"})
+	for _, p := range []string{vfio, netdev, gpu} {
+		sock := sampleSocket(p)
+		add(5*time.Hour+2*time.Minute+2*time.Second, boot2, events.PluginServing{Pool: p, Socket: sock, Mode: "legacy"})
+		add(5*time.Hour+2*time.Minute+2*time.Second+5*time.Millisecond, boot2, events.PluginRegistered{Pool: p, Socket: sock, Mode: "legacy"})
+	}
+
+	// The afternoon: the VF goes to a new testpmd pod, a router pod gets a
+	// netdevice VF, the kubelet reports a vfio VF in the router that the
+	// ledger has as free, an allocation no pod ever claims, a GPU falling
+	// off the bus, and the trainer finishing. No allocation here carries the
+	// GPU pool's variable: TestCorruptRecord finds the one that does by it.
+	add(5*time.Hour+5*time.Minute, boot2, events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{"0000:3b:02.1"}, Response: vfioResp("0000:3b:02.1", "141")})
+	allocVF2 := uint64(len(out))
+	add(5*time.Hour+5*time.Minute+2*time.Second, boot2, events.AllocationBound{AllocationSeq: allocVF2, Pool: vfio, DeviceIDs: []string{"0000:3b:02.1"},
+		Namespace: "telco", Pod: "dpdk-testpmd-8b21", UID: "51c0-9e3a", Container: "testpmd"})
+	netResp := func(addr string) events.ContainerAllocation {
+		return events.ContainerAllocation{Envs: map[string]string{"PCIDEVICE_INTEL_COM_SRIOV_NET": addr}}
+	}
+	add(5*time.Hour+10*time.Minute, boot2, events.DevicesAllocated{Pool: netdev, DeviceIDs: []string{"0000:3b:02.3"}, Response: netResp("0000:3b:02.3")})
+	allocNet := uint64(len(out))
+	add(5*time.Hour+10*time.Minute+3*time.Second, boot2, events.AllocationBound{AllocationSeq: allocNet, Pool: netdev, DeviceIDs: []string{"0000:3b:02.3"},
+		Namespace: "telco", Pod: "cnf-router-0", UID: "a7d2-4410", Container: "router"})
+	add(5*time.Hour+30*time.Minute, boot2, events.AllocationConflict{Pool: vfio, Device: "0000:3b:02.0",
+		Claims: []events.Claim{{Namespace: "telco", Pod: "cnf-router-0", Container: "router"}},
+		Reason: "kubelet reports it in a container; the ledger has it free"})
+	add(5*time.Hour+40*time.Minute, boot2, events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{"0000:3b:02.0"}, Response: vfioResp("0000:3b:02.0", "140")})
+	allocUnclaimed := uint64(len(out))
+	add(5*time.Hour+45*time.Minute, boot2, events.AllocationLeakSuspected{AllocationSeq: allocUnclaimed, Pool: vfio, DeviceIDs: []string{"0000:3b:02.0"},
+		Age: 5 * time.Minute, Reason: "no container has claimed it for 5m0s"})
+	add(6*time.Hour, boot2, events.DeviceHealthChanged{Address: "0000:d8:00.0", Healthy: false, Reason: "Xid 79: GPU has fallen off the bus"})
+	add(6*time.Hour+30*time.Minute, boot2, events.DevicesReleased{AllocationSeq: allocNet, Pool: netdev, DeviceIDs: []string{"0000:3b:02.3"},
+		HeldFor: 1*time.Hour + 20*time.Minute, Reason: "pod telco/cnf-router-0 deleted"})
+	add(6*time.Hour+40*time.Minute, boot2, events.AttributionChanged{Available: false,
+		Reason: "list pod resources: dial unix /var/lib/kubelet/pod-resources/kubelet.sock: connect: connection refused"})
+	add(6*time.Hour+42*time.Minute, boot2, events.AttributionChanged{Available: true, Reason: "pod resources answered"})
+	add(7*time.Hour, boot2, events.DevicesReleased{AllocationSeq: allocGPU, Pool: gpu, DeviceIDs: []string{"0000:af:00.0"},
+		HeldFor: 5*time.Hour + 40*time.Minute, Reason: "pod ml/trainer-0 completed"})
 	return out
 }
 

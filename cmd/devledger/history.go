@@ -1,0 +1,271 @@
+package main
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/devledger/devledger/events"
+)
+
+// podSelection selects the allocations bound to a pod or a namespace, for
+// dump --pod and --namespace. The log records an allocation before the pod
+// it went to (AllocationBound follows DevicesAllocated), so selecting takes
+// two passes over the log: collect reads it once and keeps the sequence of
+// every allocation bound to a matching pod, and match then picks that
+// allocation's events in a second pass. Memory grows with the matching
+// bindings, not with the log.
+type podSelection struct {
+	// pod and namespace are the names asked for; "" matches any.
+	pod, namespace string
+	// seqs holds the allocations bound to a matching pod.
+	seqs map[uint64]struct{}
+	// lastSeq is the last event collect saw. A second pass through a live
+	// daemon's admin socket stops there: events appended since could bind
+	// allocations that collect never saw.
+	lastSeq uint64
+}
+
+// newPodSelection parses the --pod and --namespace flags; pod may be
+// NAMESPACE/NAME. It returns nil when neither is given.
+func newPodSelection(pod, namespace string) (*podSelection, error) {
+	if pod == "" && namespace == "" {
+		return nil, nil
+	}
+	if ns, name, ok := strings.Cut(pod, "/"); ok {
+		if ns == "" || name == "" || strings.Contains(name, "/") {
+			return nil, usageErrf("--pod %q: want NAME or NAMESPACE/NAME", pod)
+		}
+		if namespace != "" && namespace != ns {
+			return nil, usageErrf("--pod %q and --namespace %q name different namespaces", pod, namespace)
+		}
+		pod, namespace = name, ns
+	}
+	return &podSelection{pod: pod, namespace: namespace, seqs: map[uint64]struct{}{}}, nil
+}
+
+// names reports whether a container of namespace/pod is one asked for.
+func (ps *podSelection) names(namespace, pod string) bool {
+	return (ps.pod == "" || pod == ps.pod) && (ps.namespace == "" || namespace == ps.namespace)
+}
+
+// collect is the first pass: it remembers every allocation bound to a
+// matching pod.
+func (ps *podSelection) collect(src eventSource) error {
+	return src.read(func(e events.Envelope) error {
+		ps.lastSeq = e.Seq
+		if b, ok := e.Payload.(events.AllocationBound); ok && ps.names(b.Namespace, b.Pod) {
+			ps.seqs[b.AllocationSeq] = struct{}{}
+		}
+		return nil
+	})
+}
+
+// selected reports whether allocation seq is one of the pod's.
+func (ps *podSelection) selected(seq uint64) bool {
+	_, ok := ps.seqs[seq]
+	return ok
+}
+
+// match reports whether e is an event of a selected allocation: its
+// allocation, binding or release, or a conflict naming it or the pod.
+func (ps *podSelection) match(e events.Envelope) bool {
+	switch p := e.Payload.(type) {
+	case events.DevicesAllocated:
+		return ps.selected(e.Seq)
+	case events.AllocationBound:
+		return ps.selected(p.AllocationSeq)
+	case events.DevicesReleased:
+		return ps.selected(p.AllocationSeq)
+	case events.AllocationLeakSuspected:
+		return ps.selected(p.AllocationSeq)
+	case events.AllocationConflict:
+		return slices.ContainsFunc(p.Claims, ps.claimed)
+	}
+	return false
+}
+
+// claimed reports whether a conflict's claim is a selected allocation or a
+// container of the pod.
+func (ps *podSelection) claimed(c events.Claim) bool {
+	if c.AllocationSeq != 0 && ps.selected(c.AllocationSeq) {
+		return true
+	}
+	return c.Pod != "" && ps.names(c.Namespace, c.Pod)
+}
+
+// errPassDone ends the second pass at the first pass's last event.
+var errPassDone = errors.New("second pass done")
+
+// readSelected is the second pass: src's events up to the first pass's
+// last one.
+func (ps *podSelection) readSelected(src eventSource, fn func(events.Envelope) error) error {
+	err := src.read(func(e events.Envelope) error {
+		if e.Seq > ps.lastSeq {
+			return errPassDone
+		}
+		return fn(e)
+	})
+	if errors.Is(err, errPassDone) {
+		return nil
+	}
+	return err
+}
+
+// tell says in words what an event did, for the story of one device (about
+// is its address) or of a pod's allocations (about is ""): "discovered
+// (8086:1889, vfio-pci, NUMA 0)", "bound to telco/testpmd/dpdk",
+// "released after 3h12m". Events it has no story for are described as the
+// plain table describes them.
+func tell(e events.Envelope, about string) string {
+	switch p := e.Payload.(type) {
+	case events.DeviceDiscovered:
+		d := p.Device
+		facts := []string{d.Vendor + ":" + d.Device, dash(d.Driver)}
+		if d.NUMANode >= 0 {
+			facts = append(facts, fmt.Sprintf("NUMA %d", d.NUMANode))
+		}
+		return fmt.Sprintf("%sdiscovered (%s)", subjectPrefix(d.Address, about), strings.Join(facts, ", "))
+	case events.DeviceChanged:
+		s := subjectPrefix(p.Device.Address, about) + "changed " + strings.Join(p.Changed, ", ")
+		if slices.Contains(p.Changed, "driver") {
+			s += " (driver now " + dash(p.Device.Driver) + ")"
+		}
+		return s
+	case events.DeviceRemoved:
+		return withReason(subjectPrefix(p.Address, about)+"removed", ": ", p.Reason)
+	case events.DeviceHealthChanged:
+		verdict := "unhealthy"
+		if p.Healthy {
+			// Only changes are recorded and a device starts healthy, so a
+			// healthy verdict always ends an unhealthy spell.
+			verdict = "healthy again"
+		}
+		return withReason(subjectPrefix(p.Address, about)+verdict, ": ", p.Reason)
+	case events.PoolMembershipChanged:
+		if about == "" {
+			break
+		}
+		switch {
+		case slices.Contains(p.Added, about):
+			return withReason("joined "+p.Pool, " ", parenthesized(p.Reason))
+		case slices.Contains(p.Removed, about):
+			return withReason("left "+p.Pool, " ", parenthesized(p.Reason))
+		}
+	case events.DevicesAllocated:
+		if about == "" {
+			return fmt.Sprintf("#%d allocated %s (%s)", e.Seq, strings.Join(p.DeviceIDs, ","), p.Pool)
+		}
+		others := slices.DeleteFunc(slices.Clone(p.DeviceIDs), func(id string) bool { return id == about })
+		if len(others) > 0 {
+			return fmt.Sprintf("allocated (#%d, with %s)", e.Seq, strings.Join(others, ","))
+		}
+		return fmt.Sprintf("allocated (#%d)", e.Seq)
+	case events.AllocationBound:
+		to := fmt.Sprintf("bound to %s/%s/%s", p.Namespace, p.Pod, p.Container)
+		if about == "" {
+			return fmt.Sprintf("#%d %s", p.AllocationSeq, to)
+		}
+		return to
+	case events.DevicesReleased:
+		s := "released after " + humanDuration(p.HeldFor)
+		if about == "" {
+			s = fmt.Sprintf("#%d %s", p.AllocationSeq, s)
+		}
+		return withReason(s, " ", parenthesized(p.Reason))
+	case events.AllocationLeakSuspected:
+		s := "leak suspected"
+		if about == "" {
+			s = fmt.Sprintf("#%d %s", p.AllocationSeq, s)
+		}
+		return withReason(s, ": ", cmp.Or(p.Reason, "unclaimed for "+humanDuration(p.Age)))
+	case events.AllocationConflict:
+		// Who claims the device matters more than the wording of why: it
+		// comes first, so that truncation takes the reason.
+		claims := make([]string, len(p.Claims))
+		for i, c := range p.Claims {
+			claims[i] = claimText(c)
+		}
+		s := "conflict"
+		if about == "" {
+			s += " on " + p.Device
+		}
+		switch len(claims) {
+		case 0:
+		case 1:
+			s += " with " + claims[0]
+		default:
+			s += " between " + strings.Join(claims, " and ")
+		}
+		return withReason(s, ": ", p.Reason)
+	}
+	return describe(e)
+}
+
+// subjectPrefix is "ADDR " in a story about several devices, "" in the
+// story of that device.
+func subjectPrefix(addr, about string) string {
+	if addr == about {
+		return ""
+	}
+	return addr + " "
+}
+
+func withReason(s, sep, reason string) string {
+	if reason == "" {
+		return s
+	}
+	return s + sep + reason
+}
+
+func parenthesized(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "(" + s + ")"
+}
+
+// claimText names a conflict's claim: its allocation, its container, or
+// both.
+func claimText(c events.Claim) string {
+	var parts []string
+	if c.AllocationSeq != 0 {
+		parts = append(parts, fmt.Sprintf("#%d", c.AllocationSeq))
+	}
+	if c.Pod != "" {
+		parts = append(parts, strings.TrimSuffix(c.Namespace+"/"+c.Pod+"/"+c.Container, "/"))
+	}
+	if len(parts) == 0 {
+		return "?"
+	}
+	return strings.Join(parts, " ")
+}
+
+// humanDuration writes d the way people say it: 45s, 12m5s, 3h12m, 2d3h.
+// Below the largest unit it keeps one smaller one and drops the rest.
+func humanDuration(d time.Duration) string {
+	d = d.Round(time.Second)
+	if d <= 0 {
+		return "0s"
+	}
+	const day = 24 * time.Hour
+	pair := func(big, small time.Duration, bigUnit, smallUnit string) string {
+		s := fmt.Sprintf("%d%s", d/big, bigUnit)
+		if r := (d % big) / small; r > 0 {
+			s += fmt.Sprintf("%d%s", r, smallUnit)
+		}
+		return s
+	}
+	switch {
+	case d >= day:
+		return pair(day, time.Hour, "d", "h")
+	case d >= time.Hour:
+		return pair(time.Hour, time.Minute, "h", "m")
+	case d >= time.Minute:
+		return pair(time.Minute, time.Second, "m", "s")
+	}
+	return fmt.Sprintf("%ds", d/time.Second)
+}

@@ -1,0 +1,323 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/store"
+)
+
+// TestHistoryGolden pins the history queries: a device's life, a pod's and
+// a namespace's allocations as stories, and who held what at a past time.
+func TestHistoryGolden(t *testing.T) {
+	db := sampleCopy(t)
+	cases := []struct {
+		name string
+		args []string
+	}{
+		{"dump_device_story_unhealthy", []string{"dump", "--device", "0000:3b:02.2"}},
+		{"dump_device_story_removed", []string{"dump", "--device", "0000:3b:02.4"}},
+		{"dump_device_story_conflict_leak", []string{"dump", "--device", "0000:3b:02.0"}},
+		{"dump_pod", []string{"dump", "--pod", "dpdk-testpmd-7d9f"}},
+		{"dump_pod_conflict", []string{"dump", "--pod", "telco/cnf-router-0"}},
+		{"dump_namespace", []string{"dump", "--namespace", "telco"}},
+		{"dump_namespace_jsonl", []string{"dump", "--namespace", "ml", "--format", "jsonl"}},
+		{"dump_namespace_since", []string{"dump", "--namespace", "telco", "--since", "2026-11-24T13:00:00Z"}},
+		{"replay_until_time_afternoon", []string{"replay", "--until-time", "2026-11-24T14:00:00Z"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{tc.args[0], "--db", db}, tc.args[1:]...)
+			code, out, errOut := runCLI(t, args...)
+			if code != exitOK {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			checkGolden(t, tc.name, out)
+		})
+	}
+}
+
+// TestHistoryStoriesFit80Columns: the stories are tables for a terminal.
+func TestHistoryStoriesFit80Columns(t *testing.T) {
+	db := sampleCopy(t)
+	queries := [][]string{{"--namespace", "telco"}, {"--namespace", "ml"}}
+	for _, e := range sampleStory() {
+		for _, addr := range e.Devices() {
+			queries = append(queries, []string{"--device", addr})
+		}
+	}
+	for _, q := range queries {
+		_, out, _ := runCLI(t, append([]string{"dump", "--db", db}, q...)...)
+		for i, line := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
+			if n := len([]rune(line)); n > tableWidth {
+				t.Errorf("%v: line %d is %d columns: %q", q, i+1, n, line)
+			}
+		}
+	}
+}
+
+// TestHistoryPodSelection: --pod picks every event of the pod's
+// allocations, bound after they were made, and nothing else; a conflict
+// naming the pod's container counts too.
+func TestHistoryPodSelection(t *testing.T) {
+	db := sampleCopy(t)
+	cases := []struct {
+		args     []string
+		wantSeqs []int
+	}{
+		{[]string{"--pod", "dpdk-testpmd-7d9f"}, []int{20, 21, 36}},
+		{[]string{"--pod", "telco/dpdk-testpmd-7d9f"}, []int{20, 21, 36}},
+		{[]string{"--pod", "dpdk-testpmd-7d9f", "--namespace", "telco"}, []int{20, 21, 36}},
+		{[]string{"--pod", "dpdk-testpmd-7d9f", "--namespace", "ml"}, nil},
+		{[]string{"--pod", "cnf-router-0"}, []int{49, 50, 51, 55}},
+		{[]string{"--namespace", "ml"}, []int{22, 23, 58}},
+		{[]string{"--namespace", "telco", "--pool", "intel.com/sriov_net"}, []int{49, 50, 55}},
+		{[]string{"--namespace", "telco", "--device", "0000:3b:02.1", "--until", "2026-11-24T13:00:00Z"}, []int{20, 21, 36}},
+		{[]string{"--namespace", "telco", "--type", "AllocationBound"}, []int{21, 48, 50}},
+		{[]string{"--pod", "nobody"}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, out, errOut := runCLI(t, append([]string{"dump", "--db", db, "--format", "jsonl"}, tc.args...)...)
+			if code != exitOK {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			var got []int
+			for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+				var seq int
+				if line != "" {
+					fmt.Sscanf(line, `{"seq":%d`, &seq)
+					got = append(got, seq)
+				}
+			}
+			if !slices.Equal(got, tc.wantSeqs) {
+				t.Errorf("seqs %v, want %v", got, tc.wantSeqs)
+			}
+		})
+	}
+}
+
+// TestHistoryPodSelectionMemory: the first pass keeps the pod's
+// allocations only, however many the log holds.
+func TestHistoryPodSelectionMemory(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	envs := syntheticStory(synthOptions{devices: 32, events: 3000, seed: 7})
+	writeLedger(t, db, envs)
+	pods := map[string]int{}
+	for _, e := range envs {
+		if b, ok := e.Payload.(events.AllocationBound); ok {
+			pods[b.Pod]++
+		}
+	}
+	const pod = "pod-7"
+	if pods[pod] == 0 || len(pods) < 20 {
+		t.Fatalf("the synthetic story binds %d allocations to %s, %d pods in all", pods[pod], pod, len(pods))
+	}
+	l, err := store.Open(db, store.Options{ReadOnly: true, LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	sel, err := newPodSelection(pod, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sel.collect(fileSource{l}); err != nil {
+		t.Fatal(err)
+	}
+	if len(sel.seqs) != pods[pod] {
+		t.Errorf("the first pass kept %d allocations, want the pod's %d", len(sel.seqs), pods[pod])
+	}
+	if sel.lastSeq != uint64(len(envs)) {
+		t.Errorf("the first pass ended at #%d, want #%d", sel.lastSeq, len(envs))
+	}
+}
+
+func TestHistoryBadFlags(t *testing.T) {
+	db := sampleCopy(t)
+	cases := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"pod with two slashes", []string{"--pod", "a/b/c"}, "NAMESPACE/NAME"},
+		{"pod with empty namespace", []string{"--pod", "/b"}, "NAMESPACE/NAME"},
+		{"pod and namespace disagree", []string{"--pod", "telco/x", "--namespace", "ml"}, "different namespaces"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := runCLI(t, append([]string{"dump", "--db", db}, tc.args...)...)
+			if code != exitUsage {
+				t.Errorf("exit %d, want %d", code, exitUsage)
+			}
+			if out != "" {
+				t.Errorf("printed %q", out)
+			}
+			if !strings.Contains(errOut, tc.wantErr) {
+				t.Errorf("stderr %q does not mention %q", errOut, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestHumanDuration(t *testing.T) {
+	cases := []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0s"},
+		{-time.Second, "0s"},
+		{400 * time.Millisecond, "0s"},
+		{45 * time.Second, "45s"},
+		{12*time.Minute + 5*time.Second, "12m5s"},
+		{12 * time.Minute, "12m"},
+		{3*time.Hour + 12*time.Minute + 59*time.Second, "3h12m"},
+		{3 * time.Hour, "3h"},
+		{51 * time.Hour, "2d3h"},
+		{48*time.Hour + 59*time.Minute, "2d"},
+	}
+	for _, tc := range cases {
+		if got := humanDuration(tc.d); got != tc.want {
+			t.Errorf("humanDuration(%s) = %q, want %q", tc.d, got, tc.want)
+		}
+	}
+}
+
+// synthOptions shapes a synthetic story.
+type synthOptions struct {
+	// devices is the number of PCI functions; three in four join the vfio
+	// pool, the rest the GPU pool.
+	devices int
+	// events is how many events the story has (a few more: an allocation's
+	// events are never split).
+	events int
+	seed   uint64
+}
+
+// syntheticStory is a long, busy life of a node, the same for the same
+// options: pods come and go on random devices (a few allocations never
+// bound), health flaps, the kubelet restarts, the daemon restarts.
+func syntheticStory(o synthOptions) []events.Envelope {
+	rng := rand.New(rand.NewPCG(o.seed, 1))
+	t := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	boot := "synth-boot-1"
+	var out []events.Envelope
+	emit := func(at time.Time, p events.Payload) {
+		e := events.New(p, at, boot)
+		e.Seq = uint64(len(out) + 1)
+		out = append(out, e)
+	}
+	const vfio, gpu = "intel.com/sriov_vfio", "nvidia.com/gpu"
+	addr := func(i int) string { return fmt.Sprintf("0000:%02x:%02x.%d", 0x3b+i/256, (i%256)/8, i%8) }
+	poolOf := func(i int) string {
+		if i%4 == 3 {
+			return gpu
+		}
+		return vfio
+	}
+	emit(t, events.DaemonStarted{Version: "v0.2.0", Node: "synth-node", PID: 100})
+	emit(t, events.ConfigApplied{Path: "/etc/devledger/config.json", SHA256: "00",
+		Pools: []events.PoolSpec{{Resource: vfio, DeviceType: "netDevice"}, {Resource: gpu, DeviceType: "genericPCI"}}})
+	members := map[string][]string{}
+	for i := range o.devices {
+		emit(t, events.DeviceDiscovered{Device: events.DeviceFacts{Address: addr(i), Vendor: "8086", Device: "1889",
+			Class: "020000", Driver: "vfio-pci", NUMANode: i % 2, VFIndex: i % 8}})
+		members[poolOf(i)] = append(members[poolOf(i)], addr(i))
+	}
+	for _, pool := range []string{vfio, gpu} {
+		for chunk := range slices.Chunk(members[pool], 64) {
+			emit(t, events.PoolMembershipChanged{Pool: pool, Added: chunk, Reason: "config applied"})
+		}
+	}
+
+	// pending are events due later (releases, recoveries), by time.
+	type pendingEvent struct {
+		at time.Time
+		p  events.Payload
+	}
+	var pending []pendingEvent
+	later := func(at time.Time, p events.Payload) {
+		i, _ := slices.BinarySearchFunc(pending, at, func(e pendingEvent, at time.Time) int { return e.at.Compare(at) })
+		pending = slices.Insert(pending, i, pendingEvent{at, p})
+	}
+	// held and unhealthy are keyed by address.
+	held := map[string]bool{}
+	unhealthy := map[string]bool{}
+	for step := 0; len(out) < o.events; step++ {
+		t = t.Add(time.Duration(10+rng.IntN(300)) * time.Second)
+		for len(pending) > 0 && !pending[0].at.After(t) {
+			e := pending[0]
+			pending = pending[1:]
+			switch p := e.p.(type) {
+			case events.DevicesReleased:
+				delete(held, p.DeviceIDs[0])
+			case events.DeviceHealthChanged:
+				delete(unhealthy, p.Address)
+			}
+			emit(e.at, e.p)
+		}
+		switch r := rng.IntN(100); {
+		case r < 2:
+			a := addr(rng.IntN(o.devices))
+			if unhealthy[a] {
+				break
+			}
+			unhealthy[a] = true
+			emit(t, events.DeviceHealthChanged{Address: a, Healthy: false, Reason: "link down"})
+			later(t.Add(time.Duration(1+rng.IntN(90))*time.Minute), events.DeviceHealthChanged{Address: a, Healthy: true, Reason: "link up"})
+		case r < 3 && step%7 == 0:
+			emit(t, events.KubeletRestarted{Socket: "/var/lib/kubelet/device-plugins/kubelet.sock"})
+		case r < 4 && step%11 == 0:
+			emit(t, events.DaemonStopped{Reason: "SIGTERM", Clean: true})
+			boot = fmt.Sprintf("synth-boot-%d", step)
+			emit(t.Add(time.Minute), events.DaemonStarted{Version: "v0.2.0", Node: "synth-node", PID: 100 + step})
+			t = t.Add(time.Minute)
+		default:
+			i := rng.IntN(o.devices)
+			a := addr(i)
+			if held[a] || unhealthy[a] {
+				break
+			}
+			held[a] = true
+			pool := poolOf(i)
+			emit(t, events.DevicesAllocated{Pool: pool, DeviceIDs: []string{a}})
+			seq := uint64(len(out))
+			holdFor := time.Duration(5+rng.IntN(360)) * time.Minute
+			reason := "no pod claimed it"
+			if rng.IntN(100) > 0 {
+				pod := fmt.Sprintf("pod-%d", rng.IntN(60))
+				emit(t.Add(2*time.Second), events.AllocationBound{AllocationSeq: seq, Pool: pool, DeviceIDs: []string{a},
+					Namespace: "ns-" + string(rune('a'+rng.IntN(4))), Pod: pod, Container: "main"})
+				reason = "pod " + pod + " deleted"
+			}
+			later(t.Add(holdFor), events.DevicesReleased{AllocationSeq: seq, Pool: pool, DeviceIDs: []string{a}, HeldFor: holdFor, Reason: reason})
+		}
+	}
+	return out
+}
+
+// writeLedger writes envs into a new ledger at path.
+func writeLedger(t testing.TB, path string, envs []events.Envelope) {
+	t.Helper()
+	l, err := store.Open(path, store.Options{Node: "synth-node"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for chunk := range slices.Chunk(envs, 256) {
+		chunk = slices.Clone(chunk)
+		for i := range chunk {
+			chunk[i].Seq = 0 // the store numbers them
+		}
+		if _, err := l.Append(context.Background(), chunk...); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
