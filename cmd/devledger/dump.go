@@ -50,7 +50,7 @@ func (f *eventFilter) match(e events.Envelope) bool {
 }
 
 func runDump(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("dump", "[--state-dir DIR | --db FILE] [filters] [--format table|json|jsonl]", stderr)
+	fs := newFlagSet("dump", "[--state-dir DIR | --db FILE] [filters] [--format table|json|jsonl|html]", stderr)
 	var lf ledgerFlags
 	lf.register(fs)
 	since := fs.String("since", "", "only events at or after `T` (RFC 3339, or a duration before now: 2h, 7d)")
@@ -61,7 +61,7 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	namespace := fs.String("namespace", "", "only the allocations bound to pods of namespace `NS`")
 	typeList := fs.String("type", "", "only events of these `TYPES` (comma-separated)")
 	limit := fs.Int("limit", 0, "print at most `N` events (0: all)")
-	format := fs.String("format", "table", "output `FORMAT`: table, json or jsonl")
+	format := fs.String("format", "table", "output `FORMAT`: table, json, jsonl, or html (one self-contained page: a timeline per device)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -101,11 +101,23 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	if *limit < 0 {
 		return usageErrf("--limit %d: want 0 (all) or a positive count", *limit)
 	}
-	// A device's or a pod's history reads as a story.
-	story := f.device != "" || f.pods != nil
-	p, err := newPrinter(*format, stdout, story, f.device)
-	if err != nil {
-		return err
+	var p printer
+	if *format == "html" {
+		// The page folds whole allocations and health spells; a page of
+		// some event types or of the first N events would draw a wrong
+		// picture. It bounds its own size.
+		if *limit != 0 {
+			return usageErrf("--limit: not with --format html (the page samples devices itself)")
+		}
+		if len(f.types) > 0 {
+			return usageErrf("--type: not with --format html (the page draws whole allocations and health spells)")
+		}
+	} else {
+		// A device's or a pod's history reads as a story.
+		story := f.device != "" || f.pods != nil
+		if p, err = newPrinter(*format, stdout, story, f.device); err != nil {
+			return err
+		}
 	}
 
 	src, err := openSource(&lf)
@@ -121,6 +133,10 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 		}
 		read = func(fn func(events.Envelope) error) error { return f.pods.readSelected(src, fn) }
 	}
+	if *format == "html" {
+		return readFailed(&lf, writeHistoryPage(stdout, read, &f))
+	}
+
 	printed := 0
 	readErr := read(func(e events.Envelope) error {
 		if !f.match(e) {
@@ -190,5 +206,5 @@ func newPrinter(format string, w io.Writer, story bool, about string) (printer, 
 	case "json":
 		return &jsonPrinter{w: bw}, nil
 	}
-	return nil, usageErrf("--format %q: want table, json or jsonl", format)
+	return nil, usageErrf("--format %q: want table, json or jsonl, or html", format)
 }

@@ -1,0 +1,416 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/html"
+
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi"
+	"github.com/devledger/devledger/store"
+)
+
+// TestHTMLGolden pins the page of the sample ledger: it has no clock of
+// its own, so the same ledger always makes the same page.
+func TestHTMLGolden(t *testing.T) {
+	page := htmlPage(t, sampleCopy(t))
+	checkGolden(t, "dump_html", page)
+}
+
+// htmlPage runs dump --format html on db with args and returns the page.
+func htmlPage(t *testing.T, db string, args ...string) string {
+	t.Helper()
+	code, out, errOut := runCLI(t, append([]string{"dump", "--db", db, "--format", "html"}, args...)...)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	return out
+}
+
+// pageFacts is what a test reads off a page.
+type pageFacts struct {
+	lanes     []string // the lanes' addresses, in order
+	bars      int
+	barLabels []string
+	notes     []string
+	summary   map[string][]string // pool -> its row's cells
+}
+
+// checkPage checks that page is well-formed, self-contained HTML and
+// returns what it shows. Well-formed: every element that is not void is
+// closed, in order, and the document parses; self-contained: it names no
+// URL (no http:, https:, src=, href=, url( or @import at all).
+func checkPage(t *testing.T, page string) pageFacts {
+	t.Helper()
+	for _, bad := range []string{"http://", "https://", "src=", "href=", "url(", "@import", "//cdn", "<link", "<img", "<iframe"} {
+		if i := strings.Index(strings.ToLower(page), bad); i >= 0 {
+			t.Errorf("the page refers to something outside it: %q at %d: %q", bad, i, page[max(i-60, 0):min(i+60, len(page))])
+		}
+	}
+	void := map[string]bool{"meta": true, "input": true, "br": true, "hr": true, "img": true, "link": true, "wbr": true}
+	z := html.NewTokenizer(strings.NewReader(page))
+	var open []string
+	for done := false; !done; {
+		switch z.Next() {
+		case html.ErrorToken:
+			if !errors.Is(z.Err(), io.EOF) {
+				t.Fatalf("tokenize: %v", z.Err())
+			}
+			done = true
+		case html.StartTagToken:
+			name, _ := z.TagName()
+			if !void[string(name)] {
+				open = append(open, string(name))
+			}
+		case html.EndTagToken:
+			name, _ := z.TagName()
+			if len(open) == 0 || open[len(open)-1] != string(name) {
+				t.Fatalf("</%s> closes %v", name, open)
+			}
+			open = open[:len(open)-1]
+		case html.SelfClosingTagToken:
+			name, _ := z.TagName()
+			if !void[string(name)] {
+				t.Errorf("<%s/> is not a void element", name)
+			}
+		}
+	}
+	if len(open) > 0 {
+		t.Fatalf("elements never closed: %v", open)
+	}
+	if !strings.HasPrefix(page, "<!DOCTYPE html>") {
+		t.Errorf("the page does not start with a doctype")
+	}
+
+	doc, err := html.Parse(strings.NewReader(page))
+	if err != nil {
+		t.Fatal(err)
+	}
+	facts := pageFacts{summary: map[string][]string{}}
+	var walk func(n *html.Node)
+	walk = func(n *html.Node) {
+		if n.Type == html.ElementNode {
+			class := attr(n, "class")
+			switch {
+			case hasClass(class, "lane"):
+				lab := firstWithClass(n, "lab")
+				if lab == nil || firstWithClass(n, "trk") == nil {
+					t.Errorf("a lane without a label or a track")
+				} else {
+					facts.lanes = append(facts.lanes, strings.Fields(text(lab))[0])
+				}
+			case hasClass(class, "bar") && n.Parent != nil && hasClass(attr(n.Parent, "class"), "trk"):
+				facts.bars++
+				facts.barLabels = append(facts.barLabels, text(n))
+			case hasClass(class, "note"):
+				facts.notes = append(facts.notes, text(n))
+			case n.Data == "tr" && n.Parent != nil && n.Parent.Data == "tbody":
+				var cells []string
+				for c := n.FirstChild; c != nil; c = c.NextSibling {
+					cells = append(cells, text(c))
+				}
+				facts.summary[cells[0]] = cells[1:]
+			}
+		}
+		for c := n.FirstChild; c != nil; c = c.NextSibling {
+			walk(c)
+		}
+	}
+	walk(doc)
+	return facts
+}
+
+func attr(n *html.Node, key string) string {
+	for _, a := range n.Attr {
+		if a.Key == key {
+			return a.Val
+		}
+	}
+	return ""
+}
+
+func hasClass(class, want string) bool { return slices.Contains(strings.Fields(class), want) }
+
+func firstWithClass(n *html.Node, class string) *html.Node {
+	for c := n.FirstChild; c != nil; c = c.NextSibling {
+		if c.Type == html.ElementNode && hasClass(attr(c, "class"), class) {
+			return c
+		}
+	}
+	return nil
+}
+
+func text(n *html.Node) string {
+	var b strings.Builder
+	var walk func(*html.Node)
+	walk = func(n *html.Node) {
+		if n.Type == html.TextNode {
+			b.WriteString(n.Data)
+		}
+		for c := n.FirstChild; c != nil; c = c.NextSibling {
+			walk(c)
+		}
+	}
+	walk(n)
+	return strings.TrimSpace(b.String())
+}
+
+// TestHTMLSamplePage: the sample's page has a lane per device, a bar per
+// allocation labelled with its pod, and the summary of each pool.
+func TestHTMLSamplePage(t *testing.T) {
+	page := htmlPage(t, sampleCopy(t))
+	facts := checkPage(t, page)
+	want := []string{"0000:3b:02.3", "0000:3b:02.4", "0000:3b:02.0", "0000:3b:02.1", "0000:3b:02.2", "0000:af:00.0", "0000:d8:00.0", "0000:3b:00.0"}
+	if !slices.Equal(facts.lanes, want) {
+		t.Errorf("lanes %v, want %v (by pool, then address)", facts.lanes, want)
+	}
+	wantBars := []string{"cnf-router-0", "#52 unbound", "dpdk-testpmd-7d9f", "dpdk-testpmd-8b21", "trainer-0"}
+	if !slices.Equal(facts.barLabels, wantBars) {
+		t.Errorf("bars %q, want %q", facts.barLabels, wantBars)
+	}
+	if len(facts.notes) > 0 {
+		t.Errorf("the sample's page samples: %q", facts.notes)
+	}
+	// devices, busy, allocations, releases, conflicts, leak suspects, unhealthy time
+	wantRows := map[string][]string{
+		"intel.com/sriov_net":  {"2", "11.1%", "1", "1", "0", "0", "0s (0.0%)"},
+		"intel.com/sriov_vfio": {"3", "30.7%", "3", "1", "1", "1", "30s (0.0%)"},
+		"nvidia.com/gpu":       {"2", "40.5%", "1", "1", "0", "0", "1h (7.1%)"},
+	}
+	for pool, row := range wantRows {
+		if got := facts.summary[pool]; !slices.Equal(got, row) {
+			t.Errorf("summary of %s: %q, want %q", pool, got, row)
+		}
+	}
+	if len(facts.summary) != len(wantRows) {
+		t.Errorf("summary rows %v", facts.summary)
+	}
+	if !strings.Contains(page, `<span class="bar unbound leak" `) || !strings.Contains(page, "leak suspected: no container has claimed it for 5m0s") {
+		t.Errorf("the allocation no pod claimed is not drawn as a leak suspect")
+	}
+	if !strings.Contains(page, `class="ml podres"`) {
+		t.Errorf("no marker for the spell without PodResources")
+	}
+}
+
+// TestHTMLFilters: the filters of dump shape the page.
+func TestHTMLFilters(t *testing.T) {
+	db := sampleCopy(t)
+	cases := []struct {
+		name      string
+		args      []string
+		wantLanes []string
+		wantBars  []string
+		wantPools []string
+	}{
+		{"pool", []string{"--pool", "nvidia.com/gpu"}, []string{"0000:af:00.0", "0000:d8:00.0"}, []string{"trainer-0"}, []string{"nvidia.com/gpu"}},
+		{"device", []string{"--device", "0000:3b:02.1"}, []string{"0000:3b:02.1"}, []string{"dpdk-testpmd-7d9f", "dpdk-testpmd-8b21"}, []string{"intel.com/sriov_vfio"}},
+		{"pod", []string{"--pod", "telco/dpdk-testpmd-8b21"}, []string{"0000:3b:02.1"}, []string{"dpdk-testpmd-8b21"}, []string{"intel.com/sriov_vfio"}},
+		{"namespace", []string{"--namespace", "telco"}, []string{"0000:3b:02.3", "0000:3b:02.0", "0000:3b:02.1"},
+			[]string{"cnf-router-0", "dpdk-testpmd-7d9f", "dpdk-testpmd-8b21"}, []string{"intel.com/sriov_net", "intel.com/sriov_vfio"}},
+		// Before 13:00 the second testpmd pod did not exist; the trainer's
+		// allocation of 09:20 is still held at 12:00, so it is drawn from
+		// the window's start.
+		{"since until", []string{"--since", "2026-11-24T12:00:00Z", "--until", "2026-11-24T13:00:00Z"},
+			[]string{"0000:3b:02.3", "0000:3b:02.4", "0000:3b:02.0", "0000:3b:02.1", "0000:3b:02.2", "0000:af:00.0", "0000:d8:00.0", "0000:3b:00.0"},
+			[]string{"dpdk-testpmd-7d9f", "trainer-0"}, []string{"intel.com/sriov_net", "intel.com/sriov_vfio", "nvidia.com/gpu"}},
+		{"nothing", []string{"--pod", "nobody"}, nil, nil, nil},
+		{"after the end", []string{"--since", "2027-01-01T00:00:00Z"}, nil, nil, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			page := htmlPage(t, db, tc.args...)
+			facts := checkPage(t, page)
+			if !slices.Equal(facts.lanes, tc.wantLanes) {
+				t.Errorf("lanes %v, want %v", facts.lanes, tc.wantLanes)
+			}
+			if !slices.Equal(facts.barLabels, tc.wantBars) {
+				t.Errorf("bars %q, want %q", facts.barLabels, tc.wantBars)
+			}
+			var pools []string
+			for p := range facts.summary {
+				pools = append(pools, p)
+			}
+			slices.Sort(pools)
+			if !slices.Equal(pools, tc.wantPools) {
+				t.Errorf("summary of %v, want %v", pools, tc.wantPools)
+			}
+			if len(tc.args) > 0 && !strings.Contains(page, "Filters: "+tc.args[0]) {
+				t.Errorf("the page does not restate its filters")
+			}
+		})
+	}
+}
+
+// TestHTMLWindowStartsWithTheState: a window that starts while the trainer
+// holds its GPU draws the allocation from the window's start, and counts
+// only the allocations made inside it.
+func TestHTMLWindowStartsWithTheState(t *testing.T) {
+	page := htmlPage(t, sampleCopy(t), "--since", "2026-11-24T12:00:00Z", "--pool", "nvidia.com/gpu")
+	facts := checkPage(t, page)
+	if got := facts.summary["nvidia.com/gpu"]; len(got) < 4 || got[2] != "0" || got[3] != "1" {
+		t.Errorf("gpu row %q: want 0 allocations, 1 release in the window", got)
+	}
+	if !regexp.MustCompile(`<span class="bar" style="left:0%;width:100%;--h:\d+" title="#22 nvidia.com/gpu`).MatchString(page) {
+		t.Errorf("the trainer's allocation is not drawn across the whole window:\n%s", page)
+	}
+}
+
+// TestHTMLLargeLedger: a ledger of 1,032 devices and 5,000 events makes a
+// page of the 500 busiest, that says so, in bounded size.
+func TestHTMLLargeLedger(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, db, syntheticStory(synthOptions{devices: 1032, events: 5000, seed: 1}))
+	page := htmlPage(t, db)
+	facts := checkPage(t, page)
+	if len(facts.lanes) != pageMaxLanes {
+		t.Errorf("%d lanes, want %d", len(facts.lanes), pageMaxLanes)
+	}
+	if !slices.ContainsFunc(facts.notes, func(n string) bool { return strings.Contains(n, "Showing 500 of 1,032 devices, busiest first") }) {
+		t.Errorf("the page does not say it samples: %q", facts.notes)
+	}
+	if len(page) > 2<<20 {
+		t.Errorf("the page is %d bytes", len(page))
+	}
+	t.Logf("1,032 devices, 5,000 events: %d bytes, %d bars", len(page), facts.bars)
+}
+
+// TestHTMLFewThousandEvents: 5,000 events on 64 devices draw every device,
+// every allocation, nothing merged.
+func TestHTMLFewThousandEvents(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	envs := syntheticStory(synthOptions{devices: 64, events: 5000, seed: 2})
+	writeLedger(t, db, envs)
+	page := htmlPage(t, db)
+	facts := checkPage(t, page)
+	if len(facts.lanes) != 64 {
+		t.Errorf("%d lanes, want 64", len(facts.lanes))
+	}
+	allocations := 0
+	for _, e := range envs {
+		if e.Type == events.TypeDevicesAllocated {
+			allocations++
+		}
+	}
+	if facts.bars != allocations {
+		t.Errorf("%d bars for %d allocations", facts.bars, allocations)
+	}
+	if len(facts.notes) > 0 {
+		t.Errorf("notes %q", facts.notes)
+	}
+	t.Logf("64 devices, %d events, %d allocations: %d bytes", len(envs), allocations, len(page))
+}
+
+// TestHTMLBarsPerLaneBounded: a device allocated a thousand times keeps at
+// most laneMaxBars bars, covering the same time, and the page says so.
+func TestHTMLBarsPerLaneBounded(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, db, syntheticStory(synthOptions{devices: 2, events: 4000, seed: 3}))
+	page := htmlPage(t, db)
+	facts := checkPage(t, page)
+	if len(facts.lanes) != 2 {
+		t.Fatalf("lanes %v", facts.lanes)
+	}
+	if facts.bars > 2*laneMaxBars+2*laneMaxOpen {
+		t.Errorf("%d bars on 2 lanes", facts.bars)
+	}
+	if !slices.ContainsFunc(facts.notes, func(n string) bool { return strings.Contains(n, "merged into striped bars") }) {
+		t.Errorf("the page does not say it merged bars: %q", facts.notes)
+	}
+	if !strings.Contains(page, "allocations, merged to fit the page") {
+		t.Errorf("no merged bar says what it stands for")
+	}
+}
+
+// TestHTMLBadFlags: a page of some event types, or of the first N events,
+// would draw a wrong picture.
+func TestHTMLBadFlags(t *testing.T) {
+	db := sampleCopy(t)
+	for _, args := range [][]string{{"--limit", "3"}, {"--type", "DevicesAllocated"}} {
+		code, out, errOut := runCLI(t, append([]string{"dump", "--db", db, "--format", "html"}, args...)...)
+		if code != exitUsage || out != "" || !strings.Contains(errOut, args[0]) {
+			t.Errorf("%v: exit %d, stdout %d bytes, stderr %q: want exit %d naming %s", args, code, len(out), errOut, exitUsage, args[0])
+		}
+	}
+}
+
+func TestSpanListMergesClosestNeighbours(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
+	l := spanList{max: 3}
+	l.add(span{from: at(0), to: at(10), label: "a"})
+	l.add(span{from: at(100), to: at(110), label: "b"})
+	l.add(span{from: at(12), to: at(14), label: "a"})
+	l.add(span{from: at(200), to: at(201), label: "c"})
+	if len(l.spans) != 3 || l.merged != 1 {
+		t.Fatalf("%d spans, %d merges", len(l.spans), l.merged)
+	}
+	m := l.spans[0]
+	if !m.from.Equal(at(0)) || !m.to.Equal(at(14)) || m.n != 2 || m.total != 12*time.Minute || m.label != "a" {
+		t.Errorf("merged %+v: want 0..14, 2 spans, 12m in all, label a", m)
+	}
+	if l.spans[1].label != "b" || l.spans[2].label != "c" {
+		t.Errorf("the far spans were merged: %+v", l.spans)
+	}
+}
+
+// TestHTMLThroughAdminSocket: on a live node the page is read through the
+// daemon's admin socket, and is the page the file makes.
+func TestHTMLThroughAdminSocket(t *testing.T) {
+	// A short dir: a unix socket's path is at most about 100 bytes.
+	dir, err := os.MkdirTemp("", "dlhtml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	db := filepath.Join(dir, ledgerFileName)
+	writeSampleLedger(t, db)
+	offline := htmlPage(t, db)
+	offlinePod := htmlPage(t, db, "--namespace", "telco")
+
+	// The "daemon": the ledger open for writing (it holds the lock), served
+	// on the admin socket.
+	l, err := store.Open(db, store.Options{Node: "worker-3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	admin := grpcapi.NewAdminServer(l, fakeAdminStatus{}, grpcapi.AdminServerOptions{})
+	if err := admin.Serve(grpcapi.AdminSocketPath(dir)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Stop(context.Background()) })
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{{nil, offline}, {[]string{"--namespace", "telco"}, offlinePod}} {
+		code, live, errOut := runCLI(t, append([]string{"dump", "--state-dir", dir, "--format", "html"}, tc.args...)...)
+		if code != exitOK {
+			t.Fatalf("%v: exit %d: %s", tc.args, code, errOut)
+		}
+		if live != tc.want {
+			t.Errorf("%v: the page read through the admin socket differs from the file's", tc.args)
+		}
+	}
+	// And the two passes of --pod through the socket.
+	_, liveStory, _ := runCLI(t, "dump", "--state-dir", dir, "--namespace", "telco")
+	if !strings.Contains(liveStory, "#49 released after 1h20m") {
+		t.Errorf("dump --namespace through the admin socket:\n%s", liveStory)
+	}
+}
+
+type fakeAdminStatus struct{}
+
+func (fakeAdminStatus) Status(context.Context) (grpcapi.AdminStatus, error) {
+	return grpcapi.AdminStatus{Version: "test"}, nil
+}
