@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"sync/atomic"
 
 	"github.com/rs/zerolog"
 )
@@ -191,29 +190,10 @@ func (r *Reader) Scan() ([]Device, error) {
 
 	sc := r.newScan(true)
 	results := make([]fnResult, len(addrs))
-	workers := min(r.workers, len(addrs))
-	if workers <= 1 {
+	inParallel(r.workers, len(addrs), func() func(int) {
 		w := sc.newWorker()
-		for i, a := range addrs {
-			results[i] = w.readFunction(a)
-		}
-	} else {
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for range workers {
-			wg.Go(func() {
-				w := sc.newWorker()
-				for {
-					i := int(next.Add(1) - 1)
-					if i >= len(addrs) {
-						return
-					}
-					results[i] = w.readFunction(addrs[i])
-				}
-			})
-		}
-		wg.Wait()
-	}
+		return func(i int) { results[i] = w.readFunction(addrs[i]) }
+	})
 
 	// Second pass: a VF's index and its PF's interface come from the PF.
 	byAddr := make(map[string]int, len(results))

@@ -1,0 +1,409 @@
+package sysfs
+
+import (
+	"errors"
+	"io/fs"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+)
+
+// ProbeTarget is one pooled device to probe and what it must look like to
+// be healthy. Its fields come from the scan that put the device in its pool.
+type ProbeTarget struct {
+	// Address is the function's PCI address in canonical form
+	// ("0000:3b:01.2"); any form NormalizeAddress accepts is taken.
+	Address string
+	// Driver is the driver the device joined its pool with; "" means it
+	// joined unbound and must stay so.
+	Driver string
+	// VFIO asks that <dev-root>/vfio/<group> exists.
+	VFIO bool
+	// IOMMUGroup is the device's IOMMU group ("102"). When it is "" and
+	// VFIO is set, the group is read from the iommu_group link.
+	IOMMUGroup string
+	// Link asks that the link be up with carrier: that of Interface when
+	// it is set, else that of PFInterface. With neither there is no link
+	// to check and the check passes.
+	Link bool
+	// Interface is the device's own network interface, "" if none.
+	Interface string
+	// PFInterface is, for a VF, its PF's interface ("" otherwise).
+	PFInterface string
+}
+
+// ProbeResult is the verdict of one probe.
+type ProbeResult struct {
+	// Healthy is true when every check passed.
+	Healthy bool
+	// Reason says why the device is unhealthy, "" when it is healthy:
+	//   "gone from sysfs", "driver unbound (was vfio-pci)",
+	//   "driver is iavf (was vfio-pci)", "driver is vfio-pci (was none)",
+	//   "/dev/vfio/102 missing", "link down on ens785f0 (PF)",
+	//   "link down on ens785f0v0 (lowerlayerdown)",
+	//   "no carrier on ens785f0v0", "no interface ens785f0 (PF)",
+	//   "probe failed: cannot read net/ens785f0/operstate: permission denied".
+	// An attribute that cannot be read fails the probe with a reason that
+	// starts "probe failed: " and names the file: relative to the function
+	// ("driver", "iommu_group"), to the class/net directory
+	// ("net/ens785f0/carrier"), or the devfs node ("/dev/vfio/102").
+	Reason string
+	// Files is how many files the probe touched (readlink, stat and read
+	// calls), the cost the benchmarks compare.
+	Files int
+}
+
+// Probe checks one pooled device with as few file operations as the
+// target allows; on the healthy path of a VF with VFIO and a link to check
+// that is four: the driver link (whose presence also proves the function
+// is there), /dev/vfio/<group>, operstate and carrier.
+//
+// The checks, in order, stop at the first failure:
+//   - the function is listed under bus/pci/devices;
+//   - its driver link names t.Driver (no link when t.Driver is "");
+//   - when t.VFIO, <dev-root>/vfio/<group> exists;
+//   - when t.Link, the interface's operstate is "up" (or "unknown", which
+//     the kernel also counts as up for drivers that do not track it) and
+//     its carrier is 1. A carrier the kernel refuses to read (EINVAL on an
+//     interface that is down) counts as no carrier.
+//
+// Probe never panics and never returns an error: whatever cannot be read
+// is a failed probe whose Reason names the file.
+func (r *Reader) Probe(t ProbeTarget) ProbeResult {
+	p := r.newProber(nil)
+	return p.probe(t)
+}
+
+// probeParallelMin is the fewest targets ProbeAll spreads over goroutines:
+// below it a round is a few dozen system calls, cheaper than starting them.
+const probeParallelMin = 64
+
+// ProbeAll probes every target as Probe does and returns the results in
+// the same order. Large rounds run on the Reader's workers
+// (Options.Workers). Within one round a PF interface that several VFs
+// check is read once, by the first probe that gets to it, and its verdict
+// serves the others; that probe's Files counts the reads.
+func (r *Reader) ProbeAll(ts []ProbeTarget) []ProbeResult {
+	results := make([]ProbeResult, len(ts))
+	shared := sharedPFLinks(ts)
+	workers := r.workers
+	if len(ts) < probeParallelMin {
+		workers = 1
+	}
+	inParallel(workers, len(ts), func() func(int) {
+		p := r.newProber(shared)
+		return func(i int) { results[i] = p.probe(ts[i]) }
+	})
+	return results
+}
+
+// inParallel calls do(i) for every i in [0, n) on at most workers
+// goroutines, sequentially when that is 1 or less. Each goroutine gets its
+// own do from setup, so that it can keep its own buffers.
+func inParallel(workers, n int, setup func() (do func(i int))) {
+	workers = min(workers, n)
+	if workers <= 1 {
+		do := setup()
+		for i := range n {
+			do(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			do := setup()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				do(i)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// sharedPFLinks has an entry for each PF interface that more than one
+// target of a round checks, nil when there is none.
+func sharedPFLinks(ts []ProbeTarget) map[string]*sharedLink {
+	var seen map[string]bool
+	var shared map[string]*sharedLink
+	for i := range ts {
+		t := &ts[i]
+		if !t.Link || t.Interface != "" || t.PFInterface == "" {
+			continue
+		}
+		if seen == nil {
+			seen = make(map[string]bool)
+		}
+		if !seen[t.PFInterface] {
+			seen[t.PFInterface] = true
+			continue
+		}
+		if shared == nil {
+			shared = make(map[string]*sharedLink)
+		}
+		if shared[t.PFInterface] == nil {
+			shared[t.PFInterface] = &sharedLink{}
+		}
+	}
+	return shared
+}
+
+// sharedLink is the verdict on one interface's link, taken once per round.
+type sharedLink struct {
+	once sync.Once
+	v    linkVerdict
+}
+
+// linkVerdict is what the link files of an interface said.
+type linkVerdict struct {
+	// down is the operstate when it is not up ("down", "dormant"), "" when
+	// it is; noCarrier and gone are the other failures, failed a probe
+	// failure's text, which names the file.
+	down      string
+	noCarrier bool
+	gone      bool
+	failed    string
+}
+
+// reason phrases v for interface ifname, marked as the PF's when pf; ""
+// means the link is up with carrier.
+func (v linkVerdict) reason(ifname string, pf bool) string {
+	suffix := ""
+	if pf {
+		suffix = " (PF)"
+	}
+	switch {
+	case v.failed != "":
+		return v.failed
+	case v.gone:
+		return "no interface " + ifname + suffix
+	case v.down == "down":
+		return "link down on " + ifname + suffix
+	case v.down != "" && pf:
+		return "link down on " + ifname + " (PF, " + v.down + ")"
+	case v.down != "":
+		return "link down on " + ifname + " (" + v.down + ")"
+	case v.noCarrier:
+		return "no carrier on " + ifname + suffix
+	}
+	return ""
+}
+
+// prober probes targets one after another with its own read buffer.
+type prober struct {
+	r      *Reader
+	fs     fileSystem
+	shared map[string]*sharedLink
+	buf    [64]byte
+}
+
+func (r *Reader) newProber(shared map[string]*sharedLink) *prober {
+	return &prober{r: r, fs: r.fs, shared: shared}
+}
+
+func (p *prober) probe(t ProbeTarget) ProbeResult {
+	var res ProbeResult
+	addr := t.Address
+	if !isPCIAddress(addr) {
+		a, err := NormalizeAddress(addr)
+		if err != nil {
+			return res.fail("probe failed: " + err.Error())
+		}
+		addr = a
+	}
+	// The driver link comes first: when it reads, the function is there.
+	driverLink := p.r.busDir + "/" + addr + "/driver"
+	dir := driverLink[:len(driverLink)-len("/driver")]
+	target, err := p.fs.readlink(driverLink)
+	res.Files++
+	switch {
+	case err == nil:
+		if drv := linkBase(target); drv != t.Driver {
+			return res.fail("driver is " + quoteName(drv) + " (was " + orNone(t.Driver) + ")")
+		}
+	case errors.Is(err, fs.ErrNotExist):
+		// No driver link: either the function went or it is unbound.
+		err := p.fs.stat(dir)
+		res.Files++
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return res.fail("gone from sysfs")
+		case err != nil:
+			return res.fail("probe failed: cannot stat the function's directory: " + errText(err))
+		case t.Driver != "":
+			return res.fail("driver unbound (was " + t.Driver + ")")
+		}
+	default:
+		return res.fail("probe failed: cannot read driver: " + errText(err))
+	}
+
+	if t.VFIO {
+		group := t.IOMMUGroup
+		if group == "" {
+			target, err := p.fs.readlink(dir + "/iommu_group")
+			res.Files++
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				return res.fail("no IOMMU group, so no /dev/vfio node")
+			case err != nil:
+				return res.fail("probe failed: cannot read iommu_group: " + errText(err))
+			}
+			group = linkBase(target)
+		}
+		if !isDecimal(group) {
+			return res.fail("probe failed: IOMMU group " + strconv.Quote(group) + " is not a group number")
+		}
+		err := p.fs.stat(p.r.devRoot + "/vfio/" + group)
+		res.Files++
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return res.fail("/dev/vfio/" + group + " missing")
+		case err != nil:
+			return res.fail("probe failed: cannot stat /dev/vfio/" + group + ": " + errText(err))
+		}
+	}
+
+	if t.Link {
+		ifname, pf := t.Interface, false
+		if ifname == "" {
+			ifname, pf = t.PFInterface, true
+		}
+		if ifname != "" {
+			var v linkVerdict
+			if sl := p.shared[ifname]; pf && sl != nil {
+				sl.once.Do(func() { sl.v = p.link(ifname, &res.Files) })
+				v = sl.v
+			} else {
+				v = p.link(ifname, &res.Files)
+			}
+			if reason := v.reason(ifname, pf); reason != "" {
+				return res.fail(reason)
+			}
+		}
+	}
+	res.Healthy = true
+	return res
+}
+
+// link reads whether interface ifname is up with carrier, adding the files
+// it touches to *files.
+func (p *prober) link(ifname string, files *int) linkVerdict {
+	if !validIfName(ifname) {
+		return linkVerdict{failed: "probe failed: " + strconv.Quote(ifname) + " is not an interface name"}
+	}
+	rel := func(file string) string { return "net/" + ifname + "/" + file }
+	n, err := p.fs.readFile(p.r.sysfsRoot+"/class/net/"+ifname+"/operstate", p.buf[:])
+	*files++
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return linkVerdict{gone: true}
+	case err != nil:
+		return linkVerdict{failed: "probe failed: cannot read " + rel("operstate") + ": " + errText(err)}
+	case n == len(p.buf):
+		return linkVerdict{failed: "probe failed: " + rel("operstate") + ": longer than any value the kernel writes there"}
+	}
+	state, ok := parseWord(p.buf[:n])
+	if !ok {
+		return linkVerdict{failed: "probe failed: " + rel("operstate") + ": " + quote(p.buf[:n]) + " is not an operational state"}
+	}
+	switch string(state) {
+	case "up", "unknown":
+	default:
+		return linkVerdict{down: string(state)}
+	}
+
+	n, err = p.fs.readFile(p.r.sysfsRoot+"/class/net/"+ifname+"/carrier", p.buf[:])
+	*files++
+	switch {
+	case errors.Is(err, syscall.EINVAL):
+		return linkVerdict{noCarrier: true}
+	case errors.Is(err, fs.ErrNotExist):
+		return linkVerdict{gone: true}
+	case err != nil:
+		return linkVerdict{failed: "probe failed: cannot read " + rel("carrier") + ": " + errText(err)}
+	case n == len(p.buf):
+		return linkVerdict{failed: "probe failed: " + rel("carrier") + ": longer than any value the kernel writes there"}
+	}
+	switch c, ok := parseCarrier(p.buf[:n]); {
+	case !ok:
+		return linkVerdict{failed: "probe failed: " + rel("carrier") + ": " + quote(p.buf[:n]) + " is neither 0 nor 1"}
+	case c == 0:
+		return linkVerdict{noCarrier: true}
+	}
+	return linkVerdict{}
+}
+
+func (res ProbeResult) fail(reason string) ProbeResult {
+	res.Healthy = false
+	res.Reason = reason
+	return res
+}
+
+// validIfName reports whether s can be a network interface name: 1 to 15
+// bytes (IFNAMSIZ less the NUL), no '/', no white space, not "." or "..".
+// It keeps a name from a target from reaching outside class/net.
+func validIfName(s string) bool {
+	if s == "" || len(s) > 15 || s == "." || s == ".." {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '/' || c == 0 || isSpace(c) || c == ':' {
+			return false
+		}
+	}
+	return true
+}
+
+func orNone(driver string) string {
+	if driver == "" {
+		return "none"
+	}
+	return driver
+}
+
+// quoteName shows a driver name as is unless it is empty or holds what no
+// driver name does.
+func quoteName(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c >= 0x7f || c == '"' {
+			return strconv.Quote(s)
+		}
+	}
+	if s == "" {
+		return `""`
+	}
+	return s
+}
+
+// ProbeTarget is the target that keeps d as it is now: its current driver
+// (VFIO when that is a VFIO driver, see IsVFIODriver), its IOMMU group, its
+// first interface and its PF's interface; link says whether the link is
+// checked (a pool's health.link).
+func (d *Device) ProbeTarget(link bool) ProbeTarget {
+	t := ProbeTarget{
+		Address:     d.Address,
+		Driver:      d.Driver,
+		VFIO:        IsVFIODriver(d.Driver),
+		IOMMUGroup:  d.IOMMUGroup,
+		Link:        link,
+		PFInterface: d.PFInterface,
+	}
+	if len(d.Interfaces) > 0 {
+		t.Interface = d.Interfaces[0].Name
+	}
+	return t
+}
+
+// IsVFIODriver reports whether a function bound to driver is reached
+// through /dev/vfio/<group>: vfio-pci and its vendor variants, whose names
+// end in "_vfio_pci" (mlx5_vfio_pci, hisi_acc_vfio_pci, nvgrace_gpu_vfio_pci).
+func IsVFIODriver(driver string) bool {
+	return driver == "vfio-pci" || strings.HasSuffix(driver, "_vfio_pci")
+}
