@@ -19,4 +19,11 @@
 // attributes it lists, reads functions in parallel, then links VFs to their
 // PFs. BenchmarkScanLarge compares it with reading the same files through
 // os.ReadFile, os.Readlink and os.ReadDir.
+//
+// Probe and ProbeAll are the health checker's view: a few reads per pooled
+// device (driver link, /dev/vfio node, operstate and carrier), each
+// failure a reason naming the file. WatchKernel (Linux only) passes on
+// the kernel's uevents and link notifications from netlink, and Coalesce
+// turns their storms into batches; both are hints to read sysfs again,
+// never a state of their own.
 package sysfs
