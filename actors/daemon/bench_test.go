@@ -109,6 +109,20 @@ func settle(tb testing.TB, d *Daemon) {
 	}
 }
 
+// waitReady waits until the daemon's registrar holds every pool registered
+// with the current kubelet: its Register calls have all been answered.
+func waitReady(tb testing.TB, d *Daemon) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for !d.Ready(ctx) {
+		if ctx.Err() != nil {
+			tb.Fatal("the daemon's pools are not all registered after 30s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // dialPlugin is a client of a DevicePlugin socket, as the kubelet dials it.
 func dialPlugin(tb testing.TB, socket string) pluginapi.DevicePluginClient {
 	tb.Helper()
@@ -388,7 +402,8 @@ func BenchmarkKubeletRestart(b *testing.B) {
 		b.Cleanup(srv.Stop)
 		base = append(base, benchbaseline.Pool{Resource: res, Server: srv})
 	}
-	rr, err := benchbaseline.WatchAndReregister(kb.RegistrationSocket(), base, func(err error) { b.Error(err) })
+	reregistered := make(chan error, 1)
+	rr, err := benchbaseline.WatchAndReregister(kb.RegistrationSocket(), base, func(err error) { reregistered <- err })
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -411,9 +426,15 @@ func BenchmarkKubeletRestart(b *testing.B) {
 			g = restartRegistered(b, kb, pools)
 			o = restartRegistered(b, n.kubelet, pools)
 		}
+		// Both sides must be done with this restart before the next: a
+		// Register still waiting for its answer would fail when the
+		// stand-in restarts again (the stand-in counts a pool registered
+		// before it answers).
 		b.StopTimer()
-		// The daemon records and logs what followed the restart; let it
-		// finish before the next round.
+		if err := <-reregistered; err != nil {
+			b.Fatalf("baseline re-registration: %v", err)
+		}
+		waitReady(b, d)
 		settle(b, d)
 		b.StartTimer()
 		ours, baseline = append(ours, o), append(baseline, g)

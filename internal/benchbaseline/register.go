@@ -48,9 +48,10 @@ type Reregisterer struct {
 }
 
 // WatchAndReregister starts a Reregisterer for the pools, whose sockets
-// must be in the same dir as kubeletSocket. A failed re-registration goes to
-// onErr, from the watcher's goroutine.
-func WatchAndReregister(kubeletSocket string, pools []Pool, onErr func(error)) (*Reregisterer, error) {
+// must be in the same dir as kubeletSocket. done hears, from the watcher's
+// goroutine, the outcome of each re-registration once every Register call
+// has been answered (nil: all registered), and any watch error.
+func WatchAndReregister(kubeletSocket string, pools []Pool, done func(error)) (*Reregisterer, error) {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return nil, fmt.Errorf("baseline watcher: %w", err)
@@ -69,15 +70,13 @@ func WatchAndReregister(kubeletSocket string, pools []Pool, onErr func(error)) (
 					return
 				}
 				if ev.Has(fsnotify.Create) && filepath.Clean(ev.Name) == filepath.Clean(kubeletSocket) {
-					if err := reregister(kubeletSocket, pools); err != nil {
-						onErr(err)
-					}
+					done(reregister(kubeletSocket, pools))
 				}
 			case err, ok := <-w.Errors:
 				if !ok {
 					return
 				}
-				onErr(err)
+				done(err)
 			}
 		}
 	}()

@@ -28,7 +28,8 @@ func TestRegisterAllThenReregisterAfterKubeletRestart(t *testing.T) {
 	if err := RegisterAll(ctx, k.RegistrationSocket(), pools); err != nil {
 		t.Fatal(err)
 	}
-	rr, err := WatchAndReregister(k.RegistrationSocket(), pools, func(err error) { t.Error(err) })
+	outcomes := make(chan error, 1)
+	rr, err := WatchAndReregister(k.RegistrationSocket(), pools, func(err error) { outcomes <- err })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,6 +39,9 @@ func TestRegisterAllThenReregisterAfterKubeletRestart(t *testing.T) {
 	}
 	if _, err := k.RegisteredAfter(ctx, []string{"example.com/a", "example.com/b"}, k.BootedAt()); err != nil {
 		t.Fatal(err)
+	}
+	if err := <-outcomes; err != nil {
+		t.Fatalf("re-registration: %v", err)
 	}
 	resp, err := k.Allocate(ctx, "example.com/a", []string{"0000:3b:02.0"}, []string{"0000:3b:02.1"})
 	if err != nil {
