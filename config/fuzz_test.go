@@ -19,8 +19,13 @@ func FuzzParse(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	for _, file := range files {
-		if strings.HasSuffix(file, ".golden") || strings.HasSuffix(file, ".md") {
+	more, err := filepath.Glob(filepath.Join(fixtures, "*", "*"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, file := range append(files, more...) {
+		if fi, err := os.Stat(file); err != nil || fi.IsDir() ||
+			strings.HasSuffix(file, ".golden") || strings.HasSuffix(file, ".md") {
 			continue
 		}
 		data, err := os.ReadFile(file)
