@@ -397,6 +397,15 @@ func TestE2ESIGTERM(t *testing.T) {
 		}
 		liveTable := cliOK(t, "dump", "--state-dir", n.stateDir)
 		liveJSONL := cliOK(t, "dump", "--state-dir", n.stateDir, "--format", "jsonl")
+		// replay works on a live node too, folding what the admin socket
+		// serves; --verify needs the file and says so.
+		liveState := cliOK(t, "replay", "--state-dir", n.stateDir)
+		if !strings.Contains(liveState, "0000:3b:01.3") || !strings.Contains(liveState, "LIVE ALLOCATIONS (1)") {
+			t.Errorf("replay on the live node:\n%s", liveState)
+		}
+		if code, _, stderr := cli(t, "replay", "--state-dir", n.stateDir, "--verify"); code != exitUsage || !strings.Contains(stderr, "--verify") {
+			t.Errorf("replay --verify on a live node: exit %d, %q", code, stderr)
+		}
 
 		p.signal(t, syscall.SIGTERM)
 		if code := p.wait(t); code != exitOK {

@@ -41,38 +41,26 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
-	l, err := openLedger(&lf)
+	var s events.State
+	src, err := openSource(&lf)
 	if err != nil {
 		return err
 	}
-	defer l.Close()
-
-	if *verify {
-		rep, err := l.Check(context.Background())
-		if err != nil {
-			if errors.Is(err, store.ErrCorrupt) {
-				return fmt.Errorf("verify: %w", err)
-			}
-			return fmt.Errorf("verify %s: %w", lf.path(), err)
-		}
-		fmt.Fprintf(stdout, "verified %s: %d events (#%d-#%d), %d snapshots, no problems\n\n",
-			lf.path(), rep.Events, rep.FirstSeq, rep.LastSeq, rep.Snapshots)
-	}
-	if *untilSeq > l.LastSeq() {
-		return usageErrf("--until-seq %d: the ledger ends at #%d", *untilSeq, l.LastSeq())
-	}
-
-	var s events.State
-	if !at.IsZero() {
-		s, err = l.ReplayUntilTime(at)
-	} else {
-		s, err = l.Replay(*untilSeq)
-	}
-	if err != nil {
-		if errors.Is(err, store.ErrCorrupt) {
+	defer src.close()
+	switch src := src.(type) {
+	case fileSource:
+		if s, err = replayLedgerFile(stdout, src.l, lf.path(), *verify, *untilSeq, at); err != nil {
 			return err
 		}
-		return fmt.Errorf("replay %s: %w", lf.path(), err)
+	default:
+		// A running daemon holds the file: fold what its admin socket
+		// serves, from the first event (no snapshots over the socket).
+		if *verify {
+			return usageErrf("--verify reads the file itself, which the running daemon holds: verify a copy (--db) or stop the daemon")
+		}
+		if s, err = foldSource(src, *untilSeq, at); err != nil {
+			return err
+		}
 	}
 	if *format == "json" {
 		enc := json.NewEncoder(stdout)
@@ -218,4 +206,59 @@ func sortedKeys[K interface{ ~string | ~uint64 }, V any](m map[K]V) []K {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// replayLedgerFile is replay on a ledger file: optional verification, then the
+// store's replay from the newest snapshot that fits.
+func replayLedgerFile(stdout io.Writer, l *store.Log, path string, verify bool, untilSeq uint64, at time.Time) (events.State, error) {
+	if verify {
+		rep, err := l.Check(context.Background())
+		if err != nil {
+			if errors.Is(err, store.ErrCorrupt) {
+				return events.State{}, fmt.Errorf("verify: %w", err)
+			}
+			return events.State{}, fmt.Errorf("verify %s: %w", path, err)
+		}
+		fmt.Fprintf(stdout, "verified %s: %d events (#%d-#%d), %d snapshots, no problems\n\n",
+			path, rep.Events, rep.FirstSeq, rep.LastSeq, rep.Snapshots)
+	}
+	if untilSeq > l.LastSeq() {
+		return events.State{}, usageErrf("--until-seq %d: the ledger ends at #%d", untilSeq, l.LastSeq())
+	}
+	var s events.State
+	var err error
+	if !at.IsZero() {
+		s, err = l.ReplayUntilTime(at)
+	} else {
+		s, err = l.Replay(untilSeq)
+	}
+	if err != nil {
+		if errors.Is(err, store.ErrCorrupt) {
+			return s, err
+		}
+		return s, fmt.Errorf("replay %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// foldSource folds a stream of events from the first one, up to untilSeq or
+// the time at (whichever is set).
+func foldSource(src eventSource, untilSeq uint64, at time.Time) (events.State, error) {
+	s := events.NewState()
+	var last uint64
+	err := src.read(func(e events.Envelope) error {
+		if untilSeq > 0 && e.Seq > untilSeq || !at.IsZero() && e.Time.After(at) {
+			return errStop
+		}
+		s = events.Apply(s, e)
+		last = e.Seq
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return s, err
+	}
+	if untilSeq > last && err == nil {
+		return s, usageErrf("--until-seq %d: the ledger ends at #%d", untilSeq, last)
+	}
+	return s, nil
 }
