@@ -29,6 +29,7 @@ const scanTableWidth = 100
 const (
 	driverWidth = 12
 	ifaceWidth  = 16
+	healthWidth = 40 // "unhealthy: driver is iavf (was vfio-pci)"; JSON and --explain say it all
 	minFreeText = 24 // free text is never cut shorter, even past the width
 )
 
@@ -109,6 +110,7 @@ func runScan(args []string, stdout, stderr io.Writer) error {
 	warn.flush(stderr)
 
 	rep := newScanReport(devs, sel, warn.all)
+	rep.probeHealth(reader, devs, sel)
 	w := bufio.NewWriter(stdout)
 	if explainAddr != "" {
 		i := slices.IndexFunc(rep.Devices, func(d scanDevice) bool { return d.Address == explainAddr })
@@ -211,12 +213,23 @@ type scanDevice struct {
 	// Pool is the full name of the pool the device joined, "" for none;
 	// Selector is then the selector object that took it, and Reason says
 	// otherwise why it joined none.
-	Pool     string    `json:"pool"`
-	Selector string    `json:"selector"`
-	Reason   string    `json:"reason"`
-	Aux      []scanAux `json:"aux_devices"`
-	Warnings []string  `json:"warnings"`
+	Pool     string `json:"pool"`
+	Selector string `json:"selector"`
+	Reason   string `json:"reason"`
+	// Health is the health checker's verdict on a pooled device now,
+	// "healthy" or "unhealthy" with HealthReason saying why; both are ""
+	// for a device in no pool.
+	Health       string    `json:"health"`
+	HealthReason string    `json:"health_reason"`
+	Aux          []scanAux `json:"aux_devices"`
+	Warnings     []string  `json:"warnings"`
 }
+
+// Verdicts of scanDevice.Health.
+const (
+	scanHealthy   = "healthy"
+	scanUnhealthy = "unhealthy"
+)
 
 // noAuxPools is the reason an auxiliary device is in no pool when the
 // config has no auxNetDevice pool, the config package's wording; such
@@ -258,6 +271,46 @@ func newScanReport(devs []sysfs.Device, sel *config.Selection, warnings []string
 		}
 	}
 	return rep
+}
+
+// probeHealth probes every pooled device as the daemon's health checker
+// would right after it joined its pool: on the driver it has now, its
+// VFIO node when it is VFIO-bound, and its link when the pool's
+// health.link asks for it.
+func (rep *scanReport) probeHealth(reader *sysfs.Reader, devs []sysfs.Device, sel *config.Selection) {
+	pools := make(map[string]*config.Resource, len(sel.Pools))
+	for _, p := range sel.Pools {
+		pools[p.Name] = p.Resource
+	}
+	var targets []sysfs.ProbeTarget
+	var pooled []int
+	for i := range rep.Devices {
+		res := pools[rep.Devices[i].Pool]
+		if res == nil {
+			continue
+		}
+		targets = append(targets, devs[i].ProbeTarget(res.Health.Link))
+		pooled = append(pooled, i)
+	}
+	for j, r := range reader.ProbeAll(targets) {
+		d := &rep.Devices[pooled[j]]
+		d.Health, d.HealthReason = scanHealthy, ""
+		if !r.Healthy {
+			d.Health, d.HealthReason = scanUnhealthy, r.Reason
+		}
+	}
+}
+
+// health is the HEALTH cell: "healthy", "unhealthy: <reason>" cut to
+// healthWidth, or "-" for a device in no pool.
+func (d *scanDevice) health() string {
+	switch d.Health {
+	case "":
+		return "-"
+	case scanUnhealthy:
+		return truncate(scanUnhealthy+": "+d.HealthReason, healthWidth)
+	}
+	return d.Health
 }
 
 func newScanDevice(d *sysfs.Device, pl *config.Placement) scanDevice {
@@ -368,11 +421,11 @@ func whyNot(reason string) string {
 // table so that it stays narrow; --explain gives the whole story.
 // Errors are left to the caller's Flush.
 func (rep *scanReport) writeTable(w io.Writer, root string) {
-	devices := textTable{header: []string{"ADDRESS", "ID", "DRIVER", "NUMA", "IOMMU", "SR-IOV", "IFACE", "POOL"}}
+	devices := textTable{header: []string{"ADDRESS", "ID", "DRIVER", "NUMA", "IOMMU", "SR-IOV", "IFACE", "HEALTH", "POOL"}}
 	for i := range rep.Devices {
 		d := &rep.Devices[i]
 		devices.add(d.Address, d.id(), truncate(orDash(d.Driver), driverWidth), d.numa(), d.iommu(),
-			d.sriov(), truncate(orDash(strings.Join(d.Interfaces, ",")), ifaceWidth), orDash(d.Pool))
+			d.sriov(), truncate(orDash(strings.Join(d.Interfaces, ",")), ifaceWidth), d.health(), orDash(d.Pool))
 	}
 	devices.write(w)
 	if len(rep.Devices) == 0 {
@@ -621,6 +674,11 @@ func (ex *explanation) writeText(w io.Writer) {
 	}
 	if d.Pool != "" {
 		fields = append(fields, [2]string{"pool", d.Pool + " (" + d.Selector + ")"})
+		h := d.Health
+		if d.HealthReason != "" {
+			h += ": " + d.HealthReason
+		}
+		fields = append(fields, [2]string{"health", h})
 	} else {
 		fields = append(fields, [2]string{"pool", "none: " + whyNot(d.Reason)})
 	}

@@ -225,6 +225,10 @@ func testScanJSONAccountsForEveryDevice(t *testing.T, nodes *scanNodes) {
 					t.Errorf("%s: in no pool and no reason given", d.Address)
 				case d.Pool != "" && d.Selector == "":
 					t.Errorf("%s: in %s and no selector named", d.Address, d.Pool)
+				case d.Pool != "" && d.Health != scanHealthy:
+					t.Errorf("%s: %s (%s) on an intact node", d.Address, d.Health, d.HealthReason)
+				case d.Pool == "" && (d.Health != "" || d.HealthReason != ""):
+					t.Errorf("%s: in no pool, yet health %q (%s)", d.Address, d.Health, d.HealthReason)
 				}
 			}
 		})
@@ -233,6 +237,8 @@ func testScanJSONAccountsForEveryDevice(t *testing.T, nodes *scanNodes) {
 
 // testScanTableWidth checks that only identifiers (addresses, pool names)
 // ever push a table line past scanTableWidth: names and reasons are cut.
+// The device table's header ends in POOL and is as wide as the columns
+// before it, which hold identifiers.
 func testScanTableWidth(t *testing.T, nodes *scanNodes) {
 	for _, name := range sysfsgen.Scenarios() {
 		t.Run(name, func(t *testing.T) {
@@ -246,7 +252,8 @@ func testScanTableWidth(t *testing.T, nodes *scanNodes) {
 				t.Fatal(err)
 			}
 			for _, line := range strings.Split(stdout, "\n") {
-				if utf8.RuneCountInString(line) <= scanTableWidth {
+				if utf8.RuneCountInString(line) <= scanTableWidth ||
+					strings.HasPrefix(line, "ADDRESS ") && strings.HasSuffix(line, "  POOL") {
 					continue
 				}
 				if !slices.ContainsFunc(cfg.Resources, func(res config.Resource) bool {
@@ -408,5 +415,69 @@ func TestScanWarningsOnce(t *testing.T) {
 	}
 	if !slices.Equal(printed, rep.Warnings) {
 		t.Errorf("JSON warnings %q, stderr %q", rep.Warnings, printed)
+	}
+}
+
+// TestScanHealth breaks the sriov node the ways the health checker looks
+// for and checks what scan says of each pooled device: the PF of a pool
+// that asks for link health loses its link, a VFIO node goes, and a VF
+// whose own link is down sits in a pool that does not ask.
+func TestScanHealth(t *testing.T) {
+	r := sysfsgen.TempScenario(t, sysfsgen.ScenarioSRIOV)
+	if err := r.SetLinkDown("ens785f0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(r.Dev, "vfio", "111")); err != nil {
+		t.Fatal(err)
+	}
+	args := func(extra ...string) []string {
+		return append([]string{"scan", "--config", filepath.Join("testdata", "scan", "health.yaml"),
+			"--sysfs-root", r.Sysfs, "--dev-root", r.Dev, "--proc-root", r.Proc, "--pci-ids", samplePCIIDs}, extra...)
+	}
+	for _, tc := range []struct {
+		golden string
+		extra  []string
+	}{
+		{golden: "health"},
+		{golden: "health_explain_link_down", extra: []string{"--explain", "3b:01.2"}},
+	} {
+		t.Run(tc.golden, func(t *testing.T) {
+			got, code := scanTranscript(t, nodeDir(r), args(tc.extra...))
+			if code != exitOK {
+				t.Errorf("exit %d, want 0:\n%s", code, got)
+			}
+			checkScanGolden(t, tc.golden, got)
+		})
+	}
+
+	code, stdout, stderr := runCLI(t, args("--format", "json")...)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rep scanReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][2]string{
+		"0000:3b:01.2": {scanUnhealthy, "link down on ens785f0 (PF)"},
+		"0000:3b:01.3": {scanUnhealthy, "link down on ens785f0 (PF)"},
+		"0000:af:01.1": {scanUnhealthy, "/dev/vfio/111 missing"},
+		"0000:af:01.2": {scanHealthy, ""},
+		"0000:af:01.0": {scanHealthy, ""}, // link down, not asked
+		"0000:3b:01.0": {scanHealthy, ""},
+		"0000:3b:00.0": {"", ""}, // in no pool
+	}
+	for _, d := range rep.Devices {
+		w, ok := want[d.Address]
+		if !ok {
+			continue
+		}
+		delete(want, d.Address)
+		if d.Health != w[0] || d.HealthReason != w[1] {
+			t.Errorf("%s (pool %q): health %q, reason %q; want %q, %q", d.Address, d.Pool, d.Health, d.HealthReason, w[0], w[1])
+		}
+	}
+	for addr := range want {
+		t.Errorf("%s missing from the JSON", addr)
 	}
 }
