@@ -1,0 +1,310 @@
+package scanner
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/devledger/devledger/actors/ledger"
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/store"
+	"github.com/devledger/devledger/sysfs"
+	"github.com/devledger/devledger/testdata/sysfsgen"
+)
+
+// family runs the actor under test as the only child of a parent that
+// records, in order, every message the child sends it (the parent's view).
+type family struct {
+	sys   *actor.ActorSystem
+	child *actor.PID
+	// parent answers flush; heard is what it got from its child.
+	parent *actor.PID
+	heard  chan any
+}
+
+// flush is answered by the parent, and by the child's observer middleware
+// without reaching the actor: once both answered, everything sent to the
+// child before has been handled and everything it sent its parent heard.
+type flush struct{}
+
+func spawnFamily(t *testing.T, props *actor.Props) *family {
+	t.Helper()
+	f := &family{heard: make(chan any, 64)}
+	f.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
+	props.Configure(actor.WithReceiverMiddleware(func(next actor.ReceiverFunc) actor.ReceiverFunc {
+		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+			if _, ok := env.Message.(*flush); ok {
+				c.ActorSystem().Root.Send(env.Sender, env.Message)
+				return
+			}
+			next(c, env)
+		}
+	}))
+	spawned := make(chan *actor.PID, 1)
+	f.parent = f.sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		switch m := ctx.Message().(type) {
+		case *actor.Started:
+			spawned <- ctx.Spawn(props)
+		case *flush:
+			ctx.Respond(m)
+		case *actor.Stopping, *actor.Stopped, *actor.Restarting, *actor.Terminated:
+		default:
+			f.heard <- m
+		}
+	}))
+	f.child = <-spawned
+	t.Cleanup(func() {
+		done := make(chan struct{})
+		go func() { // a parent blocked on a full heard would never stop
+			for {
+				select {
+				case <-f.heard:
+				case <-done:
+					return
+				}
+			}
+		}()
+		_ = f.sys.Root.PoisonFuture(f.parent).Wait()
+		close(done)
+		f.sys.Shutdown()
+	})
+	return f
+}
+
+// sync waits until the child handled what was sent to it and the parent
+// heard what the child sent.
+func (f *family) sync(t *testing.T) {
+	t.Helper()
+	for _, pid := range []*actor.PID{f.child, f.parent} {
+		if _, err := f.sys.Root.RequestFuture(pid, &flush{}, 5*time.Second).Result(); err != nil {
+			t.Fatalf("flush %s: %v", pid.Id, err)
+		}
+	}
+}
+
+// next waits for the next message the parent heard, which must be a T.
+func next[T any](t *testing.T, f *family) T {
+	t.Helper()
+	select {
+	case m := <-f.heard:
+		v, ok := m.(T)
+		if !ok {
+			var want T
+			t.Fatalf("parent heard %#v, want a %T", m, want)
+		}
+		return v
+	case <-time.After(5 * time.Second):
+		var want T
+		t.Fatalf("parent heard no %T within 5s", want)
+		panic("unreachable")
+	}
+}
+
+// silent checks that the parent heard nothing more.
+func (f *family) silent(t *testing.T) {
+	t.Helper()
+	f.sync(t)
+	select {
+	case m := <-f.heard:
+		t.Errorf("parent heard %#v, want nothing", m)
+	default:
+	}
+}
+
+type fixture struct {
+	roots    sysfsgen.Roots
+	reader   *sysfs.Reader
+	log      *store.Log
+	recorder *ledger.Recorder
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	roots := sysfsgen.TempScenario(t, sysfsgen.ScenarioGPU)
+	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return &fixture{
+		roots:    roots,
+		reader:   sysfs.New(sysfs.Options{SysfsRoot: roots.Sysfs, DevRoot: roots.Dev, PCIIDsPath: filepath.Join(t.TempDir(), "none")}),
+		log:      l,
+		recorder: ledger.NewRecorder(l, "boot-1", nil),
+	}
+}
+
+// recorded returns "Type subject" of every event after seq.
+func (fx *fixture) recorded(t *testing.T, after uint64) []string {
+	t.Helper()
+	var out []string
+	if err := fx.log.Read(after+1, func(e events.Envelope) error {
+		out = append(out, string(e.Type)+" "+e.Subject)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+var gpuScenario = []string{"0000:02:00.0", "0000:18:00.0", "0000:2a:00.0", "0000:9a:00.0", "0000:ab:00.0"}
+
+func addresses(devs []sysfs.Device) []string {
+	out := make([]string, len(devs))
+	for i, d := range devs {
+		out[i] = d.Address
+	}
+	return out
+}
+
+func TestScannerRecordsWhatChanged(t *testing.T) {
+	fx := newFixture(t)
+	f := spawnFamily(t, Props(Config{Reader: fx.reader, Recorder: fx.recorder}))
+
+	first := next[*Scanned](t, f)
+	if !first.Changed || first.Reason != "start" {
+		t.Errorf("first scan: Changed %v, Reason %q; want true, start", first.Changed, first.Reason)
+	}
+	if got := addresses(first.Devices); !slices.Equal(got, gpuScenario) {
+		t.Errorf("first scan found %v, want %v", got, gpuScenario)
+	}
+	var want []string
+	for _, a := range gpuScenario {
+		want = append(want, "DeviceDiscovered "+a)
+	}
+	if got := fx.recorded(t, 0); !slices.Equal(got, want) {
+		t.Errorf("first scan recorded %q, want %q", got, want)
+	}
+
+	f.sys.Root.Send(f.child, &Rescan{Reason: "unchanged"})
+	again := next[*Scanned](t, f)
+	if again.Changed || again.Reason != "unchanged" || len(again.Devices) != len(gpuScenario) {
+		t.Errorf("unchanged rescan: Changed %v, Reason %q, %d devices; want false, unchanged, %d",
+			again.Changed, again.Reason, len(again.Devices), len(gpuScenario))
+	}
+	last := fx.log.LastSeq()
+	if last != uint64(len(gpuScenario)) {
+		t.Errorf("unchanged rescan recorded something: last seq %d", last)
+	}
+
+	if err := fx.roots.Remove("0000:ab:00.0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.roots.Unbind("0000:9a:00.0"); err != nil {
+		t.Fatal(err)
+	}
+	f.sys.Root.Send(f.child, &Rescan{Reason: "uevent"})
+	changed := next[*Scanned](t, f)
+	if !changed.Changed || slices.Contains(addresses(changed.Devices), "0000:ab:00.0") {
+		t.Errorf("rescan after a removal: Changed %v, devices %v", changed.Changed, addresses(changed.Devices))
+	}
+	if got, want := fx.recorded(t, last), []string{"DeviceChanged 0000:9a:00.0", "DeviceRemoved 0000:ab:00.0"}; !slices.Equal(got, want) {
+		t.Errorf("rescan recorded %q, want %q", got, want)
+	}
+	var ch events.DeviceChanged
+	_ = fx.log.Read(last+1, func(e events.Envelope) error {
+		if p, ok := e.Payload.(events.DeviceChanged); ok {
+			ch = p
+		}
+		return nil
+	})
+	if !slices.Equal(ch.Changed, []string{"driver", "vfio_device"}) {
+		t.Errorf("unbinding vfio-pci changed %q, want [driver vfio_device]", ch.Changed)
+	}
+
+	f.sys.Root.Send(f.child, &Rescan{Reason: "again"})
+	if next[*Scanned](t, f).Changed {
+		t.Errorf("a rescan after the removal was recorded found changes again")
+	}
+
+	// Plugged back in: discovered anew.
+	last = fx.log.LastSeq()
+	if err := fx.roots.Add(sysfsgen.Function{Address: "0000:ab:00.0", Vendor: "10de", Device: "2330",
+		Class: "030200", Driver: "vfio-pci", NUMANode: 1, IOMMUGroup: "53"}); err != nil {
+		t.Fatal(err)
+	}
+	f.sys.Root.Send(f.child, &Rescan{Reason: "hotplug"})
+	if !next[*Scanned](t, f).Changed {
+		t.Errorf("a rescan after a hotplug found no change")
+	}
+	if got, want := fx.recorded(t, last), []string{"DeviceDiscovered 0000:ab:00.0"}; !slices.Equal(got, want) {
+		t.Errorf("hotplug recorded %q, want %q", got, want)
+	}
+	f.silent(t)
+}
+
+func TestScannerStartsFromWhatTheLedgerKnows(t *testing.T) {
+	fx := newFixture(t)
+	devs, err := fx.reader.Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fx.recorder.Record(context.Background(), Diff(nil, devs)...); err != nil {
+		t.Fatal(err)
+	}
+	st, err := fx.recorder.Replay()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		known map[string]events.Device
+	}{
+		{"given the replayed state", st.Clone().Devices},
+		{"replaying the ledger itself", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := fx.log.LastSeq()
+			f := spawnFamily(t, Props(Config{Reader: fx.reader, Recorder: fx.recorder, Known: tc.known}))
+			if s := next[*Scanned](t, f); s.Changed {
+				t.Errorf("first scan of an unchanged node: Changed true")
+			}
+			if got := fx.recorded(t, before); len(got) != 0 {
+				t.Errorf("first scan of an unchanged node recorded %q", got)
+			}
+		})
+	}
+}
+
+func TestScannerReportsNothingItCouldNotRecord(t *testing.T) {
+	fx := newFixture(t)
+	if err := fx.log.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f := spawnFamily(t, Props(Config{Reader: fx.reader, Recorder: fx.recorder, Known: map[string]events.Device{}}))
+	f.sys.Root.Send(f.child, &Rescan{Reason: "retry"})
+	f.silent(t)
+}
+
+func TestScannerRescansPeriodically(t *testing.T) {
+	fx := newFixture(t)
+	f := spawnFamily(t, Props(Config{Reader: fx.reader, Recorder: fx.recorder, Interval: 10 * time.Millisecond}))
+	if next[*Scanned](t, f).Reason != "start" {
+		t.Fatal("first scan is not the start scan")
+	}
+	if err := fx.roots.Remove("0000:ab:00.0"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		s := next[*Scanned](t, f)
+		if s.Reason != "periodic" {
+			t.Fatalf("scan reason %q, want periodic", s.Reason)
+		}
+		if s.Changed {
+			break
+		}
+	}
+	if time.Now().After(deadline) {
+		t.Fatal("no periodic scan saw the removal within 5s")
+	}
+	if got := fx.recorded(t, uint64(len(gpuScenario))); !slices.Equal(got, []string{"DeviceRemoved 0000:ab:00.0"}) {
+		t.Errorf("periodic scan recorded %q", got)
+	}
+}

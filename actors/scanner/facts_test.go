@@ -1,0 +1,151 @@
+package scanner
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/sysfs"
+)
+
+func vf(addr, driver string) sysfs.Device {
+	return sysfs.Device{Address: addr, Vendor: "8086", Device: "1889", Class: "020000", Driver: driver,
+		NUMANode: 0, IOMMUGroup: "60", PF: "0000:3b:00.0", VFIndex: 0, PFInterface: "ens785f0"}
+}
+
+func known(present bool, d sysfs.Device) events.Device {
+	return events.Device{Facts: FactsOf(d), Present: present, Healthy: present}
+}
+
+// summary turns Diff's payloads into comparable lines.
+func summary(ps []events.Payload) []string {
+	var out []string
+	for _, p := range ps {
+		line := string(p.EventType()) + " " + p.Subject()
+		if c, ok := p.(events.DeviceChanged); ok {
+			line += " " + strings.Join(c.Changed, ",")
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+func TestDiff(t *testing.T) {
+	a, b, c := vf("0000:3b:01.0", "vfio-pci"), vf("0000:3b:01.1", "iavf"), vf("0000:3b:01.2", "iavf")
+	rebound := a
+	rebound.Driver, rebound.VFIODevice = "iavf", true
+	moved := b
+	moved.NUMANode = 1
+	moved.Interfaces = []sysfs.NetInterface{{Name: "ens785f0v1", OperState: "up"}}
+	movedDown := moved
+	movedDown.Interfaces = []sysfs.NetInterface{{Name: "ens785f0v1", OperState: "down"}}
+	tests := []struct {
+		name    string
+		known   map[string]events.Device
+		scanned []sysfs.Device
+		want    []string
+	}{
+		{"nothing known, nothing found", nil, nil, nil},
+		{"new devices are discovered in scan order", nil, []sysfs.Device{a, b},
+			[]string{"DeviceDiscovered 0000:3b:01.0", "DeviceDiscovered 0000:3b:01.1"}},
+		{"unchanged devices yield nothing",
+			map[string]events.Device{a.Address: known(true, a), b.Address: known(true, b)}, []sysfs.Device{a, b}, nil},
+		{"changed facts are named by their JSON names in field order",
+			map[string]events.Device{a.Address: known(true, a), b.Address: known(true, b)}, []sysfs.Device{rebound, moved},
+			[]string{"DeviceChanged 0000:3b:01.0 driver,vfio_device", "DeviceChanged 0000:3b:01.1 numa_node,interfaces"}},
+		{"what only sysfs knows (operstate) is no change",
+			map[string]events.Device{b.Address: known(true, moved)}, []sysfs.Device{movedDown}, nil},
+		{"a present device missing from the scan is removed",
+			map[string]events.Device{a.Address: known(true, a), b.Address: known(true, b)}, []sysfs.Device{b},
+			[]string{"DeviceRemoved 0000:3b:01.0"}},
+		{"a device already removed is not removed again",
+			map[string]events.Device{a.Address: known(false, a), b.Address: known(true, b)}, []sysfs.Device{b}, nil},
+		{"a removed device that comes back is discovered again, even unchanged",
+			map[string]events.Device{a.Address: known(false, a)}, []sysfs.Device{a},
+			[]string{"DeviceDiscovered 0000:3b:01.0"}},
+		{"removals come after the rest, sorted by address",
+			map[string]events.Device{c.Address: known(true, c), b.Address: known(true, b)}, []sysfs.Device{a},
+			[]string{"DeviceDiscovered 0000:3b:01.0", "DeviceRemoved 0000:3b:01.1", "DeviceRemoved 0000:3b:01.2"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := summary(Diff(tc.known, tc.scanned)); !slices.Equal(got, tc.want) {
+				t.Errorf("Diff =\n  %q\nwant\n  %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDiffCarriesFreshFacts(t *testing.T) {
+	a := vf("0000:3b:01.0", "vfio-pci")
+	rebound := a
+	rebound.Driver = "iavf"
+	ps := Diff(map[string]events.Device{a.Address: known(true, a)}, []sysfs.Device{rebound})
+	if len(ps) != 1 {
+		t.Fatalf("Diff = %v, want one change", summary(ps))
+	}
+	ch := ps[0].(events.DeviceChanged)
+	if !reflect.DeepEqual(ch.Device, FactsOf(rebound)) {
+		t.Errorf("DeviceChanged carries %+v, want the scanned facts %+v", ch.Device, FactsOf(rebound))
+	}
+	removed := Diff(map[string]events.Device{a.Address: known(true, a)}, nil)
+	if r := removed[0].(events.DeviceRemoved); r.Reason == "" {
+		t.Errorf("DeviceRemoved has no reason: %+v", r)
+	}
+}
+
+func TestChangedFields(t *testing.T) {
+	base := FactsOf(vf("0000:3b:01.0", "iavf"))
+	tests := []struct {
+		name   string
+		change func(*events.DeviceFacts)
+		want   []string
+	}{
+		{"same", func(*events.DeviceFacts) {}, nil},
+		{"nil and empty slices are the same", func(f *events.DeviceFacts) { f.RDMADevices = []string{} }, nil},
+		{"one slice element", func(f *events.DeviceFacts) { f.Interfaces = []string{"ens785f0v9"} }, []string{"interfaces"}},
+		{"several fields, in field order", func(f *events.DeviceFacts) {
+			f.PFInterface, f.Vendor, f.VFIndex = "ens785f1", "15b3", 3
+		}, []string{"vendor", "vf_index", "pf_interface"}},
+		{"names without omitempty", func(f *events.DeviceFacts) { f.RDMADevices = []string{"mlx5_2"} }, []string{"rdma_devices"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := base
+			b.Interfaces = slices.Clone(base.Interfaces)
+			tc.change(&b)
+			if got := ChangedFields(base, b); !slices.Equal(got, tc.want) {
+				t.Errorf("ChangedFields = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestFactsOf(t *testing.T) {
+	d := sysfs.Device{
+		Address: "0000:5e:00.2", Vendor: "15b3", Device: "101c", SubsystemVendor: "15b3", SubsystemDevice: "0001",
+		Class: "020000", VendorName: "Mellanox", DeviceName: "ConnectX-6 VF", Driver: "mlx5_core", NUMANode: 1,
+		IOMMUGroup: "88", VFIODevice: true, PF: "0000:5e:00.0", VFIndex: 0, PFInterface: "ens1f0",
+		Interfaces:  []sysfs.NetInterface{{Name: "ens1f0v0", OperState: "up", Carrier: 1}, {Name: "ens1f0v0b"}},
+		RDMADevices: []string{"mlx5_2"},
+		// Not facts the ledger keeps:
+		ClassName: "Network controller", ACPIIndex: "3", TotalVFs: -1, NumVFs: -1, VDPAType: "vhost",
+		Warnings: []string{"numa_node: oops"},
+	}
+	want := events.DeviceFacts{
+		Address: "0000:5e:00.2", Vendor: "15b3", Device: "101c", SubsystemVendor: "15b3", SubsystemDevice: "0001",
+		Class: "020000", VendorName: "Mellanox", DeviceName: "ConnectX-6 VF", Driver: "mlx5_core", NUMANode: 1,
+		IOMMUGroup: "88", VFIODevice: true, PF: "0000:5e:00.0", VFIndex: 0, PFInterface: "ens1f0",
+		Interfaces: []string{"ens1f0v0", "ens1f0v0b"}, RDMADevices: []string{"mlx5_2"},
+	}
+	got := FactsOf(d)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("FactsOf =\n  %+v\nwant\n  %+v", got, want)
+	}
+	d.RDMADevices[0] = "changed"
+	if got.RDMADevices[0] != "mlx5_2" {
+		t.Errorf("FactsOf shares RDMADevices with the scan")
+	}
+}
