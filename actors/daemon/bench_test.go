@@ -387,7 +387,7 @@ func restartRegistered(tb testing.TB, k *kubelettest.Kubelet, pools []string) ti
 //
 //	x-baseline  median over rounds of ours / baseline; target <= 2
 func BenchmarkKubeletRestart(b *testing.B) {
-	rounds := max(b.N, 15)
+	rounds := max(b.N, 25)
 	cfg, pools := largeConfig(b)
 	n := newBenchNode(b, sysfsgen.ScenarioLarge, cfg)
 	d := n.start(b, pools...)
