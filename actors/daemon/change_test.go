@@ -256,3 +256,19 @@ func TestConfigReload(t *testing.T) {
 		t.Errorf("pool lost after the config file went: %v", err)
 	}
 }
+
+// TestKernelEventsWatch starts a daemon listening to kernel events (where
+// netlink is allowed) and checks it serves and stops cleanly with the
+// watcher running; kernel events themselves are tested in package sysfs.
+func TestKernelEventsWatch(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.KernelEvents = true
+	d := n.start(t)
+	ctx := waitCtx(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, "intel.com/sriov_vfio"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Stop(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -81,6 +81,11 @@ type Options struct {
 	// container before it is recorded as a leak suspect (default 5m).
 	ReconcileInterval time.Duration
 	LeakGrace         time.Duration
+	// KernelEvents listens to kernel uevents and link notifications over
+	// netlink: a burst of them becomes one rescan and one probe round, so
+	// hot-plug and health changes are seen at once rather than at the next
+	// poll. Off, the periodic scan and probe still see everything.
+	KernelEvents bool
 	// MetricsAddr, when set, serves Prometheus metrics, /healthz and
 	// /readyz over HTTP there (":9108").
 	MetricsAddr string
@@ -134,6 +139,8 @@ type Daemon struct {
 	metricsAddr string
 	mode        grpcapi.RegistrationMode
 	pools       []string
+
+	stopKernel func()
 
 	fatal     chan error
 	fatalOnce sync.Once
@@ -301,10 +308,46 @@ func Start(opts Options) (_ *Daemon, err error) {
 			return nil, fmt.Errorf("--metrics-addr %s: %w", opts.MetricsAddr, err)
 		}
 	}
+	if opts.KernelEvents {
+		d.watchKernel()
+	}
 	d.stopSnap, d.snapDone = make(chan struct{}), make(chan struct{})
 	go d.snapshotLoop()
 	ok = true
 	return d, nil
+}
+
+// watchKernel turns kernel events into rescans and probe rounds: one per
+// burst (sysfs.Coalesce), however many thousand events the burst holds.
+func (d *Daemon) watchKernel() {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, err := sysfs.WatchKernel(ctx, sysfs.WatchOptions{Logger: d.log.With().Str("component", "kernel").Logger()})
+	if err != nil {
+		cancel()
+		d.log.Warn().Err(err).Msg("no kernel events; changes are seen by the periodic scan and probe")
+		return
+	}
+	done := make(chan struct{})
+	d.stopKernel = func() { cancel(); <-done }
+	go func() {
+		defer close(done)
+		for batch := range sysfs.Coalesce(ch, 0, 0) {
+			devices, links := 0, 0
+			for _, e := range batch {
+				switch e.Kind {
+				case sysfs.KindLink:
+					links++
+				default:
+					devices++
+				}
+			}
+			if devices > 0 {
+				d.Send(&node.Rescan{Reason: fmt.Sprintf("kernel: %d device events", devices)})
+			}
+			d.Send(&node.ProbeHealth{})
+			d.log.Debug().Int("device_events", devices).Int("link_events", links).Msg("kernel events")
+		}
+	}()
 }
 
 // Fatal delivers an error when the daemon cannot go on (an actor kept
@@ -410,6 +453,9 @@ func (d *Daemon) Stop(ctx context.Context, reason string) error {
 func (d *Daemon) stop(ctx context.Context, reason string) error {
 	close(d.stopSnap)
 	<-d.snapDone
+	if d.stopKernel != nil {
+		d.stopKernel()
+	}
 	clean := true
 	if err := d.system.Root.PoisonFuture(d.node).Wait(); err != nil {
 		clean = false

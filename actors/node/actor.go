@@ -329,7 +329,7 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 				n.join[addr] = d
 			}
 			t := health.Target{Probe: sysfs.ProbeTarget{Address: addr, Driver: joined.Driver,
-				VFIO: joined.VFIODevice || joined.Driver == "vfio-pci", IOMMUGroup: joined.IOMMUGroup,
+				VFIO: sysfs.IsVFIODriver(joined.Driver), IOMMUGroup: joined.IOMMUGroup,
 				Link: res.Health.Link, PFInterface: d.PFInterface},
 				HoldDown: res.Health.HoldDown, Debounce: res.Health.Debounce, Interval: res.Health.ProbeInterval}
 			if len(d.Interfaces) > 0 {

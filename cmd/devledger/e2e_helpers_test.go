@@ -144,7 +144,7 @@ func (n *e2eNode) runArgs() []string {
 		"--registration", cmp.Or(n.registration, n.mode),
 		"--log-format", "json", "--log-level", "debug",
 		// Nothing periodic: the ledger changes only when a test acts.
-		"--scan-interval", "1h", "--probe-interval", "1h",
+		"--scan-interval", "1h", "--probe-interval", "1h", "--kernel-events=false",
 	}
 }
 
