@@ -1,0 +1,207 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// node is a fake machine for the daemon: a sysfs/devfs/procfs tree written
+// by sysfsgen, the pool config that goes with it, and the daemon's state
+// dir, which outlives daemon restarts within a test.
+type node struct {
+	sysfs, dev, proc string
+	config           string
+	stateDir         string
+	devinfoDir       string
+}
+
+// newNode writes the named sysfsgen scenario into a temp dir and takes its
+// config from testdata/config/scan/.
+func newNode(t *testing.T, scenario, config string) *node {
+	t.Helper()
+	dir := t.TempDir()
+	out, err := exec.Command(sysfsgenBin, "-scenario", scenario, "-out", filepath.Join(dir, "node")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("sysfsgen -scenario %s: %v\n%s", scenario, err, out)
+	}
+	return &node{
+		sysfs:      filepath.Join(dir, "node", "sys"),
+		dev:        filepath.Join(dir, "node", "dev"),
+		proc:       filepath.Join(dir, "node", "proc"),
+		config:     filepath.Join(repoRoot, "testdata", "config", "scan", config),
+		stateDir:   filepath.Join(dir, "state"),
+		devinfoDir: filepath.Join(dir, "devinfo"),
+	}
+}
+
+// daemon is one devledger run process.
+type daemon struct {
+	cmd     *exec.Cmd
+	started time.Time
+	// stopped is when signal sent its signal.
+	stopped time.Time
+	logPath string
+	done    chan struct{}
+	err     error // the process's exit, once done is closed
+}
+
+// startDaemon starts `devledger run` on the node with the given
+// registration mode (legacy or watcher), the kubelet root being the
+// namespace's /var/lib/kubelet. The process is killed at the end of the
+// test if it still runs, and its log is printed if the test failed.
+func startDaemon(t *testing.T, n *node, registration string) *daemon {
+	t.Helper()
+	logFile, err := os.CreateTemp(t.TempDir(), "devledger-*.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(devledgerBin, "run",
+		"--config", n.config,
+		"--sysfs-root", n.sysfs, "--dev-root", n.dev, "--proc-root", n.proc,
+		"--pci-ids", filepath.Join(repoRoot, "testdata", "pci.ids.sample"),
+		"--kubelet-dir", kubeletRoot,
+		"--state-dir", n.stateDir,
+		"--devinfo-dir", n.devinfoDir,
+		"--registration", registration,
+		"--log-format", "json", "--log-level", "debug",
+	)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// A test binary that dies must not leave a daemon behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	d := &daemon{cmd: cmd, logPath: logFile.Name(), done: make(chan struct{})}
+	d.started = time.Now()
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		t.Fatalf("start devledger: %v", err)
+	}
+	go func() {
+		d.err = cmd.Wait()
+		logFile.Close()
+		close(d.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-d.done:
+		default:
+			_ = d.cmd.Process.Kill()
+			<-d.done
+		}
+		if t.Failed() || os.Getenv(logsEnv) != "" {
+			logTail(t, fmt.Sprintf("devledger run (pid %d)", cmd.Process.Pid), d.logPath)
+		}
+	})
+	return d
+}
+
+// signal sends sig to the daemon and waits (at most timeout) for it to
+// exit; it returns the exit code, -1 for a death by signal.
+func (d *daemon) signal(t *testing.T, sig syscall.Signal, timeout time.Duration) int {
+	t.Helper()
+	d.stopped = time.Now()
+	if err := d.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("send %v to devledger: %v", sig, err)
+	}
+	select {
+	case <-d.done:
+	case <-time.After(timeout):
+		t.Fatalf("devledger still running %v after %v", timeout, sig)
+	}
+	var exit *exec.ExitError
+	if errors.As(d.err, &exit) {
+		return exit.ExitCode()
+	}
+	if d.err != nil {
+		t.Fatalf("wait for devledger: %v", d.err)
+	}
+	return 0
+}
+
+// logTail prints the last lines of a log file into the test log.
+func logTail(t *testing.T, what, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Logf("%s log %s: %v", what, path, err)
+		return
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	const keep = 80
+	if len(lines) > keep {
+		lines = lines[len(lines)-keep:]
+	}
+	t.Logf("last %d lines of the %s log:\n%s", len(lines), what, strings.Join(lines, "\n"))
+}
+
+// devledger runs a devledger subcommand to completion and returns its
+// standard output.
+func devledger(t *testing.T, args ...string) []byte {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(devledgerBin, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("devledger %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.Bytes()
+}
+
+// ledgerState is the part of `devledger replay --format json` the suite
+// reads: the daemon's state folded from its ledger.
+type ledgerState struct {
+	Daemon struct {
+		Running bool `json:"running"`
+		Starts  int  `json:"starts"`
+	} `json:"daemon"`
+	Kubelet struct {
+		Restarts int `json:"restarts"`
+	} `json:"kubelet"`
+	Pools map[string]struct {
+		Members      []string `json:"members"`
+		Registration struct {
+			Socket     string `json:"socket"`
+			Mode       string `json:"mode"`
+			Registered bool   `json:"registered"`
+			Failures   int    `json:"failures"`
+			LastError  string `json:"last_error"`
+		} `json:"registration"`
+	} `json:"pools"`
+	Allocations map[string]struct {
+		Pool      string   `json:"pool"`
+		DeviceIDs []string `json:"device_ids"`
+	} `json:"allocations"`
+}
+
+// replay folds the node's ledger with `devledger replay --format json`
+// (offline, or through the admin socket while the daemon runs).
+func replay(t *testing.T, stateDir string) ledgerState {
+	t.Helper()
+	out := devledger(t, "replay", "--state-dir", stateDir, "--format", "json")
+	var s ledgerState
+	if err := json.Unmarshal(out, &s); err != nil {
+		t.Fatalf("devledger replay --format json: %v\n%s", err, out)
+	}
+	return s
+}
+
+// allocated lists the device sets the ledger holds for a pool, each sorted.
+func (s ledgerState) allocated(pool string) [][]string {
+	var out [][]string
+	for _, a := range s.Allocations {
+		if a.Pool == pool {
+			ids := slices.Clone(a.DeviceIDs)
+			slices.Sort(ids)
+			out = append(out, ids)
+		}
+	}
+	return out
+}

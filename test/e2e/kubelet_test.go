@@ -1,0 +1,354 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	cadvisorapi "github.com/google/cadvisor/lib/model"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	watcherapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
+	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
+	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
+	"k8s.io/kubernetes/pkg/kubelet/config"
+	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
+	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
+)
+
+// The kubelet's directories, as pkg/kubelet lays them out under its root.
+var (
+	devicePluginsDir   = filepath.Join(kubeletRoot, "device-plugins")
+	pluginsRegistryDir = filepath.Join(kubeletRoot, "plugins_registry")
+)
+
+// pollEvery paces the condition polls of the wait helpers.
+const pollEvery = 10 * time.Millisecond
+
+// nodeNUMA is the NUMA layout the kubelet is told about (cadvisor's view of
+// the fake node): two nodes, as in the sriov scenario.
+var nodeNUMA = []cadvisorapi.Node{{Id: 0}, {Id: 1}}
+
+// kubelet is one life of a kubelet process, as far as devices go: the real
+// device manager with its Registration server on kubelet.sock and, with
+// watcher set, the real plugin manager watching plugins_registry/. A new
+// kubelet on the same node is a kubelet restart.
+type kubelet struct {
+	m       *devicemanager.ManagerImpl
+	pods    *podList
+	started time.Time
+	stopPM  func()
+	stopped bool
+}
+
+// kubeletOptions shape a kubelet life.
+type kubeletOptions struct {
+	// watcher also runs the plugin manager on plugins_registry/ with the
+	// device manager's handler, as every kubelet since 1.12 does.
+	watcher bool
+}
+
+// resetKubeletRoot empties the tmpfs kubelet root, so that a test starts on a
+// node where no kubelet has run (no checkpoint, no sockets).
+func resetKubeletRoot(t *testing.T) {
+	t.Helper()
+	entries, err := os.ReadDir(kubeletRoot)
+	if err != nil {
+		t.Fatalf("read %s: %v", kubeletRoot, err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(kubeletRoot, e.Name())); err != nil {
+			t.Fatalf("empty %s: %v", kubeletRoot, err)
+		}
+	}
+}
+
+// logKubeletTo points the kubelet code's klog output at a file of the test's
+// and, if the test fails, prints its tail.
+func logKubeletTo(t *testing.T) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubelet.log")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeletLogs.set(f)
+	t.Cleanup(func() {
+		kubeletLogs.set(io.Discard)
+		f.Close()
+		if t.Failed() || os.Getenv(logsEnv) != "" {
+			logTail(t, "kubelet (klog)", path)
+		}
+	})
+}
+
+// startKubelet constructs a device manager as the kubelet's container
+// manager does (NewManagerImpl with the node's NUMA nodes and a topology
+// manager; here the fake one, policy none) and starts it: it reads its
+// checkpoint, empties device-plugins/ of sockets and serves kubelet.sock.
+// The pods are the node's: they outlive a kubelet restart.
+func startKubelet(t *testing.T, pods *podList, opts kubeletOptions) *kubelet {
+	t.Helper()
+	logger := klog.Background()
+	m, err := devicemanager.NewManagerImpl(logger, nodeNUMA, topologymanager.NewFakeManager(logger))
+	if err != nil {
+		t.Fatalf("kubelet: NewManagerImpl: %v", err)
+	}
+	k := &kubelet{m: m, pods: pods, started: time.Now()}
+	// sourcesReady: the kubelet has seen all its pod sources; the pods are
+	// those the test admitted. No container was found running at start.
+	ready := config.NewSourcesReady(func(sets.Set[string]) bool { return true })
+	if err := m.Start(logger, pods.active, ready, containermap.NewContainerMap(), sets.New[string]()); err != nil {
+		t.Fatalf("kubelet: start the device manager: %v", err)
+	}
+	if opts.watcher {
+		pm := pluginmanager.NewPluginManager(pluginsRegistryDir, &record.FakeRecorder{})
+		pm.AddHandler(watcherapi.DevicePlugin, m.GetWatcherHandler())
+		ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+		stopCh := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			pm.Run(ctx, ready, stopCh)
+		}()
+		k.stopPM = func() {
+			close(stopCh)
+			cancel()
+			<-done
+		}
+	}
+	t.Cleanup(k.stop)
+	return k
+}
+
+// stop ends this kubelet life: the plugin manager stops, the device manager
+// disconnects every plugin and stops serving kubelet.sock. Safe to call
+// twice.
+func (k *kubelet) stop() {
+	if k.stopped {
+		return
+	}
+	k.stopped = true
+	if k.stopPM != nil {
+		k.stopPM()
+	}
+	_ = k.m.Stop(klog.Background())
+}
+
+// restart is a kubelet restart: this life stops and a new device manager
+// starts on the same node, with the same pods.
+func (k *kubelet) restart(t *testing.T, opts kubeletOptions) *kubelet {
+	t.Helper()
+	k.stop()
+	return startKubelet(t, k.pods, opts)
+}
+
+// counts is capacity or allocatable by resource name.
+type counts map[string]int64
+
+func (c counts) String() string {
+	names := make([]string, 0, len(c))
+	for n := range c {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for i, n := range names {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%s=%d", n, c[n])
+	}
+	return b.String()
+}
+
+// capacity is what the kubelet would put in the node status: GetCapacity's
+// capacity and allocatable.
+func (k *kubelet) capacity() (capacity, allocatable counts) {
+	c, a, _ := k.m.GetCapacity(klog.Background())
+	capacity, allocatable = counts{}, counts{}
+	for n, q := range c {
+		capacity[string(n)] = q.Value()
+	}
+	for n, q := range a {
+		allocatable[string(n)] = q.Value()
+	}
+	return capacity, allocatable
+}
+
+// waitCapacity polls GetCapacity until ok accepts it, and returns how long
+// that took from since. It fails the test after timeout.
+func (k *kubelet) waitCapacity(t *testing.T, what string, since time.Time, timeout time.Duration, ok func(capacity, allocatable counts) bool) time.Duration {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		c, a := k.capacity()
+		if ok(c, a) {
+			return time.Since(since)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kubelet: waited %v for %s; capacity: %v; allocatable: %v", timeout, what, c, a)
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+// waitAllocatable waits until capacity and allocatable are both want.
+func (k *kubelet) waitAllocatable(t *testing.T, since time.Time, want counts) time.Duration {
+	t.Helper()
+	return k.waitCapacity(t, "capacity = allocatable = "+want.String(), since, 30*time.Second, func(c, a counts) bool {
+		return equalCounts(c, want) && equalCounts(a, want)
+	})
+}
+
+func equalCounts(a, b counts) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for n, v := range a {
+		if w, ok := b[n]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// devices is the kubelet's view of the healthy devices of a resource, with
+// the topology each plugin reported.
+func (k *kubelet) devices(resource string) map[string]*pluginapi.Device {
+	return k.m.GetAllocatableDevices(klog.Background())[resource]
+}
+
+// admission is what the kubelet got for one container: the device IDs it
+// allocated and the options it hands the container runtime.
+type admission struct {
+	took    time.Duration
+	devices map[string][]string // by resource, sorted
+	opts    *devicemanager.DeviceRunContainerOptions
+}
+
+// admit runs a pod's containers through the device manager as the kubelet's
+// admission and container start do: the pod becomes active, Allocate for
+// each container (topology hints come from the fake topology manager), then
+// GetDeviceRunContainerOptions as kuberuntime does when it builds the
+// container config. It returns the first container's result.
+func (k *kubelet) admit(t *testing.T, pod *v1.Pod) (admission, error) {
+	t.Helper()
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	k.pods.add(pod)
+	c := &pod.Spec.Containers[0]
+	start := time.Now()
+	if err := k.m.Allocate(ctx, pod, c, lifecycle.AddOperation); err != nil {
+		k.pods.remove(pod)
+		return admission{}, err
+	}
+	took := time.Since(start)
+	opts, err := k.m.GetDeviceRunContainerOptions(ctx, pod, c)
+	if err != nil {
+		return admission{}, fmt.Errorf("GetDeviceRunContainerOptions: %w", err)
+	}
+	return admission{took: took, devices: k.allocated(pod), opts: opts}, nil
+}
+
+// allocated is what the device manager holds for a pod's first container, by
+// resource.
+func (k *kubelet) allocated(pod *v1.Pod) map[string][]string {
+	out := map[string][]string{}
+	for res, devs := range k.m.GetDevices(string(pod.UID), pod.Spec.Containers[0].Name) {
+		ids := make([]string, 0, len(devs))
+		for id := range devs {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		out[res] = ids
+	}
+	return out
+}
+
+// hints are the device manager's topology hints for a pod's first
+// container, as the topology manager would collect them.
+func (k *kubelet) hints(pod *v1.Pod) map[string][]topologymanager.TopologyHint {
+	return k.m.GetTopologyHints(klog.Background(), pod, &pod.Spec.Containers[0], lifecycle.AddOperation)
+}
+
+// podList is the kubelet's active pods, the node's truth across kubelet
+// lives.
+type podList struct {
+	mu   sync.Mutex
+	pods []*v1.Pod
+	n    int
+}
+
+func (p *podList) active() []*v1.Pod {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.pods)
+}
+
+func (p *podList) add(pod *v1.Pod) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !slices.Contains(p.pods, pod) {
+		p.pods = append(p.pods, pod)
+	}
+}
+
+func (p *podList) remove(pod *v1.Pod) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pods = slices.DeleteFunc(p.pods, func(q *v1.Pod) bool { return q == pod })
+}
+
+// newPod is a pod with one container asking for n of resource, requests
+// equal to limits as the API server enforces for extended resources.
+func (p *podList) newPod(resourceName string, n int64) *v1.Pod {
+	p.mu.Lock()
+	p.n++
+	i := p.n
+	p.mu.Unlock()
+	q := resource.NewQuantity(n, resource.DecimalSI)
+	rl := v1.ResourceList{v1.ResourceName(resourceName): *q}
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      fmt.Sprintf("e2e-%d", i),
+			Namespace: "default",
+			UID:       types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", i)),
+		},
+		Spec: v1.PodSpec{Containers: []v1.Container{{
+			Name:      "app",
+			Resources: v1.ResourceRequirements{Limits: rl, Requests: rl.DeepCopy()},
+		}}},
+	}
+}
+
+// socketsIn lists the unix sockets in dir, by base name, kubelet.sock left
+// out: the plugins' sockets.
+func socketsIn(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatalf("read %s: %v", dir, err)
+	}
+	var out []string
+	for _, e := range entries {
+		if e.Type()&os.ModeSocket != 0 && e.Name() != "kubelet.sock" {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
