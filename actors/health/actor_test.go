@@ -1,0 +1,448 @@
+package health
+
+import (
+	"bytes"
+	"log/slog"
+	"maps"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/devledger/devledger/actors/ledger"
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/store"
+	"github.com/devledger/devledger/sysfs"
+)
+
+// family runs the actor under test as the only child of a parent that
+// records, in order, every message the child sends it (the parent's view).
+type family struct {
+	sys           *actor.ActorSystem
+	parent, child *actor.PID
+	heard         chan any
+	done          chan struct{}
+}
+
+// flush is answered by the parent, and by the child's observer middleware
+// before it reaches the actor: once both answered, the child has handled
+// everything sent to it before, and the parent heard all it sent.
+type flush struct{}
+
+func spawnFamily(t *testing.T, props *actor.Props) *family {
+	t.Helper()
+	f := &family{heard: make(chan any, 64), done: make(chan struct{})}
+	f.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
+	props.Configure(actor.WithReceiverMiddleware(func(next actor.ReceiverFunc) actor.ReceiverFunc {
+		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+			if _, ok := env.Message.(*flush); ok {
+				c.ActorSystem().Root.Send(env.Sender, env.Message)
+				return
+			}
+			next(c, env)
+		}
+	}))
+	spawned := make(chan *actor.PID, 1)
+	f.parent = f.sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		switch m := ctx.Message().(type) {
+		case *actor.Started:
+			spawned <- ctx.Spawn(props)
+		case *flush:
+			ctx.Respond(m)
+		case *actor.Stopping, *actor.Stopped, *actor.Restarting, *actor.Terminated:
+		default:
+			select {
+			case f.heard <- m:
+			case <-f.done:
+			}
+		}
+	}))
+	f.child = <-spawned
+	t.Cleanup(func() {
+		close(f.done)
+		_ = f.sys.Root.PoisonFuture(f.parent).Wait()
+		f.sys.Shutdown()
+	})
+	return f
+}
+
+// silent checks that the parent heard nothing more once the child handled
+// what was sent to it.
+func (f *family) silent(t *testing.T) {
+	t.Helper()
+	for _, pid := range []*actor.PID{f.child, f.parent} {
+		if _, err := f.sys.Root.RequestFuture(pid, &flush{}, 5*time.Second).Result(); err != nil {
+			t.Fatalf("flush %s: %v", pid.Id, err)
+		}
+	}
+	select {
+	case m := <-f.heard:
+		t.Errorf("parent heard %#v, want nothing", m)
+	default:
+	}
+}
+
+// next waits for the next message the parent hears, which must be a T.
+func next[T any](t *testing.T, f *family) (v T) {
+	t.Helper()
+	select {
+	case m := <-f.heard:
+		var ok bool
+		if v, ok = m.(T); !ok {
+			t.Fatalf("parent heard %#v, want a %T", m, v)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("parent heard no %T within 5s", v)
+	}
+	return v
+}
+
+// fakeProber answers probes from a script: every address is healthy until
+// the test says otherwise. It remembers which addresses each round probed.
+type fakeProber struct {
+	mu      sync.Mutex
+	failing map[string]string // address → reason
+	rounds  [][]string
+}
+
+func (p *fakeProber) ProbeAll(ts []sysfs.ProbeTarget) []sysfs.ProbeResult {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]sysfs.ProbeResult, len(ts))
+	round := make([]string, len(ts))
+	for i, t := range ts {
+		round[i] = t.Address
+		why, bad := p.failing[t.Address]
+		out[i] = sysfs.ProbeResult{Healthy: !bad, Reason: why}
+	}
+	p.rounds = append(p.rounds, round)
+	return out
+}
+
+func (p *fakeProber) fail(addr, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.failing == nil {
+		p.failing = map[string]string{}
+	}
+	p.failing[addr] = reason
+}
+
+func (p *fakeProber) pass(addr string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.failing, addr)
+}
+
+func (p *fakeProber) lastRound() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.rounds) == 0 {
+		return nil
+	}
+	return p.rounds[len(p.rounds)-1]
+}
+
+// fakeClock is a clock the test moves.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+const (
+	devA = "0000:3b:01.0"
+	devB = "0000:3b:01.1"
+)
+
+type checkerUnderTest struct {
+	*family
+	prober *fakeProber
+	clock  *fakeClock
+	log    *store.Log
+}
+
+// newChecker starts a health checker with a fake prober and clock, its own
+// ledger, and no periodic rounds (the test asks for every round) unless cfg
+// says otherwise.
+func newChecker(t *testing.T, cfg Config) *checkerUnderTest {
+	t.Helper()
+	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	c := &checkerUnderTest{prober: &fakeProber{}, clock: &fakeClock{now: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)}, log: l}
+	cfg.Prober = c.prober
+	if cfg.Recorder == nil {
+		cfg.Recorder = ledger.NewRecorder(l, "boot-1", nil)
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = time.Hour
+	}
+	if cfg.Known == nil {
+		cfg.Known = map[string]events.Device{}
+	}
+	if cfg.Now == nil {
+		cfg.Now = c.clock.Now
+	}
+	c.family = spawnFamily(t, Props(cfg))
+	return c
+}
+
+func (c *checkerUnderTest) watch(targets ...Target) {
+	c.sys.Root.Send(c.child, &Watch{Targets: targets})
+}
+
+// round asks for a probe round of every target after moving the clock.
+func (c *checkerUnderTest) round(after time.Duration) {
+	c.clock.advance(after)
+	c.sys.Root.Send(c.child, &Probe{Reason: "test"})
+}
+
+// recorded returns the health changes in the ledger.
+func (c *checkerUnderTest) recorded(t *testing.T) []events.DeviceHealthChanged {
+	t.Helper()
+	var out []events.DeviceHealthChanged
+	if err := c.log.Read(1, func(e events.Envelope) error {
+		if p, ok := e.Payload.(events.DeviceHealthChanged); ok {
+			out = append(out, p)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func (c *checkerUnderTest) verdicts(t *testing.T) map[string]Verdict {
+	t.Helper()
+	r, err := c.sys.Root.RequestFuture(c.child, &Query{}, 5*time.Second).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.(*Verdicts).Devices
+}
+
+func target(addr string, debounce, holdDown time.Duration) Target {
+	return Target{Probe: sysfs.ProbeTarget{Address: addr, Driver: "vfio-pci"}, Debounce: debounce, HoldDown: holdDown}
+}
+
+// step is one probe round of a scenario: the clock moves by after, devA's
+// probe fails (with a reason) or passes, and the parent hears a verdict or
+// nothing.
+type step struct {
+	after   time.Duration
+	failing string // "": devA passes
+	want    *Verdict
+}
+
+func TestVerdicts(t *testing.T) {
+	unhealthy := func(reason string) *Verdict { return &Verdict{Address: devA, Healthy: false, Reason: reason} }
+	healthy := func(reason string) *Verdict { return &Verdict{Address: devA, Healthy: true, Reason: reason} }
+	tests := []struct {
+		name               string
+		debounce, holdDown time.Duration
+		steps              []step
+	}{
+		{"a failure counts at once without a debounce, a recovery too without a hold-down", 0, 0, []step{
+			{time.Second, "", nil},
+			{time.Second, "driver unbound (was vfio-pci)", unhealthy("driver unbound (was vfio-pci)")},
+			{time.Second, "driver unbound (was vfio-pci)", nil},
+			{time.Second, "", healthy("probes pass")},
+			{time.Second, "", nil},
+		}},
+		{"a failure counts once it lasted the debounce", 30 * time.Second, 0, []step{
+			{0, "/dev/vfio/60 missing", nil},
+			{29 * time.Second, "/dev/vfio/60 missing", nil},
+			{time.Second, "/dev/vfio/60 missing", unhealthy("/dev/vfio/60 missing")},
+		}},
+		{"the verdict gives the reason of the last failing probe", 10 * time.Second, 0, []step{
+			{0, "link down on ens785f0 (PF)", nil},
+			{10 * time.Second, "no carrier on ens785f0v0", unhealthy("no carrier on ens785f0v0")},
+		}},
+		{"flapping inside the debounce records nothing", 30 * time.Second, 0, []step{
+			{0, "gone from sysfs", nil},
+			{20 * time.Second, "", nil},
+			{5 * time.Second, "gone from sysfs", nil},
+			{20 * time.Second, "", nil},
+			{20 * time.Second, "gone from sysfs", nil},
+			{29 * time.Second, "gone from sysfs", nil},
+			{time.Second, "gone from sysfs", unhealthy("gone from sysfs")},
+		}},
+		{"a recovery counts once it lasted the hold-down", 0, time.Minute, []step{
+			{0, "driver unbound (was vfio-pci)", unhealthy("driver unbound (was vfio-pci)")},
+			{time.Second, "", nil},
+			{59 * time.Second, "", nil},
+			{time.Second, "", healthy("probes passed for 1m0s")},
+		}},
+		{"a failure inside the hold-down starts it over", 0, time.Minute, []step{
+			{0, "driver unbound (was vfio-pci)", unhealthy("driver unbound (was vfio-pci)")},
+			{time.Second, "", nil},
+			{50 * time.Second, "driver unbound (was vfio-pci)", nil},
+			{time.Second, "", nil},
+			{59 * time.Second, "", nil},
+			{time.Second, "", healthy("probes passed for 1m0s")},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newChecker(t, Config{})
+			c.watch(target(devA, tc.debounce, tc.holdDown), target(devB, tc.debounce, tc.holdDown))
+			var want []events.DeviceHealthChanged
+			for i, s := range tc.steps {
+				if s.failing != "" {
+					c.prober.fail(devA, s.failing)
+				} else {
+					c.prober.pass(devA)
+				}
+				c.round(s.after)
+				if s.want == nil {
+					c.silent(t)
+					continue
+				}
+				if got := next[*Verdict](t, c.family); *got != *s.want {
+					t.Fatalf("step %d: verdict %+v, want %+v", i, *got, *s.want)
+				}
+				want = append(want, events.DeviceHealthChanged{Address: s.want.Address, Healthy: s.want.Healthy, Reason: s.want.Reason})
+				c.silent(t)
+				if v := c.verdicts(t)[devA]; v != *s.want {
+					t.Errorf("step %d: Query says %+v, want %+v", i, v, *s.want)
+				}
+			}
+			if got := c.recorded(t); !slices.Equal(got, want) {
+				t.Errorf("ledger holds %+v, want %+v", got, want)
+			}
+		})
+	}
+}
+
+func TestProbeOnlyTheNamedDevices(t *testing.T) {
+	c := newChecker(t, Config{})
+	c.watch(target(devA, 0, 0), target(devB, 0, 0))
+	c.silent(t)
+	if got := c.prober.lastRound(); !slices.Equal(got, []string{devA, devB}) {
+		t.Errorf("Watch probed %v, want both targets", got)
+	}
+	c.prober.fail(devA, "gone from sysfs")
+	c.prober.fail(devB, "gone from sysfs")
+	c.sys.Root.Send(c.child, &Probe{Reason: "uevent", Addresses: []string{devB, "0000:99:00.0"}})
+	if v := next[*Verdict](t, c.family); v.Address != devB || v.Healthy {
+		t.Errorf("verdict %+v, want devB unhealthy", *v)
+	}
+	c.silent(t)
+	if got := c.prober.lastRound(); !slices.Equal(got, []string{devB}) {
+		t.Errorf("Probe{%s} probed %v", devB, got)
+	}
+	if v := c.verdicts(t)[devA]; !v.Healthy {
+		t.Errorf("devA, not probed, became %+v", v)
+	}
+}
+
+func TestVerdictsStartFromTheLedger(t *testing.T) {
+	const devC = "0000:3b:01.2"
+	unbound := "driver unbound (was vfio-pci)"
+	known := map[string]events.Device{
+		devA: {Facts: events.DeviceFacts{Address: devA}, Present: true, Healthy: false, HealthReason: unbound},
+		devB: {Facts: events.DeviceFacts{Address: devB}, Present: true, Healthy: false, HealthReason: unbound},
+		devC: {Facts: events.DeviceFacts{Address: devC}, Present: false, Healthy: false, HealthReason: "removed"},
+	}
+	c := newChecker(t, Config{Known: known})
+	c.prober.fail(devA, unbound) // still failing: nothing new
+	// devB recovered; devC, removed in the ledger and back, starts healthy.
+	c.watch(target(devA, 0, 0), target(devB, 0, 0), target(devC, 0, 0))
+	if v := next[*Verdict](t, c.family); *v != (Verdict{Address: devB, Healthy: true, Reason: "probes pass"}) {
+		t.Errorf("verdict %+v, want devB healthy again", *v)
+	}
+	c.silent(t)
+	if got := c.recorded(t); len(got) != 1 || got[0].Address != devB {
+		t.Errorf("recorded %+v, want only devB's recovery", got)
+	}
+	want := map[string]Verdict{
+		devA: {Address: devA, Healthy: false, Reason: unbound},
+		devB: {Address: devB, Healthy: true, Reason: "probes pass"},
+		devC: {Address: devC, Healthy: true},
+	}
+	if got := c.verdicts(t); !maps.Equal(got, want) {
+		t.Errorf("Query = %+v, want %+v", got, want)
+	}
+}
+
+// logLines is a log sink that hands each line to the test.
+type logLines chan []byte
+
+func (l logLines) Write(p []byte) (int, error) {
+	l <- bytes.Clone(p)
+	return len(p), nil
+}
+
+// count drains the lines logged so far and counts those with message msg.
+func (l logLines) count(msg string) int {
+	n := 0
+	for {
+		select {
+		case line := <-l:
+			if bytes.Contains(line, []byte(`"message":"`+msg+`"`)) {
+				n++
+			}
+		default:
+			return n
+		}
+	}
+}
+
+func TestFailedAppendDecidesNothingAndRetries(t *testing.T) {
+	l, err := store.Open(filepath.Join(t.TempDir(), "closed.db"), store.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	logs := make(logLines, 64)
+	c := newChecker(t, Config{Recorder: ledger.NewRecorder(l, "boot-1", nil), Log: zerolog.New(logs)})
+	c.watch(target(devA, 0, 0))
+	c.silent(t)
+	const cannot = "cannot record health changes; will retry"
+	c.prober.fail(devA, "gone from sysfs")
+	for round := 1; round <= 2; round++ {
+		c.round(time.Second)
+		c.silent(t)
+		if n := logs.count(cannot); n != 1 {
+			t.Fatalf("round %d: %d lines %q, want 1", round, n, cannot)
+		}
+		if v := c.verdicts(t)[devA]; !v.Healthy {
+			t.Errorf("round %d: an unrecorded verdict took effect: %+v", round, v)
+		}
+	}
+}
+
+func TestRoundAtTheEndOfTheDebounce(t *testing.T) {
+	c := newChecker(t, Config{Now: time.Now})
+	c.prober.fail(devA, "gone from sysfs")
+	start := time.Now()
+	c.watch(target(devA, 50*time.Millisecond, 0))
+	c.silent(t)
+	// No Probe: the checker's own round, when the debounce ends, decides.
+	if v := next[*Verdict](t, c.family); v.Address != devA || v.Healthy {
+		t.Errorf("verdict %+v, want devA unhealthy", *v)
+	}
+	if took := time.Since(start); took < 50*time.Millisecond {
+		t.Errorf("verdict after %v, before the debounce ended", took)
+	}
+}
