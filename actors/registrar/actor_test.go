@@ -1,0 +1,428 @@
+package registrar
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/devledger/devledger/actors/ledger"
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi"
+	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/store"
+)
+
+// family runs the actor under test as the only child of a parent that
+// records, in order, every message the child sends it (the parent's view).
+type family struct {
+	sys           *actor.ActorSystem
+	parent, child *actor.PID
+	heard         chan any
+	done          chan struct{}
+}
+
+// flush is answered by the parent, and by the child's observer middleware
+// before it reaches the actor: once both answered, the child has handled
+// everything sent to it before, and the parent heard all it sent.
+type flush struct{}
+
+func spawnFamily(t *testing.T, props *actor.Props) *family {
+	t.Helper()
+	f := &family{heard: make(chan any, 64), done: make(chan struct{})}
+	f.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
+	props.Configure(actor.WithReceiverMiddleware(func(next actor.ReceiverFunc) actor.ReceiverFunc {
+		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+			if _, ok := env.Message.(*flush); ok {
+				c.ActorSystem().Root.Send(env.Sender, env.Message)
+				return
+			}
+			next(c, env)
+		}
+	}))
+	spawned := make(chan *actor.PID, 1)
+	f.parent = f.sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		switch m := ctx.Message().(type) {
+		case *actor.Started:
+			spawned <- ctx.Spawn(props)
+		case *flush:
+			ctx.Respond(m)
+		case *actor.Stopping, *actor.Stopped, *actor.Restarting, *actor.Terminated:
+		default:
+			select {
+			case f.heard <- m:
+			case <-f.done:
+			}
+		}
+	}))
+	f.child = <-spawned
+	t.Cleanup(func() {
+		close(f.done)
+		_ = f.sys.Root.PoisonFuture(f.parent).Wait()
+		f.sys.Shutdown()
+	})
+	return f
+}
+
+// silent checks that the parent heard nothing more once the child handled
+// what was sent to it.
+func (f *family) silent(t *testing.T) {
+	t.Helper()
+	for _, pid := range []*actor.PID{f.child, f.parent} {
+		if _, err := f.sys.Root.RequestFuture(pid, &flush{}, 5*time.Second).Result(); err != nil {
+			t.Fatalf("flush %s: %v", pid.Id, err)
+		}
+	}
+	select {
+	case m := <-f.heard:
+		t.Errorf("parent heard %#v, want nothing", m)
+	default:
+	}
+}
+
+// next waits for the next message the parent hears, which must be a T.
+func next[T any](t *testing.T, f *family) (v T) {
+	t.Helper()
+	select {
+	case m := <-f.heard:
+		var ok bool
+		if v, ok = m.(T); !ok {
+			t.Fatalf("parent heard %#v, want a %T", m, v)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("parent heard no %T within 5s", v)
+	}
+	return v
+}
+
+// emptyBackend serves a pool with no devices.
+type emptyBackend struct{}
+
+func (emptyBackend) WatchDevices(ctx context.Context) (<-chan []*pluginapi.Device, error) {
+	ch := make(chan []*pluginapi.Device, 1)
+	ch <- nil
+	go func() { <-ctx.Done(); close(ch) }()
+	return ch, nil
+}
+
+func (emptyBackend) Allocate(context.Context, *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	return nil, grpcapi.ErrUnavailable
+}
+
+func (emptyBackend) PreferredAllocation(context.Context, *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	return nil, grpcapi.ErrUnavailable
+}
+
+type registrarUnderTest struct {
+	*family
+	kubelet *kubelettest.Kubelet
+	log     *store.Log
+}
+
+// newRegistrar starts a registrar, with fast retries, against a kubelet
+// stand-in started with kopts.
+func newRegistrar(t *testing.T, mode grpcapi.RegistrationMode, kopts kubelettest.Options, tweaks ...func(*Config)) *registrarUnderTest {
+	t.Helper()
+	k := kubelettest.Start(t, "", kopts)
+	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	cfg := Config{Recorder: ledger.NewRecorder(l, "boot-1", nil), Mode: mode,
+		KubeletSocket: k.RegistrationSocket(), RegisterTimeout: 2 * time.Second,
+		RetryInitial: 10 * time.Millisecond, RetryMax: 40 * time.Millisecond, Log: zerolog.Nop()}
+	for _, tweak := range tweaks {
+		tweak(&cfg)
+	}
+	f := spawnFamily(t, Props(cfg))
+	return &registrarUnderTest{family: f, kubelet: k, log: l}
+}
+
+// serve serves a pool with no devices in the kubelet's device-plugins dir
+// and returns its server and socket.
+func (r *registrarUnderTest) serve(t *testing.T, pool string) (*grpcapi.PoolServer, string) {
+	t.Helper()
+	srv := grpcapi.NewPoolServer(pool, emptyBackend{}, grpcapi.PoolServerOptions{})
+	sock := filepath.Join(r.kubelet.DevicePluginDir(), strings.ReplaceAll(pool, "/", "_")+".sock")
+	if err := srv.Serve(sock); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
+	return srv, sock
+}
+
+func (r *registrarUnderTest) status(t *testing.T) *Status {
+	t.Helper()
+	res, err := r.sys.Root.RequestFuture(r.child, &Query{}, 5*time.Second).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.(*Status)
+}
+
+// await polls the registrar's status until ok holds.
+func (r *registrarUnderTest) await(t *testing.T, what string, ok func(*Status) bool) *Status {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := r.status(t)
+		if ok(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("registrar never %s: %+v", what, st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// recorded returns the payloads in the ledger.
+func (r *registrarUnderTest) recorded(t *testing.T) []events.Payload {
+	t.Helper()
+	var out []events.Payload
+	if err := r.log.Read(1, func(e events.Envelope) error {
+		out = append(out, e.Payload)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+const gpu = "example.com/gpu"
+
+func registered(pool string) func(*Status) bool {
+	return func(st *Status) bool { return st.Pools[pool].Registered }
+}
+
+func TestDesiredPoolIsRegistered(t *testing.T) {
+	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
+	_, sock := r.serve(t, gpu)
+	r.sys.Root.Send(r.child, &Desire{Pool: gpu, Socket: sock})
+	reg, err := r.kubelet.WaitRegistered(ctxFor(t), gpu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reg.Endpoint != sock || reg.Mode != kubelettest.ModeLegacy {
+		t.Errorf("kubelet registered %s in %s mode, want %s in legacy mode", reg.Endpoint, reg.Mode, sock)
+	}
+	st := r.await(t, "registered the pool", registered(gpu))
+	if p := st.Pools[gpu]; p.Socket != sock || p.Failures != 0 || p.LastError != "" {
+		t.Errorf("status %+v", p)
+	}
+	want := []events.Payload{events.PluginRegistered{Pool: gpu, Socket: sock, Mode: "legacy"}}
+	if got := r.recorded(t); !reflect.DeepEqual(got, want) {
+		t.Errorf("recorded %+v, want %+v", got, want)
+	}
+	r.silent(t)
+}
+
+func TestRejectedRegistrationIsRetriedWithBackoff(t *testing.T) {
+	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
+	const bad = "not-extended" // the kubelet wants a domain-prefixed name
+	_, sock := r.serve(t, bad)
+	r.sys.Root.Send(r.child, &Desire{Pool: bad, Socket: sock})
+	st := r.await(t, "failed three times", func(st *Status) bool { return st.Pools[bad].Failures >= 3 })
+	rej := r.kubelet.Rejections()
+	if len(rej) == 0 {
+		t.Fatal("the kubelet saw no attempt")
+	}
+	reason := rej[0].Reason
+	if !strings.Contains(st.Pools[bad].LastError, reason) || st.Pools[bad].Registered {
+		t.Errorf("status %+v, want unregistered with the kubelet's reason %q", st.Pools[bad], reason)
+	}
+	var attempts []int
+	for _, p := range r.recorded(t) {
+		f, ok := p.(events.RegistrationFailed)
+		if !ok {
+			t.Fatalf("recorded %T, want only RegistrationFailed", p)
+		}
+		if f.Pool != bad || f.Socket != sock || f.Mode != "legacy" || !strings.Contains(f.Error, reason) {
+			t.Errorf("recorded %+v, want the kubelet's reason %q", f, reason)
+		}
+		attempts = append(attempts, f.Attempt)
+	}
+	if len(attempts) < 3 || !slices.Equal(attempts[:3], []int{1, 2, 3}) {
+		t.Errorf("attempts %v, want 1, 2, 3, ...", attempts)
+	}
+	// The backoff spaces the attempts: 10ms, 20ms, then 40ms.
+	if len(rej) >= 3 {
+		if gap := rej[2].At.Sub(rej[1].At); gap < 20*time.Millisecond {
+			t.Errorf("third attempt %v after the second, want at least the doubled backoff 20ms", gap)
+		}
+	}
+
+	// Undesire stops the retries; a new Desire starts counting again.
+	r.sys.Root.Send(r.child, &Undesire{Pool: bad, Socket: sock})
+	r.silent(t)
+	before := len(r.recorded(t))
+	r.sys.Root.Send(r.child, &Desire{Pool: bad, Socket: sock})
+	r.await(t, "failed again after a new Desire", func(*Status) bool { return len(r.recorded(t)) > before })
+	if f := r.recorded(t)[before].(events.RegistrationFailed); f.Attempt != 1 {
+		t.Errorf("first attempt after a new Desire is attempt %d, want 1", f.Attempt)
+	}
+}
+
+func TestNewKubeletGetsEveryPoolAgain(t *testing.T) {
+	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
+	srv, sock := r.serve(t, gpu)
+	r.sys.Root.Send(r.child, &Desire{Pool: gpu, Socket: sock})
+	r.await(t, "registered the pool", registered(gpu))
+
+	if err := r.kubelet.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	since := r.kubelet.BootedAt()
+	if err := srv.Reserve(sock); err != nil { // the restart deleted the socket
+		t.Fatal(err)
+	}
+	r.sys.Root.Send(r.child, &KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
+	regs, err := r.kubelet.RegisteredAfter(ctxFor(t), []string{gpu}, since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if regs[0].Boot != 2 {
+		t.Errorf("registered with kubelet boot %d, want 2", regs[0].Boot)
+	}
+	st := r.await(t, "registered with the new kubelet", registered(gpu))
+	if st.KubeletRestarts != 1 {
+		t.Errorf("KubeletRestarts = %d, want 1", st.KubeletRestarts)
+	}
+	want := []events.Payload{
+		events.PluginRegistered{Pool: gpu, Socket: sock, Mode: "legacy"},
+		events.KubeletRestarted{Socket: r.kubelet.RegistrationSocket()},
+		events.PluginRegistered{Pool: gpu, Socket: sock, Mode: "legacy"},
+	}
+	if got := r.recorded(t); !reflect.DeepEqual(got, want) {
+		t.Errorf("recorded %+v, want %+v", got, want)
+	}
+}
+
+func TestUndesiredPoolIsNotRegistered(t *testing.T) {
+	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
+	_, sock := r.serve(t, gpu)
+	r.sys.Root.Send(r.child, &Desire{Pool: gpu, Socket: sock})
+	r.await(t, "registered the pool", registered(gpu))
+	r.sys.Root.Send(r.child, &Undesire{Pool: gpu, Socket: sock})
+	if st := r.status(t); len(st.Pools) != 0 {
+		t.Errorf("status after Undesire: %+v, want no pools", st.Pools)
+	}
+	// A new kubelet is not given the pool.
+	r.sys.Root.Send(r.child, &KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
+	r.silent(t)
+	if n := len(r.kubelet.Registrations()); n != 1 {
+		t.Errorf("%d registrations, want the one before Undesire", n)
+	}
+}
+
+func TestMissingSocketIsReported(t *testing.T) {
+	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
+	gone := filepath.Join(r.kubelet.DevicePluginDir(), "gone.sock")
+	r.sys.Root.Send(r.child, &Desire{Pool: gpu, Socket: gone})
+	if m := next[*SocketMissing](t, r.family); *m != (SocketMissing{Pool: gpu, Socket: gone}) {
+		t.Errorf("parent heard %+v", *m)
+	}
+	if st := r.status(t); len(st.Pools) != 0 {
+		t.Errorf("a pool without its socket is still desired: %+v", st.Pools)
+	}
+
+	// A socket the kubelet deleted on its restart is found missing too.
+	_, sock := r.serve(t, gpu)
+	r.sys.Root.Send(r.child, &Desire{Pool: gpu, Socket: sock})
+	r.await(t, "registered the pool", registered(gpu))
+	if err := r.kubelet.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	r.sys.Root.Send(r.child, &KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
+	if m := next[*SocketMissing](t, r.family); *m != (SocketMissing{Pool: gpu, Socket: sock}) {
+		t.Errorf("parent heard %+v", *m)
+	}
+	r.silent(t)
+	if n := len(r.kubelet.Registrations()); n != 1 {
+		t.Errorf("%d registrations, want only the one before the restart", n)
+	}
+}
+
+func TestRegistrationsWaitForTheKubelet(t *testing.T) {
+	const timeout = 50 * time.Millisecond
+	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{Delayed: true}, func(c *Config) { c.RegisterTimeout = timeout })
+	srv, sock := r.serve(t, gpu)
+	r.sys.Root.Send(r.child, &Desire{Pool: gpu, Socket: sock})
+	r.sys.Root.Send(r.child, &Reconcile{})
+	r.silent(t)
+	// An attempt would time out and be recorded as failed: give it the
+	// time to, as nothing else tells that no attempt is out.
+	deadline := time.Now().Add(4 * timeout)
+	for time.Now().Before(deadline) {
+		if got := r.recorded(t); len(got) != 0 {
+			t.Fatalf("recorded %+v without a kubelet", got)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if p := r.status(t).Pools[gpu]; p.Registered || p.Failures != 0 {
+		t.Errorf("status without a kubelet: %+v, want waiting (no attempt, no failure)", p)
+	}
+
+	if err := r.kubelet.Boot(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Reserve(sock); err != nil { // the kubelet's boot deleted it
+		t.Fatal(err)
+	}
+	r.sys.Root.Send(r.child, &KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
+	if _, err := r.kubelet.WaitRegistered(ctxFor(t), gpu); err != nil {
+		t.Fatal(err)
+	}
+	r.await(t, "registered once the kubelet appeared", registered(gpu))
+}
+
+func TestWatcherModeRecordsWhatTheKubeletReports(t *testing.T) {
+	r := newRegistrar(t, grpcapi.ModeWatcher, kubelettest.Options{})
+	const sock = "/plugins_registry/example.com_gpu.sock" // never dialled in watcher mode
+	send := func(m any) { r.sys.Root.Send(r.child, m) }
+	send(&Desire{Pool: gpu, Socket: sock})
+	send(&KubeletReported{Pool: gpu, Socket: sock, InfoRequested: true})
+	send(&KubeletReported{Pool: gpu, Socket: sock, Reason: "plugin rejected: bad version"})
+	send(&KubeletReported{Pool: gpu, Socket: sock, Reason: "plugin rejected: bad version"})
+	r.silent(t)
+	if p := r.status(t).Pools[gpu]; p.Registered || p.Failures != 2 || p.LastError != "plugin rejected: bad version" {
+		t.Errorf("status after two refusals: %+v", p)
+	}
+	send(&KubeletReported{Pool: gpu, Socket: sock, Registered: true})
+	r.silent(t)
+	if p := r.status(t).Pools[gpu]; !p.Registered || p.Failures != 0 || p.LastError != "" {
+		t.Errorf("status after the kubelet's acceptance: %+v", p)
+	}
+	want := []events.Payload{
+		events.RegistrationFailed{Pool: gpu, Socket: sock, Mode: "watcher", Error: "plugin rejected: bad version", Attempt: 1},
+		events.RegistrationFailed{Pool: gpu, Socket: sock, Mode: "watcher", Error: "plugin rejected: bad version", Attempt: 2},
+		events.PluginRegistered{Pool: gpu, Socket: sock, Mode: "watcher"},
+	}
+	if got := r.recorded(t); !reflect.DeepEqual(got, want) {
+		t.Errorf("recorded %+v, want %+v", got, want)
+	}
+	if n := len(r.kubelet.Registrations()) + len(r.kubelet.Rejections()); n != 0 {
+		t.Errorf("watcher mode called Register %d times", n)
+	}
+	// A new kubelet voids the registration until it reports again.
+	send(&KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
+	r.silent(t)
+	if p := r.status(t).Pools[gpu]; p.Registered {
+		t.Errorf("still registered after a new kubelet: %+v", p)
+	}
+}
