@@ -20,21 +20,20 @@ import (
 // family runs the actor under test as the only child of a parent that
 // records, in order, every message the child sends it (the parent's view).
 type family struct {
-	sys   *actor.ActorSystem
-	child *actor.PID
-	// parent answers flush; heard is what it got from its child.
-	parent *actor.PID
-	heard  chan any
+	sys           *actor.ActorSystem
+	parent, child *actor.PID
+	heard         chan any
+	done          chan struct{}
 }
 
 // flush is answered by the parent, and by the child's observer middleware
-// without reaching the actor: once both answered, everything sent to the
-// child before has been handled and everything it sent its parent heard.
+// before it reaches the actor: once both answered, the child has handled
+// everything sent to it before, and the parent heard all it sent.
 type flush struct{}
 
 func spawnFamily(t *testing.T, props *actor.Props) *family {
 	t.Helper()
-	f := &family{heard: make(chan any, 64)}
+	f := &family{heard: make(chan any, 64), done: make(chan struct{})}
 	f.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
 	props.Configure(actor.WithReceiverMiddleware(func(next actor.ReceiverFunc) actor.ReceiverFunc {
 		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
@@ -54,66 +53,50 @@ func spawnFamily(t *testing.T, props *actor.Props) *family {
 			ctx.Respond(m)
 		case *actor.Stopping, *actor.Stopped, *actor.Restarting, *actor.Terminated:
 		default:
-			f.heard <- m
+			select {
+			case f.heard <- m:
+			case <-f.done:
+			}
 		}
 	}))
 	f.child = <-spawned
 	t.Cleanup(func() {
-		done := make(chan struct{})
-		go func() { // a parent blocked on a full heard would never stop
-			for {
-				select {
-				case <-f.heard:
-				case <-done:
-					return
-				}
-			}
-		}()
+		close(f.done)
 		_ = f.sys.Root.PoisonFuture(f.parent).Wait()
-		close(done)
 		f.sys.Shutdown()
 	})
 	return f
 }
 
-// sync waits until the child handled what was sent to it and the parent
-// heard what the child sent.
-func (f *family) sync(t *testing.T) {
+// silent checks that the parent heard nothing more once the child handled
+// what was sent to it.
+func (f *family) silent(t *testing.T) {
 	t.Helper()
 	for _, pid := range []*actor.PID{f.child, f.parent} {
 		if _, err := f.sys.Root.RequestFuture(pid, &flush{}, 5*time.Second).Result(); err != nil {
 			t.Fatalf("flush %s: %v", pid.Id, err)
 		}
 	}
-}
-
-// next waits for the next message the parent heard, which must be a T.
-func next[T any](t *testing.T, f *family) T {
-	t.Helper()
-	select {
-	case m := <-f.heard:
-		v, ok := m.(T)
-		if !ok {
-			var want T
-			t.Fatalf("parent heard %#v, want a %T", m, want)
-		}
-		return v
-	case <-time.After(5 * time.Second):
-		var want T
-		t.Fatalf("parent heard no %T within 5s", want)
-		panic("unreachable")
-	}
-}
-
-// silent checks that the parent heard nothing more.
-func (f *family) silent(t *testing.T) {
-	t.Helper()
-	f.sync(t)
 	select {
 	case m := <-f.heard:
 		t.Errorf("parent heard %#v, want nothing", m)
 	default:
 	}
+}
+
+// next waits for the next message the parent hears, which must be a T.
+func next[T any](t *testing.T, f *family) (v T) {
+	t.Helper()
+	select {
+	case m := <-f.heard:
+		var ok bool
+		if v, ok = m.(T); !ok {
+			t.Fatalf("parent heard %#v, want a %T", m, v)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("parent heard no %T within 5s", v)
+	}
+	return v
 }
 
 type fixture struct {
