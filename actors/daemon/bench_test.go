@@ -3,10 +3,12 @@ package daemon
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -45,12 +47,8 @@ type benchNode struct {
 	opts    Options
 }
 
-func newBenchNode(tb testing.TB, scenario, cfg string) *benchNode {
+func newBenchNode(tb testing.TB, tree sysfsgen.Node, cfg string) *benchNode {
 	tb.Helper()
-	tree, err := sysfsgen.Scenario(scenario)
-	if err != nil {
-		tb.Fatal(err)
-	}
 	roots, err := sysfsgen.Build(benchbaseline.MemTempDir(tb), tree)
 	if err != nil {
 		tb.Fatal(err)
@@ -149,12 +147,35 @@ func median(xs []float64) float64 {
 	return xs[len(xs)/2]
 }
 
-// allocBenchConfig is one pool of every Intel VF of the large tree, vfio
-// and iavf alike (1,016): large enough that the 901 Allocates of
-// `-benchtime 1x` never hand out a device twice, so no AllocationConflict
-// is recorded (longer runs go round the pool again and do; the metric
-// "conflicts" counts them). genericPCI writes no device-info file: the path measured is
-// gRPC, the pool actor and the ledger.
+// allocBenchNode is a node with 8 PFs of 255 VFs each, all bound to
+// vfio-pci, each VF in an IOMMU group of its own: a pool of 2,040 devices,
+// more than the 1,501 Allocates of `-benchtime 1x`, so that no device is
+// handed out twice and no AllocationConflict is recorded (longer runs go
+// round the pool again and do; the metric "conflicts" counts them).
+func allocBenchNode() sysfsgen.Node {
+	var n sysfsgen.Node
+	group := 100
+	for p := range 8 {
+		pf := sysfsgen.Function{
+			Address: fmt.Sprintf("0000:%02x:00.0", 0x20+4*p), Vendor: "8086", Device: "1592", Class: "020000",
+			Driver: "ice", NUMANode: p / 4, IOMMUGroup: strconv.Itoa(group),
+			TotalVFs: 256, VFOffset: 8, VFStride: 1, VFDevice: "1889",
+			Interfaces: []sysfsgen.Interface{{Name: fmt.Sprintf("ens%df0", p+1)}},
+		}
+		for range 255 {
+			group++
+			pf.VFs = append(pf.VFs, sysfsgen.Function{Driver: "vfio-pci", IOMMUGroup: strconv.Itoa(group)})
+		}
+		group++
+		n.Functions = append(n.Functions, pf)
+	}
+	n.VFIO = true
+	return n
+}
+
+// allocBenchConfig is one vfio pool of every VF. genericPCI writes no
+// device-info file: the path measured is gRPC, the pool actor and the
+// ledger.
 const allocBenchConfig = `{"resourceList": [{"resourceName": "vf", "resourcePrefix": "bench.devledger.io",
   "deviceType": "genericPCI", "selectors": [{"vendors": ["8086"], "devices": ["1889"]}]}]}`
 
@@ -175,10 +196,10 @@ func BenchmarkAllocateE2E(b *testing.B) {
 	const (
 		rounds       = 15
 		clients      = 8
-		perClientOps = 5
+		perClientOps = 10
 	)
 	seqPerRound := max(b.N/rounds, 20)
-	n := newBenchNode(b, sysfsgen.ScenarioLarge, allocBenchConfig)
+	n := newBenchNode(b, allocBenchNode(), allocBenchConfig)
 	d := n.start(b, allocBenchPool)
 	ctx := context.Background()
 	devs, err := n.kubelet.WaitDevices(ctx, allocBenchPool, func(ds []*pluginapi.Device) bool { return len(ds) > 0 })
@@ -389,7 +410,11 @@ func restartRegistered(tb testing.TB, k *kubelettest.Kubelet, pools []string) ti
 func BenchmarkKubeletRestart(b *testing.B) {
 	rounds := max(b.N, 25)
 	cfg, pools := largeConfig(b)
-	n := newBenchNode(b, sysfsgen.ScenarioLarge, cfg)
+	tree, err := sysfsgen.Scenario(sysfsgen.ScenarioLarge)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := newBenchNode(b, tree, cfg)
 	d := n.start(b, pools...)
 
 	kb := kubelettest.Start(b, "", kubelettest.Options{})
