@@ -39,7 +39,8 @@ import (
 // something useful too.
 
 // benchNode is a daemon's node for benchmarks: a fake sysfs tree (in
-// memory, as sysfs is), a kubelet stand-in and the daemon's options, logging at info level to nowhere (the
+// memory, as sysfs is), a device-info dir in memory (as /var/run is), a
+// kubelet stand-in and the daemon's options, logging at info level to nowhere (the
 // log lines are formatted, as on a node).
 type benchNode struct {
 	roots   sysfsgen.Roots
@@ -62,7 +63,7 @@ func newBenchNode(tb testing.TB, tree sysfsgen.Node, cfg string) *benchNode {
 	return &benchNode{roots: roots, kubelet: k, opts: Options{
 		ConfigPath: cfgPath, SysfsRoot: roots.Sysfs, DevRoot: roots.Dev, ProcRoot: roots.Proc,
 		PCIIDsPath: filepath.Join(tb.TempDir(), "none"), KubeletDir: dir, StateDir: tb.TempDir(),
-		DevinfoDir: filepath.Join(tb.TempDir(), "devinfo"), Registration: "legacy", Version: "bench",
+		DevinfoDir: filepath.Join(benchbaseline.MemTempDir(tb), "devinfo"), Registration: "legacy", Version: "bench",
 		Node: "bench-node", Logger: zerolog.New(io.Discard).Level(zerolog.InfoLevel),
 	}}
 }
