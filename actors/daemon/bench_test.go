@@ -40,8 +40,8 @@ import (
 
 // benchNode is a daemon's node for benchmarks: a fake sysfs tree (in
 // memory, as sysfs is), a device-info dir in memory (as /var/run is), a
-// kubelet stand-in and the daemon's options, logging at info level to nowhere (the
-// log lines are formatted, as on a node).
+// kubelet stand-in and the daemon's options, logging at info level to
+// nowhere (the log lines are formatted, as on a node).
 type benchNode struct {
 	roots   sysfsgen.Roots
 	kubelet *kubelettest.Kubelet
