@@ -1,0 +1,142 @@
+package node
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"testing"
+
+	"github.com/devledger/devledger/config"
+	"github.com/devledger/devledger/grpcapi"
+)
+
+func TestSocketPaths(t *testing.T) {
+	const dir = "kubelet"
+	tests := []struct {
+		name     string
+		mode     grpcapi.RegistrationMode
+		resource string
+		want     string
+	}{
+		{"legacy mode serves in device-plugins", grpcapi.ModeLegacy, "intel.com/sriov_vfio", "kubelet/device-plugins/intel.com_sriov_vfio.sock"},
+		{"no mode is legacy", "", "nvidia.com/gpu", "kubelet/device-plugins/nvidia.com_gpu.sock"},
+		{"watcher mode serves in plugins_registry", grpcapi.ModeWatcher, "nvidia.com/gpu", "kubelet/plugins_registry/nvidia.com_gpu.sock"},
+		{"every slash is replaced", grpcapi.ModeLegacy, "a/b/c", "kubelet/device-plugins/a_b_c.sock"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := SocketPath(dir, tc.mode, tc.resource); got != filepath.FromSlash(tc.want) {
+				t.Errorf("SocketPath = %s, want %s", got, tc.want)
+			}
+		})
+	}
+	if got := KubeletSocket(dir); got != filepath.Join(dir, "device-plugins", "kubelet.sock") {
+		t.Errorf("KubeletSocket = %s", got)
+	}
+	if got := PluginsRegistryDir(dir); got != filepath.Join(dir, "plugins_registry") {
+		t.Errorf("PluginsRegistryDir = %s", got)
+	}
+}
+
+func TestDigest(t *testing.T) {
+	tests := []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"no file", nil, ""},
+		{"an empty file", []byte{}, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+		{"abc", []byte("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Digest(tc.data); got != tc.want {
+				t.Errorf("Digest = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+const twoPools = `{"resourceList": [
+  {"resourceName": "gpu", "resourcePrefix": "nvidia.com", "deviceType": "genericPCI",
+   "selectors": {"vendors": ["10de"], "drivers": ["vfio-pci"]}, "excludeTopology": true},
+  {"resourceName": "sriov_net", "allocatePolicy": "packed",
+   "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["iavf"]}}
+]}`
+
+func parse(t *testing.T, data string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse("config.json", []byte(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestConfigApplied(t *testing.T) {
+	ca := ConfigApplied("/etc/devledger/config.json", []byte(twoPools), parse(t, twoPools))
+	if ca.Path != "/etc/devledger/config.json" || ca.SHA256 != Digest([]byte(twoPools)) {
+		t.Errorf("ConfigApplied path %q sha %q", ca.Path, ca.SHA256)
+	}
+	if len(ca.Pools) != 2 {
+		t.Fatalf("%d pool specs, want 2", len(ca.Pools))
+	}
+	gpu, nic := ca.Pools[0], ca.Pools[1]
+	if gpu.Resource != "nvidia.com/gpu" || gpu.DeviceType != "genericPCI" || !gpu.ExcludeTopology || gpu.AllocatePolicy != "none" {
+		t.Errorf("gpu spec %+v", gpu)
+	}
+	if nic.Resource != "intel.com/sriov_net" || nic.DeviceType != "netDevice" || nic.ExcludeTopology || nic.AllocatePolicy != "packed" {
+		t.Errorf("nic spec (defaults filled in) %+v", nic)
+	}
+	for _, p := range ca.Pools {
+		var def map[string]any
+		if err := json.Unmarshal([]byte(p.Definition), &def); err != nil {
+			t.Errorf("%s definition is not JSON: %v\n%s", p.Resource, err, p.Definition)
+		}
+	}
+
+	// The same file parsed again, or laid out differently, gives the same
+	// definitions; only the digest tells the bytes apart.
+	again := ConfigApplied("/etc/devledger/config.json", []byte(twoPools), parse(t, twoPools))
+	compact := `{"resourceList":[{"resourceName":"gpu","resourcePrefix":"nvidia.com","deviceType":"genericPCI","selectors":{"vendors":["10de"],"drivers":["vfio-pci"]},"excludeTopology":true},{"resourceName":"sriov_net","allocatePolicy":"packed","selectors":{"vendors":["8086"],"devices":["1889"],"drivers":["iavf"]}}]}`
+	reformatted := ConfigApplied("/etc/devledger/config.json", []byte(compact), parse(t, compact))
+	for i := range ca.Pools {
+		if again.Pools[i] != ca.Pools[i] {
+			t.Errorf("parsing the same file twice changed %s's spec:\n%+v\n%+v", ca.Pools[i].Resource, ca.Pools[i], again.Pools[i])
+		}
+		if reformatted.Pools[i] != ca.Pools[i] {
+			t.Errorf("reformatting the file changed %s's spec:\n%+v\n%+v", ca.Pools[i].Resource, ca.Pools[i], reformatted.Pools[i])
+		}
+	}
+	if reformatted.SHA256 == ca.SHA256 {
+		t.Errorf("different bytes, same digest")
+	}
+
+	// A changed selector changes that pool's definition, and only that.
+	wider := `{"resourceList": [
+  {"resourceName": "gpu", "resourcePrefix": "nvidia.com", "deviceType": "genericPCI",
+   "selectors": {"vendors": ["10de"], "drivers": ["vfio-pci", "nvidia"]}, "excludeTopology": true},
+  {"resourceName": "sriov_net", "allocatePolicy": "packed",
+   "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["iavf"]}}
+]}`
+	changed := ConfigApplied("/etc/devledger/config.json", []byte(wider), parse(t, wider))
+	if changed.Pools[0].Definition == ca.Pools[0].Definition {
+		t.Errorf("a new driver in gpu's selector left its definition as it was")
+	}
+	if changed.Pools[1] != ca.Pools[1] {
+		t.Errorf("a change to gpu changed sriov_net's spec")
+	}
+}
+
+func TestDefinitionIgnoresThePoolsPlaceInTheFile(t *testing.T) {
+	t.Skip("bug: ConfigApplied marshals config.Resource with its Path (\"resourceList[i]\") and each Selector.Path, so a pool added above another changes the other's Definition; see the report")
+	alone := `{"resourceList": [{"resourceName": "sriov_net", "selectors": {"vendors": ["8086"]}}]}`
+	below := `{"resourceList": [
+  {"resourceName": "gpu", "resourcePrefix": "nvidia.com", "deviceType": "genericPCI", "selectors": {"vendors": ["10de"]}},
+  {"resourceName": "sriov_net", "selectors": {"vendors": ["8086"]}}
+]}`
+	before := ConfigApplied("config.json", []byte(alone), parse(t, alone)).Pools[0]
+	after := ConfigApplied("config.json", []byte(below), parse(t, below)).Pools[1]
+	if before != after {
+		t.Errorf("a pool added above sriov_net changed its spec:\n%s\n%s", before.Definition, after.Definition)
+	}
+}
