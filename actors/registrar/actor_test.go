@@ -393,7 +393,7 @@ func TestRegistrationsWaitForTheKubelet(t *testing.T) {
 
 func TestWatcherModeRecordsWhatTheKubeletReports(t *testing.T) {
 	r := newRegistrar(t, grpcapi.ModeWatcher, kubelettest.Options{})
-	const sock = "/plugins_registry/example.com_gpu.sock" // never dialled in watcher mode
+	sock := filepath.Join(r.kubelet.PluginsRegistryDir(), "example.com_gpu.sock") // never dialled in watcher mode
 	send := func(m any) { r.sys.Root.Send(r.child, m) }
 	send(&Desire{Pool: gpu, Socket: sock})
 	send(&KubeletReported{Pool: gpu, Socket: sock, InfoRequested: true})
