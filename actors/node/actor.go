@@ -387,11 +387,23 @@ func ConfigApplied(path string, data []byte, cfg *config.Config) events.ConfigAp
 	ca := events.ConfigApplied{Path: path, SHA256: Digest(data)}
 	for i := range cfg.Resources {
 		r := &cfg.Resources[i]
-		def, _ := json.Marshal(r)
 		ca.Pools = append(ca.Pools, events.PoolSpec{Resource: r.FullName(), DeviceType: string(r.DeviceType),
-			ExcludeTopology: r.ExcludeTopology, AllocatePolicy: string(r.AllocatePolicy), Definition: string(def)})
+			ExcludeTopology: r.ExcludeTopology, AllocatePolicy: string(r.AllocatePolicy), Definition: definition(r)})
 	}
 	return ca
+}
+
+// definition is a pool's configuration as canonical JSON, without where it
+// sits in the file: a pool added above another does not change the other.
+func definition(r *config.Resource) string {
+	c := *r
+	c.Path = ""
+	c.Selectors = slices.Clone(r.Selectors)
+	for i := range c.Selectors {
+		c.Selectors[i].Path = ""
+	}
+	def, _ := json.Marshal(&c)
+	return string(def)
 }
 
 // reload reads the config file again. A file that cannot be read is logged
@@ -453,8 +465,7 @@ func (n *coordinator) reload(ctx actor.Context, reason string) *ReloadResult {
 	}
 	old := make(map[string]string, len(n.resources))
 	for name, r := range n.resources {
-		def, _ := json.Marshal(r)
-		old[name] = string(def)
+		old[name] = definition(r)
 	}
 	for _, name := range gone {
 		if pid := n.pools[name]; pid != nil {

@@ -110,6 +110,7 @@ func (r *registrar) Receive(ctx actor.Context) {
 		r.desired[m.Pool] = desire{socket: m.Socket, gen: r.gen}
 		r.cancelRetry(m.Pool)
 		r.failures[m.Pool] = 0
+		delete(r.lastError, m.Pool)
 		r.reconcile(ctx)
 	case *Undesire:
 		delete(r.desired, m.Pool)
@@ -203,6 +204,12 @@ func (r *registrar) registered(ctx actor.Context, m *registerResult) {
 		r.reconcile(ctx)
 		return
 	}
+	if m.epoch != r.epoch {
+		// A new kubelet appeared while we registered with the old one:
+		// whatever the old one said, register with the new one now.
+		r.reconcile(ctx)
+		return
+	}
 	if m.err != nil {
 		r.failures[m.pool]++
 		n := r.failures[m.pool]
@@ -210,13 +217,8 @@ func (r *registrar) registered(ctx actor.Context, m *registerResult) {
 		r.record(events.RegistrationFailed{Pool: m.pool, Socket: d.socket, Mode: string(r.cfg.Mode), Error: m.err.Error(), Attempt: n})
 		delay := r.backoff(n)
 		r.cfg.Log.Warn().Err(m.err).Str("pool", m.pool).Int("attempt", n).Dur("retry_in", delay).Msg("registration failed")
-		self, root, gen := ctx.Self(), ctx.ActorSystem().Root, d.gen
-		r.retrying[m.pool] = time.AfterFunc(delay, func() { root.Send(self, &retry{pool: m.pool, gen: gen}) })
-		return
-	}
-	if m.epoch != r.epoch {
-		// A new kubelet appeared while we registered with the old one.
-		r.reconcile(ctx)
+		self, root := ctx.Self(), ctx.ActorSystem().Root
+		r.retrying[m.pool] = time.AfterFunc(delay, func() { root.Send(self, &retry{pool: m.pool}) })
 		return
 	}
 	r.actual[m.pool] = acknowledged{gen: d.gen, epoch: m.epoch}

@@ -66,7 +66,4 @@ type registerResult struct {
 	err   error
 }
 
-type retry struct {
-	pool string
-	gen  uint64
-}
+type retry struct{ pool string }

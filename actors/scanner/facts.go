@@ -59,8 +59,8 @@ func ChangedFields(a, b events.DeviceFacts) []string {
 
 // Diff compares a fresh scan with what the ledger knows and returns the
 // events that bring the ledger up to date: discovered, changed, and removed
-// devices (a known, present device missing from the scan), in address
-// order.
+// devices (a known, present device missing from the scan): discovered and
+// changed devices in scan order, then removals sorted by address.
 func Diff(known map[string]events.Device, scanned []sysfs.Device) []events.Payload {
 	var out []events.Payload
 	seen := make(map[string]bool, len(scanned))
