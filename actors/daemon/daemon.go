@@ -332,20 +332,40 @@ func (d *Daemon) watchKernel() {
 	go func() {
 		defer close(done)
 		for batch := range sysfs.Coalesce(ch, 0, 0) {
-			devices, links := 0, 0
+			// A burst names the devices and interfaces it touched: probe
+			// those, and rescan when devices came, went or changed
+			// driver. An overflow lost events: rescan and probe all.
+			devices, links, overflow := 0, 0, false
+			var addrs, ifaces []string
 			for _, e := range batch {
 				switch e.Kind {
+				case sysfs.KindOverflow:
+					overflow = true
 				case sysfs.KindLink:
 					links++
+					if e.Interface != "" {
+						ifaces = append(ifaces, e.Interface)
+					}
 				default:
 					devices++
+					if e.PCIAddress != "" {
+						addrs = append(addrs, e.PCIAddress)
+					}
+					if e.Interface != "" {
+						ifaces = append(ifaces, e.Interface)
+					}
 				}
 			}
-			if devices > 0 {
+			if devices > 0 || overflow {
 				d.Send(&node.Rescan{Reason: fmt.Sprintf("kernel: %d device events", devices)})
 			}
-			d.Send(&node.ProbeHealth{})
-			d.log.Debug().Int("device_events", devices).Int("link_events", links).Msg("kernel events")
+			switch {
+			case overflow:
+				d.Send(&node.ProbeHealth{})
+			case len(addrs) > 0 || len(ifaces) > 0:
+				d.Send(&node.ProbeHealth{Addresses: addrs, Interfaces: ifaces})
+			}
+			d.log.Debug().Int("device_events", devices).Int("link_events", links).Bool("overflow", overflow).Msg("kernel events")
 		}
 	}()
 }

@@ -56,15 +56,21 @@ type Target struct {
 // Watch replaces the set of devices to probe; they are probed at once.
 type Watch struct{ Targets []Target }
 
-// Probe asks for a probe round now: of the devices named in Addresses (a
-// kernel event names them), or of every target when it is empty.
+// Probe asks for a probe round now: of the devices named in Addresses or
+// whose interface (or PF's interface) is named in Interfaces (a kernel event
+// names them), or of every target when both are empty.
 type Probe struct {
-	Reason    string
-	Addresses []string
+	Reason     string
+	Addresses  []string
+	Interfaces []string
 }
 
-// Verdict is sent to the parent when a device's health changed; it is
-// already in the ledger.
+// Changed is sent to the parent once per probe round in which verdicts
+// changed, with all of them, already in the ledger: a PF going down takes
+// its VFs with it in one message, and the pools tell the kubelet once.
+type Changed struct{ Verdicts []Verdict }
+
+// Verdict is one device's new health.
 type Verdict struct {
 	Address string
 	Healthy bool
@@ -138,7 +144,15 @@ func (c *checker) Receive(ctx actor.Context) {
 		c.targets = slices.Clone(m.Targets)
 		c.round(ctx, nil)
 	case *Probe:
-		c.round(ctx, m.Addresses)
+		if len(m.Addresses) == 0 && len(m.Interfaces) == 0 {
+			c.round(ctx, nil)
+			break
+		}
+		c.round(ctx, func(t Target) bool {
+			return slices.Contains(m.Addresses, t.Probe.Address) ||
+				t.Probe.Interface != "" && slices.Contains(m.Interfaces, t.Probe.Interface) ||
+				t.Probe.PFInterface != "" && slices.Contains(m.Interfaces, t.Probe.PFInterface)
+		})
 	case *tick:
 		c.timer, c.due = nil, time.Time{}
 		c.round(ctx, nil)
@@ -185,12 +199,12 @@ func (c *checker) state(addr string, now time.Time) *device {
 // round probes every target (or those named in only), records the verdicts that changed in one
 // append, and schedules the next round: the probe interval, or sooner when a
 // hold-down or debounce ends first.
-func (c *checker) round(ctx actor.Context, only []string) {
+func (c *checker) round(ctx actor.Context, only func(Target) bool) {
 	targets := c.targets
-	if len(only) > 0 {
-		targets = make([]Target, 0, len(only))
+	if only != nil {
+		targets = nil
 		for _, t := range c.targets {
-			if slices.Contains(only, t.Probe.Address) {
+			if only(t) {
 				targets = append(targets, t)
 			}
 		}
@@ -255,6 +269,6 @@ func (c *checker) round(ctx actor.Context, only []string) {
 			ev = c.cfg.Log.Warn()
 		}
 		ev.Str("bdf", v.Address).Bool("healthy", v.Healthy).Str("reason", v.Reason).Uint64("seq", envs[i].Seq).Msg("device health changed")
-		ctx.Send(ctx.Parent(), &verdicts[i])
 	}
+	ctx.Send(ctx.Parent(), &Changed{Verdicts: verdicts})
 }

@@ -316,7 +316,7 @@ func TestVerdicts(t *testing.T) {
 					c.silent(t)
 					continue
 				}
-				if got := next[*Verdict](t, c.family); *got != *s.want {
+				if got := nextVerdict(t, c.family); *got != *s.want {
 					t.Fatalf("step %d: verdict %+v, want %+v", i, *got, *s.want)
 				}
 				want = append(want, events.DeviceHealthChanged{Address: s.want.Address, Healthy: s.want.Healthy, Reason: s.want.Reason})
@@ -342,7 +342,7 @@ func TestProbeOnlyTheNamedDevices(t *testing.T) {
 	c.prober.fail(devA, "gone from sysfs")
 	c.prober.fail(devB, "gone from sysfs")
 	c.sys.Root.Send(c.child, &Probe{Reason: "uevent", Addresses: []string{devB, "0000:99:00.0"}})
-	if v := next[*Verdict](t, c.family); v.Address != devB || v.Healthy {
+	if v := nextVerdict(t, c.family); v.Address != devB || v.Healthy {
 		t.Errorf("verdict %+v, want devB unhealthy", *v)
 	}
 	c.silent(t)
@@ -366,7 +366,7 @@ func TestVerdictsStartFromTheLedger(t *testing.T) {
 	c.prober.fail(devA, unbound) // still failing: nothing new
 	// devB recovered; devC, removed in the ledger and back, starts healthy.
 	c.watch(target(devA, 0, 0), target(devB, 0, 0), target(devC, 0, 0))
-	if v := next[*Verdict](t, c.family); *v != (Verdict{Address: devB, Healthy: true, Reason: "probes pass"}) {
+	if v := nextVerdict(t, c.family); *v != (Verdict{Address: devB, Healthy: true, Reason: "probes pass"}) {
 		t.Errorf("verdict %+v, want devB healthy again", *v)
 	}
 	c.silent(t)
@@ -439,10 +439,20 @@ func TestRoundAtTheEndOfTheDebounce(t *testing.T) {
 	c.watch(target(devA, 50*time.Millisecond, 0))
 	c.silent(t)
 	// No Probe: the checker's own round, when the debounce ends, decides.
-	if v := next[*Verdict](t, c.family); v.Address != devA || v.Healthy {
+	if v := nextVerdict(t, c.family); v.Address != devA || v.Healthy {
 		t.Errorf("verdict %+v, want devA unhealthy", *v)
 	}
 	if took := time.Since(start); took < 50*time.Millisecond {
 		t.Errorf("verdict after %v, before the debounce ended", took)
 	}
+}
+
+// nextVerdict is the one verdict of the next Changed the parent gets.
+func nextVerdict(t *testing.T, f *family) *Verdict {
+	t.Helper()
+	ch := next[*Changed](t, f)
+	if len(ch.Verdicts) != 1 {
+		t.Fatalf("Changed with %d verdicts, want 1: %+v", len(ch.Verdicts), ch.Verdicts)
+	}
+	return &ch.Verdicts[0]
 }

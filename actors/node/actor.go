@@ -189,10 +189,18 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		if pid := n.pools[m.Pool]; pid != nil {
 			ctx.Send(pid, &pool.Reserve{Lost: m.Socket})
 		}
-	case *health.Verdict:
-		n.healthy[m.Address] = m.Healthy
-		if name, ok := n.owner[m.Address]; ok {
-			ctx.Send(n.pools[name], &pool.SetHealth{Address: m.Address, Healthy: m.Healthy, Reason: m.Reason})
+	case *health.Changed:
+		byPool := map[string][]pool.SetHealth{}
+		for _, v := range m.Verdicts {
+			n.healthy[v.Address] = v.Healthy
+			if name, ok := n.owner[v.Address]; ok {
+				byPool[name] = append(byPool[name], pool.SetHealth{Address: v.Address, Healthy: v.Healthy, Reason: v.Reason})
+			}
+		}
+		for name, changes := range byPool {
+			if pid := n.pools[name]; pid != nil {
+				ctx.Send(pid, &pool.SetHealths{Changes: changes})
+			}
 		}
 	case *Rescan:
 		ctx.Send(n.scanner, &scanner.Rescan{Reason: m.Reason})
@@ -204,7 +212,7 @@ func (n *coordinator) Receive(ctx actor.Context) {
 			ctx.Respond(res)
 		}
 	case *ProbeHealth:
-		ctx.Send(n.health, &health.Probe{Reason: "asked", Addresses: m.Addresses})
+		ctx.Send(n.health, &health.Probe{Reason: "asked", Addresses: m.Addresses, Interfaces: m.Interfaces})
 	case *Children:
 		pools := make(map[string]*actor.PID, len(n.pools))
 		for k, v := range n.pools {

@@ -7,9 +7,13 @@ import "github.com/asynkron/protoactor-go/actor"
 // Rescan asks for a scan now (and, through it, a fresh pool selection).
 type Rescan struct{ Reason string }
 
-// ProbeHealth asks the health checker for a probe round now, of the devices
-// in Addresses or, when it is empty, of all.
-type ProbeHealth struct{ Addresses []string }
+// ProbeHealth asks the health checker for a probe round now: of the devices
+// in Addresses and those whose interface (or PF's) is in Interfaces, or,
+// when both are empty, of all.
+type ProbeHealth struct {
+	Addresses  []string
+	Interfaces []string
+}
 
 // Children asks for the PIDs of the node's actors; the reply is a
 // *ChildPIDs. It lets the daemon and tests query actors directly.

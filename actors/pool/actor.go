@@ -94,7 +94,17 @@ func (p *allocator) Receive(ctx actor.Context) {
 		p.cfg.Resource = m.Resource
 		p.broadcast()
 	case *SetHealth:
-		p.setHealth(m)
+		if p.setHealth(m) {
+			p.broadcast()
+		}
+	case *SetHealths:
+		changed := false
+		for i := range m.Changes {
+			changed = p.setHealth(&m.Changes[i]) || changed
+		}
+		if changed {
+			p.broadcast()
+		}
 	case *Reserve:
 		p.reserve(ctx, m.Lost)
 	case *Released:
@@ -300,14 +310,15 @@ func (p *allocator) setMembers(ctx actor.Context, ms []allocation.Member, reason
 	p.broadcast()
 }
 
-func (p *allocator) setHealth(m *SetHealth) {
+// setHealth applies one verdict and says whether it changed anything.
+func (p *allocator) setHealth(m *SetHealth) bool {
 	mem, ok := p.members[m.Address]
 	if !ok || mem.Healthy == m.Healthy {
-		return
+		return false
 	}
 	mem.Healthy = m.Healthy
 	p.members[m.Address] = mem
-	p.broadcast()
+	return true
 }
 
 func (p *allocator) release(seq uint64) {

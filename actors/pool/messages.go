@@ -26,6 +26,10 @@ type SetMembers struct {
 // it; the kubelet gets the device list again.
 type SetResource struct{ Resource *config.Resource }
 
+// SetHealths are new verdicts for several members, applied together: the
+// kubelet gets one device list for all of them.
+type SetHealths struct{ Changes []SetHealth }
+
 // SetHealth is a new health verdict for one member, already recorded by the
 // health checker.
 type SetHealth struct {
