@@ -89,12 +89,17 @@ type registrar struct {
 	epoch    int
 	restarts int
 	waiting  bool // the missing kubelet socket was logged
+
+	// notes is the queue of events the writer appends in order.
+	notes   chan note
+	written chan struct{}
 }
 
 // Receive implements actor.Actor.
 func (r *registrar) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
+		r.startWriter()
 		r.desired = map[string]desire{}
 		r.actual = map[string]acknowledged{}
 		r.inflight = map[string]bool{}
@@ -105,6 +110,7 @@ func (r *registrar) Receive(ctx actor.Context) {
 		for _, t := range r.retrying {
 			t.Stop()
 		}
+		r.stopWriter()
 	case *Desire:
 		r.gen++
 		r.desired[m.Pool] = desire{socket: m.Socket, gen: r.gen}
@@ -120,9 +126,10 @@ func (r *registrar) Receive(ctx actor.Context) {
 		r.epoch++
 		r.restarts++
 		r.waiting = false
-		if envs := r.record(events.KubeletRestarted{Socket: m.Socket}); envs != nil {
-			r.cfg.Log.Info().Str("socket", m.Socket).Uint64("seq", envs[0].Seq).Msg("kubelet restarted; registering every pool again")
-		}
+		socket := m.Socket
+		r.record(events.KubeletRestarted{Socket: socket}, func(e events.Envelope) {
+			r.cfg.Log.Info().Str("socket", socket).Uint64("seq", e.Seq).Msg("kubelet restarted; registering every pool again")
+		})
 		for pool := range r.retrying {
 			r.cancelRetry(pool)
 			r.failures[pool] = 0
@@ -214,7 +221,7 @@ func (r *registrar) registered(ctx actor.Context, m *registerResult) {
 		r.failures[m.pool]++
 		n := r.failures[m.pool]
 		r.lastError[m.pool] = m.err.Error()
-		r.record(events.RegistrationFailed{Pool: m.pool, Socket: d.socket, Mode: string(r.cfg.Mode), Error: m.err.Error(), Attempt: n})
+		r.record(events.RegistrationFailed{Pool: m.pool, Socket: d.socket, Mode: string(r.cfg.Mode), Error: m.err.Error(), Attempt: n}, nil)
 		delay := r.backoff(n)
 		r.cfg.Log.Warn().Err(m.err).Str("pool", m.pool).Int("attempt", n).Dur("retry_in", delay).Msg("registration failed")
 		self, root := ctx.Self(), ctx.ActorSystem().Root
@@ -224,9 +231,10 @@ func (r *registrar) registered(ctx actor.Context, m *registerResult) {
 	r.actual[m.pool] = acknowledged{gen: d.gen, epoch: m.epoch}
 	r.failures[m.pool] = 0
 	delete(r.lastError, m.pool)
-	if envs := r.record(events.PluginRegistered{Pool: m.pool, Socket: d.socket, Mode: string(r.cfg.Mode)}); envs != nil {
-		r.cfg.Log.Info().Str("pool", m.pool).Str("socket", d.socket).Uint64("seq", envs[0].Seq).Msg("pool registered with the kubelet")
-	}
+	pool, socket := m.pool, d.socket
+	r.record(events.PluginRegistered{Pool: pool, Socket: socket, Mode: string(r.cfg.Mode)}, func(e events.Envelope) {
+		r.cfg.Log.Info().Str("pool", pool).Str("socket", socket).Uint64("seq", e.Seq).Msg("pool registered with the kubelet")
+	})
 }
 
 func (r *registrar) kubeletReported(m *KubeletReported) {
@@ -241,16 +249,17 @@ func (r *registrar) kubeletReported(m *KubeletReported) {
 	if !m.Registered {
 		r.failures[m.Pool]++
 		r.lastError[m.Pool] = m.Reason
-		r.record(events.RegistrationFailed{Pool: m.Pool, Socket: m.Socket, Mode: string(grpcapi.ModeWatcher), Error: m.Reason, Attempt: r.failures[m.Pool]})
+		r.record(events.RegistrationFailed{Pool: m.Pool, Socket: m.Socket, Mode: string(grpcapi.ModeWatcher), Error: m.Reason, Attempt: r.failures[m.Pool]}, nil)
 		r.cfg.Log.Warn().Str("pool", m.Pool).Str("reason", m.Reason).Msg("kubelet refused the pool")
 		return
 	}
 	r.actual[m.Pool] = acknowledged{gen: d.gen, epoch: r.epoch}
 	r.failures[m.Pool] = 0
 	delete(r.lastError, m.Pool)
-	if envs := r.record(events.PluginRegistered{Pool: m.Pool, Socket: m.Socket, Mode: string(grpcapi.ModeWatcher)}); envs != nil {
-		r.cfg.Log.Info().Str("pool", m.Pool).Str("socket", m.Socket).Uint64("seq", envs[0].Seq).Msg("pool registered with the kubelet")
-	}
+	pool, socket := m.Pool, m.Socket
+	r.record(events.PluginRegistered{Pool: pool, Socket: socket, Mode: string(grpcapi.ModeWatcher)}, func(e events.Envelope) {
+		r.cfg.Log.Info().Str("pool", pool).Str("socket", socket).Uint64("seq", e.Seq).Msg("pool registered with the kubelet")
+	})
 }
 
 func (r *registrar) status() *Status {
@@ -263,16 +272,49 @@ func (r *registrar) status() *Status {
 	return st
 }
 
-// record appends to the ledger; a registration is a fact about the kubelet,
-// which stands whether or not we could write it down, so a failed append is
-// logged and the registrar carries on.
-func (r *registrar) record(p events.Payload) []events.Envelope {
-	envs, err := r.cfg.Recorder.Record(context.Background(), p)
-	if err != nil {
-		r.cfg.Log.Error().Err(err).Str("event", string(p.EventType())).Msg("cannot record registration event")
-		return nil
+// record queues an event for the registrar's writer, which appends them in
+// order off the actor's thread. A registration is a fact about the kubelet
+// that stands whether or not we wrote it down yet, so the registrar does not
+// wait for the fsync: with several pools re-registering after a kubelet
+// restart, waiting would put one fsync per event on the path to the last
+// registration. done, when set, runs once the event is durable. A failed
+// append is logged and the registrar carries on.
+func (r *registrar) record(p events.Payload, done func(events.Envelope)) {
+	r.notes <- note{p: p, done: done}
+}
+
+type note struct {
+	p    events.Payload
+	done func(events.Envelope)
+}
+
+// startWriter starts the goroutine that appends queued events in order;
+// stopWriter drains the queue and waits for it.
+func (r *registrar) startWriter() {
+	r.notes = make(chan note, 1024)
+	r.written = make(chan struct{})
+	notes, written, rec, log := r.notes, r.written, r.cfg.Recorder, r.cfg.Log
+	go func() {
+		defer close(written)
+		for n := range notes {
+			envs, err := rec.Record(context.Background(), n.p)
+			if err != nil {
+				log.Error().Err(err).Str("event", string(n.p.EventType())).Msg("cannot record registration event")
+				continue
+			}
+			if n.done != nil {
+				n.done(envs[0])
+			}
+		}
+	}()
+}
+
+func (r *registrar) stopWriter() {
+	if r.notes != nil {
+		close(r.notes)
+		<-r.written
+		r.notes = nil
 	}
-	return envs
 }
 
 func (r *registrar) backoff(n int) time.Duration {
