@@ -168,9 +168,9 @@ func (n *e2eNode) start(t *testing.T, extra ...string) *daemonProc {
 // startRegistered starts the daemon and waits until the kubelet has every
 // pool registered and the ledger says so. It returns the process and the
 // ledger's last sequence then: what follows is the test's doing.
-func (n *e2eNode) startRegistered(t *testing.T, pools []string) (*daemonProc, uint64) {
+func (n *e2eNode) startRegistered(t *testing.T, pools []string, extra ...string) (*daemonProc, uint64) {
 	t.Helper()
-	p := n.start(t)
+	p := n.start(t, extra...)
 	ctx := e2eCtx(t)
 	for _, res := range pools {
 		if _, err := n.kubelet.WaitRegistered(ctx, res); err != nil {
