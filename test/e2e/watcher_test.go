@@ -1,6 +1,12 @@
 package e2e
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
 
 func TestWatcherRegistration(t *testing.T) {
 	r := startRig(t, "watcher")
@@ -28,4 +34,27 @@ func TestWatcherKubeletRestart(t *testing.T) {
 // plugin watcher must see as a new plugin to register.
 func TestWatcherDaemonSIGKILL(t *testing.T) {
 	killDaemon(t, startRig(t, "watcher"))
+}
+
+// TestWatcherSocketRemoved removes one pool's socket from plugins_registry/
+// while the kubelet runs: the plugin watcher deregisters the pool, the
+// daemon re-creates the socket, and the watcher registers it again.
+func TestWatcherSocketRemoved(t *testing.T) {
+	r := startRig(t, "watcher")
+	removed := time.Now()
+	if err := os.Remove(filepath.Join(pluginsRegistryDir, "intel.com_intel_sriov_dpdk.sock")); err != nil {
+		t.Fatal(err)
+	}
+	// The watcher's reconciler (one pass a second) unregisters the old
+	// socket, then registers the new one at the same path.
+	r.k.waitCapacity(t, resDPDK+" deregistered", removed, 30*time.Second, func(_, a counts) bool {
+		return a[resDPDK] == 0
+	})
+	took := r.k.waitAllocatable(t, removed, sriovPools)
+	logFigure(t, r.mode, "reregistration-after-socket-removed", took)
+	admitDPDK(t, r)
+	r.d.signal(t, syscall.SIGTERM, 30*time.Second)
+	r.k.waitCapacity(t, "allocatable zero after SIGTERM", r.d.stopped, 30*time.Second, func(_, a counts) bool {
+		return equalCounts(a, noneAllocatable)
+	})
 }
