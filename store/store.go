@@ -114,6 +114,10 @@ type Log struct {
 	batch   []*appendReq
 	arena   []byte
 	writeMu sync.Mutex
+	// prevBatch is how many calls the last commit took (leader's only);
+	// arrived wakes a leader waiting for concurrent callers to join.
+	prevBatch int
+	arrived   chan struct{}
 }
 
 // Open opens the ledger at path. Opened for writing, a missing file is
@@ -181,6 +185,7 @@ func Open(path string, opts Options) (*Log, error) {
 		bootID:   opts.BootID,
 		maxBatch: opts.MaxBatch,
 		now:      time.Now,
+		arrived:  make(chan struct{}, 1),
 	}
 	if err := l.loadBounds(); err != nil {
 		db.Close()
