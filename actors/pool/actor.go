@@ -174,7 +174,7 @@ func (p *allocator) start(ctx actor.Context) {
 	if err := p.server.Serve(p.cfg.Socket); err != nil {
 		panic(fmt.Errorf("pool %s: serve %s: %w", p.name, p.cfg.Socket, err))
 	}
-	p.announce(ctx, "")
+	p.announce(ctx, "", false)
 }
 
 func (p *allocator) callTimeout() time.Duration {
@@ -186,7 +186,7 @@ func (p *allocator) callTimeout() time.Duration {
 
 // announce records PluginServing (after SocketLost when the socket was
 // lost) and tells the parent the pool is ready to be registered.
-func (p *allocator) announce(ctx actor.Context, lost string) {
+func (p *allocator) announce(ctx actor.Context, lost string, rebound bool) {
 	mode := string(p.cfg.Mode)
 	if mode == "" {
 		mode = string(grpcapi.ModeLegacy)
@@ -205,7 +205,7 @@ func (p *allocator) announce(ctx actor.Context, lost string) {
 	} else {
 		p.cfg.Log.Info().Str("pool", p.name).Str("socket", p.cfg.Socket).Str("mode", mode).Uint64("seq", envs[len(envs)-1].Seq).Msg("pool serving")
 	}
-	ctx.Send(ctx.Parent(), &Serving{Pool: p.name, Socket: p.cfg.Socket})
+	ctx.Send(ctx.Parent(), &Serving{Pool: p.name, Socket: p.cfg.Socket, KubeletWatching: rebound && len(p.watchers) > 0})
 }
 
 // stop ends this incarnation's serving (the pool stops, or restarts after
@@ -248,7 +248,7 @@ func (p *allocator) reserve(ctx actor.Context, lost string) {
 	if err := p.server.Reserve(p.cfg.Socket); err != nil {
 		panic(fmt.Errorf("pool %s: re-create socket %s: %w", p.name, p.cfg.Socket, err))
 	}
-	p.announce(ctx, lost)
+	p.announce(ctx, lost, true)
 }
 
 func index(ms []allocation.Member) (map[string]allocation.Member, []string) {

@@ -71,6 +71,11 @@ type Crash struct{ Reason string }
 type Serving struct {
 	Pool   string
 	Socket string
+	// KubeletWatching says the socket file was re-created for the same
+	// server while the kubelet still holds a ListAndWatch on it: the
+	// kubelet's registration of this socket path stands (a real kubelet
+	// refuses a second Register of a path it is connected to).
+	KubeletWatching bool
 }
 
 // KubeletReported relays what the kubelet told the pool's socket in

@@ -69,8 +69,9 @@ type desire struct {
 }
 
 type acknowledged struct {
-	gen   uint64
-	epoch int
+	gen    uint64
+	epoch  int
+	socket string
 }
 
 type registrar struct {
@@ -117,10 +118,22 @@ func (r *registrar) Receive(ctx actor.Context) {
 		r.cancelRetry(m.Pool)
 		r.failures[m.Pool] = 0
 		delete(r.lastError, m.Pool)
+		if a, ok := r.actual[m.Pool]; ok && r.cfg.Mode == grpcapi.ModeLegacy && m.KubeletWatching && a.epoch == r.epoch && a.socket == m.Socket {
+			// The socket file was re-created under a live connection:
+			// the kubelet's registration of the path stands, and a
+			// second Register of a connected path is refused.
+			r.actual[m.Pool] = acknowledged{gen: r.gen, epoch: r.epoch, socket: m.Socket}
+			pool, socket := m.Pool, m.Socket
+			r.record(events.PluginRegistered{Pool: pool, Socket: socket, Mode: string(r.cfg.Mode)}, func(e events.Envelope) {
+				r.cfg.Log.Info().Str("pool", pool).Str("socket", socket).Uint64("seq", e.Seq).Msg("socket re-created; the kubelet still watches the pool, its registration stands")
+			})
+		}
 		r.reconcile(ctx)
 	case *Undesire:
 		delete(r.desired, m.Pool)
-		delete(r.actual, m.Pool)
+		if !m.Lost {
+			delete(r.actual, m.Pool)
+		}
 		r.cancelRetry(m.Pool)
 	case *KubeletAppeared:
 		r.epoch++
@@ -228,7 +241,7 @@ func (r *registrar) registered(ctx actor.Context, m *registerResult) {
 		r.retrying[m.pool] = time.AfterFunc(delay, func() { root.Send(self, &retry{pool: m.pool}) })
 		return
 	}
-	r.actual[m.pool] = acknowledged{gen: d.gen, epoch: m.epoch}
+	r.actual[m.pool] = acknowledged{gen: d.gen, epoch: m.epoch, socket: d.socket}
 	r.failures[m.pool] = 0
 	delete(r.lastError, m.pool)
 	pool, socket := m.pool, d.socket
@@ -253,7 +266,7 @@ func (r *registrar) kubeletReported(m *KubeletReported) {
 		r.cfg.Log.Warn().Str("pool", m.Pool).Str("reason", m.Reason).Msg("kubelet refused the pool")
 		return
 	}
-	r.actual[m.Pool] = acknowledged{gen: d.gen, epoch: r.epoch}
+	r.actual[m.Pool] = acknowledged{gen: d.gen, epoch: r.epoch, socket: m.Socket}
 	r.failures[m.Pool] = 0
 	delete(r.lastError, m.Pool)
 	pool, socket := m.Pool, m.Socket

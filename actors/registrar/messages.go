@@ -8,6 +8,9 @@ package registrar
 type Desire struct {
 	Pool   string
 	Socket string
+	// KubeletWatching says the current kubelet still watches the pool on
+	// this socket path: its registration stands and is not made again.
+	KubeletWatching bool
 }
 
 // Undesire says a pool no longer serves (its socket was lost, or the pool

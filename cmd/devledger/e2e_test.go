@@ -281,9 +281,16 @@ func TestE2ESocketDeleted(t *testing.T) {
 		if err := os.Remove(n.socketPath(netPool)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := n.kubelet.RegisteredAfter(ctx, []string{netPool}, at); err != nil {
-			t.Fatal(err)
+		if mode == "watcher" {
+			// The plugin watcher deregisters the removed socket and
+			// registers the re-created one.
+			if _, err := n.kubelet.RegisteredAfter(ctx, []string{netPool}, at); err != nil {
+				t.Fatal(err)
+			}
 		}
+		n.waitLedger(t, "the socket re-created", func(envs []events.Envelope) bool {
+			return hasAll(since(envs, mark), events.TypePluginServing, []string{netPool})
+		})
 		checkMode(t, n.socketPath(netPool), 0o600)
 		if _, err := n.kubelet.WaitRegistered(ctx, netPool); err != nil {
 			t.Fatal(err)
@@ -297,6 +304,12 @@ func TestE2ESocketDeleted(t *testing.T) {
 				hasAll(after, events.TypePluginServing, []string{netPool}) &&
 				hasAll(after, events.TypePluginRegistered, []string{netPool})
 		})
+		// In legacy mode the kubelet kept its connection, so its
+		// registration of the path stands: a second Register of a
+		// connected path is refused by a real kubelet, and never sent.
+		if rej := n.kubelet.Rejections(); len(rej) > 0 {
+			t.Errorf("the kubelet refused %d registrations, first: %s", len(rej), rej[0].Reason)
+		}
 	})
 }
 

@@ -48,6 +48,23 @@ func (s *registrationServer) Register(_ context.Context, r *pluginapi.RegisterRe
 		k.reject(s.b, r.GetResourceName(), socket, ModeLegacy, err.Error())
 		return &pluginapi.Empty{}, err
 	}
+	// Today's kubelet tracks plugins by socket path and refuses a second
+	// Register of a path it is still connected to (handler.go: "device
+	// plugin already connected"): a plugin that re-created its socket file
+	// under a live connection must not register again.
+	k.mu.Lock()
+	var connected bool
+	for _, e := range k.endpoints {
+		if e.socket == socket && !e.stopped {
+			connected = true
+		}
+	}
+	k.mu.Unlock()
+	if connected {
+		err := fmt.Errorf("device plugin already connected: %s", socket)
+		k.reject(s.b, r.GetResourceName(), socket, ModeLegacy, err.Error())
+		return &pluginapi.Empty{}, err
+	}
 	requested := r.GetOptions()
 	if k.opts.AsyncRegister {
 		s.b.tasks.run(func() {
