@@ -2,7 +2,6 @@ package configwatch
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,72 +9,17 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/devledger/devledger/actors/internal/actortest"
 	"github.com/rs/zerolog"
 )
 
-// family runs the actor under test as the only child of a parent that
-// records, in order, every message the child sends it (the parent's view).
-type family struct {
-	sys           *actor.ActorSystem
-	parent, child *actor.PID
-	heard         chan any
-	done          chan struct{}
-}
+// The actor under test runs under a recording parent (actortest).
+type family = actortest.Family
 
-// flush is answered by the child's observer middleware before it reaches
-// the actor: once answered, the child has handled everything sent to it
-// before, its Started included.
-type flush struct{}
+func spawnFamily(t *testing.T, props *actor.Props) *family { return actortest.Spawn(t, props) }
 
-func spawnFamily(t *testing.T, props *actor.Props) *family {
-	t.Helper()
-	f := &family{heard: make(chan any, 64), done: make(chan struct{})}
-	f.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
-	props.Configure(actor.WithReceiverMiddleware(func(next actor.ReceiverFunc) actor.ReceiverFunc {
-		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
-			if _, ok := env.Message.(*flush); ok {
-				c.ActorSystem().Root.Send(env.Sender, env.Message)
-				return
-			}
-			next(c, env)
-		}
-	}))
-	spawned := make(chan *actor.PID, 1)
-	f.parent = f.sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
-		switch m := ctx.Message().(type) {
-		case *actor.Started:
-			spawned <- ctx.Spawn(props)
-		case *actor.Stopping, *actor.Stopped, *actor.Restarting, *actor.Terminated:
-		default:
-			select {
-			case f.heard <- m:
-			case <-f.done:
-			}
-		}
-	}))
-	f.child = <-spawned
-	t.Cleanup(func() {
-		close(f.done)
-		_ = f.sys.Root.PoisonFuture(f.parent).Wait()
-		f.sys.Shutdown()
-	})
-	return f
-}
-
-// next waits for the next message the parent hears, which must be a T.
-func next[T any](t *testing.T, f *family) (v T) {
-	t.Helper()
-	select {
-	case m := <-f.heard:
-		var ok bool
-		if v, ok = m.(T); !ok {
-			t.Fatalf("parent heard %#v, want a %T", m, v)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatalf("parent heard no %T within 5s", v)
-	}
-	return v
-}
+func next[T any](t *testing.T, f *family) T { return actortest.Next[T](t, f) }
 
 // quiet is the quiet period of the tests; the burst's is longer, so that
 // a busy machine's pauses between its writes stay inside it.
@@ -165,7 +109,7 @@ func TestChangesSettleIntoOneReload(t *testing.T) {
 			dir := t.TempDir()
 			path := tc.layout(t, dir)
 			f := spawnFamily(t, Props(Config{Path: path, Quiet: tc.quiet, Log: zerolog.Nop()}))
-			f.ready(t)
+			f.Drain(t)
 			changedAt := tc.change(t, dir, path)
 			m := next[*Changed](t, f)
 			if took := time.Since(changedAt); took < tc.quiet {
@@ -174,7 +118,7 @@ func TestChangesSettleIntoOneReload(t *testing.T) {
 			if !strings.Contains(m.Reason, tc.reason) {
 				t.Errorf("Changed{%q} does not name %s", m.Reason, tc.reason)
 			}
-			f.nothingFor(t, 2*tc.quiet)
+			f.NothingFor(t, 2*tc.quiet)
 		})
 	}
 }
@@ -183,7 +127,7 @@ func TestUnrelatedFilesAreIgnored(t *testing.T) {
 	dir := t.TempDir()
 	path := plainFile(t, dir)
 	f := spawnFamily(t, Props(Config{Path: path, Quiet: quiet, Log: zerolog.Nop()}))
-	f.ready(t)
+	f.Drain(t)
 	other := filepath.Join(dir, "other.json")
 	write(t, other, "{}")
 	rename(t, other, filepath.Join(dir, "config.json.bak"))
@@ -191,33 +135,13 @@ func TestUnrelatedFilesAreIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(t, filepath.Join(dir, "sub", "config.json"), "{}") // not the file: another dir
-	f.nothingFor(t, 2*quiet)
+	f.NothingFor(t, 2*quiet)
 }
 
 func TestMissingDirIsNoCrash(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "absent")
 	f := spawnFamily(t, Props(Config{Path: filepath.Join(dir, "config.json"), Quiet: quiet, Log: zerolog.Nop()}))
-	f.ready(t)
+	f.Drain(t)
 	write(t, filepath.Join(dir, "config.json"), "{}") // created after the watcher gave up
-	f.nothingFor(t, 2*quiet)
-}
-
-// ready waits until the child handled Started, where the watch is added.
-func (f *family) ready(t *testing.T) {
-	t.Helper()
-	if _, err := f.sys.Root.RequestFuture(f.child, &flush{}, 5*time.Second).Result(); err != nil {
-		t.Fatalf("watcher not started: %v", err)
-	}
-}
-
-// nothingFor checks that the parent hears nothing for d: a Changed comes
-// a quiet period after the change that causes it, so waiting a few quiet
-// periods is the only way to know none is coming.
-func (f *family) nothingFor(t *testing.T, d time.Duration) {
-	t.Helper()
-	select {
-	case m := <-f.heard:
-		t.Errorf("parent heard %#v, want nothing", m)
-	case <-time.After(d):
-	}
+	f.NothingFor(t, 2*quiet)
 }

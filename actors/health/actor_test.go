@@ -2,7 +2,6 @@ package health
 
 import (
 	"bytes"
-	"log/slog"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/devledger/devledger/actors/internal/actortest"
 	"github.com/rs/zerolog"
 
 	"github.com/devledger/devledger/actors/ledger"
@@ -19,87 +20,12 @@ import (
 	"github.com/devledger/devledger/sysfs"
 )
 
-// family runs the actor under test as the only child of a parent that
-// records, in order, every message the child sends it (the parent's view).
-type family struct {
-	sys           *actor.ActorSystem
-	parent, child *actor.PID
-	heard         chan any
-	done          chan struct{}
-}
+// The actor under test runs under a recording parent (actortest).
+type family = actortest.Family
 
-// flush is answered by the parent, and by the child's observer middleware
-// before it reaches the actor: once both answered, the child has handled
-// everything sent to it before, and the parent heard all it sent.
-type flush struct{}
+func spawnFamily(t *testing.T, props *actor.Props) *family { return actortest.Spawn(t, props) }
 
-func spawnFamily(t *testing.T, props *actor.Props) *family {
-	t.Helper()
-	f := &family{heard: make(chan any, 64), done: make(chan struct{})}
-	f.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
-	props.Configure(actor.WithReceiverMiddleware(func(next actor.ReceiverFunc) actor.ReceiverFunc {
-		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
-			if _, ok := env.Message.(*flush); ok {
-				c.ActorSystem().Root.Send(env.Sender, env.Message)
-				return
-			}
-			next(c, env)
-		}
-	}))
-	spawned := make(chan *actor.PID, 1)
-	f.parent = f.sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
-		switch m := ctx.Message().(type) {
-		case *actor.Started:
-			spawned <- ctx.Spawn(props)
-		case *flush:
-			ctx.Respond(m)
-		case *actor.Stopping, *actor.Stopped, *actor.Restarting, *actor.Terminated:
-		default:
-			select {
-			case f.heard <- m:
-			case <-f.done:
-			}
-		}
-	}))
-	f.child = <-spawned
-	t.Cleanup(func() {
-		close(f.done)
-		_ = f.sys.Root.PoisonFuture(f.parent).Wait()
-		f.sys.Shutdown()
-	})
-	return f
-}
-
-// silent checks that the parent heard nothing more once the child handled
-// what was sent to it.
-func (f *family) silent(t *testing.T) {
-	t.Helper()
-	for _, pid := range []*actor.PID{f.child, f.parent} {
-		if _, err := f.sys.Root.RequestFuture(pid, &flush{}, 5*time.Second).Result(); err != nil {
-			t.Fatalf("flush %s: %v", pid.Id, err)
-		}
-	}
-	select {
-	case m := <-f.heard:
-		t.Errorf("parent heard %#v, want nothing", m)
-	default:
-	}
-}
-
-// next waits for the next message the parent hears, which must be a T.
-func next[T any](t *testing.T, f *family) (v T) {
-	t.Helper()
-	select {
-	case m := <-f.heard:
-		var ok bool
-		if v, ok = m.(T); !ok {
-			t.Fatalf("parent heard %#v, want a %T", m, v)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatalf("parent heard no %T within 5s", v)
-	}
-	return v
-}
+func next[T any](t *testing.T, f *family) T { return actortest.Next[T](t, f) }
 
 // fakeProber answers probes from a script: every address is healthy until
 // the test says otherwise. It remembers which addresses each round probed.
@@ -206,13 +132,13 @@ func newChecker(t *testing.T, cfg Config) *checkerUnderTest {
 }
 
 func (c *checkerUnderTest) watch(targets ...Target) {
-	c.sys.Root.Send(c.child, &Watch{Targets: targets})
+	c.Sys.Root.Send(c.Child, &Watch{Targets: targets})
 }
 
 // round asks for a probe round of every target after moving the clock.
 func (c *checkerUnderTest) round(after time.Duration) {
 	c.clock.advance(after)
-	c.sys.Root.Send(c.child, &Probe{Reason: "test"})
+	c.Sys.Root.Send(c.Child, &Probe{Reason: "test"})
 }
 
 // recorded returns the health changes in the ledger.
@@ -232,7 +158,7 @@ func (c *checkerUnderTest) recorded(t *testing.T) []events.DeviceHealthChanged {
 
 func (c *checkerUnderTest) verdicts(t *testing.T) map[string]Verdict {
 	t.Helper()
-	r, err := c.sys.Root.RequestFuture(c.child, &Query{}, 5*time.Second).Result()
+	r, err := c.Sys.Root.RequestFuture(c.Child, &Query{}, 5*time.Second).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,14 +239,14 @@ func TestVerdicts(t *testing.T) {
 				}
 				c.round(s.after)
 				if s.want == nil {
-					c.silent(t)
+					c.Silent(t)
 					continue
 				}
 				if got := nextVerdict(t, c.family); *got != *s.want {
 					t.Fatalf("step %d: verdict %+v, want %+v", i, *got, *s.want)
 				}
 				want = append(want, events.DeviceHealthChanged{Address: s.want.Address, Healthy: s.want.Healthy, Reason: s.want.Reason})
-				c.silent(t)
+				c.Silent(t)
 				if v := c.verdicts(t)[devA]; v != *s.want {
 					t.Errorf("step %d: Query says %+v, want %+v", i, v, *s.want)
 				}
@@ -335,17 +261,17 @@ func TestVerdicts(t *testing.T) {
 func TestProbeOnlyTheNamedDevices(t *testing.T) {
 	c := newChecker(t, Config{})
 	c.watch(target(devA, 0, 0), target(devB, 0, 0))
-	c.silent(t)
+	c.Silent(t)
 	if got := c.prober.lastRound(); !slices.Equal(got, []string{devA, devB}) {
 		t.Errorf("Watch probed %v, want both targets", got)
 	}
 	c.prober.fail(devA, "gone from sysfs")
 	c.prober.fail(devB, "gone from sysfs")
-	c.sys.Root.Send(c.child, &Probe{Reason: "uevent", Addresses: []string{devB, "0000:99:00.0"}})
+	c.Sys.Root.Send(c.Child, &Probe{Reason: "uevent", Addresses: []string{devB, "0000:99:00.0"}})
 	if v := nextVerdict(t, c.family); v.Address != devB || v.Healthy {
 		t.Errorf("verdict %+v, want devB unhealthy", *v)
 	}
-	c.silent(t)
+	c.Silent(t)
 	if got := c.prober.lastRound(); !slices.Equal(got, []string{devB}) {
 		t.Errorf("Probe{%s} probed %v", devB, got)
 	}
@@ -369,7 +295,7 @@ func TestVerdictsStartFromTheLedger(t *testing.T) {
 	if v := nextVerdict(t, c.family); *v != (Verdict{Address: devB, Healthy: true, Reason: "probes pass"}) {
 		t.Errorf("verdict %+v, want devB healthy again", *v)
 	}
-	c.silent(t)
+	c.Silent(t)
 	if got := c.recorded(t); len(got) != 1 || got[0].Address != devB {
 		t.Errorf("recorded %+v, want only devB's recovery", got)
 	}
@@ -417,12 +343,12 @@ func TestFailedAppendDecidesNothingAndRetries(t *testing.T) {
 	logs := make(logLines, 64)
 	c := newChecker(t, Config{Recorder: ledger.NewRecorder(l, "boot-1", nil), Log: zerolog.New(logs)})
 	c.watch(target(devA, 0, 0))
-	c.silent(t)
+	c.Silent(t)
 	const cannot = "cannot record health changes; will retry"
 	c.prober.fail(devA, "gone from sysfs")
 	for round := 1; round <= 2; round++ {
 		c.round(time.Second)
-		c.silent(t)
+		c.Silent(t)
 		if n := logs.count(cannot); n != 1 {
 			t.Fatalf("round %d: %d lines %q, want 1", round, n, cannot)
 		}
@@ -437,7 +363,7 @@ func TestRoundAtTheEndOfTheDebounce(t *testing.T) {
 	c.prober.fail(devA, "gone from sysfs")
 	start := time.Now()
 	c.watch(target(devA, 50*time.Millisecond, 0))
-	c.silent(t)
+	c.Silent(t)
 	// No Probe: the checker's own round, when the debounce ends, decides.
 	if v := nextVerdict(t, c.family); v.Address != devA || v.Healthy {
 		t.Errorf("verdict %+v, want devA unhealthy", *v)

@@ -2,7 +2,6 @@ package registrar
 
 import (
 	"context"
-	"log/slog"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/devledger/devledger/actors/internal/actortest"
 	"github.com/rs/zerolog"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -21,87 +22,12 @@ import (
 	"github.com/devledger/devledger/store"
 )
 
-// family runs the actor under test as the only child of a parent that
-// records, in order, every message the child sends it (the parent's view).
-type family struct {
-	sys           *actor.ActorSystem
-	parent, child *actor.PID
-	heard         chan any
-	done          chan struct{}
-}
+// The actor under test runs under a recording parent (actortest).
+type family = actortest.Family
 
-// flush is answered by the parent, and by the child's observer middleware
-// before it reaches the actor: once both answered, the child has handled
-// everything sent to it before, and the parent heard all it sent.
-type flush struct{}
+func spawnFamily(t *testing.T, props *actor.Props) *family { return actortest.Spawn(t, props) }
 
-func spawnFamily(t *testing.T, props *actor.Props) *family {
-	t.Helper()
-	f := &family{heard: make(chan any, 64), done: make(chan struct{})}
-	f.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
-	props.Configure(actor.WithReceiverMiddleware(func(next actor.ReceiverFunc) actor.ReceiverFunc {
-		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
-			if _, ok := env.Message.(*flush); ok {
-				c.ActorSystem().Root.Send(env.Sender, env.Message)
-				return
-			}
-			next(c, env)
-		}
-	}))
-	spawned := make(chan *actor.PID, 1)
-	f.parent = f.sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
-		switch m := ctx.Message().(type) {
-		case *actor.Started:
-			spawned <- ctx.Spawn(props)
-		case *flush:
-			ctx.Respond(m)
-		case *actor.Stopping, *actor.Stopped, *actor.Restarting, *actor.Terminated:
-		default:
-			select {
-			case f.heard <- m:
-			case <-f.done:
-			}
-		}
-	}))
-	f.child = <-spawned
-	t.Cleanup(func() {
-		close(f.done)
-		_ = f.sys.Root.PoisonFuture(f.parent).Wait()
-		f.sys.Shutdown()
-	})
-	return f
-}
-
-// silent checks that the parent heard nothing more once the child handled
-// what was sent to it.
-func (f *family) silent(t *testing.T) {
-	t.Helper()
-	for _, pid := range []*actor.PID{f.child, f.parent} {
-		if _, err := f.sys.Root.RequestFuture(pid, &flush{}, 5*time.Second).Result(); err != nil {
-			t.Fatalf("flush %s: %v", pid.Id, err)
-		}
-	}
-	select {
-	case m := <-f.heard:
-		t.Errorf("parent heard %#v, want nothing", m)
-	default:
-	}
-}
-
-// next waits for the next message the parent hears, which must be a T.
-func next[T any](t *testing.T, f *family) (v T) {
-	t.Helper()
-	select {
-	case m := <-f.heard:
-		var ok bool
-		if v, ok = m.(T); !ok {
-			t.Fatalf("parent heard %#v, want a %T", m, v)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatalf("parent heard no %T within 5s", v)
-	}
-	return v
-}
+func next[T any](t *testing.T, f *family) T { return actortest.Next[T](t, f) }
 
 // emptyBackend serves a pool with no devices.
 type emptyBackend struct{}
@@ -162,7 +88,7 @@ func (r *registrarUnderTest) serve(t *testing.T, pool string) (*grpcapi.PoolServ
 
 func (r *registrarUnderTest) status(t *testing.T) *Status {
 	t.Helper()
-	res, err := r.sys.Root.RequestFuture(r.child, &Query{}, 5*time.Second).Result()
+	res, err := r.Sys.Root.RequestFuture(r.Child, &Query{}, 5*time.Second).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +153,7 @@ func registered(pool string) func(*Status) bool {
 func TestDesiredPoolIsRegistered(t *testing.T) {
 	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
 	_, sock := r.serve(t, gpu)
-	r.sys.Root.Send(r.child, &Desire{Pool: gpu, Socket: sock})
+	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
 	reg, err := r.kubelet.WaitRegistered(ctxFor(t), gpu)
 	if err != nil {
 		t.Fatal(err)
@@ -243,14 +169,14 @@ func TestDesiredPoolIsRegistered(t *testing.T) {
 	if got := r.awaitRecorded(t, len(want)); !reflect.DeepEqual(got, want) {
 		t.Errorf("recorded %+v, want %+v", got, want)
 	}
-	r.silent(t)
+	r.Silent(t)
 }
 
 func TestRejectedRegistrationIsRetriedWithBackoff(t *testing.T) {
 	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
 	const bad = "not-extended" // the kubelet wants a domain-prefixed name
 	_, sock := r.serve(t, bad)
-	r.sys.Root.Send(r.child, &Desire{Pool: bad, Socket: sock})
+	r.Sys.Root.Send(r.Child, &Desire{Pool: bad, Socket: sock})
 	st := r.await(t, "failed three times", func(st *Status) bool { return st.Pools[bad].Failures >= 3 })
 	rej := r.kubelet.Rejections()
 	if len(rej) == 0 {
@@ -282,8 +208,8 @@ func TestRejectedRegistrationIsRetriedWithBackoff(t *testing.T) {
 	}
 
 	// Undesire stops the retries; a new Desire starts counting again.
-	r.sys.Root.Send(r.child, &Undesire{Pool: bad, Socket: sock})
-	r.silent(t)
+	r.Sys.Root.Send(r.Child, &Undesire{Pool: bad, Socket: sock})
+	r.Silent(t)
 	// The ledger may still be catching up with the earlier attempts (2, 3,
 	// ...); the new Desire's first failure is the second attempt 1.
 	firsts := func() int {
@@ -295,14 +221,14 @@ func TestRejectedRegistrationIsRetriedWithBackoff(t *testing.T) {
 		}
 		return n
 	}
-	r.sys.Root.Send(r.child, &Desire{Pool: bad, Socket: sock})
+	r.Sys.Root.Send(r.Child, &Desire{Pool: bad, Socket: sock})
 	r.await(t, "failed again after a new Desire, from attempt 1", func(*Status) bool { return firsts() == 2 })
 }
 
 func TestNewKubeletGetsEveryPoolAgain(t *testing.T) {
 	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
 	srv, sock := r.serve(t, gpu)
-	r.sys.Root.Send(r.child, &Desire{Pool: gpu, Socket: sock})
+	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
 	r.await(t, "registered the pool", registered(gpu))
 
 	if err := r.kubelet.Restart(); err != nil {
@@ -312,7 +238,7 @@ func TestNewKubeletGetsEveryPoolAgain(t *testing.T) {
 	if err := srv.Reserve(sock); err != nil { // the restart deleted the socket
 		t.Fatal(err)
 	}
-	r.sys.Root.Send(r.child, &KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
+	r.Sys.Root.Send(r.Child, &KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
 	regs, err := r.kubelet.RegisteredAfter(ctxFor(t), []string{gpu}, since)
 	if err != nil {
 		t.Fatal(err)
@@ -337,15 +263,15 @@ func TestNewKubeletGetsEveryPoolAgain(t *testing.T) {
 func TestUndesiredPoolIsNotRegistered(t *testing.T) {
 	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
 	_, sock := r.serve(t, gpu)
-	r.sys.Root.Send(r.child, &Desire{Pool: gpu, Socket: sock})
+	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
 	r.await(t, "registered the pool", registered(gpu))
-	r.sys.Root.Send(r.child, &Undesire{Pool: gpu, Socket: sock})
+	r.Sys.Root.Send(r.Child, &Undesire{Pool: gpu, Socket: sock})
 	if st := r.status(t); len(st.Pools) != 0 {
 		t.Errorf("status after Undesire: %+v, want no pools", st.Pools)
 	}
 	// A new kubelet is not given the pool.
-	r.sys.Root.Send(r.child, &KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
-	r.silent(t)
+	r.Sys.Root.Send(r.Child, &KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
+	r.Silent(t)
 	if n := len(r.kubelet.Registrations()); n != 1 {
 		t.Errorf("%d registrations, want the one before Undesire", n)
 	}
@@ -354,7 +280,7 @@ func TestUndesiredPoolIsNotRegistered(t *testing.T) {
 func TestMissingSocketIsReported(t *testing.T) {
 	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
 	gone := filepath.Join(r.kubelet.DevicePluginDir(), "gone.sock")
-	r.sys.Root.Send(r.child, &Desire{Pool: gpu, Socket: gone})
+	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: gone})
 	if m := next[*SocketMissing](t, r.family); *m != (SocketMissing{Pool: gpu, Socket: gone}) {
 		t.Errorf("parent heard %+v", *m)
 	}
@@ -364,16 +290,16 @@ func TestMissingSocketIsReported(t *testing.T) {
 
 	// A socket the kubelet deleted on its restart is found missing too.
 	_, sock := r.serve(t, gpu)
-	r.sys.Root.Send(r.child, &Desire{Pool: gpu, Socket: sock})
+	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
 	r.await(t, "registered the pool", registered(gpu))
 	if err := r.kubelet.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	r.sys.Root.Send(r.child, &KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
+	r.Sys.Root.Send(r.Child, &KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
 	if m := next[*SocketMissing](t, r.family); *m != (SocketMissing{Pool: gpu, Socket: sock}) {
 		t.Errorf("parent heard %+v", *m)
 	}
-	r.silent(t)
+	r.Silent(t)
 	if n := len(r.kubelet.Registrations()); n != 1 {
 		t.Errorf("%d registrations, want only the one before the restart", n)
 	}
@@ -383,9 +309,9 @@ func TestRegistrationsWaitForTheKubelet(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{Delayed: true}, func(c *Config) { c.RegisterTimeout = timeout })
 	srv, sock := r.serve(t, gpu)
-	r.sys.Root.Send(r.child, &Desire{Pool: gpu, Socket: sock})
-	r.sys.Root.Send(r.child, &Reconcile{})
-	r.silent(t)
+	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
+	r.Sys.Root.Send(r.Child, &Reconcile{})
+	r.Silent(t)
 	// An attempt would time out and be recorded as failed: give it the
 	// time to, as nothing else tells that no attempt is out.
 	deadline := time.Now().Add(4 * timeout)
@@ -405,7 +331,7 @@ func TestRegistrationsWaitForTheKubelet(t *testing.T) {
 	if err := srv.Reserve(sock); err != nil { // the kubelet's boot deleted it
 		t.Fatal(err)
 	}
-	r.sys.Root.Send(r.child, &KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
+	r.Sys.Root.Send(r.Child, &KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
 	if _, err := r.kubelet.WaitRegistered(ctxFor(t), gpu); err != nil {
 		t.Fatal(err)
 	}
@@ -415,17 +341,17 @@ func TestRegistrationsWaitForTheKubelet(t *testing.T) {
 func TestWatcherModeRecordsWhatTheKubeletReports(t *testing.T) {
 	r := newRegistrar(t, grpcapi.ModeWatcher, kubelettest.Options{})
 	sock := filepath.Join(r.kubelet.PluginsRegistryDir(), "example.com_gpu.sock") // never dialled in watcher mode
-	send := func(m any) { r.sys.Root.Send(r.child, m) }
+	send := func(m any) { r.Sys.Root.Send(r.Child, m) }
 	send(&Desire{Pool: gpu, Socket: sock})
 	send(&KubeletReported{Pool: gpu, Socket: sock, InfoRequested: true})
 	send(&KubeletReported{Pool: gpu, Socket: sock, Reason: "plugin rejected: bad version"})
 	send(&KubeletReported{Pool: gpu, Socket: sock, Reason: "plugin rejected: bad version"})
-	r.silent(t)
+	r.Silent(t)
 	if p := r.status(t).Pools[gpu]; p.Registered || p.Failures != 2 || p.LastError != "plugin rejected: bad version" {
 		t.Errorf("status after two refusals: %+v", p)
 	}
 	send(&KubeletReported{Pool: gpu, Socket: sock, Registered: true})
-	r.silent(t)
+	r.Silent(t)
 	if p := r.status(t).Pools[gpu]; !p.Registered || p.Failures != 0 || p.LastError != "" {
 		t.Errorf("status after the kubelet's acceptance: %+v", p)
 	}
@@ -442,7 +368,7 @@ func TestWatcherModeRecordsWhatTheKubeletReports(t *testing.T) {
 	}
 	// A new kubelet voids the registration until it reports again.
 	send(&KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
-	r.silent(t)
+	r.Silent(t)
 	if p := r.status(t).Pools[gpu]; p.Registered {
 		t.Errorf("still registered after a new kubelet: %+v", p)
 	}

@@ -2,13 +2,14 @@ package scanner
 
 import (
 	"context"
-	"log/slog"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/devledger/devledger/actors/internal/actortest"
 
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/events"
@@ -17,87 +18,12 @@ import (
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
 
-// family runs the actor under test as the only child of a parent that
-// records, in order, every message the child sends it (the parent's view).
-type family struct {
-	sys           *actor.ActorSystem
-	parent, child *actor.PID
-	heard         chan any
-	done          chan struct{}
-}
+// The actor under test runs under a recording parent (actortest).
+type family = actortest.Family
 
-// flush is answered by the parent, and by the child's observer middleware
-// before it reaches the actor: once both answered, the child has handled
-// everything sent to it before, and the parent heard all it sent.
-type flush struct{}
+func spawnFamily(t *testing.T, props *actor.Props) *family { return actortest.Spawn(t, props) }
 
-func spawnFamily(t *testing.T, props *actor.Props) *family {
-	t.Helper()
-	f := &family{heard: make(chan any, 64), done: make(chan struct{})}
-	f.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
-	props.Configure(actor.WithReceiverMiddleware(func(next actor.ReceiverFunc) actor.ReceiverFunc {
-		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
-			if _, ok := env.Message.(*flush); ok {
-				c.ActorSystem().Root.Send(env.Sender, env.Message)
-				return
-			}
-			next(c, env)
-		}
-	}))
-	spawned := make(chan *actor.PID, 1)
-	f.parent = f.sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
-		switch m := ctx.Message().(type) {
-		case *actor.Started:
-			spawned <- ctx.Spawn(props)
-		case *flush:
-			ctx.Respond(m)
-		case *actor.Stopping, *actor.Stopped, *actor.Restarting, *actor.Terminated:
-		default:
-			select {
-			case f.heard <- m:
-			case <-f.done:
-			}
-		}
-	}))
-	f.child = <-spawned
-	t.Cleanup(func() {
-		close(f.done)
-		_ = f.sys.Root.PoisonFuture(f.parent).Wait()
-		f.sys.Shutdown()
-	})
-	return f
-}
-
-// silent checks that the parent heard nothing more once the child handled
-// what was sent to it.
-func (f *family) silent(t *testing.T) {
-	t.Helper()
-	for _, pid := range []*actor.PID{f.child, f.parent} {
-		if _, err := f.sys.Root.RequestFuture(pid, &flush{}, 5*time.Second).Result(); err != nil {
-			t.Fatalf("flush %s: %v", pid.Id, err)
-		}
-	}
-	select {
-	case m := <-f.heard:
-		t.Errorf("parent heard %#v, want nothing", m)
-	default:
-	}
-}
-
-// next waits for the next message the parent hears, which must be a T.
-func next[T any](t *testing.T, f *family) (v T) {
-	t.Helper()
-	select {
-	case m := <-f.heard:
-		var ok bool
-		if v, ok = m.(T); !ok {
-			t.Fatalf("parent heard %#v, want a %T", m, v)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatalf("parent heard no %T within 5s", v)
-	}
-	return v
-}
+func next[T any](t *testing.T, f *family) T { return actortest.Next[T](t, f) }
 
 type fixture struct {
 	roots    sysfsgen.Roots
@@ -164,7 +90,7 @@ func TestScannerRecordsWhatChanged(t *testing.T) {
 		t.Errorf("first scan recorded %q, want %q", got, want)
 	}
 
-	f.sys.Root.Send(f.child, &Rescan{Reason: "unchanged"})
+	f.Sys.Root.Send(f.Child, &Rescan{Reason: "unchanged"})
 	again := next[*Scanned](t, f)
 	if again.Changed || again.Reason != "unchanged" || len(again.Devices) != len(gpuScenario) {
 		t.Errorf("unchanged rescan: Changed %v, Reason %q, %d devices; want false, unchanged, %d",
@@ -181,7 +107,7 @@ func TestScannerRecordsWhatChanged(t *testing.T) {
 	if err := fx.roots.Unbind("0000:9a:00.0"); err != nil {
 		t.Fatal(err)
 	}
-	f.sys.Root.Send(f.child, &Rescan{Reason: "uevent"})
+	f.Sys.Root.Send(f.Child, &Rescan{Reason: "uevent"})
 	changed := next[*Scanned](t, f)
 	if !changed.Changed || slices.Contains(addresses(changed.Devices), "0000:ab:00.0") {
 		t.Errorf("rescan after a removal: Changed %v, devices %v", changed.Changed, addresses(changed.Devices))
@@ -200,7 +126,7 @@ func TestScannerRecordsWhatChanged(t *testing.T) {
 		t.Errorf("unbinding vfio-pci changed %q, want [driver vfio_device]", ch.Changed)
 	}
 
-	f.sys.Root.Send(f.child, &Rescan{Reason: "again"})
+	f.Sys.Root.Send(f.Child, &Rescan{Reason: "again"})
 	if next[*Scanned](t, f).Changed {
 		t.Errorf("a rescan after the removal was recorded found changes again")
 	}
@@ -211,14 +137,14 @@ func TestScannerRecordsWhatChanged(t *testing.T) {
 		Class: "030200", Driver: "vfio-pci", NUMANode: 1, IOMMUGroup: "53"}); err != nil {
 		t.Fatal(err)
 	}
-	f.sys.Root.Send(f.child, &Rescan{Reason: "hotplug"})
+	f.Sys.Root.Send(f.Child, &Rescan{Reason: "hotplug"})
 	if !next[*Scanned](t, f).Changed {
 		t.Errorf("a rescan after a hotplug found no change")
 	}
 	if got, want := fx.recorded(t, last), []string{"DeviceDiscovered 0000:ab:00.0"}; !slices.Equal(got, want) {
 		t.Errorf("hotplug recorded %q, want %q", got, want)
 	}
-	f.silent(t)
+	f.Silent(t)
 }
 
 func TestScannerStartsFromWhatTheLedgerKnows(t *testing.T) {
@@ -261,8 +187,8 @@ func TestScannerReportsNothingItCouldNotRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := spawnFamily(t, Props(Config{Reader: fx.reader, Recorder: fx.recorder, Known: map[string]events.Device{}}))
-	f.sys.Root.Send(f.child, &Rescan{Reason: "retry"})
-	f.silent(t)
+	f.Sys.Root.Send(f.Child, &Rescan{Reason: "retry"})
+	f.Silent(t)
 }
 
 func TestScannerRescansPeriodically(t *testing.T) {

@@ -1,65 +1,22 @@
 package sockets
 
 import (
-	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/devledger/devledger/actors/internal/actortest"
 	"github.com/rs/zerolog"
 )
 
-// family runs the actor under test as the only child of a parent that
-// records, in order, every message the child sends it (the parent's view).
-type family struct {
-	sys           *actor.ActorSystem
-	parent, child *actor.PID
-	heard         chan any
-	done          chan struct{}
-}
+// The actor under test runs under a recording parent (actortest).
+type family = actortest.Family
 
-func spawnFamily(t *testing.T, props *actor.Props) *family {
-	t.Helper()
-	f := &family{heard: make(chan any, 64), done: make(chan struct{})}
-	f.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
-	spawned := make(chan *actor.PID, 1)
-	f.parent = f.sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
-		switch m := ctx.Message().(type) {
-		case *actor.Started:
-			spawned <- ctx.Spawn(props)
-		case *actor.Stopping, *actor.Stopped, *actor.Restarting, *actor.Terminated:
-		default:
-			select {
-			case f.heard <- m:
-			case <-f.done:
-			}
-		}
-	}))
-	f.child = <-spawned
-	t.Cleanup(func() {
-		close(f.done)
-		_ = f.sys.Root.PoisonFuture(f.parent).Wait()
-		f.sys.Shutdown()
-	})
-	return f
-}
+func spawnFamily(t *testing.T, props *actor.Props) *family { return actortest.Spawn(t, props) }
 
-// next waits for the next message the parent hears, which must be a T.
-func next[T any](t *testing.T, f *family) (v T) {
-	t.Helper()
-	select {
-	case m := <-f.heard:
-		var ok bool
-		if v, ok = m.(T); !ok {
-			t.Fatalf("parent heard %#v, want a %T", m, v)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatalf("parent heard no %T within 5s", v)
-	}
-	return v
-}
+func next[T any](t *testing.T, f *family) T { return actortest.Next[T](t, f) }
 
 type dirs struct {
 	plugins, registry, kubelet string
