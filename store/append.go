@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -128,9 +127,9 @@ func (l *Log) lead(me *appendReq) {
 	for {
 		// Let callers that were just answered, and are about to append
 		// again, join this batch rather than wait a whole commit for the
-		// next one. A lone caller loses nothing, there being nobody else
-		// to run.
-		runtime.Gosched()
+		// next one: awaitCompany when the last commit was shared. A lone
+		// caller goes straight on: other goroutines of the process (the
+		// caller's own callers) would only delay it.
 		l.awaitCompany()
 		l.qmu.Lock()
 		n, i := 0, 0
