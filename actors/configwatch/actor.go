@@ -13,6 +13,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/fsnotify/fsnotify"
 	"github.com/rs/zerolog"
+
+	"github.com/devledger/devledger/actors/internal/fswatch"
 )
 
 // Config is what the watcher needs.
@@ -29,7 +31,6 @@ type Config struct {
 // (or the ConfigMap's ..data link) settled.
 type Changed struct{ Reason string }
 
-type fsEvent struct{ ev fsnotify.Event }
 type settled struct{ gen int }
 
 // Props returns the props of a config watcher.
@@ -61,12 +62,14 @@ func (c *watcher) Receive(ctx actor.Context) {
 			c.w.Close()
 			c.w = nil
 		}
-	case *fsEvent:
-		if !c.concerns(m.ev.Name) {
+	case *fswatch.Error:
+		c.cfg.Log.Warn().Err(m.Err).Msg("config watch error")
+	case *fswatch.Event:
+		if !c.concerns(m.Name) {
 			return
 		}
 		c.gen++
-		c.last = fmt.Sprintf("%s %s", m.ev.Op, filepath.Base(m.ev.Name))
+		c.last = fmt.Sprintf("%s %s", m.Op, filepath.Base(m.Name))
 		gen, self, root := c.gen, ctx.Self(), ctx.ActorSystem().Root
 		time.AfterFunc(c.cfg.Quiet, func() { root.Send(self, &settled{gen: gen}) })
 	case *settled:
@@ -98,22 +101,6 @@ func (c *watcher) start(ctx actor.Context) error {
 		return fmt.Errorf("watch %s: %w", dir, err)
 	}
 	c.w = w
-	self, root := ctx.Self(), ctx.ActorSystem().Root
-	go func() {
-		for {
-			select {
-			case ev, ok := <-w.Events:
-				if !ok {
-					return
-				}
-				root.Send(self, &fsEvent{ev: ev})
-			case err, ok := <-w.Errors:
-				if !ok {
-					return
-				}
-				c.cfg.Log.Warn().Err(err).Msg("config watch error")
-			}
-		}
-	}()
+	fswatch.Forward(w, ctx.ActorSystem().Root, ctx.Self())
 	return nil
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/fsnotify/fsnotify"
 	"github.com/rs/zerolog"
+
+	"github.com/devledger/devledger/actors/internal/fswatch"
 )
 
 // Config is what the watcher needs.
@@ -38,9 +40,6 @@ type SocketRemoved struct{ Path string }
 // the kubelet socket existed then.
 type Ready struct{ KubeletPresent bool }
 
-type fsEvent struct{ ev fsnotify.Event }
-type fsError struct{ err error }
-
 // Props returns the props of a socket watcher.
 func Props(cfg Config) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor { return &watcher{cfg: cfg} })
@@ -63,12 +62,12 @@ func (s *watcher) Receive(ctx actor.Context) {
 			s.w.Close()
 			s.w = nil
 		}
-	case *fsEvent:
-		s.handle(ctx, m.ev)
-	case *fsError:
+	case *fswatch.Event:
+		s.handle(ctx, m.Event)
+	case *fswatch.Error:
 		// An overflow means events were lost: say so; the registrar's
 		// reconcile checks the sockets themselves at the next change.
-		s.cfg.Log.Warn().Err(m.err).Msg("socket watch error")
+		s.cfg.Log.Warn().Err(m.Err).Msg("socket watch error")
 	}
 }
 
@@ -88,23 +87,7 @@ func (s *watcher) start(ctx actor.Context) error {
 		}
 	}
 	s.w = w
-	self, root := ctx.Self(), ctx.ActorSystem().Root
-	go func() {
-		for {
-			select {
-			case ev, ok := <-w.Events:
-				if !ok {
-					return
-				}
-				root.Send(self, &fsEvent{ev: ev})
-			case err, ok := <-w.Errors:
-				if !ok {
-					return
-				}
-				root.Send(self, &fsError{err: err})
-			}
-		}
-	}()
+	fswatch.Forward(w, ctx.ActorSystem().Root, ctx.Self())
 	// Watch first, then look: a kubelet that appears from here on is an
 	// event; one that is already there is what Ready says.
 	_, statErr := os.Stat(s.cfg.KubeletSocket)
