@@ -42,3 +42,9 @@ func backendStatus(err error) error {
 	}
 	return status.Error(code, err.Error())
 }
+
+// ErrAlreadyConnected marks a Register the kubelet refused because it holds a
+// live connection to the plugin's socket path already (a registration made
+// earlier stands): "device plugin already connected". It is wrapped together
+// with ErrRegistrationRejected.
+var ErrAlreadyConnected = errors.New("already connected")

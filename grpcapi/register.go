@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -62,6 +63,9 @@ func RegisterWithKubelet(ctx context.Context, kubeletSocket, resource, endpointB
 	switch st.Code() {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
 		return fmt.Errorf("register %s with the kubelet at %s: %w", resource, kubeletSocket, err)
+	}
+	if strings.Contains(st.Message(), "already connected") {
+		return fmt.Errorf("register %s with the kubelet at %s: %w (%w): %s", resource, kubeletSocket, ErrRegistrationRejected, ErrAlreadyConnected, st.Message())
 	}
 	return fmt.Errorf("register %s with the kubelet at %s: %w: %s", resource, kubeletSocket, ErrRegistrationRejected, st.Message())
 }

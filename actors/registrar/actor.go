@@ -230,6 +230,12 @@ func (r *registrar) registered(ctx actor.Context, m *registerResult) {
 		r.reconcile(ctx)
 		return
 	}
+	if errors.Is(m.err, grpcapi.ErrAlreadyConnected) {
+		// The current kubelet holds a live connection to this socket: an
+		// earlier Register of it (one whose answer crossed a kubelet
+		// restart, say) stands. Registering again would only be refused.
+		m.err = nil
+	}
 	if m.err != nil {
 		r.failures[m.pool]++
 		n := r.failures[m.pool]
