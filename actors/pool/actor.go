@@ -467,14 +467,18 @@ func (p *allocator) allocate(ctx actor.Context, req *pluginapi.AllocateRequest) 
 		// The answer goes straight back to the kubelet's call once the
 		// ledger holds it, so a stopping pool still finishes what is in
 		// flight; the actor's bookkeeping follows in persisted, and until
-		// then the devices count as in flight.
+		// then the devices count as in flight. persisted is queued before
+		// the answer goes, so anything asked of the pool after the answer
+		// arrived sees the allocation.
 		if err != nil {
 			err = fmt.Errorf("%w: %s: the ledger could not record the allocation: %v", grpcapi.ErrUnavailable, name, err)
+		}
+		root.Send(self, &persisted{devices: devices, envs: envs, err: err})
+		if err != nil {
 			root.Send(sender, &allocateReply{err: err})
 		} else {
 			root.Send(sender, &allocateReply{resp: resp})
 		}
-		root.Send(self, &persisted{devices: devices, envs: envs, err: err})
 	}()
 }
 
