@@ -71,33 +71,39 @@ func TestChangesSettleIntoOneReload(t *testing.T) {
 	tests := []struct {
 		name   string
 		layout func(*testing.T, string) string
-		// change returns when it made its last change to the config.
+		// change returns when it began its last change to the config:
+		// the watcher may hear of a change before the call making it
+		// returns, so the quiet period is measured from the call's start.
 		change func(t *testing.T, dir, path string) time.Time
 		// reason is the file whose change the Changed names.
 		reason string
 		quiet  time.Duration
 	}{
 		{"edit in place", plainFile, func(t *testing.T, _, path string) time.Time {
+			last := time.Now()
 			write(t, path, `{"resourceList": [{"resourceName": "a"}]}`)
-			return time.Now()
+			return last
 		}, "config.json", quiet},
 		{"a burst of edits", plainFile, func(t *testing.T, _, path string) time.Time {
+			var last time.Time
 			for i := range 5 {
+				last = time.Now()
 				write(t, path, fmt.Sprintf(`{"resourceList": [], "n": %d}`, i))
 			}
-			return time.Now()
+			return last
 		}, "config.json", burstQuiet},
 		{"a new file renamed over it", plainFile, func(t *testing.T, dir, path string) time.Time {
 			tmp := filepath.Join(dir, ".config.json.tmp")
 			write(t, tmp, `{"resourceList": [{"resourceName": "b"}]}`)
+			last := time.Now()
 			rename(t, tmp, path)
-			return time.Now()
+			return last
 		}, "config.json", quiet},
 		{"a ConfigMap update swaps ..data", configMap, func(t *testing.T, dir, _ string) time.Time {
 			write(t, filepath.Join(dir, "..v2", "config.json"), `{"resourceList": [{"resourceName": "c"}]}`)
 			symlink(t, "..v2", filepath.Join(dir, "..data_tmp"))
-			rename(t, filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data"))
 			swapped := time.Now()
+			rename(t, filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data"))
 			if err := os.RemoveAll(filepath.Join(dir, "..v1")); err != nil {
 				t.Fatal(err)
 			}
