@@ -491,3 +491,7 @@ func (l *Log) Close() error {
 	l.log.Info().Str("path", l.path).Uint64("last_seq", l.LastSeq()).Msg("ledger closed")
 	return nil
 }
+
+// Commits is the number of group commits made since the log was opened:
+// events appended divided by it is the mean batch.
+func (l *Log) Commits() uint64 { return l.commits.Load() }

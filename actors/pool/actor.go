@@ -52,8 +52,10 @@ type Config struct {
 // Props returns the props of a pool allocator.
 func Props(cfg Config) *actor.Props {
 	first := true
+	// gone outlives incarnations: it is closed when the pool stops for good.
+	gone := &stopSignal{ch: make(chan struct{})}
 	return actor.PropsFromProducer(func() actor.Actor {
-		p := &allocator{cfg: cfg, name: cfg.Resource.FullName()}
+		p := &allocator{cfg: cfg, name: cfg.Resource.FullName(), gone: gone}
 		if first {
 			p.replayed = cfg.Replayed
 			first = false
@@ -79,7 +81,16 @@ type allocator struct {
 	watchers map[uint64]chan []*pluginapi.Device
 	server   *grpcapi.PoolServer
 	self     *actor.PID
+	gone     *stopSignal
 }
+
+// stopSignal is closed once, when the pool stops for good.
+type stopSignal struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (s *stopSignal) close() { s.once.Do(func() { close(s.ch) }) }
 
 // Receive implements actor.Actor.
 func (p *allocator) Receive(ctx actor.Context) {
@@ -88,6 +99,8 @@ func (p *allocator) Receive(ctx actor.Context) {
 		p.start(ctx)
 	case *actor.Stopping, *actor.Restarting:
 		p.stop()
+	case *actor.Stopped:
+		p.gone.close()
 	case *SetMembers:
 		p.setMembers(ctx, m.Members, m.Reason)
 	case *SetResource:
@@ -116,7 +129,7 @@ func (p *allocator) Receive(ctx actor.Context) {
 	case *watchReq:
 		p.watchers[m.id] = m.ch
 		push(m.ch, p.deviceList())
-		ctx.Respond(true)
+		m.reply <- struct{}{}
 	case *unwatchReq:
 		if ch, ok := p.watchers[m.id]; ok {
 			close(ch)
@@ -124,9 +137,9 @@ func (p *allocator) Receive(ctx actor.Context) {
 		}
 	case *preferredReq:
 		resp, err := p.preferred(m.req)
-		ctx.Respond(&preferredReply{resp: resp, err: err})
+		m.reply <- preferredReply{resp: resp, err: err}
 	case *allocateReq:
-		p.allocate(ctx, m.req)
+		p.allocate(ctx, m.req, m.reply)
 	case *persisted:
 		p.persisted(ctx, m)
 	case *kubeletSaid:
@@ -168,7 +181,7 @@ func (p *allocator) start(ctx actor.Context) {
 	p.members, p.order = index(p.cfg.Members)
 	p.recordMembership(ctx, before, "daemon start")
 
-	p.server = grpcapi.NewPoolServer(p.name, &backend{root: ctx.ActorSystem().Root, pid: ctx.Self(), timeout: p.callTimeout(), pool: p.name, observe: p.cfg.ObserveAllocate},
+	p.server = grpcapi.NewPoolServer(p.name, &backend{root: ctx.ActorSystem().Root, pid: ctx.Self(), timeout: p.callTimeout(), pool: p.name, observe: p.cfg.ObserveAllocate, gone: p.gone.ch},
 		grpcapi.PoolServerOptions{Mode: p.cfg.Mode, Observer: observer{root: ctx.ActorSystem().Root, pid: ctx.Self(), pool: p.name},
 			CallTimeout: p.callTimeout(), Logger: p.cfg.Log})
 	if err := p.server.Serve(p.cfg.Socket); err != nil {
@@ -393,42 +406,36 @@ func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*plugi
 	return resp, nil
 }
 
-// allocate validates the request, builds the answer, and appends it to the
-// ledger off the actor's thread; the reply goes out in persisted, once the
-// append returned. Meanwhile the pool keeps answering.
-func (p *allocator) allocate(ctx actor.Context, req *pluginapi.AllocateRequest) {
-	sender := ctx.Sender()
-	fail := func(err error) { ctx.Send(sender, &allocateReply{err: err}) }
+// allocate checks the request against the pool's members on the actor's
+// thread, then builds the answer (which reads device nodes under the dev
+// root) and appends it to the ledger off the actor's thread; the reply goes
+// out once the append returned, and the actor hears of it in persisted.
+// Meanwhile the pool keeps answering: concurrent Allocates build and
+// record their answers in parallel, and share the ledger's commits.
+func (p *allocator) allocate(ctx actor.Context, req *pluginapi.AllocateRequest, reply chan<- allocateReply) {
+	fail := func(err error) { reply <- allocateReply{err: err} }
 	if len(req.ContainerRequests) == 0 {
 		fail(fmt.Errorf("%w: Allocate for %s has no container requests", grpcapi.ErrInvalidRequest, p.name))
 		return
 	}
-	resp := &pluginapi.AllocateResponse{}
-	var payloads []events.Payload
 	devices := make([][]string, 0, len(req.ContainerRequests))
+	devs := make([][]sysfs.Device, 0, len(req.ContainerRequests))
 	for i, cr := range req.ContainerRequests {
 		if len(cr.DevicesIds) == 0 {
 			fail(fmt.Errorf("%w: Allocate for %s: container request %d names no device", grpcapi.ErrInvalidRequest, p.name, i))
 			return
 		}
-		devs := make([]sysfs.Device, 0, len(cr.DevicesIds))
+		ds := make([]sysfs.Device, 0, len(cr.DevicesIds))
 		for _, id := range cr.DevicesIds {
 			m, ok := p.members[id]
 			if !ok {
 				fail(fmt.Errorf("%w: Allocate for %s: device %q is not in the pool", grpcapi.ErrInvalidRequest, p.name, id))
 				return
 			}
-			devs = append(devs, m.Device)
+			ds = append(ds, m.Device)
 		}
-		answer, err := allocation.Respond(p.cfg.Resource, devs, p.cfg.Env)
-		if err != nil {
-			fail(fmt.Errorf("%w: Allocate for %s: %v", grpcapi.ErrInvalidRequest, p.name, err))
-			return
-		}
-		ids := slices.Clone(cr.DevicesIds)
-		devices = append(devices, ids)
-		payloads = append(payloads, events.DevicesAllocated{Pool: p.name, DeviceIDs: ids, ContainerIndex: i, Response: answer})
-		resp.ContainerResponses = append(resp.ContainerResponses, toPlugin(answer))
+		devices = append(devices, slices.Clone(cr.DevicesIds))
+		devs = append(devs, ds)
 	}
 	for _, ids := range devices {
 		for _, id := range ids {
@@ -436,33 +443,42 @@ func (p *allocator) allocate(ctx actor.Context, req *pluginapi.AllocateRequest) 
 		}
 	}
 
-	rec, self, root := p.cfg.Recorder, ctx.Self(), ctx.ActorSystem().Root
-	var devinfo []sysfs.Device
-	if p.cfg.DevinfoDir != "" && p.cfg.Resource.DeviceType == config.NetDevice {
-		for _, ids := range devices {
-			for _, id := range ids {
-				devinfo = append(devinfo, p.members[id].Device)
-			}
-		}
-	}
+	res, env, rec, self, root := p.cfg.Resource, p.cfg.Env, p.cfg.Recorder, ctx.Self(), ctx.ActorSystem().Root
 	dir, name := p.cfg.DevinfoDir, p.name
+	if res.DeviceType != config.NetDevice {
+		dir = ""
+	}
 	timeout := p.callTimeout()
 	appends := &p.appends
 	appends.Add(1)
 	go func() {
 		defer appends.Done()
-		actx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
+		resp := &pluginapi.AllocateResponse{ContainerResponses: make([]*pluginapi.ContainerAllocateResponse, 0, len(devs))}
+		payloads := make([]events.Payload, 0, len(devs))
+		for i, ds := range devs {
+			answer, err := allocation.Respond(res, ds, env)
+			if err != nil {
+				root.Send(self, &persisted{devices: devices, refused: true})
+				reply <- allocateReply{err: fmt.Errorf("%w: Allocate for %s: %v", grpcapi.ErrInvalidRequest, name, err)}
+				return
+			}
+			payloads = append(payloads, events.DevicesAllocated{Pool: name, DeviceIDs: devices[i], ContainerIndex: i, Response: answer})
+			resp.ContainerResponses = append(resp.ContainerResponses, toPlugin(answer))
+		}
 		var err error
-		for _, d := range devinfo {
-			if err = allocation.WriteDeviceInfo(dir, name, d); err != nil {
-				err = fmt.Errorf("write device-info for %s: %w", d.Address, err)
-				break
+		if dir != "" {
+			for _, d := range slices.Concat(devs...) {
+				if err = allocation.WriteDeviceInfo(dir, name, d); err != nil {
+					err = fmt.Errorf("write device-info for %s: %w", d.Address, err)
+					break
+				}
 			}
 		}
 		var envs []events.Envelope
 		if err == nil {
+			actx, cancel := context.WithTimeout(context.Background(), timeout)
 			envs, err = rec.Record(actx, payloads...)
+			cancel()
 		}
 		// The answer goes straight back to the kubelet's call once the
 		// ledger holds it, so a stopping pool still finishes what is in
@@ -475,9 +491,9 @@ func (p *allocator) allocate(ctx actor.Context, req *pluginapi.AllocateRequest) 
 		}
 		root.Send(self, &persisted{devices: devices, envs: envs, err: err})
 		if err != nil {
-			root.Send(sender, &allocateReply{err: err})
+			reply <- allocateReply{err: err}
 		} else {
-			root.Send(sender, &allocateReply{resp: resp})
+			reply <- allocateReply{resp: resp}
 		}
 	}()
 }
@@ -498,6 +514,9 @@ func (p *allocator) persisted(ctx actor.Context, m *persisted) {
 				delete(p.inflight, id)
 			}
 		}
+	}
+	if m.refused {
+		return
 	}
 	if m.err != nil {
 		p.cfg.Log.Error().Err(m.err).Str("pool", p.name).Msg("allocation not recorded; answered Unavailable")

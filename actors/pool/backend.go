@@ -19,35 +19,46 @@ type backend struct {
 	timeout time.Duration
 	pool    string
 	observe func(pool string, took time.Duration, err error)
+	// gone is closed when the pool has stopped for good: a request still
+	// in its mailbox then will never be answered.
+	gone <-chan struct{}
 }
 
 var watchIDs atomic.Uint64
 
-// ask sends a request and waits for the reply within ctx's deadline (or the
-// backend's timeout).
-func (b *backend) ask(ctx context.Context, msg any) (any, error) {
-	timeout := b.timeout
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
+// await waits for the pool's answer on reply, within ctx's deadline (or
+// the backend's timeout when ctx has none). Requests waiting in the mailbox
+// across a restart are answered by the next incarnation (same PID, same
+// mailbox); after a stop for good, gone ends the wait at once.
+func await[T any](ctx context.Context, b *backend, reply <-chan T) (T, error) {
+	var zero T
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, b.timeout)
+		defer cancel()
 	}
-	if timeout <= 0 {
-		return nil, context.DeadlineExceeded
-	}
-	res, err := b.root.RequestFuture(b.pid, msg, timeout).Result()
-	if err != nil {
-		if err == actor.ErrTimeout {
-			return nil, fmt.Errorf("%w (pool did not answer within %s)", context.DeadlineExceeded, timeout)
+	select {
+	case r := <-reply:
+		return r, nil
+	case <-b.gone:
+		return zero, fmt.Errorf("%w: pool %s has stopped", grpcapi.ErrUnavailable, b.pool)
+	case <-ctx.Done():
+		if ctx.Err() == context.DeadlineExceeded {
+			return zero, fmt.Errorf("%w (pool %s did not answer in time)", context.DeadlineExceeded, b.pool)
 		}
-		return nil, fmt.Errorf("%w: %v", grpcapi.ErrUnavailable, err)
+		return zero, ctx.Err()
 	}
-	return res, nil
 }
 
 // WatchDevices implements grpcapi.PoolBackend.
 func (b *backend) WatchDevices(ctx context.Context) (<-chan []*pluginapi.Device, error) {
 	id := watchIDs.Add(1)
 	ch := make(chan []*pluginapi.Device, 1)
-	if _, err := b.ask(ctx, &watchReq{id: id, ch: ch}); err != nil {
+	reply := make(chan struct{}, 1)
+	b.root.Send(b.pid, &watchReq{id: id, ch: ch, reply: reply})
+	if _, err := await(ctx, b, reply); err != nil {
+		// The request may still reach the actor: take the watcher back.
+		b.root.Send(b.pid, &unwatchReq{id: id})
 		return nil, err
 	}
 	go func() {
@@ -63,21 +74,23 @@ func (b *backend) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) 
 		start := time.Now()
 		defer func() { b.observe(b.pool, time.Since(start), err) }()
 	}
-	res, err := b.ask(ctx, &allocateReq{req: req})
+	reply := make(chan allocateReply, 1)
+	b.root.Send(b.pid, &allocateReq{req: req, reply: reply})
+	r, err := await(ctx, b, reply)
 	if err != nil {
 		return nil, err
 	}
-	r := res.(*allocateReply)
 	return r.resp, r.err
 }
 
 // PreferredAllocation implements grpcapi.PoolBackend.
 func (b *backend) PreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
-	res, err := b.ask(ctx, &preferredReq{req: req})
+	reply := make(chan preferredReply, 1)
+	b.root.Send(b.pid, &preferredReq{req: req, reply: reply})
+	r, err := await(ctx, b, reply)
 	if err != nil {
 		return nil, err
 	}
-	r := res.(*preferredReply)
 	return r.resp, r.err
 }
 

@@ -103,16 +103,24 @@ type AllocationRecorded struct {
 // answers with SetMembers.
 type NeedMembers struct{ Pool string }
 
-// Internal messages between the gRPC backend and the actor.
+// Internal messages between the gRPC backend and the actor. A request
+// carries its own reply channel, buffered for the one answer, so the
+// actor (or an Allocate's append goroutine) answers without blocking, and
+// the kubelet's call waits on it with its own deadline: no future, no
+// timer per call.
 
 type watchReq struct {
-	id uint64
-	ch chan []*pluginapi.Device
+	id    uint64
+	ch    chan []*pluginapi.Device
+	reply chan struct{}
 }
 
 type unwatchReq struct{ id uint64 }
 
-type allocateReq struct{ req *pluginapi.AllocateRequest }
+type allocateReq struct {
+	req   *pluginapi.AllocateRequest
+	reply chan allocateReply
+}
 
 type allocateReply struct {
 	resp *pluginapi.AllocateResponse
@@ -120,7 +128,8 @@ type allocateReply struct {
 }
 
 type preferredReq struct {
-	req *pluginapi.PreferredAllocationRequest
+	req   *pluginapi.PreferredAllocationRequest
+	reply chan preferredReply
 }
 
 type preferredReply struct {
@@ -134,6 +143,9 @@ type persisted struct {
 	devices [][]string
 	envs    []events.Envelope
 	err     error
+	// refused: the answer could not be built (InvalidArgument); nothing
+	// was appended.
+	refused bool
 }
 
 type kubeletSaid struct{ report KubeletReported }
