@@ -128,6 +128,15 @@ func TestLegacyRegistrationAndListAndWatch(t *testing.T) {
 	if got := log.kinds(); !equalKinds(got, want) {
 		t.Errorf("events = %v, want %v", got, want)
 	}
+	// A list's arrival is noted at its Recv, before the stand-in's own
+	// work on it: what benchmarks time the plugin by.
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	for _, ev := range log.events {
+		if ev.Kind == kubelettest.DevicesListed && (ev.Received.IsZero() || ev.Received.After(ev.At)) {
+			t.Errorf("DevicesListed received %v, listed %v: want a receipt time, not after the listing", ev.Received, ev.At)
+		}
+	}
 }
 
 func equalKinds(a, b []kubelettest.EventKind) bool {

@@ -172,11 +172,12 @@ func (k *Kubelet) listAndWatch(e *endpoint) {
 	if err == nil {
 		for {
 			resp, rerr := stream.Recv()
+			received := time.Now()
 			if rerr != nil {
 				err = rerr
 				break
 			}
-			k.devicesListed(e, resp.GetDevices())
+			k.devicesListed(e, resp.GetDevices(), received)
 		}
 	}
 	k.disconnect(e, fmt.Sprintf("ListAndWatch ended: %v", err))
@@ -184,7 +185,7 @@ func (k *Kubelet) listAndWatch(e *endpoint) {
 
 // devicesListed takes a ListAndWatch answer. The checkpoint is written before
 // the list becomes visible, so a test that saw the list finds the file.
-func (k *Kubelet) devicesListed(e *endpoint, devs []*pluginapi.Device) {
+func (k *Kubelet) devicesListed(e *endpoint, devs []*pluginapi.Device, received time.Time) {
 	list := cloneDevices(devs)
 	healthy := 0
 	for _, d := range list {
@@ -195,7 +196,7 @@ func (k *Kubelet) devicesListed(e *endpoint, devs []*pluginapi.Device) {
 	if !k.publishDevices(e, list) {
 		return
 	}
-	k.emit(Event{Kind: DevicesListed, At: time.Now(), Boot: e.reg.Boot, Resource: e.resource, Endpoint: e.socket, Mode: e.reg.Mode, Devices: len(list), Healthy: healthy})
+	k.emit(Event{Kind: DevicesListed, At: time.Now(), Boot: e.reg.Boot, Resource: e.resource, Endpoint: e.socket, Mode: e.reg.Mode, Devices: len(list), Healthy: healthy, Received: received})
 }
 
 // publishDevices writes the checkpoint with list, then makes list the

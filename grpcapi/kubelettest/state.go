@@ -78,6 +78,10 @@ type Event struct {
 	Count    int    // PluginRegistered: Registration.Count
 	Devices  int    // DevicesListed: devices in the list
 	Healthy  int    // DevicesListed: healthy ones among them
+	// Received (DevicesListed) is when the list's Recv returned, before
+	// the stand-in's own work on it (clone, checkpoint, waiters): when the
+	// list arrived, as any ListAndWatch client would note it.
+	Received time.Time
 	Reason   string // RegistrationRejected, PluginDisconnected, KubeletStopped
 }
 
