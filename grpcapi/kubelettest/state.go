@@ -75,9 +75,9 @@ type Event struct {
 	Resource string
 	Endpoint string // kubelet.sock for KubeletBooted
 	Mode     Mode
-	Count    int    // PluginRegistered: Registration.Count
-	Devices  int    // DevicesListed: devices in the list
-	Healthy  int    // DevicesListed: healthy ones among them
+	Count    int // PluginRegistered: Registration.Count
+	Devices  int // DevicesListed: devices in the list
+	Healthy  int // DevicesListed: healthy ones among them
 	// Received (DevicesListed) is when the list's Recv returned, before
 	// the stand-in's own work on it (clone, checkpoint, waiters): when the
 	// list arrived, as any ListAndWatch client would note it.
