@@ -29,6 +29,18 @@ type PoolBackend interface {
 	PreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error)
 }
 
+// DeadlineKeeper is implemented by a PoolBackend whose calls return by
+// their context's deadline (with an error wrapping context.DeadlineExceeded
+// when they run out of time), or shortly after it only to finish work
+// already under way (a ledger commit), whose answer is then final: the
+// kubelet gets it if it still waits. The server calls such a backend on the
+// kubelet call's own goroutine, one hand-off fewer per call; any other
+// backend is called on a goroutine of its own, so that the kubelet gets its
+// DeadlineExceeded on time even from a backend that ignores its context.
+type DeadlineKeeper interface {
+	KeepsDeadlines()
+}
+
 // RegistrationObserver hears what the kubelet says about a pool in
 // plugin-watcher mode: GetInfo was called (the kubelet found the socket), and
 // NotifyRegistrationStatus reported the outcome.

@@ -195,9 +195,11 @@ func (s *PoolServer) Stop(ctx context.Context) error {
 	return cerr
 }
 
-// callBackend runs call with the server's deadline. The call runs in its own
-// goroutine so that the kubelet gets DeadlineExceeded on time even from a
-// backend that ignores its context. An answer that arrived together with
+// callBackend runs call with the server's deadline. A backend that keeps
+// deadlines (DeadlineKeeper) is called on the handler's own goroutine and
+// its answer is final. Any other backend's call runs in a goroutine of its
+// own, so that the kubelet gets DeadlineExceeded on time even from a
+// backend that ignores its context; an answer that arrived together with
 // the deadline wins: an Allocate the ledger already holds is not reported
 // as failed.
 func callBackend[T comparable](s *PoolServer, ctx context.Context, method string, call func(context.Context) (T, error)) (T, error) {
@@ -207,19 +209,23 @@ func callBackend[T comparable](s *PoolServer, ctx context.Context, method string
 		v   T
 		err error
 	}
-	done := make(chan result, 1)
-	go func() {
-		v, err := call(ctx)
-		done <- result{v, err}
-	}()
 	var r result
-	select {
-	case r = <-done:
-	case <-ctx.Done():
+	if _, ok := s.backend.(DeadlineKeeper); ok {
+		r.v, r.err = call(ctx)
+	} else {
+		done := make(chan result, 1)
+		go func() {
+			v, err := call(ctx)
+			done <- result{v, err}
+		}()
 		select {
 		case r = <-done:
-		default:
-			r.err = fmt.Errorf("pool %s did not answer %s: %w", s.resource, method, ctx.Err())
+		case <-ctx.Done():
+			select {
+			case r = <-done:
+			default:
+				r.err = fmt.Errorf("pool %s did not answer %s: %w", s.resource, method, ctx.Err())
+			}
 		}
 	}
 	var zero T

@@ -192,6 +192,42 @@ func TestAllocateAndPreferredErrors(t *testing.T) {
 	})
 }
 
+// keeper is a fake backend that declares it keeps deadlines.
+type keeper struct{ *fakeBackend }
+
+func (keeper) KeepsDeadlines() {}
+
+// A backend that keeps deadlines is trusted with them: its answer is the
+// kubelet's, even one that comes after the server's deadline (an Allocate
+// the ledger already holds), and its own DeadlineExceeded is passed on.
+func TestDeadlineKeeperAnswersAreFinal(t *testing.T) {
+	answer := &pluginapi.AllocateResponse{ContainerResponses: []*pluginapi.ContainerAllocateResponse{
+		{Envs: map[string]string{"PCIDEVICE_EXAMPLE_COM_NIC": "0000:3b:02.0"}},
+	}}
+	b := keeper{newFakeBackend()}
+	_, path := startPool(t, b, PoolServerOptions{CallTimeout: 100 * time.Millisecond})
+	client := pluginapi.NewDevicePluginClient(dialTest(t, path))
+	req := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"0000:3b:02.0"}}}}
+
+	b.setAllocate(func(ctx context.Context, _ *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+		<-ctx.Done()
+		time.Sleep(20 * time.Millisecond) // the commit under way when time ran out
+		return answer, nil
+	})
+	resp, err := client.Allocate(testCtx(t), req)
+	if err != nil || !proto.Equal(resp, answer) {
+		t.Errorf("Allocate = %v, %v; want the late answer %v", resp, err, answer)
+	}
+
+	b.setAllocate(func(ctx context.Context, _ *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+		<-ctx.Done()
+		return nil, fmt.Errorf("pool did not answer in time: %w", ctx.Err())
+	})
+	if _, err := client.Allocate(testCtx(t), req); status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("Allocate = %v, want DeadlineExceeded", err)
+	}
+}
+
 func TestWatcherModeRegistration(t *testing.T) {
 	obs := &fakeObserver{}
 	_, path := startPool(t, newFakeBackend(), PoolServerOptions{Mode: ModeWatcher, Observer: obs})

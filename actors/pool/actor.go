@@ -6,6 +6,7 @@ package pool
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -407,19 +408,27 @@ func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*plugi
 }
 
 // allocate checks the request against the pool's members on the actor's
-// thread, then builds the answer (which reads device nodes under the dev
-// root) and appends it to the ledger off the actor's thread; the reply goes
-// out once the append returned, and the actor hears of it in persisted.
-// Meanwhile the pool keeps answering: concurrent Allocates build and
-// record their answers in parallel, and share the ledger's commits.
+// thread, counts the devices as in flight, and grants the rest to the
+// kubelet's call: the grant builds the answer (which reads device nodes
+// under the dev root) and appends it to the ledger on the call's own
+// goroutine, and the actor hears of the outcome in persisted. Meanwhile
+// the pool keeps answering: concurrent Allocates build and record their
+// answers in parallel, and share the ledger's commits.
 func (p *allocator) allocate(ctx actor.Context, req *pluginapi.AllocateRequest, reply chan<- allocateReply) {
 	fail := func(err error) { reply <- allocateReply{err: err} }
 	if len(req.ContainerRequests) == 0 {
 		fail(fmt.Errorf("%w: Allocate for %s has no container requests", grpcapi.ErrInvalidRequest, p.name))
 		return
 	}
-	devices := make([][]string, 0, len(req.ContainerRequests))
-	devs := make([][]sysfs.Device, 0, len(req.ContainerRequests))
+	g := &grant{
+		res: p.cfg.Resource, env: p.cfg.Env, name: p.name, rec: p.cfg.Recorder,
+		self: ctx.Self(), root: ctx.ActorSystem().Root, appends: &p.appends,
+		devices: make([][]string, 0, len(req.ContainerRequests)),
+		devs:    make([][]sysfs.Device, 0, len(req.ContainerRequests)),
+	}
+	if g.res.DeviceType == config.NetDevice {
+		g.devinfoDir = p.cfg.DevinfoDir
+	}
 	for i, cr := range req.ContainerRequests {
 		if len(cr.DevicesIds) == 0 {
 			fail(fmt.Errorf("%w: Allocate for %s: container request %d names no device", grpcapi.ErrInvalidRequest, p.name, i))
@@ -434,68 +443,86 @@ func (p *allocator) allocate(ctx actor.Context, req *pluginapi.AllocateRequest, 
 			}
 			ds = append(ds, m.Device)
 		}
-		devices = append(devices, slices.Clone(cr.DevicesIds))
-		devs = append(devs, ds)
+		g.devices = append(g.devices, slices.Clone(cr.DevicesIds))
+		g.devs = append(g.devs, ds)
 	}
-	for _, ids := range devices {
+	for _, ids := range g.devices {
 		for _, id := range ids {
 			p.inflight[id]++
 		}
 	}
+	p.appends.Add(1)
+	reply <- allocateReply{grant: g}
+}
 
-	res, env, rec, self, root := p.cfg.Resource, p.cfg.Env, p.cfg.Recorder, ctx.Self(), ctx.ActorSystem().Root
-	dir, name := p.cfg.DevinfoDir, p.name
-	if res.DeviceType != config.NetDevice {
-		dir = ""
+// grant is an Allocate the pool accepted. Its devices count as in flight,
+// and a stopping pool waits for it, until it is settled: run, or released
+// when the call gave up before it got the grant.
+type grant struct {
+	res        *config.Resource
+	env        allocation.Env
+	name       string
+	devinfoDir string // "" writes no device-info file
+	rec        *ledger.Recorder
+	self       *actor.PID
+	root       *actor.RootContext
+	appends    *sync.WaitGroup
+	devices    [][]string
+	devs       [][]sysfs.Device
+}
+
+// run builds the answer, writes the device-info files, and appends the
+// DevicesAllocated events within ctx: an append that has not begun when
+// ctx ends writes nothing and fails, one under way is waited for. The
+// answer is returned only once the ledger holds it.
+func (g *grant) run(ctx context.Context) (*pluginapi.AllocateResponse, error) {
+	defer g.appends.Done()
+	resp := &pluginapi.AllocateResponse{ContainerResponses: make([]*pluginapi.ContainerAllocateResponse, 0, len(g.devs))}
+	payloads := make([]events.Payload, 0, len(g.devs))
+	for i, ds := range g.devs {
+		answer, err := allocation.Respond(g.res, ds, g.env)
+		if err != nil {
+			g.root.Send(g.self, &persisted{devices: g.devices, refused: true})
+			return nil, fmt.Errorf("%w: Allocate for %s: %v", grpcapi.ErrInvalidRequest, g.name, err)
+		}
+		payloads = append(payloads, events.DevicesAllocated{Pool: g.name, DeviceIDs: g.devices[i], ContainerIndex: i, Response: answer})
+		resp.ContainerResponses = append(resp.ContainerResponses, toPlugin(answer))
 	}
-	timeout := p.callTimeout()
-	appends := &p.appends
-	appends.Add(1)
-	go func() {
-		defer appends.Done()
-		resp := &pluginapi.AllocateResponse{ContainerResponses: make([]*pluginapi.ContainerAllocateResponse, 0, len(devs))}
-		payloads := make([]events.Payload, 0, len(devs))
-		for i, ds := range devs {
-			answer, err := allocation.Respond(res, ds, env)
-			if err != nil {
-				root.Send(self, &persisted{devices: devices, refused: true})
-				reply <- allocateReply{err: fmt.Errorf("%w: Allocate for %s: %v", grpcapi.ErrInvalidRequest, name, err)}
-				return
-			}
-			payloads = append(payloads, events.DevicesAllocated{Pool: name, DeviceIDs: devices[i], ContainerIndex: i, Response: answer})
-			resp.ContainerResponses = append(resp.ContainerResponses, toPlugin(answer))
-		}
-		var err error
-		if dir != "" {
-			for _, d := range slices.Concat(devs...) {
-				if err = allocation.WriteDeviceInfo(dir, name, d); err != nil {
-					err = fmt.Errorf("write device-info for %s: %w", d.Address, err)
-					break
-				}
+	var err error
+	if g.devinfoDir != "" {
+		for _, d := range slices.Concat(g.devs...) {
+			if err = allocation.WriteDeviceInfo(g.devinfoDir, g.name, d); err != nil {
+				err = fmt.Errorf("write device-info for %s: %w", d.Address, err)
+				break
 			}
 		}
-		var envs []events.Envelope
-		if err == nil {
-			actx, cancel := context.WithTimeout(context.Background(), timeout)
-			envs, err = rec.Record(actx, payloads...)
-			cancel()
-		}
-		// The answer goes straight back to the kubelet's call once the
-		// ledger holds it, so a stopping pool still finishes what is in
-		// flight; the actor's bookkeeping follows in persisted, and until
-		// then the devices count as in flight. persisted is queued before
-		// the answer goes, so anything asked of the pool after the answer
-		// arrived sees the allocation.
-		if err != nil {
-			err = fmt.Errorf("%w: %s: the ledger could not record the allocation: %v", grpcapi.ErrUnavailable, name, err)
-		}
-		root.Send(self, &persisted{devices: devices, envs: envs, err: err})
-		if err != nil {
-			reply <- allocateReply{err: err}
-		} else {
-			reply <- allocateReply{resp: resp}
-		}
-	}()
+	}
+	var envs []events.Envelope
+	if err == nil {
+		envs, err = g.rec.Record(ctx, payloads...)
+	}
+	switch {
+	case err == nil:
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		err = fmt.Errorf("%s: the allocation was not recorded before the call's deadline: %w", g.name, err)
+	default:
+		err = fmt.Errorf("%w: %s: the ledger could not record the allocation: %v", grpcapi.ErrUnavailable, g.name, err)
+	}
+	// The actor's bookkeeping follows in persisted, and until then the
+	// devices count as in flight. persisted is queued before the answer
+	// goes, so anything asked of the pool after the answer arrived sees
+	// the allocation.
+	g.root.Send(g.self, &persisted{devices: g.devices, envs: envs, err: err})
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// release settles a grant whose call has gone: nothing is recorded.
+func (g *grant) release() {
+	g.root.Send(g.self, &persisted{devices: g.devices, refused: true})
+	g.appends.Done()
 }
 
 // persisted takes an Allocate's outcome into the pool's state. A device
@@ -519,7 +546,7 @@ func (p *allocator) persisted(ctx actor.Context, m *persisted) {
 		return
 	}
 	if m.err != nil {
-		p.cfg.Log.Error().Err(m.err).Str("pool", p.name).Msg("allocation not recorded; answered Unavailable")
+		p.cfg.Log.Error().Err(m.err).Str("pool", p.name).Msg("allocation not recorded; the kubelet's call failed")
 		return
 	}
 	var conflicts []events.Payload

@@ -78,10 +78,29 @@ func (b *backend) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) 
 	b.root.Send(b.pid, &allocateReq{req: req, reply: reply})
 	r, err := await(ctx, b, reply)
 	if err != nil {
+		// The pool may grant the request yet: settle the grant then, so
+		// that its devices do not stay in flight.
+		go func() {
+			select {
+			case r := <-reply:
+				if r.grant != nil {
+					r.grant.release()
+				}
+			case <-b.gone:
+			}
+		}()
 		return nil, err
 	}
-	return r.resp, r.err
+	if r.err != nil {
+		return nil, r.err
+	}
+	return r.grant.run(ctx)
 }
+
+// KeepsDeadlines implements grpcapi.DeadlineKeeper: every wait of the
+// backend ends with ctx, and an Allocate's append that has not begun when
+// ctx ends writes nothing (one under way is finished, and answered).
+func (*backend) KeepsDeadlines() {}
 
 // PreferredAllocation implements grpcapi.PoolBackend.
 func (b *backend) PreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {

@@ -105,7 +105,7 @@ type NeedMembers struct{ Pool string }
 
 // Internal messages between the gRPC backend and the actor. A request
 // carries its own reply channel, buffered for the one answer, so the
-// actor (or an Allocate's append goroutine) answers without blocking, and
+// actor answers without blocking, and
 // the kubelet's call waits on it with its own deadline: no future, no
 // timer per call.
 
@@ -122,9 +122,10 @@ type allocateReq struct {
 	reply chan allocateReply
 }
 
+// allocateReply grants the Allocate, or refuses it.
 type allocateReply struct {
-	resp *pluginapi.AllocateResponse
-	err  error
+	grant *grant
+	err   error
 }
 
 type preferredReq struct {
@@ -143,8 +144,8 @@ type persisted struct {
 	devices [][]string
 	envs    []events.Envelope
 	err     error
-	// refused: the answer could not be built (InvalidArgument); nothing
-	// was appended.
+	// refused: nothing was appended: the answer could not be built
+	// (InvalidArgument), or the call gave up before it got its grant.
 	refused bool
 }
 
