@@ -24,12 +24,14 @@ import (
 // per Append: some 30-50µs measured on a small VM, next to a bare bbolt
 // commit of 250µs.)
 //
-// The batch adapts to the concurrency it sees. When the last commit took
-// several calls, the leader waits a little (at most batchWait, much less than
-// a commit) until as many calls are queued again: callers answered together
-// come back together, a gRPC round trip later, and would otherwise split
-// into a commit of one and a commit of the rest. A lone caller (the last
-// commit took one call) never waits.
+// The batch adapts to the concurrency it sees. Before it commits, the
+// leader waits a little (at most batchWait, about one commit) until the
+// calls it can expect are queued: those that were already waiting when the
+// last commit ended, and as many as that commit answered, since callers
+// answered together come back together, a gRPC round trip later. Without
+// the wait, callers that share commits split into two halves that take
+// turns, each commit half full. A lone caller (the last commit answered
+// it, and nobody else waits) never waits.
 
 // Request states. A leader claims a request when its transaction is about to
 // start; a waiting caller whose context ends first withdraws it; a leader
@@ -45,6 +47,7 @@ const (
 type appendReq struct {
 	ctx      context.Context
 	envs     []events.Envelope
+	epoch    uint64 // Log.committed when it was queued
 	state    atomic.Int32
 	out      []events.Envelope
 	err      error
@@ -85,6 +88,7 @@ func (l *Log) Append(ctx context.Context, envs ...events.Envelope) ([]events.Env
 	}
 	r := &appendReq{ctx: ctx, envs: envs, done: make(chan struct{}), promoted: make(chan struct{})}
 	l.qmu.Lock()
+	r.epoch = l.committed
 	l.queue = append(l.queue, r)
 	if !l.leading {
 		l.leading = true
@@ -161,13 +165,21 @@ func (l *Log) lead(me *appendReq) {
 }
 
 // batchWait bounds how long a leader waits for concurrent callers to join its
-// batch: a fraction of a commit's two fsyncs.
-const batchWait = 200 * time.Microsecond
+// batch: about one commit with its two fsyncs, which is what a caller left
+// out would wait for the next one.
+const batchWait = 400 * time.Microsecond
 
-// awaitCompany waits, when the last commit was shared, until as many calls
-// are queued as it took, or batchWait passed. The leader only.
+// awaitCompany waits until the callers the leader can expect are queued, or
+// batchWait passed. The leader only. It expects the calls queued before the
+// last commit ended (they were waiting for it) and as many as that commit
+// answered (callers that append again, a round trip later). A lone caller
+// expects nobody but itself: it was answered by the last commit and is
+// back. Callers that share commits settle into sharing them all, rather
+// than into two halves that take turns, each commit half full.
 func (l *Log) awaitCompany() {
-	want := l.prevBatch
+	l.qmu.Lock()
+	want := l.expectedCompany()
+	l.qmu.Unlock()
 	if want <= 1 {
 		return
 	}
@@ -189,6 +201,19 @@ func (l *Log) awaitCompany() {
 			return
 		}
 	}
+}
+
+// expectedCompany is how many calls a leader about to commit can expect:
+// those queued before the last commit answered its calls, plus as many as
+// it answered. Callers hold qmu.
+func (l *Log) expectedCompany() int {
+	waiting := 0
+	for _, r := range l.queue {
+		if r.epoch < l.committed {
+			waiting++
+		}
+	}
+	return min(waiting+l.prevBatch, l.maxBatch)
 }
 
 // handOver promotes the oldest waiting call to leader, or records that no
@@ -270,6 +295,9 @@ func (l *Log) commit(batch []*appendReq) {
 		}
 		return nil
 	})
+	l.qmu.Lock()
+	l.committed++ // before any caller is answered: those that come back are not "waiting"
+	l.qmu.Unlock()
 	if err != nil {
 		err = fmt.Errorf("append to ledger %s: %w", l.path, err)
 		for _, r := range live {

@@ -429,3 +429,37 @@ func TestAppendUnderCancellationStorm(t *testing.T) {
 		t.Fatalf("after the storm: leading %v, %d queued", l.leading, len(l.queue))
 	}
 }
+
+// A leader expects the calls that were waiting when the last commit ended
+// and those that commit answered: a lone caller nobody, callers taking
+// turns in two halves each other, callers answered together all of them.
+func TestLeaderExpectsTheCallersItLastAnswered(t *testing.T) {
+	queued := func(epochs ...uint64) []*appendReq {
+		var q []*appendReq
+		for _, e := range epochs {
+			q = append(q, &appendReq{epoch: e})
+		}
+		return q
+	}
+	tests := []struct {
+		name      string
+		queue     []*appendReq
+		prevBatch int
+		want      int
+	}{
+		{"a lone caller, back after its answer", queued(10), 1, 1},
+		{"the first call of all", queued(10), 0, 0},
+		{"one half waited through the other's commit", queued(9, 9, 9, 9), 4, 8},
+		{"the first of eight answered together", queued(10), 8, 8},
+		{"two waited, one came back", queued(9, 9, 10), 3, 5},
+		{"never more than a batch", queued(9, 9, 9, 9, 9, 9), 8, 10},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &Log{queue: tc.queue, prevBatch: tc.prevBatch, committed: 10, maxBatch: 10}
+			if got := l.expectedCompany(); got != tc.want {
+				t.Errorf("expectedCompany = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}

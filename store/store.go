@@ -115,8 +115,10 @@ type Log struct {
 	arena   []byte
 	writeMu sync.Mutex
 	// prevBatch is how many calls the last commit took (leader's only);
+	// committed counts the commits that answered their calls (under qmu);
 	// arrived wakes a leader waiting for concurrent callers to join.
 	prevBatch int
+	committed uint64
 	arrived   chan struct{}
 }
 
