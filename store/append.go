@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -169,6 +170,12 @@ func (l *Log) lead(me *appendReq) {
 // out would wait for the next one.
 const batchWait = 400 * time.Microsecond
 
+// burstGap is how long after a commit its callers are still expected back:
+// a few commits. A leader that starts later than that is not in a burst
+// (a leader of a burst starts as the commit before it ends, but may wait
+// for the CPU as long as a commit or two).
+const burstGap = 2 * time.Millisecond
+
 // awaitCompany waits until the callers the leader can expect are queued, or
 // batchWait passed. The leader only. It expects the calls queued before the
 // last commit ended (they were waiting for it) and as many as that commit
@@ -178,9 +185,14 @@ const batchWait = 400 * time.Microsecond
 // than into two halves that take turns, each commit half full.
 func (l *Log) awaitCompany() {
 	l.qmu.Lock()
-	want := l.expectedCompany()
+	want, prev := l.expectedCompany(time.Now()), l.prevBatch
 	l.qmu.Unlock()
 	if want <= 1 {
+		if prev > 1 {
+			// Concurrent callers, but none lately: a burst may be
+			// starting, its other callers runnable; let them queue.
+			runtime.Gosched()
+		}
 		return
 	}
 	var timer *time.Timer
@@ -203,17 +215,22 @@ func (l *Log) awaitCompany() {
 	}
 }
 
-// expectedCompany is how many calls a leader about to commit can expect:
-// those queued before the last commit answered its calls, plus as many as
-// it answered. Callers hold qmu.
-func (l *Log) expectedCompany() int {
+// expectedCompany is how many calls a leader about to commit at now can
+// expect: those queued before the last commit answered its calls, plus as
+// many as it answered, unless that was more than burstGap ago (a burst
+// that ended: its callers are not coming back). Callers hold qmu.
+func (l *Log) expectedCompany(now time.Time) int {
 	waiting := 0
 	for _, r := range l.queue {
 		if r.epoch < l.committed {
 			waiting++
 		}
 	}
-	return min(waiting+l.prevBatch, l.maxBatch)
+	back := l.prevBatch
+	if now.Sub(l.committedAt) > burstGap {
+		back = 0
+	}
+	return min(waiting+back, l.maxBatch)
 }
 
 // handOver promotes the oldest waiting call to leader, or records that no
@@ -297,6 +314,7 @@ func (l *Log) commit(batch []*appendReq) {
 	})
 	l.qmu.Lock()
 	l.committed++ // before any caller is answered: those that come back are not "waiting"
+	l.committedAt = time.Now()
 	l.qmu.Unlock()
 	if err != nil {
 		err = fmt.Errorf("append to ledger %s: %w", l.path, err)

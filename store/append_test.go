@@ -432,7 +432,8 @@ func TestAppendUnderCancellationStorm(t *testing.T) {
 
 // A leader expects the calls that were waiting when the last commit ended
 // and those that commit answered: a lone caller nobody, callers taking
-// turns in two halves each other, callers answered together all of them.
+// turns in two halves each other, callers answered together all of them;
+// but nobody back from a burst that ended before it came.
 func TestLeaderExpectsTheCallersItLastAnswered(t *testing.T) {
 	queued := func(epochs ...uint64) []*appendReq {
 		var q []*appendReq
@@ -445,19 +446,23 @@ func TestLeaderExpectsTheCallersItLastAnswered(t *testing.T) {
 		name      string
 		queue     []*appendReq
 		prevBatch int
+		since     time.Duration // since the last commit answered
 		want      int
 	}{
-		{"a lone caller, back after its answer", queued(10), 1, 1},
-		{"the first call of all", queued(10), 0, 0},
-		{"one half waited through the other's commit", queued(9, 9, 9, 9), 4, 8},
-		{"the first of eight answered together", queued(10), 8, 8},
-		{"two waited, one came back", queued(9, 9, 10), 3, 5},
-		{"never more than a batch", queued(9, 9, 9, 9, 9, 9), 8, 10},
+		{"a lone caller, back after its answer", queued(10), 1, 0, 1},
+		{"the first call of all", queued(10), 0, time.Hour, 0},
+		{"one half waited through the other's commit", queued(9, 9, 9, 9), 4, 0, 8},
+		{"the first of eight answered together", queued(10), 8, 50 * time.Microsecond, 8},
+		{"two waited, one came back", queued(9, 9, 10), 3, 0, 5},
+		{"never more than a batch", queued(9, 9, 9, 9, 9, 9), 8, 0, 10},
+		{"a call long after a burst", queued(10), 8, time.Second, 0},
+		{"two waited long after a burst", queued(9, 9), 8, time.Second, 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			l := &Log{queue: tc.queue, prevBatch: tc.prevBatch, committed: 10, maxBatch: 10}
-			if got := l.expectedCompany(); got != tc.want {
+			now := time.Now()
+			l := &Log{queue: tc.queue, prevBatch: tc.prevBatch, committed: 10, committedAt: now.Add(-tc.since), maxBatch: 10}
+			if got := l.expectedCompany(now); got != tc.want {
 				t.Errorf("expectedCompany = %d, want %d", got, tc.want)
 			}
 		})

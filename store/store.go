@@ -115,11 +115,13 @@ type Log struct {
 	arena   []byte
 	writeMu sync.Mutex
 	// prevBatch is how many calls the last commit took (leader's only);
-	// committed counts the commits that answered their calls (under qmu);
+	// committed counts the commits that answered their calls, the last at
+	// committedAt (both under qmu);
 	// arrived wakes a leader waiting for concurrent callers to join.
-	prevBatch int
-	committed uint64
-	arrived   chan struct{}
+	prevBatch   int
+	committed   uint64
+	committedAt time.Time
+	arrived     chan struct{}
 }
 
 // Open opens the ledger at path. Opened for writing, a missing file is
