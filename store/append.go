@@ -28,11 +28,13 @@ import (
 // The batch adapts to the concurrency it sees. Before it commits, the
 // leader waits a little (at most batchWait, about one commit) until the
 // calls it can expect are queued: those that were already waiting when the
-// last commit ended, and as many as that commit answered, since callers
-// answered together come back together, a gRPC round trip later. Without
-// the wait, callers that share commits split into two halves that take
-// turns, each commit half full. A lone caller (the last commit answered
-// it, and nobody else waits) never waits.
+// last commit ended, and the recurring callers that commit answered
+// (WithRecurringCaller: callers that serve a stream of requests, such as
+// the kubelet's Allocates, come back a round trip after their answer).
+// Without the wait, recurring callers that share commits split into two
+// halves that take turns, each commit half full. Other callers (an event
+// recorded as it happens) are never waited for: they do not come back, and
+// a wait for them would hold up everyone queued. A lone caller never waits.
 
 // Request states. A leader claims a request when its transaction is about to
 // start; a waiting caller whose context ends first withdraws it; a leader
@@ -46,14 +48,15 @@ const (
 )
 
 type appendReq struct {
-	ctx      context.Context
-	envs     []events.Envelope
-	epoch    uint64 // Log.committed when it was queued
-	state    atomic.Int32
-	out      []events.Envelope
-	err      error
-	done     chan struct{} // closed when answered
-	promoted chan struct{} // closed when its caller is to lead
+	ctx       context.Context
+	envs      []events.Envelope
+	epoch     uint64 // Log.committed when it was queued
+	recurring bool   // WithRecurringCaller
+	state     atomic.Int32
+	out       []events.Envelope
+	err       error
+	done      chan struct{} // closed when answered
+	promoted  chan struct{} // closed when its caller is to lead
 }
 
 func (r *appendReq) finish(out []events.Envelope, err error) {
@@ -87,7 +90,7 @@ func (l *Log) Append(ctx context.Context, envs ...events.Envelope) ([]events.Env
 	if len(envs) == 0 {
 		return nil, nil
 	}
-	r := &appendReq{ctx: ctx, envs: envs, done: make(chan struct{}), promoted: make(chan struct{})}
+	r := &appendReq{ctx: ctx, envs: envs, recurring: ctx.Value(recurringKey{}) != nil, done: make(chan struct{}), promoted: make(chan struct{})}
 	l.qmu.Lock()
 	r.epoch = l.committed
 	l.queue = append(l.queue, r)
@@ -151,7 +154,12 @@ func (l *Log) lead(me *appendReq) {
 		clear(l.queue[len(l.queue):was]) // the array's tail still points at calls
 		l.qmu.Unlock()
 
-		l.prevBatch = len(batch)
+		l.prevRecurring = 0
+		for _, r := range batch {
+			if r.recurring {
+				l.prevRecurring++
+			}
+		}
 		l.commit(batch)
 		clear(batch)
 		l.batch = batch[:0]
@@ -178,18 +186,18 @@ const burstGap = 2 * time.Millisecond
 
 // awaitCompany waits until the callers the leader can expect are queued, or
 // batchWait passed. The leader only. It expects the calls queued before the
-// last commit ended (they were waiting for it) and as many as that commit
-// answered (callers that append again, a round trip later). A lone caller
-// expects nobody but itself: it was answered by the last commit and is
-// back. Callers that share commits settle into sharing them all, rather
-// than into two halves that take turns, each commit half full.
+// last commit ended (they were waiting for it) and the recurring callers
+// that commit answered (they append again, a round trip later). A lone
+// caller expects nobody but itself: it was answered by the last commit and
+// is back. Recurring callers that share commits settle into sharing them
+// all, rather than into two halves that take turns, each half full.
 func (l *Log) awaitCompany() {
 	l.qmu.Lock()
-	want, prev := l.expectedCompany(time.Now()), l.prevBatch
+	want, prev := l.expectedCompany(time.Now()), l.prevRecurring
 	l.qmu.Unlock()
 	if want <= 1 {
 		if prev > 1 {
-			// Concurrent callers, but none lately: a burst may be
+			// Recurring callers, but none lately: a burst may be
 			// starting, its other callers runnable; let them queue.
 			runtime.Gosched()
 		}
@@ -216,9 +224,9 @@ func (l *Log) awaitCompany() {
 }
 
 // expectedCompany is how many calls a leader about to commit at now can
-// expect: those queued before the last commit answered its calls, plus as
-// many as it answered, unless that was more than burstGap ago (a burst
-// that ended: its callers are not coming back). Callers hold qmu.
+// expect: those queued before the last commit answered its calls, plus the
+// recurring callers it answered, unless that was more than burstGap ago (a
+// burst that ended: its callers are not coming back). Callers hold qmu.
 func (l *Log) expectedCompany(now time.Time) int {
 	waiting := 0
 	for _, r := range l.queue {
@@ -226,7 +234,7 @@ func (l *Log) expectedCompany(now time.Time) int {
 			waiting++
 		}
 	}
-	back := l.prevBatch
+	back := l.prevRecurring
 	if now.Sub(l.committedAt) > burstGap {
 		back = 0
 	}
@@ -409,4 +417,15 @@ func (l *Log) appendInTx(tx *bolt.Tx, e events.Envelope) (events.Envelope, error
 	b := tx.Bucket(bucketEvents)
 	b.FillPercent = 1
 	return e, putNext(b, buf[:keySize], buf[keySize:])
+}
+
+type recurringKey struct{}
+
+// WithRecurringCaller marks the appends made with ctx as those of a caller
+// that serves a stream of requests (a gRPC handler answering the kubelet's
+// Allocates, say): once answered, such callers tend to append again a round
+// trip later, and a leader of the group commit waits a little for them
+// (see awaitCompany) so that they keep sharing commits.
+func WithRecurringCaller(ctx context.Context) context.Context {
+	return context.WithValue(ctx, recurringKey{}, true)
 }

@@ -431,9 +431,10 @@ func TestAppendUnderCancellationStorm(t *testing.T) {
 }
 
 // A leader expects the calls that were waiting when the last commit ended
-// and those that commit answered: a lone caller nobody, callers taking
-// turns in two halves each other, callers answered together all of them;
-// but nobody back from a burst that ended before it came.
+// and the recurring callers that commit answered: a lone caller nobody,
+// recurring callers taking turns in two halves each other, recurring
+// callers answered together all of them; but nobody back from a burst that
+// ended before it came, and never a caller that is not recurring.
 func TestLeaderExpectsTheCallersItLastAnswered(t *testing.T) {
 	queued := func(epochs ...uint64) []*appendReq {
 		var q []*appendReq
@@ -445,7 +446,7 @@ func TestLeaderExpectsTheCallersItLastAnswered(t *testing.T) {
 	tests := []struct {
 		name      string
 		queue     []*appendReq
-		prevBatch int
+		recurring int           // recurring calls the last commit answered
 		since     time.Duration // since the last commit answered
 		want      int
 	}{
@@ -457,11 +458,13 @@ func TestLeaderExpectsTheCallersItLastAnswered(t *testing.T) {
 		{"never more than a batch", queued(9, 9, 9, 9, 9, 9), 8, 0, 10},
 		{"a call long after a burst", queued(10), 8, time.Second, 0},
 		{"two waited long after a burst", queued(9, 9), 8, time.Second, 2},
+		{"events recorded as they happen", queued(10), 0, 0, 0},
+		{"events waiting, none recurring", queued(9, 9, 9), 0, 0, 3},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			now := time.Now()
-			l := &Log{queue: tc.queue, prevBatch: tc.prevBatch, committed: 10, committedAt: now.Add(-tc.since), maxBatch: 10}
+			l := &Log{queue: tc.queue, prevRecurring: tc.recurring, committed: 10, committedAt: now.Add(-tc.since), maxBatch: 10}
 			if got := l.expectedCompany(now); got != tc.want {
 				t.Errorf("expectedCompany = %d, want %d", got, tc.want)
 			}

@@ -114,14 +114,14 @@ type Log struct {
 	batch   []*appendReq
 	arena   []byte
 	writeMu sync.Mutex
-	// prevBatch is how many calls the last commit took (leader's only);
-	// committed counts the commits that answered their calls, the last at
-	// committedAt (both under qmu);
-	// arrived wakes a leader waiting for concurrent callers to join.
-	prevBatch   int
-	committed   uint64
-	committedAt time.Time
-	arrived     chan struct{}
+	// prevRecurring is how many recurring calls the last commit took
+	// (leaders only); committed counts the commits that answered their
+	// calls, the last at committedAt (both under qmu); arrived wakes a
+	// leader waiting for concurrent callers to join.
+	prevRecurring int
+	committed     uint64
+	committedAt   time.Time
+	arrived       chan struct{}
 }
 
 // Open opens the ledger at path. Opened for writing, a missing file is

@@ -22,6 +22,7 @@ import (
 	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi"
+	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/sysfs"
 )
 
@@ -499,7 +500,9 @@ func (g *grant) run(ctx context.Context) (*pluginapi.AllocateResponse, error) {
 	}
 	var envs []events.Envelope
 	if err == nil {
-		envs, err = g.rec.Record(ctx, payloads...)
+		// The kubelet's Allocates come one after another: the ledger's
+		// group commit waits a little for the next ones to share a commit.
+		envs, err = g.rec.Record(store.WithRecurringCaller(ctx), payloads...)
 	}
 	switch {
 	case err == nil:
