@@ -149,7 +149,7 @@ func (n *coordinator) Receive(ctx actor.Context) {
 	case *scanner.Scanned:
 		n.scanned(ctx, m)
 	case *pool.Serving:
-		ctx.Send(n.registrar, &registrar.Desire{Pool: m.Pool, Socket: m.Socket, KubeletWatching: m.KubeletWatching})
+		ctx.Send(n.registrar, &registrar.Desire{Pool: m.Pool, Socket: m.Socket, KubeletWatching: m.KubeletWatching, Recorded: m.Recorded})
 	case *pool.KubeletReported:
 		ctx.Send(n.registrar, &registrar.KubeletReported{Pool: m.Pool, Socket: m.Socket,
 			InfoRequested: m.InfoRequested, Registered: m.Registered, Reason: m.Reason})

@@ -200,7 +200,8 @@ func (p *allocator) callTimeout() time.Duration {
 }
 
 // announce records PluginServing (after SocketLost when the socket was
-// lost) and tells the parent the pool is ready to be registered.
+// lost) and tells the parent, at once, that the pool is ready to be
+// registered.
 func (p *allocator) announce(ctx actor.Context, lost string, rebound bool) {
 	mode := string(p.cfg.Mode)
 	if mode == "" {
@@ -212,15 +213,25 @@ func (p *allocator) announce(ctx actor.Context, lost string, rebound bool) {
 		p.cfg.Log.Warn().Str("pool", p.name).Str("socket", lost).Msg("socket lost; re-creating it")
 	}
 	payloads = append(payloads, events.PluginServing{Pool: p.name, Socket: p.cfg.Socket, Mode: mode})
-	envs, err := p.cfg.Recorder.Record(context.Background(), payloads...)
-	if err != nil {
-		// Serving is a fact about now: it is worth retrying, but the pool
-		// serves whether or not the ledger says so.
-		p.cfg.Log.Error().Err(err).Str("pool", p.name).Msg("cannot record PluginServing")
-	} else {
-		p.cfg.Log.Info().Str("pool", p.name).Str("socket", p.cfg.Socket).Str("mode", mode).Uint64("seq", envs[len(envs)-1].Seq).Msg("pool serving")
-	}
-	ctx.Send(ctx.Parent(), &Serving{Pool: p.name, Socket: p.cfg.Socket, KubeletWatching: rebound && len(p.watchers) > 0})
+	// The socket serves already: registration need not wait for the
+	// fsync. The registrar writes what it hears of the pool after this
+	// append returned (Recorded), so that the ledger tells it in order.
+	recorded := make(chan struct{})
+	rec, log, name, socket := p.cfg.Recorder, p.cfg.Log, p.name, p.cfg.Socket
+	p.appends.Add(1)
+	go func() {
+		defer p.appends.Done()
+		defer close(recorded)
+		envs, err := rec.Record(context.Background(), payloads...)
+		if err != nil {
+			// Serving is a fact about now: it is worth retrying, but the
+			// pool serves whether or not the ledger says so.
+			log.Error().Err(err).Str("pool", name).Msg("cannot record PluginServing")
+			return
+		}
+		log.Info().Str("pool", name).Str("socket", socket).Str("mode", mode).Uint64("seq", envs[len(envs)-1].Seq).Msg("pool serving")
+	}()
+	ctx.Send(ctx.Parent(), &Serving{Pool: p.name, Socket: p.cfg.Socket, KubeletWatching: rebound && len(p.watchers) > 0, Recorded: recorded})
 }
 
 // stop ends this incarnation's serving (the pool stops, or restarts after

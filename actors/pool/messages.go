@@ -76,6 +76,8 @@ type Serving struct {
 	// kubelet's registration of this socket path stands (a real kubelet
 	// refuses a second Register of a path it is connected to).
 	KubeletWatching bool
+	// Recorded is closed once the pool's PluginServing append returned.
+	Recorded <-chan struct{}
 }
 
 // KubeletReported relays what the kubelet told the pool's socket in

@@ -64,8 +64,9 @@ func Props(cfg Config) *actor.Props {
 }
 
 type desire struct {
-	socket string
-	gen    uint64
+	socket   string
+	gen      uint64
+	recorded <-chan struct{} // Desire.Recorded
 }
 
 type acknowledged struct {
@@ -114,7 +115,7 @@ func (r *registrar) Receive(ctx actor.Context) {
 		r.stopWriter()
 	case *Desire:
 		r.gen++
-		r.desired[m.Pool] = desire{socket: m.Socket, gen: r.gen}
+		r.desired[m.Pool] = desire{socket: m.Socket, gen: r.gen, recorded: m.Recorded}
 		r.cancelRetry(m.Pool)
 		r.failures[m.Pool] = 0
 		delete(r.lastError, m.Pool)
@@ -298,13 +299,23 @@ func (r *registrar) status() *Status {
 // restart, waiting would put one fsync per event on the path to the last
 // registration. done, when set, runs once the event is durable. A failed
 // append is logged and the registrar carries on.
+// An event about a pool is written after the pool's own PluginServing
+// (Desire.Recorded).
 func (r *registrar) record(p events.Payload, done func(events.Envelope)) {
-	r.notes <- note{p: p, done: done}
+	n := note{p: p, done: done}
+	switch e := p.(type) {
+	case events.PluginRegistered:
+		n.after = r.desired[e.Pool].recorded
+	case events.RegistrationFailed:
+		n.after = r.desired[e.Pool].recorded
+	}
+	r.notes <- n
 }
 
 type note struct {
-	p    events.Payload
-	done func(events.Envelope)
+	p     events.Payload
+	done  func(events.Envelope)
+	after <-chan struct{} // nil: nothing to wait for
 }
 
 // startWriter starts the goroutine that appends queued events in order;
@@ -316,6 +327,9 @@ func (r *registrar) startWriter() {
 	go func() {
 		defer close(written)
 		for n := range notes {
+			if n.after != nil {
+				<-n.after
+			}
 			envs, err := rec.Record(context.Background(), n.p)
 			if err != nil {
 				log.Error().Err(err).Str("event", string(n.p.EventType())).Msg("cannot record registration event")

@@ -172,6 +172,29 @@ func TestDesiredPoolIsRegistered(t *testing.T) {
 	r.Silent(t)
 }
 
+// A pool is registered the moment it serves, before its PluginServing is
+// durable; the registrar writes PluginRegistered only after it, so that
+// the ledger tells the story in order.
+func TestRegisteredIsRecordedAfterThePoolsServing(t *testing.T) {
+	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
+	_, sock := r.serve(t, gpu)
+	serving := make(chan struct{})
+	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock, Recorded: serving})
+	if _, err := r.kubelet.WaitRegistered(ctxFor(t), gpu); err != nil {
+		t.Fatalf("registration waited for the pool's append: %v", err)
+	}
+	r.await(t, "registered the pool", registered(gpu))
+	time.Sleep(50 * time.Millisecond) // time enough for a wrongly early append
+	if got := r.recorded(t); len(got) != 0 {
+		t.Fatalf("recorded %+v before the pool's PluginServing", got)
+	}
+	close(serving)
+	want := []events.Payload{events.PluginRegistered{Pool: gpu, Socket: sock, Mode: "legacy"}}
+	if got := r.awaitRecorded(t, len(want)); !reflect.DeepEqual(got, want) {
+		t.Errorf("recorded %+v, want %+v", got, want)
+	}
+}
+
 func TestRejectedRegistrationIsRetriedWithBackoff(t *testing.T) {
 	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
 	const bad = "not-extended" // the kubelet wants a domain-prefixed name

@@ -11,6 +11,11 @@ type Desire struct {
 	// KubeletWatching says the current kubelet still watches the pool on
 	// this socket path: its registration stands and is not made again.
 	KubeletWatching bool
+	// Recorded, when set, is closed once the pool's PluginServing is in
+	// the ledger (or its append failed). Registration does not wait for
+	// it; the registrar's events about the pool are written after it, so
+	// that the ledger tells them in order.
+	Recorded <-chan struct{}
 }
 
 // Undesire says a pool no longer serves (its socket was lost, or the pool
