@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -168,7 +169,19 @@ func checkPrivateSocket(t *testing.T, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 1 {
-		t.Errorf("socket dir holds %d entries, want only the socket", len(entries))
+	// Beside the socket, nothing but its private directory: 0700, empty.
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	priv := privateDir(path)
+	if want := []string{filepath.Base(priv), filepath.Base(path)}; !slices.Equal(names, want) {
+		t.Errorf("socket dir holds %q, want %q", names, want)
+	}
+	if fi, err := os.Lstat(priv); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+		t.Errorf("private dir %s: %v, %v; want a 0700 directory", priv, fi, err)
+	}
+	if inside, err := os.ReadDir(priv); err != nil || len(inside) != 0 {
+		t.Errorf("private dir holds %v (%v), want nothing", inside, err)
 	}
 }

@@ -89,8 +89,57 @@ func TestListAndWatchStreamsUntilStop(t *testing.T) {
 	if _, err := os.Lstat(path); !os.IsNotExist(err) {
 		t.Errorf("socket after Stop: %v, want it removed", err)
 	}
+	if _, err := os.Lstat(privateDir(path)); !os.IsNotExist(err) {
+		t.Errorf("private dir after Stop: %v, want it removed", err)
+	}
 	if err := s.Reserve(path); err == nil {
 		t.Error("Reserve after Stop succeeded")
+	}
+}
+
+// Whatever a previous run or someone else left at a socket's private
+// directory, the socket is created in a directory of ours, 0700.
+func TestPrivateDirIsReclaimed(t *testing.T) {
+	tests := []struct {
+		name  string
+		plant func(t *testing.T, priv string)
+	}{
+		{"left open", func(t *testing.T, priv string) {
+			if err := os.Mkdir(priv, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(priv, 0o777); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"a link elsewhere", func(t *testing.T, priv string) {
+			if err := os.Symlink(t.TempDir(), priv); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"a file", func(t *testing.T, priv string) {
+			if err := os.WriteFile(priv, []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"a stale socket inside", func(t *testing.T, priv string) {
+			if err := os.Mkdir(priv, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			staleSocket(t, filepath.Join(priv, "s"))
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(shortDir(t), "p.sock")
+			tc.plant(t, privateDir(path))
+			s := NewPoolServer(testResource, newFakeBackend(), PoolServerOptions{})
+			if err := s.Serve(path); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { stopWithin(t, s, 5*time.Second) })
+			checkPrivateSocket(t, path)
+		})
 	}
 }
 

@@ -2,11 +2,14 @@ package grpcapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -16,11 +19,46 @@ import (
 // (sun_path holds 108 bytes, one of them the terminating NUL).
 const maxSocketPath = 107
 
-// privateDirPrefix names the short-lived directory a socket is created in
-// before it is renamed into place. The leading dot matters: the kubelet's
-// plugin watcher ignores names that start with '.', so it never sees the
-// directory or the socket before the socket is ready and private.
+// privateDirPrefix names the directory a socket is created in before it is
+// renamed into place: one per socket path, kept while the socket is served
+// (re-creating a socket the kubelet deleted then costs no mkdir and rmdir,
+// which on some disks take longer than the rest together) and removed when
+// the server stops. The leading dot matters: the kubelet's plugin watcher
+// ignores names that start with '.', so it never sees the directory or the
+// socket before the socket is ready and private; the kubelet's device
+// manager removes sockets, not directories, when it starts.
 const privateDirPrefix = ".devledger-"
+
+// privateDir is the private directory of the socket at abs: beside it, named
+// by a hash of the socket's name, so that it is short and the same across
+// restarts (a daemon killed before it could remove it finds it again).
+func privateDir(abs string) string {
+	h := fnv.New32a()
+	h.Write([]byte(filepath.Base(abs)))
+	return filepath.Join(filepath.Dir(abs), fmt.Sprintf("%s%08x", privateDirPrefix, h.Sum32()))
+}
+
+// ensurePrivateDir makes dir a directory of ours that no one else can
+// enter: an existing one is kept only if it is a real directory (not a
+// link), mode 0700, owned by us; anything else there is replaced.
+func ensurePrivateDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err == nil {
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if fi.IsDir() && fi.Mode().Perm() == 0o700 && ok && int(st.Uid) == os.Geteuid() {
+			return nil
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			return err
+		}
+	} else if !os.IsNotExist(err) {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
+		return err
+	}
+	return os.Chmod(dir, 0o700) // whatever the umask made of it
+}
 
 // privateListener is a unix listener whose socket file was made private
 // (0600) before it became reachable at its path. id identifies that file, so
@@ -39,7 +77,7 @@ type privateListener struct {
 // A socket file takes its mode from the process umask when bind(2) creates
 // it, and syscall.Umask is process-wide, so changing it would race every
 // other goroutine that creates files. Instead the socket is bound inside a
-// fresh 0700 directory beside path (no one else can reach it there),
+// 0700 directory of ours beside path (no one else can reach it there),
 // chmodded to 0600, and renamed onto path. rename(2) keeps the bound inode,
 // so the listener accepts at the new name, and it atomically replaces a
 // stale socket left there by a previous run. Anything at path that is not a
@@ -55,18 +93,28 @@ func listenPrivate(path string) (*privateListener, error) {
 	if fi, err := os.Lstat(abs); err == nil && fi.Mode().Type() != os.ModeSocket {
 		return nil, fmt.Errorf("socket path %s holds a %v, not a socket: not replacing it", abs, fi.Mode().Type())
 	}
-	tmpDir, err := os.MkdirTemp(filepath.Dir(abs), privateDirPrefix)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", abs, err)
-	}
-	defer os.RemoveAll(tmpDir)
+	tmpDir := privateDir(abs)
 	tmp := filepath.Join(tmpDir, "s")
 	if len(tmp) > maxSocketPath {
 		return nil, fmt.Errorf("listen on %s: its temporary name %s is %d bytes long; a unix socket path takes at most %d", abs, tmp, len(tmp), maxSocketPath)
 	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", abs, err)
+	var l *net.UnixListener
+	for attempt := 0; ; attempt++ {
+		if err := ensurePrivateDir(tmpDir); err != nil {
+			return nil, fmt.Errorf("listen on %s: private directory %s: %w", abs, tmpDir, err)
+		}
+		// A socket left in it by a run that died between bind and rename.
+		if err := os.Remove(tmp); err != nil && !os.IsNotExist(err) {
+			return nil, fmt.Errorf("listen on %s: %w", abs, err)
+		}
+		l, err = net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+		if err == nil {
+			break
+		}
+		if attempt > 0 || !errors.Is(err, syscall.ENOENT) {
+			return nil, fmt.Errorf("listen on %s: %w", abs, err)
+		}
+		// The directory went (a kubelet that removes everything): again.
 	}
 	// The listener would unlink its bind name, which is gone after the
 	// rename; removal of the real path is done by close, by identity.
@@ -178,6 +226,9 @@ func (s *servedSocket) stop() (first bool, err error) {
 	s.stopped = true
 	if s.lis != nil {
 		err = s.lis.close()
+		// Empty once the socket is in place; a server starting on the same
+		// path makes it again.
+		os.Remove(privateDir(s.lis.path))
 	}
 	return true, err
 }
