@@ -159,7 +159,9 @@ func NewAdminServer(records RecordSource, status StatusSource, opts AdminServerO
 func (a *AdminServer) Serve(socketPath string) error {
 	_, err := a.sock.listen(socketPath, false, func(lis *privateListener) {
 		go func() {
-			if err := a.srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			// Stop closes the listener first: the accept that fails then
+			// is the end of serving, not an error.
+			if err := a.srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) && !a.sock.retired(lis) {
 				a.log.Error().Err(err).Str("socket", lis.path).Msg("admin socket stopped serving")
 			}
 		}()
