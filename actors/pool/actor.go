@@ -81,9 +81,13 @@ type allocator struct {
 	appends sync.WaitGroup
 
 	watchers map[uint64]chan []*pluginapi.Device
-	server   *grpcapi.PoolServer
-	self     *actor.PID
-	gone     *stopSignal
+	// listed holds each member's ListAndWatch entry (deviceList); an
+	// entry goes when its device changes, all of them when the members
+	// or the resource do.
+	listed map[string]*pluginapi.Device
+	server *grpcapi.PoolServer
+	self   *actor.PID
+	gone   *stopSignal
 }
 
 // stopSignal is closed once, when the pool stops for good.
@@ -107,6 +111,7 @@ func (p *allocator) Receive(ctx actor.Context) {
 		p.setMembers(ctx, m.Members, m.Reason)
 	case *SetResource:
 		p.cfg.Resource = m.Resource
+		p.listed = nil
 		p.broadcast()
 	case *SetHealth:
 		if p.setHealth(m) {
@@ -332,6 +337,7 @@ func (p *allocator) setMembers(ctx actor.Context, ms []allocation.Member, reason
 		}
 	}
 	p.members, p.order = index(ms)
+	p.listed = nil
 	p.recordMembership(ctx, before, reason)
 	p.broadcast()
 }
@@ -344,6 +350,7 @@ func (p *allocator) setHealth(m *SetHealth) bool {
 	}
 	mem.Healthy = m.Healthy
 	p.members[m.Address] = mem
+	delete(p.listed, m.Address)
 	return true
 }
 
@@ -372,10 +379,22 @@ func (p *allocator) status() *Status {
 }
 
 // deviceList is the pool as ListAndWatch sends it.
+// deviceList is the pool's list for ListAndWatch. A device's entry is
+// built once and shared by the lists that follow until the device changes:
+// published entries are never modified (the streams marshal them, and the
+// kubelet's stand-in clones them), only replaced.
 func (p *allocator) deviceList() []*pluginapi.Device {
+	if p.listed == nil {
+		p.listed = make(map[string]*pluginapi.Device, len(p.order))
+	}
 	list := make([]*pluginapi.Device, 0, len(p.order))
 	for _, addr := range p.order {
-		list = append(list, allocation.ListDevice(p.cfg.Resource, p.members[addr]))
+		d := p.listed[addr]
+		if d == nil {
+			d = allocation.ListDevice(p.cfg.Resource, p.members[addr])
+			p.listed[addr] = d
+		}
+		list = append(list, d)
 	}
 	return list
 }
