@@ -6,11 +6,12 @@ package pool
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -22,8 +23,6 @@ import (
 	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi"
-	"github.com/devledger/devledger/store"
-	"github.com/devledger/devledger/sysfs"
 )
 
 // Config is what a pool allocator needs.
@@ -77,8 +76,13 @@ type allocator struct {
 	held map[string][]uint64
 	// inflight counts devices in Allocates whose append has not returned.
 	inflight map[string]int
-	// appends counts the goroutines of those Allocates.
+	// appends counts the goroutines recording PluginServing.
 	appends sync.WaitGroup
+	// view is what Allocate needs of the pool, published for the kubelet's
+	// calls to read without a round trip to the actor; gate lets a
+	// stopping incarnation wait for the Allocates under way.
+	view atomic.Pointer[poolView]
+	gate *allocGate
 
 	watchers map[uint64]chan []*pluginapi.Device
 	// listed holds each member's ListAndWatch entry (deviceList); an
@@ -112,6 +116,7 @@ func (p *allocator) Receive(ctx actor.Context) {
 	case *SetResource:
 		p.cfg.Resource = m.Resource
 		p.listed = nil
+		p.publishView()
 		p.broadcast()
 	case *SetHealth:
 		if p.setHealth(m) {
@@ -145,8 +150,12 @@ func (p *allocator) Receive(ctx actor.Context) {
 	case *preferredReq:
 		resp, err := p.preferred(m.req)
 		m.reply <- preferredReply{resp: resp, err: err}
-	case *allocateReq:
-		p.allocate(ctx, m.req, m.reply)
+	case *granted:
+		for _, ids := range m.devices {
+			for _, id := range ids {
+				p.inflight[id]++
+			}
+		}
 	case *persisted:
 		p.persisted(ctx, m)
 	case *kubeletSaid:
@@ -186,9 +195,12 @@ func (p *allocator) start(ctx actor.Context) {
 		before = pool.Members
 	}
 	p.members, p.order = index(p.cfg.Members)
+	p.gate = &allocGate{}
+	p.publishView()
 	p.recordMembership(ctx, before, "daemon start")
 
-	p.server = grpcapi.NewPoolServer(p.name, &backend{root: ctx.ActorSystem().Root, pid: ctx.Self(), timeout: p.callTimeout(), pool: p.name, observe: p.cfg.ObserveAllocate, gone: p.gone.ch},
+	p.server = grpcapi.NewPoolServer(p.name, &backend{root: ctx.ActorSystem().Root, pid: ctx.Self(), timeout: p.callTimeout(), pool: p.name, observe: p.cfg.ObserveAllocate, gone: p.gone.ch,
+		view: &p.view, gate: p.gate},
 		grpcapi.PoolServerOptions{Mode: p.cfg.Mode, Observer: observer{root: ctx.ActorSystem().Root, pid: ctx.Self(), pool: p.name},
 			CallTimeout: p.callTimeout(), Logger: p.cfg.Log})
 	if err := p.server.Serve(p.cfg.Socket); err != nil {
@@ -261,6 +273,7 @@ func (p *allocator) stop() {
 	if err := srv.Close(); err != nil {
 		p.cfg.Log.Warn().Err(err).Str("pool", p.name).Msg("pool server close")
 	}
+	p.gate.close() // waits for the Allocates under way
 	p.appends.Wait()
 	log, name, timeout := p.cfg.Log, p.name, p.callTimeout()
 	go func() {
@@ -338,6 +351,7 @@ func (p *allocator) setMembers(ctx actor.Context, ms []allocation.Member, reason
 	}
 	p.members, p.order = index(ms)
 	p.listed = nil
+	p.publishView()
 	p.recordMembership(ctx, before, reason)
 	p.broadcast()
 }
@@ -352,6 +366,16 @@ func (p *allocator) setHealth(m *SetHealth) bool {
 	p.members[m.Address] = mem
 	delete(p.listed, m.Address)
 	return true
+}
+
+// publishView publishes the members and resource for Allocate: a copy,
+// since setHealth changes members in place.
+func (p *allocator) publishView() {
+	v := &poolView{name: p.name, res: p.cfg.Resource, env: p.cfg.Env, rec: p.cfg.Recorder, members: maps.Clone(p.members)}
+	if v.res.DeviceType == config.NetDevice {
+		v.devinfoDir = p.cfg.DevinfoDir
+	}
+	p.view.Store(v)
 }
 
 func (p *allocator) release(seq uint64) {
@@ -436,126 +460,6 @@ func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*plugi
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
 	}
 	return resp, nil
-}
-
-// allocate checks the request against the pool's members on the actor's
-// thread, counts the devices as in flight, and grants the rest to the
-// kubelet's call: the grant builds the answer (which reads device nodes
-// under the dev root) and appends it to the ledger on the call's own
-// goroutine, and the actor hears of the outcome in persisted. Meanwhile
-// the pool keeps answering: concurrent Allocates build and record their
-// answers in parallel, and share the ledger's commits.
-func (p *allocator) allocate(ctx actor.Context, req *pluginapi.AllocateRequest, reply chan<- allocateReply) {
-	fail := func(err error) { reply <- allocateReply{err: err} }
-	if len(req.ContainerRequests) == 0 {
-		fail(fmt.Errorf("%w: Allocate for %s has no container requests", grpcapi.ErrInvalidRequest, p.name))
-		return
-	}
-	g := &grant{
-		res: p.cfg.Resource, env: p.cfg.Env, name: p.name, rec: p.cfg.Recorder,
-		self: ctx.Self(), root: ctx.ActorSystem().Root, appends: &p.appends,
-		devices: make([][]string, 0, len(req.ContainerRequests)),
-		devs:    make([][]sysfs.Device, 0, len(req.ContainerRequests)),
-	}
-	if g.res.DeviceType == config.NetDevice {
-		g.devinfoDir = p.cfg.DevinfoDir
-	}
-	for i, cr := range req.ContainerRequests {
-		if len(cr.DevicesIds) == 0 {
-			fail(fmt.Errorf("%w: Allocate for %s: container request %d names no device", grpcapi.ErrInvalidRequest, p.name, i))
-			return
-		}
-		ds := make([]sysfs.Device, 0, len(cr.DevicesIds))
-		for _, id := range cr.DevicesIds {
-			m, ok := p.members[id]
-			if !ok {
-				fail(fmt.Errorf("%w: Allocate for %s: device %q is not in the pool", grpcapi.ErrInvalidRequest, p.name, id))
-				return
-			}
-			ds = append(ds, m.Device)
-		}
-		g.devices = append(g.devices, slices.Clone(cr.DevicesIds))
-		g.devs = append(g.devs, ds)
-	}
-	for _, ids := range g.devices {
-		for _, id := range ids {
-			p.inflight[id]++
-		}
-	}
-	p.appends.Add(1)
-	reply <- allocateReply{grant: g}
-}
-
-// grant is an Allocate the pool accepted. Its devices count as in flight,
-// and a stopping pool waits for it, until it is settled: run, or released
-// when the call gave up before it got the grant.
-type grant struct {
-	res        *config.Resource
-	env        allocation.Env
-	name       string
-	devinfoDir string // "" writes no device-info file
-	rec        *ledger.Recorder
-	self       *actor.PID
-	root       *actor.RootContext
-	appends    *sync.WaitGroup
-	devices    [][]string
-	devs       [][]sysfs.Device
-}
-
-// run builds the answer, writes the device-info files, and appends the
-// DevicesAllocated events within ctx: an append that has not begun when
-// ctx ends writes nothing and fails, one under way is waited for. The
-// answer is returned only once the ledger holds it.
-func (g *grant) run(ctx context.Context) (*pluginapi.AllocateResponse, error) {
-	defer g.appends.Done()
-	resp := &pluginapi.AllocateResponse{ContainerResponses: make([]*pluginapi.ContainerAllocateResponse, 0, len(g.devs))}
-	payloads := make([]events.Payload, 0, len(g.devs))
-	for i, ds := range g.devs {
-		answer, err := allocation.Respond(g.res, ds, g.env)
-		if err != nil {
-			g.root.Send(g.self, &persisted{devices: g.devices, refused: true})
-			return nil, fmt.Errorf("%w: Allocate for %s: %v", grpcapi.ErrInvalidRequest, g.name, err)
-		}
-		payloads = append(payloads, events.DevicesAllocated{Pool: g.name, DeviceIDs: g.devices[i], ContainerIndex: i, Response: answer})
-		resp.ContainerResponses = append(resp.ContainerResponses, toPlugin(answer))
-	}
-	var err error
-	if g.devinfoDir != "" {
-		for _, d := range slices.Concat(g.devs...) {
-			if err = allocation.WriteDeviceInfo(g.devinfoDir, g.name, d); err != nil {
-				err = fmt.Errorf("write device-info for %s: %w", d.Address, err)
-				break
-			}
-		}
-	}
-	var envs []events.Envelope
-	if err == nil {
-		// The kubelet's Allocates come one after another: the ledger's
-		// group commit waits a little for the next ones to share a commit.
-		envs, err = g.rec.Record(store.WithRecurringCaller(ctx), payloads...)
-	}
-	switch {
-	case err == nil:
-	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		err = fmt.Errorf("%s: the allocation was not recorded before the call's deadline: %w", g.name, err)
-	default:
-		err = fmt.Errorf("%w: %s: the ledger could not record the allocation: %v", grpcapi.ErrUnavailable, g.name, err)
-	}
-	// The actor's bookkeeping follows in persisted, and until then the
-	// devices count as in flight. persisted is queued before the answer
-	// goes, so anything asked of the pool after the answer arrived sees
-	// the allocation.
-	g.root.Send(g.self, &persisted{devices: g.devices, envs: envs, err: err})
-	if err != nil {
-		return nil, err
-	}
-	return resp, nil
-}
-
-// release settles a grant whose call has gone: nothing is recorded.
-func (g *grant) release() {
-	g.root.Send(g.self, &persisted{devices: g.devices, refused: true})
-	g.appends.Done()
 }
 
 // persisted takes an Allocate's outcome into the pool's state. A device

@@ -22,6 +22,9 @@ type backend struct {
 	// gone is closed when the pool has stopped for good: a request still
 	// in its mailbox then will never be answered.
 	gone <-chan struct{}
+	// view and gate serve Allocate without the actor (see poolView).
+	view *atomic.Pointer[poolView]
+	gate *allocGate
 }
 
 var watchIDs atomic.Uint64
@@ -74,27 +77,19 @@ func (b *backend) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) 
 		start := time.Now()
 		defer func() { b.observe(b.pool, time.Since(start), err) }()
 	}
-	reply := make(chan allocateReply, 1)
-	b.root.Send(b.pid, &allocateReq{req: req, reply: reply})
-	r, err := await(ctx, b, reply)
+	// The pool's members are read from its published view: no round trip
+	// to the actor. The gate makes a stopping pool wait for this call.
+	if !b.gate.enter() {
+		return nil, fmt.Errorf("%w: pool %s has stopped", grpcapi.ErrUnavailable, b.pool)
+	}
+	defer b.gate.leave()
+	v := b.view.Load()
+	g, err := v.grant(req)
 	if err != nil {
-		// The pool may grant the request yet: settle the grant then, so
-		// that its devices do not stay in flight.
-		go func() {
-			select {
-			case r := <-reply:
-				if r.grant != nil {
-					r.grant.release()
-				}
-			case <-b.gone:
-			}
-		}()
 		return nil, err
 	}
-	if r.err != nil {
-		return nil, r.err
-	}
-	return r.grant.run(ctx)
+	b.root.Send(b.pid, &granted{devices: g.devices})
+	return g.run(ctx, b.root, b.pid)
 }
 
 // KeepsDeadlines implements grpcapi.DeadlineKeeper: every wait of the

@@ -119,16 +119,9 @@ type watchReq struct {
 
 type unwatchReq struct{ id uint64 }
 
-type allocateReq struct {
-	req   *pluginapi.AllocateRequest
-	reply chan allocateReply
-}
-
-// allocateReply grants the Allocate, or refuses it.
-type allocateReply struct {
-	grant *grant
-	err   error
-}
+// granted tells the actor an Allocate was granted: its devices are in
+// flight until the persisted that follows.
+type granted struct{ devices [][]string }
 
 type preferredReq struct {
 	req   *pluginapi.PreferredAllocationRequest
@@ -147,7 +140,7 @@ type persisted struct {
 	envs    []events.Envelope
 	err     error
 	// refused: nothing was appended: the answer could not be built
-	// (InvalidArgument), or the call gave up before it got its grant.
+	// (InvalidArgument).
 	refused bool
 }
 

@@ -1,0 +1,146 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/devledger/devledger/actors/ledger"
+	"github.com/devledger/devledger/actors/pool/allocation"
+	"github.com/devledger/devledger/config"
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi"
+	"github.com/devledger/devledger/store"
+	"github.com/devledger/devledger/sysfs"
+)
+
+// poolView is what an Allocate needs of its pool: the members (their
+// device facts) and how the pool answers. The actor publishes a new one
+// whenever they change and never modifies a published one, so the
+// kubelet's calls read it without a round trip to the actor.
+type poolView struct {
+	name       string
+	res        *config.Resource
+	env        allocation.Env
+	devinfoDir string // "" writes no device-info file
+	rec        *ledger.Recorder
+	members    map[string]allocation.Member
+}
+
+// allocGate lets a stopping pool wait for the Allocates under way, and
+// turns away those that come after.
+type allocGate struct {
+	mu      sync.RWMutex
+	stopped bool
+}
+
+// enter admits an Allocate, which calls leave when it is done; false once
+// the pool has stopped.
+func (g *allocGate) enter() bool {
+	g.mu.RLock()
+	if g.stopped {
+		g.mu.RUnlock()
+		return false
+	}
+	return true
+}
+
+func (g *allocGate) leave() { g.mu.RUnlock() }
+
+// close waits for the Allocates under way and turns away the rest.
+func (g *allocGate) close() {
+	g.mu.Lock()
+	g.stopped = true
+	g.mu.Unlock()
+}
+
+// grant checks req against the pool's members and returns what the
+// Allocate will record and answer. Nothing is recorded yet.
+func (v *poolView) grant(req *pluginapi.AllocateRequest) (*grant, error) {
+	if len(req.ContainerRequests) == 0 {
+		return nil, fmt.Errorf("%w: Allocate for %s has no container requests", grpcapi.ErrInvalidRequest, v.name)
+	}
+	g := &grant{
+		view:    v,
+		devices: make([][]string, 0, len(req.ContainerRequests)),
+		devs:    make([][]sysfs.Device, 0, len(req.ContainerRequests)),
+	}
+	for i, cr := range req.ContainerRequests {
+		if len(cr.DevicesIds) == 0 {
+			return nil, fmt.Errorf("%w: Allocate for %s: container request %d names no device", grpcapi.ErrInvalidRequest, v.name, i)
+		}
+		ds := make([]sysfs.Device, 0, len(cr.DevicesIds))
+		for _, id := range cr.DevicesIds {
+			m, ok := v.members[id]
+			if !ok {
+				return nil, fmt.Errorf("%w: Allocate for %s: device %q is not in the pool", grpcapi.ErrInvalidRequest, v.name, id)
+			}
+			ds = append(ds, m.Device)
+		}
+		g.devices = append(g.devices, slices.Clone(cr.DevicesIds))
+		g.devs = append(g.devs, ds)
+	}
+	return g, nil
+}
+
+// grant is an Allocate the pool accepted: its devices count as in flight
+// (the actor heard so in granted) until the actor hears the outcome in
+// persisted.
+type grant struct {
+	view    *poolView
+	devices [][]string
+	devs    [][]sysfs.Device
+}
+
+// run builds the answer, writes the device-info files, and appends the
+// DevicesAllocated events within ctx: an append that has not begun when
+// ctx ends writes nothing and fails, one under way is waited for. The
+// answer is returned only once the ledger holds it. The actor hears the
+// outcome (persisted) before the answer goes, so anything asked of the
+// pool after the answer arrived sees the allocation.
+func (g *grant) run(ctx context.Context, root *actor.RootContext, pool *actor.PID) (*pluginapi.AllocateResponse, error) {
+	v := g.view
+	resp := &pluginapi.AllocateResponse{ContainerResponses: make([]*pluginapi.ContainerAllocateResponse, 0, len(g.devs))}
+	payloads := make([]events.Payload, 0, len(g.devs))
+	for i, ds := range g.devs {
+		answer, err := allocation.Respond(v.res, ds, v.env)
+		if err != nil {
+			root.Send(pool, &persisted{devices: g.devices, refused: true})
+			return nil, fmt.Errorf("%w: Allocate for %s: %v", grpcapi.ErrInvalidRequest, v.name, err)
+		}
+		payloads = append(payloads, events.DevicesAllocated{Pool: v.name, DeviceIDs: g.devices[i], ContainerIndex: i, Response: answer})
+		resp.ContainerResponses = append(resp.ContainerResponses, toPlugin(answer))
+	}
+	var err error
+	if v.devinfoDir != "" {
+		for _, d := range slices.Concat(g.devs...) {
+			if err = allocation.WriteDeviceInfo(v.devinfoDir, v.name, d); err != nil {
+				err = fmt.Errorf("write device-info for %s: %w", d.Address, err)
+				break
+			}
+		}
+	}
+	var envs []events.Envelope
+	if err == nil {
+		// The kubelet's Allocates come one after another: the ledger's
+		// group commit waits a little for the next ones to share a commit.
+		envs, err = v.rec.Record(store.WithRecurringCaller(ctx), payloads...)
+	}
+	switch {
+	case err == nil:
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		err = fmt.Errorf("%s: the allocation was not recorded before the call's deadline: %w", v.name, err)
+	default:
+		err = fmt.Errorf("%w: %s: the ledger could not record the allocation: %v", grpcapi.ErrUnavailable, v.name, err)
+	}
+	root.Send(pool, &persisted{devices: g.devices, envs: envs, err: err})
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}

@@ -1,0 +1,95 @@
+package pool
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/devledger/devledger/actors/pool/allocation"
+	"github.com/devledger/devledger/config"
+	"github.com/devledger/devledger/grpcapi"
+	"github.com/devledger/devledger/sysfs"
+)
+
+func testView() *poolView {
+	res := &config.Resource{Prefix: "example.com", Name: "vf"}
+	members := map[string]allocation.Member{}
+	for _, a := range []string{"0000:3b:02.0", "0000:3b:02.1", "0000:3b:02.2"} {
+		members[a] = allocation.Member{Device: sysfs.Device{Address: a}, Healthy: true}
+	}
+	return &poolView{name: res.FullName(), res: res, members: members}
+}
+
+func request(containers ...[]string) *pluginapi.AllocateRequest {
+	req := &pluginapi.AllocateRequest{}
+	for _, ids := range containers {
+		req.ContainerRequests = append(req.ContainerRequests, &pluginapi.ContainerAllocateRequest{DevicesIds: ids})
+	}
+	return req
+}
+
+// A grant holds the devices of each container, with their facts; a request
+// that names no container, a container with no device, or a device that is
+// not a member is refused as invalid, naming what is wrong.
+func TestGrantChecksTheRequest(t *testing.T) {
+	v := testView()
+	g, err := v.grant(request([]string{"0000:3b:02.1"}, []string{"0000:3b:02.0", "0000:3b:02.2"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := [][]string{{"0000:3b:02.1"}, {"0000:3b:02.0", "0000:3b:02.2"}}; !slices.EqualFunc(g.devices, want, slices.Equal) {
+		t.Errorf("granted %v, want %v", g.devices, want)
+	}
+	if len(g.devs) != 2 || g.devs[1][1].Address != "0000:3b:02.2" {
+		t.Errorf("granted device facts %+v", g.devs)
+	}
+
+	for _, tc := range []struct {
+		name string
+		req  *pluginapi.AllocateRequest
+		want string
+	}{
+		{"no container", request(), "Allocate for example.com/vf has no container requests"},
+		{"an empty container", request([]string{"0000:3b:02.0"}, nil), "container request 1 names no device"},
+		{"a stranger", request([]string{"0000:3b:02.0", "0000:af:00.1"}), `device "0000:af:00.1" is not in the pool`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := v.grant(tc.req)
+			if !errors.Is(err, grpcapi.ErrInvalidRequest) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("grant: %v, want an invalid request saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// A stopping pool waits for the Allocates under way and turns away the
+// ones after.
+func TestGateWaitsForAllocatesUnderWay(t *testing.T) {
+	var g allocGate
+	if !g.enter() {
+		t.Fatal("an open gate turned a call away")
+	}
+	closed := make(chan struct{})
+	go func() {
+		g.close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+		t.Fatal("the gate closed while a call was under way")
+	case <-time.After(50 * time.Millisecond):
+	}
+	g.leave()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the gate did not close once the call was done")
+	}
+	if g.enter() {
+		t.Error("a closed gate let a call in")
+	}
+}
