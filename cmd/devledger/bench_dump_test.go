@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -16,7 +17,8 @@ import (
 )
 
 // dumpLedger is a 1,000,000-event ledger of a busy node, built once per
-// benchmark process.
+// benchmark process, in the process's temp dir (which TestMain removes):
+// a benchmark's own TempDir is gone when -count runs it again.
 var dumpLedger struct {
 	once sync.Once
 	path string
@@ -26,7 +28,11 @@ var dumpLedger struct {
 func buildDumpLedger(b *testing.B) string {
 	b.Helper()
 	dumpLedger.once.Do(func() {
-		dir := b.TempDir()
+		dir, err := os.MkdirTemp(binDir, "dump-ledger")
+		if err != nil {
+			dumpLedger.err = err
+			return
+		}
 		path := filepath.Join(dir, "ledger.db")
 		l, err := store.Open(path, store.Options{Node: "bench"})
 		if err != nil {
