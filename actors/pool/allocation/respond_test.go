@@ -262,3 +262,29 @@ func TestCDINames(t *testing.T) {
 		}
 	}
 }
+
+// The _INFO value is byte for byte what encoding/json makes of the same
+// map, for plain names and for every kind of string it escapes.
+func TestInfoJSONIsEncodingJSONs(t *testing.T) {
+	odd := []string{"", "0000:3b:02.1", `quote"d`, `back\slash`, "<tag>&amp", "tab\tnew\nline", "\x00\x1f\x7f",
+		"naïve ✓", "\u2028\u2029", "bad\xffutf8", "/dev/vfio/12"}
+	cases := []map[string]map[string]map[string]string{
+		{},
+		{"0000:3b:02.1": {"generic": {"deviceID": "0000:3b:02.1"}}},
+		{"0000:3b:02.1": {"generic": {"deviceID": "0000:3b:02.1"}, "vfio": {"mount": "/dev/vfio/vfio", "dev-mount": "/dev/vfio/71"}},
+			"0000:3b:02.0": {"generic": {"deviceID": "0000:3b:02.0"}, "extra": {}, "none": nil}},
+	}
+	for i, a := range odd {
+		m := map[string]map[string]map[string]string{a: {odd[(i+1)%len(odd)]: {odd[(i+2)%len(odd)]: odd[(i+3)%len(odd)]}}}
+		cases = append(cases, m)
+	}
+	for _, info := range cases {
+		want, err := json.Marshal(info)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendInfoJSON(nil, info); string(got) != string(want) {
+			t.Errorf("appendInfoJSON(%q) = %s, want %s", info, got, want)
+		}
+	}
+}
