@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -53,10 +52,9 @@ type Config struct {
 // Props returns the props of a pool allocator.
 func Props(cfg Config) *actor.Props {
 	first := true
-	// gone outlives incarnations: it is closed when the pool stops for good.
-	gone := &stopSignal{ch: make(chan struct{})}
+	life := newLifetime()
 	return actor.PropsFromProducer(func() actor.Actor {
-		p := &allocator{cfg: cfg, name: cfg.Resource.FullName(), gone: gone}
+		p := &allocator{cfg: cfg, name: cfg.Resource.FullName(), life: life}
 		if first {
 			p.replayed = cfg.Replayed
 			first = false
@@ -78,10 +76,8 @@ type allocator struct {
 	inflight map[string]int
 	// appends counts the goroutines recording PluginServing.
 	appends sync.WaitGroup
-	// view is what Allocate needs of the pool, published for the kubelet's
-	// calls to read without a round trip to the actor; gate lets a
-	// stopping incarnation wait for the Allocates under way.
-	view atomic.Pointer[poolView]
+	// gate lets this incarnation, when it stops, wait for the Allocates
+	// it admitted.
 	gate *allocGate
 
 	watchers map[uint64]chan []*pluginapi.Device
@@ -91,16 +87,9 @@ type allocator struct {
 	listed map[string]*pluginapi.Device
 	server *grpcapi.PoolServer
 	self   *actor.PID
-	gone   *stopSignal
+	// life is what outlives this incarnation (see lifetime).
+	life *lifetime
 }
-
-// stopSignal is closed once, when the pool stops for good.
-type stopSignal struct {
-	once sync.Once
-	ch   chan struct{}
-}
-
-func (s *stopSignal) close() { s.once.Do(func() { close(s.ch) }) }
 
 // Receive implements actor.Actor.
 func (p *allocator) Receive(ctx actor.Context) {
@@ -110,7 +99,7 @@ func (p *allocator) Receive(ctx actor.Context) {
 	case *actor.Stopping, *actor.Restarting:
 		p.stop()
 	case *actor.Stopped:
-		p.gone.close()
+		p.life.stop()
 	case *SetMembers:
 		p.setMembers(ctx, m.Members, m.Reason)
 	case *SetResource:
@@ -195,12 +184,14 @@ func (p *allocator) start(ctx actor.Context) {
 		before = pool.Members
 	}
 	p.members, p.order = index(p.cfg.Members)
-	p.gate = &allocGate{}
 	p.publishView()
 	p.recordMembership(ctx, before, "daemon start")
 
-	p.server = grpcapi.NewPoolServer(p.name, &backend{root: ctx.ActorSystem().Root, pid: ctx.Self(), timeout: p.callTimeout(), pool: p.name, observe: p.cfg.ObserveAllocate, gone: p.gone.ch,
-		view: &p.view, gate: p.gate},
+	// Allocates are admitted from here on, this incarnation's view
+	// published; calls that came while the pool restarted go on now.
+	p.gate = &allocGate{}
+	p.life.open(p.gate)
+	p.server = grpcapi.NewPoolServer(p.name, &backend{root: ctx.ActorSystem().Root, pid: ctx.Self(), timeout: p.callTimeout(), pool: p.name, observe: p.cfg.ObserveAllocate, life: p.life},
 		grpcapi.PoolServerOptions{Mode: p.cfg.Mode, Observer: observer{root: ctx.ActorSystem().Root, pid: ctx.Self(), pool: p.name},
 			CallTimeout: p.callTimeout(), Logger: p.cfg.Log})
 	if err := p.server.Serve(p.cfg.Socket); err != nil {
@@ -233,12 +224,17 @@ func (p *allocator) announce(ctx actor.Context, lost string, rebound bool) {
 	// The socket serves already: registration need not wait for the
 	// fsync. The registrar writes what it hears of the pool after this
 	// append returned (Recorded), so that the ledger tells it in order.
-	recorded := make(chan struct{})
+	// Appends of one pool's PluginServing go in order, across restarts too.
+	recorded, previous := make(chan struct{}), p.life.lastServing
+	p.life.lastServing = recorded
 	rec, log, name, socket := p.cfg.Recorder, p.cfg.Log, p.name, p.cfg.Socket
 	p.appends.Add(1)
 	go func() {
 		defer p.appends.Done()
 		defer close(recorded)
+		if previous != nil {
+			<-previous
+		}
 		envs, err := rec.Record(context.Background(), payloads...)
 		if err != nil {
 			// Serving is a fact about now: it is worth retrying, but the
@@ -375,7 +371,7 @@ func (p *allocator) publishView() {
 	if v.res.DeviceType == config.NetDevice {
 		v.devinfoDir = p.cfg.DevinfoDir
 	}
-	p.view.Store(v)
+	p.life.view.Store(v)
 }
 
 func (p *allocator) release(seq uint64) {

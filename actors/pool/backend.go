@@ -19,12 +19,11 @@ type backend struct {
 	timeout time.Duration
 	pool    string
 	observe func(pool string, took time.Duration, err error)
-	// gone is closed when the pool has stopped for good: a request still
-	// in its mailbox then will never be answered.
-	gone <-chan struct{}
-	// view and gate serve Allocate without the actor (see poolView).
-	view *atomic.Pointer[poolView]
-	gate *allocGate
+	// life outlives the incarnation that made this backend: Allocates are
+	// admitted by its current gate, and life.gone is closed when the pool
+	// has stopped for good (a request still in its mailbox then will never
+	// be answered).
+	life *lifetime
 }
 
 var watchIDs atomic.Uint64
@@ -43,7 +42,7 @@ func await[T any](ctx context.Context, b *backend, reply <-chan T) (T, error) {
 	select {
 	case r := <-reply:
 		return r, nil
-	case <-b.gone:
+	case <-b.life.gone:
 		return zero, fmt.Errorf("%w: pool %s has stopped", grpcapi.ErrUnavailable, b.pool)
 	case <-ctx.Done():
 		if ctx.Err() == context.DeadlineExceeded {
@@ -78,12 +77,13 @@ func (b *backend) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) 
 		defer func() { b.observe(b.pool, time.Since(start), err) }()
 	}
 	// The pool's members are read from its published view: no round trip
-	// to the actor. The gate makes a stopping pool wait for this call.
-	if !b.gate.enter() {
-		return nil, fmt.Errorf("%w: pool %s has stopped", grpcapi.ErrUnavailable, b.pool)
+	// to the actor. The gate makes a stopping incarnation wait for this
+	// call; a call that comes during a restart waits for the next one.
+	gate, v, err := b.life.admit(ctx, b.pool)
+	if err != nil {
+		return nil, err
 	}
-	defer b.gate.leave()
-	v := b.view.Load()
+	defer gate.leave()
 	g, err := v.grant(req)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -30,6 +31,62 @@ type poolView struct {
 	devinfoDir string // "" writes no device-info file
 	rec        *ledger.Recorder
 	members    map[string]allocation.Member
+}
+
+// lifetime is what a pool keeps across its incarnations (protoactor
+// restarts an actor in place: same PID, same mailbox, a new allocator).
+// The kubelet's calls reach the pool through it, whichever incarnation
+// created the server they came in on.
+type lifetime struct {
+	gone chan struct{} // closed when the pool stops for good
+	once sync.Once
+	view atomic.Pointer[poolView] // the current incarnation's
+
+	mu   sync.Mutex
+	gate *allocGate    // the current incarnation's; nil before the first
+	next chan struct{} // closed when the next incarnation opens its gate
+
+	// lastServing is closed when the newest PluginServing append returned
+	// (the actor's goroutine only).
+	lastServing <-chan struct{}
+}
+
+func newLifetime() *lifetime {
+	return &lifetime{gone: make(chan struct{}), next: make(chan struct{})}
+}
+
+// stop says the pool has stopped for good.
+func (l *lifetime) stop() { l.once.Do(func() { close(l.gone) }) }
+
+// open makes g the gate Allocates enter by, once the incarnation that owns
+// it has published its view.
+func (l *lifetime) open(g *allocGate) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.gate = g
+	close(l.next)
+	l.next = make(chan struct{})
+}
+
+// admit lets an Allocate in by the current gate and returns it with the
+// view to answer from. A call that comes while the pool restarts waits
+// for the next incarnation, within ctx; after a stop for good it fails.
+func (l *lifetime) admit(ctx context.Context, pool string) (*allocGate, *poolView, error) {
+	for {
+		l.mu.Lock()
+		g, next := l.gate, l.next
+		l.mu.Unlock()
+		if g != nil && g.enter() {
+			return g, l.view.Load(), nil
+		}
+		select {
+		case <-next:
+		case <-l.gone:
+			return nil, nil, fmt.Errorf("%w: pool %s has stopped", grpcapi.ErrUnavailable, pool)
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("%w (pool %s did not come back from a restart in time)", ctx.Err(), pool)
+		}
+	}
 }
 
 // allocGate lets a stopping pool wait for the Allocates under way, and

@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -91,5 +92,63 @@ func TestGateWaitsForAllocatesUnderWay(t *testing.T) {
 	}
 	if g.enter() {
 		t.Error("a closed gate let a call in")
+	}
+}
+
+// An Allocate that comes while the pool restarts waits for the next
+// incarnation's gate, and answers from its view; after a stop for good it
+// fails at once.
+func TestAdmitWaitsOutARestart(t *testing.T) {
+	life := newLifetime()
+	first, second := &allocGate{}, &allocGate{}
+	v1, v2 := testView(), testView()
+	life.view.Store(v1)
+	life.open(first)
+	g, v, err := life.admit(context.Background(), "example.com/vf")
+	if err != nil || g != first || v != v1 {
+		t.Fatalf("admit = %p, %p, %v; want the first gate and view", g, v, err)
+	}
+	g.leave()
+
+	first.close() // the incarnation stops: a restart
+	admitted := make(chan *poolView, 1)
+	go func() {
+		g, v, err := life.admit(context.Background(), "example.com/vf")
+		if err != nil {
+			t.Error(err)
+			admitted <- nil
+			return
+		}
+		if g != second {
+			t.Errorf("admitted by gate %p, want the second %p", g, second)
+		}
+		g.leave()
+		admitted <- v
+	}()
+	select {
+	case <-admitted:
+		t.Fatal("admitted while no incarnation was open")
+	case <-time.After(50 * time.Millisecond):
+	}
+	life.view.Store(v2)
+	life.open(second)
+	select {
+	case v := <-admitted:
+		if v != v2 {
+			t.Error("answered from the old incarnation's view")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the call did not go on when the next incarnation opened")
+	}
+
+	second.close()
+	life.stop()
+	if _, _, err := life.admit(context.Background(), "example.com/vf"); !errors.Is(err, grpcapi.ErrUnavailable) {
+		t.Errorf("admit after the pool stopped: %v, want Unavailable", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := newLifetime().admit(ctx, "example.com/vf"); !errors.Is(err, context.Canceled) {
+		t.Errorf("admit with no incarnation and an ended ctx: %v, want it to end", err)
 	}
 }
