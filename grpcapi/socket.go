@@ -30,34 +30,58 @@ const maxSocketPath = 107
 const privateDirPrefix = ".devledger-"
 
 // privateDir is the private directory of the socket at abs: beside it, named
-// by a hash of the socket's name, so that it is short and the same across
-// restarts (a daemon killed before it could remove it finds it again).
+// by a 64-bit hash of the socket's name, so that it is short, the same
+// across restarts (a daemon killed before it could remove it finds it
+// again), and another socket's only by a collision no node will see. Only
+// one daemon serves a node's sockets at a time (the ledger's lock), so the
+// directory's temporary name "s" is never in use by someone else.
 func privateDir(abs string) string {
-	h := fnv.New32a()
+	h := fnv.New64a()
 	h.Write([]byte(filepath.Base(abs)))
-	return filepath.Join(filepath.Dir(abs), fmt.Sprintf("%s%08x", privateDirPrefix, h.Sum32()))
+	return filepath.Join(filepath.Dir(abs), fmt.Sprintf("%s%016x", privateDirPrefix, h.Sum64()))
 }
 
 // ensurePrivateDir makes dir a directory of ours that no one else can
 // enter: an existing one is kept only if it is a real directory (not a
-// link), mode 0700, owned by us; anything else there is replaced.
+// link), mode 0700, owned by us; anything else there is replaced. A dir
+// that is not ours after that (someone raced us to the name) is an error.
 func ensurePrivateDir(dir string) error {
 	fi, err := os.Lstat(dir)
-	if err == nil {
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		if fi.IsDir() && fi.Mode().Perm() == 0o700 && ok && int(st.Uid) == os.Geteuid() {
-			return nil
-		}
+	switch {
+	case err == nil && isPrivateDir(fi):
+		return nil
+	case err == nil:
 		if err := os.RemoveAll(dir); err != nil {
 			return err
 		}
-	} else if !os.IsNotExist(err) {
+	case !os.IsNotExist(err):
 		return err
 	}
-	if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
+	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
-	return os.Chmod(dir, 0o700) // whatever the umask made of it
+	if fi, err = os.Lstat(dir); err != nil {
+		return err
+	}
+	if fi.IsDir() && fi.Mode().Perm() != 0o700 { // a umask took bits away
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return err
+		}
+		if fi, err = os.Lstat(dir); err != nil {
+			return err
+		}
+	}
+	if !isPrivateDir(fi) {
+		return fmt.Errorf("%s changed under us: %v", dir, fi.Mode())
+	}
+	return nil
+}
+
+// isPrivateDir reports whether fi is a directory (not a link) of ours,
+// mode 0700.
+func isPrivateDir(fi os.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return fi.IsDir() && fi.Mode().Perm() == 0o700 && ok && int(st.Uid) == os.Geteuid()
 }
 
 // privateListener is a unix listener whose socket file was made private
