@@ -248,14 +248,15 @@ func (p *allocator) announce(ctx actor.Context, lost string, rebound bool) {
 }
 
 // stop ends this incarnation's serving (the pool stops, or restarts after
-// a crash). The socket goes and streams end at once. Allocates whose append
-// is under way are answered by their own goroutines: they are waited for,
-// so that a stopping daemon records DaemonStopped after them. Other calls
-// may be waiting in the mailbox for this very goroutine: they are answered
-// by the next incarnation after a restart (same PID, same mailbox), or
-// time out after a stop, so the server's wait for them must not block
-// here, or every restart and stop would hang until the server gives up on
-// them.
+// a crash). The socket goes and streams end at once. Allocates admitted by
+// this incarnation's gate run on the kubelet's calls' goroutines: closing
+// the gate waits for them, so that a stopping daemon records DaemonStopped
+// after them; later ones wait for the next incarnation, or fail once the
+// pool has stopped for good. Other calls may be waiting in the mailbox for
+// this very goroutine: they are answered by the next incarnation after a
+// restart (same PID, same mailbox), or end when the pool has stopped for
+// good, so the server's wait for them must not block here, or every
+// restart and stop would hang until the server gives up on them.
 func (p *allocator) stop() {
 	for id, ch := range p.watchers {
 		close(ch)
