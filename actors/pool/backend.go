@@ -12,7 +12,8 @@ import (
 	"github.com/devledger/devledger/grpcapi"
 )
 
-// backend implements grpcapi.PoolBackend by messages to the pool actor.
+// backend implements grpcapi.PoolBackend: by messages to the pool actor,
+// and Allocate from the pool's published view (see poolView).
 type backend struct {
 	root    *actor.RootContext
 	pid     *actor.PID
