@@ -2,16 +2,15 @@ package config
 
 import (
 	"errors"
-	"flag"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
-)
 
-var update = flag.Bool("update", false, "rewrite golden files under testdata/config")
+	goldenfile "github.com/devledger/devledger/internal/golden"
+)
 
 // fixtures is the folder of sample configs and golden files.
 var fixtures = filepath.Join("..", "testdata", "config")
@@ -591,18 +590,7 @@ func TestGolden(t *testing.T) {
 			}
 			got := err.Error() + "\n"
 			golden := filepath.Join(fixtures, strings.TrimSuffix(file, filepath.Ext(file))+"-"+strings.TrimPrefix(filepath.Ext(file), ".")+".golden")
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("errors differ from %s:\n%s", golden, got)
-			}
+			goldenfile.Check(t, golden, got)
 		})
 	}
 }

@@ -3,16 +3,15 @@ package events
 import (
 	"encoding/hex"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite testdata/golden and the golden seeds of testdata/fuzz from the samples")
+	goldenfile "github.com/devledger/devledger/internal/golden"
+)
 
 // TestGolden pins the encoded form of every event type: a change of the
 // format is a diff of testdata/golden/<Type>.golden. The same run checks the
@@ -57,13 +56,8 @@ func TestGolden(t *testing.T) {
 // writes want there instead.
 func compareGolden(t *testing.T, path, want string) {
 	t.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	if goldenfile.Updating() {
+		goldenfile.Check(t, path, want)
 		return
 	}
 	got, err := os.ReadFile(path)

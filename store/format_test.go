@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"flag"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -10,9 +9,8 @@ import (
 	"time"
 
 	"github.com/devledger/devledger/events"
+	goldenfile "github.com/devledger/devledger/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite store/testdata/v1.ledger")
 
 // fixtureV1 is a ledger written by this package at format version 1 and
 // committed: every later build must read it. It holds 60 generated events
@@ -40,7 +38,7 @@ func writeFixtureV1(t *testing.T, path string) {
 }
 
 func TestFormatV1FixtureStillReads(t *testing.T) {
-	if *update {
+	if goldenfile.Updating() {
 		writeFixtureV1(t, fixtureV1)
 	}
 	// Work on a copy: a read-only open must not change the fixture, and a

@@ -3,7 +3,6 @@ package sysfs
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,10 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	goldenfile "github.com/devledger/devledger/internal/golden"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden scans under testdata/scan")
 
 // up and down are the interfaces of the scenarios as a scan reports them.
 func up(name string) NetInterface {
@@ -232,22 +230,7 @@ func checkGolden(t *testing.T, scenario string, devs []Device) {
 	}
 	got = append(got, '\n')
 	path := filepath.Join("testdata", "scan", scenario+".json")
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden file (run go test ./sysfs -run TestScanScenarios -update to create it): %v", err)
-	}
-	if string(got) != string(want) {
-		t.Errorf("scan differs from %s (rerun with -update if the change is intended):\n%s", path, got)
-	}
+	goldenfile.Check(t, path, string(got))
 }
 
 // TestScanLargeScenario checks the large tree's make-up: every function is

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/devledger/devledger/events"
+	goldenfile "github.com/devledger/devledger/internal/golden"
 )
 
 // runCLI runs one devledger command line in-process.
@@ -24,23 +25,7 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 // -update.
 func checkGolden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("output differs from %s (rerun with -update if the change is intended)\n--- got:\n%s\n--- want:\n%s", path, got, want)
-	}
+	goldenfile.Check(t, filepath.Join("testdata", name+".golden"), got)
 }
 
 // sampleCopy writes the sample story into a fresh ledger in a temp dir.

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/net/html"
+
+	goldenfile "github.com/devledger/devledger/internal/golden"
 )
 
 // chromiumTimeout bounds one run of the browser.
@@ -148,7 +150,7 @@ func TestHTMLInChromium(t *testing.T) {
 			if got := body["data-bars"]; got != strconv.Itoa(facts.bars) {
 				t.Errorf("%s bars drawn, of %d", got, facts.bars)
 			}
-			if tc.name == "sample" && *update {
+			if tc.name == "sample" && goldenfile.Updating() {
 				keepScreenshot(t, bin, path)
 			}
 		})

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,11 +9,11 @@ import (
 	"time"
 
 	"github.com/devledger/devledger/events"
+	goldenfile "github.com/devledger/devledger/internal/golden"
 	"github.com/devledger/devledger/store"
 )
 
 // update rewrites golden files and the bundled sample ledger.
-var update = flag.Bool("update", false, "rewrite golden files and testdata/ledger/sample.db")
 
 // sampleLedgerPath is the bundled ledger the README's quick start reads.
 var sampleLedgerPath = filepath.Join("..", "..", "testdata", "ledger", "sample.db")
@@ -188,7 +187,7 @@ func writeSampleLedger(t testing.TB, path string) {
 // step with the story: with -update it is rewritten, otherwise the bundled
 // file must replay to the same state as a fresh ledger of the story.
 func TestSampleLedger(t *testing.T) {
-	if *update {
+	if goldenfile.Updating() {
 		if err := os.MkdirAll(filepath.Dir(sampleLedgerPath), 0o755); err != nil {
 			t.Fatal(err)
 		}

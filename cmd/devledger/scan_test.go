@@ -93,11 +93,6 @@ func scanTranscript(t *testing.T, tmp string, args []string) (string, int) {
 // checkScanGolden compares got with testdata/scan/<name>.golden.
 func checkScanGolden(t *testing.T, name, got string) {
 	t.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Join("testdata", "scan"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
 	checkGolden(t, filepath.Join("scan", name), got)
 }
 

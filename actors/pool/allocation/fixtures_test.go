@@ -1,16 +1,14 @@
 package allocation
 
 import (
-	"flag"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/devledger/devledger/config"
+	goldenfile "github.com/devledger/devledger/internal/golden"
 	"github.com/devledger/devledger/sysfs"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata")
 
 // vf is an SR-IOV VF of pf bound to driver, in IOMMU group group ("" for
 // none), on NUMA node numa.
@@ -66,21 +64,5 @@ func devRoot(t testing.TB, files ...string) string {
 // golden compares got with testdata/name, rewriting it under -update.
 func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if string(got) != string(want) {
-		t.Errorf("%s differs (run with -update to accept)\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
+	goldenfile.Check(t, filepath.Join("testdata", name), string(got))
 }
