@@ -118,6 +118,9 @@ type checker struct {
 	cfg     Config
 	known   map[string]events.Device
 	targets []Target
+	// byName indexes targets by what a kernel event names: a device's
+	// address, its interface, its PF's interface.
+	byName  map[string][]int
 	devices map[string]*device
 	timer   *time.Timer
 	due     time.Time
@@ -141,21 +144,17 @@ func (c *checker) Receive(ctx actor.Context) {
 			c.timer.Stop()
 		}
 	case *Watch:
-		c.targets = slices.Clone(m.Targets)
-		c.round(ctx, nil)
+		c.watch(m.Targets)
+		c.round(ctx, c.targets)
 	case *Probe:
 		if len(m.Addresses) == 0 && len(m.Interfaces) == 0 {
-			c.round(ctx, nil)
+			c.round(ctx, c.targets)
 			break
 		}
-		c.round(ctx, func(t Target) bool {
-			return slices.Contains(m.Addresses, t.Probe.Address) ||
-				t.Probe.Interface != "" && slices.Contains(m.Interfaces, t.Probe.Interface) ||
-				t.Probe.PFInterface != "" && slices.Contains(m.Interfaces, t.Probe.PFInterface)
-		})
+		c.round(ctx, c.named(m.Addresses, m.Interfaces))
 	case *tick:
 		c.timer, c.due = nil, time.Time{}
-		c.round(ctx, nil)
+		c.round(ctx, c.targets)
 	case *Query:
 		out := &Verdicts{Devices: map[string]Verdict{}}
 		for _, t := range c.targets {
@@ -196,19 +195,51 @@ func (c *checker) state(addr string, now time.Time) *device {
 	return d
 }
 
-// round probes every target (or those named in only), records the verdicts that changed in one
-// append, and schedules the next round: the probe interval, or sooner when a
-// hold-down or debounce ends first.
-func (c *checker) round(ctx actor.Context, only func(Target) bool) {
-	targets := c.targets
-	if only != nil {
-		targets = nil
-		for _, t := range c.targets {
-			if only(t) {
-				targets = append(targets, t)
+// watch replaces the targets and their index.
+func (c *checker) watch(ts []Target) {
+	c.targets = slices.Clone(ts)
+	c.byName = make(map[string][]int, 2*len(ts))
+	for i, t := range c.targets {
+		for _, name := range []string{t.Probe.Address, t.Probe.Interface, t.Probe.PFInterface} {
+			if name != "" {
+				c.byName[name] = append(c.byName[name], i)
 			}
 		}
 	}
+}
+
+// named returns the targets a kernel event concerns: those whose address
+// is in addrs or whose interface, or PF's interface, is in ifaces; each
+// once, in the order of the targets.
+func (c *checker) named(addrs, ifaces []string) []Target {
+	var idx []int
+	for _, name := range addrs {
+		for _, i := range c.byName[name] {
+			if c.targets[i].Probe.Address == name {
+				idx = append(idx, i)
+			}
+		}
+	}
+	for _, name := range ifaces {
+		for _, i := range c.byName[name] {
+			if p := c.targets[i].Probe; p.Interface == name || p.PFInterface == name {
+				idx = append(idx, i)
+			}
+		}
+	}
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	out := make([]Target, len(idx))
+	for k, i := range idx {
+		out[k] = c.targets[i]
+	}
+	return out
+}
+
+// round probes targets, records the verdicts that changed in one append,
+// and schedules the next round: the probe interval, or sooner when a
+// hold-down or debounce ends first.
+func (c *checker) round(ctx actor.Context, targets []Target) {
 	probes := make([]sysfs.ProbeTarget, len(targets))
 	for i, t := range targets {
 		probes[i] = t.Probe

@@ -280,6 +280,35 @@ func TestProbeOnlyTheNamedDevices(t *testing.T) {
 	}
 }
 
+// A kernel event names interfaces too: a function's own, or its PF's,
+// which takes every VF that follows the PF's link. A device named more
+// than once is probed once, and a round keeps the targets' order.
+func TestProbeTheDevicesOfNamedInterfaces(t *testing.T) {
+	const devC, devD = "0000:3b:01.2", "0000:3b:01.3"
+	c := newChecker(t, Config{})
+	withIf := func(addr, own, pf string) Target {
+		tg := target(addr, 0, 0)
+		tg.Probe.Link, tg.Probe.Interface, tg.Probe.PFInterface = true, own, pf
+		return tg
+	}
+	c.watch(withIf(devA, "", "ens1f0"), withIf(devB, "ens1f0v1", "ens1f0"), withIf(devC, "", "ens2f0"), withIf(devD, "", "ens1f0"))
+	c.Silent(t)
+	for _, tc := range []struct {
+		addrs, ifaces, want []string
+	}{
+		{ifaces: []string{"ens1f0"}, want: []string{devA, devB, devD}},
+		{ifaces: []string{"ens1f0v1"}, want: []string{devB}},
+		{addrs: []string{devD, devC}, ifaces: []string{"ens2f0", "ens1f0v1"}, want: []string{devB, devC, devD}},
+		{ifaces: []string{"ens9f0"}, want: []string{}},
+	} {
+		c.Sys.Root.Send(c.Child, &Probe{Reason: "uevent", Addresses: tc.addrs, Interfaces: tc.ifaces})
+		c.Silent(t)
+		if got := c.prober.lastRound(); !slices.Equal(got, tc.want) {
+			t.Errorf("Probe{%v %v} probed %v, want %v", tc.addrs, tc.ifaces, got, tc.want)
+		}
+	}
+}
+
 func TestVerdictsStartFromTheLedger(t *testing.T) {
 	const devC = "0000:3b:01.2"
 	unbound := "driver unbound (was vfio-pci)"
