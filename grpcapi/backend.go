@@ -20,7 +20,9 @@ type PoolBackend interface {
 	// list at once and again after every health or membership change. Only
 	// the latest list matters: a slow reader may miss intermediate lists
 	// but always gets the newest. The channel is closed when ctx ends or
-	// the pool stops serving.
+	// the pool stops serving. A list, and each Device in it, is never
+	// modified once sent: a device that changes is a new Device in a new
+	// list (the server reuses the encoding of the entries it sent before).
 	WatchDevices(ctx context.Context) (<-chan []*pluginapi.Device, error)
 	// Allocate answers the kubelet's Allocate once the allocation is
 	// durable in the ledger.

@@ -93,7 +93,7 @@ func NewPoolServer(resource string, backend PoolBackend, opts PoolServerOptions)
 		observer: opts.Observer,
 		timeout:  opts.CallTimeout,
 		log:      opts.Logger.With().Str("pool", resource).Logger(),
-		srv:      grpc.NewServer(),
+		srv:      grpc.NewServer(grpc.ForceServerCodecV2(newPoolCodec())),
 		stopping: make(chan struct{}),
 		drained:  make(chan struct{}),
 	}
@@ -267,6 +267,7 @@ func (d devicePluginService) ListAndWatch(_ *pluginapi.Empty, stream grpc.Server
 		return backendStatus(err)
 	}
 	s.log.Info().Msg("kubelet opened ListAndWatch")
+	var enc listEncoder
 	for {
 		select {
 		case <-ctx.Done():
@@ -282,7 +283,12 @@ func (d devicePluginService) ListAndWatch(_ *pluginapi.Empty, stream grpc.Server
 				s.log.Info().Msg("pool stopped publishing devices; ending ListAndWatch")
 				return status.Errorf(codes.Unavailable, "pool %s stopped serving its devices", s.resource)
 			}
-			if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: list}); err != nil {
+			msg, err := enc.encode(list)
+			if err != nil {
+				s.log.Error().Err(err).Msg("cannot encode the device list; ending ListAndWatch")
+				return status.Errorf(codes.Internal, "pool %s: %v", s.resource, err)
+			}
+			if err := stream.SendMsg(msg); err != nil {
 				s.log.Info().Err(err).Msg("ListAndWatch send failed")
 				return err
 			}

@@ -81,10 +81,13 @@ type allocator struct {
 	gate *allocGate
 
 	watchers map[uint64]chan []*pluginapi.Device
-	// listed holds each member's ListAndWatch entry (deviceList); an
-	// entry goes when its device changes, all of them when the members
-	// or the resource do.
-	listed map[string]*pluginapi.Device
+	// list is the last ListAndWatch list built (deviceList), nil when the
+	// members or the resource changed since; stale names its entries
+	// whose device's health changed since. A list handed to watchers is
+	// never changed: the next one is a copy, and a changed entry a new
+	// Device, so that the server can tell the entries it encoded before.
+	list   []*pluginapi.Device
+	stale  []string
 	server *grpcapi.PoolServer
 	self   *actor.PID
 	// life is what outlives this incarnation (see lifetime).
@@ -104,7 +107,7 @@ func (p *allocator) Receive(ctx actor.Context) {
 		p.setMembers(ctx, m.Members, m.Reason)
 	case *SetResource:
 		p.cfg.Resource = m.Resource
-		p.listed = nil
+		p.list = nil
 		p.publishView()
 		p.broadcast()
 	case *SetHealth:
@@ -347,7 +350,7 @@ func (p *allocator) setMembers(ctx actor.Context, ms []allocation.Member, reason
 		}
 	}
 	p.members, p.order = index(ms)
-	p.listed = nil
+	p.list = nil
 	p.publishView()
 	p.recordMembership(ctx, before, reason)
 	p.broadcast()
@@ -361,7 +364,7 @@ func (p *allocator) setHealth(m *SetHealth) bool {
 	}
 	mem.Healthy = m.Healthy
 	p.members[m.Address] = mem
-	delete(p.listed, m.Address)
+	p.stale = append(p.stale, m.Address)
 	return true
 }
 
@@ -399,24 +402,29 @@ func (p *allocator) status() *Status {
 	return st
 }
 
-// deviceList is the pool as ListAndWatch sends it.
 // deviceList is the pool's list for ListAndWatch. A device's entry is
-// built once and shared by the lists that follow until the device changes:
-// published entries are never modified (the streams marshal them, and the
-// kubelet's stand-in clones them), only replaced.
+// built once and shared by the lists that follow until the device changes;
+// a health change copies the last list and replaces only the entries of
+// the devices that changed. Published lists and entries are never
+// modified (the streams marshal them, the kubelet's stand-in clones them).
 func (p *allocator) deviceList() []*pluginapi.Device {
-	if p.listed == nil {
-		p.listed = make(map[string]*pluginapi.Device, len(p.order))
-	}
-	list := make([]*pluginapi.Device, 0, len(p.order))
-	for _, addr := range p.order {
-		d := p.listed[addr]
-		if d == nil {
-			d = allocation.ListDevice(p.cfg.Resource, p.members[addr])
-			p.listed[addr] = d
+	if p.list == nil {
+		p.list = make([]*pluginapi.Device, len(p.order))
+		for i, addr := range p.order {
+			p.list[i] = allocation.ListDevice(p.cfg.Resource, p.members[addr])
 		}
-		list = append(list, d)
+		p.stale = p.stale[:0]
 	}
+	if len(p.stale) == 0 {
+		return p.list
+	}
+	list := slices.Clone(p.list)
+	for _, addr := range p.stale {
+		if i, ok := slices.BinarySearch(p.order, addr); ok {
+			list[i] = allocation.ListDevice(p.cfg.Resource, p.members[addr])
+		}
+	}
+	p.list, p.stale = list, p.stale[:0]
 	return list
 }
 

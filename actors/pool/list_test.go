@@ -1,0 +1,76 @@
+package pool
+
+import (
+	"testing"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/devledger/devledger/actors/pool/allocation"
+	"github.com/devledger/devledger/config"
+	"github.com/devledger/devledger/sysfs"
+)
+
+func listAllocator(addrs ...string) *allocator {
+	ms := make([]allocation.Member, len(addrs))
+	for i, a := range addrs {
+		ms[i] = allocation.Member{Device: sysfs.Device{Address: a, NUMANode: -1}, Healthy: true}
+	}
+	p := &allocator{cfg: Config{Resource: &config.Resource{Prefix: "example.com", Name: "vf"}}}
+	p.members, p.order = index(ms)
+	return p
+}
+
+func healths(list []*pluginapi.Device) map[string]string {
+	out := map[string]string{}
+	for _, d := range list {
+		out[d.ID] = d.Health
+	}
+	return out
+}
+
+// A health change makes a new list in which only the changed devices'
+// entries are new; the list handed out before stays as it was, entries
+// included, since a stream may be marshalling it.
+func TestDeviceListReplacesOnlyChangedEntries(t *testing.T) {
+	const a, b, c = "0000:3b:02.0", "0000:3b:02.1", "0000:3b:02.2"
+	p := listAllocator(c, a, b)
+	first := p.deviceList()
+	if got := []string{first[0].ID, first[1].ID, first[2].ID}; got[0] != a || got[1] != b || got[2] != c {
+		t.Fatalf("list in order %v, want %s %s %s", got, a, b, c)
+	}
+	if again := p.deviceList(); &again[0] != &first[0] {
+		t.Error("nothing changed, yet the list was built again")
+	}
+
+	if !p.setHealth(&SetHealth{Address: b, Healthy: false}) || p.setHealth(&SetHealth{Address: b, Healthy: false}) {
+		t.Fatal("setHealth: want a change once, then none")
+	}
+	if p.setHealth(&SetHealth{Address: "0000:99:00.0", Healthy: false}) {
+		t.Fatal("setHealth changed a device that is not a member")
+	}
+	second := p.deviceList()
+	if h := healths(second); h[a] != pluginapi.Healthy || h[b] != pluginapi.Unhealthy || h[c] != pluginapi.Healthy {
+		t.Errorf("after b failed: %v", h)
+	}
+	if h := healths(first); h[b] != pluginapi.Healthy {
+		t.Errorf("the list handed out before changed: %v", h)
+	}
+	if second[0] != first[0] || second[2] != first[2] || second[1] == first[1] {
+		t.Error("want new entry for b only, the others shared")
+	}
+
+	p.setHealth(&SetHealth{Address: b, Healthy: true})
+	p.setHealth(&SetHealth{Address: c, Healthy: false})
+	third := p.deviceList()
+	if h := healths(third); h[a] != pluginapi.Healthy || h[b] != pluginapi.Healthy || h[c] != pluginapi.Unhealthy {
+		t.Errorf("after b recovered and c failed: %v", h)
+	}
+
+	// New members: the list is built again, health kept.
+	ms := []allocation.Member{{Device: sysfs.Device{Address: a, NUMANode: -1}, Healthy: true}, {Device: sysfs.Device{Address: c, NUMANode: -1}, Healthy: false}}
+	p.members, p.order = index(ms)
+	p.list = nil
+	if h := healths(p.deviceList()); len(h) != 2 || h[a] != pluginapi.Healthy || h[c] != pluginapi.Unhealthy {
+		t.Errorf("after new members: %v", h)
+	}
+}
