@@ -2,7 +2,8 @@
 // (still in sysfs, still bound to the driver it joined its pool with, its VFIO
 // node still there, and, when its pool asks, its link or its PF's link up
 // with carrier) and records DeviceHealthChanged only when a verdict changes,
-// then tells its parent so the pool can tell the kubelet.
+// then tells the device's pool, so that the pool can tell the kubelet, and
+// its parent.
 //
 // Verdicts recover in both directions. A failing probe turns a device
 // unhealthy once it has failed for the pool's debounce (zero: at once); a
@@ -21,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/devledger/devledger/actors/ledger"
+	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/sysfs"
 )
@@ -51,6 +53,9 @@ type Target struct {
 	// it is healthy again; Debounce how long a failure must last before it
 	// counts; Interval how often the device is probed (0: the default).
 	HoldDown, Debounce, Interval time.Duration
+	// Pool is the pool the device is in, told of each new verdict
+	// (pool.SetHealths) before the parent is; nil: only the parent is told.
+	Pool *actor.PID
 }
 
 // Watch replaces the set of devices to probe; they are probed at once.
@@ -66,8 +71,10 @@ type Probe struct {
 }
 
 // Changed is sent to the parent once per probe round in which verdicts
-// changed, with all of them, already in the ledger: a PF going down takes
-// its VFs with it in one message, and the pools tell the kubelet once.
+// changed, with all of them, already in the ledger and told to the pools
+// of the targets: a PF going down takes its VFs with it in one message per
+// pool, and each pool tells the kubelet once. The parent tells a device's
+// pool itself when that is no longer the one its target named.
 type Changed struct{ Verdicts []Verdict }
 
 // Verdict is one device's new health.
@@ -75,6 +82,8 @@ type Verdict struct {
 	Address string
 	Healthy bool
 	Reason  string
+	// Told is the pool told of the verdict, nil when none was.
+	Told *actor.PID
 }
 
 // Query asks for the current verdicts; the reply is a *Verdicts.
@@ -265,7 +274,7 @@ func (c *checker) round(ctx actor.Context, targets []Target) {
 				next = min(next, wait)
 				continue
 			}
-			verdicts = append(verdicts, Verdict{Address: t.Probe.Address, Healthy: false, Reason: d.rawWhy})
+			verdicts = append(verdicts, Verdict{Address: t.Probe.Address, Healthy: false, Reason: d.rawWhy, Told: t.Pool})
 		case !d.healthy && d.raw:
 			if wait := t.HoldDown - now.Sub(d.rawSince); wait > 0 {
 				next = min(next, wait)
@@ -275,7 +284,7 @@ func (c *checker) round(ctx actor.Context, targets []Target) {
 			if t.HoldDown > 0 {
 				reason = fmt.Sprintf("probes passed for %s", t.HoldDown)
 			}
-			verdicts = append(verdicts, Verdict{Address: t.Probe.Address, Healthy: true, Reason: reason})
+			verdicts = append(verdicts, Verdict{Address: t.Probe.Address, Healthy: true, Reason: reason, Told: t.Pool})
 		default:
 			continue
 		}
@@ -301,5 +310,26 @@ func (c *checker) round(ctx actor.Context, targets []Target) {
 		}
 		ev.Str("bdf", v.Address).Bool("healthy", v.Healthy).Str("reason", v.Reason).Uint64("seq", envs[i].Seq).Msg("device health changed")
 	}
+	tellPools(ctx, verdicts)
 	ctx.Send(ctx.Parent(), &Changed{Verdicts: verdicts})
+}
+
+// tellPools sends each pool its devices' new verdicts, in one message.
+func tellPools(ctx actor.Context, verdicts []Verdict) {
+	var pools []*actor.PID
+	var changes [][]pool.SetHealth
+	for _, v := range verdicts {
+		if v.Told == nil {
+			continue
+		}
+		i := slices.IndexFunc(pools, v.Told.Equal)
+		if i < 0 {
+			i = len(pools)
+			pools, changes = append(pools, v.Told), append(changes, nil)
+		}
+		changes[i] = append(changes[i], pool.SetHealth{Address: v.Address, Healthy: v.Healthy, Reason: v.Reason})
+	}
+	for i, pid := range pools {
+		ctx.Send(pid, &pool.SetHealths{Changes: changes[i]})
+	}
 }

@@ -190,17 +190,11 @@ func (n *coordinator) Receive(ctx actor.Context) {
 			ctx.Send(pid, &pool.Reserve{Lost: m.Socket})
 		}
 	case *health.Changed:
-		byPool := map[string][]pool.SetHealth{}
 		for _, v := range m.Verdicts {
 			n.healthy[v.Address] = v.Healthy
-			if name, ok := n.owner[v.Address]; ok {
-				byPool[name] = append(byPool[name], pool.SetHealth{Address: v.Address, Healthy: v.Healthy, Reason: v.Reason})
-			}
 		}
-		for name, changes := range byPool {
-			if pid := n.pools[name]; pid != nil {
-				ctx.Send(pid, &pool.SetHealths{Changes: changes})
-			}
+		for pid, changes := range retell(m.Verdicts, n.owner, n.pools) {
+			ctx.Send(pid, &pool.SetHealths{Changes: changes})
 		}
 	case *Rescan:
 		ctx.Send(n.scanner, &scanner.Rescan{Reason: m.Reason})
@@ -221,6 +215,27 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		ctx.Respond(&ChildPIDs{Scanner: n.scanner, Registrar: n.registrar, Health: n.health, Sockets: n.sockets,
 			Reconciler: n.reconciler, Pools: pools})
 	}
+}
+
+// retell returns the verdicts the health checker told a pool that no
+// longer holds the device, or told none, by the pool that holds it now.
+// The checker tells the pool its target named, which is the device's pool
+// unless the device was placed elsewhere after the checker's last Watch;
+// then its new pool is told here, after the members that brought it there.
+func retell(verdicts []health.Verdict, owner map[string]string, pools map[string]*actor.PID) map[*actor.PID][]pool.SetHealth {
+	var out map[*actor.PID][]pool.SetHealth
+	for _, v := range verdicts {
+		name, ok := owner[v.Address]
+		pid := pools[name]
+		if !ok || pid == nil || pid.Equal(v.Told) {
+			continue
+		}
+		if out == nil {
+			out = map[*actor.PID][]pool.SetHealth{}
+		}
+		out[pid] = append(out[pid], pool.SetHealth{Address: v.Address, Healthy: v.Healthy, Reason: v.Reason})
+	}
+	return out
 }
 
 func (n *coordinator) start(ctx actor.Context) {
@@ -350,9 +365,12 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 			if changed {
 				ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(ms), Reason: reason})
 			}
-			continue
+		} else {
+			n.spawnPool(ctx, res, ms)
 		}
-		n.spawnPool(ctx, res, ms)
+		for i := len(targets) - len(ids); i < len(targets); i++ {
+			targets[i].Pool = n.pools[pm.Name]
+		}
 	}
 	for addr := range n.join {
 		if _, ok := owner[addr]; !ok {

@@ -3,8 +3,13 @@ package node
 import (
 	"encoding/json"
 	"path/filepath"
+	"reflect"
 	"testing"
 
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/devledger/devledger/actors/health"
+	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/grpcapi"
 )
@@ -137,5 +142,28 @@ func TestDefinitionIgnoresThePoolsPlaceInTheFile(t *testing.T) {
 	after := ConfigApplied("config.json", []byte(below), parse(t, below)).Pools[1]
 	if before != after {
 		t.Errorf("a pool added above sriov_net changed its spec:\n%s\n%s", before.Definition, after.Definition)
+	}
+}
+
+// A verdict the health checker told the device's pool is not told again;
+// one told a pool the device has left, or no pool, goes to its pool now.
+func TestRetellOnlyWhatWentAstray(t *testing.T) {
+	p1, p2 := actor.NewPID("nonhost", "pool-a-0"), actor.NewPID("nonhost", "pool-b-1")
+	gone := actor.NewPID("nonhost", "pool-a-2") // pool a before it was spawned again
+	owner := map[string]string{"0000:3b:02.0": "a", "0000:3b:02.1": "b", "0000:3b:02.2": "a", "0000:3b:02.3": "b"}
+	pools := map[string]*actor.PID{"a": p1, "b": p2}
+	got := retell([]health.Verdict{
+		{Address: "0000:3b:02.0", Told: actor.NewPID("nonhost", "pool-a-0")}, // the same pool, another *PID
+		{Address: "0000:3b:02.1", Told: p1, Reason: "moved to b"},
+		{Address: "0000:3b:02.2", Told: gone, Reason: "pool a again"},
+		{Address: "0000:3b:02.3", Reason: "no pool told"},
+		{Address: "0000:3b:09.0", Told: p1, Reason: "in no pool now"},
+	}, owner, pools)
+	want := map[*actor.PID][]pool.SetHealth{
+		p1: {{Address: "0000:3b:02.2", Reason: "pool a again"}},
+		p2: {{Address: "0000:3b:02.1", Reason: "moved to b"}, {Address: "0000:3b:02.3", Reason: "no pool told"}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("retell = %v, want %v", got, want)
 	}
 }
