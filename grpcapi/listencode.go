@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"fmt"
+	"sync"
 
 	"google.golang.org/grpc/encoding"
 	_ "google.golang.org/grpc/encoding/proto" // registers the "proto" codec this one wraps
@@ -15,14 +16,17 @@ import (
 // server's codec sends its bytes as they are.
 type encodedList []byte
 
-// listEncoder encodes the lists of one ListAndWatch stream. A pool's lists
-// follow each other with most entries shared (a health change replaces one
+// listEncoder encodes a pool's ListAndWatch lists. A pool's lists follow
+// each other with most entries shared (a health change replaces one
 // Device, the rest are the same pointers at the same places), and the
-// backend never modifies a Device it published. So each entry is marshalled
-// once, when it first appears at its place, and a list's message is its
-// entries' bytes, copied: a 500-device list costs a copy of about 15 KB
-// instead of 500 marshals.
+// backend never modifies a Device it published. So each entry is
+// marshalled once, when it first appears at its place, and a list's
+// message is its entries' bytes, copied: a 500-device list costs a copy of
+// about 15 KB instead of 500 marshals. The server keeps one encoder for
+// all its streams, so the stream a restarted kubelet opens reuses what the
+// last one sent. Safe for concurrent use.
 type listEncoder struct {
+	mu   sync.Mutex
 	prev []*pluginapi.Device
 	// fields holds, for each place of prev, the entry as field 1 of
 	// ListAndWatchResponse: its tag, its length, its bytes.
@@ -36,20 +40,47 @@ const devicesField protowire.Number = 1
 // what proto.Marshal makes of it. The bytes are new each time: gRPC may
 // still be writing the last message when the next is encoded.
 func (e *listEncoder) encode(list []*pluginapi.Device) (encodedList, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	fields := make([][]byte, len(list))
-	size := 0
+	var fresh []int
 	for i, d := range list {
 		if i < len(e.prev) && e.prev[i] == d {
 			fields[i] = e.fields[i]
 		} else {
-			b, err := proto.Marshal(d)
-			if err != nil {
-				return nil, fmt.Errorf("encode device %q: %w", d.GetID(), err)
-			}
-			f := protowire.AppendTag(make([]byte, 0, len(b)+8), devicesField, protowire.BytesType)
-			fields[i] = append(protowire.AppendVarint(f, uint64(len(b))), b...)
+			fresh = append(fresh, i)
 		}
-		size += len(fields[i])
+	}
+	if len(fresh) > 0 {
+		// The entries not encoded before are marshalled together, as a
+		// list of their own (one call is much cheaper than one per
+		// entry), then cut into their fields.
+		devs := make([]*pluginapi.Device, len(fresh))
+		for k, i := range fresh {
+			devs[k] = list[i]
+		}
+		b, err := proto.Marshal(&pluginapi.ListAndWatchResponse{Devices: devs})
+		if err != nil {
+			return nil, fmt.Errorf("encode the device list: %w", err)
+		}
+		whole := b
+		for _, i := range fresh {
+			n := fieldLen(b)
+			if n <= 0 {
+				return nil, fmt.Errorf("encode the device list: cannot find device %q in the marshalled list", list[i].GetID())
+			}
+			fields[i], b = b[:n:n], b[n:]
+		}
+		if len(fresh) == len(list) {
+			// Nothing reused: the message is what was just marshalled
+			// (never written to, like every message sent).
+			e.prev, e.fields = list, fields
+			return whole, nil
+		}
+	}
+	size := 0
+	for _, f := range fields {
+		size += len(f)
 	}
 	out := make([]byte, 0, size)
 	for _, f := range fields {
@@ -57,6 +88,20 @@ func (e *listEncoder) encode(list []*pluginapi.Device) (encodedList, error) {
 	}
 	e.prev, e.fields = list, fields
 	return out, nil
+}
+
+// fieldLen is the length of the devices field at the start of b, tag
+// included, or -1 when b does not start with one.
+func fieldLen(b []byte) int {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 || num != devicesField || typ != protowire.BytesType {
+		return -1
+	}
+	m := protowire.ConsumeFieldValue(num, typ, b[n:])
+	if m < 0 {
+		return -1
+	}
+	return n + m
 }
 
 // poolCodec is the pool server's codec: protobuf, as the kubelet expects,

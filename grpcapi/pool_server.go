@@ -70,6 +70,8 @@ type PoolServer struct {
 	// deadline.
 	stopping chan struct{}
 	sock     servedSocket
+	// lists encodes the device lists of every ListAndWatch stream.
+	lists listEncoder
 	// drainOnce starts the one GracefulStop, which closes drained when
 	// every call has finished.
 	drainOnce sync.Once
@@ -267,7 +269,6 @@ func (d devicePluginService) ListAndWatch(_ *pluginapi.Empty, stream grpc.Server
 		return backendStatus(err)
 	}
 	s.log.Info().Msg("kubelet opened ListAndWatch")
-	var enc listEncoder
 	for {
 		select {
 		case <-ctx.Done():
@@ -283,7 +284,7 @@ func (d devicePluginService) ListAndWatch(_ *pluginapi.Empty, stream grpc.Server
 				s.log.Info().Msg("pool stopped publishing devices; ending ListAndWatch")
 				return status.Errorf(codes.Unavailable, "pool %s stopped serving its devices", s.resource)
 			}
-			msg, err := enc.encode(list)
+			msg, err := s.lists.encode(list)
 			if err != nil {
 				s.log.Error().Err(err).Msg("cannot encode the device list; ending ListAndWatch")
 				return status.Errorf(codes.Internal, "pool %s: %v", s.resource, err)

@@ -97,6 +97,55 @@ func TestListAndWatchStreamsUntilStop(t *testing.T) {
 	}
 }
 
+// Lists that share entries reach every stream whole, over the wire, as
+// the backend published them: a second stream (a restarted kubelet's)
+// opened while the first is still open, lists alternating between them,
+// entries replaced and moved.
+func TestListAndWatchListsSharingEntries(t *testing.T) {
+	b := &perStreamBackend{fakeBackend: newFakeBackend(), watches: make(chan chan []*pluginapi.Device, 2)}
+	_, path := startPool(t, b, PoolServerOptions{})
+	oldStream := openWatch(t, dialTest(t, path))
+	oldLists := <-b.watches
+	base := devices("0000:3b:02.0", "0000:3b:02.1", "0000:3b:02.2")
+	base[1].Topology = &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: 1}}}
+	down := append([]*pluginapi.Device(nil), base...)
+	down[2] = &pluginapi.Device{ID: "0000:3b:02.2", Health: pluginapi.Unhealthy}
+	moved := []*pluginapi.Device{down[2], base[0], {ID: "0000:3b:02.3", Health: pluginapi.Healthy}}
+
+	check := func(stream grpc.ServerStreamingClient[pluginapi.ListAndWatchResponse], lists chan []*pluginapi.Device, list []*pluginapi.Device) {
+		t.Helper()
+		lists <- list
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("Recv: %v", err)
+		}
+		if want := (&pluginapi.ListAndWatchResponse{Devices: list}); !proto.Equal(resp, want) {
+			t.Fatalf("ListAndWatch sent %v, want %v", resp, want)
+		}
+	}
+	check(oldStream, oldLists, base)
+	newStream := openWatch(t, dialTest(t, path))
+	newLists := <-b.watches
+	check(newStream, newLists, base)
+	check(oldStream, oldLists, down)
+	check(newStream, newLists, moved)
+	check(oldStream, oldLists, base)
+	check(newStream, newLists, down)
+}
+
+// perStreamBackend gives each ListAndWatch a channel of its own, handed
+// to the test on watches.
+type perStreamBackend struct {
+	*fakeBackend
+	watches chan chan []*pluginapi.Device
+}
+
+func (b *perStreamBackend) WatchDevices(context.Context) (<-chan []*pluginapi.Device, error) {
+	ch := make(chan []*pluginapi.Device)
+	b.watches <- ch
+	return ch, nil
+}
+
 // Whatever a previous run or someone else left at a socket's private
 // directory, the socket is created in a directory of ours, 0700.
 func TestPrivateDirIsReclaimed(t *testing.T) {
