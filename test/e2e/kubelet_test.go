@@ -29,6 +29,7 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/config"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
+	"k8s.io/kubernetes/pkg/kubelet/pluginmanager/cache"
 )
 
 // The kubelet's directories, as pkg/kubelet lays them out under its root.
@@ -54,6 +55,56 @@ type kubelet struct {
 	started time.Time
 	stopPM  func()
 	stopped bool
+	// handler is the device manager's plugin-watcher handler, watched.
+	handler *watchedHandler
+}
+
+// watchedHandler is the device manager's plugin-watcher handler, noting
+// when it deregisters each plugin: the plugin manager deregisters a socket
+// that went and registers the one that replaced it in one reconcile pass,
+// a millisecond or two apart, too close for a poll of capacity to see.
+type watchedHandler struct {
+	cache.PluginHandler
+	mu           sync.Mutex
+	deregistered map[string][]time.Time
+}
+
+// DeRegisterPlugin implements cache.PluginHandler.
+func (h *watchedHandler) DeRegisterPlugin(ctx context.Context, name, endpoint string) {
+	h.PluginHandler.DeRegisterPlugin(ctx, name, endpoint)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.deregistered[name] = append(h.deregistered[name], time.Now())
+}
+
+// deregisteredSince says whether the plugin manager deregistered name
+// after since.
+func (h *watchedHandler) deregisteredSince(name string, since time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, at := range h.deregistered[name] {
+		if at.After(since) {
+			return true
+		}
+	}
+	return false
+}
+
+// waitDeregistered waits until the plugin manager deregistered the plugin
+// of resource after since (watcher mode only).
+func (k *kubelet) waitDeregistered(t *testing.T, resource string, since time.Time, timeout time.Duration) {
+	t.Helper()
+	if k.handler == nil {
+		t.Fatal("kubelet: no plugin manager (legacy mode)")
+	}
+	deadline := time.Now().Add(timeout)
+	for !k.handler.deregisteredSince(resource, since) {
+		if time.Now().After(deadline) {
+			c, a := k.capacity()
+			t.Fatalf("kubelet: waited %v for %s to be deregistered; capacity: %v; allocatable: %v", timeout, resource, c, a)
+		}
+		time.Sleep(pollEvery)
+	}
 }
 
 // kubeletOptions shape a kubelet life.
@@ -118,7 +169,8 @@ func startKubelet(t *testing.T, pods *podList, opts kubeletOptions) *kubelet {
 	}
 	if opts.watcher {
 		pm := pluginmanager.NewPluginManager(pluginsRegistryDir, &record.FakeRecorder{})
-		pm.AddHandler(watcherapi.DevicePlugin, m.GetWatcherHandler())
+		k.handler = &watchedHandler{PluginHandler: m.GetWatcherHandler(), deregistered: map[string][]time.Time{}}
+		pm.AddHandler(watcherapi.DevicePlugin, k.handler)
 		ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 		stopCh := make(chan struct{})
 		done := make(chan struct{})

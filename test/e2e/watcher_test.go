@@ -47,9 +47,7 @@ func TestWatcherSocketRemoved(t *testing.T) {
 	}
 	// The watcher's reconciler (one pass a second) unregisters the old
 	// socket, then registers the new one at the same path.
-	r.k.waitCapacity(t, resDPDK+" deregistered", removed, 30*time.Second, func(_, a counts) bool {
-		return a[resDPDK] == 0
-	})
+	r.k.waitDeregistered(t, resDPDK, removed, 30*time.Second)
 	took := r.k.waitAllocatable(t, removed, sriovPools)
 	logFigure(t, r.mode, "reregistration-after-socket-removed", took)
 	admitDPDK(t, r)
