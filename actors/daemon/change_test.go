@@ -13,6 +13,7 @@ import (
 
 	"github.com/devledger/devledger/actors/node"
 	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
@@ -230,6 +231,26 @@ func TestConfigReload(t *testing.T) {
 		_, pooled := s.Pools["intel.com/sriov_net"]
 		return os.IsNotExist(err) && !pooled
 	})
+	// Status and readiness follow the config in force: the new pool is
+	// there and registered, the removed one gone.
+	var st grpcapi.AdminStatus
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var err error
+		if st, err = d.Status(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if d.Ready(ctx) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var names []string
+	for _, p := range st.Pools {
+		names = append(names, p.Resource)
+	}
+	if got := strings.Join(names, " "); got != "intel.com/e810_port intel.com/sriov_vfio" || !d.Ready(ctx) {
+		t.Errorf("after the reload, status lists %q, ready %v; want the two pools in force, ready", got, d.Ready(ctx))
+	}
 
 	// Garbage: rejected, with its errors; nothing changes.
 	before := ledgerState(t, d)

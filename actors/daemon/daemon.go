@@ -11,10 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -138,7 +140,7 @@ type Daemon struct {
 	metricsSrv  *http.Server
 	metricsAddr string
 	mode        grpcapi.RegistrationMode
-	pools       []string
+	pools       []string // at start, for the log; Status asks the node
 
 	stopKernel func()
 
@@ -431,7 +433,9 @@ func (d *Daemon) Status(ctx context.Context) (grpcapi.AdminStatus, error) {
 		return st, fmt.Errorf("ask registrar: %w", err)
 	}
 	reg := res.(*registrar.Status)
-	for _, name := range d.pools {
+	// The pools of the config in force now, which a reload may have
+	// changed since the start.
+	for _, name := range slices.Sorted(maps.Keys(kids.Pools)) {
 		ps := reg.Pools[name]
 		st.Pools = append(st.Pools, grpcapi.AdminPoolStatus{Resource: name, Socket: ps.Socket, Registered: ps.Registered, Reason: ps.LastError})
 	}
