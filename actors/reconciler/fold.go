@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -51,12 +52,23 @@ type foldResult struct {
 // changed; the caller records the payloads, then applies them. A steady state
 // yields no payloads.
 func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
+	// Ours are the resources of the pools in force and those of live
+	// allocations: a pool removed from the config leaves its allocations
+	// live until their containers go, and only the kubelet says when.
+	ours := in.pools
+	if len(in.allocs) > 0 {
+		ours = make(map[string]bool, len(in.pools)+1)
+		maps.Copy(ours, in.pools)
+		for _, a := range in.allocs {
+			ours[a.pool] = true
+		}
+	}
 	reported := map[key][]holderRef{}
 	for _, p := range pods {
 		for _, c := range p.GetContainers() {
 			ref := holderRef{namespace: p.GetNamespace(), pod: p.GetName(), container: c.GetName()}
 			for _, cd := range c.GetDevices() {
-				if !in.pools[cd.GetResourceName()] {
+				if !ours[cd.GetResourceName()] {
 					continue
 				}
 				for _, id := range cd.GetDeviceIds() {

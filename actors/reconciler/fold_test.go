@@ -111,6 +111,16 @@ func TestFold(t *testing.T) {
 			pods:   []*podresourcesapi.PodResources{pod("n", "p", "c", "nvidia.com/gpu", "GPU-1")},
 		},
 		{
+			name:   "a live allocation of a pool no longer configured stays while its container holds it",
+			allocs: map[uint64]*alloc{10: {pool: "intel.com/gone", devices: []string{"a"}, at: t0.Add(-time.Hour), binding: bound("telco", "dpdk-0", "app")}},
+			pods:   []*podresourcesapi.PodResources{pod("telco", "dpdk-0", "app", "intel.com/gone", "a")},
+		},
+		{
+			name:   "and is released when its container goes",
+			allocs: map[uint64]*alloc{10: {pool: "intel.com/gone", devices: []string{"a"}, at: t0.Add(-time.Hour), binding: bound("telco", "dpdk-0", "app")}},
+			want:   []string{"released #10 after 1h0m0s: telco/dpdk-0/app no longer holds it"},
+		},
+		{
 			name:   "one device reported on two NUMA nodes is one holder",
 			allocs: map[uint64]*alloc{10: {pool: vfio, devices: []string{"a", "b"}, at: t0}},
 			pods: []*podresourcesapi.PodResources{{Namespace: "n", Name: "p", Containers: []*podresourcesapi.ContainerResources{{Name: "c",
