@@ -364,7 +364,9 @@ func (p *allocator) setHealth(m *SetHealth) bool {
 	}
 	mem.Healthy = m.Healthy
 	p.members[m.Address] = mem
-	p.stale = append(p.stale, m.Address)
+	if p.list != nil {
+		p.stale = append(p.stale, m.Address)
+	}
 	return true
 }
 
@@ -430,6 +432,8 @@ func (p *allocator) deviceList() []*pluginapi.Device {
 
 func (p *allocator) broadcast() {
 	if len(p.watchers) == 0 {
+		// Nobody to tell: the next watcher gets a list built afresh.
+		p.list, p.stale = nil, nil
 		return
 	}
 	list := p.deviceList()
