@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devledger/devledger/actors/node"
 	"github.com/devledger/devledger/events"
@@ -291,5 +293,103 @@ func TestKernelEventsWatch(t *testing.T) {
 	}
 	if err := d.Stop(ctx, "test"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A config change that moves a device while a container holds it moves it
+// openly: the old pool's membership change names the allocation, the new
+// pool records that the device arrived held and lists it unhealthy, so
+// its kubelet resource cannot give it out again, and the allocation stays
+// live while the container holds it (the pool that made it is gone from
+// the config). Once the container goes, it is released and the device is
+// healthy in its new pool.
+func TestConfigChangeMovesAHeldDeviceOpenly(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	d := n.start(t)
+	ctx := waitCtx(t)
+	const vfio, dpdk, dev = "intel.com/sriov_vfio", "intel.com/dpdk", "0000:3b:01.2"
+	if _, err := n.kubelet.WaitRegistered(ctx, vfio); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.kubelet.Allocate(ctx, vfio, []string{dev}); err != nil {
+		t.Fatal(err)
+	}
+	n.kubelet.SetPods([]*podresourcesapi.PodResources{kubelettest.PodHolding("telco", "dpdk-0", "app", vfio, dev)})
+	reconcileNow(ctx, t, d)
+	var seq uint64
+	waitLedger(ctx, t, d, "the allocation bound", func(s events.State) bool {
+		for k, a := range s.Allocations {
+			if a.Binding != nil && a.DeviceIDs[0] == dev {
+				seq = k
+				return true
+			}
+		}
+		return false
+	})
+
+	// sriov_vfio goes; its devices go to a new pool, dpdk.
+	v2 := `{"resourceList": [
+	  {"resourceName": "dpdk", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]}},
+	  {"resourceName": "sriov_net", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["iavf"]}}
+	]}`
+	if err := os.WriteFile(n.opts.ConfigPath, []byte(v2), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := d.Reload(ctx, "test"); err != nil || !res.Applied {
+		t.Fatalf("reload = %+v, %v", res, err)
+	}
+	health := func(list []*pluginapi.Device) (string, int) {
+		h, healthy := "", 0
+		for _, x := range list {
+			if x.ID == dev {
+				h = x.Health
+			}
+			if x.Health == pluginapi.Healthy {
+				healthy++
+			}
+		}
+		return h, healthy
+	}
+	list, err := n.kubelet.WaitDevices(ctx, dpdk, func(ds []*pluginapi.Device) bool { return len(ds) == 5 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, healthy := health(list); h != pluginapi.Unhealthy || healthy != 4 {
+		t.Errorf("in the new pool the held device is %q, %d of 5 healthy; want it unhealthy, the other 4 healthy", h, healthy)
+	}
+	wantHeld := fmt.Sprintf("%s by #%d", dev, seq)
+	var gone, arrived string
+	d.Recorder().Log().Read(0, func(e events.Envelope) error {
+		if m, ok := e.Payload.(events.PoolMembershipChanged); ok {
+			switch {
+			case m.Pool == vfio && len(m.Removed) > 0:
+				gone = m.Reason
+			case m.Pool == dpdk && len(m.Added) > 0:
+				arrived = m.Reason
+			}
+		}
+		return nil
+	})
+	if !strings.Contains(gone, "still held: "+wantHeld) {
+		t.Errorf("the old pool's removal says %q; want it to name %s", gone, wantHeld)
+	}
+	if !strings.Contains(arrived, "arrived held, listed unhealthy until released: "+wantHeld+" of "+vfio) {
+		t.Errorf("the new pool's membership says %q; want it to name %s of %s", arrived, wantHeld, vfio)
+	}
+
+	// The container still holds it: the allocation stays live.
+	reconcileNow(ctx, t, d)
+	if s := ledgerState(t, d); len(s.Holders[dev]) != 1 {
+		t.Fatalf("after a round with the container still there, %s has holders %v; want the allocation live", dev, s.Holders[dev])
+	}
+
+	// The container goes: released, and the device is usable in dpdk.
+	n.kubelet.SetPods(nil)
+	reconcileNow(ctx, t, d)
+	if _, err := n.kubelet.WaitDevices(ctx, dpdk, func(ds []*pluginapi.Device) bool { h, _ := health(ds); return h == pluginapi.Healthy }); err != nil {
+		t.Fatalf("the device never became healthy in its new pool: %v", err)
+	}
+	if s := ledgerState(t, d); len(s.Holders[dev]) != 0 {
+		t.Errorf("after the container went, holders %v", s.Holders[dev])
 	}
 }

@@ -11,12 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -435,7 +433,7 @@ func (d *Daemon) Status(ctx context.Context) (grpcapi.AdminStatus, error) {
 	reg := res.(*registrar.Status)
 	// The pools of the config in force now, which a reload may have
 	// changed since the start.
-	for _, name := range slices.Sorted(maps.Keys(kids.Pools)) {
+	for _, name := range kids.Configured {
 		ps := reg.Pools[name]
 		st.Pools = append(st.Pools, grpcapi.AdminPoolStatus{Resource: name, Socket: ps.Socket, Registered: ps.Registered, Reason: ps.LastError})
 	}

@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -139,6 +140,12 @@ type coordinator struct {
 	socketOf map[string]string
 	// healthy is the last verdict per device.
 	healthy map[string]bool
+	// holds are the live allocations per device, and allocated the
+	// devices per live allocation: a device placed in a pool other than
+	// that of an allocation holding it is listed there as held (see
+	// allocation.Member.HeldElsewhere) until the allocation is released.
+	holds     map[string][]allocation.Hold
+	allocated map[uint64][]string
 }
 
 // Receive implements actor.Actor.
@@ -181,10 +188,15 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		}
 	case *pool.AllocationRecorded:
 		ctx.Send(n.reconciler, &reconciler.Allocated{Seq: m.Seq, Pool: m.Pool, DeviceIDs: m.DeviceIDs, At: m.At})
+		n.hold(m.Pool, m.Seq, m.DeviceIDs)
+		n.retellHolds(ctx, m.Pool, m.DeviceIDs, fmt.Sprintf("allocation #%d of %s holds it", m.Seq, m.Pool))
 	case *reconciler.Released:
 		if pid := n.pools[m.Pool]; pid != nil {
 			ctx.Send(pid, &pool.Released{AllocationSeq: m.AllocationSeq})
 		}
+		ids := n.allocated[m.AllocationSeq]
+		n.release(m.AllocationSeq)
+		n.retellHolds(ctx, m.Pool, ids, fmt.Sprintf("allocation #%d of %s released", m.AllocationSeq, m.Pool))
 	case *registrar.SocketMissing:
 		if pid := n.pools[m.Pool]; pid != nil {
 			ctx.Send(pid, &pool.Reserve{Lost: m.Socket})
@@ -213,7 +225,64 @@ func (n *coordinator) Receive(ctx actor.Context) {
 			pools[k] = v
 		}
 		ctx.Respond(&ChildPIDs{Scanner: n.scanner, Registrar: n.registrar, Health: n.health, Sockets: n.sockets,
-			Reconciler: n.reconciler, Pools: pools})
+			Reconciler: n.reconciler, Pools: pools, Configured: slices.Sorted(maps.Keys(n.resources))})
+	}
+}
+
+// hold notes a live allocation of pool holding ids.
+func (n *coordinator) hold(pool string, seq uint64, ids []string) {
+	if _, known := n.allocated[seq]; known {
+		return
+	}
+	n.allocated[seq] = slices.Clone(ids)
+	for _, id := range ids {
+		n.holds[id] = append(n.holds[id], allocation.Hold{Pool: pool, Seq: seq})
+	}
+}
+
+// release forgets a live allocation.
+func (n *coordinator) release(seq uint64) {
+	for _, id := range n.allocated[seq] {
+		hs := slices.DeleteFunc(n.holds[id], func(h allocation.Hold) bool { return h.Seq == seq })
+		if len(hs) == 0 {
+			delete(n.holds, id)
+		} else {
+			n.holds[id] = hs
+		}
+	}
+	delete(n.allocated, seq)
+}
+
+// heldElsewhere are the live allocations holding addr that are not of
+// pool.
+func (n *coordinator) heldElsewhere(addr, pool string) []allocation.Hold {
+	var out []allocation.Hold
+	for _, h := range n.holds[addr] {
+		if h.Pool != pool {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// retellHolds gives new members to the pools that hold ids now, when that
+// is not from (whose allocation changed): what holds those devices
+// elsewhere has changed.
+func (n *coordinator) retellHolds(ctx actor.Context, from string, ids []string, reason string) {
+	changed := map[string]bool{}
+	for _, id := range ids {
+		if owner, ok := n.owner[id]; ok && owner != from {
+			changed[owner] = true
+		}
+	}
+	for name := range changed {
+		ms := n.members[name]
+		for i := range ms {
+			ms[i].HeldElsewhere = n.heldElsewhere(ms[i].Device.Address, name)
+		}
+		if pid := n.pools[name]; pid != nil {
+			ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(ms), Reason: reason})
+		}
 	}
 }
 
@@ -260,6 +329,10 @@ func (n *coordinator) start(ctx actor.Context) {
 		n.resources[r.FullName()] = r
 	}
 	n.socketOf = map[string]string{}
+	n.holds, n.allocated = map[string][]allocation.Hold{}, map[uint64][]string{}
+	for seq, a := range st.Allocations {
+		n.hold(a.Pool, seq, a.DeviceIDs)
+	}
 	n.healthy = map[string]bool{}
 	for addr, d := range st.Devices {
 		n.healthy[addr] = d.Healthy
@@ -345,7 +418,7 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 			if !known {
 				healthy = true
 			}
-			ms = append(ms, allocation.Member{Device: d, Healthy: healthy})
+			ms = append(ms, allocation.Member{Device: d, Healthy: healthy, HeldElsewhere: n.heldElsewhere(addr, pm.Name)})
 			joined, ok := n.join[addr]
 			if prev := n.owner[addr]; !ok || prev != pm.Name || (d.Driver != "" && d.Driver != joined.Driver) {
 				joined = d
@@ -478,7 +551,22 @@ func (n *coordinator) reload(ctx actor.Context, reason string) *ReloadResult {
 			for i, m := range ms {
 				removed[i] = m.Device.Address
 			}
-			payloads = append(payloads, events.PoolMembershipChanged{Pool: name, Removed: removed, Reason: "pool removed from the config"})
+			reason := "pool removed from the config"
+			var held []string
+			for _, addr := range removed {
+				for _, h := range n.holds[addr] {
+					if h.Pool == name {
+						held = append(held, fmt.Sprintf("%s by #%d", addr, h.Seq))
+					}
+				}
+			}
+			if len(held) > 0 {
+				// Not moved silently: the allocations stay live in the
+				// ledger until their containers go, and a pool the
+				// device joins lists it as held until then.
+				reason += "; still held: " + strings.Join(held, ", ")
+			}
+			payloads = append(payloads, events.PoolMembershipChanged{Pool: name, Removed: removed, Reason: reason})
 		}
 	}
 	slices.Sort(gone)

@@ -27,7 +27,11 @@ type ChildPIDs struct {
 	Health     *actor.PID
 	Sockets    *actor.PID
 	Reconciler *actor.PID
+	// Pools are the pools running; Configured names the pools of the
+	// config in force, sorted, whether they run yet or not (a pool starts
+	// after the first scan).
 	Pools      map[string]*actor.PID
+	Configured []string
 }
 
 // ReloadConfig asks the node to read its config file again (the file

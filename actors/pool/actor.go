@@ -316,15 +316,25 @@ func (p *allocator) recordMembership(ctx actor.Context, before []string, reason 
 		return
 	}
 	// A device that leaves while a live allocation holds it is not moved
-	// silently: the reason names the allocations, which stay in the ledger.
-	var held []string
+	// silently: the reason names the allocations, which stay in the ledger;
+	// nor does one arrive silently while another pool's allocation holds it.
+	var held, arrived []string
 	for _, addr := range removed {
 		for _, seq := range p.held[addr] {
 			held = append(held, fmt.Sprintf("%s by #%d", addr, seq))
 		}
 	}
+	for _, addr := range added {
+		if hs := p.members[addr].HeldElsewhere; len(hs) > 0 {
+			arrived = append(arrived, addr+" by "+holdList(hs))
+		}
+	}
 	if len(held) > 0 {
 		reason += "; still held: " + strings.Join(held, ", ")
+	}
+	if len(arrived) > 0 {
+		reason += "; arrived held, listed unhealthy until released: " + strings.Join(arrived, ", ")
+		held = append(held, arrived...)
 	}
 	envs, err := p.cfg.Recorder.Record(context.Background(), events.PoolMembershipChanged{Pool: p.name, Added: added, Removed: removed, Reason: reason})
 	if err != nil {
@@ -354,6 +364,15 @@ func (p *allocator) setMembers(ctx actor.Context, ms []allocation.Member, reason
 	p.publishView()
 	p.recordMembership(ctx, before, reason)
 	p.broadcast()
+}
+
+// holdList names hs: "#12 of intel.com/a, #15 of intel.com/b".
+func holdList(hs []allocation.Hold) string {
+	names := make([]string, len(hs))
+	for i, h := range hs {
+		names[i] = h.String()
+	}
+	return strings.Join(names, ", ")
 }
 
 // setHealth applies one verdict and says whether it changed anything.
@@ -460,6 +479,11 @@ func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*plugi
 	for id := range p.inflight {
 		held[id] = true
 	}
+	for id, m := range p.members {
+		if len(m.HeldElsewhere) > 0 {
+			held[id] = true
+		}
+	}
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for i, cr := range req.ContainerRequests {
 		ids, err := allocation.Preferred(p.cfg.Resource, p.members, held, cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize))
@@ -508,13 +532,21 @@ func (p *allocator) persisted(ctx actor.Context, m *persisted) {
 				// before its predecessor's outcome reached it.
 				continue
 			}
-			if len(prev) > 0 {
-				claims := make([]events.Claim, 0, len(prev)+1)
-				for _, seq := range slices.Sorted(slices.Values(append(slices.Clone(prev), e.Seq))) {
+			elsewhere := p.members[id].HeldElsewhere
+			if len(prev) > 0 || len(elsewhere) > 0 {
+				seqs := append(slices.Clone(prev), e.Seq)
+				for _, h := range elsewhere {
+					seqs = append(seqs, h.Seq)
+				}
+				claims := make([]events.Claim, 0, len(seqs))
+				for _, seq := range slices.Sorted(slices.Values(seqs)) {
 					claims = append(claims, events.Claim{AllocationSeq: seq})
 				}
-				conflicts = append(conflicts, events.AllocationConflict{Pool: p.name, Device: id, Claims: claims,
-					Reason: "allocated again while the ledger holds it for a live allocation"})
+				reason := "allocated again while the ledger holds it for a live allocation"
+				if len(elsewhere) > 0 {
+					reason = "allocated while a live allocation of another pool holds it: " + holdList(elsewhere)
+				}
+				conflicts = append(conflicts, events.AllocationConflict{Pool: p.name, Device: id, Claims: claims, Reason: reason})
 			}
 			p.held[id] = append(p.held[id], e.Seq)
 			slices.Sort(p.held[id])

@@ -12,7 +12,7 @@ import (
 // Topology is nil, as in the SR-IOV plugin.
 func ListDevice(res *config.Resource, m Member) *pluginapi.Device {
 	dev := &pluginapi.Device{ID: m.Device.Address, Health: pluginapi.Unhealthy}
-	if m.Healthy {
+	if m.Usable() {
 		dev.Health = pluginapi.Healthy
 	}
 	if !res.ExcludeTopology && m.Device.NUMANode >= 0 {

@@ -22,6 +22,7 @@ func TestListDevice(t *testing.T) {
 		{"unhealthy", false, Member{Device: onNode1}, pluginapi.Unhealthy, 1},
 		{"topology excluded", true, Member{Device: onNode1, Healthy: true}, pluginapi.Healthy, -1},
 		{"node unknown", false, Member{Device: noNode, Healthy: true}, pluginapi.Healthy, -1},
+		{"healthy but held by another pool's allocation", false, Member{Device: onNode1, Healthy: true, HeldElsewhere: []Hold{{Pool: "intel.com/old", Seq: 12}}}, pluginapi.Unhealthy, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -14,7 +14,25 @@ import (
 type Member struct {
 	Device  sysfs.Device
 	Healthy bool
+	// HeldElsewhere are the live allocations of other pools that hold
+	// the device: it came to this pool (a config change, a driver rebind)
+	// while a container of another resource has it. The kubelet of this
+	// resource cannot know that, so the device is listed unhealthy until
+	// they are released.
+	HeldElsewhere []Hold
 }
+
+// Hold is a live allocation that holds a device.
+type Hold struct {
+	Pool string
+	Seq  uint64
+}
+
+func (h Hold) String() string { return fmt.Sprintf("#%d of %s", h.Seq, h.Pool) }
+
+// Usable says whether the kubelet may give the device out: its probes
+// pass and no other pool's allocation holds it.
+func (m Member) Usable() bool { return m.Healthy && len(m.HeldElsewhere) == 0 }
 
 // Preferred answers GetPreferredAllocation for one container of the pool
 // res: up to size device IDs, taken from mustInclude and available.
