@@ -85,9 +85,9 @@ func TestBaseState(t *testing.T) {
 				Registration: Registration{Socket: "b.sock", Mode: "watcher", Serving: true, Registered: true, RegisteredAt: at(12)}},
 		},
 		Devices: map[string]Device{
-			dev1: {Facts: facts(dev1), Present: true, Healthy: true, Pool: poolA},
-			dev2: {Facts: facts(dev2), Present: true, Healthy: true, Pool: poolA},
-			dev3: {Facts: facts(dev3), Present: true, Healthy: true, Pool: poolB},
+			dev1: {Facts: facts(dev1), Present: true, Healthy: true, HealthSeq: 3, Pool: poolA},
+			dev2: {Facts: facts(dev2), Present: true, Healthy: true, HealthSeq: 4, Pool: poolA},
+			dev3: {Facts: facts(dev3), Present: true, Healthy: true, HealthSeq: 5, Pool: poolB},
 		},
 		Allocations: map[uint64]Allocation{allocSeq: {Seq: allocSeq, Pool: poolA, DeviceIDs: []string{dev1}, At: at(allocSeq)}},
 		Holders:     map[string][]uint64{dev1: {allocSeq}},
@@ -187,7 +187,7 @@ func TestApply(t *testing.T) {
 			name:  "DeviceDiscovered: a new device, present and healthy",
 			event: DeviceDiscovered{Device: facts(dev4)},
 			want: func(s *State) {
-				s.Devices[dev4] = Device{Facts: facts(dev4), Present: true, Healthy: true}
+				s.Devices[dev4] = Device{Facts: facts(dev4), Present: true, Healthy: true, HealthSeq: eventSeq}
 			},
 		},
 		{
@@ -195,7 +195,7 @@ func TestApply(t *testing.T) {
 			setup: []Payload{DeviceRemoved{Address: dev2}},
 			event: DeviceDiscovered{Device: facts(dev2)},
 			want: func(s *State) {
-				setDevice(s, dev2, func(d *Device) { d.Present, d.Healthy, d.HealthReason = true, true, "" })
+				setDevice(s, dev2, func(d *Device) { d.Present, d.Healthy, d.HealthReason, d.HealthSeq = true, true, "", eventSeq })
 			},
 		},
 		{
@@ -216,7 +216,7 @@ func TestApply(t *testing.T) {
 			want: func(s *State) {
 				setDevice(s, dev2, func(d *Device) {
 					d.Facts = DeviceFacts{Address: dev2, Driver: "iavf"}
-					d.Present, d.Healthy, d.HealthReason = true, true, ""
+					d.Present, d.Healthy, d.HealthReason, d.HealthSeq = true, true, "", eventSeq
 				})
 			},
 		},
@@ -224,14 +224,16 @@ func TestApply(t *testing.T) {
 			name:  "DeviceChanged of an unknown device",
 			event: DeviceChanged{Device: facts(dev4)},
 			want: func(s *State) {
-				s.Devices[dev4] = Device{Facts: facts(dev4), Present: true, Healthy: true}
+				s.Devices[dev4] = Device{Facts: facts(dev4), Present: true, Healthy: true, HealthSeq: eventSeq}
 			},
 		},
 		{
 			name:  "DeviceRemoved: absent, unhealthy, its allocation lost",
 			event: DeviceRemoved{Address: dev1, Reason: "gone from sysfs"},
 			want: func(s *State) {
-				setDevice(s, dev1, func(d *Device) { d.Present, d.Healthy, d.HealthReason = false, false, "removed: gone from sysfs" })
+				setDevice(s, dev1, func(d *Device) {
+					d.Present, d.Healthy, d.HealthReason, d.HealthSeq = false, false, "removed: gone from sysfs", eventSeq
+				})
 				a := s.Allocations[allocSeq]
 				a.Lost = true
 				s.Allocations[allocSeq] = a
@@ -241,21 +243,21 @@ func TestApply(t *testing.T) {
 			name:  "DeviceRemoved without a reason",
 			event: DeviceRemoved{Address: dev3},
 			want: func(s *State) {
-				setDevice(s, dev3, func(d *Device) { d.Present, d.Healthy, d.HealthReason = false, false, "removed" })
+				setDevice(s, dev3, func(d *Device) { d.Present, d.Healthy, d.HealthReason, d.HealthSeq = false, false, "removed", eventSeq })
 			},
 		},
 		{
 			name:  "DeviceRemoved of an unknown device",
 			event: DeviceRemoved{Address: dev4},
 			want: func(s *State) {
-				s.Devices[dev4] = Device{Facts: DeviceFacts{Address: dev4}, HealthReason: "removed"}
+				s.Devices[dev4] = Device{Facts: DeviceFacts{Address: dev4}, HealthReason: "removed", HealthSeq: eventSeq}
 			},
 		},
 		{
 			name:  "DeviceHealthChanged to unhealthy",
 			event: DeviceHealthChanged{Address: dev2, Healthy: false, Reason: "link down"},
 			want: func(s *State) {
-				setDevice(s, dev2, func(d *Device) { d.Healthy, d.HealthReason = false, "link down" })
+				setDevice(s, dev2, func(d *Device) { d.Healthy, d.HealthReason, d.HealthSeq = false, "link down", eventSeq })
 			},
 		},
 		{
@@ -263,14 +265,14 @@ func TestApply(t *testing.T) {
 			setup: []Payload{DeviceHealthChanged{Address: dev2, Reason: "link down"}},
 			event: DeviceHealthChanged{Address: dev2, Healthy: true, Reason: "link up"},
 			want: func(s *State) {
-				setDevice(s, dev2, func(d *Device) { d.Healthy, d.HealthReason = true, "link up" })
+				setDevice(s, dev2, func(d *Device) { d.Healthy, d.HealthReason, d.HealthSeq = true, "link up", eventSeq })
 			},
 		},
 		{
 			name:  "DeviceHealthChanged of an unknown device",
 			event: DeviceHealthChanged{Address: dev4, Healthy: false, Reason: "no link"},
 			want: func(s *State) {
-				s.Devices[dev4] = Device{Facts: DeviceFacts{Address: dev4}, Present: true, HealthReason: "no link"}
+				s.Devices[dev4] = Device{Facts: DeviceFacts{Address: dev4}, Present: true, HealthReason: "no link", HealthSeq: eventSeq}
 			},
 		},
 		{

@@ -96,6 +96,12 @@ type Device struct {
 	// DeviceHealthChanged says otherwise.
 	Healthy      bool   `json:"healthy"`
 	HealthReason string `json:"health_reason,omitempty"`
+	// HealthSeq is the sequence number of the event that set Healthy (a
+	// verdict, the device's discovery or removal): of two verdicts on a
+	// device, the one with the higher HealthSeq is the newer. A snapshot
+	// written before the field existed has 0: older than any event after
+	// the snapshot.
+	HealthSeq uint64 `json:"health_seq,omitempty"`
 	// Pool is the pool the device is a member of, "" for none.
 	Pool string `json:"pool,omitempty"`
 }
@@ -196,6 +202,7 @@ func apply(s State, e Envelope, owned bool) State {
 		d.Present = true
 		d.Healthy = true
 		d.HealthReason = ""
+		d.HealthSeq = e.Seq
 		s.Devices[p.Device.Address] = d
 	case DeviceChanged:
 		d := s.Devices[p.Device.Address]
@@ -205,6 +212,7 @@ func apply(s State, e Envelope, owned bool) State {
 		if !d.Present {
 			d.Healthy = true
 			d.HealthReason = ""
+			d.HealthSeq = e.Seq
 		}
 		d.Facts = p.Device.clone()
 		d.Present = true
@@ -216,6 +224,7 @@ func apply(s State, e Envelope, owned bool) State {
 		}
 		d.Present = false
 		d.Healthy = false
+		d.HealthSeq = e.Seq
 		d.HealthReason = "removed"
 		if p.Reason != "" {
 			d.HealthReason = "removed: " + p.Reason
@@ -235,6 +244,7 @@ func apply(s State, e Envelope, owned bool) State {
 		}
 		d.Healthy = p.Healthy
 		d.HealthReason = p.Reason
+		d.HealthSeq = e.Seq
 		s.Devices[p.Address] = d
 	case PoolMembershipChanged:
 		pool, known := s.Pools[p.Pool]

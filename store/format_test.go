@@ -84,7 +84,16 @@ func TestFormatV1FixtureStillReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if wantState := events.Apply(events.Apply(foldAll(want), got[40]), got[41]); !s.Equal(wantState) {
+	wantState := events.Apply(events.Apply(foldAll(want), got[40]), got[41])
+	// The fixture's snapshot predates HealthSeq: a verdict it holds has
+	// none (0, older than any event after the snapshot).
+	for addr, d := range wantState.Devices {
+		if d.HealthSeq <= 40 {
+			d.HealthSeq = 0
+			wantState.Devices[addr] = d
+		}
+	}
+	if !s.Equal(wantState) {
 		t.Error("replayed state differs from the fold of the generated history")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/devledger/devledger/actors/health"
 	"github.com/devledger/devledger/actors/node"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi"
@@ -391,5 +392,77 @@ func TestConfigChangeMovesAHeldDeviceOpenly(t *testing.T) {
 	}
 	if s := ledgerState(t, d); len(s.Holders[dev]) != 0 {
 		t.Errorf("after the container went, holders %v", s.Holders[dev])
+	}
+}
+
+// VFs that go (a probe finds them gone before the scan does) and come back
+// (sriov_numvfs set again) are new devices: healthy at once, as the
+// ledger's discovery says, not unhealthy for the hold-down.
+func TestVFsBackAfterRemovalAreHealthyAtOnce(t *testing.T) {
+	cfg := `{"resourceList": [{"resourceName": "sriov_vfio", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]},
+	  "health": {"holdDown": "1h", "probeInterval": "1h"}}]}`
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, cfg, kubelettest.Options{})
+	n.opts.ScanInterval, n.opts.ProbeInterval = time.Hour, time.Hour
+	d := n.start(t)
+	ctx := waitCtx(t)
+	const vfio, pf = "intel.com/sriov_vfio", "0000:3b:00.1"
+	vfs := func(count int) error {
+		return n.roots.SetNumVFs(pf, count, func(i int) sysfsgen.Function {
+			return sysfsgen.Function{Driver: "vfio-pci", IOMMUGroup: "20" + string(rune('0'+i))}
+		})
+	}
+	listed := func(what string, ok func([]*pluginapi.Device) bool) []*pluginapi.Device {
+		t.Helper()
+		list, err := n.kubelet.WaitDevices(ctx, vfio, ok)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return list
+	}
+	if err := vfs(2); err != nil {
+		t.Fatal(err)
+	}
+	d.Send(&node.Rescan{Reason: "test"})
+	list := listed("new VFs", func(ds []*pluginapi.Device) bool { return len(ds) == 7 })
+	added := vfsOf(t, n.roots, list, pf)
+
+	if err := vfs(0); err != nil {
+		t.Fatal(err)
+	}
+	d.Send(&node.ProbeHealth{Addresses: added})
+	listed("VFs gone, found by the probe", func(ds []*pluginapi.Device) bool {
+		for _, x := range ds {
+			if slices.Contains(added, x.ID) && x.Health != pluginapi.Unhealthy {
+				return false
+			}
+		}
+		return len(ds) == 7
+	})
+	d.Send(&node.Rescan{Reason: "test"})
+	listed("VFs gone, found by the scan", func(ds []*pluginapi.Device) bool { return len(ds) == 5 })
+
+	if err := vfs(2); err != nil {
+		t.Fatal(err)
+	}
+	d.Send(&node.Rescan{Reason: "test"})
+	list = listed("VFs back", func(ds []*pluginapi.Device) bool { return len(ds) == 7 })
+	for _, x := range list {
+		if slices.Contains(added, x.ID) && x.Health != pluginapi.Healthy {
+			t.Errorf("%s is back %s; want healthy at once (the hold-down is an hour)", x.ID, x.Health)
+		}
+	}
+	// And the health checker agrees: no recovery to record an hour later.
+	kids, err := d.Children(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := d.Ask(ctx, kids.Health, &health.Query{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range added {
+		if v := res.(*health.Verdicts).Devices[addr]; !v.Healthy {
+			t.Errorf("the health checker has %s %+v", addr, v)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
@@ -131,5 +132,45 @@ func TestRepeatedCrashesFailTheDaemon(t *testing.T) {
 	}
 	if err := d.Stop(ctx, "fatal"); err != nil {
 		t.Errorf("stop after the failure: %v", err)
+	}
+}
+
+// A pool that crashes and restarts keeps the verdicts it had: it was
+// spawned with its members' health of the time, and rebuilds the rest
+// from the ledger.
+func TestPoolRestartKeepsItsVerdicts(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, healthConfig, kubelettest.Options{})
+	n.opts.ScanInterval = time.Hour
+	d := n.start(t)
+	ctx := waitCtx(t)
+	const net, vf = "intel.com/sriov_net", "0000:3b:01.0"
+	waitHealth(ctx, t, n.kubelet, net, vf, pluginapi.Healthy)
+	if err := n.roots.SetLinkDown("ens785f0v0"); err != nil {
+		t.Fatal(err)
+	}
+	waitHealth(ctx, t, n.kubelet, net, vf, pluginapi.Unhealthy)
+	kids, err := d.Children(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := poolStatus(t, ctx, d, kids.Pools[net])
+	crashed := time.Now()
+	crash(d, kids.Pools[net], "test")
+	if _, err := n.kubelet.RegisteredAfter(ctx, []string{net}, crashed); err != nil {
+		t.Fatal(err)
+	}
+	// The restarted pool's first list, and the members it asked for.
+	list, err := n.kubelet.WaitDevices(ctx, net, func(ds []*pluginapi.Device) bool { return len(ds) == before.Members })
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := poolStatus(t, ctx, d, kids.Pools[net])
+	if after.Healthy != before.Healthy || after.Members != before.Members {
+		t.Errorf("after the restart %d of %d members healthy, before %d of %d", after.Healthy, after.Members, before.Healthy, before.Members)
+	}
+	for _, x := range list {
+		if x.ID == vf && x.Health != pluginapi.Unhealthy {
+			t.Errorf("the restarted pool lists %s %s; its link is still down", vf, x.Health)
+		}
 	}
 }

@@ -56,6 +56,18 @@ type Target struct {
 	// Pool is the pool the device is in, told of each new verdict
 	// (pool.SetHealths) before the parent is; nil: only the parent is told.
 	Pool *actor.PID
+	// Known is the verdict the ledger holds for the device, as the parent
+	// knows it. One newer than the checker's own (the device was removed
+	// or discovered again since) replaces what the checker knew of it.
+	Known Known
+}
+
+// Known is a verdict in the ledger: Seq is the sequence number of the event
+// that made it (0: none known).
+type Known struct {
+	Healthy bool
+	Reason  string
+	Seq     uint64
 }
 
 // Watch replaces the set of devices to probe; they are probed at once.
@@ -74,7 +86,8 @@ type Probe struct {
 // changed, with all of them, already in the ledger and told to the pools
 // of the targets: a PF going down takes its VFs with it in one message per
 // pool, and each pool tells the kubelet once. The parent tells a device's
-// pool itself when that is no longer the one its target named.
+// pool itself when that is no longer the one its target named (that pool
+// then sends the kubelet a list of its own).
 type Changed struct{ Verdicts []Verdict }
 
 // Verdict is one device's new health.
@@ -82,6 +95,9 @@ type Verdict struct {
 	Address string
 	Healthy bool
 	Reason  string
+	// Seq is the sequence number of its DeviceHealthChanged: of two
+	// verdicts on a device, the higher is the newer.
+	Seq uint64
 	// Told is the pool told of the verdict, nil when none was.
 	Told *actor.PID
 }
@@ -99,6 +115,7 @@ type tick struct{}
 type device struct {
 	healthy  bool
 	reason   string
+	seq      uint64 // of the ledger event behind healthy
 	raw      bool
 	rawWhy   string
 	rawSince time.Time
@@ -189,17 +206,25 @@ func (c *checker) schedule(ctx actor.Context, d time.Duration) {
 	c.timer = time.AfterFunc(d, func() { root.Send(self, &tick{}) })
 }
 
-// state returns what is known of a device, starting from the ledger's
-// verdict the first time it is probed.
-func (c *checker) state(addr string, now time.Time) *device {
-	if d := c.devices[addr]; d != nil {
+// state returns what is known of t's device, starting from the ledger's
+// verdict the first time it is probed, and again when the target knows a
+// newer one than the checker's (the device went and came back: its
+// discovery made it healthy in the ledger).
+func (c *checker) state(t Target, now time.Time) *device {
+	addr := t.Probe.Address
+	d := c.devices[addr]
+	if d != nil && t.Known.Seq <= d.seq {
 		return d
 	}
-	d := &device{healthy: true, raw: true, rawSince: now}
-	if k, ok := c.known[addr]; ok && k.Present {
-		d.healthy, d.reason = k.Healthy, k.HealthReason
-		d.raw, d.rawWhy = k.Healthy, k.HealthReason
+	switch k, ok := c.known[addr]; {
+	case t.Known.Seq > 0:
+		d = &device{healthy: t.Known.Healthy, reason: t.Known.Reason, seq: t.Known.Seq}
+	case ok && k.Present:
+		d = &device{healthy: k.Healthy, reason: k.HealthReason, seq: k.HealthSeq}
+	default:
+		d = &device{healthy: true}
 	}
+	d.raw, d.rawWhy, d.rawSince = d.healthy, d.reason, now
 	c.devices[addr] = d
 	return d
 }
@@ -263,7 +288,7 @@ func (c *checker) round(ctx actor.Context, targets []Target) {
 			next = t.Interval
 		}
 		r := results[i]
-		d := c.state(t.Probe.Address, now)
+		d := c.state(t, now)
 		if r.Healthy != d.raw {
 			d.raw, d.rawSince = r.Healthy, now
 		}
@@ -301,9 +326,11 @@ func (c *checker) round(ctx actor.Context, targets []Target) {
 		c.cfg.Log.Error().Err(err).Int("changes", len(changes)).Msg("cannot record health changes; will retry")
 		return
 	}
-	for i, v := range verdicts {
+	for i := range verdicts {
+		v := &verdicts[i]
+		v.Seq = envs[i].Seq
 		d := c.devices[v.Address]
-		d.healthy, d.reason = v.Healthy, v.Reason
+		d.healthy, d.reason, d.seq = v.Healthy, v.Reason, v.Seq
 		ev := c.cfg.Log.Info()
 		if !v.Healthy {
 			ev = c.cfg.Log.Warn()
@@ -327,7 +354,7 @@ func tellPools(ctx actor.Context, verdicts []Verdict) {
 			i = len(pools)
 			pools, changes = append(pools, v.Told), append(changes, nil)
 		}
-		changes[i] = append(changes[i], pool.SetHealth{Address: v.Address, Healthy: v.Healthy, Reason: v.Reason})
+		changes[i] = append(changes[i], pool.SetHealth{Address: v.Address, Healthy: v.Healthy, Reason: v.Reason, Seq: v.Seq})
 	}
 	for i, pid := range pools {
 		ctx.Send(pid, &pool.SetHealths{Changes: changes[i]})

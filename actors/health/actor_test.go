@@ -452,12 +452,53 @@ func TestVerdictsTellTheirPools(t *testing.T) {
 	}
 }
 
-// nextVerdict is the one verdict of the next Changed the parent gets.
+// nextVerdict is the one verdict of the next Changed the parent gets,
+// without its sequence number, which it checks is set.
 func nextVerdict(t *testing.T, f *family) *Verdict {
 	t.Helper()
 	ch := next[*Changed](t, f)
 	if len(ch.Verdicts) != 1 {
 		t.Fatalf("Changed with %d verdicts, want 1: %+v", len(ch.Verdicts), ch.Verdicts)
 	}
-	return &ch.Verdicts[0]
+	v := &ch.Verdicts[0]
+	if v.Seq == 0 {
+		t.Fatalf("verdict %+v has no sequence number", *v)
+	}
+	v.Seq = 0
+	return v
+}
+
+// A target may bring a newer verdict than the checker's own: the device
+// went and came back, and its discovery made it healthy in the ledger.
+// The checker starts over from it, with no hold-down to sit out and
+// nothing to record; an older one changes nothing.
+func TestNewerLedgerVerdictStartsADeviceOver(t *testing.T) {
+	c := newChecker(t, Config{})
+	tg := target(devA, 0, time.Hour)
+	c.watch(tg)
+	c.Silent(t)
+	c.prober.fail(devA, "gone from sysfs")
+	c.round(time.Second)
+	nextVerdict(t, c.family)
+	failedAt := c.log.LastSeq()
+
+	// Still failing, and the target knows only an older verdict.
+	tg.Known = Known{Healthy: true, Seq: failedAt - 1}
+	c.watch(tg)
+	c.Silent(t)
+	if v := c.verdicts(t)[devA]; v.Healthy {
+		t.Fatalf("an older ledger verdict overrode the checker's: %+v", v)
+	}
+
+	// Back in sysfs, discovered again at a later sequence number.
+	c.prober.pass(devA)
+	tg.Known = Known{Healthy: true, Seq: failedAt + 5}
+	c.watch(tg)
+	c.Silent(t)
+	if v := c.verdicts(t)[devA]; !v.Healthy {
+		t.Errorf("after its rediscovery the device is %+v, want healthy at once", v)
+	}
+	if got := c.recorded(t); len(got) != 1 {
+		t.Errorf("recorded %+v, want only the failure", got)
+	}
 }

@@ -1,8 +1,10 @@
 // Package node is the root of devledger's actor tree: the node coordinator.
 // It owns the configuration in force and the last scan, decides which device
 // belongs to which pool (package config's selection), spawns one allocator
-// per pool, and routes between its children: scans to pools, health verdicts
-// to the pool of the device, served sockets to the registrar, kubelet and
+// per pool, and routes between its children: scans to pools (with the
+// newest health verdict it knows of each device, and the other pools'
+// allocations that hold it), a health verdict to a pool the health checker
+// could not address it to, served sockets to the registrar, kubelet and
 // socket events to the registrar and the pools. Children are supervised with
 // a doubling backoff that gives up loudly.
 package node
@@ -138,8 +140,9 @@ type coordinator struct {
 	spawned int
 	// socketOf maps a socket path to its pool.
 	socketOf map[string]string
-	// healthy is the last verdict per device.
-	healthy map[string]bool
+	// healthy is the newest verdict in the ledger per device: the health
+	// checker's, or a scan's (discovered, back, removed).
+	healthy map[string]health.Known
 	// holds are the live allocations per device, and allocated the
 	// devices per live allocation: a device placed in a pool other than
 	// that of an allocation holding it is listed there as held (see
@@ -165,7 +168,12 @@ func (n *coordinator) Receive(ctx actor.Context) {
 			if r := n.resources[m.Pool]; r != nil {
 				ctx.Send(pid, &pool.SetResource{Resource: r})
 			}
-			ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(n.members[m.Pool]), Reason: "pool restarted"})
+			ms := make([]allocation.Member, len(n.members[m.Pool]))
+			for i, old := range n.members[m.Pool] {
+				ms[i] = n.member(old.Device, m.Pool)
+			}
+			n.members[m.Pool] = ms
+			ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(ms), Reason: "pool restarted"})
 		}
 	case *sockets.Ready:
 		// Watch first, then look: whatever appeared before the watch is
@@ -203,7 +211,7 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		}
 	case *health.Changed:
 		for _, v := range m.Verdicts {
-			n.healthy[v.Address] = v.Healthy
+			n.learn(v.Address, health.Known{Healthy: v.Healthy, Reason: v.Reason, Seq: v.Seq})
 		}
 		for pid, changes := range retell(m.Verdicts, n.owner, n.pools) {
 			ctx.Send(pid, &pool.SetHealths{Changes: changes})
@@ -227,6 +235,23 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		ctx.Respond(&ChildPIDs{Scanner: n.scanner, Registrar: n.registrar, Health: n.health, Sockets: n.sockets,
 			Reconciler: n.reconciler, Pools: pools, Configured: slices.Sorted(maps.Keys(n.resources))})
 	}
+}
+
+// learn takes a verdict on addr, unless a newer one is known.
+func (n *coordinator) learn(addr string, k health.Known) {
+	if cur, ok := n.healthy[addr]; !ok || k.Seq > cur.Seq {
+		n.healthy[addr] = k
+	}
+}
+
+// member is d as a member of pool: with the newest verdict known (healthy
+// when none is) and the other pools' allocations that hold it.
+func (n *coordinator) member(d sysfs.Device, pool string) allocation.Member {
+	m := allocation.Member{Device: d, Healthy: true, HeldElsewhere: n.heldElsewhere(d.Address, pool)}
+	if k, ok := n.healthy[d.Address]; ok {
+		m.Healthy, m.HealthSeq = k.Healthy, k.Seq
+	}
+	return m
 }
 
 // hold notes a live allocation of pool holding ids.
@@ -278,7 +303,7 @@ func (n *coordinator) retellHolds(ctx actor.Context, from string, ids []string, 
 	for name := range changed {
 		ms := n.members[name]
 		for i := range ms {
-			ms[i].HeldElsewhere = n.heldElsewhere(ms[i].Device.Address, name)
+			ms[i] = n.member(ms[i].Device, name)
 		}
 		if pid := n.pools[name]; pid != nil {
 			ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(ms), Reason: reason})
@@ -302,7 +327,7 @@ func retell(verdicts []health.Verdict, owner map[string]string, pools map[string
 		if out == nil {
 			out = map[*actor.PID][]pool.SetHealth{}
 		}
-		out[pid] = append(out[pid], pool.SetHealth{Address: v.Address, Healthy: v.Healthy, Reason: v.Reason})
+		out[pid] = append(out[pid], pool.SetHealth{Address: v.Address, Healthy: v.Healthy, Reason: v.Reason, Seq: v.Seq})
 	}
 	return out
 }
@@ -333,9 +358,9 @@ func (n *coordinator) start(ctx actor.Context) {
 	for seq, a := range st.Allocations {
 		n.hold(a.Pool, seq, a.DeviceIDs)
 	}
-	n.healthy = map[string]bool{}
+	n.healthy = map[string]health.Known{}
 	for addr, d := range st.Devices {
-		n.healthy[addr] = d.Healthy
+		n.healthy[addr] = health.Known{Healthy: d.Healthy, Reason: d.HealthReason, Seq: d.HealthSeq}
 	}
 	log := n.cfg.Log
 	kubeletSock := KubeletSocket(n.cfg.KubeletDir)
@@ -370,6 +395,9 @@ func (n *coordinator) start(ctx actor.Context) {
 // scanned takes a new scan and places its devices.
 func (n *coordinator) scanned(ctx actor.Context, m *scanner.Scanned) {
 	n.devices = m.Devices
+	for addr, d := range m.HealthSet {
+		n.learn(addr, health.Known{Healthy: d.Healthy, Reason: d.HealthReason, Seq: d.HealthSeq})
+	}
 	n.place(ctx, "scan: "+m.Reason, m.Changed)
 }
 
@@ -414,11 +442,7 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 		ms := make([]allocation.Member, 0, len(ids))
 		for _, addr := range ids {
 			d := byAddr[addr]
-			healthy, known := n.healthy[addr]
-			if !known {
-				healthy = true
-			}
-			ms = append(ms, allocation.Member{Device: d, Healthy: healthy, HeldElsewhere: n.heldElsewhere(addr, pm.Name)})
+			ms = append(ms, n.member(d, pm.Name))
 			joined, ok := n.join[addr]
 			if prev := n.owner[addr]; !ok || prev != pm.Name || (d.Driver != "" && d.Driver != joined.Driver) {
 				joined = d
@@ -427,7 +451,8 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 			t := health.Target{Probe: sysfs.ProbeTarget{Address: addr, Driver: joined.Driver,
 				VFIO: sysfs.IsVFIODriver(joined.Driver), IOMMUGroup: joined.IOMMUGroup,
 				Link: res.Health.Link, PFInterface: d.PFInterface},
-				HoldDown: res.Health.HoldDown, Debounce: res.Health.Debounce, Interval: res.Health.ProbeInterval}
+				HoldDown: res.Health.HoldDown, Debounce: res.Health.Debounce, Interval: res.Health.ProbeInterval,
+				Known: n.healthy[addr]}
 			if len(d.Interfaces) > 0 {
 				t.Probe.Interface = d.Interfaces[0].Name
 			}

@@ -70,6 +70,10 @@ type allocator struct {
 
 	members map[string]allocation.Member
 	order   []string // member addresses, sorted
+	// verdicts is the newest health verdict the pool has heard of per
+	// device, members or not: a verdict may come before the members that
+	// bring its device here, and members may come with an older one.
+	verdicts map[string]verdict
 	// held maps a device to the live allocations holding it.
 	held map[string][]uint64
 	// inflight counts devices in Allocates whose append has not returned.
@@ -186,7 +190,15 @@ func (p *allocator) start(ctx actor.Context) {
 	if pool, ok := st.Pools[p.name]; ok {
 		before = pool.Members
 	}
-	p.members, p.order = index(p.cfg.Members)
+	// A restarted pool's members are those it was spawned with: the
+	// ledger has the verdicts since.
+	p.verdicts = map[string]verdict{}
+	for addr, d := range st.Devices {
+		if d.HealthSeq > 0 {
+			p.verdicts[addr] = verdict{healthy: d.Healthy, seq: d.HealthSeq}
+		}
+	}
+	p.members, p.order = p.index(p.cfg.Members)
 	p.publishView()
 	p.recordMembership(ctx, before, "daemon start")
 
@@ -353,13 +365,7 @@ func (p *allocator) recordMembership(ctx actor.Context, before []string, reason 
 
 func (p *allocator) setMembers(ctx actor.Context, ms []allocation.Member, reason string) {
 	before := p.order
-	// Health is the health checker's verdict, not the scanner's: keep it.
-	for i, m := range ms {
-		if old, ok := p.members[m.Device.Address]; ok {
-			ms[i].Healthy = old.Healthy
-		}
-	}
-	p.members, p.order = index(ms)
+	p.members, p.order = p.index(ms)
 	p.list = nil
 	p.publishView()
 	p.recordMembership(ctx, before, reason)
@@ -375,10 +381,56 @@ func holdList(hs []allocation.Hold) string {
 	return strings.Join(names, ", ")
 }
 
-// setHealth applies one verdict and says whether it changed anything.
+// verdict is a device's health and the sequence number of the ledger
+// event behind it.
+type verdict struct {
+	healthy bool
+	seq     uint64
+}
+
+// index indexes members (see index), each with the newest verdict known
+// of its device: the members' own, the one the pool holds for a member it
+// has already (on a tie too: without sequence numbers, the health checker's
+// verdict is the pool's, not the scanner's), or one the pool heard since.
+func (p *allocator) index(ms []allocation.Member) (map[string]allocation.Member, []string) {
+	if p.verdicts == nil {
+		p.verdicts = map[string]verdict{}
+	}
+	byAddr, order := index(ms)
+	for addr, m := range byAddr {
+		if old, ok := p.members[addr]; ok && old.HealthSeq >= m.HealthSeq {
+			m.Healthy, m.HealthSeq = old.Healthy, old.HealthSeq
+		}
+		if v, heard := p.verdicts[addr]; heard && v.seq > m.HealthSeq {
+			m.Healthy, m.HealthSeq = v.healthy, v.seq
+		} else if m.HealthSeq > v.seq {
+			p.verdicts[addr] = verdict{healthy: m.Healthy, seq: m.HealthSeq}
+		}
+		byAddr[addr] = m
+	}
+	return byAddr, order
+}
+
+// setHealth applies one verdict, unless the pool knows a newer one, and
+// says whether it changed a member. A verdict without a sequence number
+// (0) is applied as it comes.
 func (p *allocator) setHealth(m *SetHealth) bool {
+	if m.Seq > 0 {
+		if v, heard := p.verdicts[m.Address]; heard && v.seq >= m.Seq {
+			return false
+		}
+		if p.verdicts == nil {
+			p.verdicts = map[string]verdict{}
+		}
+		p.verdicts[m.Address] = verdict{healthy: m.Healthy, seq: m.Seq}
+	}
 	mem, ok := p.members[m.Address]
-	if !ok || mem.Healthy == m.Healthy {
+	if !ok {
+		return false
+	}
+	mem.HealthSeq = m.Seq
+	if mem.Healthy == m.Healthy {
+		p.members[m.Address] = mem
 		return false
 	}
 	mem.Healthy = m.Healthy

@@ -74,3 +74,40 @@ func TestDeviceListReplacesOnlyChangedEntries(t *testing.T) {
 		t.Errorf("after new members: %v", h)
 	}
 }
+
+// Verdicts carry the sequence number of their ledger event, and the pool
+// keeps the newest: an older one is ignored, whether it comes as a verdict
+// or with members; one for a device that is not a member yet is kept for
+// when it joins.
+func TestNewestVerdictWins(t *testing.T) {
+	const a, b = "0000:3b:02.0", "0000:3b:02.1"
+	p := listAllocator(a)
+	if !p.setHealth(&SetHealth{Address: a, Healthy: false, Seq: 20}) {
+		t.Fatal("a verdict changed nothing")
+	}
+	if p.setHealth(&SetHealth{Address: a, Healthy: true, Seq: 15}) || p.members[a].Healthy {
+		t.Errorf("an older verdict was applied: %+v", p.members[a])
+	}
+	// b is not a member yet: its verdict waits.
+	if p.setHealth(&SetHealth{Address: b, Healthy: false, Seq: 22}) {
+		t.Error("a verdict on a stranger changed a member")
+	}
+	// The members come with older health (the node had not heard yet):
+	// the newer verdicts stand; a newer one in the members wins.
+	ms := []allocation.Member{
+		{Device: sysfs.Device{Address: a, NUMANode: -1}, Healthy: true, HealthSeq: 10},
+		{Device: sysfs.Device{Address: b, NUMANode: -1}, Healthy: true, HealthSeq: 5},
+	}
+	p.members, p.order = p.index(ms)
+	if p.members[a].Healthy || p.members[b].Healthy {
+		t.Errorf("older member health won: a %+v, b %+v", p.members[a], p.members[b])
+	}
+	ms[0].Healthy, ms[0].HealthSeq = true, 30 // a came back: discovered again at #30
+	p.members, p.order = p.index(ms)
+	if !p.members[a].Healthy || p.members[a].HealthSeq != 30 {
+		t.Errorf("the newer health of the members lost: %+v", p.members[a])
+	}
+	if p.setHealth(&SetHealth{Address: a, Healthy: false, Seq: 25}) {
+		t.Error("a verdict older than the rediscovery was applied")
+	}
+}

@@ -36,6 +36,9 @@ type SetHealth struct {
 	Address string
 	Healthy bool
 	Reason  string
+	// Seq is the sequence number of the verdict's DeviceHealthChanged; a
+	// verdict older than one the pool has is ignored.
+	Seq uint64
 }
 
 // Reserve asks the pool to re-create its socket and to announce it again.

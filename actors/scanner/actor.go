@@ -81,6 +81,7 @@ func (s *scanner) scan(ctx actor.Context, reason string) {
 		return
 	}
 	diff := Diff(s.known, devs)
+	var healthSet map[string]events.Device
 	if len(diff) > 0 {
 		envs, err := s.cfg.Recorder.Record(context.Background(), diff...)
 		if err != nil {
@@ -92,6 +93,12 @@ func (s *scanner) scan(ctx actor.Context, reason string) {
 		for _, e := range envs {
 			st = events.Apply(st, e)
 			logChange(s.cfg.Log, e)
+			if d := st.Devices[e.Subject]; d.HealthSeq == e.Seq {
+				if healthSet == nil {
+					healthSet = map[string]events.Device{}
+				}
+				healthSet[e.Subject] = d
+			}
 			switch e.Type {
 			case events.TypeDeviceDiscovered:
 				found++
@@ -105,7 +112,7 @@ func (s *scanner) scan(ctx actor.Context, reason string) {
 			Int("removed", removed).Uint64("seq", envs[len(envs)-1].Seq).Msg("devices recorded")
 		s.known = st.Devices
 	}
-	ctx.Send(ctx.Parent(), &Scanned{Devices: devs, Changed: len(diff) > 0, Reason: reason})
+	ctx.Send(ctx.Parent(), &Scanned{Devices: devs, Changed: len(diff) > 0, Reason: reason, HealthSet: healthSet})
 }
 
 func (s *scanner) schedule(ctx actor.Context) {

@@ -1,6 +1,9 @@
 package scanner
 
-import "github.com/devledger/devledger/sysfs"
+import (
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/sysfs"
+)
 
 // Rescan asks the scanner to scan now (a uevent, an operator's request, a
 // test's trigger). Scans asked for while one runs are coalesced into one.
@@ -13,6 +16,10 @@ type Scanned struct {
 	Devices []sysfs.Device
 	Changed bool
 	Reason  string
+	// HealthSet are the devices whose health this scan's events set in
+	// the ledger (a device discovered, back, or removed), as the ledger
+	// has them now: Healthy, HealthReason and HealthSeq.
+	HealthSet map[string]events.Device
 }
 
 // scanTick is the periodic timer.

@@ -14,6 +14,9 @@ import (
 type Member struct {
 	Device  sysfs.Device
 	Healthy bool
+	// HealthSeq is the sequence number of the ledger event behind Healthy
+	// (0: none known): of two verdicts, the higher is the newer.
+	HealthSeq uint64
 	// HeldElsewhere are the live allocations of other pools that hold
 	// the device: it came to this pool (a config change, a driver rebind)
 	// while a container of another resource has it. The kubelet of this
