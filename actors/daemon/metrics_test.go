@@ -54,7 +54,22 @@ func TestMetricsHealthAndReadiness(t *testing.T) {
 	if _, err := n.kubelet.Allocate(context.Background(), "intel.com/sriov_vfio", []string{"0000:3b:01.2"}); err != nil {
 		t.Fatal(err)
 	}
-	_, body := httpGet(t, base+"/metrics")
+	// Registration is acknowledged before its PluginRegistered is in the
+	// ledger (the registrar writes after the pool's PluginServing), and
+	// the counter follows the ledger: wait for it.
+	var body string
+	for {
+		_, body = httpGet(t, base+"/metrics")
+		if strings.Contains(body, `devledger_registrations_total{pool="intel.com/sriov_net"} 1`) &&
+			strings.Contains(body, `devledger_registrations_total{pool="intel.com/sriov_vfio"} 1`) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("registrations never counted: %v\n%s", ctx.Err(), body)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	for _, want := range []string{
 		`devledger_allocations_total{pool="intel.com/sriov_vfio"} 1`,
 		`devledger_pool_devices{health="healthy",pool="intel.com/sriov_vfio"} 5`,
