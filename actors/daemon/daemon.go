@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -332,42 +333,70 @@ func (d *Daemon) watchKernel() {
 	go func() {
 		defer close(done)
 		for batch := range sysfs.Coalesce(ch, 0, 0) {
-			// A burst names the devices and interfaces it touched: probe
-			// those, and rescan when devices came, went or changed
-			// driver. An overflow lost events: rescan and probe all.
-			devices, links, overflow := 0, 0, false
-			var addrs, ifaces []string
-			for _, e := range batch {
-				switch e.Kind {
-				case sysfs.KindOverflow:
-					overflow = true
-				case sysfs.KindLink:
-					links++
-					if e.Interface != "" {
-						ifaces = append(ifaces, e.Interface)
-					}
-				default:
-					devices++
-					if e.PCIAddress != "" {
-						addrs = append(addrs, e.PCIAddress)
-					}
-					if e.Interface != "" {
-						ifaces = append(ifaces, e.Interface)
-					}
-				}
+			p := planKernelBatch(batch)
+			if p.rescan != "" {
+				d.Send(&node.Rescan{Reason: p.rescan})
 			}
-			if devices > 0 || overflow {
-				d.Send(&node.Rescan{Reason: fmt.Sprintf("kernel: %d device events", devices)})
+			if p.probe != nil {
+				d.Send(p.probe)
 			}
-			switch {
-			case overflow:
-				d.Send(&node.ProbeHealth{})
-			case len(addrs) > 0 || len(ifaces) > 0:
-				d.Send(&node.ProbeHealth{Addresses: addrs, Interfaces: ifaces})
-			}
-			d.log.Debug().Int("device_events", devices).Int("link_events", links).Bool("overflow", overflow).Msg("kernel events")
+			d.log.Debug().Int("device_events", p.devices).Int("link_events", p.links).Bool("overflow", p.overflow).Msg("kernel events")
 		}
 	}()
+}
+
+// kernelPlan is what one burst of kernel events asks for.
+type kernelPlan struct {
+	// rescan is the reason for a rescan, "" for none.
+	rescan string
+	// probe is the probe round to ask for, nil for none.
+	probe *node.ProbeHealth
+	// devices and links count the events that concern PCI functions and
+	// links; overflow says that events were lost.
+	devices, links int
+	overflow       bool
+}
+
+// planKernelBatch turns a burst of kernel events into at most one rescan
+// and one probe round. A uevent about a PCI function (its own, or one of
+// its net interfaces) may mean devices came, went or changed driver: a
+// rescan, and a probe of the function and its interface. A link change is
+// a probe of its interface, and of the VFs that follow it as their PF's. A
+// uevent about anything else (a container's veth, a bridge: interfaces
+// under /devices/virtual) concerns no PCI function and asks for nothing,
+// so that pod churn does not rescan the node. An overflow lost events:
+// rescan, and probe every device.
+func planKernelBatch(batch []sysfs.KernelEvent) kernelPlan {
+	var p kernelPlan
+	var addrs, ifaces []string
+	for _, e := range batch {
+		switch {
+		case e.Kind == sysfs.KindOverflow:
+			p.overflow = true
+		case e.Kind == sysfs.KindLink:
+			p.links++
+			if e.Interface != "" {
+				ifaces = append(ifaces, e.Interface)
+			}
+		case e.PCIAddress != "":
+			p.devices++
+			addrs = append(addrs, e.PCIAddress)
+			if e.Interface != "" {
+				ifaces = append(ifaces, e.Interface)
+			}
+		}
+	}
+	switch {
+	case p.overflow:
+		p.rescan = fmt.Sprintf("kernel: events lost, %d device events", p.devices)
+		p.probe = &node.ProbeHealth{}
+	case p.devices > 0:
+		p.rescan = fmt.Sprintf("kernel: %d device events", p.devices)
+	}
+	if !p.overflow && (len(addrs) > 0 || len(ifaces) > 0) {
+		p.probe = &node.ProbeHealth{Addresses: slices.Compact(slices.Sorted(slices.Values(addrs))), Interfaces: slices.Compact(slices.Sorted(slices.Values(ifaces)))}
+	}
+	return p
 }
 
 // Fatal delivers an error when the daemon cannot go on (an actor kept

@@ -1,0 +1,47 @@
+package daemon
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/devledger/devledger/actors/node"
+	"github.com/devledger/devledger/sysfs"
+)
+
+// A burst of kernel events asks for at most one rescan and one probe
+// round: of what it names, or of everything when events were lost. Events
+// about no PCI function (a pod's veth coming and going) ask for nothing.
+func TestPlanKernelBatch(t *testing.T) {
+	vfAdd := sysfs.KernelEvent{Kind: sysfs.KindUevent, Action: "add", Subsystem: "pci", PCIAddress: "0000:3b:02.1",
+		DevPath: "/devices/pci0000:3a/0000:3a:00.0/0000:3b:02.1"}
+	vfNet := sysfs.KernelEvent{Kind: sysfs.KindUevent, Action: "add", Subsystem: "net", PCIAddress: "0000:3b:02.1", Interface: "ens785f0v1",
+		DevPath: "/devices/pci0000:3a/0000:3a:00.0/0000:3b:02.1/net/ens785f0v1"}
+	unbind := sysfs.KernelEvent{Kind: sysfs.KindUevent, Action: "unbind", Subsystem: "pci", PCIAddress: "0000:3b:02.0", Driver: "vfio-pci"}
+	veth := sysfs.KernelEvent{Kind: sysfs.KindUevent, Action: "add", Subsystem: "net", Interface: "veth3f2a", DevPath: "/devices/virtual/net/veth3f2a"}
+	pfDown := sysfs.KernelEvent{Kind: sysfs.KindLink, Action: "down", Interface: "ens785f0"}
+	lost := sysfs.KernelEvent{Kind: sysfs.KindOverflow, Action: "uevent socket"}
+
+	for _, tc := range []struct {
+		name   string
+		batch  []sysfs.KernelEvent
+		rescan string
+		probe  *node.ProbeHealth
+	}{
+		{"VFs created", []sysfs.KernelEvent{vfAdd, vfNet, unbind, vfAdd}, "kernel: 4 device events",
+			&node.ProbeHealth{Addresses: []string{"0000:3b:02.0", "0000:3b:02.1"}, Interfaces: []string{"ens785f0v1"}}},
+		{"a PF's link down", []sysfs.KernelEvent{pfDown, pfDown}, "", &node.ProbeHealth{Interfaces: []string{"ens785f0"}}},
+		{"pods' veths only", []sysfs.KernelEvent{veth, veth}, "", nil},
+		{"veths and a link", []sysfs.KernelEvent{veth, pfDown}, "", &node.ProbeHealth{Interfaces: []string{"ens785f0"}}},
+		{"events lost", []sysfs.KernelEvent{vfAdd, lost, pfDown}, "kernel: events lost, 1 device events", &node.ProbeHealth{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := planKernelBatch(tc.batch)
+			if p.rescan != tc.rescan {
+				t.Errorf("rescan %q, want %q", p.rescan, tc.rescan)
+			}
+			if !reflect.DeepEqual(p.probe, tc.probe) {
+				t.Errorf("probe %+v, want %+v", p.probe, tc.probe)
+			}
+		})
+	}
+}
