@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -464,5 +465,168 @@ func TestVFsBackAfterRemovalAreHealthyAtOnce(t *testing.T) {
 		if v := res.(*health.Verdicts).Devices[addr]; !v.Healthy {
 			t.Errorf("the health checker has %s %+v", addr, v)
 		}
+	}
+}
+
+// VFs with no interface of their own (bound to vfio-pci) follow their PF's
+// link when their pool asks for link health: the PF's link alone going
+// down makes them unhealthy, and them only; it coming back up makes them
+// healthy again after the hold-down.
+func TestPFLinkDownAloneTakesItsVFIOVFs(t *testing.T) {
+	cfg := `{"resourceList": [
+	  {"resourceName": "sriov_vfio", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]},
+	   "health": {"link": true, "holdDown": "200ms", "probeInterval": "100ms"}},
+	  {"resourceName": "sriov_net", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["iavf"]},
+	   "health": {"link": true, "holdDown": "200ms", "probeInterval": "100ms"}}
+	]}`
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, cfg, kubelettest.Options{})
+	n.opts.ScanInterval = time.Hour
+	n.start(t)
+	ctx := waitCtx(t)
+	const vfio, net = "intel.com/sriov_vfio", "intel.com/sriov_net"
+	list := waitDevicesAll(ctx, t, n.kubelet, vfio, pluginapi.Healthy)
+	ofPF := vfsOf(t, n.roots, list, "0000:3b:00.0")
+	var others []string
+	for _, x := range list {
+		if !slices.Contains(ofPF, x.ID) {
+			others = append(others, x.ID)
+		}
+	}
+	if len(others) == 0 {
+		t.Fatal("every vfio VF is on ens785f0; the test needs one elsewhere")
+	}
+	if err := n.roots.SetLinkDown("ens785f0"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ofPF {
+		waitHealth(ctx, t, n.kubelet, vfio, id, pluginapi.Unhealthy)
+	}
+	for _, id := range others {
+		if h := healthOf(n.kubelet, vfio, id); h != pluginapi.Healthy {
+			t.Errorf("%s, on another PF, is %s", id, h)
+		}
+	}
+	// The iavf VFs check their own interface, which is still up.
+	if h := healthOf(n.kubelet, net, "0000:3b:01.0"); h != pluginapi.Healthy {
+		t.Errorf("iavf VF with its own link up is %s", h)
+	}
+	down := time.Now()
+	if err := n.roots.SetLinkUp("ens785f0"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ofPF {
+		if at := waitHealth(ctx, t, n.kubelet, vfio, id, pluginapi.Healthy); at.Sub(down) < 200*time.Millisecond {
+			t.Errorf("%s healthy again after %v, inside the hold-down", id, at.Sub(down))
+		}
+	}
+}
+
+// waitDevicesAll waits until every device of resource is listed with
+// health, and returns the list.
+func waitDevicesAll(ctx context.Context, t *testing.T, k *kubelettest.Kubelet, resource, health string) []*pluginapi.Device {
+	t.Helper()
+	list, err := k.WaitDevices(ctx, resource, func(ds []*pluginapi.Device) bool {
+		for _, d := range ds {
+			if d.Health != health {
+				return false
+			}
+		}
+		return len(ds) > 0
+	})
+	if err != nil {
+		t.Fatalf("%s: not every device %s: %v", resource, health, err)
+	}
+	return list
+}
+
+// A driver rebind places the device again: from vfio-pci to iavf it
+// leaves the pool that selects vfio-pci for the one that selects iavf,
+// and both record it. The pool it leaves, now with no device, stays
+// served and registered, listing none.
+func TestRebindMovesADeviceAndAnEmptyPoolStays(t *testing.T) {
+	cfg := `{"resourceList": [
+	  {"resourceName": "one_vfio", "selectors": {"pciAddresses": ["0000:3b:01.2"], "drivers": ["vfio-pci"]}},
+	  {"resourceName": "sriov_net", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["iavf"]}}
+	]}`
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, cfg, kubelettest.Options{})
+	n.opts.ScanInterval = time.Hour
+	d := n.start(t)
+	ctx := waitCtx(t)
+	const one, net, dev = "intel.com/one_vfio", "intel.com/sriov_net", "0000:3b:01.2"
+	count := func(want int) func([]*pluginapi.Device) bool {
+		return func(ds []*pluginapi.Device) bool { return len(ds) == want }
+	}
+	if _, err := n.kubelet.WaitDevices(ctx, one, count(1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.kubelet.WaitDevices(ctx, net, count(3)); err != nil {
+		t.Fatal(err)
+	}
+	reg, err := n.kubelet.WaitRegistered(ctx, one)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := n.roots.Bind(dev, "iavf"); err != nil {
+		t.Fatal(err)
+	}
+	d.Send(&node.Rescan{Reason: "test"})
+	if _, err := n.kubelet.WaitDevices(ctx, one, count(0)); err != nil {
+		t.Fatalf("the rebound device is still in %s: %v", one, err)
+	}
+	list, err := n.kubelet.WaitDevices(ctx, net, count(4))
+	if err != nil {
+		t.Fatalf("the rebound device never joined %s: %v", net, err)
+	}
+	if !slices.ContainsFunc(list, func(x *pluginapi.Device) bool { return x.ID == dev }) {
+		t.Errorf("%s lists %d devices, not %s", net, len(list), dev)
+	}
+	s := waitLedger(ctx, t, d, "both membership changes", func(s events.State) bool {
+		return s.Devices[dev].Pool == net && len(s.Pools[one].Members) == 0
+	})
+	if _, ok := s.Pools[one]; !ok {
+		t.Errorf("%s left the ledger's pools", one)
+	}
+	// Still served and registered, with nothing to offer.
+	if _, err := os.Stat(reg.Endpoint); err != nil {
+		t.Errorf("the empty pool's socket: %v", err)
+	}
+	again, err := n.kubelet.WaitRegistered(ctx, one)
+	if err != nil || again.Endpoint != reg.Endpoint {
+		t.Errorf("the empty pool's registration: %+v, %v", again, err)
+	}
+}
+
+// SIGHUP reloads the config, here with the file watcher off (only SIGHUP
+// reloads then): the pool the new config adds serves and registers.
+func TestSIGHUPReloads(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.WatchConfig = false
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, n.opts) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	wctx := waitCtx(t)
+	if _, err := n.kubelet.WaitRegistered(wctx, "intel.com/sriov_vfio"); err != nil {
+		t.Fatal(err)
+	}
+	v2 := `{"resourceList": [
+	  {"resourceName": "sriov_vfio", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]}},
+	  {"resourceName": "sriov_net", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["iavf"]}},
+	  {"resourceName": "e810_port", "selectors": {"pciAddresses": ["0000:3b:00.1"]}}
+	]}`
+	if err := os.WriteFile(n.opts.ConfigPath, []byte(v2), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.kubelet.WaitRegistered(wctx, "intel.com/e810_port"); err != nil {
+		t.Fatalf("the pool of the config reloaded on SIGHUP: %v", err)
 	}
 }

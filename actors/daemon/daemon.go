@@ -87,6 +87,10 @@ type Options struct {
 	// hot-plug and health changes are seen at once rather than at the next
 	// poll. Off, the periodic scan and probe still see everything.
 	KernelEvents bool
+	// WatchConfig reloads the config file when it changes (its directory
+	// is watched, so a ConfigMap's ..data swap counts). Off, only SIGHUP
+	// (or Reload) reloads it.
+	WatchConfig bool
 	// MetricsAddr, when set, serves Prometheus metrics, /healthz and
 	// /readyz over HTTP there (":9108").
 	MetricsAddr string
@@ -280,7 +284,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 	}
 	d.podres = podres
 	props := node.Props(node.Config{
-		Config: cfg, ConfigPath: opts.ConfigPath, ConfigSHA256: node.Digest(cfgData), Env: env, Reader: reader, Recorder: d.rec, Replayed: &st,
+		Config: cfg, ConfigPath: opts.ConfigPath, WatchConfig: opts.WatchConfig, ConfigSHA256: node.Digest(cfgData), Env: env, Reader: reader, Recorder: d.rec, Replayed: &st,
 		KubeletDir: opts.KubeletDir, Mode: mode,
 		AllocEnv:   allocation.Env{DevRoot: opts.DevRoot, HasVhostNet: env.HasVhostNet},
 		DevinfoDir: devinfo, ScanInterval: opts.ScanInterval, ProbeInterval: opts.ProbeInterval,
@@ -577,13 +581,15 @@ func (d *Daemon) snapshot(ctx context.Context, reason string) error {
 
 // Run starts the daemon and runs it until ctx ends (SIGTERM) or it fails.
 func Run(ctx context.Context, opts Options) error {
+	// From the start: a SIGHUP while the daemon starts must not kill it
+	// (the default action); it reloads once the daemon runs.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	d, err := Start(opts)
 	if err != nil {
 		return err
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	for {
 		select {
 		case <-hup:

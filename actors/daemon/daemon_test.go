@@ -43,6 +43,7 @@ func newTestNode(t *testing.T, scenario, cfg string, kopts kubelettest.Options) 
 		PCIIDsPath: filepath.Join(t.TempDir(), "none"), KubeletDir: dir, StateDir: state,
 		DevinfoDir: filepath.Join(t.TempDir(), "devinfo"), Registration: "legacy", Version: "test",
 		Node: "test-node", Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
+		WatchConfig: true,
 	}}
 }
 

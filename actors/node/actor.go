@@ -48,9 +48,11 @@ type Config struct {
 	Config       *config.Config
 	ConfigPath   string
 	ConfigSHA256 string
-	Env          config.Env
-	Reader       *sysfs.Reader
-	Recorder     *ledger.Recorder
+	// WatchConfig reloads ConfigPath when it changes (configwatch).
+	WatchConfig bool
+	Env         config.Env
+	Reader      *sysfs.Reader
+	Recorder    *ledger.Recorder
 	// Replayed is the ledger's state at start; a restarted node replays.
 	Replayed *events.State
 	// KubeletDir is the kubelet's root dir (/var/lib/kubelet).
@@ -385,7 +387,7 @@ func (n *coordinator) start(ctx actor.Context) {
 	}
 	rc.Log = log.With().Str("actor", "reconciler").Logger()
 	n.reconciler = ctx.Spawn(reconciler.Props(rc))
-	if n.cfg.ConfigPath != "" {
+	if n.cfg.ConfigPath != "" && n.cfg.WatchConfig {
 		ctx.Spawn(configwatch.Props(configwatch.Config{Path: n.cfg.ConfigPath, Log: log.With().Str("actor", "configwatch").Logger()}))
 	}
 	n.scanner = ctx.Spawn(scanner.Props(scanner.Config{Reader: n.cfg.Reader, Recorder: n.cfg.Recorder,

@@ -38,6 +38,7 @@ func (f *daemonFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.Registration, "registration", "auto", "`MODE`: auto, legacy (kubelet.sock) or watcher (plugins_registry)")
 	fs.DurationVar(&o.ScanInterval, "scan-interval", 30*time.Second, "periodic rescan of sysfs")
 	fs.DurationVar(&o.ProbeInterval, "probe-interval", 5*time.Second, "periodic health probe")
+	fs.BoolVar(&o.WatchConfig, "watch-config", true, "reload the config file when it changes (a ConfigMap update too); off, only SIGHUP reloads it")
 	fs.BoolVar(&o.KernelEvents, "kernel-events", true, "react at once to kernel uevents and link changes (netlink); the periodic scan and probe run either way")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics, /healthz and /readyz on `ADDR` (\":9108\"; default off)")
 	fs.DurationVar(&o.ReconcileInterval, "reconcile-interval", 30*time.Second, "periodic PodResources reconciliation")
