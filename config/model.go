@@ -67,7 +67,8 @@ var allocatePolicies = []AllocatePolicy{PolicyPacked, PolicySpread, PolicyNone}
 // empty or absent, the SR-IOV plugin's default for --resource-prefix.
 const DefaultResourcePrefix = "intel.com"
 
-// Defaults of the health options.
+// Defaults of the health options. DefaultProbeInterval is the daemon's:
+// a pool that sets no probeInterval is probed at the daemon's interval.
 const (
 	DefaultHoldDown      = 10 * time.Second
 	DefaultProbeInterval = 5 * time.Second
@@ -135,8 +136,9 @@ type Health struct {
 	// Debounce is how long a change must persist before it counts
 	// (debounce, default 0: every change counts).
 	Debounce time.Duration
-	// ProbeInterval is how often the device is probed (probeInterval,
-	// default 5s); always positive.
+	// ProbeInterval is how often the device is probed (probeInterval);
+	// positive when set, 0 when not: then the daemon's --probe-interval
+	// (DefaultProbeInterval unless given) applies.
 	ProbeInterval time.Duration
 }
 

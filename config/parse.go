@@ -370,7 +370,7 @@ func (d *decoder) resource(n *node, path string) (Resource, bool) {
 		Prefix:         DefaultResourcePrefix,
 		DeviceType:     NetDevice,
 		AllocatePolicy: PolicyNone,
-		Health:         Health{HoldDown: DefaultHoldDown, ProbeInterval: DefaultProbeInterval},
+		Health:         Health{HoldDown: DefaultHoldDown},
 	}
 	// got holds each field's value and its path as written.
 	got, paths := map[string]*node{}, map[string]string{}

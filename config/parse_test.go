@@ -171,7 +171,8 @@ func TestReadmeSampleModel(t *testing.T) {
 	if first.Prefix != DefaultResourcePrefix || first.DeviceType != NetDevice || first.AllocatePolicy != PolicyNone {
 		t.Errorf("defaults: prefix %q, type %q, policy %q", first.Prefix, first.DeviceType, first.AllocatePolicy)
 	}
-	wantHealth := Health{HoldDown: 10 * time.Second, ProbeInterval: 5 * time.Second}
+	// No probeInterval: the daemon's --probe-interval applies.
+	wantHealth := Health{HoldDown: 10 * time.Second}
 	if first.Health != wantHealth {
 		t.Errorf("default health = %+v, want %+v", first.Health, wantHealth)
 	}

@@ -630,3 +630,21 @@ func TestSIGHUPReloads(t *testing.T) {
 		t.Fatalf("the pool of the config reloaded on SIGHUP: %v", err)
 	}
 }
+
+// A pool that sets no probeInterval is probed at the daemon's
+// --probe-interval: a short one finds an unbound device with no kernel
+// event and no rescan.
+func TestDaemonProbeIntervalAppliesToPoolsThatSetNone(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.ScanInterval, n.opts.ProbeInterval = time.Hour, 50*time.Millisecond
+	n.start(t)
+	ctx := waitCtx(t)
+	const vfio, dev = "intel.com/sriov_vfio", "0000:3b:01.2"
+	waitHealth(ctx, t, n.kubelet, vfio, dev, pluginapi.Healthy)
+	if err := n.roots.Unbind(dev); err != nil {
+		t.Fatal(err)
+	}
+	soon, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	waitHealth(soon, t, n.kubelet, vfio, dev, pluginapi.Unhealthy)
+}

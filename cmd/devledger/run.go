@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/devledger/devledger/actors/daemon"
+	"github.com/devledger/devledger/config"
 )
 
 // daemonFlags are the flags of run (and, for the node paths, demo).
@@ -37,7 +38,7 @@ func (f *daemonFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.DevinfoDir, "devinfo-dir", "/var/run/k8s.cni.cncf.io/devinfo/dp", "`DIR` for device-info files of netDevice pools (\"-\": none)")
 	fs.StringVar(&o.Registration, "registration", "auto", "`MODE`: auto, legacy (kubelet.sock) or watcher (plugins_registry)")
 	fs.DurationVar(&o.ScanInterval, "scan-interval", 30*time.Second, "periodic rescan of sysfs")
-	fs.DurationVar(&o.ProbeInterval, "probe-interval", 5*time.Second, "periodic health probe")
+	fs.DurationVar(&o.ProbeInterval, "probe-interval", config.DefaultProbeInterval, "periodic health probe of the pools that set no health.probeInterval")
 	fs.BoolVar(&o.WatchConfig, "watch-config", true, "reload the config file when it changes (a ConfigMap update too); off, only SIGHUP reloads it")
 	fs.BoolVar(&o.KernelEvents, "kernel-events", true, "react at once to kernel uevents and link changes (netlink); the periodic scan and probe run either way")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics, /healthz and /readyz on `ADDR` (\":9108\"; default off)")
