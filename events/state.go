@@ -400,8 +400,9 @@ func (s State) Equal(o State) bool {
 }
 
 // snapshotFormat is the version of the snapshot encoding written by
-// MarshalState. UnmarshalState reads it and every older one.
-const snapshotFormat = 1
+// MarshalState. UnmarshalState reads it and every older one. Format 2
+// added Device.HealthSeq; a format-1 snapshot has none (0).
+const snapshotFormat = 2
 
 type snapshotDoc struct {
 	Format int   `json:"format"`
@@ -426,12 +427,19 @@ var ErrSnapshotFormat = fmt.Errorf("unsupported snapshot format")
 // UnmarshalState decodes a snapshot written by MarshalState. The result is
 // ready for Apply.
 func UnmarshalState(b []byte) (State, error) {
+	s, _, err := UnmarshalSnapshot(b)
+	return s, err
+}
+
+// UnmarshalSnapshot is UnmarshalState, and says which format the snapshot
+// was written in.
+func UnmarshalSnapshot(b []byte) (State, int, error) {
 	var doc snapshotDoc
 	if err := json.Unmarshal(b, &doc); err != nil {
-		return State{}, fmt.Errorf("%w: snapshot: %v", ErrCorrupt, err)
+		return State{}, 0, fmt.Errorf("%w: snapshot: %v", ErrCorrupt, err)
 	}
 	if doc.Format < 1 || doc.Format > snapshotFormat {
-		return State{}, fmt.Errorf("%w %d (this build reads 1 to %d)", ErrSnapshotFormat, doc.Format, snapshotFormat)
+		return State{}, 0, fmt.Errorf("%w %d (this build reads 1 to %d)", ErrSnapshotFormat, doc.Format, snapshotFormat)
 	}
 	s := doc.State
 	if s.Pools == nil {
@@ -446,8 +454,23 @@ func UnmarshalState(b []byte) (State, error) {
 	if s.Holders == nil {
 		s.Holders = map[string][]uint64{}
 	}
-	return normalize(s), nil
+	return normalize(s), doc.Format, nil
 }
+
+// SnapshotMatches says whether snap, a snapshot of the given format read
+// back, holds what fold, the fold of the log up to it, holds. A format-1
+// snapshot predates Device.HealthSeq, so that is left out for it.
+func SnapshotMatches(fold, snap State, format int) bool {
+	if format < 2 {
+		fold = fold.Clone()
+		for addr, d := range fold.Devices {
+			d.HealthSeq = 0
+			fold.Devices[addr] = d
+		}
+	}
+	return fold.Equal(snap)
+}
+
 
 // normalize makes equal facts look equal: UTC times, empty slices as nil.
 func normalize(s State) State {

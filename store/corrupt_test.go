@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -244,5 +245,65 @@ func TestCheckCatchesAFlippedSnapshot(t *testing.T) {
 	}
 	if _, err := ro.Replay(0); !errors.As(err, &ce) {
 		t.Fatalf("replay: %v", err)
+	}
+}
+
+// A snapshot written before Device.HealthSeq existed (format 1) holds no
+// HealthSeq. A ledger upgraded with one is sound: Check compares it with
+// the fold without HealthSeq, and replay starts from it, HealthSeq 0
+// (older than anything after it); the format-2 snapshot a later daemon
+// writes from that replay is sound too.
+func TestCheckReadsAFormat1Snapshot(t *testing.T) {
+	l := openTestLog(t)
+	h := newHistory(5, 12)
+	envs := mustAppend(t, l, h.take(60)...)
+	ctx := context.Background()
+	path := l.Meta().Path
+	l.Close()
+	old := foldAll(envs[:40])
+	rewrite(t, path, func(tx *bolt.Tx) error {
+		rec, err := events.MarshalState(old)
+		if err != nil {
+			return err
+		}
+		// As the previous version wrote it: format 1, no health_seq.
+		rec = regexp.MustCompile(`,"health_seq":\d+`).ReplaceAll(rec, nil)
+		rec = bytes.Replace(rec, []byte(`{"format":2,`), []byte(`{"format":1,`), 1)
+		if bytes.Contains(rec, []byte("health_seq")) || !bytes.HasPrefix(rec, []byte(`{"format":1,`)) {
+			return fmt.Errorf("the snapshot was not made a format-1 one: %.80s", rec)
+		}
+		return tx.Bucket(bucketSnapshots).Put(seqKey(40), appendValue(nil, 40, rec))
+	})
+	l, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if rep, err := l.Check(ctx); err != nil || rep.Snapshots != 1 {
+		t.Fatalf("check of an upgraded ledger: %v, %+v", err, rep)
+	}
+	s, err := l.Replay(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.SaveSnapshot(ctx, s, "after the upgrade"); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := l.Check(ctx); err != nil || rep.Snapshots != 2 {
+		t.Fatalf("check with a format-2 snapshot after it: %v, %+v", err, rep)
+	}
+	// Tampering is still caught in a format-1 snapshot.
+	l.Close()
+	rewrite(t, path, func(tx *bolt.Tx) error {
+		rec := []byte(`{"format":1,"state":{"seq":40}}`)
+		return tx.Bucket(bucketSnapshots).Put(seqKey(40), appendValue(nil, 40, rec))
+	})
+	ro, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if _, err := ro.Check(ctx); !strings.Contains(fmt.Sprint(err), "fold") {
+		t.Errorf("check of an emptied format-1 snapshot: %v, want it not to match the fold", err)
 	}
 }

@@ -95,17 +95,23 @@ func decodeEvent(k, v []byte) (events.Envelope, error) {
 
 // decodeSnapshot verifies and decodes one stored snapshot.
 func decodeSnapshot(k, v []byte) (events.State, error) {
+	s, _, err := decodeSnapshotFormat(k, v)
+	return s, err
+}
+
+// decodeSnapshotFormat is decodeSnapshot, with the snapshot's format.
+func decodeSnapshotFormat(k, v []byte) (events.State, int, error) {
 	seq, _ := keySeq(k)
 	rec, err := openValue(k, v)
 	if err != nil {
-		return events.State{}, err
+		return events.State{}, 0, err
 	}
-	s, err := events.UnmarshalState(rec)
+	s, format, err := events.UnmarshalSnapshot(rec)
 	if err != nil {
-		return s, err
+		return s, 0, err
 	}
 	if s.Seq != seq {
-		return s, fmt.Errorf("snapshot state is at seq %d, stored under seq %d", s.Seq, seq)
+		return s, 0, fmt.Errorf("snapshot state is at seq %d, stored under seq %d", s.Seq, seq)
 	}
-	return s, nil
+	return s, format, nil
 }
