@@ -94,6 +94,7 @@ type allocator struct {
 	stale  []string
 	server *grpcapi.PoolServer
 	self   *actor.PID
+	parent *actor.PID
 	// life is what outlives this incarnation (see lifetime).
 	life *lifetime
 }
@@ -160,7 +161,7 @@ func (p *allocator) Receive(ctx actor.Context) {
 }
 
 func (p *allocator) start(ctx actor.Context) {
-	p.self = ctx.Self()
+	p.self, p.parent = ctx.Self(), ctx.Parent()
 	p.watchers = map[uint64]chan []*pluginapi.Device{}
 	p.inflight = map[string]int{}
 	st := p.replayed
@@ -444,7 +445,7 @@ func (p *allocator) setHealth(m *SetHealth) bool {
 // publishView publishes the members and resource for Allocate: a copy,
 // since setHealth changes members in place.
 func (p *allocator) publishView() {
-	v := &poolView{name: p.name, res: p.cfg.Resource, env: p.cfg.Env, rec: p.cfg.Recorder, members: maps.Clone(p.members)}
+	v := &poolView{name: p.name, res: p.cfg.Resource, env: p.cfg.Env, rec: p.cfg.Recorder, members: maps.Clone(p.members), parent: p.parent}
 	if v.res.DeviceType == config.NetDevice {
 		v.devinfoDir = p.cfg.DevinfoDir
 	}
@@ -604,7 +605,6 @@ func (p *allocator) persisted(ctx actor.Context, m *persisted) {
 			slices.Sort(p.held[id])
 		}
 		p.cfg.Log.Info().Str("pool", p.name).Strs("devices", a.DeviceIDs).Uint64("seq", e.Seq).Msg("devices allocated")
-		ctx.Send(ctx.Parent(), &AllocationRecorded{Pool: p.name, Seq: e.Seq, DeviceIDs: slices.Clone(a.DeviceIDs), At: e.Time})
 	}
 	if len(conflicts) > 0 {
 		go p.recordConflicts(conflicts)

@@ -31,6 +31,8 @@ type poolView struct {
 	devinfoDir string // "" writes no device-info file
 	rec        *ledger.Recorder
 	members    map[string]allocation.Member
+	// parent hears of every allocation recorded (AllocationRecorded).
+	parent *actor.PID
 }
 
 // lifetime is what a pool keeps across its incarnations (protoactor
@@ -194,6 +196,14 @@ func (g *grant) run(ctx context.Context, root *actor.RootContext, pool *actor.PI
 		err = fmt.Errorf("%s: the allocation was not recorded before the call's deadline: %w", v.name, err)
 	default:
 		err = fmt.Errorf("%w: %s: the ledger could not record the allocation: %v", grpcapi.ErrUnavailable, v.name, err)
+	}
+	// The parent hears of the allocation from here, not from the actor: a
+	// pool being stopped (a config reload removed it) waits for this call,
+	// but drops the message it would get after its stop.
+	for _, e := range envs {
+		if a, ok := e.Payload.(events.DevicesAllocated); ok && v.parent != nil {
+			root.Send(v.parent, &AllocationRecorded{Pool: v.name, Seq: e.Seq, DeviceIDs: slices.Clone(a.DeviceIDs), At: e.Time})
+		}
 	}
 	root.Send(pool, &persisted{devices: g.devices, envs: envs, err: err})
 	if err != nil {

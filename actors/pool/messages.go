@@ -95,7 +95,9 @@ type KubeletReported struct {
 }
 
 // AllocationRecorded tells the parent an allocation is durable, so the
-// reconciler can look for the pod that holds it.
+// reconciler can look for the pod that holds it and the node knows what
+// holds the device. The Allocate call sends it, before it answers, so that
+// it arrives even when the pool is being stopped.
 type AllocationRecorded struct {
 	Pool      string
 	Seq       uint64
