@@ -648,3 +648,35 @@ func TestDaemonProbeIntervalAppliesToPoolsThatSetNone(t *testing.T) {
 	defer cancel()
 	waitHealth(soon, t, n.kubelet, vfio, dev, pluginapi.Unhealthy)
 }
+
+// A pool removed by one reload and added again by the next, in a daemon
+// that has run a while (here: restarted), starts from the ledger as it is
+// then, not as it was when the daemon started: its membership change is
+// recorded against the ledger's members, which end up its own.
+func TestPoolAddedAgainStartsFromTheLedgerOfNow(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	d := n.start(t)
+	ctx := waitCtx(t)
+	const vfio = "intel.com/sriov_vfio"
+	members := func(want int) func(events.State) bool {
+		return func(s events.State) bool { return len(s.Pools[vfio].Members) == want }
+	}
+	waitLedger(ctx, t, d, "the pool's members", members(5))
+	if err := d.Stop(ctx, "restart"); err != nil {
+		t.Fatal(err)
+	}
+	d = n.start(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, vfio); err != nil {
+		t.Fatal(err)
+	}
+	netOnly := `{"resourceList": [{"resourceName": "sriov_net", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["iavf"]}}]}`
+	for _, cfg := range []string{netOnly, sriovConfig} {
+		if err := os.WriteFile(n.opts.ConfigPath, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := d.Reload(ctx, "test"); err != nil || !res.Applied {
+			t.Fatalf("reload = %+v, %v", res, err)
+		}
+	}
+	waitLedger(ctx, t, d, "the pool added again with its members", members(5))
+}

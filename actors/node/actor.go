@@ -122,6 +122,8 @@ func Props(cfg Config) *actor.Props {
 type coordinator struct {
 	cfg      Config
 	replayed *events.State
+	// placed is set once the first scan's devices were placed.
+	placed bool
 
 	scanner, registrar, health, sockets, reconciler *actor.PID
 
@@ -343,8 +345,11 @@ func (n *coordinator) start(ctx actor.Context) {
 		}
 		st = &s
 	}
-	// Each child that folds gets its own copy: actors share no maps.
+	// The children spawned now read it and never change it (those that
+	// keep a fold get a copy); a pool spawned after the first placement
+	// replays the ledger itself, which has moved on since.
 	n.replayed = st
+	n.placed = false
 	n.pools = map[string]*actor.PID{}
 	n.members = map[string][]allocation.Member{}
 	n.owner = map[string]string{}
@@ -478,15 +483,20 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 		}
 	}
 	n.owner = owner
+	n.placed = true
 	ctx.Send(n.health, &health.Watch{Targets: targets})
 }
 
 func (n *coordinator) spawnPool(ctx actor.Context, res *config.Resource, ms []allocation.Member) {
+	replayed := n.replayed
+	if n.placed {
+		replayed = nil
+	}
 	name := res.FullName()
 	socket := SocketPath(n.cfg.KubeletDir, n.cfg.Mode, name)
 	n.socketOf[socket] = name
 	pid, err := ctx.SpawnNamed(pool.Props(pool.Config{
-		Resource: res, Members: slices.Clone(ms), Recorder: n.cfg.Recorder, Replayed: n.replayed,
+		Resource: res, Members: slices.Clone(ms), Recorder: n.cfg.Recorder, Replayed: replayed,
 		Socket: socket, Mode: n.cfg.Mode, Env: n.cfg.AllocEnv, DevinfoDir: n.cfg.DevinfoDir,
 		CallTimeout: n.cfg.CallTimeout, ObserveAllocate: n.cfg.ObserveAllocate, Log: n.cfg.Log.With().Str("actor", "pool").Logger(),
 	}), fmt.Sprintf("pool-%s-%d", strings.ReplaceAll(name, "/", "_"), n.spawned))
