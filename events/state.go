@@ -471,7 +471,6 @@ func SnapshotMatches(fold, snap State, format int) bool {
 	return fold.Equal(snap)
 }
 
-
 // normalize makes equal facts look equal: UTC times, empty slices as nil.
 func normalize(s State) State {
 	s = s.Clone()
