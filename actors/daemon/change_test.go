@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -330,16 +331,7 @@ func TestConfigChangeMovesAHeldDeviceOpenly(t *testing.T) {
 	})
 
 	// sriov_vfio goes; its devices go to a new pool, dpdk.
-	v2 := `{"resourceList": [
-	  {"resourceName": "dpdk", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]}},
-	  {"resourceName": "sriov_net", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["iavf"]}}
-	]}`
-	if err := os.WriteFile(n.opts.ConfigPath, []byte(v2), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if res, err := d.Reload(ctx, "test"); err != nil || !res.Applied {
-		t.Fatalf("reload = %+v, %v", res, err)
-	}
+	n.reload(ctx, t, d, dpdkConfig)
 	health := func(list []*pluginapi.Device) (string, int) {
 		h, healthy := "", 0
 		for _, x := range list {
@@ -670,13 +662,57 @@ func TestPoolAddedAgainStartsFromTheLedgerOfNow(t *testing.T) {
 		t.Fatal(err)
 	}
 	netOnly := `{"resourceList": [{"resourceName": "sriov_net", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["iavf"]}}]}`
-	for _, cfg := range []string{netOnly, sriovConfig} {
-		if err := os.WriteFile(n.opts.ConfigPath, []byte(cfg), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if res, err := d.Reload(ctx, "test"); err != nil || !res.Applied {
-			t.Fatalf("reload = %+v, %v", res, err)
-		}
-	}
+	n.reload(ctx, t, d, netOnly)
+	n.reload(ctx, t, d, sriovConfig)
 	waitLedger(ctx, t, d, "the pool added again with its members", members(5))
+}
+
+// An allocation no container claims (a leak suspect) uses no device: a
+// device it holds that moved to another pool is usable there once the
+// suspicion is recorded, and held again if a container claims it after
+// all.
+func TestUnclaimedAllocationDoesNotHoldAMovedDevice(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.LeakGrace = 200 * time.Millisecond
+	d := n.start(t)
+	ctx := waitCtx(t)
+	const vfio, dpdk, dev = "intel.com/sriov_vfio", "intel.com/dpdk", "0000:3b:01.2"
+	if _, err := n.kubelet.WaitRegistered(ctx, vfio); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.kubelet.Allocate(ctx, vfio, []string{dev}); err != nil {
+		t.Fatal(err)
+	}
+	n.reload(ctx, t, d, dpdkConfig)
+	waitHealth(ctx, t, n.kubelet, dpdk, dev, pluginapi.Unhealthy)
+
+	// Past the grace, with no container: a leak suspect, and the device
+	// is usable in dpdk.
+	for s := ledgerState(t, d); !slices.ContainsFunc(slices.Collect(maps.Values(s.Allocations)), func(a events.Allocation) bool { return a.LeakSuspected }); s = ledgerState(t, d) {
+		reconcileNow(ctx, t, d)
+	}
+	waitHealth(ctx, t, n.kubelet, dpdk, dev, pluginapi.Healthy)
+
+	// A container claims it after all: held again.
+	n.kubelet.SetPods([]*podresourcesapi.PodResources{kubelettest.PodHolding("telco", "late", "app", vfio, dev)})
+	reconcileNow(ctx, t, d)
+	waitHealth(ctx, t, n.kubelet, dpdk, dev, pluginapi.Unhealthy)
+}
+
+// dpdkConfig is sriovConfig with sriov_vfio gone and its devices in a new
+// pool, dpdk.
+const dpdkConfig = `{"resourceList": [
+  {"resourceName": "dpdk", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]}},
+  {"resourceName": "sriov_net", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["iavf"]}}
+]}`
+
+// reload writes cfg to the node's config file and has d apply it.
+func (n *testNode) reload(ctx context.Context, t *testing.T, d *Daemon, cfg string) {
+	t.Helper()
+	if err := os.WriteFile(n.opts.ConfigPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := d.Reload(ctx, "test"); err != nil || !res.Applied {
+		t.Fatalf("reload = %+v, %v", res, err)
+	}
 }

@@ -150,7 +150,8 @@ type coordinator struct {
 	// holds are the live allocations per device, and allocated the
 	// devices per live allocation: a device placed in a pool other than
 	// that of an allocation holding it is listed there as held (see
-	// allocation.Member.HeldElsewhere) until the allocation is released.
+	// allocation.Member.HeldElsewhere) until the allocation is released,
+	// or no container claims it (a leak suspect).
 	holds     map[string][]allocation.Hold
 	allocated map[uint64][]string
 }
@@ -209,6 +210,16 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		ids := n.allocated[m.AllocationSeq]
 		n.release(m.AllocationSeq)
 		n.retellHolds(ctx, m.Pool, ids, fmt.Sprintf("allocation #%d of %s released", m.AllocationSeq, m.Pool))
+	case *reconciler.ClaimChanged:
+		// An allocation no container claims uses no device: it does not
+		// keep the device from the pool it is in now.
+		if m.Claimed {
+			n.hold(m.Pool, m.AllocationSeq, m.DeviceIDs)
+			n.retellHolds(ctx, m.Pool, m.DeviceIDs, fmt.Sprintf("allocation #%d of %s claimed again", m.AllocationSeq, m.Pool))
+		} else {
+			n.release(m.AllocationSeq)
+			n.retellHolds(ctx, m.Pool, m.DeviceIDs, fmt.Sprintf("allocation #%d of %s claimed by no container", m.AllocationSeq, m.Pool))
+		}
 	case *registrar.SocketMissing:
 		if pid := n.pools[m.Pool]; pid != nil {
 			ctx.Send(pid, &pool.Reserve{Lost: m.Socket})
@@ -363,7 +374,9 @@ func (n *coordinator) start(ctx actor.Context) {
 	n.socketOf = map[string]string{}
 	n.holds, n.allocated = map[string][]allocation.Hold{}, map[uint64][]string{}
 	for seq, a := range st.Allocations {
-		n.hold(a.Pool, seq, a.DeviceIDs)
+		if !a.LeakSuspected || a.Binding != nil {
+			n.hold(a.Pool, seq, a.DeviceIDs)
+		}
 	}
 	n.healthy = map[string]health.Known{}
 	for addr, d := range st.Devices {

@@ -466,7 +466,7 @@ func (p *allocator) release(seq uint64) {
 func (p *allocator) status() *Status {
 	st := &Status{Resource: p.name, Socket: p.cfg.Socket, Members: len(p.order), Held: map[string][]uint64{}}
 	for _, m := range p.members {
-		if m.Healthy {
+		if m.Usable() { // as the kubelet sees it
 			st.Healthy++
 		}
 	}

@@ -247,6 +247,9 @@ func (r *reconciler) apply(ctx actor.Context, e events.Envelope) {
 	switch p := e.Payload.(type) {
 	case events.AllocationBound:
 		if a := r.allocs[p.AllocationSeq]; a != nil {
+			if a.leak && a.binding == nil {
+				ctx.Send(ctx.Parent(), &ClaimChanged{Pool: p.Pool, AllocationSeq: p.AllocationSeq, DeviceIDs: slices.Clone(a.devices), Claimed: true})
+			}
 			a.binding = &events.Binding{Namespace: p.Namespace, Pod: p.Pod, UID: p.UID, Container: p.Container, At: e.Time}
 		}
 		log.Info().Uint64("allocation", p.AllocationSeq).Str("pool", p.Pool).Str("pod", p.Namespace+"/"+p.Pod).
@@ -260,6 +263,7 @@ func (r *reconciler) apply(ctx actor.Context, e events.Envelope) {
 		if a := r.allocs[p.AllocationSeq]; a != nil {
 			a.leak = true
 		}
+		ctx.Send(ctx.Parent(), &ClaimChanged{Pool: p.Pool, AllocationSeq: p.AllocationSeq, DeviceIDs: slices.Clone(p.DeviceIDs)})
 		log.Warn().Uint64("allocation", p.AllocationSeq).Str("pool", p.Pool).Strs("devices", p.DeviceIDs).
 			Str("reason", p.Reason).Uint64("seq", e.Seq).Msg("allocation suspected leaked")
 	case events.AllocationConflict:

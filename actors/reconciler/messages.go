@@ -43,6 +43,17 @@ type Released struct {
 	AllocationSeq uint64
 }
 
+// ClaimChanged says a live allocation came to be claimed by no container
+// (Claimed false: recorded as a leak suspect) or, after that, by one again
+// (Claimed true). An unclaimed allocation still holds its devices in the
+// ledger, but no container uses them.
+type ClaimChanged struct {
+	Pool          string
+	AllocationSeq uint64
+	DeviceIDs     []string
+	Claimed       bool
+}
+
 // internal
 
 type tick struct{}

@@ -64,8 +64,8 @@ func (m Member) Usable() bool { return m.Healthy && len(m.HeldElsewhere) == 0 }
 //     - none (or unset) takes the lowest addresses.
 //
 // Within a group devices go lowest address first; every tie falls to the
-// address, so equal input always gives the same answer. Unhealthy devices,
-// IDs not in members and IDs not in available are never offered; IDs
+// address, so equal input always gives the same answer. Unhealthy devices
+// (held by another pool's allocation counts as unhealthy), IDs not in members and IDs not in available are never offered; IDs
 // repeated in available count once. Fewer than size IDs come back when
 // there are not enough candidates: the kubelet fills the rest itself.
 //
@@ -100,7 +100,7 @@ func Preferred(res *config.Resource, members map[string]Member, held map[string]
 	var cands []candidate
 	for _, id := range available {
 		m, ok := members[id]
-		if !ok || !m.Healthy || taken[id] {
+		if !ok || !m.Usable() || taken[id] {
 			continue
 		}
 		taken[id] = true

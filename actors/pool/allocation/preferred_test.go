@@ -97,6 +97,16 @@ func TestPreferred(t *testing.T) {
 			want:    []string{"0000:3b:02.1", "0000:3b:02.3", "0000:3b:0a.0"},
 		},
 		{
+			name: "held by another pool's allocation never offered",
+			members: func(m map[string]Member) {
+				e := m["0000:3b:02.0"]
+				e.HeldElsewhere = []Hold{{Pool: "intel.com/old", Seq: 7}}
+				m["0000:3b:02.0"] = e
+			},
+			size: 2,
+			want: []string{"0000:3b:02.1", "0000:3b:02.2"},
+		},
+		{
 			name:      "unknown and unavailable never offered",
 			available: []string{"0000:ff:00.0", "0000:3b:02.3", "0000:3b:02.3", "0000:af:02.0"},
 			size:      3,
