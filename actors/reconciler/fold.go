@@ -2,7 +2,6 @@ package reconciler
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -55,20 +54,25 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 	// Ours are the resources of the pools in force and those of live
 	// allocations: a pool removed from the config leaves its allocations
 	// live until their containers go, and only the kubelet says when.
-	ours := in.pools
-	if len(in.allocs) > 0 {
-		ours = make(map[string]bool, len(in.pools)+1)
-		maps.Copy(ours, in.pools)
-		for _, a := range in.allocs {
-			ours[a.pool] = true
+	var gone map[string]bool // the pools of live allocations, when asked
+	ours := func(res string) bool {
+		if in.pools[res] {
+			return true
 		}
+		if gone == nil {
+			gone = map[string]bool{}
+			for _, a := range in.allocs {
+				gone[a.pool] = true
+			}
+		}
+		return gone[res]
 	}
 	reported := map[key][]holderRef{}
 	for _, p := range pods {
 		for _, c := range p.GetContainers() {
 			ref := holderRef{namespace: p.GetNamespace(), pod: p.GetName(), container: c.GetName()}
 			for _, cd := range c.GetDevices() {
-				if !ours[cd.GetResourceName()] {
+				if !ours(cd.GetResourceName()) {
 					continue
 				}
 				for _, id := range cd.GetDeviceIds() {
