@@ -21,6 +21,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
+	"github.com/devledger/devledger/actors/internal/handoff"
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/events"
@@ -129,14 +130,9 @@ func Props(cfg Config) *actor.Props {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	first := true
+	known := handoff.First(cfg.Known)
 	return actor.PropsFromProducer(func() actor.Actor {
-		c := &checker{cfg: cfg}
-		if first {
-			c.known = cfg.Known
-			first = false
-		}
-		return c
+		return &checker{cfg: cfg, known: known()}
 	})
 }
 

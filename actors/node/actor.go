@@ -28,6 +28,7 @@ import (
 
 	"github.com/devledger/devledger/actors/configwatch"
 	"github.com/devledger/devledger/actors/health"
+	"github.com/devledger/devledger/actors/internal/handoff"
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/actors/pool/allocation"
@@ -104,18 +105,13 @@ func SocketPath(kubeletDir string, mode grpcapi.RegistrationMode, resource strin
 
 // Props returns the props of the node coordinator.
 func Props(cfg Config) *actor.Props {
-	first := true
+	replayed := handoff.First(cfg.Replayed)
 	opts := []actor.PropsOption{}
 	if cfg.Supervisor != nil {
 		opts = append(opts, actor.WithSupervisor(cfg.Supervisor))
 	}
 	return actor.PropsFromProducer(func() actor.Actor {
-		n := &coordinator{cfg: cfg}
-		if first {
-			n.replayed = cfg.Replayed
-			first = false
-		}
-		return n
+		return &coordinator{cfg: cfg, replayed: replayed()}
 	}, opts...)
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/devledger/devledger/actors/internal/handoff"
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/actors/pool/allocation"
 	"github.com/devledger/devledger/config"
@@ -51,15 +52,10 @@ type Config struct {
 
 // Props returns the props of a pool allocator.
 func Props(cfg Config) *actor.Props {
-	first := true
+	replayed := handoff.First(cfg.Replayed)
 	life := newLifetime()
 	return actor.PropsFromProducer(func() actor.Actor {
-		p := &allocator{cfg: cfg, name: cfg.Resource.FullName(), life: life}
-		if first {
-			p.replayed = cfg.Replayed
-			first = false
-		}
-		return p
+		return &allocator{cfg: cfg, name: cfg.Resource.FullName(), life: life, replayed: replayed()}
 	})
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/devledger/devledger/actors/internal/handoff"
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/events"
 )
@@ -73,14 +74,9 @@ func (c *Config) defaults() {
 // Props returns the props of a reconciler.
 func Props(cfg Config) *actor.Props {
 	cfg.defaults()
-	first := true
+	replayed := handoff.First(cfg.Replayed)
 	return actor.PropsFromProducer(func() actor.Actor {
-		r := &reconciler{cfg: cfg}
-		if first {
-			r.replayed = cfg.Replayed
-			first = false
-		}
-		return r
+		return &reconciler{cfg: cfg, replayed: replayed()}
 	})
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
+	"github.com/devledger/devledger/actors/internal/handoff"
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/sysfs"
@@ -30,14 +31,9 @@ type Config struct {
 
 // Props returns the props of a scanner.
 func Props(cfg Config) *actor.Props {
-	first := true
+	known := handoff.First(cfg.Known)
 	return actor.PropsFromProducer(func() actor.Actor {
-		s := &scanner{cfg: cfg}
-		if first {
-			s.known = cfg.Known
-			first = false
-		}
-		return s
+		return &scanner{cfg: cfg, known: known()}
 	})
 }
 
