@@ -8,8 +8,11 @@
 // Verdicts recover in both directions. A failing probe turns a device
 // unhealthy once it has failed for the pool's debounce (zero: at once); a
 // device that passes its probes for the pool's hold-down turns healthy again.
-// A probe round runs every probe interval, when asked (a kernel event, a
-// rescan), and exactly when a hold-down or debounce ends.
+// Each device is probed every probe interval of its pool, when asked (a
+// kernel event, a rescan), and exactly when its hold-down or debounce ends.
+// A periodic round takes the devices that are due, and with them those due
+// within a quarter of their interval, so that devices of one interval stay
+// in one round even after a kernel event probed some of them early.
 package health
 
 import (
@@ -144,8 +147,11 @@ type checker struct {
 	// address, its interface, its PF's interface.
 	byName  map[string][]int
 	devices map[string]*device
-	timer   *time.Timer
-	due     time.Time
+	// next is when each target is due for its next probe: its interval
+	// after its last probe, or sooner when its hold-down or debounce ends.
+	next  map[string]time.Time
+	timer *time.Timer
+	due   time.Time
 }
 
 // Receive implements actor.Actor.
@@ -160,6 +166,7 @@ func (c *checker) Receive(ctx actor.Context) {
 			c.known = st.Devices
 		}
 		c.devices = map[string]*device{}
+		c.next = map[string]time.Time{}
 		c.schedule(ctx, c.cfg.Interval)
 	case *actor.Stopping, *actor.Restarting:
 		if c.timer != nil {
@@ -176,7 +183,8 @@ func (c *checker) Receive(ctx actor.Context) {
 		c.round(ctx, c.named(m.Addresses, m.Interfaces))
 	case *tick:
 		c.timer, c.due = nil, time.Time{}
-		c.round(ctx, c.targets)
+		c.round(ctx, c.dueNow())
+		c.scheduleNext(ctx)
 	case *Query:
 		out := &Verdicts{Devices: map[string]Verdict{}}
 		for _, t := range c.targets {
@@ -200,6 +208,43 @@ func (c *checker) schedule(ctx actor.Context, d time.Duration) {
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	c.due = at
 	c.timer = time.AfterFunc(d, func() { root.Send(self, &tick{}) })
+}
+
+// interval is how often t is probed.
+func (c *checker) interval(t Target) time.Duration {
+	if t.Interval > 0 {
+		return t.Interval
+	}
+	return c.cfg.Interval
+}
+
+// dueNow returns the targets a periodic round takes now: those due, and
+// those due within a quarter of their interval.
+func (c *checker) dueNow() []Target {
+	now := c.cfg.Now()
+	var out []Target
+	for _, t := range c.targets {
+		at, ok := c.next[t.Probe.Address]
+		if !ok || !at.After(now.Add(c.interval(t)/4)) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// scheduleNext arranges a round for when the first target is due.
+func (c *checker) scheduleNext(ctx actor.Context) {
+	first := time.Time{}
+	for _, t := range c.targets {
+		if at := c.next[t.Probe.Address]; first.IsZero() || at.Before(first) {
+			first = at
+		}
+	}
+	if first.IsZero() {
+		c.schedule(ctx, c.cfg.Interval)
+		return
+	}
+	c.schedule(ctx, max(first.Sub(c.cfg.Now()), 0))
 }
 
 // state returns what is known of t's device, starting from the ledger's
@@ -229,13 +274,18 @@ func (c *checker) state(t Target, now time.Time) *device {
 func (c *checker) watch(ts []Target) {
 	c.targets = slices.Clone(ts)
 	c.byName = make(map[string][]int, 2*len(ts))
+	kept := make(map[string]time.Time, len(ts))
 	for i, t := range c.targets {
+		if at, ok := c.next[t.Probe.Address]; ok {
+			kept[t.Probe.Address] = at
+		}
 		for _, name := range []string{t.Probe.Address, t.Probe.Interface, t.Probe.PFInterface} {
 			if name != "" {
 				c.byName[name] = append(c.byName[name], i)
 			}
 		}
 	}
+	c.next = kept
 }
 
 // named returns the targets a kernel event concerns: those whose address
@@ -267,9 +317,13 @@ func (c *checker) named(addrs, ifaces []string) []Target {
 }
 
 // round probes targets, records the verdicts that changed in one append,
-// and schedules the next round: the probe interval, or sooner when a
-// hold-down or debounce ends first.
+// and sets when each target is due again: its probe interval from now, or
+// sooner when its hold-down or debounce ends first; a round comes no later
+// than the first of those.
 func (c *checker) round(ctx actor.Context, targets []Target) {
+	if len(targets) == 0 {
+		return
+	}
 	probes := make([]sysfs.ProbeTarget, len(targets))
 	for i, t := range targets {
 		probes[i] = t.Probe
@@ -280,37 +334,13 @@ func (c *checker) round(ctx actor.Context, targets []Target) {
 	var changes []events.Payload
 	var verdicts []Verdict
 	for i, t := range targets {
-		if t.Interval > 0 && t.Interval < next {
-			next = t.Interval
+		v, due := c.judge(t, results[i], now)
+		c.next[t.Probe.Address] = now.Add(due)
+		next = min(next, due)
+		if v != nil {
+			verdicts = append(verdicts, *v)
+			changes = append(changes, events.DeviceHealthChanged{Address: v.Address, Healthy: v.Healthy, Reason: v.Reason})
 		}
-		r := results[i]
-		d := c.state(t, now)
-		if r.Healthy != d.raw {
-			d.raw, d.rawSince = r.Healthy, now
-		}
-		d.rawWhy = r.Reason
-		switch {
-		case d.healthy && !d.raw:
-			if wait := t.Debounce - now.Sub(d.rawSince); wait > 0 {
-				next = min(next, wait)
-				continue
-			}
-			verdicts = append(verdicts, Verdict{Address: t.Probe.Address, Healthy: false, Reason: d.rawWhy, Told: t.Pool})
-		case !d.healthy && d.raw:
-			if wait := t.HoldDown - now.Sub(d.rawSince); wait > 0 {
-				next = min(next, wait)
-				continue
-			}
-			reason := "probes pass"
-			if t.HoldDown > 0 {
-				reason = fmt.Sprintf("probes passed for %s", t.HoldDown)
-			}
-			verdicts = append(verdicts, Verdict{Address: t.Probe.Address, Healthy: true, Reason: reason, Told: t.Pool})
-		default:
-			continue
-		}
-		last := verdicts[len(verdicts)-1]
-		changes = append(changes, events.DeviceHealthChanged{Address: last.Address, Healthy: last.Healthy, Reason: last.Reason})
 	}
 	c.schedule(ctx, next)
 	if len(changes) == 0 {
@@ -335,6 +365,35 @@ func (c *checker) round(ctx actor.Context, targets []Target) {
 	}
 	tellPools(ctx, verdicts)
 	ctx.Send(ctx.Parent(), &Changed{Verdicts: verdicts})
+}
+
+// judge takes t's probe result r at now and returns its new verdict (nil
+// when it stays), and how soon t is due again: its interval, or when its
+// debounce or hold-down ends, if that is sooner.
+func (c *checker) judge(t Target, r sysfs.ProbeResult, now time.Time) (*Verdict, time.Duration) {
+	due := c.interval(t)
+	d := c.state(t, now)
+	if r.Healthy != d.raw {
+		d.raw, d.rawSince = r.Healthy, now
+	}
+	d.rawWhy = r.Reason
+	switch {
+	case d.healthy && !d.raw:
+		if wait := t.Debounce - now.Sub(d.rawSince); wait > 0 {
+			return nil, min(due, wait)
+		}
+		return &Verdict{Address: t.Probe.Address, Healthy: false, Reason: d.rawWhy, Told: t.Pool}, due
+	case !d.healthy && d.raw:
+		if wait := t.HoldDown - now.Sub(d.rawSince); wait > 0 {
+			return nil, min(due, wait)
+		}
+		reason := "probes pass"
+		if t.HoldDown > 0 {
+			reason = fmt.Sprintf("probes passed for %s", t.HoldDown)
+		}
+		return &Verdict{Address: t.Probe.Address, Healthy: true, Reason: reason, Told: t.Pool}, due
+	}
+	return nil, due
 }
 
 // tellPools sends each pool its devices' new verdicts, in one message.

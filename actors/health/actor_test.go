@@ -65,6 +65,13 @@ func (p *fakeProber) pass(addr string) {
 	delete(p.failing, addr)
 }
 
+// count is how many rounds were probed.
+func (p *fakeProber) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.rounds)
+}
+
 func (p *fakeProber) lastRound() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -300,10 +307,17 @@ func TestProbeTheDevicesOfNamedInterfaces(t *testing.T) {
 		{ifaces: []string{"ens1f0"}, want: []string{devA, devB, devD}},
 		{ifaces: []string{"ens1f0v1"}, want: []string{devB}},
 		{addrs: []string{devD, devC}, ifaces: []string{"ens2f0", "ens1f0v1"}, want: []string{devB, devC, devD}},
-		{ifaces: []string{"ens9f0"}, want: []string{}},
+		{ifaces: []string{"ens9f0"}, want: nil},
 	} {
+		before := c.prober.count()
 		c.Sys.Root.Send(c.Child, &Probe{Reason: "uevent", Addresses: tc.addrs, Interfaces: tc.ifaces})
 		c.Silent(t)
+		if tc.want == nil {
+			if n := c.prober.count() - before; n != 0 {
+				t.Errorf("Probe{%v %v} naming no target ran %d rounds: %v", tc.addrs, tc.ifaces, n, c.prober.lastRound())
+			}
+			continue
+		}
 		if got := c.prober.lastRound(); !slices.Equal(got, tc.want) {
 			t.Errorf("Probe{%v %v} probed %v, want %v", tc.addrs, tc.ifaces, got, tc.want)
 		}
@@ -500,5 +514,29 @@ func TestNewerLedgerVerdictStartsADeviceOver(t *testing.T) {
 	}
 	if got := c.recorded(t); len(got) != 1 {
 		t.Errorf("recorded %+v, want only the failure", got)
+	}
+}
+
+// Each target is probed at its own pool's interval: a pool probed often
+// does not pace the others.
+func TestEachTargetAtItsOwnInterval(t *testing.T) {
+	c := newChecker(t, Config{Now: time.Now})
+	fast, slow := target(devA, 0, 0), target(devB, 0, 0)
+	fast.Interval = 20 * time.Millisecond
+	c.watch(fast, slow) // slow: the checker's interval, an hour
+	time.Sleep(300 * time.Millisecond)
+	c.prober.mu.Lock()
+	rounds := slices.Clone(c.prober.rounds)
+	c.prober.mu.Unlock()
+	if len(rounds) < 5 {
+		t.Fatalf("%d rounds in 300ms with a 20ms interval: %v", len(rounds), rounds)
+	}
+	if !slices.Equal(rounds[0], []string{devA, devB}) {
+		t.Errorf("the Watch probed %v, want both targets", rounds[0])
+	}
+	for i, r := range rounds[1:] {
+		if !slices.Equal(r, []string{devA}) {
+			t.Errorf("periodic round %d probed %v, want only %s (20ms), not %s (1h)", i+1, r, devA, devB)
+		}
 	}
 }
