@@ -344,12 +344,16 @@ func TestConfigChangeMovesAHeldDeviceOpenly(t *testing.T) {
 		}
 		return h, healthy
 	}
-	list, err := n.kubelet.WaitDevices(ctx, dpdk, func(ds []*pluginapi.Device) bool { return len(ds) == 5 })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if h, healthy := health(list); h != pluginapi.Unhealthy || healthy != 4 {
-		t.Errorf("in the new pool the held device is %q, %d of 5 healthy; want it unhealthy, the other 4 healthy", h, healthy)
+	// The other four are listed healthy once the old pool, stopping, can
+	// no longer give them out.
+	var last []*pluginapi.Device
+	if _, err := n.kubelet.WaitDevices(ctx, dpdk, func(ds []*pluginapi.Device) bool {
+		last = ds
+		h, healthy := health(ds)
+		return len(ds) == 5 && h == pluginapi.Unhealthy && healthy == 4
+	}); err != nil {
+		h, healthy := health(last)
+		t.Fatalf("in the new pool (%d devices) the held device is %q, %d healthy; want it unhealthy, the other 4 healthy: %v", len(last), h, healthy, err)
 	}
 	wantHeld := fmt.Sprintf("%s by #%d", dev, seq)
 	var gone, arrived string
@@ -531,16 +535,19 @@ func waitDevicesAll(ctx context.Context, t *testing.T, k *kubelettest.Kubelet, r
 	return list
 }
 
+// oneVFIOConfig pools one vfio-pci VF alone, and the iavf VFs: binding
+// that VF to iavf moves it from one pool to the other.
+const oneVFIOConfig = `{"resourceList": [
+  {"resourceName": "one_vfio", "selectors": {"pciAddresses": ["0000:3b:01.2"], "drivers": ["vfio-pci"]}},
+  {"resourceName": "sriov_net", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["iavf"]}}
+]}`
+
 // A driver rebind places the device again: from vfio-pci to iavf it
 // leaves the pool that selects vfio-pci for the one that selects iavf,
 // and both record it. The pool it leaves, now with no device, stays
 // served and registered, listing none.
 func TestRebindMovesADeviceAndAnEmptyPoolStays(t *testing.T) {
-	cfg := `{"resourceList": [
-	  {"resourceName": "one_vfio", "selectors": {"pciAddresses": ["0000:3b:01.2"], "drivers": ["vfio-pci"]}},
-	  {"resourceName": "sriov_net", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["iavf"]}}
-	]}`
-	n := newTestNode(t, sysfsgen.ScenarioSRIOV, cfg, kubelettest.Options{})
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, oneVFIOConfig, kubelettest.Options{})
 	n.opts.ScanInterval = time.Hour
 	d := n.start(t)
 	ctx := waitCtx(t)

@@ -9,7 +9,9 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/devledger/devledger/actors/node"
 	"github.com/devledger/devledger/actors/pool"
+	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
@@ -172,5 +174,48 @@ func TestPoolRestartKeepsItsVerdicts(t *testing.T) {
 		if x.ID == vf && x.Health != pluginapi.Unhealthy {
 			t.Errorf("the restarted pool lists %s %s; its link is still down", vf, x.Health)
 		}
+	}
+}
+
+// A pool restarted after a crash starts from the members its last
+// incarnation had, not from those it was spawned with: a device that moved
+// away since is not offered again, even for a moment, and the ledger shows
+// no membership change for the restart.
+func TestRestartedPoolKeepsItsLastMembers(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, oneVFIOConfig, kubelettest.Options{})
+	n.opts.ScanInterval = time.Hour
+	d := n.start(t)
+	ctx := supervisionCtx(t)
+	const one, dev = "intel.com/one_vfio", "0000:3b:01.2"
+	if _, err := n.kubelet.WaitRegistered(ctx, one); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.roots.Bind(dev, "iavf"); err != nil {
+		t.Fatal(err)
+	}
+	d.Send(&node.Rescan{Reason: "test"})
+	waitLedger(ctx, t, d, "the move", func(s events.State) bool {
+		return s.Devices[dev].Pool == netPool && len(s.Pools[one].Members) == 0
+	})
+	kids, err := d.Children(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := d.Recorder().Log().LastSeq()
+	crashed := time.Now()
+	crash(d, kids.Pools[one], "test")
+	if _, err := n.kubelet.RegisteredAfter(ctx, []string{one}, crashed); err != nil {
+		t.Fatalf("the crashed pool was not registered again: %v", err)
+	}
+	if st := poolStatus(t, ctx, d, kids.Pools[one]); st.Members != 0 {
+		t.Errorf("the restarted pool has %d members, want none", st.Members)
+	}
+	if err := d.Recorder().Log().Read(seq+1, func(e events.Envelope) error {
+		if m, ok := e.Payload.(events.PoolMembershipChanged); ok && m.Pool == one {
+			t.Errorf("seq %d: the restart changed %s's members: %+v", e.Seq, one, m)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -150,6 +151,30 @@ type coordinator struct {
 	// or no container claims it (a leak suspect).
 	holds     map[string][]allocation.Hold
 	allocated map[uint64][]string
+	// leaving are, per device, the pools it was placed out of that may
+	// still give it out: they list it until they hear of its move, and
+	// an Allocate of it may be under way. It is listed as held in its new
+	// pool until each has let it go (pool.LetGo), or has stopped.
+	leaving map[string][]leave
+	// gen counts placements; stopping are the pools a reload removed,
+	// by PID Id, until they have stopped.
+	gen      uint64
+	stopping map[string]poolStopped
+}
+
+// leave is a pool a device was placed out of, in placement gen.
+type leave struct {
+	pool string
+	pid  *actor.PID
+	gen  uint64
+}
+
+// poolStopped is sent by the node to itself when a pool a reload removed
+// has stopped: behind the AllocationRecorded messages of the Allocates the
+// pool waited for (Terminated itself jumps the queue).
+type poolStopped struct {
+	pool string
+	pid  *actor.PID
 }
 
 // Receive implements actor.Actor.
@@ -169,13 +194,28 @@ func (n *coordinator) Receive(ctx actor.Context) {
 			if r := n.resources[m.Pool]; r != nil {
 				ctx.Send(pid, &pool.SetResource{Resource: r})
 			}
+			// The restarted pool's Allocates under way ended before it
+			// restarted: what it let go of with them is let go.
+			let := n.letGo(pid, math.MaxUint64, nil, func(addr string) bool { return n.owner[addr] != m.Pool })
 			ms := make([]allocation.Member, len(n.members[m.Pool]))
 			for i, old := range n.members[m.Pool] {
 				ms[i] = n.member(old.Device, m.Pool)
 			}
 			n.members[m.Pool] = ms
-			ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(ms), Reason: "pool restarted"})
+			ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(ms), Reason: "pool restarted", Gen: n.gen})
+			n.retellHolds(ctx, m.Pool, let, "let go by "+m.Pool+" (restarted)")
 		}
+	case *pool.LetGo:
+		let := n.letGo(m.From, m.Gen, m.Devices, nil)
+		n.retellHolds(ctx, m.Pool, let, "let go by "+m.Pool)
+	case *actor.Terminated:
+		if ps, ok := n.stopping[m.Who.Id]; ok {
+			delete(n.stopping, m.Who.Id)
+			ctx.Send(ctx.Self(), &ps)
+		}
+	case *poolStopped:
+		let := n.letGo(m.pid, math.MaxUint64, nil, nil)
+		n.retellHolds(ctx, m.pool, let, m.pool+" stopped")
 	case *sockets.Ready:
 		// Watch first, then look: whatever appeared before the watch is
 		// found by a reconcile now.
@@ -216,6 +256,8 @@ func (n *coordinator) Receive(ctx actor.Context) {
 			n.release(m.AllocationSeq)
 			n.retellHolds(ctx, m.Pool, m.DeviceIDs, fmt.Sprintf("allocation #%d of %s claimed by no container", m.AllocationSeq, m.Pool))
 		}
+	case *registrar.CheckWatched:
+		n.checkWatched(ctx, m)
 	case *registrar.SocketMissing:
 		if pid := n.pools[m.Pool]; pid != nil {
 			ctx.Send(pid, &pool.Reserve{Lost: m.Socket})
@@ -246,6 +288,58 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		ctx.Respond(&ChildPIDs{Scanner: n.scanner, Registrar: n.registrar, Health: n.health, Sockets: n.sockets,
 			Reconciler: n.reconciler, Pools: pools, Configured: slices.Sorted(maps.Keys(n.resources))})
 	}
+}
+
+// letGo forgets that the pool at pid may still give out devices: those of
+// ids (every device it is leaving when ids is nil) for which keep, when
+// set, says so, placed out of it in placement gen or before. It returns
+// the devices it forgot a leave of.
+func (n *coordinator) letGo(pid *actor.PID, gen uint64, ids []string, keep func(addr string) bool) []string {
+	if ids == nil {
+		for addr := range n.leaving {
+			ids = append(ids, addr)
+		}
+		slices.Sort(ids)
+	}
+	var out []string
+	for _, addr := range ids {
+		ls, ok := n.leaving[addr]
+		if !ok || (keep != nil && !keep(addr)) {
+			continue
+		}
+		kept := slices.DeleteFunc(slices.Clone(ls), func(l leave) bool { return l.pid.Equal(pid) && l.gen <= gen })
+		if len(kept) == len(ls) {
+			continue
+		}
+		if len(kept) == 0 {
+			delete(n.leaving, addr)
+		} else {
+			n.leaving[addr] = kept
+		}
+		out = append(out, addr)
+	}
+	return out
+}
+
+// checkWatched asks m's pool whether the kubelet watches its current
+// server, and tells the registrar.
+func (n *coordinator) checkWatched(ctx actor.Context, m *registrar.CheckWatched) {
+	answer := func(watching bool) {
+		ctx.Send(n.registrar, &registrar.Watched{Pool: m.Pool, Socket: m.Socket, Gen: m.Gen, Epoch: m.Epoch, Watching: watching})
+	}
+	pid := n.pools[m.Pool]
+	if pid == nil {
+		answer(false)
+		return
+	}
+	timeout := n.cfg.CallTimeout
+	if timeout <= 0 {
+		timeout = grpcapi.DefaultCallTimeout
+	}
+	ctx.ReenterAfter(ctx.RequestFuture(pid, &pool.Query{}, timeout), func(res any, err error) {
+		st, ok := res.(*pool.Status)
+		answer(err == nil && ok && st.Socket == m.Socket && st.Watching > 0)
+	})
 }
 
 // learn takes a verdict on addr, unless a newer one is known.
@@ -290,12 +384,18 @@ func (n *coordinator) release(seq uint64) {
 }
 
 // heldElsewhere are the live allocations holding addr that are not of
-// pool.
+// pool, and the other pools addr is leaving (as holds without a sequence
+// number).
 func (n *coordinator) heldElsewhere(addr, pool string) []allocation.Hold {
 	var out []allocation.Hold
 	for _, h := range n.holds[addr] {
 		if h.Pool != pool {
 			out = append(out, h)
+		}
+	}
+	for _, l := range n.leaving[addr] {
+		if l.pool != pool {
+			out = append(out, allocation.Hold{Pool: l.pool})
 		}
 	}
 	return out
@@ -317,7 +417,7 @@ func (n *coordinator) retellHolds(ctx actor.Context, from string, ids []string, 
 			ms[i] = n.member(ms[i].Device, name)
 		}
 		if pid := n.pools[name]; pid != nil {
-			ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(ms), Reason: reason})
+			ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(ms), Reason: reason, Gen: n.gen})
 		}
 	}
 }
@@ -368,6 +468,7 @@ func (n *coordinator) start(ctx actor.Context) {
 		n.resources[r.FullName()] = r
 	}
 	n.socketOf = map[string]string{}
+	n.leaving, n.stopping = map[string][]leave{}, map[string]poolStopped{}
 	n.holds, n.allocated = map[string][]allocation.Hold{}, map[uint64][]string{}
 	for seq, a := range st.Allocations {
 		if !a.LeakSuspected || a.Binding != nil {
@@ -449,6 +550,8 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 			members[name] = append(members[name], addr)
 		}
 	}
+	n.gen++
+	n.leave(owner)
 
 	var targets []health.Target
 	for _, pm := range sel.Pools {
@@ -477,7 +580,7 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 		n.members[pm.Name] = ms
 		if pid, ok := n.pools[pm.Name]; ok {
 			if changed {
-				ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(ms), Reason: reason})
+				ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(ms), Reason: reason, Gen: n.gen})
 			}
 		} else {
 			n.spawnPool(ctx, res, ms)
@@ -494,6 +597,33 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 	n.owner = owner
 	n.placed = true
 	ctx.Send(n.health, &health.Watch{Targets: targets})
+}
+
+// leave notes the devices that owner places out of a pool that may still
+// give them out (running, or stopping after a reload) and into another,
+// and forgets a leave of a pool that holds the device again.
+func (n *coordinator) leave(owner map[string]string) {
+	for addr, to := range owner {
+		if ls, ok := n.leaving[addr]; ok {
+			if ls = slices.DeleteFunc(ls, func(l leave) bool { return l.pool == to }); len(ls) == 0 {
+				delete(n.leaving, addr)
+			} else {
+				n.leaving[addr] = ls
+			}
+		}
+		from, ok := n.owner[addr]
+		if !ok || from == to {
+			continue
+		}
+		if pid := n.pools[from]; pid != nil {
+			n.leaving[addr] = append(n.leaving[addr], leave{pool: from, pid: pid, gen: n.gen})
+		}
+		for _, ps := range n.stopping {
+			if ps.pool == from {
+				n.leaving[addr] = append(n.leaving[addr], leave{pool: from, pid: ps.pid, gen: n.gen})
+			}
+		}
+	}
 }
 
 func (n *coordinator) spawnPool(ctx actor.Context, res *config.Resource, ms []allocation.Member) {
@@ -633,6 +763,7 @@ func (n *coordinator) reload(ctx actor.Context, reason string) *ReloadResult {
 			ctx.Send(n.registrar, &registrar.Undesire{Pool: name, Socket: socket})
 			delete(n.socketOf, socket)
 			ctx.Poison(pid)
+			n.stopping[pid.Id] = poolStopped{pool: name, pid: pid}
 		}
 		delete(n.pools, name)
 		delete(n.members, name)

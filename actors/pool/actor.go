@@ -74,6 +74,11 @@ type allocator struct {
 	held map[string][]uint64
 	// inflight counts devices in Allocates whose append has not returned.
 	inflight map[string]int
+	// leaving are devices that left the pool while an Allocate of them
+	// was under way: the parent hears they are let go (LetGo) once it
+	// ends. gen is the newest SetMembers applied.
+	leaving map[string]bool
+	gen     uint64
 	// appends counts the goroutines recording PluginServing.
 	appends sync.WaitGroup
 	// gate lets this incarnation, when it stops, wait for the Allocates
@@ -105,7 +110,7 @@ func (p *allocator) Receive(ctx actor.Context) {
 	case *actor.Stopped:
 		p.life.stop()
 	case *SetMembers:
-		p.setMembers(ctx, m.Members, m.Reason)
+		p.setMembers(ctx, m)
 	case *SetResource:
 		p.cfg.Resource = m.Resource
 		p.list = nil
@@ -160,6 +165,7 @@ func (p *allocator) start(ctx actor.Context) {
 	p.self, p.parent = ctx.Self(), ctx.Parent()
 	p.watchers = map[uint64]chan []*pluginapi.Device{}
 	p.inflight = map[string]int{}
+	p.leaving = map[string]bool{}
 	st := p.replayed
 	if st == nil {
 		s, err := p.cfg.Recorder.Replay()
@@ -187,15 +193,20 @@ func (p *allocator) start(ctx actor.Context) {
 	if pool, ok := st.Pools[p.name]; ok {
 		before = pool.Members
 	}
-	// A restarted pool's members are those it was spawned with: the
-	// ledger has the verdicts since.
+	// A restarted pool starts from the members its last incarnation was
+	// given (the parent sends the current ones, NeedMembers): the ledger
+	// has the verdicts since.
 	p.verdicts = map[string]verdict{}
 	for addr, d := range st.Devices {
 		if d.HealthSeq > 0 {
 			p.verdicts[addr] = verdict{healthy: d.Healthy, seq: d.HealthSeq}
 		}
 	}
-	p.members, p.order = p.index(p.cfg.Members)
+	ms := p.cfg.Members
+	if p.life.members != nil {
+		ms, p.gen = p.life.members, p.life.gen
+	}
+	p.members, p.order = p.index(ms)
 	p.publishView()
 	p.recordMembership(ctx, before, "daemon start")
 
@@ -334,7 +345,10 @@ func (p *allocator) recordMembership(ctx actor.Context, before []string, reason 
 		}
 	}
 	for _, addr := range added {
-		if hs := p.members[addr].HeldElsewhere; len(hs) > 0 {
+		// A pool the device is leaving lets it go within moments: that
+		// is not worth a word in the ledger.
+		hs := slices.DeleteFunc(slices.Clone(p.members[addr].HeldElsewhere), allocation.Hold.Leaving)
+		if len(hs) > 0 {
 			arrived = append(arrived, addr+" by "+holdList(hs))
 		}
 	}
@@ -360,13 +374,38 @@ func (p *allocator) recordMembership(ctx actor.Context, before []string, reason 
 		Int("members", len(p.order)).Str("reason", reason).Uint64("seq", envs[0].Seq).Msg("pool membership changed")
 }
 
-func (p *allocator) setMembers(ctx actor.Context, ms []allocation.Member, reason string) {
+func (p *allocator) setMembers(ctx actor.Context, m *SetMembers) {
 	before := p.order
-	p.members, p.order = p.index(ms)
+	p.members, p.order = p.index(m.Members)
+	p.gen = max(p.gen, m.Gen)
+	p.life.members, p.life.gen = m.Members, p.gen
 	p.list = nil
 	p.publishView()
-	p.recordMembership(ctx, before, reason)
+	p.recordMembership(ctx, before, m.Reason)
 	p.broadcast()
+	added, removed := diffSorted(before, p.order)
+	for _, addr := range added {
+		delete(p.leaving, addr)
+	}
+	for _, addr := range removed {
+		p.leaving[addr] = true
+	}
+	p.letGo(ctx, removed)
+}
+
+// letGo tells the parent which of ids have left the pool with no Allocate
+// of them under way; the others are let go when their Allocates end.
+func (p *allocator) letGo(ctx actor.Context, ids []string) {
+	var gone []string
+	for _, id := range ids {
+		if p.leaving[id] && p.inflight[id] == 0 {
+			delete(p.leaving, id)
+			gone = append(gone, id)
+		}
+	}
+	if len(gone) > 0 {
+		ctx.Send(ctx.Parent(), &LetGo{Pool: p.name, From: ctx.Self(), Gen: p.gen, Devices: gone})
+	}
 }
 
 // holdList names hs: "#12 of intel.com/a, #15 of intel.com/b".
@@ -460,7 +499,7 @@ func (p *allocator) release(seq uint64) {
 }
 
 func (p *allocator) status() *Status {
-	st := &Status{Resource: p.name, Socket: p.cfg.Socket, Members: len(p.order), Held: map[string][]uint64{}}
+	st := &Status{Resource: p.name, Socket: p.cfg.Socket, Members: len(p.order), Held: map[string][]uint64{}, Watching: len(p.watchers)}
 	for _, m := range p.members {
 		if m.Usable() { // as the kubelet sees it
 			st.Healthy++
@@ -560,6 +599,9 @@ func (p *allocator) persisted(ctx actor.Context, m *persisted) {
 				delete(p.inflight, id)
 			}
 		}
+		// The parent heard of the allocation (AllocationRecorded) before
+		// this: it knows what holds the devices when they are let go.
+		p.letGo(ctx, ids)
 	}
 	if m.refused {
 		return
@@ -581,7 +623,7 @@ func (p *allocator) persisted(ctx actor.Context, m *persisted) {
 				// before its predecessor's outcome reached it.
 				continue
 			}
-			elsewhere := p.members[id].HeldElsewhere
+			elsewhere := slices.DeleteFunc(slices.Clone(p.members[id].HeldElsewhere), allocation.Hold.Leaving)
 			if len(prev) > 0 || len(elsewhere) > 0 {
 				seqs := append(slices.Clone(prev), e.Seq)
 				for _, h := range elsewhere {

@@ -51,6 +51,11 @@ type lifetime struct {
 	// lastServing is closed when the newest PluginServing append returned
 	// (the actor's goroutine only).
 	lastServing <-chan struct{}
+	// members and gen are the last SetMembers applied (the actor's
+	// goroutine only): a restarted pool starts from them, not from the
+	// members it was spawned with.
+	members []allocation.Member
+	gen     uint64
 }
 
 func newLifetime() *lifetime {

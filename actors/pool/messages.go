@@ -3,6 +3,7 @@ package pool
 import (
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/devledger/devledger/actors/pool/allocation"
@@ -19,6 +20,9 @@ import (
 type SetMembers struct {
 	Members []allocation.Member
 	Reason  string
+	// Gen is the parent's placement these members come from; the pool
+	// names the newest it applied when it lets devices go (LetGo).
+	Gen uint64
 }
 
 // SetResource gives the pool its new definition after a config change (its
@@ -62,6 +66,9 @@ type Status struct {
 	Healthy  int
 	// Held maps a device to the live allocations holding it.
 	Held map[string][]uint64
+	// Watching counts the ListAndWatch streams open on the pool's
+	// current server (the kubelet's).
+	Watching int
 }
 
 // Crash makes the pool panic: fault injection for tests of supervision.
@@ -103,6 +110,17 @@ type AllocationRecorded struct {
 	Seq       uint64
 	DeviceIDs []string
 	At        time.Time
+}
+
+// LetGo tells the parent that the pool no longer lists Devices, and that
+// no Allocate of them is under way: a pool they moved to may give them
+// out now. Gen is the newest SetMembers the pool applied; From is the
+// pool's PID (a pool removed and added again has a new one).
+type LetGo struct {
+	Pool    string
+	From    *actor.PID
+	Gen     uint64
+	Devices []string
 }
 
 // NeedMembers asks the parent for the pool's current members (a restarted

@@ -9,6 +9,7 @@ package registrar
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,6 +45,19 @@ type Config struct {
 type SocketMissing struct {
 	Pool   string
 	Socket string
+}
+
+// CheckWatched is sent to the parent when the kubelet refused a Register
+// because it holds a connection to the pool's socket path ("device plugin
+// already connected"). The parent answers with Watched: if the kubelet
+// watches the pool's current server, its registration stands; if not, its
+// connection is to a server that is gone (a crashed pool's, the kubelet has
+// not noticed yet), and the Register is tried again after a backoff.
+type CheckWatched struct {
+	Pool   string
+	Socket string
+	Gen    uint64
+	Epoch  int
 }
 
 // Props returns the props of a registrar.
@@ -83,7 +97,11 @@ type registrar struct {
 	// inflight holds pools with a Register call out.
 	inflight map[string]bool
 	// retrying holds pools waiting for a retry timer.
-	retrying  map[string]*time.Timer
+	retrying map[string]*time.Timer
+	// refused holds the error of a Register the kubelet refused as
+	// already connected, until the parent says whether the kubelet
+	// watches the pool (Watched).
+	refused   map[string]error
 	failures  map[string]int
 	lastError map[string]string
 
@@ -108,6 +126,7 @@ func (r *registrar) Receive(ctx actor.Context) {
 		r.retrying = map[string]*time.Timer{}
 		r.failures = map[string]int{}
 		r.lastError = map[string]string{}
+		r.refused = map[string]error{}
 	case *actor.Stopping, *actor.Restarting:
 		for _, t := range r.retrying {
 			t.Stop()
@@ -153,6 +172,8 @@ func (r *registrar) Receive(ctx actor.Context) {
 		r.kubeletReported(m)
 	case *registerResult:
 		r.registered(ctx, m)
+	case *Watched:
+		r.watched(ctx, m)
 	case *retry:
 		delete(r.retrying, m.pool)
 		r.reconcile(ctx)
@@ -232,28 +253,60 @@ func (r *registrar) registered(ctx actor.Context, m *registerResult) {
 		return
 	}
 	if errors.Is(m.err, grpcapi.ErrAlreadyConnected) {
-		// The current kubelet holds a live connection to this socket: an
-		// earlier Register of it (one whose answer crossed a kubelet
-		// restart, say) stands. Registering again would only be refused.
-		m.err = nil
-	}
-	if m.err != nil {
-		r.failures[m.pool]++
-		n := r.failures[m.pool]
-		r.lastError[m.pool] = m.err.Error()
-		r.record(events.RegistrationFailed{Pool: m.pool, Socket: d.socket, Mode: string(r.cfg.Mode), Error: m.err.Error(), Attempt: n}, nil)
-		delay := r.backoff(n)
-		r.cfg.Log.Warn().Err(m.err).Str("pool", m.pool).Int("attempt", n).Dur("retry_in", delay).Msg("registration failed")
-		self, root := ctx.Self(), ctx.ActorSystem().Root
-		r.retrying[m.pool] = time.AfterFunc(delay, func() { root.Send(self, &retry{pool: m.pool}) })
+		// The kubelet holds a connection to this socket path: to the
+		// pool's current server (an earlier Register of it stands), or
+		// to one that is gone. The pool knows which; until it answers,
+		// the attempt counts as under way.
+		r.inflight[m.pool] = true
+		r.refused[m.pool] = m.err
+		ctx.Send(ctx.Parent(), &CheckWatched{Pool: m.pool, Socket: d.socket, Gen: d.gen, Epoch: m.epoch})
 		return
 	}
-	r.actual[m.pool] = acknowledged{gen: d.gen, epoch: m.epoch, socket: d.socket}
-	r.failures[m.pool] = 0
-	delete(r.lastError, m.pool)
-	pool, socket := m.pool, d.socket
+	if m.err != nil {
+		r.failed(ctx, m.pool, d, m.err)
+		return
+	}
+	r.acknowledge(m.pool, d, m.epoch, "pool registered with the kubelet")
+}
+
+// watched ends a refused Register (CheckWatched): acknowledged when the
+// kubelet watches the pool's current server, failed otherwise.
+func (r *registrar) watched(ctx actor.Context, m *Watched) {
+	err := r.refused[m.Pool]
+	delete(r.refused, m.Pool)
+	delete(r.inflight, m.Pool)
+	d, ok := r.desired[m.Pool]
+	if !ok || d.gen != m.Gen || m.Epoch != r.epoch || err == nil {
+		r.reconcile(ctx)
+		return
+	}
+	if m.Watching {
+		r.acknowledge(m.Pool, d, m.Epoch, "the kubelet is connected to the pool's server already; its registration stands")
+		return
+	}
+	r.failed(ctx, m.Pool, d, fmt.Errorf("%w; the kubelet is not watching the pool's current server: its connection is to one that is gone", err))
+}
+
+// failed records a failed attempt and schedules the next.
+func (r *registrar) failed(ctx actor.Context, pool string, d desire, err error) {
+	r.failures[pool]++
+	n := r.failures[pool]
+	r.lastError[pool] = err.Error()
+	r.record(events.RegistrationFailed{Pool: pool, Socket: d.socket, Mode: string(r.cfg.Mode), Error: err.Error(), Attempt: n}, nil)
+	delay := r.backoff(n)
+	r.cfg.Log.Warn().Err(err).Str("pool", pool).Int("attempt", n).Dur("retry_in", delay).Msg("registration failed")
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	r.retrying[pool] = time.AfterFunc(delay, func() { root.Send(self, &retry{pool: pool}) })
+}
+
+// acknowledge records that the kubelet has the pool registered.
+func (r *registrar) acknowledge(pool string, d desire, epoch int, msg string) {
+	r.actual[pool] = acknowledged{gen: d.gen, epoch: epoch, socket: d.socket}
+	r.failures[pool] = 0
+	delete(r.lastError, pool)
+	socket := d.socket
 	r.record(events.PluginRegistered{Pool: pool, Socket: socket, Mode: string(r.cfg.Mode)}, func(e events.Envelope) {
-		r.cfg.Log.Info().Str("pool", pool).Str("socket", socket).Uint64("seq", e.Seq).Msg("pool registered with the kubelet")
+		r.cfg.Log.Info().Str("pool", pool).Str("socket", socket).Uint64("seq", e.Seq).Msg(msg)
 	})
 }
 

@@ -396,3 +396,112 @@ func TestWatcherModeRecordsWhatTheKubeletReports(t *testing.T) {
 		t.Errorf("still registered after a new kubelet: %+v", p)
 	}
 }
+
+// A Register the kubelet refuses because it is connected to the socket
+// path already is settled by asking the parent whether the kubelet watches
+// the pool's current server (CheckWatched). When it does, the registration
+// stands: acknowledged, nothing failed, no Register again.
+func TestAlreadyConnectedToTheCurrentServerStands(t *testing.T) {
+	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
+	_, sock := r.registeredAndWatched(t, gpu)
+	// Desired again (say the registrar lost what it knew): the kubelet,
+	// connected, refuses.
+	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
+	check := next[*CheckWatched](t, r.family)
+	if check.Pool != gpu || check.Socket != sock {
+		t.Fatalf("CheckWatched %+v", *check)
+	}
+	r.Sys.Root.Send(r.Child, &Watched{Pool: check.Pool, Socket: check.Socket, Gen: check.Gen, Epoch: check.Epoch, Watching: true})
+	st := r.await(t, "acknowledged the registration that stands", func(st *Status) bool {
+		return st.Pools[gpu].Registered && len(r.recorded(t)) == 2
+	})
+	if p := st.Pools[gpu]; p.Failures != 0 || p.LastError != "" {
+		t.Errorf("status %+v, want no failure", p)
+	}
+	for _, p := range r.recorded(t) {
+		if _, ok := p.(events.PluginRegistered); !ok {
+			t.Errorf("recorded %+v, want PluginRegistered only", p)
+		}
+	}
+	r.Silent(t)
+	if n := len(r.kubelet.Rejections()); n != 1 {
+		t.Errorf("the kubelet refused %d Registers, want 1 (no retry)", n)
+	}
+}
+
+// When the kubelet's connection is to a server that is gone (a crashed
+// pool's, which it has not noticed yet), the refusal is a failure: the
+// Register is tried again until the kubelet, having noticed, takes it.
+func TestAlreadyConnectedToAServerThatIsGoneIsRetried(t *testing.T) {
+	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
+	old, sock := r.registeredAndWatched(t, gpu)
+	// The pool restarts: a new server on the same path, registered while
+	// the kubelet still holds its connection to the old one.
+	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
+	check := next[*CheckWatched](t, r.family)
+	if err := old.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r.serve(t, gpu)
+	// Each refusal is answered: not watched. The kubelet takes a retry
+	// once it noticed the old server go.
+	answered := 0
+	deadline := time.Now().Add(5 * time.Second)
+	for taken := false; !taken; {
+		r.Sys.Root.Send(r.Child, &Watched{Pool: check.Pool, Socket: check.Socket, Gen: check.Gen, Epoch: check.Epoch, Watching: false})
+		answered++
+		for {
+			if m, ok := r.Heard(); ok {
+				if check, ok = m.(*CheckWatched); !ok {
+					t.Fatalf("parent heard %#v", m)
+				}
+				break
+			}
+			if n := registrations(r.kubelet, gpu); n == 2 {
+				taken = true
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no retry taken or refused within 5s (%d answered)", answered)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	st := r.await(t, "registered the new server", registered(gpu))
+	var failed []events.RegistrationFailed
+	for _, p := range r.recorded(t) {
+		if f, ok := p.(events.RegistrationFailed); ok {
+			failed = append(failed, f)
+		}
+	}
+	if len(failed) != answered || !strings.Contains(failed[0].Error, "not watching the pool's current server") {
+		t.Errorf("recorded failures %+v, want %d naming the gone server", failed, answered)
+	}
+	if st.Pools[gpu].Failures != 0 {
+		t.Errorf("status %+v after the registration", st.Pools[gpu])
+	}
+}
+
+// registrations counts the Registers of pool the kubelet took.
+func registrations(k *kubelettest.Kubelet, pool string) int {
+	n := 0
+	for _, reg := range k.Registrations() {
+		if reg.Resource == pool {
+			n = max(n, reg.Count)
+		}
+	}
+	return n
+}
+
+// registeredAndWatched serves pool, has it registered, and waits until the
+// kubelet watches it (its ListAndWatch sent a list).
+func (r *registrarUnderTest) registeredAndWatched(t *testing.T, pool string) (*grpcapi.PoolServer, string) {
+	t.Helper()
+	srv, sock := r.serve(t, pool)
+	r.Sys.Root.Send(r.Child, &Desire{Pool: pool, Socket: sock})
+	r.await(t, "registered the pool", registered(pool))
+	if _, err := r.kubelet.WaitDevices(ctxFor(t), pool, func([]*pluginapi.Device) bool { return true }); err != nil {
+		t.Fatal(err)
+	}
+	return srv, sock
+}

@@ -42,6 +42,16 @@ type KubeletReported struct {
 	Reason        string
 }
 
+// Watched answers CheckWatched: whether the pool's current server has the
+// kubelet's ListAndWatch. The fields but Watching are CheckWatched's.
+type Watched struct {
+	Pool     string
+	Socket   string
+	Gen      uint64
+	Epoch    int
+	Watching bool
+}
+
 // Reconcile asks for a reconcile now (the socket watcher's watch is in
 // place: a kubelet that appeared before it is registered with).
 type Reconcile struct{}

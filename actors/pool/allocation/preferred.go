@@ -21,17 +21,29 @@ type Member struct {
 	// the device: it came to this pool (a config change, a driver rebind)
 	// while a container of another resource has it. The kubelet of this
 	// resource cannot know that, so the device is listed unhealthy until
-	// they are released.
+	// they are released. A hold without a sequence number is a pool the
+	// device moved out of that may still give it out (it has not heard of
+	// the move yet, or an Allocate of it is under way there).
 	HeldElsewhere []Hold
 }
 
-// Hold is a live allocation that holds a device.
+// Hold is a live allocation that holds a device (Seq is its
+// DevicesAllocated), or, with Seq 0, a pool the device is leaving.
 type Hold struct {
 	Pool string
 	Seq  uint64
 }
 
-func (h Hold) String() string { return fmt.Sprintf("#%d of %s", h.Seq, h.Pool) }
+// Leaving says the hold is a pool the device is leaving, not an
+// allocation.
+func (h Hold) Leaving() bool { return h.Seq == 0 }
+
+func (h Hold) String() string {
+	if h.Leaving() {
+		return "the move from " + h.Pool
+	}
+	return fmt.Sprintf("#%d of %s", h.Seq, h.Pool)
+}
 
 // Usable says whether the kubelet may give the device out: its probes
 // pass and no other pool's allocation holds it.

@@ -1,0 +1,78 @@
+package node
+
+import (
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/devledger/devledger/actors/pool/allocation"
+	"github.com/devledger/devledger/sysfs"
+)
+
+// A device placed out of a pool that may still give it out is listed as
+// held in its new pool until that pool lets it go (in the placement that
+// moved it, or a later one) or stops; a device placed back in the pool it
+// was leaving needs no letting go; a pool removed by a reload holds what
+// it is leaving until it has stopped.
+func TestMovedDeviceHeldUntilItsOldPoolLetsGo(t *testing.T) {
+	const x, y = "0000:3b:02.0", "0000:3b:02.1"
+	const a, b, c = "example.com/a", "example.com/b", "example.com/c"
+	pidA, pidB, pidC := actor.NewPID("nonhost", "a"), actor.NewPID("nonhost", "b"), actor.NewPID("nonhost", "c")
+	n := &coordinator{
+		owner:    map[string]string{x: a, y: a},
+		pools:    map[string]*actor.PID{a: pidA, b: pidB, c: pidC},
+		leaving:  map[string][]leave{},
+		stopping: map[string]poolStopped{},
+		holds:    map[string][]allocation.Hold{},
+	}
+	usable := func(addr, pool string) bool {
+		return n.member(sysfs.Device{Address: addr}, pool).Usable()
+	}
+	place := func(owner map[string]string) {
+		n.gen++
+		n.leave(owner)
+		n.owner = owner
+	}
+
+	place(map[string]string{x: b, y: a}) // gen 1: x moves to b
+	if usable(x, b) || !usable(y, a) {
+		t.Fatalf("after the move: x usable in b %v (want false), y in a %v (want true)", usable(x, b), usable(y, a))
+	}
+	if hs := n.member(sysfs.Device{Address: x}, b).HeldElsewhere; len(hs) != 1 || !hs[0].Leaving() || hs[0].Pool != a {
+		t.Errorf("x in b is held by %v, want the move from a", hs)
+	}
+	if got := n.letGo(pidB, 1, []string{x}, nil); got != nil {
+		t.Errorf("b let go of %v, which it never held", got)
+	}
+	if got := n.letGo(pidA, 0, []string{x}, nil); got != nil {
+		t.Errorf("a, in a placement before the move, let go of %v", got)
+	}
+	if got := n.letGo(pidA, 1, []string{x}, nil); !slices.Equal(got, []string{x}) || !usable(x, b) {
+		t.Errorf("a let go of %v in gen 1; x usable in b: %v; want x, true", got, usable(x, b))
+	}
+
+	// x moves to c, and back to b before c lets it go: b lists it as
+	// held by nothing but c, which must let it go; then c takes it back.
+	place(map[string]string{x: c, y: a}) // gen 2
+	place(map[string]string{x: b, y: a}) // gen 3
+	if hs := n.member(sysfs.Device{Address: x}, b).HeldElsewhere; len(hs) != 1 || hs[0].Pool != c {
+		t.Errorf("x back in b is held by %v, want the move from c only", hs)
+	}
+	place(map[string]string{x: c, y: a}) // gen 4: back in c, leaving b
+	if hs := n.member(sysfs.Device{Address: x}, c).HeldElsewhere; len(hs) != 1 || hs[0].Pool != b {
+		t.Errorf("x back in c is held by %v, want the move from b only", hs)
+	}
+
+	// A reload removes a: y goes to b, held until a has stopped.
+	delete(n.pools, a)
+	n.stopping[pidA.Id] = poolStopped{pool: a, pid: pidA}
+	place(map[string]string{x: c, y: b}) // gen 5
+	if usable(y, b) {
+		t.Error("y usable in b while a, removed, is still stopping")
+	}
+	if got := n.letGo(pidA, math.MaxUint64, nil, nil); !slices.Equal(got, []string{y}) || !usable(y, b) {
+		t.Errorf("a stopped: let go of %v, y usable in b %v; want y, true", got, usable(y, b))
+	}
+}

@@ -1,0 +1,121 @@
+package pool
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/devledger/devledger/actors/internal/actortest"
+	"github.com/devledger/devledger/actors/ledger"
+	"github.com/devledger/devledger/actors/pool/allocation"
+	"github.com/devledger/devledger/config"
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi"
+	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/store"
+	"github.com/devledger/devledger/sysfs"
+)
+
+// gate holds every Record that appends a DevicesAllocated, once it is
+// durable, until it is opened: an Allocate under way, for as long as the
+// test needs.
+type gate struct {
+	once   sync.Once
+	held   chan struct{} // closed when the first Allocate's Record is held
+	open   chan struct{}
+	closed bool
+}
+
+func (g *gate) observe(envs []events.Envelope) {
+	for _, e := range envs {
+		if e.Type == events.TypeDevicesAllocated {
+			g.once.Do(func() { close(g.held) })
+			<-g.open
+			return
+		}
+	}
+}
+
+// A device leaves a pool (SetMembers without it) while an Allocate of it
+// is under way there: the pool lets it go (LetGo) only after the parent
+// heard of the allocation (AllocationRecorded), so that the pool the device
+// moved to lists it as held from the first moment it may give it out. A
+// device with no Allocate under way is let go at once. Each LetGo names the
+// newest SetMembers applied.
+func TestLetGoWaitsForTheAllocatesUnderWay(t *testing.T) {
+	const x, y = "0000:3b:02.0", "0000:3b:02.1"
+	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	g := &gate{held: make(chan struct{}), open: make(chan struct{})}
+	t.Cleanup(func() {
+		if !g.closed {
+			close(g.open)
+		}
+	})
+	rec := ledger.NewRecorder(l, "boot-1", nil)
+	rec.Observe(g.observe)
+	member := func(addr string) allocation.Member {
+		return allocation.Member{Device: sysfs.Device{Address: addr, NUMANode: -1}, Healthy: true}
+	}
+	socket := filepath.Join(kubelettest.ShortTempDir(t), "vf.sock")
+	f := actortest.Spawn(t, Props(Config{
+		Resource: &config.Resource{Prefix: "example.com", Name: "vf", DeviceType: config.GenericPCI},
+		Members:  []allocation.Member{member(x), member(y)}, Recorder: rec, Replayed: &events.State{},
+		Socket: socket, Mode: grpcapi.ModeLegacy, Log: zerolog.Nop(),
+	}))
+	actortest.Next[*Serving](t, f)
+
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	allocated := make(chan error, 1)
+	go func() {
+		_, err := pluginapi.NewDevicePluginClient(conn).Allocate(context.Background(), &pluginapi.AllocateRequest{
+			ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{x}}}})
+		allocated <- err
+	}()
+	select {
+	case <-g.held:
+	case err := <-allocated:
+		t.Fatalf("Allocate returned %v before its append was held", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Allocate never reached the ledger")
+	}
+
+	// x leaves while its Allocate is under way: not let go yet.
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(y)}, Reason: "test", Gen: 7})
+	f.Silent(t)
+	// y leaves with nothing under way: let go at once.
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: nil, Reason: "test", Gen: 8})
+	if m := actortest.Next[*LetGo](t, f); !slices.Equal(m.Devices, []string{y}) || m.Gen != 8 || !m.From.Equal(f.Child) || m.Pool != "example.com/vf" {
+		t.Errorf("LetGo %+v, want %s in gen 8 from the pool", *m, y)
+	}
+	f.Silent(t)
+
+	// The Allocate ends: the parent hears of it, then x is let go.
+	g.closed = true
+	close(g.open)
+	if err := <-allocated; err != nil {
+		t.Fatalf("Allocate: %v", err)
+	}
+	if m := actortest.Next[*AllocationRecorded](t, f); !slices.Equal(m.DeviceIDs, []string{x}) {
+		t.Errorf("AllocationRecorded %+v, want %s", *m, x)
+	}
+	if m := actortest.Next[*LetGo](t, f); !slices.Equal(m.Devices, []string{x}) || m.Gen != 8 {
+		t.Errorf("LetGo %+v, want %s in gen 8", *m, x)
+	}
+	f.Silent(t)
+}
