@@ -88,7 +88,8 @@ type healthBench struct {
 
 // verdictClock is the daemon's log output. It keeps no line; it notes when
 // the health checker logged "device health changed", which the checker
-// does after the verdict's append returned and before it tells the pool.
+// does after the verdict's append returned and it told the pools (a
+// message each).
 type verdictClock struct {
 	mu sync.Mutex
 	at []time.Time
@@ -273,7 +274,8 @@ type sample struct {
 	total, standin time.Duration
 	// probe: trigger to the checker's Record call (the envelope's time):
 	// two mailbox hops and the probe round. persist: Record to the
-	// verdict logged (encoding, the bbolt commit and its fsyncs).
+	// verdict logged (encoding, the bbolt commit and its fsyncs, the
+	// messages to the pools).
 	// publish: verdict logged to the list's Recv (the pool's hop, its
 	// list, gRPC).
 	probe, persist, publish time.Duration

@@ -357,14 +357,18 @@ func (c *checker) round(ctx actor.Context, targets []Target) {
 		v.Seq = envs[i].Seq
 		d := c.devices[v.Address]
 		d.healthy, d.reason, d.seq = v.Healthy, v.Reason, v.Seq
+	}
+	// The pools first: a PF going down logs a line per VF, and the
+	// kubelet need not wait for them.
+	tellPools(ctx, verdicts)
+	ctx.Send(ctx.Parent(), &Changed{Verdicts: verdicts})
+	for _, v := range verdicts {
 		ev := c.cfg.Log.Info()
 		if !v.Healthy {
 			ev = c.cfg.Log.Warn()
 		}
-		ev.Str("bdf", v.Address).Bool("healthy", v.Healthy).Str("reason", v.Reason).Uint64("seq", envs[i].Seq).Msg("device health changed")
+		ev.Str("bdf", v.Address).Bool("healthy", v.Healthy).Str("reason", v.Reason).Uint64("seq", v.Seq).Msg("device health changed")
 	}
-	tellPools(ctx, verdicts)
-	ctx.Send(ctx.Parent(), &Changed{Verdicts: verdicts})
 }
 
 // judge takes t's probe result r at now and returns its new verdict (nil
