@@ -219,3 +219,38 @@ func TestRestartedPoolKeepsItsLastMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A crashed pool registers again even when the kubelet is slow to notice
+// that the old server's ListAndWatch ended: the kubelet refuses the new
+// Register as already connected (to the server that is gone), the pool
+// says it is not watched, and the registrar tries again until the kubelet
+// takes it.
+func TestCrashedPoolRegistersAgainWithASlowKubelet(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{NoticeDelay: 400 * time.Millisecond})
+	d := n.start(t)
+	ctx := supervisionCtx(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+		t.Fatal(err)
+	}
+	kids, err := d.Children(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashed := time.Now()
+	crash(d, kids.Pools[vfioPool], "test")
+	if _, err := n.kubelet.RegisteredAfter(ctx, []string{vfioPool}, crashed); err != nil {
+		t.Fatalf("the crashed pool was not registered again: %v", err)
+	}
+	refused := 0
+	for _, r := range n.kubelet.Rejections() {
+		if r.Resource == vfioPool && strings.Contains(r.Reason, "already connected") {
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Errorf("the kubelet refused no Register as already connected: the test did not make the case it is about")
+	}
+	if _, err := n.kubelet.WaitDevices(ctx, vfioPool, func(ds []*pluginapi.Device) bool { return len(ds) == 5 }); err != nil {
+		t.Errorf("the kubelet does not list the restarted pool's devices: %v", err)
+	}
+}

@@ -94,8 +94,10 @@ type allocator struct {
 	list   []*pluginapi.Device
 	stale  []string
 	server *grpcapi.PoolServer
-	self   *actor.PID
-	parent *actor.PID
+	// incarnation numbers this incarnation, whose server is p.server.
+	incarnation uint64
+	self        *actor.PID
+	parent      *actor.PID
 	// life is what outlives this incarnation (see lifetime).
 	life *lifetime
 }
@@ -137,6 +139,14 @@ func (p *allocator) Receive(ctx actor.Context) {
 	case *Crash:
 		panic(fmt.Sprintf("pool %s: injected crash: %s", p.name, m.Reason))
 	case *watchReq:
+		if m.incarnation != p.incarnation {
+			// Opened on the server of an incarnation before this one,
+			// which is stopping: the stream ends, and the kubelet, seeing
+			// it end, takes the registration of this one's server.
+			close(m.ch)
+			m.reply <- struct{}{}
+			break
+		}
 		p.watchers[m.id] = m.ch
 		push(m.ch, p.deviceList())
 		m.reply <- struct{}{}
@@ -214,7 +224,9 @@ func (p *allocator) start(ctx actor.Context) {
 	// published; calls that came while the pool restarted go on now.
 	p.gate = &allocGate{}
 	p.life.open(p.gate)
-	p.server = grpcapi.NewPoolServer(p.name, &backend{root: ctx.ActorSystem().Root, pid: ctx.Self(), timeout: p.callTimeout(), pool: p.name, observe: p.cfg.ObserveAllocate, life: p.life},
+	p.life.incarnations++
+	p.incarnation = p.life.incarnations
+	p.server = grpcapi.NewPoolServer(p.name, &backend{root: ctx.ActorSystem().Root, pid: ctx.Self(), timeout: p.callTimeout(), pool: p.name, observe: p.cfg.ObserveAllocate, life: p.life, incarnation: p.incarnation},
 		grpcapi.PoolServerOptions{Mode: p.cfg.Mode, Observer: observer{root: ctx.ActorSystem().Root, pid: ctx.Self(), pool: p.name},
 			CallTimeout: p.callTimeout(), Logger: p.cfg.Log})
 	if err := p.server.Serve(p.cfg.Socket); err != nil {

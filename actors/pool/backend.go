@@ -25,6 +25,10 @@ type backend struct {
 	// has stopped for good (a request still in its mailbox then will never
 	// be answered).
 	life *lifetime
+	// incarnation is the one whose server this backend serves: a stream
+	// that server opens is refused by a later incarnation (the server is
+	// stopping, and its streams go with it).
+	incarnation uint64
 }
 
 var watchIDs atomic.Uint64
@@ -58,7 +62,7 @@ func (b *backend) WatchDevices(ctx context.Context) (<-chan []*pluginapi.Device,
 	id := watchIDs.Add(1)
 	ch := make(chan []*pluginapi.Device, 1)
 	reply := make(chan struct{}, 1)
-	b.root.Send(b.pid, &watchReq{id: id, ch: ch, reply: reply})
+	b.root.Send(b.pid, &watchReq{id: id, ch: ch, reply: reply, incarnation: b.incarnation})
 	if _, err := await(ctx, b, reply); err != nil {
 		// The request may still reach the actor: take the watcher back.
 		b.root.Send(b.pid, &unwatchReq{id: id})

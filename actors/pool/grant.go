@@ -56,6 +56,9 @@ type lifetime struct {
 	// members it was spawned with.
 	members []allocation.Member
 	gen     uint64
+	// incarnations counts the incarnations started (the actor's
+	// goroutine only).
+	incarnations uint64
 }
 
 func newLifetime() *lifetime {

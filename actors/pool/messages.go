@@ -138,6 +138,8 @@ type watchReq struct {
 	id    uint64
 	ch    chan []*pluginapi.Device
 	reply chan struct{}
+	// incarnation made the server the stream came in on.
+	incarnation uint64
 }
 
 type unwatchReq struct{ id uint64 }

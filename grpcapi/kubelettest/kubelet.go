@@ -88,6 +88,11 @@ type Options struct {
 	// kubelets before 1.25 did (the old manager.go ran addEndpoint in a
 	// goroutine); connection failures then show only as rejections.
 	AsyncRegister bool
+	// NoticeDelay is how long the kubelet takes to notice that a plugin's
+	// ListAndWatch ended (a loaded node): until then it counts the
+	// connection as live, and refuses a Register of the same socket path
+	// as already connected. Zero notices at once.
+	NoticeDelay time.Duration
 	// DialTimeout bounds dialing a plugin and its first calls; zero means
 	// DefaultDialTimeout.
 	DialTimeout time.Duration

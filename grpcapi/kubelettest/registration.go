@@ -180,6 +180,12 @@ func (k *Kubelet) listAndWatch(e *endpoint) {
 			k.devicesListed(e, resp.GetDevices(), received)
 		}
 	}
+	if d := k.opts.NoticeDelay; d > 0 {
+		select {
+		case <-time.After(d):
+		case <-e.ctx.Done():
+		}
+	}
 	k.disconnect(e, fmt.Sprintf("ListAndWatch ended: %v", err))
 }
 
