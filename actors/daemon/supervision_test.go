@@ -45,6 +45,17 @@ func poolStatus(t *testing.T, ctx context.Context, d *Daemon, pid *actor.PID) *p
 	return res.(*pool.Status)
 }
 
+// crashAndWaitRegistered crashes pool and waits until the kubelet took a
+// registration of it made after the crash.
+func crashAndWaitRegistered(ctx context.Context, t *testing.T, n *testNode, d *Daemon, kids *node.ChildPIDs, pool string) {
+	t.Helper()
+	crashed := time.Now()
+	crash(d, kids.Pools[pool], "test")
+	if _, err := n.kubelet.RegisteredAfter(ctx, []string{pool}, crashed); err != nil {
+		t.Fatalf("the crashed pool %s was not registered again: %v", pool, err)
+	}
+}
+
 // A panic in one pool's allocator restarts that allocator, which rebuilds
 // its allocations from the ledger and registers again; the other pool
 // keeps serving throughout, without being registered again.
@@ -70,11 +81,7 @@ func TestPoolCrashRestartsFromLedger(t *testing.T) {
 		t.Fatalf("pool holds %v before the crash, want %s once", before.Held, held)
 	}
 
-	crashed := time.Now()
-	crash(d, kids.Pools[vfioPool], "test")
-	if _, err := n.kubelet.RegisteredAfter(ctx, []string{vfioPool}, crashed); err != nil {
-		t.Fatalf("the crashed pool was not registered again: %v", err)
-	}
+	crashAndWaitRegistered(ctx, t, n, d, kids, vfioPool)
 	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
 		t.Fatal(err)
 	}
@@ -156,11 +163,7 @@ func TestPoolRestartKeepsItsVerdicts(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := poolStatus(t, ctx, d, kids.Pools[net])
-	crashed := time.Now()
-	crash(d, kids.Pools[net], "test")
-	if _, err := n.kubelet.RegisteredAfter(ctx, []string{net}, crashed); err != nil {
-		t.Fatal(err)
-	}
+	crashAndWaitRegistered(ctx, t, n, d, kids, net)
 	// The restarted pool's first list, and the members it asked for.
 	list, err := n.kubelet.WaitDevices(ctx, net, func(ds []*pluginapi.Device) bool { return len(ds) == before.Members })
 	if err != nil {
@@ -202,11 +205,7 @@ func TestRestartedPoolKeepsItsLastMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 	seq := d.Recorder().Log().LastSeq()
-	crashed := time.Now()
-	crash(d, kids.Pools[one], "test")
-	if _, err := n.kubelet.RegisteredAfter(ctx, []string{one}, crashed); err != nil {
-		t.Fatalf("the crashed pool was not registered again: %v", err)
-	}
+	crashAndWaitRegistered(ctx, t, n, d, kids, one)
 	if st := poolStatus(t, ctx, d, kids.Pools[one]); st.Members != 0 {
 		t.Errorf("the restarted pool has %d members, want none", st.Members)
 	}
@@ -236,11 +235,7 @@ func TestCrashedPoolRegistersAgainWithASlowKubelet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	crashed := time.Now()
-	crash(d, kids.Pools[vfioPool], "test")
-	if _, err := n.kubelet.RegisteredAfter(ctx, []string{vfioPool}, crashed); err != nil {
-		t.Fatalf("the crashed pool was not registered again: %v", err)
-	}
+	crashAndWaitRegistered(ctx, t, n, d, kids, vfioPool)
 	refused := 0
 	for _, r := range n.kubelet.Rejections() {
 		if r.Resource == vfioPool && strings.Contains(r.Reason, "already connected") {
