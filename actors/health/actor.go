@@ -359,9 +359,9 @@ func (c *checker) round(ctx actor.Context, targets []Target) {
 		d.healthy, d.reason, d.seq = v.Healthy, v.Reason, v.Seq
 	}
 	// The pools first: a PF going down logs a line per VF, and the
-	// kubelet need not wait for them.
+	// kubelet need not wait for them. The parent gets verdicts last: a
+	// message is not touched once sent.
 	tellPools(ctx, verdicts)
-	ctx.Send(ctx.Parent(), &Changed{Verdicts: verdicts})
 	for _, v := range verdicts {
 		ev := c.cfg.Log.Info()
 		if !v.Healthy {
@@ -369,6 +369,7 @@ func (c *checker) round(ctx actor.Context, targets []Target) {
 		}
 		ev.Str("bdf", v.Address).Bool("healthy", v.Healthy).Str("reason", v.Reason).Uint64("seq", v.Seq).Msg("device health changed")
 	}
+	ctx.Send(ctx.Parent(), &Changed{Verdicts: verdicts})
 }
 
 // judge takes t's probe result r at now and returns its new verdict (nil

@@ -524,13 +524,17 @@ func TestEachTargetAtItsOwnInterval(t *testing.T) {
 	fast, slow := target(devA, 0, 0), target(devB, 0, 0)
 	fast.Interval = 20 * time.Millisecond
 	c.watch(fast, slow) // slow: the checker's interval, an hour
-	time.Sleep(300 * time.Millisecond)
+	// Wait for five periodic rounds, however long the machine takes.
+	deadline := time.Now().Add(10 * time.Second)
+	for c.prober.count() < 6 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d rounds in 10s with a 20ms interval", c.prober.count())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	c.prober.mu.Lock()
 	rounds := slices.Clone(c.prober.rounds)
 	c.prober.mu.Unlock()
-	if len(rounds) < 5 {
-		t.Fatalf("%d rounds in 300ms with a 20ms interval: %v", len(rounds), rounds)
-	}
 	if !slices.Equal(rounds[0], []string{devA, devB}) {
 		t.Errorf("the Watch probed %v, want both targets", rounds[0])
 	}

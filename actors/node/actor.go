@@ -194,19 +194,15 @@ func (n *coordinator) Receive(ctx actor.Context) {
 			if r := n.resources[m.Pool]; r != nil {
 				ctx.Send(pid, &pool.SetResource{Resource: r})
 			}
-			// The restarted pool's Allocates under way ended before it
-			// restarted: what it let go of with them is let go.
-			let := n.letGo(pid, math.MaxUint64, nil, func(addr string) bool { return n.owner[addr] != m.Pool })
 			ms := make([]allocation.Member, len(n.members[m.Pool]))
 			for i, old := range n.members[m.Pool] {
 				ms[i] = n.member(old.Device, m.Pool)
 			}
 			n.members[m.Pool] = ms
 			ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(ms), Reason: "pool restarted", Gen: n.gen})
-			n.retellHolds(ctx, m.Pool, let, "let go by "+m.Pool+" (restarted)")
 		}
 	case *pool.LetGo:
-		let := n.letGo(m.From, m.Gen, m.Devices, nil)
+		let := n.letGo(m.From, m.Gen, m.Devices)
 		n.retellHolds(ctx, m.Pool, let, "let go by "+m.Pool)
 	case *actor.Terminated:
 		if ps, ok := n.stopping[m.Who.Id]; ok {
@@ -214,7 +210,7 @@ func (n *coordinator) Receive(ctx actor.Context) {
 			ctx.Send(ctx.Self(), &ps)
 		}
 	case *poolStopped:
-		let := n.letGo(m.pid, math.MaxUint64, nil, nil)
+		let := n.letGo(m.pid, math.MaxUint64, nil)
 		n.retellHolds(ctx, m.pool, let, m.pool+" stopped")
 	case *sockets.Ready:
 		// Watch first, then look: whatever appeared before the watch is
@@ -291,10 +287,9 @@ func (n *coordinator) Receive(ctx actor.Context) {
 }
 
 // letGo forgets that the pool at pid may still give out devices: those of
-// ids (every device it is leaving when ids is nil) for which keep, when
-// set, says so, placed out of it in placement gen or before. It returns
-// the devices it forgot a leave of.
-func (n *coordinator) letGo(pid *actor.PID, gen uint64, ids []string, keep func(addr string) bool) []string {
+// ids (every device it is leaving when ids is nil) placed out of it in
+// placement gen or before. It returns the devices it forgot a leave of.
+func (n *coordinator) letGo(pid *actor.PID, gen uint64, ids []string) []string {
 	if ids == nil {
 		for addr := range n.leaving {
 			ids = append(ids, addr)
@@ -304,7 +299,7 @@ func (n *coordinator) letGo(pid *actor.PID, gen uint64, ids []string, keep func(
 	var out []string
 	for _, addr := range ids {
 		ls, ok := n.leaving[addr]
-		if !ok || (keep != nil && !keep(addr)) {
+		if !ok {
 			continue
 		}
 		kept := slices.DeleteFunc(slices.Clone(ls), func(l leave) bool { return l.pid.Equal(pid) && l.gen <= gen })
@@ -393,8 +388,9 @@ func (n *coordinator) heldElsewhere(addr, pool string) []allocation.Hold {
 			out = append(out, h)
 		}
 	}
+	cur := n.pools[pool]
 	for _, l := range n.leaving[addr] {
-		if l.pool != pool {
+		if !l.pid.Equal(cur) {
 			out = append(out, allocation.Hold{Pool: l.pool})
 		}
 	}
@@ -605,24 +601,36 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 func (n *coordinator) leave(owner map[string]string) {
 	for addr, to := range owner {
 		if ls, ok := n.leaving[addr]; ok {
-			if ls = slices.DeleteFunc(ls, func(l leave) bool { return l.pool == to }); len(ls) == 0 {
+			// Back in a pool it was leaving: that pool lists it again
+			// (the same pool, not one of the same name added again).
+			pid := n.pools[to]
+			if ls = slices.DeleteFunc(ls, func(l leave) bool { return l.pid.Equal(pid) }); len(ls) == 0 {
 				delete(n.leaving, addr)
 			} else {
 				n.leaving[addr] = ls
 			}
 		}
 		from, ok := n.owner[addr]
-		if !ok || from == to {
+		if !ok {
 			continue
 		}
-		if pid := n.pools[from]; pid != nil {
-			n.leaving[addr] = append(n.leaving[addr], leave{pool: from, pid: pid, gen: n.gen})
+		if pid := n.pools[from]; pid != nil && from != to {
+			n.addLeave(addr, leave{pool: from, pid: pid, gen: n.gen})
 		}
+		// A pool a reload removed may give out what it had until it has
+		// stopped, even when one of the same name took its place.
 		for _, ps := range n.stopping {
 			if ps.pool == from {
-				n.leaving[addr] = append(n.leaving[addr], leave{pool: from, pid: ps.pid, gen: n.gen})
+				n.addLeave(addr, leave{pool: from, pid: ps.pid, gen: n.gen})
 			}
 		}
+	}
+}
+
+// addLeave notes l for addr, once per pool.
+func (n *coordinator) addLeave(addr string, l leave) {
+	if !slices.ContainsFunc(n.leaving[addr], func(o leave) bool { return o.pid.Equal(l.pid) }) {
+		n.leaving[addr] = append(n.leaving[addr], l)
 	}
 }
 

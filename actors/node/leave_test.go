@@ -43,13 +43,13 @@ func TestMovedDeviceHeldUntilItsOldPoolLetsGo(t *testing.T) {
 	if hs := n.member(sysfs.Device{Address: x}, b).HeldElsewhere; len(hs) != 1 || !hs[0].Leaving() || hs[0].Pool != a {
 		t.Errorf("x in b is held by %v, want the move from a", hs)
 	}
-	if got := n.letGo(pidB, 1, []string{x}, nil); got != nil {
+	if got := n.letGo(pidB, 1, []string{x}); got != nil {
 		t.Errorf("b let go of %v, which it never held", got)
 	}
-	if got := n.letGo(pidA, 0, []string{x}, nil); got != nil {
+	if got := n.letGo(pidA, 0, []string{x}); got != nil {
 		t.Errorf("a, in a placement before the move, let go of %v", got)
 	}
-	if got := n.letGo(pidA, 1, []string{x}, nil); !slices.Equal(got, []string{x}) || !usable(x, b) {
+	if got := n.letGo(pidA, 1, []string{x}); !slices.Equal(got, []string{x}) || !usable(x, b) {
 		t.Errorf("a let go of %v in gen 1; x usable in b: %v; want x, true", got, usable(x, b))
 	}
 
@@ -72,7 +72,25 @@ func TestMovedDeviceHeldUntilItsOldPoolLetsGo(t *testing.T) {
 	if usable(y, b) {
 		t.Error("y usable in b while a, removed, is still stopping")
 	}
-	if got := n.letGo(pidA, math.MaxUint64, nil, nil); !slices.Equal(got, []string{y}) || !usable(y, b) {
+	if got := n.letGo(pidA, math.MaxUint64, nil); !slices.Equal(got, []string{y}) || !usable(y, b) {
 		t.Errorf("a stopped: let go of %v, y usable in b %v; want y, true", got, usable(y, b))
+	}
+
+	// A reload removes c and a later one adds it again while the old c
+	// is still stopping: x, in c by name all along, is held in the new c
+	// until the old one has stopped.
+	if got := n.letGo(pidB, 4, []string{x}); !slices.Equal(got, []string{x}) {
+		t.Errorf("b let go of %v in gen 4, want x", got)
+	}
+	pidC2 := actor.NewPID("nonhost", "c2")
+	n.pools[c] = pidC2
+	n.stopping[pidC.Id] = poolStopped{pool: c, pid: pidC}
+	place(map[string]string{x: c, y: b}) // gen 6
+	place(map[string]string{x: c, y: b}) // gen 7: still one hold, not two
+	if hs := n.member(sysfs.Device{Address: x}, c).HeldElsewhere; len(hs) != 1 || hs[0].Pool != c {
+		t.Errorf("x in the new c is held by %v, want the old c's leaving once", hs)
+	}
+	if got := n.letGo(pidC, math.MaxUint64, nil); !slices.Equal(got, []string{x}) || !usable(x, c) {
+		t.Errorf("the old c stopped: let go of %v, x usable in the new c %v; want x, true", got, usable(x, c))
 	}
 }

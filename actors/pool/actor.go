@@ -72,13 +72,9 @@ type allocator struct {
 	verdicts map[string]verdict
 	// held maps a device to the live allocations holding it.
 	held map[string][]uint64
-	// inflight counts devices in Allocates whose append has not returned.
-	inflight map[string]int
-	// leaving are devices that left the pool while an Allocate of them
-	// was under way: the parent hears they are let go (LetGo) once it
-	// ends. gen is the newest SetMembers applied.
-	leaving map[string]bool
-	gen     uint64
+	// gen is the newest SetMembers applied. The devices in flight, and
+	// those that left the pool and are not let go yet, are in life.
+	gen uint64
 	// appends counts the goroutines recording PluginServing.
 	appends sync.WaitGroup
 	// gate lets this incarnation, when it stops, wait for the Allocates
@@ -158,12 +154,6 @@ func (p *allocator) Receive(ctx actor.Context) {
 	case *preferredReq:
 		resp, err := p.preferred(m.req)
 		m.reply <- preferredReply{resp: resp, err: err}
-	case *granted:
-		for _, ids := range m.devices {
-			for _, id := range ids {
-				p.inflight[id]++
-			}
-		}
 	case *persisted:
 		p.persisted(ctx, m)
 	case *kubeletSaid:
@@ -174,8 +164,6 @@ func (p *allocator) Receive(ctx actor.Context) {
 func (p *allocator) start(ctx actor.Context) {
 	p.self, p.parent = ctx.Self(), ctx.Parent()
 	p.watchers = map[uint64]chan []*pluginapi.Device{}
-	p.inflight = map[string]int{}
-	p.leaving = map[string]bool{}
 	st := p.replayed
 	if st == nil {
 		s, err := p.cfg.Recorder.Replay()
@@ -213,12 +201,15 @@ func (p *allocator) start(ctx actor.Context) {
 		}
 	}
 	ms := p.cfg.Members
-	if p.life.members != nil {
+	if p.life.membersSet {
 		ms, p.gen = p.life.members, p.life.gen
 	}
 	p.members, p.order = p.index(ms)
 	p.publishView()
 	p.recordMembership(ctx, before, "daemon start")
+	// What the last incarnation had not let go yet, with no Allocate of
+	// it under way now, is let go.
+	p.letGo(ctx, slices.Sorted(maps.Keys(p.life.leaving)))
 
 	// Allocates are admitted from here on, this incarnation's view
 	// published; calls that came while the pool restarted go on now.
@@ -390,28 +381,34 @@ func (p *allocator) setMembers(ctx actor.Context, m *SetMembers) {
 	before := p.order
 	p.members, p.order = p.index(m.Members)
 	p.gen = max(p.gen, m.Gen)
-	p.life.members, p.life.gen = m.Members, p.gen
+	p.life.members, p.life.membersSet, p.life.gen = m.Members, true, p.gen
 	p.list = nil
 	p.publishView()
 	p.recordMembership(ctx, before, m.Reason)
 	p.broadcast()
 	added, removed := diffSorted(before, p.order)
 	for _, addr := range added {
-		delete(p.leaving, addr)
+		delete(p.life.leaving, addr)
 	}
 	for _, addr := range removed {
-		p.leaving[addr] = true
+		p.life.leaving[addr] = true
 	}
 	p.letGo(ctx, removed)
 }
 
 // letGo tells the parent which of ids have left the pool with no Allocate
-// of them under way; the others are let go when their Allocates end.
+// of them under way; the others are let go when their Allocates end. The
+// view without them is published already, so no Allocate can take them
+// any more.
 func (p *allocator) letGo(ctx actor.Context, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	flying := p.life.flying()
 	var gone []string
 	for _, id := range ids {
-		if p.leaving[id] && p.inflight[id] == 0 {
-			delete(p.leaving, id)
+		if p.life.leaving[id] && flying[id] == 0 {
+			delete(p.life.leaving, id)
 			gone = append(gone, id)
 		}
 	}
@@ -496,7 +493,7 @@ func (p *allocator) publishView() {
 	if v.res.DeviceType == config.NetDevice {
 		v.devinfoDir = p.cfg.DevinfoDir
 	}
-	p.life.view.Store(v)
+	p.life.publish(v)
 }
 
 func (p *allocator) release(seq uint64) {
@@ -572,11 +569,12 @@ func push(ch chan []*pluginapi.Device, list []*pluginapi.Device) {
 }
 
 func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
-	held := make(map[string]bool, len(p.held)+len(p.inflight))
+	flying := p.life.flying()
+	held := make(map[string]bool, len(p.held)+len(flying))
 	for id := range p.held {
 		held[id] = true
 	}
-	for id := range p.inflight {
+	for id := range flying {
 		held[id] = true
 	}
 	for id, m := range p.members {
@@ -605,16 +603,10 @@ func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*plugi
 // Two Allocates of one device in flight together are caught too: whichever
 // is persisted second finds the other held.
 func (p *allocator) persisted(ctx actor.Context, m *persisted) {
-	for _, ids := range m.devices {
-		for _, id := range ids {
-			if p.inflight[id]--; p.inflight[id] <= 0 {
-				delete(p.inflight, id)
-			}
-		}
-		// The parent heard of the allocation (AllocationRecorded) before
-		// this: it knows what holds the devices when they are let go.
-		p.letGo(ctx, ids)
-	}
+	p.life.land(m.devices)
+	// The parent heard of the allocation (AllocationRecorded) before
+	// this: it knows what holds the devices when they are let go.
+	p.letGo(ctx, slices.Concat(m.devices...))
 	if m.refused {
 		return
 	}

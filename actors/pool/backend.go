@@ -84,16 +84,15 @@ func (b *backend) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) 
 	// The pool's members are read from its published view: no round trip
 	// to the actor. The gate makes a stopping incarnation wait for this
 	// call; a call that comes during a restart waits for the next one.
-	gate, v, err := b.life.admit(ctx, b.pool)
+	gate, err := b.life.admit(ctx, b.pool)
 	if err != nil {
 		return nil, err
 	}
 	defer gate.leave()
-	g, err := v.grant(req)
+	g, err := b.life.grant(req)
 	if err != nil {
 		return nil, err
 	}
-	b.root.Send(b.pid, &granted{devices: g.devices})
 	return g.run(ctx, b.root, b.pid)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -51,18 +52,74 @@ type lifetime struct {
 	// lastServing is closed when the newest PluginServing append returned
 	// (the actor's goroutine only).
 	lastServing <-chan struct{}
-	// members and gen are the last SetMembers applied (the actor's
+	// members and gen are the last SetMembers applied (set: one was) and
+	// leaving the devices it removed that are not let go yet (the actor's
 	// goroutine only): a restarted pool starts from them, not from the
 	// members it was spawned with.
-	members []allocation.Member
-	gen     uint64
+	members    []allocation.Member
+	membersSet bool
+	gen        uint64
+	leaving    map[string]bool
 	// incarnations counts the incarnations started (the actor's
 	// goroutine only).
 	incarnations uint64
+
+	// flightMu orders an Allocate's check of its devices against the
+	// view (grant) with the publishing of a new view: an Allocate either
+	// saw the new members, or counted its devices in inflight before they
+	// were published. inflight counts, per device, the Allocates that
+	// took it and whose outcome the actor has not heard yet (land).
+	flightMu sync.Mutex
+	inflight map[string]int
 }
 
 func newLifetime() *lifetime {
-	return &lifetime{gone: make(chan struct{}), next: make(chan struct{})}
+	return &lifetime{gone: make(chan struct{}), next: make(chan struct{}), inflight: map[string]int{}, leaving: map[string]bool{}}
+}
+
+// publish makes v the view Allocates grant from.
+func (l *lifetime) publish(v *poolView) {
+	l.flightMu.Lock()
+	l.view.Store(v)
+	l.flightMu.Unlock()
+}
+
+// grant checks req against the current view and counts its devices in
+// flight, in one step against publish.
+func (l *lifetime) grant(req *pluginapi.AllocateRequest) (*grant, error) {
+	l.flightMu.Lock()
+	defer l.flightMu.Unlock()
+	g, err := l.view.Load().grant(req)
+	if err != nil {
+		return nil, err
+	}
+	for _, ids := range g.devices {
+		for _, id := range ids {
+			l.inflight[id]++
+		}
+	}
+	return g, nil
+}
+
+// land ends the flight of an Allocate's devices (the actor heard its
+// outcome).
+func (l *lifetime) land(devices [][]string) {
+	l.flightMu.Lock()
+	defer l.flightMu.Unlock()
+	for _, ids := range devices {
+		for _, id := range ids {
+			if l.inflight[id]--; l.inflight[id] <= 0 {
+				delete(l.inflight, id)
+			}
+		}
+	}
+}
+
+// flying returns the devices in flight.
+func (l *lifetime) flying() map[string]int {
+	l.flightMu.Lock()
+	defer l.flightMu.Unlock()
+	return maps.Clone(l.inflight)
 }
 
 // stop says the pool has stopped for good.
@@ -78,23 +135,24 @@ func (l *lifetime) open(g *allocGate) {
 	l.next = make(chan struct{})
 }
 
-// admit lets an Allocate in by the current gate and returns it with the
-// view to answer from. A call that comes while the pool restarts waits
-// for the next incarnation, within ctx; after a stop for good it fails.
-func (l *lifetime) admit(ctx context.Context, pool string) (*allocGate, *poolView, error) {
+// admit lets an Allocate in by the current gate, which it returns; the
+// Allocate then takes its devices from the current view (grant). A call
+// that comes while the pool restarts waits for the next incarnation,
+// within ctx; after a stop for good it fails.
+func (l *lifetime) admit(ctx context.Context, pool string) (*allocGate, error) {
 	for {
 		l.mu.Lock()
 		g, next := l.gate, l.next
 		l.mu.Unlock()
 		if g != nil && g.enter() {
-			return g, l.view.Load(), nil
+			return g, nil
 		}
 		select {
 		case <-next:
 		case <-l.gone:
-			return nil, nil, fmt.Errorf("%w: pool %s has stopped", grpcapi.ErrUnavailable, pool)
+			return nil, fmt.Errorf("%w: pool %s has stopped", grpcapi.ErrUnavailable, pool)
 		case <-ctx.Done():
-			return nil, nil, fmt.Errorf("%w (pool %s did not come back from a restart in time)", ctx.Err(), pool)
+			return nil, fmt.Errorf("%w (pool %s did not come back from a restart in time)", ctx.Err(), pool)
 		}
 	}
 }
@@ -156,8 +214,7 @@ func (v *poolView) grant(req *pluginapi.AllocateRequest) (*grant, error) {
 }
 
 // grant is an Allocate the pool accepted: its devices count as in flight
-// (the actor heard so in granted) until the actor hears the outcome in
-// persisted.
+// (lifetime.grant) until the actor hears the outcome in persisted.
 type grant struct {
 	view    *poolView
 	devices [][]string

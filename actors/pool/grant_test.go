@@ -102,18 +102,21 @@ func TestAdmitWaitsOutARestart(t *testing.T) {
 	life := newLifetime()
 	first, second := &allocGate{}, &allocGate{}
 	v1, v2 := testView(), testView()
-	life.view.Store(v1)
+	life.publish(v1)
 	life.open(first)
-	g, v, err := life.admit(context.Background(), "example.com/vf")
-	if err != nil || g != first || v != v1 {
-		t.Fatalf("admit = %p, %p, %v; want the first gate and view", g, v, err)
+	g, err := life.admit(context.Background(), "example.com/vf")
+	if err != nil || g != first {
+		t.Fatalf("admit = %p, %v; want the first gate", g, err)
+	}
+	if gr, err := life.grant(request([]string{"0000:3b:02.0"})); err != nil || gr.view != v1 {
+		t.Fatalf("grant from %p, %v; want the first view", gr.view, err)
 	}
 	g.leave()
 
 	first.close() // the incarnation stops: a restart
 	admitted := make(chan *poolView, 1)
 	go func() {
-		g, v, err := life.admit(context.Background(), "example.com/vf")
+		g, err := life.admit(context.Background(), "example.com/vf")
 		if err != nil {
 			t.Error(err)
 			admitted <- nil
@@ -122,15 +125,21 @@ func TestAdmitWaitsOutARestart(t *testing.T) {
 		if g != second {
 			t.Errorf("admitted by gate %p, want the second %p", g, second)
 		}
+		gr, err := life.grant(request([]string{"0000:3b:02.1"}))
 		g.leave()
-		admitted <- v
+		if err != nil {
+			t.Error(err)
+			admitted <- nil
+			return
+		}
+		admitted <- gr.view
 	}()
 	select {
 	case <-admitted:
 		t.Fatal("admitted while no incarnation was open")
 	case <-time.After(50 * time.Millisecond):
 	}
-	life.view.Store(v2)
+	life.publish(v2)
 	life.open(second)
 	select {
 	case v := <-admitted:
@@ -143,12 +152,44 @@ func TestAdmitWaitsOutARestart(t *testing.T) {
 
 	second.close()
 	life.stop()
-	if _, _, err := life.admit(context.Background(), "example.com/vf"); !errors.Is(err, grpcapi.ErrUnavailable) {
+	if _, err := life.admit(context.Background(), "example.com/vf"); !errors.Is(err, grpcapi.ErrUnavailable) {
 		t.Errorf("admit after the pool stopped: %v, want Unavailable", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, _, err := newLifetime().admit(ctx, "example.com/vf"); !errors.Is(err, context.Canceled) {
+	if _, err := newLifetime().admit(ctx, "example.com/vf"); !errors.Is(err, context.Canceled) {
 		t.Errorf("admit with no incarnation and an ended ctx: %v, want it to end", err)
+	}
+}
+
+// An Allocate takes its devices from the view and counts them in flight in
+// one step: once a view without a device is published, either an Allocate
+// already counted the device (and the pool does not let it go until that
+// one lands) or it finds the device gone. There is no moment between the
+// check and the count in which the pool could let the device go.
+func TestGrantCountsItsDevicesAgainstPublish(t *testing.T) {
+	const a, b = "0000:3b:02.0", "0000:3b:02.1"
+	life := newLifetime()
+	v1 := testView()
+	life.publish(v1)
+	g, err := life.grant(request([]string{a}, []string{b}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := life.flying(); f[a] != 1 || f[b] != 1 || len(f) != 2 {
+		t.Fatalf("in flight after the grant: %v, want %s and %s once", f, a, b)
+	}
+	v2 := testView()
+	delete(v2.members, a)
+	life.publish(v2)
+	if _, err := life.grant(request([]string{a})); !errors.Is(err, grpcapi.ErrInvalidRequest) {
+		t.Errorf("a grant of %s after the view without it: %v, want refused", a, err)
+	}
+	if f := life.flying(); f[a] != 1 {
+		t.Errorf("in flight after the new view: %v; the first Allocate still holds %s", f, a)
+	}
+	life.land(g.devices)
+	if f := life.flying(); len(f) != 0 {
+		t.Errorf("in flight after the Allocate landed: %v, want none", f)
 	}
 }

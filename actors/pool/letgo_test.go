@@ -28,11 +28,14 @@ import (
 // durable, until it is opened: an Allocate under way, for as long as the
 // test needs.
 type gate struct {
-	once   sync.Once
-	held   chan struct{} // closed when the first Allocate's Record is held
-	open   chan struct{}
-	closed bool
+	once     sync.Once
+	held     chan struct{} // closed when the first Allocate's Record is held
+	open     chan struct{}
+	openOnce sync.Once
 }
+
+// release lets the held Records go on.
+func (g *gate) release() { g.openOnce.Do(func() { close(g.open) }) }
 
 func (g *gate) observe(envs []events.Envelope) {
 	for _, e := range envs {
@@ -50,26 +53,30 @@ func (g *gate) observe(envs []events.Envelope) {
 // moved to lists it as held from the first moment it may give it out. A
 // device with no Allocate under way is let go at once. Each LetGo names the
 // newest SetMembers applied.
-func TestLetGoWaitsForTheAllocatesUnderWay(t *testing.T) {
-	const x, y = "0000:3b:02.0", "0000:3b:02.1"
+
+const x, y = "0000:3b:02.0", "0000:3b:02.1"
+
+func member(addr string) allocation.Member {
+	return allocation.Member{Device: sysfs.Device{Address: addr, NUMANode: -1}, Healthy: true}
+}
+
+// poolWithAllocateHeld starts a pool of x and y under a recording parent,
+// and an Allocate of x over its socket whose append is held, durable but
+// not returned, until g.release: an Allocate under way. allocated has its
+// outcome.
+func poolWithAllocateHeld(t *testing.T) (f *actortest.Family, g *gate, allocated chan error) {
+	t.Helper()
 	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	g := &gate{held: make(chan struct{}), open: make(chan struct{})}
-	t.Cleanup(func() {
-		if !g.closed {
-			close(g.open)
-		}
-	})
+	g = &gate{held: make(chan struct{}), open: make(chan struct{})}
+	t.Cleanup(g.release)
 	rec := ledger.NewRecorder(l, "boot-1", nil)
 	rec.Observe(g.observe)
-	member := func(addr string) allocation.Member {
-		return allocation.Member{Device: sysfs.Device{Address: addr, NUMANode: -1}, Healthy: true}
-	}
 	socket := filepath.Join(kubelettest.ShortTempDir(t), "vf.sock")
-	f := actortest.Spawn(t, Props(Config{
+	f = actortest.Spawn(t, Props(Config{
 		Resource: &config.Resource{Prefix: "example.com", Name: "vf", DeviceType: config.GenericPCI},
 		Members:  []allocation.Member{member(x), member(y)}, Recorder: rec, Replayed: &events.State{},
 		Socket: socket, Mode: grpcapi.ModeLegacy, Log: zerolog.Nop(),
@@ -81,7 +88,7 @@ func TestLetGoWaitsForTheAllocatesUnderWay(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	allocated := make(chan error, 1)
+	allocated = make(chan error, 1)
 	go func() {
 		_, err := pluginapi.NewDevicePluginClient(conn).Allocate(context.Background(), &pluginapi.AllocateRequest{
 			ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{x}}}})
@@ -94,6 +101,11 @@ func TestLetGoWaitsForTheAllocatesUnderWay(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the Allocate never reached the ledger")
 	}
+	return f, g, allocated
+}
+
+func TestLetGoWaitsForTheAllocatesUnderWay(t *testing.T) {
+	f, g, allocated := poolWithAllocateHeld(t)
 
 	// x leaves while its Allocate is under way: not let go yet.
 	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(y)}, Reason: "test", Gen: 7})
@@ -106,8 +118,7 @@ func TestLetGoWaitsForTheAllocatesUnderWay(t *testing.T) {
 	f.Silent(t)
 
 	// The Allocate ends: the parent hears of it, then x is let go.
-	g.closed = true
-	close(g.open)
+	g.release()
 	if err := <-allocated; err != nil {
 		t.Fatalf("Allocate: %v", err)
 	}
@@ -118,4 +129,33 @@ func TestLetGoWaitsForTheAllocatesUnderWay(t *testing.T) {
 		t.Errorf("LetGo %+v, want %s in gen 8", *m, x)
 	}
 	f.Silent(t)
+}
+
+// A pool that crashes while a device it lost has an Allocate under way
+// still lets it go once that Allocate ends: what is not let go yet
+// outlives the incarnation.
+func TestLetGoOutlivesARestart(t *testing.T) {
+	f, g, allocated := poolWithAllocateHeld(t)
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(y)}, Reason: "test", Gen: 3})
+	f.Silent(t)
+	f.Sys.Root.Send(f.Child, &Crash{Reason: "test"})
+	// The crashed incarnation waits for the Allocate under way.
+	g.release()
+	if err := <-allocated; err != nil {
+		t.Fatalf("Allocate: %v", err)
+	}
+	actortest.Next[*AllocationRecorded](t, f)
+	for {
+		switch m := actortest.Next[any](t, f).(type) {
+		case *Serving, *NeedMembers:
+			continue // the restart
+		case *LetGo:
+			if !slices.Equal(m.Devices, []string{x}) || m.Gen != 3 {
+				t.Errorf("LetGo %+v, want %s in gen 3", *m, x)
+			}
+		default:
+			t.Fatalf("parent heard %#v, want the restart, then LetGo", m)
+		}
+		break
+	}
 }

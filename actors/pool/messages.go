@@ -144,10 +144,6 @@ type watchReq struct {
 
 type unwatchReq struct{ id uint64 }
 
-// granted tells the actor an Allocate was granted: its devices are in
-// flight until the persisted that follows.
-type granted struct{ devices [][]string }
-
 type preferredReq struct {
 	req   *pluginapi.PreferredAllocationRequest
 	reply chan preferredReply
