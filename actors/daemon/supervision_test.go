@@ -220,12 +220,13 @@ func TestRestartedPoolKeepsItsLastMembers(t *testing.T) {
 }
 
 // A crashed pool registers again even when the kubelet is slow to notice
-// that the old server's ListAndWatch ended: the kubelet refuses the new
+// that the old server's ListAndWatch ended (here 2s, time enough for the
+// restart on a loaded machine): the kubelet refuses the new
 // Register as already connected (to the server that is gone), the pool
 // says it is not watched, and the registrar tries again until the kubelet
 // takes it.
 func TestCrashedPoolRegistersAgainWithASlowKubelet(t *testing.T) {
-	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{NoticeDelay: 400 * time.Millisecond})
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{NoticeDelay: 2 * time.Second})
 	d := n.start(t)
 	ctx := supervisionCtx(t)
 	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {

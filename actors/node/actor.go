@@ -175,6 +175,8 @@ type leave struct {
 type poolStopped struct {
 	pool string
 	pid  *actor.PID
+	// members are the devices it listed when it was told to stop.
+	members map[string]bool
 }
 
 // Receive implements actor.Actor.
@@ -199,7 +201,7 @@ func (n *coordinator) Receive(ctx actor.Context) {
 				ms[i] = n.member(old.Device, m.Pool)
 			}
 			n.members[m.Pool] = ms
-			ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(ms), Reason: "pool restarted", Gen: n.gen})
+			n.setMembers(ctx, pid, ms, "pool restarted")
 		}
 	case *pool.LetGo:
 		let := n.letGo(m.From, m.Gen, m.Devices)
@@ -211,7 +213,8 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		}
 	case *poolStopped:
 		let := n.letGo(m.pid, math.MaxUint64, nil)
-		n.retellHolds(ctx, m.pool, let, m.pool+" stopped")
+		// A pool of the same name may have taken its place: tell it too.
+		n.retellHolds(ctx, "", let, m.pool+" stopped")
 	case *sockets.Ready:
 		// Watch first, then look: whatever appeared before the watch is
 		// found by a reconcile now.
@@ -397,8 +400,8 @@ func (n *coordinator) heldElsewhere(addr, pool string) []allocation.Hold {
 	return out
 }
 
-// retellHolds gives new members to the pools that hold ids now, when that
-// is not from (whose allocation changed): what holds those devices
+// retellHolds gives new members to the pools that hold ids now, but from
+// (whose allocation changed; "" skips none): what holds those devices
 // elsewhere has changed.
 func (n *coordinator) retellHolds(ctx actor.Context, from string, ids []string, reason string) {
 	changed := map[string]bool{}
@@ -413,9 +416,23 @@ func (n *coordinator) retellHolds(ctx actor.Context, from string, ids []string, 
 			ms[i] = n.member(ms[i].Device, name)
 		}
 		if pid := n.pools[name]; pid != nil {
-			ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(ms), Reason: reason, Gen: n.gen})
+			n.setMembers(ctx, pid, ms, reason)
 		}
 	}
+}
+
+// setMembers sends the pool at pid its members, and the devices it was
+// placed out of and has not let go yet (a pool that crashed may have lost
+// what it was to let go).
+func (n *coordinator) setMembers(ctx actor.Context, pid *actor.PID, ms []allocation.Member, reason string) {
+	var leaving []string
+	for addr, ls := range n.leaving {
+		if slices.ContainsFunc(ls, func(l leave) bool { return l.pid.Equal(pid) }) {
+			leaving = append(leaving, addr)
+		}
+	}
+	slices.Sort(leaving)
+	ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(ms), Reason: reason, Gen: n.gen, Leaving: leaving})
 }
 
 // retell returns the verdicts the health checker told a pool that no
@@ -576,7 +593,7 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 		n.members[pm.Name] = ms
 		if pid, ok := n.pools[pm.Name]; ok {
 			if changed {
-				ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(ms), Reason: reason, Gen: n.gen})
+				n.setMembers(ctx, pid, ms, reason)
 			}
 		} else {
 			n.spawnPool(ctx, res, ms)
@@ -610,18 +627,17 @@ func (n *coordinator) leave(owner map[string]string) {
 				n.leaving[addr] = ls
 			}
 		}
-		from, ok := n.owner[addr]
-		if !ok {
-			continue
-		}
-		if pid := n.pools[from]; pid != nil && from != to {
-			n.addLeave(addr, leave{pool: from, pid: pid, gen: n.gen})
-		}
-		// A pool a reload removed may give out what it had until it has
-		// stopped, even when one of the same name took its place.
+		// A pool a reload removed may give out what it listed until it
+		// has stopped, wherever the device was placed since (even in a
+		// pool of the same name that took its place).
 		for _, ps := range n.stopping {
-			if ps.pool == from {
-				n.addLeave(addr, leave{pool: from, pid: ps.pid, gen: n.gen})
+			if ps.members[addr] {
+				n.addLeave(addr, leave{pool: ps.pool, pid: ps.pid, gen: n.gen})
+			}
+		}
+		if from, ok := n.owner[addr]; ok && from != to {
+			if pid := n.pools[from]; pid != nil {
+				n.addLeave(addr, leave{pool: from, pid: pid, gen: n.gen})
 			}
 		}
 	}
@@ -771,7 +787,11 @@ func (n *coordinator) reload(ctx actor.Context, reason string) *ReloadResult {
 			ctx.Send(n.registrar, &registrar.Undesire{Pool: name, Socket: socket})
 			delete(n.socketOf, socket)
 			ctx.Poison(pid)
-			n.stopping[pid.Id] = poolStopped{pool: name, pid: pid}
+			listed := map[string]bool{}
+			for _, m := range n.members[name] {
+				listed[m.Device.Address] = true
+			}
+			n.stopping[pid.Id] = poolStopped{pool: name, pid: pid, members: listed}
 		}
 		delete(n.pools, name)
 		delete(n.members, name)

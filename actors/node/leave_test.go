@@ -15,7 +15,8 @@ import (
 // held in its new pool until that pool lets it go (in the placement that
 // moved it, or a later one) or stops; a device placed back in the pool it
 // was leaving needs no letting go; a pool removed by a reload holds what
-// it is leaving until it has stopped.
+// it listed until it has stopped, wherever that goes, even into a pool of
+// the same name added again.
 func TestMovedDeviceHeldUntilItsOldPoolLetsGo(t *testing.T) {
 	const x, y = "0000:3b:02.0", "0000:3b:02.1"
 	const a, b, c = "example.com/a", "example.com/b", "example.com/c"
@@ -67,7 +68,7 @@ func TestMovedDeviceHeldUntilItsOldPoolLetsGo(t *testing.T) {
 
 	// A reload removes a: y goes to b, held until a has stopped.
 	delete(n.pools, a)
-	n.stopping[pidA.Id] = poolStopped{pool: a, pid: pidA}
+	n.stopping[pidA.Id] = poolStopped{pool: a, pid: pidA, members: map[string]bool{y: true}}
 	place(map[string]string{x: c, y: b}) // gen 5
 	if usable(y, b) {
 		t.Error("y usable in b while a, removed, is still stopping")
@@ -76,17 +77,19 @@ func TestMovedDeviceHeldUntilItsOldPoolLetsGo(t *testing.T) {
 		t.Errorf("a stopped: let go of %v, y usable in b %v; want y, true", got, usable(y, b))
 	}
 
-	// A reload removes c and a later one adds it again while the old c
-	// is still stopping: x, in c by name all along, is held in the new c
-	// until the old one has stopped.
+	// A reload removes c, and x goes to no pool; a later reload adds c
+	// again while the old c is still stopping: x, placed in the new c, is
+	// held there until the old one has stopped.
 	if got := n.letGo(pidB, 4, []string{x}); !slices.Equal(got, []string{x}) {
 		t.Errorf("b let go of %v in gen 4, want x", got)
 	}
+	delete(n.pools, c)
+	n.stopping[pidC.Id] = poolStopped{pool: c, pid: pidC, members: map[string]bool{x: true}}
+	place(map[string]string{y: b}) // gen 6
 	pidC2 := actor.NewPID("nonhost", "c2")
 	n.pools[c] = pidC2
-	n.stopping[pidC.Id] = poolStopped{pool: c, pid: pidC}
-	place(map[string]string{x: c, y: b}) // gen 6
-	place(map[string]string{x: c, y: b}) // gen 7: still one hold, not two
+	place(map[string]string{x: c, y: b}) // gen 7
+	place(map[string]string{x: c, y: b}) // gen 8: still one hold, not two
 	if hs := n.member(sysfs.Device{Address: x}, c).HeldElsewhere; len(hs) != 1 || hs[0].Pool != c {
 		t.Errorf("x in the new c is held by %v, want the old c's leaving once", hs)
 	}

@@ -107,6 +107,10 @@ func (p *allocator) Receive(ctx actor.Context) {
 		p.stop()
 	case *actor.Stopped:
 		p.life.stop()
+		// Stopped for good: the servers of every incarnation finish
+		// their calls (each bounded by the call timeout) before the
+		// parent hears the pool is gone.
+		p.life.draining.Wait()
 	case *SetMembers:
 		p.setMembers(ctx, m)
 	case *SetResource:
@@ -299,7 +303,9 @@ func (p *allocator) stop() {
 	p.gate.close() // waits for the Allocates under way
 	p.appends.Wait()
 	log, name, timeout := p.cfg.Log, p.name, p.callTimeout()
+	p.life.draining.Add(1)
 	go func() {
+		defer p.life.draining.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		if err := srv.Stop(ctx); err != nil {
@@ -379,21 +385,27 @@ func (p *allocator) recordMembership(ctx actor.Context, before []string, reason 
 
 func (p *allocator) setMembers(ctx actor.Context, m *SetMembers) {
 	before := p.order
-	p.members, p.order = p.index(m.Members)
+	members, order := p.index(m.Members)
+	// What is to be let go is noted before anything else, so that a
+	// crash from here on cannot lose it.
+	added, removed := diffSorted(before, order)
+	for _, addr := range added {
+		delete(p.life.leaving, addr)
+	}
+	removed = slices.Concat(removed, m.Leaving)
+	for _, addr := range removed {
+		if _, member := members[addr]; !member {
+			p.life.leaving[addr] = true
+		}
+	}
+	p.members, p.order = members, order
 	p.gen = max(p.gen, m.Gen)
 	p.life.members, p.life.membersSet, p.life.gen = m.Members, true, p.gen
 	p.list = nil
 	p.publishView()
 	p.recordMembership(ctx, before, m.Reason)
 	p.broadcast()
-	added, removed := diffSorted(before, p.order)
-	for _, addr := range added {
-		delete(p.life.leaving, addr)
-	}
-	for _, addr := range removed {
-		p.life.leaving[addr] = true
-	}
-	p.letGo(ctx, removed)
+	p.letGo(ctx, slices.Compact(slices.Sorted(slices.Values(removed))))
 }
 
 // letGo tells the parent which of ids have left the pool with no Allocate
@@ -401,7 +413,7 @@ func (p *allocator) setMembers(ctx actor.Context, m *SetMembers) {
 // view without them is published already, so no Allocate can take them
 // any more.
 func (p *allocator) letGo(ctx actor.Context, ids []string) {
-	if len(ids) == 0 {
+	if len(ids) == 0 || len(p.life.leaving) == 0 {
 		return
 	}
 	flying := p.life.flying()

@@ -63,6 +63,9 @@ type lifetime struct {
 	// incarnations counts the incarnations started (the actor's
 	// goroutine only).
 	incarnations uint64
+	// draining counts the servers of stopped incarnations still
+	// finishing their calls.
+	draining sync.WaitGroup
 
 	// flightMu orders an Allocate's check of its devices against the
 	// view (grant) with the publishing of a new view: an Allocate either

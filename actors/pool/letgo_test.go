@@ -129,6 +129,15 @@ func TestLetGoWaitsForTheAllocatesUnderWay(t *testing.T) {
 		t.Errorf("LetGo %+v, want %s in gen 8", *m, x)
 	}
 	f.Silent(t)
+
+	// The parent names a device it placed out of the pool that the pool
+	// never let go of (a crash lost the members that brought it): let go.
+	const z = "0000:3b:02.7"
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: nil, Reason: "test", Gen: 9, Leaving: []string{z}})
+	if m := actortest.Next[*LetGo](t, f); !slices.Equal(m.Devices, []string{z}) || m.Gen != 9 {
+		t.Errorf("LetGo %+v, want %s in gen 9", *m, z)
+	}
+	f.Silent(t)
 }
 
 // A pool that crashes while a device it lost has an Allocate under way

@@ -23,6 +23,10 @@ type SetMembers struct {
 	// Gen is the parent's placement these members come from; the pool
 	// names the newest it applied when it lets devices go (LetGo).
 	Gen uint64
+	// Leaving are the devices the parent placed out of the pool that it
+	// has not heard the pool let go of: the pool lets go of each that is
+	// not a member once no Allocate of it is under way.
+	Leaving []string
 }
 
 // SetResource gives the pool its new definition after a config change (its
