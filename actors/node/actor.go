@@ -641,6 +641,17 @@ func (n *coordinator) leave(owner map[string]string) {
 			}
 		}
 	}
+	// A device placed in no pool now may still be listed by the pool it
+	// was in, until that pool lets it go: should it be placed somewhere
+	// before then, it is held there.
+	for addr, from := range n.owner {
+		if _, placed := owner[addr]; placed {
+			continue
+		}
+		if pid := n.pools[from]; pid != nil {
+			n.addLeave(addr, leave{pool: from, pid: pid, gen: n.gen})
+		}
+	}
 }
 
 // addLeave notes l for addr, once per pool.

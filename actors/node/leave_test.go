@@ -14,7 +14,9 @@ import (
 // A device placed out of a pool that may still give it out is listed as
 // held in its new pool until that pool lets it go (in the placement that
 // moved it, or a later one) or stops; a device placed back in the pool it
-// was leaving needs no letting go; a pool removed by a reload holds what
+// was leaving needs no letting go; one placed in no pool for a while is
+// held wherever it lands until its old pool lets it go; a pool removed by
+// a reload holds what
 // it listed until it has stopped, wherever that goes, even into a pool of
 // the same name added again.
 func TestMovedDeviceHeldUntilItsOldPoolLetsGo(t *testing.T) {
@@ -54,14 +56,28 @@ func TestMovedDeviceHeldUntilItsOldPoolLetsGo(t *testing.T) {
 		t.Errorf("a let go of %v in gen 1; x usable in b: %v; want x, true", got, usable(x, b))
 	}
 
+	// x goes to no pool, then to c, before b lets it go: held in c by b.
+	place(map[string]string{y: a})
+	place(map[string]string{x: c, y: a})
+	if hs := n.member(sysfs.Device{Address: x}, c).HeldElsewhere; len(hs) != 1 || hs[0].Pool != b {
+		t.Errorf("x, in no pool and then c, is held in c by %v, want the move from b", hs)
+	}
+	if got := n.letGo(pidB, n.gen, []string{x}); !slices.Equal(got, []string{x}) || !usable(x, c) {
+		t.Errorf("b let go of %v, x usable in c %v; want x, true", got, usable(x, c))
+	}
+	place(map[string]string{x: b, y: a}) // back in b, leaving c
+	if got := n.letGo(pidC, n.gen, []string{x}); !slices.Equal(got, []string{x}) || !usable(x, b) {
+		t.Errorf("c let go of %v, x usable in b %v; want x, true", got, usable(x, b))
+	}
+
 	// x moves to c, and back to b before c lets it go: b lists it as
 	// held by nothing but c, which must let it go; then c takes it back.
-	place(map[string]string{x: c, y: a}) // gen 2
-	place(map[string]string{x: b, y: a}) // gen 3
+	place(map[string]string{x: c, y: a})
+	place(map[string]string{x: b, y: a})
 	if hs := n.member(sysfs.Device{Address: x}, b).HeldElsewhere; len(hs) != 1 || hs[0].Pool != c {
 		t.Errorf("x back in b is held by %v, want the move from c only", hs)
 	}
-	place(map[string]string{x: c, y: a}) // gen 4: back in c, leaving b
+	place(map[string]string{x: c, y: a}) // back in c, leaving b
 	if hs := n.member(sysfs.Device{Address: x}, c).HeldElsewhere; len(hs) != 1 || hs[0].Pool != b {
 		t.Errorf("x back in c is held by %v, want the move from b only", hs)
 	}
@@ -69,7 +85,7 @@ func TestMovedDeviceHeldUntilItsOldPoolLetsGo(t *testing.T) {
 	// A reload removes a: y goes to b, held until a has stopped.
 	delete(n.pools, a)
 	n.stopping[pidA.Id] = poolStopped{pool: a, pid: pidA, members: map[string]bool{y: true}}
-	place(map[string]string{x: c, y: b}) // gen 5
+	place(map[string]string{x: c, y: b})
 	if usable(y, b) {
 		t.Error("y usable in b while a, removed, is still stopping")
 	}
@@ -80,16 +96,16 @@ func TestMovedDeviceHeldUntilItsOldPoolLetsGo(t *testing.T) {
 	// A reload removes c, and x goes to no pool; a later reload adds c
 	// again while the old c is still stopping: x, placed in the new c, is
 	// held there until the old one has stopped.
-	if got := n.letGo(pidB, 4, []string{x}); !slices.Equal(got, []string{x}) {
-		t.Errorf("b let go of %v in gen 4, want x", got)
+	if got := n.letGo(pidB, n.gen, []string{x}); !slices.Equal(got, []string{x}) {
+		t.Errorf("b let go of %v, want x", got)
 	}
 	delete(n.pools, c)
 	n.stopping[pidC.Id] = poolStopped{pool: c, pid: pidC, members: map[string]bool{x: true}}
-	place(map[string]string{y: b}) // gen 6
+	place(map[string]string{y: b})
 	pidC2 := actor.NewPID("nonhost", "c2")
 	n.pools[c] = pidC2
-	place(map[string]string{x: c, y: b}) // gen 7
-	place(map[string]string{x: c, y: b}) // gen 8: still one hold, not two
+	place(map[string]string{x: c, y: b})
+	place(map[string]string{x: c, y: b}) // still one hold, not two
 	if hs := n.member(sysfs.Device{Address: x}, c).HeldElsewhere; len(hs) != 1 || hs[0].Pool != c {
 		t.Errorf("x in the new c is held by %v, want the old c's leaving once", hs)
 	}

@@ -661,7 +661,11 @@ func (p *allocator) persisted(ctx actor.Context, m *persisted) {
 		p.cfg.Log.Info().Str("pool", p.name).Strs("devices", a.DeviceIDs).Uint64("seq", e.Seq).Msg("devices allocated")
 	}
 	if len(conflicts) > 0 {
-		go p.recordConflicts(conflicts)
+		p.life.draining.Add(1)
+		go func() {
+			defer p.life.draining.Done()
+			p.recordConflicts(conflicts)
+		}()
 	}
 }
 

@@ -63,8 +63,9 @@ type lifetime struct {
 	// incarnations counts the incarnations started (the actor's
 	// goroutine only).
 	incarnations uint64
-	// draining counts the servers of stopped incarnations still
-	// finishing their calls.
+	// draining counts what a pool stopped for good waits for: the
+	// servers of stopped incarnations finishing their calls, conflicts
+	// being recorded.
 	draining sync.WaitGroup
 
 	// flightMu orders an Allocate's check of its devices against the

@@ -107,8 +107,12 @@ func poolWithAllocateHeld(t *testing.T) (f *actortest.Family, g *gate, allocated
 func TestLetGoWaitsForTheAllocatesUnderWay(t *testing.T) {
 	f, g, allocated := poolWithAllocateHeld(t)
 
-	// x leaves while its Allocate is under way: not let go yet.
-	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(y)}, Reason: "test", Gen: 7})
+	// A member is never let go, even when the parent names it.
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(x), member(y)}, Reason: "test", Gen: 6, Leaving: []string{x}})
+	f.Silent(t)
+	// x leaves while its Allocate is under way: not let go yet, named or
+	// not.
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(y)}, Reason: "test", Gen: 7, Leaving: []string{x}})
 	f.Silent(t)
 	// y leaves with nothing under way: let go at once.
 	f.Sys.Root.Send(f.Child, &SetMembers{Members: nil, Reason: "test", Gen: 8})
