@@ -497,6 +497,42 @@ func timeoutOf(ctx context.Context) time.Duration {
 	return 5 * time.Second
 }
 
+// stopActors stops the node, and with it every actor, and waits until it
+// has stopped, or until ctx's deadline less two seconds (kept for the
+// DaemonStopped append and the snapshot; no deadline: a minute). The pools
+// finish the calls under way first, each within the call timeout.
+func (d *Daemon) stopActors(ctx context.Context) error {
+	deadline, ok := ctx.Deadline()
+	switch {
+	case !ok:
+		deadline = time.Now().Add(time.Minute)
+	case time.Until(deadline) > 4*time.Second:
+		deadline = deadline.Add(-2 * time.Second)
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	stopped := make(chan struct{})
+	node := d.node
+	d.system.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		switch m := c.Message().(type) {
+		case *actor.Started:
+			c.Watch(node)
+			c.Poison(node)
+		case *actor.Terminated:
+			if m.Who.Equal(node) {
+				close(stopped)
+				c.Stop(c.Self())
+			}
+		}
+	}))
+	select {
+	case <-stopped:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stop the actors: %w", ctx.Err())
+	}
+}
+
 // Stop drains the daemon: pools stop taking requests and finish those in
 // flight, sockets are removed; then DaemonStopped is recorded, a snapshot
 // taken and the ledger closed. reason goes into DaemonStopped.
@@ -512,7 +548,7 @@ func (d *Daemon) stop(ctx context.Context, reason string) error {
 		d.stopKernel()
 	}
 	clean := true
-	if err := d.system.Root.PoisonFuture(d.node).Wait(); err != nil {
+	if err := d.stopActors(ctx); err != nil {
 		clean = false
 		d.log.Warn().Err(err).Msg("actors did not stop in time")
 	}
