@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/rs/zerolog"
@@ -41,7 +42,7 @@ const defaultProcRoot = "/proc"
 // with the daemon's rules and prints where each one would go, or with
 // --explain why one device went where it did. It changes nothing.
 func runScan(args []string, stdout, stderr io.Writer) error {
-	flags := newFlagSet("scan", "--config FILE [--sysfs-root DIR] [--dev-root DIR] [--proc-root DIR] [--pci-ids FILE] [--format table|json] [--explain ADDR]", stderr)
+	flags := newFlagSet("scan", "--config FILE [--sysfs-root DIR] [--dev-root DIR] [--proc-root DIR] [--pci-ids FILE] [--state-dir DIR | --db FILE] [--format table|json] [--explain ADDR]", stderr)
 	configPath := flags.String("config", "", "the pool config `FILE` (the SR-IOV device plugin's schema, JSON or YAML)")
 	sysfsRoot := flags.String("sysfs-root", sysfs.DefaultSysfsRoot, "read PCI devices from the sysfs mounted at `DIR`")
 	devRoot := flags.String("dev-root", sysfs.DefaultDevRoot, "look for vfio/<group> and vhost-net under `DIR`")
@@ -49,6 +50,9 @@ func runScan(args []string, stdout, stderr io.Writer) error {
 	pciIDs := flags.String("pci-ids", "", "take vendor and device names from this pci.ids `FILE` (default: the usual locations)")
 	format := flags.String("format", "table", "output `FORMAT`: table or json")
 	explain := flags.String("explain", "", "say, for every pool, why the device at `ADDR` (0000:3b:02.1 or 3b:02.1) joined it or not")
+	var lf ledgerFlags
+	flags.StringVar(&lf.stateDir, "state-dir", "", "also show the daemon's verdicts, from the ledger in `DIR` (through its admin socket while it runs)")
+	flags.StringVar(&lf.db, "db", "", "also show the verdicts in this ledger `FILE` (a copy taken off a node)")
 	if err := parseFlags(flags, args); err != nil {
 		return err
 	}
@@ -111,6 +115,11 @@ func runScan(args []string, stdout, stderr io.Writer) error {
 
 	rep := newScanReport(devs, sel, warn.all)
 	rep.probeHealth(reader, devs, sel)
+	if lf.stateDir != "" || lf.db != "" {
+		if err := rep.readLedger(&lf); err != nil {
+			return err
+		}
+	}
 	w := bufio.NewWriter(stdout)
 	if explainAddr != "" {
 		i := slices.IndexFunc(rep.Devices, func(d scanDevice) bool { return d.Address == explainAddr })
@@ -127,6 +136,7 @@ func runScan(args []string, stdout, stderr io.Writer) error {
 		err = writeJSON(w, rep)
 	} else {
 		rep.writeTable(w, reader.SysfsRoot())
+		rep.writeLedger(w)
 	}
 	if err != nil {
 		return err
@@ -188,6 +198,10 @@ type scanReport struct {
 	Devices  []scanDevice `json:"devices"`
 	Pools    []scanPool   `json:"pools"`
 	Warnings []string     `json:"warnings"`
+	// LedgerSeq is the last event of the ledger read (--state-dir, --db),
+	// if one was (ledgerRead).
+	LedgerSeq  uint64 `json:"ledger_seq,omitempty"`
+	ledgerRead bool
 }
 
 // scanDevice is one PCI function and where it went. Unknown values follow
@@ -219,10 +233,27 @@ type scanDevice struct {
 	// Health is the health checker's verdict on a pooled device now,
 	// "healthy" or "unhealthy" with HealthReason saying why; both are ""
 	// for a device in no pool.
-	Health       string    `json:"health"`
-	HealthReason string    `json:"health_reason"`
-	Aux          []scanAux `json:"aux_devices"`
-	Warnings     []string  `json:"warnings"`
+	Health       string `json:"health"`
+	HealthReason string `json:"health_reason"`
+	// Ledger is what the daemon's ledger says of the device, when one was
+	// read: what the kubelet was last told, hold-down and all.
+	Ledger   *scanLedger `json:"ledger,omitempty"`
+	Aux      []scanAux   `json:"aux_devices"`
+	Warnings []string    `json:"warnings"`
+}
+
+// scanLedger is a device as the ledger knows it.
+type scanLedger struct {
+	// Known is false when the ledger has never seen the device; Present
+	// false once it recorded its removal.
+	Known   bool   `json:"known"`
+	Present bool   `json:"present"`
+	Pool    string `json:"pool"`
+	// Health is "healthy" or "unhealthy", HealthReason why, and HealthSeq
+	// the event that said so.
+	Health       string `json:"health"`
+	HealthReason string `json:"health_reason"`
+	HealthSeq    uint64 `json:"health_seq"`
 }
 
 // Verdicts of scanDevice.Health.
@@ -682,6 +713,9 @@ func (ex *explanation) writeText(w io.Writer) {
 	} else {
 		fields = append(fields, [2]string{"pool", "none: " + whyNot(d.Reason)})
 	}
+	if d.Ledger != nil {
+		fields = append(fields, [2]string{"ledger", d.Ledger.String()})
+	}
 	for _, f := range fields {
 		fmt.Fprintf(w, "  %-12s %s\n", f[0]+":", f[1])
 	}
@@ -766,4 +800,98 @@ func writeJSON(w io.Writer, v any) error {
 		return fmt.Errorf("encode JSON: %w", err)
 	}
 	return nil
+}
+
+// readLedger reads the ledger lf names, through the daemon's admin socket
+// when the daemon holds it, and notes what it says of every device.
+func (rep *scanReport) readLedger(lf *ledgerFlags) error {
+	src, err := openSource(lf)
+	if err != nil {
+		return err
+	}
+	st, err := foldSource(src, 0, time.Time{})
+	if cerr := src.close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("read the ledger %s: %w", lf.path(), err)
+	}
+	rep.LedgerSeq, rep.ledgerRead = st.Seq, true
+	for i := range rep.Devices {
+		d := &rep.Devices[i]
+		l := &scanLedger{}
+		if ld, ok := st.Devices[d.Address]; ok {
+			l.Known, l.Present, l.Pool, l.HealthReason, l.HealthSeq = true, ld.Present, ld.Pool, ld.HealthReason, ld.HealthSeq
+			l.Health = scanUnhealthy
+			if ld.Healthy {
+				l.Health = scanHealthy
+			}
+		}
+		d.Ledger = l
+	}
+	return nil
+}
+
+// String says what the ledger knows of a device, in a few words.
+func (l *scanLedger) String() string { return l.verdict() + ", pool " + orDash(l.Pool) }
+
+// verdict is the ledger's health verdict on a device, or why it has none.
+func (l *scanLedger) verdict() string {
+	switch {
+	case !l.Known:
+		return "never seen"
+	case !l.Present:
+		return "removed"
+	}
+	s := l.Health
+	if l.Health == scanUnhealthy && l.HealthReason != "" {
+		s += ": " + l.HealthReason
+	}
+	if l.HealthSeq > 0 {
+		s += fmt.Sprintf(" (#%d)", l.HealthSeq)
+	}
+	return s
+}
+
+// agrees says whether the ledger says of d what this scan does: the same
+// pool, and for a pooled device the same health.
+func (d *scanDevice) agrees() bool {
+	l := d.Ledger
+	if !l.Known || !l.Present {
+		return d.Pool == ""
+	}
+	return l.Pool == d.Pool && (d.Pool == "" || l.Health == d.Health)
+}
+
+// writeLedger lists the devices on which the ledger read differs from this
+// scan: the daemon's verdict under a hold-down or debounce, a device it has
+// not placed again yet, or one it never saw.
+func (rep *scanReport) writeLedger(w io.Writer) {
+	if !rep.ledgerRead {
+		return
+	}
+	t := textTable{header: []string{"ADDRESS", "THIS SCAN", "LEDGER (the kubelet's view)"}}
+	var ledger []string
+	agree := 0
+	for i := range rep.Devices {
+		d := &rep.Devices[i]
+		if d.agrees() {
+			agree++
+			continue
+		}
+		// The pools are named only when they differ.
+		now, then := d.health(), d.Ledger.verdict()
+		if l := d.Ledger; !l.Known || !l.Present || l.Pool != d.Pool {
+			now += ", pool " + orDash(d.Pool)
+			then += ", pool " + orDash(l.Pool)
+		}
+		t.add(d.Address, truncate(now, healthWidth+10), "")
+		ledger = append(ledger, then)
+	}
+	fmt.Fprintf(w, "\nledger through #%d: it agrees with this scan on %d of %d devices\n", rep.LedgerSeq, agree, len(rep.Devices))
+	if len(ledger) > 0 {
+		t.fillLast(func(row, width int) string { return truncate(ledger[row], max(width, minFreeText)) })
+		io.WriteString(w, "\n")
+		t.write(w)
+	}
 }
