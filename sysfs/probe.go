@@ -50,6 +50,9 @@ type ProbeResult struct {
 	// ("driver", "iommu_group"), to the class/net directory
 	// ("net/ens785f0/carrier"), or the devfs node ("/dev/vfio/102").
 	Reason string
+	// Link is set when the link check failed (every check before it
+	// passed), or when only the link was probed (ProbeLinks).
+	Link bool
 	// Files is how many files the probe touched (readlink, stat and read
 	// calls), the cost the benchmarks compare.
 	Files int
@@ -86,6 +89,25 @@ const probeParallelMin = 64
 // check is read once, by the first probe that gets to it, and its verdict
 // serves the others; that probe's Files counts the reads.
 func (r *Reader) ProbeAll(ts []ProbeTarget) []ProbeResult {
+	return r.probeAll(ts, (*prober).probe)
+}
+
+// ProbeLinks makes only the link check of every target (the checks a link
+// notification can change), as ProbeAll would make it; every result has
+// Link set. A target that asks for no link check, or has no interface to
+// check, passes.
+func (r *Reader) ProbeLinks(ts []ProbeTarget) []ProbeResult {
+	return r.probeAll(ts, func(p *prober, t ProbeTarget) ProbeResult {
+		res := ProbeResult{Link: true}
+		if reason := p.linkCheck(t, &res.Files); reason != "" {
+			return res.fail(reason)
+		}
+		res.Healthy = true
+		return res
+	})
+}
+
+func (r *Reader) probeAll(ts []ProbeTarget, probe func(*prober, ProbeTarget) ProbeResult) []ProbeResult {
 	results := make([]ProbeResult, len(ts))
 	shared := sharedPFLinks(ts)
 	workers := r.workers
@@ -94,7 +116,7 @@ func (r *Reader) ProbeAll(ts []ProbeTarget) []ProbeResult {
 	}
 	inParallel(workers, len(ts), func() func(int) {
 		p := r.newProber(shared)
-		return func(i int) { results[i] = p.probe(ts[i]) }
+		return func(i int) { results[i] = probe(p, ts[i]) }
 	})
 	return results
 }
@@ -270,26 +292,35 @@ func (p *prober) probe(t ProbeTarget) ProbeResult {
 		}
 	}
 
-	if t.Link {
-		ifname, pf := t.Interface, false
-		if ifname == "" {
-			ifname, pf = t.PFInterface, true
-		}
-		if ifname != "" {
-			var v linkVerdict
-			if sl := p.shared[ifname]; pf && sl != nil {
-				sl.once.Do(func() { sl.v = p.link(ifname, &res.Files) })
-				v = sl.v
-			} else {
-				v = p.link(ifname, &res.Files)
-			}
-			if reason := v.reason(ifname, pf); reason != "" {
-				return res.fail(reason)
-			}
-		}
+	if reason := p.linkCheck(t, &res.Files); reason != "" {
+		res.Link = true
+		return res.fail(reason)
 	}
 	res.Healthy = true
 	return res
+}
+
+// linkCheck makes t's link check, adding the files it touches to *files,
+// and says why it failed, "" when it passed or there is nothing to check.
+func (p *prober) linkCheck(t ProbeTarget, files *int) string {
+	if !t.Link {
+		return ""
+	}
+	ifname, pf := t.Interface, false
+	if ifname == "" {
+		ifname, pf = t.PFInterface, true
+	}
+	if ifname == "" {
+		return ""
+	}
+	var v linkVerdict
+	if sl := p.shared[ifname]; pf && sl != nil {
+		sl.once.Do(func() { sl.v = p.link(ifname, files) })
+		v = sl.v
+	} else {
+		v = p.link(ifname, files)
+	}
+	return v.reason(ifname, pf)
 }
 
 // link reads whether interface ifname is up with carrier, adding the files

@@ -274,7 +274,7 @@ func TestProbe(t *testing.T) {
 				r.fs = faultFS{faults: tc.faults}
 			}
 			got := r.Probe(target)
-			want := ProbeResult{Healthy: tc.want == "", Reason: tc.want, Files: tc.files}
+			want := ProbeResult{Healthy: tc.want == "", Reason: tc.want, Files: tc.files, Link: isLinkReason(tc.want)}
 			if got != want {
 				t.Errorf("Probe(%+v)\n got %+v\nwant %+v", target, got, want)
 			}
@@ -613,4 +613,54 @@ func TestProbeBaselineReadsSameFiles(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ProbeLinks makes the link check alone: a VF unbound while its PF's link
+// is up passes (its driver is not looked at), one whose PF's link is down
+// fails with the link's reason, and the PF's files are read once for all
+// its VFs; a target that asks for no link check passes without a read.
+func TestProbeLinksChecksOnlyTheLink(t *testing.T) {
+	roots := sysfsgen.TempScenario(t, sysfsgen.ScenarioSRIOV)
+	const unbound, other = "0000:3b:01.2", "0000:3b:01.3" // vfio VFs of ens785f0
+	if err := roots.Unbind(unbound); err != nil {
+		t.Fatal(err)
+	}
+	r := sampleReader(t, roots)
+	targets := probeTargets(scanOK(t, r))
+	ts := []ProbeTarget{targets[unbound], targets[other], targets[other]}
+	ts[0].Link, ts[1].Link, ts[0].Driver = true, true, "vfio-pci"
+	ts[2].Link = false
+	for i, res := range r.ProbeLinks(ts) {
+		if want := (ProbeResult{Healthy: true, Link: true, Files: res.Files}); res != want || (i < 2 && res.Files > 2) || (i == 2 && res.Files != 0) {
+			t.Errorf("link up: target %d: %+v", i, res)
+		}
+	}
+	if full := r.Probe(ts[0]); full.Healthy || full.Link {
+		t.Errorf("the full probe of the unbound VF: %+v, want a failure that is not the link's", full)
+	}
+	if err := roots.SetLinkDown("ens785f0"); err != nil {
+		t.Fatal(err)
+	}
+	got := r.ProbeLinks(ts)
+	for i := range 2 {
+		if want := (ProbeResult{Reason: "link down on ens785f0 (PF)", Link: true, Files: got[i].Files}); got[i] != want {
+			t.Errorf("PF link down: target %d: %+v, want %+v", i, got[i], want)
+		}
+	}
+	if files := got[0].Files + got[1].Files; files != 1 {
+		t.Errorf("the PF's link files were read %d times for its two VFs, want once (operstate)", files)
+	}
+	if !got[2].Healthy || got[2].Files != 0 {
+		t.Errorf("a target with no link check: %+v", got[2])
+	}
+}
+
+// isLinkReason says whether a probe's reason is the link check's.
+func isLinkReason(reason string) bool {
+	for _, p := range []string{"link down on ", "no carrier on ", "no interface ", "probe failed: cannot read net/", "probe failed: net/"} {
+		if strings.HasPrefix(reason, p) {
+			return true
+		}
+	}
+	return strings.HasSuffix(reason, " is not an interface name")
 }

@@ -31,9 +31,11 @@ import (
 	"github.com/devledger/devledger/sysfs"
 )
 
-// Prober probes devices (sysfs.Reader).
+// Prober probes devices (sysfs.Reader): every check, or the link check
+// alone.
 type Prober interface {
 	ProbeAll(ts []sysfs.ProbeTarget) []sysfs.ProbeResult
+	ProbeLinks(ts []sysfs.ProbeTarget) []sysfs.ProbeResult
 }
 
 // Config is what the health checker needs.
@@ -79,7 +81,9 @@ type Watch struct{ Targets []Target }
 
 // Probe asks for a probe round now: of the devices named in Addresses or
 // whose interface (or PF's interface) is named in Interfaces (a kernel event
-// names them), or of every target when both are empty.
+// names them), or of every target when both are empty. A device named by
+// an interface only (a link notification) has its link checked again, and
+// keeps what its last full probe said of the rest.
 type Probe struct {
 	Reason     string
 	Addresses  []string
@@ -123,6 +127,10 @@ type device struct {
 	raw      bool
 	rawWhy   string
 	rawSince time.Time
+	// probed is set once a full probe ran; devFail is then why the checks
+	// other than the link's failed, "" when they passed.
+	probed  bool
+	devFail string
 }
 
 // Props returns the props of a health checker.
@@ -180,7 +188,8 @@ func (c *checker) Receive(ctx actor.Context) {
 			c.round(ctx, c.targets)
 			break
 		}
-		c.round(ctx, c.named(m.Addresses, m.Interfaces))
+		targets, linkOnly := c.named(m.Addresses, m.Interfaces)
+		c.roundOf(ctx, targets, linkOnly)
 	case *tick:
 		c.timer, c.due = nil, time.Time{}
 		c.round(ctx, c.dueNow())
@@ -289,46 +298,50 @@ func (c *checker) watch(ts []Target) {
 }
 
 // named returns the targets a kernel event concerns: those whose address
-// is in addrs or whose interface, or PF's interface, is in ifaces; each
-// once, in the order of the targets.
-func (c *checker) named(addrs, ifaces []string) []Target {
+// is in addrs, and those whose link check reads an interface in ifaces
+// (their own, or their PF's when they have none); each once, in the order
+// of the targets. linkOnly says which were named by an interface only.
+func (c *checker) named(addrs, ifaces []string) (targets []Target, linkOnly []bool) {
+	byAddr := map[int]bool{}
 	var idx []int
 	for _, name := range addrs {
 		for _, i := range c.byName[name] {
 			if c.targets[i].Probe.Address == name {
 				idx = append(idx, i)
+				byAddr[i] = true
 			}
 		}
 	}
 	for _, name := range ifaces {
 		for _, i := range c.byName[name] {
-			if p := c.targets[i].Probe; p.Interface == name || p.PFInterface == name {
+			if p := c.targets[i].Probe; p.Link && linkOf(p) == name {
 				idx = append(idx, i)
 			}
 		}
 	}
 	slices.Sort(idx)
 	idx = slices.Compact(idx)
-	out := make([]Target, len(idx))
+	targets, linkOnly = make([]Target, len(idx)), make([]bool, len(idx))
 	for k, i := range idx {
-		out[k] = c.targets[i]
+		targets[k], linkOnly[k] = c.targets[i], !byAddr[i]
 	}
-	return out
+	return targets, linkOnly
 }
 
 // round probes targets, records the verdicts that changed in one append,
 // and sets when each target is due again: its probe interval from now, or
 // sooner when its hold-down or debounce ends first; a round comes no later
 // than the first of those.
-func (c *checker) round(ctx actor.Context, targets []Target) {
+func (c *checker) round(ctx actor.Context, targets []Target) { c.roundOf(ctx, targets, nil) }
+
+// roundOf is round, with the link check alone for the targets linkOnly
+// marks whose last full probe passed the other checks (or failed them:
+// that failure stands).
+func (c *checker) roundOf(ctx actor.Context, targets []Target, linkOnly []bool) {
 	if len(targets) == 0 {
 		return
 	}
-	probes := make([]sysfs.ProbeTarget, len(targets))
-	for i, t := range targets {
-		probes[i] = t.Probe
-	}
-	results := c.cfg.Prober.ProbeAll(probes)
+	results := c.probe(targets, linkOnly)
 	now := c.cfg.Now()
 	next := c.cfg.Interval
 	var changes []events.Payload
@@ -370,6 +383,49 @@ func (c *checker) round(ctx actor.Context, targets []Target) {
 		ev.Str("bdf", v.Address).Bool("healthy", v.Healthy).Str("reason", v.Reason).Uint64("seq", v.Seq).Msg("device health changed")
 	}
 	ctx.Send(ctx.Parent(), &Changed{Verdicts: verdicts})
+}
+
+// linkOf is the interface whose link p's link check reads.
+func linkOf(p sysfs.ProbeTarget) string {
+	if p.Interface != "" {
+		return p.Interface
+	}
+	return p.PFInterface
+}
+
+// probe probes targets: fully, or, where linkOnly says so and a full
+// probe ran before, the link alone, completed by what that probe said of
+// the rest.
+func (c *checker) probe(targets []Target, linkOnly []bool) []sysfs.ProbeResult {
+	var full, links []sysfs.ProbeTarget
+	var fullAt, linkAt []int
+	for i, t := range targets {
+		if d := c.devices[t.Probe.Address]; i < len(linkOnly) && linkOnly[i] && d != nil && d.probed && t.Known.Seq <= d.seq {
+			links, linkAt = append(links, t.Probe), append(linkAt, i)
+			continue
+		}
+		full, fullAt = append(full, t.Probe), append(fullAt, i)
+	}
+	results := make([]sysfs.ProbeResult, len(targets))
+	if len(full) > 0 {
+		for k, r := range c.cfg.Prober.ProbeAll(full) {
+			results[fullAt[k]] = r
+			d := c.state(targets[fullAt[k]], c.cfg.Now())
+			d.probed, d.devFail = true, ""
+			if !r.Healthy && !r.Link {
+				d.devFail = r.Reason
+			}
+		}
+	}
+	if len(links) > 0 {
+		for k, r := range c.cfg.Prober.ProbeLinks(links) {
+			if d := c.devices[targets[linkAt[k]].Probe.Address]; d.devFail != "" {
+				r = sysfs.ProbeResult{Reason: d.devFail}
+			}
+			results[linkAt[k]] = r
+		}
+	}
+	return results
 }
 
 // judge takes t's probe result r at now and returns its new verdict (nil

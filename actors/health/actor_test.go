@@ -29,11 +29,14 @@ func spawnFamily(t *testing.T, props *actor.Props) *family { return actortest.Sp
 func next[T any](t *testing.T, f *family) T { return actortest.Next[T](t, f) }
 
 // fakeProber answers probes from a script: every address is healthy until
-// the test says otherwise. It remembers which addresses each round probed.
+// the test says otherwise. It remembers which addresses each round probed,
+// fully (rounds) or for their link alone (linkRounds).
 type fakeProber struct {
-	mu      sync.Mutex
-	failing map[string]string // address → reason
-	rounds  [][]string
+	mu         sync.Mutex
+	failing    map[string]string // address → reason
+	linkDown   map[string]string // address → reason its link check fails
+	rounds     [][]string
+	linkRounds [][]string
 }
 
 func (p *fakeProber) ProbeAll(ts []sysfs.ProbeTarget) []sysfs.ProbeResult {
@@ -43,11 +46,44 @@ func (p *fakeProber) ProbeAll(ts []sysfs.ProbeTarget) []sysfs.ProbeResult {
 	round := make([]string, len(ts))
 	for i, t := range ts {
 		round[i] = t.Address
-		why, bad := p.failing[t.Address]
-		out[i] = sysfs.ProbeResult{Healthy: !bad, Reason: why}
+		if why, bad := p.failing[t.Address]; bad {
+			out[i] = sysfs.ProbeResult{Reason: why}
+		} else if why, down := p.linkDown[t.Address]; down {
+			out[i] = sysfs.ProbeResult{Reason: why, Link: true}
+		} else {
+			out[i] = sysfs.ProbeResult{Healthy: true}
+		}
 	}
 	p.rounds = append(p.rounds, round)
 	return out
+}
+
+func (p *fakeProber) ProbeLinks(ts []sysfs.ProbeTarget) []sysfs.ProbeResult {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]sysfs.ProbeResult, len(ts))
+	round := make([]string, len(ts))
+	for i, t := range ts {
+		round[i] = t.Address
+		why, down := p.linkDown[t.Address]
+		out[i] = sysfs.ProbeResult{Healthy: !down, Reason: why, Link: true}
+	}
+	p.linkRounds = append(p.linkRounds, round)
+	return out
+}
+
+// setLink sets addr's link down (with a reason) or up ("").
+func (p *fakeProber) setLink(addr, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.linkDown == nil {
+		p.linkDown = map[string]string{}
+	}
+	if reason == "" {
+		delete(p.linkDown, addr)
+	} else {
+		p.linkDown[addr] = reason
+	}
 }
 
 func (p *fakeProber) fail(addr, reason string) {
@@ -63,6 +99,24 @@ func (p *fakeProber) pass(addr string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.failing, addr)
+}
+
+// linkCount is how many link-only rounds were probed.
+func (p *fakeProber) linkCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.linkRounds)
+}
+
+// roundsSince and linkRoundsSince are the addresses probed, fully or for
+// their link alone, in the rounds after the first n.
+func (p *fakeProber) roundsSince(n int) []string     { return p.since(&p.rounds, n) }
+func (p *fakeProber) linkRoundsSince(n int) []string { return p.since(&p.linkRounds, n) }
+
+func (p *fakeProber) since(rounds *[][]string, n int) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Concat((*rounds)[n:]...)
 }
 
 // count is how many rounds were probed.
@@ -289,8 +343,12 @@ func TestProbeOnlyTheNamedDevices(t *testing.T) {
 }
 
 // A kernel event names interfaces too: a function's own, or its PF's,
-// which takes every VF that follows the PF's link. A device named more
-// than once is probed once, and a round keeps the targets' order.
+// which takes every VF that follows the PF's link (not one that has an
+// interface of its own: that one's link has its own notification). A
+// device named more than once is probed once, and a round keeps the
+// targets' order. A device named by an interface alone (a link
+// notification) has only its link checked; one named by its address too is
+// probed fully.
 func TestProbeTheDevicesOfNamedInterfaces(t *testing.T) {
 	const devC, devD = "0000:3b:01.2", "0000:3b:01.3"
 	c := newChecker(t, Config{})
@@ -302,25 +360,72 @@ func TestProbeTheDevicesOfNamedInterfaces(t *testing.T) {
 	c.watch(withIf(devA, "", "ens1f0"), withIf(devB, "ens1f0v1", "ens1f0"), withIf(devC, "", "ens2f0"), withIf(devD, "", "ens1f0"))
 	c.Silent(t)
 	for _, tc := range []struct {
-		addrs, ifaces, want []string
+		addrs, ifaces   []string
+		full, linksOnly []string
 	}{
-		{ifaces: []string{"ens1f0"}, want: []string{devA, devB, devD}},
-		{ifaces: []string{"ens1f0v1"}, want: []string{devB}},
-		{addrs: []string{devD, devC}, ifaces: []string{"ens2f0", "ens1f0v1"}, want: []string{devB, devC, devD}},
-		{ifaces: []string{"ens9f0"}, want: nil},
+		{ifaces: []string{"ens1f0"}, linksOnly: []string{devA, devD}},
+		{ifaces: []string{"ens1f0v1"}, linksOnly: []string{devB}},
+		{addrs: []string{devD, devC}, ifaces: []string{"ens2f0", "ens1f0v1"}, full: []string{devC, devD}, linksOnly: []string{devB}},
+		{ifaces: []string{"ens9f0"}},
 	} {
-		before := c.prober.count()
+		full, links := c.prober.count(), c.prober.linkCount()
 		c.Sys.Root.Send(c.Child, &Probe{Reason: "uevent", Addresses: tc.addrs, Interfaces: tc.ifaces})
 		c.Silent(t)
-		if tc.want == nil {
-			if n := c.prober.count() - before; n != 0 {
-				t.Errorf("Probe{%v %v} naming no target ran %d rounds: %v", tc.addrs, tc.ifaces, n, c.prober.lastRound())
-			}
-			continue
+		if got := c.prober.roundsSince(full); !slices.Equal(got, tc.full) {
+			t.Errorf("Probe{%v %v} probed %v fully, want %v", tc.addrs, tc.ifaces, got, tc.full)
 		}
-		if got := c.prober.lastRound(); !slices.Equal(got, tc.want) {
-			t.Errorf("Probe{%v %v} probed %v, want %v", tc.addrs, tc.ifaces, got, tc.want)
+		if got := c.prober.linkRoundsSince(links); !slices.Equal(got, tc.linksOnly) {
+			t.Errorf("Probe{%v %v} probed the links of %v, want %v", tc.addrs, tc.ifaces, got, tc.linksOnly)
 		}
+	}
+}
+
+// A link notification checks the link alone, and keeps what the last full
+// probe said of the rest: a device whose driver went stays unhealthy for
+// that reason when its link comes back; a healthy one fails when its link
+// goes, and recovers when it returns, all without a full probe.
+func TestLinkNotificationChecksTheLinkAlone(t *testing.T) {
+	c := newChecker(t, Config{})
+	withPF := func(addr string) Target {
+		tg := target(addr, 0, 0)
+		tg.Probe.Link, tg.Probe.PFInterface = true, "ens1f0"
+		return tg
+	}
+	c.prober.fail(devB, "driver unbound (was vfio-pci)")
+	c.watch(withPF(devA), withPF(devB))
+	if v := nextVerdict(t, c.family); v.Address != devB || v.Healthy {
+		t.Fatalf("verdict %+v, want devB unhealthy", *v)
+	}
+	c.Silent(t)
+	full := c.prober.count()
+	linkProbe := func() { c.Sys.Root.Send(c.Child, &Probe{Reason: "link", Interfaces: []string{"ens1f0"}}) }
+
+	c.prober.setLink(devA, "link down on ens1f0 (PF)")
+	c.prober.setLink(devB, "link down on ens1f0 (PF)")
+	linkProbe()
+	if v := nextVerdict(t, c.family); v.Address != devA || v.Healthy || v.Reason != "link down on ens1f0 (PF)" {
+		t.Errorf("link down: verdict %+v, want devA unhealthy, link down", *v)
+	}
+	c.Silent(t)
+	c.prober.setLink(devA, "")
+	c.prober.setLink(devB, "")
+	c.prober.pass(devB) // the driver is back, but no uevent said so
+	linkProbe()
+	if v := nextVerdict(t, c.family); v.Address != devA || !v.Healthy {
+		t.Errorf("link up: verdict %+v, want devA healthy", *v)
+	}
+	c.Silent(t)
+	if got := c.verdicts(t)[devB]; got.Healthy || got.Reason != "driver unbound (was vfio-pci)" {
+		t.Errorf("devB after its link came back: %+v, want still unhealthy, unbound (its last full probe)", got)
+	}
+	if n := c.prober.count() - full; n != 0 {
+		t.Errorf("link notifications ran %d full probe rounds, want none", n)
+	}
+	// The next full probe (a uevent naming it, or the periodic round)
+	// finds the driver back.
+	c.Sys.Root.Send(c.Child, &Probe{Reason: "uevent", Addresses: []string{devB}})
+	if v := nextVerdict(t, c.family); v.Address != devB || !v.Healthy {
+		t.Errorf("full probe: verdict %+v, want devB healthy", *v)
 	}
 }
 
