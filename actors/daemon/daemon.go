@@ -498,22 +498,17 @@ func timeoutOf(ctx context.Context) time.Duration {
 }
 
 // stopActors stops the node, and with it every actor, and waits until it
-// has stopped, or until ctx's deadline less two seconds (kept for the
-// DaemonStopped append and the snapshot; no deadline: a minute). The pools
-// finish the calls under way first, each within the call timeout.
+// has stopped or ctx ends (no deadline: a minute). The pools finish the
+// calls under way first, each within the call timeout.
 func (d *Daemon) stopActors(ctx context.Context) error {
-	deadline, ok := ctx.Deadline()
-	switch {
-	case !ok:
-		deadline = time.Now().Add(time.Minute)
-	case time.Until(deadline) > 4*time.Second:
-		deadline = deadline.Add(-2 * time.Second)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Minute)
+		defer cancel()
 	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
 	stopped := make(chan struct{})
 	node := d.node
-	d.system.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+	watcher := d.system.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
 		switch m := c.Message().(type) {
 		case *actor.Started:
 			c.Watch(node)
@@ -529,9 +524,15 @@ func (d *Daemon) stopActors(ctx context.Context) error {
 	case <-stopped:
 		return nil
 	case <-ctx.Done():
+		d.system.Root.Stop(watcher)
 		return fmt.Errorf("stop the actors: %w", ctx.Err())
 	}
 }
+
+// stopRecordBudget is the time the last writes of a stop (DaemonStopped,
+// the snapshot) always get, even past the stop's deadline: the next start
+// reads whether the stop was clean from them.
+const stopRecordBudget = 2 * time.Second
 
 // Stop drains the daemon: pools stop taking requests and finish those in
 // flight, sockets are removed; then DaemonStopped is recorded, a snapshot
@@ -552,6 +553,19 @@ func (d *Daemon) stop(ctx context.Context, reason string) error {
 		clean = false
 		d.log.Warn().Err(err).Msg("actors did not stop in time")
 	}
+	// The ledger's last words get their own time, whatever the actors
+	// took of ctx's.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopRecordBudget)
+	defer cancel()
+	var errs []error
+	if envs, err := d.rec.Record(rctx, events.DaemonStopped{Reason: reason, Clean: clean}); err != nil {
+		errs = append(errs, fmt.Errorf("record stop: %w", err))
+	} else {
+		d.log.Info().Str("reason", reason).Bool("clean", clean).Uint64("seq", envs[0].Seq).Msg("daemon stopped")
+	}
+	if err := d.snapshot(rctx, "daemon stop"); err != nil {
+		errs = append(errs, err)
+	}
 	if d.metricsSrv != nil {
 		d.metricsSrv.Shutdown(ctx)
 	}
@@ -559,15 +573,6 @@ func (d *Daemon) stop(ctx context.Context, reason string) error {
 		if err := d.admin.Stop(ctx); err != nil {
 			d.log.Warn().Err(err).Msg("admin socket stop")
 		}
-	}
-	var errs []error
-	if envs, err := d.rec.Record(ctx, events.DaemonStopped{Reason: reason, Clean: clean}); err != nil {
-		errs = append(errs, fmt.Errorf("record stop: %w", err))
-	} else {
-		d.log.Info().Str("reason", reason).Bool("clean", clean).Uint64("seq", envs[0].Seq).Msg("daemon stopped")
-	}
-	if err := d.snapshot(ctx, "daemon stop"); err != nil {
-		errs = append(errs, err)
 	}
 	d.system.Shutdown()
 	if d.podres != nil {

@@ -11,6 +11,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
@@ -111,5 +112,45 @@ func TestDaemonServesAndRecords(t *testing.T) {
 	}
 	if p := st.Pools["intel.com/sriov_vfio"]; len(p.Members) != 5 {
 		t.Errorf("replayed vfio pool has %d members, want 5", len(p.Members))
+	}
+}
+
+// A stop whose deadline has already passed still writes the ledger's last
+// words: DaemonStopped (not clean: the actors were not waited for) and a
+// snapshot, each in the time a stop always keeps for them.
+func TestStopPastItsDeadlineStillRecords(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	d := n.start(t)
+	if _, err := n.kubelet.WaitRegistered(waitCtx(t), "intel.com/sriov_vfio"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	if err := d.Stop(ctx, "test"); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	l, err := store.Open(filepath.Join(n.opts.StateDir, LedgerFileName), store.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var stopped *events.DaemonStopped
+	var snapshot bool
+	if err := l.Read(0, func(e events.Envelope) error {
+		switch p := e.Payload.(type) {
+		case events.DaemonStopped:
+			stopped = &p
+		case events.SnapshotTaken:
+			snapshot = stopped != nil
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if stopped == nil || stopped.Clean || stopped.Reason != "test" {
+		t.Errorf("DaemonStopped %+v; want one, not clean, reason test", stopped)
+	}
+	if !snapshot {
+		t.Error("no snapshot after DaemonStopped")
 	}
 }
