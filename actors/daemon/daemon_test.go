@@ -10,8 +10,8 @@ import (
 	"github.com/rs/zerolog"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
