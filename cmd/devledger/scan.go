@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/devledger/devledger/config"
+	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/sysfs"
 )
 
@@ -115,6 +117,9 @@ func runScan(args []string, stdout, stderr io.Writer) error {
 
 	rep := newScanReport(devs, sel, warn.all)
 	rep.probeHealth(reader, devs, sel)
+	if lf.stateDir != "" && lf.db != "" {
+		return usageErrf("--state-dir and --db: give one of them")
+	}
 	if lf.stateDir != "" || lf.db != "" {
 		if err := rep.readLedger(&lf); err != nil {
 			return err
@@ -199,9 +204,17 @@ type scanReport struct {
 	Pools    []scanPool   `json:"pools"`
 	Warnings []string     `json:"warnings"`
 	// LedgerSeq is the last event of the ledger read (--state-dir, --db),
-	// if one was (ledgerRead).
-	LedgerSeq  uint64 `json:"ledger_seq,omitempty"`
-	ledgerRead bool
+	// nil when none was; LedgerOnly are the devices that ledger has in a
+	// pool that this scan did not find.
+	LedgerSeq  *uint64          `json:"ledger_seq,omitempty"`
+	LedgerOnly []scanLedgerOnly `json:"ledger_only,omitempty"`
+}
+
+// scanLedgerOnly is a device the ledger has pooled and this scan did not
+// find in sysfs: the daemon still offers it until it sees it gone.
+type scanLedgerOnly struct {
+	Address string     `json:"address"`
+	Ledger  scanLedger `json:"ledger"`
 }
 
 // scanDevice is one PCI function and where it went. Unknown values follow
@@ -714,7 +727,7 @@ func (ex *explanation) writeText(w io.Writer) {
 		fields = append(fields, [2]string{"pool", "none: " + whyNot(d.Reason)})
 	}
 	if d.Ledger != nil {
-		fields = append(fields, [2]string{"ledger", d.Ledger.String()})
+		fields = append(fields, [2]string{"ledger", d.Ledger.verdict() + ", pool " + orDash(d.Ledger.pool())})
 	}
 	for _, f := range fields {
 		fmt.Fprintf(w, "  %-12s %s\n", f[0]+":", f[1])
@@ -802,38 +815,57 @@ func writeJSON(w io.Writer, v any) error {
 	return nil
 }
 
-// readLedger reads the ledger lf names, through the daemon's admin socket
-// when the daemon holds it, and notes what it says of every device.
+// readLedger reads the ledger lf names (the file from its newest snapshot,
+// or, when the daemon holds it, every event its admin socket serves) and
+// notes what it says of every device found, and of the pooled ones not
+// found.
 func (rep *scanReport) readLedger(lf *ledgerFlags) error {
 	src, err := openSource(lf)
 	if err != nil {
 		return err
 	}
-	st, err := foldSource(src, 0, time.Time{})
+	var st events.State
+	if f, ok := src.(fileSource); ok {
+		st, err = f.l.Replay(0)
+	} else {
+		st, err = foldSource(src, 0, time.Time{})
+	}
 	if cerr := src.close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return fmt.Errorf("read the ledger %s: %w", lf.path(), err)
 	}
-	rep.LedgerSeq, rep.ledgerRead = st.Seq, true
+	seq := st.Seq
+	rep.LedgerSeq = &seq
+	found := make(map[string]bool, len(rep.Devices))
 	for i := range rep.Devices {
 		d := &rep.Devices[i]
-		l := &scanLedger{}
-		if ld, ok := st.Devices[d.Address]; ok {
-			l.Known, l.Present, l.Pool, l.HealthReason, l.HealthSeq = true, ld.Present, ld.Pool, ld.HealthReason, ld.HealthSeq
-			l.Health = scanUnhealthy
-			if ld.Healthy {
-				l.Health = scanHealthy
-			}
+		found[d.Address] = true
+		ld, known := st.Devices[d.Address]
+		l := newScanLedger(ld, known)
+		d.Ledger = &l
+	}
+	for _, addr := range slices.Sorted(maps.Keys(st.Devices)) {
+		if ld := st.Devices[addr]; !found[addr] && ld.Present && ld.Pool != "" {
+			rep.LedgerOnly = append(rep.LedgerOnly, scanLedgerOnly{Address: addr, Ledger: newScanLedger(ld, true)})
 		}
-		d.Ledger = l
 	}
 	return nil
 }
 
-// String says what the ledger knows of a device, in a few words.
-func (l *scanLedger) String() string { return l.verdict() + ", pool " + orDash(l.Pool) }
+// newScanLedger is ld as scan shows it; known is false when the ledger
+// has never seen the device.
+func newScanLedger(ld events.Device, known bool) scanLedger {
+	if !known {
+		return scanLedger{}
+	}
+	l := scanLedger{Known: true, Present: ld.Present, Pool: ld.Pool, Health: scanUnhealthy, HealthReason: ld.HealthReason, HealthSeq: ld.HealthSeq}
+	if ld.Healthy {
+		l.Health = scanHealthy
+	}
+	return l
+}
 
 // verdict is the ledger's health verdict on a device, or why it has none.
 func (l *scanLedger) verdict() string {
@@ -842,6 +874,8 @@ func (l *scanLedger) verdict() string {
 		return "never seen"
 	case !l.Present:
 		return "removed"
+	case l.Pool == "":
+		return "not pooled"
 	}
 	s := l.Health
 	if l.Health == scanUnhealthy && l.HealthReason != "" {
@@ -853,45 +887,68 @@ func (l *scanLedger) verdict() string {
 	return s
 }
 
-// agrees says whether the ledger says of d what this scan does: the same
-// pool, and for a pooled device the same health.
-func (d *scanDevice) agrees() bool {
-	l := d.Ledger
+// pool is the ledger's pool of the device, "" for none.
+func (l *scanLedger) pool() string {
 	if !l.Known || !l.Present {
-		return d.Pool == ""
+		return ""
 	}
-	return l.Pool == d.Pool && (d.Pool == "" || l.Health == d.Health)
+	return l.Pool
 }
 
-// writeLedger lists the devices on which the ledger read differs from this
-// scan: the daemon's verdict under a hold-down or debounce, a device it has
-// not placed again yet, or one it never saw.
+// verdictNow is this scan's verdict on d, as verdict phrases the ledger's.
+func (d *scanDevice) verdictNow() string {
+	if d.Pool == "" {
+		return "not pooled"
+	}
+	s := d.Health
+	if d.HealthReason != "" {
+		s += ": " + d.HealthReason
+	}
+	return s
+}
+
+// ledgerPooled says whether d is pooled by this scan or the ledger, and
+// ledgerAgrees whether both place it in the same pool with the same health.
+func (d *scanDevice) ledgerPooled() bool { return d.Pool != "" || d.Ledger.pool() != "" }
+func (d *scanDevice) ledgerAgrees() bool {
+	l := d.Ledger
+	return l.pool() == d.Pool && (d.Pool == "" || l.Health == d.Health)
+}
+
+// writeLedger says how far the ledger read agrees with this scan on the
+// pooled devices, and shows each on which they differ (the daemon's verdict
+// under a hold-down or debounce, a device it has not placed again yet, one
+// gone from sysfs that it still offers), one block per device, nothing cut.
 func (rep *scanReport) writeLedger(w io.Writer) {
-	if !rep.ledgerRead {
+	if rep.LedgerSeq == nil {
 		return
 	}
-	t := textTable{header: []string{"ADDRESS", "THIS SCAN", "LEDGER (the kubelet's view)"}}
-	var ledger []string
-	agree := 0
+	type block struct{ addr, poolNow, poolThen, now, then string }
+	var differ []block
+	pooled, agree := 0, 0
 	for i := range rep.Devices {
 		d := &rep.Devices[i]
-		if d.agrees() {
+		if !d.ledgerPooled() {
+			continue
+		}
+		pooled++
+		if d.ledgerAgrees() {
 			agree++
 			continue
 		}
-		// The pools are named only when they differ.
-		now, then := d.health(), d.Ledger.verdict()
-		if l := d.Ledger; !l.Known || !l.Present || l.Pool != d.Pool {
-			now += ", pool " + orDash(d.Pool)
-			then += ", pool " + orDash(l.Pool)
-		}
-		t.add(d.Address, truncate(now, healthWidth+10), "")
-		ledger = append(ledger, then)
+		differ = append(differ, block{d.Address, d.Pool, d.Ledger.pool(), d.verdictNow(), d.Ledger.verdict()})
 	}
-	fmt.Fprintf(w, "\nledger through #%d: it agrees with this scan on %d of %d devices\n", rep.LedgerSeq, agree, len(rep.Devices))
-	if len(ledger) > 0 {
-		t.fillLast(func(row, width int) string { return truncate(ledger[row], max(width, minFreeText)) })
-		io.WriteString(w, "\n")
-		t.write(w)
+	for _, o := range rep.LedgerOnly {
+		pooled++
+		differ = append(differ, block{o.Address, "", o.Ledger.Pool, "not found in sysfs", o.Ledger.verdict()})
+	}
+	slices.SortFunc(differ, func(a, b block) int { return strings.Compare(a.addr, b.addr) })
+	fmt.Fprintf(w, "\nledger through #%d: it agrees with this scan on %d of %d pooled devices\n", *rep.LedgerSeq, agree, pooled)
+	for _, b := range differ {
+		head := b.addr + "  pool " + orDash(b.poolNow)
+		if b.poolThen != b.poolNow {
+			head = b.addr + "  pool " + orDash(b.poolNow) + " in this scan, " + orDash(b.poolThen) + " in the ledger"
+		}
+		fmt.Fprintf(w, "\n%s\n  this scan  %s\n  ledger     %s\n", head, b.now, b.then)
 	}
 }

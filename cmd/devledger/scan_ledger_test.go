@@ -3,95 +3,131 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/testdata/sysfsgen"
 )
 
 // scan --state-dir shows, beside its own probe, what the running daemon's
 // ledger says: here a VF unbound and bound again, which the probe finds
-// healthy while the daemon holds it unhealthy for its hold-down (10s), as
-// the kubelet was told. The ledger is read through the admin socket (the
-// daemon holds the file), and only the devices on which the two differ are
-// listed.
+// healthy while the daemon holds it unhealthy for its hold-down (an hour
+// here), as the kubelet was told. The ledger is read through the admin
+// socket (the daemon holds the file), and only the pooled devices on which
+// the two differ are shown, one block each. Then, the daemon stopped, a VF
+// removed from sysfs is one the ledger still has pooled: scan --db of the
+// file shows it as not found.
 func TestScanShowsTheLedgersVerdicts(t *testing.T) {
 	t.Parallel()
-	n := sriovNode(t, "legacy", kubelettest.Options{})
-	n.startRegistered(t, sriovPools, "--probe-interval", "50ms")
-	const vf = "0000:3b:01.2" // a vfio VF of sriov_vfio
+	const vf, gone = "0000:3b:01.2", "0000:af:01.3" // vfio VFs of sriov_vfio
+	cfg := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(cfg, []byte(`{"resourceList": [
+	  {"resourceName": "sriov_vfio", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]},
+	   "health": {"holdDown": "1h"}},
+	  {"resourceName": "sriov_net", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["iavf"]}},
+	  {"resourceName": "e810_port", "excludeTopology": true, "selectors": {"pciAddresses": ["0000:3b:00.1"]}}
+	]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := newE2ENode(t, nodeSpec{scenario: sysfsgen.ScenarioSRIOV, config: cfg, mode: "legacy", kubelet: kubelettest.Options{}})
+	p, _ := n.startRegistered(t, sriovPools, "--probe-interval", "50ms")
 	if err := n.roots.Unbind(vf); err != nil {
 		t.Fatal(err)
 	}
-	envs := n.waitLedger(t, vf+" unhealthy", func(envs []events.Envelope) bool {
+	var verdict uint64
+	n.waitLedger(t, vf+" unhealthy", func(envs []events.Envelope) bool {
 		for _, e := range envs {
 			if h, ok := e.Payload.(events.DeviceHealthChanged); ok && h.Address == vf && !h.Healthy {
-				return true
+				verdict = e.Seq
 			}
 		}
-		return false
+		return verdict > 0
 	})
-	var verdict uint64
-	for _, e := range envs {
-		if h, ok := e.Payload.(events.DeviceHealthChanged); ok && h.Address == vf && !h.Healthy {
-			verdict = e.Seq
-		}
-	}
 	if err := n.roots.Bind(vf, "vfio-pci"); err != nil {
 		t.Fatal(err)
 	}
 
-	args := []string{"scan", "--config", n.config, "--sysfs-root", n.roots.Sysfs, "--dev-root", n.roots.Dev,
-		"--proc-root", n.roots.Proc, "--state-dir", n.stateDir}
-	table := cliOK(t, args...)
-	if !strings.Contains(table, "ledger through #") || !strings.Contains(table, "THIS SCAN") {
-		t.Fatalf("scan --state-dir printed no ledger section:\n%s", table)
+	args := []string{"scan", "--config", n.config, "--sysfs-root", n.roots.Sysfs, "--dev-root", n.roots.Dev, "--proc-root", n.roots.Proc}
+	live := append(args, "--state-dir", n.stateDir)
+	table := cliOK(t, live...)
+	want := fmt.Sprintf("\nledger through #%%d: it agrees with this scan on 8 of 9 pooled devices\n\n"+
+		"%s  pool %s\n  this scan  healthy\n  ledger     unhealthy: driver unbound (was vfio-pci) (#%d)\n", vf, vfioPool, verdict)
+	if i := strings.Index(table, "\nledger through #"); i < 0 || !strings.HasSuffix(table, fmt.Sprintf(want, ledgerSeqIn(t, table[i:]))) {
+		t.Errorf("scan --state-dir ends\n%s\nwant it to end\n%s", table[max(0, len(table)-400):], want)
 	}
-	var row string
-	for _, line := range strings.Split(table, "\n") {
-		if strings.HasPrefix(line, vf) && strings.Contains(line, "unhealthy") {
-			row = line
-		}
-	}
-	if want := fmt.Sprintf("%s  healthy    unhealthy: driver unbound (was vfio-pci) (#%d)", vf, verdict); strings.TrimSpace(row) != want {
-		t.Errorf("%s's ledger row is %q; want %q (this scan healthy, the ledger unhealthy, the same pool):\n%s", vf, row, want, table)
-	}
-
-	explain := cliOK(t, append(args, "--explain", vf)...)
+	explain := cliOK(t, append(live, "--explain", vf)...)
 	if want := fmt.Sprintf("  ledger:      unhealthy: driver unbound (was vfio-pci) (#%d), pool %s\n", verdict, vfioPool); !strings.Contains(explain, want) {
 		t.Errorf("scan --explain %s says no %q:\n%s", vf, want, explain)
 	}
-
-	var rep struct {
-		LedgerSeq uint64 `json:"ledger_seq"`
-		Devices   []struct {
-			Address string      `json:"address"`
-			Health  string      `json:"health"`
-			Ledger  *scanLedger `json:"ledger"`
-		} `json:"devices"`
+	rep := scanLedgerJSON(t, cliOK(t, append(live, "--format", "json")...))
+	if rep.LedgerSeq == nil || *rep.LedgerSeq < verdict || len(rep.LedgerOnly) != 0 {
+		t.Errorf("JSON ledger_seq %v (verdict #%d), ledger_only %+v", rep.LedgerSeq, verdict, rep.LedgerOnly)
 	}
-	if err := json.Unmarshal([]byte(cliOK(t, append(args, "--format", "json")...)), &rep); err != nil {
-		t.Fatal(err)
-	}
-	if rep.LedgerSeq < verdict {
-		t.Errorf("ledger_seq %d, before the verdict #%d", rep.LedgerSeq, verdict)
-	}
-	seen := 0
 	for _, d := range rep.Devices {
 		if d.Ledger == nil {
 			t.Fatalf("%s has no ledger entry in the JSON", d.Address)
 		}
-		if d.Address != vf {
-			continue
-		}
-		seen++
-		want := scanLedger{Known: true, Present: true, Pool: vfioPool, Health: scanUnhealthy, HealthReason: "driver unbound (was vfio-pci)", HealthSeq: verdict}
-		if d.Health != scanHealthy || *d.Ledger != want {
-			t.Errorf("%s: health %q, ledger %+v; want healthy now and %+v", vf, d.Health, *d.Ledger, want)
+		if d.Address == vf {
+			want := scanLedger{Known: true, Present: true, Pool: vfioPool, Health: scanUnhealthy, HealthReason: "driver unbound (was vfio-pci)", HealthSeq: verdict}
+			if d.Health != scanHealthy || *d.Ledger != want {
+				t.Errorf("%s: health %q, ledger %+v; want healthy now and %+v", vf, d.Health, *d.Ledger, want)
+			}
 		}
 	}
-	if seen != 1 {
-		t.Errorf("%s listed %d times", vf, seen)
+
+	// Stopped; a VF goes from sysfs without the daemon seeing it.
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t); code != exitOK {
+		t.Fatalf("daemon exit %d", code)
 	}
+	if err := n.roots.Remove(gone); err != nil {
+		t.Fatal(err)
+	}
+	file := append(args, "--db", n.ledgerPath())
+	table = cliOK(t, file...)
+	if want := fmt.Sprintf("\n%s  pool - in this scan, %s in the ledger\n  this scan  not found in sysfs\n  ledger     healthy (#", gone, vfioPool); !strings.Contains(table, want) {
+		t.Errorf("scan --db shows no block for the removed VF %s like\n%s\n---\n%s", gone, want, table)
+	}
+	rep = scanLedgerJSON(t, cliOK(t, append(file, "--format", "json")...))
+	if len(rep.LedgerOnly) != 1 || rep.LedgerOnly[0].Address != gone || rep.LedgerOnly[0].Ledger.Pool != vfioPool {
+		t.Errorf("JSON ledger_only %+v, want %s in %s", rep.LedgerOnly, gone, vfioPool)
+	}
+
+	if code, _, stderr := cli(t, append(file, "--state-dir", n.stateDir)...); code != exitUsage || !strings.Contains(stderr, "--state-dir and --db") {
+		t.Errorf("--state-dir with --db: exit %d, %q; want a usage error", code, stderr)
+	}
+}
+
+// ledgerSeqIn reads N from "\nledger through #N:".
+func ledgerSeqIn(t *testing.T, s string) uint64 {
+	t.Helper()
+	var seq uint64
+	if _, err := fmt.Sscanf(s, "\nledger through #%d:", &seq); err != nil {
+		t.Fatalf("no ledger line in %q: %v", s[:min(len(s), 80)], err)
+	}
+	return seq
+}
+
+type scanLedgerReport struct {
+	LedgerSeq *uint64 `json:"ledger_seq"`
+	Devices   []struct {
+		Address string      `json:"address"`
+		Health  string      `json:"health"`
+		Ledger  *scanLedger `json:"ledger"`
+	} `json:"devices"`
+	LedgerOnly []scanLedgerOnly `json:"ledger_only"`
+}
+
+func scanLedgerJSON(t *testing.T, out string) scanLedgerReport {
+	t.Helper()
+	var rep scanLedgerReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("scan JSON: %v", err)
+	}
+	return rep
 }
