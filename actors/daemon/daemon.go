@@ -18,12 +18,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
+	"github.com/devledger/devledger/actors/health"
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/actors/node"
 	"github.com/devledger/devledger/actors/pool/allocation"
@@ -136,6 +138,9 @@ type Daemon struct {
 	rec    *ledger.Recorder
 	system *actor.ActorSystem
 	node   *actor.PID
+	// health is the node's health checker, which probes go to directly
+	// (Probe); the node sets it each time it spawns one.
+	health atomic.Pointer[actor.PID]
 	admin  *grpcapi.AdminServer
 	podres *grpcapi.PodResourcesClient
 
@@ -290,7 +295,8 @@ func Start(opts Options) (_ *Daemon, err error) {
 		DevinfoDir: devinfo, ScanInterval: opts.ScanInterval, ProbeInterval: opts.ProbeInterval,
 		CallTimeout: opts.CallTimeout, Supervisor: strategy, Log: d.log,
 		PodResources: podres, ObserveAllocate: d.metrics.allocated,
-		Reconcile: reconciler.Config{Interval: opts.ReconcileInterval, LeakGrace: opts.LeakGrace},
+		Reconcile:     reconciler.Config{Interval: opts.ReconcileInterval, LeakGrace: opts.LeakGrace},
+		HealthSpawned: d.health.Store,
 	})
 	props.Configure(actor.WithGuardian(strategy))
 	d.node, err = d.system.Root.SpawnNamed(props, "node")
@@ -342,7 +348,7 @@ func (d *Daemon) watchKernel() {
 				d.Send(&node.Rescan{Reason: p.rescan})
 			}
 			if p.probe != nil {
-				d.Send(p.probe)
+				d.Probe(p.probe)
 			}
 			d.log.Debug().Int("device_events", p.devices).Int("link_events", p.links).Bool("overflow", p.overflow).Msg("kernel events")
 		}
@@ -445,6 +451,16 @@ func (d *Daemon) Reload(ctx context.Context, reason string) (*node.ReloadResult,
 // Send delivers a message to the node coordinator (node.Rescan,
 // node.ProbeHealth).
 func (d *Daemon) Send(msg any) { d.system.Root.Send(d.node, msg) }
+
+// Probe asks for a probe round (what node.ProbeHealth asks), straight of
+// the health checker once the node has spawned it.
+func (d *Daemon) Probe(p *node.ProbeHealth) {
+	if pid := d.health.Load(); pid != nil {
+		d.system.Root.Send(pid, &health.Probe{Reason: "asked", Addresses: p.Addresses, Interfaces: p.Interfaces})
+		return
+	}
+	d.Send(p)
+}
 
 // Ask sends a request to an actor and waits for the reply within ctx.
 func (d *Daemon) Ask(ctx context.Context, pid *actor.PID, msg any) (any, error) {
