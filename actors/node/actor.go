@@ -80,7 +80,7 @@ type Config struct {
 	// the node spawns one: a kernel event source may send it health.Probe
 	// directly, one hop fewer than ProbeHealth through the node.
 	HealthSpawned func(*actor.PID)
-	Log        zerolog.Logger
+	Log           zerolog.Logger
 }
 
 // DevicePluginDir is the kubelet's legacy registration directory.
