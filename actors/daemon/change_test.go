@@ -723,3 +723,44 @@ func (n *testNode) reload(ctx context.Context, t *testing.T, d *Daemon, cfg stri
 		t.Fatalf("reload = %+v, %v", res, err)
 	}
 }
+
+// A link notification, as the kernel event path sends it (Daemon.Probe,
+// straight to the health checker), is enough on its own: with no periodic
+// probe, a PF's link going down takes its vfio VFs down, and coming back
+// up brings them back, each time by the link check alone.
+func TestLinkNotificationAloneMovesHealth(t *testing.T) {
+	cfg := `{"resourceList": [
+	  {"resourceName": "sriov_vfio", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]},
+	   "health": {"link": true, "holdDown": "0s", "probeInterval": "1h"}}
+	]}`
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, cfg, kubelettest.Options{})
+	n.opts.ScanInterval, n.opts.ProbeInterval = time.Hour, time.Hour
+	d := n.start(t)
+	ctx := waitCtx(t)
+	const vfio = "intel.com/sriov_vfio"
+	list := waitDevicesAll(ctx, t, n.kubelet, vfio, pluginapi.Healthy)
+	ofPF := vfsOf(t, n.roots, list, "0000:3b:00.0")
+	for _, up := range []bool{false, true} {
+		set, want := n.roots.SetLinkDown, pluginapi.Unhealthy
+		if up {
+			set, want = n.roots.SetLinkUp, pluginapi.Healthy
+		}
+		if err := set("ens785f0"); err != nil {
+			t.Fatal(err)
+		}
+		d.Probe(&node.ProbeHealth{Interfaces: []string{"ens785f0"}})
+		for _, id := range ofPF {
+			waitHealth(ctx, t, n.kubelet, vfio, id, want)
+		}
+	}
+	changes := 0
+	d.Recorder().Log().Read(0, func(e events.Envelope) error {
+		if h, ok := e.Payload.(events.DeviceHealthChanged); ok && slices.Contains(ofPF, h.Address) {
+			changes++
+		}
+		return nil
+	})
+	if changes != 2*len(ofPF) {
+		t.Errorf("%d DeviceHealthChanged for the PF's %d VFs, want two each", changes, len(ofPF))
+	}
+}

@@ -127,9 +127,8 @@ type device struct {
 	raw      bool
 	rawWhy   string
 	rawSince time.Time
-	// probed is set once a full probe ran; devFail is then why the checks
-	// other than the link's failed, "" when they passed.
-	probed  bool
+	// devFail is why the checks other than the link's failed at the last
+	// full probe, "" when they passed.
 	devFail string
 }
 
@@ -341,15 +340,21 @@ func (c *checker) roundOf(ctx actor.Context, targets []Target, linkOnly []bool) 
 	if len(targets) == 0 {
 		return
 	}
-	results := c.probe(targets, linkOnly)
+	results, linked := c.probe(targets, linkOnly)
 	now := c.cfg.Now()
 	next := c.cfg.Interval
 	var changes []events.Payload
 	var verdicts []Verdict
 	for i, t := range targets {
 		v, due := c.judge(t, results[i], now)
-		c.next[t.Probe.Address] = now.Add(due)
-		next = min(next, due)
+		at := now.Add(due)
+		if prev, ok := c.next[t.Probe.Address]; ok && linked[i] && prev.Before(at) {
+			// A link check alone never puts off the full probe: what
+			// only it sees (a /dev/vfio node gone) is seen in time.
+			at = prev
+		}
+		c.next[t.Probe.Address] = at
+		next = min(next, max(at.Sub(now), 0))
 		if v != nil {
 			verdicts = append(verdicts, *v)
 			changes = append(changes, events.DeviceHealthChanged{Address: v.Address, Healthy: v.Healthy, Reason: v.Reason})
@@ -393,25 +398,27 @@ func linkOf(p sysfs.ProbeTarget) string {
 	return p.PFInterface
 }
 
-// probe probes targets: fully, or, where linkOnly says so and a full
-// probe ran before, the link alone, completed by what that probe said of
-// the rest.
-func (c *checker) probe(targets []Target, linkOnly []bool) []sysfs.ProbeResult {
+// probe probes targets: fully, or, where linkOnly says so, the link alone,
+// completed by what the last full probe said of the rest (linked says
+// which). A device in its debounce or hold-down, or never probed, is
+// probed fully: a verdict is not changed on the link's word alone.
+func (c *checker) probe(targets []Target, linkOnly []bool) (results []sysfs.ProbeResult, linked []bool) {
 	var full, links []sysfs.ProbeTarget
 	var fullAt, linkAt []int
+	linked = make([]bool, len(targets))
 	for i, t := range targets {
-		if d := c.devices[t.Probe.Address]; i < len(linkOnly) && linkOnly[i] && d != nil && d.probed && t.Known.Seq <= d.seq {
-			links, linkAt = append(links, t.Probe), append(linkAt, i)
+		if d := c.devices[t.Probe.Address]; i < len(linkOnly) && linkOnly[i] && d != nil && d.healthy == d.raw {
+			links, linkAt, linked[i] = append(links, t.Probe), append(linkAt, i), true
 			continue
 		}
 		full, fullAt = append(full, t.Probe), append(fullAt, i)
 	}
-	results := make([]sysfs.ProbeResult, len(targets))
+	results = make([]sysfs.ProbeResult, len(targets))
 	if len(full) > 0 {
 		for k, r := range c.cfg.Prober.ProbeAll(full) {
 			results[fullAt[k]] = r
 			d := c.state(targets[fullAt[k]], c.cfg.Now())
-			d.probed, d.devFail = true, ""
+			d.devFail = ""
 			if !r.Healthy && !r.Link {
 				d.devFail = r.Reason
 			}
@@ -425,7 +432,7 @@ func (c *checker) probe(targets []Target, linkOnly []bool) []sysfs.ProbeResult {
 			results[linkAt[k]] = r
 		}
 	}
-	return results
+	return results, linked
 }
 
 // judge takes t's probe result r at now and returns its new verdict (nil

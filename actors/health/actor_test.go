@@ -649,3 +649,54 @@ func TestEachTargetAtItsOwnInterval(t *testing.T) {
 		}
 	}
 }
+
+// Link notifications, however many, never put off a device's full probe at
+// its interval: what only the full probe sees (a /dev/vfio node gone, whose
+// uevent asks for nothing) is seen in time.
+func TestLinkNotificationsDoNotPutOffTheFullProbe(t *testing.T) {
+	c := newChecker(t, Config{Now: time.Now})
+	tg := target(devA, 0, 0)
+	tg.Probe.Link, tg.Probe.PFInterface, tg.Interval = true, "ens1f0", 100*time.Millisecond
+	c.watch(tg)
+	c.Silent(t)
+	c.prober.fail(devA, "/dev/vfio/102 missing")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c.Sys.Root.Send(c.Child, &Probe{Reason: "link", Interfaces: []string{"ens1f0"}})
+		if _, ok := c.Heard(); ok {
+			break // the verdict: a full probe ran
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no full probe in 10s of link notifications every 20ms (interval 100ms): %d full rounds, %d link rounds",
+				c.prober.count(), c.prober.linkCount())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := c.verdicts(t)[devA]; got.Healthy || got.Reason != "/dev/vfio/102 missing" {
+		t.Errorf("devA: %+v, want unhealthy, /dev/vfio/102 missing", got)
+	}
+}
+
+// A device in its hold-down is probed fully even on a link notification: it
+// does not turn healthy on the link's word alone.
+func TestHoldDownIsNotEndedByALinkCheck(t *testing.T) {
+	c := newChecker(t, Config{})
+	tg := target(devA, 0, time.Hour)
+	tg.Probe.Link, tg.Probe.PFInterface = true, "ens1f0"
+	c.watch(tg)
+	c.Silent(t)
+	c.prober.fail(devA, "driver unbound (was vfio-pci)")
+	c.round(time.Second)
+	if v := nextVerdict(t, c.family); v.Healthy {
+		t.Fatalf("verdict %+v, want unhealthy", *v)
+	}
+	c.prober.pass(devA)
+	c.round(time.Second) // passes: the hold-down starts
+	c.Silent(t)
+	full, links := c.prober.count(), c.prober.linkCount()
+	c.Sys.Root.Send(c.Child, &Probe{Reason: "link", Interfaces: []string{"ens1f0"}})
+	c.Silent(t)
+	if f, l := c.prober.count()-full, c.prober.linkCount()-links; f != 1 || l != 0 {
+		t.Errorf("a link notification in the hold-down ran %d full and %d link rounds, want 1 full", f, l)
+	}
+}
