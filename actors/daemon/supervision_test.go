@@ -45,6 +45,23 @@ func poolStatus(t *testing.T, ctx context.Context, d *Daemon, pid *actor.PID) *p
 	return res.(*pool.Status)
 }
 
+// startSupervised starts a daemon on the SR-IOV tree with cfg and waits
+// until the kubelet has pool registered; it returns the daemon's children.
+func startSupervised(t *testing.T, cfg string, kopts kubelettest.Options, pool string) (*testNode, *Daemon, context.Context, *node.ChildPIDs) {
+	t.Helper()
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, cfg, kopts)
+	d := n.start(t)
+	ctx := supervisionCtx(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	kids, err := d.Children(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, d, ctx, kids
+}
+
 // crashAndWaitRegistered crashes pool and waits until the kubelet took a
 // registration of it made after the crash.
 func crashAndWaitRegistered(ctx context.Context, t *testing.T, n *testNode, d *Daemon, kids *node.ChildPIDs, pool string) {
@@ -114,16 +131,7 @@ func TestPoolCrashRestartsFromLedger(t *testing.T) {
 // A pool that keeps crashing is stopped for good and the daemon fails
 // loudly, naming the actor and the reason, rather than crash-loop quietly.
 func TestRepeatedCrashesFailTheDaemon(t *testing.T) {
-	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
-	d := n.start(t)
-	ctx := supervisionCtx(t)
-	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
-		t.Fatal(err)
-	}
-	kids, err := d.Children(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, d, ctx, kids := startSupervised(t, sriovConfig, kubelettest.Options{}, vfioPool)
 	// One more crash than the backoff allows; the ones after the first wait
 	// in the mailbox for each restart.
 	for range 6 {
@@ -226,16 +234,7 @@ func TestRestartedPoolKeepsItsLastMembers(t *testing.T) {
 // says it is not watched, and the registrar tries again until the kubelet
 // takes it.
 func TestCrashedPoolRegistersAgainWithASlowKubelet(t *testing.T) {
-	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{NoticeDelay: 2 * time.Second})
-	d := n.start(t)
-	ctx := supervisionCtx(t)
-	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
-		t.Fatal(err)
-	}
-	kids, err := d.Children(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, d, ctx, kids := startSupervised(t, sriovConfig, kubelettest.Options{NoticeDelay: 2 * time.Second}, vfioPool)
 	crashAndWaitRegistered(ctx, t, n, d, kids, vfioPool)
 	refused := 0
 	for _, r := range n.kubelet.Rejections() {

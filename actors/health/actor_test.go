@@ -40,35 +40,35 @@ type fakeProber struct {
 }
 
 func (p *fakeProber) ProbeAll(ts []sysfs.ProbeTarget) []sysfs.ProbeResult {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make([]sysfs.ProbeResult, len(ts))
-	round := make([]string, len(ts))
-	for i, t := range ts {
-		round[i] = t.Address
-		if why, bad := p.failing[t.Address]; bad {
-			out[i] = sysfs.ProbeResult{Reason: why}
-		} else if why, down := p.linkDown[t.Address]; down {
-			out[i] = sysfs.ProbeResult{Reason: why, Link: true}
-		} else {
-			out[i] = sysfs.ProbeResult{Healthy: true}
+	return p.answer(ts, &p.rounds, func(addr string) sysfs.ProbeResult {
+		if why, bad := p.failing[addr]; bad {
+			return sysfs.ProbeResult{Reason: why}
 		}
-	}
-	p.rounds = append(p.rounds, round)
-	return out
+		if why, down := p.linkDown[addr]; down {
+			return sysfs.ProbeResult{Reason: why, Link: true}
+		}
+		return sysfs.ProbeResult{Healthy: true}
+	})
 }
 
 func (p *fakeProber) ProbeLinks(ts []sysfs.ProbeTarget) []sysfs.ProbeResult {
+	return p.answer(ts, &p.linkRounds, func(addr string) sysfs.ProbeResult {
+		why, down := p.linkDown[addr]
+		return sysfs.ProbeResult{Healthy: !down, Reason: why, Link: true}
+	})
+}
+
+// answer notes a round of ts in rounds and answers each target by its
+// address, under the lock.
+func (p *fakeProber) answer(ts []sysfs.ProbeTarget, rounds *[][]string, result func(addr string) sysfs.ProbeResult) []sysfs.ProbeResult {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make([]sysfs.ProbeResult, len(ts))
 	round := make([]string, len(ts))
 	for i, t := range ts {
-		round[i] = t.Address
-		why, down := p.linkDown[t.Address]
-		out[i] = sysfs.ProbeResult{Healthy: !down, Reason: why, Link: true}
+		round[i], out[i] = t.Address, result(t.Address)
 	}
-	p.linkRounds = append(p.linkRounds, round)
+	*rounds = append(*rounds, round)
 	return out
 }
 
