@@ -307,16 +307,8 @@ func TestKernelEventsWatch(t *testing.T) {
 // the config). Once the container goes, it is released and the device is
 // healthy in its new pool.
 func TestConfigChangeMovesAHeldDeviceOpenly(t *testing.T) {
-	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
-	d := n.start(t)
-	ctx := waitCtx(t)
-	const vfio, dpdk, dev = "intel.com/sriov_vfio", "intel.com/dpdk", "0000:3b:01.2"
-	if _, err := n.kubelet.WaitRegistered(ctx, vfio); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.kubelet.Allocate(ctx, vfio, []string{dev}); err != nil {
-		t.Fatal(err)
-	}
+	n, d, ctx := allocatedBeforeMove(t, nil)
+	const vfio, dpdk, dev = "intel.com/sriov_vfio", "intel.com/dpdk", movingDevice
 	n.kubelet.SetPods([]*podresourcesapi.PodResources{kubelettest.PodHolding("telco", "dpdk-0", "app", vfio, dev)})
 	reconcileNow(ctx, t, d)
 	var seq uint64
@@ -679,17 +671,8 @@ func TestPoolAddedAgainStartsFromTheLedgerOfNow(t *testing.T) {
 // suspicion is recorded, and held again if a container claims it after
 // all.
 func TestUnclaimedAllocationDoesNotHoldAMovedDevice(t *testing.T) {
-	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
-	n.opts.LeakGrace = 200 * time.Millisecond
-	d := n.start(t)
-	ctx := waitCtx(t)
-	const vfio, dpdk, dev = "intel.com/sriov_vfio", "intel.com/dpdk", "0000:3b:01.2"
-	if _, err := n.kubelet.WaitRegistered(ctx, vfio); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.kubelet.Allocate(ctx, vfio, []string{dev}); err != nil {
-		t.Fatal(err)
-	}
+	n, d, ctx := allocatedBeforeMove(t, func(o *Options) { o.LeakGrace = 200 * time.Millisecond })
+	const vfio, dpdk, dev = "intel.com/sriov_vfio", "intel.com/dpdk", movingDevice
 	n.reload(ctx, t, d, dpdkConfig)
 	waitHealth(ctx, t, n.kubelet, dpdk, dev, pluginapi.Unhealthy)
 
@@ -763,4 +746,27 @@ func TestLinkNotificationAloneMovesHealth(t *testing.T) {
 	if changes != 2*len(ofPF) {
 		t.Errorf("%d DeviceHealthChanged for the PF's %d VFs, want two each", changes, len(ofPF))
 	}
+}
+
+// movingDevice is the vfio VF that dpdkConfig moves from sriov_vfio to
+// dpdk.
+const movingDevice = "0000:3b:01.2"
+
+// allocatedBeforeMove starts a daemon with sriovConfig (its options changed
+// by tweak, if set) and allocates movingDevice from sriov_vfio.
+func allocatedBeforeMove(t *testing.T, tweak func(*Options)) (*testNode, *Daemon, context.Context) {
+	t.Helper()
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	if tweak != nil {
+		tweak(&n.opts)
+	}
+	d := n.start(t)
+	ctx := waitCtx(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, "intel.com/sriov_vfio"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.kubelet.Allocate(ctx, "intel.com/sriov_vfio", []string{movingDevice}); err != nil {
+		t.Fatal(err)
+	}
+	return n, d, ctx
 }

@@ -25,7 +25,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
-	"github.com/devledger/devledger/actors/health"
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/actors/node"
 	"github.com/devledger/devledger/actors/pool/allocation"
@@ -456,7 +455,7 @@ func (d *Daemon) Send(msg any) { d.system.Root.Send(d.node, msg) }
 // the health checker once the node has spawned it.
 func (d *Daemon) Probe(p *node.ProbeHealth) {
 	if pid := d.health.Load(); pid != nil {
-		d.system.Root.Send(pid, &health.Probe{Reason: "asked", Addresses: p.Addresses, Interfaces: p.Interfaces})
+		d.system.Root.Send(pid, p.Probe())
 		return
 	}
 	d.Send(p)

@@ -282,7 +282,7 @@ func (n *coordinator) Receive(ctx actor.Context) {
 			ctx.Respond(res)
 		}
 	case *ProbeHealth:
-		ctx.Send(n.health, &health.Probe{Reason: "asked", Addresses: m.Addresses, Interfaces: m.Interfaces})
+		ctx.Send(n.health, m.Probe())
 	case *Children:
 		pools := make(map[string]*actor.PID, len(n.pools))
 		for k, v := range n.pools {

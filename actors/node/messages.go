@@ -1,6 +1,10 @@
 package node
 
-import "github.com/asynkron/protoactor-go/actor"
+import (
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/devledger/devledger/actors/health"
+)
 
 // Messages the node coordinator receives from outside its tree.
 
@@ -13,6 +17,11 @@ type Rescan struct{ Reason string }
 type ProbeHealth struct {
 	Addresses  []string
 	Interfaces []string
+}
+
+// Probe is the health checker's message for m, whoever delivers it.
+func (m *ProbeHealth) Probe() *health.Probe {
+	return &health.Probe{Reason: "asked", Addresses: m.Addresses, Interfaces: m.Interfaces}
 }
 
 // Children asks for the PIDs of the node's actors; the reply is a
