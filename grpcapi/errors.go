@@ -43,8 +43,16 @@ func backendStatus(err error) error {
 	return status.Error(code, err.Error())
 }
 
-// ErrAlreadyConnected marks a Register the kubelet refused because it holds a
-// live connection to the plugin's socket path already (a registration made
-// earlier stands): "device plugin already connected". It is wrapped together
+// ErrAlreadyConnected marks a Register the kubelet refused because it holds
+// an endpoint for the plugin's socket path already: "device plugin already
+// connected". The kubelet keys endpoints by socket path and drops such an
+// entry only when it sees that path's stream end; a Register of the same
+// path that it refused also forgets its live client, after which the entry
+// outlives the plugin until the kubelet restarts. It is wrapped together
 // with ErrRegistrationRejected.
 var ErrAlreadyConnected = errors.New("already connected")
+
+// ErrKubeletUnreachable marks a Register that never reached the kubelet: no
+// connection to its socket was made, so the kubelet knows nothing of it
+// and the same socket may be registered again.
+var ErrKubeletUnreachable = errors.New("kubelet not reachable")

@@ -174,7 +174,7 @@ func checkPrivateSocket(t *testing.T, path string) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	priv := privateDir(path)
+	priv := privateDir(path, "")
 	if want := []string{filepath.Base(priv), filepath.Base(path)}; !slices.Equal(names, want) {
 		t.Errorf("socket dir holds %q, want %q", names, want)
 	}

@@ -47,6 +47,12 @@ type PoolServerOptions struct {
 	CallTimeout time.Duration
 	// Logger gets one line per stream opened or ended and per failed call.
 	Logger zerolog.Logger
+	// PrivateDirKey names the private directory beside the socket in which
+	// each socket is made before it is moved into place; empty means the
+	// socket's file name. A server that serves under a new name on every
+	// Reserve gives a key that stays the same, so that it keeps one
+	// directory across names and daemon restarts.
+	PrivateDirKey string
 }
 
 // PoolServer is one pool's gRPC server on a unix socket: DevicePlugin
@@ -99,6 +105,7 @@ func NewPoolServer(resource string, backend PoolBackend, opts PoolServerOptions)
 		stopping: make(chan struct{}),
 		drained:  make(chan struct{}),
 	}
+	s.sock.dirKey = opts.PrivateDirKey
 	pluginapi.RegisterDevicePluginServer(s.srv, devicePluginService{s: s})
 	if s.mode == ModeWatcher {
 		registerapi.RegisterRegistrationServer(s.srv, registrationService{s: s})
@@ -117,8 +124,9 @@ func (s *PoolServer) Serve(socketPath string) error {
 }
 
 // Reserve serves again ("re-serve") at socketPath, typically after the
-// kubelet deleted the socket file on restart: it creates a new socket there
-// as Serve does, then closes the previous listener. The gRPC server, its
+// kubelet deleted the socket file on restart, or under a new name: it
+// creates a new socket there as Serve does, then closes the previous
+// listener. The gRPC server, its
 // open connections and streams are kept. The previous socket file is
 // removed only if it is still the one this server created (so never when
 // the new socket took its path). On a server not yet serving, Reserve is
@@ -156,6 +164,15 @@ func (s *PoolServer) serveOn(lis *privateListener) {
 // Socket returns the absolute path of the socket being served, or "" before
 // Serve.
 func (s *PoolServer) Socket() string { return s.sock.socket() }
+
+// callSocket is the socket a call came in on: the one served now, or one
+// served before (Reserve keeps the kubelet's connections).
+func (s *PoolServer) callSocket(ctx context.Context) string {
+	if sock := socketOf(ctx); sock != "" {
+		return sock
+	}
+	return s.Socket()
+}
 
 // Close stops accepting connections, removes the socket file (if it is
 // still this server's) and ends every ListAndWatch stream, at once: unary
@@ -324,11 +341,14 @@ type registrationService struct {
 
 var _ registerapi.RegistrationServer = registrationService{}
 
-// GetInfo names the pool and gives the socket's absolute path as the
-// endpoint: the kubelet's device manager uses a watcher-mode endpoint as is.
-func (r registrationService) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
+// GetInfo names the pool and gives as the endpoint the absolute path of the
+// socket the kubelet asked on (the kubelet's device manager uses a
+// watcher-mode endpoint as is): never another of the server's sockets, or
+// the kubelet would connect to that path twice, once for each socket it
+// found.
+func (r registrationService) GetInfo(ctx context.Context, _ *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
 	s := r.s
-	socket := s.Socket()
+	socket := s.callSocket(ctx)
 	if s.observer != nil {
 		s.observer.InfoRequested(s.resource, socket)
 	}
@@ -340,9 +360,9 @@ func (r registrationService) GetInfo(context.Context, *registerapi.InfoRequest) 
 	}, nil
 }
 
-func (r registrationService) NotifyRegistrationStatus(_ context.Context, st *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
+func (r registrationService) NotifyRegistrationStatus(ctx context.Context, st *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
 	s := r.s
-	socket := s.Socket()
+	socket := s.callSocket(ctx)
 	if st.PluginRegistered {
 		s.log.Info().Str("socket", socket).Msg("kubelet registered the pool")
 	} else {

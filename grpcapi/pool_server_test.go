@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -89,7 +90,7 @@ func TestListAndWatchStreamsUntilStop(t *testing.T) {
 	if _, err := os.Lstat(path); !os.IsNotExist(err) {
 		t.Errorf("socket after Stop: %v, want it removed", err)
 	}
-	if _, err := os.Lstat(privateDir(path)); !os.IsNotExist(err) {
+	if _, err := os.Lstat(privateDir(path, "")); !os.IsNotExist(err) {
 		t.Errorf("private dir after Stop: %v, want it removed", err)
 	}
 	if err := s.Reserve(path); err == nil {
@@ -181,7 +182,7 @@ func TestPrivateDirIsReclaimed(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(shortDir(t), "p.sock")
-			tc.plant(t, privateDir(path))
+			tc.plant(t, privateDir(path, ""))
 			s := NewPoolServer(testResource, newFakeBackend(), PoolServerOptions{})
 			if err := s.Serve(path); err != nil {
 				t.Fatal(err)
@@ -364,6 +365,59 @@ func TestWatcherModeRegistration(t *testing.T) {
 	// The DevicePlugin service answers on the same socket.
 	if _, err := pluginapi.NewDevicePluginClient(conn).GetDevicePluginOptions(testCtx(t), &pluginapi.Empty{}); err != nil {
 		t.Errorf("GetDevicePluginOptions on the watcher socket: %v", err)
+	}
+}
+
+// A server that serves under a new name (Reserve elsewhere) keeps the
+// kubelet's connections to the old one: each says which socket it came in
+// on. GetInfo on the old socket must name the old socket, or the kubelet
+// would connect to the new path twice, once for each socket it found.
+func TestWatcherModeNamesTheSocketAsked(t *testing.T) {
+	obs := &fakeObserver{}
+	s, old := startPool(t, newFakeBackend(), PoolServerOptions{Mode: ModeWatcher, Observer: obs, PrivateDirKey: "pool.sock"})
+	oldConn := dialTest(t, old)
+	if _, err := registerapi.NewRegistrationClient(oldConn).GetInfo(testCtx(t), &registerapi.InfoRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	next := filepath.Join(filepath.Dir(old), "next.sock")
+	if err := s.Reserve(next); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(old); !os.IsNotExist(err) {
+		t.Errorf("old socket after Reserve elsewhere: %v, want it removed", err)
+	}
+	for _, tc := range []struct {
+		conn *grpc.ClientConn
+		want string
+	}{{oldConn, old}, {dialTest(t, next), next}} {
+		info, err := registerapi.NewRegistrationClient(tc.conn).GetInfo(testCtx(t), &registerapi.InfoRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Endpoint != tc.want {
+			t.Errorf("GetInfo on %s: endpoint %s", tc.want, info.Endpoint)
+		}
+		if _, err := registerapi.NewRegistrationClient(tc.conn).NotifyRegistrationStatus(testCtx(t), &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	want := []observedStatus{{testResource, old, true, ""}, {testResource, next, true, ""}}
+	if fmt.Sprint(obs.status) != fmt.Sprint(want) {
+		t.Errorf("RegistrationStatus heard %+v, want %+v", obs.status, want)
+	}
+	// One private directory, named by the key, for both names.
+	entries, err := os.ReadDir(filepath.Dir(old))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if want := []string{filepath.Base(privateDir(old, "pool.sock")), "next.sock"}; !slices.Equal(names, want) {
+		t.Errorf("socket dir holds %q, want %q", names, want)
 	}
 }
 

@@ -3,8 +3,10 @@ package grpcapi
 import (
 	"context"
 	"fmt"
+	"net"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -33,18 +35,29 @@ var registerBackoff = backoff.Config{
 //
 // It waits for the kubelet's socket to answer until ctx ends, so give ctx a
 // deadline. An answer with an error wraps ErrRegistrationRejected and keeps
-// the kubelet's reason; an unreachable kubelet wraps ctx's error (or the
-// transport's) instead.
+// the kubelet's reason; a kubelet that was never reached wraps
+// ErrKubeletUnreachable and ctx's error (or the transport's). Any other
+// error leaves open whether the kubelet took the Register.
 func RegisterWithKubelet(ctx context.Context, kubeletSocket, resource, endpointBaseName string, opts *pluginapi.DevicePluginOptions) error {
 	if endpointBaseName == "" || filepath.Base(endpointBaseName) != endpointBaseName {
 		return fmt.Errorf("register %s with the kubelet: endpoint %q: want a socket file name, not a path", resource, endpointBaseName)
 	}
+	// reached is set once a connection to the kubelet's socket is made:
+	// until then, a failure is one the kubelet never saw.
+	var reached atomic.Bool
 	conn, err := dialUnix(kubeletSocket, grpc.WithConnectParams(grpc.ConnectParams{
 		Backoff:           registerBackoff,
 		MinConnectTimeout: 5 * time.Second,
+	}), grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "unix", kubeletSocket)
+		if err == nil {
+			reached.Store(true)
+		}
+		return c, err
 	}))
 	if err != nil {
-		return fmt.Errorf("register %s with the kubelet at %s: %w", resource, kubeletSocket, err)
+		return fmt.Errorf("register %s with the kubelet at %s: %w: %w", resource, kubeletSocket, ErrKubeletUnreachable, err)
 	}
 	defer conn.Close()
 	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
@@ -56,8 +69,14 @@ func RegisterWithKubelet(ctx context.Context, kubeletSocket, resource, endpointB
 	if err == nil {
 		return nil
 	}
+	if !reached.Load() {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return fmt.Errorf("register %s with the kubelet at %s: %w: %w", resource, kubeletSocket, ErrKubeletUnreachable, err)
+	}
 	if ctx.Err() != nil {
-		return fmt.Errorf("register %s with the kubelet at %s: kubelet not reachable: %w", resource, kubeletSocket, ctx.Err())
+		return fmt.Errorf("register %s with the kubelet at %s: no answer: %w", resource, kubeletSocket, ctx.Err())
 	}
 	st := status.Convert(err)
 	switch st.Code() {

@@ -88,9 +88,40 @@ func TestRegisterWithKubeletUnreachable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	err := RegisterWithKubelet(ctx, sock, testResource, "p.sock", nil)
-	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrRegistrationRejected) {
-		t.Errorf("RegisterWithKubelet without a kubelet = %v, want DeadlineExceeded, not a rejection", err)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrKubeletUnreachable) || errors.Is(err, ErrRegistrationRejected) {
+		t.Errorf("RegisterWithKubelet without a kubelet = %v, want DeadlineExceeded and ErrKubeletUnreachable, not a rejection", err)
 	}
+}
+
+// A kubelet that took the connection but never answers may have taken the
+// Register: that is not "unreachable".
+func TestRegisterWithKubeletSilentIsNotUnreachable(t *testing.T) {
+	sock := filepath.Join(shortDir(t), "kubelet.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	srv := grpc.NewServer()
+	pluginapi.RegisterRegistrationServer(srv, silentRegistration{})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err = RegisterWithKubelet(ctx, sock, testResource, "p.sock", nil)
+	if err == nil || errors.Is(err, ErrKubeletUnreachable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("RegisterWithKubelet with a silent kubelet = %v, want DeadlineExceeded, not ErrKubeletUnreachable", err)
+	}
+}
+
+// silentRegistration takes a Register and never answers it.
+type silentRegistration struct {
+	pluginapi.UnimplementedRegistrationServer
+}
+
+func (silentRegistration) Register(ctx context.Context, _ *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
 }
 
 func TestRegisterWithKubeletWaitsForTheSocket(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
 )
 
 // maxSocketPath is the longest path a unix socket can be bound to on Linux
@@ -30,14 +31,19 @@ const maxSocketPath = 107
 const privateDirPrefix = ".devledger-"
 
 // privateDir is the private directory of the socket at abs: beside it, named
-// by a 64-bit hash of the socket's name, so that it is short, the same
-// across restarts (a daemon killed before it could remove it finds it
-// again), and another socket's only by a collision no node will see. Only
-// one daemon serves a node's sockets at a time (the ledger's lock), so the
-// directory's temporary name "s" is never in use by someone else.
-func privateDir(abs string) string {
+// by a 64-bit hash of key (the socket's file name when key is empty), so
+// that it is short, the same across restarts (a daemon killed before it
+// could remove it finds it again), and another socket's only by a collision
+// no node will see. A server whose socket name changes on every listen
+// (a pool's) passes a key that does not, so that it keeps one directory.
+// Only one daemon serves a node's sockets at a time (the ledger's lock), so
+// the directory's temporary name "s" is never in use by someone else.
+func privateDir(abs, key string) string {
+	if key == "" {
+		key = filepath.Base(abs)
+	}
 	h := fnv.New64a()
-	h.Write([]byte(filepath.Base(abs)))
+	h.Write([]byte(key))
 	return filepath.Join(filepath.Dir(abs), fmt.Sprintf("%s%016x", privateDirPrefix, h.Sum64()))
 }
 
@@ -106,7 +112,7 @@ type privateListener struct {
 // so the listener accepts at the new name, and it atomically replaces a
 // stale socket left there by a previous run. Anything at path that is not a
 // socket is left alone and reported as an error.
-func listenPrivate(path string) (*privateListener, error) {
+func listenPrivate(path, dirKey string) (*privateListener, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("socket path %s: %w", path, err)
@@ -117,7 +123,7 @@ func listenPrivate(path string) (*privateListener, error) {
 	if fi, err := os.Lstat(abs); err == nil && fi.Mode().Type() != os.ModeSocket {
 		return nil, fmt.Errorf("socket path %s holds a %v, not a socket: not replacing it", abs, fi.Mode().Type())
 	}
-	tmpDir := privateDir(abs)
+	tmpDir := privateDir(abs, dirKey)
 	tmp := filepath.Join(tmpDir, "s")
 	if len(tmp) > maxSocketPath {
 		return nil, fmt.Errorf("listen on %s: its temporary name %s is %d bytes long; a unix socket path takes at most %d", abs, tmp, len(tmp), maxSocketPath)
@@ -160,6 +166,38 @@ func listenPrivate(path string) (*privateListener, error) {
 	return &privateListener{UnixListener: l, path: abs, id: id}, nil
 }
 
+// Accept waits for the next connection. Its LocalAddr is the socket's path
+// (the kernel names it by its bind name, which the rename left behind), so
+// that a call can tell which of a server's sockets it came in on.
+func (l *privateListener) Accept() (net.Conn, error) {
+	c, err := l.UnixListener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return pathConn{Conn: c, local: &net.UnixAddr{Name: l.path, Net: "unix"}}, nil
+}
+
+// pathConn is an accepted connection that names its socket by path.
+type pathConn struct {
+	net.Conn
+	local net.Addr
+}
+
+func (c pathConn) LocalAddr() net.Addr { return c.local }
+
+// socketOf is the path of the socket a call came in on, or "" when the
+// call's connection does not say.
+func socketOf(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.LocalAddr == nil {
+		return ""
+	}
+	if a, ok := p.LocalAddr.(*net.UnixAddr); ok {
+		return a.Name
+	}
+	return ""
+}
+
 // close stops accepting and removes the socket file if it is still the one
 // this listener created.
 func (l *privateListener) close() error {
@@ -192,6 +230,9 @@ func dialUnix(path string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 // serves on now, and whether it was stopped. Both servers in this package
 // share it; the zero value is ready.
 type servedSocket struct {
+	// dirKey names the private directory sockets are made in (privateDir);
+	// empty: the socket's file name.
+	dirKey  string
 	mu      sync.Mutex
 	lis     *privateListener // nil before the first listen
 	stopped bool
@@ -210,7 +251,7 @@ func (s *servedSocket) listen(path string, replace bool, serve func(*privateList
 	if s.lis != nil && !replace {
 		return nil, fmt.Errorf("serve at %s: already serving at %s", path, s.lis.path)
 	}
-	lis, err := listenPrivate(path)
+	lis, err := listenPrivate(path, s.dirKey)
 	if err != nil {
 		return nil, err
 	}
@@ -252,7 +293,7 @@ func (s *servedSocket) stop() (first bool, err error) {
 		err = s.lis.close()
 		// Empty once the socket is in place; a server starting on the same
 		// path makes it again.
-		os.Remove(privateDir(s.lis.path))
+		os.Remove(privateDir(s.lis.path, s.dirKey))
 	}
 	return true, err
 }
