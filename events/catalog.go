@@ -206,12 +206,18 @@ type PluginRegistered struct {
 
 // RegistrationFailed records a registration the kubelet refused or that could
 // not reach it; Error is the kubelet's reason. Attempt counts from 1.
+// KubeletHolds, when set, is the socket path the kubelet refused because it
+// holds an endpoint for it already ("device plugin already connected"), and
+// Action says what the daemon did about the failure (schema version 2;
+// empty in version 1 records).
 type RegistrationFailed struct {
-	Pool    string `json:"pool"`
-	Socket  string `json:"socket"`
-	Mode    string `json:"mode"`
-	Error   string `json:"error"`
-	Attempt int    `json:"attempt"`
+	Pool         string `json:"pool"`
+	Socket       string `json:"socket"`
+	Mode         string `json:"mode"`
+	Error        string `json:"error"`
+	Attempt      int    `json:"attempt"`
+	KubeletHolds string `json:"kubelet_holds,omitempty"`
+	Action       string `json:"action,omitempty"`
 }
 
 // KubeletRestarted records a new kubelet: its registration socket appeared

@@ -15,7 +15,7 @@ func init() {
 	register(TypePoolMembershipChanged, 1, map[uint16]func(*reader) Payload{1: decodePoolMembershipChanged})
 	register(TypePluginServing, 1, map[uint16]func(*reader) Payload{1: decodePluginServing})
 	register(TypePluginRegistered, 1, map[uint16]func(*reader) Payload{1: decodePluginRegistered})
-	register(TypeRegistrationFailed, 1, map[uint16]func(*reader) Payload{1: decodeRegistrationFailed})
+	register(TypeRegistrationFailed, 2, map[uint16]func(*reader) Payload{1: decodeRegistrationFailedV1, 2: decodeRegistrationFailed})
 	register(TypeKubeletRestarted, 1, map[uint16]func(*reader) Payload{1: decodeKubeletRestarted})
 	register(TypeSocketLost, 1, map[uint16]func(*reader) Payload{1: decodeSocketLost})
 	register(TypeDevicesAllocated, 1, map[uint16]func(*reader) Payload{1: decodeDevicesAllocated})
@@ -233,9 +233,18 @@ func (p RegistrationFailed) encode(w *writer) {
 	w.string(p.Mode)
 	w.string(p.Error)
 	w.int(p.Attempt)
+	w.string(p.KubeletHolds)
+	w.string(p.Action)
 }
 
 func decodeRegistrationFailed(r *reader) Payload {
+	return RegistrationFailed{Pool: r.string(), Socket: r.string(), Mode: r.string(), Error: r.string(), Attempt: r.int(),
+		KubeletHolds: r.string(), Action: r.string()}
+}
+
+// decodeRegistrationFailedV1 reads a record written before KubeletHolds and
+// Action: the daemon then only retried.
+func decodeRegistrationFailedV1(r *reader) Payload {
 	return RegistrationFailed{Pool: r.string(), Socket: r.string(), Mode: r.string(), Error: r.string(), Attempt: r.int()}
 }
 

@@ -111,3 +111,33 @@ func recordOfGolden(t *testing.T, golden string) []byte {
 	}
 	return rec
 }
+
+// TestOldVersionsDecode reads records of schema versions this build no
+// longer writes, pinned in testdata/oldversions/<Type>.v<N>.golden when the
+// version was bumped: an old ledger must still read, upcast to the current
+// struct.
+func TestOldVersionsDecode(t *testing.T) {
+	tests := []struct {
+		file string
+		want Payload
+	}{
+		{"RegistrationFailed.v1.golden", RegistrationFailed{Pool: "intel.com/intel_sriov_dpdk",
+			Socket: "/var/lib/kubelet/device-plugins/intel.com-intel_sriov_dpdk.sock", Mode: "legacy",
+			Error: "rpc error: code = Unavailable desc = connection refused", Attempt: 3}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.file, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join("testdata", "oldversions", tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := Unmarshal(recordOfGolden(t, string(b)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(e.Payload, tc.want) {
+				t.Errorf("decoded %#v, want %#v", e.Payload, tc.want)
+			}
+		})
+	}
+}

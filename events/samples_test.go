@@ -71,7 +71,8 @@ var samples = map[Type]Payload{
 	},
 	TypeRegistrationFailed: RegistrationFailed{
 		Pool: "intel.com/intel_sriov_dpdk", Socket: "/var/lib/kubelet/device-plugins/intel.com-intel_sriov_dpdk.sock",
-		Mode: "legacy", Error: "rpc error: code = Unavailable desc = connection refused", Attempt: 3,
+		Mode: "legacy", Error: "device plugin already connected: /var/lib/kubelet/device-plugins/intel.com-intel_sriov_dpdk.sock", Attempt: 3,
+		KubeletHolds: "/var/lib/kubelet/device-plugins/intel.com-intel_sriov_dpdk.sock", Action: "serving the pool on a new socket",
 	},
 	TypeKubeletRestarted: KubeletRestarted{Socket: "/var/lib/kubelet/device-plugins/kubelet.sock"},
 	TypeSocketLost:       SocketLost{Pool: "intel.com/intel_sriov_dpdk", Socket: "/var/lib/kubelet/device-plugins/intel.com-intel_sriov_dpdk.sock"},

@@ -192,7 +192,14 @@ func describe(e events.Envelope) string {
 	case events.PluginRegistered:
 		return fmt.Sprintf("%s %s", p.Pool, p.Mode)
 	case events.RegistrationFailed:
-		return fmt.Sprintf("%s #%d: %s", p.Pool, p.Attempt, p.Error)
+		s := fmt.Sprintf("%s #%d: %s", p.Pool, p.Attempt, p.Error)
+		if p.KubeletHolds != "" {
+			s += "; the kubelet holds " + p.KubeletHolds
+		}
+		if p.Action != "" {
+			s += "; " + p.Action
+		}
+		return s
 	case events.KubeletRestarted:
 		return p.Socket
 	case events.SocketLost:
