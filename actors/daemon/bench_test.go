@@ -20,10 +20,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/devledger/devledger/actors/node"
+	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/events"
-	"github.com/devledger/devledger/grpcapi"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/internal/benchbaseline"
 	"github.com/devledger/devledger/store/storetest"
@@ -215,7 +214,11 @@ func BenchmarkAllocateE2E(b *testing.B) {
 	var next atomic.Int64
 	nextID := func() string { return ids[int(next.Add(1)-1)%len(ids)] }
 
-	socket := node.SocketPath(n.opts.KubeletDir, grpcapi.ModeLegacy, allocBenchPool)
+	reg, err := n.kubelet.WaitRegistered(ctx, allocBenchPool)
+	if err != nil {
+		b.Fatal(err)
+	}
+	socket := reg.Endpoint
 	ours := dialPlugin(b, socket)
 	conc := make([]pluginapi.DevicePluginClient, clients)
 	for i := range conc {
@@ -429,7 +432,7 @@ func BenchmarkKubeletRestart(b *testing.B) {
 	kb := kubelettest.Start(b, "", kubelettest.Options{})
 	var base []benchbaseline.Pool
 	for _, res := range pools {
-		srv, err := benchbaseline.Serve(node.SocketPath(kb.Dir(), grpcapi.ModeLegacy, res), &benchbaseline.DevicePlugin{})
+		srv, err := benchbaseline.Serve(filepath.Join(kb.DevicePluginDir(), pool.SocketBase(res)+".sock"), &benchbaseline.DevicePlugin{})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -230,11 +230,10 @@ func TestConfigReload(t *testing.T) {
 	if _, err := n.kubelet.WaitDevices(ctx, "intel.com/e810_port", func(ds []*pluginapi.Device) bool { return len(ds) == 1 }); err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(n.kubelet.DevicePluginDir(), "intel.com_sriov_net.sock")
 	waitLedger(ctx, t, d, "the removed pool stopped", func(s events.State) bool {
-		_, err := os.Stat(sock)
+		left := poolSockets(t, n.kubelet.DevicePluginDir(), "intel.com/sriov_net")
 		_, pooled := s.Pools["intel.com/sriov_net"]
-		return os.IsNotExist(err) && !pooled
+		return len(left) == 0 && !pooled
 	})
 	// Status and readiness follow the config in force: the new pool is
 	// there and registered, the removed one gone.

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/store"
@@ -90,9 +91,9 @@ func TestDaemonServesAndRecords(t *testing.T) {
 	if err := d.Stop(ctx, "test"); err != nil {
 		t.Fatal(err)
 	}
-	for _, res := range []string{"intel.com_sriov_vfio.sock", "intel.com_sriov_net.sock"} {
-		if _, err := os.Stat(filepath.Join(n.kubelet.DevicePluginDir(), res)); !os.IsNotExist(err) {
-			t.Errorf("socket %s left behind after stop", res)
+	for _, res := range []string{"intel.com/sriov_vfio", "intel.com/sriov_net"} {
+		if left := poolSockets(t, n.kubelet.DevicePluginDir(), res); len(left) > 0 {
+			t.Errorf("sockets of %s left behind after stop: %v", res, left)
 		}
 	}
 	l, err := store.Open(filepath.Join(n.opts.StateDir, LedgerFileName), store.Options{ReadOnly: true})
@@ -153,4 +154,20 @@ func TestStopPastItsDeadlineStillRecords(t *testing.T) {
 	if !snapshot {
 		t.Error("no snapshot after DaemonStopped")
 	}
+}
+
+// poolSockets lists the sockets of resource's names in dir.
+func poolSockets(t testing.TB, dir, resource string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if e.Type() == os.ModeSocket && pool.IsSocketName(resource, e.Name()) {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	return out
 }

@@ -98,14 +98,13 @@ func KubeletSocket(kubeletDir string) string {
 	return filepath.Join(DevicePluginDir(kubeletDir), "kubelet.sock")
 }
 
-// SocketPath is where a pool serves: <prefix>_<name>.sock in the directory
-// of the registration mode.
-func SocketPath(kubeletDir string, mode grpcapi.RegistrationMode, resource string) string {
-	dir := DevicePluginDir(kubeletDir)
+// SocketDir is where pools serve in the registration mode: each under a
+// socket name of its own, new for every server (pool.SocketBase).
+func SocketDir(kubeletDir string, mode grpcapi.RegistrationMode) string {
 	if mode == grpcapi.ModeWatcher {
-		dir = PluginsRegistryDir(kubeletDir)
+		return PluginsRegistryDir(kubeletDir)
 	}
-	return filepath.Join(dir, strings.ReplaceAll(resource, "/", "_")+".sock")
+	return DevicePluginDir(kubeletDir)
 }
 
 // Props returns the props of the node coordinator.
@@ -143,8 +142,6 @@ type coordinator struct {
 	// spawned counts pools spawned, so a pool removed and added again gets
 	// a fresh actor name.
 	spawned int
-	// socketOf maps a socket path to its pool.
-	socketOf map[string]string
 	// healthy is the newest verdict in the ledger per device: the health
 	// checker's, or a scan's (discovered, back, removed).
 	healthy map[string]health.Known
@@ -191,7 +188,7 @@ func (n *coordinator) Receive(ctx actor.Context) {
 	case *scanner.Scanned:
 		n.scanned(ctx, m)
 	case *pool.Serving:
-		ctx.Send(n.registrar, &registrar.Desire{Pool: m.Pool, Socket: m.Socket, KubeletWatching: m.KubeletWatching, Recorded: m.Recorded})
+		ctx.Send(n.registrar, &registrar.Desire{Pool: m.Pool, Socket: m.Socket, Recorded: m.Recorded})
 	case *pool.KubeletReported:
 		ctx.Send(n.registrar, &registrar.KubeletReported{Pool: m.Pool, Socket: m.Socket,
 			InfoRequested: m.InfoRequested, Registered: m.Registered, Reason: m.Reason})
@@ -232,12 +229,9 @@ func (n *coordinator) Receive(ctx actor.Context) {
 	case *sockets.KubeletAppeared:
 		ctx.Send(n.registrar, &registrar.KubeletAppeared{Socket: m.Socket})
 	case *sockets.SocketRemoved:
-		if name, ok := n.socketOf[m.Path]; ok {
-			ctx.Send(n.registrar, &registrar.Undesire{Pool: name, Socket: m.Path, Lost: true})
-			if pid := n.pools[name]; pid != nil {
-				ctx.Send(pid, &pool.Reserve{Lost: m.Path})
-			}
-		}
+		// The registrar looks at every pool's socket: one that is gone is
+		// asked for anew (NeedSocket), once, however many removals come.
+		ctx.Send(n.registrar, &registrar.Reconcile{})
 	case *pool.AllocationRecorded:
 		ctx.Send(n.reconciler, &reconciler.Allocated{Seq: m.Seq, Pool: m.Pool, DeviceIDs: m.DeviceIDs, At: m.At})
 		n.hold(m.Pool, m.Seq, m.DeviceIDs)
@@ -259,11 +253,9 @@ func (n *coordinator) Receive(ctx actor.Context) {
 			n.release(m.AllocationSeq)
 			n.retellHolds(ctx, m.Pool, m.DeviceIDs, fmt.Sprintf("allocation #%d of %s claimed by no container", m.AllocationSeq, m.Pool))
 		}
-	case *registrar.CheckWatched:
-		n.checkWatched(ctx, m)
-	case *registrar.SocketMissing:
+	case *registrar.NeedSocket:
 		if pid := n.pools[m.Pool]; pid != nil {
-			ctx.Send(pid, &pool.Reserve{Lost: m.Socket})
+			ctx.Send(pid, &pool.Reserve{Socket: m.Socket, Lost: m.Lost})
 		}
 	case *health.Changed:
 		for _, v := range m.Verdicts {
@@ -321,27 +313,6 @@ func (n *coordinator) letGo(pid *actor.PID, gen uint64, ids []string) []string {
 		out = append(out, addr)
 	}
 	return out
-}
-
-// checkWatched asks m's pool whether the kubelet watches its current
-// server, and tells the registrar.
-func (n *coordinator) checkWatched(ctx actor.Context, m *registrar.CheckWatched) {
-	answer := func(watching bool) {
-		ctx.Send(n.registrar, &registrar.Watched{Pool: m.Pool, Socket: m.Socket, Gen: m.Gen, Epoch: m.Epoch, Watching: watching})
-	}
-	pid := n.pools[m.Pool]
-	if pid == nil {
-		answer(false)
-		return
-	}
-	timeout := n.cfg.CallTimeout
-	if timeout <= 0 {
-		timeout = grpcapi.DefaultCallTimeout
-	}
-	ctx.ReenterAfter(ctx.RequestFuture(pid, &pool.Query{}, timeout), func(res any, err error) {
-		st, ok := res.(*pool.Status)
-		answer(err == nil && ok && st.Socket == m.Socket && st.Watching > 0)
-	})
 }
 
 // learn takes a verdict on addr, unless a newer one is known.
@@ -484,7 +455,6 @@ func (n *coordinator) start(ctx actor.Context) {
 		r := &n.cfg.Config.Resources[i]
 		n.resources[r.FullName()] = r
 	}
-	n.socketOf = map[string]string{}
 	n.leaving, n.stopping = map[string][]leave{}, map[string]poolStopped{}
 	n.holds, n.allocated = map[string][]allocation.Hold{}, map[uint64][]string{}
 	for seq, a := range st.Allocations {
@@ -674,11 +644,9 @@ func (n *coordinator) spawnPool(ctx actor.Context, res *config.Resource, ms []al
 		replayed = nil
 	}
 	name := res.FullName()
-	socket := SocketPath(n.cfg.KubeletDir, n.cfg.Mode, name)
-	n.socketOf[socket] = name
 	pid, err := ctx.SpawnNamed(pool.Props(pool.Config{
 		Resource: res, Members: slices.Clone(ms), Recorder: n.cfg.Recorder, Replayed: replayed,
-		Socket: socket, Mode: n.cfg.Mode, Env: n.cfg.AllocEnv, DevinfoDir: n.cfg.DevinfoDir,
+		SocketDir: SocketDir(n.cfg.KubeletDir, n.cfg.Mode), Mode: n.cfg.Mode, Env: n.cfg.AllocEnv, DevinfoDir: n.cfg.DevinfoDir,
 		CallTimeout: n.cfg.CallTimeout, ObserveAllocate: n.cfg.ObserveAllocate, Log: n.cfg.Log.With().Str("actor", "pool").Logger(),
 	}), fmt.Sprintf("pool-%s-%d", strings.ReplaceAll(name, "/", "_"), n.spawned))
 	if err != nil {
@@ -801,9 +769,7 @@ func (n *coordinator) reload(ctx actor.Context, reason string) *ReloadResult {
 	}
 	for _, name := range gone {
 		if pid := n.pools[name]; pid != nil {
-			socket := SocketPath(n.cfg.KubeletDir, n.cfg.Mode, name)
-			ctx.Send(n.registrar, &registrar.Undesire{Pool: name, Socket: socket})
-			delete(n.socketOf, socket)
+			ctx.Send(n.registrar, &registrar.Undesire{Pool: name})
 			ctx.Poison(pid)
 			listed := map[string]bool{}
 			for _, m := range n.members[name] {

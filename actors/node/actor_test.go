@@ -14,23 +14,21 @@ import (
 	"github.com/devledger/devledger/grpcapi"
 )
 
-func TestSocketPaths(t *testing.T) {
+func TestSocketDirs(t *testing.T) {
 	const dir = "kubelet"
 	tests := []struct {
-		name     string
-		mode     grpcapi.RegistrationMode
-		resource string
-		want     string
+		name string
+		mode grpcapi.RegistrationMode
+		want string
 	}{
-		{"legacy mode serves in device-plugins", grpcapi.ModeLegacy, "intel.com/sriov_vfio", "kubelet/device-plugins/intel.com_sriov_vfio.sock"},
-		{"no mode is legacy", "", "nvidia.com/gpu", "kubelet/device-plugins/nvidia.com_gpu.sock"},
-		{"watcher mode serves in plugins_registry", grpcapi.ModeWatcher, "nvidia.com/gpu", "kubelet/plugins_registry/nvidia.com_gpu.sock"},
-		{"every slash is replaced", grpcapi.ModeLegacy, "a/b/c", "kubelet/device-plugins/a_b_c.sock"},
+		{"legacy mode serves in device-plugins", grpcapi.ModeLegacy, "kubelet/device-plugins"},
+		{"no mode is legacy", "", "kubelet/device-plugins"},
+		{"watcher mode serves in plugins_registry", grpcapi.ModeWatcher, "kubelet/plugins_registry"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := SocketPath(dir, tc.mode, tc.resource); got != filepath.FromSlash(tc.want) {
-				t.Errorf("SocketPath = %s, want %s", got, tc.want)
+			if got := SocketDir(dir, tc.mode); got != filepath.FromSlash(tc.want) {
+				t.Errorf("SocketDir = %s, want %s", got, tc.want)
 			}
 		})
 	}

@@ -34,10 +34,11 @@ type Config struct {
 	// Replayed is the ledger's state the first incarnation starts from; a
 	// restarted pool replays the ledger instead.
 	Replayed *events.State
-	// Socket is where the pool serves; Mode says how it is registered.
-	Socket string
-	Mode   grpcapi.RegistrationMode
-	Env    allocation.Env
+	// SocketDir is the directory the pool serves in (socket names: see
+	// SocketBase); Mode says how it is registered.
+	SocketDir string
+	Mode      grpcapi.RegistrationMode
+	Env       allocation.Env
 	// DevinfoDir is where device-info files are written for netDevice
 	// pools; "" writes none.
 	DevinfoDir string
@@ -90,6 +91,9 @@ type allocator struct {
 	list   []*pluginapi.Device
 	stale  []string
 	server *grpcapi.PoolServer
+	// socket is where server serves now: a name of its own (see
+	// SocketBase).
+	socket string
 	// incarnation numbers this incarnation, whose server is p.server.
 	incarnation uint64
 	self        *actor.PID
@@ -131,7 +135,7 @@ func (p *allocator) Receive(ctx actor.Context) {
 			p.broadcast()
 		}
 	case *Reserve:
-		p.reserve(ctx, m.Lost)
+		p.reserve(ctx, m)
 	case *Released:
 		p.release(m.AllocationSeq)
 	case *Query:
@@ -221,13 +225,24 @@ func (p *allocator) start(ctx actor.Context) {
 	p.life.open(p.gate)
 	p.life.incarnations++
 	p.incarnation = p.life.incarnations
+	// Sockets of this pool's names are left only by a daemon that was
+	// killed (an incarnation before this one removed its own): they go
+	// before the new one comes.
+	stale, err := removeStaleSockets(p.cfg.SocketDir, p.name, "")
+	if err != nil {
+		p.cfg.Log.Warn().Err(err).Str("pool", p.name).Msg("cannot remove stale sockets")
+	}
+	if len(stale) > 0 {
+		p.cfg.Log.Info().Str("pool", p.name).Strs("sockets", stale).Msg("removed stale sockets of the pool")
+	}
 	p.server = grpcapi.NewPoolServer(p.name, &backend{root: ctx.ActorSystem().Root, pid: ctx.Self(), timeout: p.callTimeout(), pool: p.name, observe: p.cfg.ObserveAllocate, life: p.life, incarnation: p.incarnation},
 		grpcapi.PoolServerOptions{Mode: p.cfg.Mode, Observer: observer{root: ctx.ActorSystem().Root, pid: ctx.Self(), pool: p.name},
-			CallTimeout: p.callTimeout(), Logger: p.cfg.Log})
-	if err := p.server.Serve(p.cfg.Socket); err != nil {
-		panic(fmt.Errorf("pool %s: serve %s: %w", p.name, p.cfg.Socket, err))
+			CallTimeout: p.callTimeout(), Logger: p.cfg.Log, PrivateDirKey: SocketBase(p.name) + ".sock"})
+	p.socket = newSocketPath(p.cfg.SocketDir, p.name)
+	if err := p.server.Serve(p.socket); err != nil {
+		panic(fmt.Errorf("pool %s: serve %s: %w", p.name, p.socket, err))
 	}
-	p.announce(ctx, "", false)
+	p.announce(ctx, "")
 }
 
 func (p *allocator) callTimeout() time.Duration {
@@ -240,7 +255,7 @@ func (p *allocator) callTimeout() time.Duration {
 // announce records PluginServing (after SocketLost when the socket was
 // lost) and tells the parent, at once, that the pool is ready to be
 // registered.
-func (p *allocator) announce(ctx actor.Context, lost string, rebound bool) {
+func (p *allocator) announce(ctx actor.Context, lost string) {
 	mode := string(p.cfg.Mode)
 	if mode == "" {
 		mode = string(grpcapi.ModeLegacy)
@@ -250,14 +265,14 @@ func (p *allocator) announce(ctx actor.Context, lost string, rebound bool) {
 		payloads = append(payloads, events.SocketLost{Pool: p.name, Socket: lost})
 		p.cfg.Log.Warn().Str("pool", p.name).Str("socket", lost).Msg("socket lost; re-creating it")
 	}
-	payloads = append(payloads, events.PluginServing{Pool: p.name, Socket: p.cfg.Socket, Mode: mode})
+	payloads = append(payloads, events.PluginServing{Pool: p.name, Socket: p.socket, Mode: mode})
 	// The socket serves already: registration need not wait for the
 	// fsync. The registrar writes what it hears of the pool after this
 	// append returned (Recorded), so that the ledger tells it in order.
 	// Appends of one pool's PluginServing go in order, across restarts too.
 	recorded, previous := make(chan struct{}), p.life.lastServing
 	p.life.lastServing = recorded
-	rec, log, name, socket := p.cfg.Recorder, p.cfg.Log, p.name, p.cfg.Socket
+	rec, log, name, socket := p.cfg.Recorder, p.cfg.Log, p.name, p.socket
 	p.appends.Add(1)
 	go func() {
 		defer p.appends.Done()
@@ -274,7 +289,7 @@ func (p *allocator) announce(ctx actor.Context, lost string, rebound bool) {
 		}
 		log.Info().Str("pool", name).Str("socket", socket).Str("mode", mode).Uint64("seq", envs[len(envs)-1].Seq).Msg("pool serving")
 	}()
-	ctx.Send(ctx.Parent(), &Serving{Pool: p.name, Socket: p.cfg.Socket, KubeletWatching: rebound && len(p.watchers) > 0, Recorded: recorded})
+	ctx.Send(ctx.Parent(), &Serving{Pool: p.name, Socket: p.socket, Recorded: recorded})
 }
 
 // stop ends this incarnation's serving (the pool stops, or restarts after
@@ -314,14 +329,24 @@ func (p *allocator) stop() {
 	}()
 }
 
-func (p *allocator) reserve(ctx actor.Context, lost string) {
-	if p.server == nil {
+// reserve serves under a new socket name in place of m.Socket, if that is
+// still the pool's (a request about a socket the pool has replaced since is
+// answered already). The old socket goes, if it is still there; streams
+// the kubelet holds on it go on until it drops them.
+func (p *allocator) reserve(ctx actor.Context, m *Reserve) {
+	if p.server == nil || m.Socket != p.socket {
 		return
 	}
-	if err := p.server.Reserve(p.cfg.Socket); err != nil {
-		panic(fmt.Errorf("pool %s: re-create socket %s: %w", p.name, p.cfg.Socket, err))
+	old := p.socket
+	p.socket = newSocketPath(p.cfg.SocketDir, p.name)
+	if err := p.server.Reserve(p.socket); err != nil {
+		panic(fmt.Errorf("pool %s: serve on a new socket %s: %w", p.name, p.socket, err))
 	}
-	p.announce(ctx, lost, true)
+	lost := ""
+	if m.Lost {
+		lost = old
+	}
+	p.announce(ctx, lost)
 }
 
 func index(ms []allocation.Member) (map[string]allocation.Member, []string) {
@@ -520,7 +545,7 @@ func (p *allocator) release(seq uint64) {
 }
 
 func (p *allocator) status() *Status {
-	st := &Status{Resource: p.name, Socket: p.cfg.Socket, Members: len(p.order), Held: map[string][]uint64{}, Watching: len(p.watchers)}
+	st := &Status{Resource: p.name, Socket: p.socket, Members: len(p.order), Held: map[string][]uint64{}, Watching: len(p.watchers)}
 	for _, m := range p.members {
 		if m.Usable() { // as the kubelet sees it
 			st.Healthy++

@@ -75,13 +75,12 @@ func poolWithAllocateHeld(t *testing.T) (f *actortest.Family, g *gate, allocated
 	t.Cleanup(g.release)
 	rec := ledger.NewRecorder(l, "boot-1", nil)
 	rec.Observe(g.observe)
-	socket := filepath.Join(kubelettest.ShortTempDir(t), "vf.sock")
 	f = actortest.Spawn(t, Props(Config{
 		Resource: &config.Resource{Prefix: "example.com", Name: "vf", DeviceType: config.GenericPCI},
 		Members:  []allocation.Member{member(x), member(y)}, Recorder: rec, Replayed: &events.State{},
-		Socket: socket, Mode: grpcapi.ModeLegacy, Log: zerolog.Nop(),
+		SocketDir: kubelettest.ShortTempDir(t), Mode: grpcapi.ModeLegacy, Log: zerolog.Nop(),
 	}))
-	actortest.Next[*Serving](t, f)
+	socket := actortest.Next[*Serving](t, f).Socket
 
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -49,11 +49,15 @@ type SetHealth struct {
 	Seq uint64
 }
 
-// Reserve asks the pool to re-create its socket and to announce it again.
-// Lost is the path of the socket that vanished (a kubelet restart empties
-// device-plugins/), recorded as SocketLost in the same append as the new
-// PluginServing; "" when the socket is re-created for another reason.
-type Reserve struct{ Lost string }
+// Reserve asks the pool to serve under a new socket name in place of
+// Socket, and to announce it (Serving). Lost says Socket vanished (a
+// kubelet restart empties device-plugins/), recorded as SocketLost in the
+// same append as the new PluginServing. A Reserve about a socket the pool
+// no longer serves on is ignored.
+type Reserve struct {
+	Socket string
+	Lost   bool
+}
 
 // Released tells the pool that a live allocation ended (recorded by the
 // reconciler), so its devices are free for GetPreferredAllocation.
@@ -80,16 +84,12 @@ type Crash struct{ Reason string }
 
 // Messages a pool allocator sends to its parent.
 
-// Serving says the pool's gRPC server listens on Socket (recorded as
-// PluginServing): the registrar may register it.
+// Serving says the pool's gRPC server listens on Socket, a path it has
+// never served on before (recorded as PluginServing): the registrar may
+// register it.
 type Serving struct {
 	Pool   string
 	Socket string
-	// KubeletWatching says the socket file was re-created for the same
-	// server while the kubelet still holds a ListAndWatch on it: the
-	// kubelet's registration of this socket path stands (a real kubelet
-	// refuses a second Register of a path it is connected to).
-	KubeletWatching bool
 	// Recorded is closed once the pool's PluginServing append returned.
 	Recorded <-chan struct{}
 }

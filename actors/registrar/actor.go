@@ -3,16 +3,21 @@
 // registered, with their sockets) and an actual state (what the kubelet
 // acknowledged, for which kubelet), and a level-triggered reconcile makes the
 // actual follow the desired after every change: a new socket, a lost socket,
-// a new kubelet, a failed attempt's retry.
+// a new kubelet, a failed attempt's retry. However many of those come
+// together, a pool has at most one Register out, and a socket path is
+// registered at most once: a pool registers again on a new socket (see
+// NeedSocket).
 package registrar
 
 import (
 	"context"
 	"errors"
-	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -40,24 +45,17 @@ type Config struct {
 	Log                    zerolog.Logger
 }
 
-// SocketMissing is sent to the parent when a desired pool's socket file is
-// gone: the pool must re-create it before it can be registered.
-type SocketMissing struct {
+// NeedSocket is sent to the parent when a desired pool must serve under a
+// new socket name before it can be registered: its socket is gone (Lost),
+// or the path was registered once already, and a second Register of a
+// path the kubelet may hold would be refused and, in the refusing, break
+// the kubelet's own record of the first. The parent asks the pool
+// (pool.Reserve); its Serving brings a new Desire.
+type NeedSocket struct {
 	Pool   string
 	Socket string
-}
-
-// CheckWatched is sent to the parent when the kubelet refused a Register
-// because it holds a connection to the pool's socket path ("device plugin
-// already connected"). The parent answers with Watched: if the kubelet
-// watches the pool's current server, its registration stands; if not, its
-// connection is to a server that is gone (a crashed pool's, the kubelet has
-// not noticed yet), and the Register is tried again after a backoff.
-type CheckWatched struct {
-	Pool   string
-	Socket string
-	Gen    uint64
-	Epoch  int
+	Lost   bool
+	Reason string
 }
 
 // Props returns the props of a registrar.
@@ -79,34 +77,56 @@ func Props(cfg Config) *actor.Props {
 
 type desire struct {
 	socket   string
-	gen      uint64
 	recorded <-chan struct{} // Desire.Recorded
+	// sent says a Register of socket went out (legacy mode) and may have
+	// reached the kubelet: the socket is never registered again.
+	sent bool
 }
 
-type acknowledged struct {
-	gen    uint64
-	epoch  int
-	socket string
+// registration is what a kubelet acknowledged: a pool's socket.
+type registration struct {
+	socket  string
+	kubelet kubeletID
+}
+
+// kubeletID tells one kubelet from the next: the identity of the file its
+// registration socket is, which every kubelet start creates anew. The zero
+// value is no kubelet.
+type kubeletID struct {
+	dev, ino uint64
+	ctime    int64 // ns: an inode number may be reused, the ctime is not
+}
+
+func (k kubeletID) present() bool { return k != kubeletID{} }
+
+// statKubelet returns the identity of the kubelet socket at path, zero
+// when there is none.
+func statKubelet(path string) kubeletID {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return kubeletID{}
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return kubeletID{ino: 1, ctime: fi.ModTime().UnixNano()}
+	}
+	return kubeletID{dev: uint64(st.Dev), ino: st.Ino, ctime: st.Ctim.Nano()}
 }
 
 type registrar struct {
 	cfg Config
 
-	desired map[string]desire
-	actual  map[string]acknowledged
+	desired    map[string]desire
+	registered map[string]registration
 	// inflight holds pools with a Register call out.
 	inflight map[string]bool
 	// retrying holds pools waiting for a retry timer.
-	retrying map[string]*time.Timer
-	// refused holds the error of a Register the kubelet refused as
-	// already connected, until the parent says whether the kubelet
-	// watches the pool (Watched).
-	refused   map[string]error
+	retrying  map[string]*time.Timer
 	failures  map[string]int
 	lastError map[string]string
 
-	gen      uint64
-	epoch    int
+	// kubelet is the newest kubelet seen; restarts counts the new ones.
+	kubelet  kubeletID
 	restarts int
 	waiting  bool // the missing kubelet socket was logged
 
@@ -121,59 +141,39 @@ func (r *registrar) Receive(ctx actor.Context) {
 	case *actor.Started:
 		r.startWriter()
 		r.desired = map[string]desire{}
-		r.actual = map[string]acknowledged{}
+		r.registered = map[string]registration{}
 		r.inflight = map[string]bool{}
 		r.retrying = map[string]*time.Timer{}
 		r.failures = map[string]int{}
 		r.lastError = map[string]string{}
-		r.refused = map[string]error{}
 	case *actor.Stopping, *actor.Restarting:
 		for _, t := range r.retrying {
 			t.Stop()
 		}
 		r.stopWriter()
 	case *Desire:
-		r.gen++
-		r.desired[m.Pool] = desire{socket: m.Socket, gen: r.gen, recorded: m.Recorded}
-		r.cancelRetry(m.Pool)
-		r.failures[m.Pool] = 0
-		delete(r.lastError, m.Pool)
-		if a, ok := r.actual[m.Pool]; ok && r.cfg.Mode == grpcapi.ModeLegacy && m.KubeletWatching && a.epoch == r.epoch && a.socket == m.Socket {
-			// The socket file was re-created under a live connection:
-			// the kubelet's registration of the path stands, and a
-			// second Register of a connected path is refused.
-			r.actual[m.Pool] = acknowledged{gen: r.gen, epoch: r.epoch, socket: m.Socket}
-			pool, socket := m.Pool, m.Socket
-			r.record(events.PluginRegistered{Pool: pool, Socket: socket, Mode: string(r.cfg.Mode)}, func(e events.Envelope) {
-				r.cfg.Log.Info().Str("pool", pool).Str("socket", socket).Uint64("seq", e.Seq).Msg("socket re-created; the kubelet still watches the pool, its registration stands")
-			})
+		if d, ok := r.desired[m.Pool]; ok && d.socket == m.Socket {
+			break
 		}
+		// A new socket (a new server, or one asked for): registered at
+		// once. The count of failures goes on: a pool that keeps being
+		// refused keeps backing off.
+		r.desired[m.Pool] = desire{socket: m.Socket, recorded: m.Recorded}
+		r.cancelRetry(m.Pool)
 		r.reconcile(ctx)
 	case *Undesire:
 		delete(r.desired, m.Pool)
-		if !m.Lost {
-			delete(r.actual, m.Pool)
-		}
+		delete(r.registered, m.Pool)
+		delete(r.failures, m.Pool)
+		delete(r.lastError, m.Pool)
 		r.cancelRetry(m.Pool)
 	case *KubeletAppeared:
-		r.epoch++
-		r.restarts++
-		r.waiting = false
-		socket := m.Socket
-		r.record(events.KubeletRestarted{Socket: socket}, func(e events.Envelope) {
-			r.cfg.Log.Info().Str("socket", socket).Uint64("seq", e.Seq).Msg("kubelet restarted; registering every pool again")
-		})
-		for pool := range r.retrying {
-			r.cancelRetry(pool)
-			r.failures[pool] = 0
-		}
+		r.observeKubelet(true)
 		r.reconcile(ctx)
 	case *KubeletReported:
-		r.kubeletReported(m)
+		r.kubeletReported(ctx, m)
 	case *registerResult:
-		r.registered(ctx, m)
-	case *Watched:
-		r.watched(ctx, m)
+		r.answered(ctx, m)
 	case *retry:
 		delete(r.retrying, m.pool)
 		r.reconcile(ctx)
@@ -184,35 +184,57 @@ func (r *registrar) Receive(ctx actor.Context) {
 	}
 }
 
-// reconcile starts a Register for every desired pool the current kubelet has
-// not acknowledged, unless one is already out or waiting for its retry.
-// In watcher mode the kubelet comes to us; nothing is started.
+// observeKubelet looks at the kubelet's registration socket. A kubelet
+// other than the one known is a new kubelet: every registration before it
+// is void, and retries waiting for the old one start over. A kubelet that
+// appears where none was known is recorded as a restart only when the
+// socket watcher saw it come (created): one found at start is not.
+func (r *registrar) observeKubelet(created bool) kubeletID {
+	cur := statKubelet(r.cfg.KubeletSocket)
+	if !cur.present() || cur == r.kubelet {
+		return cur
+	}
+	known := r.kubelet.present()
+	r.kubelet = cur
+	r.waiting = false
+	if !known && !created {
+		return cur
+	}
+	r.restarts++
+	socket := r.cfg.KubeletSocket
+	r.record(events.KubeletRestarted{Socket: socket}, func(e events.Envelope) {
+		r.cfg.Log.Info().Str("socket", socket).Uint64("seq", e.Seq).Msg("kubelet restarted; registering every pool again")
+	})
+	for pool := range r.retrying {
+		r.cancelRetry(pool)
+		r.failures[pool] = 0
+	}
+	return cur
+}
+
+// reconcile brings every desired pool closer to registered with the current
+// kubelet: a pool whose socket is gone, or was registered once already,
+// asks for a new one (NeedSocket); a pool with a fresh socket that the
+// kubelet has not acknowledged is registered, unless a Register of it is
+// out or waiting for its retry. In watcher mode the kubelet's plugin watcher
+// registers what it finds; only lost sockets are asked for again.
 func (r *registrar) reconcile(ctx actor.Context) {
-	if r.cfg.Mode != grpcapi.ModeLegacy {
-		return
-	}
-	pools := make([]string, 0, len(r.desired))
-	for pool := range r.desired {
-		pools = append(pools, pool)
-	}
-	slices.Sort(pools)
-	kubeletThere := fileExists(r.cfg.KubeletSocket)
-	for _, pool := range pools {
+	cur := r.observeKubelet(false)
+	for _, pool := range slices.Sorted(maps.Keys(r.desired)) {
 		d := r.desired[pool]
-		if a, ok := r.actual[pool]; ok && a.gen == d.gen && a.epoch == r.epoch {
-			continue
-		}
 		if r.inflight[pool] || r.retrying[pool] != nil {
 			continue
 		}
 		if !fileExists(d.socket) {
 			// Level-triggered: whatever event we missed, a desired pool
 			// without its socket needs a new one.
-			delete(r.desired, pool)
-			ctx.Send(ctx.Parent(), &SocketMissing{Pool: pool, Socket: d.socket})
+			r.needSocket(ctx, pool, d, true, "its socket is gone")
 			continue
 		}
-		if !kubeletThere {
+		if r.cfg.Mode != grpcapi.ModeLegacy || r.isRegistered(pool) {
+			continue
+		}
+		if !cur.present() {
 			// The node says "waiting for kubelet" once for the operator;
 			// KubeletAppeared brings us back here.
 			if !r.waiting {
@@ -221,125 +243,146 @@ func (r *registrar) reconcile(ctx actor.Context) {
 			}
 			continue
 		}
+		if d.sent {
+			r.needSocket(ctx, pool, d, false, "its socket was registered once already")
+			continue
+		}
+		d.sent = true
+		r.desired[pool] = d
 		r.inflight[pool] = true
-		r.register(ctx, pool, d, r.epoch)
+		r.register(ctx, pool, d.socket, cur)
 	}
 }
 
-func (r *registrar) register(ctx actor.Context, pool string, d desire, epoch int) {
+// isRegistered says whether the current kubelet acknowledged the pool's
+// current socket.
+func (r *registrar) isRegistered(pool string) bool {
+	a, ok := r.registered[pool]
+	return ok && a.socket == r.desired[pool].socket && a.kubelet == r.kubelet && r.kubelet.present()
+}
+
+// needSocket forgets the pool's desire and asks the parent for a new
+// socket; the pool's Serving brings the next Desire.
+func (r *registrar) needSocket(ctx actor.Context, pool string, d desire, lost bool, why string) {
+	delete(r.desired, pool)
+	r.cfg.Log.Debug().Str("pool", pool).Str("socket", d.socket).Str("reason", why).Msg("the pool is to serve on a new socket")
+	ctx.Send(ctx.Parent(), &NeedSocket{Pool: pool, Socket: d.socket, Lost: lost, Reason: why})
+}
+
+func (r *registrar) register(ctx actor.Context, pool, socket string, kubelet kubeletID) {
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	cfg := r.cfg
 	go func() {
 		cctx, cancel := context.WithTimeout(context.Background(), cfg.RegisterTimeout)
 		defer cancel()
-		err := grpcapi.RegisterWithKubelet(cctx, cfg.KubeletSocket, pool, filepath.Base(d.socket), cfg.Options)
-		root.Send(self, &registerResult{pool: pool, gen: d.gen, epoch: epoch, err: err})
+		err := grpcapi.RegisterWithKubelet(cctx, cfg.KubeletSocket, pool, filepath.Base(socket), cfg.Options)
+		root.Send(self, &registerResult{pool: pool, socket: socket, kubelet: kubelet, err: err})
 	}()
 }
 
-func (r *registrar) registered(ctx actor.Context, m *registerResult) {
+// answered takes the outcome of a Register.
+func (r *registrar) answered(ctx actor.Context, m *registerResult) {
 	delete(r.inflight, m.pool)
 	d, ok := r.desired[m.pool]
-	if !ok || d.gen != m.gen {
-		// The pool was lost or re-created while we registered it: the
-		// result is about a socket that is no more.
+	if !ok || d.socket != m.socket {
+		// The pool serves on another socket now (or no more): the
+		// answer is about one it left; it is registered anew.
 		r.reconcile(ctx)
 		return
 	}
-	if m.epoch != r.epoch {
-		// A new kubelet appeared while we registered with the old one:
-		// whatever the old one said, register with the new one now.
-		r.reconcile(ctx)
-		return
+	switch {
+	case m.err == nil:
+		if now := r.observeKubelet(false); now != m.kubelet {
+			// A new kubelet came while we registered: whichever took the
+			// Register, the current one is asked on a new socket.
+			r.cfg.Log.Info().Str("pool", m.pool).Str("socket", m.socket).Msg("the kubelet restarted during the registration; registering on a new socket")
+			r.reconcile(ctx)
+			return
+		}
+		r.acknowledge(m.pool, d)
+	case errors.Is(m.err, grpcapi.ErrAlreadyConnected):
+		// The kubelet holds an endpoint for this path: one that is gone,
+		// whose client it lost. It drops such an entry only when it
+		// restarts; a path it does not hold is free.
+		r.failed(ctx, m.pool, d, m.err, m.socket, "serving the pool on a new socket")
+	case errors.Is(m.err, grpcapi.ErrKubeletUnreachable):
+		// The kubelet never saw it: the same socket may be tried again.
+		d.sent = false
+		r.desired[m.pool] = d
+		r.failed(ctx, m.pool, d, m.err, "", "trying the same socket again")
+	default:
+		r.failed(ctx, m.pool, d, m.err, "", "registering on a new socket")
 	}
-	if errors.Is(m.err, grpcapi.ErrAlreadyConnected) {
-		// The kubelet holds a connection to this socket path: to the
-		// pool's current server (an earlier Register of it stands), or
-		// to one that is gone. The pool knows which; until it answers,
-		// the attempt counts as under way.
-		r.inflight[m.pool] = true
-		r.refused[m.pool] = m.err
-		ctx.Send(ctx.Parent(), &CheckWatched{Pool: m.pool, Socket: d.socket, Gen: d.gen, Epoch: m.epoch})
-		return
-	}
-	if m.err != nil {
-		r.failed(ctx, m.pool, d, m.err)
-		return
-	}
-	r.acknowledge(m.pool, d, m.epoch, "pool registered with the kubelet")
 }
 
-// watched ends a refused Register (CheckWatched): acknowledged when the
-// kubelet watches the pool's current server, failed otherwise.
-func (r *registrar) watched(ctx actor.Context, m *Watched) {
-	err := r.refused[m.Pool]
-	delete(r.refused, m.Pool)
-	delete(r.inflight, m.Pool)
-	d, ok := r.desired[m.Pool]
-	if !ok || d.gen != m.Gen || m.Epoch != r.epoch || err == nil {
-		r.reconcile(ctx)
-		return
-	}
-	if m.Watching {
-		r.acknowledge(m.Pool, d, m.Epoch, "the kubelet is connected to the pool's server already; its registration stands")
-		return
-	}
-	r.failed(ctx, m.Pool, d, fmt.Errorf("%w; the kubelet is not watching the pool's current server: its connection is to one that is gone", err))
-}
-
-// failed records a failed attempt and schedules the next.
-func (r *registrar) failed(ctx actor.Context, pool string, d desire, err error) {
+// failed records a failed attempt and schedules the next; holds is the
+// socket path the kubelet refused as held already, action what comes next.
+func (r *registrar) failed(ctx actor.Context, pool string, d desire, err error, holds, action string) {
 	r.failures[pool]++
 	n := r.failures[pool]
 	r.lastError[pool] = err.Error()
-	r.record(events.RegistrationFailed{Pool: pool, Socket: d.socket, Mode: string(r.cfg.Mode), Error: err.Error(), Attempt: n}, nil)
 	delay := r.backoff(n)
-	r.cfg.Log.Warn().Err(err).Str("pool", pool).Int("attempt", n).Dur("retry_in", delay).Msg("registration failed")
+	action += " in " + delay.String()
+	r.record(events.RegistrationFailed{Pool: pool, Socket: d.socket, Mode: string(r.cfg.Mode), Error: err.Error(), Attempt: n,
+		KubeletHolds: holds, Action: action}, nil)
+	ev := r.cfg.Log.Warn().Err(err).Str("pool", pool).Str("socket", d.socket).Int("attempt", n).Dur("retry_in", delay).Str("action", action)
+	if holds != "" {
+		ev = ev.Str("kubelet_holds", holds)
+	}
+	ev.Msg("registration failed")
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	r.retrying[pool] = time.AfterFunc(delay, func() { root.Send(self, &retry{pool: pool}) })
 }
 
-// acknowledge records that the kubelet has the pool registered.
-func (r *registrar) acknowledge(pool string, d desire, epoch int, msg string) {
-	r.actual[pool] = acknowledged{gen: d.gen, epoch: epoch, socket: d.socket}
+// acknowledge records that the current kubelet has the pool registered.
+func (r *registrar) acknowledge(pool string, d desire) {
+	r.registered[pool] = registration{socket: d.socket, kubelet: r.kubelet}
 	r.failures[pool] = 0
 	delete(r.lastError, pool)
-	socket := d.socket
-	r.record(events.PluginRegistered{Pool: pool, Socket: socket, Mode: string(r.cfg.Mode)}, func(e events.Envelope) {
-		r.cfg.Log.Info().Str("pool", pool).Str("socket", socket).Uint64("seq", e.Seq).Msg(msg)
+	socket, mode := d.socket, string(r.cfg.Mode)
+	r.record(events.PluginRegistered{Pool: pool, Socket: socket, Mode: mode}, func(e events.Envelope) {
+		r.cfg.Log.Info().Str("pool", pool).Str("socket", socket).Uint64("seq", e.Seq).Msg("pool registered with the kubelet")
 	})
 }
 
-func (r *registrar) kubeletReported(m *KubeletReported) {
+// kubeletReported takes what the kubelet's plugin watcher told a pool's
+// socket (watcher mode).
+func (r *registrar) kubeletReported(ctx actor.Context, m *KubeletReported) {
 	if m.InfoRequested {
-		r.cfg.Log.Debug().Str("pool", m.Pool).Msg("kubelet asked for plugin info")
+		r.cfg.Log.Debug().Str("pool", m.Pool).Str("socket", m.Socket).Msg("kubelet asked for plugin info")
 		return
 	}
+	// Which kubelet is it? The plugin watcher may speak before the socket
+	// watcher tells of its start.
+	r.observeKubelet(false)
 	d, ok := r.desired[m.Pool]
-	if !ok {
-		d = desire{socket: m.Socket}
-	}
-	if !m.Registered {
-		r.failures[m.Pool]++
-		r.lastError[m.Pool] = m.Reason
-		r.record(events.RegistrationFailed{Pool: m.Pool, Socket: m.Socket, Mode: string(grpcapi.ModeWatcher), Error: m.Reason, Attempt: r.failures[m.Pool]}, nil)
-		r.cfg.Log.Warn().Str("pool", m.Pool).Str("reason", m.Reason).Msg("kubelet refused the pool")
+	if !ok || d.socket != m.Socket {
+		r.cfg.Log.Debug().Str("pool", m.Pool).Str("socket", m.Socket).Bool("registered", m.Registered).Msg("kubelet reported on a socket the pool has left")
 		return
 	}
-	r.actual[m.Pool] = acknowledged{gen: d.gen, epoch: r.epoch, socket: m.Socket}
-	r.failures[m.Pool] = 0
-	delete(r.lastError, m.Pool)
-	pool, socket := m.Pool, m.Socket
-	r.record(events.PluginRegistered{Pool: pool, Socket: socket, Mode: string(grpcapi.ModeWatcher)}, func(e events.Envelope) {
-		r.cfg.Log.Info().Str("pool", pool).Str("socket", socket).Uint64("seq", e.Seq).Msg("pool registered with the kubelet")
-	})
+	if m.Registered {
+		r.acknowledge(m.Pool, d)
+		return
+	}
+	r.failures[m.Pool]++
+	r.lastError[m.Pool] = m.Reason
+	failed := events.RegistrationFailed{Pool: m.Pool, Socket: m.Socket, Mode: string(grpcapi.ModeWatcher), Error: m.Reason,
+		Attempt: r.failures[m.Pool], Action: "the kubelet's plugin watcher tries again"}
+	held := strings.Contains(m.Reason, "already connected")
+	if held {
+		failed.KubeletHolds, failed.Action = m.Socket, "serving the pool on a new socket"
+	}
+	r.record(failed, nil)
+	r.cfg.Log.Warn().Str("pool", m.Pool).Str("socket", m.Socket).Str("reason", m.Reason).Str("action", failed.Action).Msg("kubelet refused the pool")
+	if held {
+		r.needSocket(ctx, m.Pool, d, false, "the kubelet holds its socket already")
+	}
 }
 
 func (r *registrar) status() *Status {
 	st := &Status{Pools: map[string]PoolStatus{}, KubeletRestarts: r.restarts}
 	for pool, d := range r.desired {
-		a, ok := r.actual[pool]
-		st.Pools[pool] = PoolStatus{Socket: d.socket, Registered: ok && a.gen == d.gen && a.epoch == r.epoch,
+		st.Pools[pool] = PoolStatus{Socket: d.socket, Registered: r.isRegistered(pool),
 			Failures: r.failures[pool], LastError: r.lastError[pool]}
 	}
 	return st

@@ -2,6 +2,8 @@ package registrar
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -51,6 +53,8 @@ type registrarUnderTest struct {
 	*family
 	kubelet *kubelettest.Kubelet
 	log     *store.Log
+	// sockets counts the sockets reserve made.
+	sockets int
 }
 
 // newRegistrar starts a registrar, with fast retries, against a kubelet
@@ -195,79 +199,155 @@ func TestRegisteredIsRecordedAfterThePoolsServing(t *testing.T) {
 	}
 }
 
-func TestRejectedRegistrationIsRetriedWithBackoff(t *testing.T) {
+// reserve plays the pool's part after a NeedSocket: srv serves on a new
+// socket of its own and the pool desires it. It returns the new socket.
+func (r *registrarUnderTest) reserve(t *testing.T, srv *grpcapi.PoolServer, need *NeedSocket) string {
+	t.Helper()
+	r.sockets++
+	sock := filepath.Join(filepath.Dir(need.Socket), fmt.Sprintf("%s.%d.sock", strings.ReplaceAll(need.Pool, "/", "_"), r.sockets))
+	if err := srv.Reserve(sock); err != nil {
+		t.Fatal(err)
+	}
+	r.Sys.Root.Send(r.Child, &Desire{Pool: need.Pool, Socket: sock})
+	return sock
+}
+
+// registers counts the Registers of pool the kubelet saw since boot (taken
+// and refused).
+func (r *registrarUnderTest) registers(pool string, boot int) int {
+	n := 0
+	for _, reg := range r.kubelet.Registrations() {
+		if reg.Resource == pool && reg.Boot == boot && reg.Mode == kubelettest.ModeLegacy {
+			n++
+		}
+	}
+	for _, rej := range r.kubelet.Rejections() {
+		if rej.Resource == pool && rej.Boot == boot {
+			n++
+		}
+	}
+	return n
+}
+
+// A Register the kubelet refuses is tried again with a doubling backoff,
+// each time on a new socket: the refused one may be held by the kubelet.
+func TestRejectedRegistrationIsRetriedWithBackoffOnNewSockets(t *testing.T) {
 	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
 	const bad = "not-extended" // the kubelet wants a domain-prefixed name
-	_, sock := r.serve(t, bad)
+	srv, sock := r.serve(t, bad)
 	r.Sys.Root.Send(r.Child, &Desire{Pool: bad, Socket: sock})
-	st := r.await(t, "failed three times", func(st *Status) bool { return st.Pools[bad].Failures >= 3 })
+	sockets := []string{sock}
+	for len(sockets) < 5 {
+		need := next[*NeedSocket](t, r.family)
+		if need.Pool != bad || need.Socket != sockets[len(sockets)-1] || need.Lost {
+			t.Fatalf("NeedSocket %+v, want one about %s, not lost", *need, sockets[len(sockets)-1])
+		}
+		sockets = append(sockets, r.reserve(t, srv, need))
+	}
+	st := r.await(t, "failed four times", func(st *Status) bool { return st.Pools[bad].Failures >= 4 })
 	rej := r.kubelet.Rejections()
-	if len(rej) == 0 {
-		t.Fatal("the kubelet saw no attempt")
+	if len(rej) < 4 {
+		t.Fatalf("the kubelet saw %d attempts, want 4", len(rej))
+	}
+	for i := range 4 {
+		if want := sockets[i]; rej[i].Endpoint != want {
+			t.Errorf("attempt %d on %s, want %s (a new socket each time)", i+1, rej[i].Endpoint, want)
+		}
 	}
 	reason := rej[0].Reason
 	if !strings.Contains(st.Pools[bad].LastError, reason) || st.Pools[bad].Registered {
 		t.Errorf("status %+v, want unregistered with the kubelet's reason %q", st.Pools[bad], reason)
 	}
 	var attempts []int
-	for _, p := range r.awaitRecorded(t, 3) {
+	for i, p := range r.awaitRecorded(t, 4)[:4] {
 		f, ok := p.(events.RegistrationFailed)
 		if !ok {
 			t.Fatalf("recorded %T, want only RegistrationFailed", p)
 		}
-		if f.Pool != bad || f.Socket != sock || f.Mode != "legacy" || !strings.Contains(f.Error, reason) {
-			t.Errorf("recorded %+v, want the kubelet's reason %q", f, reason)
+		if f.Pool != bad || f.Socket != sockets[i] || f.Mode != "legacy" || !strings.Contains(f.Error, reason) ||
+			f.KubeletHolds != "" || !strings.HasPrefix(f.Action, "registering on a new socket in ") {
+			t.Errorf("recorded %+v, want the kubelet's reason %q on %s and what comes next", f, reason, sockets[i])
 		}
 		attempts = append(attempts, f.Attempt)
 	}
-	if len(attempts) < 3 || !slices.Equal(attempts[:3], []int{1, 2, 3}) {
-		t.Errorf("attempts %v, want 1, 2, 3, ...", attempts)
+	if !slices.Equal(attempts, []int{1, 2, 3, 4}) {
+		t.Errorf("attempts %v, want 1, 2, 3, 4", attempts)
 	}
 	// The backoff spaces the attempts: 10ms, 20ms, then 40ms.
-	if len(rej) >= 3 {
-		if gap := rej[2].At.Sub(rej[1].At); gap < 20*time.Millisecond {
-			t.Errorf("third attempt %v after the second, want at least the doubled backoff 20ms", gap)
-		}
+	if gap := rej[3].At.Sub(rej[2].At); gap < 40*time.Millisecond {
+		t.Errorf("fourth attempt %v after the third, want at least the doubled backoff 40ms", gap)
 	}
 
 	// Undesire stops the retries; a new Desire starts counting again.
-	r.Sys.Root.Send(r.Child, &Undesire{Pool: bad, Socket: sock})
-	r.Silent(t)
-	// The ledger may still be catching up with the earlier attempts (2, 3,
-	// ...); the new Desire's first failure is the second attempt 1.
-	firsts := func() int {
-		n := 0
-		for _, p := range r.recorded(t) {
-			if f, ok := p.(events.RegistrationFailed); ok && f.Attempt == 1 {
-				n++
-			}
+	r.Sys.Root.Send(r.Child, &Undesire{Pool: bad})
+	r.Drain(t)
+	for {
+		m, ok := r.Heard()
+		if !ok {
+			break
 		}
-		return n
+		if _, ok := m.(*NeedSocket); !ok {
+			t.Fatalf("parent heard %#v", m)
+		}
+	}
+	last := sockets[len(sockets)-1]
+	sock = filepath.Join(filepath.Dir(last), "fresh.sock")
+	if err := srv.Reserve(sock); err != nil {
+		t.Fatal(err)
 	}
 	r.Sys.Root.Send(r.Child, &Desire{Pool: bad, Socket: sock})
-	r.await(t, "failed again after a new Desire, from attempt 1", func(*Status) bool { return firsts() == 2 })
+	r.await(t, "failed again after a new Desire, from attempt 1", func(*Status) bool {
+		for _, p := range r.recorded(t) {
+			if f, ok := p.(events.RegistrationFailed); ok && f.Socket == sock {
+				return f.Attempt == 1
+			}
+		}
+		return false
+	})
 }
 
-func TestNewKubeletGetsEveryPoolAgain(t *testing.T) {
+// A kubelet that is down (a dead kubelet.sock) never saw the Register: the
+// same socket is tried again, no new one asked for.
+func TestUnreachableKubeletIsRetriedOnTheSameSocket(t *testing.T) {
+	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{}, func(c *Config) { c.RegisterTimeout = 100 * time.Millisecond })
+	if err := r.kubelet.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	_, sock := r.serve(t, gpu)
+	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
+	r.await(t, "failed twice", func(st *Status) bool { return st.Pools[gpu].Failures >= 2 })
+	r.Silent(t)
+	for _, p := range r.awaitRecorded(t, 2)[:2] {
+		f, ok := p.(events.RegistrationFailed)
+		if !ok || f.Socket != sock || !strings.Contains(f.Error, grpcapi.ErrKubeletUnreachable.Error()) ||
+			!strings.HasPrefix(f.Action, "trying the same socket again in ") {
+			t.Errorf("recorded %+v, want an unreachable kubelet on %s, tried again", p, sock)
+		}
+	}
+}
+
+func TestNewKubeletGetsEveryPoolAgainOnANewSocket(t *testing.T) {
 	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
 	srv, sock := r.serve(t, gpu)
 	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
 	r.await(t, "registered the pool", registered(gpu))
 
-	if err := r.kubelet.Restart(); err != nil {
+	if err := r.kubelet.Restart(); err != nil { // deletes the socket
 		t.Fatal(err)
 	}
 	since := r.kubelet.BootedAt()
-	if err := srv.Reserve(sock); err != nil { // the restart deleted the socket
-		t.Fatal(err)
-	}
 	r.Sys.Root.Send(r.Child, &KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
+	need := next[*NeedSocket](t, r.family)
+	if *need != (NeedSocket{Pool: gpu, Socket: sock, Lost: true, Reason: need.Reason}) {
+		t.Errorf("NeedSocket %+v, want the lost %s", *need, sock)
+	}
+	sock2 := r.reserve(t, srv, need)
 	regs, err := r.kubelet.RegisteredAfter(ctxFor(t), []string{gpu}, since)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if regs[0].Boot != 2 {
-		t.Errorf("registered with kubelet boot %d, want 2", regs[0].Boot)
+	if regs[0].Boot != 2 || regs[0].Endpoint != sock2 {
+		t.Errorf("registered %s with kubelet boot %d, want %s with boot 2", regs[0].Endpoint, regs[0].Boot, sock2)
 	}
 	st := r.await(t, "registered with the new kubelet", registered(gpu))
 	if st.KubeletRestarts != 1 {
@@ -276,10 +356,119 @@ func TestNewKubeletGetsEveryPoolAgain(t *testing.T) {
 	want := []events.Payload{
 		events.PluginRegistered{Pool: gpu, Socket: sock, Mode: "legacy"},
 		events.KubeletRestarted{Socket: r.kubelet.RegistrationSocket()},
-		events.PluginRegistered{Pool: gpu, Socket: sock, Mode: "legacy"},
+		events.PluginRegistered{Pool: gpu, Socket: sock2, Mode: "legacy"},
 	}
 	if got := r.awaitRecorded(t, len(want)); !reflect.DeepEqual(got, want) {
 		t.Errorf("recorded %+v, want %+v", got, want)
+	}
+	r.Silent(t)
+}
+
+// The issue 14 storm: a kubelet restart empties device-plugins/ (a
+// SocketRemoved per pool, each a Reconcile) and creates kubelet.sock (a
+// KubeletAppeared, perhaps twice); pools re-announce, a pool restarts. Each
+// pool is registered exactly once with each kubelet, whatever the order.
+func TestTriggerStormsRegisterEachPoolOnce(t *testing.T) {
+	pools := []string{"example.com/a", "example.com/b", "example.com/c", "example.com/d", "example.com/e", "example.com/f"}
+	orders := []struct {
+		name  string
+		storm func(r *registrarUnderTest)
+	}{
+		{"sockets removed first", func(r *registrarUnderTest) {
+			for range pools {
+				r.Sys.Root.Send(r.Child, &Reconcile{})
+			}
+			r.Sys.Root.Send(r.Child, &KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
+			r.Sys.Root.Send(r.Child, &KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
+		}},
+		{"kubelet first", func(r *registrarUnderTest) {
+			r.Sys.Root.Send(r.Child, &KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
+			for range pools {
+				r.Sys.Root.Send(r.Child, &Reconcile{})
+			}
+			r.Sys.Root.Send(r.Child, &KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
+		}},
+		{"interleaved", func(r *registrarUnderTest) {
+			for i := range pools {
+				r.Sys.Root.Send(r.Child, &Reconcile{})
+				if i%2 == 0 {
+					r.Sys.Root.Send(r.Child, &KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
+				}
+			}
+		}},
+	}
+	for _, tc := range orders {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
+			servers := map[string]*grpcapi.PoolServer{}
+			for _, p := range pools {
+				srv, sock := r.serve(t, p)
+				servers[p] = srv
+				// Announced twice (a duplicate Serving), with reconciles.
+				r.Sys.Root.Send(r.Child, &Desire{Pool: p, Socket: sock})
+				r.Sys.Root.Send(r.Child, &Reconcile{})
+				r.Sys.Root.Send(r.Child, &Desire{Pool: p, Socket: sock})
+			}
+			r.await(t, "registered every pool", func(st *Status) bool {
+				for _, p := range pools {
+					if !st.Pools[p].Registered {
+						return false
+					}
+				}
+				return true
+			})
+
+			if err := r.kubelet.Restart(); err != nil {
+				t.Fatal(err)
+			}
+			tc.storm(r)
+			// Each pool asks for a new socket once; the last pool also
+			// restarts (a new server, a new socket) right after.
+			asked := map[string]int{}
+			for range pools {
+				need := next[*NeedSocket](t, r.family)
+				asked[need.Pool]++
+				r.reserve(t, servers[need.Pool], need)
+			}
+			for p, n := range asked {
+				if n != 1 {
+					t.Errorf("%s asked for a new socket %d times, want once", p, n)
+				}
+			}
+			r.await(t, "registered every pool with the new kubelet", func(st *Status) bool {
+				for _, p := range pools {
+					if !st.Pools[p].Registered {
+						return false
+					}
+				}
+				return true
+			})
+			last := pools[len(pools)-1]
+			restarted, sock := r.serve(t, last+"-next")
+			_ = restarted
+			r.Sys.Root.Send(r.Child, &Desire{Pool: last, Socket: sock})
+			r.Sys.Root.Send(r.Child, &Reconcile{})
+			r.Sys.Root.Send(r.Child, &Desire{Pool: last, Socket: sock})
+			r.await(t, "registered the restarted pool", func(st *Status) bool {
+				return st.Pools[last].Registered && st.Pools[last].Socket == sock
+			})
+			r.Silent(t)
+			for _, p := range pools {
+				want := 1
+				if p == last {
+					want = 2 // its first server's socket, then the restarted one's
+				}
+				if n := r.registers(p, 2); n != want {
+					t.Errorf("%s: %d Registers with the new kubelet, want %d", p, n, want)
+				}
+				if n := r.registers(p, 1); n != 1 {
+					t.Errorf("%s: %d Registers with the first kubelet, want 1", p, n)
+				}
+			}
+			if rej := r.kubelet.Rejections(); len(rej) != 0 {
+				t.Errorf("the kubelet refused %+v", rej)
+			}
+		})
 	}
 }
 
@@ -288,11 +477,14 @@ func TestUndesiredPoolIsNotRegistered(t *testing.T) {
 	_, sock := r.serve(t, gpu)
 	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
 	r.await(t, "registered the pool", registered(gpu))
-	r.Sys.Root.Send(r.Child, &Undesire{Pool: gpu, Socket: sock})
+	r.Sys.Root.Send(r.Child, &Undesire{Pool: gpu})
 	if st := r.status(t); len(st.Pools) != 0 {
 		t.Errorf("status after Undesire: %+v, want no pools", st.Pools)
 	}
 	// A new kubelet is not given the pool.
+	if err := r.kubelet.Restart(); err != nil {
+		t.Fatal(err)
+	}
 	r.Sys.Root.Send(r.Child, &KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
 	r.Silent(t)
 	if n := len(r.kubelet.Registrations()); n != 1 {
@@ -304,27 +496,18 @@ func TestMissingSocketIsReported(t *testing.T) {
 	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
 	gone := filepath.Join(r.kubelet.DevicePluginDir(), "gone.sock")
 	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: gone})
-	if m := next[*SocketMissing](t, r.family); *m != (SocketMissing{Pool: gpu, Socket: gone}) {
-		t.Errorf("parent heard %+v", *m)
+	if m := next[*NeedSocket](t, r.family); m.Pool != gpu || m.Socket != gone || !m.Lost {
+		t.Errorf("parent heard %+v, want the lost %s", *m, gone)
 	}
 	if st := r.status(t); len(st.Pools) != 0 {
 		t.Errorf("a pool without its socket is still desired: %+v", st.Pools)
 	}
-
-	// A socket the kubelet deleted on its restart is found missing too.
-	_, sock := r.serve(t, gpu)
-	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
-	r.await(t, "registered the pool", registered(gpu))
-	if err := r.kubelet.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	r.Sys.Root.Send(r.Child, &KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
-	if m := next[*SocketMissing](t, r.family); *m != (SocketMissing{Pool: gpu, Socket: sock}) {
-		t.Errorf("parent heard %+v", *m)
-	}
+	// Asked once: more reconciles ask nothing more until a new Desire.
+	r.Sys.Root.Send(r.Child, &Reconcile{})
+	r.Sys.Root.Send(r.Child, &Reconcile{})
 	r.Silent(t)
-	if n := len(r.kubelet.Registrations()); n != 1 {
-		t.Errorf("%d registrations, want only the one before the restart", n)
+	if n := len(r.kubelet.Registrations()) + len(r.kubelet.Rejections()); n != 0 {
+		t.Errorf("%d Registers of a socket that is not there", n)
 	}
 }
 
@@ -348,27 +531,32 @@ func TestRegistrationsWaitForTheKubelet(t *testing.T) {
 		t.Errorf("status without a kubelet: %+v, want waiting (no attempt, no failure)", p)
 	}
 
-	if err := r.kubelet.Boot(); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Reserve(sock); err != nil { // the kubelet's boot deleted it
+	if err := r.kubelet.Boot(); err != nil { // deletes the socket
 		t.Fatal(err)
 	}
 	r.Sys.Root.Send(r.Child, &KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
-	if _, err := r.kubelet.WaitRegistered(ctxFor(t), gpu); err != nil {
+	sock2 := r.reserve(t, srv, next[*NeedSocket](t, r.family))
+	reg, err := r.kubelet.WaitRegistered(ctxFor(t), gpu)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if reg.Endpoint != sock2 {
+		t.Errorf("registered %s, want %s", reg.Endpoint, sock2)
 	}
 	r.await(t, "registered once the kubelet appeared", registered(gpu))
 }
 
 func TestWatcherModeRecordsWhatTheKubeletReports(t *testing.T) {
 	r := newRegistrar(t, grpcapi.ModeWatcher, kubelettest.Options{})
-	sock := filepath.Join(r.kubelet.PluginsRegistryDir(), "example.com_gpu.sock") // never dialled in watcher mode
+	sock := filepath.Join(r.kubelet.Dir(), "example.com_gpu.sock")
+	touch(t, sock) // never dialled in watcher mode, but looked for
 	send := func(m any) { r.Sys.Root.Send(r.Child, m) }
 	send(&Desire{Pool: gpu, Socket: sock})
 	send(&KubeletReported{Pool: gpu, Socket: sock, InfoRequested: true})
 	send(&KubeletReported{Pool: gpu, Socket: sock, Reason: "plugin rejected: bad version"})
 	send(&KubeletReported{Pool: gpu, Socket: sock, Reason: "plugin rejected: bad version"})
+	// About a socket the pool has left: not the pool's story.
+	send(&KubeletReported{Pool: gpu, Socket: sock + ".old", Registered: true})
 	r.Silent(t)
 	if p := r.status(t).Pools[gpu]; p.Registered || p.Failures != 2 || p.LastError != "plugin rejected: bad version" {
 		t.Errorf("status after two refusals: %+v", p)
@@ -378,9 +566,10 @@ func TestWatcherModeRecordsWhatTheKubeletReports(t *testing.T) {
 	if p := r.status(t).Pools[gpu]; !p.Registered || p.Failures != 0 || p.LastError != "" {
 		t.Errorf("status after the kubelet's acceptance: %+v", p)
 	}
+	const again = "the kubelet's plugin watcher tries again"
 	want := []events.Payload{
-		events.RegistrationFailed{Pool: gpu, Socket: sock, Mode: "watcher", Error: "plugin rejected: bad version", Attempt: 1},
-		events.RegistrationFailed{Pool: gpu, Socket: sock, Mode: "watcher", Error: "plugin rejected: bad version", Attempt: 2},
+		events.RegistrationFailed{Pool: gpu, Socket: sock, Mode: "watcher", Error: "plugin rejected: bad version", Attempt: 1, Action: again},
+		events.RegistrationFailed{Pool: gpu, Socket: sock, Mode: "watcher", Error: "plugin rejected: bad version", Attempt: 2, Action: again},
 		events.PluginRegistered{Pool: gpu, Socket: sock, Mode: "watcher"},
 	}
 	if got := r.awaitRecorded(t, len(want)); !reflect.DeepEqual(got, want) {
@@ -390,118 +579,68 @@ func TestWatcherModeRecordsWhatTheKubeletReports(t *testing.T) {
 		t.Errorf("watcher mode called Register %d times", n)
 	}
 	// A new kubelet voids the registration until it reports again.
+	if err := r.kubelet.Restart(); err != nil {
+		t.Fatal(err)
+	}
 	send(&KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
 	r.Silent(t)
 	if p := r.status(t).Pools[gpu]; p.Registered {
 		t.Errorf("still registered after a new kubelet: %+v", p)
 	}
+
+	// The plugin watcher refused the socket as held already: the pool
+	// serves on a new one, and the ledger says which path the kubelet holds.
+	held := "device plugin already connected: " + sock
+	send(&KubeletReported{Pool: gpu, Socket: sock, Reason: held})
+	if m := next[*NeedSocket](t, r.family); m.Pool != gpu || m.Socket != sock || m.Lost {
+		t.Errorf("parent heard %+v, want a new socket in place of %s", *m, sock)
+	}
+	wantFailed := events.RegistrationFailed{Pool: gpu, Socket: sock, Mode: "watcher", Error: held, Attempt: 1,
+		KubeletHolds: sock, Action: "serving the pool on a new socket"}
+	got := r.awaitRecorded(t, len(want)+2)
+	if len(got) != len(want)+2 || !reflect.DeepEqual(got[len(got)-1], wantFailed) {
+		t.Errorf("recorded %+v, want last %+v", got, wantFailed)
+	}
 }
 
-// A Register the kubelet refuses because it is connected to the socket
-// path already is settled by asking the parent whether the kubelet watches
-// the pool's current server (CheckWatched). When it does, the registration
-// stands: acknowledged, nothing failed, no Register again.
-func TestAlreadyConnectedToTheCurrentServerStands(t *testing.T) {
+// A kubelet that holds an endpoint for the socket path already (left by
+// an older daemon, or by someone's second Register) refuses it as
+// "already connected", and would refuse it until it restarts: the ledger
+// names the path it holds, and the pool is registered on a new socket.
+func TestAlreadyConnectedRegistersOnANewSocket(t *testing.T) {
 	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
-	_, sock := r.registeredAndWatched(t, gpu)
-	// Desired again (say the registrar lost what it knew): the kubelet,
-	// connected, refuses.
+	srv, sock := r.serve(t, gpu)
+	// Someone else registered the path: the kubelet is connected to it.
+	if err := grpcapi.RegisterWithKubelet(ctxFor(t), r.kubelet.RegistrationSocket(), gpu, filepath.Base(sock), nil); err != nil {
+		t.Fatal(err)
+	}
 	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
-	check := next[*CheckWatched](t, r.family)
-	if check.Pool != gpu || check.Socket != sock {
-		t.Fatalf("CheckWatched %+v", *check)
+	need := next[*NeedSocket](t, r.family)
+	if need.Pool != gpu || need.Socket != sock || need.Lost {
+		t.Fatalf("NeedSocket %+v, want a new socket in place of %s", *need, sock)
 	}
-	r.Sys.Root.Send(r.Child, &Watched{Pool: check.Pool, Socket: check.Socket, Gen: check.Gen, Epoch: check.Epoch, Watching: true})
-	st := r.await(t, "acknowledged the registration that stands", func(st *Status) bool {
-		return st.Pools[gpu].Registered && len(r.recorded(t)) == 2
+	sock2 := r.reserve(t, srv, need)
+	r.await(t, "registered on the new socket", func(st *Status) bool {
+		return st.Pools[gpu].Registered && st.Pools[gpu].Socket == sock2
 	})
-	if p := st.Pools[gpu]; p.Failures != 0 || p.LastError != "" {
-		t.Errorf("status %+v, want no failure", p)
+	got := r.awaitRecorded(t, 2)
+	f, ok := got[0].(events.RegistrationFailed)
+	if !ok || f.Socket != sock || f.KubeletHolds != sock || !strings.Contains(f.Error, "already connected") ||
+		!strings.HasPrefix(f.Action, "serving the pool on a new socket in ") {
+		t.Errorf("recorded first %+v, want the refusal naming the held %s and the new socket", got[0], sock)
 	}
-	for _, p := range r.recorded(t) {
-		if _, ok := p.(events.PluginRegistered); !ok {
-			t.Errorf("recorded %+v, want PluginRegistered only", p)
-		}
+	if want := (events.PluginRegistered{Pool: gpu, Socket: sock2, Mode: "legacy"}); len(got) != 2 || got[1] != want {
+		t.Errorf("recorded %+v, want then %+v", got, want)
 	}
 	r.Silent(t)
 	if n := len(r.kubelet.Rejections()); n != 1 {
-		t.Errorf("the kubelet refused %d Registers, want 1 (no retry)", n)
+		t.Errorf("the kubelet refused %d Registers, want 1", n)
 	}
 }
 
-// When the kubelet's connection is to a server that is gone (a crashed
-// pool's, which it has not noticed yet), the refusal is a failure: the
-// Register is tried again until the kubelet, having noticed, takes it.
-func TestAlreadyConnectedToAServerThatIsGoneIsRetried(t *testing.T) {
-	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
-	old, sock := r.registeredAndWatched(t, gpu)
-	// The pool restarts: a new server on the same path, registered while
-	// the kubelet still holds its connection to the old one.
-	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
-	check := next[*CheckWatched](t, r.family)
-	if err := old.Stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	r.serve(t, gpu)
-	// Each refusal is answered: not watched. The kubelet takes a retry
-	// once it noticed the old server go.
-	answered := 0
-	deadline := time.Now().Add(5 * time.Second)
-	for taken := false; !taken; {
-		r.Sys.Root.Send(r.Child, &Watched{Pool: check.Pool, Socket: check.Socket, Gen: check.Gen, Epoch: check.Epoch, Watching: false})
-		answered++
-		for {
-			if m, ok := r.Heard(); ok {
-				if check, ok = m.(*CheckWatched); !ok {
-					t.Fatalf("parent heard %#v", m)
-				}
-				break
-			}
-			if n := registrations(r.kubelet, gpu); n == 2 {
-				taken = true
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no retry taken or refused within 5s (%d answered)", answered)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}
-	st := r.await(t, "registered the new server", registered(gpu))
-	var failed []events.RegistrationFailed
-	for _, p := range r.recorded(t) {
-		if f, ok := p.(events.RegistrationFailed); ok {
-			failed = append(failed, f)
-		}
-	}
-	if len(failed) != answered || !strings.Contains(failed[0].Error, "not watching the pool's current server") {
-		t.Errorf("recorded failures %+v, want %d naming the gone server", failed, answered)
-	}
-	if st.Pools[gpu].Failures != 0 {
-		t.Errorf("status %+v after the registration", st.Pools[gpu])
-	}
-}
-
-// registrations counts the Registers of pool the kubelet took.
-func registrations(k *kubelettest.Kubelet, pool string) int {
-	n := 0
-	for _, reg := range k.Registrations() {
-		if reg.Resource == pool {
-			n = max(n, reg.Count)
-		}
-	}
-	return n
-}
-
-// registeredAndWatched serves pool, has it registered, and waits until the
-// kubelet watches it (its ListAndWatch sent a list).
-func (r *registrarUnderTest) registeredAndWatched(t *testing.T, pool string) (*grpcapi.PoolServer, string) {
+func touch(t *testing.T, path string) {
 	t.Helper()
-	srv, sock := r.serve(t, pool)
-	r.Sys.Root.Send(r.Child, &Desire{Pool: pool, Socket: sock})
-	r.await(t, "registered the pool", registered(pool))
-	if _, err := r.kubelet.WaitDevices(ctxFor(t), pool, func([]*pluginapi.Device) bool { return true }); err != nil {
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return srv, sock
 }

@@ -3,14 +3,12 @@ package registrar
 // Messages the registrar receives.
 
 // Desire says a pool serves on Socket and should be registered with the
-// kubelet. A Desire for a pool already desired (a re-created socket)
-// replaces the old one: the registration must be made again.
+// kubelet. A Desire for a pool already desired on another socket replaces
+// the old one: the pool is registered again, on the new socket. A Desire
+// repeated for the same socket changes nothing.
 type Desire struct {
 	Pool   string
 	Socket string
-	// KubeletWatching says the current kubelet still watches the pool on
-	// this socket path: its registration stands and is not made again.
-	KubeletWatching bool
 	// Recorded, when set, is closed once the pool's PluginServing is in
 	// the ledger (or its append failed). Registration does not wait for
 	// it; the registrar's events about the pool are written after it, so
@@ -18,14 +16,10 @@ type Desire struct {
 	Recorded <-chan struct{}
 }
 
-// Undesire says a pool no longer serves (its socket was lost, or the pool
-// was removed); any registration of it is void.
+// Undesire says a pool no longer serves (it was removed): any
+// registration of it is void.
 type Undesire struct {
-	Pool   string
-	Socket string
-	// Lost is true when the socket vanished under us (the pool records
-	// SocketLost as it re-creates it), false for an orderly removal.
-	Lost bool
+	Pool string
 }
 
 // KubeletAppeared says a kubelet registration socket was created: a new
@@ -42,18 +36,9 @@ type KubeletReported struct {
 	Reason        string
 }
 
-// Watched answers CheckWatched: whether the pool's current server has the
-// kubelet's ListAndWatch. The fields but Watching are CheckWatched's.
-type Watched struct {
-	Pool     string
-	Socket   string
-	Gen      uint64
-	Epoch    int
-	Watching bool
-}
-
-// Reconcile asks for a reconcile now (the socket watcher's watch is in
-// place: a kubelet that appeared before it is registered with).
+// Reconcile asks for a reconcile now: the socket watcher's watch is in
+// place (a kubelet that appeared before it is registered with), or a socket
+// was removed (a pool whose socket it was gets a new one).
 type Reconcile struct{}
 
 // Query asks for the registrations; the reply is a *Status.
@@ -78,10 +63,10 @@ type PoolStatus struct {
 // internal messages
 
 type registerResult struct {
-	pool  string
-	gen   uint64
-	epoch int
-	err   error
+	pool, socket string
+	// kubelet is the kubelet the Register was sent to, as seen before it.
+	kubelet kubeletID
+	err     error
 }
 
 type retry struct{ pool string }

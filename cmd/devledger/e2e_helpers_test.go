@@ -22,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/testdata/sysfsgen"
@@ -148,13 +149,41 @@ func (n *e2eNode) runArgs() []string {
 	}
 }
 
-// socketPath is where the pool's socket lives in this node's mode.
-func (n *e2eNode) socketPath(resource string) string {
+// socketPath is the pool's socket in this node's mode: the one socket of
+// the pool's names there (a pool serves under a new name for every
+// server). While a socket is being replaced there may be none or two for a
+// moment; it waits up to a second for one. With none, it returns a path
+// that does not exist.
+func (n *e2eNode) socketPath(t *testing.T, resource string) string {
+	t.Helper()
 	dir := n.kubelet.DevicePluginDir()
 	if n.mode == "watcher" {
 		dir = n.kubelet.PluginsRegistryDir()
 	}
-	return filepath.Join(dir, strings.ReplaceAll(resource, "/", "_")+".sock")
+	var found []string
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(10 * time.Millisecond) {
+		found = found[:0]
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if e.Type() == os.ModeSocket && pool.IsSocketName(resource, e.Name()) {
+				found = append(found, filepath.Join(dir, e.Name()))
+			}
+		}
+		if len(found) == 1 {
+			return found[0]
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(found) > 1 {
+		t.Errorf("%s: %d sockets of the pool in %s, want one: %v", resource, len(found), dir, found)
+		return found[0]
+	}
+	return filepath.Join(dir, pool.SocketBase(resource)+".none.sock")
 }
 
 func (n *e2eNode) ledgerPath() string { return filepath.Join(n.stateDir, ledgerFileName) }
