@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
@@ -295,6 +296,10 @@ type scanPool struct {
 	DeviceType string   `json:"device_type"`
 	Count      int      `json:"count"`
 	Members    []string `json:"members"`
+	// Registration is what the ledger read (--state-dir, --db) says of
+	// the pool's socket and its registration; nil when none was read or
+	// the ledger has no such pool.
+	Registration *events.Registration `json:"registration,omitempty"`
 }
 
 func newScanReport(devs []sysfs.Device, sel *config.Selection, warnings []string) *scanReport {
@@ -838,6 +843,12 @@ func (rep *scanReport) readLedger(lf *ledgerFlags) error {
 	}
 	seq := st.Seq
 	rep.LedgerSeq = &seq
+	for i := range rep.Pools {
+		if p, ok := st.Pools[rep.Pools[i].Name]; ok && p.Registration.Socket != "" {
+			reg := p.Registration
+			rep.Pools[i].Registration = &reg
+		}
+	}
 	found := make(map[string]bool, len(rep.Devices))
 	for i := range rep.Devices {
 		d := &rep.Devices[i]
@@ -943,6 +954,24 @@ func (rep *scanReport) writeLedger(w io.Writer) {
 		differ = append(differ, block{o.Address, "", o.Ledger.Pool, "not found in sysfs", o.Ledger.verdict()})
 	}
 	slices.SortFunc(differ, func(a, b block) int { return strings.Compare(a.addr, b.addr) })
+	fmt.Fprintf(w, "\nledger through #%d: the socket each pool serves on, as the kubelet knows it\n", *rep.LedgerSeq)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, p := range rep.Pools {
+		reg := p.Registration
+		switch {
+		case reg == nil:
+			fmt.Fprintf(tw, "  %s\tnot serving\t-\n", p.Name)
+		case reg.Registered:
+			fmt.Fprintf(tw, "  %s\tregistered (%s)\t%s\n", p.Name, reg.Mode, reg.Socket)
+		case !reg.Serving:
+			fmt.Fprintf(tw, "  %s\tnot serving\t%s\n", p.Name, reg.Socket)
+		case reg.LastError != "":
+			fmt.Fprintf(tw, "  %s\tnot registered (%d %s: %s)\t%s\n", p.Name, reg.Failures, plural(reg.Failures, "failure", "failures"), reg.LastError, reg.Socket)
+		default:
+			fmt.Fprintf(tw, "  %s\tnot registered yet\t%s\n", p.Name, reg.Socket)
+		}
+	}
+	tw.Flush()
 	fmt.Fprintf(w, "\nledger through #%d: it agrees with this scan on %d of %d pooled devices\n", *rep.LedgerSeq, agree, pooled)
 	for _, b := range differ {
 		head := b.addr + "  pool " + orDash(b.poolNow)

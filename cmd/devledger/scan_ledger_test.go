@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -60,6 +61,16 @@ func TestScanShowsTheLedgersVerdicts(t *testing.T) {
 	if i := strings.Index(table, "\nledger through #"); i < 0 || !strings.HasSuffix(table, fmt.Sprintf(want, ledgerSeqIn(t, table[i:]))) {
 		t.Errorf("scan --state-dir ends\n%s\nwant it to end\n%s", table[max(0, len(table)-400):], want)
 	}
+	// Each pool's socket in use, as the kubelet has it registered.
+	for _, res := range sriovPools {
+		reg, err := n.kubelet.WaitRegistered(e2eCtx(t), res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !regexp.MustCompile(`(?m)^  ` + regexp.QuoteMeta(res) + ` +registered \(legacy\) +` + regexp.QuoteMeta(reg.Endpoint) + `$`).MatchString(table) {
+			t.Errorf("scan --state-dir has no line saying %s is registered on %s:\n%s", res, reg.Endpoint, table)
+		}
+	}
 	explain := cliOK(t, append(live, "--explain", vf)...)
 	if want := fmt.Sprintf("  ledger:      unhealthy: driver unbound (was vfio-pci) (#%d), pool %s\n", verdict, vfioPool); !strings.Contains(explain, want) {
 		t.Errorf("scan --explain %s says no %q:\n%s", vf, want, explain)
@@ -67,6 +78,15 @@ func TestScanShowsTheLedgersVerdicts(t *testing.T) {
 	rep := scanLedgerJSON(t, cliOK(t, append(live, "--format", "json")...))
 	if rep.LedgerSeq == nil || *rep.LedgerSeq < verdict || len(rep.LedgerOnly) != 0 {
 		t.Errorf("JSON ledger_seq %v (verdict #%d), ledger_only %+v", rep.LedgerSeq, verdict, rep.LedgerOnly)
+	}
+	for _, p := range rep.Pools {
+		reg, err := n.kubelet.WaitRegistered(e2eCtx(t), p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Registration == nil || !p.Registration.Registered || p.Registration.Socket != reg.Endpoint {
+			t.Errorf("JSON pool %s registration %+v, want registered on %s", p.Name, p.Registration, reg.Endpoint)
+		}
 	}
 	for _, d := range rep.Devices {
 		if d.Ledger == nil {
@@ -121,6 +141,10 @@ type scanLedgerReport struct {
 		Ledger  *scanLedger `json:"ledger"`
 	} `json:"devices"`
 	LedgerOnly []scanLedgerOnly `json:"ledger_only"`
+	Pools      []struct {
+		Name         string               `json:"name"`
+		Registration *events.Registration `json:"registration"`
+	} `json:"pools"`
 }
 
 func scanLedgerJSON(t *testing.T, out string) scanLedgerReport {
