@@ -2,26 +2,24 @@ package e2e
 
 import (
 	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
 )
 
 // TestLegacySocketRemoved removes one pool's socket while the kubelet keeps
-// running (an operator's rm, a clean-up script): the daemon re-creates the
-// file and must stay registered, with the kubelet still holding one live
-// connection to it, so that the pool keeps serving and a later daemon stop
-// is seen.
+// running (an operator's rm, a clean-up script): the daemon serves the pool
+// on a new socket and registers that one, and the kubelet, which keeps its
+// connection to the old one, serves pods through the new one and still sees
+// the daemon stop.
 //
-// Against the kubelet 1.37 this fails: the daemon registers the same socket
-// path again while the kubelet's connection to it is still open, the
-// device manager refuses ("device plugin already connected") and, in doing
-// so, forgets its first client, so it never notices that plugin go away.
-// See issue 5 note.
+// Registering the same path again would not do: the kubelet 1.37 refuses a
+// Register of a path it is connected to ("device plugin already
+// connected") and, in doing so, forgets its first client, so it never
+// notices that plugin go away (issue 14).
 func TestLegacySocketRemoved(t *testing.T) {
 	r := startRig(t, "legacy")
-	sock := filepath.Join(devicePluginsDir, "intel.com_intel_sriov_dpdk.sock")
+	sock := poolSocket(t, devicePluginsDir, resDPDK)
 	if err := os.Remove(sock); err != nil {
 		t.Fatal(err)
 	}
@@ -30,11 +28,11 @@ func TestLegacySocketRemoved(t *testing.T) {
 	for {
 		s = replay(t, r.node.stateDir)
 		reg := s.Pools[resDPDK].Registration
-		if _, err := os.Stat(sock); err == nil && reg.Registered {
+		if reg.Registered && reg.Socket != sock && fileThere(reg.Socket) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("10s after the rm: socket re-created: %v; ledger registration of %s: %+v", fileThere(sock), resDPDK, reg)
+			t.Fatalf("10s after the rm: ledger registration of %s: %+v (old socket %s)", resDPDK, reg, sock)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -42,11 +41,11 @@ func TestWatcherDaemonSIGKILL(t *testing.T) {
 func TestWatcherSocketRemoved(t *testing.T) {
 	r := startRig(t, "watcher")
 	removed := time.Now()
-	if err := os.Remove(filepath.Join(pluginsRegistryDir, "intel.com_intel_sriov_dpdk.sock")); err != nil {
+	if err := os.Remove(poolSocket(t, pluginsRegistryDir, resDPDK)); err != nil {
 		t.Fatal(err)
 	}
 	// The watcher's reconciler (one pass a second) unregisters the old
-	// socket, then registers the new one at the same path.
+	// socket and registers the pool's new one.
 	r.k.waitDeregistered(t, resDPDK, removed, 30*time.Second)
 	took := r.k.waitAllocatable(t, removed, sriovPools)
 	logFigure(t, r.mode, "reregistration-after-socket-removed", took)
