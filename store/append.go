@@ -4,65 +4,39 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"runtime"
 	"sync/atomic"
-	"time"
 
 	"github.com/devledger/devledger/events"
 	bolt "go.etcd.io/bbolt"
 )
 
-// Group commit. Append puts its call in a queue. If no commit is in
-// progress, the caller becomes the leader: it takes every call waiting in
-// the queue (up to MaxBatch events), encodes each call's events (a call whose
-// events do not encode fails alone, before the transaction), commits them
-// all in one bbolt transaction (one commit, one pair of fsyncs) and answers
-// every call. While it commits, later calls queue up; once its own call is
-// answered it hands the lead to the oldest of them, which commits the next
-// batch. So there is one writer at a time, a lone caller commits on its own
-// goroutine with no hand-off and no delay, and concurrent callers share
-// commits. (A dedicated writer goroutine would cost two goroutine hand-offs
-// per Append: some 30-50µs measured on a small VM, next to a bare bbolt
-// commit of 250µs.)
-//
-// The batch adapts to the concurrency it sees. Before it commits, the
-// leader waits a little (at most batchWait, about one commit) until the
-// calls it can expect are queued: those that were already waiting when the
-// last commit ended, and the recurring callers that commit answered
-// (WithRecurringCaller: callers that serve a stream of requests, such as
-// the kubelet's Allocates, come back a round trip after their answer).
-// Without the wait, recurring callers that share commits split into two
-// halves that take turns, each commit half full. Other callers (an event
-// recorded as it happens) are never waited for: they do not come back, and
-// a wait for them would hold up everyone queued. A lone caller never waits.
+// Group commit by one writer. Appends queue on a channel in the order they
+// are made; one goroutine takes the oldest, drains what else is queued (up
+// to MaxBatch events), commits the lot in one bbolt transaction (one
+// commit, one pair of fsyncs) and answers each call. While it commits, new
+// calls queue for the next batch. Nothing waits for company: a lone call
+// commits at once, and calls that come together share a commit because
+// they queue during the one before.
 
-// Request states. A leader claims a request when its transaction is about to
-// start; a waiting caller whose context ends first withdraws it; a leader
-// handing over promotes the oldest waiting request, whose caller leads next.
-// Each transition is a compare-and-swap, so exactly one side wins.
+// Request states: the writer claims a request as its transaction is about
+// to start; a synchronous caller whose context ends first withdraws it.
+// One compare-and-swap decides which.
 const (
 	reqQueued int32 = iota
-	reqPromoted
 	reqClaimed
 	reqWithdrawn
 )
 
 type appendReq struct {
-	ctx       context.Context
-	envs      []events.Envelope
-	epoch     uint64 // Log.committed when it was queued
-	recurring bool   // WithRecurringCaller
-	state     atomic.Int32
-	out       []events.Envelope
-	err       error
-	done      chan struct{} // closed when answered
-	promoted  chan struct{} // closed when its caller is to lead
+	ctx   context.Context
+	envs  []events.Envelope
+	state atomic.Int32
+	out   []events.Envelope
+	// done is called once, on the writer's goroutine, with the outcome.
+	done func(out []events.Envelope, err error)
 }
 
-func (r *appendReq) finish(out []events.Envelope, err error) {
-	r.out, r.err = out, err
-	close(r.done)
-}
+func (r *appendReq) finish(out []events.Envelope, err error) { r.done(out, err) }
 
 // Append records envs, in order, under the next sequence numbers and returns
 // them as stored: Seq assigned, Type, Version and Subject taken from the
@@ -83,184 +57,119 @@ func (l *Log) Append(ctx context.Context, envs ...events.Envelope) ([]events.Env
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := l.enter(); err != nil {
-		return nil, err
-	}
-	defer l.leave()
 	if len(envs) == 0 {
+		if err := l.enter(); err != nil {
+			return nil, err
+		}
+		l.leave()
 		return nil, nil
 	}
-	r := &appendReq{ctx: ctx, envs: envs, recurring: ctx.Value(recurringKey{}) != nil, done: make(chan struct{}), promoted: make(chan struct{})}
-	l.qmu.Lock()
-	r.epoch = l.committed
-	l.queue = append(l.queue, r)
-	if !l.leading {
-		l.leading = true
-		l.qmu.Unlock()
-		l.lead(r)
-		return r.out, r.err
+	type result struct {
+		out []events.Envelope
+		err error
 	}
-	l.qmu.Unlock()
+	answer := make(chan result, 1)
+	r := &appendReq{ctx: ctx, envs: envs, done: func(out []events.Envelope, err error) { answer <- result{out, err} }}
+	if err := l.enqueue(ctx, r); err != nil {
+		return nil, err
+	}
 	select {
-	case l.arrived <- struct{}{}:
-	default:
-	}
-
-	ctxDone := ctx.Done()
-	for {
-		select {
-		case <-r.done:
-			return r.out, r.err
-		case <-r.promoted:
-			l.lead(r)
-			return r.out, r.err
-		case <-ctxDone:
-			if r.state.CompareAndSwap(reqQueued, reqWithdrawn) {
-				return nil, ctx.Err()
-			}
-			ctxDone = nil // claimed or promoted: wait for the outcome
+	case a := <-answer:
+		return a.out, a.err
+	case <-ctx.Done():
+		if r.state.CompareAndSwap(reqQueued, reqWithdrawn) {
+			return nil, ctx.Err()
 		}
+		a := <-answer // claimed: the transaction decides
+		return a.out, a.err
 	}
 }
 
-// lead commits batches from the queue until me, the leader's own call, is
-// answered, then hands the lead to the oldest call still waiting.
-func (l *Log) lead(me *appendReq) {
-	handedOver := false
-	defer func() {
-		if !handedOver { // a panic on the way: do not leave the queue without a leader
-			l.handOver()
+// AppendAsync queues envs as Append does and returns at once; done is called
+// once with Append's outcome, on the store's writer goroutine, so it must
+// be quick and must not block (an actor's done sends itself a message).
+// Calls are committed in the order they were made: an event queued after
+// another is never durable before it. It returns an error, and done is not
+// called, only when the call cannot be queued (the ledger is closed or
+// read-only).
+func (l *Log) AppendAsync(envs []events.Envelope, done func(out []events.Envelope, err error)) error {
+	if len(envs) == 0 {
+		if l.readOnly {
+			return l.errReadOnly("append")
 		}
-	}()
-	for {
-		// Let callers that were just answered, and are about to append
-		// again, join this batch rather than wait a whole commit for the
-		// next one: awaitCompany when the last commit was shared. A lone
-		// caller goes straight on: other goroutines of the process (the
-		// caller's own callers) would only delay it.
-		l.awaitCompany()
-		l.qmu.Lock()
-		n, i := 0, 0
-		for ; i < len(l.queue); i++ {
-			k := len(l.queue[i].envs)
-			if n > 0 && n+k > l.maxBatch {
-				break
-			}
-			n += k
+		if err := l.enter(); err != nil {
+			return err
 		}
-		batch := append(l.batch[:0], l.queue[:i]...)
-		was := len(l.queue)
-		l.queue = append(l.queue[:0], l.queue[i:]...)
-		clear(l.queue[len(l.queue):was]) // the array's tail still points at calls
-		l.qmu.Unlock()
+		l.leave()
+		done(nil, nil)
+		return nil
+	}
+	return l.enqueue(context.Background(), &appendReq{ctx: context.Background(), envs: envs, done: done})
+}
 
-		l.prevRecurring = 0
-		for _, r := range batch {
-			if r.recurring {
-				l.prevRecurring++
+// enqueue hands r to the writer; the call counts as in progress (Close
+// waits for it) until r is answered.
+func (l *Log) enqueue(ctx context.Context, r *appendReq) error {
+	if l.readOnly {
+		return l.errReadOnly("append")
+	}
+	if err := l.enter(); err != nil {
+		return err
+	}
+	answer := r.done
+	r.done = func(out []events.Envelope, err error) {
+		answer(out, err)
+		l.leave()
+	}
+	select {
+	case l.reqs <- r:
+		return nil
+	case <-ctx.Done():
+		l.leave()
+		return ctx.Err()
+	}
+}
+
+// writer is the one goroutine that commits appends, until reqs is closed
+// (Close, once every call in progress was answered).
+func (l *Log) writer() {
+	defer close(l.writerDone)
+	var carry *appendReq // taken from the queue but left for the next batch
+	for {
+		r := carry
+		carry = nil
+		if r == nil {
+			var ok bool
+			if r, ok = <-l.reqs; !ok {
+				return
+			}
+		}
+		batch := append(l.batch[:0], r)
+		n := len(r.envs)
+	drain:
+		for n < l.maxBatch {
+			select {
+			case r, ok := <-l.reqs:
+				if !ok {
+					break drain
+				}
+				if n+len(r.envs) > l.maxBatch {
+					carry = r
+					break drain
+				}
+				batch = append(batch, r)
+				n += len(r.envs)
+			default:
+				break drain
 			}
 		}
 		l.commit(batch)
 		clear(batch)
 		l.batch = batch[:0]
-		select {
-		case <-me.done:
-			handedOver = true
-			l.handOver()
-			return
-		default:
-		}
 	}
 }
 
-// batchWait bounds how long a leader waits for concurrent callers to join its
-// batch: about one commit with its two fsyncs, which is what a caller left
-// out would wait for the next one.
-const batchWait = 400 * time.Microsecond
-
-// burstGap is how long after a commit its callers are still expected back:
-// a few commits. A leader that starts later than that is not in a burst
-// (a leader of a burst starts as the commit before it ends, but may wait
-// for the CPU as long as a commit or two).
-const burstGap = 2 * time.Millisecond
-
-// awaitCompany waits until the callers the leader can expect are queued, or
-// batchWait passed. The leader only. It expects the calls queued before the
-// last commit ended (they were waiting for it) and the recurring callers
-// that commit answered (they append again, a round trip later). A lone
-// caller expects nobody but itself: it was answered by the last commit and
-// is back. Recurring callers that share commits settle into sharing them
-// all, rather than into two halves that take turns, each half full.
-func (l *Log) awaitCompany() {
-	l.qmu.Lock()
-	want, prev := l.expectedCompany(time.Now()), l.prevRecurring
-	l.qmu.Unlock()
-	if want <= 1 {
-		if prev > 1 {
-			// Recurring callers, but none lately: a burst may be
-			// starting, its other callers runnable; let them queue.
-			runtime.Gosched()
-		}
-		return
-	}
-	var timer *time.Timer
-	for {
-		l.qmu.Lock()
-		n := len(l.queue)
-		l.qmu.Unlock()
-		if n >= want {
-			break
-		}
-		if timer == nil {
-			timer = time.NewTimer(batchWait)
-			defer timer.Stop()
-		}
-		select {
-		case <-l.arrived:
-		case <-timer.C:
-			return
-		}
-	}
-}
-
-// expectedCompany is how many calls a leader about to commit at now can
-// expect: those queued before the last commit answered its calls, plus the
-// recurring callers it answered, unless that was more than burstGap ago (a
-// burst that ended: its callers are not coming back). Callers hold qmu.
-func (l *Log) expectedCompany(now time.Time) int {
-	waiting := 0
-	for _, r := range l.queue {
-		if r.epoch < l.committed {
-			waiting++
-		}
-	}
-	back := l.prevRecurring
-	if now.Sub(l.committedAt) > burstGap {
-		back = 0
-	}
-	return min(waiting+back, l.maxBatch)
-}
-
-// handOver promotes the oldest waiting call to leader, or records that no
-// commit is in progress when none waits.
-func (l *Log) handOver() {
-	l.qmu.Lock()
-	defer l.qmu.Unlock()
-	for len(l.queue) > 0 {
-		r := l.queue[0]
-		if r.state.CompareAndSwap(reqQueued, reqPromoted) {
-			close(r.promoted)
-			return
-		}
-		// Withdrawn while waiting: its caller has gone.
-		l.queue[0] = nil
-		l.queue = l.queue[1:]
-	}
-	l.queue = nil
-	l.leading = false
-}
-
-// span locates one encoded event in the leader's arena: the key at off, the
+// span locates one encoded event in the writer's arena: the key at off, the
 // value after it up to end.
 type span struct{ off, end int }
 
@@ -277,8 +186,11 @@ func (l *Log) commit(batch []*appendReq) {
 	live := make([]*appendReq, 0, len(batch))
 	next := l.lastSeq.Load() + 1
 	for _, r := range batch {
-		if !r.state.CompareAndSwap(reqQueued, reqClaimed) && !r.state.CompareAndSwap(reqPromoted, reqClaimed) {
-			continue // withdrawn: its caller has returned
+		if !r.state.CompareAndSwap(reqQueued, reqClaimed) {
+			// Withdrawn: its caller has returned; the answer goes
+			// nowhere, but the call is over.
+			r.finish(nil, r.ctx.Err())
+			continue
 		}
 		if err := r.ctx.Err(); err != nil {
 			r.finish(nil, err)
@@ -320,10 +232,6 @@ func (l *Log) commit(batch []*appendReq) {
 		}
 		return nil
 	})
-	l.qmu.Lock()
-	l.committed++ // before any caller is answered: those that come back are not "waiting"
-	l.committedAt = time.Now()
-	l.qmu.Unlock()
 	if err != nil {
 		err = fmt.Errorf("append to ledger %s: %w", l.path, err)
 		for _, r := range live {
@@ -345,7 +253,7 @@ func (l *Log) commit(batch []*appendReq) {
 
 // stampAndEncode stamps e with seq and appends its key and value to buf. A
 // payload that panics (a nil pointer, say) is that call's error, not the
-// end of the leader that encodes it for everybody.
+// end of the writer that encodes it for everybody.
 func stampAndEncode(buf []byte, e events.Envelope, seq uint64) (stamped events.Envelope, out []byte, err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -417,15 +325,4 @@ func (l *Log) appendInTx(tx *bolt.Tx, e events.Envelope) (events.Envelope, error
 	b := tx.Bucket(bucketEvents)
 	b.FillPercent = 1
 	return e, putNext(b, buf[:keySize], buf[keySize:])
-}
-
-type recurringKey struct{}
-
-// WithRecurringCaller marks the appends made with ctx as those of a caller
-// that serves a stream of requests (a gRPC handler answering the kubelet's
-// Allocates, say): once answered, such callers tend to append again a round
-// trip later, and a leader of the group commit waits a little for them
-// (see awaitCompany) so that they keep sharing commits.
-func WithRecurringCaller(ctx context.Context) context.Context {
-	return context.WithValue(ctx, recurringKey{}, true)
 }

@@ -161,9 +161,21 @@ func TestAppendConcurrentIsGapFree(t *testing.T) {
 	}
 }
 
-// queued builds a request as Append hands it to the writer.
-func queued(ctx context.Context, envs ...events.Envelope) *appendReq {
-	return &appendReq{ctx: ctx, envs: envs, done: make(chan struct{})}
+// testReq is a request as Append hands it to the writer, with its answer.
+type testReq struct {
+	*appendReq
+	answered chan struct{}
+	out      []events.Envelope
+	err      error
+}
+
+func queued(ctx context.Context, envs ...events.Envelope) *testReq {
+	tr := &testReq{answered: make(chan struct{})}
+	tr.appendReq = &appendReq{ctx: ctx, envs: envs, done: func(out []events.Envelope, err error) {
+		tr.out, tr.err = out, err
+		close(tr.answered)
+	}}
+	return tr
 }
 
 func TestCommitGivesEachCallerItsOwnResult(t *testing.T) {
@@ -179,10 +191,10 @@ func TestCommitGivesEachCallerItsOwnResult(t *testing.T) {
 	mismatched := queued(bg, events.Envelope{Type: events.TypeSocketLost, Payload: events.KubeletRestarted{Socket: "f"}})
 	good2 := queued(bg, ev(6, events.KubeletRestarted{Socket: "g"}))
 
-	l.commit([]*appendReq{good1, bad, late, withdrawn, mismatched, good2})
+	l.commit([]*appendReq{good1.appendReq, bad.appendReq, late.appendReq, withdrawn.appendReq, mismatched.appendReq, good2.appendReq})
 
-	for _, r := range []*appendReq{good1, bad, late, mismatched, good2} {
-		<-r.done
+	for _, r := range []*testReq{good1, bad, late, mismatched, good2} {
+		<-r.answered
 	}
 	if good1.err != nil || good2.err != nil {
 		t.Fatalf("good calls failed: %v, %v", good1.err, good2.err)
@@ -213,7 +225,7 @@ func TestFailedCommitFailsEveryCallerAndWritesNothing(t *testing.T) {
 	l.lastSeq.Store(5)
 	a := queued(context.Background(), ev(1, events.KubeletRestarted{Socket: "a"}))
 	b := queued(context.Background(), ev(2, events.KubeletRestarted{Socket: "b"}))
-	l.commit([]*appendReq{a, b})
+	l.commit([]*appendReq{a.appendReq, b.appendReq})
 	if a.err == nil || b.err == nil {
 		t.Fatalf("errors %v, %v; want both to fail", a.err, b.err)
 	}
@@ -237,20 +249,17 @@ func TestAppendContext(t *testing.T) {
 		}
 	})
 
-	t.Run("done while waiting for the leader", func(t *testing.T) {
-		// Hold the write lock: the first call leads, takes its batch and
-		// blocks in the commit, so the second call waits its turn.
+	t.Run("done while waiting for the writer", func(t *testing.T) {
+		// Hold the write lock: the writer takes the first call and blocks
+		// in its commit, so the second call waits its turn.
 		l.writeMu.Lock()
 		firstDone := make(chan error, 1)
-		go func() {
-			_, err := l.Append(context.Background(), ev(1, events.KubeletRestarted{Socket: "kept"}))
+		if err := l.AppendAsync([]events.Envelope{ev(1, events.KubeletRestarted{Socket: "kept"})}, func(_ []events.Envelope, err error) {
 			firstDone <- err
-		}()
-		waitFor(t, func() bool {
-			l.qmu.Lock()
-			defer l.qmu.Unlock()
-			return l.leading && len(l.queue) == 0
-		})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { return len(l.reqs) == 0 })
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()
 		_, err := l.Append(ctx, ev(2, events.KubeletRestarted{Socket: "dropped"}))
@@ -423,51 +432,55 @@ func TestAppendUnderCancellationStorm(t *testing.T) {
 		}
 	}
 	t.Logf("%d acknowledged, %d withdrawn", len(acked), len(failed))
-	l.qmu.Lock()
-	defer l.qmu.Unlock()
-	if l.leading || len(l.queue) != 0 {
-		t.Fatalf("after the storm: leading %v, %d queued", l.leading, len(l.queue))
+	if n := len(l.reqs); n != 0 {
+		t.Fatalf("after the storm: %d queued", n)
 	}
 }
 
-// A leader expects the calls that were waiting when the last commit ended
-// and the recurring callers that commit answered: a lone caller nobody,
-// recurring callers taking turns in two halves each other, recurring
-// callers answered together all of them; but nobody back from a burst that
-// ended before it came, and never a caller that is not recurring.
-func TestLeaderExpectsTheCallersItLastAnswered(t *testing.T) {
-	queued := func(epochs ...uint64) []*appendReq {
-		var q []*appendReq
-		for _, e := range epochs {
-			q = append(q, &appendReq{epoch: e})
-		}
-		return q
-	}
-	tests := []struct {
-		name      string
-		queue     []*appendReq
-		recurring int           // recurring calls the last commit answered
-		since     time.Duration // since the last commit answered
-		want      int
-	}{
-		{"a lone caller, back after its answer", queued(10), 1, 0, 1},
-		{"the first call of all", queued(10), 0, time.Hour, 0},
-		{"one half waited through the other's commit", queued(9, 9, 9, 9), 4, 0, 8},
-		{"the first of eight answered together", queued(10), 8, 50 * time.Microsecond, 8},
-		{"two waited, one came back", queued(9, 9, 10), 3, 0, 5},
-		{"never more than a batch", queued(9, 9, 9, 9, 9, 9), 8, 0, 10},
-		{"a call long after a burst", queued(10), 8, time.Second, 0},
-		{"two waited long after a burst", queued(9, 9), 8, time.Second, 2},
-		{"events recorded as they happen", queued(10), 0, 0, 0},
-		{"events waiting, none recurring", queued(9, 9, 9), 0, 0, 3},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			now := time.Now()
-			l := &Log{queue: tc.queue, prevRecurring: tc.recurring, committed: 10, committedAt: now.Add(-tc.since), maxBatch: 10}
-			if got := l.expectedCompany(now); got != tc.want {
-				t.Errorf("expectedCompany = %d, want %d", got, tc.want)
+// AppendAsync answers every call, in the order made, once durable; a
+// synchronous Append made after it is committed after it.
+func TestAppendAsyncKeepsOrder(t *testing.T) {
+	l := openTestLog(t)
+	var mu sync.Mutex
+	var answered []uint64
+	const n = 200
+	for i := range n {
+		err := l.AppendAsync([]events.Envelope{ev(i, events.KubeletRestarted{Socket: fmt.Sprint(i)})}, func(out []events.Envelope, err error) {
+			if err != nil {
+				t.Errorf("async append %d: %v", i, err)
+				return
 			}
+			if got := out[0].Payload.(events.KubeletRestarted).Socket; got != fmt.Sprint(i) {
+				t.Errorf("call %d answered with %s", i, got)
+			}
+			mu.Lock()
+			answered = append(answered, out[0].Seq)
+			mu.Unlock()
 		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := mustAppend(t, l, ev(n, events.KubeletRestarted{Socket: "sync"}))
+	if last[0].Seq != n+1 {
+		t.Errorf("the synchronous append after %d async ones got seq %d", n, last[0].Seq)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(answered) != n || !slices.IsSorted(answered) || answered[0] != 1 {
+		t.Errorf("answers in order %v, want 1..%d", answered, n)
+	}
+	for i, e := range readAll(t, l, 0)[:n] {
+		if got := e.Payload.(events.KubeletRestarted).Socket; got != fmt.Sprint(i) {
+			t.Fatalf("event %d is %s, want %d", e.Seq, got, i)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.AppendAsync([]events.Envelope{ev(0, events.KubeletRestarted{})}, func([]events.Envelope, error) {
+		t.Error("done called for a call that was refused")
+	}); !errors.Is(err, ErrClosed) {
+		t.Errorf("AppendAsync after Close: %v, want ErrClosed", err)
 	}
 }

@@ -41,11 +41,13 @@
 //   - Sequences start at 1 and are gap-free. They come from the events
 //     bucket's NextSequence inside the write transaction, so a failed
 //     transaction gives its sequences back.
-//   - Group commit: one writer at a time, the leader (the caller that found
-//     no commit in progress, or the oldest waiting when the last leader was
-//     answered), takes every Append waiting (up to Options.MaxBatch events)
-//     into one transaction and one fsync, and answers each call with its own
-//     result (see Append).
+//   - Group commit by one writer: a goroutine of the Log takes the oldest
+//     Append waiting and every other one queued behind it (up to
+//     Options.MaxBatch events) into one transaction and one fsync, and
+//     answers each call with its own result (see Append). Calls are
+//     committed in the order they were made; AppendAsync queues one and
+//     answers through a callback, so an actor can go on with its mailbox
+//     while its events become durable.
 //   - Every read verifies what it returns: checksum, decoding, the sequence
 //     in the record, continuity. The first bad record ends the read with a
 //     *CorruptError naming its sequence, after everything before it was

@@ -104,24 +104,16 @@ type Log struct {
 	closed bool
 	active sync.WaitGroup
 
-	// Group commit (append.go): qmu guards the queue of calls waiting and
-	// whether a leader is committing; batch and arena are the leader's
-	// buffers, used by one leader at a time. writeMu serialises every write
-	// transaction, so the committer's idea of the next sequence is exact.
-	qmu     sync.Mutex
-	queue   []*appendReq
-	leading bool
-	batch   []*appendReq
-	arena   []byte
-	writeMu sync.Mutex
-	// prevRecurring is how many recurring calls the last commit took
-	// (leaders only); committed counts the commits that answered their
-	// calls, the last at committedAt (both under qmu); arrived wakes a
-	// leader waiting for concurrent callers to join.
-	prevRecurring int
-	committed     uint64
-	committedAt   time.Time
-	arrived       chan struct{}
+	// Group commit (append.go): reqs queues the calls for the one writer
+	// goroutine, which closes writerDone when it ends; batch and arena are
+	// its buffers. writeMu serialises every write transaction (the
+	// writer's, snapshots', retention's), so the writer's idea of the next
+	// sequence is exact.
+	reqs       chan *appendReq
+	writerDone chan struct{}
+	batch      []*appendReq
+	arena      []byte
+	writeMu    sync.Mutex
 }
 
 // Open opens the ledger at path. Opened for writing, a missing file is
@@ -189,11 +181,15 @@ func Open(path string, opts Options) (*Log, error) {
 		bootID:   opts.BootID,
 		maxBatch: opts.MaxBatch,
 		now:      time.Now,
-		arrived:  make(chan struct{}, 1),
 	}
 	if err := l.loadBounds(); err != nil {
 		db.Close()
 		return nil, err
+	}
+	if !l.readOnly {
+		l.reqs = make(chan *appendReq, opts.MaxBatch)
+		l.writerDone = make(chan struct{})
+		go l.writer()
 	}
 	l.log.Info().Str("path", path).Bool("read_only", l.readOnly).
 		Uint64("first_seq", l.FirstSeq()).Uint64("last_seq", l.LastSeq()).Msg("ledger opened")
@@ -430,7 +426,7 @@ func callFn(fn func() error) (err error) {
 func (l *Log) view(fn func(*bolt.Tx) error) error { return viewRecover(l.db, l.path, fn) }
 
 // update runs a write transaction (callers hold writeMu), with bbolt panics
-// turned into errors: a leader committing for others must not die of them.
+// turned into errors: the writer committing for everyone must not die of them.
 func (l *Log) update(fn func(*bolt.Tx) error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -489,6 +485,10 @@ func (l *Log) Close() error {
 	l.closed = true
 	l.mu.Unlock()
 	l.active.Wait()
+	if l.reqs != nil {
+		close(l.reqs)
+		<-l.writerDone
+	}
 	if err := l.db.Close(); err != nil {
 		return fmt.Errorf("close ledger %s: %w", l.path, err)
 	}

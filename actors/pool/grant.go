@@ -17,7 +17,6 @@ import (
 	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi"
-	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/sysfs"
 )
 
@@ -255,9 +254,7 @@ func (g *grant) run(ctx context.Context, root *actor.RootContext, pool *actor.PI
 	}
 	var envs []events.Envelope
 	if err == nil {
-		// The kubelet's Allocates come one after another: the ledger's
-		// group commit waits a little for the next ones to share a commit.
-		envs, err = v.rec.Record(store.WithRecurringCaller(ctx), payloads...)
+		envs, err = v.rec.Record(ctx, payloads...)
 	}
 	switch {
 	case err == nil:
