@@ -188,7 +188,9 @@ func (n *coordinator) Receive(ctx actor.Context) {
 	case *scanner.Scanned:
 		n.scanned(ctx, m)
 	case *pool.Serving:
-		ctx.Send(n.registrar, &registrar.Desire{Pool: m.Pool, Socket: m.Socket, Recorded: m.Recorded})
+		if pid := n.pools[m.Pool]; pid != nil && pid.Equal(m.From) {
+			ctx.Send(n.registrar, &registrar.Desire{Pool: m.Pool, Socket: m.Socket, Recorded: m.Recorded})
+		}
 	case *pool.KubeletReported:
 		ctx.Send(n.registrar, &registrar.KubeletReported{Pool: m.Pool, Socket: m.Socket,
 			InfoRequested: m.InfoRequested, Registered: m.Registered, Reason: m.Reason})

@@ -228,12 +228,15 @@ func (p *allocator) start(ctx actor.Context) {
 	// Sockets of this pool's names are left only by a daemon that was
 	// killed (an incarnation before this one removed its own): they go
 	// before the new one comes.
-	stale, err := removeStaleSockets(p.cfg.SocketDir, p.name, "")
+	stale, live, err := removeStaleSockets(p.cfg.SocketDir, p.name)
 	if err != nil {
 		p.cfg.Log.Warn().Err(err).Str("pool", p.name).Msg("cannot remove stale sockets")
 	}
 	if len(stale) > 0 {
 		p.cfg.Log.Info().Str("pool", p.name).Strs("sockets", stale).Msg("removed stale sockets of the pool")
+	}
+	if len(live) > 0 {
+		p.cfg.Log.Warn().Str("pool", p.name).Strs("sockets", live).Msg("another process serves a socket by the pool's name: two plugins for one resource")
 	}
 	p.server = grpcapi.NewPoolServer(p.name, &backend{root: ctx.ActorSystem().Root, pid: ctx.Self(), timeout: p.callTimeout(), pool: p.name, observe: p.cfg.ObserveAllocate, life: p.life, incarnation: p.incarnation},
 		grpcapi.PoolServerOptions{Mode: p.cfg.Mode, Observer: observer{root: ctx.ActorSystem().Root, pid: ctx.Self(), pool: p.name},
@@ -289,7 +292,7 @@ func (p *allocator) announce(ctx actor.Context, lost string) {
 		}
 		log.Info().Str("pool", name).Str("socket", socket).Str("mode", mode).Uint64("seq", envs[len(envs)-1].Seq).Msg("pool serving")
 	}()
-	ctx.Send(ctx.Parent(), &Serving{Pool: p.name, Socket: p.socket, Recorded: recorded})
+	ctx.Send(ctx.Parent(), &Serving{Pool: p.name, From: ctx.Self(), Socket: p.socket, Recorded: recorded})
 }
 
 // stop ends this incarnation's serving (the pool stops, or restarts after

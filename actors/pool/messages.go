@@ -88,7 +88,10 @@ type Crash struct{ Reason string }
 // never served on before (recorded as PluginServing): the registrar may
 // register it.
 type Serving struct {
-	Pool   string
+	Pool string
+	// From is the pool actor: one a reload removed may still announce a
+	// socket as it stops, which is not the pool's any more.
+	From   *actor.PID
 	Socket string
 	// Recorded is closed once the pool's PluginServing append returned.
 	Recorded <-chan struct{}

@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // A pool serves under a socket name that is new for every server it starts
@@ -27,47 +29,81 @@ func SocketBase(resource string) string {
 	return strings.ReplaceAll(resource, "/", "_")
 }
 
+// maxSocketPath is the longest path a unix socket can be bound to on Linux
+// (sun_path holds 108 bytes, one of them the terminating NUL).
+const maxSocketPath = 107
+
+// suffixLen is the length of the part of a socket name after its base:
+// ".0123abcd.sock".
+const suffixLen = 14
+
+// socketBaseIn is the base of resource's socket names in dir: SocketBase,
+// cut short when a name would not fit a socket path. (A long resource name
+// in a deep kubelet dir; the kubelet takes any endpoint name.)
+func socketBaseIn(dir, resource string) string {
+	base := SocketBase(resource)
+	if room := maxSocketPath - len(filepath.Join(dir, "x")) + 1 - suffixLen; len(base) > room && room > 0 {
+		base = base[:room]
+	}
+	return base
+}
+
 // newSocketPath returns a fresh socket path for resource in dir.
 func newSocketPath(dir, resource string) string {
-	return filepath.Join(dir, fmt.Sprintf("%s.%08x.sock", SocketBase(resource), rand.Uint32()))
+	return filepath.Join(dir, fmt.Sprintf("%s.%08x.sock", socketBaseIn(dir, resource), rand.Uint32()))
 }
 
 // IsSocketName reports whether name, a file name, is one of resource's
 // socket names: this build's, or the fixed <base>.sock of earlier builds.
+// (A name cut short to fit a deep dir is recognised by isSocketIn.)
 func IsSocketName(resource, name string) bool {
 	base := SocketBase(resource)
-	if name == base+".sock" {
-		return true
-	}
+	return name == base+".sock" || hasSuffixOf(name, base)
+}
+
+// isSocketIn is IsSocketName for a name in dir, a cut-short one included.
+func isSocketIn(dir, resource, name string) bool {
+	return IsSocketName(resource, name) || hasSuffixOf(name, socketBaseIn(dir, resource))
+}
+
+// hasSuffixOf says whether name is base followed by a socket suffix.
+func hasSuffixOf(name, base string) bool {
 	rest, ok := strings.CutPrefix(name, base+".")
 	return ok && socketSuffix.MatchString(rest)
 }
 
 var socketSuffix = regexp.MustCompile(`^[0-9a-f]{8}\.sock$`)
 
-// removeStaleSockets removes the sockets of resource's names in dir (but
-// keep): what a daemon that was killed, or an earlier incarnation of the
-// pool, left behind. In plugins_registry/ the kubelet's plugin watcher
-// deregisters each one it sees go. Only sockets are removed; anything else
-// by such a name is left alone. It returns the paths removed.
-func removeStaleSockets(dir, resource, keep string) ([]string, error) {
+// removeStaleSockets removes the sockets of resource's names in dir: what
+// a daemon that was killed, or an earlier incarnation of the pool, left
+// behind. In plugins_registry/ the kubelet's plugin watcher deregisters
+// each one it sees go. Only sockets nobody answers on are removed: the
+// fixed <base>.sock may be another plugin's, serving the same resource
+// (that is a mistake of the node's, which the log names, but not one to
+// fix by deleting its socket). It returns the paths removed and those left
+// because something answers on them.
+func removeStaleSockets(dir, resource string) (removed, live []string, err error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("list %s for stale sockets: %w", dir, err)
+		return nil, nil, fmt.Errorf("list %s for stale sockets: %w", dir, err)
 	}
-	var removed []string
 	for _, e := range entries {
 		path := filepath.Join(dir, e.Name())
-		if e.Type() != os.ModeSocket || path == keep || !IsSocketName(resource, e.Name()) {
+		if e.Type() != os.ModeSocket || !isSocketIn(dir, resource, e.Name()) {
+			continue
+		}
+		if c, err := net.DialTimeout("unix", path, 100*time.Millisecond); err == nil {
+			c.Close()
+			live = append(live, path)
 			continue
 		}
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return removed, fmt.Errorf("remove stale socket: %w", err)
+			return removed, live, fmt.Errorf("remove stale socket: %w", err)
 		}
 		removed = append(removed, path)
 	}
-	return removed, nil
+	return removed, live, nil
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/devledger/devledger/grpcapi/kubelettest"
@@ -54,26 +55,59 @@ func TestRemoveStaleSockets(t *testing.T) {
 	}
 	old := socket("intel.com_sriov_net.sock")
 	killed := socket("intel.com_sriov_net.0badcafe.sock")
-	keep := socket("intel.com_sriov_net.12345678.sock")
 	other := socket("intel.com_sriov_vfio.0badcafe.sock")
 	kubelet := socket("kubelet.sock")
 	notSocket := filepath.Join(dir, "intel.com_sriov_net.87654321.sock")
 	if err := os.WriteFile(notSocket, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	removed, err := removeStaleSockets(dir, res, keep)
+	// A socket by the pool's name that something answers on is left.
+	served := filepath.Join(dir, "intel.com_sriov_net.12345678.sock")
+	l, err := net.Listen("unix", served)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+
+	removed, live, err := removeStaleSockets(dir, res)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := []string{killed, old}; !slices.Equal(removed, want) {
 		t.Errorf("removed %v, want %v", removed, want)
 	}
-	for _, path := range []string{keep, other, kubelet, notSocket} {
+	if want := []string{served}; !slices.Equal(live, want) {
+		t.Errorf("live %v, want %v", live, want)
+	}
+	for _, path := range []string{served, other, kubelet, notSocket} {
 		if _, err := os.Lstat(path); err != nil {
 			t.Errorf("%s: %v, want it left alone", path, err)
 		}
 	}
-	if removed, err := removeStaleSockets(filepath.Join(dir, "missing"), res, ""); err != nil || len(removed) != 0 {
-		t.Errorf("a missing dir: removed %v, %v; want nothing, no error", removed, err)
+	if removed, live, err := removeStaleSockets(filepath.Join(dir, "missing"), res); err != nil || len(removed)+len(live) != 0 {
+		t.Errorf("a missing dir: removed %v, live %v, %v; want nothing, no error", removed, live, err)
+	}
+}
+
+// A resource name too long for a socket path in dir is cut short to fit,
+// and such a name is still known as the pool's.
+func TestLongResourceNamesFit(t *testing.T) {
+	dir := "/var/lib/kubelet/device-plugins"
+	long := "example.com/" + strings.Repeat("n", 63)
+	path := newSocketPath(dir, long)
+	if len(path) > maxSocketPath {
+		t.Fatalf("%s is %d bytes, more than a socket path takes (%d)", path, len(path), maxSocketPath)
+	}
+	if len(path) != maxSocketPath {
+		t.Errorf("%s is %d bytes: cut shorter than it needed to be (%d)", path, len(path), maxSocketPath)
+	}
+	if !isSocketIn(dir, long, filepath.Base(path)) {
+		t.Errorf("%s is not known as a socket of %s", path, long)
+	}
+	if short := "example.com/" + strings.Repeat("n", 40); isSocketIn(dir, short, filepath.Base(path)) {
+		t.Errorf("%s is taken for a socket of the shorter %s", path, short)
+	}
+	if p := newSocketPath(dir, "intel.com/sriov_net"); !IsSocketName("intel.com/sriov_net", filepath.Base(p)) {
+		t.Errorf("a short name was cut: %s", p)
 	}
 }

@@ -91,10 +91,12 @@ type registration struct {
 
 // kubeletID tells one kubelet from the next: the identity of the file its
 // registration socket is, which every kubelet start creates anew. The zero
-// value is no kubelet.
+// value is no kubelet. An inode number may be reused by the next file; its
+// mtime, the moment the socket was made, is not (and, unlike the ctime, a
+// chmod or a relabel leaves it alone).
 type kubeletID struct {
 	dev, ino uint64
-	ctime    int64 // ns: an inode number may be reused, the ctime is not
+	mtime    int64 // ns
 }
 
 func (k kubeletID) present() bool { return k != kubeletID{} }
@@ -108,9 +110,9 @@ func statKubelet(path string) kubeletID {
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return kubeletID{ino: 1, ctime: fi.ModTime().UnixNano()}
+		return kubeletID{ino: 1, mtime: fi.ModTime().UnixNano()}
 	}
-	return kubeletID{dev: uint64(st.Dev), ino: st.Ino, ctime: st.Ctim.Nano()}
+	return kubeletID{dev: uint64(st.Dev), ino: st.Ino, mtime: fi.ModTime().UnixNano()}
 }
 
 type registrar struct {
@@ -255,10 +257,11 @@ func (r *registrar) reconcile(ctx actor.Context) {
 }
 
 // isRegistered says whether the current kubelet acknowledged the pool's
-// current socket.
+// current socket. (In watcher mode a kubelet may not serve kubelet.sock at
+// all: its identity is then none, before and after.)
 func (r *registrar) isRegistered(pool string) bool {
 	a, ok := r.registered[pool]
-	return ok && a.socket == r.desired[pool].socket && a.kubelet == r.kubelet && r.kubelet.present()
+	return ok && a.socket == r.desired[pool].socket && a.kubelet == r.kubelet
 }
 
 // needSocket forgets the pool's desire and asks the parent for a new
@@ -303,7 +306,8 @@ func (r *registrar) answered(ctx actor.Context, m *registerResult) {
 	case errors.Is(m.err, grpcapi.ErrAlreadyConnected):
 		// The kubelet holds an endpoint for this path: one that is gone,
 		// whose client it lost. It drops such an entry only when it
-		// restarts; a path it does not hold is free.
+		// restarts; a path it does not hold is free, so the first such
+		// refusal moves to a new socket at once.
 		r.failed(ctx, m.pool, d, m.err, m.socket, "serving the pool on a new socket")
 	case errors.Is(m.err, grpcapi.ErrKubeletUnreachable):
 		// The kubelet never saw it: the same socket may be tried again.
@@ -322,7 +326,11 @@ func (r *registrar) failed(ctx actor.Context, pool string, d desire, err error, 
 	n := r.failures[pool]
 	r.lastError[pool] = err.Error()
 	delay := r.backoff(n)
-	action += " in " + delay.String()
+	if holds != "" && n == 1 {
+		delay = 0 // nothing to wait for: the new socket is free
+	} else {
+		action += " in " + delay.String()
+	}
 	r.record(events.RegistrationFailed{Pool: pool, Socket: d.socket, Mode: string(r.cfg.Mode), Error: err.Error(), Attempt: n,
 		KubeletHolds: holds, Action: action}, nil)
 	ev := r.cfg.Log.Warn().Err(err).Str("pool", pool).Str("socket", d.socket).Int("attempt", n).Dur("retry_in", delay).Str("action", action)
@@ -330,6 +338,10 @@ func (r *registrar) failed(ctx actor.Context, pool string, d desire, err error, 
 		ev = ev.Str("kubelet_holds", holds)
 	}
 	ev.Msg("registration failed")
+	if delay == 0 {
+		r.reconcile(ctx)
+		return
+	}
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	r.retrying[pool] = time.AfterFunc(delay, func() { root.Send(self, &retry{pool: pool}) })
 }

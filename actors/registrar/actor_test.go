@@ -3,6 +3,7 @@ package registrar
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/grpc"
 
 	"github.com/devledger/devledger/actors/internal/actortest"
 	"github.com/rs/zerolog"
@@ -626,7 +628,7 @@ func TestAlreadyConnectedRegistersOnANewSocket(t *testing.T) {
 	got := r.awaitRecorded(t, 2)
 	f, ok := got[0].(events.RegistrationFailed)
 	if !ok || f.Socket != sock || f.KubeletHolds != sock || !strings.Contains(f.Error, "already connected") ||
-		!strings.HasPrefix(f.Action, "serving the pool on a new socket in ") {
+		f.Action != "serving the pool on a new socket" {
 		t.Errorf("recorded first %+v, want the refusal naming the held %s and the new socket", got[0], sock)
 	}
 	if want := (events.PluginRegistered{Pool: gpu, Socket: sock2, Mode: "legacy"}); len(got) != 2 || got[1] != want {
@@ -642,5 +644,103 @@ func touch(t *testing.T, path string) {
 	t.Helper()
 	if err := os.WriteFile(path, nil, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A kubelet that does not serve kubelet.sock (watcher mode only) still
+// registers what its plugin watcher finds.
+func TestWatcherModeWithoutKubeletSocket(t *testing.T) {
+	r := newRegistrar(t, grpcapi.ModeWatcher, kubelettest.Options{}, func(c *Config) {
+		c.KubeletSocket = filepath.Join(filepath.Dir(c.KubeletSocket), "none.sock")
+	})
+	sock := filepath.Join(r.kubelet.Dir(), "example.com_gpu.sock")
+	touch(t, sock)
+	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
+	r.Sys.Root.Send(r.Child, &KubeletReported{Pool: gpu, Socket: sock, Registered: true})
+	r.await(t, "registered by the plugin watcher", registered(gpu))
+}
+
+// blockingKubelet is a kubelet's Registration server that holds every
+// Register until release is closed, then takes it.
+type blockingKubelet struct {
+	pluginapi.UnimplementedRegistrationServer
+	got     chan *pluginapi.RegisterRequest
+	release chan struct{}
+}
+
+func (k *blockingKubelet) Register(ctx context.Context, req *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
+	k.got <- req
+	select {
+	case <-k.release:
+		return &pluginapi.Empty{}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// serveBlockingKubelet serves a blockingKubelet on path.
+func serveBlockingKubelet(t *testing.T, path string) *blockingKubelet {
+	t.Helper()
+	k := &blockingKubelet{got: make(chan *pluginapi.RegisterRequest, 4), release: make(chan struct{})}
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	pluginapi.RegisterRegistrationServer(srv, k)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return k
+}
+
+// A kubelet that restarts while a Register is out may have taken it, or
+// its predecessor did: the registrar cannot tell, so it registers with the
+// new one on a new socket, never the same path again.
+func TestKubeletRestartDuringRegisterMovesToANewSocket(t *testing.T) {
+	dir := kubelettest.ShortTempDir(t)
+	kubeletSock := filepath.Join(dir, "kubelet.sock")
+	old := serveBlockingKubelet(t, kubeletSock)
+	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	f := spawnFamily(t, Props(Config{Recorder: ledger.NewRecorder(l, "boot-1", nil), Mode: grpcapi.ModeLegacy,
+		KubeletSocket: kubeletSock, RegisterTimeout: 5 * time.Second, RetryInitial: 10 * time.Millisecond, Log: zerolog.Nop()}))
+	r := &registrarUnderTest{family: f, log: l}
+	srv := grpcapi.NewPoolServer(gpu, emptyBackend{}, grpcapi.PoolServerOptions{})
+	sock := filepath.Join(dir, "example.com_gpu.1.sock")
+	if err := srv.Serve(sock); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
+
+	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
+	if req := <-old.got; req.Endpoint != filepath.Base(sock) {
+		t.Fatalf("first Register of %s", req.Endpoint)
+	}
+	// The kubelet restarts under the Register: a new kubelet.sock.
+	if err := os.Remove(kubeletSock); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // a clock tick: the next file's mtime differs
+	newer := serveBlockingKubelet(t, kubeletSock)
+	close(newer.release)
+	close(old.release)
+	need := next[*NeedSocket](t, r.family)
+	if need.Pool != gpu || need.Socket != sock || need.Lost {
+		t.Fatalf("NeedSocket %+v, want a new socket in place of %s", *need, sock)
+	}
+	sock2 := r.reserve(t, srv, need)
+	if req := <-newer.got; req.Endpoint != filepath.Base(sock2) {
+		t.Errorf("the new kubelet was asked to register %s, want %s", req.Endpoint, filepath.Base(sock2))
+	}
+	r.await(t, "registered with the new kubelet", func(st *Status) bool {
+		return st.Pools[gpu].Registered && st.Pools[gpu].Socket == sock2 && st.KubeletRestarts == 1
+	})
+	select {
+	case req := <-newer.got:
+		t.Errorf("a second Register with the new kubelet: %+v", req)
+	default:
 	}
 }

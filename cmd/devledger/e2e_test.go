@@ -305,9 +305,8 @@ func TestE2ESocketDeleted(t *testing.T) {
 				hasAll(after, events.TypePluginServing, []string{netPool}) &&
 				hasAll(after, events.TypePluginRegistered, []string{netPool})
 		})
-		// In legacy mode the kubelet kept its connection, so its
-		// registration of the path stands: a second Register of a
-		// connected path is refused by a real kubelet, and never sent.
+		// The pool serves on a new socket, which nothing holds: no
+		// Register is refused.
 		if rej := n.kubelet.Rejections(); len(rej) > 0 {
 			t.Errorf("the kubelet refused %d registrations, first: %s", len(rej), rej[0].Reason)
 		}

@@ -56,8 +56,8 @@ func (p *DevicePlugin) Allocate(_ context.Context, req *pluginapi.AllocateReques
 }
 
 // Server serves one DevicePlugin service on a unix socket. One grpc.Server
-// lives across any number of sockets at the same path, as devledger's pool
-// servers do, so Relisten after the kubelet deleted the file keeps open
+// lives across any number of sockets at the same path, as a plain device
+// plugin's does, so Relisten after the kubelet deleted the file keeps open
 // connections. Its methods are safe for concurrent use.
 type Server struct {
 	path string
