@@ -37,7 +37,7 @@ func TestWatcherDaemonSIGKILL(t *testing.T) {
 
 // TestWatcherSocketRemoved removes one pool's socket from plugins_registry/
 // while the kubelet runs: the plugin watcher deregisters the pool, the
-// daemon re-creates the socket, and the watcher registers it again.
+// daemon serves it on a new socket, and the watcher registers that one.
 func TestWatcherSocketRemoved(t *testing.T) {
 	r := startRig(t, "watcher")
 	removed := time.Now()
