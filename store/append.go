@@ -89,10 +89,11 @@ func (l *Log) Append(ctx context.Context, envs ...events.Envelope) ([]events.Env
 // once with Append's outcome, on the store's writer goroutine, so it must
 // be quick and must not block (an actor's done sends itself a message).
 // Calls are committed in the order they were made: an event queued after
-// another is never durable before it. It returns an error, and done is not
-// called, only when the call cannot be queued (the ledger is closed or
-// read-only).
-func (l *Log) AppendAsync(envs []events.Envelope, done func(out []events.Envelope, err error)) error {
+// another is never durable before it. A call whose ctx has ended when its
+// transaction is about to start is answered with ctx.Err() and writes
+// nothing. It returns an error, and done is not called, only when the call
+// cannot be queued (the ledger is closed or read-only).
+func (l *Log) AppendAsync(ctx context.Context, envs []events.Envelope, done func(out []events.Envelope, err error)) error {
 	if len(envs) == 0 {
 		if l.readOnly {
 			return l.errReadOnly("append")
@@ -104,7 +105,7 @@ func (l *Log) AppendAsync(envs []events.Envelope, done func(out []events.Envelop
 		done(nil, nil)
 		return nil
 	}
-	return l.enqueue(context.Background(), &appendReq{ctx: context.Background(), envs: envs, done: done})
+	return l.enqueue(context.Background(), &appendReq{ctx: ctx, envs: envs, done: done})
 }
 
 // enqueue hands r to the writer; the call counts as in progress (Close

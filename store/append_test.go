@@ -254,7 +254,7 @@ func TestAppendContext(t *testing.T) {
 		// in its commit, so the second call waits its turn.
 		l.writeMu.Lock()
 		firstDone := make(chan error, 1)
-		if err := l.AppendAsync([]events.Envelope{ev(1, events.KubeletRestarted{Socket: "kept"})}, func(_ []events.Envelope, err error) {
+		if err := l.AppendAsync(context.Background(), []events.Envelope{ev(1, events.KubeletRestarted{Socket: "kept"})}, func(_ []events.Envelope, err error) {
 			firstDone <- err
 		}); err != nil {
 			t.Fatal(err)
@@ -445,7 +445,7 @@ func TestAppendAsyncKeepsOrder(t *testing.T) {
 	var answered []uint64
 	const n = 200
 	for i := range n {
-		err := l.AppendAsync([]events.Envelope{ev(i, events.KubeletRestarted{Socket: fmt.Sprint(i)})}, func(out []events.Envelope, err error) {
+		err := l.AppendAsync(context.Background(), []events.Envelope{ev(i, events.KubeletRestarted{Socket: fmt.Sprint(i)})}, func(out []events.Envelope, err error) {
 			if err != nil {
 				t.Errorf("async append %d: %v", i, err)
 				return
@@ -478,7 +478,7 @@ func TestAppendAsyncKeepsOrder(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.AppendAsync([]events.Envelope{ev(0, events.KubeletRestarted{})}, func([]events.Envelope, error) {
+	if err := l.AppendAsync(context.Background(), []events.Envelope{ev(0, events.KubeletRestarted{})}, func([]events.Envelope, error) {
 		t.Error("done called for a call that was refused")
 	}); !errors.Is(err, ErrClosed) {
 		t.Errorf("AppendAsync after Close: %v, want ErrClosed", err)

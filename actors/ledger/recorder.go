@@ -64,6 +64,39 @@ func (r *Recorder) Record(ctx context.Context, ps ...events.Payload) ([]events.E
 	return out, nil
 }
 
+// RecordAsync queues the payloads as one all-or-nothing batch, as Record
+// does, and returns at once; done is called with Record's outcome once it
+// is known, on the store's writer goroutine: it must be quick and must not
+// block (an actor's sends itself a message). Batches are durable in the
+// order they were queued. An error means nothing was queued and done will
+// not be called.
+func (r *Recorder) RecordAsync(ctx context.Context, ps []events.Payload, done func([]events.Envelope, error)) error {
+	if len(ps) == 0 {
+		done(nil, nil)
+		return nil
+	}
+	at := r.now()
+	envs := make([]events.Envelope, len(ps))
+	for i, p := range ps {
+		envs[i] = events.New(p, at, r.bootID)
+	}
+	typ := envs[0].Type
+	err := r.log.AppendAsync(ctx, envs, func(out []events.Envelope, err error) {
+		if err != nil {
+			done(nil, fmt.Errorf("record %s: %w", typ, err))
+			return
+		}
+		if r.observer != nil {
+			r.observer(out)
+		}
+		done(out, nil)
+	})
+	if err != nil {
+		return fmt.Errorf("record %s: %w", typ, err)
+	}
+	return nil
+}
+
 // Replay folds the ledger as it is now (newest snapshot plus the events
 // after it): how a restarted actor rebuilds its state.
 func (r *Recorder) Replay() (events.State, error) {

@@ -189,7 +189,7 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		n.scanned(ctx, m)
 	case *pool.Serving:
 		if pid := n.pools[m.Pool]; pid != nil && pid.Equal(m.From) {
-			ctx.Send(n.registrar, &registrar.Desire{Pool: m.Pool, Socket: m.Socket, Recorded: m.Recorded})
+			ctx.Send(n.registrar, &registrar.Desire{Pool: m.Pool, Socket: m.Socket})
 		}
 	case *pool.KubeletReported:
 		ctx.Send(n.registrar, &registrar.KubeletReported{Pool: m.Pool, Socket: m.Socket,

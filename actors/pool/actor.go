@@ -10,7 +10,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -76,8 +75,6 @@ type allocator struct {
 	// gen is the newest SetMembers applied. The devices in flight, and
 	// those that left the pool and are not let go yet, are in life.
 	gen uint64
-	// appends counts the goroutines recording PluginServing.
-	appends sync.WaitGroup
 	// gate lets this incarnation, when it stops, wait for the Allocates
 	// it admitted.
 	gate *allocGate
@@ -270,29 +267,22 @@ func (p *allocator) announce(ctx actor.Context, lost string) {
 	}
 	payloads = append(payloads, events.PluginServing{Pool: p.name, Socket: p.socket, Mode: mode})
 	// The socket serves already: registration need not wait for the
-	// fsync. The registrar writes what it hears of the pool after this
-	// append returned (Recorded), so that the ledger tells it in order.
-	// Appends of one pool's PluginServing go in order, across restarts too.
-	recorded, previous := make(chan struct{}), p.life.lastServing
-	p.life.lastServing = recorded
-	rec, log, name, socket := p.cfg.Recorder, p.cfg.Log, p.name, p.socket
-	p.appends.Add(1)
-	go func() {
-		defer p.appends.Done()
-		defer close(recorded)
-		if previous != nil {
-			<-previous
-		}
-		envs, err := rec.Record(context.Background(), payloads...)
+	// fsync. The store commits in order, so what the registrar records of
+	// the pool lands after this.
+	log, name, socket := p.cfg.Log, p.name, p.socket
+	err := p.cfg.Recorder.RecordAsync(context.Background(), payloads, func(envs []events.Envelope, err error) {
 		if err != nil {
-			// Serving is a fact about now: it is worth retrying, but the
-			// pool serves whether or not the ledger says so.
+			// Serving is a fact about now: the pool serves whether or
+			// not the ledger says so.
 			log.Error().Err(err).Str("pool", name).Msg("cannot record PluginServing")
 			return
 		}
 		log.Info().Str("pool", name).Str("socket", socket).Str("mode", mode).Uint64("seq", envs[len(envs)-1].Seq).Msg("pool serving")
-	}()
-	ctx.Send(ctx.Parent(), &Serving{Pool: p.name, From: ctx.Self(), Socket: p.socket, Recorded: recorded})
+	})
+	if err != nil {
+		log.Error().Err(err).Str("pool", name).Msg("cannot record PluginServing")
+	}
+	ctx.Send(ctx.Parent(), &Serving{Pool: p.name, From: ctx.Self(), Socket: p.socket})
 }
 
 // stop ends this incarnation's serving (the pool stops, or restarts after
@@ -319,7 +309,6 @@ func (p *allocator) stop() {
 		p.cfg.Log.Warn().Err(err).Str("pool", p.name).Msg("pool server close")
 	}
 	p.gate.close() // waits for the Allocates under way
-	p.appends.Wait()
 	log, name, timeout := p.cfg.Log, p.name, p.callTimeout()
 	p.life.draining.Add(1)
 	go func() {

@@ -48,9 +48,6 @@ type lifetime struct {
 	gate *allocGate    // the current incarnation's; nil before the first
 	next chan struct{} // closed when the next incarnation opens its gate
 
-	// lastServing is closed when the newest PluginServing append returned
-	// (the actor's goroutine only).
-	lastServing <-chan struct{}
 	// members and gen are the last SetMembers applied (set: one was) and
 	// leaving the devices it removed that are not let go yet (the actor's
 	// goroutine only): a restarted pool starts from them, not from the

@@ -93,8 +93,6 @@ type Serving struct {
 	// socket as it stops, which is not the pool's any more.
 	From   *actor.PID
 	Socket string
-	// Recorded is closed once the pool's PluginServing append returned.
-	Recorded <-chan struct{}
 }
 
 // KubeletReported relays what the kubelet told the pool's socket in

@@ -76,8 +76,7 @@ func Props(cfg Config) *actor.Props {
 }
 
 type desire struct {
-	socket   string
-	recorded <-chan struct{} // Desire.Recorded
+	socket string
 	// sent says a Register of socket went out (legacy mode) and may have
 	// reached the kubelet: the socket is never registered again.
 	sent bool
@@ -131,17 +130,12 @@ type registrar struct {
 	kubelet  kubeletID
 	restarts int
 	waiting  bool // the missing kubelet socket was logged
-
-	// notes is the queue of events the writer appends in order.
-	notes   chan note
-	written chan struct{}
 }
 
 // Receive implements actor.Actor.
 func (r *registrar) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		r.startWriter()
 		r.desired = map[string]desire{}
 		r.registered = map[string]registration{}
 		r.inflight = map[string]bool{}
@@ -152,7 +146,6 @@ func (r *registrar) Receive(ctx actor.Context) {
 		for _, t := range r.retrying {
 			t.Stop()
 		}
-		r.stopWriter()
 	case *Desire:
 		if d, ok := r.desired[m.Pool]; ok && d.socket == m.Socket {
 			break
@@ -160,7 +153,7 @@ func (r *registrar) Receive(ctx actor.Context) {
 		// A new socket (a new server, or one asked for): registered at
 		// once. The count of failures goes on: a pool that keeps being
 		// refused keeps backing off.
-		r.desired[m.Pool] = desire{socket: m.Socket, recorded: m.Recorded}
+		r.desired[m.Pool] = desire{socket: m.Socket}
 		r.cancelRetry(m.Pool)
 		r.reconcile(ctx)
 	case *Undesire:
@@ -400,61 +393,27 @@ func (r *registrar) status() *Status {
 	return st
 }
 
-// record queues an event for the registrar's writer, which appends them in
-// order off the actor's thread. A registration is a fact about the kubelet
-// that stands whether or not we wrote it down yet, so the registrar does not
-// wait for the fsync: with several pools re-registering after a kubelet
-// restart, waiting would put one fsync per event on the path to the last
-// registration. done, when set, runs once the event is durable. A failed
-// append is logged and the registrar carries on.
-// An event about a pool is written after the pool's own PluginServing
-// (Desire.Recorded).
+// record appends an event without waiting for it: a registration is a fact
+// about the kubelet that stands whether or not it is written down yet, and
+// with several pools registering after a kubelet restart, waiting would put
+// one fsync per event on the path to the last registration. The store
+// commits appends in the order they are made, so the event lands after
+// whatever the pool recorded before it announced its socket. done, when
+// set, runs once the event is durable (on the store's writer: it logs). A
+// failed append is logged and the registrar carries on.
 func (r *registrar) record(p events.Payload, done func(events.Envelope)) {
-	n := note{p: p, done: done}
-	switch e := p.(type) {
-	case events.PluginRegistered:
-		n.after = r.desired[e.Pool].recorded
-	case events.RegistrationFailed:
-		n.after = r.desired[e.Pool].recorded
-	}
-	r.notes <- n
-}
-
-type note struct {
-	p     events.Payload
-	done  func(events.Envelope)
-	after <-chan struct{} // nil: nothing to wait for
-}
-
-// startWriter starts the goroutine that appends queued events in order;
-// stopWriter drains the queue and waits for it.
-func (r *registrar) startWriter() {
-	r.notes = make(chan note, 1024)
-	r.written = make(chan struct{})
-	notes, written, rec, log := r.notes, r.written, r.cfg.Recorder, r.cfg.Log
-	go func() {
-		defer close(written)
-		for n := range notes {
-			if n.after != nil {
-				<-n.after
-			}
-			envs, err := rec.Record(context.Background(), n.p)
-			if err != nil {
-				log.Error().Err(err).Str("event", string(n.p.EventType())).Msg("cannot record registration event")
-				continue
-			}
-			if n.done != nil {
-				n.done(envs[0])
-			}
+	log, typ := r.cfg.Log, string(p.EventType())
+	err := r.cfg.Recorder.RecordAsync(context.Background(), []events.Payload{p}, func(envs []events.Envelope, err error) {
+		if err != nil {
+			log.Error().Err(err).Str("event", typ).Msg("cannot record registration event")
+			return
 		}
-	}()
-}
-
-func (r *registrar) stopWriter() {
-	if r.notes != nil {
-		close(r.notes)
-		<-r.written
-		r.notes = nil
+		if done != nil {
+			done(envs[0])
+		}
+	})
+	if err != nil {
+		log.Error().Err(err).Str("event", typ).Msg("cannot record registration event")
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,6 +54,7 @@ func (emptyBackend) PreferredAllocation(context.Context, *pluginapi.PreferredAll
 
 type registrarUnderTest struct {
 	*family
+	cfg     Config
 	kubelet *kubelettest.Kubelet
 	log     *store.Log
 	// sockets counts the sockets reserve made.
@@ -76,7 +78,7 @@ func newRegistrar(t *testing.T, mode grpcapi.RegistrationMode, kopts kubelettest
 		tweak(&cfg)
 	}
 	f := spawnFamily(t, Props(cfg))
-	return &registrarUnderTest{family: f, kubelet: k, log: l}
+	return &registrarUnderTest{family: f, cfg: cfg, kubelet: k, log: l}
 }
 
 // serve serves a pool with no devices in the kubelet's device-plugins dir
@@ -179,23 +181,36 @@ func TestDesiredPoolIsRegistered(t *testing.T) {
 }
 
 // A pool is registered the moment it serves, before its PluginServing is
-// durable; the registrar writes PluginRegistered only after it, so that
-// the ledger tells the story in order.
+// durable: registration never waits for the ledger. The store commits in
+// the order events were queued, so the registrar's PluginRegistered lands
+// after the pool's PluginServing all the same.
 func TestRegisteredIsRecordedAfterThePoolsServing(t *testing.T) {
-	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{}, func(c *Config) {
+		first := true
+		c.Recorder.Observe(func([]events.Envelope) { // on the store's writer: holds it
+			if first {
+				first = false
+				close(held)
+				<-release
+			}
+		})
+	})
 	_, sock := r.serve(t, gpu)
-	serving := make(chan struct{})
-	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock, Recorded: serving})
+	serving := events.PluginServing{Pool: gpu, Socket: sock, Mode: "legacy"}
+	if err := r.cfg.Recorder.RecordAsync(context.Background(), []events.Payload{serving}, func([]events.Envelope, error) {}); err != nil {
+		t.Fatal(err)
+	}
+	<-held // the pool's PluginServing is committed, its answer held
+	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
 	if _, err := r.kubelet.WaitRegistered(ctxFor(t), gpu); err != nil {
-		t.Fatalf("registration waited for the pool's append: %v", err)
+		t.Fatalf("registration waited for the ledger: %v", err)
 	}
 	r.await(t, "registered the pool", registered(gpu))
-	time.Sleep(50 * time.Millisecond) // time enough for a wrongly early append
-	if got := r.recorded(t); len(got) != 0 {
-		t.Fatalf("recorded %+v before the pool's PluginServing", got)
-	}
-	close(serving)
-	want := []events.Payload{events.PluginRegistered{Pool: gpu, Socket: sock, Mode: "legacy"}}
+	once.Do(func() { close(release) })
+	want := []events.Payload{serving, events.PluginRegistered{Pool: gpu, Socket: sock, Mode: "legacy"}}
 	if got := r.awaitRecorded(t, len(want)); !reflect.DeepEqual(got, want) {
 		t.Errorf("recorded %+v, want %+v", got, want)
 	}

@@ -9,11 +9,6 @@ package registrar
 type Desire struct {
 	Pool   string
 	Socket string
-	// Recorded, when set, is closed once the pool's PluginServing is in
-	// the ledger (or its append failed). Registration does not wait for
-	// it; the registrar's events about the pool are written after it, so
-	// that the ledger tells them in order.
-	Recorded <-chan struct{}
 }
 
 // Undesire says a pool no longer serves (it was removed): any
