@@ -75,9 +75,6 @@ type allocator struct {
 	// gen is the newest SetMembers applied. The devices in flight, and
 	// those that left the pool and are not let go yet, are in life.
 	gen uint64
-	// gate lets this incarnation, when it stops, wait for the Allocates
-	// it admitted.
-	gate *allocGate
 
 	watchers map[uint64]chan []*pluginapi.Device
 	// list is the last ListAndWatch list built (deviceList), nil when the
@@ -104,7 +101,13 @@ func (p *allocator) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		p.start(ctx)
-	case *actor.Stopping, *actor.Restarting:
+	case *actor.Stopping:
+		// Stopped for good: every Allocate pending is answered first.
+		p.drainPending(ctx, p.callTimeout())
+		p.stop()
+	case *actor.Restarting:
+		// The next incarnation (same mailbox) takes the answers of the
+		// Allocates pending.
 		p.stop()
 	case *actor.Stopped:
 		p.life.stop()
@@ -117,7 +120,6 @@ func (p *allocator) Receive(ctx actor.Context) {
 	case *SetResource:
 		p.cfg.Resource = m.Resource
 		p.list = nil
-		p.publishView()
 		p.broadcast()
 	case *SetHealth:
 		if p.setHealth(m) {
@@ -159,8 +161,10 @@ func (p *allocator) Receive(ctx actor.Context) {
 	case *preferredReq:
 		resp, err := p.preferred(m.req)
 		m.reply <- preferredReply{resp: resp, err: err}
-	case *persisted:
-		p.persisted(ctx, m)
+	case *allocateReq:
+		p.allocate(ctx, m)
+	case *landed:
+		p.landedOne(ctx, m.id)
 	case *kubeletSaid:
 		ctx.Send(ctx.Parent(), &m.report)
 	}
@@ -210,16 +214,11 @@ func (p *allocator) start(ctx actor.Context) {
 		ms, p.gen = p.life.members, p.life.gen
 	}
 	p.members, p.order = p.index(ms)
-	p.publishView()
 	p.recordMembership(ctx, before, "daemon start")
 	// What the last incarnation had not let go yet, with no Allocate of
 	// it under way now, is let go.
 	p.letGo(ctx, slices.Sorted(maps.Keys(p.life.leaving)))
 
-	// Allocates are admitted from here on, this incarnation's view
-	// published; calls that came while the pool restarted go on now.
-	p.gate = &allocGate{}
-	p.life.open(p.gate)
 	p.life.incarnations++
 	p.incarnation = p.life.incarnations
 	// Sockets of this pool's names are left only by a daemon that was
@@ -235,7 +234,7 @@ func (p *allocator) start(ctx actor.Context) {
 	if len(live) > 0 {
 		p.cfg.Log.Warn().Str("pool", p.name).Strs("sockets", live).Msg("another process serves a socket by the pool's name: two plugins for one resource")
 	}
-	p.server = grpcapi.NewPoolServer(p.name, &backend{root: ctx.ActorSystem().Root, pid: ctx.Self(), timeout: p.callTimeout(), pool: p.name, observe: p.cfg.ObserveAllocate, life: p.life, incarnation: p.incarnation},
+	p.server = grpcapi.NewPoolServer(p.name, &backend{root: ctx.ActorSystem().Root, pid: ctx.Self(), timeout: p.callTimeout(), pool: p.name, life: p.life, incarnation: p.incarnation},
 		grpcapi.PoolServerOptions{Mode: p.cfg.Mode, Observer: observer{root: ctx.ActorSystem().Root, pid: ctx.Self(), pool: p.name},
 			CallTimeout: p.callTimeout(), Logger: p.cfg.Log, PrivateDirKey: SocketBase(p.name) + ".sock"})
 	p.socket = newSocketPath(p.cfg.SocketDir, p.name)
@@ -308,7 +307,6 @@ func (p *allocator) stop() {
 	if err := srv.Close(); err != nil {
 		p.cfg.Log.Warn().Err(err).Str("pool", p.name).Msg("pool server close")
 	}
-	p.gate.close() // waits for the Allocates under way
 	log, name, timeout := p.cfg.Log, p.name, p.callTimeout()
 	p.life.draining.Add(1)
 	go func() {
@@ -385,19 +383,28 @@ func (p *allocator) recordMembership(ctx actor.Context, before []string, reason 
 		reason += "; arrived held, listed unhealthy until released: " + strings.Join(arrived, ", ")
 		held = append(held, arrived...)
 	}
-	envs, err := p.cfg.Recorder.Record(context.Background(), events.PoolMembershipChanged{Pool: p.name, Added: added, Removed: removed, Reason: reason})
-	if err != nil {
-		// The members are what sysfs and the config say; the ledger will
-		// catch up at the next change.
-		p.cfg.Log.Error().Err(err).Str("pool", p.name).Msg("cannot record membership change")
-		return
+	// The members are what sysfs and the config say, whether or not the
+	// ledger has it yet: the pool goes on, and the store commits in order,
+	// so the change lands before any allocation the pool records after it.
+	log, name, members := p.cfg.Log, p.name, len(p.order)
+	failed := func(err error) {
+		log.Error().Err(err).Str("pool", name).Msg("cannot record membership change")
 	}
-	ev := p.cfg.Log.Info()
-	if len(held) > 0 {
-		ev = p.cfg.Log.Warn().Strs("still_held", held)
+	if err := p.cfg.Recorder.RecordAsync(context.Background(), []events.Payload{events.PoolMembershipChanged{Pool: p.name, Added: added, Removed: removed, Reason: reason}},
+		func(envs []events.Envelope, err error) {
+			if err != nil {
+				failed(err)
+				return
+			}
+			ev := log.Info()
+			if len(held) > 0 {
+				ev = log.Warn().Strs("still_held", held)
+			}
+			ev.Str("pool", name).Int("added", len(added)).Int("removed", len(removed)).
+				Int("members", members).Str("reason", reason).Uint64("seq", envs[0].Seq).Msg("pool membership changed")
+		}); err != nil {
+		failed(err)
 	}
-	ev.Str("pool", p.name).Int("added", len(added)).Int("removed", len(removed)).
-		Int("members", len(p.order)).Str("reason", reason).Uint64("seq", envs[0].Seq).Msg("pool membership changed")
 }
 
 func (p *allocator) setMembers(ctx actor.Context, m *SetMembers) {
@@ -419,7 +426,6 @@ func (p *allocator) setMembers(ctx actor.Context, m *SetMembers) {
 	p.gen = max(p.gen, m.Gen)
 	p.life.members, p.life.membersSet, p.life.gen = m.Members, true, p.gen
 	p.list = nil
-	p.publishView()
 	p.recordMembership(ctx, before, m.Reason)
 	p.broadcast()
 	p.letGo(ctx, slices.Compact(slices.Sorted(slices.Values(removed))))
@@ -433,7 +439,7 @@ func (p *allocator) letGo(ctx actor.Context, ids []string) {
 	if len(ids) == 0 || len(p.life.leaving) == 0 {
 		return
 	}
-	flying := p.life.flying()
+	flying := p.life.flying
 	var gone []string
 	for _, id := range ids {
 		if p.life.leaving[id] && flying[id] == 0 {
@@ -515,16 +521,6 @@ func (p *allocator) setHealth(m *SetHealth) bool {
 	return true
 }
 
-// publishView publishes the members and resource for Allocate: a copy,
-// since setHealth changes members in place.
-func (p *allocator) publishView() {
-	v := &poolView{name: p.name, res: p.cfg.Resource, env: p.cfg.Env, rec: p.cfg.Recorder, members: maps.Clone(p.members), parent: p.parent}
-	if v.res.DeviceType == config.NetDevice {
-		v.devinfoDir = p.cfg.DevinfoDir
-	}
-	p.life.publish(v)
-}
-
 func (p *allocator) release(seq uint64) {
 	for id, h := range p.held {
 		h = slices.DeleteFunc(h, func(s uint64) bool { return s == seq })
@@ -598,7 +594,7 @@ func push(ch chan []*pluginapi.Device, list []*pluginapi.Device) {
 }
 
 func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
-	flying := p.life.flying()
+	flying := p.life.flying
 	held := make(map[string]bool, len(p.held)+len(flying))
 	for id := range p.held {
 		held[id] = true
@@ -622,29 +618,17 @@ func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*plugi
 	return resp, nil
 }
 
-// persisted takes an Allocate's outcome into the pool's state. A device
-// allocated while the ledger already held it for a live allocation is a
-// conflict: the kubelet decides and has its answer, and the ledger records
-// the conflict with every claim, the new allocation's included. Only now
-// are the new allocation's sequence numbers known, so the conflict is a
-// second append; it is history, not state (the fold has both holders from
-// the DevicesAllocated events), so it is written off the actor's thread.
-// Two Allocates of one device in flight together are caught too: whichever
-// is persisted second finds the other held.
-func (p *allocator) persisted(ctx actor.Context, m *persisted) {
-	p.life.land(m.devices)
-	// The parent heard of the allocation (AllocationRecorded) before
-	// this: it knows what holds the devices when they are let go.
-	p.letGo(ctx, slices.Concat(m.devices...))
-	if m.refused {
-		return
-	}
-	if m.err != nil {
-		p.cfg.Log.Error().Err(m.err).Str("pool", p.name).Msg("allocation not recorded; the kubelet's call failed")
-		return
-	}
-	var conflicts []events.Payload
-	for _, e := range m.envs {
+// hold takes a durable allocation into the pool's state: its devices are
+// held. A device allocated while the ledger already held it for a live
+// allocation is a conflict: the kubelet decides and has its answer, and the
+// ledger records the conflict with every claim, the new allocation's
+// included. Only now are the new allocation's sequence numbers known, so
+// the conflicts it returns are an append of their own; they are history,
+// not state (the fold has both holders from the DevicesAllocated events),
+// so the pool does not wait for them. Two Allocates of one device pending
+// together are caught too: whichever lands second finds the other held.
+func (p *allocator) hold(envs []events.Envelope) (conflicts []events.Payload) {
+	for _, e := range envs {
 		a, ok := e.Payload.(events.DevicesAllocated)
 		if !ok {
 			continue
@@ -653,7 +637,7 @@ func (p *allocator) persisted(ctx actor.Context, m *persisted) {
 			prev := p.held[id]
 			if slices.Contains(prev, e.Seq) {
 				// A restarted pool replayed the allocation from the ledger
-				// before its predecessor's outcome reached it.
+				// before the store's answer reached it.
 				continue
 			}
 			elsewhere := slices.DeleteFunc(slices.Clone(p.members[id].HeldElsewhere), allocation.Hold.Leaving)
@@ -675,34 +659,33 @@ func (p *allocator) persisted(ctx actor.Context, m *persisted) {
 			p.held[id] = append(p.held[id], e.Seq)
 			slices.Sort(p.held[id])
 		}
-		p.cfg.Log.Info().Str("pool", p.name).Strs("devices", a.DeviceIDs).Uint64("seq", e.Seq).Msg("devices allocated")
 	}
-	if len(conflicts) > 0 {
-		p.life.draining.Add(1)
-		go func() {
-			defer p.life.draining.Done()
-			p.recordConflicts(conflicts)
-		}()
-	}
+	return conflicts
 }
 
-// recordConflicts appends AllocationConflict events. A failure is logged:
-// the allocations themselves are durable, and the fold knows both holders.
+// recordConflicts appends AllocationConflict events without waiting. A
+// failure is logged: the allocations themselves are durable, and the fold
+// knows both holders.
 func (p *allocator) recordConflicts(conflicts []events.Payload) {
-	ctx, cancel := context.WithTimeout(context.Background(), p.callTimeout())
-	defer cancel()
-	envs, err := p.cfg.Recorder.Record(ctx, conflicts...)
-	if err != nil {
-		p.cfg.Log.Error().Err(err).Str("pool", p.name).Int("conflicts", len(conflicts)).Msg("cannot record allocation conflicts")
-		return
+	log, name := p.cfg.Log, p.name
+	failed := func(err error) {
+		log.Error().Err(err).Str("pool", name).Int("conflicts", len(conflicts)).Msg("cannot record allocation conflicts")
 	}
-	for _, e := range envs {
-		c := e.Payload.(events.AllocationConflict)
-		seqs := make([]uint64, 0, len(c.Claims))
-		for _, cl := range c.Claims {
-			seqs = append(seqs, cl.AllocationSeq)
+	if err := p.cfg.Recorder.RecordAsync(context.Background(), conflicts, func(envs []events.Envelope, err error) {
+		if err != nil {
+			failed(err)
+			return
 		}
-		p.cfg.Log.Warn().Str("pool", p.name).Str("bdf", c.Device).Uints64("claims", seqs).Uint64("seq", e.Seq).Msg("allocation conflict recorded")
+		for _, e := range envs {
+			c := e.Payload.(events.AllocationConflict)
+			seqs := make([]uint64, 0, len(c.Claims))
+			for _, cl := range c.Claims {
+				seqs = append(seqs, cl.AllocationSeq)
+			}
+			log.Warn().Str("pool", name).Str("bdf", c.Device).Uints64("claims", seqs).Uint64("seq", e.Seq).Msg("allocation conflict recorded")
+		}
+	}); err != nil {
+		failed(err)
 	}
 }
 

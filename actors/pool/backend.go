@@ -12,18 +12,16 @@ import (
 	"github.com/devledger/devledger/grpcapi"
 )
 
-// backend implements grpcapi.PoolBackend: by messages to the pool actor,
-// and Allocate from the pool's published view (see poolView).
+// backend implements grpcapi.PoolBackend by messages to the pool actor,
+// each carrying its reply channel.
 type backend struct {
 	root    *actor.RootContext
 	pid     *actor.PID
 	timeout time.Duration
 	pool    string
-	observe func(pool string, took time.Duration, err error)
-	// life outlives the incarnation that made this backend: Allocates are
-	// admitted by its current gate, and life.gone is closed when the pool
-	// has stopped for good (a request still in its mailbox then will never
-	// be answered).
+	// life outlives the incarnation that made this backend: life.gone is
+	// closed when the pool has stopped for good (a request still in its
+	// mailbox then will never be answered).
 	life *lifetime
 	// incarnation is the one whose server this backend serves: a stream
 	// that server opens is refused by a later incarnation (the server is
@@ -75,30 +73,36 @@ func (b *backend) WatchDevices(ctx context.Context) (<-chan []*pluginapi.Device,
 	return ch, nil
 }
 
-// Allocate implements grpcapi.PoolBackend.
-func (b *backend) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (resp *pluginapi.AllocateResponse, err error) {
-	if b.observe != nil {
-		start := time.Now()
-		defer func() { b.observe(b.pool, time.Since(start), err) }()
+// Allocate implements grpcapi.PoolBackend. The pool answers once the
+// allocation is durable, or refuses it; when the call's deadline comes
+// first, the events may be being committed already: the answer is then
+// waited for a little longer (the store answers within a commit), so that
+// an allocation the ledger holds is not reported as failed.
+func (b *backend) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	reply := make(chan allocateReply, 1)
+	b.root.Send(b.pid, &allocateReq{ctx: ctx, req: req, reply: reply, started: time.Now()})
+	select {
+	case r := <-reply:
+		return r.resp, r.err
+	case <-b.life.gone:
+		return nil, fmt.Errorf("%w: pool %s has stopped", grpcapi.ErrUnavailable, b.pool)
+	case <-ctx.Done():
 	}
-	// The pool's members are read from its published view: no round trip
-	// to the actor. The gate makes a stopping incarnation wait for this
-	// call; a call that comes during a restart waits for the next one.
-	gate, err := b.life.admit(ctx, b.pool)
-	if err != nil {
-		return nil, err
+	grace := time.NewTimer(b.timeout)
+	defer grace.Stop()
+	select {
+	case r := <-reply:
+		return r.resp, r.err
+	case <-b.life.gone:
+		return nil, fmt.Errorf("%w: pool %s has stopped", grpcapi.ErrUnavailable, b.pool)
+	case <-grace.C:
+		return nil, fmt.Errorf("%w (pool %s did not answer in time)", ctx.Err(), b.pool)
 	}
-	defer gate.leave()
-	g, err := b.life.grant(req)
-	if err != nil {
-		return nil, err
-	}
-	return g.run(ctx, b.root, b.pid)
 }
 
-// KeepsDeadlines implements grpcapi.DeadlineKeeper: every wait of the
-// backend ends with ctx, and an Allocate's append that has not begun when
-// ctx ends writes nothing (one under way is finished, and answered).
+// KeepsDeadlines implements grpcapi.DeadlineKeeper: an Allocate is answered
+// by its deadline, or, when its events were being committed then, once the
+// store has answered.
 func (*backend) KeepsDeadlines() {}
 
 // PreferredAllocation implements grpcapi.PoolBackend.

@@ -10,19 +10,20 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/devledger/devledger/actors/internal/actortest"
 	"github.com/devledger/devledger/actors/pool/allocation"
 	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/grpcapi"
 	"github.com/devledger/devledger/sysfs"
 )
 
-func testView() *poolView {
+func testPool() *allocator {
 	res := &config.Resource{Prefix: "example.com", Name: "vf"}
 	members := map[string]allocation.Member{}
 	for _, a := range []string{"0000:3b:02.0", "0000:3b:02.1", "0000:3b:02.2"} {
 		members[a] = allocation.Member{Device: sysfs.Device{Address: a}, Healthy: true}
 	}
-	return &poolView{name: res.FullName(), res: res, members: members}
+	return &allocator{name: res.FullName(), cfg: Config{Resource: res}, members: members}
 }
 
 func request(containers ...[]string) *pluginapi.AllocateRequest {
@@ -37,16 +38,16 @@ func request(containers ...[]string) *pluginapi.AllocateRequest {
 // that names no container, a container with no device, or a device that is
 // not a member is refused as invalid, naming what is wrong.
 func TestGrantChecksTheRequest(t *testing.T) {
-	v := testView()
-	g, err := v.grant(request([]string{"0000:3b:02.1"}, []string{"0000:3b:02.0", "0000:3b:02.2"}))
+	p := testPool()
+	devices, devs, err := p.grant(request([]string{"0000:3b:02.1"}, []string{"0000:3b:02.0", "0000:3b:02.2"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := [][]string{{"0000:3b:02.1"}, {"0000:3b:02.0", "0000:3b:02.2"}}; !slices.EqualFunc(g.devices, want, slices.Equal) {
-		t.Errorf("granted %v, want %v", g.devices, want)
+	if want := [][]string{{"0000:3b:02.1"}, {"0000:3b:02.0", "0000:3b:02.2"}}; !slices.EqualFunc(devices, want, slices.Equal) {
+		t.Errorf("granted %v, want %v", devices, want)
 	}
-	if len(g.devs) != 2 || g.devs[1][1].Address != "0000:3b:02.2" {
-		t.Errorf("granted device facts %+v", g.devs)
+	if len(devs) != 2 || devs[1][1].Address != "0000:3b:02.2" {
+		t.Errorf("granted device facts %+v", devs)
 	}
 
 	for _, tc := range []struct {
@@ -59,7 +60,7 @@ func TestGrantChecksTheRequest(t *testing.T) {
 		{"a stranger", request([]string{"0000:3b:02.0", "0000:af:00.1"}), `device "0000:af:00.1" is not in the pool`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := v.grant(tc.req)
+			_, _, err := p.grant(tc.req)
 			if !errors.Is(err, grpcapi.ErrInvalidRequest) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("grant: %v, want an invalid request saying %q", err, tc.want)
 			}
@@ -67,129 +68,92 @@ func TestGrantChecksTheRequest(t *testing.T) {
 	}
 }
 
-// A stopping pool waits for the Allocates under way and turns away the
-// ones after.
-func TestGateWaitsForAllocatesUnderWay(t *testing.T) {
-	var g allocGate
-	if !g.enter() {
-		t.Fatal("an open gate turned a call away")
-	}
-	closed := make(chan struct{})
-	go func() {
-		g.close()
-		close(closed)
-	}()
+// allocateVia sends an Allocate of ids to the pool as its backend does and
+// returns the channel its answer comes on.
+func allocateVia(f *actortest.Family, ctx context.Context, ids ...string) chan allocateReply {
+	reply := make(chan allocateReply, 1)
+	f.Sys.Root.Send(f.Child, &allocateReq{ctx: ctx, req: request(ids), reply: reply, started: time.Now()})
+	return reply
+}
+
+func awaitReply(t *testing.T, reply chan allocateReply) allocateReply {
+	t.Helper()
 	select {
-	case <-closed:
-		t.Fatal("the gate closed while a call was under way")
-	case <-time.After(50 * time.Millisecond):
-	}
-	g.leave()
-	select {
-	case <-closed:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the gate did not close once the call was done")
-	}
-	if g.enter() {
-		t.Error("a closed gate let a call in")
+	case r := <-reply:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pool never answered the Allocate")
+		return allocateReply{}
 	}
 }
 
-// An Allocate that comes while the pool restarts waits for the next
-// incarnation's gate, and answers from its view; after a stop for good it
-// fails at once.
-func TestAdmitWaitsOutARestart(t *testing.T) {
-	life := newLifetime()
-	first, second := &allocGate{}, &allocGate{}
-	v1, v2 := testView(), testView()
-	life.publish(v1)
-	life.open(first)
-	g, err := life.admit(context.Background(), "example.com/vf")
-	if err != nil || g != first {
-		t.Fatalf("admit = %p, %v; want the first gate", g, err)
+// An Allocate pending when the pool crashes is answered by the next
+// incarnation (same mailbox), and so is one that comes during the restart.
+func TestAllocatePendingOverARestartIsAnswered(t *testing.T) {
+	f, g, allocated := poolWithAllocateHeld(t)
+	f.Sys.Root.Send(f.Child, &Crash{Reason: "test"})
+	during := allocateVia(f, context.Background(), y)
+	g.release()
+	if err := <-allocated; err != nil {
+		t.Fatalf("the Allocate pending over the restart: %v", err)
 	}
-	if gr, err := life.grant(request([]string{"0000:3b:02.0"})); err != nil || gr.view != v1 {
-		t.Fatalf("grant from %p, %v; want the first view", gr.view, err)
+	if r := awaitReply(t, during); r.err != nil || len(r.resp.ContainerResponses) != 1 {
+		t.Fatalf("the Allocate sent during the restart: %+v", r)
 	}
-	g.leave()
+	var recorded []string
+	for len(recorded) < 2 {
+		switch m := actortest.Next[any](t, f).(type) {
+		case *AllocationRecorded:
+			recorded = append(recorded, m.DeviceIDs...)
+		case *Serving, *NeedMembers:
+		default:
+			t.Fatalf("parent heard %#v", m)
+		}
+	}
+	if slices.Sort(recorded); !slices.Equal(recorded, []string{x, y}) {
+		t.Errorf("AllocationRecorded for %v, want %s and %s", recorded, x, y)
+	}
+}
 
-	first.close() // the incarnation stops: a restart
-	admitted := make(chan *poolView, 1)
+// A pool stopped for good (a reload removed it, the daemon stops) answers
+// the Allocates pending first, and its parent hears of each allocation: an
+// allocation the ledger holds is never reported as failed.
+func TestStoppingPoolAnswersItsPendingAllocates(t *testing.T) {
+	f, g, allocated := poolWithAllocateHeld(t)
+	stopped := make(chan struct{})
 	go func() {
-		g, err := life.admit(context.Background(), "example.com/vf")
-		if err != nil {
-			t.Error(err)
-			admitted <- nil
-			return
-		}
-		if g != second {
-			t.Errorf("admitted by gate %p, want the second %p", g, second)
-		}
-		gr, err := life.grant(request([]string{"0000:3b:02.1"}))
-		g.leave()
-		if err != nil {
-			t.Error(err)
-			admitted <- nil
-			return
-		}
-		admitted <- gr.view
+		f.Sys.Root.PoisonFuture(f.Child).Wait()
+		close(stopped)
 	}()
 	select {
-	case <-admitted:
-		t.Fatal("admitted while no incarnation was open")
+	case <-stopped:
+		t.Fatal("the pool stopped with an Allocate pending")
 	case <-time.After(50 * time.Millisecond):
 	}
-	life.publish(v2)
-	life.open(second)
-	select {
-	case v := <-admitted:
-		if v != v2 {
-			t.Error("answered from the old incarnation's view")
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the call did not go on when the next incarnation opened")
+	g.release()
+	if err := <-allocated; err != nil {
+		t.Fatalf("the Allocate pending as the pool stopped: %v", err)
 	}
+	<-stopped
+	if m := actortest.Next[*AllocationRecorded](t, f); !slices.Equal(m.DeviceIDs, []string{x}) {
+		t.Errorf("AllocationRecorded %+v, want %s", *m, x)
+	}
+}
 
-	second.close()
-	life.stop()
-	if _, err := life.admit(context.Background(), "example.com/vf"); !errors.Is(err, grpcapi.ErrUnavailable) {
-		t.Errorf("admit after the pool stopped: %v, want Unavailable", err)
-	}
+// An Allocate the pool takes after its deadline is refused and writes
+// nothing.
+func TestAllocateAfterItsDeadlineIsRefused(t *testing.T) {
+	f, g, allocated := poolWithAllocateHeld(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := newLifetime().admit(ctx, "example.com/vf"); !errors.Is(err, context.Canceled) {
-		t.Errorf("admit with no incarnation and an ended ctx: %v, want it to end", err)
+	r := awaitReply(t, allocateVia(f, ctx, y))
+	if !errors.Is(r.err, context.Canceled) {
+		t.Errorf("an Allocate past its deadline: %+v, want it refused", r)
 	}
-}
-
-// An Allocate takes its devices from the view and counts them in flight in
-// one step: once a view without a device is published, either an Allocate
-// already counted the device (and the pool does not let it go until that
-// one lands) or it finds the device gone. There is no moment between the
-// check and the count in which the pool could let the device go.
-func TestGrantCountsItsDevicesAgainstPublish(t *testing.T) {
-	const a, b = "0000:3b:02.0", "0000:3b:02.1"
-	life := newLifetime()
-	v1 := testView()
-	life.publish(v1)
-	g, err := life.grant(request([]string{a}, []string{b}))
-	if err != nil {
+	g.release()
+	if err := <-allocated; err != nil {
 		t.Fatal(err)
 	}
-	if f := life.flying(); f[a] != 1 || f[b] != 1 || len(f) != 2 {
-		t.Fatalf("in flight after the grant: %v, want %s and %s once", f, a, b)
-	}
-	v2 := testView()
-	delete(v2.members, a)
-	life.publish(v2)
-	if _, err := life.grant(request([]string{a})); !errors.Is(err, grpcapi.ErrInvalidRequest) {
-		t.Errorf("a grant of %s after the view without it: %v, want refused", a, err)
-	}
-	if f := life.flying(); f[a] != 1 {
-		t.Errorf("in flight after the new view: %v; the first Allocate still holds %s", f, a)
-	}
-	life.land(g.devices)
-	if f := life.flying(); len(f) != 0 {
-		t.Errorf("in flight after the Allocate landed: %v, want none", f)
-	}
+	actortest.Next[*AllocationRecorded](t, f)
+	f.Silent(t)
 }

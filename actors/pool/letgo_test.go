@@ -144,24 +144,29 @@ func TestLetGoWaitsForTheAllocatesUnderWay(t *testing.T) {
 }
 
 // A pool that crashes while a device it lost has an Allocate under way
-// still lets it go once that Allocate ends: what is not let go yet
-// outlives the incarnation.
+// still lets it go once that Allocate ends: what is pending and what is
+// not let go yet outlive the incarnation, and the next one lands it.
 func TestLetGoOutlivesARestart(t *testing.T) {
 	f, g, allocated := poolWithAllocateHeld(t)
 	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(y)}, Reason: "test", Gen: 3})
 	f.Silent(t)
 	f.Sys.Root.Send(f.Child, &Crash{Reason: "test"})
-	// The crashed incarnation waits for the Allocate under way.
 	g.release()
 	if err := <-allocated; err != nil {
 		t.Fatalf("Allocate: %v", err)
 	}
-	actortest.Next[*AllocationRecorded](t, f)
+	recorded := false
 	for {
 		switch m := actortest.Next[any](t, f).(type) {
 		case *Serving, *NeedMembers:
 			continue // the restart
+		case *AllocationRecorded:
+			recorded = true
+			continue
 		case *LetGo:
+			if !recorded {
+				t.Errorf("LetGo before the parent heard of the allocation")
+			}
 			if !slices.Equal(m.Devices, []string{x}) || m.Gen != 3 {
 				t.Errorf("LetGo %+v, want %s in gen 3", *m, x)
 			}

@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"context"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -8,7 +9,6 @@ import (
 
 	"github.com/devledger/devledger/actors/pool/allocation"
 	"github.com/devledger/devledger/config"
-	"github.com/devledger/devledger/events"
 )
 
 // Messages a pool allocator receives.
@@ -159,15 +159,23 @@ type preferredReply struct {
 	err  error
 }
 
-// persisted is the outcome of an Allocate's append, back in the actor
-// (the kubelet has its answer already).
-type persisted struct {
-	devices [][]string
-	envs    []events.Envelope
-	err     error
-	// refused: nothing was appended: the answer could not be built
-	// (InvalidArgument).
-	refused bool
+// allocateReq is a kubelet's Allocate. ctx is the call's: an Allocate the
+// actor takes after its deadline is refused, and one whose events have not
+// begun to be committed by then writes nothing.
+type allocateReq struct {
+	ctx     context.Context
+	req     *pluginapi.AllocateRequest
+	reply   chan allocateReply
+	started time.Time
 }
+
+type allocateReply struct {
+	resp *pluginapi.AllocateResponse
+	err  error
+}
+
+// landed says the store answered the pending Allocate id (its answer is in
+// the flight's landed channel).
+type landed struct{ id uint64 }
 
 type kubeletSaid struct{ report KubeletReported }
