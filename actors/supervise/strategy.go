@@ -14,16 +14,17 @@ import (
 
 // Backoff restarts a crashed child after a delay that doubles with every
 // crash inside Window (Initial, 2×Initial, 4×Initial, ... capped at Max).
-// The MaxFailures+1-th crash inside Window stops the child for good and calls
-// GiveUp, which the daemon turns into a loud exit. A child that stays up for
-// a whole Window starts again from Initial.
+// The MaxCrashes-th crash inside Window stops the child for good and calls
+// GiveUp, which the daemon turns into a loud exit: the child is restarted
+// MaxCrashes-1 times. A child that stays up for a whole Window starts again
+// from Initial.
 type Backoff struct {
-	Initial     time.Duration
-	Max         time.Duration
-	Window      time.Duration
-	MaxFailures int
-	// GiveUp is called once per child that exceeded MaxFailures, with the
-	// reason of its last crash. It must not block.
+	Initial    time.Duration
+	Max        time.Duration
+	Window     time.Duration
+	MaxCrashes int
+	// GiveUp is called once per child that crashed MaxCrashes times, with
+	// the reason of its last crash. It must not block.
 	GiveUp func(child *actor.PID, reason any)
 	Log    zerolog.Logger
 }
@@ -32,12 +33,12 @@ type Backoff struct {
 // crashes within a minute stop the child.
 func DefaultBackoff(log zerolog.Logger, giveUp func(*actor.PID, any)) *Backoff {
 	return &Backoff{
-		Initial:     100 * time.Millisecond,
-		Max:         5 * time.Second,
-		Window:      time.Minute,
-		MaxFailures: 5,
-		GiveUp:      giveUp,
-		Log:         log,
+		Initial:    100 * time.Millisecond,
+		Max:        5 * time.Second,
+		Window:     time.Minute,
+		MaxCrashes: 5,
+		GiveUp:     giveUp,
+		Log:        log,
 	}
 }
 
@@ -59,7 +60,7 @@ func (b *Backoff) HandleFailure(_ *actor.ActorSystem, supervisor actor.Superviso
 	}
 	rs.Fail()
 	n := rs.NumberOfFailures(b.Window)
-	if n > b.MaxFailures {
+	if n >= b.MaxCrashes {
 		b.Log.Error().Str("actor", child.Id).Int("crashes", n).Dur("window", b.Window).
 			Str("reason", fmt.Sprint(reason)).Msg("actor keeps crashing; giving up")
 		supervisor.StopChildren(child)

@@ -125,11 +125,11 @@ func (g *giveUps) list() []any {
 	return append([]any(nil), g.reasons...)
 }
 
-func TestHandleFailureGivesUpAfterMaxFailures(t *testing.T) {
+func TestHandleFailureGivesUpOnTheMaxCrashesth(t *testing.T) {
 	var g giveUps
 	logs := make(logLines, 64)
 	b := &supervise.Backoff{Initial: time.Millisecond, Max: 4 * time.Millisecond, Window: time.Minute,
-		MaxFailures: 3, GiveUp: g.record, Log: zerolog.New(logs)}
+		MaxCrashes: 4, GiveUp: g.record, Log: zerolog.New(logs)}
 	sup := newFakeSupervisor()
 	child := actor.NewPID("test", "child")
 	rs := actor.NewRestartStatistics()
@@ -138,7 +138,7 @@ func TestHandleFailureGivesUpAfterMaxFailures(t *testing.T) {
 		b.HandleFailure(nil, sup, child, rs, "crash", nil)
 		sup.awaitRestart(t)
 		if n := len(g.list()); n != 0 {
-			t.Fatalf("gave up after %d crashes, MaxFailures is 3", i)
+			t.Fatalf("gave up after %d crashes, MaxCrashes is 4", i)
 		}
 	}
 	if got, want := logs.restartDelays(t), []float64{1, 2, 4}; !slices.Equal(got, want) {
@@ -163,7 +163,7 @@ func TestHandleFailureStartsOverAfterAQuietWindow(t *testing.T) {
 	logs := make(logLines, 64)
 	const window = 30 * time.Millisecond
 	b := &supervise.Backoff{Initial: time.Millisecond, Max: 8 * time.Millisecond, Window: window,
-		MaxFailures: 2, GiveUp: g.record, Log: zerolog.New(logs)}
+		MaxCrashes: 3, GiveUp: g.record, Log: zerolog.New(logs)}
 	sup := newFakeSupervisor()
 	child := actor.NewPID("test", "child")
 	rs := actor.NewRestartStatistics()
@@ -235,7 +235,7 @@ func TestPanickingActorIsRestartedThenGivenUpOn(t *testing.T) {
 	sys := quietSystem(t)
 	var g giveUps
 	gaveUp := make(chan struct{}, 4)
-	b := &supervise.Backoff{Initial: time.Millisecond, Max: 2 * time.Millisecond, Window: time.Minute, MaxFailures: 2,
+	b := &supervise.Backoff{Initial: time.Millisecond, Max: 2 * time.Millisecond, Window: time.Minute, MaxCrashes: 3,
 		GiveUp: func(pid *actor.PID, reason any) { g.record(pid, reason); gaveUp <- struct{}{} }, Log: zerolog.Nop()}
 	started := make(chan struct{}, 8)
 	childCh := make(chan *actor.PID, 1)
@@ -276,5 +276,27 @@ func TestPanickingActorIsRestartedThenGivenUpOn(t *testing.T) {
 	case <-started:
 		t.Error("the child given up on was started again")
 	default:
+	}
+}
+
+// The daemon's promise (docs/operations.md): five crashes within a minute
+// stop it. The fifth crash gives up, the fourth does not.
+func TestDefaultBackoffGivesUpOnTheFifthCrash(t *testing.T) {
+	var g giveUps
+	b := supervise.DefaultBackoff(zerolog.Nop(), g.record)
+	b.Initial, b.Max = time.Millisecond, time.Millisecond
+	sup := newFakeSupervisor()
+	child := actor.NewPID("test", "child")
+	rs := actor.NewRestartStatistics()
+	for i := 1; i <= 4; i++ {
+		b.HandleFailure(nil, sup, child, rs, "crash", nil)
+		sup.awaitRestart(t)
+		if n := len(g.list()); n != 0 {
+			t.Fatalf("gave up after %d crashes", i)
+		}
+	}
+	b.HandleFailure(nil, sup, child, rs, "fifth crash", nil)
+	if got := g.list(); len(got) != 1 || got[0] != "fifth crash" {
+		t.Fatalf("GiveUp calls = %v, want one on the fifth crash", got)
 	}
 }
