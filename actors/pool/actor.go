@@ -215,6 +215,7 @@ func (p *allocator) start(ctx actor.Context) {
 	}
 	p.members, p.order = p.index(ms)
 	p.recordMembership(ctx, before, "daemon start")
+	p.rewriteDeviceInfo()
 	// What the last incarnation had not let go yet, with no Allocate of
 	// it under way now, is let go.
 	p.letGo(ctx, slices.Sorted(maps.Keys(p.life.leaving)))
@@ -242,6 +243,25 @@ func (p *allocator) start(ctx actor.Context) {
 		panic(fmt.Errorf("pool %s: serve %s: %w", p.name, p.socket, err))
 	}
 	p.announce(ctx, "")
+}
+
+// rewriteDeviceInfo writes the device-info file of every member a live
+// allocation holds: the files are not synced, and a node's reboot (a tmpfs)
+// or a crash may have lost them, while the ledger has the allocation. A
+// file that is there already is left as it is.
+func (p *allocator) rewriteDeviceInfo() {
+	if p.cfg.DevinfoDir == "" || p.cfg.Resource.DeviceType != config.NetDevice {
+		return
+	}
+	for _, addr := range slices.Sorted(maps.Keys(p.held)) {
+		m, ok := p.members[addr]
+		if !ok {
+			continue
+		}
+		if err := allocation.WriteDeviceInfo(p.cfg.DevinfoDir, p.name, m.Device); err != nil {
+			p.cfg.Log.Warn().Err(err).Str("pool", p.name).Str("bdf", addr).Msg("cannot write the device-info file of an allocated device")
+		}
+	}
 }
 
 func (p *allocator) callTimeout() time.Duration {

@@ -1,6 +1,7 @@
 package allocation
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,14 +71,20 @@ func DeviceInfoPath(dir, resource, addr string) string {
 }
 
 // WriteDeviceInfo writes the device-info file of d for the pool resource in
-// dir, creating dir (0755) when it is missing. The file is written whole
-// or not at all: the content goes to a uniquely named temporary file in
-// dir (a dot file, so nobody globbing for device files sees it), is
-// synced, made read-only (0444, as the plugin makes it) and renamed over
-// the target, then dir is synced. Readers therefore see the old file or
-// the new one, never a partial one, and concurrent writers for the same
-// device all succeed, the last rename winning; the SR-IOV plugin's
-// check-then-write fails one of them with "already exists".
+// dir, creating dir (0755) when it is missing, unless the file holds that
+// content already (an Allocate of a device given out before writes
+// nothing). The file is written whole or not at all: the content goes to a
+// uniquely named temporary file in dir (a dot file, so nobody globbing for
+// device files sees it), made read-only (0444, as the plugin makes it) and
+// renamed over the target. Readers therefore see the old file or the new
+// one, never a partial one, and concurrent writers for the same device all
+// succeed, the last rename winning; the SR-IOV plugin's check-then-write
+// fails one of them with "already exists".
+//
+// Nothing is synced: the ledger is the durable record of what was handed
+// out, the directory is a tmpfs on real nodes (/var/run), and the daemon
+// writes the files of every live allocation again when a pool starts
+// (two fsyncs here would cost an Allocate more than its ledger commit).
 func WriteDeviceInfo(dir, resource string, d sysfs.Device) error {
 	if d.Address == "" {
 		return fmt.Errorf("write device-info for %s: device has no PCI address: %w", resource, ErrInvalidRequest)
@@ -87,6 +94,9 @@ func WriteDeviceInfo(dir, resource string, d sysfs.Device) error {
 	if err != nil {
 		return fmt.Errorf("write device-info %s: %w", path, err)
 	}
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		return nil
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("write device-info %s: %w", path, err)
 	}
@@ -95,7 +105,8 @@ func WriteDeviceInfo(dir, resource string, d sysfs.Device) error {
 		return fmt.Errorf("write device-info %s: %w", path, err)
 	}
 	tmpPath := tmp.Name()
-	err = errors.Join(writeSync(tmp, data), tmp.Close())
+	_, err = tmp.Write(data)
+	err = errors.Join(err, tmp.Chmod(0o444), tmp.Close())
 	if err == nil {
 		err = os.Rename(tmpPath, path)
 	}
@@ -103,28 +114,7 @@ func WriteDeviceInfo(dir, resource string, d sysfs.Device) error {
 		_ = os.Remove(tmpPath)
 		return fmt.Errorf("write device-info %s: %w", path, err)
 	}
-	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("write device-info %s: sync %s: %w", path, dir, err)
-	}
 	return nil
-}
-
-func writeSync(f *os.File, data []byte) error {
-	if _, err := f.Write(data); err != nil {
-		return err
-	}
-	if err := f.Chmod(0o444); err != nil {
-		return err
-	}
-	return f.Sync()
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	return errors.Join(d.Sync(), d.Close())
 }
 
 // RemoveDeviceInfo removes the device-info file of the device addr of the

@@ -1,6 +1,7 @@
 package allocation
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -84,19 +85,28 @@ func onlyFile(t *testing.T, dir, name string) {
 }
 
 // TestWriteDeviceInfoConcurrent writes the same device's file from 16
-// goroutines at once, over an existing read-only file, while readers
-// watch it: every write succeeds, no reader sees a partial file, and one
-// file with the expected content remains.
+// goroutines at once, over an existing read-only file of other content,
+// while readers watch it: every write succeeds, no reader sees a partial
+// file, and one file with the new content remains.
 func TestWriteDeviceInfoConcurrent(t *testing.T) {
 	dir := t.TempDir()
-	dev := vf("0000:3b:02.1", pfA, 1, "iavf", "61", 0)
-	if err := WriteDeviceInfo(dir, netdevice, dev); err != nil {
+	before := vf("0000:3b:02.1", pfA, 1, "iavf", "61", 0)
+	before.RDMADevices = []string{"mlx5_2"}
+	if err := WriteDeviceInfo(dir, netdevice, before); err != nil {
 		t.Fatal(err)
 	}
-	path := DeviceInfoPath(dir, netdevice, dev.Address)
-	want, err := os.ReadFile(path)
+	path := DeviceInfoPath(dir, netdevice, before.Address)
+	old, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	dev := vf("0000:3b:02.1", pfA, 1, "iavf", "61", 0)
+	want, err := json.Marshal(NewDeviceInfo(&dev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(want) == string(old) {
+		t.Fatal("the test needs two contents")
 	}
 
 	const writers = 16
@@ -120,7 +130,7 @@ func TestWriteDeviceInfoConcurrent(t *testing.T) {
 				readErr <- err
 				return
 			}
-			if string(got) != string(want) {
+			if string(got) != string(want) && string(got) != string(old) {
 				readErr <- errors.New("reader saw " + string(got))
 				return
 			}
@@ -152,6 +162,34 @@ func TestWriteDeviceInfoConcurrent(t *testing.T) {
 		t.Errorf("content %s, want %s", got, want)
 	}
 	onlyFile(t, dir, filepath.Base(path))
+}
+
+// A file that holds the content already is left as it is: an Allocate of
+// a device given out before costs no write.
+func TestWriteDeviceInfoSkipsTheSameContent(t *testing.T) {
+	dir := t.TempDir()
+	dev := vf("0000:3b:02.1", pfA, 1, "iavf", "61", 0)
+	if err := WriteDeviceInfo(dir, netdevice, dev); err != nil {
+		t.Fatal(err)
+	}
+	path := DeviceInfoPath(dir, netdevice, dev.Address)
+	first, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteDeviceInfo(dir, netdevice, dev); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := os.Stat(path); err != nil || !os.SameFile(first, again) {
+		t.Errorf("the same content was written again (a new file): %v", err)
+	}
+	dev.RDMADevices = []string{"mlx5_2"}
+	if err := WriteDeviceInfo(dir, netdevice, dev); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := os.Stat(path); err != nil || os.SameFile(first, changed) {
+		t.Errorf("new content was not written: %v", err)
+	}
 }
 
 func TestWriteDeviceInfoErrors(t *testing.T) {
