@@ -282,20 +282,20 @@ func TestE2ESocketDeleted(t *testing.T) {
 		if err := os.Remove(n.socketPath(t, netPool)); err != nil {
 			t.Fatal(err)
 		}
-		if mode == "watcher" {
-			// The plugin watcher deregisters the removed socket and
-			// registers the re-created one.
-			if _, err := n.kubelet.RegisteredAfter(ctx, []string{netPool}, at); err != nil {
-				t.Fatal(err)
-			}
+		// The pool serves on a new socket, which is registered (legacy)
+		// or found by the plugin watcher, which also deregisters the
+		// removed one.
+		regs, err := n.kubelet.RegisteredAfter(ctx, []string{netPool}, at)
+		if err != nil {
+			t.Fatal(err)
 		}
 		n.waitLedger(t, "the socket re-created", func(envs []events.Envelope) bool {
 			return hasAll(since(envs, mark), events.TypePluginServing, []string{netPool})
 		})
-		checkMode(t, n.socketPath(t, netPool), 0o600)
-		if _, err := n.kubelet.WaitRegistered(ctx, netPool); err != nil {
-			t.Fatal(err)
+		if sock := n.socketPath(t, netPool); regs[0].Endpoint != sock {
+			t.Errorf("the kubelet registered %s, want the new socket %s", regs[0].Endpoint, sock)
 		}
+		checkMode(t, n.socketPath(t, netPool), 0o600)
 		if _, err := n.kubelet.Allocate(ctx, netPool, []string{"0000:3b:01.1"}); err != nil {
 			t.Fatalf("Allocate through the re-created socket: %v", err)
 		}
