@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -209,6 +210,22 @@ func TestRestartedPoolKeepsItsLastMembers(t *testing.T) {
 	waitLedger(ctx, t, d, "the move", func(s events.State) bool {
 		return s.Devices[dev].Pool == netPool && len(s.Pools[one].Members) == 0
 	})
+	// The pool the device left records that on its own, without waiting:
+	// the restart is judged by what comes after that record.
+	for left := false; !left; {
+		if err := d.Recorder().Log().Read(1, func(e events.Envelope) error {
+			if m, ok := e.Payload.(events.PoolMembershipChanged); ok && m.Pool == one && slices.Contains(m.Removed, dev) {
+				left = true
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%s never recorded that %s left", one, dev)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	kids, err := d.Children(ctx)
 	if err != nil {
 		t.Fatal(err)
