@@ -24,8 +24,10 @@ type Recorder struct {
 }
 
 // Observe sets a function called with every batch once it is durable (the
-// daemon's metrics). It must be fast and must not block; set it before the
-// first Record.
+// daemon's metrics). For RecordAsync it runs on the store's writer, which
+// commits nothing else meanwhile: it must be fast and must not block (a
+// test that blocks in it holds the whole ledger). Set it before the first
+// Record.
 func (r *Recorder) Observe(fn func([]events.Envelope)) { r.observer = fn }
 
 // NewRecorder returns a Recorder appending to log as boot bootID. now is the

@@ -119,6 +119,7 @@ func (p *allocator) Receive(ctx actor.Context) {
 		p.setMembers(ctx, m)
 	case *SetResource:
 		p.cfg.Resource = m.Resource
+		p.life.resource = m.Resource
 		p.list = nil
 		p.broadcast()
 	case *SetHealth:
@@ -208,6 +209,9 @@ func (p *allocator) start(ctx actor.Context) {
 		if d.HealthSeq > 0 {
 			p.verdicts[addr] = verdict{healthy: d.Healthy, seq: d.HealthSeq}
 		}
+	}
+	if p.life.resource != nil {
+		p.cfg.Resource = p.life.resource // a reload's, not the spawn's
 	}
 	ms := p.cfg.Members
 	if p.life.membersSet {
@@ -305,15 +309,11 @@ func (p *allocator) announce(ctx actor.Context, lost string) {
 }
 
 // stop ends this incarnation's serving (the pool stops, or restarts after
-// a crash). The socket goes and streams end at once. Allocates admitted by
-// this incarnation's gate run on the kubelet's calls' goroutines: closing
-// the gate waits for them, so that a stopping daemon records DaemonStopped
-// after them; later ones wait for the next incarnation, or fail once the
-// pool has stopped for good. Other calls may be waiting in the mailbox for
-// this very goroutine: they are answered by the next incarnation after a
-// restart (same PID, same mailbox), or end when the pool has stopped for
-// good, so the server's wait for them must not block here, or every
-// restart and stop would hang until the server gives up on them.
+// a crash). The socket goes and streams end at once. Calls waiting in the
+// mailbox are answered by the next incarnation after a restart (same PID,
+// same mailbox), or end when the pool has stopped for good, so the
+// server's wait for them must not block here, or every restart and stop
+// would hang until the server gives up on them.
 func (p *allocator) stop() {
 	for id, ch := range p.watchers {
 		close(ch)
@@ -452,9 +452,8 @@ func (p *allocator) setMembers(ctx actor.Context, m *SetMembers) {
 }
 
 // letGo tells the parent which of ids have left the pool with no Allocate
-// of them under way; the others are let go when their Allocates end. The
-// view without them is published already, so no Allocate can take them
-// any more.
+// of them pending; the others are let go when their Allocates land. They
+// are members no more, so no Allocate can take them again.
 func (p *allocator) letGo(ctx actor.Context, ids []string) {
 	if len(ids) == 0 || len(p.life.leaving) == 0 {
 		return
@@ -648,6 +647,9 @@ func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*plugi
 // so the pool does not wait for them. Two Allocates of one device pending
 // together are caught too: whichever lands second finds the other held.
 func (p *allocator) hold(envs []events.Envelope) (conflicts []events.Payload) {
+	if p.held == nil { // an incarnation whose start failed, landing as it stops
+		p.held = map[string][]uint64{}
+	}
 	for _, e := range envs {
 		a, ok := e.Payload.(events.DevicesAllocated)
 		if !ok {

@@ -81,11 +81,21 @@ func (b *backend) WatchDevices(ctx context.Context) (<-chan []*pluginapi.Device,
 func (b *backend) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	reply := make(chan allocateReply, 1)
 	b.root.Send(b.pid, &allocateReq{ctx: ctx, req: req, reply: reply, started: time.Now()})
+	// A pool stopped for good answered what it had taken before it went:
+	// an answer waiting beats "stopped".
+	stopped := func() (*pluginapi.AllocateResponse, error) {
+		select {
+		case r := <-reply:
+			return r.resp, r.err
+		default:
+			return nil, fmt.Errorf("%w: pool %s has stopped", grpcapi.ErrUnavailable, b.pool)
+		}
+	}
 	select {
 	case r := <-reply:
 		return r.resp, r.err
 	case <-b.life.gone:
-		return nil, fmt.Errorf("%w: pool %s has stopped", grpcapi.ErrUnavailable, b.pool)
+		return stopped()
 	case <-ctx.Done():
 	}
 	grace := time.NewTimer(b.timeout)
@@ -94,7 +104,7 @@ func (b *backend) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) 
 	case r := <-reply:
 		return r.resp, r.err
 	case <-b.life.gone:
-		return nil, fmt.Errorf("%w: pool %s has stopped", grpcapi.ErrUnavailable, b.pool)
+		return stopped()
 	case <-grace.C:
 		return nil, fmt.Errorf("%w (pool %s did not answer in time)", ctx.Err(), b.pool)
 	}

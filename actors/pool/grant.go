@@ -44,6 +44,9 @@ type lifetime struct {
 	membersSet bool
 	gen        uint64
 	leaving    map[string]bool
+	// resource is the last SetResource applied (nil: none was): a
+	// restarted pool answers with it, not with the spawn's.
+	resource *config.Resource
 	// incarnations counts the incarnations started.
 	incarnations uint64
 	// pending are the Allocates whose events the store has not answered
@@ -125,8 +128,8 @@ func (p *allocator) allocate(ctx actor.Context, m *allocateReq) {
 		return
 	}
 	l.pending[id] = f
-	for _, id := range slices.Concat(devices...) {
-		l.flying[id]++
+	for _, d := range slices.Concat(devices...) {
+		l.flying[d]++
 	}
 }
 
@@ -171,12 +174,7 @@ func (p *allocator) landedOne(ctx actor.Context, id uint64) {
 // the pool holds its devices, and only then is the kubelet answered. A
 // device the pool lost while this was in flight is let go now.
 func (p *allocator) land(ctx actor.Context, id uint64, f *flight, l landing) {
-	delete(p.life.pending, id)
-	for _, d := range slices.Concat(f.devices...) {
-		if p.life.flying[d]--; p.life.flying[d] <= 0 {
-			delete(p.life.flying, d)
-		}
-	}
+	p.unpend(id, f)
 	err := l.err
 	switch {
 	case err == nil:
@@ -208,21 +206,57 @@ func (p *allocator) land(ctx actor.Context, id uint64, f *flight, l landing) {
 	p.letGo(ctx, slices.Concat(f.devices...))
 }
 
+// unpend ends the flight id: it is answered, by land or as the pool stops.
+func (p *allocator) unpend(id uint64, f *flight) {
+	delete(p.life.pending, id)
+	for _, d := range slices.Concat(f.devices...) {
+		if p.life.flying[d]--; p.life.flying[d] <= 0 {
+			delete(p.life.flying, d)
+		}
+	}
+}
+
 // drainPending waits, as the pool stops for good, for the store's answer to
-// every Allocate still pending, and lands each: nothing the kubelet was
+// the Allocates still pending, and lands each: nothing the kubelet was
 // promised is left unanswered, and the parent hears of every allocation
-// before the pool is gone. The store answers within a commit; timeout
-// bounds a wait on one that does not.
+// before the pool is gone. The store answers a queued append within a
+// commit; timeout bounds the wait for them all, should the disk hang. One
+// still pending then is answered Unavailable, and should it land after all,
+// the parent still hears of it (the ledger has it; the reconciler will find
+// no pod for it, or one).
 func (p *allocator) drainPending(ctx actor.Context, timeout time.Duration) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	expired := false
 	for _, id := range slices.Sorted(maps.Keys(p.life.pending)) {
 		f := p.life.pending[id]
+		if !expired {
+			select {
+			case l := <-f.landed:
+				p.land(ctx, id, f, l)
+				continue
+			case <-deadline.C:
+				expired = true
+			}
+		}
 		select {
 		case l := <-f.landed:
 			p.land(ctx, id, f, l)
-		case <-time.After(timeout):
-			p.cfg.Log.Error().Str("pool", p.name).Msg("the ledger did not answer an Allocate as the pool stopped")
-			p.answer(f.reply, f.started, nil, fmt.Errorf("%w: pool %s stopped before the ledger answered", grpcapi.ErrUnavailable, p.name))
+			continue
+		default:
 		}
+		p.unpend(id, f)
+		p.cfg.Log.Error().Str("pool", p.name).Msg("the ledger did not answer an Allocate as the pool stopped")
+		p.answer(f.reply, f.started, nil, fmt.Errorf("%w: pool %s stopped before the ledger answered", grpcapi.ErrUnavailable, p.name))
+		root, parent, name := ctx.ActorSystem().Root, ctx.Parent(), p.name
+		go func() {
+			l := <-f.landed
+			for _, e := range l.envs {
+				if a, ok := e.Payload.(events.DevicesAllocated); ok {
+					root.Send(parent, &AllocationRecorded{Pool: name, Seq: e.Seq, DeviceIDs: slices.Clone(a.DeviceIDs), At: e.Time})
+				}
+			}
+		}()
 	}
 }
 

@@ -113,11 +113,21 @@ func TestAllocatePendingOverARestartIsAnswered(t *testing.T) {
 	if slices.Sort(recorded); !slices.Equal(recorded, []string{x, y}) {
 		t.Errorf("AllocationRecorded for %v, want %s and %s", recorded, x, y)
 	}
+	// The next incarnation replayed the first allocation from the ledger
+	// before its answer came: held once, no conflict with itself.
+	res, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held := res.(*Status).Held; len(held[x]) != 1 || len(held[y]) != 1 {
+		t.Errorf("held %v, want each device by one allocation", held)
+	}
 }
 
 // A pool stopped for good (a reload removed it, the daemon stops) answers
 // the Allocates pending first, and its parent hears of each allocation: an
-// allocation the ledger holds is never reported as failed.
+// allocation the ledger holds is not reported as failed (unless the ledger
+// takes longer than a call may: see the next test).
 func TestStoppingPoolAnswersItsPendingAllocates(t *testing.T) {
 	f, g, allocated := poolWithAllocateHeld(t)
 	stopped := make(chan struct{})
@@ -156,4 +166,50 @@ func TestAllocateAfterItsDeadlineIsRefused(t *testing.T) {
 	}
 	actortest.Next[*AllocationRecorded](t, f)
 	f.Silent(t)
+}
+
+// A pool stopped for good while the ledger does not answer waits for it no
+// longer than a call may: the kubelet hears Unavailable, and should the
+// allocation land after all, the parent still hears of it.
+func TestStoppingPoolDoesNotWaitForeverForTheLedger(t *testing.T) {
+	f, g, allocated := poolWithAllocateHeld(t, func(c *Config) { c.CallTimeout = 100 * time.Millisecond })
+	stopped := make(chan struct{})
+	go func() {
+		f.Sys.Root.PoisonFuture(f.Child).Wait()
+		close(stopped)
+	}()
+	select {
+	case err := <-allocated:
+		if !strings.Contains(err.Error(), "stopped before the ledger answered") {
+			t.Errorf("the Allocate pending as the pool stopped: %v, want Unavailable", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Allocate was never answered")
+	}
+	<-stopped
+	g.release()
+	if m := actortest.Next[*AllocationRecorded](t, f); !slices.Equal(m.DeviceIDs, []string{x}) {
+		t.Errorf("AllocationRecorded %+v, want %s", *m, x)
+	}
+}
+
+// A pool restarted after a crash answers with the resource of the last
+// reload (SetResource), not with the one it was spawned with.
+func TestRestartedPoolAnswersWithTheReloadedResource(t *testing.T) {
+	f, g, allocated := poolWithAllocateHeld(t)
+	g.release()
+	if err := <-allocated; err != nil {
+		t.Fatal(err)
+	}
+	cdi := &config.Resource{Prefix: "example.com", Name: "vf", DeviceType: config.GenericPCI,
+		CDI: config.CDI{Enabled: true, Kind: "example.com/vf"}}
+	f.Sys.Root.Send(f.Child, &SetResource{Resource: cdi})
+	f.Sys.Root.Send(f.Child, &Crash{Reason: "test"})
+	r := awaitReply(t, allocateVia(f, context.Background(), y))
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if names := r.resp.ContainerResponses[0].CdiDevices; len(names) != 1 || names[0].Name != "example.com/vf="+y {
+		t.Errorf("CDI devices %v after the restart, want the reloaded resource's %s=%s", names, "example.com/vf", y)
+	}
 }

@@ -64,7 +64,7 @@ func member(addr string) allocation.Member {
 // and an Allocate of x over its socket whose append is held, durable but
 // not returned, until g.release: an Allocate under way. allocated has its
 // outcome.
-func poolWithAllocateHeld(t *testing.T) (f *actortest.Family, g *gate, allocated chan error) {
+func poolWithAllocateHeld(t *testing.T, tweaks ...func(*Config)) (f *actortest.Family, g *gate, allocated chan error) {
 	t.Helper()
 	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
 	if err != nil {
@@ -75,11 +75,15 @@ func poolWithAllocateHeld(t *testing.T) (f *actortest.Family, g *gate, allocated
 	t.Cleanup(g.release)
 	rec := ledger.NewRecorder(l, "boot-1", nil)
 	rec.Observe(g.observe)
-	f = actortest.Spawn(t, Props(Config{
+	cfg := Config{
 		Resource: &config.Resource{Prefix: "example.com", Name: "vf", DeviceType: config.GenericPCI},
 		Members:  []allocation.Member{member(x), member(y)}, Recorder: rec, Replayed: &events.State{},
 		SocketDir: kubelettest.ShortTempDir(t), Mode: grpcapi.ModeLegacy, Log: zerolog.Nop(),
-	}))
+	}
+	for _, tweak := range tweaks {
+		tweak(&cfg)
+	}
+	f = actortest.Spawn(t, Props(cfg))
 	socket := actortest.Next[*Serving](t, f).Socket
 
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -108,8 +108,9 @@ type KubeletReported struct {
 
 // AllocationRecorded tells the parent an allocation is durable, so the
 // reconciler can look for the pod that holds it and the node knows what
-// holds the device. The Allocate call sends it, before it answers, so that
-// it arrives even when the pool is being stopped.
+// holds the device. The pool sends it as the allocation lands, before it
+// answers the kubelet (a pool stopped for good lands its pending Allocates
+// first).
 type AllocationRecorded struct {
 	Pool      string
 	Seq       uint64
