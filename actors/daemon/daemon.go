@@ -18,7 +18,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -139,7 +138,6 @@ type Daemon struct {
 	node   *actor.PID
 	// health is the node's health checker, which probes go to directly
 	// (Probe); the node sets it each time it spawns one.
-	health atomic.Pointer[actor.PID]
 	admin  *grpcapi.AdminServer
 	podres *grpcapi.PodResourcesClient
 
@@ -294,8 +292,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 		DevinfoDir: devinfo, ScanInterval: opts.ScanInterval, ProbeInterval: opts.ProbeInterval,
 		CallTimeout: opts.CallTimeout, Supervisor: strategy, Log: d.log,
 		PodResources: podres, ObserveAllocate: d.metrics.allocated,
-		Reconcile:     reconciler.Config{Interval: opts.ReconcileInterval, LeakGrace: opts.LeakGrace},
-		HealthSpawned: d.health.Store,
+		Reconcile: reconciler.Config{Interval: opts.ReconcileInterval, LeakGrace: opts.LeakGrace},
 	})
 	props.Configure(actor.WithGuardian(strategy))
 	d.node, err = d.system.Root.SpawnNamed(props, "node")
@@ -451,15 +448,9 @@ func (d *Daemon) Reload(ctx context.Context, reason string) (*node.ReloadResult,
 // node.ProbeHealth).
 func (d *Daemon) Send(msg any) { d.system.Root.Send(d.node, msg) }
 
-// Probe asks for a probe round (what node.ProbeHealth asks), straight of
-// the health checker once the node has spawned it.
-func (d *Daemon) Probe(p *node.ProbeHealth) {
-	if pid := d.health.Load(); pid != nil {
-		d.system.Root.Send(pid, p.Probe())
-		return
-	}
-	d.Send(p)
-}
+// Probe asks for a probe round (what node.ProbeHealth asks), through the
+// node, which owns the health checker.
+func (d *Daemon) Probe(p *node.ProbeHealth) { d.Send(p) }
 
 // Ask sends a request to an actor and waits for the reply within ctx.
 func (d *Daemon) Ask(ctx context.Context, pid *actor.PID, msg any) (any, error) {

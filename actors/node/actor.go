@@ -76,11 +76,7 @@ type Config struct {
 	Reconcile       reconciler.Config
 	// Supervisor supervises the node's children.
 	Supervisor actor.SupervisorStrategy
-	// HealthSpawned, when set, hears the health checker's PID each time
-	// the node spawns one: a kernel event source may send it health.Probe
-	// directly, one hop fewer than ProbeHealth through the node.
-	HealthSpawned func(*actor.PID)
-	Log           zerolog.Logger
+	Log        zerolog.Logger
 }
 
 // DevicePluginDir is the kubelet's legacy registration directory.
@@ -483,9 +479,6 @@ func (n *coordinator) start(ctx actor.Context) {
 		Log: log.With().Str("actor", "sockets").Logger()}))
 	n.health = ctx.Spawn(health.Props(health.Config{Prober: n.cfg.Reader, Recorder: n.cfg.Recorder,
 		Interval: n.cfg.ProbeInterval, Known: st.Clone().Devices, Log: log.With().Str("actor", "health").Logger()}))
-	if n.cfg.HealthSpawned != nil {
-		n.cfg.HealthSpawned(n.health)
-	}
 	rc := n.cfg.Reconcile
 	rc.Recorder, rc.Lister, rc.Replayed = n.cfg.Recorder, n.cfg.PodResources, st
 	rc.Pools = nil
