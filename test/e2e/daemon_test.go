@@ -27,7 +27,7 @@ type node struct {
 
 // newNode writes the named sysfsgen scenario into a temp dir and takes its
 // config from testdata/config/scan/.
-func newNode(t *testing.T, scenario, config string) *node {
+func newNode(t testing.TB, scenario, config string) *node {
 	t.Helper()
 	dir := t.TempDir()
 	out, err := exec.Command(sysfsgenBin, "-scenario", scenario, "-out", filepath.Join(dir, "node")).CombinedOutput()
@@ -59,7 +59,7 @@ type daemon struct {
 // registration mode (legacy or watcher), the kubelet root being the
 // namespace's /var/lib/kubelet. The process is killed at the end of the
 // test if it still runs, and its log is printed if the test failed.
-func startDaemon(t *testing.T, n *node, registration string) *daemon {
+func startDaemon(t testing.TB, n *node, registration string) *daemon {
 	t.Helper()
 	logFile, err := os.CreateTemp(t.TempDir(), "devledger-*.log")
 	if err != nil {
@@ -105,7 +105,7 @@ func startDaemon(t *testing.T, n *node, registration string) *daemon {
 
 // signal sends sig to the daemon and waits (at most timeout) for it to
 // exit; it returns the exit code, -1 for a death by signal.
-func (d *daemon) signal(t *testing.T, sig syscall.Signal, timeout time.Duration) int {
+func (d *daemon) signal(t testing.TB, sig syscall.Signal, timeout time.Duration) int {
 	t.Helper()
 	d.stopped = time.Now()
 	if err := d.cmd.Process.Signal(sig); err != nil {
@@ -127,7 +127,7 @@ func (d *daemon) signal(t *testing.T, sig syscall.Signal, timeout time.Duration)
 }
 
 // logTail prints the last lines of a log file into the test log.
-func logTail(t *testing.T, what, path string) {
+func logTail(t testing.TB, what, path string) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -144,7 +144,7 @@ func logTail(t *testing.T, what, path string) {
 
 // devledger runs a devledger subcommand to completion and returns its
 // standard output.
-func devledger(t *testing.T, args ...string) []byte {
+func devledger(t testing.TB, args ...string) []byte {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(devledgerBin, args...)
@@ -183,7 +183,7 @@ type ledgerState struct {
 
 // replay folds the node's ledger with `devledger replay --format json`
 // (offline, or through the admin socket while the daemon runs).
-func replay(t *testing.T, stateDir string) ledgerState {
+func replay(t testing.TB, stateDir string) ledgerState {
 	t.Helper()
 	out := devledger(t, "replay", "--state-dir", stateDir, "--format", "json")
 	var s ledgerState

@@ -12,7 +12,7 @@ import (
 //
 // Figures are reported for a person (and a regression shows between runs);
 // no test asserts them.
-func logFigure(t *testing.T, scenario, metric string, d time.Duration) {
+func logFigure(t testing.TB, scenario, metric string, d time.Duration) {
 	t.Helper()
 	t.Logf("FIGURE %s %s %.1fms", scenario, metric, float64(d.Microseconds())/1000)
 }

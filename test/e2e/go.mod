@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/google/cadvisor/lib v0.60.5
+	go.etcd.io/bbolt v1.5.0
 	google.golang.org/grpc v1.82.1
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2

@@ -92,7 +92,7 @@ func (h *watchedHandler) deregisteredSince(name string, since time.Time) bool {
 
 // waitDeregistered waits until the plugin manager deregistered the plugin
 // of resource after since (watcher mode only).
-func (k *kubelet) waitDeregistered(t *testing.T, resource string, since time.Time, timeout time.Duration) {
+func (k *kubelet) waitDeregistered(t testing.TB, resource string, since time.Time, timeout time.Duration) {
 	t.Helper()
 	if k.handler == nil {
 		t.Fatal("kubelet: no plugin manager (legacy mode)")
@@ -116,7 +116,7 @@ type kubeletOptions struct {
 
 // resetKubeletRoot empties the tmpfs kubelet root, so that a test starts on a
 // node where no kubelet has run (no checkpoint, no sockets).
-func resetKubeletRoot(t *testing.T) {
+func resetKubeletRoot(t testing.TB) {
 	t.Helper()
 	entries, err := os.ReadDir(kubeletRoot)
 	if err != nil {
@@ -131,7 +131,7 @@ func resetKubeletRoot(t *testing.T) {
 
 // logKubeletTo points the kubelet code's klog output at a file of the test's
 // and, if the test fails, prints its tail.
-func logKubeletTo(t *testing.T) {
+func logKubeletTo(t testing.TB) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "kubelet.log")
 	f, err := os.Create(path)
@@ -153,7 +153,7 @@ func logKubeletTo(t *testing.T) {
 // manager; here the fake one, policy none) and starts it: it reads its
 // checkpoint, empties device-plugins/ of sockets and serves kubelet.sock.
 // The pods are the node's: they outlive a kubelet restart.
-func startKubelet(t *testing.T, pods *podList, opts kubeletOptions) *kubelet {
+func startKubelet(t testing.TB, pods *podList, opts kubeletOptions) *kubelet {
 	t.Helper()
 	logger := klog.Background()
 	m, err := devicemanager.NewManagerImpl(logger, nodeNUMA, topologymanager.NewFakeManager(logger))
@@ -204,7 +204,7 @@ func (k *kubelet) stop() {
 
 // restart is a kubelet restart: this life stops and a new device manager
 // starts on the same node, with the same pods.
-func (k *kubelet) restart(t *testing.T, opts kubeletOptions) *kubelet {
+func (k *kubelet) restart(t testing.TB, opts kubeletOptions) *kubelet {
 	t.Helper()
 	k.stop()
 	return startKubelet(t, k.pods, opts)
@@ -245,7 +245,7 @@ func (k *kubelet) capacity() (capacity, allocatable counts) {
 
 // waitCapacity polls GetCapacity until ok accepts it, and returns how long
 // that took from since. It fails the test after timeout.
-func (k *kubelet) waitCapacity(t *testing.T, what string, since time.Time, timeout time.Duration, ok func(capacity, allocatable counts) bool) time.Duration {
+func (k *kubelet) waitCapacity(t testing.TB, what string, since time.Time, timeout time.Duration, ok func(capacity, allocatable counts) bool) time.Duration {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -261,7 +261,7 @@ func (k *kubelet) waitCapacity(t *testing.T, what string, since time.Time, timeo
 }
 
 // waitAllocatable waits until capacity and allocatable are both want.
-func (k *kubelet) waitAllocatable(t *testing.T, since time.Time, want counts) time.Duration {
+func (k *kubelet) waitAllocatable(t testing.TB, since time.Time, want counts) time.Duration {
 	t.Helper()
 	return k.waitCapacity(t, "capacity = allocatable = "+want.String(), since, 30*time.Second, func(c, a counts) bool {
 		return equalCounts(c, want) && equalCounts(a, want)
@@ -299,7 +299,7 @@ type admission struct {
 // each container (topology hints come from the fake topology manager), then
 // GetDeviceRunContainerOptions as kuberuntime does when it builds the
 // container config. It returns the first container's result.
-func (k *kubelet) admit(t *testing.T, pod *v1.Pod) (admission, error) {
+func (k *kubelet) admit(t testing.TB, pod *v1.Pod) (admission, error) {
 	t.Helper()
 	ctx := klog.NewContext(context.Background(), klog.Background())
 	k.pods.add(pod)
@@ -390,7 +390,7 @@ func (p *podList) newPod(resourceName string, n int64) *v1.Pod {
 
 // socketsIn lists the unix sockets in dir, by base name, kubelet.sock left
 // out: the plugins' sockets.
-func socketsIn(t *testing.T, dir string) []string {
+func socketsIn(t testing.TB, dir string) []string {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
 	if err != nil {

@@ -167,7 +167,7 @@ func findRepoRoot() (string, error) {
 }
 
 // requireSuite skips or fails the test when the suite could not be set up.
-func requireSuite(t *testing.T) {
+func requireSuite(t testing.TB) {
 	t.Helper()
 	if skipReason != "" {
 		t.Skip(skipReason)

@@ -38,7 +38,7 @@ func TestLegacyRestartCycles(t *testing.T) { runRestartCycles(t, "legacy") }
 // manager finding the sockets in plugins_registry/.
 func TestWatcherRestartCycles(t *testing.T) { runRestartCycles(t, "watcher") }
 
-func runRestartCycles(t *testing.T, mode string) {
+func runRestartCycles(t testing.TB, mode string) {
 	r := startRig(t, mode)
 	var afterKubelet, afterDaemon []time.Duration
 	for i := range restartCycles {
@@ -106,7 +106,7 @@ func runRestartCycles(t *testing.T, mode string) {
 // waitLedgerRegistered waits until the ledger (read through the running
 // daemon's admin socket) has seen restarts kubelet restarts and has every
 // pool registered on the socket it serves on now.
-func waitLedgerRegistered(t *testing.T, r *rig, restarts int) {
+func waitLedgerRegistered(t testing.TB, r *rig, restarts int) {
 	t.Helper()
 	dir := devicePluginsDir
 	if r.mode == "watcher" {
@@ -144,7 +144,7 @@ type ledgerEvent struct {
 // registrationHistory is every KubeletRestarted, PluginRegistered and
 // RegistrationFailed of the ledger, in order (offline: the daemon is
 // stopped).
-func registrationHistory(t *testing.T, stateDir string) []ledgerEvent {
+func registrationHistory(t testing.TB, stateDir string) []ledgerEvent {
 	t.Helper()
 	out := devledger(t, "dump", "--state-dir", stateDir, "--format", "jsonl")
 	var h []ledgerEvent
@@ -201,7 +201,7 @@ func TestLegacyDoubleRegisterByHand(t *testing.T) {
 // waitFull waits until the kubelet reports every pool of the sriov node
 // with its full capacity, all of it allocatable, and fails the test unless
 // that holds within registeredWithin of since. It returns how long it took.
-func (k *kubelet) waitFull(t *testing.T, what string, since time.Time) time.Duration {
+func (k *kubelet) waitFull(t testing.TB, what string, since time.Time) time.Duration {
 	t.Helper()
 	deadline := since.Add(registeredWithin)
 	for {
@@ -225,7 +225,7 @@ func spread(ds []time.Duration) (p50, most time.Duration) {
 
 // poolSocket is the one socket the daemon serves resource on in dir: the
 // pool's part of the name (resource with '/' replaced) and one of its own.
-func poolSocket(t *testing.T, dir, resource string) string {
+func poolSocket(t testing.TB, dir, resource string) string {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
 	if err != nil {

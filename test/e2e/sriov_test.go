@@ -52,7 +52,7 @@ type rig struct {
 
 // startRig starts a kubelet on a fresh kubelet root, then the daemon in the
 // given registration mode, and waits until the kubelet sees every pool.
-func startRig(t *testing.T, mode string) *rig {
+func startRig(t testing.TB, mode string) *rig {
 	t.Helper()
 	requireSuite(t)
 	resetKubeletRoot(t)
@@ -68,7 +68,7 @@ func startRig(t *testing.T, mode string) *rig {
 // checkTopology checks the kubelet's view of every device's NUMA node and
 // the topology hints it would give the topology manager for two DPDK VFs:
 // only NUMA node 1 has two, so that is the one preferred hint.
-func checkTopology(t *testing.T, k *kubelet, pods *podList) {
+func checkTopology(t testing.TB, k *kubelet, pods *podList) {
 	t.Helper()
 	for res, want := range sriovNUMA {
 		got := map[string]int64{}
@@ -109,7 +109,7 @@ func env(a admission, name string) (string, bool) {
 // VFs (vfio-pci): the SR-IOV plugin's PCIDEVICE_ variable naming exactly the
 // devices the kubelet allocated, its _INFO twin, and /dev/vfio/vfio plus the
 // group node of each VF, read-write.
-func checkVFIOAdmission(t *testing.T, a admission, groups map[string]string) {
+func checkVFIOAdmission(t testing.TB, a admission, groups map[string]string) {
 	t.Helper()
 	ids := a.devices[resDPDK]
 	const name = "PCIDEVICE_INTEL_COM_INTEL_SRIOV_DPDK"
@@ -159,7 +159,7 @@ var sriovGroups = map[string]string{"0000:3b:01.2": "102", "0000:af:01.1": "111"
 
 // admitDPDK admits a pod of two DPDK VFs and checks the answer; the daemon
 // prefers one NUMA node, and only NUMA node 1 has two.
-func admitDPDK(t *testing.T, r *rig) (*v1.Pod, admission) {
+func admitDPDK(t testing.TB, r *rig) (*v1.Pod, admission) {
 	t.Helper()
 	pod := r.pods.newPod(resDPDK, 2)
 	a, err := r.k.admit(t, pod)
@@ -178,7 +178,7 @@ const freeVF = "0000:3b:01.2"
 
 // admitFreeVF admits a pod of one DPDK VF, which must be freeVF: the
 // kubelet's record of what is taken and the daemon's agree.
-func admitFreeVF(t *testing.T, r *rig, after string) admission {
+func admitFreeVF(t testing.TB, r *rig, after string) admission {
 	t.Helper()
 	b, err := r.k.admit(t, r.pods.newPod(resDPDK, 1))
 	if err != nil {
@@ -195,7 +195,7 @@ func admitFreeVF(t *testing.T, r *rig, after string) admission {
 // to be registered with the new one. The running pod keeps its devices (the
 // kubelet has them from its checkpoint, without asking the daemon), and a
 // new pod is admitted through the new connection.
-func restartKubelet(t *testing.T, r *rig) {
+func restartKubelet(t testing.TB, r *rig) {
 	t.Helper()
 	podA, a := admitDPDK(t, r)
 	r.k = r.k.restart(t, r.kopt)
@@ -215,7 +215,7 @@ func restartKubelet(t *testing.T, r *rig) {
 // waits for it to be registered again. The free VF then goes to a new pod,
 // and the ledger holds both allocations: the one made before the crash was
 // replayed.
-func killDaemon(t *testing.T, r *rig) {
+func killDaemon(t testing.TB, r *rig) {
 	t.Helper()
 	_, a := admitDPDK(t, r)
 	r.d.signal(t, syscall.SIGKILL, 30*time.Second)

@@ -1,0 +1,244 @@
+package e2e
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/grpc"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// The large node (sysfsgen "large", testdata/config/scan/large.json): its
+// netDevice pool writes a device-info file with every Allocate.
+const (
+	resLargeNet = "intel.com/intel_sriov_netdevice"
+	largeNets   = 504
+	// resBare is the plugin that persists nothing, served beside ours.
+	resBare = "bench.devledger.io/bare"
+	// defaultDevinfoDir is where device plugins write device-info files on
+	// a real node (the Network Plumbing WG spec's path).
+	defaultDevinfoDir = "/var/run/k8s.cni.cncf.io/devinfo/dp"
+)
+
+// BenchmarkAllocateThroughTheDeviceManager: pods admitted through the
+// kubelet's own device manager (its Allocate: GetPreferredAllocation, then
+// Allocate over the plugin's socket, its checkpoint), one device each, to
+// our netDevice pool and to a plugin in the same run that answers from
+// memory and persists nothing. Each of our Allocates is durable in the
+// ledger before it answers: the target is ours p50 <= the bare plugin's
+// p50 + 1.2 x one bare bbolt commit (an Update putting a record of the
+// size of a DevicesAllocated), measured in the same run, with the
+// device-info files in a temp dir and in the node's default dir.
+//
+// The device manager admits one pod at a time (the kubelet's pod
+// admission is sequential, and its Allocate is not safe to call
+// concurrently: podDevices' maps are written without a lock), so there is
+// no "8 clients" figure here; BenchmarkAllocateE2E (actors/daemon) has it,
+// with 8 clients on the pool's socket.
+//
+//	x-baseline       ours p50 / (bare p50 + 1.2 x bbolt p50); target <= 1
+//	ours-p50-ns, bare-p50-ns, bbolt-p50-ns
+//
+// Root only, like the suite; each sub-benchmark starts a kubelet and a
+// daemon of its own.
+func BenchmarkAllocateThroughTheDeviceManager(b *testing.B) {
+	for _, where := range []string{"devinfo-tmp", "devinfo-default"} {
+		b.Run(where, func(b *testing.B) { benchDeviceManagerAllocate(b, where == "devinfo-default") })
+	}
+}
+
+func benchDeviceManagerAllocate(b *testing.B, defaultDevinfo bool) {
+	requireSuite(b)
+	resetKubeletRoot(b)
+	logKubeletTo(b)
+	n := newNode(b, "large", "large.json")
+	if defaultDevinfo {
+		n.devinfoDir = defaultDevinfoDir
+		before := devinfoFiles(b, defaultDevinfoDir)
+		b.Cleanup(func() {
+			for _, f := range devinfoFiles(b, defaultDevinfoDir) {
+				if !slices.Contains(before, f) {
+					os.Remove(f)
+				}
+			}
+		})
+	}
+	pods := &podList{}
+	k := startKubelet(b, pods, kubeletOptions{})
+	serveBarePlugin(b, largeNets)
+	d := startDaemon(b, n, "legacy")
+	k.waitCapacity(b, "both pools registered", d.started, 30*time.Second, func(c, a counts) bool {
+		return a[resLargeNet] == largeNets && a[resBare] == largeNets
+	})
+	put := bareCommit(b, filepath.Dir(n.stateDir))
+
+	// admit admits a pod of one device of res and takes it away again: the
+	// device manager frees the devices of pods no longer active at its
+	// next Allocate. No device is given out twice (ops <= largeNets).
+	admit := func(res string) time.Duration {
+		pod := pods.newPod(res, 1)
+		a, err := k.admit(b, pod)
+		if err != nil {
+			b.Fatalf("admit a pod of 1 x %s: %v", res, err)
+		}
+		pods.remove(pod)
+		return a.took
+	}
+	const warmup, sequential = 5, 200
+	for range warmup {
+		admit(resLargeNet)
+		admit(resBare)
+		put()
+	}
+	var ours, bare, commits []time.Duration
+	b.ResetTimer()
+	for i := range sequential {
+		// Rotate the order, so that each side meets the disk as it is.
+		for side := range 3 {
+			switch (i + side) % 3 {
+			case 0:
+				ours = append(ours, admit(resLargeNet))
+			case 1:
+				bare = append(bare, admit(resBare))
+			default:
+				commits = append(commits, put())
+			}
+		}
+	}
+	b.StopTimer()
+
+	o, ba, c := percentile(ours, 0.5), percentile(bare, 0.5), percentile(commits, 0.5)
+	b.ReportMetric(float64(o.Nanoseconds()), "ours-p50-ns")
+	b.ReportMetric(float64(ba.Nanoseconds()), "bare-p50-ns")
+	b.ReportMetric(float64(c.Nanoseconds()), "bbolt-p50-ns")
+	b.ReportMetric(float64(o)/(float64(ba)+1.2*float64(c)), "x-baseline")
+}
+
+// percentile is the q-quantile (0..1) of ds.
+func percentile(ds []time.Duration, q float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+// devinfoFiles lists the device-info files in dir.
+func devinfoFiles(tb testing.TB, dir string) []string {
+	tb.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		tb.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), "-device.json") {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	return out
+}
+
+// bareCommit opens a bbolt file in dir (the disk the daemon's ledger is
+// on) and returns a function that makes one commit of a record the size of
+// a DevicesAllocated, as the ledger does, and says how long it took.
+func bareCommit(tb testing.TB, dir string) func() time.Duration {
+	tb.Helper()
+	db, err := bolt.Open(filepath.Join(dir, "bare.db"), 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	value := make([]byte, 700)
+	return func() time.Duration {
+		start := time.Now()
+		if err := db.Update(func(tx *bolt.Tx) error {
+			bk, err := tx.CreateBucketIfNotExists([]byte("events"))
+			if err != nil {
+				return err
+			}
+			seq, err := bk.NextSequence()
+			if err != nil {
+				return err
+			}
+			return bk.Put(binary.BigEndian.AppendUint64(nil, seq), value)
+		}); err != nil {
+			tb.Fatal(err)
+		}
+		return time.Since(start)
+	}
+}
+
+// barePlugin is a device plugin that answers from memory and records
+// nothing: the baseline of what the kubelet's path costs.
+type barePlugin struct {
+	pluginapi.UnimplementedDevicePluginServer
+	devices []*pluginapi.Device
+}
+
+func (barePlugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}, nil
+}
+
+func (p barePlugin) ListAndWatch(_ *pluginapi.Empty, s grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	if err := s.Send(&pluginapi.ListAndWatchResponse{Devices: p.devices}); err != nil {
+		return err
+	}
+	<-s.Context().Done()
+	return nil
+}
+
+func (barePlugin) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	resp := &pluginapi.PreferredAllocationResponse{}
+	for _, cr := range req.ContainerRequests {
+		ids := slices.Clone(cr.MustIncludeDeviceIDs)
+		for _, id := range cr.AvailableDeviceIDs {
+			if len(ids) >= int(cr.AllocationSize) {
+				break
+			}
+			if !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
+	}
+	return resp, nil
+}
+
+func (barePlugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	resp := &pluginapi.AllocateResponse{}
+	for _, cr := range req.ContainerRequests {
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{
+			Envs: map[string]string{"PCIDEVICE_BENCH_DEVLEDGER_IO_BARE": strings.Join(cr.DevicesIds, ",")}})
+	}
+	return resp, nil
+}
+
+// serveBarePlugin serves a barePlugin of n devices in device-plugins/ and
+// registers it with the kubelet.
+func serveBarePlugin(tb testing.TB, n int) {
+	tb.Helper()
+	p := barePlugin{}
+	for i := range n {
+		p.devices = append(p.devices, &pluginapi.Device{ID: fmt.Sprintf("bare-%03d", i), Health: pluginapi.Healthy})
+	}
+	sock := filepath.Join(devicePluginsDir, "bench.devledger.io_bare.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(srv, p)
+	go func() { _ = srv.Serve(lis) }()
+	tb.Cleanup(srv.Stop)
+	if err := registerByHand(filepath.Base(sock), resBare); err != nil {
+		tb.Fatalf("register the bare plugin: %v", err)
+	}
+}
