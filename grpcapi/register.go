@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -69,14 +70,17 @@ func RegisterWithKubelet(ctx context.Context, kubeletSocket, resource, endpointB
 	if err == nil {
 		return nil
 	}
+	// gRPC may report the deadline a moment before ctx does.
+	if status.Code(err) == codes.DeadlineExceeded && ctx.Err() == nil {
+		err = context.DeadlineExceeded
+	} else if ctx.Err() != nil {
+		err = ctx.Err()
+	}
 	if !reached.Load() {
-		if ctx.Err() != nil {
-			err = ctx.Err()
-		}
 		return fmt.Errorf("register %s with the kubelet at %s: %w: %w", resource, kubeletSocket, ErrKubeletUnreachable, err)
 	}
-	if ctx.Err() != nil {
-		return fmt.Errorf("register %s with the kubelet at %s: no answer: %w", resource, kubeletSocket, ctx.Err())
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return fmt.Errorf("register %s with the kubelet at %s: no answer: %w", resource, kubeletSocket, err)
 	}
 	st := status.Convert(err)
 	switch st.Code() {
