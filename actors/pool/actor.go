@@ -70,8 +70,10 @@ type allocator struct {
 	// device, members or not: a verdict may come before the members that
 	// bring its device here, and members may come with an older one.
 	verdicts map[string]verdict
-	// held maps a device to the live allocations holding it.
-	held map[string][]uint64
+	// held maps a device to the live allocations holding it; elsewhere
+	// are the members another pool's allocation holds (HeldElsewhere).
+	held      map[string][]uint64
+	elsewhere []string
 	// gen is the newest SetMembers applied. The devices in flight, and
 	// those that left the pool and are not let go yet, are in life.
 	gen uint64
@@ -496,6 +498,12 @@ func (p *allocator) index(ms []allocation.Member) (map[string]allocation.Member,
 		p.verdicts = map[string]verdict{}
 	}
 	byAddr, order := index(ms)
+	p.elsewhere = p.elsewhere[:0]
+	for _, addr := range order {
+		if len(byAddr[addr].HeldElsewhere) > 0 {
+			p.elsewhere = append(p.elsewhere, addr)
+		}
+	}
 	for addr, m := range byAddr {
 		if old, ok := p.members[addr]; ok && old.HealthSeq >= m.HealthSeq {
 			m.Healthy, m.HealthSeq = old.Healthy, old.HealthSeq
@@ -614,17 +622,15 @@ func push(ch chan []*pluginapi.Device, list []*pluginapi.Device) {
 
 func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
 	flying := p.life.flying
-	held := make(map[string]bool, len(p.held)+len(flying))
+	held := make(map[string]bool, len(p.held)+len(flying)+len(p.elsewhere))
 	for id := range p.held {
 		held[id] = true
 	}
 	for id := range flying {
 		held[id] = true
 	}
-	for id, m := range p.members {
-		if len(m.HeldElsewhere) > 0 {
-			held[id] = true
-		}
+	for _, id := range p.elsewhere {
+		held[id] = true
 	}
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for i, cr := range req.ContainerRequests {

@@ -89,7 +89,7 @@ func Preferred(res *config.Resource, members map[string]Member, held map[string]
 	if size < 0 {
 		return nil, fmt.Errorf("preferred allocation for %s: size %d: %w", res.FullName(), size, ErrInvalidRequest)
 	}
-	taken := make(map[string]bool, size)
+	taken := make(map[string]bool, len(available)+len(mustInclude))
 	out := make([]string, 0, size)
 	for _, id := range mustInclude {
 		if taken[id] {
@@ -109,7 +109,7 @@ func Preferred(res *config.Resource, members map[string]Member, held map[string]
 		return out, nil
 	}
 
-	var cands []candidate
+	cands := make([]candidate, 0, len(available))
 	for _, id := range available {
 		m, ok := members[id]
 		if !ok || !m.Usable() || taken[id] {
@@ -226,23 +226,49 @@ func tiers(cands []candidate, node int) [][]candidate {
 }
 
 // pick takes up to need candidates from one tier by policy, adding what it
-// takes to load.
+// takes to load. The order is by address, or for packed by the most loaded
+// group first, emptied before the next: (-load, group, address). The load
+// of each candidate's group is looked up once, not in every comparison,
+// and a pick of one (the usual request) is a scan, not a sort: the kubelet
+// asks with every free device of the pool.
 func pick(policy config.AllocatePolicy, tier []candidate, load map[string]int, need int) []string {
-	slices.SortFunc(tier, func(a, b candidate) int { return strings.Compare(a.id, b.id) })
 	need = min(need, len(tier))
-	switch policy {
-	case config.PolicySpread:
+	if policy == config.PolicySpread {
+		slices.SortFunc(tier, func(a, b candidate) int { return strings.Compare(a.id, b.id) })
 		return spread(tier, load, need)
-	case config.PolicyPacked:
-		// Most loaded group first, emptied before the next.
-		slices.SortStableFunc(tier, func(a, b candidate) int {
-			return cmp.Or(cmp.Compare(load[b.group], load[a.group]), strings.Compare(a.group, b.group))
-		})
+	}
+	type keyed struct {
+		c    candidate
+		load int
+	}
+	ks := make([]keyed, len(tier))
+	for i, c := range tier {
+		ks[i] = keyed{c: c}
+		if policy == config.PolicyPacked {
+			ks[i].load = load[c.group]
+		}
+	}
+	order := func(a, b keyed) int {
+		return cmp.Or(cmp.Compare(b.load, a.load), strings.Compare(a.c.group, b.c.group), strings.Compare(a.c.id, b.c.id))
+	}
+	if policy != config.PolicyPacked {
+		order = func(a, b keyed) int { return strings.Compare(a.c.id, b.c.id) }
+	}
+	if need == 1 {
+		best := 0
+		for i := 1; i < len(ks); i++ {
+			if order(ks[i], ks[best]) < 0 {
+				best = i
+			}
+		}
+		ks[0], ks[best] = ks[best], ks[0]
+	} else {
+		slices.SortFunc(ks, order)
 	}
 	out := make([]string, 0, need)
-	for _, c := range tier[:need] {
-		load[c.group]++
-		out = append(out, c.id)
+	for _, k := range ks[:need] {
+		load[k.c.group]++
+		out = append(out, k.c.id)
 	}
 	return out
 }

@@ -166,6 +166,19 @@ func TestPreferred(t *testing.T) {
 			want:   []string{"0000:3b:0a.1", "0000:3b:0a.2", "0000:3b:0a.3", "0000:3b:02.0"},
 		},
 		{
+			name:   "packed, one device, from the PF with allocations",
+			policy: config.PolicyPacked,
+			held:   []string{"0000:3b:0a.0"},
+			size:   1,
+			want:   []string{"0000:3b:0a.1"},
+		},
+		{
+			name:   "packed, one device, with no allocations: the lowest PF's lowest",
+			policy: config.PolicyPacked,
+			size:   1,
+			want:   []string{"0000:3b:02.0"},
+		},
+		{
 			name:   "packed with no allocations fills the lowest PF first",
 			policy: config.PolicyPacked,
 			size:   5,
