@@ -560,8 +560,9 @@ func (p *allocator) release(seq uint64) {
 }
 
 func (p *allocator) status() *Status {
-	st := &Status{Resource: p.name, Socket: p.socket, Members: len(p.order), Held: map[string][]uint64{}, Watching: len(p.watchers)}
-	for _, m := range p.members {
+	st := &Status{Resource: p.name, Socket: p.socket, Members: len(p.order), Held: map[string][]uint64{}, Health: map[string]bool{}, Watching: len(p.watchers)}
+	for addr, m := range p.members {
+		st.Health[addr] = m.Healthy
 		if m.Usable() { // as the kubelet sees it
 			st.Healthy++
 		}

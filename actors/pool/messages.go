@@ -74,6 +74,8 @@ type Status struct {
 	Healthy  int
 	// Held maps a device to the live allocations holding it.
 	Held map[string][]uint64
+	// Health is each member's health verdict (whatever holds it).
+	Health map[string]bool
 	// Watching counts the ListAndWatch streams open on the pool's
 	// current server (the kubelet's).
 	Watching int

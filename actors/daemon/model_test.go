@@ -1,0 +1,217 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/devledger/devledger/actors/node"
+	"github.com/devledger/devledger/actors/pool"
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/testdata/sysfsgen"
+)
+
+// TestLiveEqualsReplay is the model-based check of DESIGN.md §1 (issue 15):
+// random sequences of what happens to a node (Allocates, also concurrent;
+// health flips; a pool crash; rescans) go through a real daemon, and at
+// every quiet point each pool's state, asked by message, equals the fold of
+// the ledger restricted to that pool: its members, their health, and the
+// live allocations holding them. CI runs modelSeeds seeds;
+// DEVLEDGER_MODEL_SEEDS runs more (task fuzz). A failure names its seed;
+// DEVLEDGER_MODEL_SEED=N runs that one alone.
+func TestLiveEqualsReplay(t *testing.T) {
+	seeds := []uint64{1, 2, 3}
+	if s := os.Getenv("DEVLEDGER_MODEL_SEEDS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("DEVLEDGER_MODEL_SEEDS=%q: %v", s, err)
+		}
+		seeds = seeds[:0]
+		for i := range n {
+			seeds = append(seeds, uint64(i+1))
+		}
+	}
+	if s := os.Getenv("DEVLEDGER_MODEL_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("DEVLEDGER_MODEL_SEED=%q: %v", s, err)
+		}
+		seeds = []uint64{n}
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runModel(t, seed) })
+	}
+}
+
+// modelSteps is how many operations one sequence makes.
+const modelSteps = 20
+
+func runModel(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.ScanInterval, n.opts.ProbeInterval, n.opts.KernelEvents = time.Hour, time.Hour, false
+	d := n.start(t)
+	ctx := waitCtx(t)
+	pools := []string{vfioPool, netPool}
+	for _, p := range pools {
+		if _, err := n.kubelet.WaitRegistered(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The vfio VFs, which the health checker finds unhealthy unbound.
+	vfs := []string{"0000:3b:01.2", "0000:3b:01.3", "0000:af:01.1", "0000:af:01.2", "0000:af:01.3"}
+	unbound := map[string]bool{}
+	crashes := map[string]int{}
+	var history []string
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf("seed %d, after %s: %s", seed, strings.Join(history, ", "), fmt.Sprintf(format, args...))
+	}
+	for range modelSteps {
+		switch op := rng.IntN(6); op {
+		case 0, 1: // Allocates, from one to four clients at once
+			clients := 1 + rng.IntN(4)
+			var wg sync.WaitGroup
+			var picked []string
+			for range clients {
+				res := pools[rng.IntN(len(pools))]
+				devs := n.kubelet.Devices(res)
+				if len(devs) == 0 {
+					continue
+				}
+				id := devs[rng.IntN(len(devs))].ID
+				picked = append(picked, id)
+				wg.Go(func() { _, _ = n.kubelet.Allocate(ctx, res, []string{id}) })
+			}
+			wg.Wait()
+			history = append(history, "allocate "+strings.Join(picked, "+"))
+		case 2: // a VF unbound, or bound again, and probed
+			vf := vfs[rng.IntN(len(vfs))]
+			if unbound[vf] {
+				if err := n.roots.Bind(vf, "vfio-pci"); err != nil {
+					t.Fatal(err)
+				}
+				delete(unbound, vf)
+				history = append(history, "bind "+vf)
+			} else {
+				if err := n.roots.Unbind(vf); err != nil {
+					t.Fatal(err)
+				}
+				unbound[vf] = true
+				history = append(history, "unbind "+vf)
+			}
+			d.Probe(&node.ProbeHealth{Addresses: []string{vf}})
+		case 3: // a pool crashes (fewer times than the supervisor gives up at)
+			p := pools[rng.IntN(len(pools))]
+			if crashes[p] >= 3 {
+				continue
+			}
+			crashes[p]++
+			kids, err := d.Children(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			crash(d, kids.Pools[p], "model")
+			history = append(history, "crash "+p)
+		case 4: // a rescan
+			d.Send(&node.Rescan{Reason: "model"})
+			history = append(history, "rescan")
+		case 5: // a probe of every pooled VF
+			d.Probe(&node.ProbeHealth{Addresses: vfs})
+			history = append(history, "probe")
+		}
+		if diff := converge(t, d, pools); diff != "" {
+			fail("live state differs from the fold of the ledger:\n%s", diff)
+		}
+	}
+}
+
+// converge waits until every pool agrees with the fold of the ledger (a
+// quiet point: what is queued has been handled and recorded), and returns
+// the last difference seen when they do not within a few seconds.
+func converge(t *testing.T, d *Daemon, pools []string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var diff string
+	for {
+		settle(t, d)
+		if diff = compareWithFold(t, ctx, d, pools); diff == "" {
+			return ""
+		}
+		select {
+		case <-ctx.Done():
+			return diff
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// compareWithFold compares each pool's state with the fold of the ledger
+// restricted to it, and says how they differ ("" when they agree).
+func compareWithFold(t *testing.T, ctx context.Context, d *Daemon, pools []string) string {
+	t.Helper()
+	kids, err := d.Children(ctx)
+	if err != nil {
+		return fmt.Sprintf("children: %v", err)
+	}
+	st := ledgerState(t, d)
+	var b strings.Builder
+	for _, name := range pools {
+		res, err := d.Ask(ctx, kids.Pools[name], &pool.Query{})
+		if err != nil {
+			fmt.Fprintf(&b, "%s: query: %v\n", name, err)
+			continue
+		}
+		live := res.(*pool.Status)
+		fold := restrict(st, name)
+		if got, want := slices.Sorted(maps.Keys(live.Health)), fold.members; !slices.Equal(got, want) {
+			fmt.Fprintf(&b, "%s: members %v, the ledger %v\n", name, got, want)
+		}
+		for _, addr := range fold.members {
+			if h, ok := live.Health[addr]; ok && h != fold.health[addr] {
+				fmt.Fprintf(&b, "%s: %s healthy=%v, the ledger %v\n", name, addr, h, fold.health[addr])
+			}
+		}
+		if !maps.EqualFunc(live.Held, fold.held, slices.Equal) {
+			fmt.Fprintf(&b, "%s: held %v, the ledger %v\n", name, live.Held, fold.held)
+		}
+	}
+	return b.String()
+}
+
+// poolFold is the fold of the ledger restricted to one pool.
+type poolFold struct {
+	members []string
+	health  map[string]bool
+	held    map[string][]uint64
+}
+
+func restrict(st events.State, name string) poolFold {
+	f := poolFold{members: slices.Clone(st.Pools[name].Members), health: map[string]bool{}, held: map[string][]uint64{}}
+	slices.Sort(f.members)
+	for _, addr := range f.members {
+		f.health[addr] = st.Devices[addr].Healthy
+	}
+	for seq, a := range st.Allocations {
+		if a.Pool != name {
+			continue
+		}
+		for _, id := range a.DeviceIDs {
+			f.held[id] = append(f.held[id], seq)
+		}
+	}
+	for id := range f.held {
+		slices.Sort(f.held[id])
+	}
+	return f
+}
