@@ -237,6 +237,13 @@ func (n *coordinator) Receive(ctx actor.Context) {
 	case *reconciler.Released:
 		if pid := n.pools[m.Pool]; pid != nil {
 			ctx.Send(pid, &pool.Released{AllocationSeq: m.AllocationSeq})
+		} else if !n.placed && n.replayed != nil {
+			// Released before the first pools exist (the reconciler's
+			// first pass at start): the pools are spawned from the state
+			// replayed at start, which must not bring the allocation back.
+			st := n.replayed.Clone()
+			st = events.Apply(st, events.Envelope{Seq: st.Seq, Time: st.Time, Payload: events.DevicesReleased{AllocationSeq: m.AllocationSeq, Pool: m.Pool}})
+			n.replayed = &st
 		}
 		ids := n.allocated[m.AllocationSeq]
 		n.release(m.AllocationSeq)
