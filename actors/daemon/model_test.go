@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
 	"github.com/devledger/devledger/actors/node"
 	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/events"
@@ -26,7 +28,8 @@ import (
 // rescans; a daemon restart) go through a real daemon, and at
 // every quiet point each pool's state, asked by message, equals the fold of
 // the ledger restricted to that pool: its members, their health, and the
-// live allocations holding them. CI runs modelSeeds seeds;
+// live allocations holding them; and what the kubelet was told over
+// ListAndWatch agrees with the ledger. CI runs modelSeeds seeds;
 // DEVLEDGER_MODEL_SEEDS runs more (task fuzz). A failure names its seed;
 // DEVLEDGER_MODEL_SEED=N runs that one alone.
 func TestLiveEqualsReplay(t *testing.T) {
@@ -165,7 +168,7 @@ func runModel(t *testing.T, seed uint64) {
 			d.Probe(&node.ProbeHealth{Addresses: vfs})
 			history = append(history, "probe")
 		}
-		if diff := converge(t, d, pools); diff != "" {
+		if diff := converge(t, n, d, pools); diff != "" {
 			fail("live state differs from the fold of the ledger:\n%s", diff)
 		}
 	}
@@ -174,14 +177,14 @@ func runModel(t *testing.T, seed uint64) {
 // converge waits until every pool agrees with the fold of the ledger (a
 // quiet point: what is queued has been handled and recorded), and returns
 // the last difference seen when they do not within a few seconds.
-func converge(t *testing.T, d *Daemon, pools []string) string {
+func converge(t *testing.T, n *testNode, d *Daemon, pools []string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var diff string
 	for {
 		settle(t, d)
-		if diff = compareWithFold(t, ctx, d, pools); diff == "" {
+		if diff = compareWithFold(t, ctx, n, d, pools); diff == "" {
 			return ""
 		}
 		select {
@@ -194,7 +197,7 @@ func converge(t *testing.T, d *Daemon, pools []string) string {
 
 // compareWithFold compares each pool's state with the fold of the ledger
 // restricted to it, and says how they differ ("" when they agree).
-func compareWithFold(t *testing.T, ctx context.Context, d *Daemon, pools []string) string {
+func compareWithFold(t *testing.T, ctx context.Context, n *testNode, d *Daemon, pools []string) string {
 	t.Helper()
 	kids, err := d.Children(ctx)
 	if err != nil {
@@ -221,8 +224,35 @@ func compareWithFold(t *testing.T, ctx context.Context, d *Daemon, pools []strin
 		if !maps.EqualFunc(live.Held, fold.held, slices.Equal) {
 			fmt.Fprintf(&b, "%s: held %v, the ledger %v\n", name, live.Held, fold.held)
 		}
+		// What the kubelet was told (ListAndWatch): every member, healthy
+		// when the ledger has it healthy and no other pool's allocation
+		// holds it.
+		listed := map[string]bool{}
+		for _, dev := range n.kubelet.Devices(name) {
+			listed[dev.ID] = dev.Health == pluginapi.Healthy
+		}
+		if got := slices.Sorted(maps.Keys(listed)); !slices.Equal(got, fold.members) {
+			fmt.Fprintf(&b, "%s: the kubelet lists %v, the ledger has members %v\n", name, got, fold.members)
+		}
+		for _, addr := range fold.members {
+			usable := fold.health[addr] && !heldByAnother(st, addr, name)
+			if h, ok := listed[addr]; ok && h != usable {
+				fmt.Fprintf(&b, "%s: the kubelet lists %s healthy=%v, the ledger says %v\n", name, addr, h, usable)
+			}
+		}
 	}
 	return b.String()
+}
+
+// heldByAnother says whether a live allocation of a pool other than name
+// holds addr.
+func heldByAnother(st events.State, addr, name string) bool {
+	for _, seq := range st.Holders[addr] {
+		if st.Allocations[seq].Pool != name {
+			return true
+		}
+	}
+	return false
 }
 
 // poolFold is the fold of the ledger restricted to one pool.
