@@ -87,7 +87,7 @@ func runModel(t *testing.T, seed uint64) {
 		t.Fatalf("seed %d, after %s: %s", seed, strings.Join(history, ", "), fmt.Sprintf(format, args...))
 	}
 	for range modelSteps {
-		switch op := rng.IntN(8); op {
+		switch op := rng.IntN(9); op {
 		case 0, 1: // Allocates, from one to four clients at once
 			clients := 1 + rng.IntN(4)
 			var wg sync.WaitGroup
@@ -138,6 +138,17 @@ func runModel(t *testing.T, seed uint64) {
 			driver[vf] = to
 			d.Send(&node.Rescan{Reason: "model"})
 			history = append(history, "rebind "+vf+" to "+to)
+		case 8: // the node coordinator crashes: its children with it
+			if crashes["node"] >= 2 {
+				continue
+			}
+			crashes["node"]++
+			crashed := time.Now()
+			d.Send(&node.Crash{Reason: "model"})
+			if _, err := n.kubelet.RegisteredAfter(ctx, pools, crashed); err != nil {
+				t.Fatalf("seed %d: the pools were not registered again after a node crash: %v", seed, err)
+			}
+			history = append(history, "crash node")
 		case 7: // the daemon stops and starts again on its ledger
 			if err := d.Stop(ctx, "model"); err != nil {
 				t.Fatal(err)

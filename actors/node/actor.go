@@ -280,6 +280,8 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		}
 	case *ProbeHealth:
 		ctx.Send(n.health, m.Probe())
+	case *Crash:
+		panic(fmt.Sprintf("node: injected crash: %s", m.Reason))
 	case *Children:
 		pools := make(map[string]*actor.PID, len(n.pools))
 		for k, v := range n.pools {

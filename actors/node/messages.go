@@ -59,3 +59,8 @@ type ReloadResult struct {
 	// written; the config in force stays.
 	Err error
 }
+
+// Crash makes the node coordinator panic: fault injection for tests of
+// supervision (its children stop with it and start again from the
+// ledger).
+type Crash struct{ Reason string }
