@@ -24,8 +24,9 @@ import (
 
 // TestLiveEqualsReplay is the model-based check of DESIGN.md §1 (issue 15):
 // random sequences of what happens to a node (Allocates, also concurrent;
-// health flips; VFs rebound and moved between pools; a pool crash;
-// rescans; a daemon restart) go through a real daemon, and at
+// health flips; VFs rebound and moved between pools; config reloads that
+// move allocated devices; pool and node crashes; rescans; a daemon
+// restart) go through a real daemon, and at
 // every quiet point each pool's state, asked by message, equals the fold of
 // the ledger restricted to that pool: its members, their health, and the
 // live allocations holding them; and what the kubelet was told over
@@ -58,6 +59,15 @@ func TestLiveEqualsReplay(t *testing.T) {
 	}
 }
 
+// widenedConfig is sriovConfig with the vfio pool taking iavf VFs too: as
+// the first pool that takes them, it gets every one from the net pool.
+const widenedConfig = `{
+  "resourceList": [
+    {"resourceName": "sriov_vfio", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci", "iavf"]}},
+    {"resourceName": "sriov_net", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["iavf"]}}
+  ]
+}`
+
 // modelSteps is how many operations one sequence makes.
 const modelSteps = 20
 
@@ -81,13 +91,14 @@ func runModel(t *testing.T, seed uint64) {
 		driver[vf] = "vfio-pci"
 	}
 	crashes := map[string]int{}
+	widened := false
 	var history []string
 	fail := func(format string, args ...any) {
 		t.Helper()
 		t.Fatalf("seed %d, after %s: %s", seed, strings.Join(history, ", "), fmt.Sprintf(format, args...))
 	}
 	for range modelSteps {
-		switch op := rng.IntN(9); op {
+		switch op := rng.IntN(10); op {
 		case 0, 1: // Allocates, from one to four clients at once
 			clients := 1 + rng.IntN(4)
 			var wg sync.WaitGroup
@@ -138,6 +149,21 @@ func runModel(t *testing.T, seed uint64) {
 			driver[vf] = to
 			d.Send(&node.Rescan{Reason: "model"})
 			history = append(history, "rebind "+vf+" to "+to)
+		case 9: // a reload that moves every iavf VF, allocated or not,
+			// to the vfio pool (the first pool that takes it), or back
+			cfg := sriovConfig
+			if !widened {
+				cfg = widenedConfig
+			}
+			widened = !widened
+			if err := os.WriteFile(n.opts.ConfigPath, []byte(cfg), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// The config watcher may apply it first: then it is unchanged.
+			if res, err := d.Reload(ctx, "model"); err != nil || !res.Applied && !res.Unchanged {
+				t.Fatalf("seed %d: reload = %+v, %v", seed, res, err)
+			}
+			history = append(history, fmt.Sprintf("reload (widened %v)", widened))
 		case 8: // the node coordinator crashes: its children with it
 			if crashes["node"] >= 2 {
 				continue
