@@ -25,8 +25,8 @@ import (
 // TestLiveEqualsReplay is the model-based check of DESIGN.md §1 (issue 15):
 // random sequences of what happens to a node (Allocates, also concurrent;
 // health flips; VFs rebound and moved between pools; config reloads that
-// move allocated devices; pool and node crashes; rescans; a daemon
-// restart) go through a real daemon, and at
+// move allocated devices; hot-unplug; pool and node crashes; rescans; a
+// daemon restart) go through a real daemon, and at
 // every quiet point each pool's state, asked by message, equals the fold of
 // the ledger restricted to that pool: its members, their health, and the
 // live allocations holding them; and what the kubelet was told over
@@ -92,13 +92,14 @@ func runModel(t *testing.T, seed uint64) {
 	}
 	crashes := map[string]int{}
 	widened := false
+	removed := map[string]bool{}
 	var history []string
 	fail := func(format string, args ...any) {
 		t.Helper()
 		t.Fatalf("seed %d, after %s: %s", seed, strings.Join(history, ", "), fmt.Sprintf(format, args...))
 	}
 	for range modelSteps {
-		switch op := rng.IntN(10); op {
+		switch op := rng.IntN(11); op {
 		case 0, 1: // Allocates, from one to four clients at once
 			clients := 1 + rng.IntN(4)
 			var wg sync.WaitGroup
@@ -117,6 +118,9 @@ func runModel(t *testing.T, seed uint64) {
 			history = append(history, "allocate "+strings.Join(picked, "+"))
 		case 2: // a VF unbound, or bound again, and probed
 			vf := vfs[rng.IntN(len(vfs))]
+			if removed[vf] {
+				continue
+			}
 			if driver[vf] == "" {
 				if err := n.roots.Bind(vf, "vfio-pci"); err != nil {
 					t.Fatal(err)
@@ -134,6 +138,9 @@ func runModel(t *testing.T, seed uint64) {
 		case 6: // a VF rebound to the other pool's driver, and a rescan
 			// moves it, allocated or not
 			vf := vfs[rng.IntN(len(vfs))]
+			if removed[vf] {
+				continue
+			}
 			to := "iavf"
 			if driver[vf] == "iavf" {
 				to = "vfio-pci"
@@ -164,6 +171,20 @@ func runModel(t *testing.T, seed uint64) {
 				t.Fatalf("seed %d: reload = %+v, %v", seed, res, err)
 			}
 			history = append(history, fmt.Sprintf("reload (widened %v)", widened))
+		case 10: // a VF hot-unplugged (at most two a sequence), and a rescan
+			if len(removed) >= 2 {
+				continue
+			}
+			vf := vfs[rng.IntN(len(vfs))]
+			if removed[vf] {
+				continue
+			}
+			if err := n.roots.Remove(vf); err != nil {
+				t.Fatal(err)
+			}
+			removed[vf] = true
+			d.Send(&node.Rescan{Reason: "model"})
+			history = append(history, "unplug "+vf)
 		case 8: // the node coordinator crashes: its children with it
 			if crashes["node"] >= 2 {
 				continue
