@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/peer"
 )
 
-// maxSocketPath is the longest path a unix socket can be bound to on Linux
+// MaxSocketPath is the longest path a unix socket can be bound to on Linux
 // (sun_path holds 108 bytes, one of them the terminating NUL).
-const maxSocketPath = 107
+const MaxSocketPath = 107
 
 // privateDirPrefix names the directory a socket is created in before it is
 // renamed into place: one per socket path, kept while the socket is served
@@ -117,16 +117,16 @@ func listenPrivate(path, dirKey string) (*privateListener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("socket path %s: %w", path, err)
 	}
-	if len(abs) > maxSocketPath {
-		return nil, fmt.Errorf("socket path %s is %d bytes long; a unix socket path takes at most %d", abs, len(abs), maxSocketPath)
+	if len(abs) > MaxSocketPath {
+		return nil, fmt.Errorf("socket path %s is %d bytes long; a unix socket path takes at most %d", abs, len(abs), MaxSocketPath)
 	}
 	if fi, err := os.Lstat(abs); err == nil && fi.Mode().Type() != os.ModeSocket {
 		return nil, fmt.Errorf("socket path %s holds a %v, not a socket: not replacing it", abs, fi.Mode().Type())
 	}
 	tmpDir := privateDir(abs, dirKey)
 	tmp := filepath.Join(tmpDir, "s")
-	if len(tmp) > maxSocketPath {
-		return nil, fmt.Errorf("listen on %s: its temporary name %s is %d bytes long; a unix socket path takes at most %d", abs, tmp, len(tmp), maxSocketPath)
+	if len(tmp) > MaxSocketPath {
+		return nil, fmt.Errorf("listen on %s: its temporary name %s is %d bytes long; a unix socket path takes at most %d", abs, tmp, len(tmp), MaxSocketPath)
 	}
 	var l *net.UnixListener
 	for attempt := 0; ; attempt++ {

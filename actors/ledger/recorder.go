@@ -51,11 +51,7 @@ func (r *Recorder) Record(ctx context.Context, ps ...events.Payload) ([]events.E
 	if len(ps) == 0 {
 		return nil, nil
 	}
-	at := r.now()
-	envs := make([]events.Envelope, len(ps))
-	for i, p := range ps {
-		envs[i] = events.New(p, at, r.bootID)
-	}
+	envs := r.envelopes(ps)
 	out, err := r.log.Append(ctx, envs...)
 	if err != nil {
 		return nil, fmt.Errorf("record %s: %w", envs[0].Type, err)
@@ -77,11 +73,7 @@ func (r *Recorder) RecordAsync(ctx context.Context, ps []events.Payload, done fu
 		done(nil, nil)
 		return nil
 	}
-	at := r.now()
-	envs := make([]events.Envelope, len(ps))
-	for i, p := range ps {
-		envs[i] = events.New(p, at, r.bootID)
-	}
+	envs := r.envelopes(ps)
 	typ := envs[0].Type
 	err := r.log.AppendAsync(ctx, envs, func(out []events.Envelope, err error) {
 		if err != nil {
@@ -97,6 +89,16 @@ func (r *Recorder) RecordAsync(ctx context.Context, ps []events.Payload, done fu
 		return fmt.Errorf("record %s: %w", typ, err)
 	}
 	return nil
+}
+
+// envelopes stamps ps with this run's boot id and one time.
+func (r *Recorder) envelopes(ps []events.Payload) []events.Envelope {
+	at := r.now()
+	envs := make([]events.Envelope, len(ps))
+	for i, p := range ps {
+		envs[i] = events.New(p, at, r.bootID)
+	}
+	return envs
 }
 
 // Replay folds the ledger as it is now (newest snapshot plus the events

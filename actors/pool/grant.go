@@ -178,10 +178,8 @@ func (p *allocator) land(ctx actor.Context, id uint64, f *flight, l landing) {
 	err := l.err
 	switch {
 	case err == nil:
-		for _, e := range l.envs {
-			if a, ok := e.Payload.(events.DevicesAllocated); ok {
-				ctx.Send(ctx.Parent(), &AllocationRecorded{Pool: p.name, Seq: e.Seq, DeviceIDs: slices.Clone(a.DeviceIDs), At: e.Time})
-			}
+		for _, m := range recorded(p.name, l.envs) {
+			ctx.Send(ctx.Parent(), m)
 		}
 		conflicts := p.hold(l.envs)
 		p.answer(f.reply, f.started, f.resp, nil)
@@ -248,16 +246,27 @@ func (p *allocator) drainPending(ctx actor.Context, timeout time.Duration) {
 		p.unpend(id, f)
 		p.cfg.Log.Error().Str("pool", p.name).Msg("the ledger did not answer an Allocate as the pool stopped")
 		p.answer(f.reply, f.started, nil, fmt.Errorf("%w: pool %s stopped before the ledger answered", grpcapi.ErrUnavailable, p.name))
+		// A goroutine, not a message: this pool's mailbox dies with it,
+		// and the store's answer may still come. It only relays that
+		// answer to the parent; it touches none of the pool's state.
 		root, parent, name := ctx.ActorSystem().Root, ctx.Parent(), p.name
 		go func() {
-			l := <-f.landed
-			for _, e := range l.envs {
-				if a, ok := e.Payload.(events.DevicesAllocated); ok {
-					root.Send(parent, &AllocationRecorded{Pool: name, Seq: e.Seq, DeviceIDs: slices.Clone(a.DeviceIDs), At: e.Time})
-				}
+			for _, m := range recorded(name, (<-f.landed).envs) {
+				root.Send(parent, m)
 			}
 		}()
 	}
+}
+
+// recorded is what the parent hears of the allocations among envs.
+func recorded(pool string, envs []events.Envelope) []*AllocationRecorded {
+	var out []*AllocationRecorded
+	for _, e := range envs {
+		if a, ok := e.Payload.(events.DevicesAllocated); ok {
+			out = append(out, &AllocationRecorded{Pool: pool, Seq: e.Seq, DeviceIDs: slices.Clone(a.DeviceIDs), At: e.Time})
+		}
+	}
+	return out
 }
 
 // answer replies to a kubelet's Allocate (the reply channel holds one) and

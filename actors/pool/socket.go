@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/devledger/devledger/grpcapi"
 )
 
 // A pool serves under a socket name that is new for every server it starts
@@ -29,10 +31,6 @@ func SocketBase(resource string) string {
 	return strings.ReplaceAll(resource, "/", "_")
 }
 
-// maxSocketPath is the longest path a unix socket can be bound to on Linux
-// (sun_path holds 108 bytes, one of them the terminating NUL).
-const maxSocketPath = 107
-
 // suffixLen is the length of the part of a socket name after its base:
 // ".0123abcd.sock".
 const suffixLen = 14
@@ -42,7 +40,7 @@ const suffixLen = 14
 // in a deep kubelet dir; the kubelet takes any endpoint name.)
 func socketBaseIn(dir, resource string) string {
 	base := SocketBase(resource)
-	if room := maxSocketPath - len(filepath.Join(dir, "x")) + 1 - suffixLen; len(base) > room && room > 0 {
+	if room := grpcapi.MaxSocketPath - len(filepath.Join(dir, "x")) + 1 - suffixLen; len(base) > room && room > 0 {
 		base = base[:room]
 	}
 	return base

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/devledger/devledger/grpcapi"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 )
 
@@ -95,11 +96,11 @@ func TestLongResourceNamesFit(t *testing.T) {
 	dir := "/var/lib/kubelet/device-plugins"
 	long := "example.com/" + strings.Repeat("n", 63)
 	path := newSocketPath(dir, long)
-	if len(path) > maxSocketPath {
-		t.Fatalf("%s is %d bytes, more than a socket path takes (%d)", path, len(path), maxSocketPath)
+	if len(path) > grpcapi.MaxSocketPath {
+		t.Fatalf("%s is %d bytes, more than a socket path takes (%d)", path, len(path), grpcapi.MaxSocketPath)
 	}
-	if len(path) != maxSocketPath {
-		t.Errorf("%s is %d bytes: cut shorter than it needed to be (%d)", path, len(path), maxSocketPath)
+	if len(path) != grpcapi.MaxSocketPath {
+		t.Errorf("%s is %d bytes: cut shorter than it needed to be (%d)", path, len(path), grpcapi.MaxSocketPath)
 	}
 	if !isSocketIn(dir, long, filepath.Base(path)) {
 		t.Errorf("%s is not known as a socket of %s", path, long)
