@@ -392,6 +392,17 @@ func TestApply(t *testing.T) {
 			},
 		},
 		{
+			name:  "DevicesAllocated that supersedes a holder releases it, and another pool's holder stays",
+			setup: []Payload{DevicesAllocated{Pool: poolB, DeviceIDs: []string{dev2}}},
+			event: DevicesAllocated{Pool: poolA, DeviceIDs: []string{dev2, dev1}, Supersedes: []uint64{allocSeq, 77}, HeldElsewhere: []uint64{eventSeq - 1}},
+			want: func(s *State) {
+				delete(s.Allocations, allocSeq)
+				s.Allocations[eventSeq] = Allocation{Seq: eventSeq, Pool: poolA, DeviceIDs: []string{dev2, dev1}, At: at(eventSeq)}
+				s.Holders[dev1] = []uint64{eventSeq}
+				s.Holders[dev2] = []uint64{eventSeq - 1, eventSeq}
+			},
+		},
+		{
 			name:  "AllocationConflict leaves the fold as it is",
 			event: AllocationConflict{Pool: poolA, Device: dev1, Claims: []Claim{{AllocationSeq: allocSeq}, {Namespace: "ns", Pod: "p"}}, Reason: "reported twice"},
 			want:  func(s *State) {},

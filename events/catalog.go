@@ -332,6 +332,18 @@ type DevicesAllocated struct {
 	// request, and its index within the AllocateRequest.
 	ContainerIndex int                 `json:"container_index"`
 	Response       ContainerAllocation `json:"response"`
+	// Supersedes are the live allocations of Pool that held any of
+	// DeviceIDs when the kubelet allocated them again. The kubelet gives
+	// out only devices it holds free, so their containers are gone: the
+	// fold releases them here, with no DevicesReleased of their own.
+	Supersedes []uint64 `json:"supersedes,omitempty"`
+	// HeldElsewhere are the live allocations of other pools that held any
+	// of DeviceIDs (the device moved pools while held): both hold it now,
+	// a conflict the kubelet could not see.
+	HeldElsewhere []uint64 `json:"held_elsewhere,omitempty"`
+	// Unhealthy are the devices of DeviceIDs the pool listed unhealthy
+	// when the kubelet allocated them (a race the kubelet can lose).
+	Unhealthy []string `json:"unhealthy,omitempty"`
 }
 
 // Claim is one holder of a device: an allocation of ours, or a container the

@@ -18,7 +18,7 @@ func init() {
 	register(TypeRegistrationFailed, 2, map[uint16]func(*reader) Payload{1: decodeRegistrationFailedV1, 2: decodeRegistrationFailed})
 	register(TypeKubeletRestarted, 1, map[uint16]func(*reader) Payload{1: decodeKubeletRestarted})
 	register(TypeSocketLost, 1, map[uint16]func(*reader) Payload{1: decodeSocketLost})
-	register(TypeDevicesAllocated, 1, map[uint16]func(*reader) Payload{1: decodeDevicesAllocated})
+	register(TypeDevicesAllocated, 2, map[uint16]func(*reader) Payload{1: decodeDevicesAllocatedV1, 2: decodeDevicesAllocated})
 	register(TypeAllocationConflict, 1, map[uint16]func(*reader) Payload{1: decodeAllocationConflict})
 	register(TypeAllocationBound, 1, map[uint16]func(*reader) Payload{1: decodeAllocationBound})
 	register(TypeDevicesReleased, 1, map[uint16]func(*reader) Payload{1: decodeDevicesReleased})
@@ -282,9 +282,21 @@ func (p DevicesAllocated) encode(w *writer) {
 	w.strings(p.DeviceIDs)
 	w.int(p.ContainerIndex)
 	p.Response.encode(w)
+	w.uvarints(p.Supersedes)
+	w.uvarints(p.HeldElsewhere)
+	w.strings(p.Unhealthy)
 }
 
 func decodeDevicesAllocated(r *reader) Payload {
+	p := decodeDevicesAllocatedV1(r).(DevicesAllocated)
+	p.Supersedes, p.HeldElsewhere, p.Unhealthy = r.uvarints(), r.uvarints(), r.strings()
+	return p
+}
+
+// decodeDevicesAllocatedV1 reads a record written before Supersedes,
+// HeldElsewhere and Unhealthy: an allocation that superseded another then
+// left the release to the reconciler, and a conflict had its own event.
+func decodeDevicesAllocatedV1(r *reader) Payload {
 	p := DevicesAllocated{Pool: r.string(), DeviceIDs: r.strings(), ContainerIndex: r.int()}
 	p.Response.decode(r)
 	return p

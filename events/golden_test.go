@@ -124,6 +124,11 @@ func TestOldVersionsDecode(t *testing.T) {
 		{"RegistrationFailed.v1.golden", RegistrationFailed{Pool: "intel.com/intel_sriov_dpdk",
 			Socket: "/var/lib/kubelet/device-plugins/intel.com-intel_sriov_dpdk.sock", Mode: "legacy",
 			Error: "rpc error: code = Unavailable desc = connection refused", Attempt: 3}},
+		{"DevicesAllocated.v1.golden", func() Payload {
+			p := samples[TypeDevicesAllocated].(DevicesAllocated)
+			p.Supersedes, p.HeldElsewhere, p.Unhealthy = nil, nil, nil
+			return p
+		}()},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {

@@ -67,8 +67,16 @@ func (g *stream) payload() Payload {
 		if m := g.s.Pools[pool].Members; len(m) > 0 && g.rng.IntN(10) > 0 {
 			ids = g.some(m, 2)
 		}
+		var supersedes []uint64
+		for _, id := range ids {
+			for _, seq := range g.s.Holders[id] {
+				if g.s.Allocations[seq].Pool == pool && g.rng.IntN(2) == 0 {
+					supersedes = append(supersedes, seq)
+				}
+			}
+		}
 		return DevicesAllocated{Pool: pool, DeviceIDs: ids, ContainerIndex: g.rng.IntN(3),
-			Response: ContainerAllocation{Envs: map[string]string{"PCIDEVICE_X": ids[0]}, CDIDevices: ids}}
+			Response: ContainerAllocation{Envs: map[string]string{"PCIDEVICE_X": ids[0]}, CDIDevices: ids}, Supersedes: supersedes}
 	case r < 35:
 		a, ok := g.liveAllocation()
 		if !ok || g.rng.IntN(20) == 0 {

@@ -85,6 +85,7 @@ var samples = map[Type]Payload{
 			Annotations: map[string]string{"k8s.v1.cni.cncf.io/resourceName": "intel.com/intel_sriov_dpdk"},
 			CDIDevices:  []string{"intel.com/sriov=0000:3b:02.1"},
 		},
+		Supersedes: []uint64{4100}, HeldElsewhere: []uint64{3900}, Unhealthy: []string{"0000:3b:02.2"},
 	},
 	TypeAllocationConflict: AllocationConflict{
 		Pool: "intel.com/intel_sriov_dpdk", Device: "0000:3b:02.1",

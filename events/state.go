@@ -322,6 +322,9 @@ func apply(s State, e Envelope, owned bool) State {
 		if !owned {
 			ids = slices.Clone(ids)
 		}
+		for _, seq := range p.Supersedes {
+			s.release(seq)
+		}
 		s.Allocations[e.Seq] = Allocation{Seq: e.Seq, Pool: p.Pool, DeviceIDs: ids, At: e.Time}
 		for _, id := range p.DeviceIDs {
 			s.Holders[id] = append(s.Holders[id], e.Seq)
@@ -335,19 +338,7 @@ func apply(s State, e Envelope, owned bool) State {
 			s.Allocations[p.AllocationSeq] = a
 		}
 	case DevicesReleased:
-		a, ok := s.Allocations[p.AllocationSeq]
-		if !ok {
-			break
-		}
-		for _, id := range a.DeviceIDs {
-			holders := slices.DeleteFunc(s.Holders[id], func(seq uint64) bool { return seq == p.AllocationSeq })
-			if len(holders) == 0 {
-				delete(s.Holders, id)
-			} else {
-				s.Holders[id] = holders
-			}
-		}
-		delete(s.Allocations, p.AllocationSeq)
+		s.release(p.AllocationSeq)
 	case AllocationLeakSuspected:
 		if a, ok := s.Allocations[p.AllocationSeq]; ok {
 			a.LeakSuspected = true
@@ -359,6 +350,24 @@ func apply(s State, e Envelope, owned bool) State {
 		// Facts about the ledger itself; the fold is unchanged.
 	}
 	return s
+}
+
+// release ends the live allocation seq, if it is one: its devices are free
+// of it.
+func (s State) release(seq uint64) {
+	a, ok := s.Allocations[seq]
+	if !ok {
+		return
+	}
+	for _, id := range a.DeviceIDs {
+		holders := slices.DeleteFunc(s.Holders[id], func(h uint64) bool { return h == seq })
+		if len(holders) == 0 {
+			delete(s.Holders, id)
+		} else {
+			s.Holders[id] = holders
+		}
+	}
+	delete(s.Allocations, seq)
 }
 
 // Clone returns a deep copy of s that shares nothing with it.

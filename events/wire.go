@@ -60,6 +60,13 @@ func (w *writer) strings(ss []string) {
 	}
 }
 
+func (w *writer) uvarints(vs []uint64) {
+	w.uvarint(uint64(len(vs)))
+	for _, v := range vs {
+		w.uvarint(v)
+	}
+}
+
 func (w *writer) stringMap(m map[string]string) {
 	w.uvarint(uint64(len(m)))
 	keys := make([]string, 0, len(m))
@@ -298,6 +305,18 @@ func (r *reader) strings() []string {
 		ss[i] = r.string()
 	}
 	return ss
+}
+
+func (r *reader) uvarints() []uint64 {
+	n := r.length(1)
+	if n == 0 {
+		return nil
+	}
+	vs := make([]uint64, n)
+	for i := range vs {
+		vs[i] = r.uvarint()
+	}
+	return vs
 }
 
 func (r *reader) stringMap() map[string]string {
