@@ -81,8 +81,9 @@ func (m Member) Usable() bool { return m.Healthy && len(m.HeldElsewhere) == 0 }
 // repeated in available count once. Fewer than size IDs come back when
 // there are not enough candidates: the kubelet fills the rest itself.
 //
-// Errors: size < 0 or more distinct must-include IDs than size wrap
-// ErrInvalidRequest; a must-include ID that is not a member wraps
+// Errors: size < 0, more distinct must-include IDs than size, or a size
+// larger than the distinct IDs of available and mustInclude together (the
+// kubelet never asks for more than it offers) wrap ErrInvalidRequest; a must-include ID that is not a member wraps
 // ErrUnknownDevice. A must-include device is kept even when unhealthy:
 // the kubelet has already given it to the pod.
 func Preferred(res *config.Resource, members map[string]Member, held map[string]bool, available, mustInclude []string, size int) ([]string, error) {
@@ -90,6 +91,13 @@ func Preferred(res *config.Resource, members map[string]Member, held map[string]
 		return nil, fmt.Errorf("preferred allocation for %s: size %d: %w", res.FullName(), size, ErrInvalidRequest)
 	}
 	taken := make(map[string]bool, len(available)+len(mustInclude))
+	for _, id := range slices.Concat(available, mustInclude) {
+		taken[id] = true
+	}
+	if size > len(taken) {
+		return nil, fmt.Errorf("preferred allocation for %s: size %d of %d distinct available and must-include devices: %w", res.FullName(), size, len(taken), ErrInvalidRequest)
+	}
+	clear(taken)
 	out := make([]string, 0, size)
 	for _, id := range mustInclude {
 		if taken[id] {

@@ -205,13 +205,14 @@ func TestPreferred(t *testing.T) {
 			want:   []string{"0000:3b:02.0", "0000:3b:0a.0", "0000:3b:02.1", "0000:3b:0a.1"},
 		},
 		{
-			name:   "size beyond the candidates gives every candidate",
-			policy: config.PolicySpread,
-			held:   []string{"0000:3b:02.0"},
-			size:   20,
+			name:    "size beyond the usable candidates gives every usable one",
+			policy:  config.PolicySpread,
+			held:    []string{"0000:3b:02.0"},
+			members: func(m map[string]Member) { unhealthy(m, "0000:af:02.1", "0000:af:02.3") },
+			size:    12,
 			want: []string{
 				"0000:3b:0a.0", "0000:3b:02.1", "0000:3b:0a.1", "0000:3b:02.2", "0000:3b:0a.2", "0000:3b:02.3", "0000:3b:0a.3",
-				"0000:af:02.0", "0000:af:02.1", "0000:af:02.2", "0000:af:02.3",
+				"0000:af:02.0", "0000:af:02.2",
 				"0000:3b:02.0",
 			},
 		},
@@ -276,6 +277,7 @@ func TestPreferredErrors(t *testing.T) {
 	}{
 		{"more must-include than size", []string{"0000:3b:02.0", "0000:3b:02.1"}, 1, ErrInvalidRequest},
 		{"negative size", nil, -1, ErrInvalidRequest},
+		{"size beyond what is offered", []string{"0000:3b:02.0"}, 13, ErrInvalidRequest},
 		{"unknown must-include", []string{"0000:ff:00.0"}, 2, ErrUnknownDevice},
 	}
 	for _, tc := range cases {
