@@ -27,6 +27,7 @@ type metrics struct {
 	releases      *prometheus.CounterVec
 	leaks         *prometheus.CounterVec
 	conflicts     *prometheus.CounterVec
+	unhealthy     *prometheus.CounterVec
 	registrations *prometheus.CounterVec
 	regFailures   *prometheus.CounterVec
 	kubelet       prometheus.Counter
@@ -47,6 +48,7 @@ func newMetrics(d *Daemon) *metrics {
 	m.releases = counter("releases_total", "Allocations released (no container holds them any more).", "pool")
 	m.leaks = counter("leak_suspects_total", "Allocations no container claimed within the grace period.", "pool")
 	m.conflicts = counter("allocation_conflicts_total", "Devices claimed twice.", "pool")
+	m.unhealthy = counter("unhealthy_allocations_total", "Devices allocated while the pool listed them unhealthy (a race the kubelet lost).", "pool")
 	m.registrations = counter("registrations_total", "Registrations the kubelet acknowledged.", "pool")
 	m.regFailures = counter("registration_failures_total", "Registrations that failed or were refused.", "pool")
 	m.kubelet = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "devledger", Name: "kubelet_restarts_total", Help: "New kubelets seen (their registration socket appeared)."})
@@ -71,6 +73,11 @@ func (m *metrics) recorded(envs []events.Envelope) {
 		switch p := e.Payload.(type) {
 		case events.DevicesAllocated:
 			m.allocations.WithLabelValues(p.Pool).Inc()
+			// Superseded allocations end here; another pool's holder is a
+			// conflict.
+			m.releases.WithLabelValues(p.Pool).Add(float64(len(p.Supersedes)))
+			m.conflicts.WithLabelValues(p.Pool).Add(float64(len(p.HeldElsewhere)))
+			m.unhealthy.WithLabelValues(p.Pool).Add(float64(len(p.Unhealthy)))
 		case events.DevicesReleased:
 			m.releases.WithLabelValues(p.Pool).Inc()
 		case events.AllocationLeakSuspected:

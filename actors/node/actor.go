@@ -231,9 +231,14 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		// asked for anew (NeedSocket), once, however many removals come.
 		ctx.Send(n.registrar, &registrar.Reconcile{})
 	case *pool.AllocationRecorded:
-		ctx.Send(n.reconciler, &reconciler.Allocated{Seq: m.Seq, Pool: m.Pool, DeviceIDs: m.DeviceIDs, At: m.At})
+		ctx.Send(n.reconciler, &reconciler.Allocated{Seq: m.Seq, Pool: m.Pool, DeviceIDs: m.DeviceIDs, At: m.At, Supersedes: m.Supersedes})
+		ids := m.DeviceIDs
+		for _, seq := range m.Supersedes {
+			ids = append(slices.Clone(ids), n.allocated[seq]...)
+			n.release(seq)
+		}
 		n.hold(m.Pool, m.Seq, m.DeviceIDs)
-		n.retellHolds(ctx, m.Pool, m.DeviceIDs, fmt.Sprintf("allocation #%d of %s holds it", m.Seq, m.Pool))
+		n.retellHolds(ctx, m.Pool, ids, fmt.Sprintf("allocation #%d of %s holds it", m.Seq, m.Pool))
 	case *reconciler.Released:
 		if pid := n.pools[m.Pool]; pid != nil {
 			ctx.Send(pid, &pool.Released{AllocationSeq: m.AllocationSeq})

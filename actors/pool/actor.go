@@ -645,15 +645,8 @@ func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*plugi
 }
 
 // hold takes a durable allocation into the pool's state: its devices are
-// held. A device allocated while the ledger already held it for a live
-// allocation is a conflict: the kubelet decides and has its answer, and the
-// ledger records the conflict with every claim, the new allocation's
-// included. Only now are the new allocation's sequence numbers known, so
-// the conflicts it returns are an append of their own; they are history,
-// not state (the fold has both holders from the DevicesAllocated events),
-// so the pool does not wait for them. Two Allocates of one device pending
-// together are caught too: whichever lands second finds the other held.
-func (p *allocator) hold(envs []events.Envelope) (conflicts []events.Payload) {
+// held, and the allocations it supersedes are not.
+func (p *allocator) hold(envs []events.Envelope) {
 	if p.held == nil { // an incarnation whose start failed, landing as it stops
 		p.held = map[string][]uint64{}
 	}
@@ -662,59 +655,17 @@ func (p *allocator) hold(envs []events.Envelope) (conflicts []events.Payload) {
 		if !ok {
 			continue
 		}
+		for _, seq := range a.Supersedes {
+			p.release(seq)
+		}
 		for _, id := range a.DeviceIDs {
-			prev := p.held[id]
-			if slices.Contains(prev, e.Seq) {
-				// A restarted pool replayed the allocation from the ledger
-				// before the store's answer reached it.
-				continue
+			// A restarted pool may have replayed the allocation from the
+			// ledger before the store's answer reached it.
+			if !slices.Contains(p.held[id], e.Seq) {
+				p.held[id] = append(p.held[id], e.Seq)
+				slices.Sort(p.held[id])
 			}
-			elsewhere := slices.DeleteFunc(slices.Clone(p.members[id].HeldElsewhere), allocation.Hold.Leaving)
-			if len(prev) > 0 || len(elsewhere) > 0 {
-				seqs := append(slices.Clone(prev), e.Seq)
-				for _, h := range elsewhere {
-					seqs = append(seqs, h.Seq)
-				}
-				claims := make([]events.Claim, 0, len(seqs))
-				for _, seq := range slices.Sorted(slices.Values(seqs)) {
-					claims = append(claims, events.Claim{AllocationSeq: seq})
-				}
-				reason := "allocated again while the ledger holds it for a live allocation"
-				if len(elsewhere) > 0 {
-					reason = "allocated while a live allocation of another pool holds it: " + holdList(elsewhere)
-				}
-				conflicts = append(conflicts, events.AllocationConflict{Pool: p.name, Device: id, Claims: claims, Reason: reason})
-			}
-			p.held[id] = append(p.held[id], e.Seq)
-			slices.Sort(p.held[id])
 		}
-	}
-	return conflicts
-}
-
-// recordConflicts appends AllocationConflict events without waiting. A
-// failure is logged: the allocations themselves are durable, and the fold
-// knows both holders.
-func (p *allocator) recordConflicts(conflicts []events.Payload) {
-	log, name := p.cfg.Log, p.name
-	failed := func(err error) {
-		log.Error().Err(err).Str("pool", name).Int("conflicts", len(conflicts)).Msg("cannot record allocation conflicts")
-	}
-	if err := p.cfg.Recorder.RecordAsync(context.Background(), conflicts, func(envs []events.Envelope, err error) {
-		if err != nil {
-			failed(err)
-			return
-		}
-		for _, e := range envs {
-			c := e.Payload.(events.AllocationConflict)
-			seqs := make([]uint64, 0, len(c.Claims))
-			for _, cl := range c.Claims {
-				seqs = append(seqs, cl.AllocationSeq)
-			}
-			log.Warn().Str("pool", name).Str("bdf", c.Device).Uints64("claims", seqs).Uint64("seq", e.Seq).Msg("allocation conflict recorded")
-		}
-	}); err != nil {
-		failed(err)
 	}
 }
 

@@ -104,7 +104,7 @@ func (p *allocator) allocate(ctx actor.Context, m *allocateReq) {
 			p.answer(m.reply, m.started, nil, fmt.Errorf("%w: Allocate for %s: %v", grpcapi.ErrInvalidRequest, p.name, err))
 			return
 		}
-		payloads = append(payloads, events.DevicesAllocated{Pool: p.name, DeviceIDs: devices[i], ContainerIndex: i, Response: answer})
+		payloads = append(payloads, p.allocated(devices[i], i, answer))
 		resp.ContainerResponses = append(resp.ContainerResponses, toPlugin(answer))
 	}
 	if p.cfg.DevinfoDir != "" && p.cfg.Resource.DeviceType == config.NetDevice {
@@ -133,8 +133,34 @@ func (p *allocator) allocate(ctx actor.Context, m *allocateReq) {
 	}
 }
 
+// allocated is the event of one container's devices: with what the pool
+// knows of them now, recorded in the transaction that acknowledges the
+// Allocate. The allocations of this pool that hold them are superseded (the
+// kubelet hands out only devices it holds free: their containers are gone);
+// another pool's hold is a conflict the kubelet cannot see.
+func (p *allocator) allocated(ids []string, index int, answer events.ContainerAllocation) events.DevicesAllocated {
+	e := events.DevicesAllocated{Pool: p.name, DeviceIDs: ids, ContainerIndex: index, Response: answer}
+	for _, id := range ids {
+		e.Supersedes = append(e.Supersedes, p.held[id]...)
+		m := p.members[id]
+		for _, h := range m.HeldElsewhere {
+			if !h.Leaving() {
+				e.HeldElsewhere = append(e.HeldElsewhere, h.Seq)
+			}
+		}
+		if !m.Healthy {
+			e.Unhealthy = append(e.Unhealthy, id)
+		}
+	}
+	e.Supersedes = slices.Compact(slices.Sorted(slices.Values(e.Supersedes)))
+	e.HeldElsewhere = slices.Compact(slices.Sorted(slices.Values(e.HeldElsewhere)))
+	return e
+}
+
 // grant checks req against the pool's members: the devices of each
-// container, with their facts. Nothing is recorded yet.
+// container, with their facts. Nothing is recorded yet. A device asked for
+// twice is refused: the kubelet never does it, and two holders of one
+// device in one pod are no answer to give.
 func (p *allocator) grant(req *pluginapi.AllocateRequest) ([][]string, [][]sysfs.Device, error) {
 	if len(req.ContainerRequests) == 0 {
 		return nil, nil, fmt.Errorf("%w: Allocate for %s has no container requests", grpcapi.ErrInvalidRequest, p.name)
@@ -150,6 +176,9 @@ func (p *allocator) grant(req *pluginapi.AllocateRequest) ([][]string, [][]sysfs
 			m, ok := p.members[id]
 			if !ok {
 				return nil, nil, fmt.Errorf("%w: Allocate for %s: device %q is not in the pool", grpcapi.ErrInvalidRequest, p.name, id)
+			}
+			if slices.ContainsFunc(devices, func(ids []string) bool { return slices.Contains(ids, id) }) || slices.ContainsFunc(ds, func(d sysfs.Device) bool { return d.Address == id }) {
+				return nil, nil, fmt.Errorf("%w: Allocate for %s: container request %d asks for device %q, which the request names already", grpcapi.ErrInvalidRequest, p.name, i, id)
 			}
 			ds = append(ds, m.Device)
 		}
@@ -181,16 +210,20 @@ func (p *allocator) land(ctx actor.Context, id uint64, f *flight, l landing) {
 		for _, m := range recorded(p.name, l.envs) {
 			ctx.Send(ctx.Parent(), m)
 		}
-		conflicts := p.hold(l.envs)
+		p.hold(l.envs)
 		p.answer(f.reply, f.started, f.resp, nil)
 		// What only tells of it comes after the answer.
 		for _, e := range l.envs {
 			if a, ok := e.Payload.(events.DevicesAllocated); ok {
-				p.cfg.Log.Info().Str("pool", p.name).Strs("devices", a.DeviceIDs).Uint64("seq", e.Seq).Msg("devices allocated")
+				ev := p.cfg.Log.Info()
+				if len(a.HeldElsewhere) > 0 || len(a.Unhealthy) > 0 {
+					ev = p.cfg.Log.Warn().Uints64("held_elsewhere", a.HeldElsewhere).Strs("unhealthy", a.Unhealthy)
+				}
+				if len(a.Supersedes) > 0 {
+					ev = ev.Uints64("supersedes", a.Supersedes)
+				}
+				ev.Str("pool", p.name).Strs("devices", a.DeviceIDs).Uint64("seq", e.Seq).Msg("devices allocated")
 			}
-		}
-		if len(conflicts) > 0 {
-			p.recordConflicts(conflicts)
 		}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		err = fmt.Errorf("%s: the allocation was not recorded before the call's deadline: %w", p.name, err)
@@ -263,7 +296,7 @@ func recorded(pool string, envs []events.Envelope) []*AllocationRecorded {
 	var out []*AllocationRecorded
 	for _, e := range envs {
 		if a, ok := e.Payload.(events.DevicesAllocated); ok {
-			out = append(out, &AllocationRecorded{Pool: pool, Seq: e.Seq, DeviceIDs: slices.Clone(a.DeviceIDs), At: e.Time})
+			out = append(out, &AllocationRecorded{Pool: pool, Seq: e.Seq, DeviceIDs: slices.Clone(a.DeviceIDs), At: e.Time, Supersedes: slices.Clone(a.Supersedes)})
 		}
 	}
 	return out

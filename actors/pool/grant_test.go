@@ -3,17 +3,23 @@ package pool
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/devledger/devledger/actors/internal/actortest"
+	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/actors/pool/allocation"
 	"github.com/devledger/devledger/config"
+	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi"
+	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/sysfs"
 )
 
@@ -211,5 +217,72 @@ func TestRestartedPoolAnswersWithTheReloadedResource(t *testing.T) {
 	}
 	if names := r.resp.ContainerResponses[0].CdiDevices; len(names) != 1 || names[0].Name != "example.com/vf="+y {
 		t.Errorf("CDI devices %v after the restart, want the reloaded resource's %s=%s", names, "example.com/vf", y)
+	}
+}
+
+// An Allocate records what the pool knows of its devices in the one
+// transaction that acknowledges it: the allocation of the pool that held a
+// device (superseded: the kubelet hands out only free devices), another
+// pool's allocation holding one (a conflict) and a device listed unhealthy.
+// Nothing is appended after the answer.
+func TestAllocateIsOneCommit(t *testing.T) {
+	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	elsewhere := member(y)
+	elsewhere.Healthy = false
+	elsewhere.HeldElsewhere = []allocation.Hold{{Pool: "example.com/other", Seq: 7}, {Pool: "example.com/leaving"}}
+	f := actortest.Spawn(t, Props(Config{
+		Resource: &config.Resource{Prefix: "example.com", Name: "vf", DeviceType: config.GenericPCI},
+		Members:  []allocation.Member{member(x), elsewhere}, Recorder: ledger.NewRecorder(l, "boot-1", nil), Replayed: &events.State{},
+		SocketDir: kubelettest.ShortTempDir(t), Mode: grpcapi.ModeLegacy, Log: zerolog.Nop(),
+	}))
+	actortest.Next[*Serving](t, f)
+
+	allocate := func(ids ...string) events.Envelope {
+		t.Helper()
+		f.Silent(t)
+		// What the pool records as it starts lands first.
+		for seq := l.LastSeq(); ; seq = l.LastSeq() {
+			time.Sleep(50 * time.Millisecond)
+			if l.LastSeq() == seq {
+				break
+			}
+		}
+		before := l.Commits()
+		if r := awaitReply(t, allocateVia(f, context.Background(), ids...)); r.err != nil {
+			t.Fatal(r.err)
+		}
+		if m := actortest.Next[*AllocationRecorded](t, f); !slices.Equal(m.DeviceIDs, ids) {
+			t.Fatalf("parent heard of %v, want %v", m.DeviceIDs, ids)
+		}
+		f.NothingFor(t, 100*time.Millisecond)
+		if n := l.Commits() - before; n != 1 {
+			t.Errorf("Allocate of %v took %d commits, want 1", ids, n)
+		}
+		last := l.LastSeq()
+		var e events.Envelope
+		if err := l.Read(last, func(got events.Envelope) error { e = got; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	first := allocate(x)
+	if p := first.Payload.(events.DevicesAllocated); p.Supersedes != nil || p.HeldElsewhere != nil || p.Unhealthy != nil {
+		t.Errorf("first allocation: %+v", p)
+	}
+	second := allocate(x, y)
+	p, ok := second.Payload.(events.DevicesAllocated)
+	if !ok || !slices.Equal(p.Supersedes, []uint64{first.Seq}) || !slices.Equal(p.HeldElsewhere, []uint64{7}) || !slices.Equal(p.Unhealthy, []string{y}) {
+		t.Errorf("second allocation: %+v, want it to supersede #%d, held elsewhere by #7, %s unhealthy", second.Payload, first.Seq, y)
+	}
+	res, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held := res.(*Status).Held; !slices.Equal(held[x], []uint64{second.Seq}) {
+		t.Errorf("%s held by %v, want only #%d", x, held[x], second.Seq)
 	}
 }

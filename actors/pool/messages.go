@@ -118,6 +118,8 @@ type AllocationRecorded struct {
 	Seq       uint64
 	DeviceIDs []string
 	At        time.Time
+	// Supersedes are the allocations it ended (events.DevicesAllocated).
+	Supersedes []uint64
 }
 
 // LetGo tells the parent that the pool no longer lists Devices, and that

@@ -107,6 +107,9 @@ func (r *reconciler) Receive(ctx actor.Context) {
 			r.timer.Stop()
 		}
 	case *Allocated:
+		for _, seq := range m.Supersedes {
+			delete(r.allocs, seq)
+		}
 		r.allocs[m.Seq] = &alloc{seq: m.Seq, pool: m.Pool, devices: slices.Clone(m.DeviceIDs), at: m.At}
 		r.schedule(ctx, r.cfg.AfterAllocate)
 	case *SetPools:

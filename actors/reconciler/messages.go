@@ -11,6 +11,9 @@ type Allocated struct {
 	Pool      string
 	DeviceIDs []string
 	At        time.Time
+	// Supersedes are the live allocations it ended, released in the
+	// ledger by the same event.
+	Supersedes []uint64
 }
 
 // Reconcile asks for a round now.

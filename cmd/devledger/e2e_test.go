@@ -492,6 +492,8 @@ func TestE2EAllocateBadInput(t *testing.T) {
 		{"not a PCI address", [][]string{{"gpu-0"}}, "gpu-0"},
 		{"zero containers", nil, "no container requests"},
 		{"container without devices", [][]string{{"0000:3b:01.2"}, {}}, "container request 1"},
+		{"one device in two containers", [][]string{{"0000:3b:01.2"}, {"0000:3b:01.2"}}, "0000:3b:01.2"},
+		{"one device twice in a container", [][]string{{"0000:3b:01.3", "0000:3b:01.3"}}, "0000:3b:01.3"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -507,55 +509,49 @@ func TestE2EAllocateBadInput(t *testing.T) {
 	}
 }
 
-// TestE2EAllocateConflict: a device the ledger holds for a live allocation
-// is allocated again: the kubelet decides, so it gets its answer, and the
-// ledger records the conflict with both allocations.
-func TestE2EAllocateConflict(t *testing.T) {
+// TestE2EAllocateSupersedes: a device the ledger holds for a live
+// allocation is allocated again. The kubelet hands out only devices it
+// holds free, so the old holder is gone: the new allocation's own event
+// says it supersedes the old one, which the fold releases, and no conflict
+// is recorded.
+func TestE2EAllocateSupersedes(t *testing.T) {
 	t.Parallel()
 	n := sriovNode(t, "legacy", kubelettest.Options{})
 	n.startRegistered(t, sriovPools)
 	ctx := e2eCtx(t)
 	const dev = "0000:af:01.2"
-	first, err := n.kubelet.Allocate(ctx, vfioPool, []string{dev})
-	if err != nil {
+	if _, err := n.kubelet.Allocate(ctx, vfioPool, []string{dev}); err != nil {
 		t.Fatal(err)
 	}
 	second, err := n.kubelet.Allocate(ctx, vfioPool, []string{dev, "0000:af:01.3"})
 	if err != nil {
 		t.Fatalf("second Allocate of %s: %v", dev, err)
 	}
-	if first.ContainerResponses[0].Envs == nil || second.ContainerResponses[0].Envs == nil {
-		t.Fatalf("empty answers: %v, %v", first, second)
+	if second.ContainerResponses[0].Envs == nil {
+		t.Fatalf("empty answer: %v", second)
 	}
-	envs := n.waitLedger(t, "AllocationConflict", func(envs []events.Envelope) bool {
-		return len(poolsWith(envs, events.TypeAllocationConflict)) > 0
+	envs := n.waitLedger(t, "two allocations", func(envs []events.Envelope) bool {
+		return poolsWith(envs, events.TypeDevicesAllocated)[vfioPool] == 2
 	})
-	var allocs []uint64
-	var conflict *events.AllocationConflict
+	var allocs []events.Envelope
+	st := events.NewState()
 	for _, e := range envs {
-		switch p := e.Payload.(type) {
-		case events.DevicesAllocated:
-			if slices.Contains(p.DeviceIDs, dev) {
-				allocs = append(allocs, e.Seq)
-			}
-		case events.AllocationConflict:
-			conflict = &p
+		st = events.Apply(st, e)
+		if p, ok := e.Payload.(events.DevicesAllocated); ok && slices.Contains(p.DeviceIDs, dev) {
+			allocs = append(allocs, e)
+		}
+		if e.Type == events.TypeAllocationConflict {
+			t.Errorf("conflict recorded: %+v", e.Payload)
 		}
 	}
 	if len(allocs) != 2 {
 		t.Fatalf("%d DevicesAllocated hold %s, want 2:\n%s", len(allocs), dev, describeEnvs(envs))
 	}
-	var claims []uint64
-	for _, c := range conflict.Claims {
-		claims = append(claims, c.AllocationSeq)
+	if p := allocs[1].Payload.(events.DevicesAllocated); !slices.Equal(p.Supersedes, []uint64{allocs[0].Seq}) {
+		t.Errorf("the second allocation supersedes %v, want [%d]", p.Supersedes, allocs[0].Seq)
 	}
-	if conflict.Device != dev || conflict.Pool != vfioPool || !slices.Equal(claims, allocs) {
-		t.Errorf("conflict %+v: want %s in %s claimed by #%d and #%d", conflict, dev, vfioPool, allocs[0], allocs[1])
-	}
-	for _, e := range envs {
-		if p, ok := e.Payload.(events.AllocationConflict); ok && p.Device != dev {
-			t.Errorf("conflict recorded for %s, which only one allocation holds", p.Device)
-		}
+	if _, live := st.Allocations[allocs[0].Seq]; live || !slices.Equal(st.Holders[dev], []uint64{allocs[1].Seq}) {
+		t.Errorf("fold: live %v, holders of %s %v; want only #%d", slices.Sorted(maps.Keys(st.Allocations)), dev, st.Holders[dev], allocs[1].Seq)
 	}
 }
 

@@ -75,7 +75,7 @@ func (ps *podSelection) selected(seq uint64) bool {
 func (ps *podSelection) match(e events.Envelope) bool {
 	switch p := e.Payload.(type) {
 	case events.DevicesAllocated:
-		return ps.selected(e.Seq)
+		return ps.selected(e.Seq) || slices.ContainsFunc(p.Supersedes, ps.selected)
 	case events.AllocationBound:
 		return ps.selected(p.AllocationSeq)
 	case events.DevicesReleased:
@@ -157,13 +157,13 @@ func tell(e events.Envelope, about string) string {
 		}
 	case events.DevicesAllocated:
 		if about == "" {
-			return fmt.Sprintf("#%d allocated %s (%s)", e.Seq, strings.Join(p.DeviceIDs, ","), p.Pool)
+			return fmt.Sprintf("#%d allocated %s (%s)", e.Seq, strings.Join(p.DeviceIDs, ","), p.Pool) + allocatedNotes(p)
 		}
 		others := slices.DeleteFunc(slices.Clone(p.DeviceIDs), func(id string) bool { return id == about })
 		if len(others) > 0 {
-			return fmt.Sprintf("allocated (#%d, with %s)", e.Seq, strings.Join(others, ","))
+			return fmt.Sprintf("allocated (#%d, with %s)", e.Seq, strings.Join(others, ",")) + allocatedNotes(p)
 		}
-		return fmt.Sprintf("allocated (#%d)", e.Seq)
+		return fmt.Sprintf("allocated (#%d)", e.Seq) + allocatedNotes(p)
 	case events.AllocationBound:
 		to := fmt.Sprintf("bound to %s/%s/%s", p.Namespace, p.Pod, p.Container)
 		if about == "" {
@@ -212,6 +212,31 @@ func subjectPrefix(addr, about string) string {
 		return ""
 	}
 	return addr + " "
+}
+
+// allocatedNotes is what an allocation's event says beyond its devices:
+// the allocations it ended, the other pools' that still hold them, and
+// the devices the pool listed unhealthy.
+func allocatedNotes(p events.DevicesAllocated) string {
+	var s string
+	if len(p.Supersedes) > 0 {
+		s += "; supersedes " + seqList(p.Supersedes)
+	}
+	if len(p.HeldElsewhere) > 0 {
+		s += "; conflict: also held by " + seqList(p.HeldElsewhere) + " of another pool"
+	}
+	if len(p.Unhealthy) > 0 {
+		s += "; listed unhealthy: " + strings.Join(p.Unhealthy, ",")
+	}
+	return s
+}
+
+func seqList(seqs []uint64) string {
+	names := make([]string, len(seqs))
+	for i, seq := range seqs {
+		names[i] = fmt.Sprintf("#%d", seq)
+	}
+	return strings.Join(names, ", ")
 }
 
 func withReason(s, sep, reason string) string {

@@ -419,6 +419,19 @@ func (h *historyFold) event(e events.Envelope) error {
 		}
 		if h.within(t) {
 			h.count(p.Pool).allocations++
+			h.count(p.Pool).releases += len(p.Supersedes)
+			h.count(p.Pool).conflicts += len(p.HeldElsewhere)
+		}
+		// The allocations it supersedes end here, on every lane of theirs.
+		for _, seq := range p.Supersedes {
+			for _, l := range h.lanes {
+				if i := openIndex(l, seq); i >= 0 {
+					a := l.open[i]
+					l.open = slices.Delete(l.open, i, i+1)
+					h.advance(l, t)
+					h.bar(l, a, t)
+				}
+			}
 		}
 		for _, addr := range p.DeviceIDs {
 			if l := h.lane(addr, t); l != nil {

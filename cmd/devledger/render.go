@@ -205,7 +205,7 @@ func describe(e events.Envelope) string {
 	case events.SocketLost:
 		return p.Pool
 	case events.DevicesAllocated:
-		return fmt.Sprintf("%s %s", p.Pool, strings.Join(p.DeviceIDs, ","))
+		return fmt.Sprintf("%s %s", p.Pool, strings.Join(p.DeviceIDs, ",")) + allocatedNotes(p)
 	case events.AllocationConflict:
 		return fmt.Sprintf("%s %s", p.Device, p.Reason)
 	case events.AllocationBound:
