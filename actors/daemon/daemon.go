@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -164,11 +165,8 @@ func Start(opts Options) (_ *Daemon, err error) {
 	opts.defaults()
 	d := &Daemon{opts: opts, log: opts.Logger, fatal: make(chan error, 1)}
 
-	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("state dir %s: %w", opts.StateDir, err)
-	}
-	if err := os.Chmod(opts.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("state dir %s: %w", opts.StateDir, err)
+	if err := stateDir(opts.StateDir); err != nil {
+		return nil, err
 	}
 	if _, err := os.Stat(opts.SysfsRoot); err != nil {
 		return nil, fmt.Errorf("sysfs root %s: %w", opts.SysfsRoot, err)
@@ -255,6 +253,19 @@ func Start(opts Options) (_ *Daemon, err error) {
 	for _, e := range envs {
 		st = events.Apply(st, e)
 	}
+	// The metrics address is taken before any actor starts: a daemon that
+	// cannot serve it stops before its pools register.
+	var metricsLn net.Listener
+	if opts.MetricsAddr != "" {
+		if metricsLn, err = net.Listen("tcp", opts.MetricsAddr); err != nil {
+			return nil, fmt.Errorf("--metrics-addr %s: %w", opts.MetricsAddr, err)
+		}
+		defer func() {
+			if !ok {
+				metricsLn.Close()
+			}
+		}()
+	}
 	for _, r := range cfg.Resources {
 		d.pools = append(d.pools, r.FullName())
 	}
@@ -305,15 +316,8 @@ func Start(opts Options) (_ *Daemon, err error) {
 		d.log.Warn().Err(err).Msg("admin socket not served; dump on this node must wait for the daemon to stop")
 	}
 
-	if opts.MetricsAddr != "" {
-		if err := d.serveMetrics(opts.MetricsAddr); err != nil {
-			d.system.Root.PoisonFuture(d.node).Wait()
-			d.system.Shutdown()
-			if d.admin != nil {
-				d.admin.Stop(context.Background())
-			}
-			return nil, fmt.Errorf("--metrics-addr %s: %w", opts.MetricsAddr, err)
-		}
+	if metricsLn != nil {
+		d.serveMetrics(metricsLn)
 	}
 	if opts.KernelEvents {
 		d.watchKernel()
@@ -322,6 +326,26 @@ func Start(opts Options) (_ *Daemon, err error) {
 	go d.snapshotLoop()
 	ok = true
 	return d, nil
+}
+
+// stateDir makes dir, readable by root alone, when it is missing. One that
+// exists keeps its mode (it may be shared with others, /var/lib say), unless
+// others may write to it: another user could then replace the ledger.
+func stateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("state dir %s: %w", dir, err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("state dir %s: %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("state dir %s: not a directory", dir)
+	}
+	if fi.Mode().Perm()&0o022 != 0 && fi.Mode()&os.ModeSticky == 0 {
+		return fmt.Errorf("state dir %s: mode %v lets others write to it; use a directory only root can write to (chmod go-w)", dir, fi.Mode().Perm())
+	}
+	return nil
 }
 
 // watchKernel turns kernel events into rescans and probe rounds: one per

@@ -2,8 +2,10 @@ package daemon
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,4 +172,76 @@ func poolSockets(t testing.TB, dir, resource string) []string {
 		}
 	}
 	return out
+}
+
+// A metrics address in use stops the start before any actor runs: a clear
+// error naming the flag, no panic, DaemonStopped closing the run it opened,
+// and no PID file left behind.
+func TestStartWithMetricsAddrInUse(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	n.opts.MetricsAddr = taken.Addr().String()
+	d, err := Start(n.opts)
+	if err == nil {
+		d.Stop(context.Background(), "test over")
+		t.Fatal("Start served with its metrics address taken")
+	}
+	if !strings.Contains(err.Error(), "--metrics-addr "+n.opts.MetricsAddr) || !strings.Contains(err.Error(), "address already in use") {
+		t.Errorf("Start: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(n.opts.StateDir, PIDFileName)); !os.IsNotExist(err) {
+		t.Errorf("PID file: %v, want it removed", err)
+	}
+	l, err := store.Open(filepath.Join(n.opts.StateDir, LedgerFileName), store.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	st, err := l.Replay(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Daemon.Running || st.Daemon.Starts != 1 {
+		t.Errorf("replayed daemon: %+v, want one start, stopped", st.Daemon)
+	}
+	if res := n.kubelet.Registrations(); len(res) > 0 {
+		t.Errorf("pools registered by a daemon that did not start: %v", res)
+	}
+}
+
+// A state dir is created for root alone; one that exists keeps its mode,
+// unless others can write to it.
+func TestStateDirMode(t *testing.T) {
+	base := t.TempDir()
+	fresh := filepath.Join(base, "fresh")
+	if err := stateDir(fresh); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(fresh); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("new state dir: %v, %v; want mode 0700", fi.Mode(), err)
+	}
+	shared := filepath.Join(base, "shared")
+	if err := os.Mkdir(shared, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := stateDir(shared); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(shared); fi.Mode().Perm() != 0o755 {
+		t.Errorf("existing state dir's mode changed to %v", fi.Mode().Perm())
+	}
+	open := filepath.Join(base, "open")
+	if err := os.Mkdir(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := stateDir(open); err == nil || !strings.Contains(err.Error(), open) || !strings.Contains(err.Error(), "others write") {
+		t.Errorf("world-writable state dir: %v", err)
+	}
 }

@@ -125,12 +125,8 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // serveMetrics serves /metrics, /healthz (the actors answer) and /readyz
-// (every pool registered) on addr.
-func (d *Daemon) serveMetrics(addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
+// (every pool registered) on ln.
+func (d *Daemon) serveMetrics(ln net.Listener) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -166,7 +162,6 @@ func (d *Daemon) serveMetrics(addr string) error {
 		}
 	}()
 	d.log.Info().Str("addr", d.metricsAddr).Msg("serving metrics, /healthz and /readyz")
-	return nil
 }
 
 // MetricsAddr is the address the metrics server listens on, "" when off.
