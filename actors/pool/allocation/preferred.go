@@ -91,13 +91,6 @@ func Preferred(res *config.Resource, members map[string]Member, held map[string]
 		return nil, fmt.Errorf("preferred allocation for %s: size %d: %w", res.FullName(), size, ErrInvalidRequest)
 	}
 	taken := make(map[string]bool, len(available)+len(mustInclude))
-	for _, id := range slices.Concat(available, mustInclude) {
-		taken[id] = true
-	}
-	if size > len(taken) {
-		return nil, fmt.Errorf("preferred allocation for %s: size %d of %d distinct available and must-include devices: %w", res.FullName(), size, len(taken), ErrInvalidRequest)
-	}
-	clear(taken)
 	out := make([]string, 0, size)
 	for _, id := range mustInclude {
 		if taken[id] {
@@ -119,12 +112,19 @@ func Preferred(res *config.Resource, members map[string]Member, held map[string]
 
 	cands := make([]candidate, 0, len(available))
 	for _, id := range available {
-		m, ok := members[id]
-		if !ok || !m.Usable() || taken[id] {
+		if taken[id] {
 			continue
 		}
 		taken[id] = true
+		m, ok := members[id]
+		if !ok || !m.Usable() {
+			continue
+		}
 		cands = append(cands, candidate{id: id, numa: m.Device.NUMANode, group: groupOf(&m.Device), held: held[id]})
+	}
+	// taken is every distinct ID offered now.
+	if size > len(taken) {
+		return nil, fmt.Errorf("preferred allocation for %s: size %d of %d distinct available and must-include devices: %w", res.FullName(), size, len(taken), ErrInvalidRequest)
 	}
 
 	load := make(map[string]int)
