@@ -96,6 +96,15 @@ func (p *allocator) allocate(ctx actor.Context, m *allocateReq) {
 		p.answer(m.reply, m.started, nil, err)
 		return
 	}
+	// The kubelet gives a device to one pod at a time. One that another
+	// Allocate has in flight is refused: its event could name neither
+	// holder right (the other's sequence number is not known yet).
+	for _, id := range slices.Concat(devices...) {
+		if p.life.flying[id] > 0 {
+			p.answer(m.reply, m.started, nil, fmt.Errorf("%w: Allocate for %s: device %s is being allocated by another call", grpcapi.ErrUnavailable, p.name, id))
+			return
+		}
+	}
 	resp := &pluginapi.AllocateResponse{ContainerResponses: make([]*pluginapi.ContainerAllocateResponse, 0, len(devs))}
 	payloads := make([]events.Payload, 0, len(devs))
 	for i, ds := range devs {

@@ -286,3 +286,21 @@ func TestAllocateIsOneCommit(t *testing.T) {
 		t.Errorf("%s held by %v, want only #%d", x, held[x], second.Seq)
 	}
 }
+
+// An Allocate of a device another Allocate has in flight is refused: its
+// event could not name the holder it supersedes. Other devices are served.
+func TestAllocateOfADeviceInFlightIsRefused(t *testing.T) {
+	f, g, allocated := poolWithAllocateHeld(t)
+	r := awaitReply(t, allocateVia(f, context.Background(), x))
+	if !errors.Is(r.err, grpcapi.ErrUnavailable) || !strings.Contains(r.err.Error(), "device "+x+" is being allocated by another call") {
+		t.Errorf("second Allocate of %s: %v", x, r.err)
+	}
+	other := allocateVia(f, context.Background(), y)
+	g.release()
+	if err := <-allocated; err != nil {
+		t.Fatal(err)
+	}
+	if r := awaitReply(t, other); r.err != nil {
+		t.Errorf("Allocate of %s: %v", y, r.err)
+	}
+}
