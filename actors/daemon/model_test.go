@@ -17,6 +17,7 @@ import (
 
 	"github.com/devledger/devledger/actors/node"
 	"github.com/devledger/devledger/actors/pool"
+	"github.com/devledger/devledger/actors/reconciler"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/testdata/sysfsgen"
@@ -230,6 +231,43 @@ func runModel(t *testing.T, seed uint64) {
 			fail("live state differs from the fold of the ledger:\n%s", diff)
 		}
 	}
+	if stories := falseStories(t, d); len(stories) > 0 {
+		fail("the ledger tells of allocations that were not live:\n%s", strings.Join(stories, "\n"))
+	}
+}
+
+// falseStories walks the ledger and names every event that speaks of an
+// allocation as live when the fold up to it has no such live allocation (a
+// release of one released already, say), or supersedes one of another pool.
+func falseStories(t *testing.T, d *Daemon) []string {
+	t.Helper()
+	st := events.NewState()
+	var out []string
+	live := func(e events.Envelope, seq uint64, pool string) {
+		if a, ok := st.Allocations[seq]; !ok || a.Pool != pool {
+			out = append(out, fmt.Sprintf("#%d %s names allocation #%d of %s", e.Seq, e.Type, seq, pool))
+		}
+	}
+	err := d.ledger.Read(0, func(e events.Envelope) error {
+		switch p := e.Payload.(type) {
+		case events.DevicesAllocated:
+			for _, seq := range p.Supersedes {
+				live(e, seq, p.Pool)
+			}
+		case events.DevicesReleased:
+			live(e, p.AllocationSeq, p.Pool)
+		case events.AllocationBound:
+			live(e, p.AllocationSeq, p.Pool)
+		case events.AllocationLeakSuspected:
+			live(e, p.AllocationSeq, p.Pool)
+		}
+		st = events.Apply(st, e)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // converge waits until every pool agrees with the fold of the ledger (a
@@ -263,6 +301,7 @@ func compareWithFold(t *testing.T, ctx context.Context, n *testNode, d *Daemon, 
 	}
 	st := ledgerState(t, d)
 	var b strings.Builder
+	compareProjections(ctx, &b, d, kids, st)
 	for _, name := range pools {
 		res, err := d.Ask(ctx, kids.Pools[name], &pool.Query{})
 		if err != nil {
@@ -300,6 +339,60 @@ func compareWithFold(t *testing.T, ctx context.Context, n *testNode, d *Daemon, 
 		}
 	}
 	return b.String()
+}
+
+// compareProjections compares the node's and the reconciler's state, asked
+// by message, with the fold: the node's holds (what it tells pools of other
+// pools' allocations) and verdicts, and the reconciler's live allocations,
+// their bindings and leak suspects.
+func compareProjections(ctx context.Context, b *strings.Builder, d *Daemon, kids *node.ChildPIDs, st events.State) {
+	res, err := d.Ask(ctx, d.node, &node.Query{})
+	if err != nil {
+		fmt.Fprintf(b, "node: query: %v\n", err)
+		return
+	}
+	ns := res.(*node.Status)
+	holds := map[string][]uint64{}
+	for addr, seqs := range st.Holders {
+		for _, seq := range seqs {
+			if !st.Allocations[seq].LeakSuspected {
+				holds[addr] = append(holds[addr], seq)
+			}
+		}
+		slices.Sort(holds[addr])
+	}
+	if !maps.EqualFunc(ns.Holds, holds, slices.Equal) {
+		fmt.Fprintf(b, "node: holds %v, the ledger %v\n", ns.Holds, holds)
+	}
+	for addr, healthy := range ns.Health {
+		if dev, ok := st.Devices[addr]; !ok || dev.Healthy != healthy {
+			fmt.Fprintf(b, "node: %s healthy=%v, the ledger %+v (known %v)\n", addr, healthy, dev.Healthy, ok)
+		}
+	}
+	res, err = d.Ask(ctx, kids.Reconciler, &reconciler.Query{})
+	if err != nil {
+		fmt.Fprintf(b, "reconciler: query: %v\n", err)
+		return
+	}
+	rs := res.(*reconciler.Status)
+	live := map[uint64]string{}
+	var suspects []uint64
+	for seq, a := range st.Allocations {
+		live[seq] = ""
+		if bd := a.Binding; bd != nil {
+			live[seq] = bd.Namespace + "/" + bd.Pod + "/" + bd.Container
+		}
+		if a.LeakSuspected {
+			suspects = append(suspects, seq)
+		}
+	}
+	slices.Sort(suspects)
+	if !maps.Equal(rs.Allocations, live) {
+		fmt.Fprintf(b, "reconciler: live allocations %v, the ledger %v\n", rs.Allocations, live)
+	}
+	if !slices.Equal(rs.Suspects, suspects) {
+		fmt.Fprintf(b, "reconciler: leak suspects %v, the ledger %v\n", rs.Suspects, suspects)
+	}
 }
 
 // heldByAnother says whether a live allocation of a pool other than name

@@ -287,6 +287,18 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		ctx.Send(n.health, m.Probe())
 	case *Crash:
 		panic(fmt.Sprintf("node: injected crash: %s", m.Reason))
+	case *Query:
+		st := &Status{Holds: map[string][]uint64{}, Health: map[string]bool{}}
+		for addr, hs := range n.holds {
+			for _, h := range hs {
+				st.Holds[addr] = append(st.Holds[addr], h.Seq)
+			}
+			slices.Sort(st.Holds[addr])
+		}
+		for addr, k := range n.healthy {
+			st.Health[addr] = k.Healthy
+		}
+		ctx.Respond(st)
 	case *Children:
 		pools := make(map[string]*actor.PID, len(n.pools))
 		for k, v := range n.pools {

@@ -64,3 +64,16 @@ type ReloadResult struct {
 // supervision (its children stop with it and start again from the
 // ledger).
 type Crash struct{ Reason string }
+
+// Query asks for what the node holds of the ledger's state; the reply is a
+// *Status.
+type Query struct{}
+
+// Status is the reply to Query.
+type Status struct {
+	// Holds are the live allocations holding each device, as the node
+	// tells pools of other pools' holds (leak suspects hold none).
+	Holds map[string][]uint64
+	// Health is the newest verdict the node knows of each device.
+	Health map[string]bool
+}

@@ -122,12 +122,18 @@ func (r *reconciler) Receive(ctx actor.Context) {
 	case *listed:
 		r.listed(ctx, m)
 	case *Query:
-		st := &Status{Live: len(r.allocs), Available: r.available, Rounds: r.rounds, LastRound: r.lastRound}
-		for _, a := range r.allocs {
-			if a.binding != nil {
+		st := &Status{Live: len(r.allocs), Available: r.available, Rounds: r.rounds, LastRound: r.lastRound, Allocations: map[uint64]string{}}
+		for seq, a := range r.allocs {
+			st.Allocations[seq] = ""
+			if b := a.binding; b != nil {
 				st.Bound++
+				st.Allocations[seq] = b.Namespace + "/" + b.Pod + "/" + b.Container
+			}
+			if a.leak {
+				st.Suspects = append(st.Suspects, seq)
 			}
 		}
+		slices.Sort(st.Suspects)
 		ctx.Respond(st)
 	}
 }

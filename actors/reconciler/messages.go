@@ -30,6 +30,11 @@ type Query struct{}
 type Status struct {
 	// Live counts live allocations, Bound those attributed to a container.
 	Live, Bound int
+	// Allocations are the live allocations, each with the container it
+	// is bound to ("namespace/pod/container", "" when none yet), and
+	// Suspects those suspected leaked.
+	Allocations map[uint64]string
+	Suspects    []uint64
 	// Available is false while PodResources cannot be read.
 	Available bool
 	// Rounds counts completed rounds; LastRound is when the last one ended.
