@@ -2,8 +2,11 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"os"
 
 	"github.com/devledger/devledger/events"
 	bolt "go.etcd.io/bbolt"
@@ -124,6 +127,11 @@ func (l *Log) Check(ctx context.Context) (CheckReport, error) {
 			return l.corrupt(seq, fmt.Sprintf("snapshot past the last event (seq %d)", rep.LastSeq), nil)
 		}
 		if l.readOnly {
+			// bbolt's check asserts on a damaged meta page in a goroutine
+			// of its own, where no recover reaches: look at them first.
+			if err := l.checkMetaPages(tx.DB().Info().PageSize); err != nil {
+				return err
+			}
 			var first error
 			for err := range tx.Check() { // drain: the checker blocks on each send
 				if first == nil {
@@ -142,4 +150,50 @@ func (l *Log) Check(ctx context.Context) (CheckReport, error) {
 		return rep, err
 	}
 	return rep, nil
+}
+
+// checkMetaPages reads bbolt's two meta pages from the file and names one
+// that is damaged. bbolt opens a file through the newer valid meta page, so
+// a damaged newer one goes unseen, and with it the transactions since the
+// older one.
+func (l *Log) checkMetaPages(pageSize int) error {
+	f, err := os.Open(l.path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	buf := make([]byte, pageSize)
+	for id := range 2 {
+		if _, err := f.ReadAt(buf, int64(id*pageSize)); err != nil {
+			return l.corrupt(0, fmt.Sprintf("meta page %d cannot be read: %v", id, err), err)
+		}
+		if problem := metaPageProblem(buf, uint64(id)); problem != "" {
+			return l.corrupt(0, fmt.Sprintf("meta page %d is damaged (%s): bbolt reads the file through the other one, which may be older; the transactions after it may be lost", id, problem), nil)
+		}
+	}
+	return nil
+}
+
+// metaPageProblem says what is wrong with a bbolt meta page ("" when
+// nothing is): its page header (id, meta flag), then the meta itself
+// (magic, version, checksum), as bbolt lays them out.
+func metaPageProblem(p []byte, id uint64) string {
+	const header, metaFlag, magic, version, sumAt = 16, 0x04, 0xED0CDAED, 2, 56
+	le := binary.LittleEndian
+	switch {
+	case le.Uint64(p[0:]) != id:
+		return fmt.Sprintf("it says it is page %d", le.Uint64(p[0:]))
+	case le.Uint16(p[8:]) != metaFlag:
+		return fmt.Sprintf("flags %#x, not a meta page's", le.Uint16(p[8:]))
+	case le.Uint32(p[header:]) != magic:
+		return fmt.Sprintf("magic %#x", le.Uint32(p[header:]))
+	case le.Uint32(p[header+4:]) != version:
+		return fmt.Sprintf("version %d", le.Uint32(p[header+4:]))
+	}
+	h := fnv.New64a()
+	h.Write(p[header : header+sumAt])
+	if got := le.Uint64(p[header+sumAt:]); got != h.Sum64() {
+		return fmt.Sprintf("checksum %#x, its contents sum to %#x", got, h.Sum64())
+	}
+	return ""
 }

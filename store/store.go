@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -340,6 +341,12 @@ func openBolt(path string, readOnly bool, timeout time.Duration) (db *bolt.DB, e
 func readMeta(db *bolt.DB, path string) (Meta, error) {
 	m := Meta{Path: path}
 	err := viewRecover(db, path, func(tx *bolt.Tx) error {
+		// A file shorter than the pages its meta counts was cut short: a
+		// read past its end would fault.
+		if fi, err := os.Stat(path); err == nil && fi.Size() < tx.Size() {
+			return &CorruptError{Path: path, Reason: fmt.Sprintf("truncated: the file has %d bytes, its meta page counts %d (%d pages of %d)",
+				fi.Size(), tx.Size(), tx.Size()/int64(db.Info().PageSize), db.Info().PageSize)}
+		}
 		b := tx.Bucket(bucketMeta)
 		if b == nil || !bytes.Equal(b.Get(metaKind), metaKindValue) {
 			return newError(ErrNotLedger, "%s is not a devledger ledger: bbolt database without devledger meta", path)
@@ -393,6 +400,9 @@ func (l *Log) loadBounds() error {
 // viewRecover runs a read transaction, turning a bbolt panic (which bbolt
 // raises on damaged pages) into a *CorruptError.
 func viewRecover(db *bolt.DB, path string, fn func(*bolt.Tx) error) (err error) {
+	// A fault reading the mapped file (damage bbolt follows into a page
+	// past the end) is this read's error, not the process's end.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
 			if up, ok := p.(callerPanic); ok {
