@@ -61,6 +61,21 @@ func (n *testNode) start(t *testing.T) *Daemon {
 	return d
 }
 
+// replayStopped replays the ledger a stopped daemon left in stateDir.
+func replayStopped(t *testing.T, stateDir string) events.State {
+	t.Helper()
+	l, err := store.Open(filepath.Join(stateDir, LedgerFileName), store.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	st, err := l.Replay(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 func waitCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
@@ -98,15 +113,7 @@ func TestDaemonServesAndRecords(t *testing.T) {
 			t.Errorf("sockets of %s left behind after stop: %v", res, left)
 		}
 	}
-	l, err := store.Open(filepath.Join(n.opts.StateDir, LedgerFileName), store.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	st, err := l.Replay(0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := replayStopped(t, n.opts.StateDir)
 	if len(st.Allocations) != 1 {
 		t.Errorf("replayed %d live allocations, want 1", len(st.Allocations))
 	}
@@ -196,15 +203,7 @@ func TestStartWithMetricsAddrInUse(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(n.opts.StateDir, PIDFileName)); !os.IsNotExist(err) {
 		t.Errorf("PID file: %v, want it removed", err)
 	}
-	l, err := store.Open(filepath.Join(n.opts.StateDir, LedgerFileName), store.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	st, err := l.Replay(0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := replayStopped(t, n.opts.StateDir)
 	if st.Daemon.Running || st.Daemon.Starts != 1 {
 		t.Errorf("replayed daemon: %+v, want one start, stopped", st.Daemon)
 	}
