@@ -232,9 +232,9 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		ctx.Send(n.registrar, &registrar.Reconcile{})
 	case *pool.AllocationRecorded:
 		ctx.Send(n.reconciler, &reconciler.Allocated{Seq: m.Seq, Pool: m.Pool, DeviceIDs: m.DeviceIDs, At: m.At, Supersedes: m.Supersedes})
-		ids := m.DeviceIDs
+		ids := slices.Clone(m.DeviceIDs)
 		for _, seq := range m.Supersedes {
-			ids = append(slices.Clone(ids), n.allocated[seq]...)
+			ids = append(ids, n.allocated[seq]...)
 			n.release(seq)
 		}
 		n.hold(m.Pool, m.Seq, m.DeviceIDs)

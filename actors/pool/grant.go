@@ -176,6 +176,7 @@ func (p *allocator) grant(req *pluginapi.AllocateRequest) ([][]string, [][]sysfs
 	}
 	devices := make([][]string, 0, len(req.ContainerRequests))
 	devs := make([][]sysfs.Device, 0, len(req.ContainerRequests))
+	named := map[string]bool{}
 	for i, cr := range req.ContainerRequests {
 		if len(cr.DevicesIds) == 0 {
 			return nil, nil, fmt.Errorf("%w: Allocate for %s: container request %d names no device", grpcapi.ErrInvalidRequest, p.name, i)
@@ -186,9 +187,10 @@ func (p *allocator) grant(req *pluginapi.AllocateRequest) ([][]string, [][]sysfs
 			if !ok {
 				return nil, nil, fmt.Errorf("%w: Allocate for %s: device %q is not in the pool", grpcapi.ErrInvalidRequest, p.name, id)
 			}
-			if slices.ContainsFunc(devices, func(ids []string) bool { return slices.Contains(ids, id) }) || slices.ContainsFunc(ds, func(d sysfs.Device) bool { return d.Address == id }) {
+			if named[id] {
 				return nil, nil, fmt.Errorf("%w: Allocate for %s: container request %d asks for device %q, which the request names already", grpcapi.ErrInvalidRequest, p.name, i, id)
 			}
+			named[id] = true
 			ds = append(ds, m.Device)
 		}
 		devices = append(devices, slices.Clone(cr.DevicesIds))
