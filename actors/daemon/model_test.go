@@ -32,18 +32,21 @@ import (
 // the ledger restricted to that pool: its members, their health, and the
 // live allocations holding them; and what the kubelet was told over
 // ListAndWatch agrees with the ledger. CI runs modelSeeds seeds;
-// DEVLEDGER_MODEL_SEEDS runs more (task fuzz). A failure names its seed;
+// DEVLEDGER_MODEL_SEEDS runs more (task fuzz), side by side: a sequence
+// spends its time waiting on fsyncs and timers, not on the CPU, so go
+// test's -parallel sets how many run at once. A failure names its seed;
 // DEVLEDGER_MODEL_SEED=N runs that one alone.
 func TestLiveEqualsReplay(t *testing.T) {
 	// 6 and 19 found a release lost at start (the reconciler's verdict
 	// before the pools existed, which then held the allocation again).
 	seeds := []uint64{1, 2, 3, 6, 19}
+	parallel := false
 	if s := os.Getenv("DEVLEDGER_MODEL_SEEDS"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil {
 			t.Fatalf("DEVLEDGER_MODEL_SEEDS=%q: %v", s, err)
 		}
-		seeds = seeds[:0]
+		seeds, parallel = seeds[:0], true
 		for i := range n {
 			seeds = append(seeds, uint64(i+1))
 		}
@@ -56,7 +59,12 @@ func TestLiveEqualsReplay(t *testing.T) {
 		seeds = []uint64{n}
 	}
 	for _, seed := range seeds {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runModel(t, seed) })
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			if parallel {
+				t.Parallel()
+			}
+			runModel(t, seed)
+		})
 	}
 }
 
