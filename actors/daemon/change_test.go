@@ -577,6 +577,8 @@ func TestRebindMovesADeviceAndAnEmptyPoolStays(t *testing.T) {
 	if _, ok := s.Pools[one]; !ok {
 		t.Errorf("%s left the ledger's pools", one)
 	}
+	// An operator reading the ledger sees the move from both ends.
+	wantReasons(t, d, 1, dev, map[string]string{one: "; moved to " + net + ": " + dev, net: "; moved from " + one + ": " + dev})
 	// Still served and registered, with nothing to offer.
 	if _, err := os.Stat(reg.Endpoint); err != nil {
 		t.Errorf("the empty pool's socket: %v", err)
@@ -584,6 +586,50 @@ func TestRebindMovesADeviceAndAnEmptyPoolStays(t *testing.T) {
 	again, err := n.kubelet.WaitRegistered(ctx, one)
 	if err != nil || again.Endpoint != reg.Endpoint {
 		t.Errorf("the empty pool's registration: %+v, %v", again, err)
+	}
+}
+
+// A device rebound while the daemon was down has moved when it starts
+// again: the two pools' membership changes at start name each other.
+func TestMoveWhileDownIsRecordedAtStart(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, oneVFIOConfig, kubelettest.Options{})
+	n.opts.ScanInterval = time.Hour
+	d := n.start(t)
+	ctx := waitCtx(t)
+	const one, net, dev = "intel.com/one_vfio", "intel.com/sriov_net", "0000:3b:01.2"
+	waitLedger(ctx, t, d, "the first placement", func(s events.State) bool { return s.Devices[dev].Pool == one })
+	if err := d.Stop(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.roots.Bind(dev, "iavf"); err != nil {
+		t.Fatal(err)
+	}
+	seq := d.Recorder().Log().LastSeq()
+	d = n.start(t)
+	waitLedger(ctx, t, d, "the move at start", func(s events.State) bool {
+		return s.Devices[dev].Pool == net && len(s.Pools[one].Members) == 0
+	})
+	wantReasons(t, d, seq+1, dev, map[string]string{one: "daemon start; moved to " + net + ": " + dev, net: "daemon start; moved from " + one + ": " + dev})
+}
+
+// wantReasons checks that, from seq on, a membership change of each pool
+// of want that adds or removes dev has a reason that says want's words.
+func wantReasons(t *testing.T, d *Daemon, seq uint64, dev string, want map[string]string) {
+	t.Helper()
+	var seen []string
+	if err := d.Recorder().Log().Read(seq, func(e events.Envelope) error {
+		if m, ok := e.Payload.(events.PoolMembershipChanged); ok && slices.Contains(slices.Concat(m.Added, m.Removed), dev) {
+			seen = append(seen, m.Pool+": "+m.Reason)
+			if strings.Contains(m.Reason, want[m.Pool]) {
+				delete(want, m.Pool)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for pool, reason := range want {
+		t.Errorf("no membership change of %s says %q; those of %s: %q", pool, reason, dev, seen)
 	}
 }
 

@@ -200,7 +200,7 @@ func (n *coordinator) Receive(ctx actor.Context) {
 				ms[i] = n.member(old.Device, m.Pool)
 			}
 			n.members[m.Pool] = ms
-			n.setMembers(ctx, pid, ms, "pool restarted")
+			n.setMembers(ctx, pid, ms, "pool restarted", nil)
 		}
 	case *pool.LetGo:
 		let := n.letGo(m.From, m.Gen, m.Devices)
@@ -415,15 +415,15 @@ func (n *coordinator) retellHolds(ctx actor.Context, from string, ids []string, 
 			ms[i] = n.member(ms[i].Device, name)
 		}
 		if pid := n.pools[name]; pid != nil {
-			n.setMembers(ctx, pid, ms, reason)
+			n.setMembers(ctx, pid, ms, reason, nil)
 		}
 	}
 }
 
-// setMembers sends the pool at pid its members, and the devices it was
-// placed out of and has not let go yet (a pool that crashed may have lost
-// what it was to let go).
-func (n *coordinator) setMembers(ctx actor.Context, pid *actor.PID, ms []allocation.Member, reason string) {
+// setMembers sends the pool at pid its members, where those that move
+// come from or go to, and the devices it was placed out of and has not let
+// go yet (a pool that crashed may have lost what it was to let go).
+func (n *coordinator) setMembers(ctx actor.Context, pid *actor.PID, ms []allocation.Member, reason string, moves map[string]string) {
 	var leaving []string
 	for addr, ls := range n.leaving {
 		if slices.ContainsFunc(ls, func(l leave) bool { return l.pid.Equal(pid) }) {
@@ -431,7 +431,23 @@ func (n *coordinator) setMembers(ctx actor.Context, pid *actor.PID, ms []allocat
 		}
 	}
 	slices.Sort(leaving)
-	ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(ms), Reason: reason, Gen: n.gen, Leaving: leaving})
+	ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(ms), Reason: reason, Gen: n.gen, Leaving: leaving, Moves: moves})
+}
+
+// moves are the devices that placement owner moves into or out of pool,
+// from or to another pool (before is the placement it replaces), each with
+// that other pool: so that both ends of a move name each other.
+func moves(pool string, before, owner map[string]string) map[string]string {
+	out := map[string]string{}
+	for addr, from := range before {
+		if to, placed := owner[addr]; placed && from != to && (from == pool || to == pool) {
+			out[addr] = from
+			if from == pool {
+				out[addr] = to
+			}
+		}
+	}
+	return out
 }
 
 // retell returns the verdicts the health checker told a pool that no
@@ -563,6 +579,16 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 	}
 	n.gen++
 	n.leave(owner)
+	// Where each device was: the last placement, or at start the ledger's.
+	before := n.owner
+	if !n.placed {
+		before = map[string]string{}
+		for addr, d := range n.replayed.Devices {
+			if d.Pool != "" {
+				before[addr] = d.Pool
+			}
+		}
+	}
 
 	var targets []health.Target
 	for _, pm := range sel.Pools {
@@ -591,10 +617,10 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 		n.members[pm.Name] = ms
 		if pid, ok := n.pools[pm.Name]; ok {
 			if changed {
-				n.setMembers(ctx, pid, ms, reason)
+				n.setMembers(ctx, pid, ms, reason, moves(pm.Name, before, owner))
 			}
 		} else {
-			n.spawnPool(ctx, res, ms)
+			n.spawnPool(ctx, res, ms, moves(pm.Name, before, owner))
 		}
 		for i := len(targets) - len(ids); i < len(targets); i++ {
 			targets[i].Pool = n.pools[pm.Name]
@@ -659,14 +685,14 @@ func (n *coordinator) addLeave(addr string, l leave) {
 	}
 }
 
-func (n *coordinator) spawnPool(ctx actor.Context, res *config.Resource, ms []allocation.Member) {
+func (n *coordinator) spawnPool(ctx actor.Context, res *config.Resource, ms []allocation.Member, moves map[string]string) {
 	replayed := n.replayed
 	if n.placed {
 		replayed = nil
 	}
 	name := res.FullName()
 	pid, err := ctx.SpawnNamed(pool.Props(pool.Config{
-		Resource: res, Members: slices.Clone(ms), Recorder: n.cfg.Recorder, Replayed: replayed,
+		Resource: res, Members: slices.Clone(ms), Moves: moves, Recorder: n.cfg.Recorder, Replayed: replayed,
 		SocketDir: SocketDir(n.cfg.KubeletDir, n.cfg.Mode), Mode: n.cfg.Mode, Env: n.cfg.AllocEnv, DevinfoDir: n.cfg.DevinfoDir,
 		CallTimeout: n.cfg.CallTimeout, ObserveAllocate: n.cfg.ObserveAllocate, Log: n.cfg.Log.With().Str("actor", "pool").Logger(),
 	}), fmt.Sprintf("pool-%s-%d", strings.ReplaceAll(name, "/", "_"), n.spawned))

@@ -27,8 +27,11 @@ import (
 // Config is what a pool allocator needs.
 type Config struct {
 	Resource *config.Resource
-	// Members are the devices the pool starts with.
+	// Members are the devices the pool starts with, and Moves where those
+	// that moved since the ledger last listed them come from or went to
+	// (see SetMembers).
 	Members  []allocation.Member
+	Moves    map[string]string
 	Recorder *ledger.Recorder
 	// Replayed is the ledger's state the first incarnation starts from; a
 	// restarted pool replays the ledger instead.
@@ -215,12 +218,12 @@ func (p *allocator) start(ctx actor.Context) {
 	if p.life.resource != nil {
 		p.cfg.Resource = p.life.resource // a reload's, not the spawn's
 	}
-	ms := p.cfg.Members
+	ms, moves := p.cfg.Members, p.cfg.Moves
 	if p.life.membersSet {
-		ms, p.gen = p.life.members, p.life.gen
+		ms, p.gen, moves = p.life.members, p.life.gen, nil
 	}
 	p.members, p.order = p.index(ms)
-	p.recordMembership(ctx, before, "daemon start")
+	p.recordMembership(ctx, before, "daemon start", moves)
 	p.rewriteDeviceInfo()
 	// What the last incarnation had not let go yet, with no Allocate of
 	// it under way now, is let go.
@@ -375,12 +378,13 @@ func index(ms []allocation.Member) (map[string]allocation.Member, []string) {
 }
 
 // recordMembership records the difference between before and the current
-// members, if any.
-func (p *allocator) recordMembership(ctx actor.Context, before []string, reason string) {
+// members, if any, with where the devices that move come from or go to.
+func (p *allocator) recordMembership(ctx actor.Context, before []string, reason string, moves map[string]string) {
 	added, removed := diffSorted(before, p.order)
 	if len(added) == 0 && len(removed) == 0 {
 		return
 	}
+	reason += movedList("moved from", added, moves) + movedList("moved to", removed, moves)
 	// A device that leaves while a live allocation holds it is not moved
 	// silently: the reason names the allocations, which stay in the ledger;
 	// nor does one arrive silently while another pool's allocation holds it.
@@ -448,7 +452,7 @@ func (p *allocator) setMembers(ctx actor.Context, m *SetMembers) {
 	p.gen = max(p.gen, m.Gen)
 	p.life.members, p.life.membersSet, p.life.gen = m.Members, true, p.gen
 	p.list = nil
-	p.recordMembership(ctx, before, m.Reason)
+	p.recordMembership(ctx, before, m.Reason, m.Moves)
 	p.broadcast()
 	p.letGo(ctx, slices.Compact(slices.Sorted(slices.Values(removed))))
 }
@@ -471,6 +475,22 @@ func (p *allocator) letGo(ctx actor.Context, ids []string) {
 	if len(gone) > 0 {
 		ctx.Send(ctx.Parent(), &LetGo{Pool: p.name, From: ctx.Self(), Gen: p.gen, Devices: gone})
 	}
+}
+
+// movedList names the devices of ids that moves names a pool for, by
+// pool: "; moved to intel.com/b: 0000:3b:02.0, 0000:3b:02.1".
+func movedList(verb string, ids []string, moves map[string]string) string {
+	by := map[string][]string{}
+	for _, id := range ids {
+		if other := moves[id]; other != "" {
+			by[other] = append(by[other], id)
+		}
+	}
+	var b strings.Builder
+	for _, other := range slices.Sorted(maps.Keys(by)) {
+		fmt.Fprintf(&b, "; %s %s: %s", verb, other, strings.Join(by[other], ", "))
+	}
+	return b.String()
 }
 
 // holdList names hs: "#12 of intel.com/a, #15 of intel.com/b".

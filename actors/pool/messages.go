@@ -27,6 +27,10 @@ type SetMembers struct {
 	// has not heard the pool let go of: the pool lets go of each that is
 	// not a member once no Allocate of it is under way.
 	Leaving []string
+	// Moves names, for a member that comes from another pool, that pool,
+	// and for a device that leaves for another pool, that pool: the
+	// membership change records both ends of a move.
+	Moves map[string]string
 }
 
 // SetResource gives the pool its new definition after a config change (its
