@@ -82,8 +82,8 @@ type Resource struct {
 	// Name is resourceName, valid as the name part of an extended
 	// resource.
 	Name string
-	// Prefix is resourcePrefix, DefaultResourcePrefix when the file leaves
-	// it empty.
+	// Prefix is resourcePrefix; when the file leaves it empty,
+	// Options.ResourcePrefix, or DefaultResourcePrefix.
 	Prefix string
 	// DeviceType is deviceType, NetDevice when the file leaves it empty.
 	DeviceType DeviceType

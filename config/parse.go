@@ -24,9 +24,28 @@ const MaxSize = 1 << 20
 // scan before any decoding.
 const MaxDepth = 32
 
+// Options change how a file is read: what the daemon's flags say beside it.
+type Options struct {
+	// ResourcePrefix is the prefix of a pool whose resourcePrefix is empty
+	// or absent (DefaultResourcePrefix when ""): the SR-IOV plugin's
+	// --resource-prefix.
+	ResourcePrefix string
+}
+
+// Check says what is wrong with o, naming the flag.
+func (o Options) Check() error {
+	if o.ResourcePrefix == "" {
+		return nil
+	}
+	if msg := checkResourcePrefix(o.ResourcePrefix); msg != "" {
+		return fmt.Errorf("--resource-prefix %q: %s", o.ResourcePrefix, msg)
+	}
+	return nil
+}
+
 // Load reads and parses the config file at path; see Parse. A file that
 // cannot be read gives an error naming it that does not match ErrInvalid.
-func Load(path string) (*Config, error) {
+func Load(path string, opts Options) (*Config, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config %s: %w", path, err)
@@ -36,7 +55,7 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read config %s: %w", path, err)
 	}
-	return Parse(path, data)
+	return ParseWith(path, data, opts)
 }
 
 // Parse parses and validates a config. name is used in messages and to pick
@@ -48,7 +67,15 @@ func Load(path string) (*Config, error) {
 // matching ErrInvalid, or ErrTooLarge for an oversized file; the Config is
 // then nil. Findings that do not stop the config are in Config.Warnings.
 func Parse(name string, data []byte) (*Config, error) {
-	d := &decoder{file: name}
+	return ParseWith(name, data, Options{})
+}
+
+// ParseWith is Parse with opts.
+func ParseWith(name string, data []byte, opts Options) (*Config, error) {
+	d := &decoder{file: name, prefix: opts.ResourcePrefix}
+	if d.prefix == "" {
+		d.prefix = DefaultResourcePrefix
+	}
 	if len(data) > MaxSize {
 		return nil, d.tooLarge("larger than 1 MiB; refused")
 	}
@@ -119,6 +146,8 @@ func isYAML(name string, data []byte) bool {
 type decoder struct {
 	file string
 	yaml bool
+	// prefix is the resourcePrefix of a pool that names none.
+	prefix string
 	// pos is the offset of the value being decoded; errors and warnings
 	// are sorted by it, so that they come in document order even though
 	// fields are decoded in a fixed order.
@@ -367,7 +396,7 @@ func (d *decoder) resource(n *node, path string) (Resource, bool) {
 	}
 	r := Resource{
 		Path:           path,
-		Prefix:         DefaultResourcePrefix,
+		Prefix:         d.prefix,
 		DeviceType:     NetDevice,
 		AllocatePolicy: PolicyNone,
 		Health:         Health{HoldDown: DefaultHoldDown},

@@ -102,7 +102,7 @@ func TestSRIOVPluginSamplesParseUnchanged(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
 			path := filepath.Join(fixtures, tc.file)
-			cfg, err := Load(path)
+			cfg, err := Load(path, Options{})
 			if err != nil {
 				t.Fatalf("Load: %v", err)
 			}
@@ -133,7 +133,7 @@ func TestSRIOVPluginSamplesParseUnchanged(t *testing.T) {
 }
 
 func TestReadmeSampleModel(t *testing.T) {
-	cfg, err := Load(filepath.Join(fixtures, "sriov-readme.json"))
+	cfg, err := Load(filepath.Join(fixtures, "sriov-readme.json"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,11 +185,11 @@ func TestReadmeSampleModel(t *testing.T) {
 }
 
 func TestYAMLAndJSONGiveTheSameModel(t *testing.T) {
-	fromYAML, err := Load(filepath.Join(fixtures, "devledger.yaml"))
+	fromYAML, err := Load(filepath.Join(fixtures, "devledger.yaml"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromJSON, err := Load(filepath.Join(fixtures, "devledger.json"))
+	fromJSON, err := Load(filepath.Join(fixtures, "devledger.json"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -717,7 +717,7 @@ func aliasBomb() string {
 func TestLoad(t *testing.T) {
 	dir := t.TempDir()
 	t.Run("missing file", func(t *testing.T) {
-		_, err := Load(filepath.Join(dir, "none.json"))
+		_, err := Load(filepath.Join(dir, "none.json"), Options{})
 		if err == nil || errors.Is(err, ErrInvalid) || !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("err = %v, want a not-exist error", err)
 		}
@@ -730,7 +730,7 @@ func TestLoad(t *testing.T) {
 		if err := os.WriteFile(path, make([]byte, MaxSize+10), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		_, err := Load(path)
+		_, err := Load(path, Options{})
 		if !errors.Is(err, ErrTooLarge) {
 			t.Fatalf("err = %v, want ErrTooLarge", err)
 		}

@@ -56,13 +56,16 @@ var ErrLedgerLocked = errors.New("ledger locked")
 // Options configure a daemon. Zero values mean the node defaults.
 type Options struct {
 	ConfigPath string
-	SysfsRoot  string // /sys
-	DevRoot    string // /dev
-	ProcRoot   string // /proc
-	PCIIDsPath string
-	KubeletDir string // /var/lib/kubelet
-	StateDir   string // /var/lib/devledger
-	DevinfoDir string // /var/run/k8s.cni.cncf.io/devinfo/dp; "-" writes none
+	// ConfigOptions are how the config file is read, at start and on
+	// every reload (--resource-prefix).
+	ConfigOptions config.Options
+	SysfsRoot     string // /sys
+	DevRoot       string // /dev
+	ProcRoot      string // /proc
+	PCIIDsPath    string
+	KubeletDir    string // /var/lib/kubelet
+	StateDir      string // /var/lib/devledger
+	DevinfoDir    string // /var/run/k8s.cni.cncf.io/devinfo/dp; "-" writes none
 	// Registration is auto, legacy or watcher; auto picks watcher when
 	// the kubelet's plugins_registry dir exists.
 	Registration string
@@ -164,14 +167,16 @@ type Daemon struct {
 func Start(opts Options) (_ *Daemon, err error) {
 	opts.defaults()
 	d := &Daemon{opts: opts, log: opts.Logger, fatal: make(chan error, 1)}
-
+	if err := opts.ConfigOptions.Check(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
 	if err := stateDir(opts.StateDir); err != nil {
 		return nil, err
 	}
 	if _, err := os.Stat(opts.SysfsRoot); err != nil {
 		return nil, fmt.Errorf("sysfs root %s: %w", opts.SysfsRoot, err)
 	}
-	cfg, cfgData, cfgErr := loadConfig(opts.ConfigPath)
+	cfg, cfgData, cfgErr := loadConfig(opts.ConfigPath, opts.ConfigOptions)
 
 	bootID := newBootID()
 	path := filepath.Join(opts.StateDir, LedgerFileName)
@@ -297,7 +302,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 	}
 	d.podres = podres
 	props := node.Props(node.Config{
-		Config: cfg, ConfigPath: opts.ConfigPath, WatchConfig: opts.WatchConfig, ConfigSHA256: node.Digest(cfgData), Env: env, Reader: reader, Recorder: d.rec, Replayed: &st,
+		Config: cfg, ConfigPath: opts.ConfigPath, ConfigOptions: opts.ConfigOptions, WatchConfig: opts.WatchConfig, ConfigSHA256: node.Digest(cfgData), Env: env, Reader: reader, Recorder: d.rec, Replayed: &st,
 		KubeletDir: opts.KubeletDir, Mode: mode,
 		AllocEnv:   allocation.Env{DevRoot: opts.DevRoot, HasVhostNet: env.HasVhostNet},
 		DevinfoDir: devinfo, ScanInterval: opts.ScanInterval, ProbeInterval: opts.ProbeInterval,
@@ -696,7 +701,7 @@ func resolveMode(flag, kubeletDir string) (grpcapi.RegistrationMode, error) {
 	return "", fmt.Errorf("%w: --registration %q: want auto, legacy or watcher", ErrBadConfig, flag)
 }
 
-func loadConfig(path string) (*config.Config, []byte, error) {
+func loadConfig(path string, opts config.Options) (*config.Config, []byte, error) {
 	if path == "" {
 		return nil, nil, errors.New("no config file given (--config)")
 	}
@@ -704,7 +709,7 @@ func loadConfig(path string) (*config.Config, []byte, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("config %s: %w", path, err)
 	}
-	cfg, err := config.Parse(path, data)
+	cfg, err := config.ParseWith(path, data, opts)
 	return cfg, data, err
 }
 

@@ -50,6 +50,8 @@ type Config struct {
 	Config       *config.Config
 	ConfigPath   string
 	ConfigSHA256 string
+	// ConfigOptions are how ConfigPath is read (--resource-prefix).
+	ConfigOptions config.Options
 	// WatchConfig reloads ConfigPath when it changes (configwatch).
 	WatchConfig bool
 	Env         config.Env
@@ -755,7 +757,7 @@ func (n *coordinator) reload(ctx actor.Context, reason string) *ReloadResult {
 	if sha == n.configSHA {
 		return &ReloadResult{Unchanged: true}
 	}
-	cfg, err := config.Parse(path, data)
+	cfg, err := config.ParseWith(path, data, n.cfg.ConfigOptions)
 	if err != nil {
 		lines := strings.Split(strings.TrimRight(err.Error(), "\n"), "\n")
 		if _, rerr := n.cfg.Recorder.Record(context.Background(), events.ConfigRejected{Path: path, SHA256: sha, Errors: lines}); rerr != nil {

@@ -19,16 +19,19 @@ import (
 	"github.com/devledger/devledger/config"
 )
 
-// daemonFlags are the flags of run (and, for the node paths, demo).
+// daemonFlags are the flags of run.
 type daemonFlags struct {
 	opts      daemon.Options
+	config    configFlags
+	upstream  upstreamFlags
 	logFormat string
 	logLevel  string
 }
 
 func (f *daemonFlags) register(fs *flag.FlagSet) {
 	o := &f.opts
-	fs.StringVar(&o.ConfigPath, "config", "/etc/devledger/config.json", "the config `FILE` (the SR-IOV device plugin's config.json schema, JSON or YAML)")
+	f.config.register(fs, "the config `FILE` (the SR-IOV device plugin's config.json schema, JSON or YAML; default: "+strings.Join(defaultConfigPaths, ", then ")+")")
+	f.upstream.register(fs)
 	fs.StringVar(&o.SysfsRoot, "sysfs-root", "/sys", "sysfs mount `DIR`")
 	fs.StringVar(&o.DevRoot, "dev-root", "/dev", "devfs mount `DIR` (for /dev/vfio checks)")
 	fs.StringVar(&o.ProcRoot, "proc-root", "/proc", "procfs mount `DIR` (for the default route)")
@@ -45,14 +48,14 @@ func (f *daemonFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ReconcileInterval, "reconcile-interval", 30*time.Second, "periodic PodResources reconciliation")
 	fs.DurationVar(&o.LeakGrace, "leak-grace", 5*time.Minute, "how long an allocation may stay unclaimed by any container before it is recorded as a leak suspect")
 	fs.StringVar(&f.logFormat, "log-format", "", "`FORMAT`: json or console (default: console on a terminal, json otherwise)")
-	fs.StringVar(&f.logLevel, "log-level", "info", "`LEVEL`: debug, info, warn, error")
+	fs.StringVar(&f.logLevel, "log-level", "info", "`LEVEL`: debug, info, warn, error, or the SR-IOV device plugin's verbosity (a number; 4 and above is debug)")
 }
 
 // logger builds the zerolog logger the flags ask for, writing to w.
 func (f *daemonFlags) logger(w io.Writer) (zerolog.Logger, error) {
-	level, err := zerolog.ParseLevel(f.logLevel)
-	if err != nil || f.logLevel == "" {
-		return zerolog.Logger{}, usageErrf("--log-level %q: want debug, info, warn or error", f.logLevel)
+	level, err := logLevel(f.logLevel)
+	if err != nil {
+		return zerolog.Logger{}, usageErrf("--log-level %q: %v", f.logLevel, err)
 	}
 	format := f.logFormat
 	if format == "" {
@@ -81,15 +84,19 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	// A container started from the image with nothing mounted has no
 	// config: say where it was expected and what to mount, rather than a
 	// bare "no such file".
-	if path := f.opts.ConfigPath; path != "" {
-		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-			return usageErrf("no config at %s: mount the devledger-config ConfigMap there (see deploy/base)", path)
-		}
+	path, err := f.config.resolve(defaultConfigPaths)
+	if err != nil {
+		return err
 	}
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return usageErrf("no config at %s: mount the devledger-config ConfigMap there (see deploy/base)", path)
+	}
+	f.opts.ConfigPath, f.opts.ConfigOptions = path, f.config.opts
 	log, err := f.logger(stderr)
 	if err != nil {
 		return err
 	}
+	f.upstream.warn(log)
 	f.opts.Logger = log
 	f.opts.Version = version
 

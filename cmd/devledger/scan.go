@@ -46,7 +46,8 @@ const defaultProcRoot = "/proc"
 // --explain why one device went where it did. It changes nothing.
 func runScan(args []string, stdout, stderr io.Writer) error {
 	flags := newFlagSet("scan", "--config FILE [--sysfs-root DIR] [--dev-root DIR] [--proc-root DIR] [--pci-ids FILE] [--state-dir DIR | --db FILE] [--format table|json] [--explain ADDR]", stderr)
-	configPath := flags.String("config", "", "the pool config `FILE` (the SR-IOV device plugin's schema, JSON or YAML)")
+	var cf configFlags
+	cf.register(flags, "the pool config `FILE` (the SR-IOV device plugin's schema, JSON or YAML)")
 	sysfsRoot := flags.String("sysfs-root", sysfs.DefaultSysfsRoot, "read PCI devices from the sysfs mounted at `DIR`")
 	devRoot := flags.String("dev-root", sysfs.DefaultDevRoot, "look for vfio/<group> and vhost-net under `DIR`")
 	procRoot := flags.String("proc-root", defaultProcRoot, "read the default route from net/route under `DIR`")
@@ -59,7 +60,11 @@ func runScan(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(flags, args); err != nil {
 		return err
 	}
-	if *configPath == "" {
+	configPath, err := cf.resolve(nil)
+	if err != nil {
+		return err
+	}
+	if configPath == "" {
 		return usageErrf("--config is required: the pool config to match devices against")
 	}
 	if *format != "table" && *format != "json" {
@@ -75,14 +80,14 @@ func runScan(args []string, stdout, stderr io.Writer) error {
 	}
 
 	var warn warningList
-	cfg, err := config.Load(*configPath)
+	cfg, err := config.Load(configPath, cf.opts)
 	if err != nil {
 		var list config.ErrorList
 		if errors.As(err, &list) {
 			// Each on its own line exactly as the config package words it,
 			// so an operator can jump to the file and field.
 			fmt.Fprintln(stderr, list.Error())
-			return usageErrf("invalid config %s (%d %s above)", *configPath, len(list), plural(len(list), "error", "errors"))
+			return usageErrf("invalid config %s (%d %s above)", configPath, len(list), plural(len(list), "error", "errors"))
 		}
 		return usageErr(err)
 	}

@@ -242,7 +242,7 @@ func testScanTableWidth(t *testing.T, nodes *scanNodes) {
 			if code != exitOK {
 				t.Fatalf("exit %d: %s", code, stderr)
 			}
-			cfg, err := config.Load(filepath.Join(scanConfigDir, scanConfigs[name]))
+			cfg, err := config.Load(filepath.Join(scanConfigDir, scanConfigs[name]), config.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -357,7 +357,7 @@ func emptyNode(t *testing.T, tmp string) sysfsgen.Roots {
 func TestScanConfigErrorsOnePerLine(t *testing.T) {
 	r := sysfsgen.TempScenario(t, sysfsgen.ScenarioSRIOV)
 	path := filepath.Join(scanConfigDir, "bad.yaml")
-	_, err := config.Load(path)
+	_, err := config.Load(path, config.Options{})
 	var list config.ErrorList
 	if !errors.As(err, &list) {
 		t.Fatalf("Load(%s) = %v, want an ErrorList", path, err)
