@@ -40,10 +40,13 @@ type Device struct {
 	NUMANode int `json:"numa_node"`
 
 	// IOMMUGroup is the number of the IOMMU group ("42"), or "" when the
-	// function is in none. VFIODevice tells whether <dev-root>/vfio/<group>
-	// exists.
-	IOMMUGroup string `json:"iommu_group,omitempty"`
-	VFIODevice bool   `json:"vfio_device,omitempty"`
+	// function is in none. VFIODevice tells whether the group's vfio node
+	// exists: <dev-root>/vfio/<group>, or <dev-root>/vfio/noiommu-<group>
+	// when vfio runs in its no-IOMMU mode (VFIONoIOMMU; a VM without a
+	// virtual IOMMU).
+	IOMMUGroup  string `json:"iommu_group,omitempty"`
+	VFIODevice  bool   `json:"vfio_device,omitempty"`
+	VFIONoIOMMU bool   `json:"vfio_noiommu,omitempty"`
 
 	// ACPIIndex is the content of acpi_index, "" when absent.
 	ACPIIndex string `json:"acpi_index,omitempty"`

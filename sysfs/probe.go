@@ -66,7 +66,8 @@ type ProbeResult struct {
 // The checks, in order, stop at the first failure:
 //   - the function is listed under bus/pci/devices;
 //   - its driver link names t.Driver (no link when t.Driver is "");
-//   - when t.VFIO, <dev-root>/vfio/<group> exists;
+//   - when t.VFIO, <dev-root>/vfio/<group> exists (or, in vfio's
+//     no-IOMMU mode, <dev-root>/vfio/noiommu-<group>);
 //   - when t.Link, the interface's operstate is "up" (or "unknown", which
 //     the kernel also counts as up for drivers that do not track it) and
 //     its carrier is 1. A carrier the kernel refuses to read (EINVAL on an
@@ -284,6 +285,13 @@ func (p *prober) probe(t ProbeTarget) ProbeResult {
 		}
 		err := p.fs.stat(p.r.devRoot + "/vfio/" + group)
 		res.Files++
+		if errors.Is(err, fs.ErrNotExist) {
+			// vfio's no-IOMMU mode names the node noiommu-<group>.
+			if p.fs.stat(p.r.devRoot+"/vfio/"+noIOMMUPrefix+group) == nil {
+				err = nil
+			}
+			res.Files++
+		}
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			return res.fail("/dev/vfio/" + group + " missing")

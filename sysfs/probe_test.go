@@ -122,7 +122,7 @@ func TestProbe(t *testing.T) {
 		{
 			name: "vfio node gone", addr: probeVFIO,
 			mutate: func(r sysfsgen.Roots) error { return os.Remove(filepath.Join(r.Dev, "vfio", "102")) },
-			want:   "/dev/vfio/102 missing", files: 2,
+			want:   "/dev/vfio/102 missing", files: 3, // and noiommu-102
 		},
 		{
 			name: "PF link down", addr: probeVFIO,
@@ -279,6 +279,33 @@ func TestProbe(t *testing.T) {
 				t.Errorf("Probe(%+v)\n got %+v\nwant %+v", target, got, want)
 			}
 		})
+	}
+}
+
+// In vfio's no-IOMMU mode (a VM without a virtual IOMMU) a group's node is
+// /dev/vfio/noiommu-<group>: the scan says so, and the probe finds the
+// device healthy, and unhealthy once that node is gone.
+func TestProbeNoIOMMU(t *testing.T) {
+	roots := sysfsgen.TempScenario(t, sysfsgen.ScenarioNoIOMMU)
+	r := sampleReader(t, roots)
+	const addr = "0000:00:05.0"
+	devs := scanOK(t, r)
+	i := slices.IndexFunc(devs, func(d Device) bool { return d.Address == addr })
+	if i < 0 {
+		t.Fatalf("no %s in the scan", addr)
+	}
+	if d := devs[i]; !d.VFIODevice || !d.VFIONoIOMMU || d.IOMMUGroup != "0" {
+		t.Errorf("%s: group %q, vfio node %v, no-IOMMU %v; want 0, true, true", addr, d.IOMMUGroup, d.VFIODevice, d.VFIONoIOMMU)
+	}
+	target := devs[i].ProbeTarget(false)
+	if got := r.Probe(target); !got.Healthy {
+		t.Errorf("Probe = %+v, want healthy", got)
+	}
+	if err := os.Remove(filepath.Join(roots.Dev, "vfio", "noiommu-0")); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Probe(target); got.Healthy || got.Reason != "/dev/vfio/0 missing" {
+		t.Errorf("Probe with noiommu-0 gone = %+v, want /dev/vfio/0 missing", got)
 	}
 }
 
@@ -474,7 +501,7 @@ func (bl *probeBaseline) target(t *ProbeTarget, pfOnce map[string]*sync.Once, bu
 		return
 	}
 	if t.VFIO {
-		if bl.stat(bl.dev+"/vfio/"+t.IOMMUGroup) != nil {
+		if bl.stat(bl.dev+"/vfio/"+t.IOMMUGroup) != nil && bl.stat(bl.dev+"/vfio/noiommu-"+t.IOMMUGroup) != nil {
 			return
 		}
 	}

@@ -212,6 +212,9 @@ func (w *worker) readFunction(addr string) fnResult {
 			if g := linkBase(t); isDecimal(g) {
 				d.IOMMUGroup = g
 				d.VFIODevice = w.vfioExists(g)
+				if !d.VFIODevice && w.vfioExists(noIOMMUPrefix+g) {
+					d.VFIODevice, d.VFIONoIOMMU = true, true
+				}
 			} else {
 				d.Warnings = append(d.Warnings, "iommu_group: link target "+strconv.Quote(t)+" does not name a group")
 			}
@@ -349,12 +352,16 @@ func (w *worker) readDriver(d *Device, dir string) {
 	d.Driver = w.intern([]byte(name))
 }
 
-// vfioExists tells whether <dev>/vfio/<group> exists.
-func (w *worker) vfioExists(group string) bool {
+// noIOMMUPrefix starts the name of a group's node under /dev/vfio in vfio's
+// no-IOMMU mode: noiommu-<group>.
+const noIOMMUPrefix = "noiommu-"
+
+// vfioExists tells whether <dev>/vfio/<name> exists.
+func (w *worker) vfioExists(name string) bool {
 	if w.sc.vfio != nil {
-		return w.sc.vfio[group]
+		return w.sc.vfio[name]
 	}
-	return w.fs.stat(filepath.Join(w.sc.r.devRoot, "vfio", group)) == nil
+	return w.fs.stat(filepath.Join(w.sc.r.devRoot, "vfio", name)) == nil
 }
 
 // readInterfaces appends the interfaces under dir/sub ("net" or

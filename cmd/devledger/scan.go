@@ -238,6 +238,7 @@ type scanDevice struct {
 	NUMANode   int      `json:"numa_node"`
 	IOMMUGroup string   `json:"iommu_group"`
 	VFIO       bool     `json:"vfio"`
+	NoIOMMU    bool     `json:"vfio_noiommu,omitempty"`
 	TotalVFs   int      `json:"sriov_totalvfs"`
 	NumVFs     int      `json:"sriov_numvfs"`
 	PF         string   `json:"pf"`
@@ -380,6 +381,7 @@ func newScanDevice(d *sysfs.Device, pl *config.Placement) scanDevice {
 		NUMANode:   d.NUMANode,
 		IOMMUGroup: d.IOMMUGroup,
 		VFIO:       d.VFIODevice,
+		NoIOMMU:    d.VFIONoIOMMU,
 		TotalVFs:   d.TotalVFs,
 		NumVFs:     d.NumVFs,
 		PF:         d.PF,
@@ -434,6 +436,8 @@ func (d *scanDevice) iommu() string {
 	switch {
 	case d.IOMMUGroup == "":
 		return "-"
+	case d.NoIOMMU:
+		return d.IOMMUGroup + " noiommu"
 	case d.VFIO:
 		return d.IOMMUGroup + " vfio"
 	}
@@ -704,9 +708,12 @@ func (ex *explanation) writeText(w io.Writer) {
 	iommu := "none"
 	if d.IOMMUGroup != "" {
 		iommu = d.IOMMUGroup
-		if d.VFIO {
+		switch {
+		case d.NoIOMMU:
+			iommu += ", /dev/vfio/noiommu-" + d.IOMMUGroup + " present (vfio's no-IOMMU mode)"
+		case d.VFIO:
 			iommu += ", /dev/vfio/" + d.IOMMUGroup + " present"
-		} else {
+		default:
 			iommu += ", no /dev/vfio/" + d.IOMMUGroup
 		}
 	}

@@ -32,6 +32,7 @@ var scanConfigs = map[string]string{
 	sysfsgen.ScenarioGPU:      "gpu.yaml",
 	sysfsgen.ScenarioLarge:    "large.json",
 	sysfsgen.ScenarioVirtio:   "virtio.json",
+	sysfsgen.ScenarioNoIOMMU:  "noiommu.json",
 }
 
 // scanNodes builds each scenario once, on first use, in a temp dir of the
@@ -131,6 +132,8 @@ func testScanGolden(t *testing.T, nodes *scanNodes) {
 		{name: "gpu_explain_nvidia", scenario: sysfsgen.ScenarioGPU, extra: []string{"--explain", "0000:18:00.0"}},
 		{name: "virtio_json", scenario: sysfsgen.ScenarioVirtio, extra: []string{"--format", "json"}},
 		{name: "virtio_explain_json", scenario: sysfsgen.ScenarioVirtio, extra: []string{"--format", "json", "--explain", "00:05.0"}},
+		{name: "noiommu", scenario: sysfsgen.ScenarioNoIOMMU},
+		{name: "noiommu_explain", scenario: sysfsgen.ScenarioNoIOMMU, extra: []string{"--explain", "00:06.0"}},
 		// The SR-IOV plugin's DDP sample: config warnings, once each.
 		{name: "sriov_ddp_warnings", scenario: sysfsgen.ScenarioSRIOV,
 			config: filepath.Join("..", "sriov-ddp-x700.json")},

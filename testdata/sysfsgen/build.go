@@ -53,6 +53,15 @@ func Build(dir string, n Node) (Roots, error) {
 			return Roots{}, fmt.Errorf("build node in %s: %w", dir, err)
 		}
 	}
+	if n.VFIONoIOMMU {
+		param := filepath.Join(r.Sysfs, noIOMMUParam)
+		if err := os.MkdirAll(filepath.Dir(param), 0o755); err != nil {
+			return Roots{}, fmt.Errorf("build node in %s: %w", dir, err)
+		}
+		if err := writeLine(param, "Y"); err != nil {
+			return Roots{}, fmt.Errorf("build node in %s: %w", dir, err)
+		}
+	}
 	b := &builder{r: r, nextIfindex: 2}
 	for _, f := range n.Functions {
 		if err := b.addFunction(f); err != nil {
@@ -310,6 +319,12 @@ func (b *builder) writeFunction(f Function, pf string) error {
 		}
 		if err := relLink(groupDir, filepath.Join(dir, "iommu_group")); err != nil {
 			return err
+		}
+		if r.groupNode(f.IOMMUGroup) != f.IOMMUGroup {
+			// vfio names the groups it makes in no-IOMMU mode.
+			if err := writeLine(filepath.Join(groupDir, "name"), "vfio-noiommu"); err != nil {
+				return fmt.Errorf("add function %s: %w", f.Address, err)
+			}
 		}
 	}
 	if f.Driver != "" {

@@ -36,7 +36,8 @@ func (r Roots) functionDir(addr string) (string, error) {
 // Bind binds the function at addr to driver, unbinding it first from the
 // driver it has (see Unbind). Binding creates no interfaces or other
 // children: add them with AddInterface. Binding to vfio-pci creates
-// dev/vfio/<group> when the function is in an IOMMU group.
+// dev/vfio/<group> (noiommu-<group> in vfio's no-IOMMU mode) when the
+// function is in an IOMMU group.
 func (r Roots) Bind(addr, driver string) error {
 	dir, err := r.functionDir(addr)
 	if err != nil {
@@ -69,7 +70,7 @@ func (r Roots) Bind(addr, driver string) error {
 	}
 	if driver == "vfio-pci" {
 		if group := groupOf(dir); group != "" {
-			if err := touch(filepath.Join(r.Dev, "vfio", group)); err != nil {
+			if err := touch(filepath.Join(r.Dev, "vfio", r.groupNode(group))); err != nil {
 				return fmt.Errorf("bind %s to %s: %w", addr, driver, err)
 			}
 		}
@@ -77,11 +78,23 @@ func (r Roots) Bind(addr, driver string) error {
 	return nil
 }
 
+// noIOMMUParam is vfio's no-IOMMU switch, under sys/.
+const noIOMMUParam = "module/vfio/parameters/enable_unsafe_noiommu_mode"
+
+// groupNode is the name of group's node under dev/vfio: noiommu-<group>
+// when vfio runs in no-IOMMU mode, as the kernel names it.
+func (r Roots) groupNode(group string) string {
+	if b, err := os.ReadFile(filepath.Join(r.Sysfs, noIOMMUParam)); err == nil && strings.TrimSpace(string(b)) == "Y" {
+		return "noiommu-" + group
+	}
+	return group
+}
+
 // Unbind unbinds the function at addr from its driver, if it has one. As on
 // a real node, what the driver created goes with it: the net/ interfaces,
 // infiniband/ devices, virtio, vdpa and auxiliary children (and their
 // class/ and bus/ links). Unbinding the last vfio-pci member of an IOMMU
-// group removes dev/vfio/<group>.
+// group removes its dev/vfio node.
 func (r Roots) Unbind(addr string) error {
 	dir, err := r.functionDir(addr)
 	if err != nil {
@@ -103,7 +116,7 @@ func (r Roots) Unbind(addr string) error {
 	}
 	if driver == "vfio-pci" {
 		if group := groupOf(dir); group != "" && !r.groupHasVFIOMember(group) {
-			if err := removeIfPresent(filepath.Join(r.Dev, "vfio", group)); err != nil {
+			if err := removeIfPresent(filepath.Join(r.Dev, "vfio", r.groupNode(group))); err != nil {
 				return fmt.Errorf("unbind %s: %w", addr, err)
 			}
 		}

@@ -20,6 +20,12 @@ type Node struct {
 	// whether or not VFIO is set.
 	VFIO bool
 
+	// VFIONoIOMMU runs vfio in its unsafe no-IOMMU mode, as in a virtual
+	// machine without a virtual IOMMU: the module parameter
+	// enable_unsafe_noiommu_mode reads Y, and the node of a group with a
+	// member bound to vfio-pci is dev/vfio/noiommu-<group>.
+	VFIONoIOMMU bool
+
 	// VhostNet creates dev/vhost-net and dev/net/tun.
 	VhostNet bool
 }

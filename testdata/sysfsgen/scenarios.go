@@ -14,6 +14,7 @@ const (
 	ScenarioGPU      = "gpu"
 	ScenarioLarge    = "large"
 	ScenarioVirtio   = "virtio"
+	ScenarioNoIOMMU  = "noiommu"
 )
 
 // ErrUnknownScenario is wrapped by Scenario's error for a name it does not
@@ -26,6 +27,7 @@ var scenarios = map[string]func() Node{
 	ScenarioGPU:      gpuNode,
 	ScenarioLarge:    largeNode,
 	ScenarioVirtio:   virtioNode,
+	ScenarioNoIOMMU:  noIOMMUNode,
 }
 
 // Scenarios lists the names Scenario accepts, sorted.
@@ -274,6 +276,35 @@ func virtioNode() Node {
 		},
 		DefaultRouteInterface: "eth0",
 		VhostNet:              true,
+	}
+}
+
+// noIOMMUNode is a q35 virtual machine without a virtual IOMMU, given two
+// E810 VFs of its host: vfio runs in no-IOMMU mode, where each function
+// bound to vfio-pci gets a group of vfio's own (numbered from 0) and
+// dev/vfio/noiommu-<group>. A VF seen from inside a VM has no physfn: it
+// is a plain function there. A virtio NIC carries the default route.
+func noIOMMUNode() Node {
+	vf := func(addr, group string) Function {
+		return Function{Address: addr, Vendor: "8086", Device: "1889",
+			SubsystemVendor: "8086", SubsystemDevice: "0000", Class: "020000",
+			Driver: "vfio-pci", NUMANode: NoNUMA, IOMMUGroup: group}
+	}
+	return Node{
+		Functions: []Function{
+			{Address: "0000:00:00.0", Vendor: "8086", Device: "29c0",
+				SubsystemVendor: "1af4", SubsystemDevice: "1100", Class: "060000",
+				NUMANode: NoNUMA},
+			{Address: "0000:00:02.0", Vendor: "1af4", Device: "1041",
+				SubsystemVendor: "1af4", SubsystemDevice: "1100", Class: "020000",
+				Driver: "virtio-pci", NUMANode: NoNUMA, Virtio: "virtio0",
+				Interfaces: []Interface{{Name: "enp0s2"}}},
+			vf("0000:00:05.0", "0"),
+			vf("0000:00:06.0", "1"),
+		},
+		DefaultRouteInterface: "enp0s2",
+		VFIO:                  true,
+		VFIONoIOMMU:           true,
 	}
 }
 

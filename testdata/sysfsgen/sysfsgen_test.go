@@ -61,14 +61,14 @@ func exists(path string) bool {
 }
 
 func TestScenarios(t *testing.T) {
-	want := []string{"gpu", "large", "mellanox", "sriov", "virtio"}
+	want := []string{"gpu", "large", "mellanox", "noiommu", "sriov", "virtio"}
 	if got := Scenarios(); !slices.Equal(got, want) {
 		t.Fatalf("Scenarios() = %v, want %v", got, want)
 	}
 	if _, err := Scenario("nope"); !errors.Is(err, ErrUnknownScenario) {
 		t.Errorf("Scenario(nope) = %v, want ErrUnknownScenario", err)
 	}
-	counts := map[string]int{"gpu": 5, "large": 1032, "mellanox": 8, "sriov": 12, "virtio": 4}
+	counts := map[string]int{"gpu": 5, "large": 1032, "mellanox": 8, "noiommu": 4, "sriov": 12, "virtio": 4}
 	for _, name := range want {
 		t.Run(name, func(t *testing.T) {
 			n, err := Scenario(name)
@@ -177,6 +177,31 @@ func TestBuildLayout(t *testing.T) {
 	lines := strings.Split(route, "\n")
 	if len(lines) < 2 || !strings.HasPrefix(lines[1], "eno1\t00000000\t") {
 		t.Errorf("proc/net/route has no default route via eno1:\n%s", route)
+	}
+}
+
+// In vfio's no-IOMMU mode a group's node is dev/vfio/noiommu-<group>,
+// made and removed by binding and unbinding as dev/vfio/<group> is.
+func TestBuildNoIOMMU(t *testing.T) {
+	r := TempScenario(t, ScenarioNoIOMMU)
+	if got := readTrim(t, filepath.Join(r.Sysfs, noIOMMUParam)); got != "Y" {
+		t.Errorf("%s = %q, want Y", noIOMMUParam, got)
+	}
+	node := filepath.Join(r.Dev, "vfio", "noiommu-0")
+	if !exists(node) || exists(filepath.Join(r.Dev, "vfio", "0")) {
+		t.Errorf("vfio nodes: noiommu-0 %v (want true), 0 %v (want false)", exists(node), exists(filepath.Join(r.Dev, "vfio", "0")))
+	}
+	if err := r.Unbind("0000:00:05.0"); err != nil {
+		t.Fatal(err)
+	}
+	if exists(node) {
+		t.Error("noiommu-0 stays after its only member was unbound")
+	}
+	if err := r.Bind("0000:00:05.0", "vfio-pci"); err != nil {
+		t.Fatal(err)
+	}
+	if !exists(node) {
+		t.Error("no noiommu-0 after the rebind")
 	}
 }
 

@@ -241,7 +241,7 @@ func vfioGroupNode(d *sysfs.Device, env Env) (host, container string, err error)
 	}
 	container = vfioDir + "/" + g
 	host = container
-	if !d.VFIODevice && env.DevRoot != "" && exists(env, vfioDir+"/noiommu-"+g) {
+	if d.VFIONoIOMMU || !d.VFIODevice && env.DevRoot != "" && exists(env, vfioDir+"/noiommu-"+g) {
 		host = vfioDir + "/noiommu-" + g
 	}
 	return host, container, nil
