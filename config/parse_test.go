@@ -98,6 +98,11 @@ func TestSRIOVPluginSamplesParseUnchanged(t *testing.T) {
 			names:     []string{"nvidia.com/bf2_sf"},
 			selectors: []int{1},
 		},
+		{
+			file:      "sriov-operator-node.json",
+			names:     []string{"intel.com/intel_vf_net", "intel.com/intel_vf_dpdk"},
+			selectors: []int{1, 1},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -97,19 +98,60 @@ func TestLogLevel(t *testing.T) {
 }
 
 // scan takes the SR-IOV device plugin's config flags too, so that a
-// migration can be checked against the config it runs with today.
+// migration can be checked against the config a node runs with today:
+// docs/migrating.md's checks, on the sriov node, with the upstream
+// DaemonSet's sample config and with one as the sriov-network-operator
+// renders it for a node (prefix openshift.io, VF ranges of PFs).
 func TestScanUpstreamFlags(t *testing.T) {
 	r, err := sysfsgen.BuildScenario(t.TempDir(), sysfsgen.ScenarioSRIOV)
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := scanArgs(r, scanConfigs[sysfsgen.ScenarioSRIOV], "--resource-prefix", "openshift.io", "--format", "json")
-	args[slices.Index(args, "--config")] = "--config-file"
-	code, stdout, stderr := runCLI(t, args...)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr)
+	cases := []struct {
+		config string
+		prefix []string
+		want   map[string][]string
+	}{
+		{config: "sriov-deployment-configmap.json", want: map[string][]string{
+			"intel.com/intel_sriov_netdevice": {"0000:3b:01.0", "0000:3b:01.1", "0000:af:01.0"},
+			"intel.com/intel_sriov_dpdk":      nil, // its pfNames are not on this node
+			"intel.com/mlnx_sriov_rdma":       nil,
+			"intel.com/brcm_sriov_bnxt":       nil,
+		}},
+		{config: "sriov-operator-node.json", prefix: []string{"--resource-prefix", "openshift.io"}, want: map[string][]string{
+			"openshift.io/intel_vf_net":  {"0000:3b:01.0", "0000:3b:01.1"},
+			"openshift.io/intel_vf_dpdk": {"0000:3b:01.2", "0000:3b:01.3", "0000:af:01.1", "0000:af:01.2", "0000:af:01.3"},
+		}},
 	}
-	if !strings.Contains(stdout, `"openshift.io/`) || strings.Contains(stdout, `"intel.com/`) {
-		t.Errorf("pools not all under openshift.io:\n%s", stdout)
+	for _, tc := range cases {
+		t.Run(tc.config, func(t *testing.T) {
+			args := scanArgs(r, filepath.Join("..", tc.config), append(tc.prefix, "--format", "json")...)
+			args[slices.Index(args, "--config")] = "--config-file"
+			code, stdout, stderr := runCLI(t, args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			var out struct {
+				Pools []struct {
+					Name    string   `json:"name"`
+					Members []string `json:"members"`
+				} `json:"pools"`
+			}
+			if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string][]string{}
+			for _, p := range out.Pools {
+				got[p.Name] = p.Members
+			}
+			if len(got) != len(tc.want) {
+				t.Errorf("pools %v, want %v", got, tc.want)
+			}
+			for name, members := range tc.want {
+				if m, ok := got[name]; !ok || !slices.Equal(m, members) {
+					t.Errorf("%s: %v (there: %v), want %v", name, m, ok, members)
+				}
+			}
+		})
 	}
 }
