@@ -129,8 +129,8 @@ func (l *Log) Check(ctx context.Context) (CheckReport, error) {
 		if l.readOnly {
 			// bbolt's check asserts on a damaged meta page in a goroutine
 			// of its own, where no recover reaches: look at them first.
-			if err := l.checkMetaPages(tx.DB().Info().PageSize); err != nil {
-				return err
+			if l.damage != nil {
+				return l.damage
 			}
 			var first error
 			for err := range tx.Check() { // drain: the checker blocks on each send
@@ -152,27 +152,63 @@ func (l *Log) Check(ctx context.Context) (CheckReport, error) {
 	return rep, nil
 }
 
-// checkMetaPages reads bbolt's two meta pages from the file and names one
-// that is damaged. bbolt opens a file through the newer valid meta page, so
-// a damaged newer one goes unseen, and with it the transactions since the
-// older one.
-func (l *Log) checkMetaPages(pageSize int) error {
+// checkStructure reads bbolt's two meta pages and its freelist page from
+// the file and names one that is damaged. bbolt opens a file through the
+// newer valid meta page, so a damaged newer one goes unseen, and with it
+// the transactions since the older one; it reads the freelist only to
+// write, or to check, where it panics on a damaged one in a goroutine of
+// its own. Three page reads: cheap enough for every Open.
+func (l *Log) checkStructure(pageSize int) error {
 	f, err := os.Open(l.path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	buf := make([]byte, pageSize)
+	var freelist, txid uint64
 	for id := range 2 {
 		if _, err := f.ReadAt(buf, int64(id*pageSize)); err != nil {
 			return l.corrupt(0, fmt.Sprintf("meta page %d cannot be read: %v", id, err), err)
 		}
 		if problem := metaPageProblem(buf, uint64(id)); problem != "" {
-			return l.corrupt(0, fmt.Sprintf("meta page %d is damaged (%s): bbolt reads the file through the other one, which may be older; the transactions after it may be lost", id, problem), nil)
+			return l.corrupt(0, fmt.Sprintf("meta page %d is damaged (%s); bbolt reads the file through the other one, which may be older: the newest transactions may be missing", id, problem), nil)
 		}
+		// The meta bbolt reads through is the one of the newer
+		// transaction.
+		if t := binary.LittleEndian.Uint64(buf[metaTxID:]); id == 0 || t > txid {
+			txid, freelist = t, binary.LittleEndian.Uint64(buf[metaFreelist:])
+		}
+	}
+	// bbolt's check reads the freelist page in a goroutine of its own too,
+	// and panics on a damaged one.
+	const noFreelist, freelistFlag = ^uint64(0), 0x10
+	if freelist == noFreelist {
+		return nil
+	}
+	if _, err := f.ReadAt(buf[:pageHeader], int64(freelist)*int64(pageSize)); err != nil {
+		return l.corrupt(0, fmt.Sprintf("page %d, the freelist, cannot be read: %v", freelist, err), err)
+	}
+	le := binary.LittleEndian
+	problem := ""
+	switch {
+	case le.Uint64(buf) != freelist:
+		problem = fmt.Sprintf("it says it is page %d", le.Uint64(buf))
+	case le.Uint16(buf[8:]) != freelistFlag:
+		problem = fmt.Sprintf("flags %#x, not a freelist page's", le.Uint16(buf[8:]))
+	}
+	if problem != "" {
+		return l.corrupt(0, fmt.Sprintf("page %d, the freelist, is damaged (%s); the events can be read, but bbolt cannot write to this file", freelist, problem), nil)
 	}
 	return nil
 }
+
+// Offsets in a bbolt meta page: the page header, then the meta's freelist
+// page id and transaction id.
+const (
+	pageHeader   = 16
+	metaFreelist = pageHeader + 32
+	metaTxID     = pageHeader + 48
+)
 
 // metaPageProblem says what is wrong with a bbolt meta page ("" when
 // nothing is): its page header (id, meta flag), then the meta itself

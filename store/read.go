@@ -61,7 +61,19 @@ func (l *Log) ReadRaw(from uint64, fn func(seq uint64, rec []byte) error) error 
 // sequence) in one transaction, verifying checksums and continuity, and
 // calls visit with each record. With clamp, a from before the oldest event
 // starts at the oldest; without, it is a missing record.
-func (l *Log) scan(tx *bolt.Tx, from, until uint64, clamp bool, visit func(seq uint64, rec []byte) error) error {
+//
+// A damaged page met on the way is a *CorruptError at the sequence it
+// kept from being read: what comes before it was visited.
+func (l *Log) scan(tx *bolt.Tx, from, until uint64, clamp bool, visit func(seq uint64, rec []byte) error) (err error) {
+	expect := from
+	defer func() {
+		if p := recover(); p != nil {
+			if _, ok := p.(callerPanic); ok {
+				panic(p)
+			}
+			err = l.corrupt(expect, "the events from here cannot be read: "+boltProblem(p), nil)
+		}
+	}()
 	b := tx.Bucket(bucketEvents)
 	last := b.Sequence()
 	if until == 0 || until > last {
@@ -77,7 +89,7 @@ func (l *Log) scan(tx *bolt.Tx, from, until uint64, clamp bool, visit func(seq u
 	if from > until {
 		return nil
 	}
-	expect := from
+	expect = from
 	for k, v := c.Seek(seqKey(from)); k != nil; k, v = c.Next() {
 		seq, ok := keySeq(k)
 		if !ok {

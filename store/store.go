@@ -9,8 +9,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -115,6 +117,10 @@ type Log struct {
 	batch      []*appendReq
 	arena      []byte
 	writeMu    sync.Mutex
+
+	// damage is what Open found wrong in the pages bbolt reads past (see
+	// Damage); nil for a sound file.
+	damage error
 }
 
 // Open opens the ledger at path. Opened for writing, a missing file is
@@ -186,6 +192,10 @@ func Open(path string, opts Options) (*Log, error) {
 	if err := l.loadBounds(); err != nil {
 		db.Close()
 		return nil, err
+	}
+	l.damage = l.checkStructure(db.Info().PageSize)
+	if l.damage != nil {
+		l.log.Error().Err(l.damage).Str("path", path).Msg("ledger damaged")
 	}
 	if !l.readOnly {
 		l.reqs = make(chan *appendReq, opts.MaxBatch)
@@ -319,7 +329,7 @@ func sniff(path string) error {
 func openBolt(path string, readOnly bool, timeout time.Duration) (db *bolt.DB, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			db, err = nil, &CorruptError{Path: path, Reason: fmt.Sprintf("bbolt cannot open it: %v", p)}
+			db, err = nil, &CorruptError{Path: path, Reason: "bbolt cannot open it: " + boltProblem(p)}
 		}
 	}()
 	db, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: readOnly, Timeout: timeout})
@@ -340,7 +350,7 @@ func openBolt(path string, readOnly bool, timeout time.Duration) (db *bolt.DB, e
 // returns its meta.
 func readMeta(db *bolt.DB, path string) (Meta, error) {
 	m := Meta{Path: path}
-	err := viewRecover(db, path, func(tx *bolt.Tx) error {
+	err := damageIn("the ledger's bucket directory or its meta", viewRecover(db, path, func(tx *bolt.Tx) error {
 		// A file shorter than the pages its meta counts was cut short: a
 		// read past its end would fault.
 		if fi, err := os.Stat(path); err == nil && fi.Size() < tx.Size() {
@@ -374,7 +384,7 @@ func readMeta(db *bolt.DB, path string) (Meta, error) {
 			}
 		}
 		return nil
-	})
+	}))
 	return m, err
 }
 
@@ -383,7 +393,7 @@ func readMeta(db *bolt.DB, path string) (Meta, error) {
 // trailing records the counter still says how far the ledger went (and Read
 // and Check report the missing ones).
 func (l *Log) loadBounds() error {
-	return l.view(func(tx *bolt.Tx) error {
+	return damageIn("the start of the events", l.view(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketEvents)
 		l.lastSeq.Store(b.Sequence())
 		if k, _ := b.Cursor().First(); k != nil {
@@ -394,7 +404,16 @@ func (l *Log) loadBounds() error {
 			l.firstSeq.Store(seq)
 		}
 		return nil
-	})
+	}))
+}
+
+// damageIn says where a damaged page was met: a *CorruptError about a page
+// is told what the page held.
+func damageIn(what string, err error) error {
+	if ce := (*CorruptError)(nil); errors.As(err, &ce) && strings.HasPrefix(ce.Reason, "page ") {
+		ce.Reason = what + " cannot be read: " + ce.Reason
+	}
+	return err
 }
 
 // viewRecover runs a read transaction, turning a bbolt panic (which bbolt
@@ -408,10 +427,24 @@ func viewRecover(db *bolt.DB, path string, fn func(*bolt.Tx) error) (err error) 
 			if up, ok := p.(callerPanic); ok {
 				panic(up.v)
 			}
-			err = &CorruptError{Path: path, Reason: fmt.Sprintf("bbolt: %v", p)}
+			err = &CorruptError{Path: path, Reason: boltProblem(p)}
 		}
 	}()
 	return db.View(fn)
+}
+
+// boltProblem words a panic bbolt raised on a damaged file: a page that is
+// not the one its parent points to, or a read past the mapped file.
+func boltProblem(p any) string {
+	s := fmt.Sprint(p)
+	var want, got uint64
+	if _, err := fmt.Sscanf(s, "assertion failed: Page expected to be: %d, but self identifies as %d", &want, &got); err == nil {
+		return fmt.Sprintf("page %d is damaged (it says it is page %d)", want, got)
+	}
+	if re, ok := p.(runtime.Error); ok && strings.Contains(re.Error(), "fault") {
+		return "a damaged page points outside the file (" + re.Error() + ")"
+	}
+	return "bbolt: " + s
 }
 
 // callerPanic carries a panic raised by a caller's callback through
@@ -440,7 +473,7 @@ func (l *Log) view(fn func(*bolt.Tx) error) error { return viewRecover(l.db, l.p
 func (l *Log) update(fn func(*bolt.Tx) error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = &CorruptError{Path: l.path, Reason: fmt.Sprintf("bbolt: %v", p)}
+			err = &CorruptError{Path: l.path, Reason: boltProblem(p)}
 		}
 	}()
 	return l.db.Update(fn)
@@ -505,6 +538,13 @@ func (l *Log) Close() error {
 	l.log.Info().Str("path", l.path).Uint64("last_seq", l.LastSeq()).Msg("ledger closed")
 	return nil
 }
+
+// Damage is what Open found wrong with the pages bbolt itself reads past:
+// a damaged meta page (bbolt then reads the file through the other one,
+// which may be older, and so may lack the newest transactions) or a
+// damaged freelist page. It is a *CorruptError, or nil for a sound file.
+// Reads go on; a tool that shows what it read says so after.
+func (l *Log) Damage() error { return l.damage }
 
 // Commits is the number of group commits made since the log was opened:
 // events appended divided by it is the mean batch.

@@ -68,8 +68,28 @@ type eventSource interface {
 // fileSource reads a ledger file opened read-only.
 type fileSource struct{ l *store.Log }
 
-func (s fileSource) read(fn func(events.Envelope) error) error { return s.l.Read(0, fn) }
-func (s fileSource) close() error                              { return s.l.Close() }
+func (s fileSource) close() error { return s.l.Close() }
+
+func (s fileSource) read(fn func(events.Envelope) error) error {
+	if err := s.l.Read(0, fn); err != nil {
+		return err
+	}
+	return readDamaged(s.l)
+}
+
+// errReadDamaged marks a ledger read to its end through a damaged page
+// that bbolt reads past (store.Log.Damage): what was read is shown, then
+// the damage named, and the tool exits 1.
+var errReadDamaged = errors.New("shown above is what could be read")
+
+// readDamaged is the damage Open found in l, for after its contents were
+// shown; nil for a sound file.
+func readDamaged(l *store.Log) error {
+	if err := l.Damage(); err != nil {
+		return fmt.Errorf("%w (%w)", err, errReadDamaged)
+	}
+	return nil
+}
 
 // adminSource reads the ledger of a running daemon through its admin socket:
 // the daemon holds the file's lock, but serves the same records.

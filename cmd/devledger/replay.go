@@ -16,7 +16,7 @@ import (
 	"github.com/devledger/devledger/store"
 )
 
-func runReplay(args []string, stdout, stderr io.Writer) error {
+func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 	fs := newFlagSet("replay", "[--state-dir DIR | --db FILE] [--until-seq N | --until-time T] [--format table|json] [--verify]", stderr)
 	var lf ledgerFlags
 	lf.register(fs)
@@ -52,6 +52,12 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 		if s, err = replayLedgerFile(stdout, src.l, lf.path(), *verify, *untilSeq, at); err != nil {
 			return err
 		}
+		// Shown, then named.
+		defer func() {
+			if rerr == nil {
+				rerr = readDamaged(src.l)
+			}
+		}()
 	default:
 		// A running daemon holds the file: fold what its admin socket
 		// serves, from the first event (no snapshots over the socket).

@@ -126,8 +126,12 @@ func runScan(args []string, stdout, stderr io.Writer) error {
 	if lf.stateDir != "" && lf.db != "" {
 		return usageErrf("--state-dir and --db: give one of them")
 	}
+	// A ledger read through a damaged page is shown, then named.
+	var damage error
 	if lf.stateDir != "" || lf.db != "" {
-		if err := rep.readLedger(&lf); err != nil {
+		if err := rep.readLedger(&lf); errors.Is(err, errReadDamaged) {
+			damage = err
+		} else if err != nil {
 			return err
 		}
 	}
@@ -152,7 +156,10 @@ func runScan(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return damage
 }
 
 // warningList keeps warnings in the order they were found, each once,
@@ -842,8 +849,10 @@ func (rep *scanReport) readLedger(lf *ledgerFlags) error {
 		return err
 	}
 	var st events.State
+	var damage error
 	if f, ok := src.(fileSource); ok {
 		st, err = f.l.Replay(0)
+		damage = readDamaged(f.l)
 	} else {
 		st, err = foldSource(src, 0, time.Time{})
 	}
@@ -874,7 +883,7 @@ func (rep *scanReport) readLedger(lf *ledgerFlags) error {
 			rep.LedgerOnly = append(rep.LedgerOnly, scanLedgerOnly{Address: addr, Ledger: newScanLedger(ld, true)})
 		}
 	}
-	return nil
+	return damage
 }
 
 // newScanLedger is ld as scan shows it; known is false when the ledger

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	goldenfile "github.com/devledger/devledger/internal/golden"
+	"github.com/devledger/devledger/store"
+	"github.com/devledger/devledger/testdata/sysfsgen"
+	bolt "go.etcd.io/bbolt"
+)
+
+// damagedDir holds ledgers damaged the ways disks and people damage files,
+// each made from the bundled sample ledger by damagedCases (-update writes
+// them again).
+var damagedDir = filepath.Join("..", "..", "testdata", "ledger", "damaged")
+
+// damagedCase is one way to damage a ledger: make returns the damaged
+// bytes of the sound file.
+type damagedCase struct {
+	name, what string
+	make       func(t *testing.T, sound []byte, l ledgerLayout) []byte
+}
+
+// ledgerLayout is where things are in the sound file: its page size, the
+// page of bbolt's freelist, of the bucket directory (the meta's root), and
+// the file offsets of the records of a few sequences.
+type ledgerLayout struct {
+	pageSize, freelist, root int
+	record                   map[uint64]int
+	middle, last             uint64
+}
+
+func (l ledgerLayout) page(id int, b []byte) []byte {
+	return b[id*l.pageSize : (id+1)*l.pageSize]
+}
+
+var damagedCases = []damagedCase{
+	{"empty", "an empty file", func(t *testing.T, b []byte, l ledgerLayout) []byte { return nil }},
+	{"text", "not a ledger: a text file", func(t *testing.T, b []byte, l ledgerLayout) []byte {
+		return bytes.Repeat([]byte("not a ledger\n"), 100)
+	}},
+	{"zeroed", "every byte zero", func(t *testing.T, b []byte, l ledgerLayout) []byte { return make([]byte, len(b)) }},
+	{"garbage", "random bytes, the sound file's length", func(t *testing.T, b []byte, l ledgerLayout) []byte {
+		return randomBytes(1, len(b))
+	}},
+	{"truncated-8k", "cut to 8 KiB: the two meta pages", func(t *testing.T, b []byte, l ledgerLayout) []byte { return b[:8192] }},
+	{"truncated-half", "cut to half its length", func(t *testing.T, b []byte, l ledgerLayout) []byte { return b[:len(b)/2] }},
+	{"meta0-zeroed", "meta page 0 zeroed (a torn meta write)", func(t *testing.T, b []byte, l ledgerLayout) []byte {
+		clear(l.page(0, b))
+		return b
+	}},
+	{"meta1-zeroed", "meta page 1 zeroed (a torn meta write)", func(t *testing.T, b []byte, l ledgerLayout) []byte {
+		clear(l.page(1, b))
+		return b
+	}},
+	{"root-garbage", "random bytes over the bucket directory's page", func(t *testing.T, b []byte, l ledgerLayout) []byte {
+		copy(l.page(l.root, b), randomBytes(2, l.pageSize))
+		return b
+	}},
+	{"freelist-garbage", "random bytes over bbolt's freelist page", func(t *testing.T, b []byte, l ledgerLayout) []byte {
+		copy(l.page(l.freelist, b), randomBytes(3, l.pageSize))
+		return b
+	}},
+	{"events-page-garbage", "random bytes over the page that holds the middle event", func(t *testing.T, b []byte, l ledgerLayout) []byte {
+		copy(l.page(l.record[l.middle]/l.pageSize, b), randomBytes(4, l.pageSize))
+		return b
+	}},
+	{"last-events-page-garbage", "random bytes over the page that holds the newest event", func(t *testing.T, b []byte, l ledgerLayout) []byte {
+		copy(l.page(l.record[l.last]/l.pageSize, b), randomBytes(5, l.pageSize))
+		return b
+	}},
+	{"event-byte-flipped", "one byte of the middle event flipped (its checksum fails)", func(t *testing.T, b []byte, l ledgerLayout) []byte {
+		b[l.record[l.middle]+12] ^= 0x20
+		return b
+	}},
+}
+
+func randomBytes(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, 0xdead))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// layoutOf finds, in the sound file at path, what the cases damage.
+func layoutOf(t *testing.T, path string, sound []byte) ledgerLayout {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	l := ledgerLayout{pageSize: db.Info().PageSize, record: map[uint64]int{}}
+	// The meta bbolt reads through is the one of the newer transaction;
+	// it names the root bucket's page and the freelist's.
+	const header, rootAt, freelistAt, txAt = 16, 16, 32, 48
+	le := binary.LittleEndian
+	meta := 0
+	if le.Uint64(sound[l.pageSize+header+txAt:]) > le.Uint64(sound[header+txAt:]) {
+		meta = 1
+	}
+	l.root = int(le.Uint64(sound[meta*l.pageSize+header+rootAt:]))
+	l.freelist = int(le.Uint64(sound[meta*l.pageSize+header+freelistAt:]))
+
+	log, err := store.Open(path, store.Options{ReadOnly: true, LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	l.last = log.LastSeq()
+	l.middle = l.last / 2
+	if err := log.ReadRaw(0, func(seq uint64, rec []byte) error {
+		if seq == l.middle || seq == l.last {
+			off := bytes.Index(sound, rec)
+			if off < 0 || bytes.Contains(sound[off+1:], rec) {
+				return fmt.Errorf("record %d is not in the file once", seq)
+			}
+			l.record[seq] = off
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if l.freelist < 2 || l.root < 2 || len(l.record) != 2 {
+		t.Fatalf("layout of the sample: %+v", l)
+	}
+	return l
+}
+
+// TestDamagedLedgers runs every reading command over each damaged file:
+// none crashes, each exits 1 (damage, named) or 2 (not a ledger), and
+// what each says is pinned in testdata/damaged.golden, the table of
+// damage against what every tool says.
+func TestDamagedLedgers(t *testing.T) {
+	if goldenfile.Updating() {
+		sound, err := os.ReadFile(sampleLedgerPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := layoutOf(t, sampleLedgerPath, sound)
+		if err := os.MkdirAll(damagedDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range damagedCases {
+			if err := os.WriteFile(filepath.Join(damagedDir, c.name+".db"), c.make(t, slices.Clone(sound), l), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	roots, err := sysfsgen.BuildScenario(t.TempDir(), sysfsgen.ScenarioSRIOV)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table strings.Builder
+	for _, c := range damagedCases {
+		fmt.Fprintf(&table, "## %s: %s\n", c.name, c.what)
+		src := filepath.Join(damagedDir, c.name+".db")
+		// Tools open read-only, but a copy keeps the corpus safe from
+		// any tool that would not.
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatalf("%v (go test -run TestDamagedLedgers -update writes the corpus)", err)
+		}
+		db := filepath.Join(t.TempDir(), c.name+".db")
+		if err := os.WriteFile(db, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{
+			{"dump", "--db", db},
+			{"replay", "--db", db},
+			{"replay", "--verify", "--db", db},
+			scanArgs(roots, scanConfigs["sriov"], "--db", db),
+		} {
+			code, stdout, stderr := runCLI(t, args...)
+			cmd := strings.Join(args[:slices.Index(args, "--db")], " ")
+			if args[0] == "scan" {
+				cmd = "scan --db"
+			}
+			if code != exitFailure && code != exitUsage && code != 0 {
+				t.Errorf("%s: %s: exit %d", c.name, cmd, code)
+			}
+			if strings.Contains(stderr, "panic") || strings.Contains(stderr, "goroutine ") {
+				t.Errorf("%s: %s crashed:\n%s", c.name, cmd, stderr)
+			}
+			said := strings.ReplaceAll(strings.TrimSpace(stderr), db, "FILE")
+			fmt.Fprintf(&table, "%-16s exit %d, %d lines out; %s\n", cmd, code, strings.Count(stdout, "\n"), said)
+		}
+		if data, err := os.ReadFile(db); err != nil || !bytes.Equal(data, mustRead(t, src)) {
+			t.Errorf("%s: a reading tool changed the file", c.name)
+		}
+		table.WriteString("\n")
+	}
+	checkGolden(t, "damaged", table.String())
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
