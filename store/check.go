@@ -152,40 +152,76 @@ func (l *Log) Check(ctx context.Context) (CheckReport, error) {
 	return rep, nil
 }
 
-// checkStructure reads bbolt's two meta pages and its freelist page from
-// the file and names one that is damaged. bbolt opens a file through the
-// newer valid meta page, so a damaged newer one goes unseen, and with it
-// the transactions since the older one; it reads the freelist only to
-// write, or to check, where it panics on a damaged one in a goroutine of
-// its own. Three page reads: cheap enough for every Open.
-func (l *Log) checkStructure(pageSize int) error {
+// checkStructure checks what bbolt trusts in the file before it reads it:
+// its two meta pages, its freelist page and the page graph (walkPages).
+// bbolt opens a file through the newer valid meta page, so a damaged newer
+// one goes unseen, and with it the transactions since the older one; it
+// reads the freelist only to write, or to check, where it panics on a
+// damaged one in a goroutine of its own; and it follows a loop in the page
+// graph until memory runs out. fatal is damage a read must not meet (a
+// loop, a page outside the file): the file is not opened. damage is damage
+// reads survive, for Damage.
+func (l *Log) checkStructure(pageSize int) (fatal, damage error) {
 	f, err := os.Open(l.path)
 	if err != nil {
-		return err
+		return err, nil
 	}
 	defer f.Close()
-	buf := make([]byte, pageSize)
-	var freelist, txid uint64
+	var metas [2][]byte
+	var problems [2]string
+	var usable [2]bool
 	for id := range 2 {
-		if _, err := f.ReadAt(buf, int64(id*pageSize)); err != nil {
-			return l.corrupt(0, fmt.Sprintf("meta page %d cannot be read: %v", id, err), err)
+		metas[id] = make([]byte, pageSize)
+		if _, err := f.ReadAt(metas[id], int64(id*pageSize)); err != nil {
+			problems[id] = "it cannot be read: " + err.Error()
+			continue
 		}
-		if problem := metaPageProblem(buf, uint64(id)); problem != "" {
-			return l.corrupt(0, fmt.Sprintf("meta page %d is damaged (%s); bbolt reads the file through the other one, which may be older: the newest transactions may be missing", id, problem), nil)
-		}
-		// The meta bbolt reads through is the one of the newer
-		// transaction.
-		if t := binary.LittleEndian.Uint64(buf[metaTxID:]); id == 0 || t > txid {
-			txid, freelist = t, binary.LittleEndian.Uint64(buf[metaFreelist:])
+		problems[id], usable[id] = metaPageProblem(metas[id], uint64(id))
+	}
+	// bbolt reads through the valid meta of the newer transaction (valid
+	// by its checks: the meta, not the page header).
+	le := binary.LittleEndian
+	use := 0
+	switch {
+	case !usable[0] && !usable[1]:
+		return l.corrupt(0, fmt.Sprintf("both meta pages are damaged (%s; %s)", problems[0], problems[1]), nil), nil
+	case !usable[0]:
+		use = 1
+	case usable[1] && le.Uint64(metas[1][metaTxID:]) > le.Uint64(metas[0][metaTxID:]):
+		use = 1
+	}
+	for id := range 2 {
+		switch {
+		case problems[id] == "" || damage != nil:
+		case id == use:
+			damage = l.corrupt(0, fmt.Sprintf("meta page %d is damaged (%s), though bbolt reads the file through it", id, problems[id]), nil)
+		default:
+			damage = l.corrupt(0, fmt.Sprintf("meta page %d is damaged (%s); bbolt reads the file through the other one, which may be older: the newest transactions may be missing", id, problems[id]), nil)
 		}
 	}
-	// bbolt's check reads the freelist page in a goroutine of its own too,
-	// and panics on a damaged one.
+	meta := metas[use]
+	walkFatal, walkDamage := walkPages(f, pageSize, meta)
+	if walkFatal != nil {
+		return l.corrupt(0, walkFatal.Error(), nil), damage
+	}
+	if damage == nil && walkDamage != "" {
+		damage = l.corrupt(0, walkDamage, nil)
+	}
+	if damage == nil {
+		damage = l.checkFreelist(f, pageSize, le.Uint64(meta[metaFreelist:]))
+	}
+	return nil, damage
+}
+
+// checkFreelist names a damaged freelist page: bbolt's check reads it in a
+// goroutine of its own, and panics on a damaged one.
+func (l *Log) checkFreelist(f *os.File, pageSize int, freelist uint64) error {
 	const noFreelist, freelistFlag = ^uint64(0), 0x10
 	if freelist == noFreelist {
 		return nil
 	}
-	if _, err := f.ReadAt(buf[:pageHeader], int64(freelist)*int64(pageSize)); err != nil {
+	buf := make([]byte, pageHeader)
+	if _, err := f.ReadAt(buf, int64(freelist)*int64(pageSize)); err != nil {
 		return l.corrupt(0, fmt.Sprintf("page %d, the freelist, cannot be read: %v", freelist, err), err)
 	}
 	le := binary.LittleEndian
@@ -212,24 +248,25 @@ const (
 
 // metaPageProblem says what is wrong with a bbolt meta page ("" when
 // nothing is): its page header (id, meta flag), then the meta itself
-// (magic, version, checksum), as bbolt lays them out.
-func metaPageProblem(p []byte, id uint64) string {
+// (magic, version, checksum), as bbolt lays them out. usable says whether
+// bbolt would read the file through it: it checks the meta, not the
+// header.
+func metaPageProblem(p []byte, id uint64) (problem string, usable bool) {
 	const header, metaFlag, magic, version, sumAt = 16, 0x04, 0xED0CDAED, 2, 56
 	le := binary.LittleEndian
-	switch {
-	case le.Uint64(p[0:]) != id:
-		return fmt.Sprintf("it says it is page %d", le.Uint64(p[0:]))
-	case le.Uint16(p[8:]) != metaFlag:
-		return fmt.Sprintf("flags %#x, not a meta page's", le.Uint16(p[8:]))
-	case le.Uint32(p[header:]) != magic:
-		return fmt.Sprintf("magic %#x", le.Uint32(p[header:]))
-	case le.Uint32(p[header+4:]) != version:
-		return fmt.Sprintf("version %d", le.Uint32(p[header+4:]))
-	}
 	h := fnv.New64a()
 	h.Write(p[header : header+sumAt])
-	if got := le.Uint64(p[header+sumAt:]); got != h.Sum64() {
-		return fmt.Sprintf("checksum %#x, its contents sum to %#x", got, h.Sum64())
+	switch {
+	case le.Uint32(p[header:]) != magic:
+		return fmt.Sprintf("magic %#x", le.Uint32(p[header:])), false
+	case le.Uint32(p[header+4:]) != version:
+		return fmt.Sprintf("version %d", le.Uint32(p[header+4:])), false
+	case le.Uint64(p[header+sumAt:]) != h.Sum64():
+		return fmt.Sprintf("checksum %#x, its contents sum to %#x", le.Uint64(p[header+sumAt:]), h.Sum64()), false
+	case le.Uint64(p[0:]) != id:
+		return fmt.Sprintf("it says it is page %d", le.Uint64(p[0:])), true
+	case le.Uint16(p[8:]) != metaFlag:
+		return fmt.Sprintf("flags %#x, not a meta page's", le.Uint16(p[8:])), true
 	}
-	return ""
+	return "", true
 }

@@ -174,27 +174,31 @@ func Open(path string, opts Options) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	meta, err := readMeta(db, path)
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
 	l := &Log{
 		path:     path,
 		db:       db,
-		meta:     meta,
 		log:      opts.Logger,
 		readOnly: opts.ReadOnly,
 		bootID:   opts.BootID,
 		maxBatch: opts.MaxBatch,
 		now:      time.Now,
 	}
+	// Before bbolt walks a page tree: damage it cannot survive keeps the
+	// file closed.
+	fatal, damage := l.checkStructure(db.Info().PageSize)
+	if fatal != nil {
+		db.Close()
+		return nil, fatal
+	}
+	if l.meta, err = readMeta(db, path); err != nil {
+		db.Close()
+		return nil, err
+	}
 	if err := l.loadBounds(); err != nil {
 		db.Close()
 		return nil, err
 	}
-	l.damage = l.checkStructure(db.Info().PageSize)
-	if l.damage != nil {
+	if l.damage = damage; l.damage != nil {
 		l.log.Error().Err(l.damage).Str("path", path).Msg("ledger damaged")
 	}
 	if !l.readOnly {
