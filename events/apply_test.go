@@ -483,6 +483,11 @@ func TestApply(t *testing.T) {
 			event: EventsDropped{FromSeq: 1, ToSeq: 5, Count: 5},
 			want:  func(s *State) {},
 		},
+		{
+			name:  "EventLost leaves the fold as it is",
+			event: EventLost{Type: "DevicesReleased", Reason: "its record fails its checksum"},
+			want:  func(s *State) {},
+		},
 	}
 	covered := map[Type]bool{}
 	for _, tc := range tests {

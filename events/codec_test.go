@@ -422,6 +422,7 @@ func TestEnvelopeDevicesAndPool(t *testing.T) {
 		TypeDevicesReleased:         {pair, dpdk},
 		TypeSnapshotTaken:           {nil, ""},
 		TypeEventsDropped:           {nil, ""},
+		TypeEventLost:               {nil, ""},
 		TypeAllocationLeakSuspected: {[]string{"0000:3b:02.3"}, dpdk},
 		TypeAttributionChanged:      {nil, ""},
 	}

@@ -466,6 +466,8 @@ func payloadValue(p Payload) Payload {
 		return deref(v)
 	case *EventsDropped:
 		return deref(v)
+	case *EventLost:
+		return deref(v)
 	case *AllocationLeakSuspected:
 		return deref(v)
 	case *AttributionChanged:

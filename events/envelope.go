@@ -134,6 +134,24 @@ func ApplyRecord(s State, rec []byte) (State, error) {
 	return apply(s, e, true), nil
 }
 
+// PeekType reads the type a record says it is, from its header alone: for
+// a damaged record, what it was. ok is false when the header does not
+// read, or names no type of the catalog.
+func PeekType(rec []byte) (t Type, ok bool) {
+	if len(rec) == 0 || rec[0] != codecV1 {
+		return "", false
+	}
+	r := reader{buf: rec, off: 1}
+	r.uvarint()
+	r.time()
+	typ := r.rawBytes()
+	if r.err != nil {
+		return "", false
+	}
+	k, ok := catalog[Type(typ)]
+	return k.name, ok
+}
+
 // unmarshal is Unmarshal; forFold leaves out what Apply does not read.
 func unmarshal(rec []byte, forFold bool) (Envelope, error) {
 	var e Envelope

@@ -109,6 +109,7 @@ var samples = map[Type]Payload{
 	},
 	TypeAttributionChanged: AttributionChanged{Available: true, Reason: "pod resources answered"},
 	TypeSnapshotTaken:      SnapshotTaken{Seq: 4000, Size: 65536, Reason: "every 10000 events"},
+	TypeEventLost:          EventLost{Type: "DevicesAllocated", Reason: "its record fails its checksum"},
 	TypeEventsDropped:      EventsDropped{FromSeq: 1, ToSeq: 3000, Count: 3000, Bytes: 412345, SnapshotSeq: 4000, Reason: "older than 720h"},
 }
 

@@ -346,7 +346,7 @@ func apply(s State, e Envelope, owned bool) State {
 		}
 	case AttributionChanged:
 		s.Attribution = AttributionState{Available: p.Available, Reason: p.Reason, Since: e.Time}
-	case SnapshotTaken, EventsDropped:
+	case SnapshotTaken, EventsDropped, EventLost:
 		// Facts about the ledger itself; the fold is unchanged.
 	}
 	return s

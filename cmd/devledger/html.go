@@ -378,6 +378,8 @@ func (h *historyFold) event(e events.Envelope) error {
 		h.marker(t, "config", "config rejected: "+describe(e))
 	case events.EventsDropped:
 		h.marker(t, "ledger", "retention dropped "+describe(e))
+	case events.EventLost:
+		h.marker(t, "ledger", describe(e))
 	case events.AttributionChanged:
 		what := "pods attributed again"
 		if !p.Available {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -224,6 +225,8 @@ func describe(e events.Envelope) string {
 		return fmt.Sprintf("state at #%d, %d bytes", p.Seq, p.Size)
 	case events.EventsDropped:
 		return fmt.Sprintf("#%d-#%d (%d events): %s", p.FromSeq, p.ToSeq, p.Count, p.Reason)
+	case events.EventLost:
+		return withReason(cmp.Or(p.Type, "an event"), " lost: ", p.Reason)
 	}
 	return e.Subject
 }
