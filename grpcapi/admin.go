@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -44,6 +45,9 @@ const (
 	AdminSocketName = "admin.sock"
 	// RecordsContentType is the media type of a /v1/records body.
 	RecordsContentType = "application/vnd.devledger.records"
+	// BackupContentType is the media type of GET /v1/backup: a copy of
+	// the ledger file, Content-Length bytes.
+	BackupContentType = "application/vnd.devledger.ledger"
 	// MaxAdminRecord is the largest record the admin stream carries; a
 	// client refuses a longer frame rather than allocate for it.
 	MaxAdminRecord = 64 << 20
@@ -73,6 +77,13 @@ func AdminSocketPath(stateDir string) string {
 // than the oldest kept record starts at the oldest.
 type RecordSource interface {
 	ReadRaw(from uint64, fn func(seq uint64, rec []byte) error) error
+}
+
+// BackupSource writes a consistent copy of the ledger file for GET
+// /v1/backup. *store.Log implements it: size hears the copy's length
+// before the first write.
+type BackupSource interface {
+	Backup(w io.Writer, size func(int64)) (int64, error)
 }
 
 // StatusSource reports the daemon's status for GET /v1/status.
@@ -144,6 +155,9 @@ func NewAdminServer(records RecordSource, status StatusSource, opts AdminServerO
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/records", a.serveRecords)
 	mux.HandleFunc("GET /v1/status", a.serveStatus)
+	if b, ok := records.(BackupSource); ok {
+		mux.HandleFunc("GET /v1/backup", func(w http.ResponseWriter, r *http.Request) { a.serveBackup(w, r, b) })
+	}
 	a.srv = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -208,6 +222,41 @@ func (a *AdminServer) serveStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
+}
+
+// serveBackup streams a copy of the ledger file. The copy is read in one
+// transaction, which a slow client would hold open (and with it an append
+// that must grow the file): every write has the write timeout. A copy cut
+// short is shorter than its Content-Length, which the client checks.
+func (a *AdminServer) serveBackup(w http.ResponseWriter, r *http.Request, b BackupSource) {
+	rc := http.NewResponseController(w)
+	started := false
+	n, err := b.Backup(deadlineWriter{w: w, rc: rc, timeout: a.writeTimeout}, func(size int64) {
+		w.Header().Set("Content-Type", BackupContentType)
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+		w.WriteHeader(http.StatusOK)
+		started = true
+	})
+	if err != nil {
+		a.log.Warn().Err(err).Int64("bytes", n).Msg("backup ended early")
+		if !started {
+			writeJSON(w, http.StatusServiceUnavailable, adminTrailer{Error: err.Error()})
+		}
+		return
+	}
+	a.log.Info().Int64("bytes", n).Msg("ledger backed up through the admin socket")
+}
+
+// deadlineWriter gives every write to a client the write timeout.
+type deadlineWriter struct {
+	w       io.Writer
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (d deadlineWriter) Write(p []byte) (int, error) {
+	_ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
+	return d.w.Write(p)
 }
 
 func (a *AdminServer) serveRecords(w http.ResponseWriter, r *http.Request) {

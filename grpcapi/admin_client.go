@@ -72,6 +72,36 @@ func ReadRecordsFromAdmin(ctx context.Context, socketPath string, from uint64, f
 	return nil
 }
 
+// BackupFromAdmin copies the ledger of the daemon serving the admin socket
+// at socketPath to w: a consistent copy, read in one transaction while the
+// daemon runs on. It returns the bytes copied; a copy cut short (fewer
+// bytes than the daemon announced) is an error wrapping
+// io.ErrUnexpectedEOF.
+func BackupFromAdmin(ctx context.Context, socketPath string, w io.Writer) (int64, error) {
+	fail := func(err error) error {
+		return fmt.Errorf("back up the ledger through admin socket %s: %w", socketPath, err)
+	}
+	resp, err := adminGet(ctx, socketPath, "/v1/backup")
+	if err != nil {
+		return 0, fail(err)
+	}
+	defer resp.Body.Close()
+	if err := adminAnswerOK(resp, BackupContentType); err != nil {
+		return 0, fail(err)
+	}
+	if resp.ContentLength < 0 {
+		return 0, fail(errors.New("the answer has no length"))
+	}
+	n, err := io.Copy(w, resp.Body)
+	if err == nil && n != resp.ContentLength {
+		err = fmt.Errorf("%d of %d bytes: %w", n, resp.ContentLength, io.ErrUnexpectedEOF)
+	}
+	if err != nil {
+		return n, fail(err)
+	}
+	return n, nil
+}
+
 // ReadStatusFromAdmin asks the daemon serving the admin socket at
 // socketPath for its status.
 func ReadStatusFromAdmin(ctx context.Context, socketPath string) (AdminStatus, error) {

@@ -295,3 +295,56 @@ func TestAdminNoDaemon(t *testing.T) {
 		t.Errorf("stale socket: %v, want ECONNREFUSED", err)
 	}
 }
+
+// backupSource is a genSource that also backs up: size bytes of a pattern,
+// failing after failAfter of them when that is set.
+type backupSource struct {
+	genSource
+	bytes, failAfter int64
+}
+
+func (b *backupSource) Backup(w io.Writer, size func(int64)) (int64, error) {
+	size(b.bytes)
+	buf := make([]byte, 4096)
+	var n int64
+	for n < b.bytes {
+		if b.failAfter > 0 && n >= b.failAfter {
+			return n, errors.New("disk on fire")
+		}
+		for i := range buf {
+			buf[i] = byte(n + int64(i))
+		}
+		k, err := w.Write(buf[:min(int64(len(buf)), b.bytes-n)])
+		n += int64(k)
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// GET /v1/backup streams the copy whole; one cut short is an error, not a
+// shorter copy; a source that cannot back up has no such endpoint.
+func TestAdminBackup(t *testing.T) {
+	_, sock := startAdmin(t, &backupSource{bytes: 3<<20 + 17}, nil)
+	var got bytes.Buffer
+	n, err := BackupFromAdmin(t.Context(), sock, &got)
+	if err != nil || n != 3<<20+17 || int64(got.Len()) != n {
+		t.Fatalf("BackupFromAdmin = %d, %v (%d bytes written), want %d", n, err, got.Len(), 3<<20+17)
+	}
+	for i, c := range got.Bytes() {
+		if c != byte(i) {
+			t.Fatalf("byte %d is %d, want %d", i, c, byte(i))
+		}
+	}
+
+	_, sock = startAdmin(t, &backupSource{bytes: 1 << 20, failAfter: 64 << 10}, nil)
+	if _, err := BackupFromAdmin(t.Context(), sock, io.Discard); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("a backup cut short: %v, want io.ErrUnexpectedEOF", err)
+	}
+
+	_, sock = startAdmin(t, &genSource{last: 1, size: 8}, nil)
+	if _, err := BackupFromAdmin(t.Context(), sock, io.Discard); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Errorf("a daemon that cannot back up: %v, want a 404", err)
+	}
+}

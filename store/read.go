@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/devledger/devledger/events"
@@ -412,4 +413,29 @@ func (l *Log) ReplayUntilTime(t time.Time) (events.State, error) {
 		return events.State{}, err
 	}
 	return s, nil
+}
+
+// Backup writes a consistent copy of the ledger file to w, as it is at the
+// call: one read transaction (bbolt's Tx.WriteTo), so appends go on
+// meanwhile. size, when set, hears the copy's length before anything is
+// written. It returns the bytes written. A slow w holds the transaction,
+// which delays an append that must grow the file: give w a deadline.
+func (l *Log) Backup(w io.Writer, size func(int64)) (int64, error) {
+	if err := l.enter(); err != nil {
+		return 0, err
+	}
+	defer l.leave()
+	var n int64
+	err := l.view(func(tx *bolt.Tx) error {
+		if size != nil {
+			size(tx.Size())
+		}
+		var err error
+		n, err = tx.WriteTo(w)
+		return err
+	})
+	if err != nil {
+		return n, fmt.Errorf("back up ledger %s: %w", l.path, err)
+	}
+	return n, nil
 }

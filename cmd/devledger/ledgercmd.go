@@ -1,0 +1,208 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/devledger/devledger/grpcapi"
+	"github.com/devledger/devledger/store"
+)
+
+// runLedger is `devledger ledger`: what an operator does to the ledger file
+// itself (backup, salvage).
+func runLedger(args []string, stdout, stderr io.Writer) error {
+	subs := map[string]func([]string, io.Writer, io.Writer) error{
+		"backup":  runLedgerBackup,
+		"salvage": runLedgerSalvage,
+	}
+	if len(args) == 0 || subs[args[0]] == nil {
+		fmt.Fprintln(stderr, "usage: devledger ledger backup [--state-dir DIR | --db FILE] --out FILE")
+		fmt.Fprintln(stderr, "       devledger ledger salvage --db FILE --out FILE")
+		if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+			return flagHelpOr(len(args) > 0)
+		}
+		return usageErrf("unknown ledger command %q: want backup or salvage", args[0])
+	}
+	return subs[args[0]](args[1:], stdout, stderr)
+}
+
+// flagHelpOr is flag.ErrHelp when help was asked for, else a usage error.
+func flagHelpOr(asked bool) error {
+	if asked {
+		return flag.ErrHelp
+	}
+	return usageErrf("a ledger command is required: backup or salvage")
+}
+
+// runLedgerBackup copies the ledger to --out: from the file when no daemon
+// holds it, else through the running daemon's admin socket. The copy is
+// consistent (one read transaction), written under a temporary name,
+// synced, put in place only if --out does not exist, and verified.
+func runLedgerBackup(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("ledger backup", "[--state-dir DIR | --db FILE] --out FILE", stderr)
+	var lf ledgerFlags
+	lf.register(fs)
+	out := fs.String("out", "", "write the copy to `FILE`, which must not exist; \"-\" writes it to stdout (kubectl exec ... > FILE)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *out == "" {
+		return usageErrf("--out is required: where to write the copy")
+	}
+	src := lf.path()
+	backup := func(w io.Writer) (int64, error) {
+		l, err := openLedgerWaiting(&lf, time.Millisecond)
+		if err == nil {
+			defer l.Close()
+			return l.Backup(w, nil)
+		}
+		if !errors.Is(err, store.ErrLocked) {
+			return 0, err
+		}
+		sock := grpcapi.AdminSocketPath(filepath.Dir(src))
+		src = "the daemon (" + sock + ")"
+		return grpcapi.BackupFromAdmin(context.Background(), sock, w)
+	}
+	if *out == "-" {
+		// Nothing to verify here: the receiving end checks the copy
+		// (replay --verify).
+		n, err := backup(stdout)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "backed up %s to stdout: %d bytes; check it with devledger replay --verify --db FILE\n", src, n)
+		return nil
+	}
+	n, err := writeNew(*out, func(f *os.File) (int64, error) { return backup(f) })
+	if err != nil {
+		return err
+	}
+	rep, err := verifyCopy(*out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "backed up %s to %s: %d bytes, %d events (#%d-#%d), %d snapshots; verified\n",
+		src, *out, n, rep.Events, rep.FirstSeq, rep.LastSeq, rep.Snapshots)
+	return nil
+}
+
+// writeNew creates path, which must not exist, with what write writes:
+// under a temporary name beside it, synced, then linked into place (a
+// link fails rather than replace a file made meanwhile), and the
+// directory synced. Nothing is left behind on failure.
+func writeNew(path string, write func(*os.File) (int64, error)) (int64, error) {
+	if _, err := os.Lstat(path); err == nil {
+		return 0, usageErrf("%s exists: name a new file", path)
+	}
+	tmp := fmt.Sprintf("%s.tmp-%d", path, os.Getpid())
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(tmp)
+	n, err := write(f)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return n, err
+	}
+	if err := os.Link(tmp, path); err != nil {
+		return n, err
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return n, nil
+}
+
+// verifyCopy checks a ledger just written, as replay --verify does.
+func verifyCopy(path string) (store.CheckReport, error) {
+	l, err := store.Open(path, store.Options{ReadOnly: true, LockTimeout: time.Second})
+	if err != nil {
+		return store.CheckReport{}, fmt.Errorf("the copy %s does not open: %w", path, err)
+	}
+	defer l.Close()
+	rep, err := l.Check(context.Background())
+	if err != nil {
+		return rep, fmt.Errorf("the copy %s does not verify: %w", path, err)
+	}
+	return rep, nil
+}
+
+// runLedgerSalvage copies every intact event of a damaged ledger into a
+// new one (store.Salvage), verifies the new one, and reports what was lost.
+// It exits 0 when nothing was, and 1 when something was: the new ledger is
+// whole and usable either way, but the loss is the operator's to know of.
+func runLedgerSalvage(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("ledger salvage", "--db FILE --out FILE", stderr)
+	db := fs.String("db", "", "the damaged ledger `FILE` (read only)")
+	out := fs.String("out", "", "write the salvaged ledger to `FILE`, which must not exist")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *db == "" || *out == "" {
+		return usageErrf("--db and --out are required: the damaged ledger and where to write what it still holds")
+	}
+	if _, err := os.Stat(*db); err != nil {
+		return usageErr(err)
+	}
+	if _, err := os.Lstat(*out); err == nil {
+		return usageErrf("%s exists: name a new file", *out)
+	}
+	rep, err := store.Salvage(*db, *out)
+	if err != nil {
+		os.Remove(*out)
+		return err
+	}
+	check, err := verifyCopy(*out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "salvaged %s into %s: %d events of #%d-#%d intact (%d read as bbolt reads it, %d found on its pages); verified, %d events\n",
+		*db, *out, rep.Events, rep.FirstSeq, rep.LastSeq, rep.FromTree, rep.Events-rep.FromTree, check.Events)
+	if rep.Snapshot > 0 {
+		fmt.Fprintf(stdout, "  the snapshot at #%d, which retention kept when it dropped the events before #%d, copied\n", rep.Snapshot, rep.FirstSeq)
+	}
+	if rep.SnapshotLost > 0 {
+		fmt.Fprintf(stdout, "  LOST the snapshot at #%d, which retention kept when it dropped the events before #%d: the state before #%d is not in the new ledger\n", rep.SnapshotLost, rep.FirstSeq, rep.FirstSeq)
+	}
+	var lost uint64
+	for _, r := range rep.Lost {
+		n := r.To - r.From + 1
+		lost += n
+		what := "no record of them found"
+		if len(r.Types) > 0 {
+			var parts []string
+			for _, seq := range slices.Sorted(maps.Keys(r.Types)) {
+				parts = append(parts, fmt.Sprintf("#%d %s", seq, cmp.Or(string(r.Types[seq]), "of unreadable type")))
+			}
+			what = fmt.Sprintf("damaged records of %d: %s", len(r.Types), strings.Join(parts, ", "))
+		}
+		fmt.Fprintf(stdout, "  lost #%d-#%d (%d %s): %s\n", r.From, r.To, n, plural(int(n), "event", "events"), what)
+	}
+	for _, seq := range rep.Conflicts {
+		fmt.Fprintf(stdout, "  #%d: two different intact records; kept the one bbolt's tree holds, else the later\n", seq)
+	}
+	if rep.SnapshotLost > 0 && lost == 0 {
+		return fmt.Errorf("the state before #%d is lost", rep.FirstSeq)
+	}
+	if lost > 0 {
+		return fmt.Errorf("%d %s lost; each is an EventLost in %s", lost, plural(int(lost), "event", "events"), *out)
+	}
+	return nil
+}

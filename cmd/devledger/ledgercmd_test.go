@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/store"
+)
+
+// ledger backup of a running daemon goes through its admin socket, and of
+// a stopped one reads the file; either copy holds every event the ledger
+// held, and verifies. It never writes over a file.
+func TestE2ELedgerBackup(t *testing.T) {
+	n := sriovNode(t, "legacy", kubelettest.Options{})
+	p, _ := n.startRegistered(t, sriovPools)
+	if _, err := n.kubelet.Allocate(e2eCtx(t), vfioPool, []string{"0000:3b:01.2"}); err != nil {
+		t.Fatal(err)
+	}
+	live := n.ledgerEvents(t)
+
+	dir := t.TempDir()
+	out := filepath.Join(dir, "live.db")
+	said := cliOK(t, "ledger", "backup", "--state-dir", n.stateDir, "--out", out)
+	if !strings.Contains(said, "the daemon (") || !strings.Contains(said, "verified") {
+		t.Errorf("backup of a running daemon said:\n%s", said)
+	}
+	checkCopy(t, out, live)
+	if code, _, stderr := cli(t, "ledger", "backup", "--state-dir", n.stateDir, "--out", out); code != exitUsage || !strings.Contains(stderr, "exists") {
+		t.Errorf("backup over an existing file: exit %d, %q", code, stderr)
+	}
+
+	// To stdout, as kubectl exec ... > FILE takes it.
+	code, stream, stderr := cli(t, "ledger", "backup", "--state-dir", n.stateDir, "--out", "-")
+	if code != exitOK || !strings.Contains(stderr, "to stdout") {
+		t.Fatalf("backup to stdout: exit %d, %q", code, stderr)
+	}
+	streamed := filepath.Join(dir, "streamed.db")
+	if err := os.WriteFile(streamed, []byte(stream), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	checkCopy(t, streamed, live)
+
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t); code != exitOK {
+		t.Fatalf("SIGTERM: exit %d", code)
+	}
+	stopped := n.ledgerEvents(t)
+	out = filepath.Join(dir, "stopped.db")
+	said = cliOK(t, "ledger", "backup", "--state-dir", n.stateDir, "--out", out)
+	if !strings.Contains(said, n.ledgerPath()) {
+		t.Errorf("backup of a stopped daemon's ledger said:\n%s", said)
+	}
+	checkCopy(t, out, stopped)
+}
+
+// checkCopy checks that the ledger at path verifies and holds want's events
+// at least (a live ledger may have moved on between the two reads).
+func checkCopy(t *testing.T, path string, want []events.Envelope) {
+	t.Helper()
+	l, err := store.Open(path, store.Options{ReadOnly: true, LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := l.Check(context.Background()); err != nil {
+		t.Fatalf("the copy does not verify: %v", err)
+	}
+	i := 0
+	if err := l.Read(0, func(e events.Envelope) error {
+		if i < len(want) && (e.Seq != want[i].Seq || e.Type != want[i].Type) {
+			t.Errorf("the copy has #%d %s where the ledger has #%d %s", e.Seq, e.Type, want[i].Seq, want[i].Type)
+		}
+		i++
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if i < len(want) {
+		t.Errorf("the copy has %d events, the ledger %d", i, len(want))
+	}
+}
+
+// ledger salvage names what it lost and exits 1, or exits 0 when it lost
+// nothing; dump reads what it wrote, the losses as EventLost.
+func TestLedgerSalvage(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "salvaged.db")
+	code, stdout, stderr := runCLI(t, "ledger", "salvage", "--db", filepath.Join(damagedDir, "events-page-garbage.db"), "--out", out)
+	if code != exitFailure || !strings.Contains(stdout, "lost #21-#44 (24 events)") || !strings.Contains(stderr, "24 events lost") {
+		t.Errorf("salvage of a ledger with a page of events destroyed: exit %d\n%s%s", code, stdout, stderr)
+	}
+	code, stdout, _ = runCLI(t, "dump", "--db", out)
+	if code != exitOK || strings.Count(stdout, "EventLost") != 24 {
+		t.Errorf("dump of the salvaged ledger: exit %d, %d EventLost\n%s", code, strings.Count(stdout, "EventLost"), stdout)
+	}
+
+	out = filepath.Join(dir, "whole.db")
+	code, stdout, stderr = runCLI(t, "ledger", "salvage", "--db", filepath.Join(damagedDir, "meta1-zeroed.db"), "--out", out)
+	if code != exitOK || strings.Contains(stdout, "lost") {
+		t.Errorf("salvage of a ledger bbolt reads through an old meta: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if code, _, stderr := runCLI(t, "ledger", "salvage", "--db", filepath.Join(damagedDir, "meta1-zeroed.db"), "--out", out); code != exitUsage || !strings.Contains(stderr, "exists") {
+		t.Errorf("salvage over an existing file: exit %d, %q", code, stderr)
+	}
+	if code, _, _ := runCLI(t, "ledger", "nope"); code != exitUsage {
+		t.Errorf("ledger nope: exit %d", code)
+	}
+}

@@ -1,0 +1,355 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/devledger/devledger/events"
+)
+
+// SalvageReport says what Salvage found in a damaged ledger and wrote to
+// the new one.
+type SalvageReport struct {
+	// Events is how many intact event records were copied; FirstSeq and
+	// LastSeq bound the new ledger (lost events included).
+	Events            uint64
+	FirstSeq, LastSeq uint64
+	// FromTree is how many of them were read the way bbolt reads the file;
+	// the others were found on its pages (a page the tree no longer
+	// reaches, past the damage).
+	FromTree uint64
+	// Lost are the sequences with no intact record, in ranges; each holds
+	// an events.EventLost in the new ledger.
+	Lost []LostRange
+	// Snapshot is the sequence of the snapshot copied: the one retention
+	// kept when it dropped the oldest events, which the state starts from.
+	// SnapshotLost is its sequence when no intact copy of it was found:
+	// the state before FirstSeq is then not in the new ledger.
+	Snapshot, SnapshotLost uint64
+	// Conflicts are sequences with two different intact records (two
+	// histories written over one another, after a torn meta page): the one
+	// bbolt's tree holds, else the later, was kept.
+	Conflicts []uint64
+}
+
+// LostRange is a run of lost sequences, From to To. Types has the
+// sequences of which a damaged record was found, with the type it still
+// says ("" when not even that reads).
+type LostRange struct {
+	From, To uint64
+	Types    map[uint64]events.Type
+}
+
+// Salvage copies every intact event of the ledger file at path, damaged as
+// it may be, into a new ledger at out (which must not exist), each under
+// its own sequence. It reads the file twice: the way bbolt does, as far as
+// that goes, and then page by page, so that events past a damaged page are
+// found too. Every record is verified (checksum, decoding, sequence). A
+// sequence with no intact record gets an events.EventLost in its place,
+// from the first event found to the last the ledger says it reached, so
+// that the new ledger is whole and the loss is in it. Snapshots are not
+// copied: the daemon takes new ones.
+func Salvage(path, out string) (SalvageReport, error) {
+	var rep SalvageReport
+	if _, err := os.Lstat(out); err == nil {
+		return rep, fmt.Errorf("salvage into %s: it exists", out)
+	}
+	found := map[uint64][][]byte{}
+	tree := map[uint64][]byte{}
+	node, treeLast := salvageTree(path, tree)
+	damaged := map[uint64]events.Type{}
+	snaps := map[uint64][]byte{}
+	if err := salvagePages(path, found, damaged, snaps); err != nil {
+		return rep, err
+	}
+	// Events retention dropped stay dropped, though their pages may
+	// still hold them: the ledger starts after the newest drop it
+	// recorded, from the snapshot that drop kept.
+	var dropped events.EventsDropped
+	for _, rec := range slices.Concat(slices.Collect(maps.Values(tree)), slices.Concat(slices.Collect(maps.Values(found))...)) {
+		if e, err := events.Unmarshal(rec); err == nil {
+			if d, ok := e.Payload.(events.EventsDropped); ok && d.ToSeq > dropped.ToSeq {
+				dropped = d
+			}
+		}
+	}
+	var seqs []uint64
+	for seq := range tree {
+		seqs = append(seqs, seq)
+	}
+	for seq := range found {
+		if _, ok := tree[seq]; !ok {
+			seqs = append(seqs, seq)
+		}
+	}
+	seqs = slices.DeleteFunc(seqs, func(seq uint64) bool { return seq <= dropped.ToSeq })
+	if len(seqs) == 0 {
+		return rep, fmt.Errorf("salvage %s: no intact event found", path)
+	}
+	slices.Sort(seqs)
+	rep.FirstSeq, rep.LastSeq = seqs[0], max(seqs[len(seqs)-1], treeLast)
+	if dropped.ToSeq > 0 {
+		rep.FirstSeq = dropped.ToSeq + 1
+	}
+
+	l, err := Open(out, Options{Node: node, LockTimeout: time.Second})
+	if err != nil {
+		return rep, err
+	}
+	if l.LastSeq() != 0 {
+		l.Close()
+		return rep, fmt.Errorf("salvage into %s: it is not empty", out)
+	}
+	if dropped.ToSeq > 0 {
+		snap, ok := snaps[dropped.SnapshotSeq]
+		if !ok {
+			rep.SnapshotLost = dropped.SnapshotSeq
+		} else if err := l.importSnapshot(dropped.SnapshotSeq, snap); err != nil {
+			l.Close()
+			return rep, err
+		} else {
+			rep.Snapshot = dropped.SnapshotSeq
+		}
+	}
+	// Records go in batches: a transaction per batch, in sequence order.
+	const batch = 4096
+	var keys, values [][]byte
+	var prevTime time.Time
+	flush := func() error {
+		err := l.importRecords(keys, values)
+		keys, values = keys[:0], values[:0]
+		return err
+	}
+	for seq := rep.FirstSeq; seq <= rep.LastSeq; seq++ {
+		rec, ok := tree[seq]
+		if ok {
+			rep.FromTree++
+			for _, other := range found[seq] {
+				if !bytes.Equal(other, rec) {
+					rep.Conflicts = append(rep.Conflicts, seq)
+					break
+				}
+			}
+		} else if cands := found[seq]; len(cands) > 0 {
+			rec = latest(cands)
+			if len(cands) > 1 {
+				rep.Conflicts = append(rep.Conflicts, seq)
+			}
+		}
+		if rec != nil {
+			rep.Events++
+			e, _ := events.Unmarshal(rec)
+			prevTime = e.Time
+		} else {
+			typ, seen := damaged[seq]
+			rep.lose(seq, typ, seen)
+			lost := events.EventLost{Reason: "no record of it in the damaged ledger"}
+			if typ, seen := damaged[seq]; seen {
+				lost.Type, lost.Reason = string(typ), "its record in the damaged ledger fails its checksum"
+			}
+			e := events.New(lost, prevTime, "salvage")
+			e.Seq = seq
+			if rec, err = events.Marshal(e); err != nil {
+				l.Close()
+				return rep, err
+			}
+		}
+		keys = append(keys, seqKey(seq))
+		values = append(values, appendValue(nil, seq, rec))
+		if len(keys) == batch {
+			if err := flush(); err != nil {
+				l.Close()
+				return rep, err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		l.Close()
+		return rep, err
+	}
+	return rep, l.Close()
+}
+
+// lose notes seq as lost; typ is what its damaged record said, if one was
+// found (seen).
+func (r *SalvageReport) lose(seq uint64, typ events.Type, seen bool) {
+	if n := len(r.Lost); n == 0 || r.Lost[n-1].To+1 != seq {
+		r.Lost = append(r.Lost, LostRange{From: seq, To: seq, Types: map[uint64]events.Type{}})
+	}
+	last := &r.Lost[len(r.Lost)-1]
+	last.To = seq
+	if seen {
+		last.Types[seq] = typ
+	}
+}
+
+// latest is the record, of several intact ones for one sequence, stamped
+// latest: after a torn meta page bbolt wrote a second history over the
+// first, and the later one is what the ledger went on from.
+func latest(cands [][]byte) []byte {
+	best, bestTime := cands[0], time.Time{}
+	for _, c := range cands {
+		if e, err := events.Unmarshal(c); err == nil && e.Time.After(bestTime) {
+			best, bestTime = c, e.Time
+		}
+	}
+	return best
+}
+
+// salvageTree reads what bbolt can of the file into tree (record bytes by
+// sequence), stopping at the first damage, and returns the ledger's node
+// name and the last sequence it says it reached (0 when it cannot say).
+func salvageTree(path string, tree map[uint64][]byte) (node string, last uint64) {
+	l, err := Open(path, Options{ReadOnly: true, LockTimeout: time.Second})
+	if err != nil {
+		return "", 0
+	}
+	defer l.Close()
+	_ = l.ReadRaw(0, func(seq uint64, rec []byte) error {
+		if e, err := events.Unmarshal(rec); err == nil && e.Seq == seq {
+			tree[seq] = bytes.Clone(rec)
+		}
+		return nil
+	})
+	return l.Meta().Node, l.LastSeq()
+}
+
+// salvagePages reads every leaf page of the file (and the inline pages of
+// buckets within them), whatever reaches it, and keeps each intact event
+// record it finds in found, by sequence; damaged notes the type a record
+// that fails its checksum still says.
+func salvagePages(path string, found map[uint64][][]byte, damaged map[uint64]events.Type, snaps map[uint64][]byte) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("salvage %s: %w", path, err)
+	}
+	pageSize := salvagePageSize(data)
+	for pgid := 2; (pgid+1)*pageSize <= len(data); pgid++ {
+		p := data[pgid*pageSize:]
+		le := binary.LittleEndian
+		if le.Uint64(p) != uint64(pgid) || le.Uint16(p[8:]) != pageLeaf {
+			continue
+		}
+		span := (1 + int(le.Uint32(p[12:]))) * pageSize
+		if pgid*pageSize+span > len(data) {
+			span = len(data) - pgid*pageSize
+		}
+		salvageLeaf(p[:span], 0, found, damaged, snaps)
+	}
+	return nil
+}
+
+// salvageLeaf keeps the records of the leaf page p (depth: of inline
+// buckets within it).
+func salvageLeaf(p []byte, depth int, found map[uint64][][]byte, damaged map[uint64]events.Type, snaps map[uint64][]byte) {
+	le := binary.LittleEndian
+	if len(p) < pageHeader || depth > 4 {
+		return
+	}
+	count := int(le.Uint16(p[10:]))
+	for i := range count {
+		e := pageHeader + i*elemSize
+		if e+elemSize > len(p) {
+			return
+		}
+		flags, pos, ksize, vsize := le.Uint32(p[e:]), int(le.Uint32(p[e+4:])), int(le.Uint32(p[e+8:])), int(le.Uint32(p[e+12:]))
+		if e+pos+ksize+vsize > len(p) {
+			continue
+		}
+		k, v := p[e+pos:e+pos+ksize], p[e+pos+ksize:e+pos+ksize+vsize]
+		if flags&bucketLeafFlag != 0 {
+			if len(v) > bucketHeader && le.Uint64(v) == 0 && le.Uint16(v[bucketHeader+8:]) == pageLeaf {
+				salvageLeaf(v[bucketHeader:], depth+1, found, damaged, snaps)
+			}
+			continue
+		}
+		seq, ok := keySeq(k)
+		if !ok {
+			continue
+		}
+		rec, err := openValue(k, v)
+		if err != nil {
+			// What the damaged record still says of itself, if anything
+			// ("" when not even its type reads).
+			if len(v) > crcSize {
+				typ, _ := events.PeekType(v[crcSize:])
+				if prev, seen := damaged[seq]; !seen || prev == "" {
+					damaged[seq] = typ
+				}
+			}
+			continue
+		}
+		ev, err := events.Unmarshal(rec)
+		if err != nil || ev.Seq != seq {
+			if _, err := decodeSnapshot(k, v); err == nil {
+				snaps[seq] = bytes.Clone(v)
+			}
+			continue
+		}
+		if !slices.ContainsFunc(found[seq], func(b []byte) bool { return bytes.Equal(b, rec) }) {
+			found[seq] = append(found[seq], bytes.Clone(rec))
+		}
+	}
+}
+
+// salvagePageSize reads the page size from a meta page whose magic is
+// intact, else takes bbolt's default.
+func salvagePageSize(data []byte) int {
+	le := binary.LittleEndian
+	for _, off := range []int{0, 4096} {
+		if off+pageHeader+12 <= len(data) && le.Uint32(data[off+pageHeader:]) == 0xED0CDAED {
+			if ps := int(le.Uint32(data[off+pageHeader+8:])); ps >= 512 && ps <= 1<<16 && ps&(ps-1) == 0 {
+				return ps
+			}
+		}
+	}
+	return 4096
+}
+
+// importSnapshot writes a stored snapshot (its value as found) into the
+// ledger being salvaged into.
+func (l *Log) importSnapshot(seq uint64, value []byte) error {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	return l.update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSnapshots).Put(seqKey(seq), value)
+	})
+}
+
+// importRecords writes stored records (key, value) into the events bucket
+// of an empty ledger being salvaged into, in one transaction, and moves
+// the bucket's sequence to the last.
+func (l *Log) importRecords(keys, values [][]byte) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	last, _ := keySeq(keys[len(keys)-1])
+	err := l.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEvents)
+		b.FillPercent = 1
+		for i := range keys {
+			if err := b.Put(keys[i], values[i]); err != nil {
+				return err
+			}
+		}
+		return b.SetSequence(last)
+	})
+	if err != nil {
+		return fmt.Errorf("salvage into %s: %w", l.path, err)
+	}
+	if l.firstSeq.Load() == 0 {
+		first, _ := keySeq(keys[0])
+		l.firstSeq.Store(first)
+	}
+	l.lastSeq.Store(last)
+	return nil
+}
