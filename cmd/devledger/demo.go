@@ -79,7 +79,7 @@ type demo struct {
 }
 
 func runDemo(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("demo", "[--keep DIR]", stderr)
+	fs := newFlagSet("demo", "[--keep DIR]", stdout)
 	keep := fs.String("keep", "", "keep the sample node, its ledger and the daemon's log in `DIR` (try dump and replay on it afterwards)")
 	if err := parseFlags(fs, args); err != nil {
 		return err

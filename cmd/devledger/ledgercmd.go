@@ -25,23 +25,18 @@ func runLedger(args []string, stdout, stderr io.Writer) error {
 		"backup":  runLedgerBackup,
 		"salvage": runLedgerSalvage,
 	}
-	if len(args) == 0 || subs[args[0]] == nil {
-		fmt.Fprintln(stderr, "usage: devledger ledger backup [--state-dir DIR | --db FILE] --out FILE")
-		fmt.Fprintln(stderr, "       devledger ledger salvage --db FILE --out FILE")
-		if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-			return flagHelpOr(len(args) > 0)
-		}
+	const usage = "usage: devledger ledger backup [--state-dir DIR | --db FILE] --out FILE\n" +
+		"       devledger ledger salvage --db FILE --out FILE\n"
+	switch {
+	case len(args) == 0:
+		return usageErrf("a ledger command is required: backup or salvage")
+	case args[0] == "-h" || args[0] == "--help":
+		io.WriteString(stdout, usage)
+		return flag.ErrHelp
+	case subs[args[0]] == nil:
 		return usageErrf("unknown ledger command %q: want backup or salvage", args[0])
 	}
 	return subs[args[0]](args[1:], stdout, stderr)
-}
-
-// flagHelpOr is flag.ErrHelp when help was asked for, else a usage error.
-func flagHelpOr(asked bool) error {
-	if asked {
-		return flag.ErrHelp
-	}
-	return usageErrf("a ledger command is required: backup or salvage")
 }
 
 // runLedgerBackup copies the ledger to --out: from the file when no daemon
@@ -49,7 +44,7 @@ func flagHelpOr(asked bool) error {
 // consistent (one read transaction), written under a temporary name,
 // synced, put in place only if --out does not exist, and verified.
 func runLedgerBackup(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("ledger backup", "[--state-dir DIR | --db FILE] --out FILE", stderr)
+	fs := newFlagSet("ledger backup", "[--state-dir DIR | --db FILE] --out FILE", stdout)
 	var lf ledgerFlags
 	lf.register(fs)
 	out := fs.String("out", "", "write the copy to `FILE`, which must not exist; \"-\" writes it to stdout (kubectl exec ... > FILE)")
@@ -149,7 +144,7 @@ func verifyCopy(path string) (store.CheckReport, error) {
 // It exits 0 when nothing was, and 1 when something was: the new ledger is
 // whole and usable either way, but the loss is the operator's to know of.
 func runLedgerSalvage(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("ledger salvage", "--db FILE --out FILE", stderr)
+	fs := newFlagSet("ledger salvage", "--db FILE --out FILE", stdout)
 	db := fs.String("db", "", "the damaged ledger `FILE` (read only)")
 	out := fs.String("out", "", "write the salvaged ledger to `FILE`, which must not exist")
 	if err := parseFlags(fs, args); err != nil {

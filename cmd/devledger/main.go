@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"sort"
 	"strings"
 )
@@ -50,12 +51,15 @@ func commands() map[string]command {
 // run executes one command line and returns the process exit code.
 func run(args []string, stdout, stderr io.Writer) int {
 	cmds := commands()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	switch {
+	case len(args) == 0:
 		usage(stderr, cmds)
-		if len(args) == 0 {
-			return exitUsage
-		}
+		return exitUsage
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
+		usage(stdout, cmds)
 		return exitOK
+	case args[0] == "--version" || args[0] == "-version":
+		args[0] = "version"
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
@@ -109,17 +113,51 @@ func usageErrf(format string, args ...any) error {
 }
 
 func runVersion(args []string, stdout, stderr io.Writer) error {
-	fmt.Fprintln(stdout, version)
+	fs := newFlagSet("version", "", stdout)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, versionLine())
 	return nil
 }
 
-// newFlagSet returns a flag set that reports errors instead of exiting and
-// prints its usage to stderr.
-func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+// versionLine is the version stamped at build time, then what the Go
+// toolchain recorded of the build: the module's version, the VCS revision
+// and its time (and whether the tree had changes), and the Go version.
+func versionLine() string {
+	line := "devledger " + version
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return line
+	}
+	vcs := map[string]string{}
+	for _, s := range bi.Settings {
+		vcs[s.Key] = s.Value
+	}
+	parts := []string{"module " + bi.Main.Version}
+	if rev := vcs["vcs.revision"]; rev != "" {
+		commit := "commit " + rev[:min(len(rev), 12)]
+		if t := vcs["vcs.time"]; t != "" {
+			commit += " " + t
+		}
+		if vcs["vcs.modified"] == "true" {
+			commit += ", modified"
+		}
+		parts = append(parts, commit)
+	}
+	parts = append(parts, bi.GoVersion)
+	return line + " (" + strings.Join(parts, ", ") + ")"
+}
+
+// newFlagSet returns a flag set that neither exits nor prints on its own:
+// parseFlags prints the usage to out (stdout, so that `devledger run -h |
+// less` shows it) when help is asked for, and returns any other error for
+// main to print, once.
+func newFlagSet(name, synopsis string, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(out)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: devledger %s %s\n\nflags:\n", name, synopsis)
+		fmt.Fprintf(fs.Output(), "usage: devledger %s %s\n\nflags:\n", name, synopsis)
 		fs.PrintDefaults()
 	}
 	return fs
@@ -128,11 +166,18 @@ func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 // parseFlags parses args and turns a flag error into a usage error; extra
 // positional arguments are refused.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	// The flag package prints its errors, and the usage after them, to
+	// the output: silenced while parsing, so that main says it once.
+	out := fs.Output()
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.Usage()
 			return err
 		}
-		return usageErr(err)
+		return usageErrf("%v (devledger %s -h lists its flags)", err, fs.Name())
 	}
 	if fs.NArg() > 0 {
 		return usageErrf("unexpected argument %q", fs.Arg(0))

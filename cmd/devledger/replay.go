@@ -17,7 +17,7 @@ import (
 )
 
 func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
-	fs := newFlagSet("replay", "[--state-dir DIR | --db FILE] [--until-seq N | --until-time T] [--format table|json] [--verify]", stderr)
+	fs := newFlagSet("replay", "[--state-dir DIR | --db FILE] [--until-seq N | --until-time T] [--format table|json] [--verify]", stdout)
 	var lf ledgerFlags
 	lf.register(fs)
 	untilSeq := fs.Uint64("until-seq", 0, "fold events up to and including sequence `N` (0: all)")

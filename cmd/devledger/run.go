@@ -75,7 +75,7 @@ func (f *daemonFlags) logger(w io.Writer) (zerolog.Logger, error) {
 }
 
 func runRun(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("run", "--config FILE [flags]", stderr)
+	fs := newFlagSet("run", "--config FILE [flags]", stdout)
 	var f daemonFlags
 	f.register(fs)
 	if err := parseFlags(fs, args); err != nil {

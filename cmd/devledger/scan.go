@@ -45,7 +45,7 @@ const defaultProcRoot = "/proc"
 // with the daemon's rules and prints where each one would go, or with
 // --explain why one device went where it did. It changes nothing.
 func runScan(args []string, stdout, stderr io.Writer) error {
-	flags := newFlagSet("scan", "--config FILE [--sysfs-root DIR] [--dev-root DIR] [--proc-root DIR] [--pci-ids FILE] [--state-dir DIR | --db FILE] [--format table|json] [--explain ADDR]", stderr)
+	flags := newFlagSet("scan", "--config FILE [--sysfs-root DIR] [--dev-root DIR] [--proc-root DIR] [--pci-ids FILE] [--state-dir DIR | --db FILE] [--format table|json] [--explain ADDR]", stdout)
 	var cf configFlags
 	cf.register(flags, "the pool config `FILE` (the SR-IOV device plugin's schema, JSON or YAML)")
 	sysfsRoot := flags.String("sysfs-root", sysfs.DefaultSysfsRoot, "read PCI devices from the sysfs mounted at `DIR`")

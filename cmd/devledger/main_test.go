@@ -1,0 +1,52 @@
+package main
+
+import (
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// Help goes to stdout with exit 0, so that `devledger run -h | less`
+// shows it; with no command at all, the usage goes to stderr, exit 2.
+func TestHelpOnStdout(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}, {"run", "-h"}, {"dump", "--help"}, {"ledger", "backup", "-h"}} {
+		code, stdout, stderr := runCLI(t, args...)
+		if code != exitOK || !strings.HasPrefix(stdout, "usage: devledger") || stderr != "" {
+			t.Errorf("%q: exit %d, stdout %.40q, stderr %q", args, code, stdout, stderr)
+		}
+	}
+	if code, stdout, stderr := runCLI(t); code != exitUsage || stdout != "" || !strings.HasPrefix(stderr, "usage: devledger") {
+		t.Errorf("no command: exit %d, stdout %q, stderr %.40q", code, stdout, stderr)
+	}
+}
+
+// A bad flag or value is said once, on stderr, with where to look.
+func TestFlagErrorsOnce(t *testing.T) {
+	for _, args := range [][]string{{"replay", "--until-seq", "-1"}, {"dump", "--nope"}, {"scan", "--format"}} {
+		code, stdout, stderr := runCLI(t, args...)
+		lines := strings.Split(strings.TrimSpace(stderr), "\n")
+		if code != exitUsage || stdout != "" || len(lines) != 1 || !strings.Contains(stderr, "devledger "+args[0]+" -h") {
+			t.Errorf("%q: exit %d, stdout %q, stderr:\n%s", args, code, stdout, stderr)
+		}
+	}
+}
+
+// version and --version say the same: the stamped version, the module's
+// and the Go toolchain's.
+func TestVersion(t *testing.T) {
+	_, v, _ := runCLI(t, "version")
+	_, flag, _ := runCLI(t, "--version")
+	if !strings.HasPrefix(v, "devledger "+version+" (module ") || !strings.Contains(v, runtime.Version()) || flag != v {
+		t.Errorf("version %q, --version %q", v, flag)
+	}
+}
+
+// dump takes the short device address scan takes.
+func TestDumpShortDeviceAddress(t *testing.T) {
+	db := sampleCopy(t)
+	code, short, stderr := runCLI(t, "dump", "--db", db, "--device", "3B:02.1")
+	_, full, _ := runCLI(t, "dump", "--db", db, "--device", "0000:3b:02.1")
+	if code != exitOK || short != full || !strings.Contains(full, "discovered") {
+		t.Errorf("--device 3B:02.1: exit %d, %q; the full address gives:\n%s", code, stderr, full)
+	}
+}
