@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/store"
+	"github.com/devledger/devledger/sysfs"
 )
 
 // errStop ends a Read early once --limit events were printed.
@@ -50,7 +52,7 @@ func (f *eventFilter) match(e events.Envelope) bool {
 }
 
 func runDump(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("dump", "[--state-dir DIR | --db FILE] [filters] [--format table|json|jsonl|html]", stderr)
+	fs := newFlagSet("dump", "[--state-dir DIR | --db FILE] [filters] [--format table|json|jsonl|html]", stdout)
 	var lf ledgerFlags
 	lf.register(fs)
 	since := fs.String("since", "", "only events at or after `T` (RFC 3339, or a duration before now: 2h, 7d)")
@@ -89,10 +91,11 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if *device != "" {
-		if !isPCIAddress(*device) {
-			return usageErrf("--device %q: want a PCI address such as 0000:3b:02.1", *device)
+		addr, err := sysfs.NormalizeAddress(*device)
+		if err != nil {
+			return usageErrf("--device: %v", err)
 		}
-		f.device = strings.ToLower(*device)
+		f.device = addr
 	}
 	f.pool = *pool
 	if f.pods, err = newPodSelection(*pod, *namespace); err != nil {
@@ -138,7 +141,13 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	}
 
 	printed := 0
+	// What the ledger knows, to name it when a --pool or --device matches
+	// nothing.
+	var known knownNames
 	readErr := read(func(e events.Envelope) error {
+		if printed == 0 {
+			known.note(e, &f)
+		}
 		if !f.match(e) {
 			return nil
 		}
@@ -154,10 +163,59 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	if errors.Is(readErr, errStop) {
 		readErr = nil
 	}
+	if readErr == nil && printed == 0 {
+		if err := known.unknown(&f); err != nil {
+			return err
+		}
+	}
 	if err := p.end(); err != nil && readErr == nil {
 		readErr = err
 	}
 	return readFailed(&lf, readErr)
+}
+
+// knownNames are the pools and devices the events name, while none
+// matched: a --pool or --device that names none of them is a mistake to
+// point out, not "(no events)".
+type knownNames struct {
+	pools, devices       map[string]bool
+	poolSeen, deviceSeen bool
+}
+
+func (k *knownNames) note(e events.Envelope, f *eventFilter) {
+	if k.pools == nil {
+		k.pools, k.devices = map[string]bool{}, map[string]bool{}
+	}
+	if p := e.Pool(); p != "" {
+		k.pools[p] = true
+		k.poolSeen = k.poolSeen || p == f.pool
+	}
+	for _, d := range e.Devices() {
+		k.devices[d] = true
+		k.deviceSeen = k.deviceSeen || d == f.device
+	}
+}
+
+// unknown is the usage error for a --pool or --device the ledger never
+// names; nil when each given is named somewhere.
+func (k *knownNames) unknown(f *eventFilter) error {
+	list := func(m map[string]bool) string {
+		names := slices.Sorted(maps.Keys(m))
+		if len(names) == 0 {
+			return "none"
+		}
+		if len(names) > 8 {
+			return strings.Join(names[:8], ", ") + fmt.Sprintf(" and %d more", len(names)-8)
+		}
+		return strings.Join(names, ", ")
+	}
+	switch {
+	case f.pool != "" && !k.poolSeen:
+		return usageErrf("--pool %s: no event names it; the ledger's pools: %s", f.pool, list(k.pools))
+	case f.device != "" && !k.deviceSeen:
+		return usageErrf("--device %s: no event names it; the ledger's devices: %s", f.device, list(k.devices))
+	}
+	return nil
 }
 
 // readFailed names the ledger in a read error; a corrupt record's error
@@ -167,23 +225,6 @@ func readFailed(lf *ledgerFlags, err error) error {
 		return fmt.Errorf("read %s: %w", lf.path(), err)
 	}
 	return err
-}
-
-// isPCIAddress reports whether s looks like a full PCI address,
-// dddd:bb:dd.f in hex.
-func isPCIAddress(s string) bool {
-	if len(s) != 12 || s[4] != ':' || s[7] != ':' || s[10] != '.' {
-		return false
-	}
-	for i, c := range strings.ToLower(s) {
-		if i == 4 || i == 7 || i == 10 {
-			continue
-		}
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return s[11] >= '0' && s[11] <= '7'
 }
 
 // printer writes a stream of events in one format. It buffers its output,
