@@ -80,7 +80,13 @@ type Options struct {
 	// how often it looks (default 30s).
 	SnapshotEvery uint64
 	SnapshotCheck time.Duration
-	CallTimeout   time.Duration
+	// RetainAge and RetainBytes bound the ledger (store.Retention): the
+	// events older than RetainAge, and the oldest while the events kept
+	// take more than RetainBytes, are dropped once a snapshot holds them,
+	// after each snapshot and at least hourly. Zero keeps everything.
+	RetainAge   time.Duration
+	RetainBytes int64
+	CallTimeout time.Duration
 	// ReconcileInterval paces PodResources rounds (default 30s);
 	// LeakGrace is how long an allocation may stay unclaimed by any
 	// container before it is recorded as a leak suspect (default 5m).
@@ -624,6 +630,7 @@ func (d *Daemon) snapshotLoop() {
 	defer close(d.snapDone)
 	t := time.NewTicker(d.opts.SnapshotCheck)
 	defer t.Stop()
+	var retained time.Time
 	for {
 		select {
 		case <-d.stopSnap:
@@ -633,12 +640,32 @@ func (d *Daemon) snapshotLoop() {
 			if seq, ok := d.ledger.LatestSnapshotSeq(0); ok {
 				last = seq
 			}
+			took := false
 			if d.ledger.LastSeq()-last >= d.opts.SnapshotEvery {
 				if err := d.snapshot(context.Background(), fmt.Sprintf("%d events since the last", d.ledger.LastSeq()-last)); err != nil {
 					d.log.Error().Err(err).Msg("snapshot failed")
+				} else {
+					took = true
 				}
 			}
+			// Retention scans the events in a write transaction: after a
+			// snapshot (which makes events droppable), else hourly.
+			if took || time.Since(retained) >= time.Hour {
+				d.retain()
+				retained = time.Now()
+			}
 		}
+	}
+}
+
+// retain drops what the retention options say (the store logs what it
+// dropped).
+func (d *Daemon) retain() {
+	if d.opts.RetainAge <= 0 && d.opts.RetainBytes <= 0 {
+		return
+	}
+	if _, _, err := d.ledger.Retain(context.Background(), store.Retention{MaxAge: d.opts.RetainAge, MaxBytes: d.opts.RetainBytes}); err != nil {
+		d.log.Error().Err(err).Msg("ledger retention failed")
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/store"
 )
 
 // metrics is the daemon's Prometheus view. Counters follow the ledger: they
@@ -57,6 +58,10 @@ func newMetrics(d *Daemon) *metrics {
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "devledger", Name: "allocate_duration_seconds",
 		Help:    "Allocate calls, from the kubelet's request to the durable answer.",
 		Buckets: []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5}}, []string{"pool", "code"})
+	oldest := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "devledger", Name: "ledger_oldest_event_timestamp_seconds",
+		Help: "Time of the oldest event the ledger keeps (retention drops older ones); 0 for an empty ledger."},
+		func() float64 { return oldestEventTime(d.ledger) })
+	m.reg.MustRegister(oldest)
 	m.reg.MustRegister(m.kubelet, m.ledgerSeq, m.replay, m.latency,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "devledger", Name: "ledger_size_bytes", Help: "Size of the ledger file."},
 			func() float64 { return float64(d.ledger.SizeBytes()) }),
@@ -166,3 +171,18 @@ func (d *Daemon) serveMetrics(ln net.Listener) {
 
 // MetricsAddr is the address the metrics server listens on, "" when off.
 func (d *Daemon) MetricsAddr() string { return d.metricsAddr }
+
+// oldestEventTime is the Unix time of the ledger's oldest event, 0 when it
+// has none (or it cannot be read).
+func oldestEventTime(l *store.Log) float64 {
+	var at time.Time
+	stop := errors.New("stop")
+	_ = l.Read(l.FirstSeq(), func(e events.Envelope) error {
+		at = e.Time
+		return stop
+	})
+	if at.IsZero() {
+		return 0
+	}
+	return float64(at.UnixNano()) / 1e9
+}

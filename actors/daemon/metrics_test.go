@@ -4,11 +4,14 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
 
@@ -78,10 +81,79 @@ func TestMetricsHealthAndReadiness(t *testing.T) {
 		`devledger_allocate_duration_seconds_count{code="OK",pool="intel.com/sriov_vfio"} 1`,
 		`devledger_ledger_sequence `,
 		`devledger_ledger_size_bytes `,
+		`devledger_ledger_oldest_event_timestamp_seconds 1.`,
 		`devledger_replay_duration_seconds `,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+}
+
+// Retention bounds the ledger while the daemon runs: once a snapshot holds
+// the oldest events, those over the size bound are dropped and the drop is
+// recorded; a restart replays to the state the daemon had.
+func TestRetentionBoundsTheLedger(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.SnapshotEvery, n.opts.SnapshotCheck, n.opts.RetainBytes = 5, 10*time.Millisecond, 1
+	d := n.start(t)
+	ctx := waitCtx(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+		t.Fatal(err)
+	}
+	for _, dev := range []string{"0000:3b:01.2", "0000:3b:01.3"} {
+		if _, err := n.kubelet.Allocate(ctx, vfioPool, []string{dev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var dropped events.EventsDropped
+	for dropped.Count == 0 { // wait for a drop
+		if err := d.Recorder().Log().Read(0, func(e events.Envelope) error {
+			if p, ok := e.Payload.(events.EventsDropped); ok {
+				dropped = p
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("retention never dropped anything")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	live, err := d.Recorder().Replay()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Stop(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+	// Each drop takes up where the one before stopped, and the ledger
+	// starts after the last.
+	l, err := store.Open(filepath.Join(n.opts.StateDir, LedgerFileName), store.Options{ReadOnly: true, LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// (A drop's own event may be dropped by a later one.)
+	next := uint64(0)
+	if err := l.Read(0, func(e events.Envelope) error {
+		if p, ok := e.Payload.(events.EventsDropped); ok {
+			if next != 0 && p.FromSeq != next {
+				t.Errorf("#%d drops #%d-#%d, want from #%d", e.Seq, p.FromSeq, p.ToSeq, next)
+			}
+			next = p.ToSeq + 1
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if first := l.FirstSeq(); first != next || first <= 1 {
+		t.Errorf("the ledger starts at #%d, its drops end at #%d", first, next-1)
+	}
+	l.Close()
+	st := replayStopped(t, n.opts.StateDir)
+	if len(st.Allocations) != len(live.Allocations) || len(st.Allocations) != 2 {
+		t.Errorf("after retention and a stop: %d live allocations, %d before; want 2", len(st.Allocations), len(live.Allocations))
 	}
 }

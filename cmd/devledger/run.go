@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -45,10 +47,54 @@ func (f *daemonFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.WatchConfig, "watch-config", true, "reload the config file when it changes (a ConfigMap update too); off, only SIGHUP reloads it")
 	fs.BoolVar(&o.KernelEvents, "kernel-events", true, "react at once to kernel uevents and link changes (netlink); the periodic scan and probe run either way")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics, /healthz and /readyz on `ADDR` (\":9108\"; default off)")
+	fs.DurationVar(&o.RetainAge, "retain-age", defaultRetainAge, "drop ledger events older than this, once a snapshot holds them (0: keep them)")
+	o.RetainBytes = defaultRetainBytes
+	fs.Var((*byteSize)(&o.RetainBytes), "retain-size", "drop the oldest ledger events while the events kept take more than this (`SIZE`: 1Gi, 512Mi, bytes; 0: no bound)")
 	fs.DurationVar(&o.ReconcileInterval, "reconcile-interval", 30*time.Second, "periodic PodResources reconciliation")
 	fs.DurationVar(&o.LeakGrace, "leak-grace", 5*time.Minute, "how long an allocation may stay unclaimed by any container before it is recorded as a leak suspect")
 	fs.StringVar(&f.logFormat, "log-format", "", "`FORMAT`: json or console (default: console on a terminal, json otherwise)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "`LEVEL`: debug, info, warn, error, or the SR-IOV device plugin's verbosity (a number; 4 and above is debug)")
+}
+
+// The ledger's default bounds: a quarter of a year answers "which pod had
+// it last Tuesday" and last month's questions, and 1 GiB of events is some
+// millions of them (a few hundred bytes each), a small part of a node's
+// disk.
+const (
+	defaultRetainAge   = 90 * 24 * time.Hour
+	defaultRetainBytes = 1 << 30
+)
+
+// byteSize is a flag of a size in bytes, with an optional binary suffix:
+// Ki, Mi, Gi, Ti.
+type byteSize int64
+
+func (b *byteSize) String() string {
+	for _, u := range []struct {
+		suffix string
+		n      int64
+	}{{"Ti", 1 << 40}, {"Gi", 1 << 30}, {"Mi", 1 << 20}, {"Ki", 1 << 10}} {
+		if *b != 0 && int64(*b)%u.n == 0 {
+			return strconv.FormatInt(int64(*b)/u.n, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(int64(*b), 10)
+}
+
+func (b *byteSize) Set(s string) error {
+	mult := int64(1)
+	for suffix, n := range map[string]int64{"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40} {
+		if strings.HasSuffix(s, suffix) {
+			s, mult = strings.TrimSuffix(s, suffix), n
+			break
+		}
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v < 0 || v > math.MaxInt64/mult {
+		return fmt.Errorf("want a size such as 1Gi, 512Mi or a number of bytes")
+	}
+	*b = byteSize(v * mult)
+	return nil
 }
 
 // logger builds the zerolog logger the flags ask for, writing to w.

@@ -155,3 +155,21 @@ func TestScanUpstreamFlags(t *testing.T) {
 		})
 	}
 }
+
+func TestByteSize(t *testing.T) {
+	for in, want := range map[string]int64{"0": 0, "4096": 4096, "1Ki": 1024, "512Mi": 512 << 20, "1Gi": 1 << 30, "2Ti": 2 << 40} {
+		var b byteSize
+		if err := b.Set(in); err != nil || int64(b) != want {
+			t.Errorf("Set(%q) = %d, %v; want %d", in, b, err, want)
+		}
+		if in != "4096" && in != "0" && b.String() != in {
+			t.Errorf("String of %q = %q", in, b.String())
+		}
+	}
+	for _, bad := range []string{"", "-1", "1G", "1.5Gi", "99999999999Ti"} {
+		var b byteSize
+		if err := b.Set(bad); err == nil {
+			t.Errorf("Set(%q) took it: %d", bad, b)
+		}
+	}
+}
