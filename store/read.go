@@ -124,6 +124,10 @@ func (l *Log) corrupt(seq uint64, reason string, err error) *CorruptError {
 // decodeRecord decodes a verified record stored under seq.
 func (l *Log) decodeRecord(seq uint64, rec []byte) (events.Envelope, error) {
 	e, err := events.Unmarshal(rec)
+	if errors.Is(err, events.ErrUnknownType) || errors.Is(err, events.ErrUnknownVersion) {
+		// Not damage: a newer devledger wrote it (a rollback).
+		return e, fmt.Errorf("ledger %s: #%d: %w; a newer devledger wrote it: run that version or a newer one (dump shows such events as unknown)", l.path, seq, err)
+	}
 	if err != nil {
 		return e, l.corrupt(seq, "cannot decode: "+err.Error(), err)
 	}

@@ -71,10 +71,37 @@ type fileSource struct{ l *store.Log }
 func (s fileSource) close() error { return s.l.Close() }
 
 func (s fileSource) read(fn func(events.Envelope) error) error {
-	if err := s.l.Read(0, fn); err != nil {
+	err := s.l.ReadRaw(0, func(seq uint64, rec []byte) error {
+		e, err := decodeShown(s.l.Meta().Path, seq, rec)
+		if err != nil {
+			return err
+		}
+		return fn(e)
+	})
+	if err != nil {
 		return err
 	}
 	return readDamaged(s.l)
+}
+
+// decodeShown decodes a record for showing. An event this build does not
+// know (its type, or its schema version: a newer devledger wrote it, and
+// this one was rolled back to) is shown with what its header says
+// (sequence, time, type, version) and no payload, and reading goes on; a
+// fold cannot go on past it (the store refuses), a history can.
+func decodeShown(where string, seq uint64, rec []byte) (events.Envelope, error) {
+	e, err := events.Unmarshal(rec)
+	if errors.Is(err, events.ErrUnknownType) || errors.Is(err, events.ErrUnknownVersion) {
+		e.Payload, e.Subject = nil, ""
+		err = nil
+	}
+	switch {
+	case err != nil:
+		return e, &store.CorruptError{Path: where, Seq: seq, Reason: "cannot decode: " + err.Error(), Err: err}
+	case e.Seq != seq:
+		return e, &store.CorruptError{Path: where, Seq: seq, Reason: fmt.Sprintf("record says seq %d", e.Seq)}
+	}
+	return e, nil
 }
 
 // errReadDamaged marks a ledger read to its end through a damaged page
@@ -96,11 +123,16 @@ func readDamaged(l *store.Log) error {
 type adminSource struct{ socket string }
 
 func (s adminSource) read(fn func(events.Envelope) error) error {
+	var next uint64
 	return grpcapi.ReadRecordsFromAdmin(context.Background(), s.socket, 0, func(rec []byte) error {
 		e, err := events.Unmarshal(rec)
-		if err != nil {
-			return fmt.Errorf("record from %s: %w", s.socket, err)
+		if next == 0 {
+			next = e.Seq // the oldest the daemon keeps
 		}
+		if e, err = decodeShown(s.socket, next, rec); err != nil {
+			return err
+		}
+		next++
 		return fn(e)
 	})
 }

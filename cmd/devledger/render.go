@@ -225,6 +225,8 @@ func describe(e events.Envelope) string {
 		return fmt.Sprintf("state at #%d, %d bytes", p.Seq, p.Size)
 	case events.EventsDropped:
 		return fmt.Sprintf("#%d-#%d (%d events): %s", p.FromSeq, p.ToSeq, p.Count, p.Reason)
+	case nil:
+		return fmt.Sprintf("unknown to this build (%s, schema v%d): a newer devledger wrote it", e.Type, e.Version)
 	case events.EventLost:
 		return withReason(cmp.Or(p.Type, "an event"), " lost: ", p.Reason)
 	}
