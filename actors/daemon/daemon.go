@@ -223,7 +223,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("replay %s: %w", path, err)
 	}
 	d.log.Info().Uint64("seq", st.Seq).Int("devices", len(st.Devices)).Int("pools", len(st.Pools)).
-		Int("live_allocations", len(st.Allocations)).Dur("took", time.Since(began)).Msg("ledger replayed")
+		Int("live_allocations", len(st.Allocations)).Dur("took_ms", time.Since(began)).Msg("ledger replayed")
 	if st.Daemon.Running {
 		d.log.Warn().Str("boot_id", st.Daemon.BootID).Msg("the previous run did not stop cleanly; compensating")
 	}
@@ -579,11 +579,12 @@ const stopRecordBudget = 2 * time.Second
 // flight, sockets are removed; then DaemonStopped is recorded, a snapshot
 // taken and the ledger closed. reason goes into DaemonStopped.
 func (d *Daemon) Stop(ctx context.Context, reason string) error {
-	d.stopOnce.Do(func() { d.stopErr = d.stop(ctx, reason) })
+	d.stopOnce.Do(func() { d.stopErr = d.stop(ctx, reason, false) })
 	return d.stopErr
 }
 
-func (d *Daemon) stop(ctx context.Context, reason string) error {
+// stop is Stop; failed says the daemon's own failure stops it.
+func (d *Daemon) stop(ctx context.Context, reason string, failed bool) error {
 	close(d.stopSnap)
 	<-d.snapDone
 	if d.stopKernel != nil {
@@ -602,7 +603,13 @@ func (d *Daemon) stop(ctx context.Context, reason string) error {
 	if envs, err := d.rec.Record(rctx, events.DaemonStopped{Reason: reason, Clean: clean}); err != nil {
 		errs = append(errs, fmt.Errorf("record stop: %w", err))
 	} else {
-		d.log.Info().Str("reason", reason).Bool("clean", clean).Uint64("seq", envs[0].Seq).Msg("daemon stopped")
+		// A stop the daemon's own failure caused is an error, however
+		// cleanly the actors then stopped.
+		ev := d.log.Info()
+		if failed {
+			ev = d.log.Error()
+		}
+		ev.Str("reason", reason).Bool("clean", clean).Uint64("seq", envs[0].Seq).Msg("daemon stopped")
 	}
 	if err := d.snapshot(rctx, "daemon stop"); err != nil {
 		errs = append(errs, err)
@@ -708,7 +715,8 @@ func Run(ctx context.Context, opts Options) error {
 		case ferr := <-d.Fatal():
 			sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			return errors.Join(ferr, d.Stop(sctx, "fatal: "+ferr.Error()))
+			d.stopOnce.Do(func() { d.stopErr = d.stop(sctx, "fatal: "+ferr.Error(), true) })
+			return errors.Join(ferr, d.stopErr)
 		}
 	}
 }

@@ -214,7 +214,7 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 		if r.available {
 			r.available = false
 			r.record(events.AttributionChanged{Available: false, Reason: m.err.Error()})
-			r.cfg.Log.Warn().Err(m.err).Dur("retry_in", delay).Msg("pod resources unavailable; devices are served but not attributed to pods")
+			r.cfg.Log.Warn().Err(m.err).Dur("retry_in_ms", delay).Msg("pod resources unavailable; devices are served but not attributed to pods")
 		}
 		r.schedule(ctx, delay)
 		return
@@ -263,7 +263,7 @@ func (r *reconciler) apply(ctx actor.Context, e events.Envelope) {
 		delete(r.allocs, p.AllocationSeq)
 		ctx.Send(ctx.Parent(), &Released{Pool: p.Pool, AllocationSeq: p.AllocationSeq})
 		log.Info().Uint64("allocation", p.AllocationSeq).Str("pool", p.Pool).Strs("devices", p.DeviceIDs).
-			Dur("held_for", p.HeldFor).Str("reason", p.Reason).Uint64("seq", e.Seq).Msg("devices released")
+			Dur("held_for_ms", p.HeldFor).Str("reason", p.Reason).Uint64("seq", e.Seq).Msg("devices released")
 	case events.AllocationLeakSuspected:
 		if a := r.allocs[p.AllocationSeq]; a != nil {
 			a.leak = true

@@ -326,7 +326,7 @@ func (r *registrar) failed(ctx actor.Context, pool string, d desire, err error, 
 	}
 	r.record(events.RegistrationFailed{Pool: pool, Socket: d.socket, Mode: string(r.cfg.Mode), Error: err.Error(), Attempt: n,
 		KubeletHolds: holds, Action: action}, nil)
-	ev := r.cfg.Log.Warn().Err(err).Str("pool", pool).Str("socket", d.socket).Int("attempt", n).Dur("retry_in", delay).Str("action", action)
+	ev := r.cfg.Log.Warn().Err(err).Str("pool", pool).Str("socket", d.socket).Int("attempt", n).Dur("retry_in_ms", delay).Str("action", action)
 	if holds != "" {
 		ev = ev.Str("kubelet_holds", holds)
 	}

@@ -61,7 +61,7 @@ func (b *Backoff) HandleFailure(_ *actor.ActorSystem, supervisor actor.Superviso
 	rs.Fail()
 	n := rs.NumberOfFailures(b.Window)
 	if n >= b.MaxCrashes {
-		b.Log.Error().Str("actor", child.Id).Int("crashes", n).Dur("window", b.Window).
+		b.Log.Error().Str("actor", child.Id).Int("crashes", n).Dur("window_ms", b.Window).
 			Str("reason", fmt.Sprint(reason)).Msg("actor keeps crashing; giving up")
 		supervisor.StopChildren(child)
 		if b.GiveUp != nil {
@@ -70,7 +70,7 @@ func (b *Backoff) HandleFailure(_ *actor.ActorSystem, supervisor actor.Superviso
 		return
 	}
 	delay := b.Delay(n)
-	b.Log.Warn().Str("actor", child.Id).Int("crash", n).Dur("restart_in", delay).
+	b.Log.Warn().Str("actor", child.Id).Int("crash", n).Dur("restart_in_ms", delay).
 		Str("reason", fmt.Sprint(reason)).Msg("actor crashed; restarting it from the ledger")
 	time.AfterFunc(delay, func() { supervisor.RestartChildren(child) })
 }

@@ -85,7 +85,7 @@ func (l logLines) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// restartDelays returns the restart_in, in milliseconds, of every
+// restartDelays returns the restart_in_ms, of every
 // "restarting" line logged since the last call.
 func (l logLines) restartDelays(t *testing.T) []float64 {
 	t.Helper()
@@ -94,7 +94,7 @@ func (l logLines) restartDelays(t *testing.T) []float64 {
 		select {
 		case line := <-l:
 			var fields struct {
-				RestartIn *float64 `json:"restart_in"`
+				RestartIn *float64 `json:"restart_in_ms"`
 			}
 			if err := json.Unmarshal(line, &fields); err != nil {
 				t.Fatalf("log line %q: %v", line, err)

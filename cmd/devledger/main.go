@@ -76,7 +76,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if errors.As(err, &ce) {
 		code = ce.code
 	}
-	fmt.Fprintf(stderr, "devledger %s: %v\n", args[0], err)
+	if !errors.As(err, new(loggedError)) {
+		fmt.Fprintf(stderr, "devledger %s: %v\n", args[0], err)
+	}
 	return code
 }
 

@@ -103,22 +103,37 @@ func (f *daemonFlags) logger(w io.Writer) (zerolog.Logger, error) {
 	if err != nil {
 		return zerolog.Logger{}, usageErrf("--log-level %q: %v", f.logLevel, err)
 	}
+	file, isFile := w.(*os.File)
+	terminal := isFile && isatty.IsTerminal(file.Fd())
 	format := f.logFormat
 	if format == "" {
 		format = "json"
-		if file, ok := w.(*os.File); ok && isatty.IsTerminal(file.Fd()) {
+		if terminal {
 			format = "console"
 		}
 	}
+	// Milliseconds in every timestamp, and durations in milliseconds
+	// (their fields say so: took_ms).
+	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00"
+	zerolog.DurationFieldUnit = time.Millisecond
 	switch format {
 	case "json":
 	case "console":
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+		// Colour for a terminal only, never into a file or a pipe.
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !terminal}
 	default:
 		return zerolog.Logger{}, usageErrf("--log-format %q: want json or console", format)
 	}
 	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
 }
+
+// loggedError is an error the daemon's logger said already, as its last
+// line: main exits with its code and prints nothing more, so that a JSON
+// log stays JSON to the end.
+type loggedError struct{ err error }
+
+func (e loggedError) Error() string { return e.err.Error() }
+func (e loggedError) Unwrap() error { return e.err }
 
 func runRun(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("run", "--config FILE [flags]", stdout)
@@ -149,6 +164,11 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signalContext()
 	defer stop()
 	err = daemon.Run(ctx, f.opts)
+	if err == nil {
+		return nil
+	}
+	log.Error().Err(err).Msg("devledger run stopped")
+	err = loggedError{err}
 	if errors.Is(err, daemon.ErrBadConfig) {
 		return usageErr(err)
 	}
