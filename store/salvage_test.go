@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,4 +175,31 @@ func openVerified(t *testing.T, path string) *Log {
 		t.Fatalf("the salvaged ledger does not verify: %v", err)
 	}
 	return l
+}
+
+// A writer's Open leaves the page graph out; CheckPages walks it in a read
+// transaction and names the damage a reader's Open would have named.
+func TestCheckPagesOfAWriter(t *testing.T) {
+	for name, want := range map[string]string{"sample": "", "damaged/events-page-garbage": `page 3, in bucket "events", is damaged`} {
+		data, err := os.ReadFile(filepath.Join("..", "testdata", "ledger", name+".db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), "ledger.db")
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		l, err := Open(path, Options{LockTimeout: time.Second})
+		if err != nil {
+			t.Fatalf("%s: a writer's Open: %v", name, err)
+		}
+		err = l.CheckPages()
+		l.Close()
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%s: CheckPages = %v", name, err)
+		case want != "" && (!errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), want)):
+			t.Errorf("%s: CheckPages = %v, want a CorruptError naming %s", name, err, want)
+		}
+	}
 }

@@ -185,7 +185,7 @@ func Open(path string, opts Options) (*Log, error) {
 	}
 	// Before bbolt walks a page tree: damage it cannot survive keeps the
 	// file closed.
-	fatal, damage := l.checkStructure(db.Info().PageSize)
+	fatal, damage := l.checkStructure(db.Info().PageSize, l.readOnly)
 	if fatal != nil {
 		db.Close()
 		return nil, fatal
