@@ -743,6 +743,9 @@ func Run(ctx context.Context, opts Options) error {
 		case ferr := <-d.Fatal():
 			sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
+			// Stop's Once, so that a Stop called meanwhile (a test's
+			// cleanup, a signal) and this one stop the daemon once;
+			// this one says the stop is a failure.
 			d.stopOnce.Do(func() { d.stopErr = d.stop(sctx, "fatal: "+ferr.Error(), true) })
 			return errors.Join(ferr, d.stopErr)
 		}
