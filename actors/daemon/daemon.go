@@ -231,6 +231,9 @@ func Start(opts Options) (_ *Daemon, err error) {
 	d.metrics = newMetrics(d)
 	d.metrics.replay.Set(time.Since(began).Seconds())
 	d.metrics.ledgerSeq.Set(float64(st.Seq))
+	for name := range st.Pools {
+		d.metrics.startPool(name)
+	}
 	d.rec.Observe(d.metrics.recorded)
 
 	mode, err := resolveMode(opts.Registration, opts.KubeletDir)

@@ -95,7 +95,19 @@ func (m *metrics) recorded(envs []events.Envelope) {
 			m.regFailures.WithLabelValues(p.Pool).Inc()
 		case events.KubeletRestarted:
 			m.kubelet.Inc()
+		case events.ConfigApplied:
+			for _, spec := range p.Pools {
+				m.startPool(spec.Resource)
+			}
 		}
+	}
+}
+
+// startPool makes the per-pool counters of pool exist at zero, so that a
+// pool's rate and absence of events can be told from a pool not there.
+func (m *metrics) startPool(pool string) {
+	for _, c := range []*prometheus.CounterVec{m.allocations, m.releases, m.leaks, m.conflicts, m.unhealthy, m.registrations, m.regFailures} {
+		c.WithLabelValues(pool)
 	}
 }
 

@@ -81,6 +81,10 @@ func TestMetricsHealthAndReadiness(t *testing.T) {
 		`devledger_allocate_duration_seconds_count{code="OK",pool="intel.com/sriov_vfio"} 1`,
 		`devledger_ledger_sequence `,
 		`devledger_ledger_size_bytes `,
+		// A pool's counters exist from its start, at zero.
+		`devledger_leak_suspects_total{pool="intel.com/sriov_net"} 0`,
+		`devledger_allocations_total{pool="intel.com/sriov_net"} 0`,
+		`devledger_registration_failures_total{pool="intel.com/sriov_vfio"} 0`,
 		`devledger_ledger_oldest_event_timestamp_seconds 1.`,
 		`devledger_replay_duration_seconds `,
 	} {
