@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/mattn/go-isatty"
 
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/store"
@@ -241,7 +244,11 @@ func newPrinter(format string, w io.Writer, story bool, about string) (printer, 
 	bw := bufio.NewWriterSize(w, 64<<10)
 	switch format {
 	case "table":
-		return &tablePrinter{w: bw, story: story, about: about}, nil
+		p := &tablePrinter{w: bw, story: story, about: about}
+		if f, ok := w.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
+			p.width = tableWidth
+		}
+		return p, nil
 	case "jsonl":
 		return &jsonPrinter{w: bw, lines: true}, nil
 	case "json":

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"os"
@@ -60,13 +61,45 @@ func TestDumpGolden(t *testing.T) {
 	}
 }
 
-func TestDumpTableFits80Columns(t *testing.T) {
-	_, out, _ := runCLI(t, "dump", "--db", sampleCopy(t))
-	for i, line := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
-		if n := len([]rune(line)); n > tableWidth {
-			t.Errorf("line %d is %d columns: %q", i+1, n, line)
+// On a terminal the table and the stories fit 80 columns; into a pipe or
+// a file nothing is cut (the sample's longest detail is over 80 columns).
+func TestDumpTableFits80ColumnsOnATerminal(t *testing.T) {
+	// The table, a device's story and a pod's (about "").
+	for _, tc := range []struct {
+		story bool
+		about string
+	}{{false, ""}, {true, "0000:3b:02.0"}, {true, ""}} {
+		story := tc.story
+		var b bytes.Buffer
+		p := &tablePrinter{w: bufio.NewWriter(&b), story: story, about: tc.about, width: tableWidth}
+		for _, e := range sampleEnvelopes(t) {
+			if err := p.event(e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := p.end(); err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
+			if n := len([]rune(line)); n > tableWidth {
+				t.Errorf("story %v, line %d is %d columns: %q", story, i+1, n, line)
+			}
 		}
 	}
+	_, out, _ := runCLI(t, "dump", "--db", sampleCopy(t))
+	if !strings.Contains(out, "UNAVAILABLE: list pod resources: dial unix /var/lib/kubelet/pod-resources/kubelet.sock: connect: connection refused\n") {
+		t.Errorf("piped, a long detail was cut:\n%s", out)
+	}
+}
+
+// sampleEnvelopes are the sample story's events with their sequences.
+func sampleEnvelopes(t *testing.T) []events.Envelope {
+	t.Helper()
+	envs := sampleStory()
+	for i := range envs {
+		envs[i].Seq = uint64(i + 1)
+	}
+	return envs
 }
 
 func TestDumpJSONLinesAreEnvelopes(t *testing.T) {

@@ -44,25 +44,6 @@ func TestHistoryGolden(t *testing.T) {
 	}
 }
 
-// TestHistoryStoriesFit80Columns: the stories are tables for a terminal.
-func TestHistoryStoriesFit80Columns(t *testing.T) {
-	db := sampleCopy(t)
-	queries := [][]string{{"--namespace", "telco"}, {"--namespace", "ml"}}
-	for _, e := range sampleStory() {
-		for _, addr := range e.Devices() {
-			queries = append(queries, []string{"--device", addr})
-		}
-	}
-	for _, q := range queries {
-		_, out, _ := runCLI(t, append([]string{"dump", "--db", db}, q...)...)
-		for i, line := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
-			if n := len([]rune(line)); n > tableWidth {
-				t.Errorf("%v: line %d is %d columns: %q", q, i+1, n, line)
-			}
-		}
-	}
-}
-
 // TestHistoryPodSelection: --pod picks every event of the pod's
 // allocations, bound after they were made, and nothing else; a conflict
 // naming the pod's container counts too.

@@ -12,7 +12,9 @@ import (
 	"github.com/devledger/devledger/events"
 )
 
-// tableWidth is the width the table is laid out for: an 80-column terminal.
+// tableWidth is the width the table is laid out for on a terminal: 80
+// columns. Into a file or a pipe rows are never cut: what is read there is
+// read whole.
 const tableWidth = 80
 
 // tablePrinter lays events out in fixed columns, so it streams: no column
@@ -29,6 +31,8 @@ type tablePrinter struct {
 	story   bool
 	// about is the device a story is about, "" for a pod's story.
 	about string
+	// width cuts the rows to fit a terminal; 0 cuts nothing.
+	width int
 }
 
 // eventWidth is the width of the event type column: the longest type name
@@ -67,10 +71,10 @@ func (p *tablePrinter) event(e events.Envelope) error {
 	var err error
 	if p.story {
 		const fixed = 7 + 2 + 8 + 2
-		_, err = fmt.Fprintf(p.w, storyRow, fmt.Sprint(e.Seq), t.Format(time.TimeOnly), truncate(tell(e, p.about), tableWidth-fixed))
+		_, err = fmt.Fprintf(p.w, storyRow, fmt.Sprint(e.Seq), t.Format(time.TimeOnly), p.fit(tell(e, p.about), fixed))
 	} else {
 		fixed := 7 + 2 + 8 + 2 + eventWidth + 2
-		_, err = fmt.Fprintf(p.w, tableRow, fmt.Sprint(e.Seq), t.Format(time.TimeOnly), eventWidth, e.Type, truncate(describe(e), tableWidth-fixed))
+		_, err = fmt.Fprintf(p.w, tableRow, fmt.Sprint(e.Seq), t.Format(time.TimeOnly), eventWidth, e.Type, p.fit(describe(e), fixed))
 	}
 	if p.w.Buffered() > 32<<10 {
 		return p.w.Flush()
@@ -84,6 +88,15 @@ func (p *tablePrinter) end() error {
 		p.w.WriteString("(no events)\n")
 	}
 	return p.w.Flush()
+}
+
+// fit cuts s to what is left of the row's width after fixed columns, on
+// a terminal only.
+func (p *tablePrinter) fit(s string, fixed int) string {
+	if p.width == 0 {
+		return s
+	}
+	return truncate(s, p.width-fixed)
 }
 
 // truncate shortens s to n runes, marking the cut with "…".
