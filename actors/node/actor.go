@@ -510,7 +510,7 @@ func (n *coordinator) start(ctx actor.Context) {
 	}
 	log := n.cfg.Log
 	kubeletSock := KubeletSocket(n.cfg.KubeletDir)
-	n.registrar = ctx.Spawn(registrar.Props(registrar.Config{
+	n.registrar = n.spawn(ctx, "registrar", registrar.Props(registrar.Config{
 		Recorder: n.cfg.Recorder, Mode: n.cfg.Mode, KubeletSocket: kubeletSock,
 		Options: &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true},
 		Log:     log.With().Str("actor", "registrar").Logger(),
@@ -519,9 +519,9 @@ func (n *coordinator) start(ctx actor.Context) {
 	if n.cfg.Mode == grpcapi.ModeWatcher {
 		dirs = append(dirs, PluginsRegistryDir(n.cfg.KubeletDir))
 	}
-	n.sockets = ctx.Spawn(sockets.Props(sockets.Config{Dirs: dirs, KubeletSocket: kubeletSock,
+	n.sockets = n.spawn(ctx, "sockets", sockets.Props(sockets.Config{Dirs: dirs, KubeletSocket: kubeletSock,
 		Log: log.With().Str("actor", "sockets").Logger()}))
-	n.health = ctx.Spawn(health.Props(health.Config{Prober: n.cfg.Reader, Recorder: n.cfg.Recorder,
+	n.health = n.spawn(ctx, "health", health.Props(health.Config{Prober: n.cfg.Reader, Recorder: n.cfg.Recorder,
 		Interval: n.cfg.ProbeInterval, Known: st.Clone().Devices, Log: log.With().Str("actor", "health").Logger()}))
 	rc := n.cfg.Reconcile
 	rc.Recorder, rc.Lister, rc.Replayed = n.cfg.Recorder, n.cfg.PodResources, st
@@ -530,11 +530,11 @@ func (n *coordinator) start(ctx actor.Context) {
 		rc.Pools = append(rc.Pools, n.cfg.Config.Resources[i].FullName())
 	}
 	rc.Log = log.With().Str("actor", "reconciler").Logger()
-	n.reconciler = ctx.Spawn(reconciler.Props(rc))
+	n.reconciler = n.spawn(ctx, "reconciler", reconciler.Props(rc))
 	if n.cfg.ConfigPath != "" && n.cfg.WatchConfig {
-		ctx.Spawn(configwatch.Props(configwatch.Config{Path: n.cfg.ConfigPath, Log: log.With().Str("actor", "configwatch").Logger()}))
+		n.spawn(ctx, "configwatch", configwatch.Props(configwatch.Config{Path: n.cfg.ConfigPath, Log: log.With().Str("actor", "configwatch").Logger()}))
 	}
-	n.scanner = ctx.Spawn(scanner.Props(scanner.Config{Reader: n.cfg.Reader, Recorder: n.cfg.Recorder,
+	n.scanner = n.spawn(ctx, "scanner", scanner.Props(scanner.Config{Reader: n.cfg.Reader, Recorder: n.cfg.Recorder,
 		Known: st.Clone().Devices, Interval: n.cfg.ScanInterval, Log: log.With().Str("actor", "scanner").Logger()}))
 }
 
@@ -685,6 +685,18 @@ func (n *coordinator) addLeave(addr string, l leave) {
 	if !slices.ContainsFunc(n.leaving[addr], func(o leave) bool { return o.pid.Equal(l.pid) }) {
 		n.leaving[addr] = append(n.leaving[addr], l)
 	}
+}
+
+// spawn starts a child under a name an operator reads in the logs
+// ("node/scanner", not "node/$3"). A restarted node spawns them again only
+// once the children of the incarnation before have stopped, so the names
+// are free.
+func (n *coordinator) spawn(ctx actor.Context, name string, props *actor.Props) *actor.PID {
+	pid, err := ctx.SpawnNamed(props, name)
+	if err != nil {
+		panic(fmt.Errorf("node: spawn %s: %w", name, err))
+	}
+	return pid
 }
 
 func (n *coordinator) spawnPool(ctx actor.Context, res *config.Resource, ms []allocation.Member, moves map[string]string) {
