@@ -109,7 +109,17 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
 	n.opts.ScanInterval, n.opts.ProbeInterval, n.opts.KernelEvents = time.Hour, time.Hour, false
 	d := n.start(t)
-	ctx := waitCtx(t)
+	// Each step's waits get a window of their own: one for the whole
+	// sequence ran out under load before the step that waited, which then
+	// failed at once (seeds 4034 and 9177, side by side: "not registered
+	// again after a node crash" before the node had even crashed).
+	var ctx context.Context
+	step := func() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.Background(), 2*window)
+		t.Cleanup(cancel)
+	}
+	step()
 	pools := []string{vfioPool, netPool}
 	for _, p := range pools {
 		if _, err := n.kubelet.WaitRegistered(ctx, p); err != nil {
@@ -132,6 +142,7 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 		t.Fatalf("seed %d, after %s: %s", seed, strings.Join(history, ", "), fmt.Sprintf(format, args...))
 	}
 	for range modelSteps {
+		step()
 		switch op := rng.IntN(11); op {
 		case 0, 1: // Allocates, from one to four clients at once
 			clients := 1 + rng.IntN(4)
@@ -226,8 +237,8 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 			crashed := time.Now()
 			d.Send(&node.Crash{Reason: "model"})
 			if _, err := n.kubelet.RegisteredAfter(ctx, pools, crashed); err != nil {
-				// Seen once in 10,000 sequences run 16 at a time: what
-				// every goroutine was doing says where it stood.
+				// Should a node crash ever wedge: what every goroutine
+				// was doing says where it stood.
 				var stacks strings.Builder
 				_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
 				t.Logf("goroutines:\n%s", stacks.String())
