@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,6 +63,11 @@ func newMetrics(d *Daemon) *metrics {
 		Help: "Time of the oldest event the ledger keeps (retention drops older ones); 0 for an empty ledger."},
 		func() float64 { return oldestEventTime(d.ledger) })
 	m.reg.MustRegister(oldest)
+	// Which build serves: always 1, labelled (the usual _build_info).
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "devledger", Name: "build_info",
+		Help: "The build of the running daemon: its version and Go version; always 1."}, []string{"version", "goversion"})
+	build.WithLabelValues(d.opts.Version, runtime.Version()).Set(1)
+	m.reg.MustRegister(build)
 	m.reg.MustRegister(m.kubelet, m.ledgerSeq, m.replay, m.latency,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "devledger", Name: "ledger_size_bytes", Help: "Size of the ledger file."},
 			func() float64 { return float64(d.ledger.SizeBytes()) }),

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -81,6 +82,7 @@ func TestMetricsHealthAndReadiness(t *testing.T) {
 		`devledger_allocate_duration_seconds_count{code="OK",pool="intel.com/sriov_vfio"} 1`,
 		`devledger_ledger_sequence `,
 		`devledger_ledger_size_bytes `,
+		`devledger_build_info{goversion="` + runtime.Version() + `",version="test"} 1`,
 		// A pool's counters exist from its start, at zero.
 		`devledger_leak_suspects_total{pool="intel.com/sriov_net"} 0`,
 		`devledger_allocations_total{pool="intel.com/sriov_net"} 0`,
