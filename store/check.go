@@ -301,7 +301,7 @@ const (
 // bbolt would read the file through it: it checks the meta, not the
 // header.
 func metaPageProblem(p []byte, id uint64) (problem string, usable bool) {
-	const header, metaFlag, magic, version, sumAt = 16, 0x04, 0xED0CDAED, 2, 56
+	const header, metaFlag, magic, version, sumAt = 16, 0x04, bboltMagic, 2, 56
 	le := binary.LittleEndian
 	h := fnv.New64a()
 	h.Write(p[header : header+sumAt])

@@ -304,7 +304,7 @@ func salvageLeaf(p []byte, depth int, found map[uint64][][]byte, damaged map[uin
 func salvagePageSize(data []byte) int {
 	le := binary.LittleEndian
 	for _, off := range []int{0, 4096} {
-		if off+pageHeader+12 <= len(data) && le.Uint32(data[off+pageHeader:]) == 0xED0CDAED {
+		if off+pageHeader+12 <= len(data) && le.Uint32(data[off+pageHeader:]) == bboltMagic {
 			if ps := int(le.Uint32(data[off+pageHeader+8:])); ps >= 512 && ps <= 1<<16 && ps&(ps-1) == 0 {
 				return ps
 			}

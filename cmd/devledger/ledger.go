@@ -125,11 +125,13 @@ type adminSource struct{ socket string }
 func (s adminSource) read(fn func(events.Envelope) error) error {
 	var next uint64
 	return grpcapi.ReadRecordsFromAdmin(context.Background(), s.socket, 0, func(rec []byte) error {
-		e, err := events.Unmarshal(rec)
 		if next == 0 {
-			next = e.Seq // the oldest the daemon keeps
+			// The oldest the daemon keeps: what the first record says.
+			first, _ := events.Unmarshal(rec)
+			next = first.Seq
 		}
-		if e, err = decodeShown(s.socket, next, rec); err != nil {
+		e, err := decodeShown(s.socket, next, rec)
+		if err != nil {
 			return err
 		}
 		next++
