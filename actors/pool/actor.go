@@ -73,9 +73,11 @@ type allocator struct {
 	// device, members or not: a verdict may come before the members that
 	// bring its device here, and members may come with an older one.
 	verdicts map[string]verdict
-	// held maps a device to the live allocations holding it; elsewhere
-	// are the members another pool's allocation holds (HeldElsewhere).
+	// held maps a device to the live allocations holding it, and allocs
+	// an allocation to its devices; elsewhere are the members another
+	// pool's allocation holds (HeldElsewhere).
 	held      map[string][]uint64
+	allocs    map[uint64][]string
 	elsewhere []string
 	// gen is the newest SetMembers applied. The devices in flight, and
 	// those that left the pool and are not let go yet, are in life.
@@ -189,11 +191,12 @@ func (p *allocator) start(ctx actor.Context) {
 		// Members may have changed since we were spawned.
 		ctx.Send(ctx.Parent(), &NeedMembers{Pool: p.name})
 	}
-	p.held = map[string][]uint64{}
+	p.held, p.allocs = map[string][]uint64{}, map[uint64][]string{}
 	for seq, a := range st.Allocations {
 		if a.Pool != p.name {
 			continue
 		}
+		p.allocs[seq] = slices.Clone(a.DeviceIDs)
 		for _, id := range a.DeviceIDs {
 			p.held[id] = append(p.held[id], seq)
 		}
@@ -568,15 +571,18 @@ func (p *allocator) setHealth(m *SetHealth) bool {
 	return true
 }
 
+// release forgets the live allocation seq: the devices it held, and no
+// others, are looked at (a pool may hold thousands).
 func (p *allocator) release(seq uint64) {
-	for id, h := range p.held {
-		h = slices.DeleteFunc(h, func(s uint64) bool { return s == seq })
+	for _, id := range p.allocs[seq] {
+		h := slices.DeleteFunc(p.held[id], func(s uint64) bool { return s == seq })
 		if len(h) == 0 {
 			delete(p.held, id)
 		} else {
 			p.held[id] = h
 		}
 	}
+	delete(p.allocs, seq)
 }
 
 func (p *allocator) status() *Status {
@@ -585,6 +591,12 @@ func (p *allocator) status() *Status {
 		st.Health[addr] = m.Healthy
 		if m.Usable() { // as the kubelet sees it
 			st.Healthy++
+		}
+		switch {
+		case len(p.held[addr]) > 0:
+			st.Allocated++
+		case m.Usable() && p.life.flying[addr] == 0:
+			st.Free++
 		}
 	}
 	for id, h := range p.held {
@@ -668,7 +680,7 @@ func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*plugi
 // held, and the allocations it supersedes are not.
 func (p *allocator) hold(envs []events.Envelope) {
 	if p.held == nil { // an incarnation whose start failed, landing as it stops
-		p.held = map[string][]uint64{}
+		p.held, p.allocs = map[string][]uint64{}, map[uint64][]string{}
 	}
 	for _, e := range envs {
 		a, ok := e.Payload.(events.DevicesAllocated)
@@ -677,6 +689,9 @@ func (p *allocator) hold(envs []events.Envelope) {
 		}
 		for _, seq := range a.Supersedes {
 			p.release(seq)
+		}
+		if _, ok := p.allocs[e.Seq]; !ok {
+			p.allocs[e.Seq] = slices.Clone(a.DeviceIDs)
 		}
 		for _, id := range a.DeviceIDs {
 			// A restarted pool may have replayed the allocation from the
