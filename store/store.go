@@ -100,6 +100,11 @@ type Log struct {
 	lastSeq  atomic.Uint64
 	firstSeq atomic.Uint64
 	commits  atomic.Uint64 // group commits made, for the benchmarks
+	// failures counts the appends' transactions that failed, and fault is
+	// the error of the last one when no commit has succeeded since (see
+	// AppendFault).
+	failures atomic.Uint64
+	fault    atomic.Pointer[error]
 
 	// mu guards closed; active counts calls in progress, which Close waits
 	// for.
@@ -549,6 +554,21 @@ func (l *Log) Close() error {
 // damaged freelist page. It is a *CorruptError, or nil for a sound file.
 // Reads go on; a tool that shows what it read says so after.
 func (l *Log) Damage() error { return l.damage }
+
+// AppendFault is the error of the last append transaction that failed
+// (the disk full, an I/O error) when none has succeeded since: while it is
+// not nil the ledger cannot record. AppendFailures counts those failed
+// transactions since the log was opened. A call refused before it reached
+// a transaction (its deadline, an event that does not encode) is neither.
+func (l *Log) AppendFault() error {
+	if p := l.fault.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// AppendFailures: see AppendFault.
+func (l *Log) AppendFailures() uint64 { return l.failures.Load() }
 
 // Commits is the number of group commits made since the log was opened:
 // events appended divided by it is the mean batch.

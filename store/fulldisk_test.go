@@ -1,0 +1,78 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/store"
+	"github.com/devledger/devledger/store/storetest"
+)
+
+// On a full disk an append fails with the disk's error and writes nothing;
+// the log says it cannot record (AppendFault) and counts the failure, and
+// once there is room again the next append succeeds and clears the fault.
+func TestAppendFaultOnAFullDisk(t *testing.T) {
+	disk := storetest.NewFullDisk(t, 1<<20)
+	l, err := store.Open(filepath.Join(disk.Dir, "ledger.db"), store.Options{Node: "n", BootID: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	ctx := context.Background()
+	appendOne := func(i int) error {
+		_, err := l.Append(ctx, events.New(events.DeviceRemoved{Address: "0000:3b:02.1", Reason: strings.Repeat("x", 200)},
+			time.Unix(int64(i), 0), "b"))
+		return err
+	}
+	if err := appendOne(0); err != nil {
+		t.Fatal(err)
+	}
+	if l.AppendFault() != nil || l.AppendFailures() != 0 {
+		t.Fatalf("fault %v, %d failures before the disk filled", l.AppendFault(), l.AppendFailures())
+	}
+	disk.Fill(t)
+	var failed error
+	for i := 1; i < 2000 && failed == nil; i++ {
+		failed = appendOne(i)
+	}
+	if failed == nil {
+		t.Fatal("2000 appends to a full disk succeeded")
+	}
+	if !errors.Is(failed, syscall.ENOSPC) {
+		t.Errorf("append on a full disk: %v, want ENOSPC", failed)
+	}
+	if err := l.AppendFault(); err == nil || !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("AppendFault = %v, want the disk's error", err)
+	}
+	if n := l.AppendFailures(); n != 1 {
+		t.Errorf("AppendFailures = %d, want 1", n)
+	}
+	stuck := l.LastSeq()
+	if err := appendOne(9000); err == nil {
+		t.Fatal("append on a disk still full succeeded")
+	}
+	if l.LastSeq() != stuck || l.AppendFailures() != 2 {
+		t.Errorf("a failed append moved the ledger to %d (from %d), failures %d", l.LastSeq(), stuck, l.AppendFailures())
+	}
+	disk.Free(t)
+	if err := appendOne(9001); err != nil {
+		t.Fatalf("append after the disk was freed: %v", err)
+	}
+	if err := l.AppendFault(); err != nil {
+		t.Errorf("AppendFault after a good append: %v", err)
+	}
+	// Every acknowledged event reads back, and nothing else.
+	n := 0
+	if err := l.Read(0, func(e events.Envelope) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if want := int(stuck) + 1; n != want {
+		t.Errorf("read %d events, want %d: those acknowledged before the disk was full, and the one after", n, want)
+	}
+}
