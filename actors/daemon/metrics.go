@@ -35,7 +35,11 @@ type metrics struct {
 	kubelet       prometheus.Counter
 	ledgerSeq     prometheus.Gauge
 	replay        prometheus.Gauge
-	latency       *prometheus.HistogramVec
+	// reloadOK and reloadAt are the outcome and time of the last config
+	// the daemon read: at start, or a reload applied or rejected.
+	reloadOK prometheus.Gauge
+	reloadAt prometheus.Gauge
+	latency  *prometheus.HistogramVec
 }
 
 func newMetrics(d *Daemon) *metrics {
@@ -56,6 +60,19 @@ func newMetrics(d *Daemon) *metrics {
 	m.kubelet = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "devledger", Name: "kubelet_restarts_total", Help: "New kubelets seen (their registration socket appeared)."})
 	m.ledgerSeq = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "devledger", Name: "ledger_sequence", Help: "Sequence of the newest durable event."})
 	m.replay = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "devledger", Name: "replay_duration_seconds", Help: "How long replaying the ledger took at start."})
+	m.reloadOK = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "devledger", Name: "config_last_reload_successful",
+		Help: "1 if the last config read (at start or on reload) was applied, 0 if it was rejected."})
+	m.reloadAt = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "devledger", Name: "config_last_reload_timestamp_seconds",
+		Help: "When the last config was applied or rejected (at start: the start)."})
+	m.reloadOK.Set(1) // a daemon runs only with a config it applied
+	m.reloadAt.SetToCurrentTime()
+	m.reg.MustRegister(m.reloadOK, m.reloadAt,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "devledger", Name: "ledger_append_failures_total",
+			Help: "Appends to the ledger whose transaction failed (disk full, I/O error); each failed the calls it carried."},
+			func() float64 { return float64(d.ledger.AppendFailures()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "devledger", Name: "ledger_append_failing",
+			Help: "1 while the last append to the ledger failed and none has succeeded since: nothing can be recorded, Allocate fails, /readyz is false."},
+			func() float64 { return b2f(d.ledger.AppendFault() != nil) }))
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "devledger", Name: "allocate_duration_seconds",
 		Help:    "Allocate calls, from the kubelet's request to the durable answer.",
 		Buckets: []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5}}, []string{"pool", "code"})
@@ -105,6 +122,11 @@ func (m *metrics) recorded(envs []events.Envelope) {
 			for _, spec := range p.Pools {
 				m.startPool(spec.Resource)
 			}
+			m.reloadOK.Set(1)
+			m.reloadAt.Set(float64(e.Time.UnixNano()) / 1e9)
+		case events.ConfigRejected:
+			m.reloadOK.Set(0)
+			m.reloadAt.Set(float64(e.Time.UnixNano()) / 1e9)
 		}
 	}
 }
@@ -122,12 +144,33 @@ func (m *metrics) allocated(poolName string, took time.Duration, err error) {
 	m.latency.WithLabelValues(poolName, status.Code(err).String()).Observe(took.Seconds())
 }
 
-var poolDevicesDesc = prometheus.NewDesc("devledger_pool_devices", "Devices in each pool, by health.", []string{"pool", "health"}, nil)
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
 
-// poolCollector asks every pool for its members at scrape time.
+var (
+	poolDevicesDesc   = prometheus.NewDesc("devledger_pool_devices", "Devices in each pool, by health.", []string{"pool", "health"}, nil)
+	poolAllocatedDesc = prometheus.NewDesc("devledger_pool_allocated_devices",
+		"Devices of each pool that a live allocation of the pool holds.", []string{"pool"}, nil)
+	poolFreeDesc = prometheus.NewDesc("devledger_pool_free_devices",
+		"Devices of each pool that can be given out now: healthy, held by no live allocation (of any pool), none being allocated.", []string{"pool"}, nil)
+	poolRegisteredDesc = prometheus.NewDesc("devledger_pool_registered",
+		"1 if the kubelet acknowledged the pool's registration of its current socket, 0 if not: every pool of the config in force.", []string{"pool"}, nil)
+)
+
+// poolCollector asks every pool for its members, and the registrar for its
+// registrations, at scrape time.
 type poolCollector struct{ d *Daemon }
 
-func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) { ch <- poolDevicesDesc }
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- poolDevicesDesc
+	ch <- poolAllocatedDesc
+	ch <- poolFreeDesc
+	ch <- poolRegisteredDesc
+}
 
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -144,6 +187,13 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		st := res.(*pool.Status)
 		ch <- prometheus.MustNewConstMetric(poolDevicesDesc, prometheus.GaugeValue, float64(st.Healthy), name, "healthy")
 		ch <- prometheus.MustNewConstMetric(poolDevicesDesc, prometheus.GaugeValue, float64(st.Members-st.Healthy), name, "unhealthy")
+		ch <- prometheus.MustNewConstMetric(poolAllocatedDesc, prometheus.GaugeValue, float64(st.Allocated), name)
+		ch <- prometheus.MustNewConstMetric(poolFreeDesc, prometheus.GaugeValue, float64(st.Free), name)
+	}
+	if st, err := c.d.Status(ctx); err == nil {
+		for _, p := range st.Pools {
+			ch <- prometheus.MustNewConstMetric(poolRegisteredDesc, prometheus.GaugeValue, b2f(p.Registered), p.Resource)
+		}
 	}
 }
 
@@ -164,6 +214,11 @@ func (d *Daemon) serveMetrics(ln net.Listener) {
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
+		// Not ready while nothing can be recorded: every Allocate fails.
+		if err := d.ledger.AppendFault(); err != nil {
+			http.Error(w, "the ledger cannot record: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		st, err := d.Status(ctx)
 		if err != nil {
 			http.Error(w, "actors do not answer: "+err.Error(), http.StatusServiceUnavailable)

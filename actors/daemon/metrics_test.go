@@ -4,15 +4,21 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/store"
+	"github.com/devledger/devledger/store/storetest"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
 
@@ -27,9 +33,27 @@ func httpGet(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// waitReadyz waits for the daemon serving metrics at base to say it is
+// ready.
+func waitReadyz(t *testing.T, ctx context.Context, base string) {
+	t.Helper()
+	for {
+		code, _ := httpGet(t, base+"/readyz")
+		if code == http.StatusOK {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("never ready: %v", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 func TestMetricsHealthAndReadiness(t *testing.T) {
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{Delayed: true})
 	n.opts.MetricsAddr = "127.0.0.1:0"
+	n.opts.WatchConfig = false // the test reloads itself
 	d := n.start(t)
 	ctx := waitCtx(t)
 	base := "http://" + d.MetricsAddr()
@@ -41,27 +65,29 @@ func TestMetricsHealthAndReadiness(t *testing.T) {
 	if code, body := httpGet(t, base+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not registered") {
 		t.Errorf("/readyz without a kubelet = %d %q, want 503 naming a pool", code, body)
 	}
+	_, body := httpGet(t, base+"/metrics")
+	for _, want := range []string{
+		`devledger_pool_registered{pool="intel.com/sriov_vfio"} 0`,
+		`devledger_pool_registered{pool="intel.com/sriov_net"} 0`,
+		`devledger_config_last_reload_successful 1`,
+		`devledger_config_last_reload_timestamp_seconds 1.`,
+		`devledger_ledger_append_failures_total 0`,
+		`devledger_ledger_append_failing 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics of a fresh daemon lacks %q", want)
+		}
+	}
 	if err := n.kubelet.Boot(); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		code, _ := httpGet(t, base+"/readyz")
-		if code == http.StatusOK {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("never ready after the kubelet came: %v", ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	waitReadyz(t, ctx, base)
 	if _, err := n.kubelet.Allocate(context.Background(), "intel.com/sriov_vfio", []string{"0000:3b:01.2"}); err != nil {
 		t.Fatal(err)
 	}
 	// Registration is acknowledged before its PluginRegistered is in the
 	// ledger (the registrar writes after the pool's PluginServing), and
 	// the counter follows the ledger: wait for it.
-	var body string
 	for {
 		_, body = httpGet(t, base+"/metrics")
 		if strings.Contains(body, `devledger_registrations_total{pool="intel.com/sriov_net"} 1`) &&
@@ -89,10 +115,25 @@ func TestMetricsHealthAndReadiness(t *testing.T) {
 		`devledger_registration_failures_total{pool="intel.com/sriov_vfio"} 0`,
 		`devledger_ledger_oldest_event_timestamp_seconds 1.`,
 		`devledger_replay_duration_seconds `,
+		`devledger_pool_registered{pool="intel.com/sriov_vfio"} 1`,
+		`devledger_pool_allocated_devices{pool="intel.com/sriov_vfio"} 1`,
+		`devledger_pool_free_devices{pool="intel.com/sriov_vfio"} 4`,
+		`devledger_pool_allocated_devices{pool="intel.com/sriov_net"} 0`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+
+	// A config that is rejected shows; the daemon keeps the one in force.
+	if err := os.WriteFile(n.opts.ConfigPath, []byte(`{"resourceList": [{"resourceName": ""}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := d.Reload(ctx, "test"); err != nil || len(res.Rejected) == 0 {
+		t.Fatalf("reload of a bad config: %+v, %v", res, err)
+	}
+	if _, body = httpGet(t, base+"/metrics"); !strings.Contains(body, "devledger_config_last_reload_successful 0") {
+		t.Errorf("/metrics after a rejected config lacks devledger_config_last_reload_successful 0")
 	}
 }
 
@@ -161,5 +202,62 @@ func TestRetentionBoundsTheLedger(t *testing.T) {
 	st := replayStopped(t, n.opts.StateDir)
 	if len(st.Allocations) != len(live.Allocations) || len(st.Allocations) != 2 {
 		t.Errorf("after retention and a stop: %d live allocations, %d before; want 2", len(st.Allocations), len(live.Allocations))
+	}
+}
+
+// With the disk under the state dir full, Allocate fails with Unavailable,
+// /readyz says the ledger cannot record and the metrics show it, while
+// /healthz stays true (the daemon is not wedged); the first append that
+// succeeds once there is room makes it ready again.
+func TestReadyzFollowsTheLedgersAppends(t *testing.T) {
+	disk := storetest.NewFullDisk(t, 2<<20)
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.MetricsAddr = "127.0.0.1:0"
+	n.opts.StateDir = filepath.Join(disk.Dir, "state")
+	d := n.start(t)
+	ctx := waitCtx(t)
+	base := "http://" + d.MetricsAddr()
+	waitReadyz(t, ctx, base)
+	listed, err := n.kubelet.WaitDevices(ctx, vfioPool, func(ds []*pluginapi.Device) bool { return len(ds) > 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var devs []string
+	for _, dv := range listed {
+		devs = append(devs, dv.ID)
+	}
+	if _, err := n.kubelet.Allocate(ctx, vfioPool, devs[:1]); err != nil {
+		t.Fatal(err)
+	}
+
+	disk.Fill(t)
+	var failed error
+	for i := 0; i < 2000 && failed == nil; i++ {
+		_, failed = n.kubelet.Allocate(ctx, vfioPool, devs[i%len(devs):i%len(devs)+1])
+	}
+	if status.Code(failed) != codes.Unavailable || !strings.Contains(failed.Error(), "no space left") {
+		t.Fatalf("Allocate on a full disk: %v, want Unavailable naming the disk's error", failed)
+	}
+	if code, body := httpGet(t, base+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "the ledger cannot record") {
+		t.Errorf("/readyz with a full disk = %d %q, want 503 naming the ledger", code, body)
+	}
+	if code, body := httpGet(t, base+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz with a full disk = %d %q, want 200", code, body)
+	}
+	_, body := httpGet(t, base+"/metrics")
+	for _, want := range []string{"devledger_ledger_append_failing 1", "devledger_ledger_append_failures_total 1"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics with a full disk lacks %q", want)
+		}
+	}
+
+	disk.Free(t)
+	if _, err := n.kubelet.Allocate(ctx, vfioPool, devs[:1]); err != nil {
+		t.Fatalf("Allocate once the disk has room: %v", err)
+	}
+	waitReadyz(t, ctx, base)
+	_, body = httpGet(t, base+"/metrics")
+	if !strings.Contains(body, "devledger_ledger_append_failing 0") {
+		t.Errorf("/metrics still says the ledger is failing")
 	}
 }

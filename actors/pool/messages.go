@@ -76,6 +76,10 @@ type Status struct {
 	Socket   string
 	Members  int
 	Healthy  int
+	// Allocated counts the members a live allocation of the pool holds,
+	// Free those it can give out now (healthy, held by none, none being
+	// allocated).
+	Allocated, Free int
 	// Held maps a device to the live allocations holding it.
 	Held map[string][]uint64
 	// Health is each member's health verdict (whatever holds it).
