@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -71,46 +72,105 @@ type demo struct {
 	dir     string
 	roots   sysfsgen.Roots
 	kubelet *kubelettest.Kubelet
-	state   string
-	cfgPath string
-	logPath string
-	daemon  *exec.Cmd
-	began   time.Time
+	// kubeletDir is the stand-in's temp dir, removed by cleanup.
+	kubeletDir string
+	state      string
+	cfgPath    string
+	logPath    string
+	daemon     *exec.Cmd
+	began      time.Time
+	// flapped is the device whose driver the demo unbinds and binds
+	// again: the one with a story to show afterwards.
+	flapped string
 }
 
 func runDemo(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("demo", "[--keep DIR]", stdout)
-	keep := fs.String("keep", "", "keep the sample node, its ledger and the daemon's log in `DIR` (try dump and replay on it afterwards)")
+	keep := fs.String("keep", "", "keep the sample node, its ledger and the daemon's log in `DIR`, a new or empty directory (try dump and replay on it afterwards)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	d := &demo{out: stdout, began: time.Now()}
-	dir := *keep
-	if dir == "" {
+	if *keep != "" {
+		if err := keepDir(*keep); err != nil {
+			return err
+		}
+		d.dir = *keep
+	} else {
 		tmp, err := os.MkdirTemp("", "devledger-demo")
 		if err != nil {
 			return err
 		}
 		defer os.RemoveAll(tmp)
-		dir = tmp
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("--keep %s: %w", dir, err)
+		d.dir = tmp
 	}
-	d.dir = dir
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// SIGINT (Ctrl-C) and SIGTERM end the story early, and the demo
+	// cleans up as after any failure: the daemon is stopped, the temp
+	// dirs removed. The handler stays until the cleanup is done.
+	sigCtx, stopSignals := signalContext()
+	defer stopSignals()
+	ctx, cancel := context.WithTimeout(sigCtx, 60*time.Second)
 	defer cancel()
 	err := d.run(ctx)
 	d.cleanup()
+	if err != nil && sigCtx.Err() != nil {
+		if *keep != "" {
+			return fmt.Errorf("interrupted by %v; the daemon is stopped, what it did so far is kept in %s", context.Cause(sigCtx), d.dir)
+		}
+		return fmt.Errorf("interrupted by %v; the daemon is stopped and its files removed", context.Cause(sigCtx))
+	}
 	if err != nil {
-		return fmt.Errorf("%w (daemon log: %s)", err, d.logPath)
+		if *keep != "" {
+			return fmt.Errorf("%w (daemon log: %s)", err, d.logPath)
+		}
+		d.logTail(stderr, 20)
+		return err
 	}
 	if *keep != "" {
+		// From the repository, as the README runs the demo: a bare
+		// devledger is on no PATH after go run.
 		d.say("")
-		d.say("Kept in %s. Try:", dir)
-		d.say("  devledger dump --state-dir %s --device 0000:3b:01.2", d.state)
-		d.say("  devledger replay --state-dir %s --verify", d.state)
+		d.say("Kept in %s. Try:", d.dir)
+		d.say("  go run ./cmd/devledger dump --state-dir %s --device %s", d.state, d.flapped)
+		d.say("  go run ./cmd/devledger replay --state-dir %s --verify", d.state)
 	}
 	return nil
+}
+
+// keepDir makes dir for --keep. It must be new or empty: the demo builds a
+// fresh node and ledger there, and neither adds to nor removes what a
+// directory holds already.
+func keepDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("--keep %s: %w", dir, err)
+		}
+		return nil
+	case err != nil:
+		return usageErrf("--keep %s: %v", dir, errnoOf(err))
+	case len(entries) == 0:
+		return nil
+	}
+	// The sample node and the ledger of an earlier run, perhaps one
+	// interrupted before its ledger was made.
+	if slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() == "node" || e.Name() == "state" }) {
+		return usageErrf("--keep %s: a previous demo is kept there; remove it first (rm -r %s) or name a new directory", dir, dir)
+	}
+	return usageErrf("--keep %s: the directory is not empty; name a new or empty directory", dir)
+}
+
+// logTail writes the last n lines of the daemon's log to w: the log goes
+// with the temp dir.
+func (d *demo) logTail(w io.Writer, n int) {
+	b, err := os.ReadFile(d.logPath)
+	if err != nil || len(b) == 0 {
+		return
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	lines = lines[max(0, len(lines)-n):]
+	fmt.Fprintf(w, "the daemon's last log lines:\n%s\n", strings.Join(lines, "\n"))
 }
 
 func (d *demo) say(format string, args ...any) {
@@ -141,6 +201,7 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	d.kubeletDir = kdir
 	if d.kubelet, err = kubelettest.New(kdir, kubelettest.Options{}); err != nil {
 		return fmt.Errorf("start the kubelet stand-in: %w", err)
 	}
@@ -167,7 +228,8 @@ func (d *demo) run(ctx context.Context) error {
 	}
 
 	d.step("A VF's driver is unbound on the node, then bound again")
-	if err := d.unbindRebind(ctx, "intel.com/sriov_vfio", "0000:3b:01.3", "vfio-pci"); err != nil {
+	d.flapped = "0000:3b:01.3"
+	if err := d.unbindRebind(ctx, "intel.com/sriov_vfio", d.flapped, "vfio-pci"); err != nil {
 		return err
 	}
 
@@ -212,7 +274,7 @@ func (d *demo) run(ctx context.Context) error {
 	left, _ := filepath.Glob(filepath.Join(d.kubelet.DevicePluginDir(), "intel.com_*.sock"))
 	d.say("  sockets left behind: %d", len(left))
 
-	d.step("The history, as `devledger dump --state-dir %s` prints it", d.state)
+	d.step("The history, as `go run ./cmd/devledger dump --state-dir %s` prints it", d.state)
 	if err := runDump([]string{"--state-dir", d.state}, d.out, d.out); err != nil {
 		return err
 	}
@@ -239,6 +301,9 @@ func (d *demo) startDaemon() error {
 		"--log-format", "json", "--probe-interval", "250ms", "--scan-interval", "1s",
 		"--kernel-events=false") // the node is fake: the host's kernel events are not its
 	cmd.Stdout, cmd.Stderr = logf, logf
+	// A group of its own: Ctrl-C in a terminal signals the demo alone,
+	// which stops the daemon itself, in order, before it cleans up.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("start the daemon: %w", err)
@@ -264,14 +329,33 @@ func (d *demo) stopDaemon() error {
 	return nil
 }
 
+// cleanup stops what the demo started and is still running: the daemon
+// (SIGTERM to its process group, so that it records its stop; SIGKILL
+// when it has not stopped in 10s) and the kubelet stand-in, whose temp
+// dir it removes.
 func (d *demo) cleanup() {
 	if d.daemon != nil && d.daemon.ProcessState == nil {
-		d.daemon.Process.Kill()
-		d.daemon.Wait()
+		group := -d.daemon.Process.Pid
+		syscall.Kill(group, syscall.SIGTERM)
+		// A stopped process acts on SIGTERM only once continued.
+		syscall.Kill(group, syscall.SIGCONT)
+		exited := make(chan struct{})
+		go func() {
+			d.daemon.Wait()
+			close(exited)
+		}()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			syscall.Kill(group, syscall.SIGKILL)
+			<-exited
+		}
 	}
 	if d.kubelet != nil {
 		d.kubelet.Close()
-		os.RemoveAll(d.kubelet.Dir())
+	}
+	if d.kubeletDir != "" {
+		os.RemoveAll(d.kubeletDir)
 	}
 }
 
