@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,8 +17,10 @@ import (
 
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 
 	"github.com/devledger/devledger/actors/daemon"
+	"github.com/devledger/devledger/actors/node"
 	"github.com/devledger/devledger/config"
 )
 
@@ -158,6 +161,13 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	f.upstream.warn(log)
+	// Checked before the ledger is opened or an actor starts: a daemon
+	// without the access it needs stops at once and says what it needs,
+	// rather than after seconds of an actor crashing and restarting.
+	if err := checkAccess(f.opts); err != nil {
+		log.Error().Err(err).Msg("devledger run cannot start")
+		return loggedError{err}
+	}
 	f.opts.Logger = log
 	f.opts.Version = version
 
@@ -171,6 +181,167 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	err = loggedError{err}
 	if errors.Is(err, daemon.ErrBadConfig) {
 		return usageErr(err)
+	}
+	return err
+}
+
+// neededDir is a directory the daemon must be able to use, and how.
+type neededDir struct {
+	path string
+	// role names it for the operator: the flag that sets it, or what it
+	// is to the kubelet.
+	role string
+	// read and write are the access the daemon needs; a dir that is
+	// missing is created, which takes write access to its parent.
+	read, write bool
+}
+
+// neededDirs are the directories the daemon with these options reads and
+// writes: the sysfs root, the state dir, the kubelet's socket dirs (it
+// watches them, and serves and removes its sockets there), and the
+// device-info dir.
+func neededDirs(o daemon.Options) []neededDir {
+	dirs := []neededDir{
+		{path: o.SysfsRoot, role: "--sysfs-root", read: true},
+		{path: o.StateDir, role: "--state-dir", read: true, write: true},
+	}
+	if o.KubeletDir != "" {
+		dirs = append(dirs, neededDir{path: node.DevicePluginDir(o.KubeletDir), role: "the kubelet's device-plugins dir", read: true, write: true})
+		registry := node.PluginsRegistryDir(o.KubeletDir)
+		fi, err := os.Stat(registry)
+		// auto picks the watcher when the dir is there (daemon.Run
+		// decides it alike).
+		if o.Registration == "watcher" || o.Registration == "auto" && err == nil && fi.IsDir() {
+			dirs = append(dirs, neededDir{path: registry, role: "the kubelet's plugins_registry dir", read: true, write: true})
+		}
+	}
+	if o.DevinfoDir != "-" {
+		dirs = append(dirs, neededDir{path: o.DevinfoDir, role: "--devinfo-dir", write: true})
+	}
+	return dirs
+}
+
+// accessible says whether this process may use path with mode (unix.R_OK,
+// W_OK, X_OK), as the kernel would decide it for its effective user: root
+// and CAP_DAC_OVERRIDE pass whatever the modes, a read-only mount fails
+// writes. Tests replace it to play a user that modes apply to.
+var accessible = func(path string, mode uint32) error {
+	return unix.Faccessat(unix.AT_FDCWD, path, mode, unix.AT_EACCESS)
+}
+
+// checkAccess checks, before the daemon starts, that it may read and write
+// each directory it needs. The error names every path it may not use and
+// the access it needs there. A path that is missing (and need not be
+// created) or is not a directory is left to the daemon, which says so.
+func checkAccess(o daemon.Options) error {
+	var denied []accessDenied
+	for _, d := range neededDirs(o) {
+		if d.path == "" {
+			continue
+		}
+		if a, ok := d.check(); !ok {
+			denied = append(denied, a)
+		}
+	}
+	switch len(denied) {
+	case 0:
+		return nil
+	case 1:
+		a := denied[0]
+		return fmt.Errorf("%s; devledger must run as root or with %s access to %s", a.problem, a.need, a.path)
+	}
+	problems := make([]string, len(denied))
+	for i, a := range denied {
+		problems[i] = a.problem
+	}
+	return fmt.Errorf("%s; devledger must run as root or with that access to each", strings.Join(problems, "; "))
+}
+
+// accessDenied is one directory the daemon may not use as it must.
+type accessDenied struct {
+	problem string // "cannot write DIR (role): reason"
+	need    string // "write", "read" or "read and write"
+	path    string // the dir that needs it: the parent of one to create
+}
+
+// check says whether the daemon may use the dir, and if not, why.
+func (d neededDir) check() (accessDenied, bool) {
+	need := "read"
+	switch {
+	case d.read && d.write:
+		need = "read and write"
+	case d.write:
+		need = "write"
+	}
+	fi, err := os.Stat(d.path)
+	if errors.Is(err, os.ErrNotExist) {
+		if !d.write {
+			return accessDenied{}, true
+		}
+		parent, ok := existingParent(d.path)
+		if !ok {
+			return accessDenied{}, true
+		}
+		// The daemon creates it, and whatever is missing above it.
+		if err := accessible(parent, unix.W_OK|unix.X_OK); err != nil {
+			return accessDenied{fmt.Sprintf("cannot create %s (%s) in %s: %v", d.path, d.role, parent, err), "write", parent}, false
+		}
+		return accessDenied{}, true
+	}
+	if err != nil {
+		return accessDenied{fmt.Sprintf("cannot reach %s (%s): %v", d.path, d.role, errnoOf(err)), need, d.path}, false
+	}
+	if !fi.IsDir() {
+		return accessDenied{}, true
+	}
+	var readErr, writeErr error
+	if d.read {
+		readErr = accessible(d.path, unix.R_OK|unix.X_OK)
+	}
+	if d.write {
+		writeErr = accessible(d.path, unix.W_OK|unix.X_OK)
+	}
+	verb, reason := "", readErr
+	switch {
+	case readErr != nil && writeErr != nil:
+		verb = "read or write"
+	case readErr != nil:
+		verb = "read"
+	case writeErr != nil:
+		verb, reason = "write", writeErr
+	default:
+		return accessDenied{}, true
+	}
+	return accessDenied{fmt.Sprintf("cannot %s %s (%s): %v", verb, d.path, d.role, reason), need, d.path}, false
+}
+
+// existingParent is the nearest directory above path that exists; false
+// when none does or the nearest thing there is not a directory (the
+// daemon's MkdirAll says what is wrong then).
+func existingParent(path string) (string, bool) {
+	for parent := filepath.Dir(path); ; {
+		fi, err := os.Stat(parent)
+		switch {
+		case err == nil:
+			return parent, fi.IsDir()
+		case !errors.Is(err, os.ErrNotExist):
+			// Not searchable: the access check of the parent says so.
+			return parent, true
+		}
+		up := filepath.Dir(parent)
+		if up == parent {
+			return "", false
+		}
+		parent = up
+	}
+}
+
+// errnoOf is the system's reason in a path error, whose text would name
+// the path a second time.
+func errnoOf(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
 	}
 	return err
 }
