@@ -488,6 +488,24 @@ func TestApply(t *testing.T) {
 			event: EventLost{Type: "DevicesReleased", Reason: "its record fails its checksum"},
 			want:  func(s *State) {},
 		},
+		{
+			name:  "LedgerDamaged adds its problem once",
+			setup: []Payload{LedgerDamaged{Problem: "p1"}, DamageAcknowledged{}, LedgerDamaged{Problem: "p2"}},
+			event: LedgerDamaged{Problem: "p2", Seq: 9},
+			want:  func(s *State) {},
+		},
+		{
+			name:  "LedgerDamaged after an acknowledgement is new damage",
+			setup: []Payload{LedgerDamaged{Problem: "p1"}, DamageAcknowledged{}},
+			event: LedgerDamaged{Problem: "p2"},
+			want:  func(s *State) { s.Ledger = LedgerState{Damage: []string{"p2"}, Acknowledged: []string{"p1"}} },
+		},
+		{
+			name:  "DamageAcknowledged moves every damage to the acknowledged",
+			setup: []Payload{LedgerDamaged{Problem: "p1"}, DamageAcknowledged{}, LedgerDamaged{Problem: "p2"}, LedgerDamaged{Problem: "p1"}},
+			event: DamageAcknowledged{Note: "salvaged"},
+			want:  func(s *State) { s.Ledger = LedgerState{Acknowledged: []string{"p2", "p1"}} },
+		},
 	}
 	covered := map[Type]bool{}
 	for _, tc := range tests {

@@ -468,6 +468,10 @@ func payloadValue(p Payload) Payload {
 		return deref(v)
 	case *EventLost:
 		return deref(v)
+	case *LedgerDamaged:
+		return deref(v)
+	case *DamageAcknowledged:
+		return deref(v)
 	case *AllocationLeakSuspected:
 		return deref(v)
 	case *AttributionChanged:

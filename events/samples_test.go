@@ -110,6 +110,9 @@ var samples = map[Type]Payload{
 	TypeAttributionChanged: AttributionChanged{Available: true, Reason: "pod resources answered"},
 	TypeSnapshotTaken:      SnapshotTaken{Seq: 4000, Size: 65536, Reason: "every 10000 events"},
 	TypeEventLost:          EventLost{Type: "DevicesAllocated", Reason: "its record fails its checksum"},
+	TypeLedgerDamaged: LedgerDamaged{Problem: "corrupt at seq 29: checksum mismatch (stored 7fb73870, computed a0643d47 over 155 bytes)",
+		Seq: 29, Served: "the state is rebuilt from the snapshot at seq 4000, after the damage"},
+	TypeDamageAcknowledged: DamageAcknowledged{Note: "salvaged to ledger.db.salvaged; old events of seq 29 lost"},
 	TypeEventsDropped:      EventsDropped{FromSeq: 1, ToSeq: 3000, Count: 3000, Bytes: 412345, SnapshotSeq: 4000, Reason: "older than 720h"},
 }
 

@@ -28,6 +28,8 @@ type State struct {
 	// Holders maps a device address to the live allocations that hold it
 	// (more than one only after a conflict).
 	Holders map[string][]uint64 `json:"holders"`
+	// Ledger is the damage recorded in the ledger itself.
+	Ledger LedgerState `json:"ledger,omitzero"`
 }
 
 // DaemonState is what the ledger knows of the daemon runs.
@@ -346,6 +348,8 @@ func apply(s State, e Envelope, owned bool) State {
 		}
 	case AttributionChanged:
 		s.Attribution = AttributionState{Available: p.Available, Reason: p.Reason, Since: e.Time}
+	case LedgerDamaged, DamageAcknowledged:
+		s.Ledger = ApplyLedger(s.Ledger, p)
 	case SnapshotTaken, EventsDropped, EventLost:
 		// Facts about the ledger itself; the fold is unchanged.
 	}
@@ -397,6 +401,7 @@ func (s State) Clone() State {
 	for k, h := range s.Holders {
 		c.Holders[k] = slices.Clone(h)
 	}
+	c.Ledger.Damage, c.Ledger.Acknowledged = slices.Clone(s.Ledger.Damage), slices.Clone(s.Ledger.Acknowledged)
 	return c
 }
 
@@ -489,6 +494,12 @@ func normalize(s State) State {
 	s.Kubelet.LastRestart = utc(s.Kubelet.LastRestart)
 	if len(s.Config.LastError) == 0 {
 		s.Config.LastError = nil
+	}
+	if len(s.Ledger.Damage) == 0 {
+		s.Ledger.Damage = nil
+	}
+	if len(s.Ledger.Acknowledged) == 0 {
+		s.Ledger.Acknowledged = nil
 	}
 	for k, p := range s.Pools {
 		p.Registration.RegisteredAt = utc(p.Registration.RegisteredAt)
