@@ -240,11 +240,23 @@ func TestCheckCatchesAFlippedSnapshot(t *testing.T) {
 	if _, err := ro.Check(context.Background()); !errors.As(err, &ce) || ce.Seq != 30 {
 		t.Fatalf("check: %v", err)
 	}
-	if _, _, err := ro.LatestSnapshot(0); !errors.As(err, &ce) || ce.Seq != 30 {
-		t.Fatalf("latest snapshot: %v", err)
+	// Reads pass over it, and say so: the replay folds every event from
+	// the start instead, to the same state.
+	if _, ok, err := ro.LatestSnapshot(0); ok || err != nil {
+		t.Fatalf("latest snapshot: %v, %v; want none that can be read", ok, err)
 	}
-	if _, err := ro.Replay(0); !errors.As(err, &ce) {
+	st, err := ro.Replay(0)
+	if err != nil {
 		t.Fatalf("replay: %v", err)
+	}
+	if want := foldAll(readAll(t, ro, 0)); !st.Equal(want) {
+		t.Error("replay past the damaged snapshot differs from the fold of the events")
+	}
+	if err := ro.Damage(); !errors.As(err, &ce) || ce.Seq != 30 || !strings.Contains(err.Error(), "snapshot: ") {
+		t.Fatalf("damage: %v, want the snapshot at 30", err)
+	}
+	if n := len(ro.Damages()); n != 1 {
+		t.Errorf("%d damages noted after two reads of one, want 1", n)
 	}
 }
 

@@ -175,18 +175,28 @@ func (l *Log) LatestSnapshotSeq(atOrBefore uint64) (uint64, bool) {
 	return seq, err == nil && seq > 0
 }
 
-// latestSnapshot finds the newest snapshot in notBefore..atOrBefore.
+// latestSnapshot finds the newest snapshot in notBefore..atOrBefore that
+// can be read. One that cannot is damage: it is noted (Damage) and passed
+// over for the one before it, from which the events rebuild the same
+// state, only later. One of a format newer than this build reads (a
+// rollback) is passed over too, and is not damage.
 func (l *Log) latestSnapshot(tx *bolt.Tx, atOrBefore, notBefore uint64) (events.State, bool, error) {
-	k, v := lastAtOrBefore(tx.Bucket(bucketSnapshots).Cursor(), atOrBefore)
-	seq, _ := keySeq(k)
-	if k == nil || seq < notBefore {
-		return events.State{}, false, nil
+	c := tx.Bucket(bucketSnapshots).Cursor()
+	for k, v := lastAtOrBefore(c, atOrBefore); k != nil; k, v = c.Prev() {
+		seq, _ := keySeq(k)
+		if seq < notBefore {
+			break
+		}
+		s, err := decodeSnapshot(k, v)
+		switch {
+		case err == nil:
+			return s, true, nil
+		case !errors.Is(err, events.ErrSnapshotFormat):
+			// Named as Check names it: the same damage reads the same.
+			l.noteDamage(l.corrupt(seq, "snapshot: "+err.Error(), err))
+		}
 	}
-	s, err := decodeSnapshot(k, v)
-	if err != nil {
-		return s, false, l.corrupt(seq, "snapshot: "+err.Error(), err)
-	}
-	return s, true, nil
+	return events.State{}, false, nil
 }
 
 // lastAtOrBefore positions c on the last key <= seq (any key for seq 0).

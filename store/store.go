@@ -123,9 +123,10 @@ type Log struct {
 	arena      []byte
 	writeMu    sync.Mutex
 
-	// damage is what Open found wrong in the pages bbolt reads past (see
-	// Damage); nil for a sound file.
+	// damage is what Open found wrong in the pages bbolt reads past, and
+	// found (under mu) what reads found since (see Damage).
 	damage error
+	found  []error
 }
 
 // Open opens the ledger at path. Opened for writing, a missing file is
@@ -548,12 +549,38 @@ func (l *Log) Close() error {
 	return nil
 }
 
-// Damage is what Open found wrong with the pages bbolt itself reads past:
-// a damaged meta page (bbolt then reads the file through the other one,
-// which may be older, and so may lack the newest transactions) or a
-// damaged freelist page. It is a *CorruptError, or nil for a sound file.
-// Reads go on; a tool that shows what it read says so after.
-func (l *Log) Damage() error { return l.damage }
+// Damage is the damage reads went past, nil for none: what Open found
+// wrong with the pages bbolt itself reads past (a damaged meta page, when
+// bbolt reads the file through the other one, which may be older and so
+// lack the newest transactions; a damaged freelist page), and the
+// snapshots a replay passed over because they could not be read. Each is a
+// *CorruptError; more than one are joined. Reads go on; a tool that shows
+// what it read says so after.
+func (l *Log) Damage() error { return errors.Join(l.Damages()...) }
+
+// Damages is Damage, one error per damage, in the order found.
+func (l *Log) Damages() []error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []error
+	if l.damage != nil {
+		out = append(out, l.damage)
+	}
+	return append(out, l.found...)
+}
+
+// noteDamage adds err to what Damage says, once.
+func (l *Log) noteDamage(err *CorruptError) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, f := range l.found {
+		if f.Error() == err.Error() {
+			return
+		}
+	}
+	l.found = append(l.found, err)
+	l.log.Error().Err(err).Str("path", l.path).Msg("ledger damaged")
+}
 
 // AppendFault is the error of the last append transaction that failed
 // (the disk full, an I/O error) when none has succeeded since: while it is
