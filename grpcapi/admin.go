@@ -86,6 +86,22 @@ type BackupSource interface {
 	Backup(w io.Writer, size func(int64)) (int64, error)
 }
 
+// DamageAcknowledger takes an operator's acknowledgement of the damage
+// recorded in the ledger, for POST /v1/damage/acknowledge (`devledger
+// ledger acknowledge`). The daemon implements it beside StatusSource: it
+// records the acknowledgement and answers the problems it acknowledged,
+// none when there were none.
+type DamageAcknowledger interface {
+	AcknowledgeDamage(ctx context.Context, note string) ([]string, error)
+}
+
+// DamageAcknowledgement is the body of POST /v1/damage/acknowledge, and
+// of its answer (the problems acknowledged).
+type DamageAcknowledgement struct {
+	Note     string   `json:"note,omitempty"`
+	Problems []string `json:"problems"`
+}
+
 // StatusSource reports the daemon's status for GET /v1/status.
 type StatusSource interface {
 	Status(ctx context.Context) (AdminStatus, error)
@@ -124,8 +140,10 @@ type AdminServerOptions struct {
 	Logger       zerolog.Logger
 }
 
-// AdminServer serves the admin socket. It only reads: records from a
-// RecordSource and status from a StatusSource. Safe for concurrent use.
+// AdminServer serves the admin socket. It reads records from a
+// RecordSource and status from a StatusSource; its one write is an
+// operator's acknowledgement of ledger damage, when the StatusSource is a
+// DamageAcknowledger too. Safe for concurrent use.
 type AdminServer struct {
 	records      RecordSource
 	status       StatusSource
@@ -157,6 +175,9 @@ func NewAdminServer(records RecordSource, status StatusSource, opts AdminServerO
 	mux.HandleFunc("GET /v1/status", a.serveStatus)
 	if b, ok := records.(BackupSource); ok {
 		mux.HandleFunc("GET /v1/backup", func(w http.ResponseWriter, r *http.Request) { a.serveBackup(w, r, b) })
+	}
+	if ack, ok := status.(DamageAcknowledger); ok {
+		mux.HandleFunc("POST /v1/damage/acknowledge", func(w http.ResponseWriter, r *http.Request) { a.serveAcknowledge(w, r, ack) })
 	}
 	a.srv = &http.Server{
 		Handler:           mux,
@@ -222,6 +243,22 @@ func (a *AdminServer) serveStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
+}
+
+// serveAcknowledge records an operator's acknowledgement of the damage
+// recorded in the ledger.
+func (a *AdminServer) serveAcknowledge(w http.ResponseWriter, r *http.Request, ack DamageAcknowledger) {
+	var req DamageAcknowledgement
+	if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+		writeJSON(w, http.StatusBadRequest, adminTrailer{Error: "acknowledge: the body is not a JSON object with a note: " + err.Error()})
+		return
+	}
+	problems, err := ack.AcknowledgeDamage(r.Context(), req.Note)
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, adminTrailer{Error: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, DamageAcknowledgement{Note: req.Note, Problems: problems})
 }
 
 // serveBackup streams a copy of the ledger file. The copy is read in one

@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -126,7 +127,37 @@ func ReadStatusFromAdmin(ctx context.Context, socketPath string) (AdminStatus, e
 // adminGet sends one GET over the unix socket. Each call has its own
 // transport and no keep-alive: tools make a call or two, and nothing is
 // left open behind them.
+// AcknowledgeDamageThroughAdmin asks the daemon serving the admin socket
+// at socketPath to record an operator's acknowledgement of the damage
+// recorded in its ledger, with note; it returns the problems acknowledged.
+func AcknowledgeDamageThroughAdmin(ctx context.Context, socketPath, note string) ([]string, error) {
+	fail := func(err error) ([]string, error) {
+		return nil, fmt.Errorf("acknowledge ledger damage through admin socket %s: %w", socketPath, err)
+	}
+	body, err := json.Marshal(DamageAcknowledgement{Note: note})
+	if err != nil {
+		return fail(err)
+	}
+	resp, err := adminDo(ctx, socketPath, http.MethodPost, "/v1/damage/acknowledge", body)
+	if err != nil {
+		return fail(err)
+	}
+	defer resp.Body.Close()
+	if err := adminAnswerOK(resp, "application/json"); err != nil {
+		return fail(err)
+	}
+	var ans DamageAcknowledgement
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&ans); err != nil {
+		return fail(err)
+	}
+	return ans.Problems, nil
+}
+
 func adminGet(ctx context.Context, socketPath, target string) (*http.Response, error) {
+	return adminDo(ctx, socketPath, http.MethodGet, target, nil)
+}
+
+func adminDo(ctx context.Context, socketPath, method, target string, body []byte) (*http.Response, error) {
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
@@ -136,7 +167,7 @@ func adminGet(ctx context.Context, socketPath, target string) (*http.Response, e
 		DisableCompression: true,
 	}
 	// The host is a placeholder: the dialer ignores it.
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://devledger"+target, nil)
+	req, err := http.NewRequestWithContext(ctx, method, "http://devledger"+target, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}

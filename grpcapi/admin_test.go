@@ -348,3 +348,42 @@ func TestAdminBackup(t *testing.T) {
 		t.Errorf("a daemon that cannot back up: %v, want a 404", err)
 	}
 }
+
+// ackStatus is a StatusSource that takes acknowledgements of ledger damage.
+type ackStatus struct {
+	fakeStatus
+	damage []string
+	notes  []string
+}
+
+func (a *ackStatus) AcknowledgeDamage(_ context.Context, note string) ([]string, error) {
+	a.notes = append(a.notes, note)
+	out := a.damage
+	a.damage = nil
+	return out, nil
+}
+
+// The one write of the admin socket: an operator's acknowledgement reaches
+// the daemon with its note, and the answer names what was acknowledged.
+func TestAdminAcknowledgesDamage(t *testing.T) {
+	src := &ackStatus{damage: []string{"ledger x is corrupt at seq 29: checksum mismatch"}}
+	_, path := startAdmin(t, &genSource{last: 3, size: 16}, src)
+	got, err := AcknowledgeDamageThroughAdmin(testCtx(t), path, "salvaged; seq 29 lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0] != "ledger x is corrupt at seq 29: checksum mismatch" {
+		t.Errorf("acknowledged %q", got)
+	}
+	if len(src.notes) != 1 || src.notes[0] != "salvaged; seq 29 lost" {
+		t.Errorf("the daemon heard notes %q", src.notes)
+	}
+	if got, err := AcknowledgeDamageThroughAdmin(testCtx(t), path, ""); err != nil || len(got) != 0 {
+		t.Errorf("second acknowledgement: %q, %v; want none", got, err)
+	}
+	// A daemon whose status source takes none has no such endpoint.
+	_, plain := startAdmin(t, &genSource{last: 3, size: 16}, fakeStatus{})
+	if _, err := AcknowledgeDamageThroughAdmin(testCtx(t), plain, ""); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Errorf("acknowledge without an acknowledger: %v, want 404", err)
+	}
+}

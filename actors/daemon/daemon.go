@@ -234,6 +234,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 	for name := range st.Pools {
 		d.metrics.startPool(name)
 	}
+	d.metrics.ledger = st.Ledger
 	d.rec.Observe(d.metrics.recorded)
 
 	mode, err := resolveMode(opts.Registration, opts.KubeletDir)
@@ -259,6 +260,9 @@ func Start(opts Options) (_ *Daemon, err error) {
 	if applied.SHA256 != st.Config.SHA256 || applied.Path != st.Config.Path || !sameSpecs(applied.Pools, st) {
 		start = append(start, applied)
 	}
+	// What the replay went past (a damaged meta page, a snapshot that
+	// cannot be read) is in the ledger from this start on.
+	start = append(start, newDamage(st.Ledger, l.Damages(), "at start; the daemon serves the state rebuilt from what could be read")...)
 	envs, err := d.rec.Record(context.Background(), start...)
 	if err != nil {
 		return nil, fmt.Errorf("record start in %s: %w", path, err)
@@ -650,7 +654,7 @@ func (d *Daemon) snapshotLoop() {
 			// At the first tick, not at once: the walk reads the whole
 			// file, and the start (replay, registration) comes first.
 			if !checked {
-				d.checkPages()
+				d.checkLedger()
 				checked = true
 			}
 			last := uint64(0)
@@ -675,10 +679,13 @@ func (d *Daemon) snapshotLoop() {
 	}
 }
 
-// checkPages walks the ledger's page graph once, soon after start (the
-// store leaves it out of a writer's Open: a fifth of a second at a million
-// events), and logs damage at error level.
-func (d *Daemon) checkPages() {
+// checkLedger checks the whole ledger once, soon after start: its page
+// graph (the store leaves it out of a writer's Open: a fifth of a second
+// at a million events), then every record's checksum and every snapshot
+// against the fold (the start read only the newest snapshot and the
+// events after it). Damage not recorded before is recorded, which makes
+// /readyz false until an operator acknowledges it.
+func (d *Daemon) checkLedger() {
 	began := time.Now()
 	var err error
 	for range 3 { // a check that began as the ledger moved on starts again
@@ -686,14 +693,54 @@ func (d *Daemon) checkPages() {
 			break
 		}
 	}
+	if err == nil {
+		_, err = d.ledger.Check(context.Background())
+	}
 	switch {
 	case errors.Is(err, store.ErrCorrupt):
 		d.log.Error().Err(err).Msg("ledger damaged")
+		found := newDamage(d.metrics.damage(), []error{err}, "found by the check after start; the daemon serves the state it rebuilt at start")
+		if _, rerr := d.rec.Record(context.Background(), found...); rerr != nil {
+			d.log.Error().Err(rerr).Msg("cannot record the damage found")
+		}
 	case err != nil:
-		d.log.Warn().Err(err).Msg("ledger pages not checked")
+		d.log.Warn().Err(err).Msg("ledger not checked")
 	default:
-		d.log.Info().Dur("took_ms", time.Since(began)).Msg("ledger pages checked")
+		d.log.Info().Dur("took_ms", time.Since(began)).Msg("ledger checked")
 	}
+}
+
+// newDamage are the events of the damage in found that known, the damage
+// the ledger has recorded, lacks.
+func newDamage(known events.LedgerState, found []error, served string) []events.Payload {
+	var out []events.Payload
+	for _, err := range found {
+		ld := events.LedgerDamaged{Problem: err.Error(), Served: served}
+		if ce := (*store.CorruptError)(nil); errors.As(err, &ce) {
+			ld.Seq = ce.Seq
+		}
+		if !known.Known(ld.Problem) {
+			known = events.ApplyLedger(known, ld)
+			out = append(out, ld)
+		}
+	}
+	return out
+}
+
+// AcknowledgeDamage records that an operator took note of the damage
+// recorded in the ledger (`devledger ledger acknowledge`), which makes the
+// daemon ready again. It returns the problems acknowledged; none is no
+// error, and records nothing.
+func (d *Daemon) AcknowledgeDamage(ctx context.Context, note string) ([]string, error) {
+	dm := d.metrics.damage().Damage
+	if len(dm) == 0 {
+		return nil, nil
+	}
+	if _, err := d.rec.Record(ctx, events.DamageAcknowledged{Note: note}); err != nil {
+		return nil, err
+	}
+	d.log.Info().Strs("problems", dm).Str("note", note).Msg("ledger damage acknowledged")
+	return dm, nil
 }
 
 // retain drops what the retention options say (the store logs what it

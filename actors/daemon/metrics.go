@@ -3,9 +3,11 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,6 +42,13 @@ type metrics struct {
 	reloadOK prometheus.Gauge
 	reloadAt prometheus.Gauge
 	latency  *prometheus.HistogramVec
+
+	// ledgerMu guards ledger, the damage recorded in the ledger as the
+	// fold has it: set from the replay at start, then moved by each
+	// durable LedgerDamaged and DamageAcknowledged (recorded runs on
+	// the store's writer, /readyz on the metrics server's goroutines).
+	ledgerMu sync.Mutex
+	ledger   events.LedgerState
 }
 
 func newMetrics(d *Daemon) *metrics {
@@ -67,6 +76,9 @@ func newMetrics(d *Daemon) *metrics {
 	m.reloadOK.Set(1) // a daemon runs only with a config it applied
 	m.reloadAt.SetToCurrentTime()
 	m.reg.MustRegister(m.reloadOK, m.reloadAt,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "devledger", Name: "ledger_damage_unacknowledged",
+			Help: "Damage found in the ledger file and recorded (LedgerDamaged) that no operator acknowledged yet; /readyz is false while it is not 0."},
+			func() float64 { return float64(len(m.damage().Damage)) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "devledger", Name: "ledger_append_failures_total",
 			Help: "Appends to the ledger whose transaction failed (disk full, I/O error); each failed the calls it carried."},
 			func() float64 { return float64(d.ledger.AppendFailures()) }),
@@ -127,8 +139,19 @@ func (m *metrics) recorded(envs []events.Envelope) {
 		case events.ConfigRejected:
 			m.reloadOK.Set(0)
 			m.reloadAt.Set(float64(e.Time.UnixNano()) / 1e9)
+		case events.LedgerDamaged, events.DamageAcknowledged:
+			m.ledgerMu.Lock()
+			m.ledger = events.ApplyLedger(m.ledger, p)
+			m.ledgerMu.Unlock()
 		}
 	}
+}
+
+// damage is the damage recorded in the ledger, as the fold has it now.
+func (m *metrics) damage() events.LedgerState {
+	m.ledgerMu.Lock()
+	defer m.ledgerMu.Unlock()
+	return m.ledger
 }
 
 // startPool makes the per-pool counters of pool exist at zero, so that a
@@ -217,6 +240,12 @@ func (d *Daemon) serveMetrics(ln net.Listener) {
 		// Not ready while nothing can be recorded: every Allocate fails.
 		if err := d.ledger.AppendFault(); err != nil {
 			http.Error(w, "the ledger cannot record: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		// Nor while damage found in the ledger waits for an operator.
+		if dm := d.metrics.damage().Damage; len(dm) > 0 {
+			http.Error(w, fmt.Sprintf("the ledger is damaged (%d not acknowledged; see devledger ledger acknowledge): %s", len(dm), dm[len(dm)-1]),
+				http.StatusServiceUnavailable)
 			return
 		}
 		st, err := d.Status(ctx)

@@ -378,7 +378,7 @@ func (h *historyFold) event(e events.Envelope) error {
 		h.marker(t, "config", "config rejected: "+describe(e))
 	case events.EventsDropped:
 		h.marker(t, "ledger", "retention dropped "+describe(e))
-	case events.EventLost:
+	case events.EventLost, events.LedgerDamaged, events.DamageAcknowledged:
 		h.marker(t, "ledger", describe(e))
 	case events.AttributionChanged:
 		what := "pods attributed again"

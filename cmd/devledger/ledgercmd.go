@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi"
 	"github.com/devledger/devledger/store"
 )
@@ -22,19 +23,21 @@ import (
 // itself (backup, salvage).
 func runLedger(args []string, stdout, stderr io.Writer) error {
 	subs := map[string]func([]string, io.Writer, io.Writer) error{
-		"backup":  runLedgerBackup,
-		"salvage": runLedgerSalvage,
+		"backup":      runLedgerBackup,
+		"salvage":     runLedgerSalvage,
+		"acknowledge": runLedgerAcknowledge,
 	}
 	const usage = "usage: devledger ledger backup [--state-dir DIR | --db FILE] --out FILE\n" +
-		"       devledger ledger salvage --db FILE --out FILE\n"
+		"       devledger ledger salvage --db FILE --out FILE\n" +
+		"       devledger ledger acknowledge [--state-dir DIR | --db FILE] [--note TEXT]\n"
 	switch {
 	case len(args) == 0:
-		return usageErrf("a ledger command is required: backup or salvage")
+		return usageErrf("a ledger command is required: backup, salvage or acknowledge")
 	case args[0] == "-h" || args[0] == "--help":
 		io.WriteString(stdout, usage)
 		return flag.ErrHelp
 	case subs[args[0]] == nil:
-		return usageErrf("unknown ledger command %q: want backup or salvage", args[0])
+		return usageErrf("unknown ledger command %q: want backup, salvage or acknowledge", args[0])
 	}
 	return subs[args[0]](args[1:], stdout, stderr)
 }
@@ -89,6 +92,67 @@ func runLedgerBackup(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "backed up %s to %s: %d bytes, %d events (#%d-#%d), %d snapshots; verified\n",
 		src, *out, n, rep.Events, rep.FirstSeq, rep.LastSeq, rep.Snapshots)
 	return nil
+}
+
+// runLedgerAcknowledge records that an operator took note of the damage
+// the daemon recorded in its ledger (LedgerDamaged), which makes the daemon
+// ready again: through the running daemon's admin socket, or in the file
+// when no daemon holds it.
+func runLedgerAcknowledge(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("ledger acknowledge", "[--state-dir DIR | --db FILE] [--note TEXT]", stdout)
+	var lf ledgerFlags
+	lf.register(fs)
+	note := fs.String("note", "", "what was done about the damage (`TEXT`), kept in the ledger with the acknowledgement")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	path := lf.path()
+	where := path
+	problems, err := acknowledgeInFile(path, *note)
+	if errors.Is(err, store.ErrLocked) {
+		sock := grpcapi.AdminSocketPath(filepath.Dir(path))
+		where = "the daemon (" + sock + ")"
+		problems, err = grpcapi.AcknowledgeDamageThroughAdmin(context.Background(), sock, *note)
+	}
+	if err != nil {
+		return err
+	}
+	if len(problems) == 0 {
+		fmt.Fprintf(stdout, "%s: no damage waits for an acknowledgement\n", where)
+		return nil
+	}
+	fmt.Fprintf(stdout, "%s: acknowledged %d %s:\n", where, len(problems), plural(len(problems), "damage", "damages"))
+	for _, p := range problems {
+		fmt.Fprintf(stdout, "  %s\n", p)
+	}
+	return nil
+}
+
+// acknowledgeInFile appends the acknowledgement to a ledger no daemon
+// holds, if it has damage waiting for one.
+func acknowledgeInFile(path, note string) ([]string, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, usageErr(fmt.Errorf("ledger %s: %w", path, err))
+	}
+	l, err := store.Open(path, store.Options{BootID: "ledger-acknowledge", LockTimeout: time.Millisecond})
+	switch {
+	case errors.Is(err, store.ErrNotLedger), errors.Is(err, store.ErrNewerFormat):
+		return nil, usageErr(err)
+	case err != nil:
+		return nil, err
+	}
+	defer l.Close()
+	st, err := l.Replay(0)
+	if err != nil {
+		return nil, err
+	}
+	if len(st.Ledger.Damage) == 0 {
+		return nil, nil
+	}
+	if _, err := l.Append(context.Background(), events.New(events.DamageAcknowledged{Note: note}, time.Now(), "ledger-acknowledge")); err != nil {
+		return nil, err
+	}
+	return st.Ledger.Damage, nil
 }
 
 // writeNew creates path, which must not exist, with what write writes:

@@ -12,6 +12,7 @@ import (
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/store"
+	"github.com/devledger/devledger/testdata/sysfsgen"
 )
 
 // ledger backup of a running daemon goes through its admin socket, and of
@@ -111,5 +112,83 @@ func TestLedgerSalvage(t *testing.T) {
 	}
 	if code, _, _ := runCLI(t, "ledger", "nope"); code != exitUsage {
 		t.Errorf("ledger nope: exit %d", code)
+	}
+}
+
+// ledgerWithDamage is a ledger file whose one event records problem.
+func ledgerWithDamage(t *testing.T, problem string) string {
+	t.Helper()
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := store.Open(db, store.Options{BootID: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := l.Append(context.Background(), events.New(events.LedgerDamaged{Problem: problem, Seq: 3}, time.Now(), "b")); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// `ledger acknowledge` on a ledger no daemon holds: the damage recorded is
+// acknowledged once, in the file, with the operator's note; the fold says
+// none waits after it.
+func TestLedgerAcknowledgeInFile(t *testing.T) {
+	const problem = "ledger ledger.db is corrupt at seq 3: checksum mismatch"
+	db := ledgerWithDamage(t, problem)
+
+	code, out, errOut := runCLI(t, "ledger", "acknowledge", "--db", db, "--note", "restored from last night's backup")
+	if code != 0 || !strings.Contains(out, "acknowledged 1 damage") || !strings.Contains(out, problem) {
+		t.Fatalf("acknowledge: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = runCLI(t, "ledger", "acknowledge", "--db", db)
+	if code != 0 || !strings.Contains(out, "no damage waits") {
+		t.Errorf("second acknowledge: exit %d\n%s", code, out)
+	}
+	ro, err := store.Open(db, store.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	st, err := ro.Replay(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Ledger.Damage) != 0 || len(st.Ledger.Acknowledged) != 1 {
+		t.Errorf("after acknowledge the fold has %+v", st.Ledger)
+	}
+	var note string
+	if err := ro.Read(0, func(e events.Envelope) error {
+		if p, ok := e.Payload.(events.DamageAcknowledged); ok {
+			note = p.Note
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if note != "restored from last night's backup" {
+		t.Errorf("note %q", note)
+	}
+	if code, _, errOut := runCLI(t, "ledger", "acknowledge", "--db", filepath.Join(t.TempDir(), "none.db")); code != exitUsage {
+		t.Errorf("acknowledge of a missing file: exit %d (%s), want %d", code, errOut, exitUsage)
+	}
+}
+
+// scan --db shows the damage the daemon recorded and no operator
+// acknowledged, and stops showing it once acknowledged.
+func TestScanShowsUnacknowledgedDamage(t *testing.T) {
+	r := sysfsgen.TempScenario(t, sysfsgen.ScenarioSRIOV)
+	const problem = "ledger ledger.db is corrupt at seq 3: checksum mismatch"
+	db := ledgerWithDamage(t, problem)
+	args := scanArgs(r, scanConfigs[sysfsgen.ScenarioSRIOV], "--db", db)
+	_, out, errOut := runCLI(t, args...)
+	if !strings.Contains(out, "1 damage found by the daemon, not acknowledged") || !strings.Contains(out, "  "+problem+"\n") {
+		t.Fatalf("scan --db of a ledger with damage recorded says\n%s%s", out, errOut)
+	}
+	if code, out, _ := runCLI(t, "ledger", "acknowledge", "--db", db); code != 0 {
+		t.Fatalf("acknowledge: exit %d\n%s", code, out)
+	}
+	if _, out, _ = runCLI(t, args...); strings.Contains(out, "not acknowledged") {
+		t.Errorf("scan --db still shows the damage after it was acknowledged:\n%s", out)
 	}
 }

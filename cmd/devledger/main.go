@@ -40,7 +40,7 @@ func commands() map[string]command {
 	return map[string]command{
 		"demo":    {"the whole daemon on a bundled sample node, with a kubelet stand-in", runDemo},
 		"dump":    {"print the ledger's history of events", runDump},
-		"ledger":  {"the ledger file itself: backup (also of a running daemon's), salvage (of a damaged one)", runLedger},
+		"ledger":  {"the ledger file itself: backup (also of a running daemon's), salvage (of a damaged one), acknowledge (damage the daemon found)", runLedger},
 		"replay":  {"fold the ledger up to a point and print the state then", runReplay},
 		"run":     {"the daemon: serve the node's devices to the kubelet and record everything", runRun},
 		"scan":    {"discovery and pool selection as a dry run", runScan},

@@ -242,6 +242,10 @@ func describe(e events.Envelope) string {
 		return fmt.Sprintf("unknown to this build (%s, schema v%d): a newer devledger wrote it", e.Type, e.Version)
 	case events.EventLost:
 		return withReason(cmp.Or(p.Type, "an event"), " lost: ", p.Reason)
+	case events.LedgerDamaged:
+		return withReason("DAMAGED: "+p.Problem, "; ", p.Served)
+	case events.DamageAcknowledged:
+		return withReason("damage acknowledged", ": ", p.Note)
 	}
 	return e.Subject
 }

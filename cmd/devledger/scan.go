@@ -221,6 +221,9 @@ type scanReport struct {
 	// pool that this scan did not find.
 	LedgerSeq  *uint64          `json:"ledger_seq,omitempty"`
 	LedgerOnly []scanLedgerOnly `json:"ledger_only,omitempty"`
+	// LedgerDamage is the damage the daemon found in its ledger and
+	// recorded, which no operator acknowledged yet.
+	LedgerDamage []string `json:"ledger_damage,omitempty"`
 }
 
 // scanLedgerOnly is a device the ledger has pooled and this scan did not
@@ -864,6 +867,7 @@ func (rep *scanReport) readLedger(lf *ledgerFlags) error {
 	}
 	seq := st.Seq
 	rep.LedgerSeq = &seq
+	rep.LedgerDamage = st.Ledger.Damage
 	for i := range rep.Pools {
 		if p, ok := st.Pools[rep.Pools[i].Name]; ok && p.Registration.Socket != "" {
 			reg := p.Registration
@@ -975,6 +979,13 @@ func (rep *scanReport) writeLedger(w io.Writer) {
 		differ = append(differ, block{o.Address, "", o.Ledger.Pool, "not found in sysfs", o.Ledger.verdict()})
 	}
 	slices.SortFunc(differ, func(a, b block) int { return strings.Compare(a.addr, b.addr) })
+	if n := len(rep.LedgerDamage); n > 0 {
+		fmt.Fprintf(w, "\nledger through #%d: %d %s found by the daemon, not acknowledged (the daemon is not ready until devledger ledger acknowledge):\n",
+			*rep.LedgerSeq, n, plural(n, "damage", "damages"))
+		for _, p := range rep.LedgerDamage {
+			fmt.Fprintf(w, "  %s\n", p)
+		}
+	}
 	fmt.Fprintf(w, "\nledger through #%d: the socket each pool serves on, as the kubelet knows it\n", *rep.LedgerSeq)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, p := range rep.Pools {

@@ -1,0 +1,176 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/testdata/sysfsgen"
+)
+
+// flipAll flips one byte of every copy of needle in the ledger of a
+// stopped daemon (bbolt copies pages on write: stale copies may sit in
+// free pages, and flipping all is sure to hit the live one).
+func flipAll(t *testing.T, stateDir, needle string) {
+	t.Helper()
+	path := filepath.Join(stateDir, LedgerFileName)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := bytes.Count(b, []byte(needle))
+	if n == 0 {
+		t.Fatalf("%q is not in %s", needle, path)
+	}
+	for off := 0; ; {
+		i := bytes.Index(b[off:], []byte(needle))
+		if i < 0 {
+			break
+		}
+		b[off+i+len(needle)-1] ^= 0x20
+		off += i + len(needle)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// damageRecorded lists the LedgerDamaged events of a stopped daemon's
+// ledger; the ledger is damaged, so it reads from the newest snapshot on.
+func damageRecorded(t *testing.T, d *Daemon) []events.LedgerDamaged {
+	t.Helper()
+	var out []events.LedgerDamaged
+	l := d.Recorder().Log()
+	from, _ := l.LatestSnapshotSeq(0)
+	if err := l.Read(from+1, func(e events.Envelope) error {
+		if p, ok := e.Payload.(events.LedgerDamaged); ok {
+			out = append(out, p)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// allocateAndStop starts a daemon on n, allocates one VF and stops it (it
+// snapshots as it stops).
+func allocateAndStop(t *testing.T, ctx context.Context, n *testNode) {
+	t.Helper()
+	d := n.start(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.kubelet.Allocate(ctx, vfioPool, []string{"0000:3b:01.2"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Stop(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitReadyzSays waits until /readyz answers code with a body holding want.
+func waitReadyzSays(t *testing.T, ctx context.Context, base string, code int, want string) {
+	t.Helper()
+	for {
+		got, body := httpGet(t, base+"/readyz")
+		if got == code && strings.Contains(body, want) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("/readyz = %d %q, want %d with %q", got, body, code, want)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// A flipped byte in an event older than the newest snapshot does not stop
+// a start (the state is rebuilt from the snapshot), but the check after
+// start finds it: it is recorded, /readyz is false and the metric says so
+// until an operator acknowledges it. A later start finds it again and
+// records nothing new.
+func TestDamageFoundAfterStartWaitsForAnOperator(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.MetricsAddr, n.opts.SnapshotCheck = "127.0.0.1:0", 10*time.Millisecond
+	ctx := waitCtx(t)
+	allocateAndStop(t, ctx, n)
+	// Only the allocation's record holds its answer's variable: the
+	// snapshot keeps no answers.
+	flipAll(t, n.opts.StateDir, "PCIDEVICE_INTEL_COM_SRIOV_VFIO")
+
+	d := n.start(t)
+	base := "http://" + d.MetricsAddr()
+	waitReadyzSays(t, ctx, base, http.StatusServiceUnavailable, "the ledger is damaged (1 not acknowledged")
+	if _, body := httpGet(t, base+"/metrics"); !strings.Contains(body, "devledger_ledger_damage_unacknowledged 1") {
+		t.Error("/metrics lacks devledger_ledger_damage_unacknowledged 1")
+	}
+	got := damageRecorded(t, d)
+	if len(got) != 1 || !strings.Contains(got[0].Problem, "checksum mismatch") || got[0].Seq == 0 {
+		t.Fatalf("recorded %+v, want one checksum mismatch naming its sequence", got)
+	}
+	if code, _ := httpGet(t, base+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz = %d with a damaged ledger, want 200", code)
+	}
+	acked, err := d.AcknowledgeDamage(ctx, "test: old event lost, state is sound")
+	if err != nil || len(acked) != 1 {
+		t.Fatalf("acknowledge: %v, %v", acked, err)
+	}
+	waitReadyzSays(t, ctx, base, http.StatusOK, "ok")
+	if again, err := d.AcknowledgeDamage(ctx, "twice"); err != nil || len(again) != 0 {
+		t.Errorf("a second acknowledgement: %v, %v; want nothing to acknowledge", again, err)
+	}
+	if err := d.Stop(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Found again, known already: nothing new, ready.
+	d = n.start(t)
+	base = "http://" + d.MetricsAddr()
+	waitReadyzSays(t, ctx, base, http.StatusOK, "ok")
+	time.Sleep(100 * time.Millisecond) // a few check intervals
+	if got := damageRecorded(t, d); len(got) != 0 {
+		t.Errorf("the acknowledged damage was recorded again: %+v", got)
+	}
+	waitReadyzSays(t, ctx, base, http.StatusOK, "ok")
+}
+
+// A snapshot that cannot be read does not stop a start: the state is
+// rebuilt from the events, as it was, and the damage is recorded at start.
+func TestDamagedSnapshotIsPassedOverAtStart(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.MetricsAddr = "127.0.0.1:0"
+	ctx := waitCtx(t)
+	allocateAndStop(t, ctx, n)
+	want := replayStopped(t, n.opts.StateDir)
+	flipAll(t, n.opts.StateDir, `"holders"`) // only snapshots say it
+
+	d := n.start(t)
+	base := "http://" + d.MetricsAddr()
+	waitReadyzSays(t, ctx, base, http.StatusServiceUnavailable, "snapshot")
+	ds := damageRecorded(t, d)
+	if len(ds) == 0 || !strings.Contains(ds[0].Problem, "snapshot") {
+		t.Fatalf("recorded %+v, want the snapshot's damage", ds)
+	}
+	st, err := d.Recorder().Replay()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, ok := st.Allocations[firstAllocation(want)]; !ok || a.DeviceIDs[0] != "0000:3b:01.2" {
+		t.Errorf("the allocation made before the damage is not live after it: %+v", st.Allocations)
+	}
+}
+
+func firstAllocation(st events.State) uint64 {
+	for seq := range st.Allocations {
+		return seq
+	}
+	return 0
+}
