@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -242,5 +243,46 @@ func TestStateDirMode(t *testing.T) {
 	}
 	if err := stateDir(open); err == nil || !strings.Contains(err.Error(), open) || !strings.Contains(err.Error(), "others write") {
 		t.Errorf("world-writable state dir: %v", err)
+	}
+}
+
+// A stop that comes while the daemon is still starting (a SIGTERM during a
+// rollout) is clean: the node, stopping, took a scan that came meanwhile
+// and spawned a pool it then waited for forever, and the stop ran out its
+// deadline.
+func TestStopRightAfterStartIsClean(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	for i := range 12 {
+		d, err := Start(n.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(i%3) * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = d.Stop(ctx, fmt.Sprintf("round %d", i))
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+	}
+	l, err := store.Open(filepath.Join(n.opts.StateDir, LedgerFileName), store.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	stops := 0
+	if err := l.Read(0, func(e events.Envelope) error {
+		if p, ok := e.Payload.(events.DaemonStopped); ok {
+			stops++
+			if !p.Clean {
+				t.Errorf("%s: the stop was not clean", p.Reason)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if stops != 12 {
+		t.Errorf("%d stops recorded, want 12", stops)
 	}
 }

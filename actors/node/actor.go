@@ -120,6 +120,8 @@ func Props(cfg Config) *actor.Props {
 type coordinator struct {
 	cfg      Config
 	replayed *events.State
+	// closing is set once the node is stopping or restarting.
+	closing bool
 	// placed is set once the first scan's devices were placed.
 	placed bool
 
@@ -180,6 +182,19 @@ type poolStopped struct {
 
 // Receive implements actor.Actor.
 func (n *coordinator) Receive(ctx actor.Context) {
+	// A stopping or restarting actor still takes its mailbox's messages
+	// while it waits for its children to stop. A child spawned then (a
+	// pool, for a scan that came meanwhile) was never told to stop, and
+	// the node would wait for it forever: once closing, the node does
+	// nothing more.
+	switch ctx.Message().(type) {
+	case *actor.Stopping, *actor.Restarting:
+		n.closing = true
+		return
+	}
+	if n.closing {
+		return
+	}
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		n.start(ctx)
