@@ -3,6 +3,8 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -173,4 +175,38 @@ func firstAllocation(st events.State) uint64 {
 		return seq
 	}
 	return 0
+}
+
+// A torn write of the newer meta page (zeroed here): bbolt reads the file
+// through the older one, so the newest transactions are gone. The start
+// says so in the ledger, and the daemon is not ready until an operator
+// has looked.
+func TestTornMetaPageIsRecordedAtStart(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.MetricsAddr = "127.0.0.1:0"
+	ctx := waitCtx(t)
+	allocateAndStop(t, ctx, n)
+	path := filepath.Join(n.opts.StateDir, LedgerFileName)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// bbolt's meta pages are pages 0 and 1; the transaction id sits 64
+	// bytes into each (a 16-byte page header, then 48 bytes of meta).
+	const pageSize, txid = 4096, 64
+	newer := 0
+	if binary.LittleEndian.Uint64(b[pageSize+txid:]) > binary.LittleEndian.Uint64(b[txid:]) {
+		newer = 1
+	}
+	clear(b[newer*pageSize : (newer+1)*pageSize])
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	d := n.start(t)
+	waitReadyzSays(t, ctx, "http://"+d.MetricsAddr(), http.StatusServiceUnavailable, "the newest transactions may be missing")
+	ds := damageRecorded(t, d)
+	if len(ds) == 0 || !strings.Contains(ds[0].Problem, fmt.Sprintf("meta page %d is damaged", newer)) {
+		t.Fatalf("recorded %+v, want meta page %d named", ds, newer)
+	}
 }
