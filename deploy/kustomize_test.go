@@ -1,11 +1,11 @@
 package deploy_test
 
 // A small kustomize for the tests: enough of it to build this folder's
-// base and overlays (resources, strategic-merge patches, images), so that
-// the tests check what `kubectl apply -k` would apply. A kustomization
-// that uses anything else fails to decode, and the resolver grows with the
-// manifests; the kustomize module itself is not worth its dependencies
-// here.
+// base, overlays and components (resources, components, strategic-merge
+// patches, images), so that the tests check what `kubectl apply -k` would
+// apply. A kustomization that uses anything else fails to decode, and the
+// resolver grows with the manifests; the kustomize module itself is not
+// worth its dependencies here.
 
 import (
 	"bytes"
@@ -17,19 +17,30 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"sigs.k8s.io/yaml"
 )
 
-// kustomization is the part of kustomize's Kustomization the manifests
-// use.
+// kustomization is the part of kustomize's Kustomization and Component
+// the manifests use.
 type kustomization struct {
 	APIVersion string     `json:"apiVersion"`
 	Kind       string     `json:"kind"`
 	Resources  []string   `json:"resources"`
+	Components []string   `json:"components"`
 	Patches    []patchRef `json:"patches"`
 	Images     []imageRef `json:"images"`
 }
+
+// The two kinds of kustomization: one that can be built on its own, and a
+// component, which only a kustomization's components list can name and
+// which patches what that kustomization has gathered so far.
+const (
+	kindKustomization = "Kustomization"
+	kindComponent     = "Component"
+)
 
 type patchRef struct {
 	// Path is a strategic-merge patch naming its target by kind, name and
@@ -54,9 +65,13 @@ type object struct {
 
 func (o object) id() string { return o.Kind + "/" + o.Namespace + "/" + o.Name }
 
-// newTyped returns an empty value of the Kubernetes type for apiVersion
-// and kind, or an error for a kind the manifests are not expected to hold.
-func newTyped(apiVersion, kind string) (any, error) {
+// newTyped returns an empty value of the Go type for apiVersion and kind,
+// or an error for a kind the manifests are not expected to hold. The
+// Kubernetes kinds are k8s.io/api's types, as go.mod has them: the newest
+// API the manifests are decoded against (apiversions_test.go adds the
+// oldest). The Prometheus Operator's kinds are this folder's own subsets of
+// theirs (monitoring_test.go).
+func newTyped(apiVersion, kind string) (runtime.Object, error) {
 	switch apiVersion + " " + kind {
 	case "v1 Namespace":
 		return &corev1.Namespace{}, nil
@@ -64,14 +79,25 @@ func newTyped(apiVersion, kind string) (any, error) {
 		return &corev1.ServiceAccount{}, nil
 	case "v1 ConfigMap":
 		return &corev1.ConfigMap{}, nil
+	case "v1 ResourceQuota":
+		return &corev1.ResourceQuota{}, nil
 	case "apps/v1 DaemonSet":
 		return &appsv1.DaemonSet{}, nil
+	case "monitoring.coreos.com/v1 PodMonitor":
+		return &podMonitor{}, nil
 	}
 	return nil, fmt.Errorf("unexpected kind %s %s", apiVersion, kind)
 }
 
-// decodeStrict decodes one YAML document into its Kubernetes type: an
-// unknown or duplicated field, or a value of the wrong type, is an error.
+// apiDecoder decodes as the API server does a request with strict field
+// validation (kubectl's default): field names match case-sensitively, and
+// an unknown or duplicated field is an error. Its scheme is empty, so it
+// decodes into whatever object it is given.
+var apiDecoder = kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, runtime.NewScheme(), runtime.NewScheme(),
+	kjson.SerializerOptions{Yaml: true, Strict: true})
+
+// decodeStrict decodes one YAML document into its type: an unknown,
+// duplicated or miscased field, or a value of the wrong type, is an error.
 // The object's JSON is the document's own, with only the fields written
 // (what a patch needs).
 func decodeStrict(doc []byte) (any, object, error) {
@@ -90,7 +116,14 @@ func decodeStrict(doc []byte) (any, object, error) {
 	if err != nil {
 		return nil, object{}, err
 	}
+	// sigs.k8s.io/yaml reads as kustomize does (a YAML 1.1 "on" in a
+	// string field stays a string), but matches field names as
+	// encoding/json does, ignoring case; the API server's decoder does not.
 	if err := yaml.UnmarshalStrict(doc, typed); err != nil {
+		return nil, object{}, err
+	}
+	check, _ := newTyped(head.APIVersion, head.Kind)
+	if _, _, err := apiDecoder.Decode(doc, nil, check); err != nil {
 		return nil, object{}, err
 	}
 	js, err := yaml.YAMLToJSON(doc)
@@ -128,8 +161,9 @@ func splitDocs(data []byte) [][]byte {
 	return docs
 }
 
-// readKustomization reads dir's kustomization.yaml strictly.
-func readKustomization(dir string) (kustomization, error) {
+// readKustomization reads dir's kustomization.yaml strictly; it must be
+// of kind (kindKustomization or kindComponent).
+func readKustomization(dir, kind string) (kustomization, error) {
 	var k kustomization
 	data, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
 	if err != nil {
@@ -138,22 +172,46 @@ func readKustomization(dir string) (kustomization, error) {
 	if err := yaml.UnmarshalStrict(data, &k); err != nil {
 		return k, fmt.Errorf("%s/kustomization.yaml (or the test's resolver does not know a field it uses): %w", dir, err)
 	}
-	if k.APIVersion != "kustomize.config.k8s.io/v1beta1" || k.Kind != "Kustomization" {
-		return k, fmt.Errorf("%s/kustomization.yaml: apiVersion %q kind %q", dir, k.APIVersion, k.Kind)
+	want := map[string]string{kindKustomization: "kustomize.config.k8s.io/v1beta1", kindComponent: "kustomize.config.k8s.io/v1alpha1"}
+	if k.APIVersion != want[kind] || k.Kind != kind {
+		return k, fmt.Errorf("%s/kustomization.yaml: apiVersion %q kind %q, want %s %s", dir, k.APIVersion, k.Kind, want[kind], kind)
 	}
 	return k, nil
 }
 
 // build renders the kustomization in dir as kustomize would: resources in
-// order (a directory is another kustomization), then patches, then images.
-// used collects every file it reads.
+// order (a directory is another kustomization, built on its own), then
+// components, then patches, then images. used collects every file it
+// reads.
 func build(dir string, used map[string]bool) ([]object, error) {
-	k, err := readKustomization(dir)
+	return accumulate(dir, kindKustomization, nil, used)
+}
+
+// buildWith renders what a kustomization of your own would that names dir
+// as its one resource and components (directories) as its components.
+func buildWith(dir string, components []string, used map[string]bool) ([]object, error) {
+	objs, err := build(dir, used)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range components {
+		if objs, err = accumulate(c, kindComponent, objs, used); err != nil {
+			return nil, err
+		}
+	}
+	return objs, nil
+}
+
+// accumulate adds what the kustomization of kind in dir holds to objs and
+// applies its patches and images to all of them. A Kustomization starts
+// from nothing; a component works on what the kustomization naming it has
+// gathered so far, as kustomize applies components.
+func accumulate(dir, kind string, objs []object, used map[string]bool) ([]object, error) {
+	k, err := readKustomization(dir, kind)
 	if err != nil {
 		return nil, err
 	}
 	used[filepath.Join(dir, "kustomization.yaml")] = true
-	var objs []object
 	for _, r := range k.Resources {
 		p := filepath.Join(dir, r)
 		st, err := os.Stat(p)
@@ -187,6 +245,11 @@ func build(dir string, used map[string]bool) ([]object, error) {
 			objs = append(objs, o)
 		}
 	}
+	for _, c := range k.Components {
+		if objs, err = accumulate(filepath.Join(dir, c), kindComponent, objs, used); err != nil {
+			return nil, err
+		}
+	}
 	for _, pr := range k.Patches {
 		p := filepath.Join(dir, pr.Path)
 		data, err := os.ReadFile(p)
@@ -210,6 +273,9 @@ func build(dir string, used map[string]bool) ([]object, error) {
 			n++
 			merged, err := strategicpatch.StrategicMergePatch(objs[i].JSON, patch.JSON, typed)
 			if err != nil {
+				return nil, fmt.Errorf("%s on %s: %w", p, objs[i].Source, err)
+			}
+			if merged, err = orderAsKustomize(merged, patch.JSON, typed); err != nil {
 				return nil, fmt.Errorf("%s on %s: %w", p, objs[i].Source, err)
 			}
 			objs[i].JSON = merged
@@ -237,6 +303,78 @@ func build(dir string, used map[string]bool) ([]object, error) {
 		}
 	}
 	return objs, nil
+}
+
+// orderAsKustomize puts merged's list elements in the order kustomize
+// gives them. In a list merged by key (env by name, volumeMounts by
+// mountPath), kustomize puts the elements the patch names first, in the
+// patch's order, and then the others in their own; apimachinery's merge
+// keeps the list's own order. The order matters in env: the kubelet
+// expands $(VAR) only from the variables before it.
+func orderAsKustomize(merged, patch []byte, typed any) ([]byte, error) {
+	meta, err := strategicpatch.NewPatchMetaFromStruct(typed)
+	if err != nil {
+		return nil, err
+	}
+	var m, pm map[string]any
+	if err := json.Unmarshal(merged, &m); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(patch, &pm); err != nil {
+		return nil, err
+	}
+	reorder(m, pm, meta)
+	return json.Marshal(m)
+}
+
+// reorder does orderAsKustomize's work on one object and what it holds.
+// Fields the schema does not describe as a struct or a keyed list (maps
+// such as labels, lists of scalars) are left as they are.
+func reorder(merged, patch map[string]any, meta strategicpatch.LookupPatchMeta) {
+	for k, pv := range patch {
+		switch pv := pv.(type) {
+		case map[string]any:
+			mv, ok := merged[k].(map[string]any)
+			if !ok {
+				continue
+			}
+			if sub, _, err := meta.LookupPatchMetadataForStruct(k); err == nil {
+				reorder(mv, pv, sub)
+			}
+		case []any:
+			mv, ok := merged[k].([]any)
+			if !ok {
+				continue
+			}
+			sub, pmeta, err := meta.LookupPatchMetadataForSlice(k)
+			if err != nil || pmeta.GetPatchMergeKey() == "" {
+				continue
+			}
+			key := pmeta.GetPatchMergeKey()
+			var first, rest []any
+			taken := map[int]bool{}
+			for _, pe := range pv {
+				pe, ok := pe.(map[string]any)
+				if !ok {
+					continue
+				}
+				for i, me := range mv {
+					if me, ok := me.(map[string]any); ok && !taken[i] && me[key] == pe[key] {
+						reorder(me, pe, sub)
+						first = append(first, me)
+						taken[i] = true
+						break
+					}
+				}
+			}
+			for i, me := range mv {
+				if !taken[i] {
+					rest = append(rest, me)
+				}
+			}
+			merged[k] = append(first, rest...)
+		}
+	}
 }
 
 // setImage applies one images entry to an image reference: the name

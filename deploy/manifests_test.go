@@ -15,6 +15,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
@@ -29,26 +31,72 @@ const namespace = "devledger"
 // kustomizations are the dirs `kubectl apply -k` is pointed at.
 var kustomizations = []string{"base", "overlays/sriov-nic", "overlays/vfio-gpu", "overlays/per-node"}
 
-// rendered is one kustomization built, its objects decoded.
-type rendered struct {
+// components are the kustomize components under components/, which a
+// kustomization of your own adds to one of kustomizations.
+var components = []string{"k8s-1.30", "podmonitor"}
+
+// output is what `kubectl apply -k` applies for a kustomization of your own
+// that names dir as its resource and adds components.
+type output struct {
 	dir        string
-	objects    []object
-	daemonSet  *appsv1.DaemonSet
-	configMaps map[string]*corev1.ConfigMap
-	accounts   map[string]*corev1.ServiceAccount
-	namespaces map[string]*corev1.Namespace
+	components []string
 }
 
-// render builds dir and decodes what it holds, strictly, into the API
-// types; every file it reads is added to used.
-func render(t *testing.T, dir string, used map[string]bool) rendered {
+func (o output) name() string { return strings.Join(append([]string{o.dir}, o.components...), "+") }
+
+// minKubernetes is the oldest Kubernetes release the output is for.
+func (o output) minKubernetes() string {
+	if slices.Contains(o.components, "k8s-1.30") {
+		return "1.30"
+	}
+	return oldestKubernetes
+}
+
+// outputs are every kustomization, alone and with every set of
+// components.
+func outputs() []output {
+	var outs []output
+	for _, dir := range kustomizations {
+		for set := range 1 << len(components) {
+			out := output{dir: dir}
+			for i, c := range components {
+				if set&(1<<i) != 0 {
+					out.components = append(out.components, c)
+				}
+			}
+			outs = append(outs, out)
+		}
+	}
+	return outs
+}
+
+// rendered is one output built, its objects decoded.
+type rendered struct {
+	objects     []object
+	daemonSet   *appsv1.DaemonSet
+	configMaps  map[string]*corev1.ConfigMap
+	accounts    map[string]*corev1.ServiceAccount
+	namespaces  map[string]*corev1.Namespace
+	quotas      map[string]*corev1.ResourceQuota
+	podMonitors map[string]*podMonitor
+}
+
+// render builds out and decodes what it holds, strictly, into its types;
+// every file it reads is added to used.
+func render(t *testing.T, out output, used map[string]bool) rendered {
 	t.Helper()
-	objs, err := build(dir, used)
+	var dirs []string
+	for _, c := range out.components {
+		dirs = append(dirs, filepath.Join("components", c))
+	}
+	objs, err := buildWith(out.dir, dirs, used)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := rendered{dir: dir, objects: objs, configMaps: map[string]*corev1.ConfigMap{},
-		accounts: map[string]*corev1.ServiceAccount{}, namespaces: map[string]*corev1.Namespace{}}
+	r := rendered{objects: objs, configMaps: map[string]*corev1.ConfigMap{},
+		accounts: map[string]*corev1.ServiceAccount{}, namespaces: map[string]*corev1.Namespace{},
+		quotas: map[string]*corev1.ResourceQuota{}, podMonitors: map[string]*podMonitor{}}
+	dir := out.name()
 	seen := map[string]bool{}
 	for _, o := range objs {
 		if seen[o.id()] {
@@ -72,6 +120,10 @@ func render(t *testing.T, dir string, used map[string]bool) rendered {
 			r.accounts[v.Name] = v
 		case *corev1.Namespace:
 			r.namespaces[v.Name] = v
+		case *corev1.ResourceQuota:
+			r.quotas[v.Name] = v
+		case *podMonitor:
+			r.podMonitors[v.Name] = v
 		}
 	}
 	if r.daemonSet == nil {
@@ -84,8 +136,8 @@ func render(t *testing.T, dir string, used map[string]bool) rendered {
 // something one of them reads, and decodes; nothing lies around unused.
 func TestEveryFileIsUsed(t *testing.T) {
 	used := map[string]bool{}
-	for _, dir := range kustomizations {
-		render(t, dir, used)
+	for _, out := range outputs() {
+		render(t, out, used)
 	}
 	err := filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -111,6 +163,9 @@ func TestStrictDecoding(t *testing.T) {
 		"duplicate":     "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\ndata: {c: d}\n",
 		"wrong type":    "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: x}\nautomountServiceAccountToken: \"no\"\n",
 		"unknown kind":  "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n",
+		// encoding/json would take it; the API server does not.
+		"miscased field":   "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n      HostNetwork: true\n",
+		"PodMonitor field": "apiVersion: monitoring.coreos.com/v1\nkind: PodMonitor\nmetadata: {name: x}\nspec:\n  podMetricEndpoints: [{port: metrics}]\n",
 	}
 	for name, doc := range bad {
 		t.Run(name, func(t *testing.T) {
@@ -135,6 +190,7 @@ func TestStrictDecoding(t *testing.T) {
 		return dir
 	}
 	const head = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+	const componentHead = "apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\n"
 	const cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: ns}\ndata: {a: b}\n"
 	badDirs := map[string]map[string]string{
 		"missing resource": {"kustomization.yaml": head + "resources: [nope.yaml]\n"},
@@ -143,6 +199,14 @@ func TestStrictDecoding(t *testing.T) {
 			"p.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: other, namespace: ns}\ndata: {a: c}\n"},
 		"field the resolver lacks":  {"kustomization.yaml": head + "resources: [cm.yaml]\nnamePrefix: x-\n", "cm.yaml": cm},
 		"dir without kustomization": {"kustomization.yaml": head + "resources: [sub]\n", "sub/cm.yaml": cm},
+		"component as a resource": {"kustomization.yaml": head + "resources: [c]\n",
+			"c/kustomization.yaml": componentHead + "resources: [cm.yaml]\n", "c/cm.yaml": cm},
+		"kustomization as a component": {"kustomization.yaml": head + "resources: [cm.yaml]\ncomponents: [k]\n", "cm.yaml": cm,
+			"k/kustomization.yaml": head + "resources: [other.yaml]\n",
+			"k/other.yaml":         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: other, namespace: ns}\n"},
+		"component patch hits nothing": {"kustomization.yaml": head + "resources: [cm.yaml]\ncomponents: [c]\n", "cm.yaml": cm,
+			"c/kustomization.yaml": componentHead + "patches: [{path: p.yaml}]\n",
+			"c/p.yaml":             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: other, namespace: ns}\ndata: {a: c}\n"},
 	}
 	for name, files := range badDirs {
 		t.Run(name, func(t *testing.T) {
@@ -169,14 +233,64 @@ func TestStrictDecoding(t *testing.T) {
 	if !maps.Equal(got.Data, map[string]string{"z": "w"}) {
 		t.Errorf("$patch: replace gave %v", got.Data)
 	}
+
+	// A component patches what the kustomization gathered from its
+	// resources, and adds its own resources.
+	dir = writeDir(t, map[string]string{
+		"kustomization.yaml":   head + "resources: [cm.yaml]\ncomponents: [c]\n",
+		"cm.yaml":              cm,
+		"c/kustomization.yaml": componentHead + "resources: [extra.yaml]\npatches: [{path: p.yaml}]\n",
+		"c/extra.yaml":         "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: s, namespace: ns}\n",
+		"c/p.yaml":             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: ns}\ndata: {e: f}\n",
+	})
+	if objs, err = build(dir, map[string]bool{}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, o := range objs {
+		ids = append(ids, o.id())
+	}
+	if !slices.Equal(ids, []string{"ConfigMap/ns/c", "ServiceAccount/ns/s"}) {
+		t.Fatalf("component gave %v", ids)
+	}
+	var patched corev1.ConfigMap
+	if err := json.Unmarshal(objs[0].JSON, &patched); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(patched.Data, map[string]string{"a": "b", "e": "f"}) {
+		t.Errorf("component patch gave %v", patched.Data)
+	}
+
+	// A list merged by key comes out as kustomize orders it: what the
+	// patch names first, in its order, then the rest.
+	const ds = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: d, namespace: ns}\nspec:\n  template:\n    spec:\n      containers:\n        - name: c\n          env:\n"
+	dir = writeDir(t, map[string]string{
+		"kustomization.yaml": head + "resources: [ds.yaml]\npatches: [{path: p.yaml}]\n",
+		"ds.yaml":            ds + "            - {name: A, value: a}\n            - {name: B, value: b}\n            - {name: C, value: c}\n",
+		"p.yaml":             ds + "            - {name: C, value: x}\n            - {name: A, value: a}\n",
+	})
+	if objs, err = build(dir, map[string]bool{}); err != nil {
+		t.Fatal(err)
+	}
+	var d appsv1.DaemonSet
+	if err := json.Unmarshal(objs[0].JSON, &d); err != nil {
+		t.Fatal(err)
+	}
+	var env []string
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		env = append(env, e.Name+"="+e.Value)
+	}
+	if !slices.Equal(env, []string{"C=x", "A=a", "B=b"}) {
+		t.Errorf("patched env %v, want [C=x A=a B=b]", env)
+	}
 }
 
 // TestNamespaceAndAccount: everything lives in one namespace, created
 // here, and the pod runs as an account with no token.
 func TestNamespaceAndAccount(t *testing.T) {
-	for _, dir := range kustomizations {
-		t.Run(dir, func(t *testing.T) {
-			r := render(t, dir, map[string]bool{})
+	for _, out := range outputs() {
+		t.Run(out.name(), func(t *testing.T) {
+			r := render(t, out, map[string]bool{})
 			if _, ok := r.namespaces[namespace]; !ok {
 				t.Errorf("no Namespace %s", namespace)
 			}
@@ -241,9 +355,9 @@ func flagValues(t *testing.T, args []string) map[string]string {
 // TestHardening asserts, for the base and every overlay, what
 // docs/operations.md promises about the pod.
 func TestHardening(t *testing.T) {
-	for _, dir := range kustomizations {
-		t.Run(dir, func(t *testing.T) {
-			r := render(t, dir, map[string]bool{})
+	for _, out := range outputs() {
+		t.Run(out.name(), func(t *testing.T) {
+			r := render(t, out, map[string]bool{})
 			ds := r.daemonSet
 			pod := ds.Spec.Template.Spec
 
@@ -306,7 +420,7 @@ func TestHardening(t *testing.T) {
 
 			checkResources(t, c)
 			flags := flagValues(t, c.Args)
-			checkMounts(t, pod, c, flags)
+			checkMounts(t, pod, c, flags, out.minKubernetes() != oldestKubernetes)
 			checkProbes(t, c, flags)
 		})
 	}
@@ -345,7 +459,9 @@ func checkResources(t *testing.T, c corev1.Container) {
 	}
 }
 
-func checkMounts(t *testing.T, pod corev1.PodSpec, c corev1.Container, flags map[string]string) {
+// checkMounts checks the pod's volumes and mounts; recursive says whether
+// the output is for a release that has recursiveReadOnly (1.30).
+func checkMounts(t *testing.T, pod corev1.PodSpec, c corev1.Container, flags map[string]string, recursive bool) {
 	t.Helper()
 	volumes := map[string]corev1.Volume{}
 	for _, v := range pod.Volumes {
@@ -387,8 +503,11 @@ func checkMounts(t *testing.T, pod corev1.PodSpec, c corev1.Container, flags map
 		if m.ReadOnly != want.readOnly {
 			t.Errorf("hostPath %s: readOnly %v, want %v", want.path, m.ReadOnly, want.readOnly)
 		}
-		if want.readOnly && (m.RecursiveReadOnly == nil || *m.RecursiveReadOnly == corev1.RecursiveReadOnlyDisabled) {
+		switch rro := m.RecursiveReadOnly; {
+		case want.readOnly && recursive && (rro == nil || *rro == corev1.RecursiveReadOnlyDisabled):
 			t.Errorf("hostPath %s: read-only, but its sub-mounts are not", want.path)
+		case !recursive && rro != nil:
+			t.Errorf("hostPath %s: recursiveReadOnly, which Kubernetes before 1.30 refuses", want.path)
 		}
 		if want.flag != "" {
 			if got, ok := flags[want.flag]; !ok {
@@ -532,9 +651,9 @@ func nodesOf(pod corev1.PodSpec) []string {
 // of the mounted ConfigMap, and that file is a valid config with no
 // warnings; every key of the ConfigMap is some node's config.
 func TestConfigs(t *testing.T) {
-	for _, dir := range kustomizations {
-		t.Run(dir, func(t *testing.T) {
-			r := render(t, dir, map[string]bool{})
+	for _, out := range outputs() {
+		t.Run(out.name(), func(t *testing.T) {
+			r := render(t, out, map[string]bool{})
 			pod := r.daemonSet.Spec.Template.Spec
 			c := pod.Containers[0]
 			var mountDir string
@@ -597,7 +716,7 @@ func TestVersion(t *testing.T) {
 	if deploy.Version == "" || strings.ContainsAny(deploy.Version, " \t\n:") {
 		t.Fatalf("deploy/VERSION %q", deploy.Version)
 	}
-	k, err := readKustomization("base")
+	k, err := readKustomization("base", kindKustomization)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -630,9 +749,12 @@ func TestVersion(t *testing.T) {
 // TestOverlaysPickNodes: each overlay runs only where its hardware is,
 // by nodeSelector or node affinity beyond the base's OS label.
 func TestOverlaysPickNodes(t *testing.T) {
-	for _, dir := range kustomizations[1:] {
-		t.Run(dir, func(t *testing.T) {
-			pod := render(t, dir, map[string]bool{}).daemonSet.Spec.Template.Spec
+	for _, out := range outputs() {
+		if out.dir == "base" {
+			continue
+		}
+		t.Run(out.name(), func(t *testing.T) {
+			pod := render(t, out, map[string]bool{}).daemonSet.Spec.Template.Spec
 			extra := len(pod.NodeSelector) > 1
 			if a := pod.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
 				extra = true
@@ -657,5 +779,129 @@ func TestExpandVars(t *testing.T) {
 		if got := expandVars(in, vars); got != want {
 			t.Errorf("expandVars(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// selectsPriorityClass reports whether a quota's scope selector takes in
+// pods of priority class pc: every requirement must hold, and any scope
+// other than PriorityClass (BestEffort, Terminating, ...) is one the
+// DaemonSet's pods are not counted by for sure, so it does not.
+func selectsPriorityClass(q *corev1.ResourceQuota, pc string) bool {
+	if len(q.Spec.Scopes) > 0 || q.Spec.ScopeSelector == nil || len(q.Spec.ScopeSelector.MatchExpressions) == 0 {
+		return false
+	}
+	for _, req := range q.Spec.ScopeSelector.MatchExpressions {
+		if req.ScopeName != corev1.ResourceQuotaScopePriorityClass {
+			return false
+		}
+		in := slices.Contains(req.Values, pc)
+		switch req.Operator {
+		case corev1.ScopeSelectorOpIn:
+			if !in {
+				return false
+			}
+		case corev1.ScopeSelectorOpNotIn:
+			if in {
+				return false
+			}
+		case corev1.ScopeSelectorOpExists:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// TestPriorityClassAdmitted: the pods' priority class is admitted where
+// the API server limits the system classes to namespaces with a quota for
+// them (GKE): a ResourceQuota in the pods' namespace selects the class,
+// counts only pods, and has room for one per node.
+func TestPriorityClassAdmitted(t *testing.T) {
+	for _, out := range outputs() {
+		t.Run(out.name(), func(t *testing.T) {
+			r := render(t, out, map[string]bool{})
+			pc := r.daemonSet.Spec.Template.Spec.PriorityClassName
+			if pc == "" {
+				t.Fatal("no priorityClassName")
+			}
+			var found []string
+			for name, q := range r.quotas {
+				if q.Namespace != r.daemonSet.Namespace || !selectsPriorityClass(q, pc) {
+					continue
+				}
+				found = append(found, name)
+				for res := range q.Spec.Hard {
+					if res != corev1.ResourcePods {
+						// cpu or memory here would refuse pods without
+						// that limit, and the DaemonSet has no CPU limit.
+						t.Errorf("ResourceQuota %s limits %s: count pods only", name, res)
+					}
+				}
+				pods := q.Spec.Hard[corev1.ResourcePods]
+				if pods.Value() < 5000 {
+					t.Errorf("ResourceQuota %s allows %s pods: fewer than the nodes of a large cluster", name, pods.String())
+				}
+			}
+			if len(found) != 1 {
+				t.Errorf("%d ResourceQuotas in %s select priority class %s (%v), want 1", len(found), r.daemonSet.Namespace, pc, found)
+			}
+		})
+	}
+}
+
+// TestScrapeTargets: the prometheus.io annotations and the PodMonitor
+// point at the port and path the daemon serves metrics on.
+func TestScrapeTargets(t *testing.T) {
+	for _, out := range outputs() {
+		t.Run(out.name(), func(t *testing.T) {
+			r := render(t, out, map[string]bool{})
+			tmpl := r.daemonSet.Spec.Template
+			c := tmpl.Spec.Containers[0]
+			addr, ok := flagValues(t, c.Args)["--metrics-addr"]
+			if !ok {
+				t.Fatal("no --metrics-addr")
+			}
+			_, port, _ := strings.Cut(addr, ":")
+			ann := tmpl.Annotations
+			if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/port"] != port || ann["prometheus.io/path"] != "/metrics" {
+				t.Errorf("pod annotations %v, want prometheus.io/scrape true, port %s, path /metrics", ann, port)
+			}
+
+			wantMonitor := slices.Contains(out.components, "podmonitor")
+			if got := len(r.podMonitors); got != map[bool]int{false: 0, true: 1}[wantMonitor] {
+				t.Fatalf("%d PodMonitors", got)
+			}
+			for name, pm := range r.podMonitors {
+				if pm.Namespace != r.daemonSet.Namespace {
+					t.Errorf("PodMonitor %s in %s, the pods in %s", name, pm.Namespace, r.daemonSet.Namespace)
+				}
+				if ns := pm.Spec.NamespaceSelector; ns.Any || (len(ns.MatchNames) > 0 && !slices.Contains(ns.MatchNames, r.daemonSet.Namespace)) {
+					t.Errorf("PodMonitor %s: namespaceSelector %+v, want the pods' namespace only", name, ns)
+				}
+				sel, err := metav1.LabelSelectorAsSelector(&pm.Spec.Selector)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if sel.Empty() || !sel.Matches(labels.Set(tmpl.Labels)) {
+					t.Errorf("PodMonitor %s: selector %s does not select the pods (%v)", name, sel, tmpl.Labels)
+				}
+				if len(pm.Spec.PodMetricsEndpoints) != 1 {
+					t.Fatalf("PodMonitor %s: %d endpoints, want 1", name, len(pm.Spec.PodMetricsEndpoints))
+				}
+				ep := pm.Spec.PodMetricsEndpoints[0]
+				var named *corev1.ContainerPort
+				for i, cp := range c.Ports {
+					if cp.Name == ep.Port {
+						named = &c.Ports[i]
+					}
+				}
+				if named == nil || strconv.Itoa(int(named.ContainerPort)) != port {
+					t.Errorf("PodMonitor %s scrapes port %q, which is not the container port of --metrics-addr=%s", name, ep.Port, addr)
+				}
+				if ep.Path != "" && ep.Path != "/metrics" {
+					t.Errorf("PodMonitor %s scrapes %s, want /metrics", name, ep.Path)
+				}
+			}
+		})
 	}
 }
