@@ -489,6 +489,15 @@ func TestApply(t *testing.T) {
 			want:  func(s *State) {},
 		},
 		{
+			name:  "AllocationRecovered is a live allocation, bound to its container",
+			event: AllocationRecovered{Pool: poolA, DeviceIDs: []string{"0000:3b:02.2"}, Namespace: "ns", Pod: "p", Container: "c", Reason: "lost"},
+			want: func(s *State) {
+				s.Allocations[eventSeq] = Allocation{Seq: eventSeq, Pool: poolA, DeviceIDs: []string{"0000:3b:02.2"}, At: at(eventSeq), Recovered: true,
+					Binding: &Binding{Namespace: "ns", Pod: "p", Container: "c", At: at(eventSeq)}}
+				s.Holders["0000:3b:02.2"] = append(s.Holders["0000:3b:02.2"], eventSeq)
+			},
+		},
+		{
 			name:  "LedgerDamaged adds its problem once",
 			setup: []Payload{LedgerDamaged{Problem: "p1"}, DamageAcknowledged{}, LedgerDamaged{Problem: "p2"}},
 			event: LedgerDamaged{Problem: "p2", Seq: 9},

@@ -423,6 +423,7 @@ func TestEnvelopeDevicesAndPool(t *testing.T) {
 		TypeSnapshotTaken:           {nil, ""},
 		TypeEventsDropped:           {nil, ""},
 		TypeEventLost:               {nil, ""},
+		TypeAllocationRecovered:     {pair, dpdk},
 		TypeLedgerDamaged:           {nil, ""},
 		TypeDamageAcknowledged:      {nil, ""},
 		TypeAllocationLeakSuspected: {[]string{"0000:3b:02.3"}, dpdk},

@@ -468,6 +468,8 @@ func payloadValue(p Payload) Payload {
 		return deref(v)
 	case *EventLost:
 		return deref(v)
+	case *AllocationRecovered:
+		return deref(v)
 	case *LedgerDamaged:
 		return deref(v)
 	case *DamageAcknowledged:

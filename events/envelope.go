@@ -232,6 +232,8 @@ func (e Envelope) Devices() []string {
 		return slices.Clone(p.DeviceIDs)
 	case AllocationBound:
 		return slices.Clone(p.DeviceIDs)
+	case AllocationRecovered:
+		return slices.Clone(p.DeviceIDs)
 	case DevicesReleased:
 		return slices.Clone(p.DeviceIDs)
 	case AllocationLeakSuspected:
@@ -262,6 +264,8 @@ func (e Envelope) Pool() string {
 	case AllocationConflict:
 		return p.Pool
 	case AllocationBound:
+		return p.Pool
+	case AllocationRecovered:
 		return p.Pool
 	case DevicesReleased:
 		return p.Pool

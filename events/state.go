@@ -121,6 +121,9 @@ type Allocation struct {
 	// LeakSuspected is true once no container claimed it for the grace
 	// period.
 	LeakSuspected bool `json:"leak_suspected,omitempty"`
+	// Recovered is true for an allocation the kubelet reported and the
+	// ledger lacked (AllocationRecovered).
+	Recovered bool `json:"recovered,omitempty"`
 }
 
 // Binding is the container that holds an allocation.
@@ -328,6 +331,16 @@ func apply(s State, e Envelope, owned bool) State {
 			s.release(seq)
 		}
 		s.Allocations[e.Seq] = Allocation{Seq: e.Seq, Pool: p.Pool, DeviceIDs: ids, At: e.Time}
+		for _, id := range p.DeviceIDs {
+			s.Holders[id] = append(s.Holders[id], e.Seq)
+		}
+	case AllocationRecovered:
+		ids := p.DeviceIDs
+		if !owned {
+			ids = slices.Clone(ids)
+		}
+		s.Allocations[e.Seq] = Allocation{Seq: e.Seq, Pool: p.Pool, DeviceIDs: ids, At: e.Time, Recovered: true,
+			Binding: &Binding{Namespace: p.Namespace, Pod: p.Pod, Container: p.Container, At: e.Time}}
 		for _, id := range p.DeviceIDs {
 			s.Holders[id] = append(s.Holders[id], e.Seq)
 		}
