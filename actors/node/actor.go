@@ -270,6 +270,18 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		ids := n.allocated[m.AllocationSeq]
 		n.release(m.AllocationSeq)
 		n.retellHolds(ctx, m.Pool, ids, fmt.Sprintf("allocation #%d of %s released", m.AllocationSeq, m.Pool))
+	case *reconciler.Recovered:
+		if pid := n.pools[m.Pool]; pid != nil {
+			ctx.Send(pid, &pool.Recovered{AllocationSeq: m.AllocationSeq, DeviceIDs: m.DeviceIDs})
+		} else if !n.placed && n.replayed != nil {
+			// Recovered before the first pools exist: they are spawned
+			// from the state replayed at start, which must hold it.
+			st := n.replayed.Clone()
+			st = events.Apply(st, events.Envelope{Seq: m.AllocationSeq, Time: m.At, Payload: events.AllocationRecovered{Pool: m.Pool, DeviceIDs: m.DeviceIDs}})
+			n.replayed = &st
+		}
+		n.hold(m.Pool, m.AllocationSeq, m.DeviceIDs)
+		n.retellHolds(ctx, m.Pool, m.DeviceIDs, fmt.Sprintf("allocation #%d of %s recovered from the kubelet", m.AllocationSeq, m.Pool))
 	case *reconciler.ClaimChanged:
 		// An allocation no container claims uses no device: it does not
 		// keep the device from the pool it is in now.

@@ -145,6 +145,8 @@ func (p *allocator) Receive(ctx actor.Context) {
 		p.reserve(ctx, m)
 	case *Released:
 		p.release(m.AllocationSeq)
+	case *Recovered:
+		p.holdDevices(m.AllocationSeq, m.DeviceIDs)
 	case *Query:
 		ctx.Respond(p.status())
 	case *Crash:
@@ -690,16 +692,20 @@ func (p *allocator) hold(envs []events.Envelope) {
 		for _, seq := range a.Supersedes {
 			p.release(seq)
 		}
-		if _, ok := p.allocs[e.Seq]; !ok {
-			p.allocs[e.Seq] = slices.Clone(a.DeviceIDs)
-		}
-		for _, id := range a.DeviceIDs {
-			// A restarted pool may have replayed the allocation from the
-			// ledger before the store's answer reached it.
-			if !slices.Contains(p.held[id], e.Seq) {
-				p.held[id] = append(p.held[id], e.Seq)
-				slices.Sort(p.held[id])
-			}
+		p.holdDevices(e.Seq, a.DeviceIDs)
+	}
+}
+
+// holdDevices notes the live allocation seq of ids. A restarted pool may
+// have replayed it from the ledger before the news of it reached it.
+func (p *allocator) holdDevices(seq uint64, ids []string) {
+	if _, ok := p.allocs[seq]; !ok {
+		p.allocs[seq] = slices.Clone(ids)
+	}
+	for _, id := range ids {
+		if !slices.Contains(p.held[id], seq) {
+			p.held[id] = append(p.held[id], seq)
+			slices.Sort(p.held[id])
 		}
 	}
 }

@@ -67,6 +67,14 @@ type Reserve struct {
 // reconciler), so its devices are free for GetPreferredAllocation.
 type Released struct{ AllocationSeq uint64 }
 
+// Recovered tells the pool of a live allocation the reconciler recovered
+// from the kubelet (events.AllocationRecovered): the pool holds its
+// devices, and the next Allocate of one supersedes it.
+type Recovered struct {
+	AllocationSeq uint64
+	DeviceIDs     []string
+}
+
 // Query asks for the pool's status; the reply is a *Status.
 type Query struct{}
 

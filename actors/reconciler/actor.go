@@ -271,6 +271,12 @@ func (r *reconciler) apply(ctx actor.Context, e events.Envelope) {
 		ctx.Send(ctx.Parent(), &ClaimChanged{Pool: p.Pool, AllocationSeq: p.AllocationSeq, DeviceIDs: slices.Clone(p.DeviceIDs)})
 		log.Warn().Uint64("allocation", p.AllocationSeq).Str("pool", p.Pool).Strs("devices", p.DeviceIDs).
 			Str("reason", p.Reason).Uint64("seq", e.Seq).Msg("allocation suspected leaked")
+	case events.AllocationRecovered:
+		r.allocs[e.Seq] = &alloc{seq: e.Seq, pool: p.Pool, devices: slices.Clone(p.DeviceIDs), at: e.Time,
+			binding: &events.Binding{Namespace: p.Namespace, Pod: p.Pod, Container: p.Container, At: e.Time}}
+		ctx.Send(ctx.Parent(), &Recovered{Pool: p.Pool, AllocationSeq: e.Seq, DeviceIDs: slices.Clone(p.DeviceIDs), At: e.Time})
+		log.Warn().Uint64("seq", e.Seq).Str("pool", p.Pool).Strs("devices", p.DeviceIDs).Str("pod", p.Namespace+"/"+p.Pod).
+			Str("container", p.Container).Str("reason", p.Reason).Msg("allocation recovered from the kubelet")
 	case events.AllocationConflict:
 		log.Warn().Str("pool", p.Pool).Str("bdf", p.Device).Str("reason", p.Reason).Uint64("seq", e.Seq).Msg("allocation conflict")
 	}

@@ -104,6 +104,14 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 			out.payloads = append(out.payloads, p)
 		}
 	}
+	// lost are the devices the kubelet reports and the ledger holds in no
+	// live allocation, by resource and container, in the order met.
+	type lostKey struct {
+		resource string
+		ref      holderRef
+	}
+	lost := map[lostKey][]string{}
+	var lostOrder []lostKey
 	keys := make([]key, 0, len(reported))
 	for k := range reported {
 		keys = append(keys, k)
@@ -129,13 +137,23 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 			})
 		}
 		if holder[k] == 0 {
-			r := refs[0]
-			conflict("free|"+k.resource+"|"+k.device+"|"+r.String(), events.AllocationConflict{
-				Pool: k.resource, Device: k.device,
-				Claims: []events.Claim{{Namespace: r.namespace, Pod: r.pod, Container: r.container}},
-				Reason: "the kubelet reports it in " + r.String() + " while the ledger says it is free",
-			})
+			// The ledger lost it, or released it too soon: the kubelet's
+			// word is the better one. One allocation per container.
+			g := lostKey{k.resource, refs[0]}
+			if lost[g] == nil {
+				lostOrder = append(lostOrder, g)
+			}
+			lost[g] = append(lost[g], k.device)
 		}
+	}
+	for _, g := range lostOrder {
+		it := "it"
+		if len(lost[g]) > 1 {
+			it = "them"
+		}
+		out.payloads = append(out.payloads, events.AllocationRecovered{Pool: g.resource, DeviceIDs: lost[g],
+			Namespace: g.ref.namespace, Pod: g.ref.pod, Container: g.ref.container,
+			Reason: "the kubelet reports " + g.ref.String() + " holding " + it + ", and the ledger has no live allocation of " + it})
 	}
 
 	seqs := make([]uint64, 0, len(in.allocs))

@@ -35,6 +35,8 @@ func describe(ps []events.Payload) []string {
 			out = append(out, fmt.Sprintf("leak #%d: %s", v.AllocationSeq, v.Reason))
 		case events.AllocationConflict:
 			out = append(out, fmt.Sprintf("conflict %s: %s", v.Device, v.Reason))
+		case events.AllocationRecovered:
+			out = append(out, fmt.Sprintf("recovered %v %s/%s/%s: %s", v.DeviceIDs, v.Namespace, v.Pod, v.Container, v.Reason))
 		default:
 			out = append(out, fmt.Sprintf("%T", p))
 		}
@@ -88,16 +90,18 @@ func TestFold(t *testing.T) {
 			want: []string{"released #10 after 1h0m0s: superseded by allocation #20", "bound #20 telco/new/app"},
 		},
 		{
-			name:   "the kubelet reports a device the ledger says is free",
+			name:   "the kubelet reports devices the ledger lost: one allocation recovered per container",
 			allocs: map[uint64]*alloc{},
-			pods:   []*podresourcesapi.PodResources{pod("ml", "old-plugin-pod", "c", vfio, "z")},
-			want:   []string{"conflict z: the kubelet reports it in ml/old-plugin-pod/c while the ledger says it is free"},
+			pods: []*podresourcesapi.PodResources{pod("ml", "old-plugin-pod", "c", vfio, "z", "y"),
+				pod("ml", "other", "c", vfio, "x")},
+			want: []string{"recovered [x] ml/other/c: the kubelet reports ml/other/c holding it, and the ledger has no live allocation of it",
+				"recovered [y z] ml/old-plugin-pod/c: the kubelet reports ml/old-plugin-pod/c holding them, and the ledger has no live allocation of them"},
 		},
 		{
-			name:   "the same conflict a second round: not again",
-			allocs: map[uint64]*alloc{},
-			pods:   []*podresourcesapi.PodResources{pod("ml", "old-plugin-pod", "c", vfio, "z")},
-			seen:   map[string]bool{"free|" + vfio + "|z|ml/old-plugin-pod/c": true},
+			name:   "a device the ledger holds is not recovered, the others of the container are",
+			allocs: map[uint64]*alloc{10: {pool: vfio, devices: []string{"a"}, at: t0, binding: bound("n", "p", "c")}},
+			pods:   []*podresourcesapi.PodResources{pod("n", "p", "c", vfio, "a", "b")},
+			want:   []string{"recovered [b] n/p/c: the kubelet reports n/p/c holding it, and the ledger has no live allocation of it"},
 		},
 		{
 			name:   "a device in two containers",

@@ -51,6 +51,16 @@ type Released struct {
 	AllocationSeq uint64
 }
 
+// Recovered says the reconciler recorded an allocation the kubelet reports
+// and the ledger lacked (events.AllocationRecovered): it is live, and its
+// pool holds its devices.
+type Recovered struct {
+	Pool          string
+	AllocationSeq uint64
+	DeviceIDs     []string
+	At            time.Time
+}
+
 // ClaimChanged says a live allocation came to be claimed by no container
 // (Claimed false: recorded as a leak suspect) or, after that, by one again
 // (Claimed true). An unclaimed allocation still holds its devices in the

@@ -57,8 +57,15 @@ func (ps *podSelection) names(namespace, pod string) bool {
 func (ps *podSelection) collect(src eventSource) error {
 	return src.read(func(e events.Envelope) error {
 		ps.lastSeq = e.Seq
-		if b, ok := e.Payload.(events.AllocationBound); ok && ps.names(b.Namespace, b.Pod) {
-			ps.seqs[b.AllocationSeq] = struct{}{}
+		switch p := e.Payload.(type) {
+		case events.AllocationBound:
+			if ps.names(p.Namespace, p.Pod) {
+				ps.seqs[p.AllocationSeq] = struct{}{}
+			}
+		case events.AllocationRecovered:
+			if ps.names(p.Namespace, p.Pod) {
+				ps.seqs[e.Seq] = struct{}{}
+			}
 		}
 		return nil
 	})
@@ -78,6 +85,8 @@ func (ps *podSelection) match(e events.Envelope) bool {
 		return ps.selected(e.Seq) || slices.ContainsFunc(p.Supersedes, ps.selected)
 	case events.AllocationBound:
 		return ps.selected(p.AllocationSeq)
+	case events.AllocationRecovered:
+		return ps.selected(e.Seq)
 	case events.DevicesReleased:
 		return ps.selected(p.AllocationSeq)
 	case events.AllocationLeakSuspected:
@@ -164,6 +173,12 @@ func tell(e events.Envelope, about string) string {
 			return fmt.Sprintf("allocated (#%d, with %s)", e.Seq, strings.Join(others, ",")) + allocatedNotes(p)
 		}
 		return fmt.Sprintf("allocated (#%d)", e.Seq) + allocatedNotes(p)
+	case events.AllocationRecovered:
+		if about == "" {
+			return fmt.Sprintf("#%d recovered %s (%s) from the kubelet, bound to %s/%s/%s: %s", e.Seq, strings.Join(p.DeviceIDs, ","), p.Pool,
+				p.Namespace, p.Pod, p.Container, p.Reason)
+		}
+		return fmt.Sprintf("recovered from the kubelet (#%d, %s/%s/%s): %s", e.Seq, p.Namespace, p.Pod, p.Container, p.Reason)
 	case events.AllocationBound:
 		to := fmt.Sprintf("bound to %s/%s/%s", p.Namespace, p.Pod, p.Container)
 		if about == "" {

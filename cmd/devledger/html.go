@@ -440,6 +440,15 @@ func (h *historyFold) event(e events.Envelope) error {
 				h.open(l, t, laneAlloc{seq: e.Seq, pool: p.Pool, from: t})
 			}
 		}
+	case events.AllocationRecovered:
+		if !h.allocationShown(e.Seq, p.Pool, p.DeviceIDs) {
+			break
+		}
+		for _, addr := range p.DeviceIDs {
+			if l := h.lane(addr, t); l != nil {
+				h.open(l, t, laneAlloc{seq: e.Seq, pool: p.Pool, from: t, label: p.Namespace + "/" + p.Pod + "/" + p.Container + " (recovered)"})
+			}
+		}
 	case events.AllocationBound:
 		if !h.allocationShown(p.AllocationSeq, p.Pool, p.DeviceIDs) {
 			break

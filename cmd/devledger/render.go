@@ -224,6 +224,8 @@ func describe(e events.Envelope) string {
 		return fmt.Sprintf("%s %s", p.Device, p.Reason)
 	case events.AllocationBound:
 		return fmt.Sprintf("#%d %s/%s/%s", p.AllocationSeq, p.Namespace, p.Pod, p.Container)
+	case events.AllocationRecovered:
+		return fmt.Sprintf("%s %s %s/%s/%s: %s", p.Pool, strings.Join(p.DeviceIDs, ","), p.Namespace, p.Pod, p.Container, p.Reason)
 	case events.DevicesReleased:
 		return fmt.Sprintf("#%d %s after %s", p.AllocationSeq, strings.Join(p.DeviceIDs, ","), p.HeldFor.Round(time.Second))
 	case events.AllocationLeakSuspected:
