@@ -192,7 +192,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 		if errors.Is(err, store.ErrLocked) {
 			return nil, fmt.Errorf("%w: %s is held by %s", ErrLedgerLocked, path, holder(opts.StateDir))
 		}
-		return nil, fmt.Errorf("open ledger: %w", err)
+		return nil, fmt.Errorf("open ledger: %w%s", err, salvageHint(err))
 	}
 	d.ledger = l
 	ok := false
@@ -220,7 +220,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 	began := time.Now()
 	st, err := l.Replay(0)
 	if err != nil {
-		return nil, fmt.Errorf("replay %s: %w", path, err)
+		return nil, fmt.Errorf("replay %s: %w%s", path, err, salvageHint(err))
 	}
 	d.log.Info().Uint64("seq", st.Seq).Int("devices", len(st.Devices)).Int("pools", len(st.Pools)).
 		Int("live_allocations", len(st.Allocations)).Dur("took_ms", time.Since(began)).Msg("ledger replayed")
@@ -708,6 +708,15 @@ func (d *Daemon) checkLedger() {
 	default:
 		d.log.Info().Dur("took_ms", time.Since(began)).Msg("ledger checked")
 	}
+}
+
+// salvageHint says what to do about a ledger the daemon cannot start on
+// because it is damaged: the state cannot be rebuilt from it.
+func salvageHint(err error) string {
+	if !errors.Is(err, store.ErrCorrupt) {
+		return ""
+	}
+	return "; the state cannot be rebuilt from it: salvage it (devledger ledger salvage) and put the copy in place, as docs/operations.md says under \"A damaged ledger\""
 }
 
 // newDamage are the events of the damage in found that known, the damage

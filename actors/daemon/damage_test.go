@@ -210,3 +210,37 @@ func TestTornMetaPageIsRecordedAtStart(t *testing.T) {
 		t.Fatalf("recorded %+v, want meta page %d named", ds, newer)
 	}
 }
+
+// No damage is read silently by the daemon: started on each file of the
+// damaged-ledger corpus, it either refuses to start, naming the damage, or
+// starts and records it, and is not ready.
+func TestDaemonOnTheDamagedCorpus(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "testdata", "ledger", "damaged", "*.db"))
+	if err != nil || len(files) < 10 {
+		t.Fatalf("corpus: %v, %v", files, err)
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".db")
+		t.Run(name, func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+			n.opts.MetricsAddr, n.opts.SnapshotCheck = "127.0.0.1:0", 10*time.Millisecond
+			if err := os.WriteFile(filepath.Join(n.opts.StateDir, LedgerFileName), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			d, err := Start(n.opts)
+			if err != nil {
+				if !strings.Contains(err.Error(), "devledger ledger salvage") && !strings.Contains(err.Error(), "not a devledger ledger") {
+					t.Errorf("refused with %v; want the damage named and salvage suggested", err)
+				}
+				return
+			}
+			t.Cleanup(func() { d.Stop(context.Background(), "test over") })
+			ctx := waitCtx(t)
+			waitReadyzSays(t, ctx, "http://"+d.MetricsAddr(), http.StatusServiceUnavailable, "the ledger is damaged")
+		})
+	}
+}
