@@ -9,7 +9,8 @@
 // auxNetDevice), excludeTopology, additionalInfo and selectors, one
 // selector object or an ordered list of them. devledger adds, per
 // resource, allocatePolicy (none by default, packed, spread), health
-// (link, holdDown, debounce, probeInterval), cdi (enabled, kind) and the
+// (link, holdDown, debounce, probeInterval), cdi (enabled, kind),
+// advertiseEmpty (serve the pool while it has no devices) and the
 // genericPCI device type, which takes PCI functions of any class. The same
 // schema is read from JSON or YAML (by extension, else by content); both
 // give one model, Config.

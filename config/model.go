@@ -90,6 +90,11 @@ type Resource struct {
 	// ExcludeTopology stops the NUMA node from being advertised for the
 	// pool's devices.
 	ExcludeTopology bool
+	// AdvertiseEmpty (advertiseEmpty) serves and registers the pool while
+	// it has no devices, with capacity 0. By default a pool is served once
+	// its first device joins and withdrawn when its last one leaves, as
+	// the SR-IOV plugin skips a pool with no devices.
+	AdvertiseEmpty bool
 	// AdditionalInfo is extra information handed to containers in the
 	// PCIDEVICE_<PREFIX>_<NAME>_INFO variable, keyed by PCI address or "*"
 	// for every device; nil when absent.

@@ -379,7 +379,7 @@ func (d *decoder) config(root *node) []Resource {
 
 var resourceFields = []string{
 	"resourceName", "resourcePrefix", "deviceType", "excludeTopology", "selectors", "additionalInfo",
-	"allocatePolicy", "health", "cdi",
+	"allocatePolicy", "health", "cdi", "advertiseEmpty",
 }
 
 // resourceIgnored are keys that appear in configs generated from the SR-IOV
@@ -460,6 +460,9 @@ func (d *decoder) resource(n *node, path string) (Resource, bool) {
 	}
 	if v := got["excludeTopology"]; v != nil {
 		r.ExcludeTopology = d.boolean(v, at("excludeTopology"))
+	}
+	if v := got["advertiseEmpty"]; v != nil {
+		r.AdvertiseEmpty = d.boolean(v, at("advertiseEmpty"))
 	}
 	if v := got["selectors"]; v == nil || v.kind == kindNull {
 		d.fail(at("selectors"), "", "missing: every resource needs at least one selector object")

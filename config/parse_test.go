@@ -818,3 +818,18 @@ func TestResourceNameRules(t *testing.T) {
 		})
 	}
 }
+
+// advertiseEmpty is a pool's own switch, off unless set, and must be a
+// boolean.
+func TestAdvertiseEmpty(t *testing.T) {
+	cfg := mustParse(t, "c.json", `{"resourceList": [
+	  {"resourceName": "a", "advertiseEmpty": true, "selectors": {"vendors": ["8086"]}},
+	  {"resourceName": "b", "selectors": {"vendors": ["8086"]}}]}`)
+	if !cfg.Resources[0].AdvertiseEmpty || cfg.Resources[1].AdvertiseEmpty {
+		t.Errorf("advertiseEmpty = %v, %v; want true, false", cfg.Resources[0].AdvertiseEmpty, cfg.Resources[1].AdvertiseEmpty)
+	}
+	_, err := Parse("c.json", []byte(`{"resourceList": [{"resourceName": "a", "advertiseEmpty": "yes", "selectors": {"vendors": ["8086"]}}]}`))
+	if err == nil || !strings.Contains(err.Error(), "resourceList[0].advertiseEmpty") {
+		t.Errorf("advertiseEmpty \"yes\": %v", err)
+	}
+}
