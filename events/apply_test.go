@@ -489,6 +489,13 @@ func TestApply(t *testing.T) {
 			want:  func(s *State) {},
 		},
 		{
+			name:  "PluginWithdrawn: not serving, not registered",
+			event: PluginWithdrawn{Pool: poolA, Socket: "/k/a.sock", Reason: "no devices"},
+			want: func(s *State) {
+				setRegistration(s, poolA, func(r *Registration) { r.Serving, r.Registered = false, false })
+			},
+		},
+		{
 			name:  "AllocationRecovered is a live allocation, bound to its container",
 			event: AllocationRecovered{Pool: poolA, DeviceIDs: []string{"0000:3b:02.2"}, Namespace: "ns", Pod: "p", Container: "c", Reason: "lost"},
 			want: func(s *State) {

@@ -424,6 +424,7 @@ func TestEnvelopeDevicesAndPool(t *testing.T) {
 		TypeEventsDropped:           {nil, ""},
 		TypeEventLost:               {nil, ""},
 		TypeAllocationRecovered:     {pair, dpdk},
+		TypePluginWithdrawn:         {nil, dpdk},
 		TypeLedgerDamaged:           {nil, ""},
 		TypeDamageAcknowledged:      {nil, ""},
 		TypeAllocationLeakSuspected: {[]string{"0000:3b:02.3"}, dpdk},

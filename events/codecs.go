@@ -470,6 +470,8 @@ func payloadValue(p Payload) Payload {
 		return deref(v)
 	case *AllocationRecovered:
 		return deref(v)
+	case *PluginWithdrawn:
+		return deref(v)
 	case *LedgerDamaged:
 		return deref(v)
 	case *DamageAcknowledged:

@@ -259,6 +259,8 @@ func (e Envelope) Pool() string {
 		return p.Pool
 	case SocketLost:
 		return p.Pool
+	case PluginWithdrawn:
+		return p.Pool
 	case DevicesAllocated:
 		return p.Pool
 	case AllocationConflict:

@@ -316,11 +316,12 @@ func apply(s State, e Envelope, owned bool) State {
 			pool.Registration.Registered = false
 			s.Pools[name] = pool
 		}
-	case SocketLost:
-		if pool, ok := s.Pools[p.Pool]; ok {
+	case SocketLost, PluginWithdrawn:
+		name := e.Pool()
+		if pool, ok := s.Pools[name]; ok {
 			pool.Registration.Serving = false
 			pool.Registration.Registered = false
-			s.Pools[p.Pool] = pool
+			s.Pools[name] = pool
 		}
 	case DevicesAllocated:
 		ids := p.DeviceIDs
