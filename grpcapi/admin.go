@@ -124,6 +124,9 @@ type AdminPoolStatus struct {
 	Registered bool   `json:"registered"`
 	// Reason is the kubelet's last rejection while not registered.
 	Reason string `json:"reason,omitempty"`
+	// NoDevices is true for a pool not served because it has no devices
+	// (and does not advertiseEmpty): the kubelet is not told of it.
+	NoDevices bool `json:"no_devices,omitempty"`
 }
 
 // adminTrailer ends a /v1/records body, and is the body of an error answer.

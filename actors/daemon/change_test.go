@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -535,57 +537,123 @@ const oneVFIOConfig = `{"resourceList": [
 
 // A driver rebind places the device again: from vfio-pci to iavf it
 // leaves the pool that selects vfio-pci for the one that selects iavf,
-// and both record it. The pool it leaves, now with no device, stays
-// served and registered, listing none.
-func TestRebindMovesADeviceAndAnEmptyPoolStays(t *testing.T) {
-	n := newTestNode(t, sysfsgen.ScenarioSRIOV, oneVFIOConfig, kubelettest.Options{})
-	n.opts.ScanInterval = time.Hour
-	d := n.start(t)
-	ctx := waitCtx(t)
-	const one, net, dev = "intel.com/one_vfio", "intel.com/sriov_net", "0000:3b:01.2"
-	count := func(want int) func([]*pluginapi.Device) bool {
-		return func(ds []*pluginapi.Device) bool { return len(ds) == want }
-	}
-	if _, err := n.kubelet.WaitDevices(ctx, one, count(1)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.kubelet.WaitDevices(ctx, net, count(3)); err != nil {
-		t.Fatal(err)
-	}
-	reg, err := n.kubelet.WaitRegistered(ctx, one)
-	if err != nil {
-		t.Fatal(err)
-	}
+// and both record it. The pool it leaves has no device now: by default it
+// is withdrawn, as the SR-IOV plugin skips a pool with none (its socket
+// goes, the kubelet drops the resource, the ledger says so), and served
+// again once the device comes back; with advertiseEmpty it stays served
+// and registered, listing none.
+func TestRebindEmptiesAPool(t *testing.T) {
+	for _, advertise := range []bool{false, true} {
+		t.Run(fmt.Sprintf("advertiseEmpty=%v", advertise), func(t *testing.T) {
+			cfg := oneVFIOConfig
+			if advertise {
+				cfg = strings.Replace(cfg, `"resourceName": "one_vfio",`, `"resourceName": "one_vfio", "advertiseEmpty": true,`, 1)
+			}
+			n := newTestNode(t, sysfsgen.ScenarioSRIOV, cfg, kubelettest.Options{})
+			n.opts.ScanInterval = time.Hour
+			d := n.start(t)
+			ctx := waitCtx(t)
+			const one, net, dev = "intel.com/one_vfio", "intel.com/sriov_net", "0000:3b:01.2"
+			count := func(want int) func([]*pluginapi.Device) bool {
+				return func(ds []*pluginapi.Device) bool { return len(ds) == want }
+			}
+			if _, err := n.kubelet.WaitDevices(ctx, one, count(1)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := n.kubelet.WaitDevices(ctx, net, count(3)); err != nil {
+				t.Fatal(err)
+			}
+			reg, err := n.kubelet.WaitRegistered(ctx, one)
+			if err != nil {
+				t.Fatal(err)
+			}
 
-	if err := n.roots.Bind(dev, "iavf"); err != nil {
-		t.Fatal(err)
-	}
-	d.Send(&node.Rescan{Reason: "test"})
-	if _, err := n.kubelet.WaitDevices(ctx, one, count(0)); err != nil {
-		t.Fatalf("the rebound device is still in %s: %v", one, err)
-	}
-	list, err := n.kubelet.WaitDevices(ctx, net, count(4))
-	if err != nil {
-		t.Fatalf("the rebound device never joined %s: %v", net, err)
-	}
-	if !slices.ContainsFunc(list, func(x *pluginapi.Device) bool { return x.ID == dev }) {
-		t.Errorf("%s lists %d devices, not %s", net, len(list), dev)
-	}
-	s := waitLedger(ctx, t, d, "both membership changes", func(s events.State) bool {
-		return s.Devices[dev].Pool == net && len(s.Pools[one].Members) == 0
-	})
-	if _, ok := s.Pools[one]; !ok {
-		t.Errorf("%s left the ledger's pools", one)
-	}
-	// An operator reading the ledger sees the move from both ends.
-	wantReasons(t, d, 1, dev, map[string]string{one: "; moved to " + net + ": " + dev, net: "; moved from " + one + ": " + dev})
-	// Still served and registered, with nothing to offer.
-	if _, err := os.Stat(reg.Endpoint); err != nil {
-		t.Errorf("the empty pool's socket: %v", err)
-	}
-	again, err := n.kubelet.WaitRegistered(ctx, one)
-	if err != nil || again.Endpoint != reg.Endpoint {
-		t.Errorf("the empty pool's registration: %+v, %v", again, err)
+			if err := n.roots.Bind(dev, "iavf"); err != nil {
+				t.Fatal(err)
+			}
+			d.Send(&node.Rescan{Reason: "test"})
+			list, err := n.kubelet.WaitDevices(ctx, net, count(4))
+			if err != nil {
+				t.Fatalf("the rebound device never joined %s: %v", net, err)
+			}
+			if !slices.ContainsFunc(list, func(x *pluginapi.Device) bool { return x.ID == dev }) {
+				t.Errorf("%s lists %d devices, not %s", net, len(list), dev)
+			}
+			s := waitLedger(ctx, t, d, "both membership changes", func(s events.State) bool {
+				return s.Devices[dev].Pool == net && len(s.Pools[one].Members) == 0
+			})
+			if _, ok := s.Pools[one]; !ok {
+				t.Errorf("%s left the ledger's pools", one)
+			}
+			// An operator reading the ledger sees the move from both ends.
+			wantReasons(t, d, 1, dev, map[string]string{one: "; moved to " + net + ": " + dev, net: "; moved from " + one + ": " + dev})
+
+			if advertise {
+				// Still served and registered, with nothing to offer.
+				if _, err := n.kubelet.WaitDevices(ctx, one, count(0)); err != nil {
+					t.Fatalf("the rebound device is still in %s: %v", one, err)
+				}
+				if _, err := os.Stat(reg.Endpoint); err != nil {
+					t.Errorf("the empty pool's socket: %v", err)
+				}
+				again, err := n.kubelet.WaitRegistered(ctx, one)
+				if err != nil || again.Endpoint != reg.Endpoint {
+					t.Errorf("the empty pool's registration: %+v, %v", again, err)
+				}
+				return
+			}
+			// Withdrawn: the socket goes, the kubelet has no endpoint,
+			// and the ledger says it no longer serves.
+			if err := n.kubelet.WaitUnregistered(ctx, one); err != nil {
+				t.Fatal(err)
+			}
+			waitLedger(ctx, t, d, "the pool withdrawn", func(s events.State) bool { return !s.Pools[one].Registration.Serving })
+			if _, err := os.Stat(reg.Endpoint); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("the withdrawn pool's socket: %v, want it gone", err)
+			}
+			if st, err := d.Status(ctx); err != nil || !slices.ContainsFunc(st.Pools, func(p grpcapi.AdminPoolStatus) bool { return p.Resource == one && p.NoDevices }) {
+				t.Errorf("status %+v, %v: want %s as having no devices", st, err, one)
+			}
+			if !d.Ready(ctx) {
+				t.Error("a pool withdrawn for want of devices makes the daemon not ready")
+			}
+
+			// Back: served and registered again, on a new socket.
+			if err := n.roots.Bind(dev, "vfio-pci"); err != nil {
+				t.Fatal(err)
+			}
+			back := time.Now()
+			d.Send(&node.Rescan{Reason: "test"})
+			regs, err := n.kubelet.RegisteredAfter(ctx, []string{one}, back)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if regs[0].Endpoint == reg.Endpoint {
+				t.Errorf("served again on the old socket %s", reg.Endpoint)
+			}
+			if _, err := n.kubelet.WaitDevices(ctx, one, count(1)); err != nil {
+				t.Fatal(err)
+			}
+			var withdrawn, served int
+			if err := d.Recorder().Log().Read(1, func(e events.Envelope) error {
+				switch p := e.Payload.(type) {
+				case events.PluginWithdrawn:
+					if p.Pool == one && p.Socket == reg.Endpoint {
+						withdrawn++
+					}
+				case events.PluginServing:
+					if p.Pool == one {
+						served++
+					}
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if withdrawn != 1 || served != 2 {
+				t.Errorf("the ledger has %d PluginWithdrawn of the first socket and %d PluginServing of %s, want 1 and 2", withdrawn, served, one)
+			}
+		})
 	}
 }
 

@@ -515,20 +515,26 @@ func (d *Daemon) Status(ctx context.Context) (grpcapi.AdminStatus, error) {
 	// The pools of the config in force now, which a reload may have
 	// changed since the start.
 	for _, name := range kids.Configured {
+		if _, serving := kids.Pools[name]; !serving && kids.Placed {
+			// No devices, and not advertised empty: the kubelet is not
+			// told of it (the SR-IOV plugin's rule).
+			st.Pools = append(st.Pools, grpcapi.AdminPoolStatus{Resource: name, NoDevices: true, Reason: "no devices: not served until one joins"})
+			continue
+		}
 		ps := reg.Pools[name]
 		st.Pools = append(st.Pools, grpcapi.AdminPoolStatus{Resource: name, Socket: ps.Socket, Registered: ps.Registered, Reason: ps.LastError})
 	}
 	return st, nil
 }
 
-// Ready reports whether every configured pool is registered.
+// Ready reports whether every pool served is registered.
 func (d *Daemon) Ready(ctx context.Context) bool {
 	st, err := d.Status(ctx)
 	if err != nil {
 		return false
 	}
 	for _, p := range st.Pools {
-		if !p.Registered {
+		if !p.Registered && !p.NoDevices {
 			return false
 		}
 	}

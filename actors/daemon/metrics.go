@@ -181,7 +181,7 @@ var (
 	poolFreeDesc = prometheus.NewDesc("devledger_pool_free_devices",
 		"Devices of each pool that can be given out now: healthy, held by no live allocation (of any pool), none being allocated.", []string{"pool"}, nil)
 	poolRegisteredDesc = prometheus.NewDesc("devledger_pool_registered",
-		"1 if the kubelet acknowledged the pool's registration of its current socket, 0 if not: every pool of the config in force.", []string{"pool"}, nil)
+		"1 if the kubelet acknowledged the pool's registration of its current socket, 0 if not: every pool served (one with no devices is not, unless advertiseEmpty).", []string{"pool"}, nil)
 )
 
 // poolCollector asks every pool for its members, and the registrar for its
@@ -215,7 +215,9 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if st, err := c.d.Status(ctx); err == nil {
 		for _, p := range st.Pools {
-			ch <- prometheus.MustNewConstMetric(poolRegisteredDesc, prometheus.GaugeValue, b2f(p.Registered), p.Resource)
+			if !p.NoDevices { // a pool not served is not registered, nor meant to be
+				ch <- prometheus.MustNewConstMetric(poolRegisteredDesc, prometheus.GaugeValue, b2f(p.Registered), p.Resource)
+			}
 		}
 	}
 }
@@ -254,7 +256,7 @@ func (d *Daemon) serveMetrics(ln net.Listener) {
 			return
 		}
 		for _, p := range st.Pools {
-			if !p.Registered {
+			if !p.Registered && !p.NoDevices {
 				http.Error(w, "pool "+p.Resource+" is not registered with the kubelet", http.StatusServiceUnavailable)
 				return
 			}

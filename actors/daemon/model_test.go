@@ -235,8 +235,9 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 			}
 			crashes["node"]++
 			crashed := time.Now()
+			serving := served(t, d, pools)
 			d.Send(&node.Crash{Reason: "model"})
-			if _, err := n.kubelet.RegisteredAfter(ctx, pools, crashed); err != nil {
+			if _, err := n.kubelet.RegisteredAfter(ctx, serving, crashed); err != nil {
 				// Should a node crash ever wedge: what every goroutine
 				// was doing says where it stood.
 				var stacks strings.Builder
@@ -246,12 +247,13 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 			}
 			history = append(history, "crash node")
 		case 7: // the daemon stops and starts again on its ledger
+			serving := served(t, d, pools)
 			if err := d.Stop(ctx, "model"); err != nil {
 				t.Fatal(err)
 			}
 			restarted := time.Now()
 			d = n.start(t)
-			if _, err := n.kubelet.RegisteredAfter(ctx, pools, restarted); err != nil {
+			if _, err := n.kubelet.RegisteredAfter(ctx, serving, restarted); err != nil {
 				t.Fatal(err)
 			}
 			clear(crashes)
@@ -261,11 +263,14 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 			if crashes[p] >= 3 {
 				continue
 			}
-			crashes[p]++
 			kids, err := d.Children(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
+			if kids.Pools[p] == nil { // not served: it has no devices
+				continue
+			}
+			crashes[p]++
 			crash(d, kids.Pools[p], "model")
 			history = append(history, "crash "+p)
 		case 4: // a rescan
@@ -318,6 +323,20 @@ func falseStories(t *testing.T, d *Daemon) []string {
 	return out
 }
 
+// served are the pools of pools that the ledger lists devices of: those
+// served again after a node crash or a restart (sysfs is as it was), the
+// others having none.
+func served(t *testing.T, d *Daemon, pools []string) []string {
+	st := ledgerState(t, d)
+	var out []string
+	for _, p := range pools {
+		if len(st.Pools[p].Members) > 0 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // converge waits until every pool agrees with the fold of the ledger (a
 // quiet point: what is queued has been handled and recorded), and returns
 // the last difference seen when they do not within window.
@@ -351,6 +370,24 @@ func compareWithFold(t *testing.T, ctx context.Context, n *testNode, d *Daemon, 
 	var b strings.Builder
 	compareProjections(ctx, &b, d, kids, st)
 	for _, name := range pools {
+		if kids.Pools[name] == nil {
+			// Not served: it has no devices. The ledger says so, and the
+			// kubelet is told of none.
+			if fold := restrict(st, name); len(fold.members) > 0 || st.Pools[name].Registration.Serving {
+				fmt.Fprintf(&b, "%s: not served, while the ledger has members %v (serving %v)\n", name, fold.members, st.Pools[name].Registration.Serving)
+			}
+			// The kubelet keeps the last list of a plugin gone, all of
+			// it unhealthy.
+			if n.kubelet.Connected(name) {
+				fmt.Fprintf(&b, "%s: not served, while the kubelet has it connected\n", name)
+			}
+			for _, dev := range n.kubelet.Devices(name) {
+				if dev.Health == pluginapi.Healthy {
+					fmt.Fprintf(&b, "%s: not served, while the kubelet lists %s healthy\n", name, dev.ID)
+				}
+			}
+			continue
+		}
 		res, err := d.Ask(ctx, kids.Pools[name], &pool.Query{})
 		if err != nil {
 			fmt.Fprintf(&b, "%s: query: %v\n", name, err)

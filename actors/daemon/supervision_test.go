@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"path/filepath"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -193,9 +194,11 @@ func TestPoolRestartKeepsItsVerdicts(t *testing.T) {
 // A pool restarted after a crash starts from the members its last
 // incarnation had, not from those it was spawned with: a device that moved
 // away since is not offered again, even for a moment, and the ledger shows
-// no membership change for the restart.
+// no membership change for the restart. (The pool advertises itself
+// empty, else it would be withdrawn when its device left.)
 func TestRestartedPoolKeepsItsLastMembers(t *testing.T) {
-	n := newTestNode(t, sysfsgen.ScenarioSRIOV, oneVFIOConfig, kubelettest.Options{})
+	cfg := strings.Replace(oneVFIOConfig, `"resourceName": "one_vfio",`, `"resourceName": "one_vfio", "advertiseEmpty": true,`, 1)
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, cfg, kubelettest.Options{})
 	n.opts.ScanInterval = time.Hour
 	d := n.start(t)
 	ctx := supervisionCtx(t)
@@ -268,5 +271,44 @@ func TestCrashedPoolRegistersAgainWithASlowKubelet(t *testing.T) {
 	}
 	if _, err := n.kubelet.WaitDevices(ctx, vfioPool, func(ds []*pluginapi.Device) bool { return len(ds) == 5 }); err != nil {
 		t.Errorf("the kubelet does not list the restarted pool's devices: %v", err)
+	}
+}
+
+// A node that crashes after a reload comes back with the config the reload
+// applied, not the one the daemon started with: the pools it serves are
+// the reloaded config's, and nothing is moved back.
+func TestNodeCrashKeepsTheReloadedConfig(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.WatchConfig = false
+	d := n.start(t)
+	ctx := supervisionCtx(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+		t.Fatal(err)
+	}
+	n.reload(ctx, t, d, dpdkConfig)
+	const dpdk = "intel.com/dpdk"
+	if _, err := n.kubelet.WaitRegistered(ctx, dpdk); err != nil {
+		t.Fatal(err)
+	}
+	seq := d.Recorder().Log().LastSeq()
+	crashed := time.Now()
+	d.Send(&node.Crash{Reason: "test"})
+	if _, err := n.kubelet.RegisteredAfter(ctx, []string{dpdk, netPool}, crashed); err != nil {
+		t.Fatal(err)
+	}
+	kids, err := d.Children(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := slices.Sorted(maps.Keys(kids.Pools)); !slices.Equal(got, []string{dpdk, netPool}) {
+		t.Errorf("after the crash the node serves %v, want the reloaded config's pools", got)
+	}
+	if err := d.Recorder().Log().Read(seq+1, func(e events.Envelope) error {
+		if m, ok := e.Payload.(events.PoolMembershipChanged); ok && len(m.Added) > 0 && m.Pool == vfioPool {
+			t.Errorf("#%d: %s, gone with the reload, took devices again: %s", e.Seq, vfioPool, m.Reason)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

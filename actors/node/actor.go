@@ -112,13 +112,25 @@ func Props(cfg Config) *actor.Props {
 	if cfg.Supervisor != nil {
 		opts = append(opts, actor.WithSupervisor(cfg.Supervisor))
 	}
+	life := &lifetime{}
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &coordinator{cfg: cfg, replayed: replayed()}
+		return &coordinator{cfg: cfg, replayed: replayed(), life: life}
 	}, opts...)
+}
+
+// lifetime is what the node keeps across its incarnations (protoactor
+// restarts an actor in place, with a new coordinator): the config a
+// reload applied, which a restarted node places by, not the one the
+// daemon started with. Only the actor's goroutine touches it; its
+// incarnations run one after another.
+type lifetime struct {
+	config *config.Config
+	sha    string
 }
 
 type coordinator struct {
 	cfg      Config
+	life     *lifetime
 	replayed *events.State
 	// closing is set once the node is stopping or restarting.
 	closing bool
@@ -334,7 +346,7 @@ func (n *coordinator) Receive(ctx actor.Context) {
 			pools[k] = v
 		}
 		ctx.Respond(&ChildPIDs{Scanner: n.scanner, Registrar: n.registrar, Health: n.health, Sockets: n.sockets,
-			Reconciler: n.reconciler, Pools: pools, Configured: slices.Sorted(maps.Keys(n.resources))})
+			Reconciler: n.reconciler, Pools: pools, Configured: slices.Sorted(maps.Keys(n.resources)), Placed: n.placed})
 	}
 }
 
@@ -514,6 +526,9 @@ func (n *coordinator) start(ctx actor.Context) {
 	// replays the ledger itself, which has moved on since.
 	n.replayed = st
 	n.placed = false
+	if n.life.config != nil {
+		n.cfg.Config, n.cfg.ConfigSHA256 = n.life.config, n.life.sha
+	}
 	n.pools = map[string]*actor.PID{}
 	n.members = map[string][]allocation.Member{}
 	n.owner = map[string]string{}
@@ -599,16 +614,8 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 			}
 		}
 	}
-	for addr, name := range n.owner {
-		d, present := byAddr[addr]
-		if _, placed := owner[addr]; present && !placed && d.Driver == "" && n.resources[name] != nil {
-			owner[addr] = name
-			members[name] = append(members[name], addr)
-		}
-	}
-	n.gen++
-	n.leave(owner)
-	// Where each device was: the last placement, or at start the ledger's.
+	// Where each device was: the last placement, or at start (of the
+	// daemon, or of the node after a crash) the ledger's.
 	before := n.owner
 	if !n.placed {
 		before = map[string]string{}
@@ -618,6 +625,15 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 			}
 		}
 	}
+	for addr, name := range before {
+		d, present := byAddr[addr]
+		if _, placed := owner[addr]; present && !placed && d.Driver == "" && n.resources[name] != nil {
+			owner[addr] = name
+			members[name] = append(members[name], addr)
+		}
+	}
+	n.gen++
+	n.leave(owner)
 
 	var targets []health.Target
 	for _, pm := range sel.Pools {
@@ -643,13 +659,21 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 			}
 			targets = append(targets, t)
 		}
+		prev := n.members[pm.Name]
 		n.members[pm.Name] = ms
-		if pid, ok := n.pools[pm.Name]; ok {
-			if changed {
-				n.setMembers(ctx, pid, ms, reason, moves(pm.Name, before, owner))
-			}
-		} else {
+		// A pool serves while it has devices, as the SR-IOV plugin skips
+		// a pool with none, unless it advertises itself empty.
+		serve := len(ms) > 0 || res.AdvertiseEmpty
+		pid, running := n.pools[pm.Name]
+		switch {
+		case running && !serve:
+			n.withdraw(ctx, pm.Name, pid, prev, reason, moves(pm.Name, before, owner))
+		case running && changed:
+			n.setMembers(ctx, pid, ms, reason, moves(pm.Name, before, owner))
+		case !running && serve:
 			n.spawnPool(ctx, res, ms, moves(pm.Name, before, owner))
+		case !running && !n.placed:
+			n.recordEmptied(pm.Name, before, owner)
 		}
 		for i := len(targets) - len(ids); i < len(targets); i++ {
 			targets[i].Pool = n.pools[pm.Name]
@@ -663,6 +687,45 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 	n.owner = owner
 	n.placed = true
 	ctx.Send(n.health, &health.Watch{Targets: targets})
+}
+
+// withdraw stops the pool name at pid, which has no devices left: it
+// records the last ones leaving and that it stops serving, the registrar
+// forgets it, and it stops (its socket goes). Until it has stopped it may
+// still give out what it listed (prev), as a pool a reload removes.
+func (n *coordinator) withdraw(ctx actor.Context, name string, pid *actor.PID, prev []allocation.Member, reason string, moves map[string]string) {
+	n.setMembers(ctx, pid, nil, reason, moves)
+	ctx.Send(pid, &pool.Withdraw{Reason: "no devices: the last one left (" + reason + ")"})
+	ctx.Send(n.registrar, &registrar.Undesire{Pool: name})
+	ctx.Poison(pid)
+	listed := make(map[string]bool, len(prev))
+	for _, m := range prev {
+		listed[m.Device.Address] = true
+	}
+	n.stopping[pid.Id] = poolStopped{pool: name, pid: pid, members: listed}
+	delete(n.pools, name)
+}
+
+// recordEmptied records, at start, that a pool the ledger lists devices of
+// has none now (they went while the daemon was down): the pool is not
+// spawned, so it cannot say so itself.
+func (n *coordinator) recordEmptied(name string, before, owner map[string]string) {
+	var removed []string
+	for addr, p := range before {
+		if p == name {
+			removed = append(removed, addr)
+		}
+	}
+	if len(removed) == 0 {
+		return
+	}
+	slices.Sort(removed)
+	reason := "daemon start" + pool.MovedList("moved to", removed, moves(name, before, owner)) + "; the pool has no devices and is not served"
+	if _, err := n.cfg.Recorder.Record(context.Background(), events.PoolMembershipChanged{Pool: name, Removed: removed, Reason: reason}); err != nil {
+		n.cfg.Log.Error().Err(err).Str("pool", name).Msg("cannot record membership change")
+		return
+	}
+	n.cfg.Log.Info().Str("pool", name).Int("removed", len(removed)).Str("reason", reason).Msg("pool membership changed")
 }
 
 // leave notes the devices that owner places out of a pool that may still
@@ -874,12 +937,17 @@ func (n *coordinator) reload(ctx actor.Context, reason string) *ReloadResult {
 		}
 	}
 	n.cfg.Config, n.resources, n.configSHA = cfg, next, sha
+	n.life.config, n.life.sha = cfg, sha
 	pools := make([]string, 0, len(cfg.Resources))
 	for i := range cfg.Resources {
 		pools = append(pools, cfg.Resources[i].FullName())
 	}
 	ctx.Send(n.reconciler, &reconciler.SetPools{Pools: pools})
 	log.Info().Str("sha256", sha).Strs("pools", pools).Strs("removed", gone).Uint64("seq", envs[len(envs)-1].Seq).Msg("config applied")
-	n.place(ctx, "config applied", true)
+	// Before the first scan there is nothing to place: that scan places
+	// the devices by the config in force then, this one.
+	if n.placed {
+		n.place(ctx, "config applied", true)
+	}
 	return &ReloadResult{Applied: true}
 }

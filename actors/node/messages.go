@@ -38,9 +38,12 @@ type ChildPIDs struct {
 	Reconciler *actor.PID
 	// Pools are the pools running; Configured names the pools of the
 	// config in force, sorted, whether they run yet or not (a pool starts
-	// after the first scan).
+	// after the first scan, and only while it has devices, unless it
+	// advertises itself empty). Placed is true once the first scan placed
+	// the devices: a configured pool not running then has none.
 	Pools      map[string]*actor.PID
 	Configured []string
+	Placed     bool
 }
 
 // ReloadConfig asks the node to read its config file again (the file

@@ -147,6 +147,8 @@ func (p *allocator) Receive(ctx actor.Context) {
 		p.release(m.AllocationSeq)
 	case *Recovered:
 		p.holdDevices(m.AllocationSeq, m.DeviceIDs)
+	case *Withdraw:
+		p.withdraw(m.Reason)
 	case *Query:
 		ctx.Respond(p.status())
 	case *Crash:
@@ -318,6 +320,23 @@ func (p *allocator) announce(ctx actor.Context, lost string) {
 	ctx.Send(ctx.Parent(), &Serving{Pool: p.name, From: ctx.Self(), Socket: p.socket})
 }
 
+// withdraw records that the pool stops serving for want of devices; its
+// parent stops it next, which removes its socket.
+func (p *allocator) withdraw(reason string) {
+	log, name, socket := p.cfg.Log, p.name, p.socket
+	err := p.cfg.Recorder.RecordAsync(context.Background(), []events.Payload{events.PluginWithdrawn{Pool: name, Socket: socket, Reason: reason}},
+		func(envs []events.Envelope, err error) {
+			if err != nil {
+				log.Error().Err(err).Str("pool", name).Msg("cannot record PluginWithdrawn")
+				return
+			}
+			log.Info().Str("pool", name).Str("socket", socket).Str("reason", reason).Uint64("seq", envs[0].Seq).Msg("pool withdrawn: it has no devices")
+		})
+	if err != nil {
+		log.Error().Err(err).Str("pool", name).Msg("cannot record PluginWithdrawn")
+	}
+}
+
 // stop ends this incarnation's serving (the pool stops, or restarts after
 // a crash). The socket goes and streams end at once. Calls waiting in the
 // mailbox are answered by the next incarnation after a restart (same PID,
@@ -389,7 +408,7 @@ func (p *allocator) recordMembership(ctx actor.Context, before []string, reason 
 	if len(added) == 0 && len(removed) == 0 {
 		return
 	}
-	reason += movedList("moved from", added, moves) + movedList("moved to", removed, moves)
+	reason += MovedList("moved from", added, moves) + MovedList("moved to", removed, moves)
 	// A device that leaves while a live allocation holds it is not moved
 	// silently: the reason names the allocations, which stay in the ledger;
 	// nor does one arrive silently while another pool's allocation holds it.
@@ -484,7 +503,9 @@ func (p *allocator) letGo(ctx actor.Context, ids []string) {
 
 // movedList names the devices of ids that moves names a pool for, by
 // pool: "; moved to intel.com/b: 0000:3b:02.0, 0000:3b:02.1".
-func movedList(verb string, ids []string, moves map[string]string) string {
+// MovedList is "; <verb> <pool>: <ids>" for each other pool that moves
+// names for some of ids, for a membership change's reason.
+func MovedList(verb string, ids []string, moves map[string]string) string {
 	by := map[string][]string{}
 	for _, id := range ids {
 		if other := moves[id]; other != "" {

@@ -75,6 +75,10 @@ type Recovered struct {
 	DeviceIDs     []string
 }
 
+// Withdraw tells the pool that it stops serving because it has no devices
+// (its parent stops it right after): it records PluginWithdrawn.
+type Withdraw struct{ Reason string }
+
 // Query asks for the pool's status; the reply is a *Status.
 type Query struct{}
 

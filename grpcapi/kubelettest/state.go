@@ -155,6 +155,14 @@ func (k *Kubelet) Devices(resource string) []*pluginapi.Device {
 	return cloneDevices(devs)
 }
 
+// Connected says whether the resource has a connected endpoint now.
+func (k *Kubelet) Connected(resource string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	e := k.endpoints[resource]
+	return e != nil && !e.stopped
+}
+
 // WaitRegistered waits until the resource has a connected endpoint and
 // returns its registration.
 func (k *Kubelet) WaitRegistered(ctx context.Context, resource string) (Registration, error) {
