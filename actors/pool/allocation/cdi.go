@@ -1,0 +1,211 @@
+package allocation
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/devledger/devledger/config"
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/sysfs"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+	"tags.cncf.io/container-device-interface/specs-go"
+)
+
+// CDISpec is the CDI spec of the pool res for its members: kind
+// res.CDI.Kind, one device per member named by its PCI address, so that
+// every name Respond hands out with CDI enabled ("<kind>=<address>")
+// resolves in it. Devices are sorted by address, so equal input gives
+// equal bytes.
+//
+// A device's container edits are what Respond gives that one device with
+// CDI disabled: the same device nodes (host and container path,
+// permissions "rw") and mounts, taken from Respond itself so the two
+// cannot drift apart. Respond's variables are not copied: they describe a
+// whole request (the addresses comma-joined, the _INFO object), and
+// Allocate still sets them with CDI enabled, where one device's values
+// injected by the runtime would overwrite them. CDI refuses a device with
+// no edits at all, so a device that gets no node (a function bound to a
+// kernel network driver) sets instead one variable of its own,
+// res.EnvVarName() + "_" + its address upper-cased with ':' and '.' as
+// '_' (PCIDEVICE_INTEL_COM_INTEL_SRIOV_NETDEVICE_0000_3B_02_0=0000:3b:02.0);
+// without it the name could not resolve and the container would not start.
+//
+// The version is the lowest CDI version that can express the spec
+// (specs.MinimumRequiredVersion, 0.5.0 for PCI-address names with host
+// paths), not the library's newest: a runtime accepts only versions its
+// own CDI library knows, and nodes run runtimes older than ours.
+//
+// A member Respond refuses (a vfio-bound function without an IOMMU group:
+// ErrNoIOMMUGroup), one without an address, listed twice, or whose address
+// is not a CDI device name (ErrInvalidRequest) is left out and reported in
+// refused, one error each, naming the device; the spec holds the rest.
+// err is set, and spec nil, only when the pool can have no spec: a kind
+// that is not "vendor/class", or a pool Respond does not answer for
+// (auxNetDevice, found on its first member); both wrap ErrUnsupported.
+// CDISpec does not look at res.CDI.Enabled: whether a pool has a spec is
+// the caller's call. With no members left the spec has no devices, which
+// WriteCDISpec takes to mean that the pool's file must go.
+func CDISpec(res *config.Resource, members []sysfs.Device, env Env) (spec *specs.Spec, refused []error, err error) {
+	if err := validCDIKind(res.CDI.Kind); err != nil {
+		return nil, nil, fmt.Errorf("CDI spec for %s: %w: %w", res.FullName(), err, ErrUnsupported)
+	}
+	plain := *res
+	plain.CDI = config.CDI{}
+	spec = &specs.Spec{Kind: res.CDI.Kind, Devices: []specs.Device{}}
+	seen := make(map[string]bool, len(members))
+	for i := range members {
+		d := &members[i]
+		var why error
+		switch {
+		case d.Address == "":
+			why = fmt.Errorf("member %d has no PCI address: %w", i, ErrInvalidRequest)
+		case seen[d.Address]:
+			why = fmt.Errorf("device %s listed twice: %w", d.Address, ErrInvalidRequest)
+		default:
+			if err := validCDIDeviceName(d.Address); err != nil {
+				why = fmt.Errorf("%w: %w", err, ErrInvalidRequest)
+			}
+		}
+		if why != nil {
+			refused = append(refused, fmt.Errorf("CDI spec for %s: %w", res.FullName(), why))
+			continue
+		}
+		alloc, err := Respond(&plain, members[i:i+1], env)
+		if errors.Is(err, ErrUnsupported) {
+			return nil, nil, fmt.Errorf("CDI spec for %s: %w", res.FullName(), err)
+		}
+		if err != nil {
+			refused = append(refused, fmt.Errorf("CDI spec: %w", err))
+			continue
+		}
+		seen[d.Address] = true
+		edits := cdiEdits(alloc)
+		if len(edits.DeviceNodes) == 0 && len(edits.Mounts) == 0 {
+			edits.Env = []string{cdiDeviceEnv(res, d.Address)}
+		}
+		spec.Devices = append(spec.Devices, specs.Device{Name: d.Address, ContainerEdits: edits})
+	}
+	slices.SortFunc(spec.Devices, func(a, b specs.Device) int { return strings.Compare(a.Name, b.Name) })
+	spec.Version, err = specs.MinimumRequiredVersion(spec)
+	if err != nil {
+		return nil, nil, fmt.Errorf("CDI spec for %s: %w", res.FullName(), err)
+	}
+	return spec, refused, nil
+}
+
+// cdiEdits are the container edits that hand a container the device nodes
+// and mounts of a, as the kubelet would have handed them from a itself.
+func cdiEdits(a events.ContainerAllocation) specs.ContainerEdits {
+	var e specs.ContainerEdits
+	for _, n := range a.Devices {
+		e.DeviceNodes = append(e.DeviceNodes, &specs.DeviceNode{Path: n.ContainerPath, HostPath: n.HostPath, Permissions: n.Permissions})
+	}
+	for _, m := range a.Mounts {
+		// The kubelet bind-mounts a device plugin's mounts, read-write
+		// unless it says otherwise.
+		access := "rw"
+		if m.ReadOnly {
+			access = "ro"
+		}
+		e.Mounts = append(e.Mounts, &specs.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath, Type: "bind", Options: []string{"rbind", access}})
+	}
+	return e
+}
+
+// cdiDeviceEnv is the variable a device without nodes or mounts sets, so
+// that its CDI device has an edit: res.EnvVarName()_<ADDRESS>=<address>.
+func cdiDeviceEnv(res *config.Resource, addr string) string {
+	suffix := strings.ToUpper(strings.NewReplacer(":", "_", ".", "_").Replace(addr))
+	return res.EnvVarName() + "_" + suffix + "=" + addr
+}
+
+// CDISpecPath is the path of the CDI spec file of the pool res in dir:
+// devledger_<prefix>_<name>.json ("devledger_intel.com_intel_sriov_dpdk.json").
+//
+// The name follows the pool, not its kind. Pools may share a kind (every
+// netDevice pool of a prefix defaults to <prefix>/net-pci), so a kind
+// cannot name a file; and the library's cdi.GenerateSpecName and
+// GenerateTransientSpecName begin with the kind's vendor and class, so a
+// reload that changes a pool's kind would leave its old file behind under
+// the old name. The resource name is unique among pools, and a prefix
+// holds no '_', so distinct pools get distinct files. The "devledger"
+// part keeps them apart from any other program's specs in the same
+// directory (the SR-IOV plugin's, while migrating). The ".json" extension
+// is one the CDI cache loads; the content is JSON, as the library itself
+// writes a spec with that extension.
+func CDISpecPath(dir string, res *config.Resource) string {
+	return filepath.Join(dir, "devledger_"+strings.ReplaceAll(res.FullName(), "/", "_")+".json")
+}
+
+// WriteCDISpec writes spec, the CDI spec of the pool res, to its file in
+// dir (CDISpecPath) and returns the file's path. dir is created (0755)
+// when missing. A file already holding these bytes is left untouched, so
+// rewriting an unchanged pool changes nothing a cache could notice.
+//
+// The file is written whole or not at all: the content goes to a
+// temporary dot file in dir (a name the CDI cache does not load), is read
+// back and validated with the library's own reader (cdi.ReadSpec, as a
+// runtime reads it), made 0644, and renamed over the file. A runtime
+// therefore sees the old spec or the new one, never a partial or invalid
+// one; on a validation error the old file stays. As with device-info
+// files nothing is synced: /var/run/cdi is a tmpfs, and the daemon writes
+// every pool's spec again when it starts.
+//
+// A spec with no devices (nil included) removes the file instead: CDI
+// refuses a spec without devices, and a pool with no usable member has no
+// name to resolve. spec's kind must be res.CDI.Kind (ErrInvalidRequest
+// otherwise), so that a spec cannot land in another pool's file.
+func WriteCDISpec(dir string, res *config.Resource, spec *specs.Spec) (path string, err error) {
+	path = CDISpecPath(dir, res)
+	if spec == nil || len(spec.Devices) == 0 {
+		return path, RemoveCDISpec(dir, res)
+	}
+	if spec.Kind != res.CDI.Kind {
+		return path, fmt.Errorf("write CDI spec %s: spec of kind %q for pool %s of kind %q: %w", path, spec.Kind, res.FullName(), res.CDI.Kind, ErrInvalidRequest)
+	}
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return path, fmt.Errorf("write CDI spec %s: %w", path, err)
+	}
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		return path, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return path, fmt.Errorf("write CDI spec %s: %w", path, err)
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return path, fmt.Errorf("write CDI spec %s: %w", path, err)
+	}
+	tmpPath := tmp.Name()
+	_, err = tmp.Write(data)
+	err = errors.Join(err, tmp.Chmod(0o644), tmp.Close())
+	if err == nil {
+		_, err = cdi.ReadSpec(tmpPath, 0)
+	}
+	if err == nil {
+		err = os.Rename(tmpPath, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmpPath)
+		return path, fmt.Errorf("write CDI spec %s: %w", path, err)
+	}
+	return path, nil
+}
+
+// RemoveCDISpec removes the CDI spec file of the pool res from dir. A file
+// that is not there is no error.
+func RemoveCDISpec(dir string, res *config.Resource) error {
+	path := CDISpecPath(dir, res)
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove CDI spec %s: %w", path, err)
+	}
+	return nil
+}
