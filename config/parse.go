@@ -30,6 +30,9 @@ type Options struct {
 	// or absent (DefaultResourcePrefix when ""): the SR-IOV plugin's
 	// --resource-prefix.
 	ResourcePrefix string
+	// UseCDI answers every pool's Allocate with CDI device names, as if
+	// each set cdi.enabled: the SR-IOV plugin's --use-cdi.
+	UseCDI bool
 }
 
 // Check says what is wrong with o, naming the flag.
@@ -72,7 +75,7 @@ func Parse(name string, data []byte) (*Config, error) {
 
 // ParseWith is Parse with opts.
 func ParseWith(name string, data []byte, opts Options) (*Config, error) {
-	d := &decoder{file: name, prefix: opts.ResourcePrefix}
+	d := &decoder{file: name, prefix: opts.ResourcePrefix, useCDI: opts.UseCDI}
 	if d.prefix == "" {
 		d.prefix = DefaultResourcePrefix
 	}
@@ -146,8 +149,10 @@ func isYAML(name string, data []byte) bool {
 type decoder struct {
 	file string
 	yaml bool
-	// prefix is the resourcePrefix of a pool that names none.
+	// prefix is the resourcePrefix of a pool that names none; useCDI
+	// enables CDI for every pool (Options).
 	prefix string
+	useCDI bool
 	// pos is the offset of the value being decoded; errors and warnings
 	// are sorted by it, so that they come in document order even though
 	// fields are decoded in a fixed order.
@@ -488,6 +493,7 @@ func (d *decoder) resource(n *node, path string) (Resource, bool) {
 	if v := got["cdi"]; v != nil {
 		d.cdi(v, at("cdi"), &r.CDI)
 	}
+	r.CDI.Enabled = r.CDI.Enabled || d.useCDI
 	return r, true
 }
 

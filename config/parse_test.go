@@ -833,3 +833,26 @@ func TestAdvertiseEmpty(t *testing.T) {
 		t.Errorf("advertiseEmpty \"yes\": %v", err)
 	}
 }
+
+// UseCDI (--use-cdi) enables CDI for every pool, as the SR-IOV plugin's
+// flag does; a pool's own kind is kept.
+func TestUseCDI(t *testing.T) {
+	src := []byte(`{"resourceList": [
+	  {"resourceName": "a", "selectors": {"vendors": ["8086"]}},
+	  {"resourceName": "b", "cdi": {"kind": "example.com/b"}, "selectors": {"vendors": ["8086"]}}]}`)
+	cfg, err := ParseWith("c.json", src, Options{UseCDI: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range cfg.Resources {
+		if !r.CDI.Enabled {
+			t.Errorf("%s: CDI not enabled by UseCDI", r.Name)
+		}
+	}
+	if k := cfg.Resources[1].CDI.Kind; k != "example.com/b" {
+		t.Errorf("kind %q, want the pool's own", k)
+	}
+	if plain := mustParse(t, "c.json", string(src)); plain.Resources[0].CDI.Enabled {
+		t.Error("CDI enabled without UseCDI")
+	}
+}

@@ -332,6 +332,7 @@ var hostMounts = []hostMount{
 	{"/dev", true, corev1.HostPathDirectory, "--dev-root", ""},
 	{"/var/lib/devledger", false, corev1.HostPathDirectoryOrCreate, "--state-dir", ""},
 	{"/var/run/k8s.cni.cncf.io/devinfo/dp", false, corev1.HostPathDirectoryOrCreate, "--devinfo-dir", ""},
+	{"/var/run/cdi", false, corev1.HostPathDirectoryOrCreate, "--cdi-spec-dir", ""},
 }
 
 // flagValues reads "--name=value" args; a flag given twice fails.

@@ -192,7 +192,7 @@ func newHealthBenchWith(b *testing.B, config string, probeInterval time.Duration
 	n := &benchNode{roots: roots, kubelet: h.kubelet, opts: Options{
 		ConfigPath: cfgPath, SysfsRoot: roots.Sysfs, DevRoot: roots.Dev, ProcRoot: roots.Proc,
 		PCIIDsPath: filepath.Join(b.TempDir(), "none"), KubeletDir: dir, StateDir: b.TempDir(),
-		DevinfoDir: filepath.Join(b.TempDir(), "devinfo"), Registration: "legacy", Version: "bench",
+		DevinfoDir: filepath.Join(b.TempDir(), "devinfo"), CDISpecDir: "-", Registration: "legacy", Version: "bench",
 		Node: "bench-node", Logger: zerolog.New(h.verdicts).Level(zerolog.InfoLevel),
 		// Only the benchmark's triggers start scans; probe rounds come
 		// at the pools' probeInterval, or at probeInterval.

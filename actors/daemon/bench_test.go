@@ -62,7 +62,7 @@ func newBenchNode(tb testing.TB, tree sysfsgen.Node, cfg string) *benchNode {
 	return &benchNode{roots: roots, kubelet: k, opts: Options{
 		ConfigPath: cfgPath, SysfsRoot: roots.Sysfs, DevRoot: roots.Dev, ProcRoot: roots.Proc,
 		PCIIDsPath: filepath.Join(tb.TempDir(), "none"), KubeletDir: dir, StateDir: tb.TempDir(),
-		DevinfoDir: filepath.Join(benchbaseline.MemTempDir(tb), "devinfo"), Registration: "legacy", Version: "bench",
+		DevinfoDir: filepath.Join(benchbaseline.MemTempDir(tb), "devinfo"), CDISpecDir: "-", Registration: "legacy", Version: "bench",
 		Node: "bench-node", Logger: zerolog.New(io.Discard).Level(zerolog.InfoLevel),
 	}}
 }

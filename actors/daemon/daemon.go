@@ -66,6 +66,9 @@ type Options struct {
 	KubeletDir    string // /var/lib/kubelet
 	StateDir      string // /var/lib/devledger
 	DevinfoDir    string // /var/run/k8s.cni.cncf.io/devinfo/dp; "-" writes none
+	// CDISpecDir is where the CDI spec of each CDI-enabled pool is
+	// written (default /var/run/cdi); "-" writes none.
+	CDISpecDir string
 	// Registration is auto, legacy or watcher; auto picks watcher when
 	// the kubelet's plugins_registry dir exists.
 	Registration string
@@ -119,6 +122,7 @@ func (o *Options) defaults() {
 	def(&o.KubeletDir, "/var/lib/kubelet")
 	def(&o.StateDir, "/var/lib/devledger")
 	def(&o.DevinfoDir, "/var/run/k8s.cni.cncf.io/devinfo/dp")
+	def(&o.CDISpecDir, "/var/run/cdi")
 	def(&o.Registration, "auto")
 	def(&o.Version, "dev")
 	if o.Node == "" {
@@ -296,9 +300,12 @@ func Start(opts Options) (_ *Daemon, err error) {
 	}
 	reader := sysfs.New(sysfs.Options{SysfsRoot: opts.SysfsRoot, DevRoot: opts.DevRoot, PCIIDsPath: opts.PCIIDsPath,
 		Logger: d.log.With().Str("component", "sysfs").Logger()})
-	devinfo := opts.DevinfoDir
+	devinfo, cdiDir := opts.DevinfoDir, opts.CDISpecDir
 	if devinfo == "-" {
 		devinfo = ""
+	}
+	if cdiDir == "-" {
+		cdiDir = ""
 	}
 
 	zl := d.log.With().Str("component", "protoactor").Logger()
@@ -318,7 +325,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 		Config: cfg, ConfigPath: opts.ConfigPath, ConfigOptions: opts.ConfigOptions, WatchConfig: opts.WatchConfig, ConfigSHA256: node.Digest(cfgData), Env: env, Reader: reader, Recorder: d.rec, Replayed: &st,
 		KubeletDir: opts.KubeletDir, Mode: mode,
 		AllocEnv:   allocation.Env{DevRoot: opts.DevRoot, HasVhostNet: env.HasVhostNet},
-		DevinfoDir: devinfo, ScanInterval: opts.ScanInterval, ProbeInterval: opts.ProbeInterval,
+		DevinfoDir: devinfo, CDISpecDir: cdiDir, ScanInterval: opts.ScanInterval, ProbeInterval: opts.ProbeInterval,
 		CallTimeout: opts.CallTimeout, Supervisor: strategy, Log: d.log,
 		PodResources: podres, ObserveAllocate: d.metrics.allocated,
 		Reconcile: reconciler.Config{Interval: opts.ReconcileInterval, LeakGrace: opts.LeakGrace},

@@ -46,7 +46,7 @@ func newTestNode(t *testing.T, scenario, cfg string, kopts kubelettest.Options) 
 	return &testNode{roots: roots, kubelet: k, opts: Options{
 		ConfigPath: cfgPath, SysfsRoot: roots.Sysfs, DevRoot: roots.Dev, ProcRoot: roots.Proc,
 		PCIIDsPath: filepath.Join(t.TempDir(), "none"), KubeletDir: dir, StateDir: state,
-		DevinfoDir: filepath.Join(t.TempDir(), "devinfo"), Registration: "legacy", Version: "test",
+		DevinfoDir: filepath.Join(t.TempDir(), "devinfo"), CDISpecDir: filepath.Join(t.TempDir(), "cdi"), Registration: "legacy", Version: "test",
 		Node: "test-node", Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
 		WatchConfig: true,
 	}}

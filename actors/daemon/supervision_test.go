@@ -2,8 +2,8 @@ package daemon
 
 import (
 	"context"
-	"path/filepath"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"

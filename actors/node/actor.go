@@ -65,6 +65,9 @@ type Config struct {
 	// AllocEnv is where device nodes are checked for Allocate answers.
 	AllocEnv   allocation.Env
 	DevinfoDir string
+	// CDISpecDir is where CDI-enabled pools write their CDI spec; ""
+	// writes none.
+	CDISpecDir string
 	// ScanInterval and ProbeInterval pace the scanner and the health
 	// checker; zero means their defaults.
 	ScanInterval  time.Duration
@@ -243,6 +246,14 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		let := n.letGo(m.pid, math.MaxUint64, nil)
 		// A pool of the same name may have taken its place: tell it too.
 		n.retellHolds(ctx, "", let, m.pool+" stopped")
+		// A pool that is gone takes its CDI spec with it, unless one of
+		// the same name serves now (and has written its own).
+		if dir := n.cfg.CDISpecDir; dir != "" && n.pools[m.pool] == nil {
+			prefix, name, _ := strings.Cut(m.pool, "/")
+			if err := allocation.RemoveCDISpec(dir, &config.Resource{Prefix: prefix, Name: name}); err != nil {
+				n.cfg.Log.Error().Err(err).Str("pool", m.pool).Msg("cannot remove the CDI spec of a pool that is gone")
+			}
+		}
 	case *sockets.Ready:
 		// Watch first, then look: whatever appeared before the watch is
 		// found by a reconcile now.
@@ -797,7 +808,7 @@ func (n *coordinator) spawnPool(ctx actor.Context, res *config.Resource, ms []al
 	name := res.FullName()
 	pid, err := ctx.SpawnNamed(pool.Props(pool.Config{
 		Resource: res, Members: slices.Clone(ms), Moves: moves, Recorder: n.cfg.Recorder, Replayed: replayed,
-		SocketDir: SocketDir(n.cfg.KubeletDir, n.cfg.Mode), Mode: n.cfg.Mode, Env: n.cfg.AllocEnv, DevinfoDir: n.cfg.DevinfoDir,
+		SocketDir: SocketDir(n.cfg.KubeletDir, n.cfg.Mode), Mode: n.cfg.Mode, Env: n.cfg.AllocEnv, DevinfoDir: n.cfg.DevinfoDir, CDISpecDir: n.cfg.CDISpecDir,
 		CallTimeout: n.cfg.CallTimeout, ObserveAllocate: n.cfg.ObserveAllocate, Log: n.cfg.Log.With().Str("actor", "pool").Logger(),
 	}), fmt.Sprintf("pool-%s-%d", strings.ReplaceAll(name, "/", "_"), n.spawned))
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi"
+	"github.com/devledger/devledger/sysfs"
 )
 
 // Config is what a pool allocator needs.
@@ -44,6 +45,9 @@ type Config struct {
 	// DevinfoDir is where device-info files are written for netDevice
 	// pools; "" writes none.
 	DevinfoDir string
+	// CDISpecDir is where the pool writes its CDI spec when CDI is
+	// enabled for it; "" writes none.
+	CDISpecDir string
 	// CallTimeout bounds every kubelet call (grpcapi.DefaultCallTimeout
 	// when zero).
 	CallTimeout time.Duration
@@ -129,6 +133,7 @@ func (p *allocator) Receive(ctx actor.Context) {
 		p.life.resource = m.Resource
 		p.list = nil
 		p.broadcast()
+		p.writeCDISpec()
 	case *SetHealth:
 		if p.setHealth(m) {
 			p.broadcast()
@@ -232,6 +237,7 @@ func (p *allocator) start(ctx actor.Context) {
 	p.members, p.order = p.index(ms)
 	p.recordMembership(ctx, before, "daemon start", moves)
 	p.rewriteDeviceInfo()
+	p.writeCDISpec()
 	// What the last incarnation had not let go yet, with no Allocate of
 	// it under way now, is let go.
 	p.letGo(ctx, slices.Sorted(maps.Keys(p.life.leaving)))
@@ -278,6 +284,42 @@ func (p *allocator) rewriteDeviceInfo() {
 			p.cfg.Log.Warn().Err(err).Str("pool", p.name).Str("bdf", addr).Msg("cannot write the device-info file of an allocated device")
 		}
 	}
+}
+
+// writeCDISpec writes the pool's CDI spec for its members now, so that a
+// container runtime resolves the CDI names Allocate answers with; with CDI
+// off for the pool (a reload may turn it off), or no members, the spec
+// goes. It is written before the members are offered to the kubelet.
+func (p *allocator) writeCDISpec() {
+	dir, res := p.cfg.CDISpecDir, p.cfg.Resource
+	if dir == "" {
+		return
+	}
+	log := p.cfg.Log.With().Str("pool", p.name).Logger()
+	if !res.CDI.Enabled {
+		if err := allocation.RemoveCDISpec(dir, res); err != nil {
+			log.Error().Err(err).Msg("cannot remove the pool's CDI spec")
+		}
+		return
+	}
+	devs := make([]sysfs.Device, 0, len(p.order))
+	for _, addr := range p.order {
+		devs = append(devs, p.members[addr].Device)
+	}
+	spec, refused, err := allocation.CDISpec(res, devs, p.cfg.Env)
+	if err != nil {
+		log.Error().Err(err).Msg("no CDI spec for the pool: its CDI names cannot be resolved")
+		return
+	}
+	for _, r := range refused {
+		log.Warn().Err(r).Msg("a member left out of the pool's CDI spec")
+	}
+	path, err := allocation.WriteCDISpec(dir, res, spec)
+	if err != nil {
+		log.Error().Err(err).Msg("cannot write the pool's CDI spec: its CDI names cannot be resolved")
+		return
+	}
+	log.Debug().Str("path", path).Int("devices", len(devs)-len(refused)).Msg("CDI spec written")
 }
 
 func (p *allocator) callTimeout() time.Duration {
@@ -477,6 +519,7 @@ func (p *allocator) setMembers(ctx actor.Context, m *SetMembers) {
 	p.life.members, p.life.membersSet, p.life.gen = m.Members, true, p.gen
 	p.list = nil
 	p.recordMembership(ctx, before, m.Reason, m.Moves)
+	p.writeCDISpec()
 	p.broadcast()
 	p.letGo(ctx, slices.Compact(slices.Sorted(slices.Values(removed))))
 }

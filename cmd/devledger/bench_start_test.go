@@ -185,7 +185,7 @@ type launcher func(kubeletDir, stateDir string) (bin string, args []string)
 func (fx *startFixture) daemon(kubeletDir, stateDir string) (string, []string) {
 	return fx.daemonBin, []string{"run", "--config", fx.configPath, "--sysfs-root", fx.roots.Sysfs, "--dev-root", fx.roots.Dev,
 		"--proc-root", fx.roots.Proc, "--pci-ids", fx.pciIDs, "--kubelet-dir", kubeletDir, "--state-dir", stateDir,
-		"--registration", "legacy", "--devinfo-dir", "-", "--log-format", "json", "--log-level", "info"}
+		"--registration", "legacy", "--devinfo-dir", "-", "--cdi-spec-dir", "-", "--log-format", "json", "--log-level", "info"}
 }
 
 func (fx *startFixture) baseline(kubeletDir, _ string) (string, []string) {

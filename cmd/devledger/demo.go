@@ -297,7 +297,7 @@ func (d *demo) startDaemon() error {
 	}
 	cmd := exec.Command(exe, "run", "--config", d.cfgPath, "--sysfs-root", d.roots.Sysfs, "--dev-root", d.roots.Dev,
 		"--proc-root", d.roots.Proc, "--pci-ids", filepath.Join(d.dir, "no-pci.ids"), "--kubelet-dir", d.kubelet.Dir(),
-		"--state-dir", d.state, "--devinfo-dir", filepath.Join(d.dir, "devinfo"), "--registration", "legacy",
+		"--state-dir", d.state, "--devinfo-dir", filepath.Join(d.dir, "devinfo"), "--cdi-spec-dir", filepath.Join(d.dir, "cdi"), "--registration", "legacy",
 		"--log-format", "json", "--probe-interval", "250ms", "--scan-interval", "1s",
 		"--kernel-events=false") // the node is fake: the host's kernel events are not its
 	cmd.Stdout, cmd.Stderr = logf, logf

@@ -135,6 +135,10 @@ func newE2ENode(t *testing.T, spec nodeSpec) *e2eNode {
 }
 
 // runArgs are the flags of devledger run for this node.
+// cdiDir is where the node's daemon writes CDI specs, beside its
+// device-info dir.
+func (n *e2eNode) cdiDir() string { return filepath.Join(filepath.Dir(n.devinfo), "cdi") }
+
 func (n *e2eNode) runArgs() []string {
 	pciIDs, _ := filepath.Abs(filepath.Join("..", "..", "testdata", "pci.ids.sample"))
 	return []string{"run",
@@ -142,6 +146,7 @@ func (n *e2eNode) runArgs() []string {
 		"--sysfs-root", n.roots.Sysfs, "--dev-root", n.roots.Dev, "--proc-root", n.roots.Proc,
 		"--pci-ids", pciIDs,
 		"--kubelet-dir", n.kubelet.Dir(), "--state-dir", n.stateDir, "--devinfo-dir", n.devinfo,
+		"--cdi-spec-dir", n.cdiDir(),
 		"--registration", cmp.Or(n.registration, n.mode),
 		"--log-format", "json", "--log-level", "debug",
 		// Nothing periodic: the ledger changes only when a test acts.

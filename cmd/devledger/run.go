@@ -44,6 +44,7 @@ func (f *daemonFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.KubeletDir, "kubelet-dir", "/var/lib/kubelet", "the kubelet's root `DIR`")
 	fs.StringVar(&o.StateDir, "state-dir", defaultStateDir, "`DIR` for the ledger (never the kubelet's device-plugins dir)")
 	fs.StringVar(&o.DevinfoDir, "devinfo-dir", "/var/run/k8s.cni.cncf.io/devinfo/dp", "`DIR` for device-info files of netDevice pools (\"-\": none)")
+	fs.StringVar(&o.CDISpecDir, "cdi-spec-dir", "/var/run/cdi", "`DIR` for the CDI spec of each pool with cdi.enabled (or every pool, --use-cdi), where container runtimes read them (\"-\": none)")
 	fs.StringVar(&o.Registration, "registration", "auto", "`MODE`: auto, legacy (kubelet.sock) or watcher (plugins_registry)")
 	fs.DurationVar(&o.ScanInterval, "scan-interval", 30*time.Second, "periodic rescan of sysfs")
 	fs.DurationVar(&o.ProbeInterval, "probe-interval", config.DefaultProbeInterval, "periodic health probe of the pools that set no health.probeInterval")
@@ -217,6 +218,9 @@ func neededDirs(o daemon.Options) []neededDir {
 	}
 	if o.DevinfoDir != "-" {
 		dirs = append(dirs, neededDir{path: o.DevinfoDir, role: "--devinfo-dir", write: true})
+	}
+	if o.CDISpecDir != "-" && o.CDISpecDir != "" && o.ConfigOptions.UseCDI {
+		dirs = append(dirs, neededDir{path: o.CDISpecDir, role: "--cdi-spec-dir", write: true})
 	}
 	return dirs
 }

@@ -33,6 +33,7 @@ func (c *configFlags) register(fs *flag.FlagSet, usage string) {
 	fs.StringVar(&c.path, "config", "", usage)
 	fs.StringVar(&c.upstreamPath, "config-file", "", "the SR-IOV device plugin's name for --config")
 	fs.StringVar(&c.opts.ResourcePrefix, "resource-prefix", "", "the resourcePrefix of a pool that sets none (default "+config.DefaultResourcePrefix+"), as the SR-IOV device plugin's flag")
+	fs.BoolVar(&c.opts.UseCDI, "use-cdi", false, "answer every pool's Allocate with CDI device names, as if each set cdi.enabled (the SR-IOV device plugin's flag); specs go to --cdi-spec-dir")
 }
 
 // resolve returns the config file to read: the one a flag names, else the
@@ -64,20 +65,15 @@ func (c *configFlags) resolve(defaults []string) (string, error) {
 // upstreamFlags are the SR-IOV device plugin's flags that devledger takes
 // but does not act on.
 type upstreamFlags struct {
-	useCDI bool
 	logDir string
 }
 
 func (u *upstreamFlags) register(fs *flag.FlagSet) {
-	fs.BoolVar(&u.useCDI, "use-cdi", false, "the SR-IOV device plugin's flag: accepted and ignored, with a warning (set cdi in a pool's config)")
 	fs.StringVar(&u.logDir, "log-dir", "", "the SR-IOV device plugin's flag: accepted and ignored, with a warning (devledger logs to stderr)")
 }
 
 // warn logs what devledger does not do of what the flags asked.
 func (u *upstreamFlags) warn(log zerolog.Logger) {
-	if u.useCDI {
-		log.Warn().Str("flag", "--use-cdi").Msg("--use-cdi is the SR-IOV device plugin's flag and is ignored: set cdi in a pool's config to answer with CDI names")
-	}
 	if u.logDir != "" {
 		log.Warn().Str("flag", "--log-dir").Str("dir", u.logDir).Msg("--log-dir is the SR-IOV device plugin's flag and is ignored: devledger logs to stderr, which the container runtime keeps and rotates")
 	}

@@ -16,8 +16,9 @@ import (
 
 // The SR-IOV device plugin's DaemonSet args, given to run as they are: the
 // config comes from --config-file, every pool that names no prefix gets
-// --resource-prefix's, --log-level=10 is debug, and --use-cdi and
-// --log-dir are warned about, not refused.
+// --resource-prefix's, --log-level=10 is debug, --use-cdi answers every
+// pool's Allocate with CDI names whose specs are written, and --log-dir is
+// warned about, not refused.
 func TestE2EUpstreamArgs(t *testing.T) {
 	n := newE2ENode(t, nodeSpec{scenario: sysfsgen.ScenarioSRIOV, config: "testdata/e2e/sriov.json", mode: "legacy"})
 	args := n.runArgs()
@@ -39,8 +40,18 @@ func TestE2EUpstreamArgs(t *testing.T) {
 			t.Errorf("ConfigApplied names %s, want the --config-file %s", a.Path, n.config)
 		}
 	}
+	resp, err := n.kubelet.Allocate(ctx, "openshift.io/sriov_vfio", []string{"0000:3b:01.2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names := resp.ContainerResponses[0].CdiDevices; len(names) != 1 || names[0].Name != "openshift.io/net-pci=0000:3b:01.2" {
+		t.Errorf("--use-cdi: Allocate answered CDI names %v", names)
+	}
+	if specs, _ := filepath.Glob(filepath.Join(n.cdiDir(), "devledger_openshift.io_*.json")); len(specs) != 3 {
+		t.Errorf("--use-cdi: CDI specs %v, want one per pool", specs)
+	}
 	log := p.stderr.String()
-	for _, want := range []string{`"flag":"--use-cdi"`, `"flag":"--log-dir"`, `"level":"debug"`} {
+	for _, want := range []string{`"flag":"--log-dir"`, `"level":"debug"`} {
 		if !strings.Contains(log, want) {
 			t.Errorf("the log has no %s", want)
 		}

@@ -71,7 +71,7 @@ func startDaemon(t testing.TB, n *node, registration string) *daemon {
 		"--pci-ids", filepath.Join(repoRoot, "testdata", "pci.ids.sample"),
 		"--kubelet-dir", kubeletRoot,
 		"--state-dir", n.stateDir,
-		"--devinfo-dir", n.devinfoDir,
+		"--devinfo-dir", n.devinfoDir, "--cdi-spec-dir", filepath.Join(n.devinfoDir, "..", "cdi"),
 		"--registration", registration,
 		"--log-format", "json", "--log-level", "debug",
 	)

@@ -1,0 +1,118 @@
+package daemon
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/devledger/devledger/actors/node"
+	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/testdata/sysfsgen"
+)
+
+// resolver is the CDI library's cache over dir, as a container runtime
+// keeps it: read afresh for each check.
+func resolver(t *testing.T, dir string) *cdi.Cache {
+	t.Helper()
+	c, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, errs := range c.GetErrors() {
+		t.Errorf("the CDI cache refuses %s: %v", path, errs)
+	}
+	return c
+}
+
+// A CDI-enabled pool writes its spec: every name an Allocate answers with
+// resolves through the CDI library's own cache, to the device nodes the
+// pool gives with CDI off. A device that leaves the pool no longer
+// resolves, and a pool a reload removes takes its spec with it; a pool
+// without CDI writes none.
+func TestCDINamesResolveThroughTheSpecsWritten(t *testing.T) {
+	cfg := strings.Replace(sriovConfig, `{"resourceName": "sriov_vfio",`, `{"resourceName": "sriov_vfio", "cdi": {"enabled": true},`, 1)
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, cfg, kubelettest.Options{})
+	n.opts.WatchConfig = false
+	n.opts.CDISpecDir = filepath.Join(t.TempDir(), "cdi")
+	d := n.start(t)
+	ctx := waitCtx(t)
+	devs, err := n.kubelet.WaitDevices(ctx, vfioPool, func(ds []*pluginapi.Device) bool { return len(ds) == 5 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{devs[0].ID, devs[3].ID}
+	resp, err := n.kubelet.Allocate(ctx, vfioPool, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := resolver(t, n.opts.CDISpecDir)
+	names := resp.ContainerResponses[0].CdiDevices
+	if len(names) != len(ids) || len(resp.ContainerResponses[0].Devices) != 0 {
+		t.Fatalf("answer %+v: want %d CDI names and no device nodes", resp.ContainerResponses[0], len(ids))
+	}
+	for i, name := range names {
+		dev := c.GetDevice(name.Name)
+		if dev == nil {
+			t.Errorf("%s does not resolve; the cache has %v", name.Name, c.ListDevices())
+			continue
+		}
+		// What a container gets for it: the vfio nodes of that device,
+		// as the pool gives them with CDI off.
+		var hosts []string
+		for _, dn := range dev.ContainerEdits.DeviceNodes {
+			hosts = append(hosts, dn.HostPath)
+		}
+		if !slices.Contains(hosts, "/dev/vfio/vfio") || len(hosts) != 2 {
+			t.Errorf("%s (%s) resolves to device nodes %v, want /dev/vfio/vfio and its group's", name.Name, ids[i], hosts)
+		}
+	}
+	if got := len(c.ListDevices()); got != 5 {
+		t.Errorf("the cache lists %d devices, want the pool's 5", got)
+	}
+	if entries, _ := os.ReadDir(n.opts.CDISpecDir); len(entries) != 1 {
+		t.Errorf("spec dir holds %v, want the CDI pool's spec alone", entries)
+	}
+
+	// A device that leaves the pool leaves its spec.
+	gone := devs[4].ID
+	if err := n.roots.Remove(gone); err != nil {
+		t.Fatal(err)
+	}
+	d.Send(&node.Rescan{Reason: "test"})
+	if _, err := n.kubelet.WaitDevices(ctx, vfioPool, func(ds []*pluginapi.Device) bool { return len(ds) == 4 }); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, gone+" out of the spec", func() bool {
+		c = resolver(t, n.opts.CDISpecDir)
+		return c.GetDevice("intel.com/net-pci="+gone) == nil
+	})
+	if c.GetDevice(names[0].Name) == nil {
+		t.Errorf("after %s left, %s no longer resolves: the cache lists %v", gone, names[0].Name, c.ListDevices())
+	}
+
+	// A reload that removes the pool removes its spec.
+	n.reload(ctx, t, d, `{"resourceList": [{"resourceName": "sriov_net", "selectors": {"vendors": ["8086"], "drivers": ["iavf"]}}]}`)
+	waitFor(ctx, t, "the spec removed with its pool", func() bool {
+		entries, _ := os.ReadDir(n.opts.CDISpecDir)
+		return len(entries) == 0
+	})
+}
+
+// waitFor polls ok until it says yes.
+func waitFor(ctx context.Context, t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for !ok() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
