@@ -614,9 +614,7 @@ func TestRebindEmptiesAPool(t *testing.T) {
 			if st, err := d.Status(ctx); err != nil || !slices.ContainsFunc(st.Pools, func(p grpcapi.AdminPoolStatus) bool { return p.Resource == one && p.NoDevices }) {
 				t.Errorf("status %+v, %v: want %s as having no devices", st, err, one)
 			}
-			if !d.Ready(ctx) {
-				t.Error("a pool withdrawn for want of devices makes the daemon not ready")
-			}
+			waitFor(ctx, t, "ready with a pool withdrawn for want of devices", func() bool { return d.Ready(ctx) })
 
 			// Back: served and registered again, on a new socket.
 			if err := n.roots.Bind(dev, "vfio-pci"); err != nil {
@@ -882,4 +880,54 @@ func allocatedBeforeMove(t *testing.T, tweak func(*Options)) (*testNode, *Daemon
 		t.Fatal(err)
 	}
 	return n, d, ctx
+}
+
+// A pool whose devices are not there yet is not served (the SR-IOV
+// plugin's rule): a hot-plugged device brings it to the kubelet, and the
+// device's removal takes it away again, each recorded.
+func TestHotPlugServesAnEmptyPoolAndUnplugWithdrawsIt(t *testing.T) {
+	cfg := strings.Replace(sriovConfig, `"resourceList": [`, `"resourceList": [
+    {"resourceName": "gpu", "resourcePrefix": "nvidia.com", "deviceType": "genericPCI", "selectors": {"vendors": ["10de"]}},`, 1)
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, cfg, kubelettest.Options{})
+	n.opts.ScanInterval = time.Hour
+	d := n.start(t)
+	ctx := waitCtx(t)
+	const gpu, addr = "nvidia.com/gpu", "0000:d8:00.0"
+	for _, p := range []string{vfioPool, netPool} {
+		if _, err := n.kubelet.WaitRegistered(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(ctx, t, "ready with a pool that has no devices", func() bool { return d.Ready(ctx) })
+	if n.kubelet.Connected(gpu) || len(n.kubelet.Registrations()) != 2 {
+		t.Fatalf("registrations %+v: want the two pools with devices, not %s", n.kubelet.Registrations(), gpu)
+	}
+
+	plugged := time.Now()
+	if err := n.roots.Add(sysfsgen.Function{Address: addr, Vendor: "10de", Device: "2330", Class: "030200", Driver: "vfio-pci", IOMMUGroup: "300"}); err != nil {
+		t.Fatal(err)
+	}
+	d.Send(&node.Rescan{Reason: "test"})
+	regs, err := n.kubelet.RegisteredAfter(ctx, []string{gpu}, plugged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.kubelet.WaitDevices(ctx, gpu, func(ds []*pluginapi.Device) bool { return len(ds) == 1 && ds[0].ID == addr }); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := n.roots.Remove(addr); err != nil {
+		t.Fatal(err)
+	}
+	d.Send(&node.Rescan{Reason: "test"})
+	if err := n.kubelet.WaitUnregistered(ctx, gpu); err != nil {
+		t.Fatal(err)
+	}
+	st := waitLedger(ctx, t, d, "the pool withdrawn", func(s events.State) bool {
+		return s.Pools[gpu].Registration.Socket == regs[0].Endpoint && !s.Pools[gpu].Registration.Serving
+	})
+	if m := st.Pools[gpu].Members; len(m) != 0 {
+		t.Errorf("the ledger lists %v in %s after the unplug", m, gpu)
+	}
+	waitFor(ctx, t, "ready after the pool was withdrawn", func() bool { return d.Ready(ctx) })
 }
