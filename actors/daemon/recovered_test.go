@@ -56,6 +56,9 @@ func TestLostAllocationIsRecoveredFromTheKubelet(t *testing.T) {
 	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
 		t.Fatal(err)
 	}
+	// Two rounds: one that finds the device in a container and in no
+	// live allocation, one that finds it so again.
+	reconcileNow(ctx, t, d)
 	reconcileNow(ctx, t, d)
 	var seq uint64
 	waitLedger(ctx, t, d, "the allocation recovered", func(s events.State) bool {

@@ -36,7 +36,11 @@ type foldInput struct {
 	now    time.Time
 	grace  time.Duration
 	// seen are the conflicts recorded in earlier rounds and still true: a
-	// conflict is recorded once, when it appears.
+	// conflict is recorded once, when it appears. It also holds the
+	// devices the last round found in a container and in no live
+	// allocation: one is recovered only when a second round finds it so
+	// (the first may have listed pods before the allocation that holds it
+	// reached the reconciler).
 	seen map[string]bool
 }
 
@@ -138,7 +142,13 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 		}
 		if holder[k] == 0 {
 			// The ledger lost it, or released it too soon: the kubelet's
-			// word is the better one. One allocation per container.
+			// word is the better one. One allocation per container, on a
+			// second sight.
+			key := "lost|" + k.resource + "|" + k.device + "|" + refs[0].String()
+			out.seen[key] = true
+			if !in.seen[key] {
+				continue
+			}
 			g := lostKey{k.resource, refs[0]}
 			if lost[g] == nil {
 				lostOrder = append(lostOrder, g)

@@ -90,10 +90,17 @@ func TestFold(t *testing.T) {
 			want: []string{"released #10 after 1h0m0s: superseded by allocation #20", "bound #20 telco/new/app"},
 		},
 		{
-			name:   "the kubelet reports devices the ledger lost: one allocation recovered per container",
+			name:   "a device in a container and in no live allocation, first seen: nothing yet (its allocation may be on its way)",
+			allocs: map[uint64]*alloc{},
+			pods:   []*podresourcesapi.PodResources{pod("ml", "p", "c", vfio, "z")},
+		},
+		{
+			name:   "the kubelet reports devices the ledger lost, a second time: one allocation recovered per container",
 			allocs: map[uint64]*alloc{},
 			pods: []*podresourcesapi.PodResources{pod("ml", "old-plugin-pod", "c", vfio, "z", "y"),
 				pod("ml", "other", "c", vfio, "x")},
+			seen: map[string]bool{"lost|" + vfio + "|x|ml/other/c": true, "lost|" + vfio + "|y|ml/old-plugin-pod/c": true,
+				"lost|" + vfio + "|z|ml/old-plugin-pod/c": true},
 			want: []string{"recovered [x] ml/other/c: the kubelet reports ml/other/c holding it, and the ledger has no live allocation of it",
 				"recovered [y z] ml/old-plugin-pod/c: the kubelet reports ml/old-plugin-pod/c holding them, and the ledger has no live allocation of them"},
 		},
@@ -101,6 +108,7 @@ func TestFold(t *testing.T) {
 			name:   "a device the ledger holds is not recovered, the others of the container are",
 			allocs: map[uint64]*alloc{10: {pool: vfio, devices: []string{"a"}, at: t0, binding: bound("n", "p", "c")}},
 			pods:   []*podresourcesapi.PodResources{pod("n", "p", "c", vfio, "a", "b")},
+			seen:   map[string]bool{"lost|" + vfio + "|b|n/p/c": true},
 			want:   []string{"recovered [b] n/p/c: the kubelet reports n/p/c holding it, and the ledger has no live allocation of it"},
 		},
 		{
@@ -211,4 +219,27 @@ func BenchmarkReconcile(b *testing.B) {
 	b.ReportMetric(float64(base.Nanoseconds())/float64(n)/1e6, "baseline-ms/round")
 	b.ReportMetric(float64(ours)/float64(base), "x-baseline")
 	b.ReportMetric(0, "events/round")
+}
+
+// A device the kubelet reports and no live allocation holds is recovered
+// on the second round that finds it so, not the first: an Allocate the
+// kubelet was answered may not have reached the reconciler yet. One that
+// an allocation holds by the second round is not recovered.
+func TestRecoveryNeedsTwoSightings(t *testing.T) {
+	pods := []*podresourcesapi.PodResources{pod("ml", "p", "c", vfio, "z")}
+	in := foldInput{pools: map[string]bool{vfio: true}, allocs: map[uint64]*alloc{}, now: t0, grace: time.Minute, seen: map[string]bool{}}
+	first := fold(in, pods)
+	if len(first.payloads) != 0 {
+		t.Fatalf("first sight recorded %v", describe(first.payloads))
+	}
+	in.seen = first.seen
+	if got := describe(fold(in, pods).payloads); len(got) != 1 || !strings.HasPrefix(got[0], "recovered [z] ml/p/c") {
+		t.Errorf("second sight: %v, want z recovered", got)
+	}
+	in.allocs = map[uint64]*alloc{7: {pool: vfio, devices: []string{"z"}, at: t0}}
+	for _, p := range describe(fold(in, pods).payloads) {
+		if strings.HasPrefix(p, "recovered") {
+			t.Errorf("recovered %s although allocation #7 holds it now", p)
+		}
+	}
 }
