@@ -931,3 +931,47 @@ func TestHotPlugServesAnEmptyPoolAndUnplugWithdrawsIt(t *testing.T) {
 	}
 	waitFor(ctx, t, "ready after the pool was withdrawn", func() bool { return d.Ready(ctx) })
 }
+
+// A pool withdrawn and wanted again at once (its one device rebound away
+// and back): the new pool waits for the old one to stop, so that the old
+// one's last records and its CDI spec removal come before the new one's,
+// and ends served, with its device, in the ledger and in a CDI spec.
+func TestAPoolWithdrawnAndWantedAgainAtOnce(t *testing.T) {
+	cfg := strings.Replace(oneVFIOConfig, `"resourceName": "one_vfio",`, `"resourceName": "one_vfio", "cdi": {"enabled": true},`, 1)
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, cfg, kubelettest.Options{})
+	n.opts.ScanInterval = time.Hour
+	d := n.start(t)
+	ctx := waitCtx(t)
+	const one, dev = "intel.com/one_vfio", "0000:3b:01.2"
+	first, err := n.kubelet.WaitRegistered(ctx, one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flipped := time.Now()
+	for _, driver := range []string{"iavf", "vfio-pci"} {
+		if err := n.roots.Bind(dev, driver); err != nil {
+			t.Fatal(err)
+		}
+		d.Send(&node.Rescan{Reason: "test"})
+		if driver == "iavf" { // withdrawing: back as soon as the pool records it
+			waitLedger(ctx, t, d, "the device gone from the pool", func(s events.State) bool { return len(s.Pools[one].Members) == 0 })
+		}
+	}
+	regs, err := n.kubelet.RegisteredAfter(ctx, []string{one}, flipped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if regs[0].Endpoint == first.Endpoint {
+		t.Errorf("served again on the old socket %s", first.Endpoint)
+	}
+	if _, err := n.kubelet.WaitDevices(ctx, one, func(ds []*pluginapi.Device) bool { return len(ds) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	waitLedger(ctx, t, d, "the pool served, with its device", func(s events.State) bool {
+		p := s.Pools[one]
+		return p.Registration.Serving && slices.Equal(p.Members, []string{dev})
+	})
+	waitFor(ctx, t, "the CDI spec with the device", func() bool {
+		return resolver(t, n.opts.CDISpecDir).GetDevice("intel.com/net-pci="+dev) != nil
+	})
+}

@@ -246,9 +246,14 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		let := n.letGo(m.pid, math.MaxUint64, nil)
 		// A pool of the same name may have taken its place: tell it too.
 		n.retellHolds(ctx, "", let, m.pool+" stopped")
+		// A pool of its name waited for it to stop (isStopping): place
+		// again, which spawns it if it has devices now.
+		if n.placed && n.pools[m.pool] == nil && !n.isStopping(m.pool) && n.resources[m.pool] != nil {
+			n.place(ctx, m.pool+" stopped", true)
+		}
 		// A pool that is gone takes its CDI spec with it, unless one of
 		// the same name serves now (and has written its own).
-		if dir := n.cfg.CDISpecDir; dir != "" && n.pools[m.pool] == nil {
+		if dir := n.cfg.CDISpecDir; dir != "" && n.pools[m.pool] == nil && !n.isStopping(m.pool) {
 			prefix, name, _ := strings.Cut(m.pool, "/")
 			if err := allocation.RemoveCDISpec(dir, &config.Resource{Prefix: prefix, Name: name}); err != nil {
 				n.cfg.Log.Error().Err(err).Str("pool", m.pool).Msg("cannot remove the CDI spec of a pool that is gone")
@@ -681,7 +686,7 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 			n.withdraw(ctx, pm.Name, pid, prev, reason, moves(pm.Name, before, owner))
 		case running && changed:
 			n.setMembers(ctx, pid, ms, reason, moves(pm.Name, before, owner))
-		case !running && serve:
+		case !running && serve && !n.isStopping(pm.Name):
 			n.spawnPool(ctx, res, ms, moves(pm.Name, before, owner))
 		case !running && !n.placed:
 			n.recordEmptied(pm.Name, before, owner)
@@ -715,6 +720,19 @@ func (n *coordinator) withdraw(ctx actor.Context, name string, pid *actor.PID, p
 	}
 	n.stopping[pid.Id] = poolStopped{pool: name, pid: pid, members: listed}
 	delete(n.pools, name)
+}
+
+// isStopping says whether a pool of the name is still stopping (withdrawn
+// or removed by a reload). A new pool of the name waits for it: until it
+// has stopped it may still record, answer the kubelet, or touch the
+// pool's CDI spec, all of which are the new one's.
+func (n *coordinator) isStopping(name string) bool {
+	for _, ps := range n.stopping {
+		if ps.pool == name {
+			return true
+		}
+	}
+	return false
 }
 
 // recordEmptied records, at start, that a pool the ledger lists devices of
