@@ -583,8 +583,9 @@ func (l *Log) noteDamage(err *CorruptError) {
 }
 
 // AppendFault is the error of the last append transaction that failed
-// (the disk full, an I/O error) when none has succeeded since: while it is
-// not nil the ledger cannot record. AppendFailures counts those failed
+// (the disk full, an I/O error) when none has succeeded since (an append,
+// or a snapshot, which appends its SnapshotTaken): while it is not nil the
+// ledger cannot record. AppendFailures counts those failed
 // transactions since the log was opened. A call refused before it reached
 // a transaction (its deadline, an event that does not encode) is neither.
 func (l *Log) AppendFault() error {

@@ -675,7 +675,15 @@ func (d *Daemon) snapshotLoop() {
 				last = seq
 			}
 			took := false
-			if d.ledger.LastSeq()-last >= d.opts.SnapshotEvery {
+			// While appends fail, a snapshot each tick tries the disk
+			// again: on a quiet node nothing else would, and /readyz
+			// would stay false after the disk has room again.
+			if d.ledger.AppendFault() != nil {
+				if err := d.snapshot(context.Background(), "retrying the ledger after a failed append"); err == nil {
+					d.log.Info().Msg("the ledger records again")
+					took = true
+				}
+			} else if d.ledger.LastSeq()-last >= d.opts.SnapshotEvery {
 				if err := d.snapshot(context.Background(), fmt.Sprintf("%d events since the last", d.ledger.LastSeq()-last)); err != nil {
 					d.log.Error().Err(err).Msg("snapshot failed")
 				} else {

@@ -207,13 +207,15 @@ func TestRetentionBoundsTheLedger(t *testing.T) {
 
 // With the disk under the state dir full, Allocate fails with Unavailable,
 // /readyz says the ledger cannot record and the metrics show it, while
-// /healthz stays true (the daemon is not wedged); the first append that
-// succeeds once there is room makes it ready again.
+// /healthz stays true (the daemon is not wedged). Once there is room it is
+// ready again by itself, with no Allocate to try the disk: the daemon
+// retries the ledger at its snapshot checks.
 func TestReadyzFollowsTheLedgersAppends(t *testing.T) {
 	disk := storetest.NewFullDisk(t, 2<<20)
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
 	n.opts.MetricsAddr = "127.0.0.1:0"
 	n.opts.StateDir = filepath.Join(disk.Dir, "state")
+	n.opts.SnapshotCheck = 20 * time.Millisecond
 	d := n.start(t)
 	ctx := waitCtx(t)
 	base := "http://" + d.MetricsAddr()
@@ -252,10 +254,10 @@ func TestReadyzFollowsTheLedgersAppends(t *testing.T) {
 	}
 
 	disk.Free(t)
+	waitReadyz(t, ctx, base)
 	if _, err := n.kubelet.Allocate(ctx, vfioPool, devs[:1]); err != nil {
 		t.Fatalf("Allocate once the disk has room: %v", err)
 	}
-	waitReadyz(t, ctx, base)
 	_, body = httpGet(t, base+"/metrics")
 	if !strings.Contains(body, "devledger_ledger_append_failing 0") {
 		t.Errorf("/metrics still says the ledger is failing")
