@@ -392,3 +392,32 @@ func TestCheckNamesADamagedMetaPage(t *testing.T) {
 		})
 	}
 }
+
+// A damaged snapshot that retention left as the only way forward (the
+// events before it dropped) is named as the damage it is, not as history
+// retention dropped.
+func TestDamagedSnapshotPastRetentionIsNamed(t *testing.T) {
+	l := openTestLog(t)
+	testClock(l)
+	ctx := context.Background()
+	envs := mustAppend(t, l, newHistory(21, 16).take(60)...)
+	if _, err := l.SaveSnapshot(ctx, foldAll(envs[:40]), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := l.Retain(ctx, Retention{MaxAge: time.Hour, Now: envs[20].Time.Add(time.Hour)}); err != nil || !ok {
+		t.Fatalf("retain: %v %v", ok, err)
+	}
+	path := l.Meta().Path
+	l.Close()
+	flipInFile(t, path, `"holders"`) // snapshots alone say it
+	ro, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	_, err = ro.Replay(0)
+	var ce *CorruptError
+	if !errors.As(err, &ce) || ce.Seq != 40 || errors.Is(err, ErrHistoryDropped) {
+		t.Fatalf("replay: %v, want the damaged snapshot at 40 named", err)
+	}
+}

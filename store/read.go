@@ -138,9 +138,9 @@ func (l *Log) decodeRecord(seq uint64, rec []byte) (events.Envelope, error) {
 }
 
 // LatestSnapshot returns the newest snapshot at or before sequence
-// atOrBefore (0: the newest of all); false when there is none. A snapshot
-// that fails its checksum or does not decode is a *CorruptError: an older
-// one is not silently used instead.
+// atOrBefore (0: the newest of all) that can be read; false when there is
+// none. One that fails its checksum or does not decode is passed over for
+// the one before it, and noted (Damage): never silently.
 func (l *Log) LatestSnapshot(atOrBefore uint64) (events.State, bool, error) {
 	if err := l.enter(); err != nil {
 		return events.State{}, false, err
@@ -152,7 +152,7 @@ func (l *Log) LatestSnapshot(atOrBefore uint64) (events.State, bool, error) {
 	)
 	err := l.view(func(tx *bolt.Tx) error {
 		var err error
-		s, ok, err = l.latestSnapshot(tx, atOrBefore, 0)
+		s, ok, _, err = l.latestSnapshot(tx, atOrBefore, 0)
 		return err
 	})
 	return s, ok, err
@@ -178,25 +178,30 @@ func (l *Log) LatestSnapshotSeq(atOrBefore uint64) (uint64, bool) {
 // latestSnapshot finds the newest snapshot in notBefore..atOrBefore that
 // can be read. One that cannot is damage: it is noted (Damage) and passed
 // over for the one before it, from which the events rebuild the same
-// state, only later. One of a format newer than this build reads (a
-// rollback) is passed over too, and is not damage.
-func (l *Log) latestSnapshot(tx *bolt.Tx, atOrBefore, notBefore uint64) (events.State, bool, error) {
+// state, only later; skipped is the newest such, for a caller left with
+// no way forward. One of a format newer than this build reads (a rollback)
+// is passed over too, and is not damage.
+func (l *Log) latestSnapshot(tx *bolt.Tx, atOrBefore, notBefore uint64) (s events.State, ok bool, skipped, err error) {
 	c := tx.Bucket(bucketSnapshots).Cursor()
 	for k, v := lastAtOrBefore(c, atOrBefore); k != nil; k, v = c.Prev() {
 		seq, _ := keySeq(k)
 		if seq < notBefore {
 			break
 		}
-		s, err := decodeSnapshot(k, v)
+		st, derr := decodeSnapshot(k, v)
 		switch {
-		case err == nil:
-			return s, true, nil
-		case !errors.Is(err, events.ErrSnapshotFormat):
+		case derr == nil:
+			return st, true, skipped, nil
+		case !errors.Is(derr, events.ErrSnapshotFormat):
 			// Named as Check names it: the same damage reads the same.
-			l.noteDamage(l.corrupt(seq, "snapshot: "+err.Error(), err))
+			ce := l.corrupt(seq, "snapshot: "+derr.Error(), derr)
+			l.noteDamage(ce)
+			if skipped == nil {
+				skipped = ce
+			}
 		}
 	}
-	return events.State{}, false, nil
+	return events.State{}, false, skipped, nil
 }
 
 // lastAtOrBefore positions c on the last key <= seq (any key for seq 0).
@@ -241,12 +246,17 @@ func (l *Log) replay(untilSeq uint64, useSnapshots bool) (events.State, error) {
 		}
 		first := firstSeqTx(tx)
 		if useSnapshots {
-			base, ok, err := l.latestSnapshot(tx, untilSeq, first-min(first, 1))
+			base, ok, skipped, err := l.latestSnapshot(tx, untilSeq, first-min(first, 1))
 			if err != nil {
 				return err
 			}
 			if ok {
 				s = base
+			}
+			if !ok && first > 1 && skipped != nil {
+				// Retention dropped the events before it: the damaged
+				// snapshot was the way forward, and none is left.
+				return skipped
 			}
 		}
 		if s.Seq == 0 && first > 1 {
