@@ -735,8 +735,10 @@ func (n *coordinator) isStopping(name string) bool {
 	return false
 }
 
-// recordEmptied records, at start, that a pool the ledger lists devices of
-// has none now (they went while the daemon was down): the pool is not
+// recordEmptied records, at start (of the daemon, or of the node after a
+// crash), that a pool the ledger lists devices of has none now (they went
+// while it was down), and that a pool the ledger has serving is not (a
+// crash came between a withdrawal and its record): the pool is not
 // spawned, so it cannot say so itself.
 func (n *coordinator) recordEmptied(name string, before, owner map[string]string) {
 	var removed []string
@@ -745,16 +747,23 @@ func (n *coordinator) recordEmptied(name string, before, owner map[string]string
 			removed = append(removed, addr)
 		}
 	}
-	if len(removed) == 0 {
-		return
-	}
 	slices.Sort(removed)
-	reason := "daemon start" + pool.MovedList("moved to", removed, moves(name, before, owner)) + "; the pool has no devices and is not served"
-	if _, err := n.cfg.Recorder.Record(context.Background(), events.PoolMembershipChanged{Pool: name, Removed: removed, Reason: reason}); err != nil {
-		n.cfg.Log.Error().Err(err).Str("pool", name).Msg("cannot record membership change")
+	var payloads []events.Payload
+	if len(removed) > 0 {
+		reason := "daemon start" + pool.MovedList("moved to", removed, moves(name, before, owner)) + "; the pool has no devices and is not served"
+		payloads = append(payloads, events.PoolMembershipChanged{Pool: name, Removed: removed, Reason: reason})
+	}
+	if reg := n.replayed.Pools[name].Registration; reg.Serving {
+		payloads = append(payloads, events.PluginWithdrawn{Pool: name, Socket: reg.Socket, Reason: "no devices at the node's start"})
+	}
+	if len(payloads) == 0 {
 		return
 	}
-	n.cfg.Log.Info().Str("pool", name).Int("removed", len(removed)).Str("reason", reason).Msg("pool membership changed")
+	if _, err := n.cfg.Recorder.Record(context.Background(), payloads...); err != nil {
+		n.cfg.Log.Error().Err(err).Str("pool", name).Msg("cannot record that the pool has no devices")
+		return
+	}
+	n.cfg.Log.Info().Str("pool", name).Strs("removed", removed).Msg("pool has no devices and is not served")
 }
 
 // leave notes the devices that owner places out of a pool that may still
