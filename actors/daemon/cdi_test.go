@@ -116,3 +116,31 @@ func waitFor(ctx context.Context, t *testing.T, what string, ok func() bool) {
 		}
 	}
 }
+
+// At start the daemon removes the CDI specs it wrote for pools that do not
+// serve with CDI now (gone from the config while it was down), and leaves
+// other programs' specs alone.
+func TestStaleCDISpecsGoAtStart(t *testing.T) {
+	cfg := strings.Replace(sriovConfig, `{"resourceName": "sriov_vfio",`, `{"resourceName": "sriov_vfio", "cdi": {"enabled": true},`, 1)
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, cfg, kubelettest.Options{})
+	n.opts.CDISpecDir = filepath.Join(t.TempDir(), "cdi")
+	if err := os.MkdirAll(n.opts.CDISpecDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stale := []string{"devledger_intel.com_gone.json", "devledger_intel.com_sriov_net.json"}
+	for _, name := range append(slices.Clone(stale), "vendor-gpu.yaml") {
+		if err := os.WriteFile(filepath.Join(n.opts.CDISpecDir, name), []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.start(t)
+	ctx := waitCtx(t)
+	waitFor(ctx, t, "the stale specs gone and the pool's written", func() bool {
+		entries, _ := os.ReadDir(n.opts.CDISpecDir)
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		return slices.Equal(names, []string{"devledger_intel.com_sriov_vfio.json", "vendor-gpu.yaml"})
+	})
+}

@@ -14,7 +14,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"math"
 	"os"
@@ -701,6 +703,9 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 		}
 	}
 	n.owner = owner
+	if !n.placed {
+		n.removeStaleCDISpecs()
+	}
 	n.placed = true
 	ctx.Send(n.health, &health.Watch{Targets: targets})
 }
@@ -720,6 +725,35 @@ func (n *coordinator) withdraw(ctx actor.Context, name string, pid *actor.PID, p
 	}
 	n.stopping[pid.Id] = poolStopped{pool: name, pid: pid, members: listed}
 	delete(n.pools, name)
+}
+
+// removeStaleCDISpecs removes, at the first placement, the CDI specs this
+// daemon wrote for pools that do not run now with CDI (gone from the
+// config, or without devices, while it was down): a runtime must not
+// resolve a name to a device that is another pool's now. The pools that
+// run write their own.
+func (n *coordinator) removeStaleCDISpecs() {
+	dir := n.cfg.CDISpecDir
+	if dir == "" {
+		return
+	}
+	keep := map[string]bool{}
+	for name := range n.pools {
+		if r := n.resources[name]; r != nil && r.CDI.Enabled {
+			keep[allocation.CDISpecPath(dir, r)] = true
+		}
+	}
+	paths, _ := filepath.Glob(filepath.Join(dir, allocation.CDISpecGlob))
+	for _, p := range paths {
+		if keep[p] {
+			continue
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			n.cfg.Log.Error().Err(err).Str("path", p).Msg("cannot remove a stale CDI spec")
+			continue
+		}
+		n.cfg.Log.Info().Str("path", p).Msg("removed the CDI spec of a pool that no longer serves with CDI")
+	}
 }
 
 // isStopping says whether a pool of the name is still stopping (withdrawn

@@ -144,6 +144,9 @@ func CDISpecPath(dir string, res *config.Resource) string {
 	return filepath.Join(dir, "devledger_"+strings.ReplaceAll(res.FullName(), "/", "_")+".json")
 }
 
+// CDISpecGlob matches the name of every CDI spec file CDISpecPath names.
+const CDISpecGlob = "devledger_*.json"
+
 // WriteCDISpec writes spec, the CDI spec of the pool res, to its file in
 // dir (CDISpecPath) and returns the file's path. dir is created (0755)
 // when missing. A file already holding these bytes is left untouched, so
