@@ -40,11 +40,46 @@ type CheckReport struct {
 // It stops at the first problem and returns a *CorruptError naming it, with
 // the report filled up to there. It checks ctx between records.
 func (l *Log) Check(ctx context.Context) (CheckReport, error) {
+	rep, problems, err := l.check(ctx, 1)
+	if err == nil && len(problems) > 0 {
+		err = problems[0]
+	}
+	return rep, err
+}
+
+// CheckAll is Check that goes on past damage it can read around: a record
+// that fails (the fold is not checked again until the next snapshot), a
+// snapshot that does not decode or does not equal the fold. It returns up
+// to limit problems, each a *CorruptError, in the order met; err is for
+// what stopped it (ctx, or damage the read cannot go past, which is also
+// the last problem). A snapshot of a format newer than this build reads
+// (a rollback) is passed over, and is not damage.
+func (l *Log) CheckAll(ctx context.Context, limit int) (CheckReport, []error, error) {
+	return l.check(ctx, max(limit, 1))
+}
+
+// check is Check and CheckAll: it stops at the limit-th problem.
+func (l *Log) check(ctx context.Context, limit int) (CheckReport, []error, error) {
 	var rep CheckReport
+	var problems []error
 	if err := l.enter(); err != nil {
-		return rep, err
+		return rep, nil, err
 	}
 	defer l.leave()
+	// problem notes err; a non-nil return stops the check.
+	problem := func(err error) error {
+		problems = append(problems, err)
+		if ce := (*CorruptError)(nil); errors.As(err, &ce) {
+			if rep.FirstBad == 0 {
+				rep.FirstBad = ce.Seq
+			}
+			rep.Problems = append(rep.Problems, ce.Error())
+		}
+		if len(problems) >= limit {
+			return errStopFold
+		}
+		return nil
+	}
 	err := l.view(func(tx *bolt.Tx) error {
 		evb := tx.Bucket(bucketEvents)
 		rep.LastSeq = evb.Sequence()
@@ -65,27 +100,36 @@ func (l *Log) Check(ctx context.Context) (CheckReport, error) {
 		for ; sk != nil; sk, sv = sc.Next() {
 			seq, ok := keySeq(sk)
 			if !ok {
-				return l.corrupt(0, fmt.Sprintf("snapshots key %x is not a sequence", sk), nil)
+				return problem(l.corrupt(0, fmt.Sprintf("snapshots key %x is not a sequence", sk), nil))
 			}
 			if seq >= rep.FirstSeq && rep.FirstSeq != 0 {
 				break
 			}
 			if seq+1 < rep.FirstSeq {
-				return l.corrupt(seq, fmt.Sprintf("snapshot older than the oldest event kept (seq %d)", rep.FirstSeq), nil)
+				if err := problem(l.corrupt(seq, fmt.Sprintf("snapshot older than the oldest event kept (seq %d)", rep.FirstSeq), nil)); err != nil {
+					return err
+				}
+				continue
 			}
 			st, err := decodeSnapshot(sk, sv)
+			if errors.Is(err, events.ErrSnapshotFormat) && limit > 1 {
+				continue
+			}
 			if err != nil {
-				return l.corrupt(seq, "snapshot: "+err.Error(), err)
+				if err := problem(l.corrupt(seq, "snapshot: "+err.Error(), err)); err != nil {
+					return err
+				}
+				continue
 			}
 			rep.Snapshots++
 			if rep.FirstSeq == 0 {
-				return l.corrupt(seq, "snapshot in a ledger without events", nil)
+				return problem(l.corrupt(seq, "snapshot in a ledger without events", nil))
 			}
 			fold, folding = st, true
 		}
 
 		var n int
-		err := l.scan(tx, rep.FirstSeq, 0, false, func(seq uint64, rec []byte) error {
+		visit := func(seq uint64, rec []byte) error {
 			if n++; n%4096 == 0 {
 				if err := ctx.Err(); err != nil {
 					return err
@@ -93,7 +137,15 @@ func (l *Log) Check(ctx context.Context) (CheckReport, error) {
 			}
 			e, err := l.decodeRecord(seq, rec)
 			if err != nil {
-				return err
+				if !errors.Is(err, ErrCorrupt) && limit > 1 {
+					folding = false // a newer devledger's event: not damage
+					return nil
+				}
+				if err := problem(err); err != nil {
+					return err
+				}
+				folding = false // the fold misses it from here
+				return nil
 			}
 			rep.Events++
 			if folding {
@@ -102,35 +154,65 @@ func (l *Log) Check(ctx context.Context) (CheckReport, error) {
 			for ; sk != nil; sk, sv = sc.Next() {
 				sseq, ok := keySeq(sk)
 				if !ok {
-					return l.corrupt(0, fmt.Sprintf("snapshots key %x is not a sequence", sk), nil)
+					return problem(l.corrupt(0, fmt.Sprintf("snapshots key %x is not a sequence", sk), nil))
 				}
 				if sseq > seq {
 					break
 				}
 				st, format, err := decodeSnapshotFormat(sk, sv)
+				if errors.Is(err, events.ErrSnapshotFormat) && limit > 1 {
+					continue
+				}
 				if err != nil {
-					return l.corrupt(sseq, "snapshot: "+err.Error(), err)
+					if err := problem(l.corrupt(sseq, "snapshot: "+err.Error(), err)); err != nil {
+						return err
+					}
+					continue
 				}
 				if folding && !events.SnapshotMatches(fold, st, format) {
-					return l.corrupt(sseq, "snapshot does not equal the fold of the log up to it", nil)
+					if err := problem(l.corrupt(sseq, "snapshot does not equal the fold of the log up to it", nil)); err != nil {
+						return err
+					}
 				}
 				rep.Snapshots++
 				fold, folding = st, true
 			}
 			return nil
-		})
+		}
+		// A record that fails its checksum ends a scan; CheckAll notes it
+		// and scans on from the record after it.
+		from := rep.FirstSeq
+		var err error
+		for {
+			err = l.scan(tx, from, 0, false, visit)
+			var ce *CorruptError
+			if err == nil || !errors.As(err, &ce) || !errors.Is(err, errBadRecord) || limit == 1 {
+				break
+			}
+			if perr := problem(err); perr != nil {
+				err = perr
+				break
+			}
+			folding = false // the fold misses it from here
+			from = ce.Seq + 1
+		}
 		if err != nil {
+			if !errors.Is(err, errStopFold) {
+				if ce := (*CorruptError)(nil); errors.As(err, &ce) {
+					problem(err) // what the read cannot go past: the last
+				}
+			}
 			return err
 		}
 		if sk != nil {
 			seq, _ := keySeq(sk)
-			return l.corrupt(seq, fmt.Sprintf("snapshot past the last event (seq %d)", rep.LastSeq), nil)
+			return problem(l.corrupt(seq, fmt.Sprintf("snapshot past the last event (seq %d)", rep.LastSeq), nil))
 		}
 		if l.readOnly {
 			// bbolt's check asserts on a damaged meta page in a goroutine
 			// of its own, where no recover reaches: look at them first.
 			if l.damage != nil {
-				return l.damage
+				return problem(l.damage)
 			}
 			var first error
 			for err := range tx.Check() { // drain: the checker blocks on each send
@@ -138,18 +220,19 @@ func (l *Log) Check(ctx context.Context) (CheckReport, error) {
 					first = l.corrupt(0, "bbolt consistency check: "+err.Error(), err)
 				}
 			}
-			return first
+			if first != nil {
+				return problem(first)
+			}
 		}
 		return nil
 	})
-	if err != nil {
-		if ce := (*CorruptError)(nil); errors.As(err, &ce) {
-			rep.FirstBad = ce.Seq
-			rep.Problems = append(rep.Problems, ce.Error())
-		}
-		return rep, err
+	if errors.Is(err, errStopFold) {
+		err = nil
 	}
-	return rep, nil
+	if err != nil && len(problems) > 0 && errors.Is(err, problems[len(problems)-1]) {
+		err = nil // a problem, reported as one
+	}
+	return rep, problems, err
 }
 
 // checkStructure checks what bbolt trusts in the file before it reads it:

@@ -421,3 +421,38 @@ func TestDamagedSnapshotPastRetentionIsNamed(t *testing.T) {
 		t.Fatalf("replay: %v, want the damaged snapshot at 40 named", err)
 	}
 }
+
+// CheckAll goes on past a record it cannot read, and names every one;
+// Check stops at the first.
+func TestCheckAllGoesOnPastDamage(t *testing.T) {
+	path := markedLedger(t, 60)
+	flipInFile(t, path, marker(20))
+	flipInFile(t, path, marker(45))
+	l, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	if _, err := l.Check(ctx); err == nil {
+		t.Fatal("Check found nothing")
+	}
+	rep, problems, err := l.CheckAll(ctx, 32)
+	if err != nil {
+		t.Fatalf("CheckAll: %v", err)
+	}
+	var seqs []uint64
+	for _, p := range problems {
+		var ce *CorruptError
+		if !errors.As(p, &ce) {
+			t.Fatalf("problem %v is not a CorruptError", p)
+		}
+		seqs = append(seqs, ce.Seq)
+	}
+	if len(seqs) != 2 || rep.FirstBad != seqs[0] || seqs[1] <= seqs[0] {
+		t.Errorf("problems at %v (first bad %d), want the two flipped records", seqs, rep.FirstBad)
+	}
+	if _, problems, _ := l.CheckAll(ctx, 1); len(problems) != 1 {
+		t.Errorf("CheckAll with limit 1 gave %d problems", len(problems))
+	}
+}

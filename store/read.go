@@ -104,7 +104,8 @@ func (l *Log) scan(tx *bolt.Tx, from, until uint64, clamp bool, visit func(seq u
 		}
 		rec, err := openValue(k, v)
 		if err != nil {
-			return l.corrupt(seq, err.Error(), nil)
+			// The next record may still be read: CheckAll goes on there.
+			return l.corrupt(seq, err.Error(), errBadRecord)
 		}
 		if err := visit(seq, rec); err != nil {
 			return err
@@ -116,6 +117,10 @@ func (l *Log) scan(tx *bolt.Tx, from, until uint64, clamp bool, visit func(seq u
 	}
 	return nil
 }
+
+// errBadRecord marks a CorruptError of one record that fails its checksum:
+// the records after it can still be read.
+var errBadRecord = errors.New("bad record")
 
 func (l *Log) corrupt(seq uint64, reason string, err error) *CorruptError {
 	return &CorruptError{Path: l.path, Seq: seq, Reason: reason, Err: err}

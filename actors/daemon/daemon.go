@@ -704,8 +704,9 @@ func (d *Daemon) snapshotLoop() {
 // graph (the store leaves it out of a writer's Open: a fifth of a second
 // at a million events), then every record's checksum and every snapshot
 // against the fold (the start read only the newest snapshot and the
-// events after it). Damage not recorded before is recorded, which makes
-// /readyz false until an operator acknowledges it.
+// events after it), going on past damage it can read around. Damage not
+// recorded before is recorded, which makes /readyz false until an
+// operator acknowledges it.
 func (d *Daemon) checkLedger() {
 	began := time.Now()
 	var err error
@@ -714,16 +715,24 @@ func (d *Daemon) checkLedger() {
 			break
 		}
 	}
+	var problems []error
 	if err == nil {
-		_, err = d.ledger.Check(context.Background())
+		// Every problem, not the first: damage acknowledged before must
+		// not hide new damage after it.
+		_, problems, err = d.ledger.CheckAll(context.Background(), 32)
+	} else if errors.Is(err, store.ErrCorrupt) {
+		problems, err = []error{err}, nil
 	}
-	switch {
-	case errors.Is(err, store.ErrCorrupt):
-		d.log.Error().Err(err).Msg("ledger damaged")
-		found := newDamage(d.metrics.damage(), []error{err}, "found by the check after start; the daemon serves the state it rebuilt at start")
+	for _, p := range problems {
+		d.log.Error().Err(p).Msg("ledger damaged")
+	}
+	if found := newDamage(d.metrics.damage(), problems, "found by the check after start; the daemon serves the state it rebuilt at start"); len(found) > 0 {
 		if _, rerr := d.rec.Record(context.Background(), found...); rerr != nil {
 			d.log.Error().Err(rerr).Msg("cannot record the damage found")
 		}
+	}
+	switch {
+	case len(problems) > 0:
 	case err != nil:
 		d.log.Warn().Err(err).Msg("ledger not checked")
 	default:
