@@ -506,20 +506,26 @@ func TestApply(t *testing.T) {
 		},
 		{
 			name:  "LedgerDamaged adds its problem once",
-			setup: []Payload{LedgerDamaged{Problem: "p1"}, DamageAcknowledged{}, LedgerDamaged{Problem: "p2"}},
+			setup: []Payload{LedgerDamaged{Problem: "p1"}, DamageAcknowledged{Problems: []string{"p1"}}, LedgerDamaged{Problem: "p2"}},
 			event: LedgerDamaged{Problem: "p2", Seq: 9},
 			want:  func(s *State) {},
 		},
 		{
 			name:  "LedgerDamaged after an acknowledgement is new damage",
-			setup: []Payload{LedgerDamaged{Problem: "p1"}, DamageAcknowledged{}},
+			setup: []Payload{LedgerDamaged{Problem: "p1"}, DamageAcknowledged{Problems: []string{"p1"}}},
 			event: LedgerDamaged{Problem: "p2"},
 			want:  func(s *State) { s.Ledger = LedgerState{Damage: []string{"p2"}, Acknowledged: []string{"p1"}} },
 		},
 		{
+			name:  "DamageAcknowledged leaves damage it does not name (recorded after the operator looked)",
+			setup: []Payload{LedgerDamaged{Problem: "p1"}, LedgerDamaged{Problem: "p2"}},
+			event: DamageAcknowledged{Problems: []string{"p1"}},
+			want:  func(s *State) { s.Ledger = LedgerState{Damage: []string{"p2"}, Acknowledged: []string{"p1"}} },
+		},
+		{
 			name:  "DamageAcknowledged moves every damage to the acknowledged",
-			setup: []Payload{LedgerDamaged{Problem: "p1"}, DamageAcknowledged{}, LedgerDamaged{Problem: "p2"}, LedgerDamaged{Problem: "p1"}},
-			event: DamageAcknowledged{Note: "salvaged"},
+			setup: []Payload{LedgerDamaged{Problem: "p1"}, DamageAcknowledged{Problems: []string{"p1"}}, LedgerDamaged{Problem: "p2"}, LedgerDamaged{Problem: "p1"}},
+			event: DamageAcknowledged{Problems: []string{"p2", "p1"}, Note: "salvaged"},
 			want:  func(s *State) { s.Ledger = LedgerState{Acknowledged: []string{"p2", "p1"}} },
 		},
 	}

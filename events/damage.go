@@ -45,12 +45,14 @@ func decodeLedgerDamaged(r *reader) Payload {
 	return LedgerDamaged{Problem: r.string(), Seq: r.uvarint(), Served: r.string()}
 }
 
-// DamageAcknowledged records that an operator took note of every
-// damage recorded before it (`devledger ledger acknowledge`): the daemon is
-// ready again, and the same damage found at a later start is not recorded
-// again.
+// DamageAcknowledged records that an operator took note of the damage
+// Problems names (`devledger ledger acknowledge`: what was unacknowledged
+// when they looked; damage recorded after that stays unacknowledged): the
+// daemon is ready again once none is left, and the same damage found at a
+// later start is not recorded again.
 type DamageAcknowledged struct {
-	Note string `json:"note,omitempty"`
+	Problems []string `json:"problems"`
+	Note     string   `json:"note,omitempty"`
 }
 
 // EventType implements Payload.
@@ -59,10 +61,13 @@ func (DamageAcknowledged) EventType() Type { return TypeDamageAcknowledged }
 // Subject implements Payload.
 func (DamageAcknowledged) Subject() string { return SubjectLedger }
 
-func (p DamageAcknowledged) encode(w *writer) { w.string(p.Note) }
+func (p DamageAcknowledged) encode(w *writer) {
+	w.strings(p.Problems)
+	w.string(p.Note)
+}
 
 func decodeDamageAcknowledged(r *reader) Payload {
-	return DamageAcknowledged{Note: r.string()}
+	return DamageAcknowledged{Problems: r.strings(), Note: r.string()}
 }
 
 // LedgerState is the damage recorded in the ledger: Damage the problems
@@ -90,12 +95,17 @@ func ApplyLedger(l LedgerState, p Payload) LedgerState {
 			l.Damage = append(slices.Clone(l.Damage), p.Problem)
 		}
 	case DamageAcknowledged:
-		acked := slices.DeleteFunc(slices.Clone(l.Acknowledged), func(s string) bool { return slices.Contains(l.Damage, s) })
-		acked = append(acked, l.Damage...)
+		now := slices.DeleteFunc(slices.Clone(p.Problems), func(s string) bool { return !slices.Contains(l.Damage, s) })
+		acked := slices.DeleteFunc(slices.Clone(l.Acknowledged), func(s string) bool { return slices.Contains(now, s) })
+		acked = append(acked, now...)
 		if len(acked) > KeepAcknowledged {
 			acked = acked[len(acked)-KeepAcknowledged:]
 		}
-		l.Damage, l.Acknowledged = nil, acked
+		l.Damage = slices.DeleteFunc(slices.Clone(l.Damage), func(s string) bool { return slices.Contains(now, s) })
+		l.Acknowledged = acked
+		if len(l.Damage) == 0 {
+			l.Damage = nil
+		}
 	}
 	return l
 }

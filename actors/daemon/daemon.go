@@ -775,7 +775,7 @@ func (d *Daemon) AcknowledgeDamage(ctx context.Context, note string) ([]string, 
 	if len(dm) == 0 {
 		return nil, nil
 	}
-	if _, err := d.rec.Record(ctx, events.DamageAcknowledged{Note: note}); err != nil {
+	if _, err := d.rec.Record(ctx, events.DamageAcknowledged{Problems: dm, Note: note}); err != nil {
 		return nil, err
 	}
 	d.log.Info().Strs("problems", dm).Str("note", note).Msg("ledger damage acknowledged")

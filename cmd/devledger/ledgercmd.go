@@ -149,7 +149,7 @@ func acknowledgeInFile(path, note string) ([]string, error) {
 	if len(st.Ledger.Damage) == 0 {
 		return nil, nil
 	}
-	if _, err := l.Append(context.Background(), events.New(events.DamageAcknowledged{Note: note}, time.Now(), "ledger-acknowledge")); err != nil {
+	if _, err := l.Append(context.Background(), events.New(events.DamageAcknowledged{Problems: st.Ledger.Damage, Note: note}, time.Now(), "ledger-acknowledge")); err != nil {
 		return nil, err
 	}
 	return st.Ledger.Damage, nil

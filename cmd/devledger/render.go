@@ -247,7 +247,7 @@ func describe(e events.Envelope) string {
 	case events.LedgerDamaged:
 		return withReason("DAMAGED: "+p.Problem, "; ", p.Served)
 	case events.DamageAcknowledged:
-		return withReason("damage acknowledged", ": ", p.Note)
+		return withReason(fmt.Sprintf("%d %s acknowledged", len(p.Problems), plural(len(p.Problems), "damage", "damages")), ": ", p.Note)
 	}
 	return e.Subject
 }
