@@ -119,7 +119,7 @@ var samples = map[Type]Payload{
 		Seq: 29, Served: "the state is rebuilt from the snapshot at seq 4000, after the damage"},
 	TypeDamageAcknowledged: DamageAcknowledged{Problems: []string{"corrupt at seq 29: checksum mismatch (stored 7fb73870, computed a0643d47 over 155 bytes)"},
 		Note: "salvaged to ledger.db.salvaged; old events of seq 29 lost"},
-	TypeEventsDropped:      EventsDropped{FromSeq: 1, ToSeq: 3000, Count: 3000, Bytes: 412345, SnapshotSeq: 4000, Reason: "older than 720h"},
+	TypeEventsDropped: EventsDropped{FromSeq: 1, ToSeq: 3000, Count: 3000, Bytes: 412345, SnapshotSeq: 4000, Reason: "older than 720h"},
 }
 
 // sampleEnvelope is the sample of t in an envelope with the fixed time, boot
