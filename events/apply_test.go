@@ -135,10 +135,27 @@ func TestApply(t *testing.T) {
 			},
 		},
 		{
+			name:  "DaemonCrashed: the run before stopped when it was last alive; a crash counted",
+			event: DaemonCrashed{BootID: "boot-1", LastSeq: 9, LastAlive: at(eventSeq - 1)},
+			want: func(s *State) {
+				s.Daemon.Running, s.Daemon.StoppedAt, s.Daemon.Crashes = false, at(eventSeq-1), 1
+			},
+		},
+		{
+			name:  "DaemonStarted after a crash keeps the count of crashes",
+			setup: []Payload{DaemonCrashed{BootID: "boot-1", LastAlive: at(1)}},
+			event: DaemonStarted{Version: "v2"},
+			want: func(s *State) {
+				s.Daemon = DaemonState{BootID: "boot-1", Version: "v2", StartedAt: at(eventSeq), Running: true, Starts: 2, Crashes: 1}
+				setRegistration(s, poolA, func(r *Registration) { r.Serving, r.Registered = false, false })
+				setRegistration(s, poolB, func(r *Registration) { r.Serving, r.Registered = false, false })
+			},
+		},
+		{
 			name:  "DaemonStopped: not running, nothing serving or registered",
 			event: DaemonStopped{Reason: "SIGTERM", Clean: true},
 			want: func(s *State) {
-				s.Daemon.Running = false
+				s.Daemon.Running, s.Daemon.StoppedAt = false, at(eventSeq)
 				setRegistration(s, poolA, func(r *Registration) { r.Serving, r.Registered = false, false })
 				setRegistration(s, poolB, func(r *Registration) { r.Serving, r.Registered = false, false })
 			},

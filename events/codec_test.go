@@ -425,6 +425,7 @@ func TestEnvelopeDevicesAndPool(t *testing.T) {
 		TypeEventLost:               {nil, ""},
 		TypeAllocationRecovered:     {pair, dpdk},
 		TypePluginWithdrawn:         {nil, dpdk},
+		TypeDaemonCrashed:           {nil, ""},
 		TypeLedgerDamaged:           {nil, ""},
 		TypeDamageAcknowledged:      {nil, ""},
 		TypeAllocationLeakSuspected: {[]string{"0000:3b:02.3"}, dpdk},

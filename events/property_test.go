@@ -426,7 +426,7 @@ func TestUnmarshalStateErrors(t *testing.T) {
 		{"not JSON", "\x00", ErrCorrupt},
 		{"wrong shape", `{"format":1,"state":{"pools":[]}}`, ErrCorrupt},
 		{"no format", `{"state":{}}`, ErrSnapshotFormat},
-		{"newer format", `{"format":3,"state":{}}`, ErrSnapshotFormat},
+		{"newer format", `{"format":4,"state":{}}`, ErrSnapshotFormat},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

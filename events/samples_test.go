@@ -110,6 +110,7 @@ var samples = map[Type]Payload{
 	TypeAttributionChanged: AttributionChanged{Available: true, Reason: "pod resources answered"},
 	TypeSnapshotTaken:      SnapshotTaken{Seq: 4000, Size: 65536, Reason: "every 10000 events"},
 	TypeEventLost:          EventLost{Type: "DevicesAllocated", Reason: "its record fails its checksum"},
+	TypeDaemonCrashed:      DaemonCrashed{BootID: "7f3a9c0e1d2b4a56", LastSeq: 4121, LastAlive: time.Date(2026, 11, 24, 9, 14, 5, 0, time.UTC)},
 	TypePluginWithdrawn: PluginWithdrawn{Pool: "intel.com/intel_sriov_dpdk", Socket: "/var/lib/kubelet/device-plugins/intel.com_intel_sriov_dpdk.3f2a91c0.sock",
 		Reason: "no devices: the last one left (scan: device removed)"},
 	TypeAllocationRecovered: AllocationRecovered{Pool: "intel.com/intel_sriov_dpdk", DeviceIDs: []string{"0000:3b:02.1", "0000:3b:02.2"},

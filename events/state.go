@@ -42,6 +42,11 @@ type DaemonState struct {
 	// knows the last run did not stop cleanly.
 	Running bool `json:"running"`
 	Starts  int  `json:"starts"`
+	// StoppedAt is when the last run stopped, while none runs: its
+	// DaemonStopped, or for a crash the last moment it was known alive
+	// (DaemonCrashed). Crashes counts the runs that did not stop.
+	StoppedAt time.Time `json:"stopped_at,omitzero"`
+	Crashes   int       `json:"crashes,omitempty"`
 }
 
 // ConfigState is the configuration in force.
@@ -162,7 +167,7 @@ func apply(s State, e Envelope, owned bool) State {
 	s.Time = e.Time
 	switch p := payloadValue(e.Payload).(type) {
 	case DaemonStarted:
-		s.Daemon = DaemonState{BootID: e.BootID, Version: p.Version, StartedAt: e.Time, Running: true, Starts: s.Daemon.Starts + 1}
+		s.Daemon = DaemonState{BootID: e.BootID, Version: p.Version, StartedAt: e.Time, Running: true, Starts: s.Daemon.Starts + 1, Crashes: s.Daemon.Crashes}
 		// A new daemon has no server and no registration yet, whatever the
 		// last run left behind.
 		for name, pool := range s.Pools {
@@ -170,8 +175,13 @@ func apply(s State, e Envelope, owned bool) State {
 			pool.Registration.Registered = false
 			s.Pools[name] = pool
 		}
+	case DaemonCrashed:
+		s.Daemon.Running = false
+		s.Daemon.StoppedAt = p.LastAlive
+		s.Daemon.Crashes++
 	case DaemonStopped:
 		s.Daemon.Running = false
+		s.Daemon.StoppedAt = e.Time
 		for name, pool := range s.Pools {
 			pool.Registration.Serving = false
 			pool.Registration.Registered = false
@@ -429,8 +439,10 @@ func (s State) Equal(o State) bool {
 
 // snapshotFormat is the version of the snapshot encoding written by
 // MarshalState. UnmarshalState reads it and every older one. Format 2
-// added Device.HealthSeq; a format-1 snapshot has none (0).
-const snapshotFormat = 2
+// added Device.HealthSeq; a format-1 snapshot has none (0). Format 3 added
+// DaemonState.StoppedAt, which the fold takes from DaemonStopped; a
+// format-2 snapshot has none until the next stop.
+const snapshotFormat = 3
 
 type snapshotDoc struct {
 	Format int   `json:"format"`
@@ -496,6 +508,9 @@ func SnapshotMatches(fold, snap State, format int) bool {
 			fold.Devices[addr] = d
 		}
 	}
+	if format < 3 {
+		fold.Daemon.StoppedAt = time.Time{}
+	}
 	return fold.Equal(snap)
 }
 
@@ -504,6 +519,7 @@ func normalize(s State) State {
 	s = s.Clone()
 	s.Time = utc(s.Time)
 	s.Daemon.StartedAt = utc(s.Daemon.StartedAt)
+	s.Daemon.StoppedAt = utc(s.Daemon.StoppedAt)
 	s.Config.AppliedAt = utc(s.Config.AppliedAt)
 	s.Kubelet.LastRestart = utc(s.Kubelet.LastRestart)
 	if len(s.Config.LastError) == 0 {

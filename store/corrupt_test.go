@@ -280,7 +280,7 @@ func TestCheckReadsAFormat1Snapshot(t *testing.T) {
 		}
 		// As the previous version wrote it: format 1, no health_seq.
 		rec = regexp.MustCompile(`,"health_seq":\d+`).ReplaceAll(rec, nil)
-		rec = bytes.Replace(rec, []byte(`{"format":2,`), []byte(`{"format":1,`), 1)
+		rec = bytes.Replace(rec, []byte(`{"format":3,`), []byte(`{"format":1,`), 1)
 		if bytes.Contains(rec, []byte("health_seq")) || !bytes.HasPrefix(rec, []byte(`{"format":1,`)) {
 			return fmt.Errorf("the snapshot was not made a format-1 one: %.80s", rec)
 		}
