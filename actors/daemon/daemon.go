@@ -219,6 +219,9 @@ func Start(opts Options) (_ *Daemon, err error) {
 		l.Close()
 		os.Remove(filepath.Join(opts.StateDir, PIDFileName))
 	}()
+	// The run before left its liveness mark in the pid file: read it
+	// before this run's replaces it.
+	prevBoot, prevAlive := lastAlive(opts.StateDir)
 	writePIDFile(opts.StateDir, bootID)
 
 	began := time.Now()
@@ -228,8 +231,15 @@ func Start(opts Options) (_ *Daemon, err error) {
 	}
 	d.log.Info().Uint64("seq", st.Seq).Int("devices", len(st.Devices)).Int("pools", len(st.Pools)).
 		Int("live_allocations", len(st.Allocations)).Dur("took_ms", time.Since(began)).Msg("ledger replayed")
+	var crashed []events.Payload
 	if st.Daemon.Running {
-		d.log.Warn().Str("boot_id", st.Daemon.BootID).Msg("the previous run did not stop cleanly; compensating")
+		c := events.DaemonCrashed{BootID: st.Daemon.BootID, LastSeq: st.Seq, LastAlive: st.Time}
+		if prevBoot == st.Daemon.BootID && prevAlive.After(c.LastAlive) {
+			c.LastAlive = prevAlive
+		}
+		crashed = append(crashed, c)
+		d.log.Warn().Str("boot_id", c.BootID).Uint64("last_seq", c.LastSeq).Time("last_alive", c.LastAlive).
+			Msg("the previous run did not stop cleanly; compensating")
 	}
 	d.rec = ledger.NewRecorder(l, bootID, nil)
 	d.metrics = newMetrics(d)
@@ -246,8 +256,8 @@ func Start(opts Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	d.mode = mode
-	start := []events.Payload{events.DaemonStarted{Version: opts.Version, Node: opts.Node, PID: os.Getpid(),
-		ConfigPath: opts.ConfigPath, SysfsRoot: opts.SysfsRoot, KubeletDir: opts.KubeletDir, Registration: string(mode)}}
+	start := append(crashed, events.DaemonStarted{Version: opts.Version, Node: opts.Node, PID: os.Getpid(),
+		ConfigPath: opts.ConfigPath, SysfsRoot: opts.SysfsRoot, KubeletDir: opts.KubeletDir, Registration: string(mode)})
 	if cfgErr != nil {
 		// The run this start opens ends at once: one batch says so.
 		start = append(start, events.ConfigRejected{Path: opts.ConfigPath, SHA256: node.Digest(cfgData), Errors: errorLines(cfgErr)},
@@ -657,12 +667,16 @@ func (d *Daemon) snapshotLoop() {
 	defer close(d.snapDone)
 	t := time.NewTicker(d.opts.SnapshotCheck)
 	defer t.Stop()
+	alive := time.NewTicker(aliveEvery)
+	defer alive.Stop()
 	var retained time.Time
 	checked := false
 	for {
 		select {
 		case <-d.stopSnap:
 			return
+		case <-alive.C:
+			markAlive(d.opts.StateDir)
 		case <-t.C:
 			// At the first tick, not at once: the walk reads the whole
 			// file, and the start (replay, registration) comes first.
@@ -898,6 +912,37 @@ func writePIDFile(stateDir, bootID string) {
 	if os.WriteFile(tmp, []byte(line), 0o600) == nil {
 		os.Rename(tmp, filepath.Join(stateDir, PIDFileName))
 	}
+}
+
+// aliveEvery is how often a running daemon touches its pid file: the mark
+// by which the next start bounds when a crashed run was last alive.
+const aliveEvery = 5 * time.Second
+
+// lastAlive is what the pid file in stateDir says of the run that wrote
+// it: its boot id, and when it was last touched. Zero when there is none.
+func lastAlive(stateDir string) (bootID string, at time.Time) {
+	path := filepath.Join(stateDir, PIDFileName)
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", time.Time{}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", time.Time{}
+	}
+	// "pid N, boot ID, started T"
+	for _, f := range strings.Split(strings.TrimSpace(string(b)), ", ") {
+		if id, ok := strings.CutPrefix(f, "boot "); ok {
+			return id, fi.ModTime()
+		}
+	}
+	return "", time.Time{}
+}
+
+// markAlive touches the pid file (see aliveEvery).
+func markAlive(stateDir string) {
+	now := time.Now()
+	_ = os.Chtimes(filepath.Join(stateDir, PIDFileName), now, now)
 }
 
 func holder(stateDir string) string {

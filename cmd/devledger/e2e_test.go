@@ -353,8 +353,22 @@ func TestE2ESIGKILLThenRestart(t *testing.T) {
 		p2.kill(t)
 		after := replayJSON(t, n)
 
-		if after.Daemon.Starts != before.Daemon.Starts+1 || after.Daemon.BootID == before.Daemon.BootID || !after.Daemon.Running {
+		if after.Daemon.Starts != before.Daemon.Starts+1 || after.Daemon.BootID == before.Daemon.BootID || !after.Daemon.Running ||
+			after.Daemon.Crashes != before.Daemon.Crashes+1 {
 			t.Errorf("daemon after the restart: %+v; before: %+v", after.Daemon, before.Daemon)
+		}
+		// When did it crash? The restart recorded it: after its last
+		// event, before the kill.
+		var crash *events.DaemonCrashed
+		for _, e := range n.ledgerEvents(t) {
+			if c, ok := e.Payload.(events.DaemonCrashed); ok {
+				crash = &c
+			}
+		}
+		if crash == nil || crash.BootID != before.Daemon.BootID || crash.LastSeq != before.Seq ||
+			crash.LastAlive.Before(before.Time) || crash.LastAlive.After(killed) {
+			t.Errorf("DaemonCrashed %+v; the run killed was boot %s at #%d, last event at %s, killed at %s",
+				crash, before.Daemon.BootID, before.Seq, before.Time, killed)
 		}
 		normalizeRun(&before)
 		normalizeRun(&after)
@@ -453,6 +467,15 @@ func TestE2ESIGTERM(t *testing.T) {
 		st := replayJSON(t, n)
 		if st.Daemon.Running || len(st.Allocations) != 1 {
 			t.Errorf("replayed after stop: running %v, %d live allocations; want stopped, 1", st.Daemon.Running, len(st.Allocations))
+		}
+		// replay names when it stopped: the DaemonStopped's time, not the
+		// start's.
+		if !st.Daemon.StoppedAt.Equal(envs[len(envs)-2].Time) {
+			t.Errorf("replayed stop time %s, DaemonStopped at %s", st.Daemon.StoppedAt, envs[len(envs)-2].Time)
+		}
+		stoppedAt := envs[len(envs)-2].Time.UTC().Format(time.RFC3339)
+		if text := cliOK(t, "replay", "--state-dir", n.stateDir); !strings.Contains(text, "stopped since "+stoppedAt) {
+			t.Errorf("replay after the stop at %s says:\n%s", stoppedAt, text)
 		}
 
 		// Offline, dump prints what it printed live, and then what the

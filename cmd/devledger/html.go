@@ -372,6 +372,8 @@ func (h *historyFold) event(e events.Envelope) error {
 		h.marker(t, "daemon", fmt.Sprintf("daemon stopped (%s): %s", how, p.Reason))
 	case events.KubeletRestarted:
 		h.marker(t, "kubelet", "kubelet restarted: "+p.Socket)
+	case events.DaemonCrashed:
+		h.marker(t, "daemon", describe(e))
 	case events.ConfigApplied:
 		h.marker(t, "config", describe(e))
 	case events.ConfigRejected:

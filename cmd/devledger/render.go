@@ -224,6 +224,8 @@ func describe(e events.Envelope) string {
 		return fmt.Sprintf("%s %s", p.Device, p.Reason)
 	case events.AllocationBound:
 		return fmt.Sprintf("#%d %s/%s/%s", p.AllocationSeq, p.Namespace, p.Pod, p.Container)
+	case events.DaemonCrashed:
+		return fmt.Sprintf("boot %s crashed: last alive %s, its last event #%d", p.BootID, p.LastAlive.UTC().Format(time.RFC3339), p.LastSeq)
 	case events.AllocationRecovered:
 		return fmt.Sprintf("%s %s %s/%s/%s: %s", p.Pool, strings.Join(p.DeviceIDs, ","), p.Namespace, p.Pod, p.Container, p.Reason)
 	case events.DevicesReleased:

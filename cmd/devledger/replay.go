@@ -90,11 +90,18 @@ func printState(w io.Writer, s events.State, at time.Time) error {
 	}
 	d := s.Daemon
 	if d.BootID != "" {
-		run := "stopped"
-		if d.Running {
-			run = "running"
+		run, since := "running", d.StartedAt
+		if !d.Running {
+			run = "stopped"
+			if !d.StoppedAt.IsZero() { // else a ledger from before stops were folded
+				since = d.StoppedAt
+			}
 		}
-		fmt.Fprintf(b, "Daemon:  %s, boot %s, %s since %s, %d starts\n", d.Version, d.BootID, run, d.StartedAt.UTC().Format(time.RFC3339), d.Starts)
+		crashes := ""
+		if d.Crashes > 0 {
+			crashes = fmt.Sprintf(", %d crashed", d.Crashes)
+		}
+		fmt.Fprintf(b, "Daemon:  %s, boot %s, %s since %s, %d starts%s\n", d.Version, d.BootID, run, since.UTC().Format(time.RFC3339), d.Starts, crashes)
 	}
 	if s.Config.Path != "" {
 		fmt.Fprintf(b, "Config:  %s (sha256 %.12s), applied %s, %d rejected since\n", s.Config.Path, s.Config.SHA256, s.Config.AppliedAt.UTC().Format(time.RFC3339), s.Config.Rejections)
