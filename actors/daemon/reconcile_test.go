@@ -168,3 +168,26 @@ func TestReconcilerErrorsThenRecovers(t *testing.T) {
 		t.Errorf("attribution back without a reason")
 	}
 }
+
+// When the kubelet comes back, pods are attributed again at once, not at
+// the end of a backoff that grew while PodResources failed: after about
+// 7 s of failures the next retry is 8 s away, and attribution must come
+// back well before that.
+func TestAttributionRetriedWhenTheKubeletIsBack(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.kubelet.FailPodResources(errors.New("kubelet going down"))
+	d := n.start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	waitLedger(ctx, t, d, "attribution unavailable", func(s events.State) bool {
+		return !s.Attribution.Since.IsZero() && !s.Attribution.Available
+	})
+	time.Sleep(7 * time.Second) // failures at 0, 1, 3 and 7 s: the next at 15 s
+	n.kubelet.FailPodResources(nil)
+	if err := n.kubelet.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	back, cancelBack := context.WithTimeout(ctx, 4*time.Second)
+	defer cancelBack()
+	waitLedger(back, t, d, "attribution back with the kubelet", func(s events.State) bool { return s.Attribution.Available })
+}

@@ -273,6 +273,9 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		}
 	case *sockets.KubeletAppeared:
 		ctx.Send(n.registrar, &registrar.KubeletAppeared{Socket: m.Socket})
+		// Pods are attributed again now, not at the end of a backoff
+		// that grew while the kubelet was away.
+		ctx.Send(n.reconciler, &reconciler.Reconcile{})
 	case *sockets.SocketRemoved:
 		// The registrar looks at every pool's socket: one that is gone is
 		// asked for anew (NeedSocket), once, however many removals come.

@@ -115,6 +115,9 @@ func (r *reconciler) Receive(ctx actor.Context) {
 	case *SetPools:
 		r.setPools(m.Pools)
 	case *Reconcile:
+		// Asked for (the kubelet is back, or a test): a failure from here
+		// backs off from the start again.
+		r.failures = 0
 		r.round(ctx)
 	case *tick:
 		r.timer, r.due = nil, time.Time{}
