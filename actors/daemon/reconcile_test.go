@@ -3,6 +3,9 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -190,4 +193,68 @@ func TestAttributionRetriedWhenTheKubeletIsBack(t *testing.T) {
 	back, cancelBack := context.WithTimeout(ctx, 4*time.Second)
 	defer cancelBack()
 	waitLedger(back, t, d, "attribution back with the kubelet", func(s events.State) bool { return s.Attribution.Available })
+}
+
+// A device the kubelet gives out again 100 ms after its pod ended is a
+// release of the old allocation, in the new one's event, and no conflict;
+// one given out while the kubelet still reports the old pod holding it is
+// recorded as a conflict naming both containers.
+func TestReuseReleasesAndALiveOldHolderConflicts(t *testing.T) {
+	const dev = "0000:3b:01.2"
+	for _, oldAlive := range []bool{false, true} {
+		t.Run(fmt.Sprintf("old holder alive=%v", oldAlive), func(t *testing.T) {
+			n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+			d := n.start(t)
+			ctx := waitCtx(t)
+			if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := n.kubelet.Allocate(ctx, vfioPool, []string{dev}); err != nil {
+				t.Fatal(err)
+			}
+			old := kubelettest.PodHolding("ml", "trainer-0", "main", vfioPool, dev)
+			n.kubelet.SetPods([]*podresourcesapi.PodResources{old})
+			reconcileNow(ctx, t, d)
+			first := waitLedger(ctx, t, d, "the first allocation bound", func(s events.State) bool {
+				return len(s.Holders[dev]) == 1 && s.Allocations[s.Holders[dev][0]].Binding != nil
+			}).Holders[dev][0]
+
+			pods := []*podresourcesapi.PodResources{}
+			if oldAlive {
+				pods = append(pods, old)
+			}
+			n.kubelet.SetPods(pods)
+			time.Sleep(100 * time.Millisecond)
+			if _, err := n.kubelet.Allocate(ctx, vfioPool, []string{dev}); err != nil {
+				t.Fatal(err)
+			}
+			n.kubelet.SetPods(append(pods, kubelettest.PodHolding("ml", "trainer-1", "main", vfioPool, dev)))
+			reconcileNow(ctx, t, d)
+			reconcileNow(ctx, t, d)
+
+			var supersedes []uint64
+			var conflicts []events.AllocationConflict
+			if err := d.Recorder().Log().Read(first+1, func(e events.Envelope) error {
+				switch p := e.Payload.(type) {
+				case events.DevicesAllocated:
+					supersedes = append(supersedes, p.Supersedes...)
+				case events.AllocationConflict:
+					conflicts = append(conflicts, p)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(supersedes, []uint64{first}) {
+				t.Errorf("the new allocation supersedes %v, want #%d", supersedes, first)
+			}
+			switch {
+			case !oldAlive && len(conflicts) > 0:
+				t.Errorf("a reuse after the pod ended was recorded as a conflict: %+v", conflicts)
+			case oldAlive && (len(conflicts) != 1 || !strings.Contains(conflicts[0].Reason, "ml/trainer-0/main") ||
+				!strings.Contains(conflicts[0].Reason, "ml/trainer-1/main")):
+				t.Errorf("conflicts %+v, want one naming both containers", conflicts)
+			}
+		})
+	}
 }
