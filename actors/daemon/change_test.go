@@ -633,8 +633,13 @@ func TestRebindEmptiesAPool(t *testing.T) {
 				t.Fatal(err)
 			}
 			var withdrawn, served int
+			var backReason string
 			if err := d.Recorder().Log().Read(1, func(e events.Envelope) error {
 				switch p := e.Payload.(type) {
+				case events.PoolMembershipChanged:
+					if p.Pool == one && slices.Contains(p.Added, dev) {
+						backReason = p.Reason
+					}
 				case events.PluginWithdrawn:
 					if p.Pool == one && p.Socket == reg.Endpoint {
 						withdrawn++
@@ -650,6 +655,10 @@ func TestRebindEmptiesAPool(t *testing.T) {
 			}
 			if withdrawn != 1 || served != 2 {
 				t.Errorf("the ledger has %d PluginWithdrawn of the first socket and %d PluginServing of %s, want 1 and 2", withdrawn, served, one)
+			}
+			// The pool spawned again says why: the scan, not a daemon start.
+			if !strings.HasPrefix(backReason, "scan: test") {
+				t.Errorf("the device came back to %s with the reason %q, want the scan's", one, backReason)
 			}
 		})
 	}

@@ -131,6 +131,8 @@ func Props(cfg Config) *actor.Props {
 type lifetime struct {
 	config *config.Config
 	sha    string
+	// incarnations counts the node's starts.
+	incarnations int
 }
 
 type coordinator struct {
@@ -547,6 +549,7 @@ func (n *coordinator) start(ctx actor.Context) {
 	// replays the ledger itself, which has moved on since.
 	n.replayed = st
 	n.placed = false
+	n.life.incarnations++
 	if n.life.config != nil {
 		n.cfg.Config, n.cfg.ConfigSHA256 = n.life.config, n.life.sha
 	}
@@ -692,7 +695,7 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 		case running && changed:
 			n.setMembers(ctx, pid, ms, reason, moves(pm.Name, before, owner))
 		case !running && serve && !n.isStopping(pm.Name):
-			n.spawnPool(ctx, res, ms, moves(pm.Name, before, owner))
+			n.spawnPool(ctx, res, ms, moves(pm.Name, before, owner), n.startReason(reason))
 		case !running && !n.placed:
 			n.recordEmptied(pm.Name, before, owner)
 		}
@@ -759,6 +762,19 @@ func (n *coordinator) removeStaleCDISpecs() {
 	}
 }
 
+// startReason is why a pool spawned by a placement of the given reason
+// starts: the daemon's start or the node's restart at the first placement
+// of an incarnation, else that placement's reason (a scan, a reload).
+func (n *coordinator) startReason(reason string) string {
+	switch {
+	case n.placed:
+		return reason
+	case n.life.incarnations > 1:
+		return "node restarted"
+	}
+	return "daemon start"
+}
+
 // isStopping says whether a pool of the name is still stopping (withdrawn
 // or removed by a reload). A new pool of the name waits for it: until it
 // has stopped it may still record, answer the kubelet, or touch the
@@ -787,7 +803,7 @@ func (n *coordinator) recordEmptied(name string, before, owner map[string]string
 	slices.Sort(removed)
 	var payloads []events.Payload
 	if len(removed) > 0 {
-		reason := "daemon start" + pool.MovedList("moved to", removed, moves(name, before, owner)) + "; the pool has no devices and is not served"
+		reason := n.startReason("") + pool.MovedList("moved to", removed, moves(name, before, owner)) + "; the pool has no devices and is not served"
 		payloads = append(payloads, events.PoolMembershipChanged{Pool: name, Removed: removed, Reason: reason})
 	}
 	if reg := n.replayed.Pools[name].Registration; reg.Serving {
@@ -864,14 +880,14 @@ func (n *coordinator) spawn(ctx actor.Context, name string, props *actor.Props) 
 	return pid
 }
 
-func (n *coordinator) spawnPool(ctx actor.Context, res *config.Resource, ms []allocation.Member, moves map[string]string) {
+func (n *coordinator) spawnPool(ctx actor.Context, res *config.Resource, ms []allocation.Member, moves map[string]string, reason string) {
 	replayed := n.replayed
 	if n.placed {
 		replayed = nil
 	}
 	name := res.FullName()
 	pid, err := ctx.SpawnNamed(pool.Props(pool.Config{
-		Resource: res, Members: slices.Clone(ms), Moves: moves, Recorder: n.cfg.Recorder, Replayed: replayed,
+		Resource: res, Members: slices.Clone(ms), Moves: moves, Reason: reason, Recorder: n.cfg.Recorder, Replayed: replayed,
 		SocketDir: SocketDir(n.cfg.KubeletDir, n.cfg.Mode), Mode: n.cfg.Mode, Env: n.cfg.AllocEnv, DevinfoDir: n.cfg.DevinfoDir, CDISpecDir: n.cfg.CDISpecDir,
 		CallTimeout: n.cfg.CallTimeout, ObserveAllocate: n.cfg.ObserveAllocate, Log: n.cfg.Log.With().Str("actor", "pool").Logger(),
 	}), fmt.Sprintf("pool-%s-%d", strings.ReplaceAll(name, "/", "_"), n.spawned))

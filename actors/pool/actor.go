@@ -31,8 +31,12 @@ type Config struct {
 	// Members are the devices the pool starts with, and Moves where those
 	// that moved since the ledger last listed them come from or went to
 	// (see SetMembers).
-	Members  []allocation.Member
-	Moves    map[string]string
+	Members []allocation.Member
+	Moves   map[string]string
+	// Reason is why the pool was spawned, for the membership change it
+	// records at its start ("daemon start" when empty); a restarted pool
+	// says "pool restarted".
+	Reason   string
 	Recorder *ledger.Recorder
 	// Replayed is the ledger's state the first incarnation starts from; a
 	// restarted pool replays the ledger instead.
@@ -235,7 +239,14 @@ func (p *allocator) start(ctx actor.Context) {
 		ms, p.gen, moves = p.life.members, p.life.gen, nil
 	}
 	p.members, p.order = p.index(ms)
-	p.recordMembership(ctx, before, "daemon start", moves)
+	reason := p.cfg.Reason
+	switch {
+	case p.life.incarnations > 0:
+		reason = "pool restarted"
+	case reason == "":
+		reason = "daemon start"
+	}
+	p.recordMembership(ctx, before, reason, moves)
 	p.rewriteDeviceInfo()
 	p.writeCDISpec()
 	// What the last incarnation had not let go yet, with no Allocate of
