@@ -76,7 +76,7 @@ func TestBaseState(t *testing.T) {
 	got := fold(NewState(), baseEvents()...)
 	want := State{
 		Seq: 12, Time: at(12),
-		Daemon: DaemonState{BootID: "boot-1", Version: "v1", StartedAt: at(1), Running: true, Starts: 1},
+		Daemon: DaemonState{BootID: "boot-1", Version: "v1", StartedAt: at(1), Running: true, Starts: 1, LastSeq: 12, LastAt: at(12)},
 		Config: ConfigState{Path: "c.json", SHA256: "aa", AppliedAt: at(2)},
 		Pools: map[string]Pool{
 			poolA: {Spec: PoolSpec{Resource: poolA, DeviceType: "netDevice"}, Members: []string{dev1, dev2},
@@ -135,10 +135,12 @@ func TestApply(t *testing.T) {
 			},
 		},
 		{
-			name:  "DaemonCrashed: the run before stopped when it was last alive; a crash counted",
+			name:  "DaemonCrashed: the run before stopped when it was last alive; a crash counted; nothing serving",
 			event: DaemonCrashed{BootID: "boot-1", LastSeq: 9, LastAlive: at(eventSeq - 1)},
 			want: func(s *State) {
 				s.Daemon.Running, s.Daemon.StoppedAt, s.Daemon.Crashes = false, at(eventSeq-1), 1
+				setRegistration(s, poolA, func(r *Registration) { r.Serving, r.Registered = false, false })
+				setRegistration(s, poolB, func(r *Registration) { r.Serving, r.Registered = false, false })
 			},
 		},
 		{
@@ -557,6 +559,10 @@ func TestApply(t *testing.T) {
 			want := s.Clone()
 			want.Seq, want.Time = eventSeq, at(eventSeq)
 			tc.want(&want)
+			// Every event here is the run's (ev's boot): its last.
+			if want.Daemon.BootID == "boot-1" {
+				want.Daemon.LastSeq, want.Daemon.LastAt = eventSeq, at(eventSeq)
+			}
 			e := ev(eventSeq, tc.event)
 			assertState(t, Apply(s, e), want)
 		})
@@ -634,5 +640,18 @@ func TestApplyKeepsMembersSorted(t *testing.T) {
 	got := s.Pools[poolA].Members
 	if !slices.IsSorted(got) || len(got) != len(addrs) || slices.Contains(got, "0000:3b:02.7") {
 		t.Errorf("members %q, want the sorted set", got)
+	}
+}
+
+// The run's last event is its own: an event another writer put in the
+// ledger while no daemon ran (an offline acknowledgement) does not move
+// the bounds a crash is recorded with.
+func TestTheRunsLastEventIsItsOwn(t *testing.T) {
+	s := fold(NewState(), baseEvents()...)
+	other := New(DamageAcknowledged{}, at(20), "ledger-acknowledge")
+	other.Seq = 20
+	s = Apply(s, other)
+	if s.Daemon.LastSeq != 12 || !s.Daemon.LastAt.Equal(at(12)) || s.Seq != 20 {
+		t.Errorf("after another writer's event: the run's last #%d at %s (the ledger's #%d), want #12", s.Daemon.LastSeq, s.Daemon.LastAt, s.Seq)
 	}
 }

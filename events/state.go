@@ -47,6 +47,11 @@ type DaemonState struct {
 	// (DaemonCrashed). Crashes counts the runs that did not stop.
 	StoppedAt time.Time `json:"stopped_at,omitzero"`
 	Crashes   int       `json:"crashes,omitempty"`
+	// LastSeq and LastAt are the last event the run (BootID) recorded: a
+	// crash's bounds, whatever else wrote to the ledger since (an offline
+	// `ledger acknowledge`).
+	LastSeq uint64    `json:"last_seq,omitempty"`
+	LastAt  time.Time `json:"last_at,omitzero"`
 }
 
 // ConfigState is the configuration in force.
@@ -179,6 +184,11 @@ func apply(s State, e Envelope, owned bool) State {
 		s.Daemon.Running = false
 		s.Daemon.StoppedAt = p.LastAlive
 		s.Daemon.Crashes++
+		for name, pool := range s.Pools {
+			pool.Registration.Serving = false
+			pool.Registration.Registered = false
+			s.Pools[name] = pool
+		}
 	case DaemonStopped:
 		s.Daemon.Running = false
 		s.Daemon.StoppedAt = e.Time
@@ -377,6 +387,9 @@ func apply(s State, e Envelope, owned bool) State {
 	case SnapshotTaken, EventsDropped, EventLost:
 		// Facts about the ledger itself; the fold is unchanged.
 	}
+	if e.BootID != "" && e.BootID == s.Daemon.BootID {
+		s.Daemon.LastSeq, s.Daemon.LastAt = e.Seq, e.Time
+	}
 	return s
 }
 
@@ -509,7 +522,7 @@ func SnapshotMatches(fold, snap State, format int) bool {
 		}
 	}
 	if format < 3 {
-		fold.Daemon.StoppedAt = time.Time{}
+		fold.Daemon.StoppedAt, fold.Daemon.LastSeq, fold.Daemon.LastAt = time.Time{}, 0, time.Time{}
 	}
 	return fold.Equal(snap)
 }
@@ -520,6 +533,7 @@ func normalize(s State) State {
 	s.Time = utc(s.Time)
 	s.Daemon.StartedAt = utc(s.Daemon.StartedAt)
 	s.Daemon.StoppedAt = utc(s.Daemon.StoppedAt)
+	s.Daemon.LastAt = utc(s.Daemon.LastAt)
 	s.Config.AppliedAt = utc(s.Config.AppliedAt)
 	s.Kubelet.LastRestart = utc(s.Kubelet.LastRestart)
 	if len(s.Config.LastError) == 0 {

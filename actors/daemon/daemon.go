@@ -233,7 +233,11 @@ func Start(opts Options) (_ *Daemon, err error) {
 		Int("live_allocations", len(st.Allocations)).Dur("took_ms", time.Since(began)).Msg("ledger replayed")
 	var crashed []events.Payload
 	if st.Daemon.Running {
+		// The run's own last event, whatever another writer appended since.
 		c := events.DaemonCrashed{BootID: st.Daemon.BootID, LastSeq: st.Seq, LastAlive: st.Time}
+		if st.Daemon.LastSeq > 0 {
+			c.LastSeq, c.LastAlive = st.Daemon.LastSeq, st.Daemon.LastAt
+		}
 		if prevBoot == st.Daemon.BootID && prevAlive.After(c.LastAlive) {
 			c.LastAlive = prevAlive
 		}
