@@ -177,9 +177,11 @@ type coordinator struct {
 	// pool until each has let it go (pool.LetGo), or has stopped.
 	leaving map[string][]leave
 	// gen counts placements; stopping are the pools a reload removed,
-	// by PID Id, until they have stopped.
+	// by PID Id, until they have stopped; deferred are the pools waiting
+	// for one of their name to stop, with why they start.
 	gen      uint64
 	stopping map[string]poolStopped
+	deferred map[string]string
 }
 
 // leave is a pool a device was placed out of, in placement gen.
@@ -563,7 +565,7 @@ func (n *coordinator) start(ctx actor.Context) {
 		r := &n.cfg.Config.Resources[i]
 		n.resources[r.FullName()] = r
 	}
-	n.leaving, n.stopping = map[string][]leave{}, map[string]poolStopped{}
+	n.leaving, n.stopping, n.deferred = map[string][]leave{}, map[string]poolStopped{}, map[string]string{}
 	n.holds, n.allocated = map[string][]allocation.Hold{}, map[uint64][]string{}
 	for seq, a := range st.Allocations {
 		if !a.LeakSuspected || a.Binding != nil {
@@ -689,13 +691,26 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 		// a pool with none, unless it advertises itself empty.
 		serve := len(ms) > 0 || res.AdvertiseEmpty
 		pid, running := n.pools[pm.Name]
+		if !serve {
+			delete(n.deferred, pm.Name)
+		}
 		switch {
 		case running && !serve:
 			n.withdraw(ctx, pm.Name, pid, prev, reason, moves(pm.Name, before, owner))
 		case running && changed:
 			n.setMembers(ctx, pid, ms, reason, moves(pm.Name, before, owner))
-		case !running && serve && !n.isStopping(pm.Name):
-			n.spawnPool(ctx, res, ms, moves(pm.Name, before, owner), n.startReason(reason))
+		case !running && serve && n.isStopping(pm.Name):
+			// Spawned once the one of its name has stopped, for this reason.
+			if _, ok := n.deferred[pm.Name]; !ok {
+				n.deferred[pm.Name] = n.startReason(reason)
+			}
+		case !running && serve:
+			why := n.startReason(reason)
+			if d, ok := n.deferred[pm.Name]; ok {
+				why = d
+			}
+			delete(n.deferred, pm.Name)
+			n.spawnPool(ctx, res, ms, moves(pm.Name, before, owner), why)
 		case !running && !n.placed:
 			n.recordEmptied(pm.Name, before, owner)
 		}
