@@ -522,7 +522,9 @@ func SnapshotMatches(fold, snap State, format int) bool {
 		}
 	}
 	if format < 3 {
+		// Written before these were folded: neither side has them to compare.
 		fold.Daemon.StoppedAt, fold.Daemon.LastSeq, fold.Daemon.LastAt = time.Time{}, 0, time.Time{}
+		snap.Daemon.StoppedAt, snap.Daemon.LastSeq, snap.Daemon.LastAt = time.Time{}, 0, time.Time{}
 	}
 	return fold.Equal(snap)
 }
