@@ -47,6 +47,9 @@ type metrics struct {
 	// fold has it: set from the replay at start, then moved by each
 	// durable LedgerDamaged and DamageAcknowledged (recorded runs on
 	// the store's writer, /readyz on the metrics server's goroutines).
+	// A lock, not a message: neither side is an actor. The writer must
+	// not block on a mailbox, and /readyz must answer while the actors
+	// are wedged, which is what /healthz reports.
 	ledgerMu sync.Mutex
 	ledger   events.LedgerState
 }
