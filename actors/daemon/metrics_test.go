@@ -37,17 +37,7 @@ func httpGet(t *testing.T, url string) (int, string) {
 // ready.
 func waitReadyz(t *testing.T, ctx context.Context, base string) {
 	t.Helper()
-	for {
-		code, _ := httpGet(t, base+"/readyz")
-		if code == http.StatusOK {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("never ready: %v", ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	waitReadyzSays(t, ctx, base, http.StatusOK, "ok")
 }
 
 func TestMetricsHealthAndReadiness(t *testing.T) {
