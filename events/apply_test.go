@@ -382,6 +382,30 @@ func TestApply(t *testing.T) {
 			},
 		},
 		{
+			name:  "KubeletStopped: the kubelet is down, every registration void",
+			event: KubeletStopped{Socket: "kubelet.sock", Reason: "streams ended"},
+			want: func(s *State) {
+				s.Kubelet = KubeletState{Down: true, DownSince: at(eventSeq)}
+				setRegistration(s, poolA, func(r *Registration) { r.Registered = false })
+				setRegistration(s, poolB, func(r *Registration) { r.Registered = false })
+			},
+		},
+		{
+			name:  "KubeletStopped while down keeps the first stop",
+			setup: []Payload{KubeletStopped{Socket: "kubelet.sock"}},
+			event: KubeletStopped{Socket: "kubelet.sock", Reason: "socket removed"},
+			want:  func(s *State) { s.Kubelet = KubeletState{Down: true, DownSince: at(eventSeq - 1)} },
+		},
+		{
+			name:  "KubeletRestarted after a stop ends an outage",
+			setup: []Payload{KubeletStopped{Socket: "kubelet.sock"}},
+			event: KubeletRestarted{Socket: "kubelet.sock", StoppedAt: at(eventSeq - 1)},
+			want: func(s *State) {
+				s.Kubelet = KubeletState{Restarts: 1, LastRestart: at(eventSeq), Outages: 1, Downtime: at(eventSeq).Sub(at(eventSeq - 1)),
+					LastOutage: Span{From: at(eventSeq - 1), To: at(eventSeq)}}
+			},
+		},
+		{
 			name:  "SocketLost: that pool neither serves nor is registered",
 			event: SocketLost{Pool: poolB, Socket: "b.sock"},
 			want: func(s *State) {

@@ -221,9 +221,12 @@ type RegistrationFailed struct {
 }
 
 // KubeletRestarted records a new kubelet: its registration socket appeared
-// again. Every registration before it is void.
+// again. Every registration before it is void. StoppedAt is when the
+// kubelet before it was recorded gone (KubeletStopped), zero when no stop
+// was recorded: one that came back before anyone saw it go.
 type KubeletRestarted struct {
-	Socket string `json:"socket"`
+	Socket    string    `json:"socket"`
+	StoppedAt time.Time `json:"stopped_at,omitzero"`
 }
 
 // SocketLost records that a pool's socket vanished (the kubelet empties

@@ -415,6 +415,7 @@ func TestEnvelopeDevicesAndPool(t *testing.T) {
 		TypePluginRegistered:        {nil, dpdk},
 		TypeRegistrationFailed:      {nil, dpdk},
 		TypeKubeletRestarted:        {nil, ""},
+		TypeKubeletStopped:          {nil, ""},
 		TypeSocketLost:              {nil, dpdk},
 		TypeDevicesAllocated:        {pair, dpdk},
 		TypeAllocationConflict:      {[]string{"0000:3b:02.1"}, dpdk},

@@ -16,7 +16,7 @@ func init() {
 	register(TypePluginServing, 1, map[uint16]func(*reader) Payload{1: decodePluginServing})
 	register(TypePluginRegistered, 1, map[uint16]func(*reader) Payload{1: decodePluginRegistered})
 	register(TypeRegistrationFailed, 2, map[uint16]func(*reader) Payload{1: decodeRegistrationFailedV1, 2: decodeRegistrationFailed})
-	register(TypeKubeletRestarted, 1, map[uint16]func(*reader) Payload{1: decodeKubeletRestarted})
+	register(TypeKubeletRestarted, 2, map[uint16]func(*reader) Payload{1: decodeKubeletRestartedV1, 2: decodeKubeletRestarted})
 	register(TypeSocketLost, 1, map[uint16]func(*reader) Payload{1: decodeSocketLost})
 	register(TypeDevicesAllocated, 2, map[uint16]func(*reader) Payload{1: decodeDevicesAllocatedV1, 2: decodeDevicesAllocated})
 	register(TypeAllocationConflict, 1, map[uint16]func(*reader) Payload{1: decodeAllocationConflict})
@@ -254,9 +254,18 @@ func (KubeletRestarted) EventType() Type { return TypeKubeletRestarted }
 // Subject implements Payload.
 func (p KubeletRestarted) Subject() string { return p.Socket }
 
-func (p KubeletRestarted) encode(w *writer) { w.string(p.Socket) }
+func (p KubeletRestarted) encode(w *writer) {
+	w.string(p.Socket)
+	w.time(p.StoppedAt)
+}
 
-func decodeKubeletRestarted(r *reader) Payload { return KubeletRestarted{Socket: r.string()} }
+func decodeKubeletRestarted(r *reader) Payload {
+	return KubeletRestarted{Socket: r.string(), StoppedAt: r.time()}
+}
+
+// decodeKubeletRestartedV1 reads a record written before kubelet stops
+// were recorded: no stop preceded it.
+func decodeKubeletRestartedV1(r *reader) Payload { return KubeletRestarted{Socket: r.string()} }
 
 // EventType implements Payload.
 func (SocketLost) EventType() Type { return TypeSocketLost }
@@ -471,6 +480,8 @@ func payloadValue(p Payload) Payload {
 	case *AllocationRecovered:
 		return deref(v)
 	case *PluginWithdrawn:
+		return deref(v)
+	case *KubeletStopped:
 		return deref(v)
 	case *LedgerDamaged:
 		return deref(v)

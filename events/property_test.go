@@ -118,8 +118,10 @@ func (g *stream) payload() Payload {
 		return RegistrationFailed{Pool: pool, Socket: pool + ".sock", Error: "refused", Attempt: 1 + g.rng.IntN(5)}
 	case r < 86:
 		return SocketLost{Pool: pool, Socket: pool + ".sock"}
-	case r < 88:
+	case r < 87:
 		return KubeletRestarted{Socket: "kubelet.sock"}
+	case r < 88:
+		return KubeletStopped{Socket: "kubelet.sock", Reason: "streams ended"}
 	case r < 90:
 		var specs []PoolSpec
 		for _, name := range streamPools {

@@ -74,8 +74,11 @@ var samples = map[Type]Payload{
 		Mode: "legacy", Error: "device plugin already connected: /var/lib/kubelet/device-plugins/intel.com-intel_sriov_dpdk.sock", Attempt: 3,
 		KubeletHolds: "/var/lib/kubelet/device-plugins/intel.com-intel_sriov_dpdk.sock", Action: "serving the pool on a new socket",
 	},
-	TypeKubeletRestarted: KubeletRestarted{Socket: "/var/lib/kubelet/device-plugins/kubelet.sock"},
-	TypeSocketLost:       SocketLost{Pool: "intel.com/intel_sriov_dpdk", Socket: "/var/lib/kubelet/device-plugins/intel.com-intel_sriov_dpdk.sock"},
+	TypeKubeletRestarted: KubeletRestarted{Socket: "/var/lib/kubelet/device-plugins/kubelet.sock",
+		StoppedAt: time.Date(2025, 3, 14, 15, 9, 22, 101000000, time.UTC)},
+	TypeKubeletStopped: KubeletStopped{Socket: "/var/lib/kubelet/device-plugins/kubelet.sock",
+		Reason: "its ListAndWatch streams ended and kubelet.sock refuses connections"},
+	TypeSocketLost: SocketLost{Pool: "intel.com/intel_sriov_dpdk", Socket: "/var/lib/kubelet/device-plugins/intel.com-intel_sriov_dpdk.sock"},
 	TypeDevicesAllocated: DevicesAllocated{
 		Pool: "intel.com/intel_sriov_dpdk", DeviceIDs: []string{"0000:3b:02.1", "0000:3b:02.2"}, ContainerIndex: 1,
 		Response: ContainerAllocation{

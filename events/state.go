@@ -63,10 +63,25 @@ type ConfigState struct {
 	LastError  []string  `json:"last_error,omitempty"`
 }
 
-// KubeletState counts kubelet restarts seen.
+// KubeletState counts kubelet restarts seen, and the outages recorded.
 type KubeletState struct {
 	Restarts    int       `json:"restarts"`
 	LastRestart time.Time `json:"last_restart"`
+	// Down is true from a KubeletStopped to the next KubeletRestarted;
+	// DownSince is the stop's time.
+	Down      bool      `json:"down,omitempty"`
+	DownSince time.Time `json:"down_since,omitzero"`
+	// Outages counts the recorded stops that ended, Downtime their
+	// length; LastOutage is the last that ended.
+	Outages    int           `json:"outages,omitempty"`
+	Downtime   time.Duration `json:"downtime,omitempty"`
+	LastOutage Span          `json:"last_outage,omitzero"`
+}
+
+// Span is a stretch of time.
+type Span struct {
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
 }
 
 // AttributionState is whether the kubelet's PodResources service answers.
@@ -329,9 +344,25 @@ func apply(s State, e Envelope, owned bool) State {
 		pool.Registration.Failures++
 		pool.Registration.LastError = p.Error
 		s.Pools[p.Pool] = pool
+	case KubeletStopped:
+		if !s.Kubelet.Down {
+			s.Kubelet.Down, s.Kubelet.DownSince = true, e.Time
+		}
+		for name, pool := range s.Pools {
+			pool.Registration.Registered = false
+			s.Pools[name] = pool
+		}
 	case KubeletRestarted:
 		s.Kubelet.Restarts++
 		s.Kubelet.LastRestart = e.Time
+		if k := &s.Kubelet; k.Down {
+			// Only a recorded stop makes an outage: a ledger of a build
+			// that recorded none folds as before.
+			k.Outages++
+			k.Downtime += e.Time.Sub(k.DownSince)
+			k.LastOutage = Span{From: k.DownSince, To: e.Time}
+			k.Down, k.DownSince = false, time.Time{}
+		}
 		for name, pool := range s.Pools {
 			pool.Registration.Registered = false
 			s.Pools[name] = pool

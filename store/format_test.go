@@ -68,7 +68,8 @@ func TestFormatV1FixtureStillReads(t *testing.T) {
 	want := newHistory(21, 16).take(60)
 	for i := range want {
 		want[i], _ = stamp(want[i], uint64(i+1))
-		if want[i].Type == events.TypeDevicesAllocated {
+		switch want[i].Type {
+		case events.TypeDevicesAllocated, events.TypeKubeletRestarted:
 			want[i].Version = 1 // written before version 2; read as it was written
 		}
 	}

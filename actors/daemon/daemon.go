@@ -253,6 +253,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 		d.metrics.startPool(name)
 	}
 	d.metrics.ledger = st.Ledger
+	d.metrics.kubeletDown.Set(b2f(st.Kubelet.Down))
 	d.rec.Observe(d.metrics.recorded)
 
 	mode, err := resolveMode(opts.Registration, opts.KubeletDir)

@@ -35,6 +35,7 @@ type metrics struct {
 	registrations *prometheus.CounterVec
 	regFailures   *prometheus.CounterVec
 	kubelet       prometheus.Counter
+	kubeletDown   prometheus.Gauge
 	ledgerSeq     prometheus.Gauge
 	replay        prometheus.Gauge
 	// reloadOK and reloadAt are the outcome and time of the last config
@@ -70,6 +71,8 @@ func newMetrics(d *Daemon) *metrics {
 	m.registrations = counter("registrations_total", "Registrations the kubelet acknowledged.", "pool")
 	m.regFailures = counter("registration_failures_total", "Registrations that failed or were refused.", "pool")
 	m.kubelet = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "devledger", Name: "kubelet_restarts_total", Help: "New kubelets seen (their registration socket appeared)."})
+	m.kubeletDown = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "devledger", Name: "kubelet_down",
+		Help: "1 from a recorded KubeletStopped (the kubelet's streams ended and its socket refuses connections) to the next kubelet."})
 	m.ledgerSeq = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "devledger", Name: "ledger_sequence", Help: "Sequence of the newest durable event."})
 	m.replay = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "devledger", Name: "replay_duration_seconds", Help: "How long replaying the ledger took at start."})
 	m.reloadOK = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "devledger", Name: "config_last_reload_successful",
@@ -100,7 +103,7 @@ func newMetrics(d *Daemon) *metrics {
 		Help: "The build of the running daemon: its version and Go version; always 1."}, []string{"version", "goversion"})
 	build.WithLabelValues(d.opts.Version, runtime.Version()).Set(1)
 	m.reg.MustRegister(build)
-	m.reg.MustRegister(m.kubelet, m.ledgerSeq, m.replay, m.latency,
+	m.reg.MustRegister(m.kubelet, m.kubeletDown, m.ledgerSeq, m.replay, m.latency,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "devledger", Name: "ledger_size_bytes", Help: "Size of the ledger file."},
 			func() float64 { return float64(d.ledger.SizeBytes()) }),
 		&poolCollector{d: d},
@@ -133,6 +136,9 @@ func (m *metrics) recorded(envs []events.Envelope) {
 			m.regFailures.WithLabelValues(p.Pool).Inc()
 		case events.KubeletRestarted:
 			m.kubelet.Inc()
+			m.kubeletDown.Set(0)
+		case events.KubeletStopped:
+			m.kubeletDown.Set(1)
 		case events.ConfigApplied:
 			for _, spec := range p.Pools {
 				m.startPool(spec.Resource)

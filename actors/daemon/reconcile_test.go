@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devledger/devledger/actors/reconciler"
@@ -256,5 +257,57 @@ func TestReuseReleasesAndALiveOldHolderConflicts(t *testing.T) {
 				t.Errorf("conflicts %+v, want one naming both containers", conflicts)
 			}
 		})
+	}
+}
+
+// A kubelet that dies ends its ListAndWatch streams and leaves its socket
+// behind, refusing connections: the daemon records KubeletStopped then,
+// and the next kubelet's KubeletRestarted ends the outage, so the fold
+// knows how long the kubelet was down.
+func TestKubeletOutageIsRecorded(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	d := n.start(t)
+	ctx := waitCtx(t)
+	// Listed: its ListAndWatch stream is open.
+	if _, err := n.kubelet.WaitDevices(ctx, vfioPool, func(l []*pluginapi.Device) bool { return len(l) > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.kubelet.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	down := waitLedger(ctx, t, d, "the kubelet recorded down", func(s events.State) bool { return s.Kubelet.Down })
+	if s := down.Pools[vfioPool]; s.Registration.Registered {
+		t.Errorf("pool %s still registered while the kubelet is down", vfioPool)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := n.kubelet.Boot(); err != nil {
+		t.Fatal(err)
+	}
+	up := waitLedger(ctx, t, d, "the kubelet back", func(s events.State) bool { return !s.Kubelet.Down && s.Kubelet.Outages == 1 })
+	k := up.Kubelet
+	if k.LastOutage.From != down.Kubelet.DownSince || k.Downtime < 300*time.Millisecond || k.Downtime != k.LastOutage.To.Sub(k.LastOutage.From) {
+		t.Errorf("outage %+v after the stop at %s", k, down.Kubelet.DownSince)
+	}
+	var stops int
+	var restarted events.KubeletRestarted
+	if err := d.Recorder().Log().Read(0, func(e events.Envelope) error {
+		switch p := e.Payload.(type) {
+		case events.KubeletStopped:
+			stops++
+			if !strings.Contains(p.Reason, "ListAndWatch stream") || !strings.Contains(p.Reason, "kubelet.sock refuses connections") {
+				t.Errorf("KubeletStopped reason %q", p.Reason)
+			}
+		case events.KubeletRestarted:
+			restarted = p
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if stops != 1 || !restarted.StoppedAt.Equal(down.Kubelet.DownSince) {
+		t.Errorf("%d KubeletStopped, KubeletRestarted %+v; want one stop, and the restart naming it", stops, restarted)
+	}
+	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -225,6 +225,10 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		if pid := n.pools[m.Pool]; pid != nil && pid.Equal(m.From) {
 			ctx.Send(n.registrar, &registrar.Desire{Pool: m.Pool, Socket: m.Socket})
 		}
+	case *pool.WatchEnded:
+		// The kubelet ends every stream when it dies: the registrar
+		// looks whether it still answers.
+		ctx.Send(n.registrar, &registrar.CheckKubelet{Why: "the ListAndWatch stream of " + m.Pool + " ended"})
 	case *pool.KubeletReported:
 		ctx.Send(n.registrar, &registrar.KubeletReported{Pool: m.Pool, Socket: m.Socket,
 			InfoRequested: m.InfoRequested, Registered: m.Registered, Reason: m.Reason})
@@ -281,6 +285,9 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		// that grew while the kubelet was away.
 		ctx.Send(n.reconciler, &reconciler.Reconcile{})
 	case *sockets.SocketRemoved:
+		if m.Path == KubeletSocket(n.cfg.KubeletDir) {
+			ctx.Send(n.registrar, &registrar.CheckKubelet{Why: "kubelet.sock was removed"})
+		}
 		// The registrar looks at every pool's socket: one that is gone is
 		// asked for anew (NeedSocket), once, however many removals come.
 		ctx.Send(n.registrar, &registrar.Reconcile{})
@@ -580,8 +587,9 @@ func (n *coordinator) start(ctx actor.Context) {
 	kubeletSock := KubeletSocket(n.cfg.KubeletDir)
 	n.registrar = n.spawn(ctx, "registrar", registrar.Props(registrar.Config{
 		Recorder: n.cfg.Recorder, Mode: n.cfg.Mode, KubeletSocket: kubeletSock,
-		Options: &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true},
-		Log:     log.With().Str("actor", "registrar").Logger(),
+		Options:          &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true},
+		KubeletDownSince: st.Kubelet.DownSince,
+		Log:              log.With().Str("actor", "registrar").Logger(),
 	}))
 	dirs := []string{DevicePluginDir(n.cfg.KubeletDir)}
 	if n.cfg.Mode == grpcapi.ModeWatcher {

@@ -178,6 +178,7 @@ func (p *allocator) Receive(ctx actor.Context) {
 		if ch, ok := p.watchers[m.id]; ok {
 			close(ch)
 			delete(p.watchers, m.id)
+			ctx.Send(ctx.Parent(), &WatchEnded{Pool: p.name})
 		}
 	case *preferredReq:
 		resp, err := p.preferred(m.req)

@@ -128,6 +128,10 @@ type KubeletReported struct {
 	Reason        string
 }
 
+// WatchEnded tells the parent a ListAndWatch stream on the pool's socket
+// ended: the kubelet's, most often because the kubelet went away.
+type WatchEnded struct{ Pool string }
+
 // AllocationRecorded tells the parent an allocation is durable, so the
 // reconciler can look for the pod that holds it and the node knows what
 // holds the device. The pool sends it as the allocation lands, before it

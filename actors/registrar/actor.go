@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,6 +40,9 @@ type Config struct {
 	Options *pluginapi.DevicePluginOptions
 	// RegisterTimeout bounds one Register call (default 10s).
 	RegisterTimeout time.Duration
+	// KubeletDownSince is when the ledger recorded the kubelet gone
+	// (KubeletStopped), zero when it did not or the kubelet came back.
+	KubeletDownSince time.Time
 	// RetryInitial and RetryMax bound the backoff between failed attempts
 	// (defaults 200ms and 30s).
 	RetryInitial, RetryMax time.Duration
@@ -130,6 +134,10 @@ type registrar struct {
 	kubelet  kubeletID
 	restarts int
 	waiting  bool // the missing kubelet socket was logged
+	// downSince is when the kubelet was recorded gone, zero while it is
+	// not; probing says a dial of its socket is out.
+	downSince time.Time
+	probing   bool
 }
 
 // Receive implements actor.Actor.
@@ -142,6 +150,7 @@ func (r *registrar) Receive(ctx actor.Context) {
 		r.retrying = map[string]*time.Timer{}
 		r.failures = map[string]int{}
 		r.lastError = map[string]string{}
+		r.downSince = r.cfg.KubeletDownSince
 	case *actor.Stopping, *actor.Restarting:
 		for _, t := range r.retrying {
 			t.Stop()
@@ -165,6 +174,14 @@ func (r *registrar) Receive(ctx actor.Context) {
 	case *KubeletAppeared:
 		r.observeKubelet(true)
 		r.reconcile(ctx)
+	case *CheckKubelet:
+		r.checkKubelet(ctx, m.Why)
+	case *probed:
+		r.probed(ctx, m)
+	case *stopRecorded:
+		if !r.downSince.IsZero() {
+			r.downSince = m.at
+		}
 	case *KubeletReported:
 		r.kubeletReported(ctx, m)
 	case *registerResult:
@@ -196,15 +213,68 @@ func (r *registrar) observeKubelet(created bool) kubeletID {
 		return cur
 	}
 	r.restarts++
-	socket := r.cfg.KubeletSocket
-	r.record(events.KubeletRestarted{Socket: socket}, func(e events.Envelope) {
-		r.cfg.Log.Info().Str("socket", socket).Uint64("seq", e.Seq).Msg("kubelet restarted; registering every pool again")
+	socket, stopped := r.cfg.KubeletSocket, r.downSince
+	r.downSince = time.Time{}
+	r.record(events.KubeletRestarted{Socket: socket, StoppedAt: stopped}, func(e events.Envelope) {
+		ev := r.cfg.Log.Info().Str("socket", socket).Uint64("seq", e.Seq)
+		if !stopped.IsZero() {
+			ev = ev.Dur("down_ms", e.Time.Sub(stopped))
+		}
+		ev.Msg("kubelet restarted; registering every pool again")
 	})
 	for pool := range r.retrying {
 		r.cancelRetry(pool)
 		r.failures[pool] = 0
 	}
 	return cur
+}
+
+// checkKubelet dials the kubelet's socket, once at a time, when a kubelet
+// seen running may have gone. A dead kubelet leaves its socket behind, so
+// its presence says nothing; a refused connection does. A kubelet that
+// came back before the dial answers it, and only its KubeletRestarted is
+// recorded.
+func (r *registrar) checkKubelet(ctx actor.Context, why string) {
+	if r.probing || !r.downSince.IsZero() || !r.kubelet.present() {
+		return
+	}
+	r.probing = true
+	self, root, socket := ctx.Self(), ctx.ActorSystem().Root, r.cfg.KubeletSocket
+	go func() {
+		conn, err := net.DialTimeout("unix", socket, time.Second)
+		if err == nil {
+			conn.Close()
+		}
+		root.Send(self, &probed{why: why, err: err})
+	}()
+}
+
+// probed takes the outcome of checkKubelet's dial.
+func (r *registrar) probed(ctx actor.Context, m *probed) {
+	r.probing = false
+	if m.err == nil || !r.downSince.IsZero() {
+		return
+	}
+	// Now until the event lands, then the event's own time: the next
+	// KubeletRestarted names the stop as the ledger has it.
+	r.downSince = time.Now()
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	socket, reason := r.cfg.KubeletSocket, m.why+"; "+filepath.Base(r.cfg.KubeletSocket)+" "+refusal(m.err)
+	r.record(events.KubeletStopped{Socket: socket, Reason: reason}, func(e events.Envelope) {
+		r.cfg.Log.Warn().Str("socket", socket).Str("reason", reason).Uint64("seq", e.Seq).Msg("kubelet stopped; pools keep serving and register when it is back")
+		root.Send(self, &stopRecorded{at: e.Time})
+	})
+}
+
+// refusal says why a dial of the kubelet's socket failed, in a few words.
+func refusal(err error) string {
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "refuses connections"
+	case errors.Is(err, os.ErrNotExist):
+		return "is gone"
+	}
+	return "does not answer: " + err.Error()
 }
 
 // reconcile brings every desired pool closer to registered with the current
@@ -307,6 +377,7 @@ func (r *registrar) answered(ctx actor.Context, m *registerResult) {
 		d.sent = false
 		r.desired[m.pool] = d
 		r.failed(ctx, m.pool, d, m.err, "", "trying the same socket again")
+		r.checkKubelet(ctx, "a Register of "+m.pool+" did not reach it")
 	default:
 		r.failed(ctx, m.pool, d, m.err, "", "registering on a new socket")
 	}
@@ -387,7 +458,7 @@ func (r *registrar) kubeletReported(ctx actor.Context, m *KubeletReported) {
 func (r *registrar) status() *Status {
 	st := &Status{Pools: map[string]PoolStatus{}, KubeletRestarts: r.restarts}
 	for pool, d := range r.desired {
-		st.Pools[pool] = PoolStatus{Socket: d.socket, Registered: r.isRegistered(pool),
+		st.Pools[pool] = PoolStatus{Socket: d.socket, Registered: r.isRegistered(pool) && r.downSince.IsZero(),
 			Failures: r.failures[pool], LastError: r.lastError[pool]}
 	}
 	return st

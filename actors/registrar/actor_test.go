@@ -334,12 +334,44 @@ func TestUnreachableKubeletIsRetriedOnTheSameSocket(t *testing.T) {
 	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
 	r.await(t, "failed twice", func(st *Status) bool { return st.Pools[gpu].Failures >= 2 })
 	r.Silent(t)
-	for _, p := range r.awaitRecorded(t, 2)[:2] {
-		f, ok := p.(events.RegistrationFailed)
-		if !ok || f.Socket != sock || !strings.Contains(f.Error, grpcapi.ErrKubeletUnreachable.Error()) ||
-			!strings.HasPrefix(f.Action, "trying the same socket again in ") {
-			t.Errorf("recorded %+v, want an unreachable kubelet on %s, tried again", p, sock)
+	var failed, stopped int
+	for _, p := range r.awaitRecorded(t, 3) {
+		switch p := p.(type) {
+		case events.RegistrationFailed:
+			if failed++; failed <= 2 && (p.Socket != sock || !strings.Contains(p.Error, grpcapi.ErrKubeletUnreachable.Error()) ||
+				!strings.HasPrefix(p.Action, "trying the same socket again in ")) {
+				t.Errorf("recorded %+v, want an unreachable kubelet on %s, tried again", p, sock)
+			}
+		case events.KubeletStopped:
+			// The first failure is news of the kubelet: it is down.
+			stopped++
+			if !strings.Contains(p.Reason, "did not reach it; kubelet.sock refuses connections") {
+				t.Errorf("KubeletStopped reason %q", p.Reason)
+			}
+		default:
+			t.Errorf("recorded %#v", p)
 		}
+	}
+	if failed < 2 || stopped != 1 {
+		t.Errorf("%d RegistrationFailed, %d KubeletStopped; want 2 or more, and 1", failed, stopped)
+	}
+
+	// The next kubelet ends the outage the ledger has.
+	if err := r.kubelet.Boot(); err != nil {
+		t.Fatal(err)
+	}
+	r.Sys.Root.Send(r.Child, &KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
+	r.await(t, "the new kubelet seen", func(st *Status) bool { return st.KubeletRestarts == 1 })
+	var restarted []events.KubeletRestarted
+	for deadline := time.Now().Add(5 * time.Second); len(restarted) == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		for _, p := range r.recorded(t) {
+			if p, ok := p.(events.KubeletRestarted); ok {
+				restarted = append(restarted, p)
+			}
+		}
+	}
+	if len(restarted) != 1 || restarted[0].StoppedAt.IsZero() {
+		t.Errorf("KubeletRestarted %+v, want one naming the stop", restarted)
 	}
 }
 

@@ -1,5 +1,7 @@
 package registrar
 
+import "time"
+
 // Messages the registrar receives.
 
 // Desire says a pool serves on Socket and should be registered with the
@@ -20,6 +22,11 @@ type Undesire struct {
 // KubeletAppeared says a kubelet registration socket was created: a new
 // kubelet. Every registration before it is void.
 type KubeletAppeared struct{ Socket string }
+
+// CheckKubelet says the kubelet may have gone away (Why): a ListAndWatch
+// stream ended, or its socket was removed. The registrar dials the
+// kubelet's socket, and records KubeletStopped when nothing answers.
+type CheckKubelet struct{ Why string }
 
 // KubeletReported relays what the kubelet told a pool's socket in
 // plugin-watcher mode.
@@ -65,3 +72,12 @@ type registerResult struct {
 }
 
 type retry struct{ pool string }
+
+// stopRecorded says the KubeletStopped is durable, at its time.
+type stopRecorded struct{ at time.Time }
+
+// probed is the outcome of a dial of the kubelet's socket.
+type probed struct {
+	why string
+	err error
+}
