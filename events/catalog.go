@@ -76,10 +76,29 @@ type PoolSpec struct {
 
 // ConfigApplied records a configuration that was validated and is now in
 // force. Pools lists every pool it defines, in the order of the file.
+// Changes says what it changed from the config in force before it: one
+// entry per pool added, removed, changed, or whose members change.
 type ConfigApplied struct {
-	Path   string     `json:"path"`
-	SHA256 string     `json:"sha256"`
-	Pools  []PoolSpec `json:"pools"`
+	Path    string       `json:"path"`
+	SHA256  string       `json:"sha256"`
+	Pools   []PoolSpec   `json:"pools"`
+	Changes []PoolChange `json:"changes,omitempty"`
+}
+
+// PoolChange is what a config changed of one pool.
+type PoolChange struct {
+	Pool string `json:"pool"`
+	// Change is "added", "removed", "changed" (its definition) or
+	// "members" (only which devices it takes).
+	Change string `json:"change"`
+	// Fields are the fields of the pool's entry that changed, each as
+	// "path: old → new" ("selectors[0].vendors: [\"8086\"] → [\"15b3\"]").
+	Fields []string `json:"fields,omitempty"`
+	// Joined and Left are the devices present then that the config moves
+	// into and out of the pool; none when it applied before the first
+	// scan (at a start), when the scan's placement records them.
+	Joined []string `json:"joined,omitempty"`
+	Left   []string `json:"left,omitempty"`
 }
 
 // ConfigRejected records a configuration that failed validation; the one in

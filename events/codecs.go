@@ -6,7 +6,7 @@ package events
 func init() {
 	register(TypeDaemonStarted, 1, map[uint16]func(*reader) Payload{1: decodeDaemonStarted})
 	register(TypeDaemonStopped, 1, map[uint16]func(*reader) Payload{1: decodeDaemonStopped})
-	register(TypeConfigApplied, 1, map[uint16]func(*reader) Payload{1: decodeConfigApplied})
+	register(TypeConfigApplied, 2, map[uint16]func(*reader) Payload{1: decodeConfigAppliedV1, 2: decodeConfigApplied})
 	register(TypeConfigRejected, 1, map[uint16]func(*reader) Payload{1: decodeConfigRejected})
 	register(TypeDeviceDiscovered, 1, map[uint16]func(*reader) Payload{1: decodeDeviceDiscovered})
 	register(TypeDeviceChanged, 1, map[uint16]func(*reader) Payload{1: decodeDeviceChanged})
@@ -79,9 +79,30 @@ func (p ConfigApplied) encode(w *writer) {
 		w.string(s.AllocatePolicy)
 		w.string(s.Definition)
 	}
+	w.uvarint(uint64(len(p.Changes)))
+	for _, c := range p.Changes {
+		w.string(c.Pool)
+		w.string(c.Change)
+		w.strings(c.Fields)
+		w.strings(c.Joined)
+		w.strings(c.Left)
+	}
 }
 
 func decodeConfigApplied(r *reader) Payload {
+	p := decodeConfigAppliedV1(r).(ConfigApplied)
+	if n := r.length(5); n > 0 {
+		p.Changes = make([]PoolChange, n)
+		for i := range p.Changes {
+			p.Changes[i] = PoolChange{Pool: r.string(), Change: r.string(), Fields: r.strings(), Joined: r.strings(), Left: r.strings()}
+		}
+	}
+	return p
+}
+
+// decodeConfigAppliedV1 reads a record written before a config's changes
+// were recorded: it names none.
+func decodeConfigAppliedV1(r *reader) Payload {
 	p := ConfigApplied{Path: r.string(), SHA256: r.string()}
 	if n := r.length(5); n > 0 {
 		p.Pools = make([]PoolSpec, n)

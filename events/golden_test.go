@@ -124,6 +124,11 @@ func TestOldVersionsDecode(t *testing.T) {
 		{"RegistrationFailed.v1.golden", RegistrationFailed{Pool: "intel.com/intel_sriov_dpdk",
 			Socket: "/var/lib/kubelet/device-plugins/intel.com-intel_sriov_dpdk.sock", Mode: "legacy",
 			Error: "rpc error: code = Unavailable desc = connection refused", Attempt: 3}},
+		{"ConfigApplied.v1.golden", func() Payload {
+			p := samples[TypeConfigApplied].(ConfigApplied)
+			p.Changes = nil
+			return p
+		}()},
 		{"KubeletRestarted.v1.golden", KubeletRestarted{Socket: "/var/lib/kubelet/device-plugins/kubelet.sock"}},
 		{"DevicesAllocated.v1.golden", func() Payload {
 			p := samples[TypeDevicesAllocated].(DevicesAllocated)

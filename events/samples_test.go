@@ -52,6 +52,12 @@ var samples = map[Type]Payload{
 			{Resource: "intel.com/intel_sriov_dpdk", DeviceType: "netDevice", ExcludeTopology: true,
 				AllocatePolicy: "balanced", Definition: `{"resourceName":"intel_sriov_dpdk","selectors":{"drivers":["vfio-pci"]}}`},
 		},
+		Changes: []PoolChange{
+			{Pool: "intel.com/intel_sriov_dpdk", Change: "changed", Fields: []string{`selectors.drivers: ["iavf"] → ["vfio-pci"]`},
+				Joined: []string{"0000:3b:02.1", "0000:3b:02.2"}, Left: []string{"0000:3b:02.0"}},
+			{Pool: "intel.com/intel_sriov_netdevice", Change: "members", Fields: []string{`excludeTopology: false → true`},
+				Joined: []string{"0000:3b:02.0"}, Left: []string{"0000:3b:02.1", "0000:3b:02.2"}},
+		},
 	},
 	TypeConfigRejected: ConfigRejected{
 		Path: "/etc/devledger/config.json", SHA256: "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae",

@@ -69,7 +69,7 @@ func TestFormatV1FixtureStillReads(t *testing.T) {
 	for i := range want {
 		want[i], _ = stamp(want[i], uint64(i+1))
 		switch want[i].Type {
-		case events.TypeDevicesAllocated, events.TypeKubeletRestarted:
+		case events.TypeDevicesAllocated, events.TypeKubeletRestarted, events.TypeConfigApplied:
 			want[i].Version = 1 // written before version 2; read as it was written
 		}
 	}

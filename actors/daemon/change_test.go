@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
@@ -220,9 +221,13 @@ func TestConfigReload(t *testing.T) {
 		}
 	}
 
-	// The ConfigMap is updated: sriov_net goes, a PF pool comes.
+	// The ConfigMap is updated: sriov_net goes, a PF pool comes,
+	// sriov_vfio changes a field.
+	pre := waitLedger(ctx, t, d, "both pools registered", func(s events.State) bool {
+		return s.Pools["intel.com/sriov_vfio"].Registration.Registered && s.Pools["intel.com/sriov_net"].Registration.Registered
+	})
 	v2 := `{"resourceList": [
-	  {"resourceName": "sriov_vfio", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]}},
+	  {"resourceName": "sriov_vfio", "excludeTopology": true, "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]}},
 	  {"resourceName": "e810_port", "selectors": {"pciAddresses": ["0000:3b:00.1"]}}
 	]}`
 	writeConfigMap(t, cmDir, "v2", v2)
@@ -232,11 +237,30 @@ func TestConfigReload(t *testing.T) {
 	if _, err := n.kubelet.WaitDevices(ctx, "intel.com/e810_port", func(ds []*pluginapi.Device) bool { return len(ds) == 1 }); err != nil {
 		t.Fatal(err)
 	}
-	waitLedger(ctx, t, d, "the removed pool stopped", func(s events.State) bool {
+	post := waitLedger(ctx, t, d, "the removed pool stopped", func(s events.State) bool {
 		left := poolSockets(t, n.kubelet.DevicePluginDir(), "intel.com/sriov_net")
 		_, pooled := s.Pools["intel.com/sriov_net"]
 		return len(left) == 0 && !pooled
 	})
+	// The ConfigApplied says what the reload changed, and the devices it
+	// names moving are those the pools then took and let go.
+	var changes []events.PoolChange
+	if err := d.Recorder().Log().Read(pre.Seq+1, func(e events.Envelope) error {
+		if p, ok := e.Payload.(events.ConfigApplied); ok {
+			changes = p.Changes
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := []events.PoolChange{
+		{Pool: "intel.com/sriov_vfio", Change: "changed", Fields: []string{"excludeTopology: false → true"}},
+		{Pool: "intel.com/e810_port", Change: "added", Joined: post.Pools["intel.com/e810_port"].Members},
+		{Pool: "intel.com/sriov_net", Change: "removed", Left: pre.Pools["intel.com/sriov_net"].Members},
+	}
+	if !reflect.DeepEqual(changes, want) || len(want[1].Joined) != 1 || len(want[2].Left) == 0 {
+		t.Errorf("the reload's changes:\n got %+v\nwant %+v", changes, want)
+	}
 	// Status and readiness follow the config in force: the new pool is
 	// there and registered, the removed one gone.
 	var st grpcapi.AdminStatus

@@ -277,6 +277,15 @@ func Start(opts Options) (_ *Daemon, err error) {
 	}
 	applied := node.ConfigApplied(opts.ConfigPath, cfgData, cfg)
 	if applied.SHA256 != st.Config.SHA256 || applied.Path != st.Config.Path || !sameSpecs(applied.Pools, st) {
+		// What changed since the last run's config; where the devices
+		// go, the first scan's placement records.
+		before := make(map[string]string, len(st.Pools))
+		for name, p := range st.Pools {
+			before[name] = p.Spec.Definition
+		}
+		if st.Config.SHA256 != "" {
+			applied.Changes = node.ConfigChanges(before, applied.Pools, nil, nil)
+		}
 		start = append(start, applied)
 	}
 	// What the replay went past (a damaged meta page, a snapshot that

@@ -633,20 +633,9 @@ func (n *coordinator) scanned(ctx actor.Context, m *scanner.Scanned) {
 // another driver is placed by the selection again, and its pools record where
 // it went.
 func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
-	sel := n.cfg.Config.Select(n.devices, n.cfg.Env)
 	byAddr := make(map[string]sysfs.Device, len(n.devices))
 	for _, d := range n.devices {
 		byAddr[d.Address] = d
-	}
-	owner := map[string]string{}
-	members := map[string][]string{}
-	for _, pm := range sel.Pools {
-		for _, addr := range pm.Members {
-			if _, ok := byAddr[addr]; ok { // auxiliary devices ride on their parent
-				owner[addr] = pm.Name
-				members[pm.Name] = append(members[pm.Name], addr)
-			}
-		}
 	}
 	// Where each device was: the last placement, or at start (of the
 	// daemon, or of the node after a crash) the ledger's.
@@ -659,13 +648,7 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 			}
 		}
 	}
-	for addr, name := range before {
-		d, present := byAddr[addr]
-		if _, placed := owner[addr]; present && !placed && d.Driver == "" && n.resources[name] != nil {
-			owner[addr] = name
-			members[name] = append(members[name], addr)
-		}
-	}
+	sel, owner, members := placement(n.cfg.Config, n.resources, n.devices, n.cfg.Env, before)
 	n.gen++
 	n.leave(owner)
 
@@ -737,6 +720,37 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 	}
 	n.placed = true
 	ctx.Send(n.health, &health.Watch{Targets: targets})
+}
+
+// placement says where each device goes under cfg, whose pools by name
+// are resources: to the first pool whose selectors take it, in the order
+// of the file, or, a device with no driver (unbound, between drivers), to
+// the pool it was in before while that pool exists. members lists each
+// pool's devices, unsorted.
+func placement(cfg *config.Config, resources map[string]*config.Resource, devices []sysfs.Device, env config.Env,
+	before map[string]string) (sel *config.Selection, owner map[string]string, members map[string][]string) {
+	sel = cfg.Select(devices, env)
+	byAddr := make(map[string]sysfs.Device, len(devices))
+	for _, d := range devices {
+		byAddr[d.Address] = d
+	}
+	owner, members = map[string]string{}, map[string][]string{}
+	for _, pm := range sel.Pools {
+		for _, addr := range pm.Members {
+			if _, ok := byAddr[addr]; ok { // auxiliary devices ride on their parent
+				owner[addr] = pm.Name
+				members[pm.Name] = append(members[pm.Name], addr)
+			}
+		}
+	}
+	for addr, name := range before {
+		d, present := byAddr[addr]
+		if _, placed := owner[addr]; present && !placed && d.Driver == "" && resources[name] != nil {
+			owner[addr] = name
+			members[name] = append(members[name], addr)
+		}
+	}
+	return sel, owner, members
 }
 
 // withdraw stops the pool name at pid, which has no devices left: it
@@ -1022,15 +1036,22 @@ func (n *coordinator) reload(ctx actor.Context, reason string) *ReloadResult {
 	}
 	slices.Sort(gone)
 	applied := ConfigApplied(path, data, cfg)
+	old := make(map[string]string, len(n.resources))
+	for name, r := range n.resources {
+		old[name] = definition(r)
+	}
+	// Placed now as place will place them below (the same devices, the
+	// same rule), so that the record names the devices it moves.
+	var now map[string]string
+	if n.placed {
+		_, now, _ = placement(cfg, next, n.devices, n.cfg.Env, n.owner)
+	}
+	applied.Changes = ConfigChanges(old, applied.Pools, n.owner, now)
 	payloads = append(payloads, applied)
 	envs, err := n.cfg.Recorder.Record(context.Background(), payloads...)
 	if err != nil {
 		log.Error().Err(err).Msg("cannot record the new config; keeping the config in force")
 		return &ReloadResult{Err: err}
-	}
-	old := make(map[string]string, len(n.resources))
-	for name, r := range n.resources {
-		old[name] = definition(r)
 	}
 	for _, name := range gone {
 		if pid := n.pools[name]; pid != nil {

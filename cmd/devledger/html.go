@@ -371,7 +371,9 @@ func (h *historyFold) event(e events.Envelope) error {
 		}
 		h.marker(t, "daemon", fmt.Sprintf("daemon stopped (%s): %s", how, p.Reason))
 	case events.KubeletRestarted:
-		h.marker(t, "kubelet", "kubelet restarted: "+p.Socket)
+		h.marker(t, "kubelet", "kubelet restarted: "+describe(e))
+	case events.KubeletStopped:
+		h.marker(t, "kubelet", "kubelet stopped: "+p.Reason)
 	case events.DaemonCrashed:
 		h.marker(t, "daemon", describe(e))
 	case events.ConfigApplied:

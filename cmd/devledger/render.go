@@ -168,7 +168,11 @@ func describe(e events.Envelope) string {
 		for i, s := range p.Pools {
 			names[i] = s.Resource
 		}
-		return fmt.Sprintf("%d pools: %s", len(p.Pools), strings.Join(names, ", "))
+		s := fmt.Sprintf("%.12s, %d pools: %s", p.SHA256, len(p.Pools), strings.Join(names, ", "))
+		for _, c := range p.Changes {
+			s += "; " + poolChangeText(c)
+		}
+		return s
 	case events.ConfigRejected:
 		if len(p.Errors) == 0 {
 			return p.Path
@@ -215,7 +219,12 @@ func describe(e events.Envelope) string {
 		}
 		return s
 	case events.KubeletRestarted:
+		if !p.StoppedAt.IsZero() {
+			return fmt.Sprintf("%s: back after %s (stopped %s)", p.Socket, humanDuration(e.Time.Sub(p.StoppedAt)), p.StoppedAt.UTC().Format(time.TimeOnly))
+		}
 		return p.Socket
+	case events.KubeletStopped:
+		return "DOWN: " + p.Reason
 	case events.SocketLost:
 		return p.Pool
 	case events.DevicesAllocated:
@@ -252,6 +261,26 @@ func describe(e events.Envelope) string {
 		return withReason(fmt.Sprintf("%d %s acknowledged", len(p.Problems), plural(len(p.Problems), "damage", "damages")), ": ", p.Note)
 	}
 	return e.Subject
+}
+
+// poolChangeText says what a config changed of a pool: "changed
+// intel.com/vfio (excludeTopology: false → true), +0000:3b:02.1".
+func poolChangeText(c events.PoolChange) string {
+	s := c.Change + " " + c.Pool
+	if len(c.Fields) > 0 {
+		s += " (" + strings.Join(c.Fields, ", ") + ")"
+	}
+	var moved []string
+	for _, addr := range c.Joined {
+		moved = append(moved, "+"+addr)
+	}
+	for _, addr := range c.Left {
+		moved = append(moved, "-"+addr)
+	}
+	if len(moved) > 0 {
+		s += ": " + strings.Join(moved, " ")
+	}
+	return s
 }
 
 // deviceLine is a one-line description of a PCI function.
