@@ -17,18 +17,25 @@ import (
 )
 
 func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
-	fs := newFlagSet("replay", "[--state-dir DIR | --db FILE] [--until-seq N | --until-time T] [--format table|json] [--verify]", stdout)
+	fs := newFlagSet("replay", "[--state-dir DIR | --db FILE] [--until-seq N | --until-time T | --diff T1..T2] [--format table|json] [--verify]", stdout)
 	var lf ledgerFlags
 	lf.register(fs)
 	untilSeq := fs.Uint64("until-seq", 0, "fold events up to and including sequence `N` (0: all)")
 	untilTime := fs.String("until-time", "", "fold events up to time `T` (RFC 3339, or a duration before now: 2h, 7d)")
 	format := fs.String("format", "table", "output `FORMAT`: table or json")
 	verify := fs.Bool("verify", false, "check every record (checksums, sequence, snapshots) first; exit 1 at the first bad one")
-	if err := parseFlags(fs, args); err != nil {
+	diff := fs.String("diff", "", "print what changed between two points, `T1..T2` (or --diff T1 T2): each a time (as --until-time) or a sequence ('#N', quoted for the shell); T2 left out: the end")
+	if err := parseFlags(fs, joinDiffEnds(args)); err != nil {
 		return err
 	}
 	if *format != "table" && *format != "json" {
 		return usageErrf("--format %q: want table or json", *format)
+	}
+	if *diff != "" {
+		if *untilSeq != 0 || *untilTime != "" {
+			return usageErrf("--diff and --until-seq/--until-time: --diff names both of its points")
+		}
+		return replayDiff(stdout, &lf, *diff, *format, *verify, time.Now())
 	}
 	var at time.Time
 	if *untilTime != "" {
@@ -106,7 +113,7 @@ func printState(w io.Writer, s events.State, at time.Time) error {
 	if s.Config.Path != "" {
 		fmt.Fprintf(b, "Config:  %s (sha256 %.12s), applied %s, %d rejected since\n", s.Config.Path, s.Config.SHA256, s.Config.AppliedAt.UTC().Format(time.RFC3339), s.Config.Rejections)
 	}
-	fmt.Fprintf(b, "Kubelet: %d restarts seen\n", s.Kubelet.Restarts)
+	fmt.Fprintf(b, "Kubelet: %s\n", kubeletLine(s.Kubelet))
 	if a := s.Attribution; !a.Since.IsZero() {
 		// Whether allocations could be attributed to pods then: while
 		// not, HELD BY below may lag behind the kubelet.
@@ -171,6 +178,33 @@ func printState(w io.Writer, s events.State, at time.Time) error {
 			humanDuration(now.Sub(a.At)), holder(a))
 	}
 	return tw.Flush()
+}
+
+// joinDiffEnds turns "--diff T1 T2" into "--diff T1..T2": the flag
+// package takes one value per flag, and would stop at T2, leaving the
+// flags after it unread.
+func joinDiffEnds(args []string) []string {
+	for i := 0; i+2 < len(args); i++ {
+		if a := args[i]; (a == "--diff" || a == "-diff") && !strings.Contains(args[i+1], "..") && !strings.HasPrefix(args[i+2], "-") {
+			joined := append(slices.Clone(args[:i+1]), args[i+1]+".."+args[i+2])
+			return append(joined, args[i+3:]...)
+		}
+	}
+	return args
+}
+
+// kubeletLine says whether the kubelet is up, and its outages: "DOWN since
+// T", or "12 restarts seen; 2 outages, 41s in all, the last 3s from T".
+func kubeletLine(k events.KubeletState) string {
+	s := fmt.Sprintf("%d restarts seen", k.Restarts)
+	if k.Outages > 0 {
+		s += fmt.Sprintf("; %d %s recorded, %s in all, the last %s from %s", k.Outages, plural(k.Outages, "outage", "outages"),
+			humanDuration(k.Downtime), humanDuration(k.LastOutage.To.Sub(k.LastOutage.From)), k.LastOutage.From.UTC().Format(time.RFC3339))
+	}
+	if k.Down {
+		return fmt.Sprintf("DOWN since %s; %s", k.DownSince.UTC().Format(time.RFC3339), s)
+	}
+	return s
 }
 
 func holder(a events.Allocation) string {
