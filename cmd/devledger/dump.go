@@ -55,7 +55,7 @@ func (f *eventFilter) match(e events.Envelope) bool {
 }
 
 func runDump(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("dump", "[--state-dir DIR | --db FILE] [filters] [--format table|json|jsonl|html]", stdout)
+	fs := newFlagSet("dump", "[--state-dir DIR | --db FILE] [filters] [--format table|json|jsonl|html]\n       devledger dump [--state-dir DIR | --db FILE] [filters] --stats [--by type|pool|device|pod] [--every D] [--format table|json]", stdout)
 	var lf ledgerFlags
 	lf.register(fs)
 	since := fs.String("since", "", "only events at or after `T` (RFC 3339, or a duration before now: 2h, 7d)")
@@ -67,6 +67,11 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	typeList := fs.String("type", "", "only events of these `TYPES` (comma-separated)")
 	limit := fs.Int("limit", 0, "print at most `N` events (0: all)")
 	format := fs.String("format", "table", "output `FORMAT`: table, json, jsonl, or html (one self-contained page: a timeline per device)")
+	stats := fs.Bool("stats", false, "print counts of the matching events instead of the events, per group (--by) and bucket (--every), with a TOTAL row; --format table or json")
+	by := fs.String("by", "", "with --stats, count per `KEY`: type (the default: EVENTS only); pool (a health change counts under its device's pool); device (each device an event names);\n"+
+		"pod (namespace/pod of the allocation, an allocation's events before its binding included, \"(unbound)\" if never bound). Events with no group are left out.\n"+
+		"Columns: EVENTS, ALLOCATIONS (DevicesAllocated, AllocationRecovered), DEVICES (that they hand out), RELEASES, CONFLICTS, UNHEALTHY (health changes to unhealthy)")
+	every := fs.String("every", "", "with --stats, one row per group per bucket `D` wide (15m, 1h, 1d; whole seconds), aligned to the Unix epoch, named by its start in UTC; empty buckets are left out")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -107,8 +112,15 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	if *limit < 0 {
 		return usageErrf("--limit %d: want 0 (all) or a positive count", *limit)
 	}
+	so, err := parseStatsFlags(*stats, *by, *every, *format, *limit)
+	if err != nil {
+		return err
+	}
 	var p printer
-	if *format == "html" {
+	switch {
+	case so != nil:
+		// The counts are written whole at the end, not streamed.
+	case *format == "html":
 		// The page folds whole allocations and health spells; a page of
 		// some event types or of the first N events would draw a wrong
 		// picture. It bounds its own size.
@@ -118,7 +130,7 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 		if len(f.types) > 0 {
 			return usageErrf("--type: not with --format html (the page draws whole allocations and health spells)")
 		}
-	} else {
+	default:
 		// A device's or a pod's history reads as a story.
 		story := f.device != "" || f.pods != nil
 		if p, err = newPrinter(*format, stdout, story, f.device); err != nil {
@@ -138,6 +150,9 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 			return readFailed(&lf, err)
 		}
 		read = func(fn func(events.Envelope) error) error { return f.pods.readSelected(src, fn) }
+	}
+	if so != nil {
+		return runStats(stdout, &lf, read, &f, so)
 	}
 	if *format == "html" {
 		return readFailed(&lf, writeHistoryPage(stdout, read, &f))
