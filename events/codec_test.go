@@ -404,7 +404,7 @@ func TestEnvelopeDevicesAndPool(t *testing.T) {
 	}{
 		TypeDaemonStarted:           {nil, ""},
 		TypeDaemonStopped:           {nil, ""},
-		TypeConfigApplied:           {nil, ""},
+		TypeConfigApplied:           {[]string{"0000:3b:02.1", "0000:3b:02.2", "0000:3b:02.0"}, ""},
 		TypeConfigRejected:          {nil, ""},
 		TypeDeviceDiscovered:        {[]string{"0000:3b:02.1"}, ""},
 		TypeDeviceChanged:           {[]string{"0000:3b:02.1"}, ""},

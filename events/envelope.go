@@ -215,7 +215,7 @@ func unmarshal(rec []byte, forFold bool) (Envelope, error) {
 // Devices returns the PCI addresses the event concerns: the subject of a
 // device event, the device IDs of an allocation event, the added then the
 // removed members of a membership change, the contested device of a
-// conflict; nil for any other event. The slice is the caller's to keep.
+// conflict, the devices a config moves; nil for any other event. The slice is the caller's to keep.
 func (e Envelope) Devices() []string {
 	switch p := payloadValue(e.Payload).(type) {
 	case DeviceDiscovered:
@@ -240,6 +240,17 @@ func (e Envelope) Devices() []string {
 		return slices.Clone(p.DeviceIDs)
 	case AllocationConflict:
 		return []string{p.Device}
+	case ConfigApplied:
+		// The devices it moves, once each.
+		var out []string
+		for _, c := range p.Changes {
+			for _, addr := range slices.Concat(c.Joined, c.Left) {
+				if !slices.Contains(out, addr) {
+					out = append(out, addr)
+				}
+			}
+		}
+		return out
 	}
 	return nil
 }

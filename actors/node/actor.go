@@ -1082,7 +1082,7 @@ func (n *coordinator) reload(ctx actor.Context, reason string) *ReloadResult {
 	// Before the first scan there is nothing to place: that scan places
 	// the devices by the config in force then, this one.
 	if n.placed {
-		n.place(ctx, "config applied", true)
+		n.place(ctx, "reload: "+reason, true)
 	}
 	return &ReloadResult{Applied: true}
 }

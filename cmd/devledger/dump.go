@@ -30,6 +30,8 @@ type eventFilter struct {
 	// pods selects the events of the allocations bound to a pod or a
 	// namespace; its first pass must have run.
 	pods *podSelection
+	// behind selects the events of these devices (--iface, --pf).
+	behind map[string]bool
 }
 
 func (f *eventFilter) match(e events.Envelope) bool {
@@ -51,6 +53,9 @@ func (f *eventFilter) match(e events.Envelope) bool {
 	if f.pods != nil && !f.pods.match(e) {
 		return false
 	}
+	if f.behind != nil && !slices.ContainsFunc(e.Devices(), func(addr string) bool { return f.behind[addr] }) {
+		return false
+	}
 	return true
 }
 
@@ -62,8 +67,10 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	until := fs.String("until", "", "only events at or before `T` (RFC 3339, or a duration before now)")
 	pool := fs.String("pool", "", "only events of the pool `RESOURCE` (prefix/name)")
 	device := fs.String("device", "", "only events that concern the PCI device `ADDR` (0000:3b:02.1)")
-	pod := fs.String("pod", "", "only the allocations bound to pod `NAME` (or NAMESPACE/NAME): allocated, bound, released, conflicts")
+	pod := fs.String("pod", "", "the story of pod `NAME` (or NAMESPACE/NAME): its allocations (allocated, bound, released, conflicts) and what befell their devices while it held them (health, driver, moves, unplug, configs that moved them)")
 	namespace := fs.String("namespace", "", "only the allocations bound to pods of namespace `NS`")
+	iface := fs.String("iface", "", "only events of the devices behind network interface `NAME`: the function that has (or had) it and, for a PF, its VFs")
+	pf := fs.String("pf", "", "only events of the PF at `ADDR` and its VFs")
 	typeList := fs.String("type", "", "only events of these `TYPES` (comma-separated)")
 	limit := fs.Int("limit", 0, "print at most `N` events (0: all)")
 	format := fs.String("format", "table", "output `FORMAT`: table, json, jsonl, or html (one self-contained page: a timeline per device)")
@@ -106,6 +113,12 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 		f.device = addr
 	}
 	f.pool = *pool
+	var pfAddr string
+	if *pf != "" {
+		if pfAddr, err = sysfs.NormalizeAddress(*pf); err != nil {
+			return usageErrf("--pf: %v", err)
+		}
+	}
 	if f.pods, err = newPodSelection(*pod, *namespace); err != nil {
 		return err
 	}
@@ -131,8 +144,8 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 			return usageErrf("--type: not with --format html (the page draws whole allocations and health spells)")
 		}
 	default:
-		// A device's or a pod's history reads as a story.
-		story := f.device != "" || f.pods != nil
+		// A device's, a PF's or a pod's history reads as a story.
+		story := f.device != "" || f.pods != nil || *iface != "" || pfAddr != ""
 		if p, err = newPrinter(*format, stdout, story, f.device); err != nil {
 			return err
 		}
@@ -144,6 +157,11 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	}
 	defer src.close()
 
+	if *iface != "" || pfAddr != "" {
+		if f.behind, err = devicesBehind(src, *iface, pfAddr); err != nil {
+			return readFailed(&lf, err)
+		}
+	}
 	read := src.read
 	if f.pods != nil {
 		if err := f.pods.collect(src); err != nil {
@@ -162,10 +180,15 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	// What the ledger knows, to name it when a --pool or --device matches
 	// nothing.
 	var known knownNames
+	held := newHoldings()
+	if tp, ok := p.(*tablePrinter); ok && tp.story {
+		tp.holders = held.of
+	}
 	readErr := read(func(e events.Envelope) error {
 		if printed == 0 {
 			known.note(e, &f)
 		}
+		held.note(e)
 		if !f.match(e) {
 			return nil
 		}
@@ -217,16 +240,7 @@ func (k *knownNames) note(e events.Envelope, f *eventFilter) {
 // unknown is the usage error for a --pool or --device the ledger never
 // names; nil when each given is named somewhere.
 func (k *knownNames) unknown(f *eventFilter) error {
-	list := func(m map[string]bool) string {
-		names := slices.Sorted(maps.Keys(m))
-		if len(names) == 0 {
-			return "none"
-		}
-		if len(names) > 8 {
-			return strings.Join(names[:8], ", ") + fmt.Sprintf(" and %d more", len(names)-8)
-		}
-		return strings.Join(names, ", ")
-	}
+	list := func(m map[string]bool) string { return someNames(slices.Sorted(maps.Keys(m))) }
 	switch {
 	case f.pool != "" && !k.poolSeen:
 		return usageErrf("--pool %s: no event names it; the ledger's pools: %s", f.pool, list(k.pools))

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -224,4 +226,59 @@ func TestCorruptRecord(t *testing.T) {
 	if want := "seq " + strconv.Itoa(badSeq); !strings.Contains(errOut, want) {
 		t.Errorf("replay stderr %q does not name %q", errOut, want)
 	}
+}
+
+// TestDumpBehindAPF: --pf and --iface pick the events of a PF and its VFs
+// (or of the function that has the interface), told as a story; names the
+// ledger does not know are usage errors that list what it knows.
+func TestDumpBehindAPF(t *testing.T) {
+	db := sampleCopy(t)
+	family := map[string]bool{"0000:3b:00.0": true}
+	for i := range 5 {
+		family[fmt.Sprintf("0000:3b:02.%d", i)] = true
+	}
+	var want []uint64
+	for i, e := range sampleStory() {
+		if slices.ContainsFunc(e.Devices(), func(a string) bool { return family[a] }) {
+			want = append(want, uint64(i+1))
+		}
+	}
+	for _, args := range [][]string{{"--pf", "0000:3b:00.0"}, {"--pf", "3b:00.0"}, {"--iface", "ens1f0"}, {"--iface", "ens1f0", "--pf", "0000:3b:00.0"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			code, out, errOut := runCLI(t, append([]string{"dump", "--db", db, "--format", "jsonl"}, args...)...)
+			if code != exitOK {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			if got := jsonlSeqs(t, out); !slices.Equal(got, want) || len(want) < 10 {
+				t.Errorf("events %v, want %v", got, want)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"--iface", "eth9"}, "--iface eth9: no device the ledger knows had it; its interfaces: ens1f0"},
+		{[]string{"--pf", "0000:3b:02.1"}, "--pf 0000:3b:02.1: no VF the ledger knows names it as its PF; the PFs: 0000:3b:00.0"},
+		{[]string{"--pf", "nonsense"}, "--pf: "},
+	} {
+		code, _, errOut := runCLI(t, append([]string{"dump", "--db", db}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(errOut, tc.wantErr) {
+			t.Errorf("%v: exit %d, %q; want %d and %q", tc.args, code, errOut, exitUsage, tc.wantErr)
+		}
+	}
+}
+
+// jsonlSeqs returns the sequence numbers of dump --format jsonl's output.
+func jsonlSeqs(t *testing.T, out string) []uint64 {
+	t.Helper()
+	var seqs []uint64
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var e struct{ Seq uint64 }
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		seqs = append(seqs, e.Seq)
+	}
+	return seqs
 }

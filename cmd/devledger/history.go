@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -23,6 +24,11 @@ type podSelection struct {
 	pod, namespace string
 	// seqs holds the allocations bound to a matching pod.
 	seqs map[uint64]struct{}
+	// held lists, per device, the spells a selected allocation held it:
+	// from the allocation to its release (or supersession), or on. What
+	// happens to a device in a spell (health, driver, moves, unplug, a
+	// config that moves it) is part of the pod's story.
+	held map[string][]spell
 	// lastSeq is the last event collect saw. A second pass through a live
 	// daemon's admin socket stops there: events appended since could bind
 	// allocations that collect never saw.
@@ -44,7 +50,39 @@ func newPodSelection(pod, namespace string) (*podSelection, error) {
 		}
 		pod, namespace = name, ns
 	}
-	return &podSelection{pod: pod, namespace: namespace, seqs: map[uint64]struct{}{}}, nil
+	return &podSelection{pod: pod, namespace: namespace, seqs: map[uint64]struct{}{}, held: map[string][]spell{}}, nil
+}
+
+// spell is a stretch of the log, from one sequence to another, inclusive.
+type spell struct{ from, to uint64 }
+
+// holding reports whether a selected allocation held addr at seq.
+func (ps *podSelection) holding(addr string, seq uint64) bool {
+	return slices.ContainsFunc(ps.held[addr], func(s spell) bool { return s.from <= seq && seq <= s.to })
+}
+
+// hold opens a spell of a selected allocation on its devices.
+func (ps *podSelection) hold(seq uint64, ids []string) {
+	for _, addr := range ids {
+		if !slices.ContainsFunc(ps.held[addr], func(s spell) bool { return s.from == seq }) {
+			ps.held[addr] = append(ps.held[addr], spell{from: seq, to: math.MaxUint64})
+		}
+	}
+}
+
+// end closes the spells of allocation seq, at the event that ends it.
+func (ps *podSelection) end(seq, at uint64) {
+	if !ps.selected(seq) {
+		return
+	}
+	for addr, spells := range ps.held {
+		for i := range spells {
+			if spells[i].from == seq && spells[i].to > at {
+				spells[i].to = at
+			}
+		}
+		ps.held[addr] = spells
+	}
 }
 
 // names reports whether a container of namespace/pod is one asked for.
@@ -61,10 +99,18 @@ func (ps *podSelection) collect(src eventSource) error {
 		case events.AllocationBound:
 			if ps.names(p.Namespace, p.Pod) {
 				ps.seqs[p.AllocationSeq] = struct{}{}
+				ps.hold(p.AllocationSeq, p.DeviceIDs)
 			}
 		case events.AllocationRecovered:
 			if ps.names(p.Namespace, p.Pod) {
 				ps.seqs[e.Seq] = struct{}{}
+				ps.hold(e.Seq, p.DeviceIDs)
+			}
+		case events.DevicesReleased:
+			ps.end(p.AllocationSeq, e.Seq)
+		case events.DevicesAllocated:
+			for _, seq := range p.Supersedes {
+				ps.end(seq, e.Seq)
 			}
 		}
 		return nil
@@ -93,6 +139,14 @@ func (ps *podSelection) match(e events.Envelope) bool {
 		return ps.selected(p.AllocationSeq)
 	case events.AllocationConflict:
 		return slices.ContainsFunc(p.Claims, ps.claimed)
+	case events.DeviceHealthChanged, events.DeviceChanged, events.DeviceRemoved, events.DeviceDiscovered, events.PoolMembershipChanged:
+		// What befell a device while the pod held it.
+		return slices.ContainsFunc(e.Devices(), func(addr string) bool { return ps.holding(addr, e.Seq) })
+	case events.ConfigApplied:
+		// A config that moved one of its devices.
+		return slices.ContainsFunc(p.Changes, func(c events.PoolChange) bool {
+			return slices.ContainsFunc(slices.Concat(c.Joined, c.Left), func(addr string) bool { return ps.holding(addr, e.Seq) })
+		})
 	}
 	return false
 }
@@ -156,7 +210,7 @@ func tell(e events.Envelope, about string) string {
 		return withReason(subjectPrefix(p.Address, about)+verdict, ": ", p.Reason)
 	case events.PoolMembershipChanged:
 		if about == "" {
-			break
+			return membershipText(p)
 		}
 		switch {
 		case slices.Contains(p.Added, about):
@@ -164,6 +218,13 @@ func tell(e events.Envelope, about string) string {
 		case slices.Contains(p.Removed, about):
 			return withReason("left "+p.Pool, " ", parenthesized(p.Reason))
 		}
+	case events.ConfigApplied:
+		// In a story, what the config did: the changes, not the pools.
+		changes := make([]string, len(p.Changes))
+		for i, c := range p.Changes {
+			changes[i] = poolChangeText(c)
+		}
+		return withReason(fmt.Sprintf("config %.12s applied", p.SHA256), ": ", strings.Join(changes, "; "))
 	case events.DevicesAllocated:
 		if about == "" {
 			return fmt.Sprintf("#%d allocated %s (%s)", e.Seq, strings.Join(p.DeviceIDs, ","), p.Pool) + allocatedNotes(p)
@@ -218,6 +279,26 @@ func tell(e events.Envelope, about string) string {
 		return withReason(s, ": ", p.Reason)
 	}
 	return describe(e)
+}
+
+// membershipText names the devices a pool took and let go, in a story
+// about several devices: "intel.com/sriov_vfio took 0000:3b:02.1 (from
+// intel.com/sriov_net); let go of 0000:3b:02.2 (reload: SIGHUP)".
+func membershipText(p events.PoolMembershipChanged) string {
+	list := func(addrs []string) string {
+		if len(addrs) > 4 {
+			return fmt.Sprintf("%s and %d more", strings.Join(addrs[:4], ", "), len(addrs)-4)
+		}
+		return strings.Join(addrs, ", ")
+	}
+	var parts []string
+	if len(p.Added) > 0 {
+		parts = append(parts, "took "+list(p.Added))
+	}
+	if len(p.Removed) > 0 {
+		parts = append(parts, "let go of "+list(p.Removed))
+	}
+	return withReason(p.Pool+" "+strings.Join(parts, "; "), " ", parenthesized(p.Reason))
 }
 
 // subjectPrefix is "ADDR " in a story about several devices, "" in the

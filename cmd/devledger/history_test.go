@@ -302,3 +302,57 @@ func writeLedger(t testing.TB, path string, envs []events.Envelope) {
 		}
 	}
 }
+
+// TestPodStoryFollowsItsDevices: a pod's story tells what befell its
+// devices while it held them (health, a driver change, a move between
+// pools, a config that moved one, the unplug), and nothing of the same
+// devices before or after, or of devices it did not hold.
+func TestPodStoryFollowsItsDevices(t *testing.T) {
+	const vfio, net = "intel.com/sriov_vfio", "intel.com/sriov_net"
+	const held, other = "0000:3b:02.1", "0000:3b:02.2"
+	t0 := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	var envs []events.Envelope
+	add := func(p events.Payload) uint64 {
+		e := events.New(p, t0.Add(time.Duration(len(envs))*time.Minute), "boot-1")
+		envs = append(envs, e)
+		return uint64(len(envs))
+	}
+	vf := func(addr, driver string) events.DeviceFacts {
+		return events.DeviceFacts{Address: addr, Vendor: "8086", Device: "1889", Class: "020000", Driver: driver, PF: "0000:3b:00.0", VFIndex: 1}
+	}
+	add(events.DaemonStarted{Version: "v0.3.0", PID: 1})
+	add(events.DeviceDiscovered{Device: vf(held, "vfio-pci")})
+	add(events.DeviceDiscovered{Device: vf(other, "vfio-pci")})
+	add(events.PoolMembershipChanged{Pool: vfio, Added: []string{held, other}, Reason: "daemon start"})
+	add(events.DeviceHealthChanged{Address: held, Reason: "before the pod"}) // not the pod's
+	add(events.DeviceHealthChanged{Address: held, Healthy: true, Reason: "probes passed"})
+	a := add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{held}})
+	b := add(events.AllocationBound{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{held}, Namespace: "telco", Pod: "cnf-0", Container: "main"})
+	want := []uint64{a, b}
+	want = append(want, add(events.DeviceHealthChanged{Address: held, Reason: "driver unbound"}))
+	add(events.DeviceHealthChanged{Address: other, Reason: "driver unbound"}) // not held
+	want = append(want, add(events.DeviceChanged{Device: vf(held, "iavf"), Changed: []string{"driver"}}))
+	want = append(want, add(events.ConfigApplied{Path: "c.json", SHA256: "ab", Changes: []events.PoolChange{
+		{Pool: net, Change: "added", Joined: []string{held}}, {Pool: vfio, Change: "changed", Left: []string{held}}}}))
+	want = append(want, add(events.PoolMembershipChanged{Pool: vfio, Removed: []string{held}, Reason: "reload: SIGHUP"}))
+	want = append(want, add(events.PoolMembershipChanged{Pool: net, Added: []string{held}, Reason: "reload: SIGHUP"}))
+	want = append(want, add(events.DeviceRemoved{Address: held, Reason: "gone from sysfs"}))
+	want = append(want, add(events.DevicesReleased{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{held}, HeldFor: time.Hour, Reason: "pod deleted"}))
+	add(events.DeviceDiscovered{Device: vf(held, "iavf")}) // after the pod
+	add(events.DeviceHealthChanged{Address: held, Reason: "after the pod"})
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, db, envs)
+
+	code, out, errOut := runCLI(t, "dump", "--db", db, "--pod", "telco/cnf-0", "--format", "jsonl")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if got := jsonlSeqs(t, out); !slices.Equal(got, want) {
+		t.Errorf("the pod's story has events %v, want %v", got, want)
+	}
+	code, out, errOut = runCLI(t, "dump", "--db", db, "--pod", "telco/cnf-0")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	checkGolden(t, "dump_pod_devices", out)
+}

@@ -33,6 +33,9 @@ type tablePrinter struct {
 	about string
 	// width cuts the rows to fit a terminal; 0 cuts nothing.
 	width int
+	// holders, in a story, names what holds a device when its health
+	// changes; nil when unknown.
+	holders func(addr string) string
 }
 
 // eventWidth is the width of the event type column: the longest type name
@@ -71,7 +74,11 @@ func (p *tablePrinter) event(e events.Envelope) error {
 	var err error
 	if p.story {
 		const fixed = 7 + 2 + 8 + 2
-		_, err = fmt.Fprintf(p.w, storyRow, fmt.Sprint(e.Seq), t.Format(time.TimeOnly), p.fit(tell(e, p.about), fixed))
+		text := tell(e, p.about)
+		if h, ok := e.Payload.(events.DeviceHealthChanged); ok && p.holders != nil {
+			text = withReason(text, "; held by ", p.holders(h.Address))
+		}
+		_, err = fmt.Fprintf(p.w, storyRow, fmt.Sprint(e.Seq), t.Format(time.TimeOnly), p.fit(text, fixed))
 	} else {
 		fixed := 7 + 2 + 8 + 2 + eventWidth + 2
 		_, err = fmt.Fprintf(p.w, tableRow, fmt.Sprint(e.Seq), t.Format(time.TimeOnly), eventWidth, e.Type, p.fit(describe(e), fixed))

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/devledger/devledger/events"
+)
+
+// devicesBehind is the first pass of dump --iface and --pf: the devices
+// behind a network interface (the function that has it and, when that is a
+// PF, its VFs) or behind a PF (the PF and its VFs), as the ledger's device
+// facts tell, whenever they told it: a VF renamed or rebound is still
+// found. It returns a usage error naming what the ledger knows when
+// nothing is behind it.
+func devicesBehind(src eventSource, iface, pf string) (map[string]bool, error) {
+	pfOf := map[string]string{}
+	ifaces := map[string]map[string]bool{}
+	note := func(d events.DeviceFacts) {
+		if d.PF != "" {
+			pfOf[d.Address] = d.PF
+		}
+		for _, name := range d.Interfaces {
+			if ifaces[name] == nil {
+				ifaces[name] = map[string]bool{}
+			}
+			ifaces[name][d.Address] = true
+		}
+	}
+	err := src.read(func(e events.Envelope) error {
+		switch p := e.Payload.(type) {
+		case events.DeviceDiscovered:
+			note(p.Device)
+		case events.DeviceChanged:
+			note(p.Device)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	roots := map[string]bool{}
+	if iface != "" {
+		if len(ifaces[iface]) == 0 {
+			return nil, usageErrf("--iface %s: no device the ledger knows had it; its interfaces: %s", iface, someNames(slices.Sorted(maps.Keys(ifaces))))
+		}
+		maps.Copy(roots, ifaces[iface])
+	}
+	if pf != "" {
+		if iface != "" && !roots[pf] {
+			return nil, usageErrf("--iface %s and --pf %s: the interface is not the PF's", iface, pf)
+		}
+		pfs := map[string]bool{}
+		for _, p := range pfOf {
+			pfs[p] = true
+		}
+		if !pfs[pf] {
+			return nil, usageErrf("--pf %s: no VF the ledger knows names it as its PF; the PFs: %s", pf, someNames(slices.Sorted(maps.Keys(pfs))))
+		}
+		roots = map[string]bool{pf: true}
+	}
+	set := maps.Clone(roots)
+	for addr, p := range pfOf {
+		if roots[p] {
+			set[addr] = true
+		}
+	}
+	return set, nil
+}
+
+// someNames lists names for an error message, the first eight of them.
+func someNames(names []string) string {
+	switch {
+	case len(names) == 0:
+		return "none"
+	case len(names) > 8:
+		return strings.Join(names[:8], ", ") + fmt.Sprintf(" and %d more", len(names)-8)
+	}
+	return strings.Join(names, ", ")
+}
+
+// holdings follows, from every event read (matched or not), which live
+// allocation holds each device and the container it is bound to, so that
+// a story can say whom a health change befell. It keeps live allocations
+// only.
+type holdings struct {
+	devices map[uint64][]string
+	bound   map[uint64]string
+}
+
+func newHoldings() *holdings {
+	return &holdings{devices: map[uint64][]string{}, bound: map[uint64]string{}}
+}
+
+func (h *holdings) note(e events.Envelope) {
+	switch p := e.Payload.(type) {
+	case events.DevicesAllocated:
+		for _, seq := range p.Supersedes {
+			h.end(seq)
+		}
+		h.devices[e.Seq] = p.DeviceIDs
+	case events.AllocationRecovered:
+		h.devices[e.Seq] = p.DeviceIDs
+		h.bound[e.Seq] = p.Namespace + "/" + p.Pod + "/" + p.Container
+	case events.AllocationBound:
+		if _, live := h.devices[p.AllocationSeq]; live {
+			h.bound[p.AllocationSeq] = p.Namespace + "/" + p.Pod + "/" + p.Container
+		}
+	case events.DevicesReleased:
+		h.end(p.AllocationSeq)
+	}
+}
+
+func (h *holdings) end(seq uint64) {
+	delete(h.devices, seq)
+	delete(h.bound, seq)
+}
+
+// of names what holds addr: "telco/cnf-0/main", "#12 (unbound)", or ""
+// for nothing.
+func (h *holdings) of(addr string) string {
+	var names []string
+	for _, seq := range slices.Sorted(maps.Keys(h.devices)) {
+		if !slices.Contains(h.devices[seq], addr) {
+			continue
+		}
+		if b := h.bound[seq]; b != "" {
+			names = append(names, b)
+		} else {
+			names = append(names, fmt.Sprintf("#%d (unbound)", seq))
+		}
+	}
+	return strings.Join(names, " and ")
+}
