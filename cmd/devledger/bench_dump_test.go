@@ -92,7 +92,7 @@ func BenchmarkDump(b *testing.B) {
 
 		stopSample, peak = sampleHeap()
 		start = time.Now()
-		p, err := newPrinter("jsonl", io.Discard, false, "")
+		p, err := newPrinter("jsonl", io.Discard, false, false, "")
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/devledger/devledger/events"
@@ -612,7 +611,7 @@ func cloneBinding(b *events.Binding) *events.Binding {
 // for each changed fact of the node, then the pools, devices and
 // allocations that changed, one self-contained line per change.
 func printDiff(w io.Writer, d stateDiff) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := columns(w)
 	fmt.Fprintf(tw, "Changes from %s to %s: %s\n", diffPointLabel(d.From), diffPointLabel(d.To), counted(int(d.Events), "event", "events"))
 	if d.empty() {
 		fmt.Fprintln(tw, "no changes")

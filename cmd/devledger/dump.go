@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/mattn/go-isatty"
 
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/store"
@@ -74,6 +71,7 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	typeList := fs.String("type", "", "only events of these `TYPES` (comma-separated)")
 	limit := fs.Int("limit", 0, "print at most `N` events (0: all)")
 	format := fs.String("format", "table", "output `FORMAT`: table, json, jsonl, or html (one self-contained page: a timeline per device)")
+	wide := fs.Bool("wide", false, "on a terminal, do not cut table rows to its width (into a file or a pipe nothing is ever cut)")
 	stats := fs.Bool("stats", false, "print counts of the matching events instead of the events, per group (--by) and bucket (--every), with a TOTAL row; --format table or json")
 	by := fs.String("by", "", "with --stats, count per `KEY`: type (the default: EVENTS only); pool (a health change counts under its device's pool); device (each device an event names);\n"+
 		"pod (namespace/pod of the allocation, an allocation's events before its binding included, \"(unbound)\" if never bound). Events with no group are left out.\n"+
@@ -146,7 +144,7 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	default:
 		// A device's, a PF's or a pod's history reads as a story.
 		story := f.device != "" || f.pods != nil || *iface != "" || pfAddr != ""
-		if p, err = newPrinter(*format, stdout, story, f.device); err != nil {
+		if p, err = newPrinter(*format, stdout, *wide, story, f.device); err != nil {
 			return err
 		}
 	}
@@ -170,7 +168,15 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 		read = func(fn func(events.Envelope) error) error { return f.pods.readSelected(src, fn) }
 	}
 	if so != nil {
-		return runStats(stdout, &lf, read, &f, so)
+		out := io.WriteCloser(nopCloser{stdout})
+		if *format == "table" {
+			out = tableOut(stdout, *wide)
+		}
+		err := runStats(out, &lf, read, &f, so)
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		return err
 	}
 	if *format == "html" {
 		return readFailed(&lf, writeHistoryPage(stdout, read, &f))
@@ -269,15 +275,12 @@ type printer interface {
 // newPrinter returns the printer of format. A story table tells what
 // happened in words, about one device (about) or about a pod's
 // allocations (about "").
-func newPrinter(format string, w io.Writer, story bool, about string) (printer, error) {
+func newPrinter(format string, w io.Writer, wide, story bool, about string) (printer, error) {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	switch format {
 	case "table":
-		p := &tablePrinter{w: bw, story: story, about: about}
-		if f, ok := w.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
-			p.width = tableWidth
-		}
-		return p, nil
+		out := tableOut(w, wide)
+		return &tablePrinter{w: bufio.NewWriterSize(out, 64<<10), out: out, story: story, about: about}, nil
 	case "jsonl":
 		return &jsonPrinter{w: bw, lines: true}, nil
 	case "json":

@@ -1,16 +1,17 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/devledger/devledger/events"
 	goldenfile "github.com/devledger/devledger/internal/golden"
@@ -63,32 +64,51 @@ func TestDumpGolden(t *testing.T) {
 	}
 }
 
-// On a terminal the table and the stories fit 80 columns; into a pipe or
-// a file nothing is cut (the sample's longest detail is over 80 columns).
-func TestDumpTableFits80ColumnsOnATerminal(t *testing.T) {
-	// The table, a device's story and a pod's (about "").
-	for _, tc := range []struct {
-		story bool
-		about string
-	}{{false, ""}, {true, "0000:3b:02.0"}, {true, ""}} {
-		story := tc.story
-		var b bytes.Buffer
-		p := &tablePrinter{w: bufio.NewWriter(&b), story: story, about: tc.about, width: tableWidth}
-		for _, e := range sampleEnvelopes(t) {
-			if err := p.event(e); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := p.end(); err != nil {
-			t.Fatal(err)
-		}
-		for i, line := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
-			if n := len([]rune(line)); n > tableWidth {
-				t.Errorf("story %v, line %d is %d columns: %q", story, i+1, n, line)
-			}
-		}
+// TestTablesOnATerminal: on a terminal, every table (dump, a story,
+// replay, --diff, --stats) is cut to its width with a "…", and --wide
+// cuts nothing; into a pipe nothing is cut, whatever the width.
+func TestTablesOnATerminal(t *testing.T) {
+	db := sampleCopy(t)
+	commands := [][]string{
+		{"dump", "--db", db},
+		{"dump", "--db", db, "--device", "0000:3b:02.2"},
+		{"dump", "--db", db, "--namespace", "telco"},
+		{"dump", "--db", db, "--stats", "--by", "pool", "--every", "1h"},
+		{"replay", "--db", db},
+		{"replay", "--db", db, "--diff", "#1", "#40"},
 	}
-	_, out, _ := runCLI(t, "dump", "--db", sampleCopy(t))
+	const width = 60
+	longest := func(out string) int {
+		n := 0
+		for _, line := range strings.Split(out, "\n") {
+			n = max(n, utf8.RuneCountInString(line))
+		}
+		return n
+	}
+	for _, args := range commands {
+		t.Run(strings.Join(args[3:], " "), func(t *testing.T) {
+			_, piped, _ := runCLI(t, args...)
+			if longest(piped) <= width {
+				t.Fatalf("no line over %d columns to cut: the test shows nothing", width)
+			}
+			defer func(f func(io.Writer) int) { terminalWidth = f }(terminalWidth)
+			terminalWidth = func(io.Writer) int { return width }
+			code, out, errOut := runCLI(t, args...)
+			if code != exitOK {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			if n := longest(out); n != width || !strings.Contains(out, "…\n") {
+				t.Errorf("on a terminal of %d columns the longest line is %d:\n%s", width, n, out)
+			}
+			if strings.Count(out, "\n") != strings.Count(piped, "\n") {
+				t.Errorf("cutting changed the number of lines")
+			}
+			if _, wide, _ := runCLI(t, append(args, "--wide")...); wide != piped {
+				t.Errorf("--wide on a terminal differs from the piped output")
+			}
+		})
+	}
+	_, out, _ := runCLI(t, "dump", "--db", db)
 	if !strings.Contains(out, "UNAVAILABLE: list pod resources: dial unix /var/lib/kubelet/pod-resources/kubelet.sock: connect: connection refused\n") {
 		t.Errorf("piped, a long detail was cut:\n%s", out)
 	}

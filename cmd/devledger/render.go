@@ -5,17 +5,13 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/devledger/devledger/events"
 )
-
-// tableWidth is the width the table is laid out for on a terminal: 80
-// columns. Into a file or a pipe rows are never cut: what is read there is
-// read whole.
-const tableWidth = 80
 
 // tablePrinter lays events out in fixed columns, so it streams: no column
 // width depends on a later row. A heading line marks every new UTC day, and
@@ -25,14 +21,14 @@ const tableWidth = 80
 // happened to the device or the pod's allocations, and the event type
 // column gives its width to them: the words name the event.
 type tablePrinter struct {
-	w       *bufio.Writer
+	w *bufio.Writer
+	// out is where w writes: a terminal's line cutter is closed at the end.
+	out     io.Closer
 	header  bool
 	lastDay string
 	story   bool
 	// about is the device a story is about, "" for a pod's story.
 	about string
-	// width cuts the rows to fit a terminal; 0 cuts nothing.
-	width int
 	// holders, in a story, names what holds a device when its health
 	// changes; nil when unknown.
 	holders func(addr string) string
@@ -73,15 +69,13 @@ func (p *tablePrinter) event(e events.Envelope) error {
 	}
 	var err error
 	if p.story {
-		const fixed = 7 + 2 + 8 + 2
 		text := tell(e, p.about)
 		if h, ok := e.Payload.(events.DeviceHealthChanged); ok && p.holders != nil {
 			text = withReason(text, "; held by ", p.holders(h.Address))
 		}
-		_, err = fmt.Fprintf(p.w, storyRow, fmt.Sprint(e.Seq), t.Format(time.TimeOnly), p.fit(text, fixed))
+		_, err = fmt.Fprintf(p.w, storyRow, fmt.Sprint(e.Seq), t.Format(time.TimeOnly), text)
 	} else {
-		fixed := 7 + 2 + 8 + 2 + eventWidth + 2
-		_, err = fmt.Fprintf(p.w, tableRow, fmt.Sprint(e.Seq), t.Format(time.TimeOnly), eventWidth, e.Type, p.fit(describe(e), fixed))
+		_, err = fmt.Fprintf(p.w, tableRow, fmt.Sprint(e.Seq), t.Format(time.TimeOnly), eventWidth, e.Type, describe(e))
 	}
 	if p.w.Buffered() > 32<<10 {
 		return p.w.Flush()
@@ -94,16 +88,10 @@ func (p *tablePrinter) end() error {
 		p.writeHeader()
 		p.w.WriteString("(no events)\n")
 	}
-	return p.w.Flush()
-}
-
-// fit cuts s to what is left of the row's width after fixed columns, on
-// a terminal only.
-func (p *tablePrinter) fit(s string, fixed int) string {
-	if p.width == 0 {
-		return s
+	if err := p.w.Flush(); err != nil {
+		return err
 	}
-	return truncate(s, p.width-fixed)
+	return p.out.Close()
 }
 
 // truncate shortens s to n runes, marking the cut with "…".

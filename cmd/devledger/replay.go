@@ -9,7 +9,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/devledger/devledger/events"
@@ -23,6 +22,7 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 	untilSeq := fs.Uint64("until-seq", 0, "fold events up to and including sequence `N` (0: all)")
 	untilTime := fs.String("until-time", "", "fold events up to time `T` (RFC 3339, or a duration before now: 2h, 7d)")
 	format := fs.String("format", "table", "output `FORMAT`: table or json")
+	wide := fs.Bool("wide", false, "on a terminal, do not cut table rows to its width (into a file or a pipe nothing is ever cut)")
 	verify := fs.Bool("verify", false, "check every record (checksums, sequence, snapshots) first; exit 1 at the first bad one")
 	diff := fs.String("diff", "", "print what changed between two points, `T1..T2` (or --diff T1 T2): each a time (as --until-time) or a sequence ('#N', quoted for the shell); T2 left out: the end")
 	if err := parseFlags(fs, joinDiffEnds(args)); err != nil {
@@ -35,7 +35,12 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 		if *untilSeq != 0 || *untilTime != "" {
 			return usageErrf("--diff and --until-seq/--until-time: --diff names both of its points")
 		}
-		return replayDiff(stdout, &lf, *diff, *format, *verify, time.Now())
+		out := tableOut(stdout, *wide || *format == "json")
+		err := replayDiff(out, &lf, *diff, *format, *verify, time.Now())
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		return err
 	}
 	var at time.Time
 	if *untilTime != "" {
@@ -80,7 +85,11 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 		enc.SetIndent("", "  ")
 		return enc.Encode(s)
 	}
-	return printState(stdout, s, at)
+	out := tableOut(stdout, *wide)
+	if err := printState(out, s, at); err != nil {
+		return err
+	}
+	return out.Close()
 }
 
 // printState renders a folded state as aligned tables.
@@ -125,7 +134,7 @@ func printState(w io.Writer, s events.State, at time.Time) error {
 	}
 	io.WriteString(w, b.String())
 
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := columns(w)
 	fmt.Fprintf(tw, "\nPOOLS (%d)\nRESOURCE\tTYPE\tDEVICES\tHEALTHY\tREGISTRATION\n", len(s.Pools))
 	for _, name := range sortedKeys(s.Pools) {
 		p := s.Pools[name]

@@ -10,7 +10,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/devledger/devledger/events"
@@ -435,7 +434,7 @@ func bucketName(bucket int64) string {
 
 // writeStatsTable writes the rows as an aligned table with a TOTAL row.
 func writeStatsTable(w io.Writer, o *statsOptions, rows []statsRow, total statsCounts) error {
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	tw := columns(w)
 	var head []string
 	if o.every > 0 {
 		head = append(head, "BUCKET")
