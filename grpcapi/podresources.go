@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
@@ -35,6 +36,11 @@ func NewPodResourcesClient(path string) (*PodResourcesClient, error) {
 // List returns every pod's containers and the devices they hold. Give ctx a
 // deadline: the call fails fast when the socket is absent.
 func (c *PodResourcesClient) List(ctx context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+	// The caller keeps its own backoff; gRPC's, grown while the kubelet
+	// was away, would fail this call at once though the kubelet is back.
+	if c.conn.GetState() == connectivity.TransientFailure {
+		c.conn.ResetConnectBackoff()
+	}
 	resp, err := c.api.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("list pod resources at %s: %w", c.socket, err)

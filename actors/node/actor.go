@@ -284,10 +284,9 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		// Pods are attributed again now, not at the end of a backoff
 		// that grew while the kubelet was away.
 		ctx.Send(n.reconciler, &reconciler.Reconcile{})
+	case *sockets.KubeletGone:
+		ctx.Send(n.registrar, &registrar.CheckKubelet{Why: "kubelet.sock was removed"})
 	case *sockets.SocketRemoved:
-		if m.Path == KubeletSocket(n.cfg.KubeletDir) {
-			ctx.Send(n.registrar, &registrar.CheckKubelet{Why: "kubelet.sock was removed"})
-		}
 		// The registrar looks at every pool's socket: one that is gone is
 		// asked for anew (NeedSocket), once, however many removals come.
 		ctx.Send(n.registrar, &registrar.Reconcile{})

@@ -138,6 +138,9 @@ type registrar struct {
 	// not; probing says a dial of its socket is out.
 	downSince time.Time
 	probing   bool
+	// downBefore says downSince comes from the ledger: the kubelet was
+	// recorded gone before this run, and nothing since said it is back.
+	downBefore bool
 }
 
 // Receive implements actor.Actor.
@@ -151,6 +154,7 @@ func (r *registrar) Receive(ctx actor.Context) {
 		r.failures = map[string]int{}
 		r.lastError = map[string]string{}
 		r.downSince = r.cfg.KubeletDownSince
+		r.downBefore = !r.downSince.IsZero()
 	case *actor.Stopping, *actor.Restarting:
 		for _, t := range r.retrying {
 			t.Stop()
@@ -212,16 +216,7 @@ func (r *registrar) observeKubelet(created bool) kubeletID {
 	if !known && !created {
 		return cur
 	}
-	r.restarts++
-	socket, stopped := r.cfg.KubeletSocket, r.downSince
-	r.downSince = time.Time{}
-	r.record(events.KubeletRestarted{Socket: socket, StoppedAt: stopped}, func(e events.Envelope) {
-		ev := r.cfg.Log.Info().Str("socket", socket).Uint64("seq", e.Seq)
-		if !stopped.IsZero() {
-			ev = ev.Dur("down_ms", e.Time.Sub(stopped))
-		}
-		ev.Msg("kubelet restarted; registering every pool again")
-	})
+	r.restarted("kubelet restarted; registering every pool again")
 	for pool := range r.retrying {
 		r.cancelRetry(pool)
 		r.failures[pool] = 0
@@ -229,30 +224,78 @@ func (r *registrar) observeKubelet(created bool) kubeletID {
 	return cur
 }
 
-// checkKubelet dials the kubelet's socket, once at a time, when a kubelet
-// seen running may have gone. A dead kubelet leaves its socket behind, so
-// its presence says nothing; a refused connection does. A kubelet that
-// came back before the dial answers it, and only its KubeletRestarted is
-// recorded.
+// restarted records a kubelet that is back: KubeletRestarted, naming the
+// stop it ends, if one was recorded.
+func (r *registrar) restarted(msg string) {
+	r.restarts++
+	socket, stopped := r.cfg.KubeletSocket, r.downSince
+	r.downSince, r.downBefore = time.Time{}, false
+	r.record(events.KubeletRestarted{Socket: socket, StoppedAt: stopped}, func(e events.Envelope) {
+		ev := r.cfg.Log.Info().Str("socket", socket).Uint64("seq", e.Seq)
+		if !stopped.IsZero() {
+			ev = ev.Dur("down_ms", e.Time.Sub(stopped))
+		}
+		ev.Msg(msg)
+	})
+}
+
+// upAgain takes a sign of life of the kubelet while it is recorded gone:
+// a Register it took, or its plugin watcher calling. A stop recorded
+// before this run (downBefore) is over then: the kubelet came back while
+// the daemon was away, and a kubelet found at start is no new one. A stop
+// recorded in this run is not: the sign may come from the kubelet that
+// went (an answer on its way), and the next kubelet is a new socket. It
+// reports whether the kubelet is up.
+func (r *registrar) upAgain() bool {
+	if r.downSince.IsZero() {
+		return true
+	}
+	if !r.downBefore {
+		return false
+	}
+	r.restarted("the kubelet recorded gone came back while the daemon was away")
+	return true
+}
+
+// probeAfter are the moments, after a sign that the kubelet may have
+// gone, at which its socket is dialled: a kubelet going down may end its
+// streams before it closes its socket, and one dial could come between.
+var probeAfter = []time.Duration{0, 300 * time.Millisecond, 1500 * time.Millisecond}
+
+// checkKubelet dials the kubelet's socket, one probe at a time, when a
+// kubelet seen running may have gone. A dead kubelet leaves its socket
+// behind, so its presence says nothing; a refused connection does. The
+// probe ends at the first refusal, or after the last dial answered. A
+// kubelet that came back before the dial answers it, and only its
+// KubeletRestarted is recorded.
 func (r *registrar) checkKubelet(ctx actor.Context, why string) {
 	if r.probing || !r.downSince.IsZero() || !r.kubelet.present() {
 		return
 	}
 	r.probing = true
-	self, root, socket := ctx.Self(), ctx.ActorSystem().Root, r.cfg.KubeletSocket
+	self, root, socket, kubelet := ctx.Self(), ctx.ActorSystem().Root, r.cfg.KubeletSocket, r.kubelet
 	go func() {
-		conn, err := net.DialTimeout("unix", socket, time.Second)
-		if err == nil {
+		var err error
+		for i, at := range probeAfter {
+			if i > 0 {
+				time.Sleep(at - probeAfter[i-1])
+			}
+			var conn net.Conn
+			if conn, err = net.DialTimeout("unix", socket, time.Second); err != nil {
+				break
+			}
 			conn.Close()
 		}
-		root.Send(self, &probed{why: why, err: err})
+		root.Send(self, &probed{why: why, kubelet: kubelet, err: err})
 	}()
 }
 
 // probed takes the outcome of checkKubelet's dial.
 func (r *registrar) probed(ctx actor.Context, m *probed) {
 	r.probing = false
-	if m.err == nil || !r.downSince.IsZero() {
+	// A new kubelet since the probe began (its socket made anew) is up,
+	// whatever the probe met in between.
+	if m.err == nil || !r.downSince.IsZero() || r.observeKubelet(false) != m.kubelet {
 		return
 	}
 	// Now until the event lands, then the event's own time: the next
@@ -357,6 +400,11 @@ func (r *registrar) answered(ctx actor.Context, m *registerResult) {
 		return
 	}
 	switch {
+	case m.err == nil && !r.upAgain():
+		// The kubelet that took it was recorded gone since: the
+		// registration went with it, and the next kubelet gets the
+		// pool anew.
+		r.cfg.Log.Info().Str("pool", m.pool).Str("socket", m.socket).Msg("registered with a kubelet that has gone since")
 	case m.err == nil:
 		if now := r.observeKubelet(false); now != m.kubelet {
 			// A new kubelet came while we registered: whichever took the
@@ -437,7 +485,9 @@ func (r *registrar) kubeletReported(ctx actor.Context, m *KubeletReported) {
 		return
 	}
 	if m.Registered {
-		r.acknowledge(m.Pool, d)
+		if r.upAgain() {
+			r.acknowledge(m.Pool, d)
+		}
 		return
 	}
 	r.failures[m.Pool]++

@@ -79,5 +79,7 @@ type stopRecorded struct{ at time.Time }
 // probed is the outcome of a dial of the kubelet's socket.
 type probed struct {
 	why string
-	err error
+	// kubelet is the kubelet probed, as known when the probe began.
+	kubelet kubeletID
+	err     error
 }

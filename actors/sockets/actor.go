@@ -1,7 +1,7 @@
 // Package sockets is the socket watcher actor: it watches the kubelet's
 // socket directories with fsnotify and tells its parent, the moment it
-// happens, that a kubelet registration socket appeared (a new kubelet) or that
-// a socket vanished (ours, perhaps: the kubelet empties device-plugins/ when
+// happens, that a kubelet registration socket appeared (a new kubelet) or
+// went, or that a socket vanished (ours, perhaps: the kubelet empties device-plugins/ when
 // it starts). It watches first and lists after, so nothing slips between.
 package sockets
 
@@ -35,6 +35,10 @@ type KubeletAppeared struct{ Socket string }
 // SocketRemoved is sent to the parent when a socket file in a watched
 // directory is removed or renamed away.
 type SocketRemoved struct{ Path string }
+
+// KubeletGone is sent to the parent when KubeletSocket is removed: a
+// kubelet that stopped cleanly, or one starting that makes it anew.
+type KubeletGone struct{ Socket string }
 
 // Ready is sent to the parent once the watches are in place, with whether
 // the kubelet socket existed then.
@@ -100,8 +104,10 @@ func (s *watcher) handle(ctx actor.Context, ev fsnotify.Event) {
 	switch {
 	case ev.Has(fsnotify.Create) && path == filepath.Clean(s.cfg.KubeletSocket):
 		ctx.Send(ctx.Parent(), &KubeletAppeared{Socket: path})
+	case (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)) && path == filepath.Clean(s.cfg.KubeletSocket):
+		ctx.Send(ctx.Parent(), &KubeletGone{Socket: path})
 	case ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename):
-		if strings.HasPrefix(filepath.Base(path), ".") || path == filepath.Clean(s.cfg.KubeletSocket) {
+		if strings.HasPrefix(filepath.Base(path), ".") {
 			return
 		}
 		ctx.Send(ctx.Parent(), &SocketRemoved{Path: path})

@@ -109,11 +109,17 @@ func TestSocketEvents(t *testing.T) {
 		t.Errorf("renamed away: SocketRemoved{%s}, want %s", m.Path, renamed)
 	}
 
-	// Neither a dot file nor the kubelet's own socket vanishing is a lost
-	// socket, and other sockets appearing say nothing. fsnotify keeps the
-	// order of events, so the marker's removal is the next thing heard.
-	remove(t, hidden)
+	// The kubelet's own socket vanishing is news of the kubelet, not a
+	// lost socket.
 	remove(t, d.kubelet)
+	if m := next[*KubeletGone](t, f); m.Socket != d.kubelet {
+		t.Errorf("KubeletGone{%s}, want %s", m.Socket, d.kubelet)
+	}
+
+	// A dot file vanishing says nothing, and neither do other sockets
+	// appearing. fsnotify keeps the order of events, so the marker's
+	// removal is the next thing heard.
+	remove(t, hidden)
 	touch(t, filepath.Join(d.plugins, "example.com_new.sock"))
 	marker := filepath.Join(d.registry, "marker")
 	touch(t, marker)

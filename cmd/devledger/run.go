@@ -171,6 +171,9 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	}
 	f.opts.Logger = log
 	f.opts.Version = version
+	// The DaemonSet names the node (the downward API's spec.nodeName); a
+	// host's name need not be its node's.
+	f.opts.Node = os.Getenv("NODE_NAME")
 
 	ctx, stop := signalContext()
 	defer stop()
