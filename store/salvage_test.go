@@ -12,11 +12,12 @@ import (
 )
 
 // Salvage on the damaged corpus: the new ledger verifies, holds at each
-// sequence either the very record of the sound sample or an EventLost,
-// and loses exactly what the damage destroyed.
+// sequence either the very record of the sound ledger the corpus was made
+// from (damaged/source.ledger) or an EventLost, and loses exactly what the
+// damage destroyed.
 func TestSalvage(t *testing.T) {
 	corpus := filepath.Join("..", "testdata", "ledger")
-	sound := readAllRaw(t, filepath.Join(corpus, "sample.db"))
+	sound := readAllRaw(t, filepath.Join(corpus, "damaged", "source.ledger"))
 	tests := []struct {
 		name string
 		lost [][2]uint64
@@ -106,7 +107,7 @@ func readAllRaw(t *testing.T, path string) [][]byte {
 	var out [][]byte
 	if err := l.ReadRaw(0, func(seq uint64, rec []byte) error {
 		if seq != uint64(len(out)+1) {
-			return errors.New("a gap in the sample")
+			return errors.New("a gap in the sound ledger")
 		}
 		out = append(out, append([]byte(nil), rec...))
 		return nil

@@ -170,7 +170,7 @@ var diffCases = []struct {
 			set(b, "0000:3b:02.1", func(d *events.Device) {
 				d.Present, d.Healthy, d.HealthReason, d.HealthSeq = false, false, "removed: gone from sysfs", 12
 			})
-			set(b, "0000:af:00.0", func(d *events.Device) { d.Healthy, d.HealthReason, d.HealthSeq = false, "Xid 79", 14 })
+			set(b, "0000:af:00.0", func(d *events.Device) { d.Healthy, d.HealthReason, d.HealthSeq = false, "device gone from sysfs", 14 })
 			set(a, "0000:3b:02.0", func(d *events.Device) { d.Healthy, d.HealthReason, d.HealthSeq = false, "driver unbound", 5 })
 			set(b, "0000:3b:02.0", func(d *events.Device) { d.Healthy, d.HealthReason, d.HealthSeq = true, "probes passed", 16 })
 			set(b, "0000:3b:02.2", func(d *events.Device) { d.HealthReason, d.HealthSeq = "probes passed for 10s hold-down", 17 })
@@ -183,7 +183,7 @@ var diffCases = []struct {
 			{Address: "0000:3b:02.2", Health: &healthDiff{WasHealthy: true, Healthy: true, Reason: "probes passed for 10s hold-down", Seq: 17}},
 			{Address: "0000:3b:02.4", Discovered: true, Facts: &events.DeviceFacts{Address: "0000:3b:02.4", Vendor: "8086", Device: "1889", Driver: "iavf"},
 				Health: &healthDiff{WasHealthy: true, Healthy: false, Reason: "no link", Seq: 15}},
-			{Address: "0000:af:00.0", Health: &healthDiff{WasHealthy: true, Healthy: false, Reason: "Xid 79", Seq: 14}},
+			{Address: "0000:af:00.0", Health: &healthDiff{WasHealthy: true, Healthy: false, Reason: "device gone from sysfs", Seq: 14}},
 		}},
 	},
 	{

@@ -97,6 +97,9 @@ type e2eNode struct {
 	// watcher; registration is the --registration flag (mode unless set).
 	mode         string
 	registration string
+	// cwd, when set, is where the daemon runs, every path it is given
+	// relative to it (nodeSpec.root).
+	cwd string
 }
 
 // nodeSpec says what to build.
@@ -106,6 +109,11 @@ type nodeSpec struct {
 	config  string
 	mode    string
 	kubelet kubelettest.Options
+	// root, when set, holds the whole node under plain names (node/sys,
+	// kubelet, state, devinfo), and the daemon runs there with relative
+	// paths: what it records names no temporary directory. It must be
+	// short, for the sockets' paths.
+	root string
 }
 
 func newE2ENode(t *testing.T, spec nodeSpec) *e2eNode {
@@ -122,6 +130,14 @@ func newE2ENode(t *testing.T, spec nodeSpec) *e2eNode {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if spec.root != "" {
+		roots, err := sysfsgen.BuildScenario(filepath.Join(spec.root, "node"), spec.scenario)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &e2eNode{roots: roots, kubelet: kubelettest.Start(t, filepath.Join(spec.root, "kubelet"), spec.kubelet), config: cfg,
+			stateDir: filepath.Join(spec.root, "state"), devinfo: filepath.Join(spec.root, "devinfo"), mode: spec.mode, cwd: spec.root}
+	}
 	return &e2eNode{
 		roots:   sysfsgen.TempScenario(t, spec.scenario),
 		kubelet: kubelettest.Start(t, "", spec.kubelet),
@@ -134,6 +150,18 @@ func newE2ENode(t *testing.T, spec nodeSpec) *e2eNode {
 	}
 }
 
+// path is a path as the daemon is given it: relative to n.cwd when set.
+func (n *e2eNode) path(p string) string {
+	if n.cwd == "" {
+		return p
+	}
+	rel, err := filepath.Rel(n.cwd, p)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return p
+	}
+	return rel
+}
+
 // runArgs are the flags of devledger run for this node.
 // cdiDir is where the node's daemon writes CDI specs, beside its
 // device-info dir.
@@ -142,11 +170,11 @@ func (n *e2eNode) cdiDir() string { return filepath.Join(filepath.Dir(n.devinfo)
 func (n *e2eNode) runArgs() []string {
 	pciIDs, _ := filepath.Abs(filepath.Join("..", "..", "testdata", "pci.ids.sample"))
 	return []string{"run",
-		"--config", n.config,
-		"--sysfs-root", n.roots.Sysfs, "--dev-root", n.roots.Dev, "--proc-root", n.roots.Proc,
+		"--config", n.path(n.config),
+		"--sysfs-root", n.path(n.roots.Sysfs), "--dev-root", n.path(n.roots.Dev), "--proc-root", n.path(n.roots.Proc),
 		"--pci-ids", pciIDs,
-		"--kubelet-dir", n.kubelet.Dir(), "--state-dir", n.stateDir, "--devinfo-dir", n.devinfo,
-		"--cdi-spec-dir", n.cdiDir(),
+		"--kubelet-dir", n.path(n.kubelet.Dir()), "--state-dir", n.path(n.stateDir), "--devinfo-dir", n.path(n.devinfo),
+		"--cdi-spec-dir", n.path(n.cdiDir()),
 		"--registration", cmp.Or(n.registration, n.mode),
 		"--log-format", "json", "--log-level", "debug",
 		// Nothing periodic: the ledger changes only when a test acts.
@@ -196,7 +224,7 @@ func (n *e2eNode) ledgerPath() string { return filepath.Join(n.stateDir, ledgerF
 // start runs devledger run (plus extra flags) and returns at once.
 func (n *e2eNode) start(t *testing.T, extra ...string) *daemonProc {
 	t.Helper()
-	return startProc(t, append(n.runArgs(), extra...)...)
+	return startProcIn(t, n.cwd, append(n.runArgs(), extra...)...)
 }
 
 // startRegistered starts the daemon and waits until the kubelet has every
@@ -242,7 +270,21 @@ type daemonProc struct {
 // a data race it reported fails the test.
 func startProc(t *testing.T, args ...string) *daemonProc {
 	t.Helper()
+	return startProcIn(t, "", args...)
+}
+
+// startProcIn is startProc in the directory dir ("": this one), as node
+// worker-1 when dir is set.
+func startProcIn(t *testing.T, dir string, args ...string) *daemonProc {
+	t.Helper()
 	p := &daemonProc{cmd: binaryCmd(t, args...), stderr: newLogBuffer(), done: make(chan struct{})}
+	if dir != "" {
+		p.cmd.Dir = dir
+		if p.cmd.Env == nil {
+			p.cmd.Env = os.Environ()
+		}
+		p.cmd.Env = append(p.cmd.Env, "NODE_NAME=worker-1")
+	}
 	p.cmd.Stderr = p.stderr
 	p.cmd.Stdout = p.stderr
 	if err := p.cmd.Start(); err != nil {
