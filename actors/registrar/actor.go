@@ -138,9 +138,6 @@ type registrar struct {
 	// not; probing says a dial of its socket is out.
 	downSince time.Time
 	probing   bool
-	// downBefore says downSince comes from the ledger: the kubelet was
-	// recorded gone before this run, and nothing since said it is back.
-	downBefore bool
 }
 
 // Receive implements actor.Actor.
@@ -153,8 +150,11 @@ func (r *registrar) Receive(ctx actor.Context) {
 		r.retrying = map[string]*time.Timer{}
 		r.failures = map[string]int{}
 		r.lastError = map[string]string{}
-		r.downSince = r.cfg.KubeletDownSince
-		r.downBefore = !r.downSince.IsZero()
+		// A kubelet recorded gone before this run is dialled at once: it
+		// may have come back while the daemon was away.
+		if r.downSince = r.cfg.KubeletDownSince; !r.downSince.IsZero() {
+			r.recheckLater(ctx, 0)
+		}
 	case *actor.Stopping, *actor.Restarting:
 		for _, t := range r.retrying {
 			t.Stop()
@@ -182,6 +182,13 @@ func (r *registrar) Receive(ctx actor.Context) {
 		r.checkKubelet(ctx, m.Why)
 	case *probed:
 		r.probed(ctx, m)
+	case *recheck:
+		if r.downSince.IsZero() || r.probing {
+			break
+		}
+		r.probing = true
+		self, root, kubelet := ctx.Self(), ctx.ActorSystem().Root, r.observeKubelet(false)
+		go func() { root.Send(self, &probed{kubelet: kubelet, recheck: true, err: dialKubelet(m.socket)}) }()
 	case *stopRecorded:
 		if !r.downSince.IsZero() {
 			r.downSince = m.at
@@ -229,7 +236,7 @@ func (r *registrar) observeKubelet(created bool) kubeletID {
 func (r *registrar) restarted(msg string) {
 	r.restarts++
 	socket, stopped := r.cfg.KubeletSocket, r.downSince
-	r.downSince, r.downBefore = time.Time{}, false
+	r.downSince = time.Time{}
 	r.record(events.KubeletRestarted{Socket: socket, StoppedAt: stopped}, func(e events.Envelope) {
 		ev := r.cfg.Log.Info().Str("socket", socket).Uint64("seq", e.Seq)
 		if !stopped.IsZero() {
@@ -239,28 +246,31 @@ func (r *registrar) restarted(msg string) {
 	})
 }
 
-// upAgain takes a sign of life of the kubelet while it is recorded gone:
-// a Register it took, or its plugin watcher calling. A stop recorded
-// before this run (downBefore) is over then: the kubelet came back while
-// the daemon was away, and a kubelet found at start is no new one. A stop
-// recorded in this run is not: the sign may come from the kubelet that
-// went (an answer on its way), and the next kubelet is a new socket. It
-// reports whether the kubelet is up.
-func (r *registrar) upAgain() bool {
-	if r.downSince.IsZero() {
-		return true
-	}
-	if !r.downBefore {
-		return false
-	}
-	r.restarted("the kubelet recorded gone came back while the daemon was away")
-	return true
-}
-
 // probeAfter are the moments, after a sign that the kubelet may have
 // gone, at which its socket is dialled: a kubelet going down may end its
 // streams before it closes its socket, and one dial could come between.
-var probeAfter = []time.Duration{0, 300 * time.Millisecond, 1500 * time.Millisecond}
+// recheckEvery is how often a kubelet recorded gone is dialled again.
+var (
+	probeAfter   = []time.Duration{0, 300 * time.Millisecond, 1500 * time.Millisecond}
+	recheckEvery = 5 * time.Second
+)
+
+// dialKubelet dials the kubelet's socket. A kubelet starting binds its
+// socket a moment before it listens, and a dial between is refused: a
+// refusal counts only when two more dials, 50 and 200 ms later, meet it
+// too.
+func dialKubelet(socket string) error {
+	var err error
+	for _, wait := range []time.Duration{0, 50 * time.Millisecond, 150 * time.Millisecond} {
+		time.Sleep(wait)
+		var conn net.Conn
+		if conn, err = net.DialTimeout("unix", socket, time.Second); err == nil {
+			conn.Close()
+			return nil
+		}
+	}
+	return err
+}
 
 // checkKubelet dials the kubelet's socket, one probe at a time, when a
 // kubelet seen running may have gone. A dead kubelet leaves its socket
@@ -280,33 +290,58 @@ func (r *registrar) checkKubelet(ctx actor.Context, why string) {
 			if i > 0 {
 				time.Sleep(at - probeAfter[i-1])
 			}
-			var conn net.Conn
-			if conn, err = net.DialTimeout("unix", socket, time.Second); err != nil {
+			if err = dialKubelet(socket); err != nil {
 				break
 			}
-			conn.Close()
 		}
 		root.Send(self, &probed{why: why, kubelet: kubelet, err: err})
 	}()
 }
 
-// probed takes the outcome of checkKubelet's dial.
+// probed takes the outcome of a probe: checkKubelet's, or a recheck of a
+// kubelet recorded gone.
 func (r *registrar) probed(ctx actor.Context, m *probed) {
 	r.probing = false
 	// A new kubelet since the probe began (its socket made anew) is up,
-	// whatever the probe met in between.
-	if m.err == nil || !r.downSince.IsZero() || r.observeKubelet(false) != m.kubelet {
+	// whatever the probe met in between; its KubeletRestarted is recorded.
+	if r.observeKubelet(false) != m.kubelet {
 		return
 	}
+	switch {
+	case m.recheck && r.downSince.IsZero():
+	case m.recheck && m.err == nil:
+		// Recorded gone, yet it answers: back on the same socket (or
+		// the stop was seen wrongly). Whatever it held may be gone:
+		// every pool registers anew, on a new socket.
+		r.restarted("the kubelet answers again; registering every pool anew")
+		for _, pool := range slices.Sorted(maps.Keys(r.desired)) {
+			r.needSocket(ctx, pool, r.desired[pool], false, "the kubelet is back")
+		}
+		clear(r.registered)
+	case m.recheck:
+		r.recheckLater(ctx, recheckEvery)
+	case m.err != nil && r.downSince.IsZero():
+		r.stopped(ctx, m.why+"; "+filepath.Base(r.cfg.KubeletSocket)+" "+refusal(m.err))
+	}
+}
+
+// stopped records the kubelet gone, and dials it again from time to time.
+func (r *registrar) stopped(ctx actor.Context, reason string) {
 	// Now until the event lands, then the event's own time: the next
 	// KubeletRestarted names the stop as the ledger has it.
 	r.downSince = time.Now()
-	self, root := ctx.Self(), ctx.ActorSystem().Root
-	socket, reason := r.cfg.KubeletSocket, m.why+"; "+filepath.Base(r.cfg.KubeletSocket)+" "+refusal(m.err)
+	self, root, socket := ctx.Self(), ctx.ActorSystem().Root, r.cfg.KubeletSocket
 	r.record(events.KubeletStopped{Socket: socket, Reason: reason}, func(e events.Envelope) {
 		r.cfg.Log.Warn().Str("socket", socket).Str("reason", reason).Uint64("seq", e.Seq).Msg("kubelet stopped; pools keep serving and register when it is back")
 		root.Send(self, &stopRecorded{at: e.Time})
 	})
+	r.recheckLater(ctx, recheckEvery)
+}
+
+// recheckLater dials a kubelet recorded gone after d.
+func (r *registrar) recheckLater(ctx actor.Context, d time.Duration) {
+	self, root, socket := ctx.Self(), ctx.ActorSystem().Root, r.cfg.KubeletSocket
+	time.AfterFunc(d, func() { root.Send(self, &recheck{socket: socket}) })
 }
 
 // refusal says why a dial of the kubelet's socket failed, in a few words.
@@ -400,10 +435,9 @@ func (r *registrar) answered(ctx actor.Context, m *registerResult) {
 		return
 	}
 	switch {
-	case m.err == nil && !r.upAgain():
-		// The kubelet that took it was recorded gone since: the
-		// registration went with it, and the next kubelet gets the
-		// pool anew.
+	case m.err == nil && !r.downSince.IsZero():
+		// The kubelet that took it is recorded gone: the registration
+		// went with it, and the pool registers anew when it is back.
 		r.cfg.Log.Info().Str("pool", m.pool).Str("socket", m.socket).Msg("registered with a kubelet that has gone since")
 	case m.err == nil:
 		if now := r.observeKubelet(false); now != m.kubelet {
@@ -485,7 +519,7 @@ func (r *registrar) kubeletReported(ctx actor.Context, m *KubeletReported) {
 		return
 	}
 	if m.Registered {
-		if r.upAgain() {
+		if r.downSince.IsZero() {
 			r.acknowledge(m.Pool, d)
 		}
 		return

@@ -73,12 +73,17 @@ type registerResult struct {
 
 type retry struct{ pool string }
 
+// recheck asks to dial a kubelet recorded gone.
+type recheck struct{ socket string }
+
 // stopRecorded says the KubeletStopped is durable, at its time.
 type stopRecorded struct{ at time.Time }
 
 // probed is the outcome of a dial of the kubelet's socket.
 type probed struct {
 	why string
+	// recheck says it dialled a kubelet recorded gone.
+	recheck bool
 	// kubelet is the kubelet probed, as known when the probe began.
 	kubelet kubeletID
 	err     error

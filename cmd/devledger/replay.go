@@ -205,7 +205,7 @@ func joinDiffEnds(args []string) []string {
 // kubeletLine says whether the kubelet is up, and its outages: "DOWN since
 // T", or "12 restarts seen; 2 outages, 41s in all, the last 3s from T".
 func kubeletLine(k events.KubeletState) string {
-	s := fmt.Sprintf("%d restarts seen", k.Restarts)
+	s := fmt.Sprintf("%d %s seen", k.Restarts, plural(k.Restarts, "restart", "restarts"))
 	if k.Outages > 0 {
 		s += fmt.Sprintf("; %d %s recorded, %s in all, the last %s from %s", k.Outages, plural(k.Outages, "outage", "outages"),
 			humanDuration(k.Downtime), humanDuration(k.LastOutage.To.Sub(k.LastOutage.From)), k.LastOutage.From.UTC().Format(time.RFC3339))
