@@ -980,6 +980,10 @@ func TestAPoolWithdrawnAndWantedAgainAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The kubelet may hear of the pool before its members are in the
+	// ledger (registrations are recorded without waiting): the wait below
+	// for the device gone must not see the ledger of before.
+	waitLedger(ctx, t, d, "the pool's device in the ledger", func(s events.State) bool { return len(s.Pools[one].Members) == 1 })
 	flipped := time.Now()
 	for _, driver := range []string{"iavf", "vfio-pci"} {
 		if err := n.roots.Bind(dev, driver); err != nil {
