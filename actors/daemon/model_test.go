@@ -247,13 +247,15 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 			}
 			history = append(history, "crash node")
 		case 7: // the daemon stops and starts again on its ledger
-			serving := served(t, d, pools)
 			if err := d.Stop(ctx, "model"); err != nil {
 				t.Fatal(err)
 			}
 			restarted := time.Now()
 			d = n.start(t)
-			if _, err := n.kubelet.RegisteredAfter(ctx, serving, restarted); err != nil {
+			// The pools served now are those with devices at this start:
+			// a driver changed since the last scan may have emptied one.
+			waitFor(ctx, t, "the daemon ready", func() bool { return d.Ready(ctx) })
+			if _, err := n.kubelet.RegisteredAfter(ctx, served(t, d, pools), restarted); err != nil {
 				t.Fatal(err)
 			}
 			clear(crashes)
