@@ -188,6 +188,8 @@ func (r *registrar) Receive(ctx actor.Context) {
 		}
 		r.probing = true
 		self, root, kubelet := ctx.Self(), ctx.ActorSystem().Root, r.observeKubelet(false)
+		// Dials block for up to a second each: off the mailbox, the
+		// outcome comes back as a message (as checkKubelet's).
 		go func() { root.Send(self, &probed{kubelet: kubelet, recheck: true, err: dialKubelet(m.socket)}) }()
 	case *stopRecorded:
 		if !r.downSince.IsZero() {
@@ -284,6 +286,8 @@ func (r *registrar) checkKubelet(ctx actor.Context, why string) {
 	}
 	r.probing = true
 	self, root, socket, kubelet := ctx.Self(), ctx.ActorSystem().Root, r.cfg.KubeletSocket, r.kubelet
+	// The probe sleeps and dials for seconds: a goroutine of its own,
+	// holding no state of the actor, that reports by message.
 	go func() {
 		var err error
 		for i, at := range probeAfter {
