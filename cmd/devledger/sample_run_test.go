@@ -1,7 +1,6 @@
 package main
 
 import (
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -107,7 +106,7 @@ func (r *sampleRun) check(t *testing.T, envs []events.Envelope) {
 	t.Helper()
 	for i, s := range r.steps {
 		part := r.part(envs, i)
-		if got := countNormalized(part); !maps.Equal(got, s.want) {
+		if got := countNormalized(part); !sameCounts(got, s.want) {
 			t.Errorf("step %q recorded %v, want %v:\n%s", s.name, got, s.want, describeEnvs(part))
 		}
 	}
@@ -133,6 +132,30 @@ func (r *sampleRun) writeConfig(t *testing.T, content string) {
 	if err := os.Rename(tmp, r.cfg); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// serving are the types of a pool's serving and registering. How many a
+// kubelet restart brings depends on a race the kubelet's own start makes:
+// it sweeps device-plugins/ while a pool that saw its socket go serves
+// anew, and a Register sent before the new kubelet was seen is made again
+// on a new socket. A step holds at least the number it wants of them, and
+// the shape of the sample leaves them out.
+var serving = []events.Type{events.TypePluginServing, events.TypeSocketLost, events.TypePluginRegistered}
+
+// sameCounts says whether got has exactly the events want names, and at
+// least as many serving ones.
+func sameCounts(got, want eventCounts) bool {
+	for typ := range got {
+		if _, ok := want[typ]; !ok {
+			return false
+		}
+	}
+	for typ, n := range want {
+		if g := got[typ]; g != n && !(slices.Contains(serving, typ) && g > n) {
+			return false
+		}
+	}
+	return true
 }
 
 // normalizedTypes are the types the comparisons see of an event: its own,
@@ -167,6 +190,9 @@ func countNormalized(envs []events.Envelope) eventCounts {
 func shapeKeys(e events.Envelope) []string {
 	var out []string
 	for _, typ := range normalizedTypes(e) {
+		if slices.Contains(serving, typ) {
+			continue
+		}
 		k := string(typ)
 		if p := e.Pool(); p != "" {
 			k += " " + p
@@ -191,7 +217,7 @@ func sampleShape(envs []events.Envelope, run *sampleRun, runEnvs []events.Envelo
 	for i := range run.steps {
 		n := 0
 		for _, e := range run.part(runEnvs, i) {
-			n += len(normalizedTypes(e))
+			n += len(shapeKeys(e))
 		}
 		end := min(at+n, len(all))
 		if i == len(run.steps)-1 {
