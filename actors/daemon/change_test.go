@@ -656,6 +656,10 @@ func TestRebindEmptiesAPool(t *testing.T) {
 			if _, err := n.kubelet.WaitDevices(ctx, one, count(1)); err != nil {
 				t.Fatal(err)
 			}
+			// The kubelet may hear of it before the ledger has it.
+			waitLedger(ctx, t, d, "served again, in the ledger", func(s events.State) bool {
+				return s.Pools[one].Registration.Serving && slices.Equal(s.Pools[one].Members, []string{dev})
+			})
 			var withdrawn, served int
 			var backReason string
 			if err := d.Recorder().Log().Read(1, func(e events.Envelope) error {
