@@ -331,8 +331,13 @@ func (r *registrar) probed(ctx actor.Context, m *probed) {
 
 // stopped records the kubelet gone, and dials it again from time to time.
 func (r *registrar) stopped(ctx actor.Context, reason string) {
-	// Now until the event lands, then the event's own time: the next
-	// KubeletRestarted names the stop as the ledger has it.
+	// Taken as down at once, not when the event lands: the store commits
+	// in order, so whatever the registrar records from here on (an
+	// acknowledgement it now refuses, the next KubeletRestarted) lands
+	// after the stop, and a late Register answer cannot slip in between.
+	// Should the append fail, the redial below still ends the outage.
+	// downSince is now until the event lands, then the event's own time:
+	// the next KubeletRestarted names the stop as the ledger has it.
 	r.downSince = time.Now()
 	self, root, socket := ctx.Self(), ctx.ActorSystem().Root, r.cfg.KubeletSocket
 	r.record(events.KubeletStopped{Socket: socket, Reason: reason}, func(e events.Envelope) {
