@@ -75,18 +75,16 @@ type allocator struct {
 	name     string
 	replayed *events.State
 
-	members map[string]allocation.Member
+	members map[string]*allocation.Member
 	order   []string // member addresses, sorted
 	// verdicts is the newest health verdict the pool has heard of per
 	// device, members or not: a verdict may come before the members that
 	// bring its device here, and members may come with an older one.
 	verdicts map[string]verdict
 	// held maps a device to the live allocations holding it, and allocs
-	// an allocation to its devices; elsewhere are the members another
-	// pool's allocation holds (HeldElsewhere).
-	held      map[string][]uint64
-	allocs    map[uint64][]string
-	elsewhere []string
+	// an allocation to its devices.
+	held   map[string][]uint64
+	allocs map[uint64][]string
 	// gen is the newest SetMembers applied. The devices in flight, and
 	// those that left the pool and are not let go yet, are in life.
 	gen uint64
@@ -218,7 +216,7 @@ func (p *allocator) start(ctx actor.Context) {
 	for _, h := range p.held {
 		slices.Sort(h)
 	}
-	p.members = map[string]allocation.Member{}
+	p.members = map[string]*allocation.Member{}
 	var before []string
 	if pool, ok := st.Pools[p.name]; ok {
 		before = pool.Members
@@ -442,14 +440,14 @@ func (p *allocator) reserve(ctx actor.Context, m *Reserve) {
 	p.announce(ctx, lost)
 }
 
-func index(ms []allocation.Member) (map[string]allocation.Member, []string) {
-	byAddr := make(map[string]allocation.Member, len(ms))
+func index(ms []allocation.Member) (map[string]*allocation.Member, []string) {
+	byAddr := make(map[string]*allocation.Member, len(ms))
 	order := make([]string, 0, len(ms))
 	for _, m := range ms {
 		if _, dup := byAddr[m.Device.Address]; !dup {
 			order = append(order, m.Device.Address)
 		}
-		byAddr[m.Device.Address] = m
+		byAddr[m.Device.Address] = &m
 	}
 	slices.Sort(order)
 	return byAddr, order
@@ -594,17 +592,11 @@ type verdict struct {
 // of its device: the members' own, the one the pool holds for a member it
 // has already (on a tie too: without sequence numbers, the health checker's
 // verdict is the pool's, not the scanner's), or one the pool heard since.
-func (p *allocator) index(ms []allocation.Member) (map[string]allocation.Member, []string) {
+func (p *allocator) index(ms []allocation.Member) (map[string]*allocation.Member, []string) {
 	if p.verdicts == nil {
 		p.verdicts = map[string]verdict{}
 	}
 	byAddr, order := index(ms)
-	p.elsewhere = p.elsewhere[:0]
-	for _, addr := range order {
-		if len(byAddr[addr].HeldElsewhere) > 0 {
-			p.elsewhere = append(p.elsewhere, addr)
-		}
-	}
 	for addr, m := range byAddr {
 		if old, ok := p.members[addr]; ok && old.HealthSeq >= m.HealthSeq {
 			m.Healthy, m.HealthSeq = old.Healthy, old.HealthSeq
@@ -614,7 +606,6 @@ func (p *allocator) index(ms []allocation.Member) (map[string]allocation.Member,
 		} else if m.HealthSeq > v.seq {
 			p.verdicts[addr] = verdict{healthy: m.Healthy, seq: m.HealthSeq}
 		}
-		byAddr[addr] = m
 	}
 	return byAddr, order
 }
@@ -638,11 +629,9 @@ func (p *allocator) setHealth(m *SetHealth) bool {
 	}
 	mem.HealthSeq = m.Seq
 	if mem.Healthy == m.Healthy {
-		p.members[m.Address] = mem
 		return false
 	}
 	mem.Healthy = m.Healthy
-	p.members[m.Address] = mem
 	if p.list != nil {
 		p.stale = append(p.stale, m.Address)
 	}
@@ -692,7 +681,7 @@ func (p *allocator) deviceList() []*pluginapi.Device {
 	if p.list == nil {
 		p.list = make([]*pluginapi.Device, len(p.order))
 		for i, addr := range p.order {
-			p.list[i] = allocation.ListDevice(p.cfg.Resource, p.members[addr])
+			p.list[i] = allocation.ListDevice(p.cfg.Resource, *p.members[addr])
 		}
 		p.stale = p.stale[:0]
 	}
@@ -702,7 +691,7 @@ func (p *allocator) deviceList() []*pluginapi.Device {
 	list := slices.Clone(p.list)
 	for _, addr := range p.stale {
 		if i, ok := slices.BinarySearch(p.order, addr); ok {
-			list[i] = allocation.ListDevice(p.cfg.Resource, p.members[addr])
+			list[i] = allocation.ListDevice(p.cfg.Resource, *p.members[addr])
 		}
 	}
 	p.list, p.stale = list, p.stale[:0]
@@ -732,16 +721,14 @@ func push(ch chan []*pluginapi.Device, list []*pluginapi.Device) {
 }
 
 func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
-	flying := p.life.flying
-	held := make(map[string]bool, len(p.held)+len(flying)+len(p.elsewhere))
-	for id := range p.held {
-		held[id] = true
-	}
-	for id := range flying {
-		held[id] = true
-	}
-	for _, id := range p.elsewhere {
-		held[id] = true
+	// Held: by an allocation of the pool, by one in flight, or by another
+	// pool's (a member with HeldElsewhere).
+	held := func(id string) bool {
+		if len(p.held[id]) > 0 || p.life.flying[id] > 0 {
+			return true
+		}
+		m, ok := p.members[id]
+		return ok && len(m.HeldElsewhere) > 0
 	}
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for i, cr := range req.ContainerRequests {

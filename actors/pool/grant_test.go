@@ -25,9 +25,9 @@ import (
 
 func testPool() *allocator {
 	res := &config.Resource{Prefix: "example.com", Name: "vf"}
-	members := map[string]allocation.Member{}
+	members := map[string]*allocation.Member{}
 	for _, a := range []string{"0000:3b:02.0", "0000:3b:02.1", "0000:3b:02.2"} {
-		members[a] = allocation.Member{Device: sysfs.Device{Address: a}, Healthy: true}
+		members[a] = &allocation.Member{Device: sysfs.Device{Address: a}, Healthy: true}
 	}
 	return &allocator{name: res.FullName(), cfg: Config{Resource: res}, members: members}
 }

@@ -52,8 +52,8 @@ func (m Member) Usable() bool { return m.Healthy && len(m.HeldElsewhere) == 0 }
 // Preferred answers GetPreferredAllocation for one container of the pool
 // res: up to size device IDs, taken from mustInclude and available.
 //
-// members are the pool's devices by ID, held the IDs the ledger holds for
-// live allocations. The answer is mustInclude (all of it, in order, first
+// members are the pool's devices by ID (read, never changed); held says
+// whether the ledger holds a device for a live allocation. The answer is mustInclude (all of it, in order, first
 // occurrence of a repeated ID) followed by the best of the other available
 // IDs, ranked by, in this order:
 //
@@ -86,20 +86,24 @@ func (m Member) Usable() bool { return m.Healthy && len(m.HeldElsewhere) == 0 }
 // kubelet never asks for more than it offers) wrap ErrInvalidRequest; a must-include ID that is not a member wraps
 // ErrUnknownDevice. A must-include device is kept even when unhealthy:
 // the kubelet has already given it to the pod.
-func Preferred(res *config.Resource, members map[string]Member, held map[string]bool, available, mustInclude []string, size int) ([]string, error) {
+func Preferred(res *config.Resource, members map[string]*Member, held func(id string) bool, available, mustInclude []string, size int) ([]string, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("preferred allocation for %s: size %d: %w", res.FullName(), size, ErrInvalidRequest)
 	}
-	taken := make(map[string]bool, len(available)+len(mustInclude))
+	// taken holds the members offered so far, by pointer (cheaper to hash
+	// than an ID); others counts the distinct IDs that are not members.
+	taken := make(map[*Member]struct{}, len(available)+len(mustInclude))
+	var others map[string]struct{}
 	out := make([]string, 0, size)
 	for _, id := range mustInclude {
-		if taken[id] {
-			continue
-		}
-		if _, ok := members[id]; !ok {
+		m, ok := members[id]
+		if !ok {
 			return nil, fmt.Errorf("preferred allocation for %s: must-include device %s: %w", res.FullName(), id, ErrUnknownDevice)
 		}
-		taken[id] = true
+		if _, dup := taken[m]; dup {
+			continue
+		}
+		taken[m] = struct{}{}
 		out = append(out, id)
 	}
 	if len(out) > size {
@@ -112,30 +116,37 @@ func Preferred(res *config.Resource, members map[string]Member, held map[string]
 
 	cands := make([]candidate, 0, len(available))
 	for _, id := range available {
-		if taken[id] {
-			continue
-		}
-		taken[id] = true
 		m, ok := members[id]
-		if !ok || !m.Usable() {
+		if !ok {
+			if others == nil {
+				others = make(map[string]struct{})
+			}
+			others[id] = struct{}{}
 			continue
 		}
-		cands = append(cands, candidate{id: id, numa: m.Device.NUMANode, group: groupOf(&m.Device), held: held[id]})
+		if _, dup := taken[m]; dup {
+			continue
+		}
+		taken[m] = struct{}{}
+		if m.Usable() {
+			cands = append(cands, candidate{id: id, numa: m.Device.NUMANode, group: groupOf(&m.Device), held: held(id)})
+		}
 	}
-	// taken is every distinct ID offered now.
-	if size > len(taken) {
-		return nil, fmt.Errorf("preferred allocation for %s: size %d of %d distinct available and must-include devices: %w", res.FullName(), size, len(taken), ErrInvalidRequest)
+	if distinct := len(taken) + len(others); size > distinct {
+		return nil, fmt.Errorf("preferred allocation for %s: size %d of %d distinct available and must-include devices: %w", res.FullName(), size, distinct, ErrInvalidRequest)
 	}
 
+	// Only packed and spread weigh the groups' loads.
 	load := make(map[string]int)
-	for id := range held {
-		if m, ok := members[id]; ok && held[id] {
-			load[groupOf(&m.Device)]++
+	if res.AllocatePolicy == config.PolicyPacked || res.AllocatePolicy == config.PolicySpread {
+		for id, m := range members {
+			if held(id) {
+				load[groupOf(&m.Device)]++
+			}
 		}
-	}
-	for _, id := range out {
-		m := members[id]
-		load[groupOf(&m.Device)]++
+		for _, id := range out {
+			load[groupOf(&members[id].Device)]++
+		}
 	}
 
 	node := preferredNode(members, out, cands, need)
@@ -173,7 +184,7 @@ func groupOf(d *sysfs.Device) string {
 // preferredNode is the NUMA node Preferred favours, -1 for none. The
 // must-include devices decide when any sits on a known node; otherwise
 // the free candidates do.
-func preferredNode(members map[string]Member, must []string, cands []candidate, need int) int {
+func preferredNode(members map[string]*Member, must []string, cands []candidate, need int) int {
 	count := make(map[int]int)
 	for _, id := range must {
 		if n := members[id].Device.NUMANode; n >= 0 {
@@ -213,8 +224,7 @@ func busiest(count map[int]int, atLeast int) int {
 // node, held elsewhere, dropping the empty ones. With no node the NUMA
 // split is skipped.
 func tiers(cands []candidate, node int) [][]candidate {
-	var t [4][]candidate
-	for _, c := range cands {
+	tier := func(c candidate) int {
 		i := 0
 		if node >= 0 && c.numa != node {
 			i = 1
@@ -222,13 +232,30 @@ func tiers(cands []candidate, node int) [][]candidate {
 		if c.held {
 			i += 2
 		}
-		t[i] = append(t[i], c)
+		return i
 	}
-	out := make([][]candidate, 0, len(t))
-	for _, ts := range t {
-		if len(ts) > 0 {
-			out = append(out, ts)
+	// One backing array, cut in four: counted first, then filled in order.
+	var ends [4]int
+	for _, c := range cands {
+		ends[tier(c)]++
+	}
+	for i := 1; i < len(ends); i++ {
+		ends[i] += ends[i-1]
+	}
+	next := [4]int{0, ends[0], ends[1], ends[2]}
+	all := make([]candidate, len(cands))
+	for _, c := range cands {
+		i := tier(c)
+		all[next[i]] = c
+		next[i]++
+	}
+	out := make([][]candidate, 0, len(ends))
+	start := 0
+	for _, end := range ends {
+		if end > start {
+			out = append(out, all[start:end:end])
 		}
+		start = end
 	}
 	return out
 }

@@ -238,7 +238,7 @@ func TestPreferred(t *testing.T) {
 			for _, id := range tc.held {
 				held[id] = true
 			}
-			got, err := Preferred(res, members, held, avail, tc.must, tc.size)
+			got, err := preferred(res, members, held, avail, tc.must, tc.size)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -282,7 +282,7 @@ func TestPreferredErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := Preferred(res, members, nil, all, tc.must, tc.size)
+			got, err := preferred(res, members, nil, all, tc.must, tc.size)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("got %q, %v; want %v", got, err, tc.want)
 			}
@@ -305,7 +305,7 @@ func TestPreferredDeterministic(t *testing.T) {
 				avail := ids(members)
 				r.Shuffle(len(avail), func(i, j int) { avail[i], avail[j] = avail[j], avail[i] })
 				held := map[string]bool{"0000:3b:02.1": true, "0000:3b:0a.2": true, "0000:af:02.0": true}
-				got, err := Preferred(res, members, held, avail, []string{"0000:3b:0a.3"}, 6)
+				got, err := preferred(res, members, held, avail, []string{"0000:3b:0a.3"}, 6)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -346,11 +346,20 @@ func TestPreferredSpreadGPUs(t *testing.T) {
 	for _, a := range []string{"0000:65:00.0", "0000:65:00.1", "0000:66:00.0"} {
 		members[a] = Member{Device: sysfs.Device{Address: a, NUMANode: 0, VFIndex: -1}, Healthy: true}
 	}
-	got, err := Preferred(res, members, nil, ids(members), nil, 2)
+	got, err := preferred(res, members, nil, ids(members), nil, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := []string{"0000:65:00.0", "0000:66:00.0"}; !slices.Equal(got, want) {
 		t.Errorf("got %q, want %q", got, want)
 	}
+}
+
+// preferred calls Preferred with members and held as the tables give them.
+func preferred(res *config.Resource, members map[string]Member, held map[string]bool, available, must []string, size int) ([]string, error) {
+	ms := make(map[string]*Member, len(members))
+	for id, m := range members {
+		ms[id] = &m
+	}
+	return Preferred(res, ms, func(id string) bool { return held[id] }, available, must, size)
 }
