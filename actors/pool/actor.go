@@ -246,7 +246,7 @@ func (p *allocator) start(ctx actor.Context) {
 		reason = "daemon start"
 	}
 	p.recordMembership(ctx, before, reason, moves)
-	p.rewriteDeviceInfo()
+	p.syncDeviceInfo(nil, nil)
 	p.writeCDISpec()
 	// What the last incarnation had not let go yet, with no Allocate of
 	// it under way now, is let go.
@@ -277,21 +277,34 @@ func (p *allocator) start(ctx actor.Context) {
 	p.announce(ctx, "")
 }
 
-// rewriteDeviceInfo writes the device-info file of every member a live
-// allocation holds: the files are not synced, and a node's reboot (a tmpfs)
-// or a crash may have lost them, while the ledger has the allocation. A
-// file that is there already is left as it is.
-func (p *allocator) rewriteDeviceInfo() {
+// syncDeviceInfo keeps a device-info file for every member of a netDevice
+// pool, as the CNI plugins expect them (the Network Plumbing WG's
+// device-info spec), so that an Allocate finds its devices' files written
+// and only checks them. It writes the file of each member that old (the
+// members before, nil at start) did not have with the same facts, and
+// removes those of the devices in gone that are members no more. The files
+// are not synced: a node's reboot (a tmpfs) or a crash may lose them, and
+// a start writes them all again; a file that holds the same content
+// already is left as it is.
+func (p *allocator) syncDeviceInfo(old map[string]*allocation.Member, gone []string) {
 	if p.cfg.DevinfoDir == "" || p.cfg.Resource.DeviceType != config.NetDevice {
 		return
 	}
-	for _, addr := range slices.Sorted(maps.Keys(p.held)) {
-		m, ok := p.members[addr]
-		if !ok {
+	for _, addr := range p.order {
+		m := p.members[addr]
+		if o, ok := old[addr]; ok && allocation.SameDeviceInfo(&o.Device, &m.Device) {
 			continue
 		}
 		if err := allocation.WriteDeviceInfo(p.cfg.DevinfoDir, p.name, m.Device); err != nil {
-			p.cfg.Log.Warn().Err(err).Str("pool", p.name).Str("bdf", addr).Msg("cannot write the device-info file of an allocated device")
+			p.cfg.Log.Warn().Err(err).Str("pool", p.name).Str("bdf", addr).Msg("cannot write the device-info file of a member")
+		}
+	}
+	for _, addr := range gone {
+		if _, member := p.members[addr]; member {
+			continue
+		}
+		if err := allocation.RemoveDeviceInfo(p.cfg.DevinfoDir, p.name, addr); err != nil {
+			p.cfg.Log.Warn().Err(err).Str("pool", p.name).Str("bdf", addr).Msg("cannot remove the device-info file of a device that left")
 		}
 	}
 }
@@ -510,7 +523,7 @@ func (p *allocator) recordMembership(ctx actor.Context, before []string, reason 
 }
 
 func (p *allocator) setMembers(ctx actor.Context, m *SetMembers) {
-	before := p.order
+	before, old := p.order, p.members
 	members, order := p.index(m.Members)
 	// What is to be let go is noted before anything else, so that a
 	// crash from here on cannot lose it.
@@ -529,6 +542,7 @@ func (p *allocator) setMembers(ctx actor.Context, m *SetMembers) {
 	p.life.members, p.life.membersSet, p.life.gen = m.Members, true, p.gen
 	p.list = nil
 	p.recordMembership(ctx, before, m.Reason, m.Moves)
+	p.syncDeviceInfo(old, removed)
 	p.writeCDISpec()
 	p.broadcast()
 	p.letGo(ctx, slices.Compact(slices.Sorted(slices.Values(removed))))

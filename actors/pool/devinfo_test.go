@@ -1,12 +1,17 @@
 package pool
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/devledger/devledger/actors/internal/actortest"
 	"github.com/devledger/devledger/actors/ledger"
@@ -18,9 +23,12 @@ import (
 	"github.com/devledger/devledger/store"
 )
 
-// Device-info files are not synced: a pool that starts writes the file of
-// every member a live allocation in the ledger holds, and only those.
-func TestStartWritesTheDeviceInfoOfLiveAllocations(t *testing.T) {
+// A netDevice pool keeps a device-info file for every member: written at
+// start (the files are not synced, and a reboot or a crash may have lost
+// them), for a member that joins or whose facts change, and removed for
+// one that leaves. An Allocate then only checks its devices' files, and
+// writes one again that is missing.
+func TestDeviceInfoFollowsTheMembers(t *testing.T) {
 	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -28,18 +36,55 @@ func TestStartWritesTheDeviceInfoOfLiveAllocations(t *testing.T) {
 	t.Cleanup(func() { _ = l.Close() })
 	res := &config.Resource{Prefix: "example.com", Name: "net", DeviceType: config.NetDevice}
 	st := events.NewState()
-	st.Allocations[7] = events.Allocation{Seq: 7, Pool: res.FullName(), DeviceIDs: []string{x}}
-	st.Allocations[8] = events.Allocation{Seq: 8, Pool: "example.com/other", DeviceIDs: []string{y}}
 	devinfo := t.TempDir()
+	sockets := kubelettest.ShortTempDir(t)
 	f := actortest.Spawn(t, Props(Config{
 		Resource: res, Members: []allocation.Member{member(x), member(y)}, Recorder: ledger.NewRecorder(l, "boot-1", nil),
-		Replayed: &st, SocketDir: kubelettest.ShortTempDir(t), Mode: grpcapi.ModeLegacy, DevinfoDir: devinfo, Log: zerolog.Nop(),
+		Replayed: &st, SocketDir: sockets, Mode: grpcapi.ModeLegacy, DevinfoDir: devinfo, Log: zerolog.Nop(),
 	}))
-	actortest.Next[*Serving](t, f)
-	if _, err := os.Stat(allocation.DeviceInfoPath(devinfo, res.FullName(), x)); err != nil {
-		t.Errorf("the held member's device-info file: %v", err)
+	serving := actortest.Next[*Serving](t, f)
+	path := func(addr string) string { return allocation.DeviceInfoPath(devinfo, res.FullName(), addr) }
+	content := func(addr string) string {
+		t.Helper()
+		b, err := os.ReadFile(path(addr))
+		if err != nil {
+			t.Fatalf("the device-info file of %s: %v", addr, err)
+		}
+		return string(b)
 	}
-	if _, err := os.Stat(allocation.DeviceInfoPath(devinfo, res.FullName(), y)); !os.IsNotExist(err) {
-		t.Errorf("a member no allocation of the pool holds has a device-info file: %v", err)
+	for _, addr := range []string{x, y} {
+		if !strings.Contains(content(addr), `"pci-address":"`+addr+`"`) {
+			t.Errorf("%s: device-info file %s does not name it", addr, content(addr))
+		}
+	}
+
+	// y leaves; x gains an RDMA device.
+	rdma := member(x)
+	rdma.Device.RDMADevices = []string{"mlx5_3"}
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{rdma}, Reason: "test", Gen: 2})
+	if _, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path(y)); !os.IsNotExist(err) {
+		t.Errorf("the device-info file of a device that left: %v, want it gone", err)
+	}
+	if !strings.Contains(content(x), `"rdma-device":"mlx5_3"`) {
+		t.Errorf("x's device-info file after its facts changed: %s", content(x))
+	}
+
+	// A file lost since is written again by the Allocate that needs it.
+	if err := os.Remove(path(x)); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient("unix://"+serving.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := pluginapi.NewDevicePluginClient(conn).Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{x}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(content(x), `"rdma-device":"mlx5_3"`) {
+		t.Errorf("x's device-info file after an Allocate: %s", content(x))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/devledger/devledger/sysfs"
@@ -58,6 +59,12 @@ func NewDeviceInfo(d *sysfs.Device) DeviceInfo {
 			PFPCIAddress: d.PF,
 		},
 	}
+}
+
+// SameDeviceInfo tells whether a and b have the same device-info file: the
+// facts it holds (address, RDMA devices, PF) are equal.
+func SameDeviceInfo(a, b *sysfs.Device) bool {
+	return a.Address == b.Address && a.PF == b.PF && slices.Equal(a.RDMADevices, b.RDMADevices)
 }
 
 // DeviceInfoPath is the path of the device-info file of the device addr of
