@@ -373,17 +373,22 @@ func TestConfigChangeMovesAHeldDeviceOpenly(t *testing.T) {
 		t.Fatalf("in the new pool (%d devices) the held device is %q, %d healthy; want it unhealthy, the other 4 healthy: %v", len(last), h, healthy, err)
 	}
 	wantHeld := fmt.Sprintf("%s by #%d", dev, seq)
+	// The pools' membership changes are recorded as the kubelet hears of
+	// them, not before: wait for both.
 	var gone, arrived string
-	d.Recorder().Log().Read(0, func(e events.Envelope) error {
-		if m, ok := e.Payload.(events.PoolMembershipChanged); ok {
-			switch {
-			case m.Pool == vfio && len(m.Removed) > 0:
-				gone = m.Reason
-			case m.Pool == dpdk && len(m.Added) > 0:
-				arrived = m.Reason
+	waitFor(ctx, t, "both pools' membership changes in the ledger", func() bool {
+		d.Recorder().Log().Read(0, func(e events.Envelope) error {
+			if m, ok := e.Payload.(events.PoolMembershipChanged); ok {
+				switch {
+				case m.Pool == vfio && len(m.Removed) > 0:
+					gone = m.Reason
+				case m.Pool == dpdk && len(m.Added) > 0:
+					arrived = m.Reason
+				}
 			}
-		}
-		return nil
+			return nil
+		})
+		return gone != "" && arrived != ""
 	})
 	if !strings.Contains(gone, "still held: "+wantHeld) {
 		t.Errorf("the old pool's removal says %q; want it to name %s", gone, wantHeld)
