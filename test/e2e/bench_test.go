@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
@@ -33,7 +35,9 @@ const (
 // kubelet's own device manager (its Allocate: GetPreferredAllocation, then
 // Allocate over the plugin's socket, its checkpoint), one device each, to
 // our netDevice pool and to a plugin in the same run that answers from
-// memory and persists nothing. Each of our Allocates is durable in the
+// memory and persists nothing: it lists as many devices on the same NUMA
+// nodes and answers with the bytes of one of our answers, so that the
+// kubelet's own work is the same for both. Each of our Allocates is durable in the
 // ledger before it answers: the target is ours p50 <= the bare plugin's
 // p50 + 1.2 x one bare bbolt commit (an Update putting a record of the
 // size of a DevicesAllocated), measured in the same run, with the
@@ -74,8 +78,15 @@ func benchDeviceManagerAllocate(b *testing.B, defaultDevinfo bool) {
 	}
 	pods := &podList{}
 	k := startKubelet(b, pods, kubeletOptions{})
-	serveBarePlugin(b, largeNets)
 	d := startDaemon(b, n, "legacy")
+	k.waitCapacity(b, "our pool registered", d.started, 30*time.Second, func(c, a counts) bool {
+		return a[resLargeNet] == largeNets
+	})
+	// The bare plugin lists as many devices, on the same NUMA nodes, and
+	// answers with the bytes of one of our answers: the kubelet does the
+	// same work for both, and the difference is what we do.
+	ourDevices := k.devices(resLargeNet)
+	serveBarePlugin(b, mirror(ourDevices), ourAnswer(b, resLargeNet, slices.Min(slices.Collect(maps.Keys(ourDevices)))))
 	k.waitCapacity(b, "both pools registered", d.started, 30*time.Second, func(c, a counts) bool {
 		return a[resLargeNet] == largeNets && a[resBare] == largeNets
 	})
@@ -181,6 +192,7 @@ func bareCommit(tb testing.TB, dir string) func() time.Duration {
 type barePlugin struct {
 	pluginapi.UnimplementedDevicePluginServer
 	devices []*pluginapi.Device
+	answer  *pluginapi.ContainerAllocateResponse
 }
 
 func (barePlugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
@@ -212,23 +224,62 @@ func (barePlugin) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefe
 	return resp, nil
 }
 
-func (barePlugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+func (p barePlugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	resp := &pluginapi.AllocateResponse{}
-	for _, cr := range req.ContainerRequests {
-		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{
-			Envs: map[string]string{"PCIDEVICE_BENCH_DEVLEDGER_IO_BARE": strings.Join(cr.DevicesIds, ",")}})
+	for range req.ContainerRequests {
+		resp.ContainerResponses = append(resp.ContainerResponses, p.answer)
 	}
 	return resp, nil
 }
 
-// serveBarePlugin serves a barePlugin of n devices in device-plugins/ and
-// registers it with the kubelet.
-func serveBarePlugin(tb testing.TB, n int) {
-	tb.Helper()
-	p := barePlugin{}
-	for i := range n {
-		p.devices = append(p.devices, &pluginapi.Device{ID: fmt.Sprintf("bare-%03d", i), Health: pluginapi.Healthy})
+// mirror is a device list like ours: as many devices, named bare-NNN, with
+// the same health and NUMA nodes.
+func mirror(ours map[string]*pluginapi.Device) []*pluginapi.Device {
+	out := make([]*pluginapi.Device, 0, len(ours))
+	for _, id := range slices.Sorted(maps.Keys(ours)) {
+		out = append(out, &pluginapi.Device{ID: fmt.Sprintf("bare-%03d", len(out)), Health: ours[id].Health, Topology: ours[id].Topology})
 	}
+	return out
+}
+
+// ourAnswer is our plugin's answer to an Allocate of the device id of res,
+// asked over its socket, not through the kubelet (the kubelet's own
+// Allocate of that device later supersedes it in the ledger).
+func ourAnswer(tb testing.TB, res, id string) *pluginapi.ContainerAllocateResponse {
+	tb.Helper()
+	name := strings.ReplaceAll(res, "/", "_")
+	entries, err := os.ReadDir(devicePluginsDir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), name) || !strings.HasSuffix(e.Name(), ".sock") {
+			continue
+		}
+		conn, err := grpc.NewClient("unix://"+filepath.Join(devicePluginsDir, e.Name()), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := pluginapi.NewDevicePluginClient(conn).Allocate(ctx, &pluginapi.AllocateRequest{
+			ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{id}}}})
+		if err != nil {
+			tb.Fatalf("Allocate %s of %s over %s: %v", id, res, e.Name(), err)
+		}
+		return resp.ContainerResponses[0]
+	}
+	tb.Fatalf("no socket of %s in %s", res, devicePluginsDir)
+	return nil
+}
+
+// serveBarePlugin serves a barePlugin of devices, answering every
+// container with answer, in device-plugins/ and registers it with the
+// kubelet.
+func serveBarePlugin(tb testing.TB, devices []*pluginapi.Device, answer *pluginapi.ContainerAllocateResponse) {
+	tb.Helper()
+	p := barePlugin{devices: devices, answer: answer}
 	sock := filepath.Join(devicePluginsDir, "bench.devledger.io_bare.sock")
 	lis, err := net.Listen("unix", sock)
 	if err != nil {
