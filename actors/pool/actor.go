@@ -103,8 +103,6 @@ type allocator struct {
 	socket string
 	// incarnation numbers this incarnation, whose server is p.server.
 	incarnation uint64
-	self        *actor.PID
-	parent      *actor.PID
 	// life is what outlives this incarnation (see lifetime).
 	life *lifetime
 }
@@ -136,10 +134,6 @@ func (p *allocator) Receive(ctx actor.Context) {
 		p.list = nil
 		p.broadcast()
 		p.writeCDISpec()
-	case *SetHealth:
-		if p.setHealth(m) {
-			p.broadcast()
-		}
 	case *SetHealths:
 		changed := false
 		for i := range m.Changes {
@@ -191,7 +185,6 @@ func (p *allocator) Receive(ctx actor.Context) {
 }
 
 func (p *allocator) start(ctx actor.Context) {
-	p.self, p.parent = ctx.Self(), ctx.Parent()
 	p.watchers = map[uint64]chan []*pluginapi.Device{}
 	st := p.replayed
 	if st == nil {
@@ -568,8 +561,6 @@ func (p *allocator) letGo(ctx actor.Context, ids []string) {
 	}
 }
 
-// movedList names the devices of ids that moves names a pool for, by
-// pool: "; moved to intel.com/b: 0000:3b:02.0, 0000:3b:02.1".
 // MovedList is "; <verb> <pool>: <ids>" for each other pool that moves
 // names for some of ids, for a membership change's reason.
 func MovedList(verb string, ids []string, moves map[string]string) string {
@@ -667,7 +658,7 @@ func (p *allocator) release(seq uint64) {
 }
 
 func (p *allocator) status() *Status {
-	st := &Status{Resource: p.name, Socket: p.socket, Members: len(p.order), Held: map[string][]uint64{}, Health: map[string]bool{}, Watching: len(p.watchers)}
+	st := &Status{Resource: p.name, Socket: p.socket, Members: len(p.order), Held: map[string][]uint64{}, Health: map[string]bool{}}
 	for addr, m := range p.members {
 		st.Health[addr] = m.Healthy
 		if m.Usable() { // as the kubelet sees it

@@ -43,7 +43,7 @@ type SetResource struct{ Resource *config.Resource }
 type SetHealths struct{ Changes []SetHealth }
 
 // SetHealth is a new health verdict for one member, already recorded by the
-// health checker.
+// health checker (sent in a SetHealths).
 type SetHealth struct {
 	Address string
 	Healthy bool
@@ -96,9 +96,6 @@ type Status struct {
 	Held map[string][]uint64
 	// Health is each member's health verdict (whatever holds it).
 	Health map[string]bool
-	// Watching counts the ListAndWatch streams open on the pool's
-	// current server (the kubelet's).
-	Watching int
 }
 
 // Crash makes the pool panic: fault injection for tests of supervision.

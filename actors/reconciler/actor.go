@@ -94,7 +94,6 @@ type reconciler struct {
 	timer     *time.Timer
 	due       time.Time
 	rounds    int
-	lastRound time.Time
 }
 
 // Receive implements actor.Actor.
@@ -125,11 +124,10 @@ func (r *reconciler) Receive(ctx actor.Context) {
 	case *listed:
 		r.listed(ctx, m)
 	case *Query:
-		st := &Status{Live: len(r.allocs), Available: r.available, Rounds: r.rounds, LastRound: r.lastRound, Allocations: map[uint64]string{}}
+		st := &Status{Available: r.available, Rounds: r.rounds, Allocations: map[uint64]string{}}
 		for seq, a := range r.allocs {
 			st.Allocations[seq] = ""
 			if b := a.binding; b != nil {
-				st.Bound++
 				st.Allocations[seq] = b.Namespace + "/" + b.Pod + "/" + b.Container
 			}
 			if a.leak {
@@ -246,7 +244,6 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	}
 	r.seen = res.seen
 	r.rounds++
-	r.lastRound = r.cfg.Now()
 	r.schedule(ctx, r.cfg.Interval)
 }
 

@@ -28,8 +28,6 @@ type Query struct{}
 
 // Status is the reply to Query.
 type Status struct {
-	// Live counts live allocations, Bound those attributed to a container.
-	Live, Bound int
 	// Allocations are the live allocations, each with the container it
 	// is bound to ("namespace/pod/container", "" when none yet), and
 	// Suspects those suspected leaked.
@@ -37,9 +35,8 @@ type Status struct {
 	Suspects    []uint64
 	// Available is false while PodResources cannot be read.
 	Available bool
-	// Rounds counts completed rounds; LastRound is when the last one ended.
-	Rounds    int
-	LastRound time.Time
+	// Rounds counts completed rounds.
+	Rounds int
 }
 
 // Messages the reconciler sends to its parent.
