@@ -5,6 +5,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -111,35 +112,22 @@ type Options struct {
 }
 
 func (o *Options) defaults() {
-	def := func(s *string, v string) {
-		if *s == "" {
-			*s = v
-		}
-	}
-	def(&o.SysfsRoot, "/sys")
-	def(&o.DevRoot, "/dev")
-	def(&o.ProcRoot, "/proc")
-	def(&o.KubeletDir, "/var/lib/kubelet")
-	def(&o.StateDir, "/var/lib/devledger")
-	def(&o.DevinfoDir, "/var/run/k8s.cni.cncf.io/devinfo/dp")
-	def(&o.CDISpecDir, "/var/run/cdi")
-	def(&o.Registration, "auto")
-	def(&o.Version, "dev")
+	o.SysfsRoot = cmp.Or(o.SysfsRoot, "/sys")
+	o.DevRoot = cmp.Or(o.DevRoot, "/dev")
+	o.ProcRoot = cmp.Or(o.ProcRoot, "/proc")
+	o.KubeletDir = cmp.Or(o.KubeletDir, "/var/lib/kubelet")
+	o.StateDir = cmp.Or(o.StateDir, "/var/lib/devledger")
+	o.DevinfoDir = cmp.Or(o.DevinfoDir, allocation.DefaultDeviceInfoDir)
+	o.CDISpecDir = cmp.Or(o.CDISpecDir, "/var/run/cdi")
+	o.Registration = cmp.Or(o.Registration, "auto")
+	o.Version = cmp.Or(o.Version, "dev")
 	if o.Node == "" {
 		o.Node, _ = os.Hostname()
 	}
-	if o.ScanInterval == 0 {
-		o.ScanInterval = 30 * time.Second
-	}
-	if o.ProbeInterval == 0 {
-		o.ProbeInterval = 5 * time.Second
-	}
-	if o.SnapshotEvery == 0 {
-		o.SnapshotEvery = 10_000
-	}
-	if o.SnapshotCheck == 0 {
-		o.SnapshotCheck = 30 * time.Second
-	}
+	o.ScanInterval = cmp.Or(o.ScanInterval, 30*time.Second)
+	o.ProbeInterval = cmp.Or(o.ProbeInterval, 5*time.Second)
+	o.SnapshotEvery = cmp.Or(o.SnapshotEvery, 10_000)
+	o.SnapshotCheck = cmp.Or(o.SnapshotCheck, 30*time.Second)
 }
 
 // Daemon is a running devledger daemon.
@@ -150,16 +138,12 @@ type Daemon struct {
 	rec    *ledger.Recorder
 	system *actor.ActorSystem
 	node   *actor.PID
-	// health is the node's health checker, which probes go to directly
-	// (Probe); the node sets it each time it spawns one.
 	admin  *grpcapi.AdminServer
 	podres *grpcapi.PodResourcesClient
 
 	metrics     *metrics
 	metricsSrv  *http.Server
 	metricsAddr string
-	mode        grpcapi.RegistrationMode
-	pools       []string // at start, for the log; Status asks the node
 
 	stopKernel func()
 
@@ -260,7 +244,6 @@ func Start(opts Options) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	d.mode = mode
 	start := append(crashed, events.DaemonStarted{Version: opts.Version, Node: opts.Node, PID: os.Getpid(),
 		ConfigPath: opts.ConfigPath, SysfsRoot: opts.SysfsRoot, KubeletDir: opts.KubeletDir, Registration: string(mode)})
 	if cfgErr != nil {
@@ -312,11 +295,12 @@ func Start(opts Options) (_ *Daemon, err error) {
 			}
 		}()
 	}
+	var pools []string
 	for _, r := range cfg.Resources {
-		d.pools = append(d.pools, r.FullName())
+		pools = append(pools, r.FullName())
 	}
 	d.log.Info().Str("boot_id", bootID).Str("version", opts.Version).Str("registration", string(mode)).
-		Strs("pools", d.pools).Uint64("seq", envs[0].Seq).Msg("daemon started")
+		Strs("pools", pools).Uint64("seq", envs[0].Seq).Msg("daemon started")
 
 	env, err := config.NewEnv(opts.ProcRoot, opts.DevRoot)
 	if err != nil {
@@ -491,9 +475,6 @@ func (d *Daemon) die(err error) {
 
 // Recorder is the daemon's recorder (for tests and the demo).
 func (d *Daemon) Recorder() *ledger.Recorder { return d.rec }
-
-// Mode is the registration mode in use.
-func (d *Daemon) Mode() grpcapi.RegistrationMode { return d.mode }
 
 // Children returns the PIDs of the actors, for queries.
 func (d *Daemon) Children(ctx context.Context) (*node.ChildPIDs, error) {
