@@ -26,6 +26,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/devledger/devledger/actors/ledger"
+	"github.com/devledger/devledger/actors/supervise"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi"
 )
@@ -582,11 +583,7 @@ func (r *registrar) record(p events.Payload, done func(events.Envelope)) {
 }
 
 func (r *registrar) backoff(n int) time.Duration {
-	d := r.cfg.RetryInitial
-	for i := 1; i < n && d < r.cfg.RetryMax; i++ {
-		d *= 2
-	}
-	return min(d, r.cfg.RetryMax)
+	return supervise.Doubling(r.cfg.RetryInitial, r.cfg.RetryMax, n)
 }
 
 func (r *registrar) cancelRetry(pool string) {

@@ -45,12 +45,16 @@ func DefaultBackoff(log zerolog.Logger, giveUp func(*actor.PID, any)) *Backoff {
 var _ actor.SupervisorStrategy = (*Backoff)(nil)
 
 // Delay is the wait before the restart that follows the n-th crash (n ≥ 1).
-func (b *Backoff) Delay(n int) time.Duration {
-	d := b.Initial
-	for i := 1; i < n && d < b.Max; i++ {
+func (b *Backoff) Delay(n int) time.Duration { return Doubling(b.Initial, b.Max, n) }
+
+// Doubling is the n-th (n ≥ 1) of the waits that start at initial and
+// double up to limit.
+func Doubling(initial, limit time.Duration, n int) time.Duration {
+	d := initial
+	for i := 1; i < n && d < limit; i++ {
 		d *= 2
 	}
-	return min(d, b.Max)
+	return min(d, limit)
 }
 
 // HandleFailure implements actor.SupervisorStrategy.
