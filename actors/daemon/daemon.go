@@ -318,7 +318,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 
 	zl := d.log.With().Str("component", "protoactor").Logger()
 	d.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(&zerologHandler{log: zl})
+		return slog.New(quieter{zerolog.NewSlogHandler(zl)})
 	}))
 	giveUp := func(child *actor.PID, reason any) {
 		d.die(fmt.Errorf("actor %s kept crashing: %v", child.Id, reason))
