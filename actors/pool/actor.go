@@ -5,6 +5,7 @@
 package pool
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -283,22 +284,28 @@ func (p *allocator) syncDeviceInfo(old map[string]*allocation.Member, gone []str
 	if p.cfg.DevinfoDir == "" || p.cfg.Resource.DeviceType != config.NetDevice {
 		return
 	}
+	// One line for what failed, not one per device: a directory that
+	// cannot be written fails them all.
+	var failed []string
+	var first error
+	note := func(addr string, err error) {
+		if err != nil {
+			failed, first = append(failed, addr), cmp.Or(first, err)
+		}
+	}
 	for _, addr := range p.order {
 		m := p.members[addr]
-		if o, ok := old[addr]; ok && allocation.SameDeviceInfo(&o.Device, &m.Device) {
-			continue
-		}
-		if err := allocation.WriteDeviceInfo(p.cfg.DevinfoDir, p.name, m.Device); err != nil {
-			p.cfg.Log.Warn().Err(err).Str("pool", p.name).Str("bdf", addr).Msg("cannot write the device-info file of a member")
+		if o, ok := old[addr]; !ok || !allocation.SameDeviceInfo(&o.Device, &m.Device) {
+			note(addr, allocation.WriteDeviceInfo(p.cfg.DevinfoDir, p.name, m.Device))
 		}
 	}
 	for _, addr := range gone {
-		if _, member := p.members[addr]; member {
-			continue
+		if _, member := p.members[addr]; !member {
+			note(addr, allocation.RemoveDeviceInfo(p.cfg.DevinfoDir, p.name, addr))
 		}
-		if err := allocation.RemoveDeviceInfo(p.cfg.DevinfoDir, p.name, addr); err != nil {
-			p.cfg.Log.Warn().Err(err).Str("pool", p.name).Str("bdf", addr).Msg("cannot remove the device-info file of a device that left")
-		}
+	}
+	if len(failed) > 0 {
+		p.cfg.Log.Warn().Err(first).Str("pool", p.name).Strs("devices", failed).Msg("cannot write or remove device-info files")
 	}
 }
 
