@@ -235,9 +235,21 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 			}
 			crashes["node"]++
 			crashed := time.Now()
-			serving := served(t, d, pools)
 			d.Send(&node.Crash{Reason: "model"})
-			if _, err := n.kubelet.RegisteredAfter(ctx, serving, crashed); err != nil {
+			// The restarted node scans again: a driver changed since the
+			// last scan may empty a pool, which is then not served (seed
+			// 61505). The pools to see registered again are those with
+			// members once it has placed: asked again until they are.
+			var err error
+			for {
+				wait, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
+				_, err = n.kubelet.RegisteredAfter(wait, served(t, d, pools), crashed)
+				cancel()
+				if err == nil && d.Ready(ctx) || ctx.Err() != nil {
+					break
+				}
+			}
+			if err != nil {
 				// Should a node crash ever wedge: what every goroutine
 				// was doing says where it stood.
 				var stacks strings.Builder
