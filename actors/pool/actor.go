@@ -134,6 +134,7 @@ func (p *allocator) Receive(ctx actor.Context) {
 		p.life.resource = m.Resource
 		p.list = nil
 		p.broadcast()
+		p.syncDeviceInfo(nil) // the device type may have become netDevice
 		p.writeCDISpec()
 	case *SetHealths:
 		changed := false
@@ -240,7 +241,7 @@ func (p *allocator) start(ctx actor.Context) {
 		reason = "daemon start"
 	}
 	p.recordMembership(ctx, before, reason, moves)
-	p.syncDeviceInfo(nil, nil)
+	p.syncDeviceInfo(nil)
 	p.writeCDISpec()
 	// What the last incarnation had not let go yet, with no Allocate of
 	// it under way now, is let go.
@@ -275,12 +276,13 @@ func (p *allocator) start(ctx actor.Context) {
 // pool, as the CNI plugins expect them (the Network Plumbing WG's
 // device-info spec), so that an Allocate finds its devices' files written
 // and only checks them. It writes the file of each member that old (the
-// members before, nil at start) did not have with the same facts, and
-// removes those of the devices in gone that are members no more. The files
-// are not synced: a node's reboot (a tmpfs) or a crash may lose them, and
-// a start writes them all again; a file that holds the same content
-// already is left as it is.
-func (p *allocator) syncDeviceInfo(old map[string]*allocation.Member, gone []string) {
+// members before; nil at start or after a change of resource) did not have
+// with the same facts. A file that holds the same content already is left
+// as it is. Files are never removed: a device that left the pool may still
+// be held by a container whose sandbox the CNI sets up again. They are not
+// synced either: a reboot (a tmpfs) or a crash may lose them, and a start
+// writes them all again.
+func (p *allocator) syncDeviceInfo(old map[string]*allocation.Member) {
 	if p.cfg.DevinfoDir == "" || p.cfg.Resource.DeviceType != config.NetDevice {
 		return
 	}
@@ -288,24 +290,17 @@ func (p *allocator) syncDeviceInfo(old map[string]*allocation.Member, gone []str
 	// cannot be written fails them all.
 	var failed []string
 	var first error
-	note := func(addr string, err error) {
-		if err != nil {
+	for _, addr := range p.order {
+		m := p.members[addr]
+		if o, ok := old[addr]; ok && allocation.SameDeviceInfo(&o.Device, &m.Device) {
+			continue
+		}
+		if err := allocation.WriteDeviceInfo(p.cfg.DevinfoDir, p.name, m.Device); err != nil {
 			failed, first = append(failed, addr), cmp.Or(first, err)
 		}
 	}
-	for _, addr := range p.order {
-		m := p.members[addr]
-		if o, ok := old[addr]; !ok || !allocation.SameDeviceInfo(&o.Device, &m.Device) {
-			note(addr, allocation.WriteDeviceInfo(p.cfg.DevinfoDir, p.name, m.Device))
-		}
-	}
-	for _, addr := range gone {
-		if _, member := p.members[addr]; !member {
-			note(addr, allocation.RemoveDeviceInfo(p.cfg.DevinfoDir, p.name, addr))
-		}
-	}
 	if len(failed) > 0 {
-		p.cfg.Log.Warn().Err(first).Str("pool", p.name).Strs("devices", failed).Msg("cannot write or remove device-info files")
+		p.cfg.Log.Warn().Err(first).Str("pool", p.name).Strs("devices", failed).Msg("cannot write device-info files")
 	}
 }
 
@@ -542,7 +537,7 @@ func (p *allocator) setMembers(ctx actor.Context, m *SetMembers) {
 	p.life.members, p.life.membersSet, p.life.gen = m.Members, true, p.gen
 	p.list = nil
 	p.recordMembership(ctx, before, m.Reason, m.Moves)
-	p.syncDeviceInfo(old, removed)
+	p.syncDeviceInfo(old)
 	p.writeCDISpec()
 	p.broadcast()
 	p.letGo(ctx, slices.Compact(slices.Sorted(slices.Values(removed))))

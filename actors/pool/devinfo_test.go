@@ -25,16 +25,17 @@ import (
 
 // A netDevice pool keeps a device-info file for every member: written at
 // start (the files are not synced, and a reboot or a crash may have lost
-// them), for a member that joins or whose facts change, and removed for
-// one that leaves. An Allocate then only checks its devices' files, and
-// writes one again that is missing.
+// them), for a member that joins or whose facts change, and for every
+// member when a reload makes the pool a netDevice pool. A device that
+// leaves keeps its file (a container may still hold it). An Allocate then
+// only checks its devices' files, and writes one again that is missing.
 func TestDeviceInfoFollowsTheMembers(t *testing.T) {
 	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	res := &config.Resource{Prefix: "example.com", Name: "net", DeviceType: config.NetDevice}
+	res := &config.Resource{Prefix: "example.com", Name: "net", DeviceType: config.GenericPCI}
 	st := events.NewState()
 	devinfo := t.TempDir()
 	sockets := kubelettest.ShortTempDir(t)
@@ -44,6 +45,15 @@ func TestDeviceInfoFollowsTheMembers(t *testing.T) {
 	}))
 	serving := actortest.Next[*Serving](t, f)
 	path := func(addr string) string { return allocation.DeviceInfoPath(devinfo, res.FullName(), addr) }
+	if _, err := os.Stat(path(x)); !os.IsNotExist(err) {
+		t.Fatalf("a genericPCI pool wrote a device-info file: %v", err)
+	}
+	net := *res
+	net.DeviceType = config.NetDevice
+	f.Sys.Root.Send(f.Child, &SetResource{Resource: &net})
+	if _, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result(); err != nil {
+		t.Fatal(err)
+	}
 	content := func(addr string) string {
 		t.Helper()
 		b, err := os.ReadFile(path(addr))
@@ -65,8 +75,8 @@ func TestDeviceInfoFollowsTheMembers(t *testing.T) {
 	if _, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(path(y)); !os.IsNotExist(err) {
-		t.Errorf("the device-info file of a device that left: %v, want it gone", err)
+	if _, err := os.Stat(path(y)); err != nil {
+		t.Errorf("the device-info file of a device that left: %v, want it kept", err)
 	}
 	if !strings.Contains(content(x), `"rdma-device":"mlx5_3"`) {
 		t.Errorf("x's device-info file after its facts changed: %s", content(x))

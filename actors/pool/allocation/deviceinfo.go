@@ -89,9 +89,9 @@ func DeviceInfoPath(dir, resource, addr string) string {
 // fails one of them with "already exists".
 //
 // Nothing is synced: the ledger is the durable record of what was handed
-// out, the directory is a tmpfs on real nodes (/var/run), and the daemon
-// writes the files of every live allocation again when a pool starts
-// (two fsyncs here would cost an Allocate more than its ledger commit).
+// out, the directory is a tmpfs on real nodes (/var/run), and a pool
+// writes the files of all its members again when it starts (two fsyncs
+// here would cost an Allocate more than its ledger commit).
 func WriteDeviceInfo(dir, resource string, d sysfs.Device) error {
 	if d.Address == "" {
 		return fmt.Errorf("write device-info for %s: device has no PCI address: %w", resource, ErrInvalidRequest)
