@@ -53,7 +53,8 @@ func (m Member) Usable() bool { return m.Healthy && len(m.HeldElsewhere) == 0 }
 // res: up to size device IDs, taken from mustInclude and available.
 //
 // members are the pool's devices by ID (read, never changed); held says
-// whether the ledger holds a device for a live allocation. The answer is mustInclude (all of it, in order, first
+// whether a device is held: by a live allocation of the pool, by one in
+// flight, or by another pool's. The answer is mustInclude (all of it, in order, first
 // occurrence of a repeated ID) followed by the best of the other available
 // IDs, ranked by, in this order:
 //

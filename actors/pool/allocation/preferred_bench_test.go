@@ -34,7 +34,10 @@ func BenchmarkPreferred(b *testing.B) {
 	bare := func(size int) []string {
 		out := make([]string, 0, size)
 		for _, id := range available {
-			if _, ok := members[id]; ok && len(out) < size {
+			if len(out) == size {
+				break
+			}
+			if _, ok := members[id]; ok {
 				out = append(out, id)
 			}
 		}
