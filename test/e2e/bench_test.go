@@ -20,7 +20,8 @@ import (
 )
 
 // The large node (sysfsgen "large", testdata/config/scan/large.json): its
-// netDevice pool writes a device-info file with every Allocate.
+// netDevice pool keeps a device-info file per member, which every Allocate
+// checks.
 const (
 	resLargeNet = "intel.com/intel_sriov_netdevice"
 	largeNets   = 504
@@ -41,7 +42,9 @@ const (
 // ledger before it answers: the target is ours p50 <= the bare plugin's
 // p50 + 1.2 x one bare bbolt commit (an Update putting a record of the
 // size of a DevicesAllocated), measured in the same run, with the
-// device-info files in a temp dir and in the node's default dir.
+// device-info files in a temp dir and in the node's default dir (the pool
+// writes them when it starts; an Allocate reads its device's file and
+// writes it only when it is missing or differs).
 //
 // The device manager admits one pod at a time (the kubelet's pod
 // admission is sequential, and its Allocate is not safe to call
@@ -243,8 +246,9 @@ func mirror(ours map[string]*pluginapi.Device) []*pluginapi.Device {
 }
 
 // ourAnswer is our plugin's answer to an Allocate of the device id of res,
-// asked over its socket, not through the kubelet (the kubelet's own
-// Allocate of that device later supersedes it in the ledger).
+// asked over its socket, not through the kubelet. The allocation stays
+// live in the ledger with no pod (a leak suspect after the grace), and our
+// ranking offers that device last, so the kubelet does not take it.
 func ourAnswer(tb testing.TB, res, id string) *pluginapi.ContainerAllocateResponse {
 	tb.Helper()
 	name := strings.ReplaceAll(res, "/", "_")
