@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -245,9 +246,19 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 				wait, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
 				_, err = n.kubelet.RegisteredAfter(wait, served(t, d, pools), crashed)
 				cancel()
-				if err == nil && d.Ready(ctx) || ctx.Err() != nil {
-					break
+				if err == nil {
+					if d.Ready(ctx) {
+						break
+					}
+					err = errors.New("registered with the kubelet, but the daemon is not ready")
 				}
+				select {
+				case <-ctx.Done():
+					err = fmt.Errorf("%w: %w", ctx.Err(), err)
+				case <-time.After(20 * time.Millisecond):
+					continue
+				}
+				break
 			}
 			if err != nil {
 				// Should a node crash ever wedge: what every goroutine
