@@ -1,8 +1,9 @@
 // Package sockets is the socket watcher actor: it watches the kubelet's
 // socket directories with fsnotify and tells its parent, the moment it
 // happens, that a kubelet registration socket appeared (a new kubelet) or
-// went, or that a socket vanished (ours, perhaps: the kubelet empties device-plugins/ when
-// it starts). It watches first and lists after, so nothing slips between.
+// went, or that a socket vanished (ours, perhaps: the kubelet empties
+// device-plugins/ when it starts). It watches first and lists after, so
+// nothing slips between.
 package sockets
 
 import (
