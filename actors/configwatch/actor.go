@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/devledger/devledger/actors/internal/fswatch"
+	"github.com/devledger/devledger/actors/supervise"
 )
 
 // Config is what the watcher needs.
@@ -38,7 +39,7 @@ func Props(cfg Config) *actor.Props {
 	if cfg.Quiet <= 0 {
 		cfg.Quiet = 100 * time.Millisecond
 	}
-	return actor.PropsFromProducer(func() actor.Actor { return &watcher{cfg: cfg} })
+	return actor.PropsFromProducer(func() actor.Actor { return &watcher{cfg: cfg} }, actor.WithDispatcher(supervise.Warm))
 }
 
 type watcher struct {

@@ -27,6 +27,7 @@ import (
 	"github.com/devledger/devledger/actors/internal/handoff"
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/actors/pool"
+	"github.com/devledger/devledger/actors/supervise"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/sysfs"
 )
@@ -143,7 +144,7 @@ func Props(cfg Config) *actor.Props {
 	known := handoff.First(cfg.Known)
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &checker{cfg: cfg, known: known()}
-	})
+	}, actor.WithDispatcher(supervise.Warm))
 }
 
 type checker struct {

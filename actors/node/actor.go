@@ -39,6 +39,7 @@ import (
 	"github.com/devledger/devledger/actors/registrar"
 	"github.com/devledger/devledger/actors/scanner"
 	"github.com/devledger/devledger/actors/sockets"
+	"github.com/devledger/devledger/actors/supervise"
 	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi"
@@ -113,7 +114,7 @@ func SocketDir(kubeletDir string, mode grpcapi.RegistrationMode) string {
 // Props returns the props of the node coordinator.
 func Props(cfg Config) *actor.Props {
 	replayed := handoff.First(cfg.Replayed)
-	opts := []actor.PropsOption{}
+	opts := []actor.PropsOption{actor.WithDispatcher(supervise.Warm)}
 	if cfg.Supervisor != nil {
 		opts = append(opts, actor.WithSupervisor(cfg.Supervisor))
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/devledger/devledger/actors/internal/handoff"
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/actors/pool/allocation"
+	"github.com/devledger/devledger/actors/supervise"
 	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi"
@@ -68,7 +69,7 @@ func Props(cfg Config) *actor.Props {
 	life := newLifetime()
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &allocator{cfg: cfg, name: cfg.Resource.FullName(), life: life, replayed: replayed()}
-	})
+	}, actor.WithDispatcher(supervise.Warm))
 }
 
 type allocator struct {

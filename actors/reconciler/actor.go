@@ -21,6 +21,7 @@ import (
 
 	"github.com/devledger/devledger/actors/internal/handoff"
 	"github.com/devledger/devledger/actors/ledger"
+	"github.com/devledger/devledger/actors/supervise"
 	"github.com/devledger/devledger/events"
 )
 
@@ -77,7 +78,7 @@ func Props(cfg Config) *actor.Props {
 	replayed := handoff.First(cfg.Replayed)
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &reconciler{cfg: cfg, replayed: replayed()}
-	})
+	}, actor.WithDispatcher(supervise.Warm))
 }
 
 type reconciler struct {

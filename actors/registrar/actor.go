@@ -77,7 +77,7 @@ func Props(cfg Config) *actor.Props {
 	if cfg.Mode == "" {
 		cfg.Mode = grpcapi.ModeLegacy
 	}
-	return actor.PropsFromProducer(func() actor.Actor { return &registrar{cfg: cfg} })
+	return actor.PropsFromProducer(func() actor.Actor { return &registrar{cfg: cfg} }, actor.WithDispatcher(supervise.Warm))
 }
 
 type desire struct {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/devledger/devledger/actors/internal/handoff"
 	"github.com/devledger/devledger/actors/ledger"
+	"github.com/devledger/devledger/actors/supervise"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/sysfs"
 )
@@ -34,7 +35,7 @@ func Props(cfg Config) *actor.Props {
 	known := handoff.First(cfg.Known)
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &scanner{cfg: cfg, known: known()}
-	})
+	}, actor.WithDispatcher(supervise.Warm))
 }
 
 type scanner struct {

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/devledger/devledger/actors/internal/fswatch"
+	"github.com/devledger/devledger/actors/supervise"
 )
 
 // Config is what the watcher needs.
@@ -47,7 +48,7 @@ type Ready struct{ KubeletPresent bool }
 
 // Props returns the props of a socket watcher.
 func Props(cfg Config) *actor.Props {
-	return actor.PropsFromProducer(func() actor.Actor { return &watcher{cfg: cfg} })
+	return actor.PropsFromProducer(func() actor.Actor { return &watcher{cfg: cfg} }, actor.WithDispatcher(supervise.Warm))
 }
 
 type watcher struct {

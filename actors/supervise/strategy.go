@@ -1,7 +1,9 @@
-// Package supervise holds devledger's supervision strategy: a restart with
-// a real exponential backoff that gives up, and says so, after repeated
-// crashes. protoactor-go's own "exponential" strategy grows linearly and never
-// gives up; a daemon that crash-loops quietly is worse than one that exits.
+// Package supervise holds how devledger runs its actors: the supervision
+// strategy, a restart with a real exponential backoff that gives up, and
+// says so, after repeated crashes (protoactor-go's own "exponential"
+// strategy grows linearly and never gives up; a daemon that crash-loops
+// quietly is worse than one that exits), and Warm, the dispatcher that
+// runs their turns.
 package supervise
 
 import (
