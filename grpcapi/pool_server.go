@@ -28,6 +28,12 @@ const (
 	ModeWatcher RegistrationMode = "watcher"
 )
 
+// streamWorkers is how many goroutines a pool's gRPC server keeps for its
+// calls (more at once run on new goroutines): one for the kubelet's
+// ListAndWatch stream, the rest for its Allocates and
+// GetPreferredAllocations and for clients in parallel.
+const streamWorkers = 8
+
 // DefaultCallTimeout bounds an Allocate or GetPreferredAllocation call into
 // the backend when PoolServerOptions.CallTimeout is zero. The kubelet itself
 // calls both with no deadline, so this is what keeps a stuck pool from
@@ -101,7 +107,9 @@ func NewPoolServer(resource string, backend PoolBackend, opts PoolServerOptions)
 		observer: opts.Observer,
 		timeout:  opts.CallTimeout,
 		log:      opts.Logger.With().Str("pool", resource).Logger(),
-		srv:      grpc.NewServer(grpc.ForceServerCodecV2(newPoolCodec())),
+		// Stream workers: a call runs on a goroutine kept from an earlier
+		// one (its stack already grown), not on a new goroutine per call.
+		srv:      grpc.NewServer(grpc.ForceServerCodecV2(newPoolCodec()), grpc.NumStreamWorkers(streamWorkers)),
 		stopping: make(chan struct{}),
 		drained:  make(chan struct{}),
 	}
