@@ -240,9 +240,7 @@ func apply(s State, e Envelope, owned bool) State {
 		d := s.Devices[p.Device.Address]
 		d.Facts = p.Device.clone()
 		d.Present = true
-		d.Healthy = true
-		d.HealthReason = ""
-		d.HealthSeq = e.Seq
+		d.setVerdict(Verdict{Healthy: true, Seq: e.Seq})
 		s.Devices[p.Device.Address] = d
 	case DeviceChanged:
 		d := s.Devices[p.Device.Address]
@@ -250,9 +248,7 @@ func apply(s State, e Envelope, owned bool) State {
 		// it is there after all: it counts as discovered, healthy until a
 		// verdict says otherwise, not as still "removed".
 		if !d.Present {
-			d.Healthy = true
-			d.HealthReason = ""
-			d.HealthSeq = e.Seq
+			d.setVerdict(Verdict{Healthy: true, Seq: e.Seq})
 		}
 		d.Facts = p.Device.clone()
 		d.Present = true
@@ -263,12 +259,11 @@ func apply(s State, e Envelope, owned bool) State {
 			d.Facts.Address = p.Address
 		}
 		d.Present = false
-		d.Healthy = false
-		d.HealthSeq = e.Seq
-		d.HealthReason = "removed"
+		v := Verdict{Reason: "removed", Seq: e.Seq}
 		if p.Reason != "" {
-			d.HealthReason = "removed: " + p.Reason
+			v.Reason = "removed: " + p.Reason
 		}
+		d.setVerdict(v)
 		s.Devices[p.Address] = d
 		for _, seq := range s.Holders[p.Address] {
 			if a, ok := s.Allocations[seq]; ok {
@@ -282,9 +277,7 @@ func apply(s State, e Envelope, owned bool) State {
 			d.Facts.Address = p.Address
 			d.Present = true
 		}
-		d.Healthy = p.Healthy
-		d.HealthReason = p.Reason
-		d.HealthSeq = e.Seq
+		d.setVerdict(Verdict{Healthy: p.Healthy, Reason: p.Reason, Seq: e.Seq})
 		s.Devices[p.Address] = d
 	case PoolMembershipChanged:
 		pool, known := s.Pools[p.Pool]

@@ -66,15 +66,7 @@ type Target struct {
 	// Known is the verdict the ledger holds for the device, as the parent
 	// knows it. One newer than the checker's own (the device was removed
 	// or discovered again since) replaces what the checker knew of it.
-	Known Known
-}
-
-// Known is a verdict in the ledger: Seq is the sequence number of the event
-// that made it (0: none known).
-type Known struct {
-	Healthy bool
-	Reason  string
-	Seq     uint64
+	Known events.Verdict
 }
 
 // Watch replaces the set of devices to probe; they are probed at once.
@@ -122,12 +114,10 @@ type tick struct{}
 // device is what the checker knows of one device: the verdict in the ledger,
 // and what the probes say now, since when.
 type device struct {
-	healthy  bool
-	reason   string
-	seq      uint64 // of the ledger event behind healthy
-	raw      bool
-	rawWhy   string
-	rawSince time.Time
+	events.Verdict // the device's health in the ledger
+	raw            bool
+	rawWhy         string
+	rawSince       time.Time
 	// devFail is why the checks other than the link's failed at the last
 	// full probe, "" when they passed.
 	devFail string
@@ -198,7 +188,7 @@ func (c *checker) Receive(ctx actor.Context) {
 		out := &Verdicts{Devices: map[string]Verdict{}}
 		for _, t := range c.targets {
 			if d := c.devices[t.Probe.Address]; d != nil {
-				out.Devices[t.Probe.Address] = Verdict{Address: t.Probe.Address, Healthy: d.healthy, Reason: d.reason}
+				out.Devices[t.Probe.Address] = Verdict{Address: t.Probe.Address, Healthy: d.Healthy, Reason: d.Reason}
 			}
 		}
 		ctx.Respond(out)
@@ -263,18 +253,18 @@ func (c *checker) scheduleNext(ctx actor.Context) {
 func (c *checker) state(t Target, now time.Time) *device {
 	addr := t.Probe.Address
 	d := c.devices[addr]
-	if d != nil && t.Known.Seq <= d.seq {
+	if d != nil && !t.Known.Newer(d.Verdict) {
 		return d
 	}
 	switch k, ok := c.known[addr]; {
 	case t.Known.Seq > 0:
-		d = &device{healthy: t.Known.Healthy, reason: t.Known.Reason, seq: t.Known.Seq}
+		d = &device{Verdict: t.Known}
 	case ok && k.Present:
-		d = &device{healthy: k.Healthy, reason: k.HealthReason, seq: k.HealthSeq}
+		d = &device{Verdict: k.Verdict()}
 	default:
-		d = &device{healthy: true}
+		d = &device{Verdict: events.Verdict{Healthy: true}}
 	}
-	d.raw, d.rawWhy, d.rawSince = d.healthy, d.reason, now
+	d.raw, d.rawWhy, d.rawSince = d.Healthy, d.Reason, now
 	c.devices[addr] = d
 	return d
 }
@@ -375,7 +365,7 @@ func (c *checker) roundOf(ctx actor.Context, targets []Target, linkOnly []bool) 
 		v := &verdicts[i]
 		v.Seq = envs[i].Seq
 		d := c.devices[v.Address]
-		d.healthy, d.reason, d.seq = v.Healthy, v.Reason, v.Seq
+		d.Verdict = events.Verdict{Healthy: v.Healthy, Reason: v.Reason, Seq: v.Seq}
 	}
 	// The pools first: a PF going down logs a line per VF, and the
 	// kubelet need not wait for them. The parent gets verdicts last: a
@@ -408,7 +398,7 @@ func (c *checker) probe(targets []Target, linkOnly []bool) (results []sysfs.Prob
 	var fullAt, linkAt []int
 	linked = make([]bool, len(targets))
 	for i, t := range targets {
-		if d := c.devices[t.Probe.Address]; i < len(linkOnly) && linkOnly[i] && d != nil && d.healthy == d.raw {
+		if d := c.devices[t.Probe.Address]; i < len(linkOnly) && linkOnly[i] && d != nil && d.Healthy == d.raw {
 			links, linkAt, linked[i] = append(links, t.Probe), append(linkAt, i), true
 			continue
 		}
@@ -447,12 +437,12 @@ func (c *checker) judge(t Target, r sysfs.ProbeResult, now time.Time) (*Verdict,
 	}
 	d.rawWhy = r.Reason
 	switch {
-	case d.healthy && !d.raw:
+	case d.Healthy && !d.raw:
 		if wait := t.Debounce - now.Sub(d.rawSince); wait > 0 {
 			return nil, min(due, wait)
 		}
 		return &Verdict{Address: t.Probe.Address, Healthy: false, Reason: d.rawWhy, Told: t.Pool}, due
-	case !d.healthy && d.raw:
+	case !d.Healthy && d.raw:
 		if wait := t.HoldDown - now.Sub(d.rawSince); wait > 0 {
 			return nil, min(due, wait)
 		}

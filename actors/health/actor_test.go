@@ -602,7 +602,7 @@ func TestNewerLedgerVerdictStartsADeviceOver(t *testing.T) {
 	failedAt := c.log.LastSeq()
 
 	// Still failing, and the target knows only an older verdict.
-	tg.Known = Known{Healthy: true, Seq: failedAt - 1}
+	tg.Known = events.Verdict{Healthy: true, Seq: failedAt - 1}
 	c.watch(tg)
 	c.Silent(t)
 	if v := c.verdicts(t)[devA]; v.Healthy {
@@ -611,7 +611,7 @@ func TestNewerLedgerVerdictStartsADeviceOver(t *testing.T) {
 
 	// Back in sysfs, discovered again at a later sequence number.
 	c.prober.pass(devA)
-	tg.Known = Known{Healthy: true, Seq: failedAt + 5}
+	tg.Known = events.Verdict{Healthy: true, Seq: failedAt + 5}
 	c.watch(tg)
 	c.Silent(t)
 	if v := c.verdicts(t)[devA]; !v.Healthy {

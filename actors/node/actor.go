@@ -164,7 +164,7 @@ type coordinator struct {
 	spawned int
 	// healthy is the newest verdict in the ledger per device: the health
 	// checker's, or a scan's (discovered, back, removed).
-	healthy map[string]health.Known
+	healthy events.Health
 	// holds are the live allocations per device, and allocated the
 	// devices per live allocation: a device placed in a pool other than
 	// that of an allocation holding it is listed there as held (see
@@ -342,7 +342,7 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		}
 	case *health.Changed:
 		for _, v := range m.Verdicts {
-			n.learn(v.Address, health.Known{Healthy: v.Healthy, Reason: v.Reason, Seq: v.Seq})
+			n.healthy.Learn(v.Address, events.Verdict{Healthy: v.Healthy, Reason: v.Reason, Seq: v.Seq})
 		}
 		for pid, changes := range retell(m.Verdicts, n.owner, n.pools) {
 			ctx.Send(pid, &pool.SetHealths{Changes: changes})
@@ -410,13 +410,6 @@ func (n *coordinator) letGo(pid *actor.PID, gen uint64, ids []string) []string {
 		out = append(out, addr)
 	}
 	return out
-}
-
-// learn takes a verdict on addr, unless a newer one is known.
-func (n *coordinator) learn(addr string, k health.Known) {
-	if cur, ok := n.healthy[addr]; !ok || k.Seq > cur.Seq {
-		n.healthy[addr] = k
-	}
 }
 
 // member is d as a member of pool: with the newest verdict known (healthy
@@ -579,10 +572,7 @@ func (n *coordinator) start(ctx actor.Context) {
 			n.hold(a.Pool, seq, a.DeviceIDs)
 		}
 	}
-	n.healthy = map[string]health.Known{}
-	for addr, d := range st.Devices {
-		n.healthy[addr] = health.Known{Healthy: d.Healthy, Reason: d.HealthReason, Seq: d.HealthSeq}
-	}
+	n.healthy = st.Health()
 	log := n.cfg.Log
 	kubeletSock := KubeletSocket(n.cfg.KubeletDir)
 	n.registrar = n.spawn(ctx, "registrar", registrar.Props(registrar.Config{
@@ -618,7 +608,7 @@ func (n *coordinator) start(ctx actor.Context) {
 func (n *coordinator) scanned(ctx actor.Context, m *scanner.Scanned) {
 	n.devices = m.Devices
 	for addr, d := range m.HealthSet {
-		n.learn(addr, health.Known{Healthy: d.Healthy, Reason: d.HealthReason, Seq: d.HealthSeq})
+		n.healthy.Learn(addr, d.Verdict())
 	}
 	n.place(ctx, "scan: "+m.Reason, m.Changed)
 }

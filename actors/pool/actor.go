@@ -82,7 +82,7 @@ type allocator struct {
 	// verdicts is the newest health verdict the pool has heard of per
 	// device, members or not: a verdict may come before the members that
 	// bring its device here, and members may come with an older one.
-	verdicts map[string]verdict
+	verdicts events.Health
 	// held maps a device to the live allocations holding it, and allocs
 	// an allocation to its devices.
 	held   map[string][]uint64
@@ -220,12 +220,7 @@ func (p *allocator) start(ctx actor.Context) {
 	// A restarted pool starts from the members its last incarnation was
 	// given (the parent sends the current ones, NeedMembers): the ledger
 	// has the verdicts since.
-	p.verdicts = map[string]verdict{}
-	for addr, d := range st.Devices {
-		if d.HealthSeq > 0 {
-			p.verdicts[addr] = verdict{healthy: d.Healthy, seq: d.HealthSeq}
-		}
-	}
+	p.verdicts = st.Health()
 	if p.life.resource != nil {
 		p.cfg.Resource = p.life.resource // a reload's, not the spawn's
 	}
@@ -589,31 +584,26 @@ func holdList(hs []allocation.Hold) string {
 	return strings.Join(names, ", ")
 }
 
-// verdict is a device's health and the sequence number of the ledger
-// event behind it.
-type verdict struct {
-	healthy bool
-	seq     uint64
-}
-
 // index indexes members (see index), each with the newest verdict known
 // of its device: the members' own, the one the pool holds for a member it
 // has already (on a tie too: without sequence numbers, the health checker's
 // verdict is the pool's, not the scanner's), or one the pool heard since.
 func (p *allocator) index(ms []allocation.Member) (map[string]*allocation.Member, []string) {
 	if p.verdicts == nil {
-		p.verdicts = map[string]verdict{}
+		p.verdicts = events.Health{}
 	}
 	byAddr, order := index(ms)
 	for addr, m := range byAddr {
-		if old, ok := p.members[addr]; ok && old.HealthSeq >= m.HealthSeq {
-			m.Healthy, m.HealthSeq = old.Healthy, old.HealthSeq
+		v := events.Verdict{Healthy: m.Healthy, Seq: m.HealthSeq}
+		if old, ok := p.members[addr]; ok {
+			if was := (events.Verdict{Healthy: old.Healthy, Seq: old.HealthSeq}); !v.Newer(was) {
+				v = was
+			}
 		}
-		if v, heard := p.verdicts[addr]; heard && v.seq > m.HealthSeq {
-			m.Healthy, m.HealthSeq = v.healthy, v.seq
-		} else if m.HealthSeq > v.seq {
-			p.verdicts[addr] = verdict{healthy: m.Healthy, seq: m.HealthSeq}
+		if !p.verdicts.Learn(addr, v) && p.verdicts[addr].Newer(v) {
+			v = p.verdicts[addr]
 		}
+		m.Healthy, m.HealthSeq = v.Healthy, v.Seq
 	}
 	return byAddr, order
 }
@@ -622,14 +612,11 @@ func (p *allocator) index(ms []allocation.Member) (map[string]*allocation.Member
 // says whether it changed a member. A verdict without a sequence number
 // (0) is applied as it comes.
 func (p *allocator) setHealth(m *SetHealth) bool {
-	if m.Seq > 0 {
-		if v, heard := p.verdicts[m.Address]; heard && v.seq >= m.Seq {
-			return false
-		}
-		if p.verdicts == nil {
-			p.verdicts = map[string]verdict{}
-		}
-		p.verdicts[m.Address] = verdict{healthy: m.Healthy, seq: m.Seq}
+	if p.verdicts == nil {
+		p.verdicts = events.Health{}
+	}
+	if m.Seq > 0 && !p.verdicts.Learn(m.Address, events.Verdict{Healthy: m.Healthy, Reason: m.Reason, Seq: m.Seq}) {
+		return false
 	}
 	mem, ok := p.members[m.Address]
 	if !ok {
