@@ -376,9 +376,7 @@ func apply(s State, e Envelope, owned bool) State {
 			s.release(seq)
 		}
 		s.Allocations[e.Seq] = Allocation{Seq: e.Seq, Pool: p.Pool, DeviceIDs: ids, At: e.Time}
-		for _, id := range p.DeviceIDs {
-			s.Holders[id] = append(s.Holders[id], e.Seq)
-		}
+		hold(s.Holders, e.Seq, ids)
 	case AllocationRecovered:
 		ids := p.DeviceIDs
 		if !owned {
@@ -386,9 +384,7 @@ func apply(s State, e Envelope, owned bool) State {
 		}
 		s.Allocations[e.Seq] = Allocation{Seq: e.Seq, Pool: p.Pool, DeviceIDs: ids, At: e.Time, Recovered: true,
 			Binding: &Binding{Namespace: p.Namespace, Pod: p.Pod, Container: p.Container, At: e.Time}}
-		for _, id := range p.DeviceIDs {
-			s.Holders[id] = append(s.Holders[id], e.Seq)
-		}
+		hold(s.Holders, e.Seq, ids)
 	case AllocationConflict:
 		// Recorded for the history; the claims it names are already in the
 		// fold through their own events.
@@ -420,19 +416,10 @@ func apply(s State, e Envelope, owned bool) State {
 // release ends the live allocation seq, if it is one: its devices are free
 // of it.
 func (s State) release(seq uint64) {
-	a, ok := s.Allocations[seq]
-	if !ok {
-		return
+	if a, ok := s.Allocations[seq]; ok {
+		unhold(s.Holders, seq, a.DeviceIDs)
+		delete(s.Allocations, seq)
 	}
-	for _, id := range a.DeviceIDs {
-		holders := slices.DeleteFunc(s.Holders[id], func(h uint64) bool { return h == seq })
-		if len(holders) == 0 {
-			delete(s.Holders, id)
-		} else {
-			s.Holders[id] = holders
-		}
-	}
-	delete(s.Allocations, seq)
 }
 
 // Clone returns a deep copy of s that shares nothing with it.

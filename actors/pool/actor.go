@@ -83,10 +83,9 @@ type allocator struct {
 	// device, members or not: a verdict may come before the members that
 	// bring its device here, and members may come with an older one.
 	verdicts events.Health
-	// held maps a device to the live allocations holding it, and allocs
-	// an allocation to its devices.
-	held   map[string][]uint64
-	allocs map[uint64][]string
+	// holds are the pool's live allocations and the devices they hold:
+	// the fold's, restricted to the pool (events.Holds).
+	holds events.Holds
 	// gen is the newest SetMembers applied. The devices in flight, and
 	// those that left the pool and are not let go yet, are in life.
 	gen uint64
@@ -148,9 +147,9 @@ func (p *allocator) Receive(ctx actor.Context) {
 	case *Reserve:
 		p.reserve(ctx, m)
 	case *Released:
-		p.release(m.AllocationSeq)
+		p.holds.Release(m.AllocationSeq)
 	case *Recovered:
-		p.holdDevices(m.AllocationSeq, m.DeviceIDs)
+		p.holds.Hold(m.AllocationSeq, m.DeviceIDs)
 	case *Withdraw:
 		p.withdraw(m.Reason)
 	case *Query:
@@ -199,19 +198,7 @@ func (p *allocator) start(ctx actor.Context) {
 		// Members may have changed since we were spawned.
 		ctx.Send(ctx.Parent(), &NeedMembers{Pool: p.name})
 	}
-	p.held, p.allocs = map[string][]uint64{}, map[uint64][]string{}
-	for seq, a := range st.Allocations {
-		if a.Pool != p.name {
-			continue
-		}
-		p.allocs[seq] = slices.Clone(a.DeviceIDs)
-		for _, id := range a.DeviceIDs {
-			p.held[id] = append(p.held[id], seq)
-		}
-	}
-	for _, h := range p.held {
-		slices.Sort(h)
-	}
+	p.holds = st.Holds(p.name)
 	p.members = map[string]*allocation.Member{}
 	var before []string
 	if pool, ok := st.Pools[p.name]; ok {
@@ -470,7 +457,7 @@ func (p *allocator) recordMembership(ctx actor.Context, before []string, reason 
 	// nor does one arrive silently while another pool's allocation holds it.
 	var held, arrived []string
 	for _, addr := range removed {
-		for _, seq := range p.held[addr] {
+		for _, seq := range p.holds.Holders[addr] {
 			held = append(held, fmt.Sprintf("%s by #%d", addr, seq))
 		}
 	}
@@ -633,20 +620,6 @@ func (p *allocator) setHealth(m *SetHealth) bool {
 	return true
 }
 
-// release forgets the live allocation seq: the devices it held, and no
-// others, are looked at (a pool may hold thousands).
-func (p *allocator) release(seq uint64) {
-	for _, id := range p.allocs[seq] {
-		h := slices.DeleteFunc(p.held[id], func(s uint64) bool { return s == seq })
-		if len(h) == 0 {
-			delete(p.held, id)
-		} else {
-			p.held[id] = h
-		}
-	}
-	delete(p.allocs, seq)
-}
-
 func (p *allocator) status() *Status {
 	st := &Status{Resource: p.name, Socket: p.socket, Members: len(p.order), Held: map[string][]uint64{}, Health: map[string]bool{}}
 	for addr, m := range p.members {
@@ -655,13 +628,13 @@ func (p *allocator) status() *Status {
 			st.Healthy++
 		}
 		switch {
-		case len(p.held[addr]) > 0:
+		case len(p.holds.Holders[addr]) > 0:
 			st.Allocated++
 		case m.Usable() && p.life.flying[addr] == 0:
 			st.Free++
 		}
 	}
-	for id, h := range p.held {
+	for id, h := range p.holds.Holders {
 		st.Held[id] = slices.Clone(h)
 	}
 	return st
@@ -719,7 +692,7 @@ func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*plugi
 	// Held: by an allocation of the pool, by one in flight, or by another
 	// pool's (a member with HeldElsewhere).
 	held := func(id string) bool {
-		if len(p.held[id]) > 0 || p.life.flying[id] > 0 {
+		if len(p.holds.Holders[id]) > 0 || p.life.flying[id] > 0 {
 			return true
 		}
 		m, ok := p.members[id]
@@ -739,32 +712,11 @@ func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*plugi
 // hold takes a durable allocation into the pool's state: its devices are
 // held, and the allocations it supersedes are not.
 func (p *allocator) hold(envs []events.Envelope) {
-	if p.held == nil { // an incarnation whose start failed, landing as it stops
-		p.held, p.allocs = map[string][]uint64{}, map[uint64][]string{}
+	if p.holds.Devices == nil { // an incarnation whose start failed, landing as it stops
+		p.holds = events.NewHolds()
 	}
 	for _, e := range envs {
-		a, ok := e.Payload.(events.DevicesAllocated)
-		if !ok {
-			continue
-		}
-		for _, seq := range a.Supersedes {
-			p.release(seq)
-		}
-		p.holdDevices(e.Seq, a.DeviceIDs)
-	}
-}
-
-// holdDevices notes the live allocation seq of ids. A restarted pool may
-// have replayed it from the ledger before the news of it reached it.
-func (p *allocator) holdDevices(seq uint64, ids []string) {
-	if _, ok := p.allocs[seq]; !ok {
-		p.allocs[seq] = slices.Clone(ids)
-	}
-	for _, id := range ids {
-		if !slices.Contains(p.held[id], seq) {
-			p.held[id] = append(p.held[id], seq)
-			slices.Sort(p.held[id])
-		}
+		p.holds.Apply(p.name, e)
 	}
 }
 

@@ -150,7 +150,7 @@ func (p *allocator) allocate(ctx actor.Context, m *allocateReq) {
 func (p *allocator) allocated(ids []string, index int, answer events.ContainerAllocation) events.DevicesAllocated {
 	e := events.DevicesAllocated{Pool: p.name, DeviceIDs: ids, ContainerIndex: index, Response: answer}
 	for _, id := range ids {
-		e.Supersedes = append(e.Supersedes, p.held[id]...)
+		e.Supersedes = append(e.Supersedes, p.holds.Holders[id]...)
 		m := p.members[id]
 		for _, h := range m.HeldElsewhere {
 			if !h.Leaving() {

@@ -1,0 +1,57 @@
+package events
+
+import (
+	"reflect"
+	"testing"
+)
+
+// TestHoldsFollowTheFold: for every pool of random event streams, Holds
+// that apply each event (as a pool does with what it records and hears)
+// equal the fold's live allocations of that pool, every 7 events and at
+// the end.
+func TestHoldsFollowTheFold(t *testing.T) {
+	held := 0
+	for seed := range uint64(20) {
+		s := NewState()
+		hs := map[string]Holds{}
+		for _, pool := range streamPools {
+			hs[pool] = NewHolds()
+		}
+		es := genStream(seed, streamLength(t))
+		for i, e := range es {
+			s = Apply(s, e)
+			for pool, h := range hs {
+				h.Apply(pool, e)
+				if i%7 != 0 && i != len(es)-1 {
+					continue
+				}
+				if want := s.Holds(pool); !reflect.DeepEqual(h, want) {
+					t.Fatalf("seed %d, after event #%d (%s), pool %s:\nholds %v\nfold  %v", seed, e.Seq, e.Type, pool, h, want)
+				}
+				held += len(h.Devices)
+			}
+		}
+	}
+	if held == 0 {
+		t.Fatal("the streams held nothing")
+	}
+}
+
+// TestHoldsHoldOnce: a pool that hears again of an allocation it has (a
+// replayed one, then the news of it) holds it once.
+func TestHoldsHoldOnce(t *testing.T) {
+	h := NewHolds()
+	h.Hold(7, []string{"a", "b"})
+	h.Hold(3, []string{"b"})
+	h.Hold(7, []string{"a", "b"})
+	want := Holds{Devices: map[uint64][]string{7: {"a", "b"}, 3: {"b"}}, Holders: map[string][]uint64{"a": {7}, "b": {3, 7}}}
+	if !reflect.DeepEqual(h, want) {
+		t.Fatalf("got %v, want %v", h, want)
+	}
+	h.Release(7)
+	h.Release(9) // not held: nothing changes
+	want = Holds{Devices: map[uint64][]string{3: {"b"}}, Holders: map[string][]uint64{"b": {3}}}
+	if !reflect.DeepEqual(h, want) {
+		t.Fatalf("after releasing 7: got %v, want %v", h, want)
+	}
+}
