@@ -85,8 +85,11 @@ type reconciler struct {
 	cfg      Config
 	replayed *events.State
 
-	pools     map[string]bool
-	allocs    map[uint64]*alloc
+	pools map[string]bool
+	// st is the fold of what the reconciler records and hears of
+	// (allocations as they land, with what they supersede): its
+	// Allocations are the live allocations it attributes.
+	st        events.State
 	seen      map[string]bool
 	available bool
 	failures  int
@@ -107,10 +110,8 @@ func (r *reconciler) Receive(ctx actor.Context) {
 			r.timer.Stop()
 		}
 	case *Allocated:
-		for _, seq := range m.Supersedes {
-			delete(r.allocs, seq)
-		}
-		r.allocs[m.Seq] = &alloc{seq: m.Seq, pool: m.Pool, devices: slices.Clone(m.DeviceIDs), at: m.At}
+		r.st = events.Apply(r.st, events.Envelope{Seq: m.Seq, Time: m.At,
+			Payload: events.DevicesAllocated{Pool: m.Pool, DeviceIDs: m.DeviceIDs, Supersedes: m.Supersedes}})
 		r.schedule(ctx, r.cfg.AfterAllocate)
 	case *SetPools:
 		r.setPools(m.Pools)
@@ -126,12 +127,12 @@ func (r *reconciler) Receive(ctx actor.Context) {
 		r.listed(ctx, m)
 	case *Query:
 		st := &Status{Available: r.available, Rounds: r.rounds, Allocations: map[uint64]string{}}
-		for seq, a := range r.allocs {
+		for seq, a := range r.st.Allocations {
 			st.Allocations[seq] = ""
-			if b := a.binding; b != nil {
+			if b := a.Binding; b != nil {
 				st.Allocations[seq] = b.Namespace + "/" + b.Pod + "/" + b.Container
 			}
-			if a.leak {
+			if a.LeakSuspected {
 				st.Suspects = append(st.Suspects, seq)
 			}
 		}
@@ -151,15 +152,9 @@ func (r *reconciler) start(ctx actor.Context) {
 	}
 	r.replayed = nil
 	r.setPools(r.cfg.Pools)
-	r.allocs = map[uint64]*alloc{}
-	for seq, a := range st.Allocations {
-		var b *events.Binding
-		if a.Binding != nil {
-			c := *a.Binding
-			b = &c
-		}
-		r.allocs[seq] = &alloc{seq: seq, pool: a.Pool, devices: slices.Clone(a.DeviceIDs), at: a.At, binding: b, leak: a.LeakSuspected}
-	}
+	r.st = events.NewState()
+	c := st.Clone()
+	r.st.Allocations, r.st.Holders = c.Allocations, c.Holders
 	r.seen = map[string]bool{}
 	r.available = st.Attribution.Available || st.Attribution.Since.IsZero()
 	r.schedule(ctx, 0)
@@ -229,7 +224,7 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 		r.cfg.Log.Info().Msg("pod resources available again")
 	}
 	resp := m.resp.(*podresourcesapi.ListPodResourcesResponse)
-	res := fold(foldInput{pools: r.pools, allocs: r.allocs, now: r.cfg.Now(), grace: r.cfg.LeakGrace, seen: r.seen}, resp.GetPodResources())
+	res := fold(foldInput{pools: r.pools, allocs: r.st.Allocations, now: r.cfg.Now(), grace: r.cfg.LeakGrace, seen: r.seen}, resp.GetPodResources())
 	payloads = append(payloads, res.payloads...)
 	if len(payloads) > 0 {
 		envs, err := r.cfg.Recorder.Record(context.Background(), payloads...)
@@ -240,7 +235,7 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 			return
 		}
 		for _, e := range envs {
-			r.apply(ctx, e)
+			r.tell(ctx, e)
 		}
 	}
 	r.seen = res.seen
@@ -248,33 +243,34 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	r.schedule(ctx, r.cfg.Interval)
 }
 
-func (r *reconciler) apply(ctx actor.Context, e events.Envelope) {
+// tell applies e, recorded by the reconciler, to its fold, and tells the
+// parent what changed for the pools and the node.
+func (r *reconciler) tell(ctx actor.Context, e events.Envelope) {
 	log := r.cfg.Log
+	// A suspected leak that a container claims now is claimed again.
+	var reclaimed []string
+	if p, ok := e.Payload.(events.AllocationBound); ok {
+		if a, ok := r.st.Allocations[p.AllocationSeq]; ok && a.LeakSuspected && a.Binding == nil {
+			reclaimed = slices.Clone(a.DeviceIDs)
+		}
+	}
+	r.st = events.Apply(r.st, e)
 	switch p := e.Payload.(type) {
 	case events.AllocationBound:
-		if a := r.allocs[p.AllocationSeq]; a != nil {
-			if a.leak && a.binding == nil {
-				ctx.Send(ctx.Parent(), &ClaimChanged{Pool: p.Pool, AllocationSeq: p.AllocationSeq, DeviceIDs: slices.Clone(a.devices), Claimed: true})
-			}
-			a.binding = &events.Binding{Namespace: p.Namespace, Pod: p.Pod, UID: p.UID, Container: p.Container, At: e.Time}
+		if reclaimed != nil {
+			ctx.Send(ctx.Parent(), &ClaimChanged{Pool: p.Pool, AllocationSeq: p.AllocationSeq, DeviceIDs: reclaimed, Claimed: true})
 		}
 		log.Info().Uint64("allocation", p.AllocationSeq).Str("pool", p.Pool).Str("pod", p.Namespace+"/"+p.Pod).
 			Str("container", p.Container).Uint64("seq", e.Seq).Msg("allocation bound to a container")
 	case events.DevicesReleased:
-		delete(r.allocs, p.AllocationSeq)
 		ctx.Send(ctx.Parent(), &Released{Pool: p.Pool, AllocationSeq: p.AllocationSeq})
 		log.Info().Uint64("allocation", p.AllocationSeq).Str("pool", p.Pool).Strs("devices", p.DeviceIDs).
 			Dur("held_for_ms", p.HeldFor).Str("reason", p.Reason).Uint64("seq", e.Seq).Msg("devices released")
 	case events.AllocationLeakSuspected:
-		if a := r.allocs[p.AllocationSeq]; a != nil {
-			a.leak = true
-		}
 		ctx.Send(ctx.Parent(), &ClaimChanged{Pool: p.Pool, AllocationSeq: p.AllocationSeq, DeviceIDs: slices.Clone(p.DeviceIDs)})
 		log.Warn().Uint64("allocation", p.AllocationSeq).Str("pool", p.Pool).Strs("devices", p.DeviceIDs).
 			Str("reason", p.Reason).Uint64("seq", e.Seq).Msg("allocation suspected leaked")
 	case events.AllocationRecovered:
-		r.allocs[e.Seq] = &alloc{seq: e.Seq, pool: p.Pool, devices: slices.Clone(p.DeviceIDs), at: e.Time,
-			binding: &events.Binding{Namespace: p.Namespace, Pod: p.Pod, Container: p.Container, At: e.Time}}
 		ctx.Send(ctx.Parent(), &Recovered{Pool: p.Pool, AllocationSeq: e.Seq, DeviceIDs: slices.Clone(p.DeviceIDs), At: e.Time})
 		log.Warn().Uint64("seq", e.Seq).Str("pool", p.Pool).Strs("devices", p.DeviceIDs).Str("pod", p.Namespace+"/"+p.Pod).
 			Str("container", p.Container).Str("reason", p.Reason).Msg("allocation recovered from the kubelet")

@@ -11,16 +11,6 @@ import (
 	"github.com/devledger/devledger/events"
 )
 
-// alloc is a live allocation as the reconciler tracks it.
-type alloc struct {
-	seq     uint64
-	pool    string
-	devices []string
-	at      time.Time
-	binding *events.Binding
-	leak    bool
-}
-
 // key names one device of one resource.
 type key struct{ resource, device string }
 
@@ -32,7 +22,7 @@ func (h holderRef) String() string { return h.namespace + "/" + h.pod + "/" + h.
 // foldInput is one PodResources answer and the ledger's view.
 type foldInput struct {
 	pools  map[string]bool
-	allocs map[uint64]*alloc
+	allocs map[uint64]events.Allocation
 	now    time.Time
 	grace  time.Duration
 	// seen are the conflicts recorded in earlier rounds and still true: a
@@ -66,7 +56,7 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 		if gone == nil {
 			gone = map[string]bool{}
 			for _, a := range in.allocs {
-				gone[a.pool] = true
+				gone[a.Pool] = true
 			}
 		}
 		return gone[res]
@@ -93,8 +83,8 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 	// older one was superseded (the kubelet allocated the device again).
 	holder := map[key]uint64{}
 	for seq, a := range in.allocs {
-		for _, id := range a.devices {
-			k := key{a.pool, id}
+		for _, id := range a.DeviceIDs {
+			k := key{a.Pool, id}
 			if seq > holder[k] {
 				holder[k] = seq
 			}
@@ -175,8 +165,8 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 		a := in.allocs[seq]
 		var ref *holderRef
 		holdsAny, newest := false, uint64(0)
-		for _, id := range a.devices {
-			k := key{a.pool, id}
+		for _, id := range a.DeviceIDs {
+			k := key{a.Pool, id}
 			if h := holder[k]; h != seq {
 				newest = max(newest, h)
 				continue
@@ -191,24 +181,24 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 		if !holdsAny {
 			superseded = newest
 		}
-		held := in.now.Sub(a.at)
+		held := in.now.Sub(a.At)
 		switch {
 		case superseded != 0:
-			out.payloads = append(out.payloads, events.DevicesReleased{AllocationSeq: seq, Pool: a.pool,
-				DeviceIDs: slices.Clone(a.devices), HeldFor: held, Reason: fmt.Sprintf("superseded by allocation #%d", superseded)})
+			out.payloads = append(out.payloads, events.DevicesReleased{AllocationSeq: seq, Pool: a.Pool,
+				DeviceIDs: slices.Clone(a.DeviceIDs), HeldFor: held, Reason: fmt.Sprintf("superseded by allocation #%d", superseded)})
 		case ref != nil:
-			if b := a.binding; b == nil || b.Namespace != ref.namespace || b.Pod != ref.pod || b.Container != ref.container {
-				out.payloads = append(out.payloads, events.AllocationBound{AllocationSeq: seq, Pool: a.pool,
-					DeviceIDs: slices.Clone(a.devices), Namespace: ref.namespace, Pod: ref.pod, Container: ref.container})
+			if b := a.Binding; b == nil || b.Namespace != ref.namespace || b.Pod != ref.pod || b.Container != ref.container {
+				out.payloads = append(out.payloads, events.AllocationBound{AllocationSeq: seq, Pool: a.Pool,
+					DeviceIDs: slices.Clone(a.DeviceIDs), Namespace: ref.namespace, Pod: ref.pod, Container: ref.container})
 			}
-		case a.binding != nil:
-			b := a.binding
-			out.payloads = append(out.payloads, events.DevicesReleased{AllocationSeq: seq, Pool: a.pool,
-				DeviceIDs: slices.Clone(a.devices), HeldFor: held,
+		case a.Binding != nil:
+			b := a.Binding
+			out.payloads = append(out.payloads, events.DevicesReleased{AllocationSeq: seq, Pool: a.Pool,
+				DeviceIDs: slices.Clone(a.DeviceIDs), HeldFor: held,
 				Reason: fmt.Sprintf("%s/%s/%s no longer holds it", b.Namespace, b.Pod, b.Container)})
-		case !a.leak && held > in.grace:
-			out.payloads = append(out.payloads, events.AllocationLeakSuspected{AllocationSeq: seq, Pool: a.pool,
-				DeviceIDs: slices.Clone(a.devices), Age: held,
+		case !a.LeakSuspected && held > in.grace:
+			out.payloads = append(out.payloads, events.AllocationLeakSuspected{AllocationSeq: seq, Pool: a.Pool,
+				DeviceIDs: slices.Clone(a.DeviceIDs), Age: held,
 				Reason: fmt.Sprintf("no container has claimed it for %s", held.Round(time.Second))})
 		}
 	}

@@ -50,53 +50,53 @@ func TestFold(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		allocs map[uint64]*alloc
+		allocs map[uint64]events.Allocation
 		pods   []*podresourcesapi.PodResources
 		seen   map[string]bool
 		want   []string
 	}{
 		{
 			name:   "a container holds a fresh allocation: bound",
-			allocs: map[uint64]*alloc{10: {pool: vfio, devices: []string{"a"}, at: t0}},
+			allocs: map[uint64]events.Allocation{10: {Pool: vfio, DeviceIDs: []string{"a"}, At: t0}},
 			pods:   []*podresourcesapi.PodResources{pod("telco", "dpdk-0", "app", vfio, "a")},
 			want:   []string{"bound #10 telco/dpdk-0/app"},
 		},
 		{
 			name:   "steady state: nothing",
-			allocs: map[uint64]*alloc{10: {pool: vfio, devices: []string{"a"}, at: t0, binding: bound("telco", "dpdk-0", "app")}},
+			allocs: map[uint64]events.Allocation{10: {Pool: vfio, DeviceIDs: []string{"a"}, At: t0, Binding: bound("telco", "dpdk-0", "app")}},
 			pods:   []*podresourcesapi.PodResources{pod("telco", "dpdk-0", "app", vfio, "a")},
 		},
 		{
 			name:   "the pod went: released with how long it was held",
-			allocs: map[uint64]*alloc{10: {pool: vfio, devices: []string{"a"}, at: t0.Add(-3*time.Hour - 12*time.Minute), binding: bound("telco", "dpdk-0", "app")}},
+			allocs: map[uint64]events.Allocation{10: {Pool: vfio, DeviceIDs: []string{"a"}, At: t0.Add(-3*time.Hour - 12*time.Minute), Binding: bound("telco", "dpdk-0", "app")}},
 			want:   []string{"released #10 after 3h12m0s: telco/dpdk-0/app no longer holds it"},
 		},
 		{
 			name:   "not claimed yet, within the grace: nothing",
-			allocs: map[uint64]*alloc{10: {pool: vfio, devices: []string{"a"}, at: t0.Add(-time.Minute)}},
+			allocs: map[uint64]events.Allocation{10: {Pool: vfio, DeviceIDs: []string{"a"}, At: t0.Add(-time.Minute)}},
 		},
 		{
 			name:   "not claimed past the grace: a leak suspect, once",
-			allocs: map[uint64]*alloc{10: {pool: vfio, devices: []string{"a"}, at: t0.Add(-6 * time.Minute)}, 11: {pool: vfio, devices: []string{"b"}, at: t0.Add(-7 * time.Minute), leak: true}},
+			allocs: map[uint64]events.Allocation{10: {Pool: vfio, DeviceIDs: []string{"a"}, At: t0.Add(-6 * time.Minute)}, 11: {Pool: vfio, DeviceIDs: []string{"b"}, At: t0.Add(-7 * time.Minute), LeakSuspected: true}},
 			want:   []string{"leak #10: no container has claimed it for 6m0s"},
 		},
 		{
 			name: "allocated again: the older allocation is superseded, the newer bound",
-			allocs: map[uint64]*alloc{
-				10: {pool: vfio, devices: []string{"a"}, at: t0.Add(-time.Hour), binding: bound("telco", "old", "app")},
-				20: {pool: vfio, devices: []string{"a"}, at: t0.Add(-time.Minute)},
+			allocs: map[uint64]events.Allocation{
+				10: {Pool: vfio, DeviceIDs: []string{"a"}, At: t0.Add(-time.Hour), Binding: bound("telco", "old", "app")},
+				20: {Pool: vfio, DeviceIDs: []string{"a"}, At: t0.Add(-time.Minute)},
 			},
 			pods: []*podresourcesapi.PodResources{pod("telco", "new", "app", vfio, "a")},
 			want: []string{"released #10 after 1h0m0s: superseded by allocation #20", "bound #20 telco/new/app"},
 		},
 		{
 			name:   "a device in a container and in no live allocation, first seen: nothing yet (its allocation may be on its way)",
-			allocs: map[uint64]*alloc{},
+			allocs: map[uint64]events.Allocation{},
 			pods:   []*podresourcesapi.PodResources{pod("ml", "p", "c", vfio, "z")},
 		},
 		{
 			name:   "the kubelet reports devices the ledger lost, a second time: one allocation recovered per container",
-			allocs: map[uint64]*alloc{},
+			allocs: map[uint64]events.Allocation{},
 			pods: []*podresourcesapi.PodResources{pod("ml", "old-plugin-pod", "c", vfio, "z", "y"),
 				pod("ml", "other", "c", vfio, "x")},
 			seen: map[string]bool{"lost|" + vfio + "|x|ml/other/c": true, "lost|" + vfio + "|y|ml/old-plugin-pod/c": true,
@@ -106,35 +106,35 @@ func TestFold(t *testing.T) {
 		},
 		{
 			name:   "a device the ledger holds is not recovered, the others of the container are",
-			allocs: map[uint64]*alloc{10: {pool: vfio, devices: []string{"a"}, at: t0, binding: bound("n", "p", "c")}},
+			allocs: map[uint64]events.Allocation{10: {Pool: vfio, DeviceIDs: []string{"a"}, At: t0, Binding: bound("n", "p", "c")}},
 			pods:   []*podresourcesapi.PodResources{pod("n", "p", "c", vfio, "a", "b")},
 			seen:   map[string]bool{"lost|" + vfio + "|b|n/p/c": true},
 			want:   []string{"recovered [b] n/p/c: the kubelet reports n/p/c holding it, and the ledger has no live allocation of it"},
 		},
 		{
 			name:   "a device in two containers",
-			allocs: map[uint64]*alloc{10: {pool: vfio, devices: []string{"a"}, at: t0, binding: bound("n", "p1", "c")}},
+			allocs: map[uint64]events.Allocation{10: {Pool: vfio, DeviceIDs: []string{"a"}, At: t0, Binding: bound("n", "p1", "c")}},
 			pods:   []*podresourcesapi.PodResources{pod("n", "p1", "c", vfio, "a"), pod("n", "p2", "c", vfio, "a")},
 			want:   []string{"conflict a: the kubelet reports the device in 2 containers: n/p1/c, n/p2/c"},
 		},
 		{
 			name:   "devices of other resources are not ours",
-			allocs: map[uint64]*alloc{},
+			allocs: map[uint64]events.Allocation{},
 			pods:   []*podresourcesapi.PodResources{pod("n", "p", "c", "nvidia.com/gpu", "GPU-1")},
 		},
 		{
 			name:   "a live allocation of a pool no longer configured stays while its container holds it",
-			allocs: map[uint64]*alloc{10: {pool: "intel.com/gone", devices: []string{"a"}, at: t0.Add(-time.Hour), binding: bound("telco", "dpdk-0", "app")}},
+			allocs: map[uint64]events.Allocation{10: {Pool: "intel.com/gone", DeviceIDs: []string{"a"}, At: t0.Add(-time.Hour), Binding: bound("telco", "dpdk-0", "app")}},
 			pods:   []*podresourcesapi.PodResources{pod("telco", "dpdk-0", "app", "intel.com/gone", "a")},
 		},
 		{
 			name:   "and is released when its container goes",
-			allocs: map[uint64]*alloc{10: {pool: "intel.com/gone", devices: []string{"a"}, at: t0.Add(-time.Hour), binding: bound("telco", "dpdk-0", "app")}},
+			allocs: map[uint64]events.Allocation{10: {Pool: "intel.com/gone", DeviceIDs: []string{"a"}, At: t0.Add(-time.Hour), Binding: bound("telco", "dpdk-0", "app")}},
 			want:   []string{"released #10 after 1h0m0s: telco/dpdk-0/app no longer holds it"},
 		},
 		{
 			name:   "one device reported on two NUMA nodes is one holder",
-			allocs: map[uint64]*alloc{10: {pool: vfio, devices: []string{"a", "b"}, at: t0}},
+			allocs: map[uint64]events.Allocation{10: {Pool: vfio, DeviceIDs: []string{"a", "b"}, At: t0}},
 			pods: []*podresourcesapi.PodResources{{Namespace: "n", Name: "p", Containers: []*podresourcesapi.ContainerResources{{Name: "c",
 				Devices: []*podresourcesapi.ContainerDevices{{ResourceName: vfio, DeviceIds: []string{"a"}}, {ResourceName: vfio, DeviceIds: []string{"a", "b"}}}}}}},
 			want: []string{"bound #10 n/p/c"},
@@ -143,7 +143,8 @@ func TestFold(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			for seq, a := range tc.allocs {
-				a.seq = seq
+				a.Seq = seq
+				tc.allocs[seq] = a
 			}
 			seen := tc.seen
 			if seen == nil {
@@ -160,14 +161,14 @@ func TestFold(t *testing.T) {
 
 // bigNode is 1,000 pods holding 2,000 devices, every allocation already
 // bound: the steady state of a busy node.
-func bigNode() (map[uint64]*alloc, []*podresourcesapi.PodResources) {
-	allocs := map[uint64]*alloc{}
+func bigNode() (map[uint64]events.Allocation, []*podresourcesapi.PodResources) {
+	allocs := map[uint64]events.Allocation{}
 	var pods []*podresourcesapi.PodResources
 	for i := range 1000 {
 		ids := []string{fmt.Sprintf("0000:%02x:%02x.0", i/256, i%256), fmt.Sprintf("0000:%02x:%02x.1", i/256, i%256)}
 		ns, name := "ns"+fmt.Sprint(i%20), fmt.Sprintf("pod-%d", i)
-		allocs[uint64(i+1)] = &alloc{seq: uint64(i + 1), pool: vfio, devices: ids, at: t0.Add(-time.Hour),
-			binding: &events.Binding{Namespace: ns, Pod: name, Container: "app"}}
+		allocs[uint64(i+1)] = events.Allocation{Seq: uint64(i + 1), Pool: vfio, DeviceIDs: ids, At: t0.Add(-time.Hour),
+			Binding: &events.Binding{Namespace: ns, Pod: name, Container: "app"}}
 		pods = append(pods, pod(ns, name, "app", vfio, ids...))
 	}
 	return allocs, pods
@@ -227,7 +228,7 @@ func BenchmarkReconcile(b *testing.B) {
 // an allocation holds by the second round is not recovered.
 func TestRecoveryNeedsTwoSightings(t *testing.T) {
 	pods := []*podresourcesapi.PodResources{pod("ml", "p", "c", vfio, "z")}
-	in := foldInput{pools: map[string]bool{vfio: true}, allocs: map[uint64]*alloc{}, now: t0, grace: time.Minute, seen: map[string]bool{}}
+	in := foldInput{pools: map[string]bool{vfio: true}, allocs: map[uint64]events.Allocation{}, now: t0, grace: time.Minute, seen: map[string]bool{}}
 	first := fold(in, pods)
 	if len(first.payloads) != 0 {
 		t.Fatalf("first sight recorded %v", describe(first.payloads))
@@ -236,7 +237,7 @@ func TestRecoveryNeedsTwoSightings(t *testing.T) {
 	if got := describe(fold(in, pods).payloads); len(got) != 1 || !strings.HasPrefix(got[0], "recovered [z] ml/p/c") {
 		t.Errorf("second sight: %v, want z recovered", got)
 	}
-	in.allocs = map[uint64]*alloc{7: {pool: vfio, devices: []string{"z"}, at: t0}}
+	in.allocs = map[uint64]events.Allocation{7: {Pool: vfio, DeviceIDs: []string{"z"}, At: t0}}
 	for _, p := range describe(fold(in, pods).payloads) {
 		if strings.HasPrefix(p, "recovered") {
 			t.Errorf("recovered %s although allocation #7 holds it now", p)
