@@ -85,3 +85,16 @@ func unhold(holders map[string][]uint64, seq uint64, ids []string) {
 		}
 	}
 }
+
+// LiveAllocations is a State of s's live allocations only (Allocations
+// and Holders, copied): what an actor that follows allocations folds on.
+func (s *State) LiveAllocations() State {
+	c := State{Allocations: s.Allocations, Holders: s.Holders}.Clone()
+	out := NewState()
+	out.Allocations, out.Holders = c.Allocations, c.Holders
+	return out
+}
+
+// Claimed says a live allocation uses its devices: it is not a suspected
+// leak, or a container claimed it again since.
+func (a Allocation) Claimed() bool { return !a.LeakSuspected || a.Binding != nil }

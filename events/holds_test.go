@@ -55,3 +55,38 @@ func TestHoldsHoldOnce(t *testing.T) {
 		t.Fatalf("after releasing 7: got %v, want %v", h, want)
 	}
 }
+
+// TestLiveAllocations: the copy holds the live allocations and their
+// holders, nothing else, and shares nothing with the state it came from.
+func TestLiveAllocations(t *testing.T) {
+	s := NewState()
+	for _, e := range []Envelope{
+		ev(1, DeviceDiscovered{Device: facts("0000:3b:02.0")}),
+		ev(2, DevicesAllocated{Pool: "intel.com/a", DeviceIDs: []string{"0000:3b:02.0"}}),
+	} {
+		s = Apply(s, e)
+	}
+	live := s.LiveAllocations()
+	if len(live.Devices) != 0 || !reflect.DeepEqual(live.Allocations, s.Allocations) || !reflect.DeepEqual(live.Holders, s.Holders) {
+		t.Fatalf("live allocations %+v of %+v", live, s)
+	}
+	live = Apply(live, ev(3, DevicesReleased{AllocationSeq: 2, Pool: "intel.com/a"}))
+	if len(live.Allocations) != 0 || len(s.Allocations) != 1 || len(s.Holders["0000:3b:02.0"]) != 1 {
+		t.Fatalf("a release in the copy: copy %v, state %v / %v", live.Allocations, s.Allocations, s.Holders)
+	}
+}
+
+func TestAllocationClaimed(t *testing.T) {
+	for _, tc := range []struct {
+		a    Allocation
+		want bool
+	}{
+		{Allocation{}, true},
+		{Allocation{LeakSuspected: true}, false},
+		{Allocation{LeakSuspected: true, Binding: &Binding{Pod: "p"}}, true},
+	} {
+		if got := tc.a.Claimed(); got != tc.want {
+			t.Errorf("%+v claimed: %v, want %v", tc.a, got, tc.want)
+		}
+	}
+}

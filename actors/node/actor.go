@@ -165,13 +165,12 @@ type coordinator struct {
 	// healthy is the newest verdict in the ledger per device: the health
 	// checker's, or a scan's (discovered, back, removed).
 	healthy events.Health
-	// holds are the live allocations per device, and allocated the
-	// devices per live allocation: a device placed in a pool other than
-	// that of an allocation holding it is listed there as held (see
+	// allocs are the live allocations, folded from what the pools and the
+	// reconciler recorded: a device placed in a pool other than that of a
+	// claimed allocation holding it is listed there as held (see
 	// allocation.Member.HeldElsewhere) until the allocation is released,
 	// or no container claims it (a leak suspect).
-	holds     map[string][]allocation.Hold
-	allocated map[uint64][]string
+	allocs events.State
 	// leaving are, per device, the pools it was placed out of that may
 	// still give it out: they list it until they hear of its move, and
 	// an Allocate of it may be under way. It is listed as held in its new
@@ -295,10 +294,10 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		ctx.Send(n.reconciler, &reconciler.Allocated{Seq: m.Seq, Pool: m.Pool, DeviceIDs: m.DeviceIDs, At: m.At, Supersedes: m.Supersedes})
 		ids := slices.Clone(m.DeviceIDs)
 		for _, seq := range m.Supersedes {
-			ids = append(ids, n.allocated[seq]...)
-			n.release(seq)
+			ids = append(ids, n.claimed(seq)...)
 		}
-		n.hold(m.Pool, m.Seq, m.DeviceIDs)
+		n.allocs = events.Apply(n.allocs, events.Envelope{Seq: m.Seq, Time: m.At,
+			Payload: events.DevicesAllocated{Pool: m.Pool, DeviceIDs: m.DeviceIDs, Supersedes: m.Supersedes}})
 		n.retellHolds(ctx, m.Pool, ids, fmt.Sprintf("allocation #%d of %s holds it", m.Seq, m.Pool))
 	case *reconciler.Released:
 		if pid := n.pools[m.Pool]; pid != nil {
@@ -311,8 +310,8 @@ func (n *coordinator) Receive(ctx actor.Context) {
 			st = events.Apply(st, events.Envelope{Seq: st.Seq, Time: st.Time, Payload: events.DevicesReleased{AllocationSeq: m.AllocationSeq, Pool: m.Pool}})
 			n.replayed = &st
 		}
-		ids := n.allocated[m.AllocationSeq]
-		n.release(m.AllocationSeq)
+		ids := n.claimed(m.AllocationSeq)
+		n.allocs = events.Apply(n.allocs, m.Event)
 		n.retellHolds(ctx, m.Pool, ids, fmt.Sprintf("allocation #%d of %s released", m.AllocationSeq, m.Pool))
 	case *reconciler.Recovered:
 		if pid := n.pools[m.Pool]; pid != nil {
@@ -324,16 +323,15 @@ func (n *coordinator) Receive(ctx actor.Context) {
 			st = events.Apply(st, events.Envelope{Seq: m.AllocationSeq, Time: m.At, Payload: events.AllocationRecovered{Pool: m.Pool, DeviceIDs: m.DeviceIDs}})
 			n.replayed = &st
 		}
-		n.hold(m.Pool, m.AllocationSeq, m.DeviceIDs)
+		n.allocs = events.Apply(n.allocs, m.Event)
 		n.retellHolds(ctx, m.Pool, m.DeviceIDs, fmt.Sprintf("allocation #%d of %s recovered from the kubelet", m.AllocationSeq, m.Pool))
 	case *reconciler.ClaimChanged:
 		// An allocation no container claims uses no device: it does not
 		// keep the device from the pool it is in now.
+		n.allocs = events.Apply(n.allocs, m.Event)
 		if m.Claimed {
-			n.hold(m.Pool, m.AllocationSeq, m.DeviceIDs)
 			n.retellHolds(ctx, m.Pool, m.DeviceIDs, fmt.Sprintf("allocation #%d of %s claimed again", m.AllocationSeq, m.Pool))
 		} else {
-			n.release(m.AllocationSeq)
 			n.retellHolds(ctx, m.Pool, m.DeviceIDs, fmt.Sprintf("allocation #%d of %s claimed by no container", m.AllocationSeq, m.Pool))
 		}
 	case *registrar.NeedSocket:
@@ -362,11 +360,12 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		panic(fmt.Sprintf("node: injected crash: %s", m.Reason))
 	case *Query:
 		st := &Status{Holds: map[string][]uint64{}, Health: map[string]bool{}}
-		for addr, hs := range n.holds {
-			for _, h := range hs {
-				st.Holds[addr] = append(st.Holds[addr], h.Seq)
+		for addr, seqs := range n.allocs.Holders {
+			for _, seq := range seqs {
+				if n.allocs.Allocations[seq].Claimed() {
+					st.Holds[addr] = append(st.Holds[addr], seq)
+				}
 			}
-			slices.Sort(st.Holds[addr])
 		}
 		for addr, k := range n.healthy {
 			st.Health[addr] = k.Healthy
@@ -422,28 +421,13 @@ func (n *coordinator) member(d sysfs.Device, pool string) allocation.Member {
 	return m
 }
 
-// hold notes a live allocation of pool holding ids.
-func (n *coordinator) hold(pool string, seq uint64, ids []string) {
-	if _, known := n.allocated[seq]; known {
-		return
+// claimed are the devices of the live allocation seq when a container
+// claims it, none otherwise: what it holds in other pools.
+func (n *coordinator) claimed(seq uint64) []string {
+	if a, ok := n.allocs.Allocations[seq]; ok && a.Claimed() {
+		return a.DeviceIDs
 	}
-	n.allocated[seq] = slices.Clone(ids)
-	for _, id := range ids {
-		n.holds[id] = append(n.holds[id], allocation.Hold{Pool: pool, Seq: seq})
-	}
-}
-
-// release forgets a live allocation.
-func (n *coordinator) release(seq uint64) {
-	for _, id := range n.allocated[seq] {
-		hs := slices.DeleteFunc(n.holds[id], func(h allocation.Hold) bool { return h.Seq == seq })
-		if len(hs) == 0 {
-			delete(n.holds, id)
-		} else {
-			n.holds[id] = hs
-		}
-	}
-	delete(n.allocated, seq)
+	return nil
 }
 
 // heldElsewhere are the live allocations holding addr that are not of
@@ -451,9 +435,9 @@ func (n *coordinator) release(seq uint64) {
 // number).
 func (n *coordinator) heldElsewhere(addr, pool string) []allocation.Hold {
 	var out []allocation.Hold
-	for _, h := range n.holds[addr] {
-		if h.Pool != pool {
-			out = append(out, h)
+	for _, seq := range n.allocs.Holders[addr] {
+		if a := n.allocs.Allocations[seq]; a.Pool != pool && a.Claimed() {
+			out = append(out, allocation.Hold{Pool: a.Pool, Seq: seq})
 		}
 	}
 	cur := n.pools[pool]
@@ -566,12 +550,7 @@ func (n *coordinator) start(ctx actor.Context) {
 		n.resources[r.FullName()] = r
 	}
 	n.leaving, n.stopping, n.deferred = map[string][]leave{}, map[string]poolStopped{}, map[string]string{}
-	n.holds, n.allocated = map[string][]allocation.Hold{}, map[uint64][]string{}
-	for seq, a := range st.Allocations {
-		if !a.LeakSuspected || a.Binding != nil {
-			n.hold(a.Pool, seq, a.DeviceIDs)
-		}
-	}
+	n.allocs = st.LiveAllocations()
 	n.healthy = st.Health()
 	log := n.cfg.Log
 	kubeletSock := KubeletSocket(n.cfg.KubeletDir)
@@ -1009,9 +988,9 @@ func (n *coordinator) reload(ctx actor.Context, reason string) *ReloadResult {
 			reason := "pool removed from the config"
 			var held []string
 			for _, addr := range removed {
-				for _, h := range n.holds[addr] {
-					if h.Pool == name {
-						held = append(held, fmt.Sprintf("%s by #%d", addr, h.Seq))
+				for _, seq := range n.allocs.Holders[addr] {
+					if a := n.allocs.Allocations[seq]; a.Pool == name && a.Claimed() {
+						held = append(held, fmt.Sprintf("%s by #%d", addr, seq))
 					}
 				}
 			}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/devledger/devledger/actors/pool/allocation"
+	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/sysfs"
 )
 
@@ -28,7 +28,7 @@ func TestMovedDeviceHeldUntilItsOldPoolLetsGo(t *testing.T) {
 		pools:    map[string]*actor.PID{a: pidA, b: pidB, c: pidC},
 		leaving:  map[string][]leave{},
 		stopping: map[string]poolStopped{},
-		holds:    map[string][]allocation.Hold{},
+		allocs:   events.NewState(),
 	}
 	usable := func(addr, pool string) bool {
 		return n.member(sysfs.Device{Address: addr}, pool).Usable()

@@ -152,9 +152,7 @@ func (r *reconciler) start(ctx actor.Context) {
 	}
 	r.replayed = nil
 	r.setPools(r.cfg.Pools)
-	r.st = events.NewState()
-	c := st.Clone()
-	r.st.Allocations, r.st.Holders = c.Allocations, c.Holders
+	r.st = st.LiveAllocations()
 	r.seen = map[string]bool{}
 	r.available = st.Attribution.Available || st.Attribution.Since.IsZero()
 	r.schedule(ctx, 0)
@@ -258,20 +256,20 @@ func (r *reconciler) tell(ctx actor.Context, e events.Envelope) {
 	switch p := e.Payload.(type) {
 	case events.AllocationBound:
 		if reclaimed != nil {
-			ctx.Send(ctx.Parent(), &ClaimChanged{Pool: p.Pool, AllocationSeq: p.AllocationSeq, DeviceIDs: reclaimed, Claimed: true})
+			ctx.Send(ctx.Parent(), &ClaimChanged{Pool: p.Pool, AllocationSeq: p.AllocationSeq, DeviceIDs: reclaimed, Claimed: true, Event: e})
 		}
 		log.Info().Uint64("allocation", p.AllocationSeq).Str("pool", p.Pool).Str("pod", p.Namespace+"/"+p.Pod).
 			Str("container", p.Container).Uint64("seq", e.Seq).Msg("allocation bound to a container")
 	case events.DevicesReleased:
-		ctx.Send(ctx.Parent(), &Released{Pool: p.Pool, AllocationSeq: p.AllocationSeq})
+		ctx.Send(ctx.Parent(), &Released{Pool: p.Pool, AllocationSeq: p.AllocationSeq, Event: e})
 		log.Info().Uint64("allocation", p.AllocationSeq).Str("pool", p.Pool).Strs("devices", p.DeviceIDs).
 			Dur("held_for_ms", p.HeldFor).Str("reason", p.Reason).Uint64("seq", e.Seq).Msg("devices released")
 	case events.AllocationLeakSuspected:
-		ctx.Send(ctx.Parent(), &ClaimChanged{Pool: p.Pool, AllocationSeq: p.AllocationSeq, DeviceIDs: slices.Clone(p.DeviceIDs)})
+		ctx.Send(ctx.Parent(), &ClaimChanged{Pool: p.Pool, AllocationSeq: p.AllocationSeq, DeviceIDs: slices.Clone(p.DeviceIDs), Event: e})
 		log.Warn().Uint64("allocation", p.AllocationSeq).Str("pool", p.Pool).Strs("devices", p.DeviceIDs).
 			Str("reason", p.Reason).Uint64("seq", e.Seq).Msg("allocation suspected leaked")
 	case events.AllocationRecovered:
-		ctx.Send(ctx.Parent(), &Recovered{Pool: p.Pool, AllocationSeq: e.Seq, DeviceIDs: slices.Clone(p.DeviceIDs), At: e.Time})
+		ctx.Send(ctx.Parent(), &Recovered{Pool: p.Pool, AllocationSeq: e.Seq, DeviceIDs: slices.Clone(p.DeviceIDs), At: e.Time, Event: e})
 		log.Warn().Uint64("seq", e.Seq).Str("pool", p.Pool).Strs("devices", p.DeviceIDs).Str("pod", p.Namespace+"/"+p.Pod).
 			Str("container", p.Container).Str("reason", p.Reason).Msg("allocation recovered from the kubelet")
 	case events.AllocationConflict:

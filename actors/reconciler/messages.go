@@ -1,6 +1,10 @@
 package reconciler
 
-import "time"
+import (
+	"time"
+
+	"github.com/devledger/devledger/events"
+)
 
 // Messages the reconciler receives.
 
@@ -46,6 +50,8 @@ type Status struct {
 type Released struct {
 	Pool          string
 	AllocationSeq uint64
+	// Event is the DevicesReleased recorded.
+	Event events.Envelope
 }
 
 // Recovered says the reconciler recorded an allocation the kubelet reports
@@ -56,6 +62,8 @@ type Recovered struct {
 	AllocationSeq uint64
 	DeviceIDs     []string
 	At            time.Time
+	// Event is the AllocationRecovered recorded.
+	Event events.Envelope
 }
 
 // ClaimChanged says a live allocation came to be claimed by no container
@@ -67,6 +75,9 @@ type ClaimChanged struct {
 	AllocationSeq uint64
 	DeviceIDs     []string
 	Claimed       bool
+	// Event is what was recorded: the AllocationLeakSuspected, or the
+	// AllocationBound that claims it again.
+	Event events.Envelope
 }
 
 // internal
