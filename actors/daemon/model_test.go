@@ -465,7 +465,7 @@ func compareProjections(ctx context.Context, b *strings.Builder, d *Daemon, kids
 	holds := map[string][]uint64{}
 	for addr, seqs := range st.Holders {
 		for _, seq := range seqs {
-			if !st.Allocations[seq].LeakSuspected {
+			if st.Allocations[seq].Claimed() {
 				holds[addr] = append(holds[addr], seq)
 			}
 		}
