@@ -291,13 +291,12 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		// asked for anew (NeedSocket), once, however many removals come.
 		ctx.Send(n.registrar, &registrar.Reconcile{})
 	case *pool.AllocationRecorded:
-		ctx.Send(n.reconciler, &reconciler.Allocated{Seq: m.Seq, Pool: m.Pool, DeviceIDs: m.DeviceIDs, At: m.At, Supersedes: m.Supersedes})
+		ctx.Send(n.reconciler, &reconciler.Allocated{Event: m.Event})
 		ids := slices.Clone(m.DeviceIDs)
 		for _, seq := range m.Supersedes {
 			ids = append(ids, n.claimed(seq)...)
 		}
-		n.allocs = events.Apply(n.allocs, events.Envelope{Seq: m.Seq, Time: m.At,
-			Payload: events.DevicesAllocated{Pool: m.Pool, DeviceIDs: m.DeviceIDs, Supersedes: m.Supersedes}})
+		n.allocs = events.Apply(n.allocs, m.Event)
 		n.retellHolds(ctx, m.Pool, ids, fmt.Sprintf("allocation #%d of %s holds it", m.Seq, m.Pool))
 	case *reconciler.Released:
 		if pid := n.pools[m.Pool]; pid != nil {

@@ -307,7 +307,7 @@ func recorded(pool string, envs []events.Envelope) []*AllocationRecorded {
 	var out []*AllocationRecorded
 	for _, e := range envs {
 		if a, ok := e.Payload.(events.DevicesAllocated); ok {
-			out = append(out, &AllocationRecorded{Pool: pool, Seq: e.Seq, DeviceIDs: slices.Clone(a.DeviceIDs), At: e.Time, Supersedes: slices.Clone(a.Supersedes)})
+			out = append(out, &AllocationRecorded{Pool: pool, Seq: e.Seq, DeviceIDs: slices.Clone(a.DeviceIDs), At: e.Time, Supersedes: slices.Clone(a.Supersedes), Event: e})
 		}
 	}
 	return out

@@ -9,6 +9,7 @@ import (
 
 	"github.com/devledger/devledger/actors/pool/allocation"
 	"github.com/devledger/devledger/config"
+	"github.com/devledger/devledger/events"
 )
 
 // Messages a pool allocator receives.
@@ -141,6 +142,9 @@ type AllocationRecorded struct {
 	At        time.Time
 	// Supersedes are the allocations it ended (events.DevicesAllocated).
 	Supersedes []uint64
+	// Event is the DevicesAllocated recorded, which the node and the
+	// reconciler fold.
+	Event events.Envelope
 }
 
 // LetGo tells the parent that the pool no longer lists Devices, and that

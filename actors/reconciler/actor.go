@@ -110,8 +110,7 @@ func (r *reconciler) Receive(ctx actor.Context) {
 			r.timer.Stop()
 		}
 	case *Allocated:
-		r.st = events.Apply(r.st, events.Envelope{Seq: m.Seq, Time: m.At,
-			Payload: events.DevicesAllocated{Pool: m.Pool, DeviceIDs: m.DeviceIDs, Supersedes: m.Supersedes}})
+		r.st = events.Apply(r.st, m.Event)
 		r.schedule(ctx, r.cfg.AfterAllocate)
 	case *SetPools:
 		r.setPools(m.Pools)

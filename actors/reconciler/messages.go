@@ -11,13 +11,9 @@ import (
 // Allocated tells the reconciler about an allocation that is now durable; it
 // looks for the pod that holds it shortly after (the pod is being created).
 type Allocated struct {
-	Seq       uint64
-	Pool      string
-	DeviceIDs []string
-	At        time.Time
-	// Supersedes are the live allocations it ended, released in the
-	// ledger by the same event.
-	Supersedes []uint64
+	// Event is the DevicesAllocated recorded: with the live allocations
+	// it ended, released in the ledger by the same event.
+	Event events.Envelope
 }
 
 // Reconcile asks for a round now.
