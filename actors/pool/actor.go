@@ -72,6 +72,17 @@ func Props(cfg Config) *actor.Props {
 	}, actor.WithDispatcher(supervise.Warm))
 }
 
+// placement is a SetMembers the pool has taken, durable when its
+// membership change is (id names it; one that changes no member is
+// durable as it comes).
+type placement struct {
+	m       *SetMembers
+	order   []string // its members' addresses, sorted
+	id      uint64
+	durable bool
+	start   bool
+}
+
 type allocator struct {
 	cfg      Config
 	name     string
@@ -89,6 +100,11 @@ type allocator struct {
 	// gen is the newest SetMembers applied. The devices in flight, and
 	// those that left the pool and are not let go yet, are in life.
 	gen uint64
+
+	// placing are the SetMembers taken and not applied yet, oldest first
+	// (see place); waiting are the kubelet's calls that came meanwhile.
+	placing []*placement
+	waiting []any
 
 	watchers map[uint64]chan []*pluginapi.Device
 	// list is the last ListAndWatch list built (deviceList), nil when the
@@ -116,10 +132,14 @@ func (p *allocator) Receive(ctx actor.Context) {
 	case *actor.Stopping:
 		// Stopped for good: every Allocate pending is answered first.
 		p.drainPending(ctx, p.callTimeout())
+		p.refuseWaiting()
 		p.stop()
 	case *actor.Restarting:
 		// The next incarnation (same mailbox) takes the answers of the
-		// Allocates pending.
+		// Allocates pending, and the calls waiting.
+		for _, c := range p.waiting {
+			ctx.Send(ctx.Self(), c)
+		}
 		p.stop()
 	case *actor.Stopped:
 		p.life.stop()
@@ -128,7 +148,9 @@ func (p *allocator) Receive(ctx actor.Context) {
 		// parent hears the pool is gone.
 		p.life.draining.Wait()
 	case *SetMembers:
-		p.setMembers(ctx, m)
+		p.place(ctx, m, false)
+	case *placed:
+		p.placedOne(ctx, m)
 	case *SetResource:
 		p.cfg.Resource = m.Resource
 		p.life.resource = m.Resource
@@ -153,9 +175,27 @@ func (p *allocator) Receive(ctx actor.Context) {
 	case *Withdraw:
 		p.withdraw(m.Reason)
 	case *Query:
-		ctx.Respond(p.status())
+		p.call(ctx, &queryReq{from: ctx.Sender()})
 	case *Crash:
 		panic(fmt.Sprintf("pool %s: injected crash: %s", p.name, m.Reason))
+	case *watchReq, *unwatchReq, *preferredReq, *allocateReq:
+		p.call(ctx, m)
+	case *landed:
+		p.landedOne(ctx, m.id)
+	case *kubeletSaid:
+		ctx.Send(ctx.Parent(), &m.report)
+	}
+}
+
+// call handles a kubelet's call or a Query, or keeps it waiting while the
+// pool has members to place (see place): calls see only members the ledger
+// has, and a Query sees the pool settled.
+func (p *allocator) call(ctx actor.Context, c any) {
+	if len(p.placing) > 0 {
+		p.waiting = append(p.waiting, c)
+		return
+	}
+	switch m := c.(type) {
 	case *watchReq:
 		if m.incarnation != p.incarnation {
 			// Opened on the server of an incarnation before this one,
@@ -163,7 +203,7 @@ func (p *allocator) Receive(ctx actor.Context) {
 			// it end, takes the registration of this one's server.
 			close(m.ch)
 			m.reply <- struct{}{}
-			break
+			return
 		}
 		p.watchers[m.id] = m.ch
 		push(m.ch, p.deviceList())
@@ -179,11 +219,23 @@ func (p *allocator) Receive(ctx actor.Context) {
 		m.reply <- preferredReply{resp: resp, err: err}
 	case *allocateReq:
 		p.allocate(ctx, m)
-	case *landed:
-		p.landedOne(ctx, m.id)
-	case *kubeletSaid:
-		ctx.Send(ctx.Parent(), &m.report)
+	case *queryReq:
+		ctx.Send(m.from, p.status())
 	}
+}
+
+// refuseWaiting answers the calls waiting as the pool stops for good.
+func (p *allocator) refuseWaiting() {
+	err := fmt.Errorf("%w: pool %s stopped", grpcapi.ErrUnavailable, p.name)
+	for _, c := range p.waiting {
+		switch m := c.(type) {
+		case *allocateReq:
+			p.answer(m.reply, m.started, nil, err)
+		case *preferredReq:
+			m.reply <- preferredReply{err: err}
+		}
+	}
+	p.waiting = nil
 }
 
 func (p *allocator) start(ctx actor.Context) {
@@ -199,23 +251,19 @@ func (p *allocator) start(ctx actor.Context) {
 		ctx.Send(ctx.Parent(), &NeedMembers{Pool: p.name})
 	}
 	p.holds = st.Holds(p.name)
-	p.members = map[string]*allocation.Member{}
-	var before []string
-	if pool, ok := st.Pools[p.name]; ok {
-		before = pool.Members
-	}
-	// A restarted pool starts from the members its last incarnation was
-	// given (the parent sends the current ones, NeedMembers): the ledger
-	// has the verdicts since.
 	p.verdicts = st.Health()
 	if p.life.resource != nil {
 		p.cfg.Resource = p.life.resource // a reload's, not the spawn's
 	}
-	ms, moves := p.cfg.Members, p.cfg.Moves
-	if p.life.membersSet {
-		ms, p.gen, moves = p.life.members, p.life.gen, nil
+	// The pool starts from the members the ledger lists, and places
+	// those it was given: the members its last incarnation was given
+	// when it restarts (the parent sends the current ones, NeedMembers).
+	place := &SetMembers{Members: p.cfg.Members, Moves: p.cfg.Moves}
+	if last := p.life.placed; last != nil {
+		place = &SetMembers{Members: last.Members, Gen: last.Gen}
 	}
-	p.members, p.order = p.index(ms)
+	p.members, p.order = p.index(listed(st.Pools[p.name].Members, place.Members))
+	p.gen = p.life.gen
 	reason := p.cfg.Reason
 	switch {
 	case p.life.incarnations > 0:
@@ -223,12 +271,8 @@ func (p *allocator) start(ctx actor.Context) {
 	case reason == "":
 		reason = "daemon start"
 	}
-	p.recordMembership(ctx, before, reason, moves)
-	p.syncDeviceInfo(nil)
-	p.writeCDISpec()
-	// What the last incarnation had not let go yet, with no Allocate of
-	// it under way now, is let go.
-	p.letGo(ctx, slices.Sorted(maps.Keys(p.life.leaving)))
+	place.Reason = reason
+	p.place(ctx, place, true)
 
 	p.life.incarnations++
 	p.incarnation = p.life.incarnations
@@ -444,14 +488,95 @@ func index(ms []allocation.Member) (map[string]*allocation.Member, []string) {
 	return byAddr, order
 }
 
-// recordMembership records the difference between before and the current
-// members, if any, with where the devices that move come from or go to.
-func (p *allocator) recordMembership(ctx actor.Context, before []string, reason string, moves map[string]string) {
-	added, removed := diffSorted(before, p.order)
-	if len(added) == 0 && len(removed) == 0 {
+// listed are the members the ledger lists, with the facts ms has of them:
+// what a pool has until the members it places at its start are durable.
+// Of a device ms lacks it knows only the address.
+func listed(addrs []string, ms []allocation.Member) []allocation.Member {
+	byAddr, _ := index(ms)
+	out := make([]allocation.Member, 0, len(addrs))
+	for _, addr := range addrs {
+		if m, ok := byAddr[addr]; ok {
+			out = append(out, *m)
+		} else {
+			out = append(out, allocation.Member{Device: sysfs.Device{Address: addr, NUMANode: -1}})
+		}
+	}
+	return out
+}
+
+// place takes new members: persist, then apply. A SetMembers that changes
+// who the members are is applied once its PoolMembershipChanged is
+// durable; each waits for those taken before it, and the kubelet's calls
+// wait for them all (call). So the kubelet, an Allocate and the ledger see
+// the members in one order, and a device leaves no pool before the ledger
+// says so. start is the placement of a pool's start, which writes every
+// device-info file again.
+func (p *allocator) place(ctx actor.Context, m *SetMembers, start bool) {
+	byAddr, order := index(m.Members)
+	before := p.order
+	if n := len(p.placing); n > 0 {
+		before = p.placing[n-1].order
+	}
+	// What is to be let go is noted before anything else, so that a
+	// crash from here on cannot lose it.
+	added, removed := diffSorted(before, order)
+	for _, addr := range added {
+		delete(p.life.leaving, addr)
+	}
+	for _, addr := range slices.Concat(removed, m.Leaving) {
+		if _, member := byAddr[addr]; !member {
+			p.life.leaving[addr] = true
+		}
+	}
+	p.life.placed = m
+	pl := &placement{m: m, order: order, start: start, durable: true}
+	if len(added) > 0 || len(removed) > 0 {
+		p.life.nextID++
+		pl.id, pl.durable = p.life.nextID, false
+		p.recordMembership(ctx, pl.id, added, removed, byAddr)
+	}
+	p.placing = append(p.placing, pl)
+	p.applyPlaced(ctx)
+}
+
+// placedOne takes the store's answer to a membership change. One the
+// ledger refused crashes the pool: members it cannot record it does not
+// take, and the next incarnation places them again.
+func (p *allocator) placedOne(ctx actor.Context, m *placed) {
+	for _, pl := range p.placing {
+		if pl.id == m.id && !pl.durable {
+			if m.err != nil {
+				panic(fmt.Errorf("pool %s: cannot record its membership change: %w", p.name, m.err))
+			}
+			pl.durable = true
+		}
+	}
+	p.applyPlaced(ctx)
+}
+
+// applyPlaced applies the placements that are durable, oldest first, and
+// then takes the calls that waited for them.
+func (p *allocator) applyPlaced(ctx actor.Context) {
+	for len(p.placing) > 0 && p.placing[0].durable {
+		pl := p.placing[0]
+		p.placing = p.placing[1:]
+		p.setMembers(ctx, pl)
+	}
+	if len(p.placing) > 0 {
 		return
 	}
-	reason += MovedList("moved from", added, moves) + MovedList("moved to", removed, moves)
+	waiting := p.waiting
+	p.waiting = nil
+	for _, c := range waiting {
+		p.call(ctx, c)
+	}
+}
+
+// recordMembership records a membership change, with where the devices
+// that move come from or go to; the store's answer comes as placed id.
+func (p *allocator) recordMembership(ctx actor.Context, id uint64, added, removed []string, byAddr map[string]*allocation.Member) {
+	m := p.life.placed
+	reason := m.Reason + MovedList("moved from", added, m.Moves) + MovedList("moved to", removed, m.Moves)
 	// A device that leaves while a live allocation holds it is not moved
 	// silently: the reason names the allocations, which stay in the ledger;
 	// nor does one arrive silently while another pool's allocation holds it.
@@ -464,7 +589,7 @@ func (p *allocator) recordMembership(ctx actor.Context, before []string, reason 
 	for _, addr := range added {
 		// A pool the device is leaving lets it go within moments: that
 		// is not worth a word in the ledger.
-		hs := slices.DeleteFunc(slices.Clone(p.members[addr].HeldElsewhere), allocation.Hold.Leaving)
+		hs := slices.DeleteFunc(slices.Clone(byAddr[addr].HeldElsewhere), allocation.Hold.Leaving)
 		if len(hs) > 0 {
 			arrived = append(arrived, addr+" by "+holdList(hs))
 		}
@@ -476,54 +601,40 @@ func (p *allocator) recordMembership(ctx actor.Context, before []string, reason 
 		reason += "; arrived held, listed unhealthy until released: " + strings.Join(arrived, ", ")
 		held = append(held, arrived...)
 	}
-	// The members are what sysfs and the config say, whether or not the
-	// ledger has it yet: the pool goes on, and the store commits in order,
-	// so the change lands before any allocation the pool records after it.
-	log, name, members := p.cfg.Log, p.name, len(p.order)
-	failed := func(err error) {
-		log.Error().Err(err).Str("pool", name).Msg("cannot record membership change")
-	}
-	if err := p.cfg.Recorder.RecordAsync(context.Background(), []events.Payload{events.PoolMembershipChanged{Pool: p.name, Added: added, Removed: removed, Reason: reason}},
+	log, name, members := p.cfg.Log, p.name, len(byAddr)
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	err := p.cfg.Recorder.RecordAsync(context.Background(), []events.Payload{events.PoolMembershipChanged{Pool: p.name, Added: added, Removed: removed, Reason: reason}},
 		func(envs []events.Envelope, err error) {
-			if err != nil {
-				failed(err)
-				return
+			if err == nil {
+				ev := log.Info()
+				if len(held) > 0 {
+					ev = log.Warn().Strs("still_held", held)
+				}
+				ev.Str("pool", name).Int("added", len(added)).Int("removed", len(removed)).
+					Int("members", members).Str("reason", reason).Uint64("seq", envs[0].Seq).Msg("pool membership changed")
 			}
-			ev := log.Info()
-			if len(held) > 0 {
-				ev = log.Warn().Strs("still_held", held)
-			}
-			ev.Str("pool", name).Int("added", len(added)).Int("removed", len(removed)).
-				Int("members", members).Str("reason", reason).Uint64("seq", envs[0].Seq).Msg("pool membership changed")
-		}); err != nil {
-		failed(err)
+			root.Send(self, &placed{id: id, err: err})
+		})
+	if err != nil {
+		ctx.Send(self, &placed{id: id, err: err})
 	}
 }
 
-func (p *allocator) setMembers(ctx actor.Context, m *SetMembers) {
-	before, old := p.order, p.members
-	members, order := p.index(m.Members)
-	// What is to be let go is noted before anything else, so that a
-	// crash from here on cannot lose it.
-	added, removed := diffSorted(before, order)
-	for _, addr := range added {
-		delete(p.life.leaving, addr)
+// setMembers applies a durable placement: the kubelet hears of the new
+// members, and those that left are let go.
+func (p *allocator) setMembers(ctx actor.Context, pl *placement) {
+	old := p.members
+	if pl.start {
+		old = nil
 	}
-	removed = slices.Concat(removed, m.Leaving)
-	for _, addr := range removed {
-		if _, member := members[addr]; !member {
-			p.life.leaving[addr] = true
-		}
-	}
-	p.members, p.order = members, order
-	p.gen = max(p.gen, m.Gen)
-	p.life.members, p.life.membersSet, p.life.gen = m.Members, true, p.gen
+	p.members, p.order = p.index(pl.m.Members)
+	p.gen = max(p.gen, pl.m.Gen)
+	p.life.gen = p.gen
 	p.list = nil
-	p.recordMembership(ctx, before, m.Reason, m.Moves)
 	p.syncDeviceInfo(old)
 	p.writeCDISpec()
 	p.broadcast()
-	p.letGo(ctx, slices.Compact(slices.Sorted(slices.Values(removed))))
+	p.letGo(ctx, slices.Sorted(maps.Keys(p.life.leaving)))
 }
 
 // letGo tells the parent which of ids have left the pool with no Allocate
@@ -533,10 +644,9 @@ func (p *allocator) letGo(ctx actor.Context, ids []string) {
 	if len(ids) == 0 || len(p.life.leaving) == 0 {
 		return
 	}
-	flying := p.life.flying
 	var gone []string
 	for _, id := range ids {
-		if p.life.leaving[id] && flying[id] == 0 {
+		if _, member := p.members[id]; !member && p.life.leaving[id] && p.life.flying[id] == 0 {
 			delete(p.life.leaving, id)
 			gone = append(gone, id)
 		}

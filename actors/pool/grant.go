@@ -37,13 +37,12 @@ type lifetime struct {
 	gone chan struct{}
 	once sync.Once
 
-	// members and gen are the last SetMembers applied (set: one was) and
-	// leaving the devices it removed that are not let go yet: a restarted
-	// pool starts from them, not from the members it was spawned with.
-	members    []allocation.Member
-	membersSet bool
-	gen        uint64
-	leaving    map[string]bool
+	// placed is the last SetMembers taken (nil: none was), which a
+	// restarted pool places, and gen the newest applied; leaving are the
+	// devices placed out of the pool that are not let go yet.
+	placed  *SetMembers
+	gen     uint64
+	leaving map[string]bool
 	// resource is the last SetResource applied (nil: none was): a
 	// restarted pool answers with it, not with the spawn's.
 	resource *config.Resource

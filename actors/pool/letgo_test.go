@@ -4,13 +4,16 @@ import (
 	"context"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/devledger/devledger/actors/internal/actortest"
@@ -32,6 +35,8 @@ type gate struct {
 	held     chan struct{} // closed when the first Allocate's Record is held
 	open     chan struct{}
 	openOnce sync.Once
+	// conn is poolWithAllocateHeld's connection to the pool's socket.
+	conn *grpc.ClientConn
 }
 
 // release lets the held Records go on.
@@ -48,11 +53,11 @@ func (g *gate) observe(envs []events.Envelope) {
 }
 
 // A device leaves a pool (SetMembers without it) while an Allocate of it
-// is under way there: the pool lets it go (LetGo) only after the parent
-// heard of the allocation (AllocationRecorded), so that the pool the device
-// moved to lists it as held from the first moment it may give it out. A
-// device with no Allocate under way is let go at once. Each LetGo names the
-// newest SetMembers applied.
+// is under way there: the pool lets it go (LetGo) only once the ledger has
+// the allocation and then the membership change, and the parent heard of
+// the allocation (AllocationRecorded), so that the pool the device moved to
+// lists it as held from the first moment it may give it out. Each LetGo
+// names the newest SetMembers applied.
 
 const x, y = "0000:3b:02.0", "0000:3b:02.1"
 
@@ -91,6 +96,7 @@ func poolWithAllocateHeld(t *testing.T, tweaks ...func(*Config)) (f *actortest.F
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
+	g.conn = conn
 	allocated = make(chan error, 1)
 	go func() {
 		_, err := pluginapi.NewDevicePluginClient(conn).Allocate(context.Background(), &pluginapi.AllocateRequest{
@@ -113,18 +119,15 @@ func TestLetGoWaitsForTheAllocatesUnderWay(t *testing.T) {
 	// A member is never let go, even when the parent names it.
 	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(x), member(y)}, Reason: "test", Gen: 6, Leaving: []string{x}})
 	f.Silent(t)
-	// x leaves while its Allocate is under way: not let go yet, named or
-	// not.
+	// x leaves while its Allocate is under way, then y: neither is let
+	// go while the ledger has neither change (the Allocate holds the
+	// store).
 	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(y)}, Reason: "test", Gen: 7, Leaving: []string{x}})
-	f.Silent(t)
-	// y leaves with nothing under way: let go at once.
 	f.Sys.Root.Send(f.Child, &SetMembers{Members: nil, Reason: "test", Gen: 8})
-	if m := actortest.Next[*LetGo](t, f); !slices.Equal(m.Devices, []string{y}) || m.Gen != 8 || !m.From.Equal(f.Child) || m.Pool != "example.com/vf" {
-		t.Errorf("LetGo %+v, want %s in gen 8 from the pool", *m, y)
-	}
 	f.Silent(t)
 
-	// The Allocate ends: the parent hears of it, then x is let go.
+	// The Allocate ends: the parent hears of it, then x is let go, then y,
+	// each as its change is applied.
 	g.release()
 	if err := <-allocated; err != nil {
 		t.Fatalf("Allocate: %v", err)
@@ -132,19 +135,61 @@ func TestLetGoWaitsForTheAllocatesUnderWay(t *testing.T) {
 	if m := actortest.Next[*AllocationRecorded](t, f); !slices.Equal(m.DeviceIDs, []string{x}) {
 		t.Errorf("AllocationRecorded %+v, want %s", *m, x)
 	}
-	if m := actortest.Next[*LetGo](t, f); !slices.Equal(m.Devices, []string{x}) || m.Gen != 8 {
-		t.Errorf("LetGo %+v, want %s in gen 8", *m, x)
+	if m := actortest.Next[*LetGo](t, f); !slices.Equal(m.Devices, []string{x}) || m.Gen != 7 || !m.From.Equal(f.Child) || m.Pool != "example.com/vf" {
+		t.Errorf("LetGo %+v, want %s in gen 7 from the pool", *m, x)
+	}
+	if m := actortest.Next[*LetGo](t, f); !slices.Equal(m.Devices, []string{y}) || m.Gen != 8 {
+		t.Errorf("LetGo %+v, want %s in gen 8", *m, y)
 	}
 	f.Silent(t)
 
 	// The parent names a device it placed out of the pool that the pool
-	// never let go of (a crash lost the members that brought it): let go.
+	// never let go of (a crash lost the members that brought it): let go
+	// at once, with no change to record.
 	const z = "0000:3b:02.7"
 	f.Sys.Root.Send(f.Child, &SetMembers{Members: nil, Reason: "test", Gen: 9, Leaving: []string{z}})
 	if m := actortest.Next[*LetGo](t, f); !slices.Equal(m.Devices, []string{z}) || m.Gen != 9 {
 		t.Errorf("LetGo %+v, want %s in gen 9", *m, z)
 	}
 	f.Silent(t)
+}
+
+// Persist, then apply: members leave a pool only once the ledger says
+// so, and the kubelet's calls and a Query that come meanwhile wait for
+// it. An Allocate of a device whose removal is not durable yet is answered
+// after it, and refused: the ledger never has an allocation of a device
+// after the change that took it out of the pool.
+func TestCallsWaitForTheMembersToBeDurable(t *testing.T) {
+	f, g, allocated := poolWithAllocateHeld(t)
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(x)}, Reason: "test", Gen: 2})
+
+	client := pluginapi.NewDevicePluginClient(g.conn)
+	late := make(chan error, 1)
+	go func() {
+		_, err := client.Allocate(context.Background(), &pluginapi.AllocateRequest{
+			ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{y}}}})
+		late <- err
+	}()
+	asked := f.Sys.Root.RequestFuture(f.Child, &Query{}, 30*time.Second)
+	select {
+	case err := <-late:
+		t.Fatalf("an Allocate of a device leaving the pool was answered (%v) before the ledger had the change", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	g.release()
+	if err := <-allocated; err != nil {
+		t.Fatalf("Allocate of x: %v", err)
+	}
+	if err := <-late; status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "not in the pool") {
+		t.Errorf("Allocate of %s after its removal: %v, want InvalidArgument, not in the pool", y, err)
+	}
+	res, err := asked.Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := res.(*Status); st.Members != 1 || st.Health[y] {
+		t.Errorf("status after the change: %+v, want x alone", st)
+	}
 }
 
 // A pool that crashes while a device it lost has an Allocate under way

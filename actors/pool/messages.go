@@ -80,7 +80,8 @@ type Recovered struct {
 // (its parent stops it right after): it records PluginWithdrawn.
 type Withdraw struct{ Reason string }
 
-// Query asks for the pool's status; the reply is a *Status.
+// Query asks for the pool's status; the reply is a *Status, once the
+// members the pool has taken are durable and applied.
 type Query struct{}
 
 // Status is the reply to Query.
@@ -207,5 +208,14 @@ type allocateReply struct {
 // landed says the store answered the pending Allocate id (its answer is in
 // the flight's landed channel).
 type landed struct{ id uint64 }
+
+// queryReq is a Query, with whom to answer.
+type queryReq struct{ from *actor.PID }
+
+// placed says the store answered the membership change id.
+type placed struct {
+	id  uint64
+	err error
+}
 
 type kubeletSaid struct{ report KubeletReported }
