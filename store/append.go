@@ -30,6 +30,7 @@ const (
 type appendReq struct {
 	ctx   context.Context
 	envs  []events.Envelope
+	guard *Guard
 	state atomic.Int32
 	out   []events.Envelope
 	// done is called once, on the writer's goroutine, with the outcome.
@@ -51,6 +52,10 @@ func (r *appendReq) finish(out []events.Envelope, err error) { r.done(out, err) 
 // returns ctx.Err() and writes nothing; once its transaction has started it
 // waits for the outcome, whatever ctx says, so that its answer is true.
 func (l *Log) Append(ctx context.Context, envs ...events.Envelope) ([]events.Envelope, error) {
+	return l.append(ctx, nil, envs)
+}
+
+func (l *Log) append(ctx context.Context, g *Guard, envs []events.Envelope) ([]events.Envelope, error) {
 	if l.readOnly {
 		return nil, l.errReadOnly("append")
 	}
@@ -69,7 +74,7 @@ func (l *Log) Append(ctx context.Context, envs ...events.Envelope) ([]events.Env
 		err error
 	}
 	answer := make(chan result, 1)
-	r := &appendReq{ctx: ctx, envs: envs, done: func(out []events.Envelope, err error) { answer <- result{out, err} }}
+	r := &appendReq{ctx: ctx, envs: envs, guard: g, done: func(out []events.Envelope, err error) { answer <- result{out, err} }}
 	if err := l.enqueue(ctx, r); err != nil {
 		return nil, err
 	}
@@ -106,6 +111,23 @@ func (l *Log) AppendAsync(ctx context.Context, envs []events.Envelope, done func
 		return nil
 	}
 	return l.enqueue(context.Background(), &appendReq{ctx: ctx, envs: envs, done: done})
+}
+
+// Guard makes an append conditional: the writer, as it is about to write
+// the call's events, shows Check every event committed after After (and
+// those of the same batch queued before the call), oldest first. An error
+// from Check fails the call with that error, and nothing of it is written.
+// It is how a caller that decided on the ledger as it was at After writes
+// only if nothing it depended on changed since: Check must be quick, as
+// the writer commits nothing else meanwhile.
+type Guard struct {
+	After uint64
+	Check func(events.Envelope) error
+}
+
+// AppendGuarded is Append under g (see Guard).
+func (l *Log) AppendGuarded(ctx context.Context, g Guard, envs ...events.Envelope) ([]events.Envelope, error) {
+	return l.append(ctx, &g, envs)
 }
 
 // enqueue hands r to the writer; the call counts as in progress (Close
@@ -197,6 +219,12 @@ func (l *Log) commit(batch []*appendReq) {
 			r.finish(nil, err)
 			continue
 		}
+		if r.guard != nil {
+			if err := l.checkGuard(r.guard, live); err != nil {
+				r.finish(nil, err)
+				continue
+			}
+		}
 		mark, spanMark := len(arena), len(spans)
 		out := make([]events.Envelope, len(r.envs))
 		var err error
@@ -253,6 +281,44 @@ func (l *Log) commit(batch []*appendReq) {
 	} else {
 		l.arena = nil // one huge call should not pin its memory
 	}
+}
+
+// checkGuard shows g.Check the events committed after g.After, then those
+// of before, the calls of this batch that will be written ahead of the
+// guarded one (callers hold writeMu).
+func (l *Log) checkGuard(g *Guard, before []*appendReq) error {
+	check := func(e events.Envelope) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("append to ledger %s: the guard panicked at #%d: %v", l.path, e.Seq, p)
+			}
+		}()
+		return g.Check(e)
+	}
+	if last := l.lastSeq.Load(); g.After < last {
+		err := l.view(func(tx *bolt.Tx) error {
+			return l.scan(tx, g.After+1, last, false, func(seq uint64, rec []byte) error {
+				e, err := l.decodeRecord(seq, rec)
+				if err != nil {
+					return err
+				}
+				return check(e)
+			})
+		})
+		if err != nil {
+			return err
+		}
+	}
+	for _, r := range before {
+		for _, e := range r.out {
+			if e.Seq > g.After {
+				if err := check(e); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // stampAndEncode stamps e with seq and appends its key and value to buf. A

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -487,4 +488,72 @@ func TestAppendAsyncKeepsOrder(t *testing.T) {
 	}); !errors.Is(err, ErrClosed) {
 		t.Errorf("AppendAsync after Close: %v, want ErrClosed", err)
 	}
+}
+
+// A guarded append is written only when its guard passes every event
+// committed after its After, and those of its batch ahead of it; it sees
+// none before, and a refusal fails that call alone, writing nothing of it.
+func TestAppendGuarded(t *testing.T) {
+	l := openTestLog(t)
+	mustAppend(t, l, ev(0, events.KubeletRestarted{Socket: "a"}), ev(1, events.KubeletRestarted{Socket: "b"}))
+	errChanged := errors.New("changed")
+	// refuse fails at a socket named in sockets, and lists what it saw.
+	var saw []string
+	refuse := func(sockets ...string) Guard {
+		saw = nil
+		return Guard{After: 1, Check: func(e events.Envelope) error {
+			s := e.Payload.(events.KubeletRestarted).Socket
+			saw = append(saw, s)
+			if slices.Contains(sockets, s) {
+				return fmt.Errorf("%w: %s", errChanged, s)
+			}
+			return nil
+		}}
+	}
+	ctx := context.Background()
+
+	// Committed after After: b is seen, a (at After) is not.
+	if _, err := l.AppendGuarded(ctx, refuse("b"), ev(2, events.KubeletRestarted{Socket: "c"})); !errors.Is(err, errChanged) {
+		t.Fatalf("guarded append after a change: %v, want the guard's error", err)
+	}
+	if !slices.Equal(saw, []string{"b"}) {
+		t.Errorf("the guard saw %v, want [b]", saw)
+	}
+	if got := readAll(t, l, 0); len(got) != 2 {
+		t.Fatalf("%d events after a refused append, want 2", len(got))
+	}
+	out, err := l.AppendGuarded(ctx, refuse("a"), ev(2, events.KubeletRestarted{Socket: "c"}))
+	if err != nil || out[0].Seq != 3 {
+		t.Fatalf("guarded append with nothing changed: %v, %v", out, err)
+	}
+
+	// In one batch: the guard sees the call queued ahead of it, not the
+	// one behind, and only it fails.
+	ahead := queued(ctx, ev(3, events.KubeletRestarted{Socket: "d"}))
+	guarded := queued(ctx, ev(4, events.KubeletRestarted{Socket: "e"}))
+	g := refuse("d")
+	g.After = 3
+	guarded.guard = &g
+	behind := queued(ctx, ev(5, events.KubeletRestarted{Socket: "f"}))
+	l.commit([]*appendReq{ahead.appendReq, guarded.appendReq, behind.appendReq})
+	if !errors.Is(guarded.err, errChanged) || ahead.err != nil || behind.err != nil {
+		t.Fatalf("batch: ahead %v, guarded %v, behind %v; want only the guarded call refused", ahead.err, guarded.err, behind.err)
+	}
+	if !slices.Equal(saw, []string{"d"}) {
+		t.Errorf("the guard saw %v, want [d]", saw)
+	}
+	var sockets []string
+	for _, e := range readAll(t, l, 0) {
+		sockets = append(sockets, e.Payload.(events.KubeletRestarted).Socket)
+	}
+	if !slices.Equal(sockets, []string{"a", "b", "c", "d", "f"}) {
+		t.Fatalf("ledger holds %v, want [a b c d f]", sockets)
+	}
+
+	// A guard that panics fails its call, not the writer.
+	boom := Guard{After: 0, Check: func(events.Envelope) error { panic("boom") }}
+	if _, err := l.AppendGuarded(ctx, boom, ev(6, events.KubeletRestarted{Socket: "g"})); err == nil || !strings.Contains(err.Error(), "panicked") {
+		t.Fatalf("a panicking guard: %v", err)
+	}
+	mustAppend(t, l, ev(7, events.KubeletRestarted{Socket: "h"}))
 }

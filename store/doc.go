@@ -47,7 +47,9 @@
 //     answers each call with its own result (see Append). Calls are
 //     committed in the order they were made; AppendAsync queues one and
 //     answers through a callback, so an actor can go on with its mailbox
-//     while its events become durable.
+//     while its events become durable. AppendGuarded writes a call only if
+//     its Guard passes every event committed after the point its caller
+//     decided on: a compare-and-append, checked by the writer itself.
 //   - Every read verifies what it returns: checksum, decoding, the sequence
 //     in the record, continuity. The first bad record ends the read with a
 //     *CorruptError naming its sequence, after everything before it was
