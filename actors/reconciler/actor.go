@@ -12,6 +12,8 @@ package reconciler
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -23,6 +25,7 @@ import (
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/actors/supervise"
 	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/store"
 )
 
 // Lister is the kubelet's PodResources List (grpcapi.PodResourcesClient).
@@ -86,18 +89,17 @@ type reconciler struct {
 	replayed *events.State
 
 	pools map[string]bool
-	// st is the fold of what the reconciler records and hears of
-	// (allocations as they land, with what they supersede): its
-	// Allocations are the live allocations it attributes.
-	st        events.State
-	seen      map[string]bool
-	available bool
-	failures  int
-	listing   bool
-	again     bool // a round was asked for while one was out
-	timer     *time.Timer
-	due       time.Time
-	rounds    int
+	// st is the fold of the ledger up to st.Seq, caught up with before a
+	// round folds it (catchUp): its Allocations are the live allocations
+	// it attributes, its Attribution whether PodResources answers.
+	st       events.State
+	seen     map[string]bool
+	failures int
+	listing  bool
+	again    bool // a round was asked for while one was out
+	timer    *time.Timer
+	due      time.Time
+	rounds   int
 }
 
 // Receive implements actor.Actor.
@@ -110,7 +112,7 @@ func (r *reconciler) Receive(ctx actor.Context) {
 			r.timer.Stop()
 		}
 	case *Allocated:
-		r.st = events.Apply(r.st, m.Event)
+		// The round reads the allocation from the ledger.
 		r.schedule(ctx, r.cfg.AfterAllocate)
 	case *SetPools:
 		r.setPools(m.Pools)
@@ -125,7 +127,8 @@ func (r *reconciler) Receive(ctx actor.Context) {
 	case *listed:
 		r.listed(ctx, m)
 	case *Query:
-		st := &Status{Available: r.available, Rounds: r.rounds, Allocations: map[uint64]string{}}
+		r.catchUp(ctx, nil)
+		st := &Status{Available: r.available(), Rounds: r.rounds, Allocations: map[uint64]string{}}
 		for seq, a := range r.st.Allocations {
 			st.Allocations[seq] = ""
 			if b := a.Binding; b != nil {
@@ -151,10 +154,39 @@ func (r *reconciler) start(ctx actor.Context) {
 	}
 	r.replayed = nil
 	r.setPools(r.cfg.Pools)
-	r.st = st.LiveAllocations()
+	r.st = st.Clone()
 	r.seen = map[string]bool{}
-	r.available = st.Attribution.Available || st.Attribution.Since.IsZero()
 	r.schedule(ctx, 0)
+}
+
+// available says whether the ledger has PodResources answering (as it
+// has when it never said otherwise).
+func (r *reconciler) available() bool {
+	a := r.st.Attribution
+	return a.Available || a.Since.IsZero()
+}
+
+// catchUp folds what the ledger has after st into it. Of the events, mine
+// are the reconciler's own, just recorded: each is told as it is applied.
+// A ledger it cannot read crashes the actor, which replays it afresh.
+func (r *reconciler) catchUp(ctx actor.Context, mine []events.Envelope) {
+	next := r.st.Seq + 1
+	err := r.cfg.Recorder.Log().Read(next, func(e events.Envelope) error {
+		if e.Seq != next {
+			// Retention dropped what the fold had not read yet.
+			return fmt.Errorf("the ledger goes on at #%d", e.Seq)
+		}
+		next++
+		if len(mine) > 0 && e.Seq >= mine[0].Seq && e.Seq <= mine[len(mine)-1].Seq {
+			r.tell(ctx, e)
+		} else {
+			r.st = events.Apply(r.st, e)
+		}
+		return nil
+	})
+	if err != nil {
+		panic(fmt.Errorf("reconciler: read the ledger after #%d: %w", r.st.Seq, err))
+	}
 }
 
 func (r *reconciler) setPools(pools []string) {
@@ -202,38 +234,47 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 			r.round(ctx)
 		}
 	}()
+	r.catchUp(ctx, nil)
 	if m.err != nil {
 		r.failures++
 		delay := min(time.Second<<min(r.failures-1, 20), r.cfg.RetryMax)
-		if r.available {
-			r.available = false
-			r.record(events.AttributionChanged{Available: false, Reason: m.err.Error()})
-			r.cfg.Log.Warn().Err(m.err).Dur("retry_in_ms", delay).Msg("pod resources unavailable; devices are served but not attributed to pods")
+		if r.available() {
+			envs, err := r.cfg.Recorder.Record(context.Background(), events.AttributionChanged{Available: false, Reason: m.err.Error()})
+			if err != nil {
+				r.cfg.Log.Error().Err(err).Msg("cannot record that pod resources are unavailable")
+			} else {
+				r.catchUp(ctx, envs)
+				r.cfg.Log.Warn().Err(m.err).Dur("retry_in_ms", delay).Msg("pod resources unavailable; devices are served but not attributed to pods")
+			}
 		}
 		r.schedule(ctx, delay)
 		return
 	}
 	r.failures = 0
 	var payloads []events.Payload
-	if !r.available {
-		r.available = true
+	if !r.available() {
 		payloads = append(payloads, events.AttributionChanged{Available: true, Reason: "pod resources answered"})
-		r.cfg.Log.Info().Msg("pod resources available again")
 	}
 	resp := m.resp.(*podresourcesapi.ListPodResourcesResponse)
 	res := fold(foldInput{pools: r.pools, allocs: r.st.Allocations, now: r.cfg.Now(), grace: r.cfg.LeakGrace, seen: r.seen}, resp.GetPodResources())
 	payloads = append(payloads, res.payloads...)
 	if len(payloads) > 0 {
-		envs, err := r.cfg.Recorder.Record(context.Background(), payloads...)
+		// Recorded only if no allocation of the devices they speak of
+		// landed since the fold: the pods listed may not know of it.
+		guard := store.Guard{After: r.st.Seq, Check: staleBy(payloads)}
+		envs, err := r.cfg.Recorder.RecordGuarded(context.Background(), guard, payloads...)
+		if errors.Is(err, errStale) {
+			r.cfg.Log.Debug().Err(err).Msg("a round went stale; another follows")
+			r.again = true
+			return
+		}
 		if err != nil {
 			// Not recorded, not applied: the next round finds the same.
 			r.cfg.Log.Error().Err(err).Int("events", len(payloads)).Msg("cannot record reconciliation; will retry")
 			r.schedule(ctx, r.cfg.AfterAllocate)
 			return
 		}
-		for _, e := range envs {
-			r.tell(ctx, e)
-		}
+		r.catchUp(ctx, envs)
 	}
 	r.seen = res.seen
 	r.rounds++
@@ -253,6 +294,10 @@ func (r *reconciler) tell(ctx actor.Context, e events.Envelope) {
 	}
 	r.st = events.Apply(r.st, e)
 	switch p := e.Payload.(type) {
+	case events.AttributionChanged:
+		if p.Available {
+			log.Info().Uint64("seq", e.Seq).Msg("pod resources available again")
+		}
 	case events.AllocationBound:
 		if reclaimed != nil {
 			ctx.Send(ctx.Parent(), &ClaimChanged{Pool: p.Pool, AllocationSeq: p.AllocationSeq, DeviceIDs: reclaimed, Claimed: true, Event: e})
@@ -276,8 +321,53 @@ func (r *reconciler) tell(ctx actor.Context, e events.Envelope) {
 	}
 }
 
-func (r *reconciler) record(p events.Payload) {
-	if _, err := r.cfg.Recorder.Record(context.Background(), p); err != nil {
-		r.cfg.Log.Error().Err(err).Str("event", string(p.EventType())).Msg("cannot record")
+// errStale says a round's events were not recorded: an allocation landed
+// since the round folded the ledger.
+var errStale = errors.New("an allocation landed since the round")
+
+// staleBy is the guard of a round's payloads: a DevicesAllocated of a
+// device they speak of, or superseding an allocation they name, makes
+// them stale.
+func staleBy(payloads []events.Payload) func(events.Envelope) error {
+	devices, seqs := map[string]bool{}, map[uint64]bool{}
+	for _, p := range payloads {
+		switch p := p.(type) {
+		case events.AllocationBound:
+			seqs[p.AllocationSeq] = true
+			addAll(devices, p.DeviceIDs)
+		case events.DevicesReleased:
+			seqs[p.AllocationSeq] = true
+			addAll(devices, p.DeviceIDs)
+		case events.AllocationLeakSuspected:
+			seqs[p.AllocationSeq] = true
+			addAll(devices, p.DeviceIDs)
+		case events.AllocationRecovered:
+			addAll(devices, p.DeviceIDs)
+		case events.AllocationConflict:
+			devices[p.Device] = true
+		}
+	}
+	return func(e events.Envelope) error {
+		a, ok := e.Payload.(events.DevicesAllocated)
+		if !ok {
+			return nil
+		}
+		for _, id := range a.DeviceIDs {
+			if devices[id] {
+				return fmt.Errorf("%w: #%d allocated %s", errStale, e.Seq, id)
+			}
+		}
+		for _, seq := range a.Supersedes {
+			if seqs[seq] {
+				return fmt.Errorf("%w: #%d superseded #%d", errStale, e.Seq, seq)
+			}
+		}
+		return nil
+	}
+}
+
+func addAll(set map[string]bool, ids []string) {
+	for _, id := range ids {
+		set[id] = true
 	}
 }

@@ -8,13 +8,10 @@ import (
 
 // Messages the reconciler receives.
 
-// Allocated tells the reconciler about an allocation that is now durable; it
-// looks for the pod that holds it shortly after (the pod is being created).
-type Allocated struct {
-	// Event is the DevicesAllocated recorded: with the live allocations
-	// it ended, released in the ledger by the same event.
-	Event events.Envelope
-}
+// Allocated tells the reconciler that an allocation is now durable: it
+// looks for the pod that holds it shortly after (the pod is being
+// created), reading the allocation from the ledger.
+type Allocated struct{}
 
 // Reconcile asks for a round now.
 type Reconcile struct{}

@@ -1,0 +1,109 @@
+package reconciler
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/devledger/devledger/actors/internal/actortest"
+	"github.com/devledger/devledger/actors/ledger"
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/store"
+)
+
+// listerFunc is a Lister.
+type listerFunc func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error)
+
+func (f listerFunc) List(ctx context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+	return f(ctx)
+}
+
+// A round records nothing about an allocation that another allocation of
+// its device superseded after the round read the ledger: the pods it
+// listed may predate the new allocation. It is stale, and the round that
+// follows attributes the allocation live then. Here the new allocation is
+// queued with the store after the round read the ledger and before it
+// records, as a pool's Allocate may be.
+func TestARoundDoesNotRecordWhatWentStale(t *testing.T) {
+	const pool, dev = "example.com/vf", "0000:3b:02.1"
+	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	rec := ledger.NewRecorder(l, "boot-1", nil)
+	first, err := rec.Record(context.Background(), events.DevicesAllocated{Pool: pool, DeviceIDs: []string{dev}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replayed, err := rec.Replay()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	pods := &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{
+		kubelettest.PodHolding("ns", "pod-a", "main", pool, dev)}}
+	var once sync.Once
+	second := make(chan uint64, 1)
+	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+		once.Do(func() {
+			// Hold the store's writer on a commit, and queue a new
+			// allocation of dev behind it: the round reads the ledger
+			// without it, and its events queue after it.
+			held := make(chan struct{})
+			if err := l.AppendAsync(context.Background(), []events.Envelope{events.New(events.KubeletRestarted{Socket: "k"}, time.Now(), "boot-1")},
+				func([]events.Envelope, error) { <-held }); err != nil {
+				t.Error(err)
+			}
+			if err := l.AppendAsync(context.Background(), []events.Envelope{events.New(events.DevicesAllocated{Pool: pool, DeviceIDs: []string{dev}, Supersedes: []uint64{first[0].Seq}}, time.Now(), "boot-1")},
+				func(envs []events.Envelope, err error) {
+					if err == nil {
+						second <- envs[0].Seq
+					}
+				}); err != nil {
+				t.Error(err)
+			}
+			time.AfterFunc(300*time.Millisecond, func() { close(held) })
+		})
+		return pods, nil
+	})
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Pools: []string{pool}, Replayed: &replayed,
+		Interval: time.Hour, LeakGrace: time.Hour, Log: zerolog.Nop()}))
+
+	var seq uint64
+	select {
+	case seq = <-second:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second allocation never landed")
+	}
+	// The round that follows binds the live allocation.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := res.(*Status); st.Allocations[seq] == "ns/pod-a/main" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("allocation #%d never bound: %+v", seq, res)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	err = l.Read(0, func(e events.Envelope) error {
+		if b, ok := e.Payload.(events.AllocationBound); ok && b.AllocationSeq != seq {
+			t.Errorf("#%d binds allocation #%d, superseded by #%d before it", e.Seq, b.AllocationSeq, seq)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
