@@ -16,6 +16,7 @@ import (
 	"time"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devledger/devledger/actors/node"
 	"github.com/devledger/devledger/actors/pool"
@@ -29,7 +30,8 @@ import (
 // random sequences of what happens to a node (Allocates, also concurrent;
 // health flips; VFs rebound and moved between pools; config reloads that
 // move allocated devices; hot-unplug; pool and node crashes; rescans; a
-// daemon restart) go through a real daemon, and at
+// daemon restart; pods that claim allocations, or leave them) go through a
+// real daemon, and at
 // every quiet point each pool's state, asked by message, equals the fold of
 // the ledger restricted to that pool: its members, their health, and the
 // live allocations holding them; and what the kubelet was told over
@@ -109,6 +111,9 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
 	n.opts.ScanInterval, n.opts.ProbeInterval, n.opts.KernelEvents = time.Hour, time.Hour, false
+	// Rounds come when the model asks (and when a kubelet appears); an
+	// allocation no container claims by the next is a leak suspect.
+	n.opts.ReconcileInterval, n.opts.LeakGrace = time.Hour, 50*time.Millisecond
 	d := n.start(t)
 	// Each step's waits get a window of their own: one for the whole
 	// sequence ran out under load before the step that waited, which then
@@ -144,7 +149,7 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 	}
 	for range modelSteps {
 		step()
-		switch op := rng.IntN(11); op {
+		switch op := rng.IntN(12); op {
 		case 0, 1: // Allocates, from one to four clients at once
 			clients := 1 + rng.IntN(4)
 			var wg sync.WaitGroup
@@ -298,6 +303,29 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 			crashes[p]++
 			crash(d, kids.Pools[p], "model")
 			history = append(history, "crash "+p)
+		case 11: // the kubelet's pods change: each live allocation is
+			// claimed by a container of its own, or not (its container
+			// went, or never came: a leak suspect), and a round
+			// attributes them
+			st := ledgerState(t, d)
+			var pods []*podresourcesapi.PodResources
+			var claimed []string
+			for _, seq := range slices.Sorted(maps.Keys(st.Allocations)) {
+				if rng.IntN(2) == 0 {
+					continue
+				}
+				a := st.Allocations[seq]
+				name := fmt.Sprintf("pod-%d", seq)
+				pods = append(pods, kubelettest.PodHolding("model", name, "main", a.Pool, a.DeviceIDs...))
+				claimed = append(claimed, name)
+			}
+			n.kubelet.SetPods(pods)
+			kids, err := d.Children(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.system.Root.Send(kids.Reconciler, &reconciler.Reconcile{})
+			history = append(history, "pods ["+strings.Join(claimed, " ")+"]")
 		case 4: // a rescan
 			d.Send(&node.Rescan{Reason: "model"})
 			history = append(history, "rescan")
@@ -432,8 +460,8 @@ func compareWithFold(t *testing.T, ctx context.Context, n *testNode, d *Daemon, 
 			fmt.Fprintf(&b, "%s: held %v, the ledger %v\n", name, live.Held, fold.held)
 		}
 		// What the kubelet was told (ListAndWatch): every member, healthy
-		// when the ledger has it healthy and no other pool's allocation
-		// holds it.
+		// when the ledger has it healthy and no other pool's claimed
+		// allocation holds it.
 		listed := map[string]bool{}
 		for _, dev := range n.kubelet.Devices(name) {
 			listed[dev.ID] = dev.Health == pluginapi.Healthy
@@ -505,11 +533,12 @@ func compareProjections(ctx context.Context, b *strings.Builder, d *Daemon, kids
 	}
 }
 
-// heldByAnother says whether a live allocation of a pool other than name
-// holds addr.
+// heldByAnother says whether a claimed live allocation of a pool other
+// than name holds addr (one no container claims, a leak suspect, does not
+// keep the device from its new pool).
 func heldByAnother(st events.State, addr, name string) bool {
 	for _, seq := range st.Holders[addr] {
-		if st.Allocations[seq].Pool != name {
+		if a := st.Allocations[seq]; a.Pool != name && a.Claimed() {
 			return true
 		}
 	}
