@@ -959,7 +959,9 @@ func (n *coordinator) reload(ctx actor.Context, reason string) *ReloadResult {
 	if err != nil {
 		lines := strings.Split(strings.TrimRight(err.Error(), "\n"), "\n")
 		if _, rerr := n.cfg.Recorder.Record(context.Background(), events.ConfigRejected{Path: path, SHA256: sha, Errors: lines}); rerr != nil {
+			// Not recorded: the next reload of the same bytes tries again.
 			log.Error().Err(rerr).Msg("cannot record the rejected config")
+			return &ReloadResult{Rejected: lines, Err: rerr}
 		}
 		n.configSHA = sha // the same bad bytes are not rejected twice
 		log.Warn().Strs("errors", lines).Msg("config rejected; keeping the config in force")
