@@ -291,7 +291,7 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		// asked for anew (NeedSocket), once, however many removals come.
 		ctx.Send(n.registrar, &registrar.Reconcile{})
 	case *pool.AllocationRecorded:
-		ctx.Send(n.reconciler, &reconciler.Allocated{})
+		ctx.Send(n.reconciler, &reconciler.Allocated{Seq: m.Seq})
 		ids := slices.Clone(m.DeviceIDs)
 		for _, seq := range m.Supersedes {
 			ids = append(ids, n.claimed(seq)...)

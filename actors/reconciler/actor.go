@@ -92,7 +92,12 @@ type reconciler struct {
 	// st is the fold of the ledger up to st.Seq, caught up with before a
 	// round folds it (catchUp): its Allocations are the live allocations
 	// it attributes, its Attribution whether PodResources answers.
-	st       events.State
+	st events.State
+	// told are the allocations the node has told of (Allocated), and
+	// those live at start or recovered by the reconciler: a round
+	// attributes only these, so that the pool and the node hold every
+	// allocation before they hear of its binding, release or leak.
+	told     map[uint64]bool
 	seen     map[string]bool
 	failures int
 	listing  bool
@@ -113,6 +118,7 @@ func (r *reconciler) Receive(ctx actor.Context) {
 		}
 	case *Allocated:
 		// The round reads the allocation from the ledger.
+		r.told[m.Seq] = true
 		r.schedule(ctx, r.cfg.AfterAllocate)
 	case *SetPools:
 		r.setPools(m.Pools)
@@ -155,6 +161,10 @@ func (r *reconciler) start(ctx actor.Context) {
 	r.replayed = nil
 	r.setPools(r.cfg.Pools)
 	r.st = st.Clone()
+	r.told = map[uint64]bool{}
+	for seq := range r.st.Allocations {
+		r.told[seq] = true
+	}
 	r.seen = map[string]bool{}
 	r.schedule(ctx, 0)
 }
@@ -256,7 +266,7 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 		payloads = append(payloads, events.AttributionChanged{Available: true, Reason: "pod resources answered"})
 	}
 	resp := m.resp.(*podresourcesapi.ListPodResourcesResponse)
-	res := fold(foldInput{pools: r.pools, allocs: r.st.Allocations, now: r.cfg.Now(), grace: r.cfg.LeakGrace, seen: r.seen}, resp.GetPodResources())
+	res := fold(foldInput{pools: r.pools, allocs: r.attributed(), now: r.cfg.Now(), grace: r.cfg.LeakGrace, seen: r.seen}, resp.GetPodResources())
 	payloads = append(payloads, res.payloads...)
 	if len(payloads) > 0 {
 		// Recorded only if no allocation of the devices they speak of
@@ -313,12 +323,31 @@ func (r *reconciler) tell(ctx actor.Context, e events.Envelope) {
 		log.Warn().Uint64("allocation", p.AllocationSeq).Str("pool", p.Pool).Strs("devices", p.DeviceIDs).
 			Str("reason", p.Reason).Uint64("seq", e.Seq).Msg("allocation suspected leaked")
 	case events.AllocationRecovered:
+		r.told[e.Seq] = true
 		ctx.Send(ctx.Parent(), &Recovered{Pool: p.Pool, AllocationSeq: e.Seq, DeviceIDs: slices.Clone(p.DeviceIDs), At: e.Time, Event: e})
 		log.Warn().Uint64("seq", e.Seq).Str("pool", p.Pool).Strs("devices", p.DeviceIDs).Str("pod", p.Namespace+"/"+p.Pod).
 			Str("container", p.Container).Str("reason", p.Reason).Msg("allocation recovered from the kubelet")
 	case events.AllocationConflict:
 		log.Warn().Str("pool", p.Pool).Str("bdf", p.Device).Str("reason", p.Reason).Uint64("seq", e.Seq).Msg("allocation conflict")
 	}
+}
+
+// attributed are the live allocations a round attributes: those told of.
+// One the ledger has and the node has not told of yet is left to the next
+// round. Allocations told of that are over are forgotten.
+func (r *reconciler) attributed() map[uint64]events.Allocation {
+	out := make(map[uint64]events.Allocation, len(r.st.Allocations))
+	for seq, a := range r.st.Allocations {
+		if r.told[seq] {
+			out[seq] = a
+		}
+	}
+	for seq := range r.told {
+		if _, live := r.st.Allocations[seq]; !live && seq <= r.st.Seq {
+			delete(r.told, seq)
+		}
+	}
+	return out
 }
 
 // errStale says a round's events were not recorded: an allocation landed

@@ -8,10 +8,11 @@ import (
 
 // Messages the reconciler receives.
 
-// Allocated tells the reconciler that an allocation is now durable: it
-// looks for the pod that holds it shortly after (the pod is being
-// created), reading the allocation from the ledger.
-type Allocated struct{}
+// Allocated tells the reconciler that the allocation Seq is durable, and
+// that its pool and the node hold it: the reconciler reads it from the
+// ledger, attributes it from now on, and looks for the pod that holds it
+// shortly after (the pod is being created).
+type Allocated struct{ Seq uint64 }
 
 // Reconcile asks for a round now.
 type Reconcile struct{}
