@@ -104,6 +104,16 @@ const widenedConfig = `{
   ]
 }`
 
+// vfioOnlyConfig is sriovConfig without the net pool.
+const vfioOnlyConfig = `{
+  "resourceList": [
+    {"resourceName": "sriov_vfio", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]}}
+  ]
+}`
+
+// modelConfigs are the configs the model reloads, by name.
+var modelConfigs = map[string]string{"sriov": sriovConfig, "widened": widenedConfig, "vfio only": vfioOnlyConfig}
+
 // modelSteps is how many operations one sequence makes.
 const modelSteps = 20
 
@@ -140,12 +150,31 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 		driver[vf] = "vfio-pci"
 	}
 	crashes := map[string]int{}
-	widened := false
+	config := "sriov"
 	removed := map[string]bool{}
 	var history []string
 	fail := func(format string, args ...any) {
 		t.Helper()
 		t.Fatalf("seed %d, after %s: %s", seed, strings.Join(history, ", "), fmt.Sprintf(format, args...))
+	}
+	// rebind binds vf to the other pool's driver and asks for a rescan,
+	// which moves it, allocated or not.
+	rebind := func(vf string) string {
+		to := "iavf"
+		if driver[vf] == "iavf" {
+			to = "vfio-pci"
+		}
+		if driver[vf] != "" {
+			if err := n.roots.Unbind(vf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := n.roots.Bind(vf, to); err != nil {
+			t.Fatal(err)
+		}
+		driver[vf] = to
+		d.Send(&node.Rescan{Reason: "model"})
+		return "rebind " + vf + " to " + to
 	}
 	for range modelSteps {
 		step()
@@ -185,42 +214,30 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 				history = append(history, "unbind "+vf)
 			}
 			d.Probe(&node.ProbeHealth{Addresses: []string{vf}})
-		case 6: // a VF rebound to the other pool's driver, and a rescan
-			// moves it, allocated or not
+		case 6: // a VF rebound to the other pool's driver
 			vf := vfs[rng.IntN(len(vfs))]
 			if removed[vf] {
 				continue
 			}
-			to := "iavf"
-			if driver[vf] == "iavf" {
-				to = "vfio-pci"
-			}
-			if driver[vf] != "" {
-				if err := n.roots.Unbind(vf); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := n.roots.Bind(vf, to); err != nil {
+			history = append(history, rebind(vf))
+		case 9: // a reload: to the sriov config, to the widened one
+			// (which moves every iavf VF, allocated or not, to the vfio
+			// pool), or to one without the net pool; half the time while
+			// a VF rebound to the other pool's driver is being rescanned
+			others := slices.DeleteFunc([]string{"sriov", "widened", "vfio only"}, func(c string) bool { return c == config })
+			config = others[rng.IntN(len(others))]
+			if err := os.WriteFile(n.opts.ConfigPath, []byte(modelConfigs[config]), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			driver[vf] = to
-			d.Send(&node.Rescan{Reason: "model"})
-			history = append(history, "rebind "+vf+" to "+to)
-		case 9: // a reload that moves every iavf VF, allocated or not,
-			// to the vfio pool (the first pool that takes it), or back
-			cfg := sriovConfig
-			if !widened {
-				cfg = widenedConfig
-			}
-			widened = !widened
-			if err := os.WriteFile(n.opts.ConfigPath, []byte(cfg), 0o644); err != nil {
-				t.Fatal(err)
+			what := "reload (" + config + ")"
+			if vf := vfs[rng.IntN(len(vfs))]; rng.IntN(2) == 0 && !removed[vf] {
+				what = rebind(vf) + " and " + what
 			}
 			// The config watcher may apply it first: then it is unchanged.
 			if res, err := d.Reload(ctx, "model"); err != nil || !res.Applied && !res.Unchanged {
 				t.Fatalf("seed %d: reload = %+v, %v", seed, res, err)
 			}
-			history = append(history, fmt.Sprintf("reload (widened %v)", widened))
+			history = append(history, what)
 		case 10: // a VF hot-unplugged (at most two a sequence), and a rescan
 			if len(removed) >= 2 {
 				continue
@@ -345,10 +362,19 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 // falseStories walks the ledger and names every event that speaks of an
 // allocation as live when the fold up to it has no such live allocation (a
 // release of one released already, say), or supersedes one of another pool.
+//
+// One such story is let pass: an Allocate that supersedes an allocation of
+// its pool that the reconciler released (its container gone) while the
+// pool had not heard of the release yet. Both events say the same thing,
+// that container is gone; the fold ends the allocation at the first. The
+// pool learns of releases by message, after they are durable, and nothing
+// orders its Allocates with the reconciler's appends (see the closing
+// note of issue 15).
 func falseStories(t *testing.T, d *Daemon) []string {
 	t.Helper()
 	st := events.NewState()
 	var out []string
+	released := map[uint64]string{} // allocation -> its pool, released
 	live := func(e events.Envelope, seq uint64, pool string) {
 		if a, ok := st.Allocations[seq]; !ok || a.Pool != pool {
 			out = append(out, fmt.Sprintf("#%d %s names allocation #%d of %s", e.Seq, e.Type, seq, pool))
@@ -358,10 +384,14 @@ func falseStories(t *testing.T, d *Daemon) []string {
 		switch p := e.Payload.(type) {
 		case events.DevicesAllocated:
 			for _, seq := range p.Supersedes {
+				if _, ok := st.Allocations[seq]; !ok && released[seq] == p.Pool {
+					continue
+				}
 				live(e, seq, p.Pool)
 			}
 		case events.DevicesReleased:
 			live(e, p.AllocationSeq, p.Pool)
+			released[p.AllocationSeq] = p.Pool
 		case events.AllocationBound:
 			live(e, p.AllocationSeq, p.Pool)
 		case events.AllocationLeakSuspected:
