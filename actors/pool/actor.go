@@ -78,9 +78,17 @@ func Props(cfg Config) *actor.Props {
 type placement struct {
 	m       *SetMembers
 	order   []string // its members' addresses, sorted
+	n       uint64   // its place among the placements taken
 	id      uint64
 	durable bool
 	start   bool
+}
+
+// waitingCall is a call that waits for the placements taken before it
+// (the first after of them).
+type waitingCall struct {
+	c     any
+	after uint64
 }
 
 type allocator struct {
@@ -102,9 +110,13 @@ type allocator struct {
 	gen uint64
 
 	// placing are the SetMembers taken and not applied yet, oldest first
-	// (see place); waiting are the kubelet's calls that came meanwhile.
-	placing []*placement
-	waiting []any
+	// (see place), taken and applied count them; waiting are the calls
+	// that came meanwhile, each waiting for those taken before it.
+	// retry places the members again after the ledger refused them.
+	placing        []*placement
+	taken, applied uint64
+	waiting        []waitingCall
+	retry          *time.Timer
 
 	watchers map[uint64]chan []*pluginapi.Device
 	// list is the last ListAndWatch list built (deviceList), nil when the
@@ -132,13 +144,13 @@ func (p *allocator) Receive(ctx actor.Context) {
 	case *actor.Stopping:
 		// Stopped for good: every Allocate pending is answered first.
 		p.drainPending(ctx, p.callTimeout())
-		p.refuseWaiting()
+		p.refuseWaiting(ctx)
 		p.stop()
 	case *actor.Restarting:
 		// The next incarnation (same mailbox) takes the answers of the
 		// Allocates pending, and the calls waiting.
-		for _, c := range p.waiting {
-			ctx.Send(ctx.Self(), c)
+		for _, w := range p.waiting {
+			ctx.Send(ctx.Self(), w.c)
 		}
 		p.stop()
 	case *actor.Stopped:
@@ -151,6 +163,8 @@ func (p *allocator) Receive(ctx actor.Context) {
 		p.place(ctx, m, false)
 	case *placed:
 		p.placedOne(ctx, m)
+	case *replace:
+		p.replace(ctx)
 	case *SetResource:
 		p.cfg.Resource = m.Resource
 		p.life.resource = m.Resource
@@ -191,8 +205,8 @@ func (p *allocator) Receive(ctx actor.Context) {
 // pool has members to place (see place): calls see only members the ledger
 // has, and a Query sees the pool settled.
 func (p *allocator) call(ctx actor.Context, c any) {
-	if len(p.placing) > 0 {
-		p.waiting = append(p.waiting, c)
+	if p.applied < p.taken {
+		p.waiting = append(p.waiting, waitingCall{c: c, after: p.taken})
 		return
 	}
 	switch m := c.(type) {
@@ -225,14 +239,16 @@ func (p *allocator) call(ctx actor.Context, c any) {
 }
 
 // refuseWaiting answers the calls waiting as the pool stops for good.
-func (p *allocator) refuseWaiting() {
+func (p *allocator) refuseWaiting(ctx actor.Context) {
 	err := fmt.Errorf("%w: pool %s stopped", grpcapi.ErrUnavailable, p.name)
-	for _, c := range p.waiting {
-		switch m := c.(type) {
+	for _, w := range p.waiting {
+		switch m := w.c.(type) {
 		case *allocateReq:
 			p.answer(m.reply, m.started, nil, err)
 		case *preferredReq:
 			m.reply <- preferredReply{err: err}
+		case *queryReq:
+			ctx.Send(m.from, p.status())
 		}
 	}
 	p.waiting = nil
@@ -431,6 +447,9 @@ func (p *allocator) withdraw(reason string) {
 // server's wait for them must not block here, or every restart and stop
 // would hang until the server gives up on them.
 func (p *allocator) stop() {
+	if p.retry != nil {
+		p.retry.Stop()
+	}
 	for id, ch := range p.watchers {
 		close(ch)
 		delete(p.watchers, id)
@@ -529,7 +548,8 @@ func (p *allocator) place(ctx actor.Context, m *SetMembers, start bool) {
 		}
 	}
 	p.life.placed = m
-	pl := &placement{m: m, order: order, start: start, durable: true}
+	p.taken++
+	pl := &placement{m: m, order: order, n: p.taken, start: start, durable: true}
 	if len(added) > 0 || len(removed) > 0 {
 		p.life.nextID++
 		pl.id, pl.durable = p.life.nextID, false
@@ -539,37 +559,74 @@ func (p *allocator) place(ctx actor.Context, m *SetMembers, start bool) {
 	p.applyPlaced(ctx)
 }
 
-// placedOne takes the store's answer to a membership change. One the
-// ledger refused crashes the pool: members it cannot record it does not
-// take, and the next incarnation places them again.
+// placedOne takes the store's answer to a membership change.
 func (p *allocator) placedOne(ctx actor.Context, m *placed) {
 	for _, pl := range p.placing {
 		if pl.id == m.id && !pl.durable {
 			if m.err != nil {
-				panic(fmt.Errorf("pool %s: cannot record its membership change: %w", p.name, m.err))
+				p.refused(ctx, m.err)
+				return
 			}
 			pl.durable = true
+			p.life.refusals = 0
 		}
 	}
 	p.applyPlaced(ctx)
 }
 
 // applyPlaced applies the placements that are durable, oldest first, and
-// then takes the calls that waited for them.
+// takes each call that waited for them, in order. A call is taken off the
+// list before it runs: should it crash the pool, those after it are
+// still there for the next incarnation.
 func (p *allocator) applyPlaced(ctx actor.Context) {
 	for len(p.placing) > 0 && p.placing[0].durable {
 		pl := p.placing[0]
 		p.placing = p.placing[1:]
 		p.setMembers(ctx, pl)
+		p.applied = pl.n
 	}
-	if len(p.placing) > 0 {
-		return
+	for len(p.waiting) > 0 && p.waiting[0].after <= p.applied {
+		w := p.waiting[0]
+		p.waiting = p.waiting[1:]
+		p.call(ctx, w.c)
 	}
-	waiting := p.waiting
-	p.waiting = nil
-	for _, c := range waiting {
-		p.call(ctx, c)
+}
+
+// refused takes a membership change the ledger refused (a full disk, an
+// I/O error): it is not applied, nor are those taken after it, each of
+// which says what changed since the one before. The pool keeps the
+// members it has, answers the calls that waited, and places its last
+// members again after a pause (doubling, up to a minute), from what the
+// ledger has then.
+func (p *allocator) refused(ctx actor.Context, err error) {
+	p.placing = nil
+	p.applied = p.taken
+	p.applyPlaced(ctx)
+	delay := min(100*time.Millisecond<<min(p.life.refusals, 10), time.Minute)
+	p.life.refusals++
+	p.cfg.Log.Error().Err(err).Str("pool", p.name).Dur("retry_in_ms", delay).Msg("cannot record a membership change; the members stay as the ledger has them")
+	if p.retry != nil {
+		p.retry.Stop()
 	}
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	p.retry = time.AfterFunc(delay, func() { root.Send(self, &replace{}) })
+}
+
+// replace places the last members again after a refusal, against the
+// members the ledger has now (a change taken after the refused one may
+// have been recorded).
+func (p *allocator) replace(ctx actor.Context) {
+	p.retry = nil
+	if len(p.placing) > 0 || p.life.placed == nil {
+		return // placing already (a later SetMembers, or a restart)
+	}
+	st, err := p.cfg.Recorder.Replay()
+	if err != nil {
+		panic(fmt.Errorf("pool %s: replay: %w", p.name, err))
+	}
+	last := p.life.placed
+	p.members, p.order = p.index(listed(st.Pools[p.name].Members, last.Members))
+	p.place(ctx, &SetMembers{Members: last.Members, Reason: last.Reason, Gen: last.Gen, Leaving: last.Leaving, Moves: last.Moves}, false)
 }
 
 // recordMembership records a membership change, with where the devices
@@ -646,7 +703,7 @@ func (p *allocator) letGo(ctx actor.Context, ids []string) {
 	}
 	var gone []string
 	for _, id := range ids {
-		if _, member := p.members[id]; !member && p.life.leaving[id] && p.life.flying[id] == 0 {
+		if _, member := p.members[id]; !member && p.life.leaving[id] && p.life.flying[id] == 0 && !p.placesAgain(id) {
 			delete(p.life.leaving, id)
 			gone = append(gone, id)
 		}
@@ -654,6 +711,17 @@ func (p *allocator) letGo(ctx actor.Context, ids []string) {
 	if len(gone) > 0 {
 		ctx.Send(ctx.Parent(), &LetGo{Pool: p.name, From: ctx.Self(), Gen: p.gen, Devices: gone})
 	}
+}
+
+// placesAgain says a placement not applied yet lists id: it is not let go
+// as it leaves, since it comes back.
+func (p *allocator) placesAgain(id string) bool {
+	for _, pl := range p.placing {
+		if _, ok := slices.BinarySearch(pl.order, id); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // MovedList is "; <verb> <pool>: <ids>" for each other pool that moves

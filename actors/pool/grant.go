@@ -43,6 +43,8 @@ type lifetime struct {
 	placed  *SetMembers
 	gen     uint64
 	leaving map[string]bool
+	// refusals counts the membership changes refused in a row.
+	refusals uint
 	// resource is the last SetResource applied (nil: none was): a
 	// restarted pool answers with it, not with the spawn's.
 	resource *config.Resource

@@ -225,3 +225,23 @@ func TestLetGoOutlivesARestart(t *testing.T) {
 		break
 	}
 }
+
+// A device that leaves, comes back and leaves again while the changes are
+// pending is let go once, as the last one is applied, in its generation:
+// not as the first is, when a change still to come lists it again.
+func TestLetGoWaitsForTheLastPlacement(t *testing.T) {
+	f, g, allocated := poolWithAllocateHeld(t)
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(x)}, Reason: "test", Gen: 2})
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(x), member(y)}, Reason: "test", Gen: 3})
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(x)}, Reason: "test", Gen: 4})
+	f.Silent(t)
+	g.release()
+	if err := <-allocated; err != nil {
+		t.Fatalf("Allocate: %v", err)
+	}
+	actortest.Next[*AllocationRecorded](t, f)
+	if m := actortest.Next[*LetGo](t, f); !slices.Equal(m.Devices, []string{y}) || m.Gen != 4 {
+		t.Errorf("LetGo %+v, want %s in gen 4", *m, y)
+	}
+	f.Silent(t)
+}

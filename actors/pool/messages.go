@@ -209,6 +209,10 @@ type allocateReply struct {
 // the flight's landed channel).
 type landed struct{ id uint64 }
 
+// replace asks the pool to place its last members again, after the
+// ledger refused them.
+type replace struct{}
+
 // queryReq is a Query, with whom to answer.
 type queryReq struct{ from *actor.PID }
 

@@ -1,0 +1,56 @@
+package pool
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/devledger/devledger/actors/internal/actortest"
+	"github.com/devledger/devledger/actors/pool/allocation"
+)
+
+// A membership change the ledger refuses (a full disk, an I/O error) is
+// not applied: the pool keeps its members, answers the calls that waited
+// for the change, and does not crash. A moment later it places its
+// members again, against what the ledger has then, and they are applied.
+// Here the store's answer to the change is forged as a refusal while the
+// real append waits behind an Allocate the test holds.
+func TestARefusedMembershipChangeIsPlacedAgain(t *testing.T) {
+	f, g, allocated := poolWithAllocateHeld(t)
+	members := func() int {
+		t.Helper()
+		res, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.(*Status).Members
+	}
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(x)}, Reason: "test", Gen: 2})
+	// The ids of the start's membership change (1) and the Allocate (2)
+	// come before this change's.
+	asked := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second)
+	f.Sys.Root.Send(f.Child, &placed{id: 3, err: errors.New("no space left on device")})
+	res, err := asked.Result()
+	if err != nil {
+		t.Fatalf("a Query that waited for a refused change: %v", err)
+	}
+	if n := res.(*Status).Members; n != 2 {
+		t.Fatalf("%d members after the ledger refused the change, want 2", n)
+	}
+	g.release()
+	if err := <-allocated; err != nil {
+		t.Fatalf("Allocate: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for members() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the members were never placed again")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	actortest.Next[*AllocationRecorded](t, f)
+	if m := actortest.Next[*LetGo](t, f); len(m.Devices) != 1 || m.Devices[0] != y || m.Gen != 2 {
+		t.Errorf("LetGo %+v, want %s in gen 2", *m, y)
+	}
+	f.Silent(t) // no restart: no NeedMembers, no second Serving
+}
