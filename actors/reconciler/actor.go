@@ -101,10 +101,13 @@ type reconciler struct {
 	seen     map[string]bool
 	failures int
 	listing  bool
-	again    bool // a round was asked for while one was out
-	timer    *time.Timer
-	due      time.Time
-	rounds   int
+	// listedFrom is the end of the ledger as the round out began to list
+	// the pods: what landed after it, the list may not show.
+	listedFrom uint64
+	again      bool // a round was asked for while one was out
+	timer      *time.Timer
+	due        time.Time
+	rounds     int
 }
 
 // Receive implements actor.Actor.
@@ -227,6 +230,8 @@ func (r *reconciler) round(ctx actor.Context) {
 		return
 	}
 	r.listing = true
+	r.catchUp(ctx, nil)
+	r.listedFrom = r.st.Seq
 	self, root, lister, timeout := ctx.Self(), ctx.ActorSystem().Root, r.cfg.Lister, r.cfg.CallTimeout
 	go func() {
 		lctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -270,8 +275,8 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	payloads = append(payloads, res.payloads...)
 	if len(payloads) > 0 {
 		// Recorded only if no allocation of the devices they speak of
-		// landed since the fold: the pods listed may not know of it.
-		guard := store.Guard{After: r.st.Seq, Check: staleBy(payloads)}
+		// landed since the pods were listed: the list may not show it.
+		guard := store.Guard{After: r.listedFrom, Check: staleBy(payloads)}
 		envs, err := r.cfg.Recorder.RecordGuarded(context.Background(), guard, payloads...)
 		if errors.Is(err, errStale) {
 			r.cfg.Log.Debug().Err(err).Msg("a round went stale; another follows")

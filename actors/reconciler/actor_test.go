@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +25,28 @@ func (f listerFunc) List(ctx context.Context) (*podresourcesapi.ListPodResources
 	return f(ctx)
 }
 
+// ledgerWithAllocation opens a ledger holding one allocation of dev in
+// pool, and returns it with its Recorder, the allocation's sequence and
+// the ledger's state.
+func ledgerWithAllocation(t *testing.T, pool, dev string) (*store.Log, *ledger.Recorder, uint64, events.State) {
+	t.Helper()
+	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	rec := ledger.NewRecorder(l, "boot-1", nil)
+	envs, err := rec.Record(context.Background(), events.DevicesAllocated{Pool: pool, DeviceIDs: []string{dev}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replayed, err := rec.Replay()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, rec, envs[0].Seq, replayed
+}
+
 // A round records nothing about an allocation that another allocation of
 // its device superseded after the round read the ledger: the pods it
 // listed may predate the new allocation. It is stale, and a round that
@@ -32,20 +55,7 @@ func (f listerFunc) List(ctx context.Context) (*podresourcesapi.ListPodResources
 // read the ledger and before it records, as a pool's Allocate may be.
 func TestARoundDoesNotRecordWhatWentStale(t *testing.T) {
 	const pool, dev = "example.com/vf", "0000:3b:02.1"
-	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	rec := ledger.NewRecorder(l, "boot-1", nil)
-	first, err := rec.Record(context.Background(), events.DevicesAllocated{Pool: pool, DeviceIDs: []string{dev}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	replayed, err := rec.Replay()
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, rec, first, replayed := ledgerWithAllocation(t, pool, dev)
 
 	pods := &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{
 		kubelettest.PodHolding("ns", "pod-a", "main", pool, dev)}}
@@ -61,7 +71,7 @@ func TestARoundDoesNotRecordWhatWentStale(t *testing.T) {
 				func([]events.Envelope, error) { <-held }); err != nil {
 				t.Error(err)
 			}
-			if err := l.AppendAsync(context.Background(), []events.Envelope{events.New(events.DevicesAllocated{Pool: pool, DeviceIDs: []string{dev}, Supersedes: []uint64{first[0].Seq}}, time.Now(), "boot-1")},
+			if err := l.AppendAsync(context.Background(), []events.Envelope{events.New(events.DevicesAllocated{Pool: pool, DeviceIDs: []string{dev}, Supersedes: []uint64{first}}, time.Now(), "boot-1")},
 				func(envs []events.Envelope, err error) {
 					if err == nil {
 						second <- envs[0].Seq
@@ -107,9 +117,68 @@ func TestARoundDoesNotRecordWhatWentStale(t *testing.T) {
 	if st := status(func(st *Status) bool { return st.Allocations[seq] != "" }); st.Allocations[seq] != "ns/pod-a/main" {
 		t.Fatalf("allocation #%d: %+v, want it bound to ns/pod-a/main", seq, st)
 	}
-	err = l.Read(0, func(e events.Envelope) error {
+	err := l.Read(0, func(e events.Envelope) error {
 		if b, ok := e.Payload.(events.AllocationBound); ok && b.AllocationSeq != seq {
 			t.Errorf("#%d binds allocation #%d, superseded by #%d before it", e.Seq, b.AllocationSeq, seq)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The pods a round lists may predate an allocation that lands while it
+// lists them, even one the node tells of before the list comes back: the
+// round is stale, and the next list says who holds the device now. Here
+// the kubelet first lists the container the device was taken from, then
+// the one it was given to: the allocation is bound to the second only.
+func TestARoundIsStaleByWhatLandsWhileItLists(t *testing.T) {
+	const pool, dev = "example.com/vf", "0000:3b:02.1"
+	l, rec, first, replayed := ledgerWithAllocation(t, pool, dev)
+	holding := func(pod string) *podresourcesapi.ListPodResourcesResponse {
+		return &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{
+			kubelettest.PodHolding("ns", pod, "main", pool, dev)}}
+	}
+	spawned := make(chan *actortest.Family, 1)
+	second := make(chan uint64, 1)
+	var calls atomic.Int32
+	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+		if calls.Add(1) > 1 {
+			return holding("pod-b"), nil
+		}
+		// The kubelet gives dev to pod-b as the list of pod-a goes out.
+		f := <-spawned
+		envs, err := rec.Record(context.Background(), events.DevicesAllocated{Pool: pool, DeviceIDs: []string{dev}, Supersedes: []uint64{first}})
+		if err != nil {
+			t.Error(err)
+			return holding("pod-a"), nil
+		}
+		f.Sys.Root.Send(f.Child, &Allocated{Seq: envs[0].Seq})
+		second <- envs[0].Seq
+		return holding("pod-a"), nil
+	})
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Pools: []string{pool}, Replayed: &replayed,
+		Interval: time.Hour, AfterAllocate: 10 * time.Millisecond, LeakGrace: time.Hour, Log: zerolog.Nop()}))
+	spawned <- f
+	seq := <-second
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.(*Status).Allocations[seq] == "ns/pod-b/main" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("allocation #%d never bound to pod-b: %+v", seq, res)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	err := l.Read(0, func(e events.Envelope) error {
+		if b, ok := e.Payload.(events.AllocationBound); ok && b.Pod != "pod-b" {
+			t.Errorf("#%d binds allocation #%d to %s, which the list of before it showed", e.Seq, b.AllocationSeq, b.Pod)
 		}
 		return nil
 	})
