@@ -130,6 +130,15 @@ func (l *Log) AppendGuarded(ctx context.Context, g Guard, envs ...events.Envelop
 	return l.append(ctx, &g, envs)
 }
 
+// AppendAsyncGuarded is AppendAsync under g (see Guard): done gets the
+// guard's error when it refuses the call.
+func (l *Log) AppendAsyncGuarded(ctx context.Context, g Guard, envs []events.Envelope, done func(out []events.Envelope, err error)) error {
+	if len(envs) == 0 {
+		return l.AppendAsync(ctx, envs, done)
+	}
+	return l.enqueue(context.Background(), &appendReq{ctx: ctx, envs: envs, guard: &g, done: done})
+}
+
 // enqueue hands r to the writer; the call counts as in progress (Close
 // waits for it) until r is answered.
 func (l *Log) enqueue(ctx context.Context, r *appendReq) error {

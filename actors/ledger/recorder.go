@@ -85,13 +85,23 @@ func (r *Recorder) record(ctx context.Context, g *store.Guard, ps []events.Paylo
 // order they were queued. An error means nothing was queued and done will
 // not be called.
 func (r *Recorder) RecordAsync(ctx context.Context, ps []events.Payload, done func([]events.Envelope, error)) error {
+	return r.recordAsync(ctx, nil, ps, done)
+}
+
+// RecordAsyncGuarded is RecordAsync under g (store.Guard): done gets the
+// guard's error when it refuses the payloads.
+func (r *Recorder) RecordAsyncGuarded(ctx context.Context, g store.Guard, ps []events.Payload, done func([]events.Envelope, error)) error {
+	return r.recordAsync(ctx, &g, ps, done)
+}
+
+func (r *Recorder) recordAsync(ctx context.Context, g *store.Guard, ps []events.Payload, done func([]events.Envelope, error)) error {
 	if len(ps) == 0 {
 		done(nil, nil)
 		return nil
 	}
 	envs := r.envelopes(ps)
 	typ := envs[0].Type
-	err := r.log.AppendAsync(ctx, envs, func(out []events.Envelope, err error) {
+	answer := func(out []events.Envelope, err error) {
 		if err != nil {
 			done(nil, fmt.Errorf("record %s: %w", typ, err))
 			return
@@ -100,7 +110,13 @@ func (r *Recorder) RecordAsync(ctx context.Context, ps []events.Payload, done fu
 			r.observer(out)
 		}
 		done(out, nil)
-	})
+	}
+	var err error
+	if g != nil {
+		err = r.log.AppendAsyncGuarded(ctx, *g, envs, answer)
+	} else {
+		err = r.log.AppendAsync(ctx, envs, answer)
+	}
 	if err != nil {
 		return fmt.Errorf("record %s: %w", typ, err)
 	}
