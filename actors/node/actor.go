@@ -480,7 +480,7 @@ func (n *coordinator) setMembers(ctx actor.Context, pid *actor.PID, ms []allocat
 		}
 	}
 	slices.Sort(leaving)
-	ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(ms), Reason: reason, Gen: n.gen, Leaving: leaving, Moves: moves})
+	ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(ms), Reason: reason, Gen: n.gen, Seq: n.cfg.Recorder.Log().LastSeq(), Leaving: leaving, Moves: moves})
 }
 
 // moves are the devices that placement owner moves into or out of pool,
@@ -892,7 +892,7 @@ func (n *coordinator) spawnPool(ctx actor.Context, res *config.Resource, ms []al
 	}
 	name := res.FullName()
 	pid, err := ctx.SpawnNamed(pool.Props(pool.Config{
-		Resource: res, Members: slices.Clone(ms), Moves: moves, Reason: reason, Recorder: n.cfg.Recorder, Replayed: replayed,
+		Resource: res, Members: slices.Clone(ms), Moves: moves, Seq: n.cfg.Recorder.Log().LastSeq(), Reason: reason, Recorder: n.cfg.Recorder, Replayed: replayed,
 		SocketDir: SocketDir(n.cfg.KubeletDir, n.cfg.Mode), Mode: n.cfg.Mode, Env: n.cfg.AllocEnv, DevinfoDir: n.cfg.DevinfoDir, CDISpecDir: n.cfg.CDISpecDir,
 		CallTimeout: n.cfg.CallTimeout, ObserveAllocate: n.cfg.ObserveAllocate, Log: n.cfg.Log.With().Str("actor", "pool").Logger(),
 	}), fmt.Sprintf("pool-%s-%d", strings.ReplaceAll(name, "/", "_"), n.spawned))

@@ -7,6 +7,7 @@ package pool
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -24,6 +25,7 @@ import (
 	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi"
+	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/sysfs"
 )
 
@@ -35,6 +37,9 @@ type Config struct {
 	// (see SetMembers).
 	Members []allocation.Member
 	Moves   map[string]string
+	// Seq is the ledger's last sequence as the parent placed Members (see
+	// SetMembers).
+	Seq uint64
 	// Reason is why the pool was spawned, for the membership change it
 	// records at its start ("daemon start" when empty); a restarted pool
 	// says "pool restarted".
@@ -274,9 +279,9 @@ func (p *allocator) start(ctx actor.Context) {
 	// The pool starts from the members the ledger lists, and places
 	// those it was given: the members its last incarnation was given
 	// when it restarts (the parent sends the current ones, NeedMembers).
-	place := &SetMembers{Members: p.cfg.Members, Moves: p.cfg.Moves}
+	place := &SetMembers{Members: p.cfg.Members, Moves: p.cfg.Moves, Seq: p.cfg.Seq}
 	if last := p.life.placed; last != nil {
-		place = &SetMembers{Members: last.Members, Gen: last.Gen}
+		place = &SetMembers{Members: last.Members, Gen: last.Gen, Seq: last.Seq}
 	}
 	p.members, p.order = p.index(listed(st.Pools[p.name].Members, place.Members))
 	p.gen = p.life.gen
@@ -559,10 +564,21 @@ func (p *allocator) place(ctx actor.Context, m *SetMembers, start bool) {
 	p.applyPlaced(ctx)
 }
 
+// errDropped refuses a membership change of a pool the config dropped
+// since its members were placed.
+var errDropped = errors.New("the config in force has dropped the pool")
+
 // placedOne takes the store's answer to a membership change.
 func (p *allocator) placedOne(ctx actor.Context, m *placed) {
 	for _, pl := range p.placing {
 		if pl.id == m.id && !pl.durable {
+			if errors.Is(m.err, errDropped) {
+				// The parent stops the pool next: nothing to place again.
+				p.cfg.Log.Info().Str("pool", p.name).Msg("the pool was dropped from the config; its last members are not recorded")
+				p.placing, p.applied = nil, p.taken
+				p.applyPlaced(ctx)
+				return
+			}
 			if m.err != nil {
 				p.refused(ctx, m.err)
 				return
@@ -626,7 +642,7 @@ func (p *allocator) replace(ctx actor.Context) {
 	}
 	last := p.life.placed
 	p.members, p.order = p.index(listed(st.Pools[p.name].Members, last.Members))
-	p.place(ctx, &SetMembers{Members: last.Members, Reason: last.Reason, Gen: last.Gen, Leaving: last.Leaving, Moves: last.Moves}, false)
+	p.place(ctx, &SetMembers{Members: last.Members, Reason: last.Reason, Gen: last.Gen, Leaving: last.Leaving, Moves: last.Moves, Seq: last.Seq}, false)
 }
 
 // recordMembership records a membership change, with where the devices
@@ -660,7 +676,16 @@ func (p *allocator) recordMembership(ctx actor.Context, id uint64, added, remove
 	}
 	log, name, members := p.cfg.Log, p.name, len(byAddr)
 	self, root := ctx.Self(), ctx.ActorSystem().Root
-	err := p.cfg.Recorder.RecordAsync(context.Background(), []events.Payload{events.PoolMembershipChanged{Pool: p.name, Added: added, Removed: removed, Reason: reason}},
+	// A pool the config dropped since the members were placed records no
+	// change of them: the node recorded the pool's last one with the
+	// config, and the ledger must not list the pool again.
+	guard := store.Guard{After: m.Seq, Check: func(e events.Envelope) error {
+		if c, ok := e.Payload.(events.ConfigApplied); ok && !slices.ContainsFunc(c.Pools, func(s events.PoolSpec) bool { return s.Resource == name }) {
+			return fmt.Errorf("%w (#%d)", errDropped, e.Seq)
+		}
+		return nil
+	}}
+	err := p.cfg.Recorder.RecordAsyncGuarded(context.Background(), guard, []events.Payload{events.PoolMembershipChanged{Pool: p.name, Added: added, Removed: removed, Reason: reason}},
 		func(envs []events.Envelope, err error) {
 			if err == nil {
 				ev := log.Info()

@@ -35,8 +35,10 @@ type gate struct {
 	held     chan struct{} // closed when the first Allocate's Record is held
 	open     chan struct{}
 	openOnce sync.Once
-	// conn is poolWithAllocateHeld's connection to the pool's socket.
+	// conn is poolWithAllocateHeld's connection to the pool's socket,
+	// and log the pool's ledger.
 	conn *grpc.ClientConn
+	log  *store.Log
 }
 
 // release lets the held Records go on.
@@ -76,7 +78,7 @@ func poolWithAllocateHeld(t *testing.T, tweaks ...func(*Config)) (f *actortest.F
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	g = &gate{held: make(chan struct{}), open: make(chan struct{})}
+	g = &gate{held: make(chan struct{}), open: make(chan struct{}), log: l}
 	t.Cleanup(g.release)
 	rec := ledger.NewRecorder(l, "boot-1", nil)
 	rec.Observe(g.observe)

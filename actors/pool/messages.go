@@ -32,6 +32,10 @@ type SetMembers struct {
 	// and for a device that leaves for another pool, that pool: the
 	// membership change records both ends of a move.
 	Moves map[string]string
+	// Seq is the ledger's last sequence as the parent placed the members:
+	// a config recorded after it that drops the pool makes them stale,
+	// and the pool records no change of them.
+	Seq uint64
 }
 
 // SetResource gives the pool its new definition after a config change (its

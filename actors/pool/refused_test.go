@@ -1,12 +1,14 @@
 package pool
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/devledger/devledger/actors/internal/actortest"
 	"github.com/devledger/devledger/actors/pool/allocation"
+	"github.com/devledger/devledger/events"
 )
 
 // A membership change the ledger refuses (a full disk, an I/O error) is
@@ -53,4 +55,49 @@ func TestARefusedMembershipChangeIsPlacedAgain(t *testing.T) {
 		t.Errorf("LetGo %+v, want %s in gen 2", *m, y)
 	}
 	f.Silent(t) // no restart: no NeedMembers, no second Serving
+}
+
+// A pool the config dropped after its members were placed records no
+// change of them: the node recorded the pool's last membership with the
+// config, and a change after it would bring the pool back in the ledger.
+// Here the config is queued with the store before the pool's change.
+func TestADroppedPoolRecordsNoMembershipChange(t *testing.T) {
+	f, g, allocated := poolWithAllocateHeld(t)
+	l := g.log
+	placed := l.LastSeq()
+	if err := l.AppendAsync(context.Background(), []events.Envelope{events.New(events.ConfigApplied{Path: "config.json", SHA256: "ab"}, time.Now(), "boot-1")},
+		func([]events.Envelope, error) {}); err != nil {
+		t.Fatal(err)
+	}
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(x)}, Reason: "test", Gen: 2, Seq: placed})
+	asked := f.Sys.Root.RequestFuture(f.Child, &Query{}, 10*time.Second)
+	g.release()
+	if err := <-allocated; err != nil {
+		t.Fatalf("Allocate: %v", err)
+	}
+	res, err := asked.Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := res.(*Status).Members; n != 2 {
+		t.Errorf("%d members after a change the config made stale, want 2", n)
+	}
+	dropped := false
+	err = l.Read(0, func(e events.Envelope) error {
+		switch e.Payload.(type) {
+		case events.ConfigApplied:
+			dropped = true
+		case events.PoolMembershipChanged:
+			if dropped {
+				t.Errorf("#%d %s after the config that dropped the pool", e.Seq, e.Type)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !dropped {
+		t.Fatal("the config never landed")
+	}
 }
