@@ -115,8 +115,9 @@ func (l *Log) AppendAsync(ctx context.Context, envs []events.Envelope, done func
 
 // Guard makes an append conditional: the writer, as it is about to write
 // the call's events, shows Check every event committed after After (and
-// those of the same batch queued before the call), oldest first. An error
-// from Check fails the call with that error, and nothing of it is written.
+// those of the same batch queued before the call), oldest first; events
+// retention dropped (a snapshot holds them) are not shown. An error from
+// Check fails the call with that error, and nothing of it is written.
 // It is how a caller that decided on the ledger as it was at After writes
 // only if nothing it depended on changed since: Check must be quick, as
 // the writer commits nothing else meanwhile.
@@ -306,7 +307,7 @@ func (l *Log) checkGuard(g *Guard, before []*appendReq) error {
 	}
 	if last := l.lastSeq.Load(); g.After < last {
 		err := l.view(func(tx *bolt.Tx) error {
-			return l.scan(tx, g.After+1, last, false, func(seq uint64, rec []byte) error {
+			return l.scan(tx, g.After+1, last, true, func(seq uint64, rec []byte) error {
 				e, err := l.decodeRecord(seq, rec)
 				if err != nil {
 					return err

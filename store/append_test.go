@@ -550,6 +550,16 @@ func TestAppendGuarded(t *testing.T) {
 		t.Fatalf("ledger holds %v, want [a b c d f]", sockets)
 	}
 
+	// The same for an asynchronous call: done gets the guard's error.
+	refused := make(chan error, 1)
+	if err := l.AppendAsyncGuarded(ctx, refuse("f"), []events.Envelope{ev(8, events.KubeletRestarted{Socket: "x"})},
+		func(_ []events.Envelope, err error) { refused <- err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-refused; !errors.Is(err, errChanged) {
+		t.Fatalf("guarded async append after a change: %v, want the guard's error", err)
+	}
+
 	// A guard that panics fails its call, not the writer.
 	boom := Guard{After: 0, Check: func(events.Envelope) error { panic("boom") }}
 	if _, err := l.AppendGuarded(ctx, boom, ev(6, events.KubeletRestarted{Socket: "g"})); err == nil || !strings.Contains(err.Error(), "panicked") {
