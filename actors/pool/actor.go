@@ -293,7 +293,7 @@ func (p *allocator) start(ctx actor.Context) {
 		reason = "daemon start"
 	}
 	place.Reason = reason
-	p.place(ctx, place, true)
+	p.placeAfterReplay(ctx, st, place, true)
 
 	p.life.incarnations++
 	p.incarnation = p.life.incarnations
@@ -575,6 +575,9 @@ func (p *allocator) placedOne(ctx actor.Context, m *placed) {
 			if errors.Is(m.err, errDropped) {
 				// The parent stops the pool next: nothing to place again.
 				p.cfg.Log.Info().Str("pool", p.name).Msg("the pool was dropped from the config; its last members are not recorded")
+				if p.retry != nil {
+					p.retry.Stop()
+				}
 				p.placing, p.applied = nil, p.taken
 				p.applyPlaced(ctx)
 				return
@@ -642,7 +645,21 @@ func (p *allocator) replace(ctx actor.Context) {
 	}
 	last := p.life.placed
 	p.members, p.order = p.index(listed(st.Pools[p.name].Members, last.Members))
-	p.place(ctx, &SetMembers{Members: last.Members, Reason: last.Reason, Gen: last.Gen, Leaving: last.Leaving, Moves: last.Moves, Seq: last.Seq}, false)
+	p.placeAfterReplay(ctx, &st, &SetMembers{Members: last.Members, Reason: last.Reason, Gen: last.Gen, Leaving: last.Leaving, Moves: last.Moves, Seq: last.Seq}, false)
+}
+
+// placeAfterReplay places m, whose members may have been placed long
+// before st, the ledger's state just read: a config in st that lacks the
+// pool dropped it (its parent stops it next), and one that has it (or
+// none at all) has not, up to st.Seq, so the guard of the change starts
+// there.
+func (p *allocator) placeAfterReplay(ctx actor.Context, st *events.State, m *SetMembers, start bool) {
+	if _, inForce := st.Pools[p.name]; !inForce && st.Config.SHA256 != "" {
+		p.cfg.Log.Info().Str("pool", p.name).Msg("the pool was dropped from the config; its members are not recorded")
+		return
+	}
+	m.Seq = max(m.Seq, st.Seq)
+	p.place(ctx, m, start)
 }
 
 // recordMembership records a membership change, with where the devices

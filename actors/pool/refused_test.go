@@ -3,12 +3,20 @@ package pool
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/devledger/devledger/actors/internal/actortest"
+	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/actors/pool/allocation"
+	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi"
+	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/store"
 )
 
 // A membership change the ledger refuses (a full disk, an I/O error) is
@@ -99,5 +107,38 @@ func TestADroppedPoolRecordsNoMembershipChange(t *testing.T) {
 	}
 	if !dropped {
 		t.Fatal("the config never landed")
+	}
+}
+
+// A pool that starts (or starts again) from a ledger whose config lacks
+// it was dropped by a reload: it records no membership of its own.
+func TestAPoolTheConfigDroppedRecordsNoMembersAtStart(t *testing.T) {
+	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	st := events.NewState()
+	st.Config.SHA256 = "ab" // a config without the pool
+	f := actortest.Spawn(t, Props(Config{
+		Resource: &config.Resource{Prefix: "example.com", Name: "vf", DeviceType: config.GenericPCI},
+		Members:  []allocation.Member{member(x)}, Recorder: ledger.NewRecorder(l, "boot-1", nil), Replayed: &st,
+		SocketDir: kubelettest.ShortTempDir(t), Mode: grpcapi.ModeLegacy, Log: zerolog.Nop(),
+	}))
+	res, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := res.(*Status).Members; n != 0 {
+		t.Errorf("%d members, want none", n)
+	}
+	err = l.Read(0, func(e events.Envelope) error {
+		if _, ok := e.Payload.(events.PoolMembershipChanged); ok {
+			t.Errorf("#%d %s recorded by a pool the config dropped", e.Seq, e.Type)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
