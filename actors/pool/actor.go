@@ -530,11 +530,11 @@ func listed(addrs []string, ms []allocation.Member) []allocation.Member {
 
 // place takes new members: persist, then apply. A SetMembers that changes
 // who the members are is applied once its PoolMembershipChanged is
-// durable; each waits for those taken before it, and the kubelet's calls
-// wait for them all (call). So the kubelet, an Allocate and the ledger see
-// the members in one order, and a device leaves no pool before the ledger
-// says so. start is the placement of a pool's start, which writes every
-// device-info file again.
+// durable; each waits for those taken before it, and so does every call
+// that comes after it (call). So the kubelet, an Allocate and the ledger
+// see the members in one order, and a device leaves no pool before the
+// ledger says so. start is the placement of a pool's start, which writes
+// every device-info file again.
 func (p *allocator) place(ctx actor.Context, m *SetMembers, start bool) {
 	byAddr, order := index(m.Members)
 	before := p.order
@@ -578,8 +578,7 @@ func (p *allocator) placedOne(ctx actor.Context, m *placed) {
 				if p.retry != nil {
 					p.retry.Stop()
 				}
-				p.placing, p.applied = nil, p.taken
-				p.applyPlaced(ctx)
+				p.forget(ctx)
 				return
 			}
 			if m.err != nil {
@@ -611,6 +610,13 @@ func (p *allocator) applyPlaced(ctx actor.Context) {
 	}
 }
 
+// forget drops the placements not applied yet, and takes the calls that
+// waited for them.
+func (p *allocator) forget(ctx actor.Context) {
+	p.placing, p.applied = nil, p.taken
+	p.applyPlaced(ctx)
+}
+
 // refused takes a membership change the ledger refused (a full disk, an
 // I/O error): it is not applied, nor are those taken after it, each of
 // which says what changed since the one before. The pool keeps the
@@ -618,9 +624,7 @@ func (p *allocator) applyPlaced(ctx actor.Context) {
 // members again after a pause (doubling, up to a minute), from what the
 // ledger has then.
 func (p *allocator) refused(ctx actor.Context, err error) {
-	p.placing = nil
-	p.applied = p.taken
-	p.applyPlaced(ctx)
+	p.forget(ctx)
 	delay := min(100*time.Millisecond<<min(p.life.refusals, 10), time.Minute)
 	p.life.refusals++
 	p.cfg.Log.Error().Err(err).Str("pool", p.name).Dur("retry_in_ms", delay).Msg("cannot record a membership change; the members stay as the ledger has them")
