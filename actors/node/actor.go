@@ -298,6 +298,10 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		}
 		n.allocs = events.Apply(n.allocs, m.Event)
 		n.retellHolds(ctx, m.Pool, ids, fmt.Sprintf("allocation #%d of %s holds it", m.Seq, m.Pool))
+	case *reconciler.NeedTold:
+		for seq := range n.allocs.Allocations {
+			ctx.Send(n.reconciler, &reconciler.Allocated{Seq: seq})
+		}
 	case *reconciler.Released:
 		if pid := n.pools[m.Pool]; pid != nil {
 			ctx.Send(pid, &pool.Released{AllocationSeq: m.AllocationSeq})

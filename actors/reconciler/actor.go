@@ -94,7 +94,7 @@ type reconciler struct {
 	// it attributes, its Attribution whether PodResources answers.
 	st events.State
 	// told are the allocations the node has told of (Allocated), and
-	// those live at start or recovered by the reconciler: a round
+	// those live at the first start or recovered by the reconciler: a round
 	// attributes only these, so that the pool and the node hold every
 	// allocation before they hear of its binding, release or leak.
 	told     map[uint64]bool
@@ -153,21 +153,27 @@ func (r *reconciler) Receive(ctx actor.Context) {
 }
 
 func (r *reconciler) start(ctx actor.Context) {
+	r.told = map[uint64]bool{}
 	st := r.replayed
 	if st == nil {
+		// Restarted: the ledger may have allocations its pool has not
+		// landed yet. The parent tells of those it holds.
 		s, err := r.cfg.Recorder.Replay()
 		if err != nil {
 			panic(err)
 		}
 		st = &s
+		ctx.Send(ctx.Parent(), &NeedTold{})
+	} else {
+		// The first incarnation: the pools and the node start from the
+		// same state.
+		for seq := range st.Allocations {
+			r.told[seq] = true
+		}
 	}
 	r.replayed = nil
 	r.setPools(r.cfg.Pools)
 	r.st = st.Clone()
-	r.told = map[uint64]bool{}
-	for seq := range r.st.Allocations {
-		r.told[seq] = true
-	}
 	r.seen = map[string]bool{}
 	r.schedule(ctx, 0)
 }

@@ -25,6 +25,23 @@ func (f listerFunc) List(ctx context.Context) (*podresourcesapi.ListPodResources
 	return f(ctx)
 }
 
+// awaitStatus asks the reconciler of f for its status until done says
+// so, for up to 10 s, and returns the last.
+func awaitStatus(t *testing.T, f *actortest.Family, done func(*Status) bool) *Status {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := res.(*Status); done(st) || time.Now().After(deadline) {
+			return st
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // ledgerWithAllocation opens a ledger holding one allocation of dev in
 // pool, and returns it with its Recorder, the allocation's sequence and
 // the ledger's state.
@@ -94,20 +111,7 @@ func TestARoundDoesNotRecordWhatWentStale(t *testing.T) {
 	}
 	// The round that follows the stale one leaves the new allocation
 	// alone: the node has not told of it (its pool may not hold it yet).
-	status := func(done func(*Status) bool) *Status {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			res, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st := res.(*Status); done(st) || time.Now().After(deadline) {
-				return st
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	status := func(done func(*Status) bool) *Status { return awaitStatus(t, f, done) }
 	if st := status(func(st *Status) bool { return st.Rounds > 0 }); st.Rounds == 0 || st.Allocations[seq] != "" {
 		t.Fatalf("after the stale round: %+v, want a round done and #%d live, unbound", st, seq)
 	}
@@ -184,5 +188,29 @@ func TestARoundIsStaleByWhatLandsWhileItLists(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A restarted reconciler has lost what it was told: it asks its parent
+// to tell it again (NeedTold), and attributes no allocation the ledger
+// has until then, since its pool may not hold it yet.
+func TestARestartedReconcilerIsToldAgain(t *testing.T) {
+	const pool, dev = "example.com/vf", "0000:3b:02.1"
+	_, rec, first, _ := ledgerWithAllocation(t, pool, dev)
+	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+		return &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{
+			kubelettest.PodHolding("ns", "pod-a", "main", pool, dev)}}, nil
+	})
+	// No Replayed: it starts as a restarted reconciler does.
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Pools: []string{pool},
+		Interval: time.Hour, AfterAllocate: 10 * time.Millisecond, LeakGrace: time.Hour, Log: zerolog.Nop()}))
+	actortest.Next[*NeedTold](t, f)
+	status := func(done func(*Status) bool) *Status { return awaitStatus(t, f, done) }
+	if st := status(func(st *Status) bool { return st.Rounds > 0 }); st.Rounds == 0 || st.Allocations[first] != "" {
+		t.Fatalf("before it was told: %+v, want a round done and #%d unbound", st, first)
+	}
+	f.Sys.Root.Send(f.Child, &Allocated{Seq: first})
+	if st := status(func(st *Status) bool { return st.Allocations[first] != "" }); st.Allocations[first] != "ns/pod-a/main" {
+		t.Fatalf("once told: %+v, want #%d bound to ns/pod-a/main", st, first)
 	}
 }

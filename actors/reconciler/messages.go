@@ -39,6 +39,11 @@ type Status struct {
 
 // Messages the reconciler sends to its parent.
 
+// NeedTold asks the parent, as a restarted reconciler starts, to tell it
+// (Allocated) of every live allocation the parent holds: those it was
+// told of before are gone with its last incarnation.
+type NeedTold struct{}
+
 // Released says a live allocation ended (it is recorded): its pool frees the
 // devices.
 type Released struct {
