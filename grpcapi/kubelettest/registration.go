@@ -155,13 +155,15 @@ func (k *Kubelet) connect(b *boot, resource, socket string, mode Mode, requested
 	k.endpoints[resource] = e
 	k.history = append(k.history, e.reg)
 	k.changedLocked()
-	b.tasks.run(func() { k.listAndWatch(e) })
 	k.mu.Unlock()
 
 	if old != nil {
 		old.close()
 	}
+	// Registered, then listed: the stream starts once the event is out,
+	// so that no list of the endpoint is told before its registration.
 	k.emit(Event{Kind: PluginRegistered, At: e.reg.At, Boot: b.n, Resource: resource, Endpoint: socket, Mode: mode, Count: e.reg.Count})
+	b.tasks.run(func() { k.listAndWatch(e) })
 	return e.reg, nil
 }
 
