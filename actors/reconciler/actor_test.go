@@ -42,6 +42,22 @@ func awaitStatus(t *testing.T, f *actortest.Family, done func(*Status) bool) *St
 	}
 }
 
+// bindings are the AllocationBound events in l, by sequence.
+func bindings(t *testing.T, l *store.Log) map[uint64]events.AllocationBound {
+	t.Helper()
+	out := map[uint64]events.AllocationBound{}
+	err := l.Read(0, func(e events.Envelope) error {
+		if b, ok := e.Payload.(events.AllocationBound); ok {
+			out[e.Seq] = b
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // ledgerWithAllocation opens a ledger holding one allocation of dev in
 // pool, and returns it with its Recorder, the allocation's sequence and
 // the ledger's state.
@@ -121,14 +137,10 @@ func TestARoundDoesNotRecordWhatWentStale(t *testing.T) {
 	if st := status(func(st *Status) bool { return st.Allocations[seq] != "" }); st.Allocations[seq] != "ns/pod-a/main" {
 		t.Fatalf("allocation #%d: %+v, want it bound to ns/pod-a/main", seq, st)
 	}
-	err := l.Read(0, func(e events.Envelope) error {
-		if b, ok := e.Payload.(events.AllocationBound); ok && b.AllocationSeq != seq {
-			t.Errorf("#%d binds allocation #%d, superseded by #%d before it", e.Seq, b.AllocationSeq, seq)
+	for e, b := range bindings(t, l) {
+		if b.AllocationSeq != seq {
+			t.Errorf("#%d binds allocation #%d, superseded by #%d before it", e, b.AllocationSeq, seq)
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -180,14 +192,10 @@ func TestARoundIsStaleByWhatLandsWhileItLists(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	err := l.Read(0, func(e events.Envelope) error {
-		if b, ok := e.Payload.(events.AllocationBound); ok && b.Pod != "pod-b" {
-			t.Errorf("#%d binds allocation #%d to %s, which the list of before it showed", e.Seq, b.AllocationSeq, b.Pod)
+	for e, b := range bindings(t, l) {
+		if b.Pod != "pod-b" {
+			t.Errorf("#%d binds allocation #%d to %s, which the list of before it showed", e, b.AllocationSeq, b.Pod)
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 
