@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -117,7 +118,9 @@ func (l *Log) AppendAsync(ctx context.Context, envs []events.Envelope, done func
 // the call's events, shows Check every event committed after After (and
 // those of the same batch queued before the call), oldest first; events
 // retention dropped (a snapshot holds them) are not shown. An error from
-// Check fails the call with that error, and nothing of it is written.
+// Check fails the call with that error, and nothing of it is written; the
+// refusal is answered once the batch-mates it saw are durable, or with their
+// commit's error should that fail (what refused the call never landed).
 // It is how a caller that decided on the ledger as it was at After writes
 // only if nothing it depended on changed since: Check must be quick, as
 // the writer commits nothing else meanwhile.
@@ -217,6 +220,11 @@ func (l *Log) commit(batch []*appendReq) {
 	arena := l.arena[:0]
 	var spans []span
 	live := make([]*appendReq, 0, len(batch))
+	type refusal struct {
+		r   *appendReq
+		err error
+	}
+	var refused []refusal // by a guard: answered after the commit
 	next := l.lastSeq.Load() + 1
 	for _, r := range batch {
 		if !r.state.CompareAndSwap(reqQueued, reqClaimed) {
@@ -231,7 +239,7 @@ func (l *Log) commit(batch []*appendReq) {
 		}
 		if r.guard != nil {
 			if err := l.checkGuard(r.guard, live); err != nil {
-				r.finish(nil, err)
+				refused = append(refused, refusal{r, err})
 				continue
 			}
 		}
@@ -256,11 +264,17 @@ func (l *Log) commit(batch []*appendReq) {
 		r.out = out
 		live = append(live, r)
 	}
+	var err error
+	defer func() {
+		for _, f := range refused {
+			f.r.finish(nil, cmp.Or(err, f.err))
+		}
+	}()
 	if len(live) == 0 {
 		return
 	}
 
-	err := l.update(func(tx *bolt.Tx) error {
+	err = l.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketEvents)
 		b.FillPercent = 1 // keys only ever grow: pack pages full
 		for _, s := range spans {

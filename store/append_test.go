@@ -535,9 +535,18 @@ func TestAppendGuarded(t *testing.T) {
 	g.After = 3
 	guarded.guard = &g
 	behind := queued(ctx, ev(5, events.KubeletRestarted{Socket: "f"}))
+	var answered []string // in the order the calls were answered
+	for name, r := range map[string]*testReq{"ahead": ahead, "guarded": guarded, "behind": behind} {
+		done := r.done
+		r.done = func(out []events.Envelope, err error) { answered = append(answered, name); done(out, err) }
+	}
 	l.commit([]*appendReq{ahead.appendReq, guarded.appendReq, behind.appendReq})
 	if !errors.Is(guarded.err, errChanged) || ahead.err != nil || behind.err != nil {
 		t.Fatalf("batch: ahead %v, guarded %v, behind %v; want only the guarded call refused", ahead.err, guarded.err, behind.err)
+	}
+	// The refusal rests on ahead: it is answered once ahead is durable.
+	if !slices.Equal(answered, []string{"ahead", "behind", "guarded"}) {
+		t.Errorf("calls answered in the order %v, want the refusal last", answered)
 	}
 	if !slices.Equal(saw, []string{"d"}) {
 		t.Errorf("the guard saw %v, want [d]", saw)
@@ -558,6 +567,21 @@ func TestAppendGuarded(t *testing.T) {
 	}
 	if err := <-refused; !errors.Is(err, errChanged) {
 		t.Fatalf("guarded async append after a change: %v, want the guard's error", err)
+	}
+
+	// Should the batch-mate it rests on not commit, the refusal is that
+	// failure: what refused the call never landed.
+	before := l.LastSeq()
+	mate := queued(ctx, ev(9, events.KubeletRestarted{Socket: "y"}))
+	guarded = queued(ctx, ev(10, events.KubeletRestarted{Socket: "z"}))
+	g = refuse("y")
+	g.After = before
+	guarded.guard = &g
+	l.lastSeq.Store(before + 5) // the transaction fails on its first put
+	l.commit([]*appendReq{mate.appendReq, guarded.appendReq})
+	l.lastSeq.Store(before)
+	if mate.err == nil || guarded.err == nil || errors.Is(guarded.err, errChanged) || guarded.err.Error() != mate.err.Error() {
+		t.Fatalf("failed commit: mate %v, guarded %v; want the commit's error for both", mate.err, guarded.err)
 	}
 
 	// A guard that panics fails its call, not the writer.
