@@ -18,6 +18,7 @@ package health
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -32,8 +33,7 @@ import (
 	"github.com/devledger/devledger/sysfs"
 )
 
-// Prober probes devices (sysfs.Reader): every check, or the link check
-// alone.
+// Prober probes devices (sysfs.Reader): every check, or the link check alone.
 type Prober interface {
 	ProbeAll(ts []sysfs.ProbeTarget) []sysfs.ProbeResult
 	ProbeLinks(ts []sysfs.ProbeTarget) []sysfs.ProbeResult
@@ -43,8 +43,7 @@ type Prober interface {
 type Config struct {
 	Prober   Prober
 	Recorder *ledger.Recorder
-	// Interval is the probe interval for targets that set none (default
-	// 5s).
+	// Interval is the probe interval for targets that set none (default 5s).
 	Interval time.Duration
 	// Known is the replayed device state: the verdicts the ledger holds.
 	Known map[string]events.Device
@@ -116,7 +115,6 @@ type tick struct{}
 type device struct {
 	events.Verdict // the device's health in the ledger
 	raw            bool
-	rawWhy         string
 	rawSince       time.Time
 	// devFail is why the checks other than the link's failed at the last
 	// full probe, "" when they passed.
@@ -172,17 +170,16 @@ func (c *checker) Receive(ctx actor.Context) {
 		}
 	case *Watch:
 		c.watch(m.Targets)
-		c.round(ctx, c.targets)
+		c.round(ctx, c.targets, nil)
 	case *Probe:
-		if len(m.Addresses) == 0 && len(m.Interfaces) == 0 {
-			c.round(ctx, c.targets)
-			break
+		targets, linkOnly := c.targets, []bool(nil)
+		if len(m.Addresses) > 0 || len(m.Interfaces) > 0 {
+			targets, linkOnly = c.named(m.Addresses, m.Interfaces)
 		}
-		targets, linkOnly := c.named(m.Addresses, m.Interfaces)
-		c.roundOf(ctx, targets, linkOnly)
+		c.round(ctx, targets, linkOnly)
 	case *tick:
 		c.timer, c.due = nil, time.Time{}
-		c.round(ctx, c.dueNow())
+		c.round(ctx, c.dueNow(), nil)
 		c.scheduleNext(ctx)
 	case *Query:
 		out := &Verdicts{Devices: map[string]Verdict{}}
@@ -264,7 +261,7 @@ func (c *checker) state(t Target, now time.Time) *device {
 	default:
 		d = &device{Verdict: events.Verdict{Healthy: true}}
 	}
-	d.raw, d.rawWhy, d.rawSince = d.Healthy, d.Reason, now
+	d.raw, d.rawSince = d.Healthy, now
 	c.devices[addr] = d
 	return d
 }
@@ -292,28 +289,23 @@ func (c *checker) watch(ts []Target) {
 // (their own, or their PF's when they have none); each once, in the order
 // of the targets. linkOnly says which were named by an interface only.
 func (c *checker) named(addrs, ifaces []string) (targets []Target, linkOnly []bool) {
-	byAddr := map[int]bool{}
-	var idx []int
-	for _, name := range addrs {
-		for _, i := range c.byName[name] {
-			if c.targets[i].Probe.Address == name {
-				idx = append(idx, i)
-				byAddr[i] = true
-			}
-		}
-	}
+	only := map[int]bool{} // target index → named by an interface only
 	for _, name := range ifaces {
 		for _, i := range c.byName[name] {
 			if p := c.targets[i].Probe; p.Link && linkOf(p) == name {
-				idx = append(idx, i)
+				only[i] = true
 			}
 		}
 	}
-	slices.Sort(idx)
-	idx = slices.Compact(idx)
-	targets, linkOnly = make([]Target, len(idx)), make([]bool, len(idx))
-	for k, i := range idx {
-		targets[k], linkOnly[k] = c.targets[i], !byAddr[i]
+	for _, name := range addrs {
+		for _, i := range c.byName[name] {
+			if c.targets[i].Probe.Address == name {
+				only[i] = false
+			}
+		}
+	}
+	for _, i := range slices.Sorted(maps.Keys(only)) {
+		targets, linkOnly = append(targets, c.targets[i]), append(linkOnly, only[i])
 	}
 	return targets, linkOnly
 }
@@ -321,13 +313,10 @@ func (c *checker) named(addrs, ifaces []string) (targets []Target, linkOnly []bo
 // round probes targets, records the verdicts that changed in one append,
 // and sets when each target is due again: its probe interval from now, or
 // sooner when its hold-down or debounce ends first; a round comes no later
-// than the first of those.
-func (c *checker) round(ctx actor.Context, targets []Target) { c.roundOf(ctx, targets, nil) }
-
-// roundOf is round, with the link check alone for the targets linkOnly
-// marks whose last full probe passed the other checks (or failed them:
-// that failure stands).
-func (c *checker) roundOf(ctx actor.Context, targets []Target, linkOnly []bool) {
+// than the first of those. The targets linkOnly marks have their link
+// checked alone when their last full probe passed the other checks (or
+// failed them: that failure stands).
+func (c *checker) round(ctx actor.Context, targets []Target, linkOnly []bool) {
 	if len(targets) == 0 {
 		return
 	}
@@ -364,8 +353,7 @@ func (c *checker) roundOf(ctx actor.Context, targets []Target, linkOnly []bool) 
 	for i := range verdicts {
 		v := &verdicts[i]
 		v.Seq = envs[i].Seq
-		d := c.devices[v.Address]
-		d.Verdict = events.Verdict{Healthy: v.Healthy, Reason: v.Reason, Seq: v.Seq}
+		c.devices[v.Address].Verdict = events.Verdict{Healthy: v.Healthy, Reason: v.Reason, Seq: v.Seq}
 	}
 	// The pools first: a PF going down logs a line per VF, and the
 	// kubelet need not wait for them. The parent gets verdicts last: a
@@ -435,13 +423,12 @@ func (c *checker) judge(t Target, r sysfs.ProbeResult, now time.Time) (*Verdict,
 	if r.Healthy != d.raw {
 		d.raw, d.rawSince = r.Healthy, now
 	}
-	d.rawWhy = r.Reason
 	switch {
 	case d.Healthy && !d.raw:
 		if wait := t.Debounce - now.Sub(d.rawSince); wait > 0 {
 			return nil, min(due, wait)
 		}
-		return &Verdict{Address: t.Probe.Address, Healthy: false, Reason: d.rawWhy, Told: t.Pool}, due
+		return &Verdict{Address: t.Probe.Address, Healthy: false, Reason: r.Reason, Told: t.Pool}, due
 	case !d.Healthy && d.raw:
 		if wait := t.HoldDown - now.Sub(d.rawSince); wait > 0 {
 			return nil, min(due, wait)

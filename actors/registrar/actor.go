@@ -332,13 +332,12 @@ func (r *registrar) probed(ctx actor.Context, m *probed) {
 
 // stopped records the kubelet gone, and dials it again from time to time.
 func (r *registrar) stopped(ctx actor.Context, reason string) {
-	// Taken as down at once, not when the event lands: the store commits
-	// in order, so whatever the registrar records from here on (an
-	// acknowledgement it now refuses, the next KubeletRestarted) lands
-	// after the stop, and a late Register answer cannot slip in between.
-	// Should the append fail, the redial below still ends the outage.
-	// downSince is now until the event lands, then the event's own time:
-	// the next KubeletRestarted names the stop as the ledger has it.
+	// Down at once, not when the event lands: the store commits in order,
+	// so everything the registrar records from here on (the next
+	// KubeletRestarted too) lands after the stop, and a late Register
+	// answer cannot slip in between. If the append fails, the redial still
+	// ends the outage. Once it lands, downSince is the event's time, for
+	// KubeletRestarted to name.
 	r.downSince = time.Now()
 	self, root, socket := ctx.Self(), ctx.ActorSystem().Root, r.cfg.KubeletSocket
 	r.record(events.KubeletStopped{Socket: socket, Reason: reason}, func(e events.Envelope) {
@@ -378,7 +377,7 @@ func (r *registrar) reconcile(ctx actor.Context) {
 		if r.inflight[pool] || r.retrying[pool] != nil {
 			continue
 		}
-		if !fileExists(d.socket) {
+		if _, err := os.Stat(d.socket); errors.Is(err, os.ErrNotExist) {
 			// Level-triggered: whatever event we missed, a desired pool
 			// without its socket needs a new one.
 			r.needSocket(ctx, pool, d, true, "its socket is gone")
@@ -424,8 +423,7 @@ func (r *registrar) needSocket(ctx actor.Context, pool string, d desire, lost bo
 }
 
 func (r *registrar) register(ctx actor.Context, pool, socket string, kubelet kubeletID) {
-	self, root := ctx.Self(), ctx.ActorSystem().Root
-	cfg := r.cfg
+	self, root, cfg := ctx.Self(), ctx.ActorSystem().Root, r.cfg
 	go func() {
 		cctx, cancel := context.WithTimeout(context.Background(), cfg.RegisterTimeout)
 		defer cancel()
@@ -450,7 +448,7 @@ func (r *registrar) answered(ctx actor.Context, m *registerResult) {
 		// went with it, and the pool registers anew when it is back.
 		r.cfg.Log.Info().Str("pool", m.pool).Str("socket", m.socket).Msg("registered with a kubelet that has gone since")
 	case m.err == nil:
-		if now := r.observeKubelet(false); now != m.kubelet {
+		if r.observeKubelet(false) != m.kubelet {
 			// A new kubelet came while we registered: whichever took the
 			// Register, the current one is asked on a new socket.
 			r.cfg.Log.Info().Str("pool", m.pool).Str("socket", m.socket).Msg("the kubelet restarted during the registration; registering on a new socket")
@@ -459,10 +457,9 @@ func (r *registrar) answered(ctx actor.Context, m *registerResult) {
 		}
 		r.acknowledge(m.pool, d)
 	case errors.Is(m.err, grpcapi.ErrAlreadyConnected):
-		// The kubelet holds an endpoint for this path: one that is gone,
-		// whose client it lost. It drops such an entry only when it
-		// restarts; a path it does not hold is free, so the first such
-		// refusal moves to a new socket at once.
+		// The kubelet holds a dead endpoint for this path and drops it only
+		// when it restarts; a new path is free, so the first such refusal
+		// moves to a new socket at once.
 		r.failed(ctx, m.pool, d, m.err, m.socket, "serving the pool on a new socket")
 	case errors.Is(m.err, grpcapi.ErrKubeletUnreachable):
 		// The kubelet never saw it: the same socket may be tried again.
@@ -481,7 +478,7 @@ func (r *registrar) failed(ctx actor.Context, pool string, d desire, err error, 
 	r.failures[pool]++
 	n := r.failures[pool]
 	r.lastError[pool] = err.Error()
-	delay := r.backoff(n)
+	delay := supervise.Doubling(r.cfg.RetryInitial, r.cfg.RetryMax, n)
 	if holds != "" && n == 1 {
 		delay = 0 // nothing to wait for: the new socket is free
 	} else {
@@ -558,32 +555,24 @@ func (r *registrar) status() *Status {
 	return st
 }
 
-// record appends an event without waiting for it: a registration is a fact
-// about the kubelet that stands whether or not it is written down yet, and
-// with several pools registering after a kubelet restart, waiting would put
-// one fsync per event on the path to the last registration. The store
-// commits appends in the order they are made, so the event lands after
-// whatever the pool recorded before it announced its socket. done, when
-// set, runs once the event is durable (on the store's writer: it logs). A
-// failed append is logged and the registrar carries on.
+// record appends an event without waiting: a registration stands whether
+// or not it is written down yet, and waiting would put one fsync per pool
+// on the path to the last registration after a kubelet restart. Appends
+// commit in order, so the event lands after whatever the pool recorded
+// before announcing its socket. done, if set, runs on the store's writer
+// once the event is durable; a failed append is logged.
 func (r *registrar) record(p events.Payload, done func(events.Envelope)) {
 	log, typ := r.cfg.Log, string(p.EventType())
-	err := r.cfg.Recorder.RecordAsync(context.Background(), []events.Payload{p}, func(envs []events.Envelope, err error) {
+	landed := func(envs []events.Envelope, err error) {
 		if err != nil {
 			log.Error().Err(err).Str("event", typ).Msg("cannot record registration event")
-			return
-		}
-		if done != nil {
+		} else if done != nil {
 			done(envs[0])
 		}
-	})
-	if err != nil {
-		log.Error().Err(err).Str("event", typ).Msg("cannot record registration event")
 	}
-}
-
-func (r *registrar) backoff(n int) time.Duration {
-	return supervise.Doubling(r.cfg.RetryInitial, r.cfg.RetryMax, n)
+	if err := r.cfg.Recorder.RecordAsync(context.Background(), []events.Payload{p}, landed); err != nil {
+		landed(nil, err)
+	}
 }
 
 func (r *registrar) cancelRetry(pool string) {
@@ -591,9 +580,4 @@ func (r *registrar) cancelRetry(pool string) {
 		t.Stop()
 	}
 	delete(r.retrying, pool)
-}
-
-func fileExists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil || !errors.Is(err, os.ErrNotExist)
 }
