@@ -1,12 +1,8 @@
 package allocation
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -24,23 +20,20 @@ import (
 // resolves in it. Devices are sorted by address, so equal input gives
 // equal bytes.
 //
-// A device's container edits are what Respond gives that one device with
-// CDI disabled: the same device nodes (host and container path,
-// permissions "rw") and mounts, taken from Respond itself so the two
-// cannot drift apart. Respond's variables are not copied: they describe a
-// whole request (the addresses comma-joined, the _INFO object), and
-// Allocate still sets them with CDI enabled, where one device's values
-// injected by the runtime would overwrite them. CDI refuses a device with
-// no edits at all, so a device that gets no node (a function bound to a
-// kernel network driver) sets instead one variable of its own,
-// res.EnvVarName() + "_" + its address upper-cased with ':' and '.' as
-// '_' (PCIDEVICE_INTEL_COM_INTEL_SRIOV_NETDEVICE_0000_3B_02_0=0000:3b:02.0);
-// without it the name could not resolve and the container would not start.
+// A device's container edits are the device nodes (permissions "rw") and
+// mounts Respond gives that one device with CDI disabled, taken from
+// Respond itself so the two cannot drift apart. Respond's variables are
+// not copied: they describe a whole request, and Allocate still sets them
+// with CDI enabled, where one device's values injected by the runtime
+// would overwrite them. CDI refuses a device with no edits, so a device
+// that gets no node (a function bound to a kernel network driver) sets one
+// variable of its own instead (see cdiDeviceEnv); without it the name
+// could not resolve and the container would not start.
 //
 // The version is the lowest CDI version that can express the spec
-// (specs.MinimumRequiredVersion, 0.5.0 for PCI-address names with host
-// paths), not the library's newest: a runtime accepts only versions its
-// own CDI library knows, and nodes run runtimes older than ours.
+// (specs.MinimumRequiredVersion), not the library's newest: a runtime
+// accepts only versions its own CDI library knows, and nodes run runtimes
+// older than ours.
 //
 // A member Respond refuses (a vfio-bound function without an IOMMU group:
 // ErrNoIOMMUGroup), one without an address, listed twice, or whose address
@@ -120,7 +113,9 @@ func cdiEdits(a events.ContainerAllocation) specs.ContainerEdits {
 }
 
 // cdiDeviceEnv is the variable a device without nodes or mounts sets, so
-// that its CDI device has an edit: res.EnvVarName()_<ADDRESS>=<address>.
+// that its CDI device has an edit: res.EnvVarName()_<ADDRESS>=<address>,
+// the address upper-cased with ':' and '.' as '_'
+// (PCIDEVICE_INTEL_COM_INTEL_SRIOV_NETDEVICE_0000_3B_02_0=0000:3b:02.0).
 func cdiDeviceEnv(res *config.Resource, addr string) string {
 	suffix := strings.ToUpper(strings.NewReplacer(":", "_", ".", "_").Replace(addr))
 	return res.EnvVarName() + "_" + suffix + "=" + addr
@@ -129,17 +124,11 @@ func cdiDeviceEnv(res *config.Resource, addr string) string {
 // CDISpecPath is the path of the CDI spec file of the pool res in dir:
 // devledger_<prefix>_<name>.json ("devledger_intel.com_intel_sriov_dpdk.json").
 //
-// The name follows the pool, not its kind. Pools may share a kind (every
-// netDevice pool of a prefix defaults to <prefix>/net-pci), so a kind
-// cannot name a file; and the library's cdi.GenerateSpecName and
-// GenerateTransientSpecName begin with the kind's vendor and class, so a
-// reload that changes a pool's kind would leave its old file behind under
-// the old name. The resource name is unique among pools, and a prefix
-// holds no '_', so distinct pools get distinct files. The "devledger"
-// part keeps them apart from any other program's specs in the same
-// directory (the SR-IOV plugin's, while migrating). The ".json" extension
-// is one the CDI cache loads; the content is JSON, as the library itself
-// writes a spec with that extension.
+// The name follows the pool, not its kind: pools may share a kind, and a
+// reload that changes a pool's kind would leave a kind-named file (as
+// cdi.GenerateSpecName names it) behind. Resource names are unique and a
+// prefix holds no '_', so distinct pools get distinct files; "devledger"
+// keeps them apart from other programs' specs in the same directory.
 func CDISpecPath(dir string, res *config.Resource) string {
 	return filepath.Join(dir, "devledger_"+strings.ReplaceAll(res.FullName(), "/", "_")+".json")
 }
@@ -148,18 +137,12 @@ func CDISpecPath(dir string, res *config.Resource) string {
 const CDISpecGlob = "devledger_*.json"
 
 // WriteCDISpec writes spec, the CDI spec of the pool res, to its file in
-// dir (CDISpecPath) and returns the file's path. dir is created (0755)
-// when missing. A file already holding these bytes is left untouched, so
-// rewriting an unchanged pool changes nothing a cache could notice.
-//
-// The file is written whole or not at all: the content goes to a
-// temporary dot file in dir (a name the CDI cache does not load), is read
-// back and validated with the library's own reader (cdi.ReadSpec, as a
-// runtime reads it), made 0644, and renamed over the file. A runtime
-// therefore sees the old spec or the new one, never a partial or invalid
-// one; on a validation error the old file stays. As with device-info
-// files nothing is synced: /var/run/cdi is a tmpfs, and the daemon writes
-// every pool's spec again when it starts.
+// dir (CDISpecPath) with writeJSONFile, 0644, and returns the file's path.
+// A file already holding these bytes is left untouched, so rewriting an
+// unchanged pool changes nothing a cache could notice. Before the rename
+// the file is validated with the library's own reader (cdi.ReadSpec, as a
+// runtime reads it): a runtime sees the old spec or the new one, never a
+// partial or invalid one, and on a validation error the old file stays.
 //
 // A spec with no devices (nil included) removes the file instead: CDI
 // refuses a spec without devices, and a pool with no usable member has no
@@ -173,42 +156,14 @@ func WriteCDISpec(dir string, res *config.Resource, spec *specs.Spec) (path stri
 	if spec.Kind != res.CDI.Kind {
 		return path, fmt.Errorf("write CDI spec %s: spec of kind %q for pool %s of kind %q: %w", path, spec.Kind, res.FullName(), res.CDI.Kind, ErrInvalidRequest)
 	}
-	data, err := json.Marshal(spec)
-	if err != nil {
-		return path, fmt.Errorf("write CDI spec %s: %w", path, err)
-	}
-	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
-		return path, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return path, fmt.Errorf("write CDI spec %s: %w", path, err)
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return path, fmt.Errorf("write CDI spec %s: %w", path, err)
-	}
-	tmpPath := tmp.Name()
-	_, err = tmp.Write(data)
-	err = errors.Join(err, tmp.Chmod(0o644), tmp.Close())
-	if err == nil {
-		_, err = cdi.ReadSpec(tmpPath, 0)
-	}
-	if err == nil {
-		err = os.Rename(tmpPath, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmpPath)
-		return path, fmt.Errorf("write CDI spec %s: %w", path, err)
-	}
-	return path, nil
+	return path, writeJSONFile("CDI spec", dir, path, spec, 0o644, func(tmpPath string) error {
+		_, err := cdi.ReadSpec(tmpPath, 0)
+		return err
+	})
 }
 
 // RemoveCDISpec removes the CDI spec file of the pool res from dir. A file
 // that is not there is no error.
 func RemoveCDISpec(dir string, res *config.Resource) error {
-	path := CDISpecPath(dir, res)
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove CDI spec %s: %w", path, err)
-	}
-	return nil
+	return removeFile("CDI spec", CDISpecPath(dir, res))
 }

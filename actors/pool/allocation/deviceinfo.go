@@ -74,62 +74,73 @@ func SameDeviceInfo(a, b *sysfs.Device) bool {
 // <prefix>-<name>-<addr>-device.json
 // ("intel.com-intel_sriov_netdevice-0000:af:06.0-device.json").
 func DeviceInfoPath(dir, resource, addr string) string {
-	return filepath.Join(dir, strings.ReplaceAll(resource, "/", "-")+"-"+strings.ReplaceAll(addr, "/", "-")+"-device.json")
+	return filepath.Join(dir, strings.ReplaceAll(resource+"-"+addr, "/", "-")+"-device.json")
 }
 
 // WriteDeviceInfo writes the device-info file of d for the pool resource in
-// dir, creating dir (0755) when it is missing, unless the file holds that
-// content already (an Allocate of a device given out before writes
-// nothing). The file is written whole or not at all: the content goes to a
-// uniquely named temporary file in dir (a dot file, so nobody globbing for
-// device files sees it), made read-only (0444, as the plugin makes it) and
-// renamed over the target. Readers therefore see the old file or the new
-// one, never a partial one, and concurrent writers for the same device all
-// succeed, the last rename winning; the SR-IOV plugin's check-then-write
-// fails one of them with "already exists".
-//
-// Nothing is synced: the ledger is the durable record of what was handed
-// out, the directory is a tmpfs on real nodes (/var/run), and a pool
-// writes the files of all its members again when it starts (two fsyncs
-// here would cost an Allocate more than its ledger commit).
+// dir with writeJSONFile, read-only (0444, as the plugin makes it). An
+// Allocate of a device given out before therefore writes nothing, readers
+// see the old file or the new one, and concurrent writers for the same
+// device all succeed, the last rename winning; the SR-IOV plugin's
+// check-then-write fails one of them with "already exists".
 func WriteDeviceInfo(dir, resource string, d sysfs.Device) error {
 	if d.Address == "" {
 		return fmt.Errorf("write device-info for %s: device has no PCI address: %w", resource, ErrInvalidRequest)
 	}
-	path := DeviceInfoPath(dir, resource, d.Address)
-	data, err := json.Marshal(NewDeviceInfo(&d))
-	if err != nil {
-		return fmt.Errorf("write device-info %s: %w", path, err)
-	}
-	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
-		return nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("write device-info %s: %w", path, err)
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("write device-info %s: %w", path, err)
-	}
-	tmpPath := tmp.Name()
-	_, err = tmp.Write(data)
-	err = errors.Join(err, tmp.Chmod(0o444), tmp.Close())
-	if err == nil {
-		err = os.Rename(tmpPath, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmpPath)
-		return fmt.Errorf("write device-info %s: %w", path, err)
-	}
-	return nil
+	return writeJSONFile("device-info", dir, DeviceInfoPath(dir, resource, d.Address), NewDeviceInfo(&d), 0o444, nil)
 }
 
 // RemoveDeviceInfo removes the device-info file of the device addr of the
 // pool resource from dir. A file that is not there is no error.
 func RemoveDeviceInfo(dir, resource, addr string) error {
-	path := DeviceInfoPath(dir, resource, addr)
+	return removeFile("device-info", DeviceInfoPath(dir, resource, addr))
+}
+
+// writeJSONFile writes v as JSON to path in dir, the what file
+// ("device-info"), creating dir (0755) when it is missing, unless the file
+// holds those bytes already. The file is written whole or not at all: the
+// bytes go to a uniquely named temporary dot file in dir (a name no reader
+// loads), made perm, checked by check (when not nil) and renamed over path.
+//
+// Nothing is synced: the ledger is the durable record of what was handed
+// out, the directories are tmpfs on real nodes (/var/run), and a pool
+// writes its files again when it starts (two fsyncs here would cost an
+// Allocate more than its ledger commit).
+func writeJSONFile(what, dir, path string, v any, perm fs.FileMode, check func(tmpPath string) error) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("write %s %s: %w", what, path, err)
+	}
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("write %s %s: %w", what, path, err)
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("write %s %s: %w", what, path, err)
+	}
+	_, err = tmp.Write(data)
+	err = errors.Join(err, tmp.Chmod(perm), tmp.Close())
+	if err == nil && check != nil {
+		err = check(tmp.Name())
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("write %s %s: %w", what, path, err)
+	}
+	return nil
+}
+
+// removeFile removes path, the what file ("device-info"). A file that is
+// not there is no error.
+func removeFile(what, path string) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove device-info %s: %w", path, err)
+		return fmt.Errorf("remove %s %s: %w", what, path, err)
 	}
 	return nil
 }

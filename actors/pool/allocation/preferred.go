@@ -17,18 +17,18 @@ type Member struct {
 	// HealthSeq is the sequence number of the ledger event behind Healthy
 	// (0: none known): of two verdicts, the higher is the newer.
 	HealthSeq uint64
-	// HeldElsewhere are the live allocations of other pools that hold
-	// the device: it came to this pool (a config change, a driver rebind)
-	// while a container of another resource has it. The kubelet of this
-	// resource cannot know that, so the device is listed unhealthy until
-	// they are released. A hold without a sequence number is a pool the
-	// device moved out of that may still give it out (it has not heard of
-	// the move yet, or an Allocate of it is under way there).
+	// HeldElsewhere are the live allocations of other pools that hold the
+	// device (it came here by a config change or a driver rebind while a
+	// container of another resource has it) and the pools it is leaving.
+	// The kubelet of this resource cannot know that, so the device is
+	// listed unhealthy until they are released.
 	HeldElsewhere []Hold
 }
 
 // Hold is a live allocation that holds a device (Seq is its
-// DevicesAllocated), or, with Seq 0, a pool the device is leaving.
+// DevicesAllocated), or, with Seq 0, a pool the device is leaving that may
+// still give it out: it has not heard of the move yet, or an Allocate of
+// it is under way there.
 type Hold struct {
 	Pool string
 	Seq  uint64
@@ -54,9 +54,9 @@ func (m Member) Usable() bool { return m.Healthy && len(m.HeldElsewhere) == 0 }
 //
 // members are the pool's devices by ID (read, never changed); held says
 // whether a device is held: by a live allocation of the pool, by one in
-// flight, or by another pool's. The answer is mustInclude (all of it, in order, first
-// occurrence of a repeated ID) followed by the best of the other available
-// IDs, ranked by, in this order:
+// flight, or by another pool's. The answer is mustInclude (all of it, in
+// order, first occurrence of a repeated ID) followed by the best of the
+// other available IDs, ranked by, in this order:
 //
 //  1. not held: a held device is offered only when the free ones run out
 //     (the kubelet thinks it free; our ledger may not have seen it go);
@@ -77,16 +77,18 @@ func (m Member) Usable() bool { return m.Healthy && len(m.HeldElsewhere) == 0 }
 //     - none (or unset) takes the lowest addresses.
 //
 // Within a group devices go lowest address first; every tie falls to the
-// address, so equal input always gives the same answer. Unhealthy devices
-// (held by another pool's allocation counts as unhealthy), IDs not in members and IDs not in available are never offered; IDs
-// repeated in available count once. Fewer than size IDs come back when
-// there are not enough candidates: the kubelet fills the rest itself.
+// address, so equal input always gives the same answer. Unusable devices
+// (see Member.Usable), IDs not in members and IDs not in available are
+// never offered; IDs repeated in available count once. Fewer than size IDs
+// come back when there are not enough candidates: the kubelet fills the
+// rest itself.
 //
 // Errors: size < 0, more distinct must-include IDs than size, or a size
 // larger than the distinct IDs of available and mustInclude together (the
-// kubelet never asks for more than it offers) wrap ErrInvalidRequest; a must-include ID that is not a member wraps
-// ErrUnknownDevice. A must-include device is kept even when unhealthy:
-// the kubelet has already given it to the pod.
+// kubelet never asks for more than it offers) wrap ErrInvalidRequest; a
+// must-include ID that is not a member wraps ErrUnknownDevice. A
+// must-include device is kept even when unhealthy: the kubelet has
+// already given it to the pod.
 func Preferred(res *config.Resource, members map[string]*Member, held func(id string) bool, available, mustInclude []string, size int) ([]string, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("preferred allocation for %s: size %d: %w", res.FullName(), size, ErrInvalidRequest)
@@ -152,12 +154,10 @@ func Preferred(res *config.Resource, members map[string]*Member, held func(id st
 
 	node := preferredNode(members, out, cands, need)
 	for _, tier := range tiers(cands, node) {
-		if need == 0 {
+		if len(out) == size {
 			break
 		}
-		picked := pick(res.AllocatePolicy, tier, load, need)
-		out = append(out, picked...)
-		need -= len(picked)
+		out = append(out, pick(res.AllocatePolicy, tier, load, size-len(out))...)
 	}
 	return out, nil
 }
@@ -223,7 +223,7 @@ func busiest(count map[int]int, atLeast int) int {
 
 // tiers splits the candidates into free on node, free elsewhere, held on
 // node, held elsewhere, dropping the empty ones. With no node the NUMA
-// split is skipped.
+// split is skipped. All tiers share one backing array.
 func tiers(cands []candidate, node int) [][]candidate {
 	tier := func(c candidate) int {
 		i := 0
@@ -235,28 +235,18 @@ func tiers(cands []candidate, node int) [][]candidate {
 		}
 		return i
 	}
-	// One backing array, cut in four: counted first, then filled in order.
-	var ends [4]int
-	for _, c := range cands {
-		ends[tier(c)]++
-	}
-	for i := 1; i < len(ends); i++ {
-		ends[i] += ends[i-1]
-	}
-	next := [4]int{0, ends[0], ends[1], ends[2]}
-	all := make([]candidate, len(cands))
-	for _, c := range cands {
-		i := tier(c)
-		all[next[i]] = c
-		next[i]++
-	}
-	out := make([][]candidate, 0, len(ends))
-	start := 0
-	for _, end := range ends {
-		if end > start {
-			out = append(out, all[start:end:end])
+	all := make([]candidate, 0, len(cands))
+	out := make([][]candidate, 0, 4)
+	for t := range 4 {
+		start := len(all)
+		for _, c := range cands {
+			if tier(c) == t {
+				all = append(all, c)
+			}
 		}
-		start = end
+		if len(all) > start {
+			out = append(out, all[start:len(all):len(all)])
+		}
 	}
 	return out
 }
@@ -291,13 +281,7 @@ func pick(policy config.AllocatePolicy, tier []candidate, load map[string]int, n
 		order = func(a, b keyed) int { return strings.Compare(a.c.id, b.c.id) }
 	}
 	if need == 1 {
-		best := 0
-		for i := 1; i < len(ks); i++ {
-			if order(ks[i], ks[best]) < 0 {
-				best = i
-			}
-		}
-		ks[0], ks[best] = ks[best], ks[0]
+		ks[0] = slices.MinFunc(ks, order)
 	} else {
 		slices.SortFunc(ks, order)
 	}

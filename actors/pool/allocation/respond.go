@@ -118,14 +118,13 @@ func Respond(res *config.Resource, devs []sysfs.Device, env Env) (events.Contain
 		info[d.Address] = providers
 		addrs = append(addrs, d.Address)
 	}
-	infoJSON := appendInfoJSON(nil, info)
 	name := res.EnvVarName()
 	out.Envs = map[string]string{
 		name:           strings.Join(addrs, ","),
-		name + "_INFO": string(infoJSON),
+		name + "_INFO": string(appendInfoJSON(nil, info)),
 	}
 	if !res.CDI.Enabled {
-		out.Devices = nodes.list
+		out.Devices = nodes
 		return out, nil
 	}
 	if err := validCDIKind(res.CDI.Kind); err != nil {
@@ -159,15 +158,12 @@ func wantsOf(res *config.Resource) wants {
 }
 
 // nodeList collects device nodes, each host path once.
-type nodeList struct {
-	list []events.DeviceNode
-}
+type nodeList []events.DeviceNode
 
 func (n *nodeList) add(containerPath, hostPath string) {
-	if slices.ContainsFunc(n.list, func(d events.DeviceNode) bool { return d.HostPath == hostPath }) {
-		return
+	if !slices.ContainsFunc(*n, func(d events.DeviceNode) bool { return d.HostPath == hostPath }) {
+		*n = append(*n, events.DeviceNode{ContainerPath: containerPath, HostPath: hostPath, Permissions: permissionsRW})
 	}
-	n.list = append(n.list, events.DeviceNode{ContainerPath: containerPath, HostPath: hostPath, Permissions: permissionsRW})
 }
 
 // describe returns the _INFO providers of one device and adds its device
@@ -252,11 +248,8 @@ func vfioGroupNode(d *sysfs.Device, env Env) (host, container string, err error)
 // pool with additionalInfo always shows "extra", as in the plugin.
 func extraInfo(add map[string]map[string]string, addr string) map[string]string {
 	out := map[string]string{}
-	for _, key := range []string{"*", addr} {
-		for k, v := range add[key] {
-			out[k] = v
-		}
-	}
+	maps.Copy(out, add["*"])
+	maps.Copy(out, add[addr])
 	return out
 }
 
@@ -355,28 +348,16 @@ func isAlnum(c byte) bool  { return isLetter(c) || '0' <= c && c <= '9' }
 // its reflection, which on the Allocate path cost more than the rest of
 // the answer.
 func appendInfoJSON(buf []byte, info map[string]map[string]map[string]string) []byte {
-	buf = append(buf, '{')
-	for i, dev := range slices.Sorted(maps.Keys(info)) {
-		if i > 0 {
-			buf = append(buf, ',')
-		}
-		buf = appendJSONString(buf, dev)
-		buf = append(buf, ":{"...)
-		providers := info[dev]
-		for j, prov := range slices.Sorted(maps.Keys(providers)) {
-			if j > 0 {
-				buf = append(buf, ',')
-			}
-			buf = appendJSONString(buf, prov)
-			buf = append(buf, ':')
-			buf = appendStringMapJSON(buf, providers[prov])
-		}
-		buf = append(buf, '}')
-	}
-	return append(buf, '}')
+	return appendJSONObject(buf, info, func(buf []byte, providers map[string]map[string]string) []byte {
+		return appendJSONObject(buf, providers, func(buf []byte, fields map[string]string) []byte {
+			return appendJSONObject(buf, fields, appendJSONString)
+		})
+	})
 }
 
-func appendStringMapJSON(buf []byte, m map[string]string) []byte {
+// appendJSONObject appends m as encoding/json would: keys sorted, each
+// value appended by appendValue, nil as null.
+func appendJSONObject[V any](buf []byte, m map[string]V, appendValue func([]byte, V) []byte) []byte {
 	if m == nil {
 		return append(buf, "null"...)
 	}
@@ -387,7 +368,7 @@ func appendStringMapJSON(buf []byte, m map[string]string) []byte {
 		}
 		buf = appendJSONString(buf, k)
 		buf = append(buf, ':')
-		buf = appendJSONString(buf, m[k])
+		buf = appendValue(buf, m[k])
 	}
 	return append(buf, '}')
 }
