@@ -25,9 +25,8 @@ type Recorder struct {
 
 // Observe sets a function called with every batch once it is durable (the
 // daemon's metrics). For RecordAsync it runs on the store's writer, which
-// commits nothing else meanwhile: it must be fast and must not block (a
-// test that blocks in it holds the whole ledger). Set it before the first
-// Record.
+// commits nothing else meanwhile: it must be fast and must not block. Set it
+// before the first Record.
 func (r *Recorder) Observe(fn func([]events.Envelope)) { r.observer = fn }
 
 // NewRecorder returns a Recorder appending to log as boot bootID. now is the
@@ -81,9 +80,9 @@ func (r *Recorder) record(ctx context.Context, g *store.Guard, ps []events.Paylo
 // RecordAsync queues the payloads as one all-or-nothing batch, as Record
 // does, and returns at once; done is called with Record's outcome once it
 // is known, on the store's writer goroutine: it must be quick and must not
-// block (an actor's sends itself a message). Batches are durable in the
-// order they were queued. An error means nothing was queued and done will
-// not be called.
+// block (an actor's done sends the actor a message). Batches are durable
+// in the order they were queued. An error means nothing was queued and done
+// will not be called.
 func (r *Recorder) RecordAsync(ctx context.Context, ps []events.Payload, done func([]events.Envelope, error)) error {
 	return r.recordAsync(ctx, nil, ps, done)
 }

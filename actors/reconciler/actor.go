@@ -55,23 +55,19 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
-	if c.Interval <= 0 {
-		c.Interval = 30 * time.Second
-	}
-	if c.AfterAllocate <= 0 {
-		c.AfterAllocate = 2 * time.Second
-	}
-	if c.LeakGrace <= 0 {
-		c.LeakGrace = 5 * time.Minute
-	}
-	if c.RetryMax <= 0 {
-		c.RetryMax = 5 * time.Minute
-	}
-	if c.CallTimeout <= 0 {
-		c.CallTimeout = 10 * time.Second
-	}
+	orDefault(&c.Interval, 30*time.Second)
+	orDefault(&c.AfterAllocate, 2*time.Second)
+	orDefault(&c.LeakGrace, 5*time.Minute)
+	orDefault(&c.RetryMax, 5*time.Minute)
+	orDefault(&c.CallTimeout, 10*time.Second)
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+}
+
+func orDefault(d *time.Duration, def time.Duration) {
+	if *d <= 0 {
+		*d = def
 	}
 }
 

@@ -1,7 +1,9 @@
 package reconciler
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -48,25 +50,17 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 	// Ours are the resources of the pools in force and those of live
 	// allocations: a pool removed from the config leaves its allocations
 	// live until their containers go, and only the kubelet says when.
-	var gone map[string]bool // the pools of live allocations, when asked
-	ours := func(res string) bool {
-		if in.pools[res] {
-			return true
-		}
-		if gone == nil {
-			gone = map[string]bool{}
-			for _, a := range in.allocs {
-				gone[a.Pool] = true
-			}
-		}
-		return gone[res]
+	ours := map[string]bool{}
+	maps.Copy(ours, in.pools)
+	for _, a := range in.allocs {
+		ours[a.Pool] = true
 	}
 	reported := map[key][]holderRef{}
 	for _, p := range pods {
 		for _, c := range p.GetContainers() {
 			ref := holderRef{namespace: p.GetNamespace(), pod: p.GetName(), container: c.GetName()}
 			for _, cd := range c.GetDevices() {
-				if !ours(cd.GetResourceName()) {
+				if !ours[cd.GetResourceName()] {
 					continue
 				}
 				for _, id := range cd.GetDeviceIds() {
@@ -92,12 +86,6 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 	}
 
 	out := foldResult{seen: map[string]bool{}}
-	conflict := func(id string, p events.AllocationConflict) {
-		out.seen[id] = true
-		if !in.seen[id] {
-			out.payloads = append(out.payloads, p)
-		}
-	}
 	// lost are the devices the kubelet reports and the ledger holds in no
 	// live allocation, by resource and container, in the order met.
 	type lostKey struct {
@@ -106,15 +94,8 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 	}
 	lost := map[lostKey][]string{}
 	var lostOrder []lostKey
-	keys := make([]key, 0, len(reported))
-	for k := range reported {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b key) int {
-		if c := strings.Compare(a.resource, b.resource); c != 0 {
-			return c
-		}
-		return strings.Compare(a.device, b.device)
+	keys := slices.SortedFunc(maps.Keys(reported), func(a, b key) int {
+		return cmp.Or(strings.Compare(a.resource, b.resource), strings.Compare(a.device, b.device))
 	})
 	for _, k := range keys {
 		refs := reported[k]
@@ -125,18 +106,22 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 				claims = append(claims, events.Claim{AllocationSeq: holder[k], Namespace: r.namespace, Pod: r.pod, Container: r.container})
 				names = append(names, r.String())
 			}
-			conflict("multi|"+k.resource+"|"+k.device+"|"+strings.Join(names, ","), events.AllocationConflict{
-				Pool: k.resource, Device: k.device, Claims: claims,
-				Reason: fmt.Sprintf("the kubelet reports the device in %d containers: %s", len(refs), strings.Join(names, ", ")),
-			})
+			seenKey := "multi|" + k.resource + "|" + k.device + "|" + strings.Join(names, ",")
+			out.seen[seenKey] = true
+			if !in.seen[seenKey] {
+				out.payloads = append(out.payloads, events.AllocationConflict{
+					Pool: k.resource, Device: k.device, Claims: claims,
+					Reason: fmt.Sprintf("the kubelet reports the device in %d containers: %s", len(refs), strings.Join(names, ", ")),
+				})
+			}
 		}
 		if holder[k] == 0 {
 			// The ledger lost it, or released it too soon: the kubelet's
 			// word is the better one. One allocation per container, on a
 			// second sight.
-			key := "lost|" + k.resource + "|" + k.device + "|" + refs[0].String()
-			out.seen[key] = true
-			if !in.seen[key] {
+			seenKey := "lost|" + k.resource + "|" + k.device + "|" + refs[0].String()
+			out.seen[seenKey] = true
+			if !in.seen[seenKey] {
 				continue
 			}
 			g := lostKey{k.resource, refs[0]}
@@ -156,36 +141,26 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 			Reason: "the kubelet reports " + g.ref.String() + " holding " + it + ", and the ledger has no live allocation of " + it})
 	}
 
-	seqs := make([]uint64, 0, len(in.allocs))
-	for seq := range in.allocs {
-		seqs = append(seqs, seq)
-	}
-	slices.Sort(seqs)
-	for _, seq := range seqs {
+	for _, seq := range slices.Sorted(maps.Keys(in.allocs)) {
 		a := in.allocs[seq]
 		var ref *holderRef
-		holdsAny, newest := false, uint64(0)
+		holdsAny, supersededBy := false, uint64(0)
 		for _, id := range a.DeviceIDs {
 			k := key{a.Pool, id}
 			if h := holder[k]; h != seq {
-				newest = max(newest, h)
+				supersededBy = max(supersededBy, h)
 				continue
 			}
 			holdsAny = true
 			if refs := reported[k]; len(refs) > 0 && ref == nil {
-				r := refs[0]
-				ref = &r
+				ref = &refs[0]
 			}
-		}
-		superseded := uint64(0)
-		if !holdsAny {
-			superseded = newest
 		}
 		held := in.now.Sub(a.At)
 		switch {
-		case superseded != 0:
+		case !holdsAny && supersededBy != 0:
 			out.payloads = append(out.payloads, events.DevicesReleased{AllocationSeq: seq, Pool: a.Pool,
-				DeviceIDs: slices.Clone(a.DeviceIDs), HeldFor: held, Reason: fmt.Sprintf("superseded by allocation #%d", superseded)})
+				DeviceIDs: slices.Clone(a.DeviceIDs), HeldFor: held, Reason: fmt.Sprintf("superseded by allocation #%d", supersededBy)})
 		case ref != nil:
 			if b := a.Binding; b == nil || b.Namespace != ref.namespace || b.Pod != ref.pod || b.Container != ref.container {
 				out.payloads = append(out.payloads, events.AllocationBound{AllocationSeq: seq, Pool: a.Pool,

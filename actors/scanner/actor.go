@@ -85,28 +85,21 @@ func (s *scanner) scan(ctx actor.Context, reason string) {
 			s.cfg.Log.Error().Err(err).Int("changes", len(diff)).Msg("cannot record scan results; will retry")
 			return
 		}
-		st := events.State{Devices: s.known, Pools: map[string]events.Pool{}, Allocations: map[uint64]events.Allocation{}, Holders: map[string][]uint64{}}
-		var found, changed, removed int
+		st := events.NewState()
+		st.Devices = s.known
+		healthSet = map[string]events.Device{}
+		counts := map[events.Type]int{}
 		for _, e := range envs {
 			st = events.Apply(st, e)
 			logChange(s.cfg.Log, e)
 			if d := st.Devices[e.Subject]; d.HealthSeq == e.Seq {
-				if healthSet == nil {
-					healthSet = map[string]events.Device{}
-				}
 				healthSet[e.Subject] = d
 			}
-			switch e.Type {
-			case events.TypeDeviceDiscovered:
-				found++
-			case events.TypeDeviceChanged:
-				changed++
-			case events.TypeDeviceRemoved:
-				removed++
-			}
+			counts[e.Type]++
 		}
-		s.cfg.Log.Info().Str("reason", reason).Int("discovered", found).Int("changed", changed).
-			Int("removed", removed).Uint64("seq", envs[len(envs)-1].Seq).Msg("devices recorded")
+		s.cfg.Log.Info().Str("reason", reason).Int("discovered", counts[events.TypeDeviceDiscovered]).
+			Int("changed", counts[events.TypeDeviceChanged]).Int("removed", counts[events.TypeDeviceRemoved]).
+			Uint64("seq", envs[len(envs)-1].Seq).Msg("devices recorded")
 		s.known = st.Devices
 	}
 	ctx.Send(ctx.Parent(), &Scanned{Devices: devs, Changed: len(diff) > 0, Reason: reason, HealthSet: healthSet})

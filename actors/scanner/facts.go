@@ -67,14 +67,10 @@ func Diff(known map[string]events.Device, scanned []sysfs.Device) []events.Paylo
 	for _, d := range scanned {
 		seen[d.Address] = true
 		facts := FactsOf(d)
-		k, ok := known[d.Address]
-		switch {
-		case !ok || !k.Present:
+		if k, ok := known[d.Address]; !ok || !k.Present {
 			out = append(out, events.DeviceDiscovered{Device: facts})
-		default:
-			if ch := ChangedFields(k.Facts, facts); len(ch) > 0 {
-				out = append(out, events.DeviceChanged{Device: facts, Changed: ch})
-			}
+		} else if ch := ChangedFields(k.Facts, facts); len(ch) > 0 {
+			out = append(out, events.DeviceChanged{Device: facts, Changed: ch})
 		}
 	}
 	gone := make([]string, 0)

@@ -103,15 +103,14 @@ func (s *watcher) start(ctx actor.Context) error {
 
 func (s *watcher) handle(ctx actor.Context, ev fsnotify.Event) {
 	path := filepath.Clean(ev.Name)
+	kubelet := path == filepath.Clean(s.cfg.KubeletSocket)
+	gone := ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)
 	switch {
-	case ev.Has(fsnotify.Create) && path == filepath.Clean(s.cfg.KubeletSocket):
+	case kubelet && ev.Has(fsnotify.Create):
 		ctx.Send(ctx.Parent(), &KubeletAppeared{Socket: path})
-	case (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)) && path == filepath.Clean(s.cfg.KubeletSocket):
+	case kubelet && gone:
 		ctx.Send(ctx.Parent(), &KubeletGone{Socket: path})
-	case ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename):
-		if strings.HasPrefix(filepath.Base(path), ".") {
-			return
-		}
+	case gone && !strings.HasPrefix(filepath.Base(path), "."):
 		ctx.Send(ctx.Parent(), &SocketRemoved{Path: path})
 	}
 }

@@ -7,13 +7,11 @@ import (
 )
 
 // Warm is the dispatcher of the daemon's actors. protoactor's default runs
-// every turn of a mailbox on a new goroutine, whose stack then grows, by
-// copying, to what the actor needs: on the Allocate path that was about a
-// twentieth of the CPU a call costs. Warm hands a turn to a goroutine that
-// finished one and waits for the next, its stack already grown, and starts
-// a new goroutine only when none waits; a goroutine that waits a second
-// for nothing ends. Turns run as protoactor's own dispatcher runs them (up
-// to 300 messages before the mailbox yields).
+// every mailbox turn on a new goroutine whose stack must grow again, about
+// a twentieth of an Allocate's CPU. Warm hands a turn to a goroutine that
+// finished one, its stack already grown, and starts a new goroutine only
+// when none waits; one idle for a second ends. Turns run as protoactor's
+// own dispatcher runs them (up to 300 messages before the mailbox yields).
 var Warm actor.Dispatcher = newWarm(time.Second)
 
 type warm struct {

@@ -1,9 +1,8 @@
-// Package supervise holds how devledger runs its actors: the supervision
-// strategy, a restart with a real exponential backoff that gives up, and
-// says so, after repeated crashes (protoactor-go's own "exponential"
-// strategy grows linearly and never gives up; a daemon that crash-loops
-// quietly is worse than one that exits), and Warm, the dispatcher that
-// runs their turns.
+// Package supervise holds how devledger runs its actors: Backoff, a restart
+// with a real exponential backoff that gives up, and says so, after repeated
+// crashes (protoactor-go's own "exponential" strategy grows linearly and
+// never gives up; a quiet crash loop is worse than an exit), and Warm, the
+// dispatcher that runs their turns.
 package supervise
 
 import (

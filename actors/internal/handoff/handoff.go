@@ -7,13 +7,10 @@ package handoff
 // value on every later one. An actor's producer calls it once per
 // incarnation; producers run on the actor's parent, one at a time.
 func First[T any](v T) func() T {
-	given := false
 	return func() T {
-		if given {
-			var zero T
-			return zero
-		}
-		given = true
-		return v
+		first := v
+		var zero T
+		v = zero
+		return first
 	}
 }
