@@ -125,14 +125,12 @@ func Props(cfg Config) *actor.Props {
 }
 
 // lifetime is what the node keeps across its incarnations (protoactor
-// restarts an actor in place, with a new coordinator): the config a
-// reload applied, which a restarted node places by, not the one the
-// daemon started with. Only the actor's goroutine touches it; its
-// incarnations run one after another.
+// restarts an actor in place, with a new coordinator): the config a reload
+// applied, which a restarted node places by. Only the actor's goroutine
+// touches it, one incarnation after another.
 type lifetime struct {
-	config *config.Config
-	sha    string
-	// incarnations counts the node's starts.
+	config       *config.Config
+	sha          string
 	incarnations int
 }
 
@@ -157,8 +155,6 @@ type coordinator struct {
 	join map[string]sysfs.Device
 	// resources are the pools of the config in force, by name.
 	resources map[string]*config.Resource
-	// configSHA is the SHA-256 of the config file in force.
-	configSHA string
 	// spawned counts pools spawned, so a pool removed and added again gets
 	// a fresh actor name.
 	spawned int
@@ -166,18 +162,16 @@ type coordinator struct {
 	// checker's, or a scan's (discovered, back, removed).
 	healthy events.Health
 	// allocs are the live allocations, folded from what the pools and the
-	// reconciler recorded: a device placed in a pool other than that of a
-	// claimed allocation holding it is listed there as held (see
-	// allocation.Member.HeldElsewhere) until the allocation is released,
-	// or no container claims it (a leak suspect).
+	// reconciler recorded: a claimed one holds its devices in every other
+	// pool (allocation.Member.HeldElsewhere).
 	allocs events.State
 	// leaving are, per device, the pools it was placed out of that may
 	// still give it out: they list it until they hear of its move, and
 	// an Allocate of it may be under way. It is listed as held in its new
 	// pool until each has let it go (pool.LetGo), or has stopped.
 	leaving map[string][]leave
-	// gen counts placements; stopping are the pools a reload removed,
-	// by PID Id, until they have stopped; deferred are the pools waiting
+	// gen counts placements; stopping are the pools told to stop (removed
+	// or withdrawn), by PID Id, until they have stopped; deferred are the pools waiting
 	// for one of their name to stop, with why they start.
 	gen      uint64
 	stopping map[string]poolStopped
@@ -191,8 +185,8 @@ type leave struct {
 	gen  uint64
 }
 
-// poolStopped is sent by the node to itself when a pool a reload removed
-// has stopped: behind the AllocationRecorded messages of the Allocates the
+// poolStopped is sent by the node to itself when a pool it stopped has
+// stopped: behind the AllocationRecorded messages of the Allocates the
 // pool waited for (Terminated itself jumps the queue).
 type poolStopped struct {
 	pool string
@@ -203,11 +197,9 @@ type poolStopped struct {
 
 // Receive implements actor.Actor.
 func (n *coordinator) Receive(ctx actor.Context) {
-	// A stopping or restarting actor still takes its mailbox's messages
-	// while it waits for its children to stop. A child spawned then (a
-	// pool, for a scan that came meanwhile) was never told to stop, and
-	// the node would wait for it forever: once closing, the node does
-	// nothing more.
+	// A stopping or restarting actor still takes messages while its
+	// children stop; a pool spawned then would never be told to stop, and
+	// the node would wait for it forever: once closing, it does nothing.
 	switch ctx.Message().(type) {
 	case *actor.Stopping, *actor.Restarting:
 		n.closing = true
@@ -237,25 +229,22 @@ func (n *coordinator) Receive(ctx actor.Context) {
 			if r := n.resources[m.Pool]; r != nil {
 				ctx.Send(pid, &pool.SetResource{Resource: r})
 			}
-			ms := make([]allocation.Member, len(n.members[m.Pool]))
-			for i, old := range n.members[m.Pool] {
-				ms[i] = n.member(old.Device, m.Pool)
+			ms := n.members[m.Pool]
+			for i := range ms {
+				ms[i] = n.member(ms[i].Device, m.Pool)
 			}
-			n.members[m.Pool] = ms
 			n.setMembers(ctx, pid, ms, "pool restarted", nil)
 		}
 	case *pool.LetGo:
-		let := n.letGo(m.From, m.Gen, m.Devices)
-		n.retellHolds(ctx, m.Pool, let, "let go by "+m.Pool)
+		n.retellHolds(ctx, m.Pool, n.letGo(m.From, m.Gen, m.Devices), "let go by "+m.Pool)
 	case *actor.Terminated:
 		if ps, ok := n.stopping[m.Who.Id]; ok {
 			delete(n.stopping, m.Who.Id)
 			ctx.Send(ctx.Self(), &ps)
 		}
 	case *poolStopped:
-		let := n.letGo(m.pid, math.MaxUint64, nil)
 		// A pool of the same name may have taken its place: tell it too.
-		n.retellHolds(ctx, "", let, m.pool+" stopped")
+		n.retellHolds(ctx, "", n.letGo(m.pid, math.MaxUint64, nil), m.pool+" stopped")
 		// A pool of its name waited for it to stop (isStopping): place
 		// again, which spawns it if it has devices now.
 		if n.placed && n.pools[m.pool] == nil && !n.isStopping(m.pool) && n.resources[m.pool] != nil {
@@ -309,8 +298,8 @@ func (n *coordinator) Receive(ctx actor.Context) {
 			// Released before the first pools exist (the reconciler's
 			// first pass at start): the pools are spawned from the state
 			// replayed at start, which must not bring the allocation back.
-			st := n.replayed.Clone()
-			st = events.Apply(st, events.Envelope{Seq: st.Seq, Time: st.Time, Payload: events.DevicesReleased{AllocationSeq: m.AllocationSeq, Pool: m.Pool}})
+			st := events.Apply(n.replayed.Clone(), events.Envelope{Seq: n.replayed.Seq, Time: n.replayed.Time,
+				Payload: events.DevicesReleased{AllocationSeq: m.AllocationSeq, Pool: m.Pool}})
 			n.replayed = &st
 		}
 		ids := n.claimed(m.AllocationSeq)
@@ -322,8 +311,8 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		} else if !n.placed && n.replayed != nil {
 			// Recovered before the first pools exist: they are spawned
 			// from the state replayed at start, which must hold it.
-			st := n.replayed.Clone()
-			st = events.Apply(st, events.Envelope{Seq: m.AllocationSeq, Time: m.At, Payload: events.AllocationRecovered{Pool: m.Pool, DeviceIDs: m.DeviceIDs}})
+			st := events.Apply(n.replayed.Clone(), events.Envelope{Seq: m.AllocationSeq, Time: m.At,
+				Payload: events.AllocationRecovered{Pool: m.Pool, DeviceIDs: m.DeviceIDs}})
 			n.replayed = &st
 		}
 		n.allocs = events.Apply(n.allocs, m.Event)
@@ -358,7 +347,7 @@ func (n *coordinator) Receive(ctx actor.Context) {
 			ctx.Respond(res)
 		}
 	case *ProbeHealth:
-		ctx.Send(n.health, m.Probe())
+		ctx.Send(n.health, &health.Probe{Reason: "asked", Addresses: m.Addresses, Interfaces: m.Interfaces})
 	case *Crash:
 		panic(fmt.Sprintf("node: injected crash: %s", m.Reason))
 	case *Query:
@@ -375,12 +364,9 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		}
 		ctx.Respond(st)
 	case *Children:
-		pools := make(map[string]*actor.PID, len(n.pools))
-		for k, v := range n.pools {
-			pools[k] = v
-		}
-		ctx.Respond(&ChildPIDs{Scanner: n.scanner, Registrar: n.registrar, Health: n.health, Sockets: n.sockets,
-			Reconciler: n.reconciler, Pools: pools, Configured: slices.Sorted(maps.Keys(n.resources)), Placed: n.placed})
+		ctx.Respond(&ChildPIDs{Scanner: n.scanner, Registrar: n.registrar, Health: n.health,
+			Sockets: n.sockets, Reconciler: n.reconciler, Pools: maps.Clone(n.pools),
+			Configured: slices.Sorted(maps.Keys(n.resources)), Placed: n.placed})
 	}
 }
 
@@ -389,17 +375,11 @@ func (n *coordinator) Receive(ctx actor.Context) {
 // placement gen or before. It returns the devices it forgot a leave of.
 func (n *coordinator) letGo(pid *actor.PID, gen uint64, ids []string) []string {
 	if ids == nil {
-		for addr := range n.leaving {
-			ids = append(ids, addr)
-		}
-		slices.Sort(ids)
+		ids = slices.Sorted(maps.Keys(n.leaving))
 	}
 	var out []string
 	for _, addr := range ids {
-		ls, ok := n.leaving[addr]
-		if !ok {
-			continue
-		}
+		ls := n.leaving[addr]
 		kept := slices.DeleteFunc(slices.Clone(ls), func(l leave) bool { return l.pid.Equal(pid) && l.gen <= gen })
 		if len(kept) == len(ls) {
 			continue
@@ -509,15 +489,12 @@ func moves(pool string, before, owner map[string]string) map[string]string {
 // unless the device was placed elsewhere after the checker's last Watch;
 // then its new pool is told here, after the members that brought it there.
 func retell(verdicts []health.Verdict, owner map[string]string, pools map[string]*actor.PID) map[*actor.PID][]pool.SetHealth {
-	var out map[*actor.PID][]pool.SetHealth
+	out := map[*actor.PID][]pool.SetHealth{}
 	for _, v := range verdicts {
 		name, ok := owner[v.Address]
 		pid := pools[name]
 		if !ok || pid == nil || pid.Equal(v.Told) {
 			continue
-		}
-		if out == nil {
-			out = map[*actor.PID][]pool.SetHealth{}
 		}
 		out[pid] = append(out[pid], pool.SetHealth{Address: v.Address, Healthy: v.Healthy, Reason: v.Reason, Seq: v.Seq})
 	}
@@ -545,13 +522,9 @@ func (n *coordinator) start(ctx actor.Context) {
 	n.pools = map[string]*actor.PID{}
 	n.members = map[string][]allocation.Member{}
 	n.owner = map[string]string{}
-	n.configSHA = n.cfg.ConfigSHA256
 	n.join = map[string]sysfs.Device{}
-	n.resources = map[string]*config.Resource{}
-	for i := range n.cfg.Config.Resources {
-		r := &n.cfg.Config.Resources[i]
-		n.resources[r.FullName()] = r
-	}
+	rc := n.cfg.Reconcile
+	n.resources, rc.Pools = poolsOf(n.cfg.Config)
 	n.leaving, n.stopping, n.deferred = map[string][]leave{}, map[string]poolStopped{}, map[string]string{}
 	n.allocs = st.LiveAllocations()
 	n.healthy = st.Health()
@@ -571,12 +544,7 @@ func (n *coordinator) start(ctx actor.Context) {
 		Log: log.With().Str("actor", "sockets").Logger()}))
 	n.health = n.spawn(ctx, "health", health.Props(health.Config{Prober: n.cfg.Reader, Recorder: n.cfg.Recorder,
 		Interval: n.cfg.ProbeInterval, Known: st.Clone().Devices, Log: log.With().Str("actor", "health").Logger()}))
-	rc := n.cfg.Reconcile
 	rc.Recorder, rc.Lister, rc.Replayed = n.cfg.Recorder, n.cfg.PodResources, st
-	rc.Pools = nil
-	for i := range n.cfg.Config.Resources {
-		rc.Pools = append(rc.Pools, n.cfg.Config.Resources[i].FullName())
-	}
 	rc.Log = log.With().Str("actor", "reconciler").Logger()
 	n.reconciler = n.spawn(ctx, "reconciler", reconciler.Props(rc))
 	if n.cfg.ConfigPath != "" && n.cfg.WatchConfig {
@@ -586,7 +554,6 @@ func (n *coordinator) start(ctx actor.Context) {
 		Known: st.Clone().Devices, Interval: n.cfg.ScanInterval, Log: log.With().Str("actor", "scanner").Logger()}))
 }
 
-// scanned takes a new scan and places its devices.
 func (n *coordinator) scanned(ctx actor.Context, m *scanner.Scanned) {
 	n.devices = m.Devices
 	for addr, d := range m.HealthSet {
@@ -595,15 +562,9 @@ func (n *coordinator) scanned(ctx actor.Context, m *scanner.Scanned) {
 	n.place(ctx, "scan: "+m.Reason, m.Changed)
 }
 
-// place puts the last scan's devices into the pools of the config in force,
-// spawns the pools that do not run yet, gives the running ones their members
-// when anything may have changed, and tells the health checker what to
-// probe.
-//
-// A member that lost its driver (unbound) stays in its pool, unhealthy, so a
-// rebind brings it back without a membership change; a device bound to
-// another driver is placed by the selection again, and its pools record where
-// it went.
+// place puts the last scan's devices into the pools of the config in force
+// (placement), spawns, withdraws or updates the pools, and tells the health
+// checker what to probe.
 func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 	byAddr := make(map[string]sysfs.Device, len(n.devices))
 	for _, d := range n.devices {
@@ -681,11 +642,10 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 			targets[i].Pool = n.pools[pm.Name]
 		}
 	}
-	for addr := range n.join {
-		if _, ok := owner[addr]; !ok {
-			delete(n.join, addr)
-		}
-	}
+	maps.DeleteFunc(n.join, func(addr string, _ sysfs.Device) bool {
+		_, ok := owner[addr]
+		return !ok
+	})
 	n.owner = owner
 	if !n.placed {
 		n.removeStaleCDISpecs()
@@ -697,8 +657,9 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 // placement says where each device goes under cfg, whose pools by name
 // are resources: to the first pool whose selectors take it, in the order
 // of the file, or, a device with no driver (unbound, between drivers), to
-// the pool it was in before while that pool exists. members lists each
-// pool's devices, unsorted.
+// the pool it was in before while that pool exists, so that a rebind
+// brings it back without a membership change. members lists each pool's
+// devices, unsorted.
 func placement(cfg *config.Config, resources map[string]*config.Resource, devices []sysfs.Device, env config.Env,
 	before map[string]string) (sel *config.Selection, owner map[string]string, members map[string][]string) {
 	sel = cfg.Select(devices, env)
@@ -726,16 +687,20 @@ func placement(cfg *config.Config, resources map[string]*config.Resource, device
 }
 
 // withdraw stops the pool name at pid, which has no devices left: it
-// records the last ones leaving and that it stops serving, the registrar
-// forgets it, and it stops (its socket goes). Until it has stopped it may
-// still give out what it listed (prev), as a pool a reload removes.
+// records the last ones leaving and that it stops serving.
 func (n *coordinator) withdraw(ctx actor.Context, name string, pid *actor.PID, prev []allocation.Member, reason string, moves map[string]string) {
 	n.setMembers(ctx, pid, nil, reason, moves)
 	ctx.Send(pid, &pool.Withdraw{Reason: "no devices: the last one left (" + reason + ")"})
+	n.stopPool(ctx, name, pid, prev)
+}
+
+// stopPool stops the pool name at pid, which the registrar forgets. Until
+// it has stopped it may still give out what it listed (ms).
+func (n *coordinator) stopPool(ctx actor.Context, name string, pid *actor.PID, ms []allocation.Member) {
 	ctx.Send(n.registrar, &registrar.Undesire{Pool: name})
 	ctx.Poison(pid)
-	listed := make(map[string]bool, len(prev))
-	for _, m := range prev {
+	listed := make(map[string]bool, len(ms))
+	for _, m := range ms {
 		listed[m.Device.Address] = true
 	}
 	n.stopping[pid.Id] = poolStopped{pool: name, pid: pid, members: listed}
@@ -833,47 +798,42 @@ func (n *coordinator) recordEmptied(name string, before, owner map[string]string
 // and forgets a leave of a pool that holds the device again.
 func (n *coordinator) leave(owner map[string]string) {
 	for addr, to := range owner {
-		if ls, ok := n.leaving[addr]; ok {
-			// Back in a pool it was leaving: that pool lists it again
-			// (the same pool, not one of the same name added again).
-			pid := n.pools[to]
-			if ls = slices.DeleteFunc(ls, func(l leave) bool { return l.pid.Equal(pid) }); len(ls) == 0 {
-				delete(n.leaving, addr)
-			} else {
-				n.leaving[addr] = ls
-			}
+		// Back in a pool it was leaving: that pool lists it again (the same
+		// pool, not one of the same name added again).
+		pid := n.pools[to]
+		ls := slices.DeleteFunc(n.leaving[addr], func(l leave) bool { return l.pid.Equal(pid) })
+		if len(ls) == 0 {
+			delete(n.leaving, addr)
+		} else {
+			n.leaving[addr] = ls
 		}
-		// A pool a reload removed may give out what it listed until it
-		// has stopped, wherever the device was placed since (even in a
+		// A stopping pool may give out what it listed until it has
+		// stopped, wherever the device was placed since (even in a
 		// pool of the same name that took its place).
 		for _, ps := range n.stopping {
 			if ps.members[addr] {
-				n.addLeave(addr, leave{pool: ps.pool, pid: ps.pid, gen: n.gen})
+				n.addLeave(addr, ps.pool, ps.pid)
 			}
 		}
 		if from, ok := n.owner[addr]; ok && from != to {
-			if pid := n.pools[from]; pid != nil {
-				n.addLeave(addr, leave{pool: from, pid: pid, gen: n.gen})
-			}
+			n.addLeave(addr, from, n.pools[from])
 		}
 	}
 	// A device placed in no pool now may still be listed by the pool it
 	// was in, until that pool lets it go: should it be placed somewhere
 	// before then, it is held there.
 	for addr, from := range n.owner {
-		if _, placed := owner[addr]; placed {
-			continue
-		}
-		if pid := n.pools[from]; pid != nil {
-			n.addLeave(addr, leave{pool: from, pid: pid, gen: n.gen})
+		if _, placed := owner[addr]; !placed {
+			n.addLeave(addr, from, n.pools[from])
 		}
 	}
 }
 
-// addLeave notes l for addr, once per pool.
-func (n *coordinator) addLeave(addr string, l leave) {
-	if !slices.ContainsFunc(n.leaving[addr], func(o leave) bool { return o.pid.Equal(l.pid) }) {
-		n.leaving[addr] = append(n.leaving[addr], l)
+// addLeave notes that addr is leaving the pool name at pid in this
+// placement, once per pool; a nil pid (no such pool running) is no leave.
+func (n *coordinator) addLeave(addr, name string, pid *actor.PID) {
+	if pid != nil && !slices.ContainsFunc(n.leaving[addr], func(o leave) bool { return o.pid.Equal(pid) }) {
+		n.leaving[addr] = append(n.leaving[addr], leave{pool: name, pid: pid, gen: n.gen})
 	}
 }
 
@@ -905,6 +865,19 @@ func (n *coordinator) spawnPool(ctx actor.Context, res *config.Resource, ms []al
 	}
 	n.spawned++
 	n.pools[name] = pid
+}
+
+// poolsOf are the pools of cfg by name, and their names in the order of
+// the file.
+func poolsOf(cfg *config.Config) (map[string]*config.Resource, []string) {
+	byName := make(map[string]*config.Resource, len(cfg.Resources))
+	var names []string
+	for i := range cfg.Resources {
+		r := &cfg.Resources[i]
+		byName[r.FullName()] = r
+		names = append(names, r.FullName())
+	}
+	return byName, names
 }
 
 // Digest is the SHA-256 of a config file's bytes, as the ledger names it.
@@ -956,7 +929,7 @@ func (n *coordinator) reload(ctx actor.Context, reason string) *ReloadResult {
 		return &ReloadResult{Err: err}
 	}
 	sha := Digest(data)
-	if sha == n.configSHA {
+	if sha == n.cfg.ConfigSHA256 {
 		return &ReloadResult{Unchanged: true}
 	}
 	cfg, err := config.ParseWith(path, data, n.cfg.ConfigOptions)
@@ -967,17 +940,14 @@ func (n *coordinator) reload(ctx actor.Context, reason string) *ReloadResult {
 			log.Error().Err(rerr).Msg("cannot record the rejected config")
 			return &ReloadResult{Rejected: lines, Err: rerr}
 		}
-		n.configSHA = sha // the same bad bytes are not rejected twice
+		n.cfg.ConfigSHA256 = sha // the same bad bytes are not rejected twice
 		log.Warn().Strs("errors", lines).Msg("config rejected; keeping the config in force")
 		return &ReloadResult{Rejected: lines}
 	}
 	for _, w := range cfg.Warnings {
 		log.Warn().Msg(w)
 	}
-	next := make(map[string]*config.Resource, len(cfg.Resources))
-	for i := range cfg.Resources {
-		next[cfg.Resources[i].FullName()] = &cfg.Resources[i]
-	}
+	next, pools := poolsOf(cfg)
 	var payloads []events.Payload
 	var gone []string
 	for name := range n.resources {
@@ -986,19 +956,17 @@ func (n *coordinator) reload(ctx actor.Context, reason string) *ReloadResult {
 		}
 		gone = append(gone, name)
 		if ms := n.members[name]; len(ms) > 0 {
-			removed := make([]string, len(ms))
-			for i, m := range ms {
-				removed[i] = m.Device.Address
-			}
-			reason := "pool removed from the config"
-			var held []string
-			for _, addr := range removed {
+			var removed, held []string
+			for _, m := range ms {
+				addr := m.Device.Address
+				removed = append(removed, addr)
 				for _, seq := range n.allocs.Holders[addr] {
 					if a := n.allocs.Allocations[seq]; a.Pool == name && a.Claimed() {
 						held = append(held, fmt.Sprintf("%s by #%d", addr, seq))
 					}
 				}
 			}
+			reason := "pool removed from the config"
 			if len(held) > 0 {
 				// Not moved silently: the allocations stay live in the
 				// ledger until their containers go, and a pool the
@@ -1029,15 +997,8 @@ func (n *coordinator) reload(ctx actor.Context, reason string) *ReloadResult {
 	}
 	for _, name := range gone {
 		if pid := n.pools[name]; pid != nil {
-			ctx.Send(n.registrar, &registrar.Undesire{Pool: name})
-			ctx.Poison(pid)
-			listed := map[string]bool{}
-			for _, m := range n.members[name] {
-				listed[m.Device.Address] = true
-			}
-			n.stopping[pid.Id] = poolStopped{pool: name, pid: pid, members: listed}
+			n.stopPool(ctx, name, pid, n.members[name])
 		}
-		delete(n.pools, name)
 		delete(n.members, name)
 	}
 	for _, spec := range applied.Pools {
@@ -1045,12 +1006,8 @@ func (n *coordinator) reload(ctx actor.Context, reason string) *ReloadResult {
 			ctx.Send(pid, &pool.SetResource{Resource: next[spec.Resource]})
 		}
 	}
-	n.cfg.Config, n.resources, n.configSHA = cfg, next, sha
+	n.cfg.Config, n.resources, n.cfg.ConfigSHA256 = cfg, next, sha
 	n.life.config, n.life.sha = cfg, sha
-	pools := make([]string, 0, len(cfg.Resources))
-	for i := range cfg.Resources {
-		pools = append(pools, cfg.Resources[i].FullName())
-	}
 	ctx.Send(n.reconciler, &reconciler.SetPools{Pools: pools})
 	log.Info().Str("sha256", sha).Strs("pools", pools).Strs("removed", gone).Uint64("seq", envs[len(envs)-1].Seq).Msg("config applied")
 	// Before the first scan there is nothing to place: that scan places

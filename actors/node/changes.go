@@ -63,15 +63,10 @@ func definitionChanges(old, new string) []string {
 	a, b := map[string]string{}, map[string]string{}
 	flattenJSON(old, a)
 	flattenJSON(new, b)
-	paths := slices.Collect(maps.Keys(a))
-	for path := range b {
-		if _, ok := a[path]; !ok {
-			paths = append(paths, path)
-		}
-	}
-	slices.Sort(paths)
+	paths := maps.Clone(a) // the union of both's paths
+	maps.Copy(paths, b)
 	var out []string
-	for _, path := range paths {
+	for _, path := range slices.Sorted(maps.Keys(paths)) {
 		x, inA := a[path]
 		y, inB := b[path]
 		switch {
@@ -122,15 +117,8 @@ func flattenJSON(doc string, out map[string]string) {
 // whose keys are the Go fields': Name is resourceName, a leading
 // initialism is lower case (PCIAddresses is pciAddresses, IsRDMA isRdma).
 func fileName(goName string) string {
-	switch goName {
-	case "Name":
-		return "resourceName"
-	case "Prefix":
-		return "resourcePrefix"
-	case "IsRDMA":
-		return "isRdma"
-	case "PKeys":
-		return "pKeys"
+	if name, ok := renamed[goName]; ok {
+		return name
 	}
 	r := []rune(goName)
 	n := 0
@@ -145,3 +133,7 @@ func fileName(goName string) string {
 	}
 	return string(r)
 }
+
+// renamed are the fields whose name in the file the rule of fileName does
+// not give.
+var renamed = map[string]string{"Name": "resourceName", "Prefix": "resourcePrefix", "IsRDMA": "isRdma"}

@@ -1,10 +1,6 @@
 package node
 
-import (
-	"github.com/asynkron/protoactor-go/actor"
-
-	"github.com/devledger/devledger/actors/health"
-)
+import "github.com/asynkron/protoactor-go/actor"
 
 // Messages the node coordinator receives from outside its tree.
 
@@ -19,28 +15,23 @@ type ProbeHealth struct {
 	Interfaces []string
 }
 
-// Probe is the health checker's message for m, whoever delivers it.
-func (m *ProbeHealth) Probe() *health.Probe {
-	return &health.Probe{Reason: "asked", Addresses: m.Addresses, Interfaces: m.Interfaces}
-}
-
 // Children asks for the PIDs of the node's actors; the reply is a
 // *ChildPIDs. It lets the daemon and tests query actors directly.
 type Children struct{}
 
-// ChildPIDs is the reply to Children. Pools maps a pool's resource name to
-// its allocator; a pool appears once the first scan placed devices.
+// ChildPIDs is the reply to Children.
 type ChildPIDs struct {
 	Scanner    *actor.PID
 	Registrar  *actor.PID
 	Health     *actor.PID
 	Sockets    *actor.PID
 	Reconciler *actor.PID
-	// Pools are the pools running; Configured names the pools of the
-	// config in force, sorted, whether they run yet or not (a pool starts
-	// after the first scan, and only while it has devices, unless it
-	// advertises itself empty). Placed is true once the first scan placed
-	// the devices: a configured pool not running then has none.
+	// Pools maps each running pool's resource name to its allocator;
+	// Configured names the pools of the config in force, sorted, whether
+	// they run yet or not (a pool starts after the first scan, and only
+	// while it has devices, unless it advertises itself empty). Placed is
+	// true once the first scan placed the devices: a configured pool not
+	// running then has none.
 	Pools      map[string]*actor.PID
 	Configured []string
 	Placed     bool
