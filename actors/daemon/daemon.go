@@ -248,8 +248,9 @@ func Start(opts Options) (_ *Daemon, err error) {
 		ConfigPath: opts.ConfigPath, SysfsRoot: opts.SysfsRoot, KubeletDir: opts.KubeletDir, Registration: string(mode)})
 	if cfgErr != nil {
 		// The run this start opens ends at once: one batch says so.
-		start = append(start, events.ConfigRejected{Path: opts.ConfigPath, SHA256: node.Digest(cfgData), Errors: errorLines(cfgErr)},
-			events.DaemonStopped{Reason: "config rejected", Clean: true})
+		rejected := events.ConfigRejected{Path: opts.ConfigPath, SHA256: node.Digest(cfgData),
+			Errors: strings.Split(strings.TrimRight(cfgErr.Error(), "\n"), "\n")}
+		start = append(start, rejected, events.DaemonStopped{Reason: "config rejected", Clean: true})
 		if _, err := d.rec.Record(context.Background(), start...); err != nil {
 			d.log.Error().Err(err).Msg("cannot record the rejected config")
 		}
@@ -324,18 +325,17 @@ func Start(opts Options) (_ *Daemon, err error) {
 		d.die(fmt.Errorf("actor %s kept crashing: %v", child.Id, reason))
 	}
 	strategy := supervise.DefaultBackoff(d.log.With().Str("component", "supervisor").Logger(), giveUp)
-	podres, err := grpcapi.NewPodResourcesClient(filepath.Join(opts.KubeletDir, "pod-resources", "kubelet.sock"))
+	d.podres, err = grpcapi.NewPodResourcesClient(filepath.Join(opts.KubeletDir, "pod-resources", "kubelet.sock"))
 	if err != nil {
 		return nil, err
 	}
-	d.podres = podres
 	props := node.Props(node.Config{
 		Config: cfg, ConfigPath: opts.ConfigPath, ConfigOptions: opts.ConfigOptions, WatchConfig: opts.WatchConfig, ConfigSHA256: node.Digest(cfgData), Env: env, Reader: reader, Recorder: d.rec, Replayed: &st,
 		KubeletDir: opts.KubeletDir, Mode: mode,
 		AllocEnv:   allocation.Env{DevRoot: opts.DevRoot, HasVhostNet: env.HasVhostNet},
 		DevinfoDir: devinfo, CDISpecDir: cdiDir, ScanInterval: opts.ScanInterval, ProbeInterval: opts.ProbeInterval,
 		CallTimeout: opts.CallTimeout, Supervisor: strategy, Log: d.log,
-		PodResources: podres, ObserveAllocate: d.metrics.allocated,
+		PodResources: d.podres, ObserveAllocate: d.metrics.allocated,
 		Reconcile: reconciler.Config{Interval: opts.ReconcileInterval, LeakGrace: opts.LeakGrace},
 	})
 	props.Configure(actor.WithGuardian(strategy))
@@ -421,14 +421,11 @@ type kernelPlan struct {
 }
 
 // planKernelBatch turns a burst of kernel events into at most one rescan
-// and one probe round. A uevent about a PCI function (its own, or one of
-// its net interfaces) may mean devices came, went or changed driver: a
-// rescan, and a probe of the function and its interface. A link change is
-// a probe of its interface, and of the VFs that follow it as their PF's. A
-// uevent about anything else (a container's veth, a bridge: interfaces
-// under /devices/virtual) concerns no PCI function and asks for nothing,
-// so that pod churn does not rescan the node. An overflow lost events:
-// rescan, and probe every device.
+// and one probe round. A uevent about a PCI function or its interface (a
+// device came, went or changed driver) asks for a rescan and a probe of
+// both; a link change, a probe of its interface (and of the VFs that follow
+// it). Other uevents (a pod's veth) ask for nothing, so that pod churn does
+// not rescan the node. An overflow lost events: rescan and probe everything.
 func planKernelBatch(batch []sysfs.KernelEvent) kernelPlan {
 	var p kernelPlan
 	var addrs, ifaces []string
@@ -478,10 +475,7 @@ func (d *Daemon) Recorder() *ledger.Recorder { return d.rec }
 
 // Children returns the PIDs of the actors, for queries.
 func (d *Daemon) Children(ctx context.Context) (*node.ChildPIDs, error) {
-	if d.node == nil {
-		return nil, errors.New("the actors are not started yet")
-	}
-	res, err := d.system.Root.RequestFuture(d.node, &node.Children{}, timeoutOf(ctx)).Result()
+	res, err := d.Ask(ctx, d.node, &node.Children{})
 	if err != nil {
 		return nil, fmt.Errorf("ask node: %w", err)
 	}
@@ -491,7 +485,7 @@ func (d *Daemon) Children(ctx context.Context) (*node.ChildPIDs, error) {
 // Reload reads the config file again (SIGHUP): a valid new config is
 // applied, an invalid one recorded as rejected while the old one stays.
 func (d *Daemon) Reload(ctx context.Context, reason string) (*node.ReloadResult, error) {
-	res, err := d.system.Root.RequestFuture(d.node, &node.ReloadConfig{Reason: reason}, timeoutOf(ctx)).Result()
+	res, err := d.Ask(ctx, d.node, &node.ReloadConfig{Reason: reason})
 	if err != nil {
 		return nil, fmt.Errorf("reload: %w", err)
 	}
@@ -542,16 +536,11 @@ func (d *Daemon) Status(ctx context.Context) (grpcapi.AdminStatus, error) {
 // Ready reports whether every pool served is registered.
 func (d *Daemon) Ready(ctx context.Context) bool {
 	st, err := d.Status(ctx)
-	if err != nil {
-		return false
-	}
-	for _, p := range st.Pools {
-		if !p.Registered && !p.NoDevices {
-			return false
-		}
-	}
-	return true
+	return err == nil && !slices.ContainsFunc(st.Pools, unregistered)
 }
+
+// unregistered says a pool is served but the kubelet has not acknowledged it.
+func unregistered(p grpcapi.AdminPoolStatus) bool { return !p.Registered && !p.NoDevices }
 
 func timeoutOf(ctx context.Context) time.Duration {
 	if dl, ok := ctx.Deadline(); ok {
@@ -642,15 +631,11 @@ func (d *Daemon) stop(ctx context.Context, reason string, failed bool) error {
 	if d.metricsSrv != nil {
 		d.metricsSrv.Shutdown(ctx)
 	}
-	if d.admin != nil {
-		if err := d.admin.Stop(ctx); err != nil {
-			d.log.Warn().Err(err).Msg("admin socket stop")
-		}
+	if err := d.admin.Stop(ctx); err != nil {
+		d.log.Warn().Err(err).Msg("admin socket stop")
 	}
 	d.system.Shutdown()
-	if d.podres != nil {
-		d.podres.Close()
-	}
+	d.podres.Close()
 	if err := d.ledger.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close ledger: %w", err))
 	}
@@ -679,10 +664,7 @@ func (d *Daemon) snapshotLoop() {
 				d.checkLedger()
 				checked = true
 			}
-			last := uint64(0)
-			if seq, ok := d.ledger.LatestSnapshotSeq(0); ok {
-				last = seq
-			}
+			last, _ := d.ledger.LatestSnapshotSeq(0)
 			took := false
 			// While appends fail, a snapshot each tick tries the disk
 			// again: on a quiet node nothing else would, and /readyz
@@ -710,12 +692,9 @@ func (d *Daemon) snapshotLoop() {
 }
 
 // checkLedger checks the whole ledger once, soon after start: its page
-// graph (the store leaves it out of a writer's Open: a fifth of a second
-// at a million events), then every record's checksum and every snapshot
-// against the fold (the start read only the newest snapshot and the
-// events after it), going on past damage it can read around. Damage not
-// recorded before is recorded, which makes /readyz false until an
-// operator acknowledges it.
+// graph (which a writer's Open skips), then every record and snapshot (the
+// start read only the newest snapshot and the events after it). Damage not
+// recorded before is recorded, making /readyz false until acknowledged.
 func (d *Daemon) checkLedger() {
 	began := time.Now()
 	var err error
@@ -875,10 +854,6 @@ func loadConfig(path string, opts config.Options) (*config.Config, []byte, error
 	}
 	cfg, err := config.ParseWith(path, data, opts)
 	return cfg, data, err
-}
-
-func errorLines(err error) []string {
-	return strings.Split(strings.TrimRight(err.Error(), "\n"), "\n")
 }
 
 func sameSpecs(specs []events.PoolSpec, st events.State) bool {

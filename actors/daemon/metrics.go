@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -45,12 +46,10 @@ type metrics struct {
 	latency  *prometheus.HistogramVec
 
 	// ledgerMu guards ledger, the damage recorded in the ledger as the
-	// fold has it: set from the replay at start, then moved by each
-	// durable LedgerDamaged and DamageAcknowledged (recorded runs on
-	// the store's writer, /readyz on the metrics server's goroutines).
-	// A lock, not a message: neither side is an actor. The writer must
-	// not block on a mailbox, and /readyz must answer while the actors
-	// are wedged, which is what /healthz reports.
+	// fold has it: set from the replay, then moved by recorded (on the
+	// store's writer) and read by /readyz. A lock, not a message: the
+	// writer must not block on a mailbox, and /readyz must answer while
+	// the actors are wedged.
 	ledgerMu sync.Mutex
 	ledger   events.LedgerState
 }
@@ -264,11 +263,10 @@ func (d *Daemon) serveMetrics(ln net.Listener) {
 			http.Error(w, "actors do not answer: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		for _, p := range st.Pools {
-			if !p.Registered && !p.NoDevices {
-				http.Error(w, "pool "+p.Resource+" is not registered with the kubelet", http.StatusServiceUnavailable)
-				return
-			}
+		if i := slices.IndexFunc(st.Pools, unregistered); i >= 0 {
+			http.Error(w, "pool "+st.Pools[i].Resource+" is not registered with the kubelet",
+				http.StatusServiceUnavailable)
+			return
 		}
 		w.Write([]byte("ok\n"))
 	})

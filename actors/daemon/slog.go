@@ -11,7 +11,6 @@ import (
 // Debug: the daemon logs the state changes that matter itself.
 type quieter struct{ slog.Handler }
 
-// lower is l with everything below Warn as Debug.
 func lower(l slog.Level) slog.Level {
 	if l < slog.LevelWarn {
 		return slog.LevelDebug
