@@ -32,17 +32,14 @@ import (
 // Config is what a pool allocator needs.
 type Config struct {
 	Resource *config.Resource
-	// Members are the devices the pool starts with, and Moves where those
-	// that moved since the ledger last listed them come from or went to
-	// (see SetMembers).
+	// Members are the devices the pool starts with; Moves and Seq are as
+	// in SetMembers.
 	Members []allocation.Member
 	Moves   map[string]string
-	// Seq is the ledger's last sequence as the parent placed Members (see
-	// SetMembers).
-	Seq uint64
+	Seq     uint64
 	// Reason is why the pool was spawned, for the membership change it
-	// records at its start ("daemon start" when empty); a restarted pool
-	// says "pool restarted".
+	// records at its start ("daemon start" when empty; "pool restarted"
+	// after a restart).
 	Reason   string
 	Recorder *ledger.Recorder
 	// Replayed is the ledger's state the first incarnation starts from; a
@@ -53,11 +50,10 @@ type Config struct {
 	SocketDir string
 	Mode      grpcapi.RegistrationMode
 	Env       allocation.Env
-	// DevinfoDir is where device-info files are written for netDevice
-	// pools; "" writes none.
+	// DevinfoDir is where a netDevice pool writes device-info files, and
+	// CDISpecDir where a pool with CDI enabled writes its CDI spec; ""
+	// writes none.
 	DevinfoDir string
-	// CDISpecDir is where the pool writes its CDI spec when CDI is
-	// enabled for it; "" writes none.
 	CDISpecDir string
 	// CallTimeout bounds every kubelet call (grpcapi.DefaultCallTimeout
 	// when zero).
@@ -124,16 +120,13 @@ type allocator struct {
 	retry          *time.Timer
 
 	watchers map[uint64]chan []*pluginapi.Device
-	// list is the last ListAndWatch list built (deviceList), nil when the
-	// members or the resource changed since; stale names its entries
-	// whose device's health changed since. A list handed to watchers is
-	// never changed: the next one is a copy, and a changed entry a new
-	// Device, so that the server can tell the entries it encoded before.
+	// list is the last ListAndWatch list built (see deviceList), nil when
+	// the members or the resource changed since; stale names its entries
+	// whose device's health changed since.
 	list   []*pluginapi.Device
 	stale  []string
 	server *grpcapi.PoolServer
-	// socket is where server serves now: a name of its own (see
-	// SocketBase).
+	// socket is where server serves now (see SocketBase).
 	socket string
 	// incarnation numbers this incarnation, whose server is p.server.
 	incarnation uint64
@@ -237,7 +230,9 @@ func (p *allocator) call(ctx actor.Context, c any) {
 		resp, err := p.preferred(m.req)
 		m.reply <- preferredReply{resp: resp, err: err}
 	case *allocateReq:
-		p.allocate(ctx, m)
+		if err := p.allocate(ctx, m); err != nil {
+			p.answer(m.reply, m.started, nil, err)
+		}
 	case *queryReq:
 		ctx.Send(m.from, p.status())
 	}
@@ -285,14 +280,10 @@ func (p *allocator) start(ctx actor.Context) {
 	}
 	p.members, p.order = p.index(listed(st.Pools[p.name].Members, place.Members))
 	p.gen = p.life.gen
-	reason := p.cfg.Reason
-	switch {
-	case p.life.incarnations > 0:
-		reason = "pool restarted"
-	case reason == "":
-		reason = "daemon start"
+	place.Reason = cmp.Or(p.cfg.Reason, "daemon start")
+	if p.life.incarnations > 0 {
+		place.Reason = "pool restarted"
 	}
-	place.Reason = reason
 	p.placeAfterReplay(ctx, st, place, true)
 
 	p.life.incarnations++
@@ -320,16 +311,13 @@ func (p *allocator) start(ctx actor.Context) {
 	p.announce(ctx, "")
 }
 
-// syncDeviceInfo keeps a device-info file for every member of a netDevice
-// pool, as the CNI plugins expect them (the Network Plumbing WG's
-// device-info spec), so that an Allocate finds its devices' files written
-// and only checks them. It writes the file of each member that old (the
-// members before; nil at start or after a change of resource) did not have
-// with the same facts. A file that holds the same content already is left
-// as it is. Files are never removed: a device that left the pool may still
-// be held by a container whose sandbox the CNI sets up again. They are not
-// synced either: a reboot (a tmpfs) or a crash may lose them, and a start
-// writes them all again.
+// syncDeviceInfo keeps a device-info file (the Network Plumbing WG's spec,
+// which the CNI plugins read) for every member of a netDevice pool, so that
+// an Allocate finds its devices' files written. It writes the file of each
+// member that old (the members before; nil at start or after a change of
+// resource) did not have with the same facts. Files are never removed: a
+// device that left may still be held by a container whose sandbox the CNI
+// sets up again. Nor are they synced: a start writes them all again.
 func (p *allocator) syncDeviceInfo(old map[string]*allocation.Member) {
 	if p.cfg.DevinfoDir == "" || p.cfg.Resource.DeviceType != config.NetDevice {
 		return
@@ -399,10 +387,7 @@ func (p *allocator) callTimeout() time.Duration {
 // lost) and tells the parent, at once, that the pool is ready to be
 // registered.
 func (p *allocator) announce(ctx actor.Context, lost string) {
-	mode := string(p.cfg.Mode)
-	if mode == "" {
-		mode = string(grpcapi.ModeLegacy)
-	}
+	mode := string(cmp.Or(p.cfg.Mode, grpcapi.ModeLegacy))
 	var payloads []events.Payload
 	if lost != "" {
 		payloads = append(payloads, events.SocketLost{Pool: p.name, Socket: lost})
@@ -413,18 +398,9 @@ func (p *allocator) announce(ctx actor.Context, lost string) {
 	// fsync. The store commits in order, so what the registrar records of
 	// the pool lands after this.
 	log, name, socket := p.cfg.Log, p.name, p.socket
-	err := p.cfg.Recorder.RecordAsync(context.Background(), payloads, func(envs []events.Envelope, err error) {
-		if err != nil {
-			// Serving is a fact about now: the pool serves whether or
-			// not the ledger says so.
-			log.Error().Err(err).Str("pool", name).Msg("cannot record PluginServing")
-			return
-		}
-		log.Info().Str("pool", name).Str("socket", socket).Str("mode", mode).Uint64("seq", envs[len(envs)-1].Seq).Msg("pool serving")
+	p.recordAsync("PluginServing", payloads, func(seq uint64) {
+		log.Info().Str("pool", name).Str("socket", socket).Str("mode", mode).Uint64("seq", seq).Msg("pool serving")
 	})
-	if err != nil {
-		log.Error().Err(err).Str("pool", name).Msg("cannot record PluginServing")
-	}
 	ctx.Send(ctx.Parent(), &Serving{Pool: p.name, From: ctx.Self(), Socket: p.socket})
 }
 
@@ -432,16 +408,29 @@ func (p *allocator) announce(ctx actor.Context, lost string) {
 // parent stops it next, which removes its socket.
 func (p *allocator) withdraw(reason string) {
 	log, name, socket := p.cfg.Log, p.name, p.socket
-	err := p.cfg.Recorder.RecordAsync(context.Background(), []events.Payload{events.PluginWithdrawn{Pool: name, Socket: socket, Reason: reason}},
-		func(envs []events.Envelope, err error) {
-			if err != nil {
-				log.Error().Err(err).Str("pool", name).Msg("cannot record PluginWithdrawn")
-				return
-			}
-			log.Info().Str("pool", name).Str("socket", socket).Str("reason", reason).Uint64("seq", envs[0].Seq).Msg("pool withdrawn: it has no devices")
-		})
+	withdrawn := events.PluginWithdrawn{Pool: name, Socket: socket, Reason: reason}
+	p.recordAsync("PluginWithdrawn", []events.Payload{withdrawn}, func(seq uint64) {
+		log.Info().Str("pool", name).Str("socket", socket).Str("reason", reason).Uint64("seq", seq).
+			Msg("pool withdrawn: it has no devices")
+	})
+}
+
+// recordAsync records payloads without waiting for the fsync: they are
+// facts about now, true whether or not the ledger takes them. durable
+// hears the last one's sequence once they are durable; what names them in
+// the error logged should the ledger refuse them.
+func (p *allocator) recordAsync(what string, payloads []events.Payload, durable func(seq uint64)) {
+	log, name := p.cfg.Log, p.name
+	failed := func(err error) { log.Error().Err(err).Str("pool", name).Msg("cannot record " + what) }
+	err := p.cfg.Recorder.RecordAsync(context.Background(), payloads, func(envs []events.Envelope, err error) {
+		if err != nil {
+			failed(err)
+			return
+		}
+		durable(envs[len(envs)-1].Seq)
+	})
 	if err != nil {
-		log.Error().Err(err).Str("pool", name).Msg("cannot record PluginWithdrawn")
+		failed(err)
 	}
 }
 
@@ -487,14 +476,13 @@ func (p *allocator) reserve(ctx actor.Context, m *Reserve) {
 	if p.server == nil || m.Socket != p.socket {
 		return
 	}
-	old := p.socket
+	lost := ""
+	if m.Lost {
+		lost = p.socket
+	}
 	p.socket = newSocketPath(p.cfg.SocketDir, p.name)
 	if err := p.server.Reserve(p.socket); err != nil {
 		panic(fmt.Errorf("pool %s: serve on a new socket %s: %w", p.name, p.socket, err))
-	}
-	lost := ""
-	if m.Lost {
-		lost = old
 	}
 	p.announce(ctx, lost)
 }
@@ -647,9 +635,9 @@ func (p *allocator) replace(ctx actor.Context) {
 	if err != nil {
 		panic(fmt.Errorf("pool %s: replay: %w", p.name, err))
 	}
-	last := p.life.placed
-	p.members, p.order = p.index(listed(st.Pools[p.name].Members, last.Members))
-	p.placeAfterReplay(ctx, &st, &SetMembers{Members: last.Members, Reason: last.Reason, Gen: last.Gen, Leaving: last.Leaving, Moves: last.Moves, Seq: last.Seq}, false)
+	again := *p.life.placed // a copy: placing it sets its Seq
+	p.members, p.order = p.index(listed(st.Pools[p.name].Members, again.Members))
+	p.placeAfterReplay(ctx, &st, &again, false)
 }
 
 // placeAfterReplay places m, whose members may have been placed long
@@ -868,7 +856,7 @@ func (p *allocator) status() *Status {
 // built once and shared by the lists that follow until the device changes;
 // a health change copies the last list and replaces only the entries of
 // the devices that changed. Published lists and entries are never
-// modified (the streams marshal them, the kubelet's stand-in clones them).
+// modified: the server reuses an entry's encoding while its pointer stays.
 func (p *allocator) deviceList() []*pluginapi.Device {
 	if p.list == nil {
 		p.list = make([]*pluginapi.Device, len(p.order))

@@ -22,11 +22,10 @@ import (
 // An Allocate is a message to the pool like any other call (allocateReq):
 // the actor checks it against its members, builds the answer, queues the
 // DevicesAllocated events with the store and goes on with its mailbox.
-// When the store says they are durable (landed), the actor applies them,
-// tells its parent, and answers the kubelet: persist, apply, reply, in the
-// actor. Between the queueing and the landing the devices are in flight:
-// the pool does not let a device it lost go while an Allocate of it may
-// still be recorded.
+// Once the store says they are durable (landed), the actor applies them,
+// tells its parent and answers the kubelet. Meanwhile the devices are in
+// flight: the pool does not let a device it lost go while an Allocate of
+// it may still be recorded.
 
 // lifetime is what a pool keeps across its incarnations (protoactor
 // restarts an actor in place: same PID, same mailbox, a new allocator).
@@ -85,25 +84,23 @@ type landing struct {
 	err  error
 }
 
-// allocate takes a kubelet's Allocate: refused at once when it names what
-// the pool does not have, else recorded (see the top of this file).
-func (p *allocator) allocate(ctx actor.Context, m *allocateReq) {
+// allocate takes a kubelet's Allocate: it returns the error to refuse it
+// with at once when it names what the pool does not have, else records it
+// (see the top of this file).
+func (p *allocator) allocate(ctx actor.Context, m *allocateReq) error {
 	if err := m.ctx.Err(); err != nil {
-		p.answer(m.reply, m.started, nil, fmt.Errorf("%w (pool %s did not take the Allocate in time)", err, p.name))
-		return
+		return fmt.Errorf("%w (pool %s did not take the Allocate in time)", err, p.name)
 	}
 	devices, devs, err := p.grant(m.req)
 	if err != nil {
-		p.answer(m.reply, m.started, nil, err)
-		return
+		return err
 	}
 	// The kubelet gives a device to one pod at a time. One that another
 	// Allocate has in flight is refused: its event could name neither
 	// holder right (the other's sequence number is not known yet).
 	for _, id := range slices.Concat(devices...) {
 		if p.life.flying[id] > 0 {
-			p.answer(m.reply, m.started, nil, fmt.Errorf("%w: Allocate for %s: device %s is being allocated by another call", grpcapi.ErrUnavailable, p.name, id))
-			return
+			return fmt.Errorf("%w: Allocate for %s: device %s is being allocated by another call", grpcapi.ErrUnavailable, p.name, id)
 		}
 	}
 	resp := &pluginapi.AllocateResponse{ContainerResponses: make([]*pluginapi.ContainerAllocateResponse, 0, len(devs))}
@@ -111,8 +108,7 @@ func (p *allocator) allocate(ctx actor.Context, m *allocateReq) {
 	for i, ds := range devs {
 		answer, err := allocation.Respond(p.cfg.Resource, ds, p.cfg.Env)
 		if err != nil {
-			p.answer(m.reply, m.started, nil, fmt.Errorf("%w: Allocate for %s: %v", grpcapi.ErrInvalidRequest, p.name, err))
-			return
+			return fmt.Errorf("%w: Allocate for %s: %v", grpcapi.ErrInvalidRequest, p.name, err)
 		}
 		payloads = append(payloads, p.allocated(devices[i], i, answer))
 		resp.ContainerResponses = append(resp.ContainerResponses, toPlugin(answer))
@@ -120,8 +116,7 @@ func (p *allocator) allocate(ctx actor.Context, m *allocateReq) {
 	if p.cfg.DevinfoDir != "" && p.cfg.Resource.DeviceType == config.NetDevice {
 		for _, d := range slices.Concat(devs...) {
 			if err := allocation.WriteDeviceInfo(p.cfg.DevinfoDir, p.name, d); err != nil {
-				p.answer(m.reply, m.started, nil, fmt.Errorf("%w: %s: write device-info for %s: %v", grpcapi.ErrUnavailable, p.name, d.Address, err))
-				return
+				return fmt.Errorf("%w: %s: write device-info for %s: %v", grpcapi.ErrUnavailable, p.name, d.Address, err)
 			}
 		}
 	}
@@ -134,13 +129,13 @@ func (p *allocator) allocate(ctx actor.Context, m *allocateReq) {
 		f.landed <- landing{envs: envs, err: err}
 		root.Send(self, &landed{id: id})
 	}); err != nil {
-		p.answer(m.reply, m.started, nil, fmt.Errorf("%w: %s: the ledger could not record the allocation: %v", grpcapi.ErrUnavailable, p.name, err))
-		return
+		return fmt.Errorf("%w: %s: the ledger could not record the allocation: %v", grpcapi.ErrUnavailable, p.name, err)
 	}
 	l.pending[id] = f
 	for _, d := range slices.Concat(devices...) {
 		l.flying[d]++
 	}
+	return nil
 }
 
 // allocated is the event of one container's devices: with what the pool
@@ -260,13 +255,11 @@ func (p *allocator) unpend(id uint64, f *flight) {
 }
 
 // drainPending waits, as the pool stops for good, for the store's answer to
-// the Allocates still pending, and lands each: nothing the kubelet was
+// each Allocate still pending, and lands it: nothing the kubelet was
 // promised is left unanswered, and the parent hears of every allocation
-// before the pool is gone. The store answers a queued append within a
-// commit; timeout bounds the wait for them all, should the disk hang. One
-// still pending then is answered Unavailable, and should it land after all,
-// the parent still hears of it (the ledger has it; the reconciler will find
-// no pod for it, or one).
+// before the pool is gone. timeout bounds the whole wait, should the disk
+// hang: one still pending then is answered Unavailable, and should it land
+// after all, the parent still hears of it (the ledger has it).
 func (p *allocator) drainPending(ctx actor.Context, timeout time.Duration) {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()

@@ -169,10 +169,9 @@ type LetGo struct {
 type NeedMembers struct{ Pool string }
 
 // Internal messages between the gRPC backend and the actor. A request
-// carries its own reply channel, buffered for the one answer, so the
-// actor answers without blocking, and
-// the kubelet's call waits on it with its own deadline: no future, no
-// timer per call.
+// carries its own reply channel, buffered for the one answer, so the actor
+// answers without blocking, and the kubelet's call waits on it with its
+// own deadline: no future, no timer per call.
 
 type watchReq struct {
 	id    uint64

@@ -18,11 +18,9 @@ import (
 // and every socket it re-creates: <prefix>_<name>.<8 hex digits>.sock. The
 // kubelet keys its endpoints by socket path and refuses a second Register
 // of a path it holds an endpoint for ("device plugin already connected");
-// an endpoint whose client it lost (a Register of the same path twice, from
-// any cause) stays until the kubelet restarts. A path that was never
-// registered cannot be refused so: a pool that must register again does so
-// on a new name, and no kubelet state left from an earlier name can stand in
-// its way.
+// an endpoint whose client it lost stays until the kubelet restarts. A
+// path never registered cannot be refused so: a pool that must register
+// again does so on a new name.
 
 // SocketBase is the part of a pool's socket names that stays the same:
 // the resource name with its '/' replaced, as the SR-IOV device plugin
@@ -31,9 +29,8 @@ func SocketBase(resource string) string {
 	return strings.ReplaceAll(resource, "/", "_")
 }
 
-// suffixLen is the length of the part of a socket name after its base:
-// ".0123abcd.sock".
-const suffixLen = 14
+// suffixLen is the length of the part of a socket name after its base.
+const suffixLen = len(".0123abcd.sock")
 
 // socketBaseIn is the base of resource's socket names in dir: SocketBase,
 // cut short when a name would not fit a socket path. (A long resource name
@@ -72,13 +69,12 @@ func hasSuffixOf(name, base string) bool {
 
 var socketSuffix = regexp.MustCompile(`^[0-9a-f]{8}\.sock$`)
 
-// removeStaleSockets removes the sockets of resource's names in dir: what
-// a daemon that was killed, or an earlier incarnation of the pool, left
-// behind. In plugins_registry/ the kubelet's plugin watcher deregisters
-// each one it sees go. Only sockets nobody answers on are removed: the
-// fixed <base>.sock may be another plugin's, serving the same resource
-// (that is a mistake of the node's, which the log names, but not one to
-// fix by deleting its socket). It returns the paths removed and those left
+// removeStaleSockets removes the sockets of resource's names in dir that
+// nobody answers on: what a killed daemon, or an earlier incarnation of the
+// pool, left behind (in plugins_registry/ the kubelet's plugin watcher
+// deregisters each one it sees go). The fixed <base>.sock may be another
+// plugin's, serving the same resource: a mistake the log names, not one to
+// fix by deleting its socket. It returns the paths removed and those left
 // because something answers on them.
 func removeStaleSockets(dir, resource string) (removed, live []string, err error) {
 	entries, err := os.ReadDir(dir)
