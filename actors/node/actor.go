@@ -328,7 +328,7 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		}
 	case *registrar.NeedSocket:
 		if pid := n.pools[m.Pool]; pid != nil {
-			ctx.Send(pid, &pool.Reserve{Socket: m.Socket, Lost: m.Lost})
+			ctx.Send(pid, &pool.Reserve{Socket: m.Socket, Lost: m.Lost, Seq: n.cfg.Recorder.Log().LastSeq()})
 		}
 	case *health.Changed:
 		for _, v := range m.Verdicts {

@@ -308,7 +308,11 @@ func (p *allocator) start(ctx actor.Context) {
 	if err := p.server.Serve(p.socket); err != nil {
 		panic(fmt.Errorf("pool %s: serve %s: %w", p.name, p.socket, err))
 	}
-	p.announce(ctx, "")
+	seq := p.cfg.Seq
+	if p.life.placed != nil {
+		seq = p.life.placed.Seq
+	}
+	p.announce(ctx, "", seq)
 }
 
 // syncDeviceInfo keeps a device-info file (the Network Plumbing WG's spec,
@@ -385,8 +389,8 @@ func (p *allocator) callTimeout() time.Duration {
 
 // announce records PluginServing (after SocketLost when the socket was
 // lost) and tells the parent, at once, that the pool is ready to be
-// registered.
-func (p *allocator) announce(ctx actor.Context, lost string) {
+// registered. The pool was in the config in force at seq.
+func (p *allocator) announce(ctx actor.Context, lost string, seq uint64) {
 	mode := string(cmp.Or(p.cfg.Mode, grpcapi.ModeLegacy))
 	var payloads []events.Payload
 	if lost != "" {
@@ -396,9 +400,12 @@ func (p *allocator) announce(ctx actor.Context, lost string) {
 	payloads = append(payloads, events.PluginServing{Pool: p.name, Socket: p.socket, Mode: mode})
 	// The socket serves already: registration need not wait for the
 	// fsync. The store commits in order, so what the registrar records of
-	// the pool lands after this.
+	// the pool lands after this. A pool the config dropped since seq (a
+	// new socket asked for as the reload came) records nothing: the ledger
+	// would list it as serving again.
+	guard := p.inForce(seq)
 	log, name, socket := p.cfg.Log, p.name, p.socket
-	p.recordAsync("PluginServing", payloads, func(seq uint64) {
+	p.recordAsync("PluginServing", &guard, payloads, func(seq uint64) {
 		log.Info().Str("pool", name).Str("socket", socket).Str("mode", mode).Uint64("seq", seq).Msg("pool serving")
 	})
 	ctx.Send(ctx.Parent(), &Serving{Pool: p.name, From: ctx.Self(), Socket: p.socket})
@@ -409,7 +416,7 @@ func (p *allocator) announce(ctx actor.Context, lost string) {
 func (p *allocator) withdraw(reason string) {
 	log, name, socket := p.cfg.Log, p.name, p.socket
 	withdrawn := events.PluginWithdrawn{Pool: name, Socket: socket, Reason: reason}
-	p.recordAsync("PluginWithdrawn", []events.Payload{withdrawn}, func(seq uint64) {
+	p.recordAsync("PluginWithdrawn", nil, []events.Payload{withdrawn}, func(seq uint64) {
 		log.Info().Str("pool", name).Str("socket", socket).Str("reason", reason).Uint64("seq", seq).
 			Msg("pool withdrawn: it has no devices")
 	})
@@ -418,17 +425,29 @@ func (p *allocator) withdraw(reason string) {
 // recordAsync records payloads without waiting for the fsync: they are
 // facts about now, true whether or not the ledger takes them. durable
 // hears the last one's sequence once they are durable; what names them in
-// the error logged should the ledger refuse them.
-func (p *allocator) recordAsync(what string, payloads []events.Payload, durable func(seq uint64)) {
+// the error logged should the ledger refuse them. g, when set, guards them.
+func (p *allocator) recordAsync(what string, g *store.Guard, payloads []events.Payload, durable func(seq uint64)) {
 	log, name := p.cfg.Log, p.name
-	failed := func(err error) { log.Error().Err(err).Str("pool", name).Msg("cannot record " + what) }
-	err := p.cfg.Recorder.RecordAsync(context.Background(), payloads, func(envs []events.Envelope, err error) {
+	failed := func(err error) {
+		if errors.Is(err, errDropped) {
+			log.Info().Str("pool", name).Msg("the pool was dropped from the config; " + what + " is not recorded")
+			return
+		}
+		log.Error().Err(err).Str("pool", name).Msg("cannot record " + what)
+	}
+	landed := func(envs []events.Envelope, err error) {
 		if err != nil {
 			failed(err)
 			return
 		}
 		durable(envs[len(envs)-1].Seq)
-	})
+	}
+	var err error
+	if g != nil {
+		err = p.cfg.Recorder.RecordAsyncGuarded(context.Background(), *g, payloads, landed)
+	} else {
+		err = p.cfg.Recorder.RecordAsync(context.Background(), payloads, landed)
+	}
 	if err != nil {
 		failed(err)
 	}
@@ -484,7 +503,7 @@ func (p *allocator) reserve(ctx actor.Context, m *Reserve) {
 	if err := p.server.Reserve(p.socket); err != nil {
 		panic(fmt.Errorf("pool %s: serve on a new socket %s: %w", p.name, p.socket, err))
 	}
-	p.announce(ctx, lost)
+	p.announce(ctx, lost, m.Seq)
 }
 
 func index(ms []allocation.Member) (map[string]*allocation.Member, []string) {
@@ -552,9 +571,22 @@ func (p *allocator) place(ctx actor.Context, m *SetMembers, start bool) {
 	p.applyPlaced(ctx)
 }
 
-// errDropped refuses a membership change of a pool the config dropped
-// since its members were placed.
+// errDropped refuses a record of a pool the config dropped since its
+// members were placed.
 var errDropped = errors.New("the config in force has dropped the pool")
+
+// inForce guards a record of the pool's: it is refused with errDropped
+// should a config recorded after seq have dropped the pool (its parent
+// stops it next), so that the ledger does not list the pool again.
+func (p *allocator) inForce(seq uint64) store.Guard {
+	name := p.name
+	return store.Guard{After: seq, Check: func(e events.Envelope) error {
+		if c, ok := e.Payload.(events.ConfigApplied); ok && !slices.ContainsFunc(c.Pools, func(s events.PoolSpec) bool { return s.Resource == name }) {
+			return fmt.Errorf("%w (#%d)", errDropped, e.Seq)
+		}
+		return nil
+	}}
+}
 
 // placedOne takes the store's answer to a membership change.
 func (p *allocator) placedOne(ctx actor.Context, m *placed) {
@@ -685,16 +717,9 @@ func (p *allocator) recordMembership(ctx actor.Context, id uint64, added, remove
 	}
 	log, name, members := p.cfg.Log, p.name, len(byAddr)
 	self, root := ctx.Self(), ctx.ActorSystem().Root
-	// A pool the config dropped since the members were placed records no
-	// change of them: the node recorded the pool's last one with the
-	// config, and the ledger must not list the pool again.
-	guard := store.Guard{After: m.Seq, Check: func(e events.Envelope) error {
-		if c, ok := e.Payload.(events.ConfigApplied); ok && !slices.ContainsFunc(c.Pools, func(s events.PoolSpec) bool { return s.Resource == name }) {
-			return fmt.Errorf("%w (#%d)", errDropped, e.Seq)
-		}
-		return nil
-	}}
-	err := p.cfg.Recorder.RecordAsyncGuarded(context.Background(), guard, []events.Payload{events.PoolMembershipChanged{Pool: p.name, Added: added, Removed: removed, Reason: reason}},
+	// The node recorded the last membership of a pool the config dropped
+	// with the config.
+	err := p.cfg.Recorder.RecordAsyncGuarded(context.Background(), p.inForce(m.Seq), []events.Payload{events.PoolMembershipChanged{Pool: p.name, Added: added, Removed: removed, Reason: reason}},
 		func(envs []events.Envelope, err error) {
 			if err == nil {
 				ev := log.Info()

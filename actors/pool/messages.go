@@ -62,10 +62,12 @@ type SetHealth struct {
 // Socket, and to announce it (Serving). Lost says Socket vanished (a
 // kubelet restart empties device-plugins/), recorded as SocketLost in the
 // same append as the new PluginServing. A Reserve about a socket the pool
-// no longer serves on is ignored.
+// no longer serves on is ignored. Seq is the ledger's last sequence as
+// the parent sent it, the pool in the config in force then.
 type Reserve struct {
 	Socket string
 	Lost   bool
+	Seq    uint64
 }
 
 // Released tells the pool that a live allocation ended (recorded by the

@@ -142,3 +142,63 @@ func TestAPoolTheConfigDroppedRecordsNoMembersAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A pool asked for a new socket after the config dropped it records no
+// PluginServing: the fold would list the dropped pool as serving again.
+// Asked before the drop, it records one.
+func TestADroppedPoolRecordsNoServing(t *testing.T) {
+	f, g, allocated := poolWithAllocateHeld(t)
+	g.release()
+	if err := <-allocated; err != nil {
+		t.Fatalf("Allocate: %v", err)
+	}
+	actortest.Next[*AllocationRecorded](t, f)
+	l := g.log
+	reserve := func(seq uint64) {
+		t.Helper()
+		res, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Sys.Root.Send(f.Child, &Reserve{Socket: res.(*Status).Socket, Lost: true, Seq: seq})
+		actortest.Next[*Serving](t, f)
+		// The writer commits in order: once a later append is durable,
+		// the pool's record is decided.
+		if _, err := l.Append(context.Background(), events.New(events.KubeletRestarted{Socket: "marker"}, time.Now(), "boot-1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	serving := func() (before, after int) {
+		t.Helper()
+		dropped := false
+		if err := l.Read(0, func(e events.Envelope) error {
+			switch e.Payload.(type) {
+			case events.ConfigApplied:
+				dropped = true
+			case events.PluginServing, events.SocketLost:
+				if dropped {
+					after++
+				} else {
+					before++
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return before, after
+	}
+	start, _ := serving()
+	reserve(l.LastSeq())
+	if n, _ := serving(); n != start+2 {
+		t.Fatalf("%d SocketLost and PluginServing records after a Reserve, want %d", n, start+2)
+	}
+	inForce := l.LastSeq()
+	if _, err := l.Append(context.Background(), events.New(events.ConfigApplied{Path: "config.json", SHA256: "ab"}, time.Now(), "boot-1")); err != nil {
+		t.Fatal(err)
+	}
+	reserve(inForce)
+	if _, n := serving(); n != 0 {
+		t.Errorf("%d SocketLost and PluginServing records after the config that dropped the pool, want 0", n)
+	}
+}
