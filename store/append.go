@@ -118,9 +118,10 @@ func (l *Log) AppendAsync(ctx context.Context, envs []events.Envelope, done func
 // the call's events, shows Check every event committed after After (and
 // those of the same batch queued before the call), oldest first; events
 // retention dropped (a snapshot holds them) are not shown. An error from
-// Check fails the call with that error, and nothing of it is written; the
-// refusal is answered once the batch-mates it saw are durable, or with their
-// commit's error should that fail (what refused the call never landed).
+// Check fails the call with that error, and nothing of it is written. A
+// refusal by an event of the same batch is answered once that event is
+// durable, or with the commit's error should it fail: what refused the call
+// never landed.
 // It is how a caller that decided on the ledger as it was at After writes
 // only if nothing it depended on changed since: Check must be quick, as
 // the writer commits nothing else meanwhile.
@@ -224,7 +225,7 @@ func (l *Log) commit(batch []*appendReq) {
 		r   *appendReq
 		err error
 	}
-	var refused []refusal // by a guard: answered after the commit
+	var refused []refusal // by a batch-mate's event: answered after the commit
 	next := l.lastSeq.Load() + 1
 	for _, r := range batch {
 		if !r.state.CompareAndSwap(reqQueued, reqClaimed) {
@@ -238,8 +239,12 @@ func (l *Log) commit(batch []*appendReq) {
 			continue
 		}
 		if r.guard != nil {
-			if err := l.checkGuard(r.guard, live); err != nil {
-				refused = append(refused, refusal{r, err})
+			if byMate, err := l.checkGuard(r.guard, live); err != nil {
+				if byMate {
+					refused = append(refused, refusal{r, err})
+				} else {
+					r.finish(nil, err)
+				}
 				continue
 			}
 		}
@@ -309,8 +314,9 @@ func (l *Log) commit(batch []*appendReq) {
 
 // checkGuard shows g.Check the events committed after g.After, then those
 // of before, the calls of this batch that will be written ahead of the
-// guarded one (callers hold writeMu).
-func (l *Log) checkGuard(g *Guard, before []*appendReq) error {
+// guarded one (callers hold writeMu); byMate says a refusal came from
+// one of the latter.
+func (l *Log) checkGuard(g *Guard, before []*appendReq) (byMate bool, err error) {
 	check := func(e events.Envelope) (err error) {
 		defer func() {
 			if p := recover(); p != nil {
@@ -330,19 +336,19 @@ func (l *Log) checkGuard(g *Guard, before []*appendReq) error {
 			})
 		})
 		if err != nil {
-			return err
+			return false, err
 		}
 	}
 	for _, r := range before {
 		for _, e := range r.out {
 			if e.Seq > g.After {
 				if err := check(e); err != nil {
-					return err
+					return true, err
 				}
 			}
 		}
 	}
-	return nil
+	return false, nil
 }
 
 // stampAndEncode stamps e with seq and appends its key and value to buf. A

@@ -577,11 +577,19 @@ func TestAppendGuarded(t *testing.T) {
 	g = refuse("y")
 	g.After = before
 	guarded.guard = &g
+	// One refused by a committed event keeps its refusal.
+	old := queued(ctx, ev(11, events.KubeletRestarted{Socket: "w"}))
+	g2 := refuse("a")
+	g2.After = 0
+	old.guard = &g2
 	l.lastSeq.Store(before + 5) // the transaction fails on its first put
-	l.commit([]*appendReq{mate.appendReq, guarded.appendReq})
+	l.commit([]*appendReq{mate.appendReq, guarded.appendReq, old.appendReq})
 	l.lastSeq.Store(before)
 	if mate.err == nil || guarded.err == nil || errors.Is(guarded.err, errChanged) || guarded.err.Error() != mate.err.Error() {
 		t.Fatalf("failed commit: mate %v, guarded %v; want the commit's error for both", mate.err, guarded.err)
+	}
+	if !errors.Is(old.err, errChanged) {
+		t.Fatalf("failed commit: a call refused by a committed event got %v, want the guard's error", old.err)
 	}
 
 	// A guard that panics fails its call, not the writer.

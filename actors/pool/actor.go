@@ -284,7 +284,7 @@ func (p *allocator) start(ctx actor.Context) {
 	if p.life.incarnations > 0 {
 		place.Reason = "pool restarted"
 	}
-	p.placeAfterReplay(ctx, st, place, true)
+	inForce := p.placeAfterReplay(ctx, st, place, true)
 
 	p.life.incarnations++
 	p.incarnation = p.life.incarnations
@@ -308,11 +308,9 @@ func (p *allocator) start(ctx actor.Context) {
 	if err := p.server.Serve(p.socket); err != nil {
 		panic(fmt.Errorf("pool %s: serve %s: %w", p.name, p.socket, err))
 	}
-	seq := p.cfg.Seq
-	if p.life.placed != nil {
-		seq = p.life.placed.Seq
+	if inForce {
+		p.announce(ctx, "", place.Seq)
 	}
-	p.announce(ctx, "", seq)
 }
 
 // syncDeviceInfo keeps a device-info file (the Network Plumbing WG's spec,
@@ -676,14 +674,15 @@ func (p *allocator) replace(ctx actor.Context) {
 // before st, the ledger's state just read: a config in st that lacks the
 // pool dropped it (its parent stops it next), and one that has it (or
 // none at all) has not, up to st.Seq, so the guard of the change starts
-// there.
-func (p *allocator) placeAfterReplay(ctx actor.Context, st *events.State, m *SetMembers, start bool) {
+// there. It says whether the pool is in force.
+func (p *allocator) placeAfterReplay(ctx actor.Context, st *events.State, m *SetMembers, start bool) bool {
 	if _, inForce := st.Pools[p.name]; !inForce && st.Config.SHA256 != "" {
 		p.cfg.Log.Info().Str("pool", p.name).Msg("the pool was dropped from the config; its members are not recorded")
-		return
+		return false
 	}
 	m.Seq = max(m.Seq, st.Seq)
 	p.place(ctx, m, start)
+	return true
 }
 
 // recordMembership records a membership change, with where the devices
