@@ -323,7 +323,9 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 		case 11: // the kubelet's pods change: each live allocation is
 			// claimed by a container of its own, or not (its container
 			// went, or never came: a leak suspect), and a round
-			// attributes them
+			// attributes them; a third of the time the reconciler
+			// crashes first (the node tells the new one of the
+			// allocations again)
 			st := ledgerState(t, d)
 			var pods []*podresourcesapi.PodResources
 			var claimed []string
@@ -341,8 +343,14 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			what := "pods [" + strings.Join(claimed, " ") + "]"
+			if rng.IntN(3) == 0 && crashes["reconciler"] < 3 {
+				crashes["reconciler"]++
+				d.system.Root.Send(kids.Reconciler, &reconciler.Crash{Reason: "model"})
+				what = "crash reconciler, " + what
+			}
 			d.system.Root.Send(kids.Reconciler, &reconciler.Reconcile{})
-			history = append(history, "pods ["+strings.Join(claimed, " ")+"]")
+			history = append(history, what)
 		case 4: // a rescan
 			d.Send(&node.Rescan{Reason: "model"})
 			history = append(history, "rescan")

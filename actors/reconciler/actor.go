@@ -131,6 +131,8 @@ func (r *reconciler) Receive(ctx actor.Context) {
 		r.round(ctx)
 	case *listed:
 		r.listed(ctx, m)
+	case *Crash:
+		panic("reconciler: injected crash: " + m.Reason)
 	case *Query:
 		r.catchUp(ctx, nil)
 		st := &Status{Available: r.available(), Rounds: r.rounds, Allocations: map[uint64]string{}}

@@ -24,6 +24,10 @@ type SetPools struct{ Pools []string }
 // Query asks for the reconciler's status; the reply is a *Status.
 type Query struct{}
 
+// Crash makes the reconciler panic: fault injection for tests of
+// supervision.
+type Crash struct{ Reason string }
+
 // Status is the reply to Query.
 type Status struct {
 	// Allocations are the live allocations, each with the container it
