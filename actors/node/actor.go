@@ -1,12 +1,8 @@
 // Package node is the root of devledger's actor tree: the node coordinator.
-// It owns the configuration in force and the last scan, decides which device
-// belongs to which pool (package config's selection), spawns one allocator
-// per pool, and routes between its children: scans to pools (with the
-// newest health verdict it knows of each device, and the other pools'
-// allocations that hold it), a health verdict to a pool the health checker
-// could not address it to, served sockets to the registrar, kubelet and
-// socket events to the registrar and the pools. Children are supervised with
-// a doubling backoff that gives up loudly.
+// It owns the config in force and the last scan, places each device in a
+// pool (package config's selection), spawns one allocator per pool, and
+// routes messages between its children, which it supervises with a
+// doubling backoff that gives up loudly.
 package node
 
 import (
@@ -68,17 +64,14 @@ type Config struct {
 	// AllocEnv is where device nodes are checked for Allocate answers.
 	AllocEnv   allocation.Env
 	DevinfoDir string
-	// CDISpecDir is where CDI-enabled pools write their CDI spec; ""
-	// writes none.
+	// CDISpecDir is where CDI-enabled pools write their spec; "" writes none.
 	CDISpecDir string
-	// ScanInterval and ProbeInterval pace the scanner and the health
-	// checker; zero means their defaults.
+	// ScanInterval and ProbeInterval pace scans and probes; zero: defaults.
 	ScanInterval  time.Duration
 	ProbeInterval time.Duration
 	CallTimeout   time.Duration
-	// PodResources is the kubelet's PodResources service; Reconcile
-	// configures the reconciler that reads it (its Recorder, Lister, Pools
-	// and Replayed are filled in by the node).
+	// PodResources feeds the reconciler that Reconcile configures (the node
+	// fills in its Recorder, Lister, Pools and Replayed).
 	ObserveAllocate func(pool string, took time.Duration, err error)
 	PodResources    reconciler.Lister
 	Reconcile       reconciler.Config
@@ -124,10 +117,8 @@ func Props(cfg Config) *actor.Props {
 	}, opts...)
 }
 
-// lifetime is what the node keeps across its incarnations (protoactor
-// restarts an actor in place, with a new coordinator): the config a reload
-// applied, which a restarted node places by. Only the actor's goroutine
-// touches it, one incarnation after another.
+// lifetime outlives a restart (which makes a new coordinator): the config a
+// reload applied, to place by. Only the actor's goroutine touches it.
 type lifetime struct {
 	config       *config.Config
 	sha          string
@@ -138,10 +129,10 @@ type coordinator struct {
 	cfg      Config
 	life     *lifetime
 	replayed *events.State
-	// closing is set once the node is stopping or restarting.
+	// closing is set once the node is stopping or restarting (see Receive);
+	// placed, once the first scan's devices were placed.
 	closing bool
-	// placed is set once the first scan's devices were placed.
-	placed bool
+	placed  bool
 
 	scanner, registrar, health, sockets, reconciler *actor.PID
 
@@ -155,24 +146,21 @@ type coordinator struct {
 	join map[string]sysfs.Device
 	// resources are the pools of the config in force, by name.
 	resources map[string]*config.Resource
-	// spawned counts pools spawned, so a pool removed and added again gets
-	// a fresh actor name.
+	// spawned counts pools spawned, so a pool added again gets a fresh name.
 	spawned int
 	// healthy is the newest verdict in the ledger per device: the health
 	// checker's, or a scan's (discovered, back, removed).
 	healthy events.Health
-	// allocs are the live allocations, folded from what the pools and the
-	// reconciler recorded: a claimed one holds its devices in every other
-	// pool (allocation.Member.HeldElsewhere).
+	// allocs are the live allocations, folded from the pools' and the
+	// reconciler's records; a claimed one holds its devices in other pools.
 	allocs events.State
 	// leaving are, per device, the pools it was placed out of that may
-	// still give it out: they list it until they hear of its move, and
-	// an Allocate of it may be under way. It is listed as held in its new
-	// pool until each has let it go (pool.LetGo), or has stopped.
+	// still give it out (they list it until told of its move). Its new pool
+	// lists it as held until each has let it go (pool.LetGo) or stopped.
 	leaving map[string][]leave
-	// gen counts placements; stopping are the pools told to stop (removed
-	// or withdrawn), by PID Id, until they have stopped; deferred are the pools waiting
-	// for one of their name to stop, with why they start.
+	// gen counts placements; stopping are the pools told to stop, by PID
+	// Id, until they have; deferred are the pools waiting for one of their
+	// name to stop, with why they start.
 	gen      uint64
 	stopping map[string]poolStopped
 	deferred map[string]string
@@ -185,9 +173,8 @@ type leave struct {
 	gen  uint64
 }
 
-// poolStopped is sent by the node to itself when a pool it stopped has
-// stopped: behind the AllocationRecorded messages of the Allocates the
-// pool waited for (Terminated itself jumps the queue).
+// poolStopped is what the node sends itself on a stopped pool's Terminated,
+// which jumps the queue: it comes after the pool's last AllocationRecorded.
 type poolStopped struct {
 	pool string
 	pid  *actor.PID
@@ -197,9 +184,8 @@ type poolStopped struct {
 
 // Receive implements actor.Actor.
 func (n *coordinator) Receive(ctx actor.Context) {
-	// A stopping or restarting actor still takes messages while its
-	// children stop; a pool spawned then would never be told to stop, and
-	// the node would wait for it forever: once closing, it does nothing.
+	// Once closing, do nothing: a pool spawned while the children stop
+	// would never be told to stop, and the node would wait for it forever.
 	switch ctx.Message().(type) {
 	case *actor.Stopping, *actor.Restarting:
 		n.closing = true
@@ -218,8 +204,7 @@ func (n *coordinator) Receive(ctx actor.Context) {
 			ctx.Send(n.registrar, &registrar.Desire{Pool: m.Pool, Socket: m.Socket})
 		}
 	case *pool.WatchEnded:
-		// The kubelet ends every stream when it dies: the registrar
-		// looks whether it still answers.
+		// Every stream ends when the kubelet dies: check it still answers.
 		ctx.Send(n.registrar, &registrar.CheckKubelet{Why: "the ListAndWatch stream of " + m.Pool + " ended"})
 	case *pool.KubeletReported:
 		ctx.Send(n.registrar, &registrar.KubeletReported{Pool: m.Pool, Socket: m.Socket,
@@ -229,11 +214,7 @@ func (n *coordinator) Receive(ctx actor.Context) {
 			if r := n.resources[m.Pool]; r != nil {
 				ctx.Send(pid, &pool.SetResource{Resource: r})
 			}
-			ms := n.members[m.Pool]
-			for i := range ms {
-				ms[i] = n.member(ms[i].Device, m.Pool)
-			}
-			n.setMembers(ctx, pid, ms, "pool restarted", nil)
+			n.retellMembers(ctx, m.Pool, pid, "pool restarted")
 		}
 	case *pool.LetGo:
 		n.retellHolds(ctx, m.Pool, n.letGo(m.From, m.Gen, m.Devices), "let go by "+m.Pool)
@@ -245,39 +226,36 @@ func (n *coordinator) Receive(ctx actor.Context) {
 	case *poolStopped:
 		// A pool of the same name may have taken its place: tell it too.
 		n.retellHolds(ctx, "", n.letGo(m.pid, math.MaxUint64, nil), m.pool+" stopped")
-		// A pool of its name waited for it to stop (isStopping): place
-		// again, which spawns it if it has devices now.
-		if n.placed && n.pools[m.pool] == nil && !n.isStopping(m.pool) && n.resources[m.pool] != nil {
-			n.place(ctx, m.pool+" stopped", true)
-		}
-		// A pool that is gone takes its CDI spec with it, unless one of
-		// the same name serves now (and has written its own).
-		if dir := n.cfg.CDISpecDir; dir != "" && n.pools[m.pool] == nil && !n.isStopping(m.pool) {
-			prefix, name, _ := strings.Cut(m.pool, "/")
-			if err := allocation.RemoveCDISpec(dir, &config.Resource{Prefix: prefix, Name: name}); err != nil {
-				n.cfg.Log.Error().Err(err).Str("pool", m.pool).Msg("cannot remove the CDI spec of a pool that is gone")
+		if n.pools[m.pool] == nil && !n.isStopping(m.pool) {
+			// One of its name may have waited (isStopping): place to spawn it.
+			if n.placed && n.resources[m.pool] != nil {
+				n.place(ctx, m.pool+" stopped", true)
+			}
+			// If none serves now, the CDI spec goes with the pool.
+			if dir := n.cfg.CDISpecDir; dir != "" && n.pools[m.pool] == nil {
+				prefix, name, _ := strings.Cut(m.pool, "/")
+				if err := allocation.RemoveCDISpec(dir, &config.Resource{Prefix: prefix, Name: name}); err != nil {
+					n.cfg.Log.Error().Err(err).Str("pool", m.pool).Msg("cannot remove the CDI spec of a pool that is gone")
+				}
 			}
 		}
 	case *sockets.Ready:
-		// Watch first, then look: whatever appeared before the watch is
-		// found by a reconcile now.
+		// Watch first, then look: a reconcile finds what came before the watch.
 		ctx.Send(n.registrar, &registrar.Reconcile{})
-		// Said once, here, in both modes: the pools serve meanwhile, and
-		// register (or are found by the plugin watcher) when it appears.
+		// Said once, in both modes: pools serve meanwhile and register when
+		// it comes (or the plugin watcher finds them).
 		if !m.KubeletPresent {
 			sock := KubeletSocket(n.cfg.KubeletDir)
 			n.cfg.Log.Warn().Str("socket", sock).Msg("waiting for kubelet at " + sock)
 		}
 	case *sockets.KubeletAppeared:
 		ctx.Send(n.registrar, &registrar.KubeletAppeared{Socket: m.Socket})
-		// Pods are attributed again now, not at the end of a backoff
-		// that grew while the kubelet was away.
+		// Attribute pods now, not after a backoff grown while it was away.
 		ctx.Send(n.reconciler, &reconciler.Reconcile{})
 	case *sockets.KubeletGone:
 		ctx.Send(n.registrar, &registrar.CheckKubelet{Why: "kubelet.sock was removed"})
 	case *sockets.SocketRemoved:
-		// The registrar looks at every pool's socket: one that is gone is
-		// asked for anew (NeedSocket), once, however many removals come.
+		// The registrar asks once (NeedSocket) for each socket that is gone.
 		ctx.Send(n.registrar, &registrar.Reconcile{})
 	case *pool.AllocationRecorded:
 		ctx.Send(n.reconciler, &reconciler.Allocated{Seq: m.Seq})
@@ -295,9 +273,7 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		if pid := n.pools[m.Pool]; pid != nil {
 			ctx.Send(pid, &pool.Released{AllocationSeq: m.AllocationSeq})
 		} else if !n.placed && n.replayed != nil {
-			// Released before the first pools exist (the reconciler's
-			// first pass at start): the pools are spawned from the state
-			// replayed at start, which must not bring the allocation back.
+			// Before the first pools: their replayed state must not bring it back.
 			st := events.Apply(n.replayed.Clone(), events.Envelope{Seq: n.replayed.Seq, Time: n.replayed.Time,
 				Payload: events.DevicesReleased{AllocationSeq: m.AllocationSeq, Pool: m.Pool}})
 			n.replayed = &st
@@ -309,8 +285,7 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		if pid := n.pools[m.Pool]; pid != nil {
 			ctx.Send(pid, &pool.Recovered{AllocationSeq: m.AllocationSeq, DeviceIDs: m.DeviceIDs})
 		} else if !n.placed && n.replayed != nil {
-			// Recovered before the first pools exist: they are spawned
-			// from the state replayed at start, which must hold it.
+			// Before the first pools: their replayed state must hold it.
 			st := events.Apply(n.replayed.Clone(), events.Envelope{Seq: m.AllocationSeq, Time: m.At,
 				Payload: events.AllocationRecovered{Pool: m.Pool, DeviceIDs: m.DeviceIDs}})
 			n.replayed = &st
@@ -318,14 +293,13 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		n.allocs = events.Apply(n.allocs, m.Event)
 		n.retellHolds(ctx, m.Pool, m.DeviceIDs, fmt.Sprintf("allocation #%d of %s recovered from the kubelet", m.AllocationSeq, m.Pool))
 	case *reconciler.ClaimChanged:
-		// An allocation no container claims uses no device: it does not
-		// keep the device from the pool it is in now.
+		// An allocation no container claims holds its devices nowhere else.
 		n.allocs = events.Apply(n.allocs, m.Event)
-		if m.Claimed {
-			n.retellHolds(ctx, m.Pool, m.DeviceIDs, fmt.Sprintf("allocation #%d of %s claimed again", m.AllocationSeq, m.Pool))
-		} else {
-			n.retellHolds(ctx, m.Pool, m.DeviceIDs, fmt.Sprintf("allocation #%d of %s claimed by no container", m.AllocationSeq, m.Pool))
+		what := "claimed again"
+		if !m.Claimed {
+			what = "claimed by no container"
 		}
+		n.retellHolds(ctx, m.Pool, m.DeviceIDs, fmt.Sprintf("allocation #%d of %s %s", m.AllocationSeq, m.Pool, what))
 	case *registrar.NeedSocket:
 		if pid := n.pools[m.Pool]; pid != nil {
 			ctx.Send(pid, &pool.Reserve{Socket: m.Socket, Lost: m.Lost, Seq: n.cfg.Recorder.Log().LastSeq()})
@@ -370,9 +344,8 @@ func (n *coordinator) Receive(ctx actor.Context) {
 	}
 }
 
-// letGo forgets that the pool at pid may still give out devices: those of
-// ids (every device it is leaving when ids is nil) placed out of it in
-// placement gen or before. It returns the devices it forgot a leave of.
+// letGo forgets the leaves of ids (all when nil) out of the pool at pid in
+// placement gen or before, and returns the devices it forgot a leave of.
 func (n *coordinator) letGo(pid *actor.PID, gen uint64, ids []string) []string {
 	if ids == nil {
 		ids = slices.Sorted(maps.Keys(n.leaving))
@@ -404,8 +377,7 @@ func (n *coordinator) member(d sysfs.Device, pool string) allocation.Member {
 	return m
 }
 
-// claimed are the devices of the live allocation seq when a container
-// claims it, none otherwise: what it holds in other pools.
+// claimed are the devices of live allocation seq if a container claims it.
 func (n *coordinator) claimed(seq uint64) []string {
 	if a, ok := n.allocs.Allocations[seq]; ok && a.Claimed() {
 		return a.DeviceIDs
@@ -413,9 +385,8 @@ func (n *coordinator) claimed(seq uint64) []string {
 	return nil
 }
 
-// heldElsewhere are the live allocations holding addr that are not of
-// pool, and the other pools addr is leaving (as holds without a sequence
-// number).
+// heldElsewhere are the claimed allocations of other pools that hold addr,
+// and the other pools addr is leaving (as holds without a sequence).
 func (n *coordinator) heldElsewhere(addr, pool string) []allocation.Hold {
 	var out []allocation.Hold
 	for _, seq := range n.allocs.Holders[addr] {
@@ -432,9 +403,8 @@ func (n *coordinator) heldElsewhere(addr, pool string) []allocation.Hold {
 	return out
 }
 
-// retellHolds gives new members to the pools that hold ids now, but from
-// (whose allocation changed; "" skips none): what holds those devices
-// elsewhere has changed.
+// retellHolds retells their members to the pools holding ids, but from
+// ("" skips none): what holds those devices elsewhere changed.
 func (n *coordinator) retellHolds(ctx actor.Context, from string, ids []string, reason string) {
 	changed := map[string]bool{}
 	for _, id := range ids {
@@ -443,19 +413,23 @@ func (n *coordinator) retellHolds(ctx actor.Context, from string, ids []string, 
 		}
 	}
 	for name := range changed {
-		ms := n.members[name]
-		for i := range ms {
-			ms[i] = n.member(ms[i].Device, name)
-		}
 		if pid := n.pools[name]; pid != nil {
-			n.setMembers(ctx, pid, ms, reason, nil)
+			n.retellMembers(ctx, name, pid, reason)
 		}
 	}
 }
 
-// setMembers sends the pool at pid its members, where those that move
-// come from or go to, and the devices it was placed out of and has not let
-// go yet (a pool that crashed may have lost what it was to let go).
+// retellMembers sends the pool name at pid its members as known now.
+func (n *coordinator) retellMembers(ctx actor.Context, name string, pid *actor.PID, reason string) {
+	ms := n.members[name]
+	for i := range ms {
+		ms[i] = n.member(ms[i].Device, name)
+	}
+	n.setMembers(ctx, pid, ms, reason, nil)
+}
+
+// setMembers sends the pool at pid its members, the other end of each move,
+// and what it has not let go yet (a crashed pool may have lost that).
 func (n *coordinator) setMembers(ctx actor.Context, pid *actor.PID, ms []allocation.Member, reason string, moves map[string]string) {
 	var leaving []string
 	for addr, ls := range n.leaving {
@@ -467,9 +441,8 @@ func (n *coordinator) setMembers(ctx actor.Context, pid *actor.PID, ms []allocat
 	ctx.Send(pid, &pool.SetMembers{Members: slices.Clone(ms), Reason: reason, Gen: n.gen, Seq: n.cfg.Recorder.Log().LastSeq(), Leaving: leaving, Moves: moves})
 }
 
-// moves are the devices that placement owner moves into or out of pool,
-// from or to another pool (before is the placement it replaces), each with
-// that other pool: so that both ends of a move name each other.
+// moves maps the devices that owner moves into or out of pool from the
+// placement before to the other pool, so both ends of a move name each other.
 func moves(pool string, before, owner map[string]string) map[string]string {
 	out := map[string]string{}
 	for addr, from := range before {
@@ -483,11 +456,9 @@ func moves(pool string, before, owner map[string]string) map[string]string {
 	return out
 }
 
-// retell returns the verdicts the health checker told a pool that no
-// longer holds the device, or told none, by the pool that holds it now.
-// The checker tells the pool its target named, which is the device's pool
-// unless the device was placed elsewhere after the checker's last Watch;
-// then its new pool is told here, after the members that brought it there.
+// retell returns, by the pool that holds each device now, the verdicts the
+// health checker told another pool or none (the device moved after its
+// last Watch): that pool hears them after the members that brought it there.
 func retell(verdicts []health.Verdict, owner map[string]string, pools map[string]*actor.PID) map[*actor.PID][]pool.SetHealth {
 	out := map[*actor.PID][]pool.SetHealth{}
 	for _, v := range verdicts {
@@ -501,6 +472,7 @@ func retell(verdicts []health.Verdict, owner map[string]string, pools map[string
 	return out
 }
 
+// start rebuilds the node's state from the ledger and spawns its children.
 func (n *coordinator) start(ctx actor.Context) {
 	st := n.replayed
 	if st == nil {
@@ -510,9 +482,8 @@ func (n *coordinator) start(ctx actor.Context) {
 		}
 		st = &s
 	}
-	// The children spawned now read it and never change it (those that
-	// keep a fold get a copy); a pool spawned after the first placement
-	// replays the ledger itself, which has moved on since.
+	// Children spawned now only read it (those that fold get a copy); a pool
+	// spawned after the first placement replays the moved-on ledger itself.
 	n.replayed = st
 	n.placed = false
 	n.life.incarnations++
@@ -562,16 +533,14 @@ func (n *coordinator) scanned(ctx actor.Context, m *scanner.Scanned) {
 	n.place(ctx, "scan: "+m.Reason, m.Changed)
 }
 
-// place puts the last scan's devices into the pools of the config in force
-// (placement), spawns, withdraws or updates the pools, and tells the health
-// checker what to probe.
+// place puts the last scan's devices into the config's pools, spawns,
+// withdraws or updates the pools, and tells the health checker what to probe.
 func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 	byAddr := make(map[string]sysfs.Device, len(n.devices))
 	for _, d := range n.devices {
 		byAddr[d.Address] = d
 	}
-	// Where each device was: the last placement, or at start (of the
-	// daemon, or of the node after a crash) the ledger's.
+	// Where each device was: the last placement, or the ledger's at a start.
 	before := n.owner
 	if !n.placed {
 		before = map[string]string{}
@@ -611,8 +580,7 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 		}
 		prev := n.members[pm.Name]
 		n.members[pm.Name] = ms
-		// A pool serves while it has devices, as the SR-IOV plugin skips
-		// a pool with none, unless it advertises itself empty.
+		// Like the SR-IOV plugin, serve no empty pool unless it advertises empty.
 		serve := len(ms) > 0 || res.AdvertiseEmpty
 		pid, running := n.pools[pm.Name]
 		if !serve {
@@ -620,7 +588,10 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 		}
 		switch {
 		case running && !serve:
-			n.withdraw(ctx, pm.Name, pid, prev, reason, moves(pm.Name, before, owner))
+			// The last device left: the pool records it, withdraws, stops.
+			n.setMembers(ctx, pid, nil, reason, moves(pm.Name, before, owner))
+			ctx.Send(pid, &pool.Withdraw{Reason: "no devices: the last one left (" + reason + ")"})
+			n.stopPool(ctx, pm.Name, pid, prev)
 		case running && changed:
 			n.setMembers(ctx, pid, ms, reason, moves(pm.Name, before, owner))
 		case !running && serve && n.isStopping(pm.Name):
@@ -654,12 +625,11 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 	ctx.Send(n.health, &health.Watch{Targets: targets})
 }
 
-// placement says where each device goes under cfg, whose pools by name
-// are resources: to the first pool whose selectors take it, in the order
-// of the file, or, a device with no driver (unbound, between drivers), to
-// the pool it was in before while that pool exists, so that a rebind
-// brings it back without a membership change. members lists each pool's
-// devices, unsorted.
+// placement says where each device goes under cfg (resources are its pools
+// by name): to the first pool in file order whose selectors take it, or,
+// with no driver (unbound, between drivers), to its pool in before while
+// that exists, so a rebind makes no membership change. members lists each
+// pool's devices, unsorted.
 func placement(cfg *config.Config, resources map[string]*config.Resource, devices []sysfs.Device, env config.Env,
 	before map[string]string) (sel *config.Selection, owner map[string]string, members map[string][]string) {
 	sel = cfg.Select(devices, env)
@@ -686,14 +656,6 @@ func placement(cfg *config.Config, resources map[string]*config.Resource, device
 	return sel, owner, members
 }
 
-// withdraw stops the pool name at pid, which has no devices left: it
-// records the last ones leaving and that it stops serving.
-func (n *coordinator) withdraw(ctx actor.Context, name string, pid *actor.PID, prev []allocation.Member, reason string, moves map[string]string) {
-	n.setMembers(ctx, pid, nil, reason, moves)
-	ctx.Send(pid, &pool.Withdraw{Reason: "no devices: the last one left (" + reason + ")"})
-	n.stopPool(ctx, name, pid, prev)
-}
-
 // stopPool stops the pool name at pid, which the registrar forgets. Until
 // it has stopped it may still give out what it listed (ms).
 func (n *coordinator) stopPool(ctx actor.Context, name string, pid *actor.PID, ms []allocation.Member) {
@@ -707,11 +669,9 @@ func (n *coordinator) stopPool(ctx actor.Context, name string, pid *actor.PID, m
 	delete(n.pools, name)
 }
 
-// removeStaleCDISpecs removes, at the first placement, the CDI specs this
-// daemon wrote for pools that do not run now with CDI (gone from the
-// config, or without devices, while it was down): a runtime must not
-// resolve a name to a device that is another pool's now. The pools that
-// run write their own.
+// removeStaleCDISpecs removes, at the first placement, the CDI specs of
+// pools that do not run with CDI now (they went while the daemon was down):
+// a runtime must not resolve a name to a device that is another pool's now.
 func (n *coordinator) removeStaleCDISpecs() {
 	dir := n.cfg.CDISpecDir
 	if dir == "" {
@@ -736,9 +696,8 @@ func (n *coordinator) removeStaleCDISpecs() {
 	}
 }
 
-// startReason is why a pool spawned by a placement of the given reason
-// starts: the daemon's start or the node's restart at the first placement
-// of an incarnation, else that placement's reason (a scan, a reload).
+// startReason is why a pool spawned by a placement for reason starts: at an
+// incarnation's first placement, the daemon's start or the node's restart.
 func (n *coordinator) startReason(reason string) string {
 	switch {
 	case n.placed:
@@ -749,10 +708,9 @@ func (n *coordinator) startReason(reason string) string {
 	return "daemon start"
 }
 
-// isStopping says whether a pool of the name is still stopping (withdrawn
-// or removed by a reload). A new pool of the name waits for it: until it
-// has stopped it may still record, answer the kubelet, or touch the
-// pool's CDI spec, all of which are the new one's.
+// isStopping says whether a pool of the name is still stopping. A new one
+// waits for it: until then it may record, answer the kubelet or touch the
+// CDI spec, all of which are the new one's.
 func (n *coordinator) isStopping(name string) bool {
 	for _, ps := range n.stopping {
 		if ps.pool == name {
@@ -762,11 +720,9 @@ func (n *coordinator) isStopping(name string) bool {
 	return false
 }
 
-// recordEmptied records, at start (of the daemon, or of the node after a
-// crash), that a pool the ledger lists devices of has none now (they went
-// while it was down), and that a pool the ledger has serving is not (a
-// crash came between a withdrawal and its record): the pool is not
-// spawned, so it cannot say so itself.
+// recordEmptied records, at a start, what a pool left with no devices, and
+// so not spawned, cannot: that its members in the ledger left, and that it
+// serves no more (a crash came between its withdrawal and the record).
 func (n *coordinator) recordEmptied(name string, before, owner map[string]string) {
 	var removed []string
 	for addr, p := range before {
@@ -794,12 +750,11 @@ func (n *coordinator) recordEmptied(name string, before, owner map[string]string
 }
 
 // leave notes the devices that owner places out of a pool that may still
-// give them out (running, or stopping after a reload) and into another,
-// and forgets a leave of a pool that holds the device again.
+// give them out (running, or stopping), and forgets the leave of a pool
+// that holds the device again.
 func (n *coordinator) leave(owner map[string]string) {
 	for addr, to := range owner {
-		// Back in a pool it was leaving: that pool lists it again (the same
-		// pool, not one of the same name added again).
+		// Back in the very pool it was leaving (not a new one of the name).
 		pid := n.pools[to]
 		ls := slices.DeleteFunc(n.leaving[addr], func(l leave) bool { return l.pid.Equal(pid) })
 		if len(ls) == 0 {
@@ -807,9 +762,8 @@ func (n *coordinator) leave(owner map[string]string) {
 		} else {
 			n.leaving[addr] = ls
 		}
-		// A stopping pool may give out what it listed until it has
-		// stopped, wherever the device was placed since (even in a
-		// pool of the same name that took its place).
+		// Until stopped, a stopping pool may give out what it listed,
+		// wherever it went since (even into a pool of its name).
 		for _, ps := range n.stopping {
 			if ps.members[addr] {
 				n.addLeave(addr, ps.pool, ps.pid)
@@ -819,9 +773,8 @@ func (n *coordinator) leave(owner map[string]string) {
 			n.addLeave(addr, from, n.pools[from])
 		}
 	}
-	// A device placed in no pool now may still be listed by the pool it
-	// was in, until that pool lets it go: should it be placed somewhere
-	// before then, it is held there.
+	// Placed nowhere, it stays listed by its old pool until let go; placed
+	// somewhere before then, it is held there.
 	for addr, from := range n.owner {
 		if _, placed := owner[addr]; !placed {
 			n.addLeave(addr, from, n.pools[from])
@@ -837,10 +790,8 @@ func (n *coordinator) addLeave(addr, name string, pid *actor.PID) {
 	}
 }
 
-// spawn starts a child under a name an operator reads in the logs
-// ("node/scanner", not "node/$3"). A restarted node spawns them again only
-// once the children of the incarnation before have stopped, so the names
-// are free.
+// spawn starts a child under a name operators read in the logs
+// ("node/scanner", not "node/$3"), free at a restart: the old ones stopped.
 func (n *coordinator) spawn(ctx actor.Context, name string, props *actor.Props) *actor.PID {
 	pid, err := ctx.SpawnNamed(props, name)
 	if err != nil {
@@ -849,6 +800,8 @@ func (n *coordinator) spawn(ctx actor.Context, name string, props *actor.Props) 
 	return pid
 }
 
+// spawnPool starts the allocator of res, from the replayed state only at
+// the first placement (see start).
 func (n *coordinator) spawnPool(ctx actor.Context, res *config.Resource, ms []allocation.Member, moves map[string]string, reason string) {
 	replayed := n.replayed
 	if n.placed {
@@ -867,8 +820,7 @@ func (n *coordinator) spawnPool(ctx actor.Context, res *config.Resource, ms []al
 	n.pools[name] = pid
 }
 
-// poolsOf are the pools of cfg by name, and their names in the order of
-// the file.
+// poolsOf are cfg's pools by name, and their names in file order.
 func poolsOf(cfg *config.Config) (map[string]*config.Resource, []string) {
 	byName := make(map[string]*config.Resource, len(cfg.Resources))
 	var names []string
@@ -915,11 +867,10 @@ func definition(r *config.Resource) string {
 	return string(def)
 }
 
-// reload reads the config file again. A file that cannot be read is logged
-// and the config in force stays; an invalid one is recorded as
-// ConfigRejected with every error, and stays out; a valid one is recorded as
-// ConfigApplied (after the membership of any pool it removes), then pools
-// start, stop or change and every device is placed again.
+// reload reads the config file again. An unreadable file is logged, an
+// invalid one recorded as ConfigRejected; the config in force stays. A
+// valid one is recorded as ConfigApplied (after the membership of pools it
+// removes), then pools start, stop or change and devices are placed again.
 func (n *coordinator) reload(ctx actor.Context, reason string) *ReloadResult {
 	path := n.cfg.ConfigPath
 	log := n.cfg.Log.With().Str("config", path).Str("reason", reason).Logger()
@@ -968,9 +919,8 @@ func (n *coordinator) reload(ctx actor.Context, reason string) *ReloadResult {
 			}
 			reason := "pool removed from the config"
 			if len(held) > 0 {
-				// Not moved silently: the allocations stay live in the
-				// ledger until their containers go, and a pool the
-				// device joins lists it as held until then.
+				// The allocations stay live until their containers go; a
+				// pool the device joins lists it as held until then.
 				reason += "; still held: " + strings.Join(held, ", ")
 			}
 			payloads = append(payloads, events.PoolMembershipChanged{Pool: name, Removed: removed, Reason: reason})
@@ -982,8 +932,7 @@ func (n *coordinator) reload(ctx actor.Context, reason string) *ReloadResult {
 	for name, r := range n.resources {
 		old[name] = definition(r)
 	}
-	// Placed now as place will place them below (the same devices, the
-	// same rule), so that the record names the devices it moves.
+	// Placed as place will below, so the record names the devices it moves.
 	var now map[string]string
 	if n.placed {
 		_, now, _ = placement(cfg, next, n.devices, n.cfg.Env, n.owner)
@@ -1010,8 +959,7 @@ func (n *coordinator) reload(ctx actor.Context, reason string) *ReloadResult {
 	n.life.config, n.life.sha = cfg, sha
 	ctx.Send(n.reconciler, &reconciler.SetPools{Pools: pools})
 	log.Info().Str("sha256", sha).Strs("pools", pools).Strs("removed", gone).Uint64("seq", envs[len(envs)-1].Seq).Msg("config applied")
-	// Before the first scan there is nothing to place: that scan places
-	// the devices by the config in force then, this one.
+	// Before the first scan, that scan places the devices by this config.
 	if n.placed {
 		n.place(ctx, "reload: "+reason, true)
 	}

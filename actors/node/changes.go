@@ -11,12 +11,11 @@ import (
 	"github.com/devledger/devledger/events"
 )
 
-// ConfigChanges says what a config changes from the one in force before
-// it, for its ConfigApplied: pools is the new config's, in the order of
-// the file, before each old pool's definition. was and now place each
-// device (address → pool) before and under the new config; both nil when
-// the devices are not placed yet. A pool appears once, added, removed,
-// changed (its definition) or with its members alone changed.
+// ConfigChanges says, for a ConfigApplied, what pools (the new config's, in
+// file order) change from before (each old pool's definition). was and now
+// place each device (address → pool) before and under the new config; both
+// are nil when no device is placed yet. A pool appears once: added,
+// removed, changed (its definition) or with only its members changed.
 func ConfigChanges(before map[string]string, pools []events.PoolSpec, was, now map[string]string) []events.PoolChange {
 	joined, left := map[string][]string{}, map[string][]string{}
 	for _, addr := range slices.Sorted(maps.Keys(was)) {
@@ -55,10 +54,9 @@ func ConfigChanges(before map[string]string, pools []events.PoolSpec, was, now m
 	return out
 }
 
-// definitionChanges lists the fields in which two pool definitions
-// (canonical JSON) differ, as "path: old → new", sorted by path. Objects
-// are walked into, so a selector's change names the selector; a list of
-// plain values is one field.
+// definitionChanges lists, sorted, the fields where two pool definitions
+// (canonical JSON) differ, as "path: old → new". Objects are walked into (a
+// selector's change names it); a list of plain values is one field.
 func definitionChanges(old, new string) []string {
 	a, b := map[string]string{}, map[string]string{}
 	flattenJSON(old, a)
@@ -134,6 +132,5 @@ func fileName(goName string) string {
 	return string(r)
 }
 
-// renamed are the fields whose name in the file the rule of fileName does
-// not give.
+// renamed are the fields whose file name fileName's rule does not give.
 var renamed = map[string]string{"Name": "resourceName", "Prefix": "resourcePrefix", "IsRDMA": "isRdma"}

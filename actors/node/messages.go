@@ -7,16 +7,14 @@ import "github.com/asynkron/protoactor-go/actor"
 // Rescan asks for a scan now (and, through it, a fresh pool selection).
 type Rescan struct{ Reason string }
 
-// ProbeHealth asks the health checker for a probe round now: of the devices
-// in Addresses and those whose interface (or PF's) is in Interfaces, or,
-// when both are empty, of all.
+// ProbeHealth asks the health checker to probe now the devices in Addresses
+// and those whose interface (or PF's) is in Interfaces; all if both are empty.
 type ProbeHealth struct {
 	Addresses  []string
 	Interfaces []string
 }
 
-// Children asks for the PIDs of the node's actors; the reply is a
-// *ChildPIDs. It lets the daemon and tests query actors directly.
+// Children asks for the PIDs of the node's actors; the reply is a *ChildPIDs.
 type Children struct{}
 
 // ChildPIDs is the reply to Children.
@@ -26,12 +24,10 @@ type ChildPIDs struct {
 	Health     *actor.PID
 	Sockets    *actor.PID
 	Reconciler *actor.PID
-	// Pools maps each running pool's resource name to its allocator;
-	// Configured names the pools of the config in force, sorted, whether
-	// they run yet or not (a pool starts after the first scan, and only
-	// while it has devices, unless it advertises itself empty). Placed is
-	// true once the first scan placed the devices: a configured pool not
-	// running then has none.
+	// Pools maps each running pool's name to its allocator. Configured names
+	// the config's pools, sorted, running or not (a pool runs after the first
+	// scan, while it has devices or advertises empty). Placed: the first scan
+	// placed the devices, so a configured pool not running has none.
 	Pools      map[string]*actor.PID
 	Configured []string
 	Placed     bool
@@ -49,18 +45,15 @@ type ReloadResult struct {
 	Unchanged bool
 	// Rejected holds the errors of an invalid config, which stays out.
 	Rejected []string
-	// Err is set when the file could not be read or the ledger not
-	// written; the config in force stays.
+	// Err is set when the file could not be read or the ledger not written.
 	Err error
 }
 
-// Crash makes the node coordinator panic: fault injection for tests of
-// supervision (its children stop with it and start again from the
-// ledger).
+// Crash makes the node coordinator panic, to test supervision: its
+// children stop with it and start again from the ledger.
 type Crash struct{ Reason string }
 
-// Query asks for what the node holds of the ledger's state; the reply is a
-// *Status.
+// Query asks for the node's view of the ledger's state; the reply is a *Status.
 type Query struct{}
 
 // Status is the reply to Query.
