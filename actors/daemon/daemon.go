@@ -42,72 +42,58 @@ import (
 // LedgerFileName is the ledger's file name in the state dir.
 const LedgerFileName = "ledger.db"
 
-// PIDFileName names the file in the state dir that says which process holds
-// the ledger.
+// PIDFileName is the file in the state dir naming the ledger's holder.
 const PIDFileName = "devledger.pid"
 
 // ErrBadConfig is wrapped by Start's error when the config file is missing
 // or invalid (exit code 2).
 var ErrBadConfig = errors.New("bad config")
 
-// ErrLedgerLocked is wrapped by Start's error when another process holds the
-// ledger.
+// ErrLedgerLocked is wrapped by Start's error when the ledger is held.
 var ErrLedgerLocked = errors.New("ledger locked")
 
 // Options configure a daemon. Zero values mean the node defaults.
 type Options struct {
-	ConfigPath string
-	// ConfigOptions are how the config file is read, at start and on
-	// every reload (--resource-prefix).
-	ConfigOptions config.Options
-	SysfsRoot     string // /sys
-	DevRoot       string // /dev
-	ProcRoot      string // /proc
+	ConfigPath    string
+	ConfigOptions config.Options // how the config is read, on reloads too
+	SysfsRoot     string         // /sys
+	DevRoot       string         // /dev
+	ProcRoot      string         // /proc
 	PCIIDsPath    string
 	KubeletDir    string // /var/lib/kubelet
 	StateDir      string // /var/lib/devledger
 	DevinfoDir    string // /var/run/k8s.cni.cncf.io/devinfo/dp; "-" writes none
-	// CDISpecDir is where the CDI spec of each CDI-enabled pool is
-	// written (default /var/run/cdi); "-" writes none.
-	CDISpecDir string
+	CDISpecDir    string // /var/run/cdi, for CDI-enabled pools; "-" writes none
 	// Registration is auto, legacy or watcher; auto picks watcher when
 	// the kubelet's plugins_registry dir exists.
-	Registration string
-	Version      string
-	Node         string
-	// ScanInterval and ProbeInterval pace discovery and health (defaults
-	// 30s and 5s).
-	ScanInterval  time.Duration
-	ProbeInterval time.Duration
-	// SnapshotEvery is how many events may follow the newest snapshot
-	// before the daemon takes another (default 10,000); SnapshotCheck is
-	// how often it looks (default 30s).
+	Registration  string
+	Version       string
+	Node          string
+	ScanInterval  time.Duration // paces discovery (default 30s)
+	ProbeInterval time.Duration // paces health (default 5s)
+	// A snapshot is taken once SnapshotEvery events follow the newest
+	// (default 10,000), checked every SnapshotCheck (default 30s).
 	SnapshotEvery uint64
 	SnapshotCheck time.Duration
-	// RetainAge and RetainBytes bound the ledger (store.Retention): the
-	// events older than RetainAge, and the oldest while the events kept
-	// take more than RetainBytes, are dropped once a snapshot holds them,
-	// after each snapshot and at least hourly. Zero keeps everything.
+	// RetainAge and RetainBytes are store.Retention's limits, applied to
+	// events a snapshot holds, after each snapshot and at least hourly.
+	// Zero keeps everything.
 	RetainAge   time.Duration
 	RetainBytes int64
 	CallTimeout time.Duration
-	// ReconcileInterval paces PodResources rounds (default 30s);
-	// LeakGrace is how long an allocation may stay unclaimed by any
-	// container before it is recorded as a leak suspect (default 5m).
+	// ReconcileInterval paces PodResources rounds (default 30s); an
+	// allocation no container claims within LeakGrace (default 5m) is
+	// recorded as a leak suspect.
 	ReconcileInterval time.Duration
 	LeakGrace         time.Duration
-	// KernelEvents listens to kernel uevents and link notifications over
-	// netlink: a burst of them becomes one rescan and one probe round, so
-	// hot-plug and health changes are seen at once rather than at the next
-	// poll. Off, the periodic scan and probe still see everything.
+	// KernelEvents turns each burst of netlink uevents and link changes
+	// into one rescan and probe round, so changes are seen at once; the
+	// periodic scan and probe see everything anyway.
 	KernelEvents bool
-	// WatchConfig reloads the config file when it changes (its directory
-	// is watched, so a ConfigMap's ..data swap counts). Off, only SIGHUP
-	// (or Reload) reloads it.
+	// WatchConfig reloads the config when its directory changes (so a
+	// ConfigMap's ..data swap counts); else only SIGHUP or Reload do.
 	WatchConfig bool
-	// MetricsAddr, when set, serves Prometheus metrics, /healthz and
-	// /readyz over HTTP there (":9108").
-	MetricsAddr string
+	MetricsAddr string // serves /metrics, /healthz, /readyz (":9108"); "" none
 	Logger      zerolog.Logger
 }
 
@@ -184,9 +170,8 @@ func Start(opts Options) (_ *Daemon, err error) {
 	}
 	d.ledger = l
 	ok := false
-	// recorded is set once DaemonStarted is in the ledger: a start that
-	// fails after it must close the run it opened, or the next start takes
-	// it for a crash and every reader for a daemon still running.
+	// Once DaemonStarted is recorded, a failed start must close its run, or
+	// the next start takes it for a crash and readers for a live daemon.
 	recorded := false
 	defer func() {
 		if ok {
@@ -203,8 +188,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 		l.Close()
 		os.Remove(filepath.Join(opts.StateDir, PIDFileName))
 	}()
-	// The run before left its liveness mark in the pid file: read it
-	// before this run's replaces it.
+	// Read the last run's liveness mark before this run's replaces it.
 	prevBoot, prevAlive := lastAlive(opts.StateDir)
 	writePIDFile(opts.StateDir, bootID)
 
@@ -261,8 +245,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 	}
 	applied := node.ConfigApplied(opts.ConfigPath, cfgData, cfg)
 	if applied.SHA256 != st.Config.SHA256 || applied.Path != st.Config.Path || !sameSpecs(applied.Pools, st) {
-		// What changed since the last run's config; where the devices
-		// go, the first scan's placement records.
+		// Changes to the pools; the first scan records where devices go.
 		before := make(map[string]string, len(st.Pools))
 		for name, p := range st.Pools {
 			before[name] = p.Spec.Definition
@@ -272,8 +255,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 		}
 		start = append(start, applied)
 	}
-	// What the replay went past (a damaged meta page, a snapshot that
-	// cannot be read) is in the ledger from this start on.
+	// Record the damage the replay went past (a meta page, a snapshot).
 	start = append(start, newDamage(st.Ledger, l.Damages(), "at start; the daemon serves the state rebuilt from what could be read")...)
 	envs, err := d.rec.Record(context.Background(), start...)
 	if err != nil {
@@ -283,8 +265,8 @@ func Start(opts Options) (_ *Daemon, err error) {
 	for _, e := range envs {
 		st = events.Apply(st, e)
 	}
-	// The metrics address is taken before any actor starts: a daemon that
-	// cannot serve it stops before its pools register.
+	// Listen before any actor starts: a daemon that cannot serve metrics
+	// stops before its pools register.
 	var metricsLn net.Listener
 	if opts.MetricsAddr != "" {
 		if metricsLn, err = net.Listen("tcp", opts.MetricsAddr); err != nil {
@@ -361,9 +343,9 @@ func Start(opts Options) (_ *Daemon, err error) {
 	return d, nil
 }
 
-// stateDir makes dir, readable by root alone, when it is missing. One that
-// exists keeps its mode (it may be shared with others, /var/lib say), unless
-// others may write to it: another user could then replace the ledger.
+// stateDir makes dir, root's alone, when it is missing. One that exists
+// (it may be shared, /var/lib say) is refused only if others may write to
+// it: they could replace the ledger.
 func stateDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("state dir %s: %w", dir, err)
@@ -410,22 +392,17 @@ func (d *Daemon) watchKernel() {
 
 // kernelPlan is what one burst of kernel events asks for.
 type kernelPlan struct {
-	// rescan is the reason for a rescan, "" for none.
-	rescan string
-	// probe is the probe round to ask for, nil for none.
-	probe *node.ProbeHealth
-	// devices and links count the events that concern PCI functions and
-	// links; overflow says that events were lost.
-	devices, links int
-	overflow       bool
+	rescan         string            // the reason for a rescan, "" for none
+	probe          *node.ProbeHealth // nil for none
+	devices, links int               // events about PCI functions, links
+	overflow       bool              // events were lost
 }
 
 // planKernelBatch turns a burst of kernel events into at most one rescan
-// and one probe round. A uevent about a PCI function or its interface (a
-// device came, went or changed driver) asks for a rescan and a probe of
-// both; a link change, a probe of its interface (and of the VFs that follow
-// it). Other uevents (a pod's veth) ask for nothing, so that pod churn does
-// not rescan the node. An overflow lost events: rescan and probe everything.
+// and one probe round. A uevent of a PCI function asks for a rescan and a
+// probe of it and its interface; a link change, a probe of its interface
+// (and its VFs). Other uevents (a pod's veth) ask for nothing, so pod
+// churn does not rescan the node. An overflow rescans and probes all.
 func planKernelBatch(batch []sysfs.KernelEvent) kernelPlan {
 	var p kernelPlan
 	var addrs, ifaces []string
@@ -492,12 +469,10 @@ func (d *Daemon) Reload(ctx context.Context, reason string) (*node.ReloadResult,
 	return res.(*node.ReloadResult), nil
 }
 
-// Send delivers a message to the node coordinator (node.Rescan,
-// node.ProbeHealth).
+// Send delivers msg (node.Rescan, node.ProbeHealth) to the node coordinator.
 func (d *Daemon) Send(msg any) { d.system.Root.Send(d.node, msg) }
 
-// Probe asks for a probe round (what node.ProbeHealth asks), through the
-// node, which owns the health checker.
+// Probe asks the node, which owns the health checker, for a probe round.
 func (d *Daemon) Probe(p *node.ProbeHealth) { d.Send(p) }
 
 // Ask sends a request to an actor and waits for the reply within ctx.
@@ -518,12 +493,11 @@ func (d *Daemon) Status(ctx context.Context) (grpcapi.AdminStatus, error) {
 		return st, fmt.Errorf("ask registrar: %w", err)
 	}
 	reg := res.(*registrar.Status)
-	// The pools of the config in force now, which a reload may have
-	// changed since the start.
+	// The pools of the config in force now, not at start.
 	for _, name := range kids.Configured {
 		if _, serving := kids.Pools[name]; !serving && kids.Placed {
-			// No devices, and not advertised empty: the kubelet is not
-			// told of it (the SR-IOV plugin's rule).
+			// No devices, not advertised empty: the kubelet is not told
+			// (the SR-IOV plugin's rule).
 			st.Pools = append(st.Pools, grpcapi.AdminPoolStatus{Resource: name, NoDevices: true, Reason: "no devices: not served until one joins"})
 			continue
 		}
@@ -584,21 +558,28 @@ func (d *Daemon) stopActors(ctx context.Context) error {
 	}
 }
 
-// stopRecordBudget is the time the last writes of a stop (DaemonStopped,
-// the snapshot) always get, even past the stop's deadline: the next start
-// reads whether the stop was clean from them.
+// stopRecordBudget is the time a stop's last writes (DaemonStopped, the
+// snapshot) get even past its deadline: they tell the next start whether
+// the stop was clean.
 const stopRecordBudget = 2 * time.Second
 
 // Stop drains the daemon: pools stop taking requests and finish those in
 // flight, sockets are removed; then DaemonStopped is recorded, a snapshot
 // taken and the ledger closed. reason goes into DaemonStopped.
 func (d *Daemon) Stop(ctx context.Context, reason string) error {
-	d.stopOnce.Do(func() { d.stopErr = d.stop(ctx, reason, false) })
+	return d.stop(ctx, reason, false)
+}
+
+// stop is Stop, run once by whichever caller comes first (Run on a fatal
+// error or a signal, a test's cleanup); failed says the daemon's own
+// failure stops it.
+func (d *Daemon) stop(ctx context.Context, reason string, failed bool) error {
+	d.stopOnce.Do(func() { d.stopErr = d.drain(ctx, reason, failed) })
 	return d.stopErr
 }
 
-// stop is Stop; failed says the daemon's own failure stops it.
-func (d *Daemon) stop(ctx context.Context, reason string, failed bool) error {
+// drain does the work of Stop.
+func (d *Daemon) drain(ctx context.Context, reason string, failed bool) error {
 	close(d.stopSnap)
 	<-d.snapDone
 	if d.stopKernel != nil {
@@ -609,16 +590,13 @@ func (d *Daemon) stop(ctx context.Context, reason string, failed bool) error {
 		clean = false
 		d.log.Warn().Err(err).Msg("actors did not stop in time")
 	}
-	// The ledger's last words get their own time, whatever the actors
-	// took of ctx's.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopRecordBudget)
 	defer cancel()
 	var errs []error
 	if envs, err := d.rec.Record(rctx, events.DaemonStopped{Reason: reason, Clean: clean}); err != nil {
 		errs = append(errs, fmt.Errorf("record stop: %w", err))
 	} else {
-		// A stop the daemon's own failure caused is an error, however
-		// cleanly the actors then stopped.
+		// A stop on failure logs an error, however clean.
 		ev := d.log.Info()
 		if failed {
 			ev = d.log.Error()
@@ -658,17 +636,16 @@ func (d *Daemon) snapshotLoop() {
 		case <-alive.C:
 			markAlive(d.opts.StateDir)
 		case <-t.C:
-			// At the first tick, not at once: the walk reads the whole
-			// file, and the start (replay, registration) comes first.
+			// At the first tick: the walk reads the whole file, and the
+			// start comes first.
 			if !checked {
 				d.checkLedger()
 				checked = true
 			}
 			last, _ := d.ledger.LatestSnapshotSeq(0)
 			took := false
-			// While appends fail, a snapshot each tick tries the disk
-			// again: on a quiet node nothing else would, and /readyz
-			// would stay false after the disk has room again.
+			// While appends fail, a snapshot each tick retries the disk:
+			// on a quiet node nothing else would, and /readyz stays false.
 			if d.ledger.AppendFault() != nil {
 				if err := d.snapshot(context.Background(), "retrying the ledger after a failed append"); err == nil {
 					d.log.Info().Msg("the ledger records again")
@@ -681,8 +658,8 @@ func (d *Daemon) snapshotLoop() {
 					took = true
 				}
 			}
-			// Retention scans the events in a write transaction: after a
-			// snapshot (which makes events droppable), else hourly.
+			// Retention scans in a write transaction: after a snapshot
+			// (which makes events droppable), else hourly.
 			if took || time.Since(retained) >= time.Hour {
 				d.retain()
 				retained = time.Now()
@@ -691,10 +668,9 @@ func (d *Daemon) snapshotLoop() {
 	}
 }
 
-// checkLedger checks the whole ledger once, soon after start: its page
-// graph (which a writer's Open skips), then every record and snapshot (the
-// start read only the newest snapshot and the events after it). Damage not
-// recorded before is recorded, making /readyz false until acknowledged.
+// checkLedger checks, once after start, what the start did not read: the
+// page graph, every record and snapshot. New damage is recorded, making
+// /readyz false until acknowledged.
 func (d *Daemon) checkLedger() {
 	began := time.Now()
 	var err error
@@ -705,8 +681,7 @@ func (d *Daemon) checkLedger() {
 	}
 	var problems []error
 	if err == nil {
-		// Every problem, not the first: damage acknowledged before must
-		// not hide new damage after it.
+		// Every problem: acknowledged damage must not hide new damage.
 		_, problems, err = d.ledger.CheckAll(context.Background(), 32)
 	} else if errors.Is(err, store.ErrCorrupt) {
 		problems, err = []error{err}, nil
@@ -728,8 +703,7 @@ func (d *Daemon) checkLedger() {
 	}
 }
 
-// salvageHint says what to do about a ledger the daemon cannot start on
-// because it is damaged: the state cannot be rebuilt from it.
+// salvageHint says what to do about a ledger too damaged to start on.
 func salvageHint(err error) string {
 	if !errors.Is(err, store.ErrCorrupt) {
 		return ""
@@ -737,8 +711,8 @@ func salvageHint(err error) string {
 	return "; the state cannot be rebuilt from it: salvage it (devledger ledger salvage) and put the copy in place, as docs/operations.md says under \"A damaged ledger\""
 }
 
-// newDamage are the events of the damage in found that known, the damage
-// the ledger has recorded, lacks.
+// newDamage are the events of the damage found that known (recorded
+// already) lacks.
 func newDamage(known events.LedgerState, found []error, served string) []events.Payload {
 	var out []events.Payload
 	for _, err := range found {
@@ -754,10 +728,9 @@ func newDamage(known events.LedgerState, found []error, served string) []events.
 	return out
 }
 
-// AcknowledgeDamage records that an operator took note of the damage
-// recorded in the ledger (`devledger ledger acknowledge`), which makes the
-// daemon ready again. It returns the problems acknowledged; none is no
-// error, and records nothing.
+// AcknowledgeDamage records that an operator took note of the recorded
+// damage (`devledger ledger acknowledge`), making the daemon ready again,
+// and returns the problems acknowledged; with none it records nothing.
 func (d *Daemon) AcknowledgeDamage(ctx context.Context, note string) ([]string, error) {
 	dm := d.metrics.damage().Damage
 	if len(dm) == 0 {
@@ -770,8 +743,7 @@ func (d *Daemon) AcknowledgeDamage(ctx context.Context, note string) ([]string, 
 	return dm, nil
 }
 
-// retain drops what the retention options say (the store logs what it
-// dropped).
+// retain drops what the retention options say; the store logs it.
 func (d *Daemon) retain() {
 	if d.opts.RetainAge <= 0 && d.opts.RetainBytes <= 0 {
 		return
@@ -796,8 +768,8 @@ func (d *Daemon) snapshot(ctx context.Context, reason string) error {
 
 // Run starts the daemon and runs it until ctx ends (SIGTERM) or it fails.
 func Run(ctx context.Context, opts Options) error {
-	// From the start: a SIGHUP while the daemon starts must not kill it
-	// (the default action); it reloads once the daemon runs.
+	// Before Start: a SIGHUP's default action would kill a starting
+	// daemon; it reloads once the daemon runs.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -820,11 +792,7 @@ func Run(ctx context.Context, opts Options) error {
 		case ferr := <-d.Fatal():
 			sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			// Stop's Once, so that a Stop called meanwhile (a test's
-			// cleanup, a signal) and this one stop the daemon once;
-			// this one says the stop is a failure.
-			d.stopOnce.Do(func() { d.stopErr = d.stop(sctx, "fatal: "+ferr.Error(), true) })
-			return errors.Join(ferr, d.stopErr)
+			return errors.Join(ferr, d.stop(sctx, "fatal: "+ferr.Error(), true))
 		}
 	}
 }
@@ -874,8 +842,7 @@ func newBootID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// writePIDFile says which process holds the ledger, for the error another
-// daemon gets when it finds the ledger locked.
+// writePIDFile says who holds the ledger, for another daemon's error.
 func writePIDFile(stateDir, bootID string) {
 	line := fmt.Sprintf("pid %d, boot %s, started %s\n", os.Getpid(), bootID, time.Now().UTC().Format(time.RFC3339))
 	tmp := filepath.Join(stateDir, PIDFileName+".tmp")
@@ -884,12 +851,12 @@ func writePIDFile(stateDir, bootID string) {
 	}
 }
 
-// aliveEvery is how often a running daemon touches its pid file: the mark
-// by which the next start bounds when a crashed run was last alive.
+// aliveEvery is how often a running daemon touches its pid file, which
+// tells the next start when a crashed run was last alive.
 const aliveEvery = 5 * time.Second
 
-// lastAlive is what the pid file in stateDir says of the run that wrote
-// it: its boot id, and when it was last touched. Zero when there is none.
+// lastAlive is the boot id in stateDir's pid file and when it was last
+// touched; zero when there is none.
 func lastAlive(stateDir string) (bootID string, at time.Time) {
 	path := filepath.Join(stateDir, PIDFileName)
 	fi, err := os.Stat(path)

@@ -39,17 +39,14 @@ type metrics struct {
 	kubeletDown   prometheus.Gauge
 	ledgerSeq     prometheus.Gauge
 	replay        prometheus.Gauge
-	// reloadOK and reloadAt are the outcome and time of the last config
-	// the daemon read: at start, or a reload applied or rejected.
-	reloadOK prometheus.Gauge
-	reloadAt prometheus.Gauge
-	latency  *prometheus.HistogramVec
+	reloadOK      prometheus.Gauge // the last config read was applied
+	reloadAt      prometheus.Gauge // when it was applied or rejected
+	latency       *prometheus.HistogramVec
 
-	// ledgerMu guards ledger, the damage recorded in the ledger as the
-	// fold has it: set from the replay, then moved by recorded (on the
-	// store's writer) and read by /readyz. A lock, not a message: the
-	// writer must not block on a mailbox, and /readyz must answer while
-	// the actors are wedged.
+	// ledgerMu guards ledger, the fold of the recorded damage: set from
+	// the replay, moved by recorded on the store's writer, read by /readyz.
+	// A lock, not a message: the writer must not block on a mailbox, and
+	// /readyz must answer while the actors are wedged.
 	ledgerMu sync.Mutex
 	ledger   events.LedgerState
 }
@@ -61,6 +58,15 @@ func newMetrics(d *Daemon) *metrics {
 		m.reg.MustRegister(c)
 		return c
 	}
+	gauge := func(name, help string) prometheus.Gauge {
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "devledger", Name: name, Help: help})
+		m.reg.MustRegister(g)
+		return g
+	}
+	gaugeFunc := func(name, help string, f func() float64) {
+		opts := prometheus.GaugeOpts{Namespace: "devledger", Name: name, Help: help}
+		m.reg.MustRegister(prometheus.NewGaugeFunc(opts, f))
+	}
 	m.events = counter("events_total", "Events recorded in the ledger by this daemon run, by type.", "type")
 	m.allocations = counter("allocations_total", "Allocations recorded (one per container request).", "pool")
 	m.releases = counter("releases_total", "Allocations released (no container holds them any more).", "pool")
@@ -70,41 +76,37 @@ func newMetrics(d *Daemon) *metrics {
 	m.registrations = counter("registrations_total", "Registrations the kubelet acknowledged.", "pool")
 	m.regFailures = counter("registration_failures_total", "Registrations that failed or were refused.", "pool")
 	m.kubelet = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "devledger", Name: "kubelet_restarts_total", Help: "New kubelets seen (their registration socket appeared)."})
-	m.kubeletDown = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "devledger", Name: "kubelet_down",
-		Help: "1 from a recorded KubeletStopped (the kubelet's streams ended and its socket refuses connections) to the next kubelet."})
-	m.ledgerSeq = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "devledger", Name: "ledger_sequence", Help: "Sequence of the newest durable event."})
-	m.replay = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "devledger", Name: "replay_duration_seconds", Help: "How long replaying the ledger took at start."})
-	m.reloadOK = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "devledger", Name: "config_last_reload_successful",
-		Help: "1 if the last config read (at start or on reload) was applied, 0 if it was rejected."})
-	m.reloadAt = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "devledger", Name: "config_last_reload_timestamp_seconds",
-		Help: "When the last config was applied or rejected (at start: the start)."})
+	m.kubeletDown = gauge("kubelet_down",
+		"1 from a recorded KubeletStopped (the kubelet's streams ended and its socket refuses connections) to the next kubelet.")
+	m.ledgerSeq = gauge("ledger_sequence", "Sequence of the newest durable event.")
+	m.replay = gauge("replay_duration_seconds", "How long replaying the ledger took at start.")
+	m.reloadOK = gauge("config_last_reload_successful",
+		"1 if the last config read (at start or on reload) was applied, 0 if it was rejected.")
+	m.reloadAt = gauge("config_last_reload_timestamp_seconds",
+		"When the last config was applied or rejected (at start: the start).")
 	m.reloadOK.Set(1) // a daemon runs only with a config it applied
 	m.reloadAt.SetToCurrentTime()
-	m.reg.MustRegister(m.reloadOK, m.reloadAt,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "devledger", Name: "ledger_damage_unacknowledged",
-			Help: "Damage found in the ledger file and recorded (LedgerDamaged) that no operator acknowledged yet; /readyz is false while it is not 0."},
-			func() float64 { return float64(len(m.damage().Damage)) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "devledger", Name: "ledger_append_failures_total",
-			Help: "Appends to the ledger whose transaction failed (disk full, I/O error); each failed the calls it carried."},
-			func() float64 { return float64(d.ledger.AppendFailures()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "devledger", Name: "ledger_append_failing",
-			Help: "1 while the last append to the ledger failed and none has succeeded since: nothing can be recorded, Allocate fails, /readyz is false."},
-			func() float64 { return b2f(d.ledger.AppendFault() != nil) }))
+	gaugeFunc("ledger_damage_unacknowledged",
+		"Damage found in the ledger file and recorded (LedgerDamaged) that no operator acknowledged yet; /readyz is false while it is not 0.",
+		func() float64 { return float64(len(m.damage().Damage)) })
+	gaugeFunc("ledger_append_failing",
+		"1 while the last append to the ledger failed and none has succeeded since: nothing can be recorded, Allocate fails, /readyz is false.",
+		func() float64 { return b2f(d.ledger.AppendFault() != nil) })
+	gaugeFunc("ledger_oldest_event_timestamp_seconds",
+		"Time of the oldest event the ledger keeps (retention drops older ones); 0 for an empty ledger.",
+		func() float64 { return oldestEventTime(d.ledger) })
+	gaugeFunc("ledger_size_bytes", "Size of the ledger file.",
+		func() float64 { return float64(d.ledger.SizeBytes()) })
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "devledger", Name: "allocate_duration_seconds",
 		Help:    "Allocate calls, from the kubelet's request to the durable answer.",
 		Buckets: []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5}}, []string{"pool", "code"})
-	oldest := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "devledger", Name: "ledger_oldest_event_timestamp_seconds",
-		Help: "Time of the oldest event the ledger keeps (retention drops older ones); 0 for an empty ledger."},
-		func() float64 { return oldestEventTime(d.ledger) })
-	m.reg.MustRegister(oldest)
-	// Which build serves: always 1, labelled (the usual _build_info).
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "devledger", Name: "build_info",
 		Help: "The build of the running daemon: its version and Go version; always 1."}, []string{"version", "goversion"})
 	build.WithLabelValues(d.opts.Version, runtime.Version()).Set(1)
-	m.reg.MustRegister(build)
-	m.reg.MustRegister(m.kubelet, m.kubeletDown, m.ledgerSeq, m.replay, m.latency,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "devledger", Name: "ledger_size_bytes", Help: "Size of the ledger file."},
-			func() float64 { return float64(d.ledger.SizeBytes()) }),
+	m.reg.MustRegister(m.kubelet, m.latency, build,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "devledger", Name: "ledger_append_failures_total",
+			Help: "Appends to the ledger whose transaction failed (disk full, I/O error); each failed the calls it carried."},
+			func() float64 { return float64(d.ledger.AppendFailures()) }),
 		&poolCollector{d: d},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -162,8 +164,8 @@ func (m *metrics) damage() events.LedgerState {
 	return m.ledger
 }
 
-// startPool makes the per-pool counters of pool exist at zero, so that a
-// pool's rate and absence of events can be told from a pool not there.
+// startPool makes pool's counters exist at zero, so that a pool without
+// events can be told from a pool not there.
 func (m *metrics) startPool(pool string) {
 	for _, c := range []*prometheus.CounterVec{m.allocations, m.releases, m.leaks, m.conflicts, m.unhealthy, m.registrations, m.regFailures} {
 		c.WithLabelValues(pool)
@@ -247,12 +249,12 @@ func (d *Daemon) serveMetrics(ln net.Listener) {
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		// Not ready while nothing can be recorded: every Allocate fails.
+		// Not ready while nothing can be recorded (Allocate fails) or
+		// damage waits for an operator.
 		if err := d.ledger.AppendFault(); err != nil {
 			http.Error(w, "the ledger cannot record: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		// Nor while damage found in the ledger waits for an operator.
 		if dm := d.metrics.damage().Damage; len(dm) > 0 {
 			http.Error(w, fmt.Sprintf("the ledger is damaged (%d not acknowledged; see devledger ledger acknowledge): %s", len(dm), dm[len(dm)-1]),
 				http.StatusServiceUnavailable)

@@ -5,10 +5,9 @@ import (
 	"log/slog"
 )
 
-// quieter routes protoactor-go's slog output into zerolog (through
-// zerolog's own slog handler), so the daemon writes one log stream in one
-// format. protoactor's Info lines (mailbox and supervision chatter) become
-// Debug: the daemon logs the state changes that matter itself.
+// quieter wraps zerolog's slog handler for protoactor-go's logs, so the
+// daemon writes one stream in one format. protoactor's Info lines (mailbox
+// and supervision chatter) become Debug: the daemon logs what matters.
 type quieter struct{ slog.Handler }
 
 func lower(l slog.Level) slog.Level {

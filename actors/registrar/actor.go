@@ -1,12 +1,9 @@
-// Package registrar is the kubelet registrar actor. Like the kubelet's own
-// plugin manager it keeps a desired state (pools that serve and should be
-// registered, with their sockets) and an actual state (what the kubelet
-// acknowledged, for which kubelet), and a level-triggered reconcile makes the
-// actual follow the desired after every change: a new socket, a lost socket,
-// a new kubelet, a failed attempt's retry. However many of those come
-// together, a pool has at most one Register out, and a socket path is
-// registered at most once: a pool registers again on a new socket (see
-// NeedSocket).
+// Package registrar is the kubelet registrar actor. Like the kubelet's plugin
+// manager it keeps a desired state (pools serving, with their sockets) and an
+// actual state (what which kubelet acknowledged), and a level-triggered
+// reconcile makes the actual follow the desired after every change. A pool
+// has at most one Register out, and a socket path is registered at most
+// once: a pool registers again on a new socket (see NeedSocket).
 package registrar
 
 import (
@@ -51,10 +48,9 @@ type Config struct {
 }
 
 // NeedSocket is sent to the parent when a desired pool must serve under a
-// new socket name before it can be registered: its socket is gone (Lost),
-// or the path was registered once already, and a second Register of a
-// path the kubelet may hold would be refused and, in the refusing, break
-// the kubelet's own record of the first. The parent asks the pool
+// new socket name: its socket is gone (Lost), or the path was registered
+// once already (a second Register of it would be refused, and the refusal
+// breaks the kubelet's record of the first). The parent asks the pool
 // (pool.Reserve); its Serving brings a new Desire.
 type NeedSocket struct {
 	Pool   string
@@ -83,7 +79,7 @@ func Props(cfg Config) *actor.Props {
 type desire struct {
 	socket string
 	// sent says a Register of socket went out (legacy mode) and may have
-	// reached the kubelet: the socket is never registered again.
+	// reached the kubelet: it is never registered again.
 	sent bool
 }
 
@@ -93,11 +89,9 @@ type registration struct {
 	kubelet kubeletID
 }
 
-// kubeletID tells one kubelet from the next: the identity of the file its
-// registration socket is, which every kubelet start creates anew. The zero
-// value is no kubelet. An inode number may be reused by the next file; its
-// mtime, the moment the socket was made, is not (and, unlike the ctime, a
-// chmod or a relabel leaves it alone).
+// kubeletID tells one kubelet from the next by its registration socket,
+// which every kubelet start creates anew; zero is no kubelet. The mtime
+// tells a reused inode apart and, unlike the ctime, survives a chmod.
 type kubeletID struct {
 	dev, ino uint64
 	mtime    int64 // ns
@@ -105,8 +99,7 @@ type kubeletID struct {
 
 func (k kubeletID) present() bool { return k != kubeletID{} }
 
-// statKubelet returns the identity of the kubelet socket at path, zero
-// when there is none.
+// statKubelet identifies the kubelet socket at path (zero when none).
 func statKubelet(path string) kubeletID {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -124,21 +117,16 @@ type registrar struct {
 
 	desired    map[string]desire
 	registered map[string]registration
-	// inflight holds pools with a Register call out.
-	inflight map[string]bool
-	// retrying holds pools waiting for a retry timer.
-	retrying  map[string]*time.Timer
-	failures  map[string]int
-	lastError map[string]string
+	inflight   map[string]bool        // a Register call out
+	retrying   map[string]*time.Timer // waiting for a retry
+	failures   map[string]int
+	lastError  map[string]string
 
-	// kubelet is the newest kubelet seen; restarts counts the new ones.
-	kubelet  kubeletID
-	restarts int
-	waiting  bool // the missing kubelet socket was logged
-	// downSince is when the kubelet was recorded gone, zero while it is
-	// not; probing says a dial of its socket is out.
-	downSince time.Time
-	probing   bool
+	kubelet   kubeletID // the newest seen
+	restarts  int       // new kubelets seen
+	waiting   bool      // the missing kubelet socket was logged
+	downSince time.Time // when the kubelet was recorded gone; zero if not
+	probing   bool      // a dial of its socket is out
 }
 
 // Receive implements actor.Actor.
@@ -151,8 +139,7 @@ func (r *registrar) Receive(ctx actor.Context) {
 		r.retrying = map[string]*time.Timer{}
 		r.failures = map[string]int{}
 		r.lastError = map[string]string{}
-		// A kubelet recorded gone before this run is dialled at once: it
-		// may have come back while the daemon was away.
+		// A kubelet recorded gone before this run may be back: dial it.
 		if r.downSince = r.cfg.KubeletDownSince; !r.downSince.IsZero() {
 			r.recheckLater(ctx, 0)
 		}
@@ -164,9 +151,8 @@ func (r *registrar) Receive(ctx actor.Context) {
 		if d, ok := r.desired[m.Pool]; ok && d.socket == m.Socket {
 			break
 		}
-		// A new socket (a new server, or one asked for): registered at
-		// once. The count of failures goes on: a pool that keeps being
-		// refused keeps backing off.
+		// A new socket registers at once; the failure count goes on, so
+		// a pool that keeps being refused keeps backing off.
 		r.desired[m.Pool] = desire{socket: m.Socket}
 		r.cancelRetry(m.Pool)
 		r.reconcile(ctx)
@@ -189,9 +175,9 @@ func (r *registrar) Receive(ctx actor.Context) {
 		}
 		r.probing = true
 		self, root, kubelet := ctx.Self(), ctx.ActorSystem().Root, r.observeKubelet(false)
-		// Dials block for up to a second each: off the mailbox, the
-		// outcome comes back as a message (as checkKubelet's).
-		go func() { root.Send(self, &probed{kubelet: kubelet, recheck: true, err: dialKubelet(m.socket)}) }()
+		socket := r.cfg.KubeletSocket
+		// Off the mailbox, as checkKubelet's: dials block for seconds.
+		go func() { root.Send(self, &probed{kubelet: kubelet, recheck: true, err: dialKubelet(socket)}) }()
 	case *stopRecorded:
 		if !r.downSince.IsZero() {
 			r.downSince = m.at
@@ -210,11 +196,10 @@ func (r *registrar) Receive(ctx actor.Context) {
 	}
 }
 
-// observeKubelet looks at the kubelet's registration socket. A kubelet
-// other than the one known is a new kubelet: every registration before it
-// is void, and retries waiting for the old one start over. A kubelet that
-// appears where none was known is recorded as a restart only when the
-// socket watcher saw it come (created): one found at start is not.
+// observeKubelet stats the kubelet's socket. A kubelet other than the one
+// known voids every registration, and waiting retries start over. One
+// appearing where none was known is a restart only if the socket watcher
+// saw it created, not when found at start.
 func (r *registrar) observeKubelet(created bool) kubeletID {
 	cur := statKubelet(r.cfg.KubeletSocket)
 	if !cur.present() || cur == r.kubelet {
@@ -234,8 +219,7 @@ func (r *registrar) observeKubelet(created bool) kubeletID {
 	return cur
 }
 
-// restarted records a kubelet that is back: KubeletRestarted, naming the
-// stop it ends, if one was recorded.
+// restarted records KubeletRestarted, naming the recorded stop it ends.
 func (r *registrar) restarted(msg string) {
 	r.restarts++
 	socket, stopped := r.cfg.KubeletSocket, r.downSince
@@ -249,19 +233,17 @@ func (r *registrar) restarted(msg string) {
 	})
 }
 
-// probeAfter are the moments, after a sign that the kubelet may have
-// gone, at which its socket is dialled: a kubelet going down may end its
-// streams before it closes its socket, and one dial could come between.
-// recheckEvery is how often a kubelet recorded gone is dialled again.
+// probeAfter are when, after a sign the kubelet may have gone, its socket
+// is dialled: a kubelet going down may end its streams before it closes
+// its socket. recheckEvery paces the dials of a kubelet recorded gone.
 var (
 	probeAfter   = []time.Duration{0, 300 * time.Millisecond, 1500 * time.Millisecond}
 	recheckEvery = 5 * time.Second
 )
 
-// dialKubelet dials the kubelet's socket. A kubelet starting binds its
-// socket a moment before it listens, and a dial between is refused: a
-// refusal counts only when two more dials, 50 and 200 ms later, meet it
-// too.
+// dialKubelet dials the kubelet's socket. A starting kubelet binds before
+// it listens, so a refusal counts only if dials 50 and 200 ms later meet
+// it too.
 func dialKubelet(socket string) error {
 	var err error
 	for _, wait := range []time.Duration{0, 50 * time.Millisecond, 150 * time.Millisecond} {
@@ -275,20 +257,16 @@ func dialKubelet(socket string) error {
 	return err
 }
 
-// checkKubelet dials the kubelet's socket, one probe at a time, when a
-// kubelet seen running may have gone. A dead kubelet leaves its socket
-// behind, so its presence says nothing; a refused connection does. The
-// probe ends at the first refusal, or after the last dial answered. A
-// kubelet that came back before the dial answers it, and only its
-// KubeletRestarted is recorded.
+// checkKubelet probes, one at a time, a kubelet seen running that may have
+// gone: a dead kubelet leaves its socket, so only a refused dial tells. The
+// probe ends at the first refusal or after the last dial answered.
 func (r *registrar) checkKubelet(ctx actor.Context, why string) {
 	if r.probing || !r.downSince.IsZero() || !r.kubelet.present() {
 		return
 	}
 	r.probing = true
 	self, root, socket, kubelet := ctx.Self(), ctx.ActorSystem().Root, r.cfg.KubeletSocket, r.kubelet
-	// The probe sleeps and dials for seconds: a goroutine of its own,
-	// holding no state of the actor, that reports by message.
+	// It sleeps for seconds: off the mailbox, holding no actor state.
 	go func() {
 		var err error
 		for i, at := range probeAfter {
@@ -303,21 +281,19 @@ func (r *registrar) checkKubelet(ctx actor.Context, why string) {
 	}()
 }
 
-// probed takes the outcome of a probe: checkKubelet's, or a recheck of a
-// kubelet recorded gone.
+// probed takes the outcome of checkKubelet's probe or of a recheck.
 func (r *registrar) probed(ctx actor.Context, m *probed) {
 	r.probing = false
-	// A new kubelet since the probe began (its socket made anew) is up,
-	// whatever the probe met in between; its KubeletRestarted is recorded.
+	// A kubelet new since the probe began is up, whatever the probe met;
+	// its KubeletRestarted is recorded.
 	if r.observeKubelet(false) != m.kubelet {
 		return
 	}
 	switch {
 	case m.recheck && r.downSince.IsZero():
 	case m.recheck && m.err == nil:
-		// Recorded gone, yet it answers: back on the same socket (or
-		// the stop was seen wrongly). Whatever it held may be gone:
-		// every pool registers anew, on a new socket.
+		// Recorded gone, yet it answers on the same socket: what it held
+		// may be gone, so every pool registers anew on a new socket.
 		r.restarted("the kubelet answers again; registering every pool anew")
 		for _, pool := range slices.Sorted(maps.Keys(r.desired)) {
 			r.needSocket(ctx, pool, r.desired[pool], false, "the kubelet is back")
@@ -332,12 +308,10 @@ func (r *registrar) probed(ctx actor.Context, m *probed) {
 
 // stopped records the kubelet gone, and dials it again from time to time.
 func (r *registrar) stopped(ctx actor.Context, reason string) {
-	// Down at once, not when the event lands: the store commits in order,
-	// so everything the registrar records from here on (the next
-	// KubeletRestarted too) lands after the stop, and a late Register
-	// answer cannot slip in between. If the append fails, the redial still
-	// ends the outage. Once it lands, downSince is the event's time, for
-	// KubeletRestarted to name.
+	// Down now, not when the event lands: appends commit in order, so all
+	// recorded from here lands after the stop and no late Register answer
+	// slips in; a failed append still ends at the redial. stopRecorded then
+	// sets downSince to the event's time, for KubeletRestarted to name.
 	r.downSince = time.Now()
 	self, root, socket := ctx.Self(), ctx.ActorSystem().Root, r.cfg.KubeletSocket
 	r.record(events.KubeletStopped{Socket: socket, Reason: reason}, func(e events.Envelope) {
@@ -349,8 +323,8 @@ func (r *registrar) stopped(ctx actor.Context, reason string) {
 
 // recheckLater dials a kubelet recorded gone after d.
 func (r *registrar) recheckLater(ctx actor.Context, d time.Duration) {
-	self, root, socket := ctx.Self(), ctx.ActorSystem().Root, r.cfg.KubeletSocket
-	time.AfterFunc(d, func() { root.Send(self, &recheck{socket: socket}) })
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	time.AfterFunc(d, func() { root.Send(self, &recheck{}) })
 }
 
 // refusal says why a dial of the kubelet's socket failed, in a few words.
@@ -364,12 +338,10 @@ func refusal(err error) string {
 	return "does not answer: " + err.Error()
 }
 
-// reconcile brings every desired pool closer to registered with the current
-// kubelet: a pool whose socket is gone, or was registered once already,
-// asks for a new one (NeedSocket); a pool with a fresh socket that the
-// kubelet has not acknowledged is registered, unless a Register of it is
-// out or waiting for its retry. In watcher mode the kubelet's plugin watcher
-// registers what it finds; only lost sockets are asked for again.
+// reconcile moves every desired pool with no Register out or waiting
+// toward registered with the current kubelet: a socket gone or registered
+// once asks for a new one (NeedSocket), a fresh one is registered. In
+// watcher mode the plugin watcher registers; only lost sockets are renewed.
 func (r *registrar) reconcile(ctx actor.Context) {
 	cur := r.observeKubelet(false)
 	for _, pool := range slices.Sorted(maps.Keys(r.desired)) {
@@ -378,8 +350,7 @@ func (r *registrar) reconcile(ctx actor.Context) {
 			continue
 		}
 		if _, err := os.Stat(d.socket); errors.Is(err, os.ErrNotExist) {
-			// Level-triggered: whatever event we missed, a desired pool
-			// without its socket needs a new one.
+			// Level-triggered: whatever event was missed, it needs one.
 			r.needSocket(ctx, pool, d, true, "its socket is gone")
 			continue
 		}
@@ -387,8 +358,7 @@ func (r *registrar) reconcile(ctx actor.Context) {
 			continue
 		}
 		if !cur.present() {
-			// The node says "waiting for kubelet" once for the operator;
-			// KubeletAppeared brings us back here.
+			// The node tells the operator; KubeletAppeared brings us back.
 			if !r.waiting {
 				r.cfg.Log.Debug().Str("socket", r.cfg.KubeletSocket).Msg("no kubelet socket; registrations wait for it")
 				r.waiting = true
@@ -407,15 +377,13 @@ func (r *registrar) reconcile(ctx actor.Context) {
 }
 
 // isRegistered says whether the current kubelet acknowledged the pool's
-// current socket. (In watcher mode a kubelet may not serve kubelet.sock at
-// all: its identity is then none, before and after.)
+// current socket. (In watcher mode, with no kubelet.sock, both are none.)
 func (r *registrar) isRegistered(pool string) bool {
 	a, ok := r.registered[pool]
 	return ok && a.socket == r.desired[pool].socket && a.kubelet == r.kubelet
 }
 
-// needSocket forgets the pool's desire and asks the parent for a new
-// socket; the pool's Serving brings the next Desire.
+// needSocket forgets the pool's desire and sends NeedSocket.
 func (r *registrar) needSocket(ctx actor.Context, pool string, d desire, lost bool, why string) {
 	delete(r.desired, pool)
 	r.cfg.Log.Debug().Str("pool", pool).Str("socket", d.socket).Str("reason", why).Msg("the pool is to serve on a new socket")
@@ -437,29 +405,26 @@ func (r *registrar) answered(ctx actor.Context, m *registerResult) {
 	delete(r.inflight, m.pool)
 	d, ok := r.desired[m.pool]
 	if !ok || d.socket != m.socket {
-		// The pool serves on another socket now (or no more): the
-		// answer is about one it left; it is registered anew.
+		// About a socket the pool has left: reconcile its new one.
 		r.reconcile(ctx)
 		return
 	}
 	switch {
 	case m.err == nil && !r.downSince.IsZero():
-		// The kubelet that took it is recorded gone: the registration
-		// went with it, and the pool registers anew when it is back.
+		// The registration went with the kubelet recorded gone; the
+		// pool registers anew when it is back.
 		r.cfg.Log.Info().Str("pool", m.pool).Str("socket", m.socket).Msg("registered with a kubelet that has gone since")
 	case m.err == nil:
 		if r.observeKubelet(false) != m.kubelet {
-			// A new kubelet came while we registered: whichever took the
-			// Register, the current one is asked on a new socket.
+			// A new kubelet came meanwhile: ask it on a new socket.
 			r.cfg.Log.Info().Str("pool", m.pool).Str("socket", m.socket).Msg("the kubelet restarted during the registration; registering on a new socket")
 			r.reconcile(ctx)
 			return
 		}
 		r.acknowledge(m.pool, d)
 	case errors.Is(m.err, grpcapi.ErrAlreadyConnected):
-		// The kubelet holds a dead endpoint for this path and drops it only
-		// when it restarts; a new path is free, so the first such refusal
-		// moves to a new socket at once.
+		// The kubelet keeps a dead endpoint for this path until it
+		// restarts; a new path is free, so the first refusal moves at once.
 		r.failed(ctx, m.pool, d, m.err, m.socket, "serving the pool on a new socket")
 	case errors.Is(m.err, grpcapi.ErrKubeletUnreachable):
 		// The kubelet never saw it: the same socket may be tried again.
@@ -510,15 +475,13 @@ func (r *registrar) acknowledge(pool string, d desire) {
 	})
 }
 
-// kubeletReported takes what the kubelet's plugin watcher told a pool's
-// socket (watcher mode).
+// kubeletReported takes what the plugin watcher told a pool (watcher mode).
 func (r *registrar) kubeletReported(ctx actor.Context, m *KubeletReported) {
 	if m.InfoRequested {
 		r.cfg.Log.Debug().Str("pool", m.Pool).Str("socket", m.Socket).Msg("kubelet asked for plugin info")
 		return
 	}
-	// Which kubelet is it? The plugin watcher may speak before the socket
-	// watcher tells of its start.
+	// The plugin watcher may speak first of a new kubelet.
 	r.observeKubelet(false)
 	d, ok := r.desired[m.Pool]
 	if !ok || d.socket != m.Socket {
@@ -556,11 +519,10 @@ func (r *registrar) status() *Status {
 }
 
 // record appends an event without waiting: a registration stands whether
-// or not it is written down yet, and waiting would put one fsync per pool
-// on the path to the last registration after a kubelet restart. Appends
-// commit in order, so the event lands after whatever the pool recorded
-// before announcing its socket. done, if set, runs on the store's writer
-// once the event is durable; a failed append is logged.
+// written down or not, and waiting would cost an fsync per pool after a
+// kubelet restart. Appends commit in order, so it lands after what the
+// pool recorded before announcing its socket. done, if set, runs on the
+// store's writer once the event is durable; a failed append is logged.
 func (r *registrar) record(p events.Payload, done func(events.Envelope)) {
 	log, typ := r.cfg.Log, string(p.EventType())
 	landed := func(envs []events.Envelope, err error) {
