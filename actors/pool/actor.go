@@ -32,34 +32,26 @@ import (
 // Config is what a pool allocator needs.
 type Config struct {
 	Resource *config.Resource
-	// Members are the devices the pool starts with; Moves and Seq are as
-	// in SetMembers.
+	// Members, Moves and Seq make the pool's first SetMembers.
 	Members []allocation.Member
 	Moves   map[string]string
 	Seq     uint64
-	// Reason is why the pool was spawned, for the membership change it
-	// records at its start ("daemon start" when empty; "pool restarted"
-	// after a restart).
+	// Reason is why the pool was spawned (default "daemon start").
 	Reason   string
 	Recorder *ledger.Recorder
-	// Replayed is the ledger's state the first incarnation starts from; a
-	// restarted pool replays the ledger instead.
+	// Replayed is the first incarnation's state (later ones replay).
 	Replayed *events.State
-	// SocketDir is the directory the pool serves in (socket names: see
-	// SocketBase); Mode says how it is registered.
+	// SocketDir is where the pool serves (see SocketBase), Mode how it registers.
 	SocketDir string
 	Mode      grpcapi.RegistrationMode
 	Env       allocation.Env
-	// DevinfoDir is where a netDevice pool writes device-info files, and
-	// CDISpecDir where a pool with CDI enabled writes its CDI spec; ""
-	// writes none.
+	// DevinfoDir holds a netDevice pool's device-info files, CDISpecDir a
+	// CDI pool's spec; "" writes none.
 	DevinfoDir string
 	CDISpecDir string
-	// CallTimeout bounds every kubelet call (grpcapi.DefaultCallTimeout
-	// when zero).
+	// CallTimeout bounds every kubelet call (0: grpcapi.DefaultCallTimeout).
 	CallTimeout time.Duration
-	// ObserveAllocate, when set, hears how long every Allocate took and
-	// how it ended (the daemon's latency histogram).
+	// ObserveAllocate, if set, hears each Allocate's duration and outcome.
 	ObserveAllocate func(pool string, took time.Duration, err error)
 	Log             zerolog.Logger
 }
@@ -73,9 +65,8 @@ func Props(cfg Config) *actor.Props {
 	}, actor.WithDispatcher(supervise.Warm))
 }
 
-// placement is a SetMembers the pool has taken, durable when its
-// membership change is (id names it; one that changes no member is
-// durable as it comes).
+// placement is a SetMembers taken (see place). id names its membership
+// change; one that changes no member has none and is durable at once.
 type placement struct {
 	m       *SetMembers
 	order   []string // its members' addresses, sorted
@@ -85,8 +76,7 @@ type placement struct {
 	start   bool
 }
 
-// waitingCall is a call that waits for the placements taken before it
-// (the first after of them).
+// waitingCall is a call held until the placement numbered after applies.
 type waitingCall struct {
 	c     any
 	after uint64
@@ -99,38 +89,31 @@ type allocator struct {
 
 	members map[string]*allocation.Member
 	order   []string // member addresses, sorted
-	// verdicts is the newest health verdict the pool has heard of per
-	// device, members or not: a verdict may come before the members that
-	// bring its device here, and members may come with an older one.
+	// verdicts is the newest verdict heard per device, member or not: one
+	// may come before its device joins, and members may bring an older one.
 	verdicts events.Health
-	// holds are the pool's live allocations and the devices they hold:
-	// the fold's, restricted to the pool (events.Holds).
+	// holds are the pool's live allocations (the fold's, see events.Holds).
 	holds events.Holds
-	// gen is the newest SetMembers applied. The devices in flight, and
-	// those that left the pool and are not let go yet, are in life.
+	// gen is the newest SetMembers applied.
 	gen uint64
 
-	// placing are the SetMembers taken and not applied yet, oldest first
-	// (see place), taken and applied count them; waiting are the calls
-	// that came meanwhile, each waiting for those taken before it.
-	// retry places the members again after the ledger refused them.
+	// placing are the placements not applied yet, oldest first; taken and
+	// applied number placements; waiting are the calls held meanwhile (see
+	// place). retry places again after a refusal (see refused).
 	placing        []*placement
 	taken, applied uint64
 	waiting        []waitingCall
 	retry          *time.Timer
 
 	watchers map[uint64]chan []*pluginapi.Device
-	// list is the last ListAndWatch list built (see deviceList), nil when
-	// the members or the resource changed since; stale names its entries
-	// whose device's health changed since.
+	// list is the last list built, nil once members or resource change;
+	// stale names its entries whose health changed since (see deviceList).
 	list   []*pluginapi.Device
 	stale  []string
 	server *grpcapi.PoolServer
 	// socket is where server serves now (see SocketBase).
 	socket string
-	// incarnation numbers this incarnation, whose server is p.server.
-	incarnation uint64
-	// life is what outlives this incarnation (see lifetime).
+	// life outlives this incarnation, numbered life.incarnations.
 	life *lifetime
 }
 
@@ -141,7 +124,7 @@ func (p *allocator) Receive(ctx actor.Context) {
 		p.start(ctx)
 	case *actor.Stopping:
 		// Stopped for good: every Allocate pending is answered first.
-		p.drainPending(ctx, p.callTimeout())
+		p.drainPending(ctx)
 		p.refuseWaiting(ctx)
 		p.stop()
 	case *actor.Restarting:
@@ -153,9 +136,8 @@ func (p *allocator) Receive(ctx actor.Context) {
 		p.stop()
 	case *actor.Stopped:
 		p.life.stop()
-		// Stopped for good: the servers of every incarnation finish
-		// their calls (each bounded by the call timeout) before the
-		// parent hears the pool is gone.
+		// Every incarnation's server finishes its calls (each bounded by
+		// the call timeout) before the parent hears the pool is gone.
 		p.life.draining.Wait()
 	case *SetMembers:
 		p.place(ctx, m, false)
@@ -199,9 +181,8 @@ func (p *allocator) Receive(ctx actor.Context) {
 	}
 }
 
-// call handles a kubelet's call or a Query, or keeps it waiting while the
-// pool has members to place (see place): calls see only members the ledger
-// has, and a Query sees the pool settled.
+// call handles a kubelet call or a Query, or holds it until the
+// placements taken before it are applied (see place).
 func (p *allocator) call(ctx actor.Context, c any) {
 	if p.applied < p.taken {
 		p.waiting = append(p.waiting, waitingCall{c: c, after: p.taken})
@@ -209,10 +190,9 @@ func (p *allocator) call(ctx actor.Context, c any) {
 	}
 	switch m := c.(type) {
 	case *watchReq:
-		if m.incarnation != p.incarnation {
-			// Opened on the server of an incarnation before this one,
-			// which is stopping: the stream ends, and the kubelet, seeing
-			// it end, takes the registration of this one's server.
+		if m.incarnation != p.life.incarnations {
+			// Opened on a stopping incarnation's server: end it, so the
+			// kubelet takes this incarnation's registration.
 			close(m.ch)
 			m.reply <- struct{}{}
 			return
@@ -254,6 +234,7 @@ func (p *allocator) refuseWaiting(ctx actor.Context) {
 	p.waiting = nil
 }
 
+// start rebuilds the pool from the ledger, places its members and serves.
 func (p *allocator) start(ctx actor.Context) {
 	p.watchers = map[uint64]chan []*pluginapi.Device{}
 	st := p.replayed
@@ -271,9 +252,8 @@ func (p *allocator) start(ctx actor.Context) {
 	if p.life.resource != nil {
 		p.cfg.Resource = p.life.resource // a reload's, not the spawn's
 	}
-	// The pool starts from the members the ledger lists, and places
-	// those it was given: the members its last incarnation was given
-	// when it restarts (the parent sends the current ones, NeedMembers).
+	// Start from the members the ledger lists; place those given, or the
+	// last incarnation's on a restart (NeedMembers brings current ones).
 	place := &SetMembers{Members: p.cfg.Members, Moves: p.cfg.Moves, Seq: p.cfg.Seq}
 	if last := p.life.placed; last != nil {
 		place = &SetMembers{Members: last.Members, Gen: last.Gen, Seq: last.Seq}
@@ -287,10 +267,6 @@ func (p *allocator) start(ctx actor.Context) {
 	inForce := p.placeAfterReplay(ctx, st, place, true)
 
 	p.life.incarnations++
-	p.incarnation = p.life.incarnations
-	// Sockets of this pool's names are left only by a daemon that was
-	// killed (an incarnation before this one removed its own): they go
-	// before the new one comes.
 	stale, live, err := removeStaleSockets(p.cfg.SocketDir, p.name)
 	if err != nil {
 		p.cfg.Log.Warn().Err(err).Str("pool", p.name).Msg("cannot remove stale sockets")
@@ -301,7 +277,9 @@ func (p *allocator) start(ctx actor.Context) {
 	if len(live) > 0 {
 		p.cfg.Log.Warn().Str("pool", p.name).Strs("sockets", live).Msg("another process serves a socket by the pool's name: two plugins for one resource")
 	}
-	p.server = grpcapi.NewPoolServer(p.name, &backend{root: ctx.ActorSystem().Root, pid: ctx.Self(), timeout: p.callTimeout(), pool: p.name, life: p.life, incarnation: p.incarnation},
+	b := &backend{root: ctx.ActorSystem().Root, pid: ctx.Self(), timeout: p.callTimeout(), pool: p.name,
+		life: p.life, incarnation: p.life.incarnations}
+	p.server = grpcapi.NewPoolServer(p.name, b,
 		grpcapi.PoolServerOptions{Mode: p.cfg.Mode, Observer: observer{root: ctx.ActorSystem().Root, pid: ctx.Self(), pool: p.name},
 			CallTimeout: p.callTimeout(), Logger: p.cfg.Log, PrivateDirKey: SocketBase(p.name) + ".sock"})
 	p.socket = newSocketPath(p.cfg.SocketDir, p.name)
@@ -313,19 +291,15 @@ func (p *allocator) start(ctx actor.Context) {
 	}
 }
 
-// syncDeviceInfo keeps a device-info file (the Network Plumbing WG's spec,
-// which the CNI plugins read) for every member of a netDevice pool, so that
-// an Allocate finds its devices' files written. It writes the file of each
-// member that old (the members before; nil at start or after a change of
-// resource) did not have with the same facts. Files are never removed: a
-// device that left may still be held by a container whose sandbox the CNI
-// sets up again. Nor are they synced: a start writes them all again.
+// syncDeviceInfo writes the device-info file (read by CNI plugins) of each
+// netDevice member that old (nil: none) lacks or has with other facts. It
+// removes none: a device that left may still be held by a container whose
+// sandbox CNI sets up again.
 func (p *allocator) syncDeviceInfo(old map[string]*allocation.Member) {
 	if p.cfg.DevinfoDir == "" || p.cfg.Resource.DeviceType != config.NetDevice {
 		return
 	}
-	// One line for what failed, not one per device: a directory that
-	// cannot be written fails them all.
+	// One log line, not one per device: a bad directory fails them all.
 	var failed []string
 	var first error
 	for _, addr := range p.order {
@@ -342,10 +316,9 @@ func (p *allocator) syncDeviceInfo(old map[string]*allocation.Member) {
 	}
 }
 
-// writeCDISpec writes the pool's CDI spec for its members now, so that a
-// container runtime resolves the CDI names Allocate answers with; with CDI
-// off for the pool (a reload may turn it off), or no members, the spec
-// goes. It is written before the members are offered to the kubelet.
+// writeCDISpec writes the CDI spec that resolves the names Allocate
+// answers with, before the members are offered to the kubelet; with CDI
+// off (a reload may turn it off) or no members, the spec goes.
 func (p *allocator) writeCDISpec() {
 	dir, res := p.cfg.CDISpecDir, p.cfg.Resource
 	if dir == "" {
@@ -385,9 +358,8 @@ func (p *allocator) callTimeout() time.Duration {
 	return grpcapi.DefaultCallTimeout
 }
 
-// announce records PluginServing (after SocketLost when the socket was
-// lost) and tells the parent, at once, that the pool is ready to be
-// registered. The pool was in the config in force at seq.
+// announce records PluginServing (after SocketLost if lost is set) and at
+// once tells the parent the pool can be registered; it was in force at seq.
 func (p *allocator) announce(ctx actor.Context, lost string, seq uint64) {
 	mode := string(cmp.Or(p.cfg.Mode, grpcapi.ModeLegacy))
 	var payloads []events.Payload
@@ -396,11 +368,9 @@ func (p *allocator) announce(ctx actor.Context, lost string, seq uint64) {
 		p.cfg.Log.Warn().Str("pool", p.name).Str("socket", lost).Msg("socket lost; re-creating it")
 	}
 	payloads = append(payloads, events.PluginServing{Pool: p.name, Socket: p.socket, Mode: mode})
-	// The socket serves already: registration need not wait for the
-	// fsync. The store commits in order, so what the registrar records of
-	// the pool lands after this. A pool the config dropped since seq (a
-	// new socket asked for as the reload came) records nothing: the ledger
-	// would list it as serving again.
+	// No wait for the fsync: the socket serves already, and the store
+	// commits in order, so the registrar's records land after this. A pool
+	// dropped since seq (a reload racing a new socket) records nothing.
 	guard := p.inForce(seq)
 	log, name, socket := p.cfg.Log, p.name, p.socket
 	p.recordAsync("PluginServing", &guard, payloads, func(seq uint64) {
@@ -420,10 +390,9 @@ func (p *allocator) withdraw(reason string) {
 	})
 }
 
-// recordAsync records payloads without waiting for the fsync: they are
-// facts about now, true whether or not the ledger takes them. durable
-// hears the last one's sequence once they are durable; what names them in
-// the error logged should the ledger refuse them. g, when set, guards them.
+// recordAsync records facts about now without waiting for the fsync (they
+// hold whether or not the ledger takes them). durable gets the last one's
+// sequence; what names them in the log if refused; g, if set, guards them.
 func (p *allocator) recordAsync(what string, g *store.Guard, payloads []events.Payload, durable func(seq uint64)) {
 	log, name := p.cfg.Log, p.name
 	failed := func(err error) {
@@ -451,12 +420,10 @@ func (p *allocator) recordAsync(what string, g *store.Guard, payloads []events.P
 	}
 }
 
-// stop ends this incarnation's serving (the pool stops, or restarts after
-// a crash). The socket goes and streams end at once. Calls waiting in the
-// mailbox are answered by the next incarnation after a restart (same PID,
-// same mailbox), or end when the pool has stopped for good, so the
-// server's wait for them must not block here, or every restart and stop
-// would hang until the server gives up on them.
+// stop ends this incarnation's serving: the socket goes and streams end
+// at once. The server's wait for calls still in the mailbox runs apart:
+// the next incarnation answers them, or they end once the pool is gone
+// (see await), so waiting here would hang every restart and stop.
 func (p *allocator) stop() {
 	if p.retry != nil {
 		p.retry.Stop()
@@ -485,10 +452,8 @@ func (p *allocator) stop() {
 	}()
 }
 
-// reserve serves under a new socket name in place of m.Socket, if that is
-// still the pool's (a request about a socket the pool has replaced since is
-// answered already). The old socket goes, if it is still there; streams
-// the kubelet holds on it go on until it drops them.
+// reserve serves on a new socket in place of m.Socket (see Reserve); the
+// kubelet's streams on the old one go on until it drops them.
 func (p *allocator) reserve(ctx actor.Context, m *Reserve) {
 	if p.server == nil || m.Socket != p.socket {
 		return
@@ -504,6 +469,7 @@ func (p *allocator) reserve(ctx actor.Context, m *Reserve) {
 	p.announce(ctx, lost, m.Seq)
 }
 
+// index maps ms by address (a later duplicate wins), addresses sorted.
 func index(ms []allocation.Member) (map[string]*allocation.Member, []string) {
 	byAddr := make(map[string]*allocation.Member, len(ms))
 	order := make([]string, 0, len(ms))
@@ -533,21 +499,19 @@ func listed(addrs []string, ms []allocation.Member) []allocation.Member {
 	return out
 }
 
-// place takes new members: persist, then apply. A SetMembers that changes
-// who the members are is applied once its PoolMembershipChanged is
-// durable; each waits for those taken before it, and so does every call
-// that comes after it (call). So the kubelet, an Allocate and the ledger
-// see the members in one order, and a device leaves no pool before the
-// ledger says so. start is the placement of a pool's start, which writes
-// every device-info file again.
+// place takes new members: persist, then apply. A change of who the
+// members are applies once its PoolMembershipChanged is durable, after the
+// placements taken before it; calls that come meanwhile wait (call). So
+// the kubelet, Allocate and the ledger see members in one order, and no
+// device leaves a pool before the ledger says so. start marks a pool's
+// start, which writes every device-info file again.
 func (p *allocator) place(ctx actor.Context, m *SetMembers, start bool) {
 	byAddr, order := index(m.Members)
 	before := p.order
 	if n := len(p.placing); n > 0 {
 		before = p.placing[n-1].order
 	}
-	// What is to be let go is noted before anything else, so that a
-	// crash from here on cannot lose it.
+	// Note what to let go first, so a crash from here on cannot lose it.
 	added, removed := diffSorted(before, order)
 	for _, addr := range added {
 		delete(p.life.leaving, addr)
@@ -569,8 +533,7 @@ func (p *allocator) place(ctx actor.Context, m *SetMembers, start bool) {
 	p.applyPlaced(ctx)
 }
 
-// errDropped refuses a record of a pool the config dropped since its
-// members were placed.
+// errDropped refuses a record of a pool the config dropped (see inForce).
 var errDropped = errors.New("the config in force has dropped the pool")
 
 // inForce guards a record of the pool's: it is refused with errDropped
@@ -610,10 +573,9 @@ func (p *allocator) placedOne(ctx actor.Context, m *placed) {
 	p.applyPlaced(ctx)
 }
 
-// applyPlaced applies the placements that are durable, oldest first, and
-// takes each call that waited for them, in order. A call is taken off the
-// list before it runs: should it crash the pool, those after it are
-// still there for the next incarnation.
+// applyPlaced applies the durable placements at the head, then the calls
+// that waited for them, in order. A call leaves the list before it runs,
+// so if it crashes the pool the next incarnation gets those after it.
 func (p *allocator) applyPlaced(ctx actor.Context) {
 	for len(p.placing) > 0 && p.placing[0].durable {
 		pl := p.placing[0]
@@ -635,12 +597,10 @@ func (p *allocator) forget(ctx actor.Context) {
 	p.applyPlaced(ctx)
 }
 
-// refused takes a membership change the ledger refused (a full disk, an
-// I/O error): it is not applied, nor are those taken after it, each of
-// which says what changed since the one before. The pool keeps the
-// members it has, answers the calls that waited, and places its last
-// members again after a pause (doubling, up to a minute), from what the
-// ledger has then.
+// refused takes a membership change the ledger refused (full disk, I/O
+// error). Neither it nor those after it (each a diff on the one before)
+// apply: the pool keeps its members, takes the waiting calls, and after a
+// pause (doubling, up to a minute) places its last members again (replace).
 func (p *allocator) refused(ctx actor.Context, err error) {
 	p.forget(ctx)
 	delay := min(100*time.Millisecond<<min(p.life.refusals, 10), time.Minute)
@@ -653,9 +613,8 @@ func (p *allocator) refused(ctx actor.Context, err error) {
 	p.retry = time.AfterFunc(delay, func() { root.Send(self, &replace{}) })
 }
 
-// replace places the last members again after a refusal, against the
-// members the ledger has now (a change taken after the refused one may
-// have been recorded).
+// replace places the last members again, against the ledger's members now
+// (a change taken after the refused one may have been recorded).
 func (p *allocator) replace(ctx actor.Context) {
 	p.retry = nil
 	if len(p.placing) > 0 || p.life.placed == nil {
@@ -670,11 +629,10 @@ func (p *allocator) replace(ctx actor.Context) {
 	p.placeAfterReplay(ctx, &st, &again, false)
 }
 
-// placeAfterReplay places m, whose members may have been placed long
-// before st, the ledger's state just read: a config in st that lacks the
-// pool dropped it (its parent stops it next), and one that has it (or
-// none at all) has not, up to st.Seq, so the guard of the change starts
-// there. It says whether the pool is in force.
+// placeAfterReplay places m, perhaps long stale, against st, the state
+// just read, and says whether the pool is in force: not if st has a config
+// without it (its parent stops it next); else it was up to st.Seq, where
+// the change's guard starts.
 func (p *allocator) placeAfterReplay(ctx actor.Context, st *events.State, m *SetMembers, start bool) bool {
 	if _, inForce := st.Pools[p.name]; !inForce && st.Config.SHA256 != "" {
 		p.cfg.Log.Info().Str("pool", p.name).Msg("the pool was dropped from the config; its members are not recorded")
@@ -690,9 +648,8 @@ func (p *allocator) placeAfterReplay(ctx actor.Context, st *events.State, m *Set
 func (p *allocator) recordMembership(ctx actor.Context, id uint64, added, removed []string, byAddr map[string]*allocation.Member) {
 	m := p.life.placed
 	reason := m.Reason + MovedList("moved from", added, m.Moves) + MovedList("moved to", removed, m.Moves)
-	// A device that leaves while a live allocation holds it is not moved
-	// silently: the reason names the allocations, which stay in the ledger;
-	// nor does one arrive silently while another pool's allocation holds it.
+	// The reason names the live allocations (they stay in the ledger) that
+	// hold a device leaving, and other pools' that hold one arriving.
 	var held, arrived []string
 	for _, addr := range removed {
 		for _, seq := range p.holds.Holders[addr] {
@@ -700,8 +657,7 @@ func (p *allocator) recordMembership(ctx actor.Context, id uint64, added, remove
 		}
 	}
 	for _, addr := range added {
-		// A pool the device is leaving lets it go within moments: that
-		// is not worth a word in the ledger.
+		// A pool the device is leaving lets it go within moments.
 		hs := slices.DeleteFunc(slices.Clone(byAddr[addr].HeldElsewhere), allocation.Hold.Leaving)
 		if len(hs) > 0 {
 			arrived = append(arrived, addr+" by "+holdList(hs))
@@ -716,8 +672,7 @@ func (p *allocator) recordMembership(ctx actor.Context, id uint64, added, remove
 	}
 	log, name, members := p.cfg.Log, p.name, len(byAddr)
 	self, root := ctx.Self(), ctx.ActorSystem().Root
-	// The node recorded the last membership of a pool the config dropped
-	// with the config.
+	// The node records a dropped pool's last membership with the config.
 	err := p.cfg.Recorder.RecordAsyncGuarded(context.Background(), p.inForce(m.Seq), []events.Payload{events.PoolMembershipChanged{Pool: p.name, Added: added, Removed: removed, Reason: reason}},
 		func(envs []events.Envelope, err error) {
 			if err == nil {
@@ -771,8 +726,7 @@ func (p *allocator) letGo(ctx actor.Context, ids []string) {
 	}
 }
 
-// placesAgain says a placement not applied yet lists id: it is not let go
-// as it leaves, since it comes back.
+// placesAgain says a placement not applied yet brings id back.
 func (p *allocator) placesAgain(id string) bool {
 	for _, pl := range p.placing {
 		if _, ok := slices.BinarySearch(pl.order, id); ok {
@@ -807,10 +761,9 @@ func holdList(hs []allocation.Hold) string {
 	return strings.Join(names, ", ")
 }
 
-// index indexes members (see index), each with the newest verdict known
-// of its device: the members' own, the one the pool holds for a member it
-// has already (on a tie too: without sequence numbers, the health checker's
-// verdict is the pool's, not the scanner's), or one the pool heard since.
+// index is index with each member's newest known verdict: its own, the
+// current member's (on a tie too: without sequence numbers the health
+// checker's verdict, the pool's, beats the scanner's), or one heard since.
 func (p *allocator) index(ms []allocation.Member) (map[string]*allocation.Member, []string) {
 	if p.verdicts == nil {
 		p.verdicts = events.Health{}
@@ -831,9 +784,8 @@ func (p *allocator) index(ms []allocation.Member) (map[string]*allocation.Member
 	return byAddr, order
 }
 
-// setHealth applies one verdict, unless the pool knows a newer one, and
-// says whether it changed a member. A verdict without a sequence number
-// (0) is applied as it comes.
+// setHealth applies a verdict unless the pool knows a newer one (Seq 0
+// always applies), and says whether it changed a member.
 func (p *allocator) setHealth(m *SetHealth) bool {
 	if p.verdicts == nil {
 		p.verdicts = events.Health{}
@@ -876,11 +828,10 @@ func (p *allocator) status() *Status {
 	return st
 }
 
-// deviceList is the pool's list for ListAndWatch. A device's entry is
-// built once and shared by the lists that follow until the device changes;
-// a health change copies the last list and replaces only the entries of
-// the devices that changed. Published lists and entries are never
-// modified: the server reuses an entry's encoding while its pointer stays.
+// deviceList is the ListAndWatch list. Entries are built once and shared
+// until their device changes; a health change copies the list and rebuilds
+// only the stale entries. Published lists and entries are never modified:
+// the server reuses an entry's encoding while its pointer stays.
 func (p *allocator) deviceList() []*pluginapi.Device {
 	if p.list == nil {
 		p.list = make([]*pluginapi.Device, len(p.order))
@@ -924,9 +875,8 @@ func push(ch chan []*pluginapi.Device, list []*pluginapi.Device) {
 	ch <- list
 }
 
+// preferred answers GetPreferredAllocation (see allocation.Preferred).
 func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
-	// Held: by an allocation of the pool, by one in flight, or by another
-	// pool's (a member with HeldElsewhere).
 	held := func(id string) bool {
 		if len(p.holds.Holders[id]) > 0 || p.life.flying[id] > 0 {
 			return true
@@ -945,17 +895,6 @@ func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*plugi
 	return resp, nil
 }
 
-// hold takes a durable allocation into the pool's state: its devices are
-// held, and the allocations it supersedes are not.
-func (p *allocator) hold(envs []events.Envelope) {
-	if p.holds.Devices == nil { // an incarnation whose start failed, landing as it stops
-		p.holds = events.NewHolds()
-	}
-	for _, e := range envs {
-		p.holds.Apply(p.name, e)
-	}
-}
-
 func toPlugin(a events.ContainerAllocation) *pluginapi.ContainerAllocateResponse {
 	r := &pluginapi.ContainerAllocateResponse{Envs: a.Envs, Annotations: a.Annotations}
 	for _, m := range a.Mounts {
@@ -970,8 +909,7 @@ func toPlugin(a events.ContainerAllocation) *pluginapi.ContainerAllocateResponse
 	return r
 }
 
-// diffSorted returns what b has that a lacks, and what a has that b lacks;
-// both inputs sorted.
+// diffSorted returns what sorted b adds to sorted a, and what it removes.
 func diffSorted(a, b []string) (added, removed []string) {
 	i, j := 0, 0
 	for i < len(a) || j < len(b) {

@@ -12,29 +12,24 @@ import (
 	"github.com/devledger/devledger/grpcapi"
 )
 
-// backend implements grpcapi.PoolBackend by messages to the pool actor,
-// each carrying its reply channel.
+// backend implements grpcapi.PoolBackend by messages to the pool actor.
 type backend struct {
 	root    *actor.RootContext
 	pid     *actor.PID
 	timeout time.Duration
 	pool    string
-	// life outlives the incarnation that made this backend: life.gone is
-	// closed when the pool has stopped for good (a request still in its
-	// mailbox then will never be answered).
+	// life outlives this backend's incarnation (see lifetime.gone).
 	life *lifetime
-	// incarnation is the one whose server this backend serves: a stream
-	// that server opens is refused by a later incarnation (the server is
-	// stopping, and its streams go with it).
+	// incarnation made this backend's server; a later one refuses the
+	// streams opened on it (see call).
 	incarnation uint64
 }
 
 var watchIDs atomic.Uint64
 
 // await waits for the pool's answer on reply, within ctx's deadline (or
-// the backend's timeout when ctx has none). Requests waiting in the mailbox
-// across a restart are answered by the next incarnation (same PID, same
-// mailbox); after a stop for good, gone ends the wait at once.
+// the backend's timeout). A restart keeps the mailbox, so the next
+// incarnation answers; a stop for good ends the wait at once (gone).
 func await[T any](ctx context.Context, b *backend, reply <-chan T) (T, error) {
 	var zero T
 	if _, ok := ctx.Deadline(); !ok {
@@ -73,11 +68,10 @@ func (b *backend) WatchDevices(ctx context.Context) (<-chan []*pluginapi.Device,
 	return ch, nil
 }
 
-// Allocate implements grpcapi.PoolBackend. The pool answers once the
-// allocation is durable, or refuses it; when the call's deadline comes
-// first, the events may be being committed already: the answer is then
-// waited for a little longer (the store answers within a commit), so that
-// an allocation the ledger holds is not reported as failed.
+// Allocate implements grpcapi.PoolBackend: the pool answers once the
+// allocation is durable, or refuses it. Past the call's deadline the
+// events may be committing, so it waits one timeout more (the store
+// answers within a commit) rather than fail an allocation the ledger holds.
 func (b *backend) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	reply := make(chan allocateReply, 1)
 	b.root.Send(b.pid, &allocateReq{ctx: ctx, req: req, reply: reply, started: time.Now()})
@@ -110,9 +104,7 @@ func (b *backend) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) 
 	}
 }
 
-// KeepsDeadlines implements grpcapi.DeadlineKeeper: an Allocate is answered
-// by its deadline, or, when its events were being committed then, once the
-// store has answered.
+// KeepsDeadlines implements grpcapi.DeadlineKeeper (see Allocate).
 func (*backend) KeepsDeadlines() {}
 
 // PreferredAllocation implements grpcapi.PoolBackend.

@@ -19,20 +19,17 @@ import (
 	"github.com/devledger/devledger/sysfs"
 )
 
-// An Allocate is a message to the pool like any other call (allocateReq):
-// the actor checks it against its members, builds the answer, queues the
-// DevicesAllocated events with the store and goes on with its mailbox.
-// Once the store says they are durable (landed), the actor applies them,
-// tells its parent and answers the kubelet. Meanwhile the devices are in
-// flight: the pool does not let a device it lost go while an Allocate of
-// it may still be recorded.
+// An Allocate (allocateReq) is checked, its answer built and its
+// DevicesAllocated queued with the store; the mailbox moves on. Once they
+// are durable (landed), the pool applies them, tells its parent and
+// answers the kubelet. Until then its devices are in flight: a device the
+// pool lost is not let go while an Allocate of it may still be recorded.
 
 // lifetime is what a pool keeps across its incarnations (protoactor
 // restarts an actor in place: same PID, same mailbox, a new allocator).
 // All of it but gone and draining belongs to the actor's goroutine.
 type lifetime struct {
-	// gone is closed when the pool stops for good: a kubelet call still
-	// waiting for an answer gets Unavailable.
+	// gone closes when the pool stops for good: waiting calls get Unavailable.
 	gone chan struct{}
 	once sync.Once
 
@@ -44,8 +41,7 @@ type lifetime struct {
 	leaving map[string]bool
 	// refusals counts the membership changes refused in a row.
 	refusals uint
-	// resource is the last SetResource applied (nil: none was): a
-	// restarted pool answers with it, not with the spawn's.
+	// resource is the last SetResource applied (nil: none), for restarts.
 	resource *config.Resource
 	// incarnations counts the incarnations started.
 	incarnations uint64
@@ -84,9 +80,8 @@ type landing struct {
 	err  error
 }
 
-// allocate takes a kubelet's Allocate: it returns the error to refuse it
-// with at once when it names what the pool does not have, else records it
-// (see the top of this file).
+// allocate records a kubelet's Allocate (see the top of this file), or
+// returns the error to refuse it with at once.
 func (p *allocator) allocate(ctx actor.Context, m *allocateReq) error {
 	if err := m.ctx.Err(); err != nil {
 		return fmt.Errorf("%w (pool %s did not take the Allocate in time)", err, p.name)
@@ -95,9 +90,8 @@ func (p *allocator) allocate(ctx actor.Context, m *allocateReq) error {
 	if err != nil {
 		return err
 	}
-	// The kubelet gives a device to one pod at a time. One that another
-	// Allocate has in flight is refused: its event could name neither
-	// holder right (the other's sequence number is not known yet).
+	// A device another Allocate has in flight is refused: its event
+	// could name neither holder right (the other's seq is not known).
 	for _, id := range slices.Concat(devices...) {
 		if p.life.flying[id] > 0 {
 			return fmt.Errorf("%w: Allocate for %s: device %s is being allocated by another call", grpcapi.ErrUnavailable, p.name, id)
@@ -138,10 +132,9 @@ func (p *allocator) allocate(ctx actor.Context, m *allocateReq) error {
 	return nil
 }
 
-// allocated is the event of one container's devices: with what the pool
-// knows of them now, recorded in the transaction that acknowledges the
-// Allocate. The allocations of this pool that hold them are superseded (the
-// kubelet hands out only devices it holds free: their containers are gone);
+// allocated is the event of one container's devices, with what the pool
+// knows of them now. It supersedes this pool's holds on them (the kubelet
+// hands out only devices it holds free: those containers are gone);
 // another pool's hold is a conflict the kubelet cannot see.
 func (p *allocator) allocated(ids []string, index int, answer events.ContainerAllocation) events.DevicesAllocated {
 	e := events.DevicesAllocated{Pool: p.name, DeviceIDs: ids, ContainerIndex: index, Response: answer}
@@ -162,10 +155,9 @@ func (p *allocator) allocated(ids []string, index int, answer events.ContainerAl
 	return e
 }
 
-// grant checks req against the pool's members: the devices of each
-// container, with their facts. Nothing is recorded yet. A device asked for
-// twice is refused: the kubelet never does it, and two holders of one
-// device in one pod are no answer to give.
+// grant checks req against the members and returns each container's
+// device IDs and facts. A device named twice is refused: the kubelet never
+// does it, and two holders of one device in one pod are no answer.
 func (p *allocator) grant(req *pluginapi.AllocateRequest) ([][]string, [][]sysfs.Device, error) {
 	if len(req.ContainerRequests) == 0 {
 		return nil, nil, fmt.Errorf("%w: Allocate for %s has no container requests", grpcapi.ErrInvalidRequest, p.name)
@@ -195,8 +187,7 @@ func (p *allocator) grant(req *pluginapi.AllocateRequest) ([][]string, [][]sysfs
 	return devices, devs, nil
 }
 
-// landedOne takes the store's answer to the pending Allocate id, if it is
-// still pending (a pool that stopped waited for it already).
+// landedOne lands Allocate id if still pending (drainPending may have).
 func (p *allocator) landedOne(ctx actor.Context, id uint64) {
 	f, ok := p.life.pending[id]
 	if !ok {
@@ -205,10 +196,9 @@ func (p *allocator) landedOne(ctx actor.Context, id uint64) {
 	p.land(ctx, id, f, <-f.landed)
 }
 
-// land applies an Allocate's outcome: the parent hears of the allocation
-// (the reconciler looks for its pod, the node knows what holds the device),
-// the pool holds its devices, and only then is the kubelet answered. A
-// device the pool lost while this was in flight is let go now.
+// land applies an Allocate's outcome: the parent hears of it (see
+// AllocationRecorded), the pool holds its devices, and only then is the
+// kubelet answered. A device the pool lost meanwhile is let go now.
 func (p *allocator) land(ctx actor.Context, id uint64, f *flight, l landing) {
 	p.unpend(id, f)
 	err := l.err
@@ -217,9 +207,15 @@ func (p *allocator) land(ctx actor.Context, id uint64, f *flight, l landing) {
 		for _, m := range recorded(p.name, l.envs) {
 			ctx.Send(ctx.Parent(), m)
 		}
-		p.hold(l.envs)
+		// An incarnation whose start failed may land as it stops.
+		if p.holds.Devices == nil {
+			p.holds = events.NewHolds()
+		}
+		for _, e := range l.envs {
+			p.holds.Apply(p.name, e)
+		}
 		p.answer(f.reply, f.started, f.resp, nil)
-		// What only tells of it comes after the answer.
+		// Logging comes after the answer.
 		for _, e := range l.envs {
 			if a, ok := e.Payload.(events.DevicesAllocated); ok {
 				ev := p.cfg.Log.Info()
@@ -254,14 +250,13 @@ func (p *allocator) unpend(id uint64, f *flight) {
 	}
 }
 
-// drainPending waits, as the pool stops for good, for the store's answer to
-// each Allocate still pending, and lands it: nothing the kubelet was
-// promised is left unanswered, and the parent hears of every allocation
-// before the pool is gone. timeout bounds the whole wait, should the disk
-// hang: one still pending then is answered Unavailable, and should it land
-// after all, the parent still hears of it (the ledger has it).
-func (p *allocator) drainPending(ctx actor.Context, timeout time.Duration) {
-	deadline := time.NewTimer(timeout)
+// drainPending lands each pending Allocate as the pool stops for good, so
+// the kubelet gets every answer and the parent hears of every allocation
+// before the pool is gone. The call timeout bounds the whole wait (a hung
+// disk): one still pending then is answered Unavailable, and should it
+// land after all, the parent still hears of it.
+func (p *allocator) drainPending(ctx actor.Context) {
+	deadline := time.NewTimer(p.callTimeout())
 	defer deadline.Stop()
 	expired := false
 	for _, id := range slices.Sorted(maps.Keys(p.life.pending)) {
@@ -284,9 +279,8 @@ func (p *allocator) drainPending(ctx actor.Context, timeout time.Duration) {
 		p.unpend(id, f)
 		p.cfg.Log.Error().Str("pool", p.name).Msg("the ledger did not answer an Allocate as the pool stopped")
 		p.answer(f.reply, f.started, nil, fmt.Errorf("%w: pool %s stopped before the ledger answered", grpcapi.ErrUnavailable, p.name))
-		// A goroutine, not a message: this pool's mailbox dies with it,
-		// and the store's answer may still come. It only relays that
-		// answer to the parent; it touches none of the pool's state.
+		// A goroutine, as the mailbox dies with the pool: it only relays
+		// the late answer to the parent, touching no pool state.
 		root, parent, name := ctx.ActorSystem().Root, ctx.Parent(), p.name
 		go func() {
 			for _, m := range recorded(name, (<-f.landed).envs) {
@@ -307,8 +301,7 @@ func recorded(pool string, envs []events.Envelope) []*AllocationRecorded {
 	return out
 }
 
-// answer replies to a kubelet's Allocate (the reply channel holds one) and
-// reports how long it took.
+// answer replies to a kubelet's Allocate and reports how long it took.
 func (p *allocator) answer(reply chan<- allocateReply, started time.Time, resp *pluginapi.AllocateResponse, err error) {
 	took := time.Since(started)
 	reply <- allocateReply{resp: resp, err: err}

@@ -14,41 +14,35 @@ import (
 
 // Messages a pool allocator receives.
 
-// SetMembers gives the pool its members after a scan or a config change:
-// every device that belongs to it now, with fresh facts. The pool records
-// the difference as PoolMembershipChanged (with Reason) and tells the
-// kubelet through ListAndWatch.
+// SetMembers gives the pool every device that belongs to it now, with
+// fresh facts, after a scan or a config change. The pool records the
+// difference (PoolMembershipChanged, with Reason) and tells the kubelet.
 type SetMembers struct {
 	Members []allocation.Member
 	Reason  string
 	// Gen is the parent's placement these members come from; the pool
 	// names the newest it applied when it lets devices go (LetGo).
 	Gen uint64
-	// Leaving are the devices the parent placed out of the pool that it
-	// has not heard the pool let go of: the pool lets go of each that is
-	// not a member once no Allocate of it is under way.
+	// Leaving are devices the parent placed out of the pool and has not
+	// heard it let go: the pool lets go of each non-member (see LetGo).
 	Leaving []string
-	// Moves names, for a member that comes from another pool, that pool,
-	// and for a device that leaves for another pool, that pool: the
+	// Moves names the other pool of each device moving in or out, so the
 	// membership change records both ends of a move.
 	Moves map[string]string
 	// Seq is the ledger's last sequence as the parent placed the members:
-	// a config recorded after it that drops the pool makes them stale,
-	// and the pool records no change of them.
+	// if a config recorded after it drops the pool, no change is recorded.
 	Seq uint64
 }
 
-// SetResource gives the pool its new definition after a config change (its
-// name is unchanged): policy, topology, CDI and the answers to come follow
-// it; the kubelet gets the device list again.
+// SetResource gives the pool its new definition (same name) after a
+// config change; the kubelet gets the device list again.
 type SetResource struct{ Resource *config.Resource }
 
 // SetHealths are new verdicts for several members, applied together: the
 // kubelet gets one device list for all of them.
 type SetHealths struct{ Changes []SetHealth }
 
-// SetHealth is a new health verdict for one member, already recorded by the
-// health checker (sent in a SetHealths).
+// SetHealth is one member's new verdict, recorded by the health checker.
 type SetHealth struct {
 	Address string
 	Healthy bool
@@ -58,12 +52,10 @@ type SetHealth struct {
 	Seq uint64
 }
 
-// Reserve asks the pool to serve under a new socket name in place of
-// Socket, and to announce it (Serving). Lost says Socket vanished (a
-// kubelet restart empties device-plugins/), recorded as SocketLost in the
-// same append as the new PluginServing. A Reserve about a socket the pool
-// no longer serves on is ignored. Seq is the ledger's last sequence as
-// the parent sent it, the pool in the config in force then.
+// Reserve asks the pool to serve on a new socket in place of Socket, if it
+// still serves there, and to announce it (Serving). Lost says Socket
+// vanished (a kubelet restart empties device-plugins/): SocketLost is
+// recorded with the new PluginServing. Seq is as in SetMembers.
 type Reserve struct {
 	Socket string
 	Lost   bool
@@ -74,9 +66,8 @@ type Reserve struct {
 // reconciler), so its devices are free for GetPreferredAllocation.
 type Released struct{ AllocationSeq uint64 }
 
-// Recovered tells the pool of a live allocation the reconciler recovered
-// from the kubelet (events.AllocationRecovered): the pool holds its
-// devices, and the next Allocate of one supersedes it.
+// Recovered is an allocation the reconciler recovered from the kubelet:
+// the pool holds its devices until an Allocate of one supersedes it.
 type Recovered struct {
 	AllocationSeq uint64
 	DeviceIDs     []string
@@ -86,8 +77,7 @@ type Recovered struct {
 // (its parent stops it right after): it records PluginWithdrawn.
 type Withdraw struct{ Reason string }
 
-// Query asks for the pool's status; the reply is a *Status, once the
-// members the pool has taken are durable and applied.
+// Query asks for a *Status, once the members taken are durable and applied.
 type Query struct{}
 
 // Status is the reply to Query.
@@ -96,9 +86,8 @@ type Status struct {
 	Socket   string
 	Members  int
 	Healthy  int
-	// Allocated counts the members a live allocation of the pool holds,
-	// Free those it can give out now (healthy, held by none, none being
-	// allocated).
+	// Allocated counts the members a live allocation holds, Free those
+	// it can give out now (healthy, unheld, not being allocated).
 	Allocated, Free int
 	// Held maps a device to the live allocations holding it.
 	Held map[string][]uint64
@@ -111,9 +100,8 @@ type Crash struct{ Reason string }
 
 // Messages a pool allocator sends to its parent.
 
-// Serving says the pool's gRPC server listens on Socket, a path it has
-// never served on before (recorded as PluginServing): the registrar may
-// register it.
+// Serving says the pool's server listens on Socket, a path never served
+// before (recorded as PluginServing): the registrar may register it.
 type Serving struct {
 	Pool string
 	// From is the pool actor: one a reload removed may still announce a
@@ -123,8 +111,7 @@ type Serving struct {
 }
 
 // KubeletReported relays what the kubelet told the pool's socket in
-// plugin-watcher mode: GetInfo was called (InfoRequested), or the outcome of
-// the registration.
+// plugin-watcher mode: GetInfo was called, or the registration's outcome.
 type KubeletReported struct {
 	Pool          string
 	Socket        string
@@ -137,11 +124,9 @@ type KubeletReported struct {
 // ended: the kubelet's, most often because the kubelet went away.
 type WatchEnded struct{ Pool string }
 
-// AllocationRecorded tells the parent an allocation is durable, so the
-// reconciler can look for the pod that holds it and the node knows what
-// holds the device. The pool sends it as the allocation lands, before it
-// answers the kubelet (a pool stopped for good lands its pending Allocates
-// first).
+// AllocationRecorded tells the parent an allocation is durable, before
+// the kubelet is answered, so the reconciler can look for its pod and the
+// node knows what holds the device.
 type AllocationRecorded struct {
 	Pool      string
 	Seq       uint64
@@ -149,15 +134,13 @@ type AllocationRecorded struct {
 	At        time.Time
 	// Supersedes are the allocations it ended (events.DevicesAllocated).
 	Supersedes []uint64
-	// Event is the DevicesAllocated recorded, which the node and the
-	// reconciler fold.
+	// Event is the DevicesAllocated, for the node and reconciler to fold.
 	Event events.Envelope
 }
 
-// LetGo tells the parent that the pool no longer lists Devices, and that
-// no Allocate of them is under way: a pool they moved to may give them
-// out now. Gen is the newest SetMembers the pool applied; From is the
-// pool's PID (a pool removed and added again has a new one).
+// LetGo tells the parent the pool no longer lists Devices and has no
+// Allocate of them under way: a pool they moved to may give them out. Gen
+// is the newest SetMembers applied; From the pool's PID (new if re-added).
 type LetGo struct {
 	Pool    string
 	From    *actor.PID
@@ -165,15 +148,13 @@ type LetGo struct {
 	Devices []string
 }
 
-// NeedMembers asks the parent for the pool's current members (a restarted
-// pool's members may be newer than those it was spawned with); the parent
-// answers with SetMembers.
+// NeedMembers asks the parent for a restarted pool's current members; the
+// parent answers with SetMembers.
 type NeedMembers struct{ Pool string }
 
 // Internal messages between the gRPC backend and the actor. A request
-// carries its own reply channel, buffered for the one answer, so the actor
-// answers without blocking, and the kubelet's call waits on it with its
-// own deadline: no future, no timer per call.
+// carries a reply channel buffered for its one answer: the actor never
+// blocks, and the call waits with its own deadline (no future, no timer).
 
 type watchReq struct {
 	id    uint64
@@ -210,12 +191,10 @@ type allocateReply struct {
 	err  error
 }
 
-// landed says the store answered the pending Allocate id (its answer is in
-// the flight's landed channel).
+// landed says the store answered flight id (see flight.landed).
 type landed struct{ id uint64 }
 
-// replace asks the pool to place its last members again, after the
-// ledger refused them.
+// replace asks the pool to place its last members again (see refused).
 type replace struct{}
 
 // queryReq is a Query, with whom to answer.

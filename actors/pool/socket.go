@@ -14,17 +14,14 @@ import (
 	"github.com/devledger/devledger/grpcapi"
 )
 
-// A pool serves under a socket name that is new for every server it starts
-// and every socket it re-creates: <prefix>_<name>.<8 hex digits>.sock. The
-// kubelet keys its endpoints by socket path and refuses a second Register
-// of a path it holds an endpoint for ("device plugin already connected");
-// an endpoint whose client it lost stays until the kubelet restarts. A
-// path never registered cannot be refused so: a pool that must register
-// again does so on a new name.
+// A pool serves on a new socket name for every server and re-created
+// socket: <prefix>_<name>.<8 hex digits>.sock. The kubelet refuses a second
+// Register of a path it holds an endpoint for ("device plugin already
+// connected"), and keeps an endpoint whose client it lost until it
+// restarts; a new name cannot be refused so.
 
-// SocketBase is the part of a pool's socket names that stays the same:
-// the resource name with its '/' replaced, as the SR-IOV device plugin
-// names its sockets.
+// SocketBase is the fixed part of a pool's socket names: the resource
+// name with '/' replaced, as the SR-IOV device plugin names its sockets.
 func SocketBase(resource string) string {
 	return strings.ReplaceAll(resource, "/", "_")
 }
@@ -32,9 +29,8 @@ func SocketBase(resource string) string {
 // suffixLen is the length of the part of a socket name after its base.
 const suffixLen = len(".0123abcd.sock")
 
-// socketBaseIn is the base of resource's socket names in dir: SocketBase,
-// cut short when a name would not fit a socket path. (A long resource name
-// in a deep kubelet dir; the kubelet takes any endpoint name.)
+// socketBaseIn is SocketBase cut short when a name in dir would not fit a
+// socket path (the kubelet takes any endpoint name).
 func socketBaseIn(dir, resource string) string {
 	base := SocketBase(resource)
 	if room := grpcapi.MaxSocketPath - len(filepath.Join(dir, "x")) + 1 - suffixLen; len(base) > room && room > 0 {
@@ -69,13 +65,11 @@ func hasSuffixOf(name, base string) bool {
 
 var socketSuffix = regexp.MustCompile(`^[0-9a-f]{8}\.sock$`)
 
-// removeStaleSockets removes the sockets of resource's names in dir that
-// nobody answers on: what a killed daemon, or an earlier incarnation of the
-// pool, left behind (in plugins_registry/ the kubelet's plugin watcher
-// deregisters each one it sees go). The fixed <base>.sock may be another
-// plugin's, serving the same resource: a mistake the log names, not one to
-// fix by deleting its socket. It returns the paths removed and those left
-// because something answers on them.
+// removeStaleSockets removes resource's sockets in dir that nobody answers
+// on, left by a killed daemon or an earlier incarnation (the plugin watcher
+// deregisters each it sees go). It returns those removed and those live: a
+// live <base>.sock may be another plugin's for the same resource, a
+// mistake for the log, not one to fix by deleting its socket.
 func removeStaleSockets(dir, resource string) (removed, live []string, err error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
