@@ -1,8 +1,7 @@
 // Package ledger gives actors one way to record facts: a Recorder stamps
-// payloads with the daemon's boot id and the time, appends them to the store
-// (durable when Record returns) and hands back the envelopes with their
-// sequence numbers, ready to Apply. Actors persist through it, then apply,
-// then reply.
+// payloads with the boot id and the time, appends them to the store, and
+// hands back the durable envelopes, sequence numbers set, ready to Apply.
+// Actors persist through it, then apply, then reply.
 package ledger
 
 import (
@@ -23,10 +22,10 @@ type Recorder struct {
 	observer func([]events.Envelope)
 }
 
-// Observe sets a function called with every batch once it is durable (the
-// daemon's metrics). For RecordAsync it runs on the store's writer, which
-// commits nothing else meanwhile: it must be fast and must not block. Set it
-// before the first Record.
+// Observe sets fn, called with every batch once it is durable (the
+// metrics); set it before the first Record. For RecordAsync fn runs on the
+// store's writer, which commits nothing else meanwhile: it must be fast
+// and must not block.
 func (r *Recorder) Observe(fn func([]events.Envelope)) { r.observer = fn }
 
 // NewRecorder returns a Recorder appending to log as boot bootID. now is the
@@ -77,12 +76,10 @@ func (r *Recorder) record(ctx context.Context, g *store.Guard, ps []events.Paylo
 	return out, nil
 }
 
-// RecordAsync queues the payloads as one all-or-nothing batch, as Record
-// does, and returns at once; done is called with Record's outcome once it
-// is known, on the store's writer goroutine: it must be quick and must not
-// block (an actor's done sends the actor a message). Batches are durable
-// in the order they were queued. An error means nothing was queued and done
-// will not be called.
+// RecordAsync is Record without the wait: done gets Record's outcome on
+// the store's writer goroutine, so it must be quick and not block (an
+// actor's done sends the actor a message). Batches are durable in queue
+// order. An error means nothing was queued and done is not called.
 func (r *Recorder) RecordAsync(ctx context.Context, ps []events.Payload, done func([]events.Envelope, error)) error {
 	return r.recordAsync(ctx, nil, ps, done)
 }

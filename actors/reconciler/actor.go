@@ -1,13 +1,11 @@
-// Package reconciler is the PodResources reconciler actor. The device-plugin
-// API never says which pod got a device nor when it let go; the kubelet's
-// PodResources service does. After every allocation (shortly: the pod is
-// being created) and periodically, the reconciler lists pod resources and
-// folds the answer into the ledger: AllocationBound when a container holds an
-// allocation's devices, DevicesReleased when none does any more,
-// AllocationConflict when the kubelet and the ledger disagree, and
-// AllocationLeakSuspected for an allocation no container claims after a
-// grace period. When PodResources cannot be read it says so once, keeps
-// trying with backoff, and the daemon serves on.
+// Package reconciler is the PodResources reconciler actor. The
+// device-plugin API never says which pod got a device nor when it let go;
+// the kubelet's PodResources service does. Shortly after each allocation
+// (its pod is being created) and periodically, the reconciler lists pod
+// resources and records what changed (see fold): bindings, releases,
+// conflicts, and leaks suspected after a grace period. While PodResources
+// cannot be read it says so once, retries with backoff, and the daemon
+// serves on.
 package reconciler
 
 import (
@@ -39,13 +37,13 @@ type Config struct {
 	Lister   Lister
 	// Pools are the resources whose devices are attributed.
 	Pools []string
-	// Replayed is the ledger's state at start; a restarted reconciler
-	// replays instead.
+	// Replayed is the ledger's state for the first incarnation; a
+	// restarted reconciler replays.
 	Replayed *events.State
-	// Interval paces the periodic rounds (default 30s); AfterAllocate is
-	// the delay of the round that follows an allocation (default 2s);
-	// LeakGrace is how long an allocation may stay unclaimed (default 5m);
-	// RetryMax caps the backoff while PodResources fails (default 5m).
+	// Interval paces periodic rounds (default 30s), AfterAllocate delays
+	// the round after an allocation (2s), LeakGrace is how long one may
+	// stay unclaimed (5m), RetryMax caps the backoff while PodResources
+	// fails (5m).
 	Interval, AfterAllocate, LeakGrace, RetryMax time.Duration
 	// CallTimeout bounds one List (default 10s).
 	CallTimeout time.Duration
@@ -85,20 +83,17 @@ type reconciler struct {
 	replayed *events.State
 
 	pools map[string]bool
-	// st is the fold of the ledger up to st.Seq, caught up with before a
-	// round folds it (catchUp): its Allocations are the live allocations
-	// it attributes, its Attribution whether PodResources answers.
+	// st is the fold of the ledger up to st.Seq (see catchUp).
 	st events.State
-	// told are the allocations the node has told of (Allocated), and
-	// those live at the first start or recovered by the reconciler: a round
-	// attributes only these, so that the pool and the node hold every
-	// allocation before they hear of its binding, release or leak.
+	// told are the allocations a round may attribute (Allocated, live at
+	// the first start, or recovered here): the pool and the node hold one
+	// before they hear of its binding, release or leak.
 	told     map[uint64]bool
 	seen     map[string]bool
 	failures int
 	listing  bool
-	// listedFrom is the end of the ledger as the round out began to list
-	// the pods: what landed after it, the list may not show.
+	// listedFrom is the ledger's end as the pending List began: what
+	// landed after it, the list may not show.
 	listedFrom uint64
 	again      bool // a round was asked for while one was out
 	timer      *time.Timer
@@ -122,8 +117,7 @@ func (r *reconciler) Receive(ctx actor.Context) {
 	case *SetPools:
 		r.setPools(m.Pools)
 	case *Reconcile:
-		// Asked for (the kubelet is back, or a test): a failure from here
-		// backs off from the start again.
+		// Asked for (the kubelet is back, or a test): backoff starts over.
 		r.failures = 0
 		r.round(ctx)
 	case *tick:
@@ -163,8 +157,7 @@ func (r *reconciler) start(ctx actor.Context) {
 		st = &s
 		ctx.Send(ctx.Parent(), &NeedTold{})
 	} else {
-		// The first incarnation: the pools and the node start from the
-		// same state.
+		// First incarnation: the pools and the node start from st too.
 		for seq := range st.Allocations {
 			r.told[seq] = true
 		}
@@ -176,16 +169,16 @@ func (r *reconciler) start(ctx actor.Context) {
 	r.schedule(ctx, 0)
 }
 
-// available says whether the ledger has PodResources answering (as it
-// has when it never said otherwise).
+// available says whether the ledger has PodResources answering, as it
+// has until it says otherwise.
 func (r *reconciler) available() bool {
 	a := r.st.Attribution
 	return a.Available || a.Since.IsZero()
 }
 
-// catchUp folds what the ledger has after st into it. Of the events, mine
-// are the reconciler's own, just recorded: each is told as it is applied.
-// A ledger it cannot read crashes the actor, which replays it afresh.
+// catchUp folds the ledger's events after st.Seq into st, telling those
+// in mine, the reconciler's own just recorded. An unreadable ledger
+// crashes the actor, which replays afresh.
 func (r *reconciler) catchUp(ctx actor.Context, mine []events.Envelope) {
 	next := r.st.Seq + 1
 	err := r.cfg.Recorder.Log().Read(next, func(e events.Envelope) error {
@@ -274,12 +267,10 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	if !r.available() {
 		payloads = append(payloads, events.AttributionChanged{Available: true, Reason: "pod resources answered"})
 	}
-	resp := m.resp.(*podresourcesapi.ListPodResourcesResponse)
-	res := fold(foldInput{pools: r.pools, allocs: r.attributed(), now: r.cfg.Now(), grace: r.cfg.LeakGrace, seen: r.seen}, resp.GetPodResources())
+	res := fold(foldInput{pools: r.pools, allocs: r.attributed(), now: r.cfg.Now(), grace: r.cfg.LeakGrace, seen: r.seen}, m.resp.GetPodResources())
 	payloads = append(payloads, res.payloads...)
 	if len(payloads) > 0 {
-		// Recorded only if no allocation of the devices they speak of
-		// landed since the pods were listed: the list may not show it.
+		// The list may not show what landed since (see staleBy).
 		guard := store.Guard{After: r.listedFrom, Check: staleBy(payloads)}
 		envs, err := r.cfg.Recorder.RecordGuarded(context.Background(), guard, payloads...)
 		if errors.Is(err, errStale) {
@@ -300,8 +291,8 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	r.schedule(ctx, r.cfg.Interval)
 }
 
-// tell applies e, recorded by the reconciler, to its fold, and tells the
-// parent what changed for the pools and the node.
+// tell applies e, recorded by the reconciler, and tells the parent what
+// changed for the pools and the node.
 func (r *reconciler) tell(ctx actor.Context, e events.Envelope) {
 	log := r.cfg.Log
 	// A suspected leak that a container claims now is claimed again.
@@ -341,9 +332,8 @@ func (r *reconciler) tell(ctx actor.Context, e events.Envelope) {
 	}
 }
 
-// attributed are the live allocations a round attributes: those told of.
-// One the ledger has and the node has not told of yet is left to the next
-// round. Allocations told of that are over are forgotten.
+// attributed returns the live allocations told of (the others wait for a
+// later round) and forgets those told of that are over.
 func (r *reconciler) attributed() map[uint64]events.Allocation {
 	out := make(map[uint64]events.Allocation, len(r.st.Allocations))
 	for seq, a := range r.st.Allocations {
@@ -359,13 +349,11 @@ func (r *reconciler) attributed() map[uint64]events.Allocation {
 	return out
 }
 
-// errStale says a round's events were not recorded: an allocation landed
-// since the round folded the ledger.
+// errStale: an allocation landed since the round folded the ledger.
 var errStale = errors.New("an allocation landed since the round")
 
-// staleBy is the guard of a round's payloads: a DevicesAllocated of a
-// device they speak of, or superseding an allocation they name, makes
-// them stale.
+// staleBy guards a round's payloads: a DevicesAllocated of a device, or
+// superseding an allocation, that they name makes them stale.
 func staleBy(payloads []events.Payload) func(events.Envelope) error {
 	devices, seqs := map[string]bool{}, map[uint64]bool{}
 	for _, p := range payloads {

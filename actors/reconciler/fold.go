@@ -27,12 +27,10 @@ type foldInput struct {
 	allocs map[uint64]events.Allocation
 	now    time.Time
 	grace  time.Duration
-	// seen are the conflicts recorded in earlier rounds and still true: a
-	// conflict is recorded once, when it appears. It also holds the
-	// devices the last round found in a container and in no live
-	// allocation: one is recovered only when a second round finds it so
-	// (the first may have listed pods before the allocation that holds it
-	// reached the reconciler).
+	// seen are the last round's findings: conflicts, recorded once when
+	// they appear, and devices in a container but in no live allocation,
+	// recovered only on a second sight (the first list may predate the
+	// allocation reaching the reconciler).
 	seen map[string]bool
 }
 
@@ -42,10 +40,9 @@ type foldResult struct {
 	seen     map[string]bool
 }
 
-// fold compares what the kubelet reports with the live allocations and
-// returns the events that bring the ledger in line. It is pure: nothing is
-// changed; the caller records the payloads, then applies them. A steady state
-// yields no payloads.
+// fold returns the events that bring the live allocations in line with
+// what the kubelet reports; a steady state yields none. It is pure: the
+// caller records the payloads, then applies them.
 func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 	// Ours are the resources of the pools in force and those of live
 	// allocations: a pool removed from the config leaves its allocations
@@ -116,9 +113,8 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 			}
 		}
 		if holder[k] == 0 {
-			// The ledger lost it, or released it too soon: the kubelet's
-			// word is the better one. One allocation per container, on a
-			// second sight.
+			// The ledger lost it or released it too soon: the kubelet's
+			// word wins. One allocation per container, on a second sight.
 			seenKey := "lost|" + k.resource + "|" + k.device + "|" + refs[0].String()
 			out.seen[seenKey] = true
 			if !in.seen[seenKey] {

@@ -3,15 +3,15 @@ package reconciler
 import (
 	"time"
 
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
 	"github.com/devledger/devledger/events"
 )
 
 // Messages the reconciler receives.
 
-// Allocated tells the reconciler that the allocation Seq is durable, and
-// that its pool and the node hold it: the reconciler reads it from the
-// ledger, attributes it from now on, and looks for the pod that holds it
-// shortly after (the pod is being created).
+// Allocated says the allocation Seq is durable and its pool and the node
+// hold it: the reconciler attributes it from now on, starting shortly.
 type Allocated struct{ Seq uint64 }
 
 // Reconcile asks for a round now.
@@ -24,8 +24,7 @@ type SetPools struct{ Pools []string }
 // Query asks for the reconciler's status; the reply is a *Status.
 type Query struct{}
 
-// Crash makes the reconciler panic: fault injection for tests of
-// supervision.
+// Crash makes the reconciler panic (fault injection for tests).
 type Crash struct{ Reason string }
 
 // Status is the reply to Query.
@@ -43,13 +42,12 @@ type Status struct {
 
 // Messages the reconciler sends to its parent.
 
-// NeedTold asks the parent, as a restarted reconciler starts, to tell it
-// (Allocated) of every live allocation the parent holds: those it was
-// told of before are gone with its last incarnation.
+// NeedTold asks the parent to send Allocated for every live allocation
+// it holds: a restarted reconciler forgot what it was told.
 type NeedTold struct{}
 
-// Released says a live allocation ended (it is recorded): its pool frees the
-// devices.
+// Released says a live allocation ended, as recorded: its pool frees
+// the devices.
 type Released struct {
 	Pool          string
 	AllocationSeq uint64
@@ -57,9 +55,8 @@ type Released struct {
 	Event events.Envelope
 }
 
-// Recovered says the reconciler recorded an allocation the kubelet reports
-// and the ledger lacked (events.AllocationRecovered): it is live, and its
-// pool holds its devices.
+// Recovered says the reconciler recorded an allocation the kubelet
+// reports and the ledger lacked: it is live, its pool holds the devices.
 type Recovered struct {
 	Pool          string
 	AllocationSeq uint64
@@ -69,17 +66,15 @@ type Recovered struct {
 	Event events.Envelope
 }
 
-// ClaimChanged says a live allocation came to be claimed by no container
-// (Claimed false: recorded as a leak suspect) or, after that, by one again
-// (Claimed true). An unclaimed allocation still holds its devices in the
-// ledger, but no container uses them.
+// ClaimChanged says a live allocation became a leak suspect, claimed by
+// no container though it holds its devices (Claimed false), or was then
+// claimed again (Claimed true).
 type ClaimChanged struct {
 	Pool          string
 	AllocationSeq uint64
 	DeviceIDs     []string
 	Claimed       bool
-	// Event is what was recorded: the AllocationLeakSuspected, or the
-	// AllocationBound that claims it again.
+	// Event is the AllocationLeakSuspected or AllocationBound recorded.
 	Event events.Envelope
 }
 
@@ -88,6 +83,6 @@ type ClaimChanged struct {
 type tick struct{}
 
 type listed struct {
-	resp any
+	resp *podresourcesapi.ListPodResourcesResponse
 	err  error
 }

@@ -73,7 +73,7 @@ func Diff(known map[string]events.Device, scanned []sysfs.Device) []events.Paylo
 			out = append(out, events.DeviceChanged{Device: facts, Changed: ch})
 		}
 	}
-	gone := make([]string, 0)
+	var gone []string
 	for addr, k := range known {
 		if k.Present && !seen[addr] {
 			gone = append(gone, addr)

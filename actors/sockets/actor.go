@@ -1,9 +1,8 @@
-// Package sockets is the socket watcher actor: it watches the kubelet's
-// socket directories with fsnotify and tells its parent, the moment it
-// happens, that a kubelet registration socket appeared (a new kubelet) or
-// went, or that a socket vanished (ours, perhaps: the kubelet empties
-// device-plugins/ when it starts). It watches first and lists after, so
-// nothing slips between.
+// Package sockets is the socket watcher actor: through fsnotify it tells
+// its parent at once that the kubelet's registration socket appeared (a
+// new kubelet) or went, or that a socket vanished (perhaps ours: a
+// starting kubelet empties device-plugins/). It watches first and lists
+// after, so nothing slips between.
 package sockets
 
 import (
@@ -94,8 +93,7 @@ func (s *watcher) start(ctx actor.Context) error {
 	}
 	s.w = w
 	fswatch.Forward(w, ctx.ActorSystem().Root, ctx.Self())
-	// Watch first, then look: a kubelet that appears from here on is an
-	// event; one that is already there is what Ready says.
+	// Watching already: a kubelet appearing from here on is an event.
 	_, statErr := os.Stat(s.cfg.KubeletSocket)
 	ctx.Send(ctx.Parent(), &Ready{KubeletPresent: statErr == nil})
 	return nil

@@ -7,11 +7,11 @@ import (
 )
 
 // Warm is the dispatcher of the daemon's actors. protoactor's default runs
-// every mailbox turn on a new goroutine whose stack must grow again, about
-// a twentieth of an Allocate's CPU. Warm hands a turn to a goroutine that
-// finished one, its stack already grown, and starts a new goroutine only
-// when none waits; one idle for a second ends. Turns run as protoactor's
-// own dispatcher runs them (up to 300 messages before the mailbox yields).
+// each mailbox turn on a new goroutine whose stack must grow again (about
+// a twentieth of an Allocate's CPU). Warm hands a turn to a waiting
+// goroutine, its stack already grown, starting one only when none waits;
+// one idle for a second ends. Up to 300 messages run per turn, as in
+// protoactor's own dispatcher.
 var Warm actor.Dispatcher = newWarm(time.Second)
 
 type warm struct {

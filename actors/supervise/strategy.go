@@ -1,8 +1,7 @@
-// Package supervise holds how devledger runs its actors: Backoff, a restart
-// with a real exponential backoff that gives up, and says so, after repeated
-// crashes (protoactor-go's own "exponential" strategy grows linearly and
-// never gives up; a quiet crash loop is worse than an exit), and Warm, the
-// dispatcher that runs their turns.
+// Package supervise holds how devledger runs its actors: Backoff, a truly
+// exponential restart that gives up loudly after repeated crashes
+// (protoactor-go's "exponential" grows linearly and never gives up; a
+// quiet crash loop is worse than an exit), and Warm, their dispatcher.
 package supervise
 
 import (
@@ -13,12 +12,10 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Backoff restarts a crashed child after a delay that doubles with every
-// crash inside Window (Initial, 2×Initial, 4×Initial, ... capped at Max).
-// The MaxCrashes-th crash inside Window stops the child for good and calls
-// GiveUp, which the daemon turns into a loud exit: the child is restarted
-// MaxCrashes-1 times. A child that stays up for a whole Window starts again
-// from Initial.
+// Backoff restarts a crashed child after a delay that doubles, from
+// Initial up to Max, with every crash inside Window; a child up for a
+// whole Window starts again from Initial. The MaxCrashes-th crash inside
+// Window stops it for good and calls GiveUp (the daemon exits loudly).
 type Backoff struct {
 	Initial    time.Duration
 	Max        time.Duration

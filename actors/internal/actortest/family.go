@@ -20,10 +20,9 @@ type Family struct {
 	done          chan struct{}
 }
 
-// Flush is answered by the parent, and by the child's observer middleware
-// before it reaches the actor: once both answered, the child has handled
-// everything sent to it before (its Started included), and the parent heard
-// all it sent.
+// Flush is answered by the parent, and by the child's middleware before
+// it reaches the actor: once both answered, the child has handled all sent
+// to it before (Started included), and the parent heard all it sent.
 type Flush struct{}
 
 // Spawn starts props as the child of a recording parent in a new actor

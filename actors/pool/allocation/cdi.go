@@ -14,37 +14,29 @@ import (
 	"tags.cncf.io/container-device-interface/specs-go"
 )
 
-// CDISpec is the CDI spec of the pool res for its members: kind
-// res.CDI.Kind, one device per member named by its PCI address, so that
-// every name Respond hands out with CDI enabled ("<kind>=<address>")
-// resolves in it. Devices are sorted by address, so equal input gives
-// equal bytes.
+// CDISpec is the CDI spec of the pool res: kind res.CDI.Kind, one device
+// per member named by its PCI address, so that every "<kind>=<address>"
+// Respond hands out resolves. Devices are sorted by address (equal input,
+// equal bytes). Whether a pool has a spec (res.CDI.Enabled) is the
+// caller's call.
 //
-// A device's container edits are the device nodes (permissions "rw") and
-// mounts Respond gives that one device with CDI disabled, taken from
-// Respond itself so the two cannot drift apart. Respond's variables are
-// not copied: they describe a whole request, and Allocate still sets them
-// with CDI enabled, where one device's values injected by the runtime
-// would overwrite them. CDI refuses a device with no edits, so a device
-// that gets no node (a function bound to a kernel network driver) sets one
-// variable of its own instead (see cdiDeviceEnv); without it the name
-// could not resolve and the container would not start.
+// A device's edits are the nodes and mounts Respond gives it alone with
+// CDI off, taken from Respond so the two cannot drift. Respond's variables
+// are not copied: they describe the whole request and Allocate still sets
+// them, where a runtime injecting one device's copy would overwrite them.
+// CDI refuses a device with no edits, so one with no node or mount (bound
+// to a kernel network driver) gets a variable of its own (cdiDeviceEnv),
+// or its name would not resolve and the container would not start.
 //
-// The version is the lowest CDI version that can express the spec
-// (specs.MinimumRequiredVersion), not the library's newest: a runtime
-// accepts only versions its own CDI library knows, and nodes run runtimes
-// older than ours.
+// The version is the lowest that can express the spec, not the library's
+// newest: a runtime accepts only versions its own CDI library knows.
 //
-// A member Respond refuses (a vfio-bound function without an IOMMU group:
-// ErrNoIOMMUGroup), one without an address, listed twice, or whose address
-// is not a CDI device name (ErrInvalidRequest) is left out and reported in
-// refused, one error each, naming the device; the spec holds the rest.
-// err is set, and spec nil, only when the pool can have no spec: a kind
-// that is not "vendor/class", or a pool Respond does not answer for
-// (auxNetDevice, found on its first member); both wrap ErrUnsupported.
-// CDISpec does not look at res.CDI.Enabled: whether a pool has a spec is
-// the caller's call. With no members left the spec has no devices, which
-// WriteCDISpec takes to mean that the pool's file must go.
+// Members Respond refuses (ErrNoIOMMUGroup), and those without an address,
+// listed twice or not valid CDI device names (ErrInvalidRequest), are left
+// out, each reported in refused. err, with a nil spec, wraps
+// ErrUnsupported when the pool can have no spec: a kind not
+// "vendor/class", or an auxNetDevice pool (found at its first member).
+// With no members left the spec has no devices: WriteCDISpec removes it.
 func CDISpec(res *config.Resource, members []sysfs.Device, env Env) (spec *specs.Spec, refused []error, err error) {
 	if err := validCDIKind(res.CDI.Kind); err != nil {
 		return nil, nil, fmt.Errorf("CDI spec for %s: %w: %w", res.FullName(), err, ErrUnsupported)
@@ -112,23 +104,20 @@ func cdiEdits(a events.ContainerAllocation) specs.ContainerEdits {
 	return e
 }
 
-// cdiDeviceEnv is the variable a device without nodes or mounts sets, so
-// that its CDI device has an edit: res.EnvVarName()_<ADDRESS>=<address>,
-// the address upper-cased with ':' and '.' as '_'
+// cdiDeviceEnv is the variable of a device without nodes or mounts:
+// res.EnvVarName()_<ADDRESS>=<address>, ':' and '.' as '_', upper-cased
 // (PCIDEVICE_INTEL_COM_INTEL_SRIOV_NETDEVICE_0000_3B_02_0=0000:3b:02.0).
 func cdiDeviceEnv(res *config.Resource, addr string) string {
 	suffix := strings.ToUpper(strings.NewReplacer(":", "_", ".", "_").Replace(addr))
 	return res.EnvVarName() + "_" + suffix + "=" + addr
 }
 
-// CDISpecPath is the path of the CDI spec file of the pool res in dir:
+// CDISpecPath is the CDI spec file of the pool res in dir:
 // devledger_<prefix>_<name>.json ("devledger_intel.com_intel_sriov_dpdk.json").
-//
-// The name follows the pool, not its kind: pools may share a kind, and a
-// reload that changes a pool's kind would leave a kind-named file (as
-// cdi.GenerateSpecName names it) behind. Resource names are unique and a
-// prefix holds no '_', so distinct pools get distinct files; "devledger"
-// keeps them apart from other programs' specs in the same directory.
+// It is named after the pool, not the kind (as cdi.GenerateSpecName would):
+// pools may share a kind, and a reload that changes it would leave a file
+// behind. Resource names are unique and a prefix holds no '_', so pools get
+// distinct files; "devledger_" keeps them apart from other programs' specs.
 func CDISpecPath(dir string, res *config.Resource) string {
 	return filepath.Join(dir, "devledger_"+strings.ReplaceAll(res.FullName(), "/", "_")+".json")
 }
@@ -136,18 +125,12 @@ func CDISpecPath(dir string, res *config.Resource) string {
 // CDISpecGlob matches the name of every CDI spec file CDISpecPath names.
 const CDISpecGlob = "devledger_*.json"
 
-// WriteCDISpec writes spec, the CDI spec of the pool res, to its file in
-// dir (CDISpecPath) with writeJSONFile, 0644, and returns the file's path.
-// A file already holding these bytes is left untouched, so rewriting an
-// unchanged pool changes nothing a cache could notice. Before the rename
-// the file is validated with the library's own reader (cdi.ReadSpec, as a
-// runtime reads it): a runtime sees the old spec or the new one, never a
-// partial or invalid one, and on a validation error the old file stays.
-//
-// A spec with no devices (nil included) removes the file instead: CDI
-// refuses a spec without devices, and a pool with no usable member has no
-// name to resolve. spec's kind must be res.CDI.Kind (ErrInvalidRequest
-// otherwise), so that a spec cannot land in another pool's file.
+// WriteCDISpec writes spec, the pool's CDI spec, to CDISpecPath in dir,
+// 0644, with writeJSONFile, and returns the path. The new file is first
+// read with cdi.ReadSpec, as a runtime reads it: an invalid spec leaves the
+// old file. A spec with no devices (or nil) removes the file, as CDI
+// refuses one. spec.Kind must be res.CDI.Kind (ErrInvalidRequest
+// otherwise), so a spec cannot land in another pool's file.
 func WriteCDISpec(dir string, res *config.Resource, spec *specs.Spec) (path string, err error) {
 	path = CDISpecPath(dir, res)
 	if spec == nil || len(spec.Devices) == 0 {
@@ -162,8 +145,8 @@ func WriteCDISpec(dir string, res *config.Resource, spec *specs.Spec) (path stri
 	})
 }
 
-// RemoveCDISpec removes the CDI spec file of the pool res from dir. A file
-// that is not there is no error.
+// RemoveCDISpec removes the pool's CDI spec file from dir; a missing file
+// is no error.
 func RemoveCDISpec(dir string, res *config.Resource) error {
 	return removeFile("CDI spec", CDISpecPath(dir, res))
 }

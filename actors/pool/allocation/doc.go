@@ -1,26 +1,16 @@
 // Package allocation owns the answers a pool gives the kubelet about its
-// devices, as pure functions over config and sysfs facts: how a device is
-// listed (ListDevice), which devices GetPreferredAllocation proposes
-// (Preferred), what Allocate hands one container (Respond), and the Network
-// Plumbing WG device-info file written for each allocated network function
-// (WriteDeviceInfo, RemoveDeviceInfo, DeviceInfoPath).
+// devices, as pure functions over config and sysfs facts: ListDevice
+// (ListAndWatch), Preferred (GetPreferredAllocation), Respond (Allocate),
+// and the files an allocation needs: Network Plumbing WG device-info
+// files (WriteDeviceInfo) and CDI specs (WriteCDISpec).
 //
-// Nothing here talks to the kubelet, keeps state or knows about actors; the
-// pool's allocator actor calls these functions with the facts it holds
-// (the members and their health, the ledger's live allocations) and the
-// gRPC layer copies the results into protobuf. The only file system access
-// is the device-info file and a few existence checks under Env.DevRoot.
+// It keeps no state and knows neither the kubelet nor actors: the pool's
+// allocator passes in the facts it holds and the gRPC layer copies the
+// results into protobuf. Besides those files it only checks for device
+// nodes under Env.DevRoot.
 //
-// Formats follow the SR-IOV network device plugin wherever it defines
-// them, so that workloads and CNIs written for it keep working:
-//
-//   - PCIDEVICE_<PREFIX>_<NAME>: the allocated PCI addresses, comma-joined
-//     in the kubelet's request order;
-//   - PCIDEVICE_<PREFIX>_<NAME>_INFO: a JSON object keyed by PCI address,
-//     then by provider ("generic", "vfio", "rdma", "vhost", "vdpa",
-//     "extra"), then by field;
-//   - device-info files named <prefix>-<name>-<address>-device.json with
-//     the device-info spec's "pci" object, version 1.1.0.
-//
-// Where devledger differs it says so on the function concerned.
+// Formats (PCIDEVICE_<PREFIX>_<NAME> and its _INFO, device-info files)
+// follow the SR-IOV network device plugin, so that workloads and CNIs
+// written for it keep working; where devledger differs, the function
+// concerned says so.
 package allocation

@@ -17,25 +17,22 @@ type Member struct {
 	// HealthSeq is the sequence number of the ledger event behind Healthy
 	// (0: none known): of two verdicts, the higher is the newer.
 	HealthSeq uint64
-	// HeldElsewhere are the live allocations of other pools that hold the
-	// device (it came here by a config change or a driver rebind while a
-	// container of another resource has it) and the pools it is leaving.
-	// The kubelet of this resource cannot know that, so the device is
-	// listed unhealthy until they are released.
+	// HeldElsewhere are other pools' live allocations of the device (it
+	// moved here by a config change or driver rebind while in use) and the
+	// pools it is leaving. This pool's kubelet cannot know, so the device
+	// is listed unhealthy until they are released.
 	HeldElsewhere []Hold
 }
 
-// Hold is a live allocation that holds a device (Seq is its
-// DevicesAllocated), or, with Seq 0, a pool the device is leaving that may
-// still give it out: it has not heard of the move yet, or an Allocate of
-// it is under way there.
+// Hold is a live allocation holding a device (Seq is its
+// DevicesAllocated) or, with Seq 0, a pool the device is leaving that may
+// still give it out (it has not heard of the move, or is allocating it).
 type Hold struct {
 	Pool string
 	Seq  uint64
 }
 
-// Leaving says the hold is a pool the device is leaving, not an
-// allocation.
+// Leaving says the hold is a pool the device is leaving.
 func (h Hold) Leaving() bool { return h.Seq == 0 }
 
 func (h Hold) String() string {
@@ -50,45 +47,37 @@ func (h Hold) String() string {
 func (m Member) Usable() bool { return m.Healthy && len(m.HeldElsewhere) == 0 }
 
 // Preferred answers GetPreferredAllocation for one container of the pool
-// res: up to size device IDs, taken from mustInclude and available.
-//
-// members are the pool's devices by ID (read, never changed); held says
-// whether a device is held: by a live allocation of the pool, by one in
-// flight, or by another pool's. The answer is mustInclude (all of it, in
-// order, first occurrence of a repeated ID) followed by the best of the
-// other available IDs, ranked by, in this order:
+// res: up to size IDs, mustInclude first (in order, each once), then the
+// best of the other available IDs. members are the pool's devices by ID
+// (read, never changed); held says whether a device is held by a live or
+// in-flight allocation of the pool, or by another pool's. Candidates rank
+// by, in this order:
 //
 //  1. not held: a held device is offered only when the free ones run out
 //     (the kubelet thinks it free; our ledger may not have seen it go);
-//  2. one NUMA node: the node most must-include devices sit on, or with
-//     none (or none on a known node) the node with the most free
-//     candidates among those with enough for the request (any node when
-//     none has enough); devices of other or unknown nodes come after.
-//     This holds for a pool with excludeTopology too: the kubelet then
-//     aligns nothing itself, and locality costs the pod nothing;
-//  3. the pool's policy, over groups of devices: a VF's group is its PF,
-//     any other function's its PCI bus ("0000:3b"). A group's load is
-//     its held members plus what this answer already took from it:
-//     - packed takes the group with the highest load first (ties: lowest
-//     group) and empties it before the next, keeping other PFs free;
-//     - spread takes one device at a time from the group with the lowest
-//     load (ties: lowest group): a round robin over the PFs that starts
-//     with the least loaded one and evens loads out;
+//  2. one NUMA node: the node most must-include devices sit on, if any
+//     sits on a known node, else the node with the most free candidates
+//     among those with enough for the request (any node when none has
+//     enough); other or unknown nodes come after. This holds with
+//     excludeTopology too, where the kubelet aligns nothing itself;
+//  3. the pool's policy over groups (a VF's PF, else the PCI bus
+//     "0000:3b"), a group's load being its held members plus what this
+//     answer already took from it:
+//     - packed empties the most loaded group first, keeping other PFs free;
+//     - spread takes one device at a time from the least loaded group;
 //     - none (or unset) takes the lowest addresses.
 //
-// Within a group devices go lowest address first; every tie falls to the
-// address, so equal input always gives the same answer. Unusable devices
-// (see Member.Usable), IDs not in members and IDs not in available are
-// never offered; IDs repeated in available count once. Fewer than size IDs
-// come back when there are not enough candidates: the kubelet fills the
-// rest itself.
+// Within a group devices go lowest address first, and ties fall to the
+// lowest group, then address: equal input gives the same answer. Unusable
+// devices (Member.Usable), non-members and IDs not in available are never
+// offered; repeated IDs count once. Fewer than size IDs come back when
+// candidates run out: the kubelet fills the rest itself.
 //
-// Errors: size < 0, more distinct must-include IDs than size, or a size
-// larger than the distinct IDs of available and mustInclude together (the
-// kubelet never asks for more than it offers) wrap ErrInvalidRequest; a
-// must-include ID that is not a member wraps ErrUnknownDevice. A
-// must-include device is kept even when unhealthy: the kubelet has
-// already given it to the pod.
+// Errors: size < 0, more distinct must-include IDs than size, or size
+// above the distinct IDs of available and mustInclude (the kubelet never
+// asks for more than it offers) wrap ErrInvalidRequest; a must-include
+// non-member wraps ErrUnknownDevice. A must-include device is kept even
+// when unhealthy: the kubelet has already given it to the pod.
 func Preferred(res *config.Resource, members map[string]*Member, held func(id string) bool, available, mustInclude []string, size int) ([]string, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("preferred allocation for %s: size %d: %w", res.FullName(), size, ErrInvalidRequest)
@@ -182,9 +171,8 @@ func groupOf(d *sysfs.Device) string {
 	return d.Address
 }
 
-// preferredNode is the NUMA node Preferred favours, -1 for none. The
-// must-include devices decide when any sits on a known node; otherwise
-// the free candidates do.
+// preferredNode is the NUMA node Preferred favours (its rank 2), -1 for
+// none.
 func preferredNode(members map[string]*Member, must []string, cands []candidate, need int) int {
 	count := make(map[int]int)
 	for _, id := range must {
@@ -251,12 +239,10 @@ func tiers(cands []candidate, node int) [][]candidate {
 	return out
 }
 
-// pick takes up to need candidates from one tier by policy, adding what it
-// takes to load. The order is by address, or for packed by the most loaded
-// group first, emptied before the next: (-load, group, address). The load
-// of each candidate's group is looked up once, not in every comparison,
-// and a pick of one (the usual request) is a scan, not a sort: the kubelet
-// asks with every free device of the pool.
+// pick takes up to need candidates of one tier by policy, adding them to
+// load: packed by (-load, group, address), the others by address. Loads
+// are looked up once, not per comparison, and a pick of one (the usual
+// request, offered every free device) is a scan, not a sort.
 func pick(policy config.AllocatePolicy, tier []candidate, load map[string]int, need int) []string {
 	need = min(need, len(tier))
 	if policy == config.PolicySpread {

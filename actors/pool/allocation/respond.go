@@ -15,9 +15,7 @@ import (
 	"github.com/devledger/devledger/sysfs"
 )
 
-// Device nodes as the container and the node's runtime see them. Host paths
-// are always these real /dev paths; Env.DevRoot only says where to look
-// for them.
+// Device nodes as the container and the node's runtime see them.
 const (
 	vfioContainerNode = "/dev/vfio/vfio"
 	vfioDir           = "/dev/vfio"
@@ -30,67 +28,55 @@ const (
 
 // Env is what Respond needs to know about the node beyond its devices.
 type Env struct {
-	// DevRoot is where the existence of device nodes is checked: "/dev" on
-	// a node, a temporary tree in tests. It never appears in a response,
-	// whose host paths are always the node's real /dev paths. "" skips
-	// every check: nodes that the SR-IOV plugin passes only when they
-	// exist (rdma_cm, /dev/net/tun) are then assumed present, and a vfio
-	// group is never taken for a noiommu one.
+	// DevRoot is where device nodes are checked for: "/dev" on a node, a
+	// temporary tree in tests; responses always name the real /dev paths.
+	// "" skips every check: nodes the SR-IOV plugin passes only when they
+	// exist (rdma_cm, /dev/net/tun) are assumed present, and a vfio group
+	// is never taken for a noiommu one.
 	DevRoot string
-	// HasVhostNet tells whether /dev/vhost-net exists. Like the SR-IOV
-	// plugin, a pool with needVhostNet hands out vhost-net only when it
-	// does.
+	// HasVhostNet tells whether /dev/vhost-net exists: as in the SR-IOV
+	// plugin, needVhostNet pools hand it out only then.
 	HasVhostNet bool
-	// RDMACharDevices maps an RDMA device name ("mlx5_0") to the names of
-	// its character devices under /dev/infiniband ("issm0", "umad0",
-	// "uverbs0"), as /sys/class/infiniband_{verbs,mad}/*/ibdev tie them
-	// together. sysfs.Device does not carry them, so whoever builds Env
-	// fills this; a device missing here gets only rdma_cm.
+	// RDMACharDevices maps an RDMA device ("mlx5_0") to its character
+	// devices under /dev/infiniband ("issm0", "umad0", "uverbs0"), as
+	// /sys/class/infiniband_{verbs,mad}/*/ibdev tie them; sysfs.Device
+	// lacks them. A device missing here gets only rdma_cm.
 	RDMACharDevices map[string][]string
-	// VhostVDPADevices maps a PCI address to the name of the vhost-vdpa
-	// character device under /dev of its vDPA device ("vhost-vdpa-0"),
-	// which sysfs.Device does not carry either. A vhost vDPA device
-	// missing here gets an empty "vdpa" entry and no device node, as the
-	// SR-IOV plugin does when it cannot find the path.
+	// VhostVDPADevices maps a PCI address to its vDPA device's vhost-vdpa
+	// node under /dev ("vhost-vdpa-0"). A vhost vDPA device missing here
+	// gets an empty "vdpa" entry and no node, as in the SR-IOV plugin.
 	VhostVDPADevices map[string]string
 }
 
 // Respond is the answer for one container request of the pool res. devs
-// are the requested devices in the kubelet's request order; every one must
-// be a PCI function of the pool, each listed once.
+// are the requested devices in the kubelet's order, each a PCI function of
+// the pool, listed once. The response holds:
 //
-// The response holds:
-//
-//   - env res.EnvVarName() = the PCI addresses comma-joined in request
-//     order, and that name + "_INFO" = a JSON object mapping each address
-//     to its providers' fields: "generic" {"deviceID"}, "vfio" {"mount",
-//     "dev-mount"} for vfio-bound functions, "extra" (res.AdditionalInfo,
-//     "*" overlaid with the address's own entry) when the pool has
-//     additionalInfo, "vdpa" {"mount"} or else "rdma" {"issm", "umad",
-//     "uverbs", "rdma_cm", "rdma_dev"} when a selector asks for vDPA or
-//     RDMA and the function has it, "vhost" {"net-mount", "tun-mount"}
-//     when a selector sets needVhostNet and the node has /dev/vhost-net.
-//     Keys are sorted, so equal input gives equal bytes;
+//   - env res.EnvVarName() = the addresses comma-joined in request order,
+//     and that name + "_INFO" = a JSON object mapping each address to its
+//     providers' fields, keys sorted (equal input, equal bytes): "generic"
+//     {"deviceID"}; "vfio" {"mount", "dev-mount"} if vfio-bound; "extra"
+//     (res.AdditionalInfo, "*" overlaid with the address's own entry) if
+//     the pool has additionalInfo; "vdpa" {"mount"} or else "rdma"
+//     {"issm", "umad", "uverbs", "rdma_cm", "rdma_dev"} when a selector
+//     asks and the function has it; "vhost" {"net-mount", "tun-mount"}
+//     when a selector sets needVhostNet and the node has /dev/vhost-net;
 //   - device nodes, permissions "rw", each host path once in first-seen
-//     order: /dev/vfio/vfio and /dev/vfio/<group> for vfio-bound functions
-//     (host /dev/vfio/noiommu-<group> when only that exists), the
-//     /dev/infiniband nodes of each RDMA device then rdma_cm, the
-//     vhost-vdpa node, /dev/vhost-net and /dev/net/tun;
+//     order: /dev/vfio/vfio and /dev/vfio/<group> if vfio-bound (host
+//     noiommu-<group> when only that exists), each RDMA device's
+//     /dev/infiniband nodes then rdma_cm, the vhost-vdpa node,
+//     /dev/vhost-net and /dev/net/tun;
 //   - with CDI enabled, no device nodes but one CDI device name per
-//     function, "<kind>=<address>" (a PCI address is a valid CDI device
-//     name: letters, digits, '_', '-', '.', ':', alphanumeric at both
-//     ends), in request order.
+//     function, "<kind>=<address>", in request order.
 //
-// The SR-IOV plugin decides RDMA, vDPA and vhost-net per device from the
-// one selector object that took it; Respond decides them from the pool:
-// any selector object asking is enough. It also treats vfio-pci variant
-// drivers ("mlx5_vfio_pci", "virtio-vfio-pci") as vfio-bound, which the
-// plugin does not, and it hands out no uio nodes (sysfs.Device does not
-// name them).
+// Unlike the SR-IOV plugin, which decides RDMA, vDPA and vhost-net per
+// device from the selector object that took it, Respond decides per pool
+// (any selector asking is enough); it treats vfio-pci variant drivers as
+// vfio-bound (see vfioBound) and hands out no uio nodes (sysfs.Device does
+// not name them).
 //
 // Errors wrap ErrInvalidRequest (no devices, a device twice or without an
-// address), ErrNoIOMMUGroup (naming the device) and ErrUnsupported (an
-// auxNetDevice pool, an invalid CDI kind).
+// address), ErrNoIOMMUGroup or ErrUnsupported.
 func Respond(res *config.Resource, devs []sysfs.Device, env Env) (events.ContainerAllocation, error) {
 	var out events.ContainerAllocation
 	if res.DeviceType == config.AuxNetDevice {
@@ -140,8 +126,7 @@ func Respond(res *config.Resource, devs []sysfs.Device, env Env) (events.Contain
 	return out, nil
 }
 
-// wants is what a pool's selector objects ask to be handed out beyond the
-// device itself.
+// wants is what a pool's selectors ask to be handed out beyond the device.
 type wants struct {
 	rdma, vdpa, vhostNet bool
 }
@@ -166,9 +151,8 @@ func (n *nodeList) add(containerPath, hostPath string) {
 	}
 }
 
-// describe returns the _INFO providers of one device and adds its device
-// nodes to nodes, in the SR-IOV plugin's provider order: generic, vfio,
-// extra, vdpa or rdma, vhost.
+// describe returns d's _INFO providers and adds its device nodes to
+// nodes, in the SR-IOV plugin's provider order (see Respond).
 func describe(res *config.Resource, d *sysfs.Device, w wants, env Env, nodes *nodeList) (map[string]map[string]string, error) {
 	providers := map[string]map[string]string{
 		"generic": {"deviceID": d.Address},
@@ -215,18 +199,16 @@ func describe(res *config.Resource, d *sysfs.Device, w wants, env Env, nodes *no
 	return providers, nil
 }
 
-// vfioBound reports whether driver gives its functions a /dev/vfio group
-// node: vfio-pci itself and its variant drivers, which the kernel names
-// "<vendor>_vfio_pci" or "<vendor>-vfio-pci".
+// vfioBound reports whether driver gives /dev/vfio group nodes: vfio-pci
+// and its variant drivers ("<vendor>_vfio_pci" or "<vendor>-vfio-pci").
 func vfioBound(driver string) bool {
 	d := strings.ReplaceAll(driver, "-", "_")
 	return d == "vfio_pci" || strings.HasSuffix(d, "_vfio_pci")
 }
 
-// vfioGroupNode returns the host and container paths of d's vfio group
-// node. Under vfio's no-IOMMU mode the node is /dev/vfio/noiommu-<group>
-// on the host; the SR-IOV plugin maps it to /dev/vfio/<group> in the
-// container, and so does this.
+// vfioGroupNode returns d's vfio group node on the host and in the
+// container. Under no-IOMMU mode the host's /dev/vfio/noiommu-<group> is
+// /dev/vfio/<group> in the container, as in the SR-IOV plugin.
 func vfioGroupNode(d *sysfs.Device, env Env) (host, container string, err error) {
 	g := d.IOMMUGroup
 	if g == "" {
@@ -243,8 +225,7 @@ func vfioGroupNode(d *sysfs.Device, env Env) (host, container string, err error)
 	return host, container, nil
 }
 
-// extraInfo is the "extra" provider: the pool's additionalInfo for every
-// device ("*") overlaid with the entry for addr. It is never nil, so a
+// extraInfo is the "extra" provider (see Respond). It is never nil, so a
 // pool with additionalInfo always shows "extra", as in the plugin.
 func extraInfo(add map[string]map[string]string, addr string) map[string]string {
 	out := map[string]string{}
@@ -253,10 +234,10 @@ func extraInfo(add map[string]map[string]string, addr string) map[string]string 
 	return out
 }
 
-// rdmaNodes adds the /dev/infiniband nodes of d's RDMA devices to nodes,
-// each device's own nodes followed by rdma_cm, and returns the "rdma"
-// provider. As in the plugin, each of "issm", "umad" and "uverbs" names
-// the last such node and "rdma_dev" the first RDMA device.
+// rdmaNodes adds each of d's RDMA devices' /dev/infiniband nodes, then
+// rdma_cm, to nodes and returns the "rdma" provider: as in the plugin,
+// "issm", "umad" and "uverbs" name the last such node, "rdma_dev" the
+// first RDMA device.
 func rdmaNodes(d *sysfs.Device, env Env, nodes *nodeList) (map[string]string, error) {
 	info := map[string]string{"rdma_dev": d.RDMADevices[0]}
 	haveCM := exists(env, rdmaCMNode)
@@ -297,8 +278,7 @@ func rdmaNodeRank(name string) int {
 	return 4
 }
 
-// exists reports whether the /dev path p exists under env.DevRoot; with no
-// DevRoot it assumes so.
+// exists reports whether /dev path p exists under env.DevRoot (yes if "").
 func exists(env Env, p string) bool {
 	if env.DevRoot == "" {
 		return true
@@ -343,10 +323,8 @@ func validCDIDeviceName(name string) error {
 func isLetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
 func isAlnum(c byte) bool  { return isLetter(c) || '0' <= c && c <= '9' }
 
-// appendInfoJSON appends the _INFO value: info encoded as encoding/json
-// encodes it (keys sorted at every level, strings quoted alike), without
-// its reflection, which on the Allocate path cost more than the rest of
-// the answer.
+// appendInfoJSON appends info as encoding/json encodes it, without its
+// reflection, which cost more than the rest of an Allocate.
 func appendInfoJSON(buf []byte, info map[string]map[string]map[string]string) []byte {
 	return appendJSONObject(buf, info, func(buf []byte, providers map[string]map[string]string) []byte {
 		return appendJSONObject(buf, providers, func(buf []byte, fields map[string]string) []byte {
@@ -373,10 +351,9 @@ func appendJSONObject[V any](buf []byte, m map[string]V, appendValue func([]byte
 	return append(buf, '}')
 }
 
-// appendJSONString appends s quoted. Plain printable ASCII is quoted as
-// is; a string with anything encoding/json would escape (controls, quotes,
-// backslashes, HTML's <, > and &, anything beyond ASCII) is left to
-// encoding/json itself.
+// appendJSONString appends s quoted. A string with anything encoding/json
+// escapes (controls, quotes, backslashes, <, > and &, non-ASCII) is left
+// to encoding/json itself.
 func appendJSONString(buf []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
