@@ -10,7 +10,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/devledger/devledger/actors/internal/actortest"
+	"github.com/devledger/devledger/internal/actortest"
 	"github.com/rs/zerolog"
 )
 

@@ -12,13 +12,13 @@ import (
 	"github.com/rs/zerolog"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/devledger/devledger/actors/internal/actortest"
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/actors/pool/allocation"
 	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/internal/actortest"
 	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/sysfs"
 )

@@ -11,10 +11,10 @@ import (
 	"github.com/rs/zerolog"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/devledger/devledger/actors/internal/actortest"
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/internal/actortest"
 	"github.com/devledger/devledger/store"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/grpc"
 
-	"github.com/devledger/devledger/actors/internal/actortest"
+	"github.com/devledger/devledger/internal/actortest"
 	"github.com/rs/zerolog"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 

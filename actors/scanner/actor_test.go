@@ -9,7 +9,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/devledger/devledger/actors/internal/actortest"
+	"github.com/devledger/devledger/internal/actortest"
 
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/events"
