@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
 
 	"github.com/devledger/devledger/internal/actortest"
-	"github.com/rs/zerolog"
 )
 
 // The actor under test runs under a recording parent (actortest).

@@ -9,10 +9,9 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/devledger/devledger/internal/actortest"
-
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/internal/actortest"
 	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/sysfs"
 	"github.com/devledger/devledger/testdata/sysfsgen"

@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
 
 	"github.com/devledger/devledger/internal/actortest"
-	"github.com/rs/zerolog"
 )
 
 // The actor under test runs under a recording parent (actortest).
