@@ -16,7 +16,6 @@
 package health
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -148,6 +147,9 @@ type checker struct {
 	next  map[string]time.Time
 	timer *time.Timer
 	due   time.Time
+	// persist holds the rounds back while a round's verdicts are being
+	// recorded: each judges against the verdicts in the ledger.
+	persist ledger.Persister
 }
 
 // Receive implements actor.Actor.
@@ -168,6 +170,27 @@ func (c *checker) Receive(ctx actor.Context) {
 		if c.timer != nil {
 			c.timer.Stop()
 		}
+		c.persist.Settle(ctx)
+	case *ledger.Landed:
+		c.persist.Land(m, func(m any) { c.handle(ctx, m) })
+	case *Watch, *Probe, *tick:
+		if !c.persist.Hold(m) {
+			c.handle(ctx, m)
+		}
+	case *Query:
+		out := &Verdicts{Devices: map[string]Verdict{}}
+		for _, t := range c.targets {
+			if d := c.devices[t.Probe.Address]; d != nil {
+				out.Devices[t.Probe.Address] = Verdict{Address: t.Probe.Address, Healthy: d.Healthy, Reason: d.Reason}
+			}
+		}
+		ctx.Respond(out)
+	}
+}
+
+// handle takes a message that probes.
+func (c *checker) handle(ctx actor.Context, m any) {
+	switch m := m.(type) {
 	case *Watch:
 		c.watch(m.Targets)
 		c.round(ctx, c.targets, nil)
@@ -181,14 +204,6 @@ func (c *checker) Receive(ctx actor.Context) {
 		c.timer, c.due = nil, time.Time{}
 		c.round(ctx, c.dueNow(), nil)
 		c.scheduleNext(ctx)
-	case *Query:
-		out := &Verdicts{Devices: map[string]Verdict{}}
-		for _, t := range c.targets {
-			if d := c.devices[t.Probe.Address]; d != nil {
-				out.Devices[t.Probe.Address] = Verdict{Address: t.Probe.Address, Healthy: d.Healthy, Reason: d.Reason}
-			}
-		}
-		ctx.Respond(out)
 	}
 }
 
@@ -344,10 +359,17 @@ func (c *checker) round(ctx actor.Context, targets []Target, linkOnly []bool) {
 	if len(changes) == 0 {
 		return
 	}
-	envs, err := c.cfg.Recorder.Record(context.Background(), changes...)
+	c.persist.Persist(ctx, c.cfg.Recorder, nil, changes, func(envs []events.Envelope, err error) {
+		c.recorded(ctx, verdicts, envs, err)
+	})
+}
+
+// recorded applies a round's verdicts once they are durable, and tells
+// the pools and the parent.
+func (c *checker) recorded(ctx actor.Context, verdicts []Verdict, envs []events.Envelope, err error) {
 	if err != nil {
 		// Not recorded means not decided: the next round tries again.
-		c.cfg.Log.Error().Err(err).Int("changes", len(changes)).Msg("cannot record health changes; will retry")
+		c.cfg.Log.Error().Err(err).Int("changes", len(verdicts)).Msg("cannot record health changes; will retry")
 		return
 	}
 	for i := range verdicts {

@@ -10,13 +10,12 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-
-	"github.com/devledger/devledger/internal/actortest"
 	"github.com/rs/zerolog"
 
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/internal/actortest"
 	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/sysfs"
 )
@@ -166,20 +165,15 @@ type checkerUnderTest struct {
 }
 
 // newChecker starts a health checker with a fake prober and clock, its own
-// ledger, and no periodic rounds (the test asks for every round) unless cfg
-// says otherwise.
+// ledger (cfg.Recorder's when set), and no periodic rounds (the test asks
+// for every round) unless cfg says otherwise.
 func newChecker(t *testing.T, cfg Config) *checkerUnderTest {
 	t.Helper()
-	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	c := &checkerUnderTest{prober: &fakeProber{}, clock: &fakeClock{now: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)}, log: l}
-	cfg.Prober = c.prober
 	if cfg.Recorder == nil {
-		cfg.Recorder = ledger.NewRecorder(l, "boot-1", nil)
+		cfg.Recorder = ledger.NewRecorder(openLog(t), "boot-1", nil)
 	}
+	c := &checkerUnderTest{prober: &fakeProber{}, clock: &fakeClock{now: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)}, log: cfg.Recorder.Log()}
+	cfg.Prober = c.prober
 	if cfg.Interval == 0 {
 		cfg.Interval = time.Hour
 	}
@@ -191,6 +185,16 @@ func newChecker(t *testing.T, cfg Config) *checkerUnderTest {
 	}
 	c.family = spawnFamily(t, Props(cfg))
 	return c
+}
+
+func openLog(t *testing.T) *store.Log {
+	t.Helper()
+	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
 }
 
 func (c *checkerUnderTest) watch(targets ...Target) {
@@ -698,5 +702,57 @@ func TestHoldDownIsNotEndedByALinkCheck(t *testing.T) {
 	c.Silent(t)
 	if f, l := c.prober.count()-full, c.prober.linkCount()-links; f != 1 || l != 0 {
 		t.Errorf("a link notification in the hold-down ran %d full and %d link rounds, want 1 full", f, l)
+	}
+}
+
+// A round's verdicts are applied once they are durable, and the mailbox
+// does not wait for the fsync meanwhile: a Query is answered from the
+// verdicts in the ledger, and the next round waits for the verdicts before
+// it (it judges against them), then runs.
+func TestARoundWaitsForTheVerdictsBeforeIt(t *testing.T) {
+	var once sync.Once
+	held, open := make(chan struct{}), make(chan struct{})
+	rec := ledger.NewRecorder(openLog(t), "boot-1", nil)
+	rec.Observe(func(envs []events.Envelope) {
+		if envs[0].Type == events.TypeDeviceHealthChanged {
+			once.Do(func() { close(held) })
+			<-open
+		}
+	})
+	var opened sync.Once
+	release := func() { opened.Do(func() { close(open) }) }
+	t.Cleanup(release) // a failing test must not leave the writer held
+	c := newChecker(t, Config{Recorder: rec})
+	c.watch(target(devA, 0, 0))
+	c.Silent(t)
+	c.prober.fail(devA, "gone from sysfs")
+	c.round(0)
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the verdict never reached the ledger")
+	}
+	probes := c.prober.count()
+	c.round(0)
+	r, err := c.Sys.Root.RequestFuture(c.Child, &Query{}, time.Second).Result()
+	if err != nil {
+		t.Fatalf("a Query while a verdict is being recorded: %v", err)
+	}
+	if v := r.(*Verdicts).Devices[devA]; !v.Healthy {
+		t.Errorf("devA is %+v before its verdict is durable, want healthy", v)
+	}
+	if n := c.prober.count(); n != probes {
+		t.Errorf("%d probe rounds while the verdict before was being recorded, want none", n-probes)
+	}
+	release()
+	if v := nextVerdict(t, c.family); v.Address != devA || v.Healthy {
+		t.Errorf("verdict %+v, want devA unhealthy", *v)
+	}
+	c.Silent(t)
+	if n := c.prober.count(); n != probes+1 {
+		t.Errorf("%d probe rounds after the verdict landed, want the one held", n-probes)
+	}
+	if n := len(c.recorded(t)); n != 1 {
+		t.Errorf("%d health changes recorded, want 1", n)
 	}
 }

@@ -1,0 +1,98 @@
+package ledger
+
+import (
+	"context"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/store"
+)
+
+// Persister lets an actor persist without waiting for the fsync in its
+// mailbox: Persist queues the append, and the store's answer comes back to
+// the actor as a *Landed, which the actor hands to Land. Meanwhile the
+// actor holds back (Hold) the messages whose handling reads or changes
+// what the append will change, and Land hands them back, in order, once
+// the continuation has applied the events. One append is in flight at a
+// time. Only the actor's goroutine touches a Persister.
+type Persister struct {
+	flight *Landed
+	held   []any
+}
+
+// Landed is the store's answer to a Persist, sent to the actor that
+// persisted.
+type Landed struct {
+	envs []events.Envelope
+	err  error
+	then func([]events.Envelope, error)
+	done chan struct{} // closed once envs and err are set
+}
+
+// Persist records ps (under g when set) and runs then in the actor with the
+// outcome once the actor hands the Landed to Land. An append the store
+// does not take is answered at once.
+func (p *Persister) Persist(ctx actor.Context, r *Recorder, g *store.Guard, ps []events.Payload, then func([]events.Envelope, error)) {
+	l := &Landed{then: then, done: make(chan struct{})}
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	answer := func(envs []events.Envelope, err error) {
+		l.envs, l.err = envs, err
+		close(l.done)
+		root.Send(self, l)
+	}
+	var err error
+	if g != nil {
+		err = r.RecordAsyncGuarded(context.Background(), *g, ps, answer)
+	} else {
+		err = r.RecordAsync(context.Background(), ps, answer)
+	}
+	if err != nil {
+		then(nil, err)
+		return
+	}
+	p.flight = l
+}
+
+// Hold keeps m back while an append is in flight, and says whether it did.
+func (p *Persister) Hold(m any) bool {
+	if p.flight == nil {
+		return false
+	}
+	p.held = append(p.held, m)
+	return true
+}
+
+// Land runs l's continuation, then hands each message held meanwhile to
+// handle, in order, until one persists again (the rest stay held). A
+// Landed settled already (Settle), or of an earlier incarnation, is
+// ignored.
+func (p *Persister) Land(l *Landed, handle func(any)) {
+	if p.flight != l {
+		return
+	}
+	p.flight = nil
+	l.then(l.envs, l.err)
+	for len(p.held) > 0 && p.flight == nil {
+		m := p.held[0]
+		p.held = p.held[1:]
+		handle(m)
+	}
+}
+
+// Settle waits for the append in flight, if any, and runs its
+// continuation: what an actor that stops or restarts owes to those it
+// tells. The messages held are sent back to the actor, in order, for its
+// next incarnation (a restart keeps the mailbox); they go behind those
+// queued meanwhile.
+func (p *Persister) Settle(ctx actor.Context) {
+	if l := p.flight; l != nil {
+		<-l.done
+		p.flight = nil
+		l.then(l.envs, l.err)
+	}
+	for _, m := range p.held {
+		ctx.Send(ctx.Self(), m)
+	}
+	p.held = nil
+}

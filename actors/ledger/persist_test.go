@@ -1,0 +1,141 @@
+package ledger_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/devledger/devledger/actors/ledger"
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/internal/actortest"
+)
+
+// persisting is an actor that records one event per *record it gets and
+// tells its parent, in order, of each record that landed and each note
+// it took, holding notes back while a record is in flight.
+type persisting struct {
+	rec     *ledger.Recorder
+	persist ledger.Persister
+}
+
+type (
+	record struct{ addr string }
+	note   struct{ text string }
+	crash  struct{}
+)
+
+// landedAt is what the parent hears of a record that landed.
+type landedAt struct {
+	addr string
+	seq  uint64
+}
+
+func (a *persisting) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Stopping, *actor.Restarting:
+		a.persist.Settle(ctx)
+	case *ledger.Landed:
+		a.persist.Land(m, func(m any) { a.handle(ctx, m) })
+	case *crash:
+		panic("injected")
+	case *record, *note:
+		if !a.persist.Hold(m) {
+			a.handle(ctx, m)
+		}
+	}
+}
+
+func (a *persisting) handle(ctx actor.Context, m any) {
+	switch m := m.(type) {
+	case *record:
+		a.persist.Persist(ctx, a.rec, nil, []events.Payload{discovered(m.addr)}, func(envs []events.Envelope, err error) {
+			if err != nil {
+				panic(err)
+			}
+			ctx.Send(ctx.Parent(), &landedAt{addr: m.addr, seq: envs[0].Seq})
+		})
+	case *note:
+		ctx.Send(ctx.Parent(), m)
+	}
+}
+
+// heldRecorder is a Recorder whose appends are durable but not answered
+// until release.
+func heldRecorder(t *testing.T) (rec *ledger.Recorder, held <-chan struct{}, release func()) {
+	t.Helper()
+	rec = ledger.NewRecorder(openLog(t), "boot-1", nil)
+	h, open := make(chan struct{}), make(chan struct{})
+	var heldOnce, openOnce sync.Once
+	rec.Observe(func([]events.Envelope) {
+		heldOnce.Do(func() { close(h) })
+		<-open
+	})
+	release = func() { openOnce.Do(func() { close(open) }) }
+	t.Cleanup(release)
+	return rec, h, release
+}
+
+func waitHeld(t *testing.T, held <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the append never reached the store")
+	}
+}
+
+// Messages that come while a record is in flight wait for it, in order,
+// and a record made then waits for its turn.
+func TestPersisterHoldsWhatComesMeanwhile(t *testing.T) {
+	rec, held, release := heldRecorder(t)
+	f := actortest.Spawn(t, actor.PropsFromProducer(func() actor.Actor { return &persisting{rec: rec} }))
+	f.Sys.Root.Send(f.Child, &record{addr: "0000:3b:00.0"})
+	waitHeld(t, held)
+	f.Sys.Root.Send(f.Child, &note{text: "a"})
+	f.Sys.Root.Send(f.Child, &record{addr: "0000:3b:00.1"})
+	f.Sys.Root.Send(f.Child, &note{text: "b"})
+	f.Silent(t)
+	release()
+	if m := actortest.Next[*landedAt](t, f); m.addr != "0000:3b:00.0" || m.seq != 1 {
+		t.Errorf("first landed %+v, want the first record at #1", *m)
+	}
+	if m := actortest.Next[*note](t, f); m.text != "a" {
+		t.Errorf("note %q, want a", m.text)
+	}
+	if m := actortest.Next[*landedAt](t, f); m.addr != "0000:3b:00.1" || m.seq != 2 {
+		t.Errorf("second landed %+v, want the second record at #2", *m)
+	}
+	if m := actortest.Next[*note](t, f); m.text != "b" {
+		t.Errorf("note %q, want b", m.text)
+	}
+	f.Silent(t)
+}
+
+// An actor that stops with a record in flight waits for it and keeps its
+// word; one that restarts hands what it held to its next incarnation.
+func TestPersisterSettlesAsTheActorStopsOrRestarts(t *testing.T) {
+	rec, held, release := heldRecorder(t)
+	f := actortest.Spawn(t, actor.PropsFromProducer(func() actor.Actor { return &persisting{rec: rec} }))
+	f.Sys.Root.Send(f.Child, &record{addr: "0000:3b:00.0"})
+	waitHeld(t, held)
+	f.Sys.Root.Send(f.Child, &note{text: "held"})
+	f.Sys.Root.Send(f.Child, &crash{})
+	time.AfterFunc(50*time.Millisecond, release)
+	if m := actortest.Next[*landedAt](t, f); m.addr != "0000:3b:00.0" {
+		t.Errorf("landed %+v, want the record in flight as the actor restarted", *m)
+	}
+	if m := actortest.Next[*note](t, f); m.text != "held" {
+		t.Errorf("note %q, want the one held, taken by the next incarnation", m.text)
+	}
+
+	f.Sys.Root.Send(f.Child, &record{addr: "0000:3b:00.1"})
+	stopped := f.Sys.Root.PoisonFuture(f.Child)
+	if err := stopped.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if m := actortest.Next[*landedAt](t, f); m.addr != "0000:3b:00.1" {
+		t.Errorf("landed %+v, want the record in flight as the actor stopped", *m)
+	}
+}
