@@ -4,7 +4,6 @@
 package scanner
 
 import (
-	"context"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -42,6 +41,9 @@ type scanner struct {
 	cfg   Config
 	known map[string]events.Device
 	timer *time.Timer
+	// persist holds the scans back while a scan's changes are being
+	// recorded: each diffs against the devices in the ledger.
+	persist ledger.Persister
 }
 
 // Receive implements actor.Actor.
@@ -56,20 +58,32 @@ func (s *scanner) Receive(ctx actor.Context) {
 			s.known = st.Devices
 		}
 		s.scan(ctx, "start")
-	case *Rescan:
-		s.scan(ctx, m.Reason)
-	case *scanTick:
-		s.scan(ctx, "periodic")
+	case *ledger.Landed:
+		s.persist.Land(m, func(m any) { s.handle(ctx, m) })
+	case *Rescan, *scanTick:
+		if !s.persist.Hold(m) {
+			s.handle(ctx, m)
+		}
 	case *actor.Stopping, *actor.Restarting:
 		if s.timer != nil {
 			s.timer.Stop()
 		}
+		s.persist.Settle(ctx)
 	}
 }
 
-// scan reads sysfs, records the differences, and reports to the parent.
-// A failed scan or a failed append is retried at the next tick; it never
-// reports devices the ledger does not know.
+func (s *scanner) handle(ctx actor.Context, m any) {
+	switch m := m.(type) {
+	case *Rescan:
+		s.scan(ctx, m.Reason)
+	case *scanTick:
+		s.scan(ctx, "periodic")
+	}
+}
+
+// scan reads sysfs, records the differences, and reports to the parent
+// once they are durable. A failed scan or a failed append is retried at the
+// next tick; it never reports devices the ledger does not know.
 func (s *scanner) scan(ctx actor.Context, reason string) {
 	defer s.schedule(ctx)
 	devs, err := s.cfg.Reader.Scan()
@@ -78,16 +92,18 @@ func (s *scanner) scan(ctx actor.Context, reason string) {
 		return
 	}
 	diff := Diff(s.known, devs)
-	var healthSet map[string]events.Device
-	if len(diff) > 0 {
-		envs, err := s.cfg.Recorder.Record(context.Background(), diff...)
+	if len(diff) == 0 {
+		ctx.Send(ctx.Parent(), &Scanned{Devices: devs, Reason: reason})
+		return
+	}
+	s.persist.Persist(ctx, s.cfg.Recorder, nil, diff, func(envs []events.Envelope, err error) {
 		if err != nil {
 			s.cfg.Log.Error().Err(err).Int("changes", len(diff)).Msg("cannot record scan results; will retry")
 			return
 		}
 		st := events.NewState()
 		st.Devices = s.known
-		healthSet = map[string]events.Device{}
+		healthSet := map[string]events.Device{}
 		counts := map[events.Type]int{}
 		for _, e := range envs {
 			st = events.Apply(st, e)
@@ -101,8 +117,8 @@ func (s *scanner) scan(ctx actor.Context, reason string) {
 			Int("changed", counts[events.TypeDeviceChanged]).Int("removed", counts[events.TypeDeviceRemoved]).
 			Uint64("seq", envs[len(envs)-1].Seq).Msg("devices recorded")
 		s.known = st.Devices
-	}
-	ctx.Send(ctx.Parent(), &Scanned{Devices: devs, Changed: len(diff) > 0, Reason: reason, HealthSet: healthSet})
+		ctx.Send(ctx.Parent(), &Scanned{Devices: devs, Changed: true, Reason: reason, HealthSet: healthSet})
+	})
 }
 
 func (s *scanner) schedule(ctx actor.Context) {

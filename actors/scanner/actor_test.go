@@ -199,20 +199,22 @@ func TestScannerRescansPeriodically(t *testing.T) {
 	if err := fx.roots.Remove("0000:ab:00.0"); err != nil {
 		t.Fatal(err)
 	}
+	// The removal unbinds the driver first: a scan may catch it half done
+	// and record that change before the removal.
+	removed := []string{"DeviceRemoved 0000:ab:00.0"}
+	halfDone := []string{"DeviceChanged 0000:ab:00.0", "DeviceRemoved 0000:ab:00.0"}
 	deadline := time.Now().Add(5 * time.Second)
+	var got []string
 	for time.Now().Before(deadline) {
 		s := next[*Scanned](t, f)
 		if s.Reason != "periodic" {
 			t.Fatalf("scan reason %q, want periodic", s.Reason)
 		}
-		if s.Changed {
+		if got = fx.recorded(t, uint64(len(gpuScenario))); s.Changed && slices.Contains(got, removed[0]) {
 			break
 		}
 	}
-	if time.Now().After(deadline) {
-		t.Fatal("no periodic scan saw the removal within 5s")
-	}
-	if got := fx.recorded(t, uint64(len(gpuScenario))); !slices.Equal(got, []string{"DeviceRemoved 0000:ab:00.0"}) {
-		t.Errorf("periodic scan recorded %q", got)
+	if !slices.Equal(got, removed) && !slices.Equal(got, halfDone) {
+		t.Errorf("periodic scans recorded %q, want %q", got, removed)
 	}
 }
