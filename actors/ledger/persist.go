@@ -54,6 +54,9 @@ func (p *Persister) Persist(ctx actor.Context, r *Recorder, g *store.Guard, ps [
 	p.flight = l
 }
 
+// Busy says whether an append is in flight.
+func (p *Persister) Busy() bool { return p.flight != nil }
+
 // Hold keeps m back while an append is in flight, and says whether it did.
 func (p *Persister) Hold(m any) bool {
 	if p.flight == nil {

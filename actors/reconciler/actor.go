@@ -99,6 +99,9 @@ type reconciler struct {
 	timer      *time.Timer
 	due        time.Time
 	rounds     int
+	// persist holds messages back while a round's events are being
+	// recorded: the fold reads them back, and tells the parent, first.
+	persist ledger.Persister
 }
 
 // Receive implements actor.Actor.
@@ -110,6 +113,38 @@ func (r *reconciler) Receive(ctx actor.Context) {
 		if r.timer != nil {
 			r.timer.Stop()
 		}
+		r.persist.Settle(ctx)
+	case *ledger.Landed:
+		r.persist.Land(m, func(m any) { r.handle(ctx, m) })
+	case *Crash:
+		panic("reconciler: injected crash: " + m.Reason)
+	case *Query:
+		if !r.persist.Busy() {
+			// Not while a round's events are in flight: read now, the
+			// parent would never hear of them.
+			r.catchUp(ctx, nil)
+		}
+		st := &Status{Available: r.available(), Rounds: r.rounds, Allocations: map[uint64]string{}}
+		for seq, a := range r.st.Allocations {
+			st.Allocations[seq] = ""
+			if b := a.Binding; b != nil {
+				st.Allocations[seq] = b.Namespace + "/" + b.Pod + "/" + b.Container
+			}
+			if a.LeakSuspected {
+				st.Suspects = append(st.Suspects, seq)
+			}
+		}
+		slices.Sort(st.Suspects)
+		ctx.Respond(st)
+	default:
+		if !r.persist.Hold(m) {
+			r.handle(ctx, m)
+		}
+	}
+}
+
+func (r *reconciler) handle(ctx actor.Context, m any) {
+	switch m := m.(type) {
 	case *Allocated:
 		// The round reads the allocation from the ledger.
 		r.told[m.Seq] = true
@@ -125,22 +160,6 @@ func (r *reconciler) Receive(ctx actor.Context) {
 		r.round(ctx)
 	case *listed:
 		r.listed(ctx, m)
-	case *Crash:
-		panic("reconciler: injected crash: " + m.Reason)
-	case *Query:
-		r.catchUp(ctx, nil)
-		st := &Status{Available: r.available(), Rounds: r.rounds, Allocations: map[uint64]string{}}
-		for seq, a := range r.st.Allocations {
-			st.Allocations[seq] = ""
-			if b := a.Binding; b != nil {
-				st.Allocations[seq] = b.Namespace + "/" + b.Pod + "/" + b.Container
-			}
-			if a.LeakSuspected {
-				st.Suspects = append(st.Suspects, seq)
-			}
-		}
-		slices.Sort(st.Suspects)
-		ctx.Respond(st)
 	}
 }
 
@@ -238,28 +257,31 @@ func (r *reconciler) round(ctx actor.Context) {
 	}()
 }
 
+// listed takes a round's list of pods: it records what the fold of the
+// pods finds, and once that is durable, reads it back, tells the parent
+// and schedules the next round.
 func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	r.listing = false
-	defer func() {
-		if r.again {
-			r.again = false
-			r.round(ctx)
-		}
-	}()
 	r.catchUp(ctx, nil)
 	if m.err != nil {
 		r.failures++
 		delay := min(time.Second<<min(r.failures-1, 20), r.cfg.RetryMax)
-		if r.available() {
-			envs, err := r.cfg.Recorder.Record(context.Background(), events.AttributionChanged{Available: false, Reason: m.err.Error()})
+		if !r.available() {
+			r.schedule(ctx, delay)
+			r.roundAgain(ctx)
+			return
+		}
+		unavailable := events.AttributionChanged{Available: false, Reason: m.err.Error()}
+		r.persist.Persist(ctx, r.cfg.Recorder, nil, []events.Payload{unavailable}, func(envs []events.Envelope, err error) {
 			if err != nil {
 				r.cfg.Log.Error().Err(err).Msg("cannot record that pod resources are unavailable")
 			} else {
 				r.catchUp(ctx, envs)
 				r.cfg.Log.Warn().Err(m.err).Dur("retry_in_ms", delay).Msg("pod resources unavailable; devices are served but not attributed to pods")
 			}
-		}
-		r.schedule(ctx, delay)
+			r.schedule(ctx, delay)
+			r.roundAgain(ctx)
+		})
 		return
 	}
 	r.failures = 0
@@ -269,26 +291,45 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	}
 	res := fold(foldInput{pools: r.pools, allocs: r.attributed(), now: r.cfg.Now(), grace: r.cfg.LeakGrace, seen: r.seen}, m.resp.GetPodResources())
 	payloads = append(payloads, res.payloads...)
-	if len(payloads) > 0 {
-		// The list may not show what landed since (see staleBy).
-		guard := store.Guard{After: r.listedFrom, Check: staleBy(payloads)}
-		envs, err := r.cfg.Recorder.RecordGuarded(context.Background(), guard, payloads...)
-		if errors.Is(err, errStale) {
-			r.cfg.Log.Debug().Err(err).Msg("a round went stale; another follows")
-			r.again = true
-			return
-		}
-		if err != nil {
-			// Not recorded, not applied: the next round finds the same.
-			r.cfg.Log.Error().Err(err).Int("events", len(payloads)).Msg("cannot record reconciliation; will retry")
-			r.schedule(ctx, r.cfg.AfterAllocate)
-			return
-		}
-		r.catchUp(ctx, envs)
+	if len(payloads) == 0 {
+		r.recorded(ctx, res.seen, 0, nil, nil)
+		return
 	}
-	r.seen = res.seen
-	r.rounds++
-	r.schedule(ctx, r.cfg.Interval)
+	// The list may not show what landed since (see staleBy).
+	guard := store.Guard{After: r.listedFrom, Check: staleBy(payloads)}
+	r.persist.Persist(ctx, r.cfg.Recorder, &guard, payloads, func(envs []events.Envelope, err error) {
+		r.recorded(ctx, res.seen, len(payloads), envs, err)
+	})
+}
+
+// recorded ends a round whose n events (envs; none when it found nothing)
+// are durable, or were refused with err.
+func (r *reconciler) recorded(ctx actor.Context, seen map[string]bool, n int, envs []events.Envelope, err error) {
+	switch {
+	case errors.Is(err, errStale):
+		r.cfg.Log.Debug().Err(err).Msg("a round went stale; another follows")
+		r.again = true
+	case err != nil:
+		// Not recorded, not applied: the next round finds the same.
+		r.cfg.Log.Error().Err(err).Int("events", n).Msg("cannot record reconciliation; will retry")
+		r.schedule(ctx, r.cfg.AfterAllocate)
+	default:
+		if n > 0 {
+			r.catchUp(ctx, envs)
+		}
+		r.seen = seen
+		r.rounds++
+		r.schedule(ctx, r.cfg.Interval)
+	}
+	r.roundAgain(ctx)
+}
+
+// roundAgain starts the round asked for while one was out.
+func (r *reconciler) roundAgain(ctx actor.Context) {
+	if r.again {
+		r.again = false
+		r.round(ctx)
+	}
 }
 
 // tell applies e, recorded by the reconciler, and tells the parent what

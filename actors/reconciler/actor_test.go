@@ -222,3 +222,43 @@ func TestARestartedReconcilerIsToldAgain(t *testing.T) {
 		t.Fatalf("once told: %+v, want #%d bound to ns/pod-a/main", st, first)
 	}
 }
+
+// A round's events are applied once they are durable, and the mailbox
+// does not wait for the fsync meanwhile: a Query is answered from the
+// fold so far, and what comes after it waits for the round.
+func TestARoundDoesNotHoldTheMailboxForItsRecord(t *testing.T) {
+	const pool, dev = "example.com/vf", "0000:3b:02.1"
+	_, rec, seq, replayed := ledgerWithAllocation(t, pool, dev)
+	var heldOnce, openOnce sync.Once
+	held, open := make(chan struct{}), make(chan struct{})
+	release := func() { openOnce.Do(func() { close(open) }) }
+	t.Cleanup(release) // a failing test must not leave the writer held
+	rec.Observe(func(envs []events.Envelope) {
+		if envs[0].Type == events.TypeAllocationBound {
+			heldOnce.Do(func() { close(held) })
+			<-open
+		}
+	})
+	pods := &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{
+		kubelettest.PodHolding("ns", "pod-a", "main", pool, dev)}}
+	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) { return pods, nil })
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Pools: []string{pool}, Replayed: &replayed,
+		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, Log: zerolog.Nop()}))
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the round's binding never reached the ledger")
+	}
+	f.Sys.Root.Send(f.Child, &Reconcile{})
+	res, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, time.Second).Result()
+	if err != nil {
+		t.Fatalf("a Query while a round's events are being recorded: %v", err)
+	}
+	if st := res.(*Status); st.Rounds != 0 || st.Allocations[seq] != "" {
+		t.Errorf("before the round's events are durable: %+v, want no round done and #%d unbound", st, seq)
+	}
+	release()
+	if st := awaitStatus(t, f, func(st *Status) bool { return st.Rounds >= 2 }); st.Rounds != 2 || st.Allocations[seq] != "ns/pod-a/main" {
+		t.Errorf("after the round and the one asked for meanwhile: %+v, want 2 rounds and #%d bound", st, seq)
+	}
+}
