@@ -104,6 +104,9 @@ type Verdict struct {
 // Query asks for the current verdicts; the reply is a *Verdicts.
 type Query struct{}
 
+// Crash makes the checker panic: fault injection for tests of supervision.
+type Crash struct{ Reason string }
+
 // Verdicts is the reply to Query, by address.
 type Verdicts struct{ Devices map[string]Verdict }
 
@@ -129,13 +132,20 @@ func Props(cfg Config) *actor.Props {
 		cfg.Now = time.Now
 	}
 	known := handoff.First(cfg.Known)
+	life := &lifetime{}
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &checker{cfg: cfg, known: known()}
+		return &checker{cfg: cfg, known: known(), life: life}
 	}, actor.WithDispatcher(supervise.Warm))
 }
 
+// lifetime is what the checker keeps across its incarnations: the targets
+// of the last Watch, which a restarted checker probes again at once. Only
+// the actor's goroutine touches it, one incarnation after another.
+type lifetime struct{ targets []Target }
+
 type checker struct {
 	cfg     Config
+	life    *lifetime
 	known   map[string]events.Device
 	targets []Target
 	// byName indexes targets by what a kernel event names: a device's
@@ -166,6 +176,10 @@ func (c *checker) Receive(ctx actor.Context) {
 		c.devices = map[string]*device{}
 		c.next = map[string]time.Time{}
 		c.schedule(ctx, c.cfg.Interval)
+		if ts := c.life.targets; ts != nil {
+			c.watch(ts)
+			c.round(ctx, c.targets, nil)
+		}
 	case *actor.Stopping, *actor.Restarting:
 		if c.timer != nil {
 			c.timer.Stop()
@@ -173,6 +187,8 @@ func (c *checker) Receive(ctx actor.Context) {
 		c.persist.Settle(ctx)
 	case *ledger.Landed:
 		c.persist.Land(m, func(m any) { c.handle(ctx, m) })
+	case *Crash:
+		panic("health: injected crash: " + m.Reason)
 	case *Watch, *Probe, *tick:
 		if !c.persist.Hold(m) {
 			c.handle(ctx, m)
@@ -284,6 +300,7 @@ func (c *checker) state(t Target, now time.Time) *device {
 // watch replaces the targets and their index.
 func (c *checker) watch(ts []Target) {
 	c.targets = slices.Clone(ts)
+	c.life.targets = c.targets
 	c.byName = make(map[string][]int, 2*len(ts))
 	kept := make(map[string]time.Time, len(ts))
 	for i, t := range c.targets {

@@ -756,3 +756,29 @@ func TestARoundWaitsForTheVerdictsBeforeIt(t *testing.T) {
 		t.Errorf("%d health changes recorded, want 1", n)
 	}
 }
+
+// A checker that crashes probes the targets of the last Watch again at
+// once, and judges them against the verdicts in the ledger.
+func TestARestartedCheckerKeepsItsTargets(t *testing.T) {
+	c := newChecker(t, Config{})
+	c.watch(target(devA, 0, 0), target(devB, 0, 0))
+	c.Silent(t)
+	c.prober.fail(devA, "gone from sysfs")
+	c.round(0)
+	if v := nextVerdict(t, c.family); v.Address != devA || v.Healthy {
+		t.Fatalf("verdict %+v, want devA unhealthy", *v)
+	}
+	probes := c.prober.count()
+	c.prober.fail(devB, "gone from sysfs")
+	c.Sys.Root.Send(c.Child, &Crash{Reason: "test"})
+	if v := nextVerdict(t, c.family); v.Address != devB || v.Healthy {
+		t.Errorf("verdict %+v after the restart, want devB unhealthy (devA's stands in the ledger)", *v)
+	}
+	c.Silent(t)
+	if got := c.prober.roundsSince(probes); !slices.Equal(got, []string{devA, devB}) {
+		t.Errorf("the restarted checker probed %v, want both targets", got)
+	}
+	if n := len(c.recorded(t)); n != 2 {
+		t.Errorf("%d health changes recorded, want 2", n)
+	}
+}
