@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/events"
@@ -88,7 +89,9 @@ func (n *benchNode) start(tb testing.TB, pools ...string) *Daemon {
 // settle waits until the daemon's actors have handled what they had in
 // their mailboxes (the first scan, the first health probe of every device),
 // so that a measurement starts from a daemon at rest: an actor answers
-// Touch only after the messages before it.
+// Touch only after the messages before it, and one that persists through a
+// ledger.Persister answers Quiet only once what it persisted is applied
+// (it answers Touch while it waits for the fsync).
 func settle(tb testing.TB, d *Daemon) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -96,6 +99,18 @@ func settle(tb testing.TB, d *Daemon) {
 	kids, err := d.Children(ctx)
 	if err != nil {
 		tb.Fatal(err)
+	}
+	for _, pid := range []*actor.PID{kids.Scanner, kids.Health, kids.Reconciler} {
+		// One that stops meanwhile (a node crash) drops its Quiet; a
+		// restarted one answers it.
+		q := &ledger.Quiet{Done: make(chan struct{})}
+		d.system.Root.Send(pid, q)
+		select {
+		case <-q.Done:
+		case <-time.After(2 * time.Second):
+		case <-ctx.Done():
+			tb.Fatalf("settle %s: %v", pid.Id, ctx.Err())
+		}
 	}
 	pids := []*actor.PID{kids.Scanner, kids.Health, kids.Registrar, kids.Sockets}
 	for _, pid := range kids.Pools {

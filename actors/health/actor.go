@@ -139,9 +139,15 @@ func Props(cfg Config) *actor.Props {
 }
 
 // lifetime is what the checker keeps across its incarnations: the targets
-// of the last Watch, which a restarted checker probes again at once. Only
-// the actor's goroutine touches it, one incarnation after another.
-type lifetime struct{ targets []Target }
+// of the last Watch, which a restarted checker probes again at once, and
+// the rounds held while verdicts were being recorded. Only the actor's
+// goroutine touches it, one incarnation after another.
+type lifetime struct {
+	targets []Target
+	// persist holds the rounds back while a round's verdicts are being
+	// recorded: each judges against the verdicts in the ledger.
+	persist ledger.Persister
+}
 
 type checker struct {
 	cfg     Config
@@ -157,9 +163,6 @@ type checker struct {
 	next  map[string]time.Time
 	timer *time.Timer
 	due   time.Time
-	// persist holds the rounds back while a round's verdicts are being
-	// recorded: each judges against the verdicts in the ledger.
-	persist ledger.Persister
 }
 
 // Receive implements actor.Actor.
@@ -180,17 +183,22 @@ func (c *checker) Receive(ctx actor.Context) {
 			c.watch(ts)
 			c.round(ctx, c.targets, nil)
 		}
+		c.life.persist.Resume(func(m any) {
+			if _, ok := m.(*tick); !ok { // this incarnation keeps its own time
+				c.handle(ctx, m)
+			}
+		})
 	case *actor.Stopping, *actor.Restarting:
 		if c.timer != nil {
 			c.timer.Stop()
 		}
-		c.persist.Settle(ctx)
+		c.life.persist.Settle()
 	case *ledger.Landed:
-		c.persist.Land(m, func(m any) { c.handle(ctx, m) })
+		c.life.persist.Land(m, func(m any) { c.handle(ctx, m) })
 	case *Crash:
 		panic("health: injected crash: " + m.Reason)
-	case *Watch, *Probe, *tick:
-		if !c.persist.Hold(m) {
+	case *Watch, *Probe, *tick, *ledger.Quiet:
+		if !c.life.persist.Hold(m) {
 			c.handle(ctx, m)
 		}
 	case *Query:
@@ -284,14 +292,15 @@ func (c *checker) state(t Target, now time.Time) *device {
 	if d != nil && !t.Known.Newer(d.Verdict) {
 		return d
 	}
-	switch k, ok := c.known[addr]; {
-	case t.Known.Seq > 0:
-		d = &device{Verdict: t.Known}
-	case ok && k.Present:
-		d = &device{Verdict: k.Verdict()}
-	default:
-		d = &device{Verdict: events.Verdict{Healthy: true}}
+	// The newer of the ledger's (as replayed) and the parent's.
+	v := events.Verdict{Healthy: true}
+	if k, ok := c.known[addr]; ok && k.Present {
+		v = k.Verdict()
 	}
+	if t.Known.Newer(v) {
+		v = t.Known
+	}
+	d = &device{Verdict: v}
 	d.raw, d.rawSince = d.Healthy, now
 	c.devices[addr] = d
 	return d
@@ -376,7 +385,7 @@ func (c *checker) round(ctx actor.Context, targets []Target, linkOnly []bool) {
 	if len(changes) == 0 {
 		return
 	}
-	c.persist.Persist(ctx, c.cfg.Recorder, nil, changes, func(envs []events.Envelope, err error) {
+	c.life.persist.Persist(ctx, c.cfg.Recorder, nil, changes, func(envs []events.Envelope, err error) {
 		c.recorded(ctx, verdicts, envs, err)
 	})
 }

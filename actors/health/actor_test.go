@@ -758,10 +758,14 @@ func TestARoundWaitsForTheVerdictsBeforeIt(t *testing.T) {
 }
 
 // A checker that crashes probes the targets of the last Watch again at
-// once, and judges them against the verdicts in the ledger.
+// once, and judges them against the verdicts in the ledger, not against
+// the older word of that Watch.
 func TestARestartedCheckerKeepsItsTargets(t *testing.T) {
 	c := newChecker(t, Config{})
-	c.watch(target(devA, 0, 0), target(devB, 0, 0))
+	// The parent's word on them is older than the verdicts that follow.
+	a, b := target(devA, 0, 0), target(devB, 0, 0)
+	a.Known, b.Known = events.Verdict{Healthy: true, Seq: 1}, events.Verdict{Healthy: true, Seq: 1}
+	c.watch(a, b)
 	c.Silent(t)
 	c.prober.fail(devA, "gone from sysfs")
 	c.round(0)

@@ -15,7 +15,9 @@ import (
 // actor holds back (Hold) the messages whose handling reads or changes
 // what the append will change, and Land hands them back, in order, once
 // the continuation has applied the events. One append is in flight at a
-// time. Only the actor's goroutine touches a Persister.
+// time. A Persister outlives an actor's restart (keep it in what the
+// producer shares between incarnations): the next incarnation takes what
+// was held, first (Resume). Only the actor's goroutine touches it.
 type Persister struct {
 	flight *Landed
 	held   []any
@@ -54,12 +56,22 @@ func (p *Persister) Persist(ctx actor.Context, r *Recorder, g *store.Guard, ps [
 	p.flight = l
 }
 
+// Quiet asks an actor that persists through a Persister, and passes it
+// its messages (Hold), to close Done once what it persisted before is
+// applied: how a test knows the actor is at rest.
+type Quiet struct{ Done chan struct{} }
+
 // Busy says whether an append is in flight.
 func (p *Persister) Busy() bool { return p.flight != nil }
 
-// Hold keeps m back while an append is in flight, and says whether it did.
+// Hold keeps m back while an append is in flight, and says whether it did
+// (or took m itself: a Quiet).
 func (p *Persister) Hold(m any) bool {
 	if p.flight == nil {
+		if q, ok := m.(*Quiet); ok {
+			close(q.Done)
+			return true
+		}
 		return false
 	}
 	p.held = append(p.held, m)
@@ -76,26 +88,32 @@ func (p *Persister) Land(l *Landed, handle func(any)) {
 	}
 	p.flight = nil
 	l.then(l.envs, l.err)
+	p.Resume(handle)
+}
+
+// Resume hands each message held to handle, in order, until one persists
+// again (the rest stay held): how a restarted actor takes, in its Started,
+// what its last incarnation held, before anything its mailbox has.
+func (p *Persister) Resume(handle func(any)) {
 	for len(p.held) > 0 && p.flight == nil {
 		m := p.held[0]
 		p.held = p.held[1:]
+		if q, ok := m.(*Quiet); ok {
+			close(q.Done)
+			continue
+		}
 		handle(m)
 	}
 }
 
 // Settle waits for the append in flight, if any, and runs its
 // continuation: what an actor that stops or restarts owes to those it
-// tells. The messages held are sent back to the actor, in order, for its
-// next incarnation (a restart keeps the mailbox); they go behind those
-// queued meanwhile.
-func (p *Persister) Settle(ctx actor.Context) {
+// tells. The continuation must start no new work (the incarnation is
+// ending). What is held stays held, for the next incarnation.
+func (p *Persister) Settle() {
 	if l := p.flight; l != nil {
 		<-l.done
 		p.flight = nil
 		l.then(l.envs, l.err)
 	}
-	for _, m := range p.held {
-		ctx.Send(ctx.Self(), m)
-	}
-	p.held = nil
 }

@@ -17,7 +17,12 @@ import (
 // it took, holding notes back while a record is in flight.
 type persisting struct {
 	rec     *ledger.Recorder
-	persist ledger.Persister
+	persist *ledger.Persister // shared by its incarnations
+}
+
+func persistingProps(rec *ledger.Recorder) *actor.Props {
+	p := &ledger.Persister{}
+	return actor.PropsFromProducer(func() actor.Actor { return &persisting{rec: rec, persist: p} })
 }
 
 type (
@@ -34,13 +39,15 @@ type landedAt struct {
 
 func (a *persisting) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		a.persist.Resume(func(m any) { a.handle(ctx, m) })
 	case *actor.Stopping, *actor.Restarting:
-		a.persist.Settle(ctx)
+		a.persist.Settle()
 	case *ledger.Landed:
 		a.persist.Land(m, func(m any) { a.handle(ctx, m) })
 	case *crash:
 		panic("injected")
-	case *record, *note:
+	case *record, *note, *ledger.Quiet:
 		if !a.persist.Hold(m) {
 			a.handle(ctx, m)
 		}
@@ -90,13 +97,20 @@ func waitHeld(t *testing.T, held <-chan struct{}) {
 // and a record made then waits for its turn.
 func TestPersisterHoldsWhatComesMeanwhile(t *testing.T) {
 	rec, held, release := heldRecorder(t)
-	f := actortest.Spawn(t, actor.PropsFromProducer(func() actor.Actor { return &persisting{rec: rec} }))
+	f := actortest.Spawn(t, persistingProps(rec))
 	f.Sys.Root.Send(f.Child, &record{addr: "0000:3b:00.0"})
 	waitHeld(t, held)
 	f.Sys.Root.Send(f.Child, &note{text: "a"})
 	f.Sys.Root.Send(f.Child, &record{addr: "0000:3b:00.1"})
 	f.Sys.Root.Send(f.Child, &note{text: "b"})
+	quiet := &ledger.Quiet{Done: make(chan struct{})}
+	f.Sys.Root.Send(f.Child, quiet)
 	f.Silent(t)
+	select {
+	case <-quiet.Done:
+		t.Fatal("Quiet answered while a record was in flight")
+	default:
+	}
 	release()
 	if m := actortest.Next[*landedAt](t, f); m.addr != "0000:3b:00.0" || m.seq != 1 {
 		t.Errorf("first landed %+v, want the first record at #1", *m)
@@ -110,24 +124,34 @@ func TestPersisterHoldsWhatComesMeanwhile(t *testing.T) {
 	if m := actortest.Next[*note](t, f); m.text != "b" {
 		t.Errorf("note %q, want b", m.text)
 	}
+	select {
+	case <-quiet.Done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Quiet not answered once both records landed")
+	}
 	f.Silent(t)
 }
 
 // An actor that stops with a record in flight waits for it and keeps its
-// word; one that restarts hands what it held to its next incarnation.
+// word; one that restarts hands what it held to its next incarnation,
+// which takes it before what its mailbox got meanwhile.
 func TestPersisterSettlesAsTheActorStopsOrRestarts(t *testing.T) {
 	rec, held, release := heldRecorder(t)
-	f := actortest.Spawn(t, actor.PropsFromProducer(func() actor.Actor { return &persisting{rec: rec} }))
+	f := actortest.Spawn(t, persistingProps(rec))
 	f.Sys.Root.Send(f.Child, &record{addr: "0000:3b:00.0"})
 	waitHeld(t, held)
 	f.Sys.Root.Send(f.Child, &note{text: "held"})
 	f.Sys.Root.Send(f.Child, &crash{})
+	f.Sys.Root.Send(f.Child, &note{text: "queued"})
 	time.AfterFunc(50*time.Millisecond, release)
 	if m := actortest.Next[*landedAt](t, f); m.addr != "0000:3b:00.0" {
 		t.Errorf("landed %+v, want the record in flight as the actor restarted", *m)
 	}
 	if m := actortest.Next[*note](t, f); m.text != "held" {
 		t.Errorf("note %q, want the one held, taken by the next incarnation", m.text)
+	}
+	if m := actortest.Next[*note](t, f); m.text != "queued" {
+		t.Errorf("note %q, want the one queued during the restart", m.text)
 	}
 
 	f.Sys.Root.Send(f.Child, &record{addr: "0000:3b:00.1"})

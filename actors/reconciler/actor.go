@@ -73,9 +73,24 @@ func orDefault(d *time.Duration, def time.Duration) {
 func Props(cfg Config) *actor.Props {
 	cfg.defaults()
 	replayed := handoff.First(cfg.Replayed)
+	life := &lifetime{}
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &reconciler{cfg: cfg, replayed: replayed()}
+		return &reconciler{cfg: cfg, replayed: replayed(), life: life}
 	}, actor.WithDispatcher(supervise.Warm))
+}
+
+// lifetime is what the reconciler keeps across its incarnations. Only the
+// actor's goroutine touches it, one incarnation after another.
+type lifetime struct {
+	// persist holds messages back while a round's events are being
+	// recorded: the fold reads them back, and tells the parent, first.
+	persist ledger.Persister
+	// lists numbers the Lists sent out: the answer to one of an earlier
+	// incarnation is not this one's.
+	lists uint64
+	// pools are the last SetPools' (nil: none came), which a restarted
+	// reconciler attributes, not the spawn's.
+	pools []string
 }
 
 type reconciler struct {
@@ -99,9 +114,10 @@ type reconciler struct {
 	timer      *time.Timer
 	due        time.Time
 	rounds     int
-	// persist holds messages back while a round's events are being
-	// recorded: the fold reads them back, and tells the parent, first.
-	persist ledger.Persister
+	life       *lifetime
+	// closing is set once the incarnation stops or restarts: a round
+	// settled then starts no new one.
+	closing bool
 }
 
 // Receive implements actor.Actor.
@@ -110,16 +126,17 @@ func (r *reconciler) Receive(ctx actor.Context) {
 	case *actor.Started:
 		r.start(ctx)
 	case *actor.Stopping, *actor.Restarting:
+		r.closing = true
 		if r.timer != nil {
 			r.timer.Stop()
 		}
-		r.persist.Settle(ctx)
+		r.life.persist.Settle()
 	case *ledger.Landed:
-		r.persist.Land(m, func(m any) { r.handle(ctx, m) })
+		r.life.persist.Land(m, func(m any) { r.handle(ctx, m) })
 	case *Crash:
 		panic("reconciler: injected crash: " + m.Reason)
 	case *Query:
-		if !r.persist.Busy() {
+		if !r.life.persist.Busy() {
 			// Not while a round's events are in flight: read now, the
 			// parent would never hear of them.
 			r.catchUp(ctx, nil)
@@ -137,7 +154,7 @@ func (r *reconciler) Receive(ctx actor.Context) {
 		slices.Sort(st.Suspects)
 		ctx.Respond(st)
 	default:
-		if !r.persist.Hold(m) {
+		if !r.life.persist.Hold(m) {
 			r.handle(ctx, m)
 		}
 	}
@@ -150,6 +167,7 @@ func (r *reconciler) handle(ctx actor.Context, m any) {
 		r.told[m.Seq] = true
 		r.schedule(ctx, r.cfg.AfterAllocate)
 	case *SetPools:
+		r.life.pools = m.Pools
 		r.setPools(m.Pools)
 	case *Reconcile:
 		// Asked for (the kubelet is back, or a test): backoff starts over.
@@ -159,7 +177,9 @@ func (r *reconciler) handle(ctx actor.Context, m any) {
 		r.timer, r.due = nil, time.Time{}
 		r.round(ctx)
 	case *listed:
-		r.listed(ctx, m)
+		if m.id == r.life.lists {
+			r.listed(ctx, m)
+		}
 	}
 }
 
@@ -182,10 +202,19 @@ func (r *reconciler) start(ctx actor.Context) {
 		}
 	}
 	r.replayed = nil
-	r.setPools(r.cfg.Pools)
+	if r.life.pools != nil {
+		r.setPools(r.life.pools)
+	} else {
+		r.setPools(r.cfg.Pools)
+	}
 	r.st = st.Clone()
 	r.seen = map[string]bool{}
 	r.schedule(ctx, 0)
+	r.life.persist.Resume(func(m any) {
+		if _, ok := m.(*tick); !ok { // this incarnation keeps its own time
+			r.handle(ctx, m)
+		}
+	})
 }
 
 // available says whether the ledger has PodResources answering, as it
@@ -227,6 +256,9 @@ func (r *reconciler) setPools(pools []string) {
 
 // schedule arranges a round after d, unless one is due sooner.
 func (r *reconciler) schedule(ctx actor.Context, d time.Duration) {
+	if r.closing {
+		return
+	}
 	at := r.cfg.Now().Add(d)
 	if r.timer != nil {
 		if !r.due.After(at) {
@@ -241,6 +273,9 @@ func (r *reconciler) schedule(ctx actor.Context, d time.Duration) {
 
 // round lists pod resources off the actor's thread.
 func (r *reconciler) round(ctx actor.Context) {
+	if r.closing {
+		return
+	}
 	if r.listing {
 		r.again = true
 		return
@@ -248,12 +283,13 @@ func (r *reconciler) round(ctx actor.Context) {
 	r.listing = true
 	r.catchUp(ctx, nil)
 	r.listedFrom = r.st.Seq
-	self, root, lister, timeout := ctx.Self(), ctx.ActorSystem().Root, r.cfg.Lister, r.cfg.CallTimeout
+	r.life.lists++
+	id, self, root, lister, timeout := r.life.lists, ctx.Self(), ctx.ActorSystem().Root, r.cfg.Lister, r.cfg.CallTimeout
 	go func() {
 		lctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		resp, err := lister.List(lctx)
-		root.Send(self, &listed{resp: resp, err: err})
+		root.Send(self, &listed{id: id, resp: resp, err: err})
 	}()
 }
 
@@ -272,7 +308,7 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 			return
 		}
 		unavailable := events.AttributionChanged{Available: false, Reason: m.err.Error()}
-		r.persist.Persist(ctx, r.cfg.Recorder, nil, []events.Payload{unavailable}, func(envs []events.Envelope, err error) {
+		r.life.persist.Persist(ctx, r.cfg.Recorder, nil, []events.Payload{unavailable}, func(envs []events.Envelope, err error) {
 			if err != nil {
 				r.cfg.Log.Error().Err(err).Msg("cannot record that pod resources are unavailable")
 			} else {
@@ -297,7 +333,7 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	}
 	// The list may not show what landed since (see staleBy).
 	guard := store.Guard{After: r.listedFrom, Check: staleBy(payloads)}
-	r.persist.Persist(ctx, r.cfg.Recorder, &guard, payloads, func(envs []events.Envelope, err error) {
+	r.life.persist.Persist(ctx, r.cfg.Recorder, &guard, payloads, func(envs []events.Envelope, err error) {
 		r.recorded(ctx, res.seen, len(payloads), envs, err)
 	})
 }

@@ -262,3 +262,37 @@ func TestARoundDoesNotHoldTheMailboxForItsRecord(t *testing.T) {
 		t.Errorf("after the round and the one asked for meanwhile: %+v, want 2 rounds and #%d bound", st, seq)
 	}
 }
+
+// A reconciler that restarts attributes the pools of the last SetPools,
+// not those it was spawned with: the node sends them only on a reload.
+// Here a device of the pool a reload added is reported by the kubelet
+// and lacking in the ledger: recovered on its second sight, after the
+// restart.
+func TestARestartedReconcilerKeepsItsPools(t *testing.T) {
+	const pool, added, dev = "example.com/vf", "example.com/net", "0000:3b:02.4"
+	_, rec, _, replayed := ledgerWithAllocation(t, pool, "0000:3b:02.1")
+	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+		return &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{
+			kubelettest.PodHolding("ns", "pod-b", "main", added, dev)}}, nil
+	})
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Pools: []string{pool}, Replayed: &replayed,
+		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, Log: zerolog.Nop()}))
+	awaitStatus(t, f, func(st *Status) bool { return st.Rounds > 0 })
+	f.Sys.Root.Send(f.Child, &SetPools{Pools: []string{pool, added}})
+	f.Sys.Root.Send(f.Child, &Crash{Reason: "test"})
+	actortest.Next[*NeedTold](t, f)
+	f.Sys.Root.Send(f.Child, &Reconcile{})
+	awaitStatus(t, f, func(st *Status) bool { return st.Rounds >= 2 })
+	recovered := false
+	if err := rec.Log().Read(0, func(e events.Envelope) error {
+		if r, ok := e.Payload.(events.AllocationRecovered); ok && r.Pool == added {
+			recovered = true
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !recovered {
+		t.Errorf("no AllocationRecovered of %s after the restart: the reconciler forgot the pools it was given", added)
+	}
+}

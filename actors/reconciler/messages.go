@@ -82,7 +82,9 @@ type ClaimChanged struct {
 
 type tick struct{}
 
+// listed is the answer to the List of round id (see lifetime.lists).
 type listed struct {
+	id   uint64
 	resp *podresourcesapi.ListPodResourcesResponse
 	err  error
 }

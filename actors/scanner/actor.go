@@ -32,8 +32,9 @@ type Config struct {
 // Props returns the props of a scanner.
 func Props(cfg Config) *actor.Props {
 	known := handoff.First(cfg.Known)
+	persist := &ledger.Persister{} // outlives a restart
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &scanner{cfg: cfg, known: known()}
+		return &scanner{cfg: cfg, known: known(), persist: persist}
 	}, actor.WithDispatcher(supervise.Warm))
 }
 
@@ -43,7 +44,7 @@ type scanner struct {
 	timer *time.Timer
 	// persist holds the scans back while a scan's changes are being
 	// recorded: each diffs against the devices in the ledger.
-	persist ledger.Persister
+	persist *ledger.Persister
 }
 
 // Receive implements actor.Actor.
@@ -58,9 +59,10 @@ func (s *scanner) Receive(ctx actor.Context) {
 			s.known = st.Devices
 		}
 		s.scan(ctx, "start")
+		s.persist.Resume(func(m any) { s.handle(ctx, m) })
 	case *ledger.Landed:
 		s.persist.Land(m, func(m any) { s.handle(ctx, m) })
-	case *Rescan, *scanTick:
+	case *Rescan, *scanTick, *ledger.Quiet:
 		if !s.persist.Hold(m) {
 			s.handle(ctx, m)
 		}
@@ -68,7 +70,7 @@ func (s *scanner) Receive(ctx actor.Context) {
 		if s.timer != nil {
 			s.timer.Stop()
 		}
-		s.persist.Settle(ctx)
+		s.persist.Settle()
 	}
 }
 
