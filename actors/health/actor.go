@@ -110,7 +110,10 @@ type Crash struct{ Reason string }
 // Verdicts is the reply to Query, by address.
 type Verdicts struct{ Devices map[string]Verdict }
 
-type tick struct{}
+// tick is the timer's: id names the timer that sent it, and a tick of
+// a timer stopped or replaced since (of an earlier incarnation too) is
+// not taken.
+type tick struct{ id uint64 }
 
 // device is what the checker knows of one device: the verdict in the ledger,
 // and what the probes say now, since when.
@@ -147,6 +150,8 @@ type lifetime struct {
 	// persist holds the rounds back while a round's verdicts are being
 	// recorded: each judges against the verdicts in the ledger.
 	persist ledger.Persister
+	// ticks numbers the timers started (see tick).
+	ticks uint64
 }
 
 type checker struct {
@@ -183,11 +188,7 @@ func (c *checker) Receive(ctx actor.Context) {
 			c.watch(ts)
 			c.round(ctx, c.targets, nil)
 		}
-		c.life.persist.Resume(func(m any) {
-			if _, ok := m.(*tick); !ok { // this incarnation keeps its own time
-				c.handle(ctx, m)
-			}
-		})
+		c.life.persist.Resume(func(m any) { c.handle(ctx, m) })
 	case *actor.Stopping, *actor.Restarting:
 		if c.timer != nil {
 			c.timer.Stop()
@@ -225,6 +226,9 @@ func (c *checker) handle(ctx actor.Context, m any) {
 		}
 		c.round(ctx, targets, linkOnly)
 	case *tick:
+		if m.id != c.life.ticks || c.timer == nil {
+			return
+		}
 		c.timer, c.due = nil, time.Time{}
 		c.round(ctx, c.dueNow(), nil)
 		c.scheduleNext(ctx)
@@ -240,9 +244,10 @@ func (c *checker) schedule(ctx actor.Context, d time.Duration) {
 		}
 		c.timer.Stop()
 	}
-	self, root := ctx.Self(), ctx.ActorSystem().Root
+	c.life.ticks++
+	self, root, id := ctx.Self(), ctx.ActorSystem().Root, c.life.ticks
 	c.due = at
-	c.timer = time.AfterFunc(d, func() { root.Send(self, &tick{}) })
+	c.timer = time.AfterFunc(d, func() { root.Send(self, &tick{id: id}) })
 }
 
 // interval is how often t is probed.

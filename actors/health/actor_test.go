@@ -786,3 +786,19 @@ func TestARestartedCheckerKeepsItsTargets(t *testing.T) {
 		t.Errorf("%d health changes recorded, want 2", n)
 	}
 }
+
+// A tick of a timer stopped or replaced since, or of an earlier
+// incarnation, starts no round: each would start a timer chain of its
+// own, and the checker would probe twice as often for good.
+func TestAStaleTickStartsNoRound(t *testing.T) {
+	c := newChecker(t, Config{})
+	c.watch(target(devA, 0, 0))
+	c.Silent(t)
+	probes := c.prober.count()
+	c.clock.advance(2 * time.Hour) // devA is due
+	c.Sys.Root.Send(c.Child, &tick{id: 1 << 40})
+	c.Silent(t)
+	if n := c.prober.count(); n != probes {
+		t.Errorf("%d probe rounds after a stale tick, want none", n-probes)
+	}
+}

@@ -91,6 +91,8 @@ type lifetime struct {
 	// pools are the last SetPools' (nil: none came), which a restarted
 	// reconciler attributes, not the spawn's.
 	pools []string
+	// ticks numbers the timers started (see tick).
+	ticks uint64
 }
 
 type reconciler struct {
@@ -174,10 +176,13 @@ func (r *reconciler) handle(ctx actor.Context, m any) {
 		r.failures = 0
 		r.round(ctx)
 	case *tick:
+		if m.id != r.life.ticks || r.timer == nil {
+			return
+		}
 		r.timer, r.due = nil, time.Time{}
 		r.round(ctx)
 	case *listed:
-		if m.id == r.life.lists {
+		if r.listing && m.id == r.life.lists {
 			r.listed(ctx, m)
 		}
 	}
@@ -210,11 +215,7 @@ func (r *reconciler) start(ctx actor.Context) {
 	r.st = st.Clone()
 	r.seen = map[string]bool{}
 	r.schedule(ctx, 0)
-	r.life.persist.Resume(func(m any) {
-		if _, ok := m.(*tick); !ok { // this incarnation keeps its own time
-			r.handle(ctx, m)
-		}
-	})
+	r.life.persist.Resume(func(m any) { r.handle(ctx, m) })
 }
 
 // available says whether the ledger has PodResources answering, as it
@@ -266,9 +267,10 @@ func (r *reconciler) schedule(ctx actor.Context, d time.Duration) {
 		}
 		r.timer.Stop()
 	}
-	self, root := ctx.Self(), ctx.ActorSystem().Root
+	r.life.ticks++
+	self, root, id := ctx.Self(), ctx.ActorSystem().Root, r.life.ticks
 	r.due = at
-	r.timer = time.AfterFunc(d, func() { root.Send(self, &tick{}) })
+	r.timer = time.AfterFunc(d, func() { root.Send(self, &tick{id: id}) })
 }
 
 // round lists pod resources off the actor's thread.

@@ -80,7 +80,10 @@ type ClaimChanged struct {
 
 // internal
 
-type tick struct{}
+// tick is the timer's: id names the timer that sent it, and a tick of a
+// timer stopped or replaced since (of an earlier incarnation too) is not
+// taken.
+type tick struct{ id uint64 }
 
 // listed is the answer to the List of round id (see lifetime.lists).
 type listed struct {
