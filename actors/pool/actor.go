@@ -105,7 +105,7 @@ type allocator struct {
 	waiting        []waitingCall
 	retry          *time.Timer
 
-	watchers map[uint64]chan []*pluginapi.Device
+	watchers map[chan []*pluginapi.Device]bool
 	// list is the last list built, nil once members or resource change;
 	// stale names its entries whose health changed since (see deviceList).
 	list   []*pluginapi.Device
@@ -197,13 +197,13 @@ func (p *allocator) call(ctx actor.Context, c any) {
 			m.reply <- struct{}{}
 			return
 		}
-		p.watchers[m.id] = m.ch
+		p.watchers[m.ch] = true
 		push(m.ch, p.deviceList())
 		m.reply <- struct{}{}
 	case *unwatchReq:
-		if ch, ok := p.watchers[m.id]; ok {
-			close(ch)
-			delete(p.watchers, m.id)
+		if p.watchers[m.ch] {
+			close(m.ch)
+			delete(p.watchers, m.ch)
 			ctx.Send(ctx.Parent(), &WatchEnded{Pool: p.name})
 		}
 	case *preferredReq:
@@ -236,7 +236,7 @@ func (p *allocator) refuseWaiting(ctx actor.Context) {
 
 // start rebuilds the pool from the ledger, places its members and serves.
 func (p *allocator) start(ctx actor.Context) {
-	p.watchers = map[uint64]chan []*pluginapi.Device{}
+	p.watchers = map[chan []*pluginapi.Device]bool{}
 	st := p.replayed
 	if st == nil {
 		s, err := p.cfg.Recorder.Replay()
@@ -428,9 +428,9 @@ func (p *allocator) stop() {
 	if p.retry != nil {
 		p.retry.Stop()
 	}
-	for id, ch := range p.watchers {
+	for ch := range p.watchers {
 		close(ch)
-		delete(p.watchers, id)
+		delete(p.watchers, ch)
 	}
 	if p.server == nil {
 		return
@@ -860,7 +860,7 @@ func (p *allocator) broadcast() {
 		return
 	}
 	list := p.deviceList()
-	for _, ch := range p.watchers {
+	for ch := range p.watchers {
 		push(ch, list)
 	}
 }

@@ -3,7 +3,6 @@ package pool
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -24,8 +23,6 @@ type backend struct {
 	// streams opened on it (see call).
 	incarnation uint64
 }
-
-var watchIDs atomic.Uint64
 
 // await waits for the pool's answer on reply, within ctx's deadline (or
 // the backend's timeout). A restart keeps the mailbox, so the next
@@ -52,18 +49,17 @@ func await[T any](ctx context.Context, b *backend, reply <-chan T) (T, error) {
 
 // WatchDevices implements grpcapi.PoolBackend.
 func (b *backend) WatchDevices(ctx context.Context) (<-chan []*pluginapi.Device, error) {
-	id := watchIDs.Add(1)
 	ch := make(chan []*pluginapi.Device, 1)
 	reply := make(chan struct{}, 1)
-	b.root.Send(b.pid, &watchReq{id: id, ch: ch, reply: reply, incarnation: b.incarnation})
+	b.root.Send(b.pid, &watchReq{ch: ch, reply: reply, incarnation: b.incarnation})
 	if _, err := await(ctx, b, reply); err != nil {
 		// The request may still reach the actor: take the watcher back.
-		b.root.Send(b.pid, &unwatchReq{id: id})
+		b.root.Send(b.pid, &unwatchReq{ch: ch})
 		return nil, err
 	}
 	go func() {
 		<-ctx.Done()
-		b.root.Send(b.pid, &unwatchReq{id: id})
+		b.root.Send(b.pid, &unwatchReq{ch: ch})
 	}()
 	return ch, nil
 }

@@ -156,15 +156,15 @@ type NeedMembers struct{ Pool string }
 // carries a reply channel buffered for its one answer: the actor never
 // blocks, and the call waits with its own deadline (no future, no timer).
 
+// A watcher is named by its channel.
 type watchReq struct {
-	id    uint64
 	ch    chan []*pluginapi.Device
 	reply chan struct{}
 	// incarnation made the server the stream came in on.
 	incarnation uint64
 }
 
-type unwatchReq struct{ id uint64 }
+type unwatchReq struct{ ch chan []*pluginapi.Device }
 
 type preferredReq struct {
 	req   *pluginapi.PreferredAllocationRequest
