@@ -572,7 +572,8 @@ func (d *Daemon) Stop(ctx context.Context, reason string) error {
 
 // stop is Stop, run once by whichever caller comes first (Run on a fatal
 // error or a signal, a test's cleanup); failed says the daemon's own
-// failure stops it.
+// failure stops it. A Once, not a message: the callers are outside the
+// actor system, and the actors are what it stops.
 func (d *Daemon) stop(ctx context.Context, reason string, failed bool) error {
 	d.stopOnce.Do(func() { d.stopErr = d.drain(ctx, reason, failed) })
 	return d.stopErr

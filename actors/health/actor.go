@@ -226,7 +226,7 @@ func (c *checker) handle(ctx actor.Context, m any) {
 		}
 		c.round(ctx, targets, linkOnly)
 	case *tick:
-		if m.id != c.life.ticks || c.timer == nil {
+		if m.id != c.life.ticks {
 			return
 		}
 		c.timer, c.due = nil, time.Time{}

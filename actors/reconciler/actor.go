@@ -176,7 +176,7 @@ func (r *reconciler) handle(ctx actor.Context, m any) {
 		r.failures = 0
 		r.round(ctx)
 	case *tick:
-		if m.id != r.life.ticks || r.timer == nil {
+		if m.id != r.life.ticks {
 			return
 		}
 		r.timer, r.due = nil, time.Time{}
