@@ -877,12 +877,17 @@ func push(ch chan []*pluginapi.Device, list []*pluginapi.Device) {
 
 // preferred answers GetPreferredAllocation (see allocation.Preferred).
 func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
-	held := func(id string) bool {
-		if len(p.holds.Holders[id]) > 0 || p.life.flying[id] > 0 {
-			return true
+	held := make(map[string]bool, len(p.holds.Holders)+len(p.life.flying))
+	for id, hs := range p.holds.Holders {
+		held[id] = len(hs) > 0
+	}
+	for id := range p.life.flying {
+		held[id] = true
+	}
+	for id, m := range p.members {
+		if len(m.HeldElsewhere) > 0 {
+			held[id] = true
 		}
-		m, ok := p.members[id]
-		return ok && len(m.HeldElsewhere) > 0
 	}
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for i, cr := range req.ContainerRequests {

@@ -49,8 +49,8 @@ func (m Member) Usable() bool { return m.Healthy && len(m.HeldElsewhere) == 0 }
 // Preferred answers GetPreferredAllocation for one container of the pool
 // res: up to size IDs, mustInclude first (in order, each once), then the
 // best of the other available IDs. members are the pool's devices by ID
-// (read, never changed); held says whether a device is held by a live or
-// in-flight allocation of the pool, or by another pool's. Candidates rank
+// and held the devices held by a live or in-flight allocation of the
+// pool, or by another pool's (both read, never changed). Candidates rank
 // by, in this order:
 //
 //  1. not held: a held device is offered only when the free ones run out
@@ -78,7 +78,11 @@ func (m Member) Usable() bool { return m.Healthy && len(m.HeldElsewhere) == 0 }
 // asks for more than it offers) wrap ErrInvalidRequest; a must-include
 // non-member wraps ErrUnknownDevice. A must-include device is kept even
 // when unhealthy: the kubelet has already given it to the pod.
-func Preferred(res *config.Resource, members map[string]*Member, held func(id string) bool, available, mustInclude []string, size int) ([]string, error) {
+//
+// The kubelet asks before every Allocate, offering every free device, so
+// this is on its path: one lookup per ID offered, and the held devices
+// (not every member) give the loads.
+func Preferred(res *config.Resource, members map[string]*Member, held map[string]bool, available, mustInclude []string, size int) ([]string, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("preferred allocation for %s: size %d: %w", res.FullName(), size, ErrInvalidRequest)
 	}
@@ -106,6 +110,20 @@ func Preferred(res *config.Resource, members map[string]*Member, held func(id st
 		return out, nil
 	}
 
+	// Only packed and spread weigh the groups' loads.
+	load := make(map[string]int)
+	if res.AllocatePolicy == config.PolicyPacked || res.AllocatePolicy == config.PolicySpread {
+		for id, h := range held {
+			if m, ok := members[id]; ok && h {
+				load[groupOf(&m.Device)]++
+			}
+		}
+		for _, id := range out {
+			load[groupOf(&members[id].Device)]++
+		}
+	}
+
+	weighed := len(load) > 0
 	cands := make([]candidate, 0, len(available))
 	for _, id := range available {
 		m, ok := members[id]
@@ -116,39 +134,46 @@ func Preferred(res *config.Resource, members map[string]*Member, held func(id st
 			others[id] = struct{}{}
 			continue
 		}
-		if _, dup := taken[m]; dup {
-			continue
+		n := len(taken)
+		if taken[m] = struct{}{}; len(taken) == n {
+			continue // a repeat: one hash, not a lookup and an insert
 		}
-		taken[m] = struct{}{}
 		if m.Usable() {
-			cands = append(cands, candidate{id: id, numa: m.Device.NUMANode, group: groupOf(&m.Device), held: held(id)})
+			c := candidate{id: id, numa: m.Device.NUMANode, group: groupOf(&m.Device), held: held[id]}
+			if weighed {
+				c.load = load[c.group]
+			}
+			cands = append(cands, c)
 		}
 	}
 	if distinct := len(taken) + len(others); size > distinct {
 		return nil, fmt.Errorf("preferred allocation for %s: size %d of %d distinct available and must-include devices: %w", res.FullName(), size, distinct, ErrInvalidRequest)
 	}
 
-	// Only packed and spread weigh the groups' loads.
-	load := make(map[string]int)
-	if res.AllocatePolicy == config.PolicyPacked || res.AllocatePolicy == config.PolicySpread {
-		for id, m := range members {
-			if held(id) {
-				load[groupOf(&m.Device)]++
-			}
-		}
-		for _, id := range out {
-			load[groupOf(&members[id].Device)]++
-		}
-	}
-
 	node := preferredNode(members, out, cands, need)
+	if need == 1 && len(cands) > 0 {
+		return append(out, pickOne(res.AllocatePolicy, cands, node)), nil
+	}
+	return append(out, pickAll(res.AllocatePolicy, cands, node, load, need)...), nil
+}
+
+// pickAll takes up to need candidates, tier by tier.
+func pickAll(policy config.AllocatePolicy, cands []candidate, node int, load map[string]int, need int) []string {
+	var out []string
 	for _, tier := range tiers(cands, node) {
-		if len(out) == size {
+		if len(out) == need {
 			break
 		}
-		out = append(out, pick(res.AllocatePolicy, tier, load, size-len(out))...)
+		out = append(out, pick(policy, tier, load, need-len(out))...)
 	}
-	return out, nil
+	return out
+}
+
+// pickOne is pickAll for the usual request, one device: the first
+// candidate of the first tier by the policy's order, with no tier built.
+// cands is not empty.
+func pickOne(policy config.AllocatePolicy, cands []candidate, node int) string {
+	return slices.MinFunc(cands, firstOrder(policy, node)).id
 }
 
 // candidate is a device Preferred may offer.
@@ -157,6 +182,8 @@ type candidate struct {
 	numa  int
 	group string
 	held  bool
+	// load is the group's load before this answer took any.
+	load int
 }
 
 // groupOf is the group a policy balances over: a VF's PF, any other
@@ -209,26 +236,45 @@ func busiest(count map[int]int, atLeast int) int {
 	return best
 }
 
+// firstOrder ranks candidates as tiers and pick would for a pick of one:
+// by tier, then packed by (-load, group, address), spread by (load,
+// group, address), none by address.
+func firstOrder(policy config.AllocatePolicy, node int) func(a, b candidate) int {
+	return func(a, b candidate) int {
+		if t := cmp.Compare(tierOf(a, node), tierOf(b, node)); t != 0 || policy != config.PolicyPacked && policy != config.PolicySpread {
+			return cmp.Or(t, strings.Compare(a.id, b.id))
+		}
+		l := cmp.Compare(a.load, b.load)
+		if policy == config.PolicyPacked {
+			l = -l
+		}
+		return cmp.Or(l, strings.Compare(a.group, b.group), strings.Compare(a.id, b.id))
+	}
+}
+
+// tierOf is c's tier: 0 free on node, 1 free elsewhere, 2 held on node,
+// 3 held elsewhere; with no node (-1), 0 free and 2 held.
+func tierOf(c candidate, node int) int {
+	i := 0
+	if node >= 0 && c.numa != node {
+		i = 1
+	}
+	if c.held {
+		i += 2
+	}
+	return i
+}
+
 // tiers splits the candidates into free on node, free elsewhere, held on
 // node, held elsewhere, dropping the empty ones. With no node the NUMA
 // split is skipped. All tiers share one backing array.
 func tiers(cands []candidate, node int) [][]candidate {
-	tier := func(c candidate) int {
-		i := 0
-		if node >= 0 && c.numa != node {
-			i = 1
-		}
-		if c.held {
-			i += 2
-		}
-		return i
-	}
 	all := make([]candidate, 0, len(cands))
 	out := make([][]candidate, 0, 4)
 	for t := range 4 {
 		start := len(all)
 		for _, c := range cands {
-			if tier(c) == t {
+			if tierOf(c, node) == t {
 				all = append(all, c)
 			}
 		}
