@@ -1,15 +1,20 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,7 +46,11 @@ const (
 // our netDevice pool and to a plugin in the same run that answers from
 // memory and persists nothing: it lists as many devices on the same NUMA
 // nodes and answers with the bytes of one of our answers, so that the
-// kubelet's own work is the same for both. Each of our Allocates is durable in the
+// kubelet's own work is the same for both. Like ours, and like every
+// plugin on a real node, it runs in a process of its own (this test
+// binary again, see serveBarePlugin): a call to a plugin in the kubelet's
+// own process would skip the wake-up of another process that every real
+// plugin's call pays. Each of our Allocates is durable in the
 // ledger before it answers: the target is ours p50 <= the bare plugin's
 // p50 + 1.2 x one bare bbolt commit (an Update putting a record of the
 // size of a DevicesAllocated), measured in the same run, with the
@@ -100,9 +109,9 @@ func benchDeviceManagerAllocate(b *testing.B, defaultDevinfo bool) {
 	// same work for both, and the difference is what we do.
 	ourDevices := k.devices(resLargeNet)
 	answer := ourAnswer(b, resLargeNet, slices.Min(slices.Collect(maps.Keys(ourDevices))))
-	serveBarePlugin(b, resBare, barePlugin{devices: mirror(ourDevices), answer: answer})
-	serveBarePlugin(b, resDurable, barePlugin{devices: mirror(ourDevices), answer: answer,
-		commit: bareCommit(b, filepath.Join(filepath.Dir(n.stateDir), "durable.db"))})
+	serveBarePlugin(b, resBare, bareSpec{Devices: mirror(ourDevices), Answer: answer})
+	serveBarePlugin(b, resDurable, bareSpec{Devices: mirror(ourDevices), Answer: answer,
+		DB: filepath.Join(filepath.Dir(n.stateDir), "durable.db")})
 	k.waitCapacity(b, "the three pools registered", d.started, 30*time.Second, func(c, a counts) bool {
 		return a[resLargeNet] == largeNets && a[resBare] == largeNets && a[resDurable] == largeNets
 	})
@@ -185,15 +194,30 @@ func devinfoFiles(tb testing.TB, dir string) []string {
 // a DevicesAllocated, as the ledger does, and says how long it took.
 func bareCommit(tb testing.TB, path string) func() time.Duration {
 	tb.Helper()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	commit, closeDB, err := openBareCommit(path)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { db.Close() })
-	value := make([]byte, 700)
+	tb.Cleanup(func() { closeDB() })
 	return func() time.Duration {
+		took, err := commit()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return took
+	}
+}
+
+// openBareCommit is bareCommit's work, for a plugin process with no tb.
+func openBareCommit(path string) (commit func() (time.Duration, error), closeDB func() error, err error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		return nil, nil, err
+	}
+	value := make([]byte, 700)
+	return func() (time.Duration, error) {
 		start := time.Now()
-		if err := db.Update(func(tx *bolt.Tx) error {
+		err := db.Update(func(tx *bolt.Tx) error {
 			bk, err := tx.CreateBucketIfNotExists([]byte("events"))
 			if err != nil {
 				return err
@@ -203,11 +227,9 @@ func bareCommit(tb testing.TB, path string) func() time.Duration {
 				return err
 			}
 			return bk.Put(binary.BigEndian.AppendUint64(nil, seq), value)
-		}); err != nil {
-			tb.Fatal(err)
-		}
-		return time.Since(start)
-	}
+		})
+		return time.Since(start), err
+	}, db.Close, nil
 }
 
 // barePlugin is a device plugin that answers from memory and records
@@ -217,7 +239,7 @@ type barePlugin struct {
 	pluginapi.UnimplementedDevicePluginServer
 	devices []*pluginapi.Device
 	answer  *pluginapi.ContainerAllocateResponse
-	commit  func() time.Duration
+	commit  func() (time.Duration, error)
 }
 
 func (barePlugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
@@ -251,7 +273,9 @@ func (barePlugin) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefe
 
 func (p barePlugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	if p.commit != nil {
-		p.commit()
+		if _, err := p.commit(); err != nil {
+			return nil, err
+		}
 	}
 	resp := &pluginapi.AllocateResponse{}
 	for range req.ContainerRequests {
@@ -303,20 +327,94 @@ func ourAnswer(tb testing.TB, res, id string) *pluginapi.ContainerAllocateRespon
 	return nil
 }
 
-// serveBarePlugin serves p as the resource res in device-plugins/ and
-// registers it with the kubelet.
-func serveBarePlugin(tb testing.TB, res string, p barePlugin) {
+// bareSpec is what a bare plugin process serves: its devices, the answer
+// to every container, and with DB the bbolt file it commits to before
+// each Allocate answers.
+type bareSpec struct {
+	Socket  string
+	Devices []*pluginapi.Device
+	Answer  *pluginapi.ContainerAllocateResponse
+	DB      string
+}
+
+// barePluginEnv carries a bareSpec file to a copy of this test binary,
+// which then serves it (see runMain) instead of running tests.
+const barePluginEnv = "DEVLEDGER_E2E_BARE_PLUGIN"
+
+// serveBarePlugin serves spec as the resource res in device-plugins/, in a
+// process of its own, and registers it with the kubelet.
+func serveBarePlugin(tb testing.TB, res string, spec bareSpec) {
 	tb.Helper()
-	sock := filepath.Join(devicePluginsDir, strings.ReplaceAll(res, "/", "_")+".sock")
-	lis, err := net.Listen("unix", sock)
+	spec.Socket = filepath.Join(devicePluginsDir, strings.ReplaceAll(res, "/", "_")+".sock")
+	data, err := json.Marshal(spec)
 	if err != nil {
 		tb.Fatal(err)
+	}
+	specPath := filepath.Join(tb.TempDir(), "bare-plugin.json")
+	if err := os.WriteFile(specPath, data, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), barePluginEnv+"="+specPath)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// The plugin serves until its stdin closes, and says "ready" first.
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("start the bare plugin %s: %v", res, err)
+	}
+	tb.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	})
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); line != "ready\n" {
+		tb.Fatalf("the bare plugin %s did not start: %q, %v", res, line, err)
+	}
+	if err := registerByHand(filepath.Base(spec.Socket), res); err != nil {
+		tb.Fatalf("register the bare plugin %s: %v", res, err)
+	}
+}
+
+// serveBareProcess is a bare plugin process: it serves the bareSpec in
+// the file specPath until its stdin closes.
+func serveBareProcess(specPath string) error {
+	data, err := os.ReadFile(specPath)
+	if err != nil {
+		return err
+	}
+	var spec bareSpec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return fmt.Errorf("%s: %w", specPath, err)
+	}
+	p := barePlugin{devices: spec.Devices, answer: spec.Answer}
+	if spec.DB != "" {
+		commit, closeDB, err := openBareCommit(spec.DB)
+		if err != nil {
+			return err
+		}
+		defer closeDB()
+		p.commit = commit
+	}
+	lis, err := net.Listen("unix", spec.Socket)
+	if err != nil {
+		return err
 	}
 	srv := grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(srv, p)
 	go func() { _ = srv.Serve(lis) }()
-	tb.Cleanup(srv.Stop)
-	if err := registerByHand(filepath.Base(sock), res); err != nil {
-		tb.Fatalf("register the bare plugin %s: %v", res, err)
-	}
+	defer srv.Stop()
+	fmt.Println("ready")
+	_, err = io.Copy(io.Discard, os.Stdin)
+	return err
 }

@@ -48,6 +48,13 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	if spec := os.Getenv(barePluginEnv); spec != "" {
+		if err := serveBareProcess(spec); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: bare plugin: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	if os.Getenv(namespaceEnv) == "" {
 		reason, code := reexecInNamespace()
 		if reason == "" {
