@@ -100,7 +100,7 @@ func settle(tb testing.TB, d *Daemon) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	for _, pid := range []*actor.PID{kids.Scanner, kids.Health, kids.Reconciler} {
+	for _, pid := range []*actor.PID{kids.Scanner, kids.Health, kids.Reconciler, d.node} {
 		// One that stops meanwhile (a node crash) drops its Quiet; a
 		// restarted one answers it.
 		q := &ledger.Quiet{Done: make(chan struct{})}

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
 
@@ -848,6 +850,75 @@ const dpdkConfig = `{"resourceList": [
   {"resourceName": "dpdk", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]}},
   {"resourceName": "sriov_net", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["iavf"]}}
 ]}`
+
+// A reload's record does not hold the node's mailbox while it is on its
+// way to disk: the node answers a Query meanwhile (the blocking record
+// did not), holds what would read the new config (a second reload, which
+// then finds the file unchanged), and answers the reload once the config
+// is durable. The store's writer is held by a guard whose check waits.
+func TestAReloadDoesNotHoldTheNodesMailboxForItsRecord(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.WatchConfig = false
+	d := n.start(t)
+	ctx := waitCtx(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+		t.Fatal(err)
+	}
+	log := d.Recorder().Log()
+	writing, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) }) // a failing test must not leave the writer held
+	refuse := errors.New("refused by the test")
+	if err := log.AppendAsyncGuarded(ctx, store.Guard{After: log.LastSeq() - 1, Check: func(events.Envelope) error {
+		close(writing)
+		<-release
+		return refuse
+	}}, []events.Envelope{events.New(events.KubeletStopped{}, time.Now(), "test")}, func([]events.Envelope, error) {}); err != nil {
+		t.Fatal(err)
+	}
+	<-writing
+	if err := os.WriteFile(n.opts.ConfigPath, []byte(dpdkConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	first, second := make(chan any, 1), make(chan any, 1)
+	for _, ch := range []chan any{first, second} {
+		go func() {
+			res, err := d.Ask(ctx, d.node, &node.ReloadConfig{Reason: "test"})
+			if err != nil {
+				ch <- err
+				return
+			}
+			ch <- res
+		}()
+		time.Sleep(50 * time.Millisecond) // the first is in the node's mailbox first
+	}
+	ask, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := d.Ask(ask, d.node, &node.Query{}); err != nil {
+		t.Fatalf("a Query while the config is being recorded: %v", err)
+	}
+	select {
+	case r := <-first:
+		t.Fatalf("the reload was answered before its record was durable: %+v", r)
+	default:
+	}
+	once.Do(func() { close(release) })
+	for i, ch := range []chan any{first, second} {
+		var r any
+		select {
+		case r = <-ch:
+		case <-ctx.Done():
+			t.Fatalf("reload %d: no answer", i+1)
+		}
+		res, ok := r.(*node.ReloadResult)
+		if !ok || i == 0 && !res.Applied || i == 1 && !res.Unchanged {
+			t.Fatalf("reload %d: %+v, want the first applied and the second to find it unchanged", i+1, r)
+		}
+	}
+	if _, err := n.kubelet.WaitRegistered(ctx, "intel.com/dpdk"); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // reload writes cfg to the node's config file and has d apply it.
 func (n *testNode) reload(ctx context.Context, t *testing.T, d *Daemon, cfg string) {

@@ -6,7 +6,6 @@
 package node
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -164,6 +163,19 @@ type coordinator struct {
 	gen      uint64
 	stopping map[string]poolStopped
 	deferred map[string]string
+
+	// persist holds the node's messages back while what it records (a
+	// config read, or what its start found emptied) is being made durable,
+	// so that nothing it does next sees the world before the record. It
+	// is this incarnation's: the next starts from the ledger, as it drops
+	// what comes while the node closes.
+	persist ledger.Persister
+}
+
+// held is a message held back while the node persists, with its sender.
+type held struct {
+	msg    any
+	sender *actor.PID
 }
 
 // leave is a pool a device was placed out of, in placement gen.
@@ -186,15 +198,39 @@ type poolStopped struct {
 func (n *coordinator) Receive(ctx actor.Context) {
 	// Once closing, do nothing: a pool spawned while the children stop
 	// would never be told to stop, and the node would wait for it forever.
-	switch ctx.Message().(type) {
+	switch m := ctx.Message().(type) {
 	case *actor.Stopping, *actor.Restarting:
 		n.closing = true
+		// What is being recorded lands first: a config the ledger holds
+		// is the next incarnation's (see reload).
+		n.persist.Settle()
+		return
+	case *ledger.Landed:
+		if !n.closing {
+			n.persist.Land(m, func(h any) { n.handle(ctx, h.(held).msg, h.(held).sender) })
+		}
+		return
+	case *ledger.Quiet:
+		n.persist.Hold(m)
 		return
 	}
 	if n.closing {
 		return
 	}
-	switch m := ctx.Message().(type) {
+	switch ctx.Message().(type) {
+	case *Query, *Children, *Crash:
+	default:
+		if n.persist.Hold(held{ctx.Message(), ctx.Sender()}) {
+			return
+		}
+	}
+	n.handle(ctx, ctx.Message(), ctx.Sender())
+}
+
+// handle handles msg from sender, now or once what was persisted before
+// it is applied.
+func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
+	switch m := msg.(type) {
 	case *actor.Started:
 		n.start(ctx)
 	case *scanner.Scanned:
@@ -314,12 +350,9 @@ func (n *coordinator) Receive(ctx actor.Context) {
 	case *Rescan:
 		ctx.Send(n.scanner, &scanner.Rescan{Reason: m.Reason})
 	case *configwatch.Changed:
-		n.reload(ctx, m.Reason)
+		n.reload(ctx, m.Reason, nil)
 	case *ReloadConfig:
-		res := n.reload(ctx, m.Reason)
-		if ctx.Sender() != nil {
-			ctx.Respond(res)
-		}
+		n.reload(ctx, m.Reason, sender)
 	case *ProbeHealth:
 		ctx.Send(n.health, &health.Probe{Reason: "asked", Addresses: m.Addresses, Interfaces: m.Interfaces})
 	case *Crash:
@@ -555,6 +588,8 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 	n.leave(owner)
 
 	var targets []health.Target
+	var emptied []events.Payload // what the pools this start leaves unspawned cannot record
+	var emptiedPools []string
 	for _, pm := range sel.Pools {
 		res := pm.Resource
 		ids := members[pm.Name]
@@ -607,11 +642,22 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 			delete(n.deferred, pm.Name)
 			n.spawnPool(ctx, res, ms, moves(pm.Name, before, owner), why)
 		case !running && !n.placed:
-			n.recordEmptied(pm.Name, before, owner)
+			if ps := n.emptied(pm.Name, before, owner); len(ps) > 0 {
+				emptied, emptiedPools = append(emptied, ps...), append(emptiedPools, pm.Name)
+			}
 		}
 		for i := len(targets) - len(ids); i < len(targets); i++ {
 			targets[i].Pool = n.pools[pm.Name]
 		}
+	}
+	if len(emptied) > 0 {
+		n.persist.Persist(ctx, n.cfg.Recorder, nil, emptied, func(_ []events.Envelope, err error) {
+			if err != nil {
+				n.cfg.Log.Error().Err(err).Strs("pools", emptiedPools).Msg("cannot record that pools have no devices")
+				return
+			}
+			n.cfg.Log.Info().Strs("pools", emptiedPools).Msg("pools have no devices and are not served")
+		})
 	}
 	maps.DeleteFunc(n.join, func(addr string, _ sysfs.Device) bool {
 		_, ok := owner[addr]
@@ -720,10 +766,11 @@ func (n *coordinator) isStopping(name string) bool {
 	return false
 }
 
-// recordEmptied records, at a start, what a pool left with no devices, and
-// so not spawned, cannot: that its members in the ledger left, and that it
-// serves no more (a crash came between its withdrawal and the record).
-func (n *coordinator) recordEmptied(name string, before, owner map[string]string) {
+// emptied is what, at a start, a pool left with no devices, and so not
+// spawned, cannot record itself: that its members in the ledger left, and
+// that it serves no more (a crash came between its withdrawal and the
+// record).
+func (n *coordinator) emptied(name string, before, owner map[string]string) []events.Payload {
 	var removed []string
 	for addr, p := range before {
 		if p == name {
@@ -739,14 +786,7 @@ func (n *coordinator) recordEmptied(name string, before, owner map[string]string
 	if reg := n.replayed.Pools[name].Registration; reg.Serving {
 		payloads = append(payloads, events.PluginWithdrawn{Pool: name, Socket: reg.Socket, Reason: "no devices at the node's start"})
 	}
-	if len(payloads) == 0 {
-		return
-	}
-	if _, err := n.cfg.Recorder.Record(context.Background(), payloads...); err != nil {
-		n.cfg.Log.Error().Err(err).Str("pool", name).Msg("cannot record that the pool has no devices")
-		return
-	}
-	n.cfg.Log.Info().Str("pool", name).Strs("removed", removed).Msg("pool has no devices and is not served")
+	return payloads
 }
 
 // leave notes the devices that owner places out of a pool that may still
@@ -867,33 +907,49 @@ func definition(r *config.Resource) string {
 	return string(def)
 }
 
-// reload reads the config file again. An unreadable file is logged, an
-// invalid one recorded as ConfigRejected; the config in force stays. A
-// valid one is recorded as ConfigApplied (after the membership of pools it
-// removes), then pools start, stop or change and devices are placed again.
-func (n *coordinator) reload(ctx actor.Context, reason string) *ReloadResult {
+// reload reads the config file again and answers sender (if any) with a
+// *ReloadResult. An unreadable file is logged, an invalid one recorded as
+// ConfigRejected; the config in force stays. A valid one is recorded as
+// ConfigApplied (after the membership of pools it removes), then pools
+// start, stop or change and devices are placed again. The node holds its
+// messages while the record is on its way to disk: what comes next sees
+// the new config. Should the node close meanwhile, the config is only
+// remembered: the next incarnation starts its pools by it.
+func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID) {
+	reply := func(res *ReloadResult) {
+		if sender != nil {
+			ctx.Send(sender, res)
+		}
+	}
 	path := n.cfg.ConfigPath
 	log := n.cfg.Log.With().Str("config", path).Str("reason", reason).Logger()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		log.Warn().Err(err).Msg("cannot read the config file; keeping the config in force")
-		return &ReloadResult{Err: err}
+		reply(&ReloadResult{Err: err})
+		return
 	}
 	sha := Digest(data)
 	if sha == n.cfg.ConfigSHA256 {
-		return &ReloadResult{Unchanged: true}
+		reply(&ReloadResult{Unchanged: true})
+		return
 	}
 	cfg, err := config.ParseWith(path, data, n.cfg.ConfigOptions)
 	if err != nil {
 		lines := strings.Split(strings.TrimRight(err.Error(), "\n"), "\n")
-		if _, rerr := n.cfg.Recorder.Record(context.Background(), events.ConfigRejected{Path: path, SHA256: sha, Errors: lines}); rerr != nil {
-			// Not recorded: the next reload of the same bytes tries again.
-			log.Error().Err(rerr).Msg("cannot record the rejected config")
-			return &ReloadResult{Rejected: lines, Err: rerr}
-		}
-		n.cfg.ConfigSHA256 = sha // the same bad bytes are not rejected twice
-		log.Warn().Strs("errors", lines).Msg("config rejected; keeping the config in force")
-		return &ReloadResult{Rejected: lines}
+		n.persist.Persist(ctx, n.cfg.Recorder, nil, []events.Payload{events.ConfigRejected{Path: path, SHA256: sha, Errors: lines}},
+			func(_ []events.Envelope, err error) {
+				if err != nil {
+					// Not recorded: the next reload of the same bytes tries again.
+					log.Error().Err(err).Msg("cannot record the rejected config")
+					reply(&ReloadResult{Rejected: lines, Err: err})
+					return
+				}
+				n.cfg.ConfigSHA256 = sha // the same bad bytes are not rejected twice
+				log.Warn().Strs("errors", lines).Msg("config rejected; keeping the config in force")
+				reply(&ReloadResult{Rejected: lines})
+			})
+		return
 	}
 	for _, w := range cfg.Warnings {
 		log.Warn().Msg(w)
@@ -939,29 +995,34 @@ func (n *coordinator) reload(ctx actor.Context, reason string) *ReloadResult {
 	}
 	applied.Changes = ConfigChanges(old, applied.Pools, n.owner, now)
 	payloads = append(payloads, applied)
-	envs, err := n.cfg.Recorder.Record(context.Background(), payloads...)
-	if err != nil {
-		log.Error().Err(err).Msg("cannot record the new config; keeping the config in force")
-		return &ReloadResult{Err: err}
-	}
-	for _, name := range gone {
-		if pid := n.pools[name]; pid != nil {
-			n.stopPool(ctx, name, pid, n.members[name])
+	n.persist.Persist(ctx, n.cfg.Recorder, nil, payloads, func(envs []events.Envelope, err error) {
+		if err != nil {
+			log.Error().Err(err).Msg("cannot record the new config; keeping the config in force")
+			reply(&ReloadResult{Err: err})
+			return
 		}
-		delete(n.members, name)
-	}
-	for _, spec := range applied.Pools {
-		if pid := n.pools[spec.Resource]; pid != nil && old[spec.Resource] != spec.Definition {
-			ctx.Send(pid, &pool.SetResource{Resource: next[spec.Resource]})
+		n.life.config, n.life.sha = cfg, sha
+		log.Info().Str("sha256", sha).Strs("pools", pools).Strs("removed", gone).Uint64("seq", envs[len(envs)-1].Seq).Msg("config applied")
+		defer reply(&ReloadResult{Applied: true})
+		if n.closing {
+			return
 		}
-	}
-	n.cfg.Config, n.resources, n.cfg.ConfigSHA256 = cfg, next, sha
-	n.life.config, n.life.sha = cfg, sha
-	ctx.Send(n.reconciler, &reconciler.SetPools{Pools: pools})
-	log.Info().Str("sha256", sha).Strs("pools", pools).Strs("removed", gone).Uint64("seq", envs[len(envs)-1].Seq).Msg("config applied")
-	// Before the first scan, that scan places the devices by this config.
-	if n.placed {
-		n.place(ctx, "reload: "+reason, true)
-	}
-	return &ReloadResult{Applied: true}
+		for _, name := range gone {
+			if pid := n.pools[name]; pid != nil {
+				n.stopPool(ctx, name, pid, n.members[name])
+			}
+			delete(n.members, name)
+		}
+		for _, spec := range applied.Pools {
+			if pid := n.pools[spec.Resource]; pid != nil && old[spec.Resource] != spec.Definition {
+				ctx.Send(pid, &pool.SetResource{Resource: next[spec.Resource]})
+			}
+		}
+		n.cfg.Config, n.resources, n.cfg.ConfigSHA256 = cfg, next, sha
+		ctx.Send(n.reconciler, &reconciler.SetPools{Pools: pools})
+		// Before the first scan, that scan places the devices by this config.
+		if n.placed {
+			n.place(ctx, "reload: "+reason, true)
+		}
+	})
 }
