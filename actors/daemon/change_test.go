@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
@@ -855,43 +856,10 @@ const dpdkConfig = `{"resourceList": [
 // way to disk: the node answers a Query meanwhile (the blocking record
 // did not), holds what would read the new config (a second reload, which
 // then finds the file unchanged), and answers the reload once the config
-// is durable. The store's writer is held by a guard whose check waits.
+// is durable.
 func TestAReloadDoesNotHoldTheNodesMailboxForItsRecord(t *testing.T) {
-	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
-	n.opts.WatchConfig = false
-	d := n.start(t)
-	ctx := waitCtx(t)
-	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
-		t.Fatal(err)
-	}
-	log := d.Recorder().Log()
-	writing, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { close(release) }) }) // a failing test must not leave the writer held
-	refuse := errors.New("refused by the test")
-	if err := log.AppendAsyncGuarded(ctx, store.Guard{After: log.LastSeq() - 1, Check: func(events.Envelope) error {
-		close(writing)
-		<-release
-		return refuse
-	}}, []events.Envelope{events.New(events.KubeletStopped{}, time.Now(), "test")}, func([]events.Envelope, error) {}); err != nil {
-		t.Fatal(err)
-	}
-	<-writing
-	if err := os.WriteFile(n.opts.ConfigPath, []byte(dpdkConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	first, second := make(chan any, 1), make(chan any, 1)
-	for _, ch := range []chan any{first, second} {
-		go func() {
-			res, err := d.Ask(ctx, d.node, &node.ReloadConfig{Reason: "test"})
-			if err != nil {
-				ch <- err
-				return
-			}
-			ch <- res
-		}()
-		time.Sleep(50 * time.Millisecond) // the first is in the node's mailbox first
-	}
+	n, d, ctx, release := reloadWhileTheWriterWaits(t)
+	first, second := reloadTwice(d)
 	ask, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	if _, err := d.Ask(ask, d.node, &node.Query{}); err != nil {
@@ -902,8 +870,92 @@ func TestAReloadDoesNotHoldTheNodesMailboxForItsRecord(t *testing.T) {
 		t.Fatalf("the reload was answered before its record was durable: %+v", r)
 	default:
 	}
-	once.Do(func() { close(release) })
-	for i, ch := range []chan any{first, second} {
+	release()
+	expectReloads(ctx, t, first, second)
+	if _, err := n.kubelet.WaitRegistered(ctx, "intel.com/dpdk"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A node that crashes while a reload's record is on its way waits for it,
+// and its next incarnation serves the new config and takes what the last
+// one held (the second reload) before its mailbox, as it would have taken
+// it from the mailbox.
+func TestANodeThatCrashesWhileRecordingAConfigKeepsItAndWhatItHeld(t *testing.T) {
+	n, d, ctx, release := reloadWhileTheWriterWaits(t)
+	first, second := reloadTwice(d)
+	crashed := time.Now()
+	d.Send(&node.Crash{Reason: "test"})
+	release()
+	expectReloads(ctx, t, first, second)
+	if _, err := n.kubelet.RegisteredAfter(ctx, []string{"intel.com/dpdk", netPool}, crashed); err != nil {
+		t.Fatal(err)
+	}
+	kids, err := d.Children(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := slices.Sorted(maps.Keys(kids.Pools)); !slices.Equal(got, []string{"intel.com/dpdk", netPool}) {
+		t.Errorf("after the crash the node serves %v, want the reloaded config's pools", got)
+	}
+}
+
+// reloadWhileTheWriterWaits starts a node on sriovConfig, holds the
+// store's writer (a guarded append whose check waits for release) and
+// writes dpdkConfig to the config file.
+func reloadWhileTheWriterWaits(t *testing.T) (n *testNode, d *Daemon, ctx context.Context, release func()) {
+	t.Helper()
+	n = newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.WatchConfig = false
+	d = n.start(t)
+	ctx = supervisionCtx(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+		t.Fatal(err)
+	}
+	log := d.Recorder().Log()
+	writing, open := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(open) }) }
+	t.Cleanup(release) // a failing test must not leave the writer held
+	if err := log.AppendAsyncGuarded(ctx, store.Guard{After: log.LastSeq() - 1, Check: func(events.Envelope) error {
+		close(writing)
+		<-open
+		return errors.New("refused by the test")
+	}}, []events.Envelope{events.New(events.KubeletStopped{}, time.Now(), "test")}, func([]events.Envelope, error) {}); err != nil {
+		t.Fatal(err)
+	}
+	<-writing
+	if err := os.WriteFile(n.opts.ConfigPath, []byte(dpdkConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return n, d, ctx, release
+}
+
+// reloadTwice asks the node to reload twice, in this order, and returns
+// where each answer will come.
+func reloadTwice(d *Daemon) (first, second <-chan any) {
+	answer := func(f *actor.Future) <-chan any {
+		ch := make(chan any, 1)
+		go func() {
+			res, err := f.Result()
+			if err != nil {
+				ch <- err
+				return
+			}
+			ch <- res
+		}()
+		return ch
+	}
+	f1 := d.system.Root.RequestFuture(d.node, &node.ReloadConfig{Reason: "first"}, 30*time.Second)
+	f2 := d.system.Root.RequestFuture(d.node, &node.ReloadConfig{Reason: "second"}, 30*time.Second)
+	return answer(f1), answer(f2)
+}
+
+// expectReloads expects the first reload applied and the second to find
+// the file unchanged.
+func expectReloads(ctx context.Context, t *testing.T, first, second <-chan any) {
+	t.Helper()
+	for i, ch := range []<-chan any{first, second} {
 		var r any
 		select {
 		case r = <-ch:
@@ -914,9 +966,6 @@ func TestAReloadDoesNotHoldTheNodesMailboxForItsRecord(t *testing.T) {
 		if !ok || i == 0 && !res.Applied || i == 1 && !res.Unchanged {
 			t.Fatalf("reload %d: %+v, want the first applied and the second to find it unchanged", i+1, r)
 		}
-	}
-	if _, err := n.kubelet.WaitRegistered(ctx, "intel.com/dpdk"); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -122,6 +122,12 @@ type lifetime struct {
 	config       *config.Config
 	sha          string
 	incarnations int
+	// persist holds the node's messages back while what it records (a
+	// config read, or what its start found emptied) is being made durable,
+	// so that nothing it does next sees the world before the record. What
+	// it holds when the node restarts is the next incarnation's, first, as
+	// what is in the mailbox is.
+	persist ledger.Persister
 }
 
 type coordinator struct {
@@ -163,13 +169,6 @@ type coordinator struct {
 	gen      uint64
 	stopping map[string]poolStopped
 	deferred map[string]string
-
-	// persist holds the node's messages back while what it records (a
-	// config read, or what its start found emptied) is being made durable,
-	// so that nothing it does next sees the world before the record. It
-	// is this incarnation's: the next starts from the ledger, as it drops
-	// what comes while the node closes.
-	persist ledger.Persister
 }
 
 // held is a message held back while the node persists, with its sender.
@@ -203,15 +202,15 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		n.closing = true
 		// What is being recorded lands first: a config the ledger holds
 		// is the next incarnation's (see reload).
-		n.persist.Settle()
+		n.life.persist.Settle()
 		return
 	case *ledger.Landed:
 		if !n.closing {
-			n.persist.Land(m, func(h any) { n.handle(ctx, h.(held).msg, h.(held).sender) })
+			n.life.persist.Land(m, func(h any) { n.handle(ctx, h.(held).msg, h.(held).sender) })
 		}
 		return
 	case *ledger.Quiet:
-		n.persist.Hold(m)
+		n.life.persist.Hold(m)
 		return
 	}
 	if n.closing {
@@ -220,7 +219,7 @@ func (n *coordinator) Receive(ctx actor.Context) {
 	switch ctx.Message().(type) {
 	case *Query, *Children, *Crash:
 	default:
-		if n.persist.Hold(held{ctx.Message(), ctx.Sender()}) {
+		if n.life.persist.Hold(held{ctx.Message(), ctx.Sender()}) {
 			return
 		}
 	}
@@ -233,6 +232,7 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 	switch m := msg.(type) {
 	case *actor.Started:
 		n.start(ctx)
+		n.life.persist.Resume(func(h any) { n.handle(ctx, h.(held).msg, h.(held).sender) })
 	case *scanner.Scanned:
 		n.scanned(ctx, m)
 	case *pool.Serving:
@@ -651,7 +651,7 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 		}
 	}
 	if len(emptied) > 0 {
-		n.persist.Persist(ctx, n.cfg.Recorder, nil, emptied, func(_ []events.Envelope, err error) {
+		n.life.persist.Persist(ctx, n.cfg.Recorder, nil, emptied, func(_ []events.Envelope, err error) {
 			if err != nil {
 				n.cfg.Log.Error().Err(err).Strs("pools", emptiedPools).Msg("cannot record that pools have no devices")
 				return
@@ -937,7 +937,7 @@ func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID
 	cfg, err := config.ParseWith(path, data, n.cfg.ConfigOptions)
 	if err != nil {
 		lines := strings.Split(strings.TrimRight(err.Error(), "\n"), "\n")
-		n.persist.Persist(ctx, n.cfg.Recorder, nil, []events.Payload{events.ConfigRejected{Path: path, SHA256: sha, Errors: lines}},
+		n.life.persist.Persist(ctx, n.cfg.Recorder, nil, []events.Payload{events.ConfigRejected{Path: path, SHA256: sha, Errors: lines}},
 			func(_ []events.Envelope, err error) {
 				if err != nil {
 					// Not recorded: the next reload of the same bytes tries again.
@@ -995,7 +995,7 @@ func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID
 	}
 	applied.Changes = ConfigChanges(old, applied.Pools, n.owner, now)
 	payloads = append(payloads, applied)
-	n.persist.Persist(ctx, n.cfg.Recorder, nil, payloads, func(envs []events.Envelope, err error) {
+	n.life.persist.Persist(ctx, n.cfg.Recorder, nil, payloads, func(envs []events.Envelope, err error) {
 		if err != nil {
 			log.Error().Err(err).Msg("cannot record the new config; keeping the config in force")
 			reply(&ReloadResult{Err: err})
