@@ -339,10 +339,10 @@ func spread(tier []candidate, load map[string]int, need int) []string {
 	slices.Sort(groups)
 	out := make([]string, 0, need)
 	for len(out) < need {
-		best := ""
+		best, found := "", false
 		for _, g := range groups {
-			if len(queue[g]) > 0 && (best == "" || load[g] < load[best]) {
-				best = g
+			if len(queue[g]) > 0 && (!found || load[g] < load[best]) {
+				best, found = g, true
 			}
 		}
 		out = append(out, queue[best][0].id)

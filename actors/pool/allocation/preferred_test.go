@@ -372,7 +372,7 @@ func preferred(res *config.Resource, members map[string]Member, held map[string]
 // small sets, so that ties are common).
 func TestPickOneIsPickAllOfOne(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	groups := []string{"0000:17:00.0", "0000:18:00.0", "0000:3b", "0000:af:00.0"}
+	groups := []string{"", "0000:17:00.0", "0000:18:00.0", "0000:3b", "0000:af:00.0"} // "": a device with no address
 	for _, policy := range []config.AllocatePolicy{config.PolicyNone, config.PolicyPacked, config.PolicySpread} {
 		for i := range 2000 {
 			load := map[string]int{}
