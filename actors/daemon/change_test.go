@@ -879,8 +879,8 @@ func TestAReloadDoesNotHoldTheNodesMailboxForItsRecord(t *testing.T) {
 
 // A node that crashes while a reload's record is on its way waits for it,
 // and its next incarnation serves the new config and takes what the last
-// one held (the second reload) before its mailbox, as it would have taken
-// it from the mailbox.
+// one held (the second reload), as it would have taken it from the
+// mailbox.
 func TestANodeThatCrashesWhileRecordingAConfigKeepsItAndWhatItHeld(t *testing.T) {
 	n, d, ctx, release := reloadWhileTheWriterWaits(t)
 	first, second := reloadTwice(d)
@@ -897,6 +897,19 @@ func TestANodeThatCrashesWhileRecordingAConfigKeepsItAndWhatItHeld(t *testing.T)
 	}
 	if got := slices.Sorted(maps.Keys(kids.Pools)); !slices.Equal(got, []string{"intel.com/dpdk", netPool}) {
 		t.Errorf("after the crash the node serves %v, want the reloaded config's pools", got)
+	}
+}
+
+// A node that stops while a reload's record is on its way answers the
+// reload once the config is durable, and a reload it held with an error:
+// no incarnation is left to read the file.
+func TestANodeThatStopsWhileRecordingAConfigAnswersWhatItHeld(t *testing.T) {
+	_, d, ctx, release := reloadWhileTheWriterWaits(t)
+	first, second := reloadTwice(d)
+	d.system.Root.Poison(d.node) // as Stop does, after the reloads
+	release()
+	if r := answers(ctx, t, first, second); !r[0].Applied || r[1].Err == nil {
+		t.Fatalf("reloads: %+v, %+v; want the first applied and the second refused as the node stops", r[0], r[1])
 	}
 }
 
@@ -955,7 +968,16 @@ func reloadTwice(d *Daemon) (first, second <-chan any) {
 // the file unchanged.
 func expectReloads(ctx context.Context, t *testing.T, first, second <-chan any) {
 	t.Helper()
-	for i, ch := range []<-chan any{first, second} {
+	if r := answers(ctx, t, first, second); !r[0].Applied || !r[1].Unchanged {
+		t.Fatalf("reloads: %+v, %+v; want the first applied and the second to find it unchanged", r[0], r[1])
+	}
+}
+
+// answers waits for the answer to each reload.
+func answers(ctx context.Context, t *testing.T, chs ...<-chan any) []*node.ReloadResult {
+	t.Helper()
+	out := make([]*node.ReloadResult, len(chs))
+	for i, ch := range chs {
 		var r any
 		select {
 		case r = <-ch:
@@ -963,10 +985,12 @@ func expectReloads(ctx context.Context, t *testing.T, first, second <-chan any) 
 			t.Fatalf("reload %d: no answer", i+1)
 		}
 		res, ok := r.(*node.ReloadResult)
-		if !ok || i == 0 && !res.Applied || i == 1 && !res.Unchanged {
-			t.Fatalf("reload %d: %+v, want the first applied and the second to find it unchanged", i+1, r)
+		if !ok {
+			t.Fatalf("reload %d: %v", i+1, r)
 		}
+		out[i] = res
 	}
+	return out
 }
 
 // reload writes cfg to the node's config file and has d apply it.

@@ -106,6 +106,21 @@ func (p *Persister) Resume(handle func(any)) {
 	}
 }
 
+// Drain hands each message held to handle and forgets them, closing a
+// Quiet itself: what an actor that stops for good owes those who wait for
+// an answer.
+func (p *Persister) Drain(handle func(any)) {
+	held := p.held
+	p.held = nil
+	for _, m := range held {
+		if q, ok := m.(*Quiet); ok {
+			close(q.Done)
+			continue
+		}
+		handle(m)
+	}
+}
+
 // Settle waits for the append in flight, if any, and runs its
 // continuation: what an actor that stops or restarts owes to those it
 // tells. The continuation must start no new work (the incarnation is

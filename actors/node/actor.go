@@ -201,8 +201,17 @@ func (n *coordinator) Receive(ctx actor.Context) {
 	case *actor.Stopping, *actor.Restarting:
 		n.closing = true
 		// What is being recorded lands first: a config the ledger holds
-		// is the next incarnation's (see reload).
+		// is the next incarnation's (see reload). What is held then is
+		// the next incarnation's too; with none to come, a reload asked
+		// is answered now.
 		n.life.persist.Settle()
+		if _, stopping := m.(*actor.Stopping); stopping {
+			n.life.persist.Drain(func(h any) {
+				if _, ok := h.(held).msg.(*ReloadConfig); ok && h.(held).sender != nil {
+					ctx.Send(h.(held).sender, &ReloadResult{Err: errors.New("the node stopped before it read the config again")})
+				}
+			})
+		}
 		return
 	case *ledger.Landed:
 		if !n.closing {
@@ -217,7 +226,9 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		return
 	}
 	switch ctx.Message().(type) {
-	case *Query, *Children, *Crash:
+	case *Query, *Children, *Crash, *actor.Terminated:
+		// Terminated only ends a stop the node asked for before, and must
+		// not wait for a restart that would find no stop to end.
 	default:
 		if n.life.persist.Hold(held{ctx.Message(), ctx.Sender()}) {
 			return
