@@ -80,8 +80,9 @@ func (m Member) Usable() bool { return m.Healthy && len(m.HeldElsewhere) == 0 }
 // when unhealthy: the kubelet has already given it to the pod.
 //
 // The kubelet asks before every Allocate, offering every free device, so
-// this is on its path: one lookup per ID offered, and the held devices
-// (not every member) give the loads.
+// this is on its path: held comes as a set, built once per call, the held
+// devices alone (not every member) give the loads, and a pick of one
+// builds no tiers.
 func Preferred(res *config.Resource, members map[string]*Member, held map[string]bool, available, mustInclude []string, size int) ([]string, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("preferred allocation for %s: size %d: %w", res.FullName(), size, ErrInvalidRequest)
