@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -224,5 +226,36 @@ func TestRemoveDeviceInfo(t *testing.T) {
 	}
 	if err := RemoveDeviceInfo(filepath.Join(dir, "nope"), netdevice, dev.Address); err != nil {
 		t.Errorf("remove in missing dir: %v", err)
+	}
+}
+
+// holds is what lets an Allocate skip the write: it must say no to a file
+// that holds the content and more, or less, or none at all.
+func TestHolds(t *testing.T) {
+	dir := t.TempDir()
+	data := []byte(`{"type":"pci"}`)
+	for _, tc := range []struct {
+		name    string
+		content []byte // nil: no file
+		want    bool
+	}{
+		{"the same bytes", data, true},
+		{"more after them", append(slices.Clone(data), '\n'), false},
+		{"fewer", data[:len(data)-1], false},
+		{"other bytes of the same length", []byte(`{"type":"usb"}`), false},
+		{"an empty file", []byte{}, false},
+		{"no file", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-"))
+			if tc.content != nil {
+				if err := os.WriteFile(path, tc.content, 0o444); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := holds(path, data); got != tc.want {
+				t.Errorf("holds = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
