@@ -215,7 +215,7 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		return
 	case *ledger.Landed:
 		if !n.closing {
-			n.life.persist.Land(m, func(h any) { n.handle(ctx, h.(held).msg, h.(held).sender) })
+			n.life.persist.Land(m, n.handleHeld(ctx))
 		}
 		return
 	case *ledger.Quiet:
@@ -237,13 +237,18 @@ func (n *coordinator) Receive(ctx actor.Context) {
 	n.handle(ctx, ctx.Message(), ctx.Sender())
 }
 
+// handleHeld hands what the Persister held back to handle.
+func (n *coordinator) handleHeld(ctx actor.Context) func(any) {
+	return func(h any) { n.handle(ctx, h.(held).msg, h.(held).sender) }
+}
+
 // handle handles msg from sender, now or once what was persisted before
 // it is applied.
 func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 	switch m := msg.(type) {
 	case *actor.Started:
 		n.start(ctx)
-		n.life.persist.Resume(func(h any) { n.handle(ctx, h.(held).msg, h.(held).sender) })
+		n.life.persist.Resume(n.handleHeld(ctx))
 	case *scanner.Scanned:
 		n.scanned(ctx, m)
 	case *pool.Serving:
