@@ -322,26 +322,14 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 			ctx.Send(n.reconciler, &reconciler.Allocated{Seq: seq})
 		}
 	case *reconciler.Released:
-		if pid := n.pools[m.Pool]; pid != nil {
-			ctx.Send(pid, &pool.Released{AllocationSeq: m.AllocationSeq})
-		} else if !n.placed && n.replayed != nil {
-			// Before the first pools: their replayed state must not bring it back.
-			st := events.Apply(n.replayed.Clone(), events.Envelope{Seq: n.replayed.Seq, Time: n.replayed.Time,
-				Payload: events.DevicesReleased{AllocationSeq: m.AllocationSeq, Pool: m.Pool}})
-			n.replayed = &st
-		}
+		n.tellPool(ctx, m.Pool, &pool.Released{AllocationSeq: m.AllocationSeq}, events.Envelope{Seq: n.replayed.Seq, Time: n.replayed.Time,
+			Payload: events.DevicesReleased{AllocationSeq: m.AllocationSeq, Pool: m.Pool}})
 		ids := n.claimed(m.AllocationSeq)
 		n.allocs = events.Apply(n.allocs, m.Event)
 		n.retellHolds(ctx, m.Pool, ids, fmt.Sprintf("allocation #%d of %s released", m.AllocationSeq, m.Pool))
 	case *reconciler.Recovered:
-		if pid := n.pools[m.Pool]; pid != nil {
-			ctx.Send(pid, &pool.Recovered{AllocationSeq: m.AllocationSeq, DeviceIDs: m.DeviceIDs})
-		} else if !n.placed && n.replayed != nil {
-			// Before the first pools: their replayed state must hold it.
-			st := events.Apply(n.replayed.Clone(), events.Envelope{Seq: m.AllocationSeq, Time: m.At,
-				Payload: events.AllocationRecovered{Pool: m.Pool, DeviceIDs: m.DeviceIDs}})
-			n.replayed = &st
-		}
+		n.tellPool(ctx, m.Pool, &pool.Recovered{AllocationSeq: m.AllocationSeq, DeviceIDs: m.DeviceIDs}, events.Envelope{Seq: m.AllocationSeq, Time: m.At,
+			Payload: events.AllocationRecovered{Pool: m.Pool, DeviceIDs: m.DeviceIDs}})
 		n.allocs = events.Apply(n.allocs, m.Event)
 		n.retellHolds(ctx, m.Pool, m.DeviceIDs, fmt.Sprintf("allocation #%d of %s recovered from the kubelet", m.AllocationSeq, m.Pool))
 	case *reconciler.ClaimChanged:
@@ -390,6 +378,17 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 		ctx.Respond(&ChildPIDs{Scanner: n.scanner, Registrar: n.registrar, Health: n.health,
 			Sockets: n.sockets, Reconciler: n.reconciler, Pools: maps.Clone(n.pools),
 			Configured: slices.Sorted(maps.Keys(n.resources)), Placed: n.placed})
+	}
+}
+
+// tellPool sends msg to the pool name or, before the first pools spawn,
+// folds env into the replayed state they start from, lest they undo it.
+func (n *coordinator) tellPool(ctx actor.Context, name string, msg any, env events.Envelope) {
+	if pid := n.pools[name]; pid != nil {
+		ctx.Send(pid, msg)
+	} else if !n.placed {
+		st := events.Apply(n.replayed.Clone(), env)
+		n.replayed = &st
 	}
 }
 
@@ -864,16 +863,12 @@ func (n *coordinator) spawnPool(ctx actor.Context, res *config.Resource, ms []al
 		replayed = nil
 	}
 	name := res.FullName()
-	pid, err := ctx.SpawnNamed(pool.Props(pool.Config{
+	n.pools[name] = n.spawn(ctx, fmt.Sprintf("pool-%s-%d", strings.ReplaceAll(name, "/", "_"), n.spawned), pool.Props(pool.Config{
 		Resource: res, Members: slices.Clone(ms), Moves: moves, Seq: n.cfg.Recorder.Log().LastSeq(), Reason: reason, Recorder: n.cfg.Recorder, Replayed: replayed,
 		SocketDir: SocketDir(n.cfg.KubeletDir, n.cfg.Mode), Mode: n.cfg.Mode, Env: n.cfg.AllocEnv, DevinfoDir: n.cfg.DevinfoDir, CDISpecDir: n.cfg.CDISpecDir,
 		CallTimeout: n.cfg.CallTimeout, ObserveAllocate: n.cfg.ObserveAllocate, Log: n.cfg.Log.With().Str("actor", "pool").Logger(),
-	}), fmt.Sprintf("pool-%s-%d", strings.ReplaceAll(name, "/", "_"), n.spawned))
-	if err != nil {
-		panic(fmt.Errorf("node: spawn pool %s: %w", name, err))
-	}
+	}))
 	n.spawned++
-	n.pools[name] = pid
 }
 
 // poolsOf are cfg's pools by name, and their names in file order.
