@@ -122,11 +122,10 @@ type lifetime struct {
 	config       *config.Config
 	sha          string
 	incarnations int
-	// persist holds the node's messages back while what it records (a
-	// config read, or what its start found emptied) is being made durable,
-	// so that nothing it does next sees the world before the record. What
-	// it holds when the node restarts is the next incarnation's, first, as
-	// what is in the mailbox is.
+	// persist holds the node's messages back while a record (a config, or
+	// what its start found emptied) goes to disk, so nothing next sees the
+	// world before it; what it holds at a restart goes to the next
+	// incarnation first, as its mailbox does.
 	persist ledger.Persister
 }
 
@@ -200,10 +199,9 @@ func (n *coordinator) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Stopping, *actor.Restarting:
 		n.closing = true
-		// What is being recorded lands first: a config the ledger holds
-		// is the next incarnation's (see reload). What is held then is
-		// the next incarnation's too; with none to come, a reload asked
-		// is answered now.
+		// What is being recorded lands first: a config the ledger holds is
+		// the next incarnation's (see reload), as is what is held; with none
+		// to come, a reload asked is answered now.
 		n.life.persist.Settle()
 		if _, stopping := m.(*actor.Stopping); stopping {
 			n.life.persist.Drain(func(h any) {
@@ -533,7 +531,6 @@ func (n *coordinator) start(ctx actor.Context) {
 	// Children spawned now only read it (those that fold get a copy); a pool
 	// spawned after the first placement replays the moved-on ledger itself.
 	n.replayed = st
-	n.placed = false
 	n.life.incarnations++
 	if n.life.config != nil {
 		n.cfg.Config, n.cfg.ConfigSHA256 = n.life.config, n.life.sha
@@ -584,10 +581,6 @@ func (n *coordinator) scanned(ctx actor.Context, m *scanner.Scanned) {
 // place puts the last scan's devices into the config's pools, spawns,
 // withdraws or updates the pools, and tells the health checker what to probe.
 func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
-	byAddr := make(map[string]sysfs.Device, len(n.devices))
-	for _, d := range n.devices {
-		byAddr[d.Address] = d
-	}
 	// Where each device was: the last placement, or the ledger's at a start.
 	before := n.owner
 	if !n.placed {
@@ -607,16 +600,15 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 	var emptiedPools []string
 	for _, pm := range sel.Pools {
 		res := pm.Resource
-		ids := members[pm.Name]
-		slices.Sort(ids)
-		ms := make([]allocation.Member, 0, len(ids))
-		for _, addr := range ids {
-			d := byAddr[addr]
+		devs := members[pm.Name]
+		slices.SortFunc(devs, func(a, b sysfs.Device) int { return strings.Compare(a.Address, b.Address) })
+		ms := make([]allocation.Member, 0, len(devs))
+		for _, d := range devs {
+			addr := d.Address
 			ms = append(ms, n.member(d, pm.Name))
 			joined, ok := n.join[addr]
 			if prev := n.owner[addr]; !ok || prev != pm.Name || (d.Driver != "" && d.Driver != joined.Driver) {
-				joined = d
-				n.join[addr] = d
+				joined, n.join[addr] = d, d
 			}
 			t := health.Target{Probe: sysfs.ProbeTarget{Address: addr, Driver: joined.Driver,
 				VFIO: sysfs.IsVFIODriver(joined.Driver), IOMMUGroup: joined.IOMMUGroup,
@@ -661,7 +653,7 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 				emptied, emptiedPools = append(emptied, ps...), append(emptiedPools, pm.Name)
 			}
 		}
-		for i := len(targets) - len(ids); i < len(targets); i++ {
+		for i := len(targets) - len(devs); i < len(targets); i++ {
 			targets[i].Pool = n.pools[pm.Name]
 		}
 	}
@@ -692,18 +684,18 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 // that exists, so a rebind makes no membership change. members lists each
 // pool's devices, unsorted.
 func placement(cfg *config.Config, resources map[string]*config.Resource, devices []sysfs.Device, env config.Env,
-	before map[string]string) (sel *config.Selection, owner map[string]string, members map[string][]string) {
+	before map[string]string) (sel *config.Selection, owner map[string]string, members map[string][]sysfs.Device) {
 	sel = cfg.Select(devices, env)
 	byAddr := make(map[string]sysfs.Device, len(devices))
 	for _, d := range devices {
 		byAddr[d.Address] = d
 	}
-	owner, members = map[string]string{}, map[string][]string{}
+	owner, members = map[string]string{}, map[string][]sysfs.Device{}
 	for _, pm := range sel.Pools {
 		for _, addr := range pm.Members {
-			if _, ok := byAddr[addr]; ok { // auxiliary devices ride on their parent
+			if d, ok := byAddr[addr]; ok { // auxiliary devices ride on their parent
 				owner[addr] = pm.Name
-				members[pm.Name] = append(members[pm.Name], addr)
+				members[pm.Name] = append(members[pm.Name], d)
 			}
 		}
 	}
@@ -711,7 +703,7 @@ func placement(cfg *config.Config, resources map[string]*config.Resource, device
 		d, present := byAddr[addr]
 		if _, placed := owner[addr]; present && !placed && d.Driver == "" && resources[name] != nil {
 			owner[addr] = name
-			members[name] = append(members[name], addr)
+			members[name] = append(members[name], d)
 		}
 	}
 	return sel, owner, members
@@ -921,11 +913,10 @@ func definition(r *config.Resource) string {
 // reload reads the config file again and answers sender (if any) with a
 // *ReloadResult. An unreadable file is logged, an invalid one recorded as
 // ConfigRejected; the config in force stays. A valid one is recorded as
-// ConfigApplied (after the membership of pools it removes), then pools
-// start, stop or change and devices are placed again. The node holds its
-// messages while the record is on its way to disk: what comes next sees
-// the new config. Should the node close meanwhile, the config is only
-// remembered: the next incarnation starts its pools by it.
+// ConfigApplied, after the membership of pools it removes. The node holds
+// its messages while the record goes to disk, so what comes next sees the
+// new config; should the node close meanwhile, the config is only
+// remembered and the next incarnation starts its pools by it.
 func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID) {
 	reply := func(res *ReloadResult) {
 		if sender != nil {
