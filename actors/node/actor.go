@@ -773,10 +773,9 @@ func (n *coordinator) isStopping(name string) bool {
 	return false
 }
 
-// emptied is what, at a start, a pool left with no devices, and so not
-// spawned, cannot record itself: that its members in the ledger left, and
-// that it serves no more (a crash came between its withdrawal and the
-// record).
+// emptied is what a pool left with no devices at a start, so not spawned,
+// cannot record itself: that its ledger members left, and that it serves no
+// more (a crash came between its withdrawal and the record).
 func (n *coordinator) emptied(name string, before, owner map[string]string) []events.Payload {
 	var removed []string
 	for addr, p := range before {
