@@ -716,7 +716,7 @@ func (p *allocator) letGo(ctx actor.Context, ids []string) {
 	}
 	var gone []string
 	for _, id := range ids {
-		if _, member := p.members[id]; !member && p.life.leaving[id] && p.life.flying[id] == 0 && !p.placesAgain(id) {
+		if _, member := p.members[id]; !member && p.life.leaving[id] && !p.life.flying(id) && !p.placesAgain(id) {
 			delete(p.life.leaving, id)
 			gone = append(gone, id)
 		}
@@ -818,7 +818,7 @@ func (p *allocator) status() *Status {
 		switch {
 		case len(p.holds.Holders[addr]) > 0:
 			st.Allocated++
-		case m.Usable() && p.life.flying[addr] == 0:
+		case m.Usable() && !p.life.flying(addr):
 			st.Free++
 		}
 	}
@@ -877,12 +877,14 @@ func push(ch chan []*pluginapi.Device, list []*pluginapi.Device) {
 
 // preferred answers GetPreferredAllocation (see allocation.Preferred).
 func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
-	held := make(map[string]bool, len(p.holds.Holders)+len(p.life.flying))
+	held := make(map[string]bool, len(p.holds.Holders))
 	for id, hs := range p.holds.Holders {
 		held[id] = len(hs) > 0
 	}
-	for id := range p.life.flying {
-		held[id] = true
+	for _, f := range p.life.pending {
+		for _, id := range f.ids {
+			held[id] = true
+		}
 	}
 	for id, m := range p.members {
 		if len(m.HeldElsewhere) > 0 {

@@ -32,24 +32,19 @@ type lifetime struct {
 	// gone closes when the pool stops for good: waiting calls get Unavailable.
 	gone chan struct{}
 	once sync.Once
-
-	// placed is the last SetMembers taken (nil: none was), which a
-	// restarted pool places, and gen the newest applied; leaving are the
-	// devices placed out of the pool that are not let go yet.
-	placed  *SetMembers
-	gen     uint64
-	leaving map[string]bool
-	// refusals counts the membership changes refused in a row.
-	refusals uint
+	// placed is the last SetMembers taken (nil: none), which a restarted
+	// pool places, and gen the newest applied; leaving are the devices
+	// placed out of the pool and not let go yet.
+	placed   *SetMembers
+	gen      uint64
+	leaving  map[string]bool
+	refusals uint // membership changes refused in a row
 	// resource is the last SetResource applied (nil: none), for restarts.
-	resource *config.Resource
-	// incarnations counts the incarnations started.
+	resource     *config.Resource
 	incarnations uint64
-	// pending are the Allocates whose events the store has not answered
-	// yet, by id, and flying counts them per device: the answer may come
-	// to a later incarnation.
+	// pending are the Allocates the store has not answered yet, by id: the
+	// answer may come to a later incarnation.
 	pending map[uint64]*flight
-	flying  map[string]int
 	nextID  uint64
 	// draining counts the servers of stopped incarnations finishing their
 	// calls, which a pool stopped for good waits for.
@@ -57,7 +52,17 @@ type lifetime struct {
 }
 
 func newLifetime() *lifetime {
-	return &lifetime{gone: make(chan struct{}), leaving: map[string]bool{}, pending: map[uint64]*flight{}, flying: map[string]int{}}
+	return &lifetime{gone: make(chan struct{}), leaving: map[string]bool{}, pending: map[uint64]*flight{}}
+}
+
+// flying says whether an Allocate of device id is pending.
+func (l *lifetime) flying(id string) bool {
+	for _, f := range l.pending {
+		if slices.Contains(f.ids, id) {
+			return true
+		}
+	}
+	return false
 }
 
 // stop says the pool has stopped for good.
@@ -65,7 +70,7 @@ func (l *lifetime) stop() { l.once.Do(func() { close(l.gone) }) }
 
 // flight is an Allocate whose events are queued with the store.
 type flight struct {
-	devices [][]string
+	ids     []string // every container's devices
 	resp    *pluginapi.AllocateResponse
 	reply   chan<- allocateReply
 	started time.Time
@@ -92,8 +97,9 @@ func (p *allocator) allocate(ctx actor.Context, m *allocateReq) error {
 	}
 	// A device another Allocate has in flight is refused: its event
 	// could name neither holder right (the other's seq is not known).
-	for _, id := range slices.Concat(devices...) {
-		if p.life.flying[id] > 0 {
+	ids := slices.Concat(devices...)
+	for _, id := range ids {
+		if p.life.flying(id) {
 			return fmt.Errorf("%w: Allocate for %s: device %s is being allocated by another call", grpcapi.ErrUnavailable, p.name, id)
 		}
 	}
@@ -117,7 +123,7 @@ func (p *allocator) allocate(ctx actor.Context, m *allocateReq) error {
 	l := p.life
 	l.nextID++
 	id := l.nextID
-	f := &flight{devices: devices, resp: resp, reply: m.reply, started: m.started, landed: make(chan landing, 1)}
+	f := &flight{ids: ids, resp: resp, reply: m.reply, started: m.started, landed: make(chan landing, 1)}
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	if err := p.cfg.Recorder.RecordAsync(m.ctx, payloads, func(envs []events.Envelope, err error) {
 		f.landed <- landing{envs: envs, err: err}
@@ -126,9 +132,6 @@ func (p *allocator) allocate(ctx actor.Context, m *allocateReq) error {
 		return fmt.Errorf("%w: %s: the ledger could not record the allocation: %v", grpcapi.ErrUnavailable, p.name, err)
 	}
 	l.pending[id] = f
-	for _, d := range slices.Concat(devices...) {
-		l.flying[d]++
-	}
 	return nil
 }
 
@@ -200,7 +203,7 @@ func (p *allocator) landedOne(ctx actor.Context, id uint64) {
 // AllocationRecorded), the pool holds its devices, and only then is the
 // kubelet answered. A device the pool lost meanwhile is let go now.
 func (p *allocator) land(ctx actor.Context, id uint64, f *flight, l landing) {
-	p.unpend(id, f)
+	delete(p.life.pending, id)
 	err := l.err
 	switch {
 	case err == nil:
@@ -237,17 +240,7 @@ func (p *allocator) land(ctx actor.Context, id uint64, f *flight, l landing) {
 		p.cfg.Log.Error().Err(err).Str("pool", p.name).Msg("allocation not recorded; the kubelet's call failed")
 		p.answer(f.reply, f.started, nil, err)
 	}
-	p.letGo(ctx, slices.Concat(f.devices...))
-}
-
-// unpend ends the flight id: it is answered, by land or as the pool stops.
-func (p *allocator) unpend(id uint64, f *flight) {
-	delete(p.life.pending, id)
-	for _, d := range slices.Concat(f.devices...) {
-		if p.life.flying[d]--; p.life.flying[d] <= 0 {
-			delete(p.life.flying, d)
-		}
-	}
+	p.letGo(ctx, f.ids)
 }
 
 // drainPending lands each pending Allocate as the pool stops for good, so
@@ -256,27 +249,24 @@ func (p *allocator) unpend(id uint64, f *flight) {
 // disk): one still pending then is answered Unavailable, and should it
 // land after all, the parent still hears of it.
 func (p *allocator) drainPending(ctx actor.Context) {
-	deadline := time.NewTimer(p.callTimeout())
-	defer deadline.Stop()
-	expired := false
+	wait, cancel := context.WithTimeout(context.Background(), p.callTimeout())
+	defer cancel()
 	for _, id := range slices.Sorted(maps.Keys(p.life.pending)) {
 		f := p.life.pending[id]
-		if !expired {
-			select {
-			case l := <-f.landed:
-				p.land(ctx, id, f, l)
-				continue
-			case <-deadline.C:
-				expired = true
-			}
+		select {
+		case l := <-f.landed:
+			p.land(ctx, id, f, l)
+			continue
+		case <-wait.Done():
 		}
+		// Past the deadline: land only what has landed already.
 		select {
 		case l := <-f.landed:
 			p.land(ctx, id, f, l)
 			continue
 		default:
 		}
-		p.unpend(id, f)
+		delete(p.life.pending, id)
 		p.cfg.Log.Error().Str("pool", p.name).Msg("the ledger did not answer an Allocate as the pool stopped")
 		p.answer(f.reply, f.started, nil, fmt.Errorf("%w: pool %s stopped before the ledger answered", grpcapi.ErrUnavailable, p.name))
 		// A goroutine, as the mailbox dies with the pool: it only relays
