@@ -58,6 +58,9 @@ type Config struct {
 
 // Props returns the props of a pool allocator.
 func Props(cfg Config) *actor.Props {
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = grpcapi.DefaultCallTimeout
+	}
 	replayed := handoff.First(cfg.Replayed)
 	life := newLifetime()
 	return actor.PropsFromProducer(func() actor.Actor {
@@ -94,16 +97,14 @@ type allocator struct {
 	verdicts events.Health
 	// holds are the pool's live allocations (the fold's, see events.Holds).
 	holds events.Holds
-	// gen is the newest SetMembers applied.
-	gen uint64
 
-	// placing are the placements not applied yet, oldest first; taken and
-	// applied number placements; waiting are the calls held meanwhile (see
-	// place). retry places again after a refusal (see refused).
-	placing        []*placement
-	taken, applied uint64
-	waiting        []waitingCall
-	retry          *time.Timer
+	// placing are the placements not applied yet, oldest first, numbered
+	// by taken; waiting are the calls held meanwhile (see place). retry
+	// places again after a refusal (see refused).
+	placing []*placement
+	taken   uint64
+	waiting []waitingCall
+	retry   *time.Timer
 
 	watchers map[chan []*pluginapi.Device]bool
 	// list is the last list built, nil once members or resource change;
@@ -184,7 +185,7 @@ func (p *allocator) Receive(ctx actor.Context) {
 // call handles a kubelet call or a Query, or holds it until the
 // placements taken before it are applied (see place).
 func (p *allocator) call(ctx actor.Context, c any) {
-	if p.applied < p.taken {
+	if len(p.placing) > 0 {
 		p.waiting = append(p.waiting, waitingCall{c: c, after: p.taken})
 		return
 	}
@@ -239,10 +240,7 @@ func (p *allocator) start(ctx actor.Context) {
 	p.watchers = map[chan []*pluginapi.Device]bool{}
 	st := p.replayed
 	if st == nil {
-		s, err := p.cfg.Recorder.Replay()
-		if err != nil {
-			panic(fmt.Errorf("pool %s: replay: %w", p.name, err))
-		}
+		s := p.replay()
 		st = &s
 		// Members may have changed since we were spawned.
 		ctx.Send(ctx.Parent(), &NeedMembers{Pool: p.name})
@@ -259,7 +257,6 @@ func (p *allocator) start(ctx actor.Context) {
 		place = &SetMembers{Members: last.Members, Gen: last.Gen, Seq: last.Seq}
 	}
 	p.members, p.order = p.index(listed(st.Pools[p.name].Members, place.Members))
-	p.gen = p.life.gen
 	place.Reason = cmp.Or(p.cfg.Reason, "daemon start")
 	if p.life.incarnations > 0 {
 		place.Reason = "pool restarted"
@@ -277,11 +274,10 @@ func (p *allocator) start(ctx actor.Context) {
 	if len(live) > 0 {
 		p.cfg.Log.Warn().Str("pool", p.name).Strs("sockets", live).Msg("another process serves a socket by the pool's name: two plugins for one resource")
 	}
-	b := &backend{root: ctx.ActorSystem().Root, pid: ctx.Self(), timeout: p.callTimeout(), pool: p.name,
+	b := &backend{root: ctx.ActorSystem().Root, pid: ctx.Self(), timeout: p.cfg.CallTimeout, pool: p.name,
 		life: p.life, incarnation: p.life.incarnations}
-	p.server = grpcapi.NewPoolServer(p.name, b,
-		grpcapi.PoolServerOptions{Mode: p.cfg.Mode, Observer: observer{root: ctx.ActorSystem().Root, pid: ctx.Self(), pool: p.name},
-			CallTimeout: p.callTimeout(), Logger: p.cfg.Log, PrivateDirKey: SocketBase(p.name) + ".sock"})
+	p.server = grpcapi.NewPoolServer(p.name, b, grpcapi.PoolServerOptions{Mode: p.cfg.Mode, Observer: b,
+		CallTimeout: p.cfg.CallTimeout, Logger: p.cfg.Log, PrivateDirKey: SocketBase(p.name) + ".sock"})
 	p.socket = newSocketPath(p.cfg.SocketDir, p.name)
 	if err := p.server.Serve(p.socket); err != nil {
 		panic(fmt.Errorf("pool %s: serve %s: %w", p.name, p.socket, err))
@@ -349,13 +345,6 @@ func (p *allocator) writeCDISpec() {
 		return
 	}
 	log.Debug().Str("path", path).Int("devices", len(devs)-len(refused)).Msg("CDI spec written")
-}
-
-func (p *allocator) callTimeout() time.Duration {
-	if p.cfg.CallTimeout > 0 {
-		return p.cfg.CallTimeout
-	}
-	return grpcapi.DefaultCallTimeout
 }
 
 // announce records PluginServing (after SocketLost if lost is set) and at
@@ -440,7 +429,7 @@ func (p *allocator) stop() {
 	if err := srv.Close(); err != nil {
 		p.cfg.Log.Warn().Err(err).Str("pool", p.name).Msg("pool server close")
 	}
-	log, name, timeout := p.cfg.Log, p.name, p.callTimeout()
+	log, name, timeout := p.cfg.Log, p.name, p.cfg.CallTimeout
 	p.life.draining.Add(1)
 	go func() {
 		defer p.life.draining.Done()
@@ -581,9 +570,8 @@ func (p *allocator) applyPlaced(ctx actor.Context) {
 		pl := p.placing[0]
 		p.placing = p.placing[1:]
 		p.setMembers(ctx, pl)
-		p.applied = pl.n
 	}
-	for len(p.waiting) > 0 && p.waiting[0].after <= p.applied {
+	for len(p.waiting) > 0 && (len(p.placing) == 0 || p.waiting[0].after < p.placing[0].n) {
 		w := p.waiting[0]
 		p.waiting = p.waiting[1:]
 		p.call(ctx, w.c)
@@ -593,7 +581,7 @@ func (p *allocator) applyPlaced(ctx actor.Context) {
 // forget drops the placements not applied yet, and takes the calls that
 // waited for them.
 func (p *allocator) forget(ctx actor.Context) {
-	p.placing, p.applied = nil, p.taken
+	p.placing = nil
 	p.applyPlaced(ctx)
 }
 
@@ -620,13 +608,19 @@ func (p *allocator) replace(ctx actor.Context) {
 	if len(p.placing) > 0 || p.life.placed == nil {
 		return // placing already (a later SetMembers, or a restart)
 	}
+	st := p.replay()
+	again := *p.life.placed // a copy: placing it sets its Seq
+	p.members, p.order = p.index(listed(st.Pools[p.name].Members, again.Members))
+	p.placeAfterReplay(ctx, &st, &again, false)
+}
+
+// replay folds the ledger as it is now; a pool that cannot read it restarts.
+func (p *allocator) replay() events.State {
 	st, err := p.cfg.Recorder.Replay()
 	if err != nil {
 		panic(fmt.Errorf("pool %s: replay: %w", p.name, err))
 	}
-	again := *p.life.placed // a copy: placing it sets its Seq
-	p.members, p.order = p.index(listed(st.Pools[p.name].Members, again.Members))
-	p.placeAfterReplay(ctx, &st, &again, false)
+	return st
 }
 
 // placeAfterReplay places m, perhaps long stale, against st, the state
@@ -698,8 +692,7 @@ func (p *allocator) setMembers(ctx actor.Context, pl *placement) {
 		old = nil
 	}
 	p.members, p.order = p.index(pl.m.Members)
-	p.gen = max(p.gen, pl.m.Gen)
-	p.life.gen = p.gen
+	p.life.gen = max(p.life.gen, pl.m.Gen)
 	p.list = nil
 	p.syncDeviceInfo(old)
 	p.writeCDISpec()
@@ -722,7 +715,7 @@ func (p *allocator) letGo(ctx actor.Context, ids []string) {
 		}
 	}
 	if len(gone) > 0 {
-		ctx.Send(ctx.Parent(), &LetGo{Pool: p.name, From: ctx.Self(), Gen: p.gen, Devices: gone})
+		ctx.Send(ctx.Parent(), &LetGo{Pool: p.name, From: ctx.Self(), Gen: p.life.gen, Devices: gone})
 	}
 }
 

@@ -11,7 +11,8 @@ import (
 	"github.com/devledger/devledger/grpcapi"
 )
 
-// backend implements grpcapi.PoolBackend by messages to the pool actor.
+// backend implements grpcapi.PoolBackend and grpcapi.RegistrationObserver
+// by messages to the pool actor.
 type backend struct {
 	root    *actor.RootContext
 	pid     *actor.PID
@@ -114,19 +115,12 @@ func (b *backend) PreferredAllocation(ctx context.Context, req *pluginapi.Prefer
 	return r.resp, r.err
 }
 
-// observer relays plugin-watcher callbacks into the actor.
-type observer struct {
-	root *actor.RootContext
-	pid  *actor.PID
-	pool string
-}
-
 // InfoRequested implements grpcapi.RegistrationObserver.
-func (o observer) InfoRequested(resource, socket string) {
-	o.root.Send(o.pid, &kubeletSaid{report: KubeletReported{Pool: o.pool, Socket: socket, InfoRequested: true}})
+func (b *backend) InfoRequested(resource, socket string) {
+	b.root.Send(b.pid, &kubeletSaid{report: KubeletReported{Pool: b.pool, Socket: socket, InfoRequested: true}})
 }
 
 // RegistrationStatus implements grpcapi.RegistrationObserver.
-func (o observer) RegistrationStatus(resource, socket string, registered bool, reason string) {
-	o.root.Send(o.pid, &kubeletSaid{report: KubeletReported{Pool: o.pool, Socket: socket, Registered: registered, Reason: reason}})
+func (b *backend) RegistrationStatus(resource, socket string, registered bool, reason string) {
+	b.root.Send(b.pid, &kubeletSaid{report: KubeletReported{Pool: b.pool, Socket: socket, Registered: registered, Reason: reason}})
 }

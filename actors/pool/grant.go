@@ -249,7 +249,7 @@ func (p *allocator) land(ctx actor.Context, id uint64, f *flight, l landing) {
 // disk): one still pending then is answered Unavailable, and should it
 // land after all, the parent still hears of it.
 func (p *allocator) drainPending(ctx actor.Context) {
-	wait, cancel := context.WithTimeout(context.Background(), p.callTimeout())
+	wait, cancel := context.WithTimeout(context.Background(), p.cfg.CallTimeout)
 	defer cancel()
 	for _, id := range slices.Sorted(maps.Keys(p.life.pending)) {
 		f := p.life.pending[id]
