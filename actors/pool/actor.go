@@ -501,9 +501,17 @@ func (p *allocator) place(ctx actor.Context, m *SetMembers, start bool) {
 		before = p.placing[n-1].order
 	}
 	// Note what to let go first, so a crash from here on cannot lose it.
-	added, removed := diffSorted(before, order)
-	for _, addr := range added {
-		delete(p.life.leaving, addr)
+	var added, removed []string
+	for _, addr := range order {
+		if _, was := slices.BinarySearch(before, addr); !was {
+			added = append(added, addr)
+			delete(p.life.leaving, addr)
+		}
+	}
+	for _, addr := range before {
+		if _, member := byAddr[addr]; !member {
+			removed = append(removed, addr)
+		}
 	}
 	for _, addr := range slices.Concat(removed, m.Leaving) {
 		if _, member := byAddr[addr]; !member {
@@ -907,23 +915,4 @@ func toPlugin(a events.ContainerAllocation) *pluginapi.ContainerAllocateResponse
 		r.CdiDevices = append(r.CdiDevices, &pluginapi.CDIDevice{Name: name})
 	}
 	return r
-}
-
-// diffSorted returns what sorted b adds to sorted a, and what it removes.
-func diffSorted(a, b []string) (added, removed []string) {
-	i, j := 0, 0
-	for i < len(a) || j < len(b) {
-		switch {
-		case j == len(b) || i < len(a) && a[i] < b[j]:
-			removed = append(removed, a[i])
-			i++
-		case i == len(a) || b[j] < a[i]:
-			added = append(added, b[j])
-			j++
-		default:
-			i++
-			j++
-		}
-	}
-	return added, removed
 }
