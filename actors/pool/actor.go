@@ -95,8 +95,7 @@ type allocator struct {
 	// verdicts is the newest verdict heard per device, member or not: one
 	// may come before its device joins, and members may bring an older one.
 	verdicts events.Health
-	// holds are the pool's live allocations (the fold's, see events.Holds).
-	holds events.Holds
+	holds    events.Holds // the pool's live allocations (the fold's)
 
 	// placing are the placements not applied yet, oldest first, numbered
 	// by taken; waiting are the calls held meanwhile (see place). retry
@@ -112,10 +111,8 @@ type allocator struct {
 	list   []*pluginapi.Device
 	stale  []string
 	server *grpcapi.PoolServer
-	// socket is where server serves now (see SocketBase).
-	socket string
-	// life outlives this incarnation, numbered life.incarnations.
-	life *lifetime
+	socket string    // where server serves now (see SocketBase)
+	life   *lifetime // outlives this incarnation, numbered life.incarnations
 }
 
 // Receive implements actor.Actor.
@@ -409,10 +406,9 @@ func (p *allocator) recordAsync(what string, g *store.Guard, payloads []events.P
 	}
 }
 
-// stop ends this incarnation's serving: the socket goes and streams end
-// at once. The server's wait for calls still in the mailbox runs apart:
-// the next incarnation answers them, or they end once the pool is gone
-// (see await), so waiting here would hang every restart and stop.
+// stop ends this incarnation's socket and streams at once. Its server's
+// calls still in the mailbox are answered by the next incarnation or end
+// once the pool is gone (await): waiting for them here would hang.
 func (p *allocator) stop() {
 	if p.retry != nil {
 		p.retry.Stop()
@@ -586,8 +582,7 @@ func (p *allocator) applyPlaced(ctx actor.Context) {
 	}
 }
 
-// forget drops the placements not applied yet, and takes the calls that
-// waited for them.
+// forget drops the placements not applied yet and takes the waiting calls.
 func (p *allocator) forget(ctx actor.Context) {
 	p.placing = nil
 	p.applyPlaced(ctx)
