@@ -173,7 +173,9 @@ func (p *allocator) Receive(ctx actor.Context) {
 	case *watchReq, *unwatchReq, *preferredReq, *allocateReq:
 		p.call(ctx, m)
 	case *landed:
-		p.landedOne(ctx, m.id)
+		if f, ok := p.life.pending[m.id]; ok { // drainPending may have landed it
+			p.land(ctx, m.id, f, <-f.landed)
+		}
 	case *kubeletSaid:
 		ctx.Send(ctx.Parent(), &m.report)
 	}

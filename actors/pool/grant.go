@@ -190,15 +190,6 @@ func (p *allocator) grant(req *pluginapi.AllocateRequest) ([][]string, [][]sysfs
 	return devices, devs, nil
 }
 
-// landedOne lands Allocate id if still pending (drainPending may have).
-func (p *allocator) landedOne(ctx actor.Context, id uint64) {
-	f, ok := p.life.pending[id]
-	if !ok {
-		return
-	}
-	p.land(ctx, id, f, <-f.landed)
-}
-
 // land applies an Allocate's outcome: the parent hears of it (see
 // AllocationRecorded), the pool holds its devices, and only then is the
 // kubelet answered. A device the pool lost meanwhile is let go now.
