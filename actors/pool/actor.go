@@ -255,7 +255,6 @@ func (p *allocator) start(ctx actor.Context) {
 	if last := p.life.placed; last != nil {
 		place = &SetMembers{Members: last.Members, Gen: last.Gen, Seq: last.Seq}
 	}
-	p.members, p.order = p.index(listed(st.Pools[p.name].Members, place.Members))
 	place.Reason = cmp.Or(p.cfg.Reason, "daemon start")
 	if p.life.incarnations > 0 {
 		place.Reason = "pool restarted"
@@ -615,7 +614,6 @@ func (p *allocator) replace(ctx actor.Context) {
 	}
 	st := p.replay()
 	again := *p.life.placed // a copy: placing it sets its Seq
-	p.members, p.order = p.index(listed(st.Pools[p.name].Members, again.Members))
 	p.placeAfterReplay(ctx, &st, &again, false)
 }
 
@@ -628,11 +626,12 @@ func (p *allocator) replay() events.State {
 	return st
 }
 
-// placeAfterReplay places m, perhaps long stale, against st, the state
-// just read, and says whether the pool is in force: not if st has a config
-// without it (its parent stops it next); else it was up to st.Seq, where
-// the change's guard starts.
+// placeAfterReplay starts from the members st, the state just read, lists
+// and places m, perhaps long stale, against st. It says whether the pool
+// is in force: not if st has a config without it (its parent stops it
+// next); else it was up to st.Seq, where the change's guard starts.
 func (p *allocator) placeAfterReplay(ctx actor.Context, st *events.State, m *SetMembers, start bool) bool {
+	p.members, p.order = p.index(listed(st.Pools[p.name].Members, m.Members))
 	if _, inForce := st.Pools[p.name]; !inForce && st.Config.SHA256 != "" {
 		p.cfg.Log.Info().Str("pool", p.name).Msg("the pool was dropped from the config; its members are not recorded")
 		return false
