@@ -169,13 +169,16 @@ func Start(opts Options) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("open ledger: %w%s", err, salvageHint(err))
 	}
 	d.ledger = l
-	ok := false
 	// Once DaemonStarted is recorded, a failed start must close its run, or
 	// the next start takes it for a crash and readers for a live daemon.
 	recorded := false
+	var metricsLn net.Listener
 	defer func() {
-		if ok {
+		if err == nil {
 			return
+		}
+		if metricsLn != nil {
+			metricsLn.Close()
 		}
 		if d.system != nil {
 			d.system.Shutdown()
@@ -267,16 +270,10 @@ func Start(opts Options) (_ *Daemon, err error) {
 	}
 	// Listen before any actor starts: a daemon that cannot serve metrics
 	// stops before its pools register.
-	var metricsLn net.Listener
 	if opts.MetricsAddr != "" {
 		if metricsLn, err = net.Listen("tcp", opts.MetricsAddr); err != nil {
 			return nil, fmt.Errorf("--metrics-addr %s: %w", opts.MetricsAddr, err)
 		}
-		defer func() {
-			if !ok {
-				metricsLn.Close()
-			}
-		}()
 	}
 	var pools []string
 	for _, r := range cfg.Resources {
@@ -339,7 +336,6 @@ func Start(opts Options) (_ *Daemon, err error) {
 	}
 	d.stopSnap, d.snapDone = make(chan struct{}), make(chan struct{})
 	go d.snapshotLoop()
-	ok = true
 	return d, nil
 }
 
