@@ -305,7 +305,7 @@ func (h *healthBench) transition(tb testing.TB, c healthCase, healthy bool, trig
 	seq0 := h.d.Recorder().Log().LastSeq()
 	start := time.Now()
 	if trigger != nil { // nil: the periodic probe round finds it
-		h.d.Probe(trigger)
+		h.d.Send(trigger)
 	}
 	// The stand-in's next list of the pool comes first, and only then
 	// its waiter: WaitDevices clones and checks the list it holds at
@@ -429,7 +429,7 @@ func (h *healthBench) run(b *testing.B, c healthCase, trigger func() *node.Probe
 		if err := c.repair(); err != nil {
 			b.Errorf("the tree stays faulted: %v", err)
 		}
-		h.d.Probe(&node.ProbeHealth{})
+		h.d.Send(&node.ProbeHealth{})
 	})
 	records := map[bool][]byte{}
 	for _, healthy := range []bool{false, true} {

@@ -1028,7 +1028,7 @@ func TestLinkNotificationAloneMovesHealth(t *testing.T) {
 		if err := set("ens785f0"); err != nil {
 			t.Fatal(err)
 		}
-		d.Probe(&node.ProbeHealth{Interfaces: []string{"ens785f0"}})
+		d.Send(&node.ProbeHealth{Interfaces: []string{"ens785f0"}})
 		for _, id := range ofPF {
 			waitHealth(ctx, t, n.kubelet, vfio, id, want)
 		}

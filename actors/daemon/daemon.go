@@ -379,7 +379,7 @@ func (d *Daemon) watchKernel() {
 				d.Send(&node.Rescan{Reason: p.rescan})
 			}
 			if p.probe != nil {
-				d.Probe(p.probe)
+				d.Send(p.probe)
 			}
 			d.log.Debug().Int("device_events", p.devices).Int("link_events", p.links).Bool("overflow", p.overflow).Msg("kernel events")
 		}
@@ -467,9 +467,6 @@ func (d *Daemon) Reload(ctx context.Context, reason string) (*node.ReloadResult,
 
 // Send delivers msg (node.Rescan, node.ProbeHealth) to the node coordinator.
 func (d *Daemon) Send(msg any) { d.system.Root.Send(d.node, msg) }
-
-// Probe asks the node, which owns the health checker, for a probe round.
-func (d *Daemon) Probe(p *node.ProbeHealth) { d.Send(p) }
 
 // Ask sends a request to an actor and waits for the reply within ctx.
 func (d *Daemon) Ask(ctx context.Context, pid *actor.PID, msg any) (any, error) {

@@ -213,7 +213,7 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 				driver[vf] = ""
 				history = append(history, "unbind "+vf)
 			}
-			d.Probe(&node.ProbeHealth{Addresses: []string{vf}})
+			d.Send(&node.ProbeHealth{Addresses: []string{vf}})
 		case 6: // a VF rebound to the other pool's driver
 			vf := vfs[rng.IntN(len(vfs))]
 			if removed[vf] {
@@ -355,7 +355,7 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 			d.Send(&node.Rescan{Reason: "model"})
 			history = append(history, "rescan")
 		case 5: // a probe of every pooled VF
-			d.Probe(&node.ProbeHealth{Addresses: vfs})
+			d.Send(&node.ProbeHealth{Addresses: vfs})
 			history = append(history, "probe")
 		}
 		if diff := converge(t, n, d, pools, window); diff != "" {

@@ -28,11 +28,11 @@ func TestNoIOMMUPoolIsHealthy(t *testing.T) {
 	}
 	// Probe both, then take the other's node away and probe again: once
 	// the other is unhealthy, vf was probed twice.
-	d.Probe(&node.ProbeHealth{Addresses: []string{vf, other}})
+	d.Send(&node.ProbeHealth{Addresses: []string{vf, other}})
 	if err := os.Remove(filepath.Join(n.roots.Dev, "vfio", "noiommu-1")); err != nil {
 		t.Fatal(err)
 	}
-	d.Probe(&node.ProbeHealth{Addresses: []string{vf, other}})
+	d.Send(&node.ProbeHealth{Addresses: []string{vf, other}})
 	health := func(ds []*pluginapi.Device, id string) string {
 		for _, x := range ds {
 			if x.ID == id {
