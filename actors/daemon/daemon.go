@@ -217,14 +217,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 			Msg("the previous run did not stop cleanly; compensating")
 	}
 	d.rec = ledger.NewRecorder(l, bootID, nil)
-	d.metrics = newMetrics(d)
-	d.metrics.replay.Set(time.Since(began).Seconds())
-	d.metrics.ledgerSeq.Set(float64(st.Seq))
-	for name := range st.Pools {
-		d.metrics.startPool(name)
-	}
-	d.metrics.ledger = st.Ledger
-	d.metrics.kubeletDown.Set(b2f(st.Kubelet.Down))
+	d.metrics = newMetrics(d, st, time.Since(began))
 	d.rec.Observe(d.metrics.recorded)
 
 	mode, err := resolveMode(opts.Registration, opts.KubeletDir)

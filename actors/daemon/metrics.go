@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/status"
 
@@ -38,7 +39,6 @@ type metrics struct {
 	kubelet       prometheus.Counter
 	kubeletDown   prometheus.Gauge
 	ledgerSeq     prometheus.Gauge
-	replay        prometheus.Gauge
 	reloadOK      prometheus.Gauge // the last config read was applied
 	reloadAt      prometheus.Gauge // when it was applied or rejected
 	latency       *prometheus.HistogramVec
@@ -51,21 +51,18 @@ type metrics struct {
 	ledger   events.LedgerState
 }
 
-func newMetrics(d *Daemon) *metrics {
-	m := &metrics{reg: prometheus.NewRegistry()}
+// newMetrics starts from st, the state replay rebuilt in replayTook.
+func newMetrics(d *Daemon, st events.State, replayTook time.Duration) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry(), ledger: st.Ledger}
+	f := promauto.With(m.reg)
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
-		c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "devledger", Name: name, Help: help}, labels)
-		m.reg.MustRegister(c)
-		return c
+		return f.NewCounterVec(prometheus.CounterOpts{Namespace: "devledger", Name: name, Help: help}, labels)
 	}
 	gauge := func(name, help string) prometheus.Gauge {
-		g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "devledger", Name: name, Help: help})
-		m.reg.MustRegister(g)
-		return g
+		return f.NewGauge(prometheus.GaugeOpts{Namespace: "devledger", Name: name, Help: help})
 	}
-	gaugeFunc := func(name, help string, f func() float64) {
-		opts := prometheus.GaugeOpts{Namespace: "devledger", Name: name, Help: help}
-		m.reg.MustRegister(prometheus.NewGaugeFunc(opts, f))
+	gaugeFunc := func(name, help string, fn func() float64) {
+		f.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "devledger", Name: name, Help: help}, fn)
 	}
 	m.events = counter("events_total", "Events recorded in the ledger by this daemon run, by type.", "type")
 	m.allocations = counter("allocations_total", "Allocations recorded (one per container request).", "pool")
@@ -75,11 +72,16 @@ func newMetrics(d *Daemon) *metrics {
 	m.unhealthy = counter("unhealthy_allocations_total", "Devices allocated while the pool listed them unhealthy (a race the kubelet lost).", "pool")
 	m.registrations = counter("registrations_total", "Registrations the kubelet acknowledged.", "pool")
 	m.regFailures = counter("registration_failures_total", "Registrations that failed or were refused.", "pool")
-	m.kubelet = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "devledger", Name: "kubelet_restarts_total", Help: "New kubelets seen (their registration socket appeared)."})
+	for name := range st.Pools {
+		m.startPool(name)
+	}
+	m.kubelet = f.NewCounter(prometheus.CounterOpts{Namespace: "devledger", Name: "kubelet_restarts_total", Help: "New kubelets seen (their registration socket appeared)."})
 	m.kubeletDown = gauge("kubelet_down",
 		"1 from a recorded KubeletStopped (the kubelet's streams ended and its socket refuses connections) to the next kubelet.")
+	m.kubeletDown.Set(b2f(st.Kubelet.Down))
 	m.ledgerSeq = gauge("ledger_sequence", "Sequence of the newest durable event.")
-	m.replay = gauge("replay_duration_seconds", "How long replaying the ledger took at start.")
+	m.ledgerSeq.Set(float64(st.Seq))
+	gauge("replay_duration_seconds", "How long replaying the ledger took at start.").Set(replayTook.Seconds())
 	m.reloadOK = gauge("config_last_reload_successful",
 		"1 if the last config read (at start or on reload) was applied, 0 if it was rejected.")
 	m.reloadAt = gauge("config_last_reload_timestamp_seconds",
@@ -97,18 +99,16 @@ func newMetrics(d *Daemon) *metrics {
 		func() float64 { return oldestEventTime(d.ledger) })
 	gaugeFunc("ledger_size_bytes", "Size of the ledger file.",
 		func() float64 { return float64(d.ledger.SizeBytes()) })
-	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "devledger", Name: "allocate_duration_seconds",
+	f.NewCounterFunc(prometheus.CounterOpts{Namespace: "devledger", Name: "ledger_append_failures_total",
+		Help: "Appends to the ledger whose transaction failed (disk full, I/O error); each failed the calls it carried."},
+		func() float64 { return float64(d.ledger.AppendFailures()) })
+	m.latency = f.NewHistogramVec(prometheus.HistogramOpts{Namespace: "devledger", Name: "allocate_duration_seconds",
 		Help:    "Allocate calls, from the kubelet's request to the durable answer.",
 		Buckets: []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5}}, []string{"pool", "code"})
-	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "devledger", Name: "build_info",
-		Help: "The build of the running daemon: its version and Go version; always 1."}, []string{"version", "goversion"})
-	build.WithLabelValues(d.opts.Version, runtime.Version()).Set(1)
-	m.reg.MustRegister(m.kubelet, m.latency, build,
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "devledger", Name: "ledger_append_failures_total",
-			Help: "Appends to the ledger whose transaction failed (disk full, I/O error); each failed the calls it carried."},
-			func() float64 { return float64(d.ledger.AppendFailures()) }),
-		&poolCollector{d: d},
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f.NewGaugeVec(prometheus.GaugeOpts{Namespace: "devledger", Name: "build_info",
+		Help: "The build of the running daemon: its version and Go version; always 1."}, []string{"version", "goversion"}).
+		WithLabelValues(d.opts.Version, runtime.Version()).Set(1)
+	m.reg.MustRegister(&poolCollector{d: d}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
