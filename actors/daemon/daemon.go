@@ -131,7 +131,7 @@ type Daemon struct {
 	metricsSrv  *http.Server
 	metricsAddr string
 
-	stopKernel func()
+	stopKernel func() // ends watchKernel; a no-op when it does not run
 
 	fatal     chan error
 	fatalOnce sync.Once
@@ -146,7 +146,7 @@ type Daemon struct {
 // allows. Errors wrap ErrBadConfig (exit 2) or name the path at fault.
 func Start(opts Options) (_ *Daemon, err error) {
 	opts.defaults()
-	d := &Daemon{opts: opts, log: opts.Logger, fatal: make(chan error, 1)}
+	d := &Daemon{opts: opts, log: opts.Logger, fatal: make(chan error, 1), stopKernel: func() {}}
 	if err := opts.ConfigOptions.Check(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
@@ -436,7 +436,7 @@ func (d *Daemon) die(err error) {
 	})
 }
 
-// Recorder is the daemon's recorder (for tests and the demo).
+// Recorder is the daemon's recorder (for tests).
 func (d *Daemon) Recorder() *ledger.Recorder { return d.rec }
 
 // Children returns the PIDs of the actors, for queries.
@@ -482,8 +482,7 @@ func (d *Daemon) Status(ctx context.Context) (grpcapi.AdminStatus, error) {
 	// The pools of the config in force now, not at start.
 	for _, name := range kids.Configured {
 		if _, serving := kids.Pools[name]; !serving && kids.Placed {
-			// No devices, not advertised empty: the kubelet is not told
-			// (the SR-IOV plugin's rule).
+			// No devices, not advertised empty: not served (the SR-IOV plugin's rule).
 			st.Pools = append(st.Pools, grpcapi.AdminPoolStatus{Resource: name, NoDevices: true, Reason: "no devices: not served until one joins"})
 			continue
 		}
@@ -565,13 +564,10 @@ func (d *Daemon) stop(ctx context.Context, reason string, failed bool) error {
 	return d.stopErr
 }
 
-// drain does the work of Stop.
 func (d *Daemon) drain(ctx context.Context, reason string, failed bool) error {
 	close(d.stopSnap)
 	<-d.snapDone
-	if d.stopKernel != nil {
-		d.stopKernel()
-	}
+	d.stopKernel()
 	clean := true
 	if err := d.stopActors(ctx); err != nil {
 		clean = false
