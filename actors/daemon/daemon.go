@@ -521,14 +521,13 @@ func (d *Daemon) stopActors(ctx context.Context) error {
 		defer cancel()
 	}
 	stopped := make(chan struct{})
-	node := d.node
 	watcher := d.system.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
 		switch m := c.Message().(type) {
 		case *actor.Started:
-			c.Watch(node)
-			c.Poison(node)
+			c.Watch(d.node)
+			c.Poison(d.node)
 		case *actor.Terminated:
-			if m.Who.Equal(node) {
+			if m.Who.Equal(d.node) {
 				close(stopped)
 				c.Stop(c.Self())
 			}
