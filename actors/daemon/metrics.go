@@ -120,8 +120,7 @@ func (m *metrics) recorded(envs []events.Envelope) {
 		switch p := e.Payload.(type) {
 		case events.DevicesAllocated:
 			m.allocations.WithLabelValues(p.Pool).Inc()
-			// Superseded allocations end here; another pool's holder is a
-			// conflict.
+			// Superseded allocations end here; another pool's holder is a conflict.
 			m.releases.WithLabelValues(p.Pool).Add(float64(len(p.Supersedes)))
 			m.conflicts.WithLabelValues(p.Pool).Add(float64(len(p.HeldElsewhere)))
 			m.unhealthy.WithLabelValues(p.Pool).Add(float64(len(p.Unhealthy)))
