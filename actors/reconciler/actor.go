@@ -43,37 +43,25 @@ type Config struct {
 	// Interval paces periodic rounds (default 30s), AfterAllocate delays
 	// the round after an allocation (2s), LeakGrace is how long one may
 	// stay unclaimed (5m), RetryMax caps the backoff while PodResources
-	// fails (5m).
-	Interval, AfterAllocate, LeakGrace, RetryMax time.Duration
-	// CallTimeout bounds one List (default 10s).
-	CallTimeout time.Duration
+	// fails (5m), CallTimeout bounds one List (10s).
+	Interval, AfterAllocate, LeakGrace, RetryMax, CallTimeout time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	Log zerolog.Logger
 }
 
-func (c *Config) defaults() {
-	orDefault(&c.Interval, 30*time.Second)
-	orDefault(&c.AfterAllocate, 2*time.Second)
-	orDefault(&c.LeakGrace, 5*time.Minute)
-	orDefault(&c.RetryMax, 5*time.Minute)
-	orDefault(&c.CallTimeout, 10*time.Second)
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-}
-
-func orDefault(d *time.Duration, def time.Duration) {
-	if *d <= 0 {
-		*d = def
-	}
-}
-
 // Props returns the props of a reconciler.
 func Props(cfg Config) *actor.Props {
-	cfg.defaults()
+	orDefault(&cfg.Interval, 30*time.Second)
+	orDefault(&cfg.AfterAllocate, 2*time.Second)
+	orDefault(&cfg.LeakGrace, 5*time.Minute)
+	orDefault(&cfg.RetryMax, 5*time.Minute)
+	orDefault(&cfg.CallTimeout, 10*time.Second)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	replayed := handoff.First(cfg.Replayed)
-	life := &lifetime{}
+	life := &lifetime{pools: setOf(cfg.Pools)}
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &reconciler{cfg: cfg, replayed: replayed(), life: life}
 	}, actor.WithDispatcher(supervise.Warm))
@@ -85,21 +73,17 @@ type lifetime struct {
 	// persist holds messages back while a round's events are being
 	// recorded: the fold reads them back, and tells the parent, first.
 	persist ledger.Persister
-	// lists numbers the Lists sent out: the answer to one of an earlier
-	// incarnation is not this one's.
-	lists uint64
-	// pools are the last SetPools' (nil: none came), which a restarted
-	// reconciler attributes, not the spawn's.
-	pools []string
-	// ticks numbers the timers started (see tick).
-	ticks uint64
+	// lists numbers the Lists sent out, so that an earlier incarnation's
+	// answer is not taken; ticks the timers started (see tick).
+	lists, ticks uint64
+	// pools are the resources attributed: the last SetPools' outlive a
+	// restart.
+	pools map[string]bool
 }
 
 type reconciler struct {
 	cfg      Config
 	replayed *events.State
-
-	pools map[string]bool
 	// st is the fold of the ledger up to st.Seq (see catchUp).
 	st events.State
 	// told are the allocations a round may attribute (Allocated, live at
@@ -117,9 +101,7 @@ type reconciler struct {
 	due        time.Time
 	rounds     int
 	life       *lifetime
-	// closing is set once the incarnation stops or restarts: a round
-	// settled then starts no new one.
-	closing bool
+	closing    bool // ending: a round settled now starts no new one
 }
 
 // Receive implements actor.Actor.
@@ -165,15 +147,12 @@ func (r *reconciler) Receive(ctx actor.Context) {
 func (r *reconciler) handle(ctx actor.Context, m any) {
 	switch m := m.(type) {
 	case *Allocated:
-		// The round reads the allocation from the ledger.
 		r.told[m.Seq] = true
 		r.schedule(ctx, r.cfg.AfterAllocate)
 	case *SetPools:
-		r.life.pools = m.Pools
-		r.setPools(m.Pools)
+		r.life.pools = setOf(m.Pools)
 	case *Reconcile:
-		// Asked for (the kubelet is back, or a test): backoff starts over.
-		r.failures = 0
+		r.failures = 0 // asked for (the kubelet is back): backoff starts over
 		r.round(ctx)
 	case *tick:
 		if m.id != r.life.ticks {
@@ -207,26 +186,21 @@ func (r *reconciler) start(ctx actor.Context) {
 		}
 	}
 	r.replayed = nil
-	if r.life.pools != nil {
-		r.setPools(r.life.pools)
-	} else {
-		r.setPools(r.cfg.Pools)
-	}
 	r.st = st.Clone()
 	r.seen = map[string]bool{}
 	r.schedule(ctx, 0)
 	r.life.persist.Resume(func(m any) { r.handle(ctx, m) })
 }
 
-// available says whether the ledger has PodResources answering, as it
-// has until it says otherwise.
+// available says whether the ledger has PodResources answering (until it
+// says otherwise).
 func (r *reconciler) available() bool {
 	a := r.st.Attribution
 	return a.Available || a.Since.IsZero()
 }
 
-// catchUp folds the ledger's events after st.Seq into st, telling those
-// in mine, the reconciler's own just recorded. An unreadable ledger
+// catchUp folds the ledger's events after st.Seq into st, telling the
+// parent of those in mine (just recorded here). An unreadable ledger
 // crashes the actor, which replays afresh.
 func (r *reconciler) catchUp(ctx actor.Context, mine []events.Envelope) {
 	next := r.st.Seq + 1
@@ -245,13 +219,6 @@ func (r *reconciler) catchUp(ctx actor.Context, mine []events.Envelope) {
 	})
 	if err != nil {
 		panic(fmt.Errorf("reconciler: read the ledger after #%d: %w", r.st.Seq, err))
-	}
-}
-
-func (r *reconciler) setPools(pools []string) {
-	r.pools = make(map[string]bool, len(pools))
-	for _, p := range pools {
-		r.pools[p] = true
 	}
 }
 
@@ -295,9 +262,8 @@ func (r *reconciler) round(ctx actor.Context) {
 	}()
 }
 
-// listed takes a round's list of pods: it records what the fold of the
-// pods finds, and once that is durable, reads it back, tells the parent
-// and schedules the next round.
+// listed records what the fold of a round's pods finds; once durable,
+// recorded reads it back, tells the parent and schedules the next round.
 func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	r.listing = false
 	r.catchUp(ctx, nil)
@@ -327,7 +293,7 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	if !r.available() {
 		payloads = append(payloads, events.AttributionChanged{Available: true, Reason: "pod resources answered"})
 	}
-	res := fold(foldInput{pools: r.pools, allocs: r.attributed(), now: r.cfg.Now(), grace: r.cfg.LeakGrace, seen: r.seen}, m.resp.GetPodResources())
+	res := fold(foldInput{pools: r.life.pools, allocs: r.attributed(), now: r.cfg.Now(), grace: r.cfg.LeakGrace, seen: r.seen}, m.resp.GetPodResources())
 	payloads = append(payloads, res.payloads...)
 	if len(payloads) == 0 {
 		r.recorded(ctx, res.seen, 0, nil, nil)
@@ -340,8 +306,8 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	})
 }
 
-// recorded ends a round whose n events (envs; none when it found nothing)
-// are durable, or were refused with err.
+// recorded ends a round whose n events (envs) are durable, or were
+// refused with err.
 func (r *reconciler) recorded(ctx actor.Context, seen map[string]bool, n int, envs []events.Envelope, err error) {
 	switch {
 	case errors.Is(err, errStale):
@@ -370,12 +336,11 @@ func (r *reconciler) roundAgain(ctx actor.Context) {
 	}
 }
 
-// tell applies e, recorded by the reconciler, and tells the parent what
-// changed for the pools and the node.
+// tell applies e, recorded here, and tells the parent what changed for the
+// pools and the node.
 func (r *reconciler) tell(ctx actor.Context, e events.Envelope) {
 	log := r.cfg.Log
-	// A suspected leak that a container claims now is claimed again.
-	var reclaimed []string
+	var reclaimed []string // a suspected leak a container claims now
 	if p, ok := e.Payload.(events.AllocationBound); ok {
 		if a, ok := r.st.Allocations[p.AllocationSeq]; ok && a.LeakSuspected && a.Binding == nil {
 			reclaimed = slices.Clone(a.DeviceIDs)
@@ -428,7 +393,6 @@ func (r *reconciler) attributed() map[uint64]events.Allocation {
 	return out
 }
 
-// errStale: an allocation landed since the round folded the ledger.
 var errStale = errors.New("an allocation landed since the round")
 
 // staleBy guards a round's payloads: a DevicesAllocated of a device, or
@@ -474,5 +438,17 @@ func staleBy(payloads []events.Payload) func(events.Envelope) error {
 func addAll(set map[string]bool, ids []string) {
 	for _, id := range ids {
 		set[id] = true
+	}
+}
+
+func setOf(pools []string) map[string]bool {
+	set := make(map[string]bool, len(pools))
+	addAll(set, pools)
+	return set
+}
+
+func orDefault(d *time.Duration, def time.Duration) {
+	if *d <= 0 {
+		*d = def
 	}
 }

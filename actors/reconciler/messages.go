@@ -80,9 +80,8 @@ type ClaimChanged struct {
 
 // internal
 
-// tick is the timer's: id names the timer that sent it, and a tick of a
-// timer stopped or replaced since (of an earlier incarnation too) is not
-// taken.
+// tick is the timer's: one whose id is not the latest timer's (stopped,
+// replaced, or an earlier incarnation's) is not taken.
 type tick struct{ id uint64 }
 
 // listed is the answer to the List of round id (see lifetime.lists).
