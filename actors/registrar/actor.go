@@ -30,12 +30,10 @@ import (
 
 // Config is what the registrar needs.
 type Config struct {
-	Recorder *ledger.Recorder
-	Mode     grpcapi.RegistrationMode
-	// KubeletSocket is the kubelet's registration socket (legacy mode).
-	KubeletSocket string
-	// Options are sent with every Register.
-	Options *pluginapi.DevicePluginOptions
+	Recorder      *ledger.Recorder
+	Mode          grpcapi.RegistrationMode
+	KubeletSocket string                         // the kubelet's registration socket
+	Options       *pluginapi.DevicePluginOptions // sent with every Register
 	// RegisterTimeout bounds one Register call (default 10s).
 	RegisterTimeout time.Duration
 	// KubeletDownSince is when the ledger recorded the kubelet gone
@@ -174,8 +172,7 @@ func (r *registrar) Receive(ctx actor.Context) {
 			break
 		}
 		r.probing = true
-		self, root, kubelet := ctx.Self(), ctx.ActorSystem().Root, r.observeKubelet(false)
-		socket := r.cfg.KubeletSocket
+		self, root, kubelet, socket := ctx.Self(), ctx.ActorSystem().Root, r.observeKubelet(false), r.cfg.KubeletSocket
 		// Off the mailbox, as checkKubelet's: dials block for seconds.
 		go func() { root.Send(self, &probed{kubelet: kubelet, recheck: true, err: dialKubelet(socket)}) }()
 	case *stopRecorded:
@@ -308,10 +305,10 @@ func (r *registrar) probed(ctx actor.Context, m *probed) {
 
 // stopped records the kubelet gone, and dials it again from time to time.
 func (r *registrar) stopped(ctx actor.Context, reason string) {
-	// Down now, not when the event lands: appends commit in order, so all
-	// recorded from here lands after the stop and no late Register answer
-	// slips in; a failed append still ends at the redial. stopRecorded then
-	// sets downSince to the event's time, for KubeletRestarted to name.
+	// Down now, not when the event lands, so that no late Register answer
+	// is recorded as if before it (appends commit in order; a failed one
+	// still ends at the redial). stopRecorded then sets the event's time,
+	// for KubeletRestarted to name.
 	r.downSince = time.Now()
 	self, root, socket := ctx.Self(), ctx.ActorSystem().Root, r.cfg.KubeletSocket
 	r.record(events.KubeletStopped{Socket: socket, Reason: reason}, func(e events.Envelope) {
@@ -321,7 +318,6 @@ func (r *registrar) stopped(ctx actor.Context, reason string) {
 	r.recheckLater(ctx, recheckEvery)
 }
 
-// recheckLater dials a kubelet recorded gone after d.
 func (r *registrar) recheckLater(ctx actor.Context, d time.Duration) {
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	time.AfterFunc(d, func() { root.Send(self, &recheck{}) })
@@ -404,8 +400,7 @@ func (r *registrar) register(ctx actor.Context, pool, socket string, kubelet kub
 func (r *registrar) answered(ctx actor.Context, m *registerResult) {
 	delete(r.inflight, m.pool)
 	d, ok := r.desired[m.pool]
-	if !ok || d.socket != m.socket {
-		// About a socket the pool has left: reconcile its new one.
+	if !ok || d.socket != m.socket { // a socket the pool has left
 		r.reconcile(ctx)
 		return
 	}
@@ -416,7 +411,6 @@ func (r *registrar) answered(ctx actor.Context, m *registerResult) {
 		r.cfg.Log.Info().Str("pool", m.pool).Str("socket", m.socket).Msg("registered with a kubelet that has gone since")
 	case m.err == nil:
 		if r.observeKubelet(false) != m.kubelet {
-			// A new kubelet came meanwhile: ask it on a new socket.
 			r.cfg.Log.Info().Str("pool", m.pool).Str("socket", m.socket).Msg("the kubelet restarted during the registration; registering on a new socket")
 			r.reconcile(ctx)
 			return
@@ -427,8 +421,7 @@ func (r *registrar) answered(ctx actor.Context, m *registerResult) {
 		// restarts; a new path is free, so the first refusal moves at once.
 		r.failed(ctx, m.pool, d, m.err, m.socket, "serving the pool on a new socket")
 	case errors.Is(m.err, grpcapi.ErrKubeletUnreachable):
-		// The kubelet never saw it: the same socket may be tried again.
-		d.sent = false
+		d.sent = false // the kubelet never saw it
 		r.desired[m.pool] = d
 		r.failed(ctx, m.pool, d, m.err, "", "trying the same socket again")
 		r.checkKubelet(ctx, "a Register of "+m.pool+" did not reach it")

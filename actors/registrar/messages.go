@@ -2,8 +2,6 @@ package registrar
 
 import "time"
 
-// Messages the registrar receives.
-
 // Desire says a pool serves on Socket and should be registered with the
 // kubelet. A new socket replaces the pool's old one and is registered; the
 // same socket again changes nothing.
@@ -58,8 +56,6 @@ type PoolStatus struct {
 	LastError  string
 }
 
-// internal messages
-
 type registerResult struct {
 	pool, socket string
 	kubelet      kubeletID // the Register's target, as seen before it
@@ -68,11 +64,9 @@ type registerResult struct {
 
 type retry struct{ pool string }
 
-// recheck asks to dial a kubelet recorded gone.
-type recheck struct{}
+type recheck struct{} // dial a kubelet recorded gone
 
-// stopRecorded says the KubeletStopped is durable, at its time.
-type stopRecorded struct{ at time.Time }
+type stopRecorded struct{ at time.Time } // the KubeletStopped is durable, at its time
 
 // probed is the outcome of a dial of the kubelet's socket.
 type probed struct {
