@@ -1,21 +1,20 @@
 // Package health is the health checker actor. It probes every pooled device
 // (still in sysfs, still bound to the driver it joined its pool with, its VFIO
 // node still there, and, when its pool asks, its link or its PF's link up
-// with carrier) and records DeviceHealthChanged only when a verdict changes,
-// then tells the device's pool, so that the pool can tell the kubelet, and
-// its parent.
+// with carrier), records DeviceHealthChanged when a verdict changes, then
+// tells the device's pool (for the kubelet) and its parent.
 //
-// Verdicts recover in both directions. A failing probe turns a device
-// unhealthy once it has failed for the pool's debounce (zero: at once); a
-// device that passes its probes for the pool's hold-down turns healthy again.
-// Each device is probed every probe interval of its pool, when asked (a
-// kernel event, a rescan), and exactly when its hold-down or debounce ends.
-// A periodic round takes the devices that are due, and with them those due
-// within a quarter of their interval, so that devices of one interval stay
-// in one round even after a kernel event probed some of them early.
+// A device turns unhealthy once its probes have failed for its pool's
+// debounce (zero: at once), and healthy again once they have passed for the
+// hold-down. Each device is probed every probe interval of its pool, when
+// asked (a kernel event, a rescan), and when its hold-down or debounce ends.
+// A periodic round takes the devices due, and those due within a quarter of
+// their interval, so that devices of one interval stay in one round even
+// after a kernel event probed some of them early.
 package health
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -83,10 +82,9 @@ type Probe struct {
 
 // Changed is sent to the parent once per probe round in which verdicts
 // changed, with all of them, already in the ledger and told to the pools
-// of the targets: a PF going down takes its VFs with it in one message per
-// pool, and each pool tells the kubelet once. The parent tells a device's
-// pool itself when that is no longer the one its target named (that pool
-// then sends the kubelet a list of its own).
+// of the targets (one message per pool: a PF going down takes its VFs with
+// it, and each pool tells the kubelet once). The parent tells a device's
+// pool itself when that is no longer the one its target named.
 type Changed struct{ Verdicts []Verdict }
 
 // Verdict is one device's new health.
@@ -110,17 +108,16 @@ type Crash struct{ Reason string }
 // Verdicts is the reply to Query, by address.
 type Verdicts struct{ Devices map[string]Verdict }
 
-// tick is the timer's: id names the timer that sent it, and a tick of
-// a timer stopped or replaced since (of an earlier incarnation too) is
-// not taken.
+// tick is the timer's: one whose id is not the latest timer's (stopped,
+// replaced, or an earlier incarnation's) is not taken.
 type tick struct{ id uint64 }
 
 // device is what the checker knows of one device: the verdict in the ledger,
 // and what the probes say now, since when.
 type device struct {
-	events.Verdict // the device's health in the ledger
-	raw            bool
-	rawSince       time.Time
+	events.Verdict           // the device's health in the ledger
+	raw            bool      // what the last probe said
+	rawSince       time.Time // since when the probes say raw
 	// devFail is why the checks other than the link's failed at the last
 	// full probe, "" when they passed.
 	devFail string
@@ -141,17 +138,14 @@ func Props(cfg Config) *actor.Props {
 	}, actor.WithDispatcher(supervise.Warm))
 }
 
-// lifetime is what the checker keeps across its incarnations: the targets
-// of the last Watch, which a restarted checker probes again at once, and
-// the rounds held while verdicts were being recorded. Only the actor's
-// goroutine touches it, one incarnation after another.
+// lifetime is what the checker keeps across its incarnations. Only the
+// actor's goroutine touches it, one incarnation after another.
 type lifetime struct {
-	targets []Target
+	targets []Target // the last Watch's: a restarted checker probes them at once
 	// persist holds the rounds back while a round's verdicts are being
 	// recorded: each judges against the verdicts in the ledger.
 	persist ledger.Persister
-	// ticks numbers the timers started (see tick).
-	ticks uint64
+	ticks   uint64 // numbers the timers started (see tick)
 }
 
 type checker struct {
@@ -213,7 +207,6 @@ func (c *checker) Receive(ctx actor.Context) {
 	}
 }
 
-// handle takes a message that probes.
 func (c *checker) handle(ctx actor.Context, m any) {
 	switch m := m.(type) {
 	case *Watch:
@@ -338,7 +331,7 @@ func (c *checker) named(addrs, ifaces []string) (targets []Target, linkOnly []bo
 	only := map[int]bool{} // target index → named by an interface only
 	for _, name := range ifaces {
 		for _, i := range c.byName[name] {
-			if p := c.targets[i].Probe; p.Link && linkOf(p) == name {
+			if p := c.targets[i].Probe; p.Link && cmp.Or(p.Interface, p.PFInterface) == name {
 				only[i] = true
 			}
 		}
@@ -408,9 +401,8 @@ func (c *checker) recorded(ctx actor.Context, verdicts []Verdict, envs []events.
 		v.Seq = envs[i].Seq
 		c.devices[v.Address].Verdict = events.Verdict{Healthy: v.Healthy, Reason: v.Reason, Seq: v.Seq}
 	}
-	// The pools first: a PF going down logs a line per VF, and the
-	// kubelet need not wait for them. The parent gets verdicts last: a
-	// message is not touched once sent.
+	// The pools first: the kubelet need not wait for a line logged per VF
+	// of a PF going down. The parent last: a message is not touched once sent.
 	tellPools(ctx, verdicts)
 	for _, v := range verdicts {
 		ev := c.cfg.Log.Info()
@@ -420,14 +412,6 @@ func (c *checker) recorded(ctx actor.Context, verdicts []Verdict, envs []events.
 		ev.Str("bdf", v.Address).Bool("healthy", v.Healthy).Str("reason", v.Reason).Uint64("seq", v.Seq).Msg("device health changed")
 	}
 	ctx.Send(ctx.Parent(), &Changed{Verdicts: verdicts})
-}
-
-// linkOf is the interface whose link p's link check reads.
-func linkOf(p sysfs.ProbeTarget) string {
-	if p.Interface != "" {
-		return p.Interface
-	}
-	return p.PFInterface
 }
 
 // probe probes targets: fully, or, where linkOnly says so, the link alone,
