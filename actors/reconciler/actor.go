@@ -269,7 +269,7 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	r.catchUp(ctx, nil)
 	if m.err != nil {
 		r.failures++
-		delay := min(time.Second<<min(r.failures-1, 20), r.cfg.RetryMax)
+		delay := supervise.Doubling(time.Second, r.cfg.RetryMax, r.failures)
 		if !r.available() {
 			r.schedule(ctx, delay)
 			r.roundAgain(ctx)

@@ -34,7 +34,7 @@ type foldInput struct {
 	seen map[string]bool
 }
 
-// foldResult is what a round records, and the conflicts true now.
+// foldResult is what a round records, and what it saw (foldInput.seen).
 type foldResult struct {
 	payloads []events.Payload
 	seen     map[string]bool
