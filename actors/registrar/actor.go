@@ -230,12 +230,12 @@ func (r *registrar) restarted(msg string) {
 	})
 }
 
-// probeAfter are when, after a sign the kubelet may have gone, its socket
-// is dialled: a kubelet going down may end its streams before it closes
-// its socket. recheckEvery paces the dials of a kubelet recorded gone.
+// probeWaits are the waits before each dial after a sign the kubelet may
+// have gone (dials at 0, 300ms, 1.5s): going down, it may end its streams
+// before it closes its socket.
 var (
-	probeAfter   = []time.Duration{0, 300 * time.Millisecond, 1500 * time.Millisecond}
-	recheckEvery = 5 * time.Second
+	probeWaits   = []time.Duration{0, 300 * time.Millisecond, 1200 * time.Millisecond}
+	recheckEvery = 5 * time.Second // between dials of a kubelet recorded gone
 )
 
 // dialKubelet dials the kubelet's socket. A starting kubelet binds before
@@ -266,10 +266,8 @@ func (r *registrar) checkKubelet(ctx actor.Context, why string) {
 	// It sleeps for seconds: off the mailbox, holding no actor state.
 	go func() {
 		var err error
-		for i, at := range probeAfter {
-			if i > 0 {
-				time.Sleep(at - probeAfter[i-1])
-			}
+		for _, wait := range probeWaits {
+			time.Sleep(wait)
 			if err = dialKubelet(socket); err != nil {
 				break
 			}
