@@ -78,8 +78,6 @@ type ClaimChanged struct {
 	Event events.Envelope
 }
 
-// internal
-
 // tick is the timer's: one whose id is not the latest timer's (stopped,
 // replaced, or an earlier incarnation's) is not taken.
 type tick struct{ id uint64 }
