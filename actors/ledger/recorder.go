@@ -46,27 +46,11 @@ func (r *Recorder) Log() *store.Log { return r.log }
 // Record appends the payloads as one all-or-nothing batch and returns their
 // envelopes once they are durable. On error nothing was recorded.
 func (r *Recorder) Record(ctx context.Context, ps ...events.Payload) ([]events.Envelope, error) {
-	return r.record(ctx, nil, ps)
-}
-
-// RecordGuarded is Record under g: the payloads are recorded only if
-// g.Check passes every event committed after g.After (store.Guard).
-func (r *Recorder) RecordGuarded(ctx context.Context, g store.Guard, ps ...events.Payload) ([]events.Envelope, error) {
-	return r.record(ctx, &g, ps)
-}
-
-func (r *Recorder) record(ctx context.Context, g *store.Guard, ps []events.Payload) ([]events.Envelope, error) {
 	if len(ps) == 0 {
 		return nil, nil
 	}
 	envs := r.envelopes(ps)
-	var out []events.Envelope
-	var err error
-	if g != nil {
-		out, err = r.log.AppendGuarded(ctx, *g, envs...)
-	} else {
-		out, err = r.log.Append(ctx, envs...)
-	}
+	out, err := r.log.Append(ctx, envs...)
 	if err != nil {
 		return nil, fmt.Errorf("record %s: %w", envs[0].Type, err)
 	}
