@@ -43,13 +43,7 @@ func (p *Persister) Persist(ctx actor.Context, r *Recorder, g *store.Guard, ps [
 		close(l.done)
 		root.Send(self, l)
 	}
-	var err error
-	if g != nil {
-		err = r.RecordAsyncGuarded(context.Background(), *g, ps, answer)
-	} else {
-		err = r.RecordAsync(context.Background(), ps, answer)
-	}
-	if err != nil {
+	if err := r.recordAsync(context.Background(), g, ps, answer); err != nil {
 		then(nil, err)
 		return
 	}
@@ -67,15 +61,20 @@ func (p *Persister) Busy() bool { return p.flight != nil }
 // Hold keeps m back while an append is in flight, and says whether it did
 // (or took m itself: a Quiet).
 func (p *Persister) Hold(m any) bool {
-	if p.flight == nil {
-		if q, ok := m.(*Quiet); ok {
-			close(q.Done)
-			return true
-		}
-		return false
+	if p.flight != nil {
+		p.held = append(p.held, m)
+		return true
 	}
-	p.held = append(p.held, m)
-	return true
+	return quiet(m)
+}
+
+// quiet closes m's Done if m is a Quiet, and says whether it was.
+func quiet(m any) bool {
+	q, ok := m.(*Quiet)
+	if ok {
+		close(q.Done)
+	}
+	return ok
 }
 
 // Land runs l's continuation, then hands each message held meanwhile to
@@ -83,12 +82,10 @@ func (p *Persister) Hold(m any) bool {
 // Landed settled already (Settle), or of an earlier incarnation, is
 // ignored.
 func (p *Persister) Land(l *Landed, handle func(any)) {
-	if p.flight != l {
-		return
+	if p.flight == l {
+		p.Settle() // l is done: it was sent once its outcome was set
+		p.Resume(handle)
 	}
-	p.flight = nil
-	l.then(l.envs, l.err)
-	p.Resume(handle)
 }
 
 // Resume hands each message held to handle, in order, until one persists
@@ -98,11 +95,9 @@ func (p *Persister) Resume(handle func(any)) {
 	for len(p.held) > 0 && p.flight == nil {
 		m := p.held[0]
 		p.held = p.held[1:]
-		if q, ok := m.(*Quiet); ok {
-			close(q.Done)
-			continue
+		if !quiet(m) {
+			handle(m)
 		}
-		handle(m)
 	}
 }
 
@@ -113,11 +108,9 @@ func (p *Persister) Drain(handle func(any)) {
 	held := p.held
 	p.held = nil
 	for _, m := range held {
-		if q, ok := m.(*Quiet); ok {
-			close(q.Done)
-			continue
+		if !quiet(m) {
+			handle(m)
 		}
-		handle(m)
 	}
 }
 
