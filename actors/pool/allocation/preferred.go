@@ -183,7 +183,8 @@ type candidate struct {
 	numa  int
 	group string
 	held  bool
-	// load is the group's load before this answer took any.
+	// load is the group's load when c is ranked (0 unless the policy
+	// weighs loads).
 	load int
 }
 
@@ -237,9 +238,9 @@ func busiest(count map[int]int, atLeast int) int {
 	return best
 }
 
-// firstOrder ranks candidates as tiers and pick would for a pick of one:
-// by tier, then packed by (-load, group, address), spread by (load,
-// group, address), none by address.
+// firstOrder is the order of pickOne and pick: by tier, then packed by
+// (-load, group, address), spread by (load, group, address), none by
+// address.
 func firstOrder(policy config.AllocatePolicy, node int) func(a, b candidate) int {
 	return func(a, b candidate) int {
 		if t := cmp.Compare(tierOf(a, node), tierOf(b, node)); t != 0 || policy != config.PolicyPacked && policy != config.PolicySpread {
@@ -287,41 +288,22 @@ func tiers(cands []candidate, node int) [][]candidate {
 }
 
 // pick takes up to need candidates of one tier by policy, adding them to
-// load: packed by (-load, group, address), the others by address. Loads
-// are looked up once, not per comparison, and a pick of one (the usual
-// request, offered every free device) is a scan, not a sort.
+// load: spread by spread, the others in firstOrder, with each group's load
+// as earlier tiers left it, looked up once, not per comparison.
 func pick(policy config.AllocatePolicy, tier []candidate, load map[string]int, need int) []string {
 	need = min(need, len(tier))
 	if policy == config.PolicySpread {
 		slices.SortFunc(tier, func(a, b candidate) int { return strings.Compare(a.id, b.id) })
 		return spread(tier, load, need)
 	}
-	type keyed struct {
-		c    candidate
-		load int
+	for i := range tier {
+		tier[i].load = load[tier[i].group]
 	}
-	ks := make([]keyed, len(tier))
-	for i, c := range tier {
-		ks[i] = keyed{c: c}
-		if policy == config.PolicyPacked {
-			ks[i].load = load[c.group]
-		}
-	}
-	order := func(a, b keyed) int {
-		return cmp.Or(cmp.Compare(b.load, a.load), strings.Compare(a.c.group, b.c.group), strings.Compare(a.c.id, b.c.id))
-	}
-	if policy != config.PolicyPacked {
-		order = func(a, b keyed) int { return strings.Compare(a.c.id, b.c.id) }
-	}
-	if need == 1 {
-		ks[0] = slices.MinFunc(ks, order)
-	} else {
-		slices.SortFunc(ks, order)
-	}
+	slices.SortFunc(tier, firstOrder(policy, -1))
 	out := make([]string, 0, need)
-	for _, k := range ks[:need] {
-		load[k.c.group]++
-		out = append(out, k.c.id)
+	for _, c := range tier[:need] {
+		load[c.group]++
+		out = append(out, c.id)
 	}
 	return out
 }
