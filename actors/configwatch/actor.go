@@ -53,11 +53,13 @@ type watcher struct {
 func (c *watcher) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		if err := c.start(ctx); err != nil {
+		w, err := fswatch.Watch(ctx, filepath.Dir(c.cfg.Path))
+		if err != nil {
 			// Without a watch the config can still be reloaded by SIGHUP;
 			// say so rather than crash-loop on a directory that is absent.
 			c.cfg.Log.Error().Err(err).Msg("not watching the config; reload it with SIGHUP")
 		}
+		c.w = w
 	case *actor.Stopping, *actor.Restarting:
 		if c.w != nil {
 			c.w.Close()
@@ -89,19 +91,4 @@ func (c *watcher) concerns(name string) bool {
 	}
 	target, err := filepath.EvalSymlinks(c.cfg.Path)
 	return err == nil && filepath.Clean(name) == target
-}
-
-func (c *watcher) start(ctx actor.Context) error {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return err
-	}
-	dir := filepath.Dir(c.cfg.Path)
-	if err := w.Add(dir); err != nil {
-		w.Close()
-		return fmt.Errorf("watch %s: %w", dir, err)
-	}
-	c.w = w
-	fswatch.Forward(w, ctx.ActorSystem().Root, ctx.Self())
-	return nil
 }

@@ -77,22 +77,16 @@ func (s *watcher) Receive(ctx actor.Context) {
 }
 
 func (s *watcher) start(ctx actor.Context) error {
-	w, err := fsnotify.NewWatcher()
+	for _, dir := range s.cfg.Dirs {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("socket watcher: %w", err)
+		}
+	}
+	w, err := fswatch.Watch(ctx, s.cfg.Dirs...)
 	if err != nil {
 		return fmt.Errorf("socket watcher: %w", err)
 	}
-	for _, dir := range s.cfg.Dirs {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			w.Close()
-			return fmt.Errorf("socket watcher: %w", err)
-		}
-		if err := w.Add(dir); err != nil {
-			w.Close()
-			return fmt.Errorf("socket watcher: watch %s: %w", dir, err)
-		}
-	}
 	s.w = w
-	fswatch.Forward(w, ctx.ActorSystem().Root, ctx.Self())
 	// Watching already: a kubelet appearing from here on is an event.
 	_, statErr := os.Stat(s.cfg.KubeletSocket)
 	ctx.Send(ctx.Parent(), &Ready{KubeletPresent: statErr == nil})

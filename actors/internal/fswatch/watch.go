@@ -3,6 +3,8 @@
 package fswatch
 
 import (
+	"fmt"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/fsnotify/fsnotify"
 )
@@ -13,9 +15,21 @@ type Event struct{ fsnotify.Event }
 // Error is an fsnotify error (an overflow: events were lost), as a message.
 type Error struct{ Err error }
 
-// Forward sends every event and error of w to pid until w is closed. It
-// returns at once; the forwarding runs on a goroutine of its own.
-func Forward(w *fsnotify.Watcher, root *actor.RootContext, pid *actor.PID) {
+// Watch watches dirs and sends every event and error to the actor of ctx
+// until the watcher it returns is closed; on error no watcher is left.
+// The forwarding runs on a goroutine of its own.
+func Watch(ctx actor.Context, dirs ...string) (*fsnotify.Watcher, error) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, err
+	}
+	for _, dir := range dirs {
+		if err := w.Add(dir); err != nil {
+			w.Close()
+			return nil, fmt.Errorf("watch %s: %w", dir, err)
+		}
+	}
+	root, pid := ctx.ActorSystem().Root, ctx.Self()
 	go func() {
 		for {
 			select {
@@ -32,4 +46,5 @@ func Forward(w *fsnotify.Watcher, root *actor.RootContext, pid *actor.PID) {
 			}
 		}
 	}()
+	return w, nil
 }
