@@ -62,7 +62,7 @@ func (s *scanner) Receive(ctx actor.Context) {
 		s.persist.Resume(func(m any) { s.handle(ctx, m) })
 	case *ledger.Landed:
 		s.persist.Land(m, func(m any) { s.handle(ctx, m) })
-	case *Rescan, *scanTick, *ledger.Quiet:
+	case *Rescan, *ledger.Quiet:
 		if !s.persist.Hold(m) {
 			s.handle(ctx, m)
 		}
@@ -75,11 +75,8 @@ func (s *scanner) Receive(ctx actor.Context) {
 }
 
 func (s *scanner) handle(ctx actor.Context, m any) {
-	switch m := m.(type) {
-	case *Rescan:
-		s.scan(ctx, m.Reason)
-	case *scanTick:
-		s.scan(ctx, "periodic")
+	if r, ok := m.(*Rescan); ok {
+		s.scan(ctx, r.Reason)
 	}
 }
 
@@ -131,7 +128,7 @@ func (s *scanner) schedule(ctx actor.Context) {
 		s.timer.Stop()
 	}
 	self, root := ctx.Self(), ctx.ActorSystem().Root
-	s.timer = time.AfterFunc(s.cfg.Interval, func() { root.Send(self, &scanTick{}) })
+	s.timer = time.AfterFunc(s.cfg.Interval, func() { root.Send(self, &Rescan{Reason: "periodic"}) })
 }
 
 // logChange writes one debug line per device change; the info line is the

@@ -21,6 +21,3 @@ type Scanned struct {
 	// has them now: Healthy, HealthReason and HealthSeq.
 	HealthSet map[string]events.Device
 }
-
-// scanTick is the periodic timer.
-type scanTick struct{}
