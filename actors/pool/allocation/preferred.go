@@ -158,12 +158,16 @@ func Preferred(res *config.Resource, members map[string]*Member, held map[string
 	return append(out, pickAll(res.AllocatePolicy, cands, node, load, need)...), nil
 }
 
-// pickAll takes up to need candidates, tier by tier.
+// pickAll takes up to need candidates, tier by tier (tierOf).
 func pickAll(policy config.AllocatePolicy, cands []candidate, node int, load map[string]int, need int) []string {
 	var out []string
-	for _, tier := range tiers(cands, node) {
-		if len(out) == need {
-			break
+	tier := make([]candidate, 0, len(cands))
+	for t := 0; t < 4 && len(out) < need; t++ {
+		tier = tier[:0]
+		for _, c := range cands {
+			if tierOf(c, node) == t {
+				tier = append(tier, c)
+			}
 		}
 		out = append(out, pick(policy, tier, load, need-len(out))...)
 	}
@@ -265,26 +269,6 @@ func tierOf(c candidate, node int) int {
 		i += 2
 	}
 	return i
-}
-
-// tiers splits the candidates into free on node, free elsewhere, held on
-// node, held elsewhere, dropping the empty ones. With no node the NUMA
-// split is skipped. All tiers share one backing array.
-func tiers(cands []candidate, node int) [][]candidate {
-	all := make([]candidate, 0, len(cands))
-	out := make([][]candidate, 0, 4)
-	for t := range 4 {
-		start := len(all)
-		for _, c := range cands {
-			if tierOf(c, node) == t {
-				all = append(all, c)
-			}
-		}
-		if len(all) > start {
-			out = append(out, all[start:len(all):len(all)])
-		}
-	}
-	return out
 }
 
 // pick takes up to need candidates of one tier by policy, adding them to
