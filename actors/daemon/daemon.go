@@ -124,8 +124,10 @@ type Daemon struct {
 	rec    *ledger.Recorder
 	system *actor.ActorSystem
 	node   *actor.PID
-	admin  *grpcapi.AdminServer
-	podres *grpcapi.PodResourcesClient
+	// nodeGone closes once the node and its children have stopped.
+	nodeGone chan struct{}
+	admin    *grpcapi.AdminServer
+	podres   *grpcapi.PodResourcesClient
 
 	metrics     *metrics
 	metricsSrv  *http.Server
@@ -315,6 +317,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("spawn node: %w", err)
 	}
+	d.watchNode()
 
 	d.admin = grpcapi.NewAdminServer(l, d, grpcapi.AdminServerOptions{Logger: d.log})
 	if err := d.admin.Serve(grpcapi.AdminSocketPath(opts.StateDir)); err != nil {
@@ -520,26 +523,29 @@ func (d *Daemon) stopActors(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 	}
-	stopped := make(chan struct{})
-	watcher := d.system.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
-		switch m := c.Message().(type) {
-		case *actor.Started:
-			c.Watch(d.node)
-			c.Poison(d.node)
-		case *actor.Terminated:
-			if m.Who.Equal(d.node) {
-				close(stopped)
-				c.Stop(c.Self())
-			}
-		}
-	}))
+	d.system.Root.Poison(d.node)
 	select {
-	case <-stopped:
+	case <-d.nodeGone:
 		return nil
 	case <-ctx.Done():
-		d.system.Root.Stop(watcher)
 		return fmt.Errorf("stop the actors: %w", ctx.Err())
 	}
+}
+
+// watchNode closes d.nodeGone once the node has stopped, its children
+// with it. The watch starts at the spawn: one asked of a node already
+// stopping is answered at once, before its pools have drained.
+func (d *Daemon) watchNode() {
+	d.nodeGone = make(chan struct{})
+	d.system.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		switch c.Message().(type) {
+		case *actor.Started:
+			c.Watch(d.node)
+		case *actor.Terminated:
+			close(d.nodeGone)
+			c.Stop(c.Self())
+		}
+	}))
 }
 
 // stopRecordBudget is the time a stop's last writes (DaemonStopped, the
