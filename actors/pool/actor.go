@@ -73,16 +73,9 @@ func Props(cfg Config) *actor.Props {
 type placement struct {
 	m       *SetMembers
 	order   []string // its members' addresses, sorted
-	n       uint64   // its place among the placements taken
 	id      uint64
 	durable bool
 	start   bool
-}
-
-// waitingCall is a call held until the placement numbered after applies.
-type waitingCall struct {
-	c     any
-	after uint64
 }
 
 type allocator struct {
@@ -97,12 +90,11 @@ type allocator struct {
 	verdicts events.Health
 	holds    events.Holds // the pool's live allocations (the fold's)
 
-	// placing are the placements not applied yet, oldest first, numbered
-	// by taken; waiting are the calls held meanwhile (see place). retry
-	// places again after a refusal (see refused).
+	// placing are the placements not applied yet, oldest first; waiting
+	// are the calls held meanwhile, in order (see place). retry places
+	// again after a refusal (see refused).
 	placing []*placement
-	taken   uint64
-	waiting []waitingCall
+	waiting []any
 	retry   *time.Timer
 
 	watchers map[chan []*pluginapi.Device]bool
@@ -128,8 +120,8 @@ func (p *allocator) Receive(ctx actor.Context) {
 	case *actor.Restarting:
 		// The next incarnation (same mailbox) takes the answers of the
 		// Allocates pending, and the calls waiting.
-		for _, w := range p.waiting {
-			ctx.Send(ctx.Self(), w.c)
+		for _, c := range p.waiting {
+			ctx.Send(ctx.Self(), c)
 		}
 		p.stop()
 	case *actor.Stopped:
@@ -181,11 +173,11 @@ func (p *allocator) Receive(ctx actor.Context) {
 	}
 }
 
-// call handles a kubelet call or a Query, or holds it until the
-// placements taken before it are applied (see place).
+// call handles a kubelet call or a Query, or holds it while placements
+// are not applied (see place).
 func (p *allocator) call(ctx actor.Context, c any) {
 	if len(p.placing) > 0 {
-		p.waiting = append(p.waiting, waitingCall{c: c, after: p.taken})
+		p.waiting = append(p.waiting, c)
 		return
 	}
 	switch m := c.(type) {
@@ -221,8 +213,8 @@ func (p *allocator) call(ctx actor.Context, c any) {
 // refuseWaiting answers the calls waiting as the pool stops for good.
 func (p *allocator) refuseWaiting(ctx actor.Context) {
 	err := fmt.Errorf("%w: pool %s stopped", grpcapi.ErrUnavailable, p.name)
-	for _, w := range p.waiting {
-		switch m := w.c.(type) {
+	for _, c := range p.waiting {
+		switch m := c.(type) {
 		case *allocateReq:
 			p.answer(m.reply, m.started, nil, err)
 		case *preferredReq:
@@ -487,9 +479,11 @@ func listed(addrs []string, ms []allocation.Member) []allocation.Member {
 
 // place takes new members: persist, then apply. A change of who the
 // members are applies once its PoolMembershipChanged is durable, after the
-// placements taken before it; calls that come meanwhile wait (call). So
-// the kubelet, Allocate and the ledger see members in one order, and no
-// device leaves a pool before the ledger says so. start marks a pool's
+// placements taken before it. Calls that come meanwhile wait, in order,
+// until none is left to apply (call): what a call records follows every
+// change already sent to the ledger. So the kubelet, Allocate and the
+// ledger see members in one order, and no device leaves a pool before the
+// ledger says so. start marks a pool's
 // start, which writes every device-info file again.
 func (p *allocator) place(ctx actor.Context, m *SetMembers, start bool) {
 	byAddr, order := index(m.Members)
@@ -516,8 +510,7 @@ func (p *allocator) place(ctx actor.Context, m *SetMembers, start bool) {
 		}
 	}
 	p.life.placed = m
-	p.taken++
-	pl := &placement{m: m, order: order, n: p.taken, start: start, durable: true}
+	pl := &placement{m: m, order: order, start: start, durable: true}
 	if len(added) > 0 || len(removed) > 0 {
 		p.life.nextID++
 		pl.id, pl.durable = p.life.nextID, false
@@ -567,8 +560,8 @@ func (p *allocator) placedOne(ctx actor.Context, m *placed) {
 	p.applyPlaced(ctx)
 }
 
-// applyPlaced applies the durable placements at the head, then the calls
-// that waited for them, in order. A call leaves the list before it runs,
+// applyPlaced applies the durable placements at the head, then, once
+// none is left, the calls that waited, in order. A call leaves the list before it runs,
 // so if it crashes the pool the next incarnation gets those after it.
 func (p *allocator) applyPlaced(ctx actor.Context) {
 	for len(p.placing) > 0 && p.placing[0].durable {
@@ -576,10 +569,10 @@ func (p *allocator) applyPlaced(ctx actor.Context) {
 		p.placing = p.placing[1:]
 		p.setMembers(ctx, pl)
 	}
-	for len(p.waiting) > 0 && (len(p.placing) == 0 || p.waiting[0].after < p.placing[0].n) {
-		w := p.waiting[0]
+	for len(p.waiting) > 0 && len(p.placing) == 0 {
+		c := p.waiting[0]
 		p.waiting = p.waiting[1:]
-		p.call(ctx, w.c)
+		p.call(ctx, c)
 	}
 }
 

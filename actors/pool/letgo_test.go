@@ -194,6 +194,40 @@ func TestCallsWaitForTheMembersToBeDurable(t *testing.T) {
 	}
 }
 
+// Calls held for membership changes run in the order they came, each
+// against the newest members taken: two changes wait behind an Allocate
+// under way, a call after each, and the ledger records their allocations
+// in that order.
+func TestCallsHeldForMembersKeepTheirOrder(t *testing.T) {
+	const z, w = "0000:3b:02.2", "0000:3b:02.3"
+	f, g, allocated := poolWithAllocateHeld(t)
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(x), member(y), member(z)}, Reason: "test", Gen: 2})
+	first := allocateVia(f, context.Background(), y)
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(x), member(y), member(z), member(w)}, Reason: "test", Gen: 3})
+	second := allocateVia(f, context.Background(), z)
+	g.release()
+	if err := <-allocated; err != nil {
+		t.Fatalf("Allocate of x: %v", err)
+	}
+	for _, r := range []allocateReply{awaitReply(t, first), awaitReply(t, second)} {
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	var order []string
+	if err := g.log.Read(1, func(e events.Envelope) error {
+		if a, ok := e.Payload.(events.DevicesAllocated); ok {
+			order = append(order, a.DeviceIDs...)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{x, y, z}; !slices.Equal(order, want) {
+		t.Errorf("allocations recorded in the order %v, want %v", order, want)
+	}
+}
+
 // A pool that crashes while a device it lost has an Allocate under way
 // still lets it go once that Allocate ends: what is pending and what is
 // not let go yet outlive the incarnation, and the next one lands it.
