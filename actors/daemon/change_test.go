@@ -311,6 +311,37 @@ func TestConfigReload(t *testing.T) {
 	}
 }
 
+// A reload that removes pools records their members leaving in the order
+// of the pools' names, not of a map: the same change reads the same in
+// every ledger.
+func TestAReloadRecordsTheRemovedPoolsInOrder(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.WatchConfig = false
+	d := n.start(t)
+	ctx := waitCtx(t)
+	pre := waitLedger(ctx, t, d, "both pools have members", func(s events.State) bool {
+		return len(s.Pools["intel.com/sriov_vfio"].Members) > 0 && len(s.Pools["intel.com/sriov_net"].Members) > 0
+	})
+	if err := os.WriteFile(n.opts.ConfigPath, []byte(`{"resourceList": [{"resourceName": "e810_port", "selectors": {"pciAddresses": ["0000:3b:00.1"]}}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := d.Reload(ctx, "test"); err != nil || !res.Applied {
+		t.Fatalf("reload: %+v, %v", res, err)
+	}
+	var removed []string
+	if err := d.Recorder().Log().Read(pre.Seq+1, func(e events.Envelope) error {
+		if p, ok := e.Payload.(events.PoolMembershipChanged); ok && strings.HasPrefix(p.Reason, "pool removed from the config") {
+			removed = append(removed, p.Pool)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"intel.com/sriov_net", "intel.com/sriov_vfio"}; !slices.Equal(removed, want) {
+		t.Errorf("removed pools recorded in the order %v, want %v", removed, want)
+	}
+}
+
 // TestKernelEventsWatch starts a daemon listening to kernel events (where
 // netlink is allowed) and checks it serves and stops cleanly with the
 // watcher running; kernel events themselves are tested in package sysfs.

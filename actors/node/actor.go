@@ -958,7 +958,7 @@ func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID
 	next, pools := poolsOf(cfg)
 	var payloads []events.Payload
 	var gone []string
-	for name := range n.resources {
+	for _, name := range slices.Sorted(maps.Keys(n.resources)) { // the ledger's order is not the map's
 		if next[name] != nil {
 			continue
 		}
@@ -983,7 +983,6 @@ func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID
 			payloads = append(payloads, events.PoolMembershipChanged{Pool: name, Removed: removed, Reason: reason})
 		}
 	}
-	slices.Sort(gone)
 	applied := ConfigApplied(path, data, cfg)
 	old := make(map[string]string, len(n.resources))
 	for name, r := range n.resources {
