@@ -6,7 +6,8 @@ import (
 )
 
 // Rescan asks the scanner to scan now (a uevent, an operator's request, a
-// test's trigger). Scans asked for while one runs are coalesced into one.
+// test's trigger). Each is one scan; one that comes while a scan's changes
+// are being recorded waits for them, so that it diffs against them.
 type Rescan struct{ Reason string }
 
 // Scanned is sent to the scanner's parent after every scan whose events are
