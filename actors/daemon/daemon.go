@@ -185,6 +185,9 @@ func Start(opts Options) (_ *Daemon, err error) {
 		if d.system != nil {
 			d.system.Shutdown()
 		}
+		if d.podres != nil {
+			d.podres.Close()
+		}
 		if recorded {
 			if _, rerr := d.rec.Record(context.Background(), events.DaemonStopped{Reason: "start failed: " + err.Error(), Clean: true}); rerr != nil {
 				d.log.Error().Err(rerr).Msg("cannot record the failed start")
