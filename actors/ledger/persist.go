@@ -115,9 +115,10 @@ func (p *Persister) Drain(handle func(any)) {
 }
 
 // Settle waits for the append in flight, if any, and runs its
-// continuation: what an actor that stops or restarts owes to those it
-// tells. The continuation must start no new work (the incarnation is
-// ending). What is held stays held, for the next incarnation.
+// continuation; what is held stays held. Land settles an append that has
+// landed. An actor that stops or restarts settles what it owes to those
+// it tells; a continuation run then must start no new work (the
+// incarnation is ending), and what is held is the next incarnation's.
 func (p *Persister) Settle() {
 	if l := p.flight; l != nil {
 		<-l.done

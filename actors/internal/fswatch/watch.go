@@ -1,5 +1,6 @@
-// Package fswatch forwards an fsnotify watcher's events into an actor's
-// mailbox, so the actor handles them in order on its own thread.
+// Package fswatch watches directories with fsnotify and forwards the
+// events into an actor's mailbox, so the actor handles them in order on
+// its own thread.
 package fswatch
 
 import (

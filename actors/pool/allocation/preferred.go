@@ -187,8 +187,8 @@ type candidate struct {
 	numa  int
 	group string
 	held  bool
-	// load is the group's load when c is ranked (0 unless the policy
-	// weighs loads).
+	// load is the group's load when c is ranked (firstOrder reads it for
+	// packed and spread only).
 	load int
 }
 
