@@ -90,11 +90,9 @@ type allocator struct {
 	verdicts events.Health
 	holds    events.Holds // the pool's live allocations (the fold's)
 
-	// placing are the placements not applied yet, oldest first; waiting
-	// are the calls held meanwhile, in order (see place). retry places
-	// again after a refusal (see refused).
+	// placing are the placements not applied yet, oldest first (see
+	// place); retry places again after a refusal (see refused).
 	placing []*placement
-	waiting []any
 	retry   *time.Timer
 
 	watchers map[chan []*pluginapi.Device]bool
@@ -119,10 +117,7 @@ func (p *allocator) Receive(ctx actor.Context) {
 		p.stop()
 	case *actor.Restarting:
 		// The next incarnation (same mailbox) takes the answers of the
-		// Allocates pending, and the calls waiting.
-		for _, c := range p.waiting {
-			ctx.Send(ctx.Self(), c)
-		}
+		// Allocates pending, and the calls waiting (life.waiting).
 		p.stop()
 	case *actor.Stopped:
 		p.life.stop()
@@ -177,7 +172,7 @@ func (p *allocator) Receive(ctx actor.Context) {
 // are not applied (see place).
 func (p *allocator) call(ctx actor.Context, c any) {
 	if len(p.placing) > 0 {
-		p.waiting = append(p.waiting, c)
+		p.life.waiting = append(p.life.waiting, c)
 		return
 	}
 	switch m := c.(type) {
@@ -213,7 +208,7 @@ func (p *allocator) call(ctx actor.Context, c any) {
 // refuseWaiting answers the calls waiting as the pool stops for good.
 func (p *allocator) refuseWaiting(ctx actor.Context) {
 	err := fmt.Errorf("%w: pool %s stopped", grpcapi.ErrUnavailable, p.name)
-	for _, c := range p.waiting {
+	for _, c := range p.life.waiting {
 		switch m := c.(type) {
 		case *allocateReq:
 			p.answer(m.reply, m.started, nil, err)
@@ -223,7 +218,7 @@ func (p *allocator) refuseWaiting(ctx actor.Context) {
 			ctx.Send(m.from, p.status())
 		}
 	}
-	p.waiting = nil
+	p.life.waiting = nil
 }
 
 // start rebuilds the pool from the ledger, places its members and serves.
@@ -251,9 +246,11 @@ func (p *allocator) start(ctx actor.Context) {
 	if p.life.incarnations > 0 {
 		place.Reason = "pool restarted"
 	}
+	// Numbered before placing: the calls the last incarnation held may
+	// run as soon as the placement applies.
+	p.life.incarnations++
 	inForce := p.placeAfterReplay(ctx, st, place, true)
 
-	p.life.incarnations++
 	stale, live, err := removeStaleSockets(p.cfg.SocketDir, p.name)
 	if err != nil {
 		p.cfg.Log.Warn().Err(err).Str("pool", p.name).Msg("cannot remove stale sockets")
@@ -480,10 +477,10 @@ func listed(addrs []string, ms []allocation.Member) []allocation.Member {
 // place takes new members: persist, then apply. A change of who the
 // members are applies once its PoolMembershipChanged is durable, after the
 // placements taken before it. Calls that come meanwhile wait, in order,
-// until none is left to apply (call): what a call records follows every
-// change already sent to the ledger. So the kubelet, Allocate and the
-// ledger see members in one order, and no device leaves a pool before the
-// ledger says so. start marks a pool's
+// until none is left to apply (call), across restarts too: what a call
+// records follows every change already sent to the ledger. So the
+// kubelet, Allocate and the ledger see members in one order, and no
+// device leaves a pool before the ledger says so. start marks a pool's
 // start, which writes every device-info file again.
 func (p *allocator) place(ctx actor.Context, m *SetMembers, start bool) {
 	byAddr, order := index(m.Members)
@@ -561,17 +558,18 @@ func (p *allocator) placedOne(ctx actor.Context, m *placed) {
 }
 
 // applyPlaced applies the durable placements at the head, then, once
-// none is left, the calls that waited, in order. A call leaves the list before it runs,
-// so if it crashes the pool the next incarnation gets those after it.
+// none is left, the calls that waited, in order. A call leaves the list
+// before it runs, so if it crashes the pool the next incarnation gets
+// those after it.
 func (p *allocator) applyPlaced(ctx actor.Context) {
 	for len(p.placing) > 0 && p.placing[0].durable {
 		pl := p.placing[0]
 		p.placing = p.placing[1:]
 		p.setMembers(ctx, pl)
 	}
-	for len(p.waiting) > 0 && len(p.placing) == 0 {
-		c := p.waiting[0]
-		p.waiting = p.waiting[1:]
+	for len(p.life.waiting) > 0 && len(p.placing) == 0 {
+		c := p.life.waiting[0]
+		p.life.waiting = p.life.waiting[1:]
 		p.call(ctx, c)
 	}
 }

@@ -46,6 +46,9 @@ type lifetime struct {
 	// answer may come to a later incarnation.
 	pending map[uint64]*flight
 	nextID  uint64
+	// waiting are the calls held while placements apply, in the order
+	// they came (see place): those a crash interrupts go first.
+	waiting []any
 	// draining counts the servers of stopped incarnations finishing their
 	// calls, which a pool stopped for good waits for.
 	draining sync.WaitGroup

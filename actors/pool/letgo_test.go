@@ -214,8 +214,41 @@ func TestCallsHeldForMembersKeepTheirOrder(t *testing.T) {
 			t.Fatal(r.err)
 		}
 	}
+	if order, want := allocatedInOrder(t, g.log), []string{x, y, z}; !slices.Equal(order, want) {
+		t.Errorf("allocations recorded in the order %v, want %v", order, want)
+	}
+}
+
+// A call held for a membership change when the pool crashes still goes
+// before the calls that came after it: the next incarnation takes it
+// first, not behind its mailbox.
+func TestCallsHeldOverARestartKeepTheirOrder(t *testing.T) {
+	const z = "0000:3b:02.2"
+	f, g, allocated := poolWithAllocateHeld(t)
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(x), member(y), member(z)}, Reason: "test", Gen: 2})
+	first := allocateVia(f, context.Background(), y)
+	f.Sys.Root.Send(f.Child, &Crash{Reason: "test"})
+	second := allocateVia(f, context.Background(), z)
+	g.release()
+	if err := <-allocated; err != nil {
+		t.Fatalf("Allocate of x: %v", err)
+	}
+	for _, r := range []allocateReply{awaitReply(t, first), awaitReply(t, second)} {
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	if order := allocatedInOrder(t, g.log); !slices.Equal(order, []string{x, y, z}) {
+		t.Errorf("allocations recorded in the order %v, want %v", order, []string{x, y, z})
+	}
+}
+
+// allocatedInOrder lists the devices of every DevicesAllocated in log, in
+// the ledger's order.
+func allocatedInOrder(t *testing.T, log *store.Log) []string {
+	t.Helper()
 	var order []string
-	if err := g.log.Read(1, func(e events.Envelope) error {
+	if err := log.Read(1, func(e events.Envelope) error {
 		if a, ok := e.Payload.(events.DevicesAllocated); ok {
 			order = append(order, a.DeviceIDs...)
 		}
@@ -223,9 +256,7 @@ func TestCallsHeldForMembersKeepTheirOrder(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{x, y, z}; !slices.Equal(order, want) {
-		t.Errorf("allocations recorded in the order %v, want %v", order, want)
-	}
+	return order
 }
 
 // A pool that crashes while a device it lost has an Allocate under way
