@@ -536,19 +536,23 @@ func (d *Daemon) stopActors(ctx context.Context) error {
 }
 
 // watchNode closes d.nodeGone once the node has stopped, its children
-// with it. The watch starts at the spawn: one asked of a node already
-// stopping is answered at once, before its pools have drained.
+// with it. It returns once the watch is asked, ahead of any stop: one
+// asked of a node already stopping is answered at once, before its pools
+// have drained.
 func (d *Daemon) watchNode() {
 	d.nodeGone = make(chan struct{})
+	watching := make(chan struct{})
 	d.system.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
 		switch c.Message().(type) {
 		case *actor.Started:
 			c.Watch(d.node)
+			close(watching)
 		case *actor.Terminated:
 			close(d.nodeGone)
 			c.Stop(c.Self())
 		}
 	}))
+	<-watching
 }
 
 // stopRecordBudget is the time a stop's last writes (DaemonStopped, the
