@@ -194,52 +194,39 @@ func TestCallsWaitForTheMembersToBeDurable(t *testing.T) {
 	}
 }
 
-// Calls held for membership changes run in the order they came, each
-// against the newest members taken: two changes wait behind an Allocate
-// under way, a call after each, and the ledger records their allocations
-// in that order.
-func TestCallsHeldForMembersKeepTheirOrder(t *testing.T) {
+// Calls held for a membership change run in the order they came, each
+// against the newest members taken, even when a second change comes
+// between them or the pool crashes (the next incarnation takes the held
+// ones first, not behind its mailbox). The ledger records their
+// allocations in that order.
+func TestHeldCallsKeepTheirOrder(t *testing.T) {
 	const z, w = "0000:3b:02.2", "0000:3b:02.3"
-	f, g, allocated := poolWithAllocateHeld(t)
-	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(x), member(y), member(z)}, Reason: "test", Gen: 2})
-	first := allocateVia(f, context.Background(), y)
-	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(x), member(y), member(z), member(w)}, Reason: "test", Gen: 3})
-	second := allocateVia(f, context.Background(), z)
-	g.release()
-	if err := <-allocated; err != nil {
-		t.Fatalf("Allocate of x: %v", err)
-	}
-	for _, r := range []allocateReply{awaitReply(t, first), awaitReply(t, second)} {
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-	}
-	if order, want := allocatedInOrder(t, g.log), []string{x, y, z}; !slices.Equal(order, want) {
-		t.Errorf("allocations recorded in the order %v, want %v", order, want)
-	}
-}
-
-// A call held for a membership change when the pool crashes still goes
-// before the calls that came after it: the next incarnation takes it
-// first, not behind its mailbox.
-func TestCallsHeldOverARestartKeepTheirOrder(t *testing.T) {
-	const z = "0000:3b:02.2"
-	f, g, allocated := poolWithAllocateHeld(t)
-	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(x), member(y), member(z)}, Reason: "test", Gen: 2})
-	first := allocateVia(f, context.Background(), y)
-	f.Sys.Root.Send(f.Child, &Crash{Reason: "test"})
-	second := allocateVia(f, context.Background(), z)
-	g.release()
-	if err := <-allocated; err != nil {
-		t.Fatalf("Allocate of x: %v", err)
-	}
-	for _, r := range []allocateReply{awaitReply(t, first), awaitReply(t, second)} {
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-	}
-	if order := allocatedInOrder(t, g.log); !slices.Equal(order, []string{x, y, z}) {
-		t.Errorf("allocations recorded in the order %v, want %v", order, []string{x, y, z})
+	for _, tc := range []struct {
+		name    string
+		between any
+	}{
+		{"a second membership change", &SetMembers{Members: []allocation.Member{member(x), member(y), member(z), member(w)}, Reason: "test", Gen: 3}},
+		{"a crash", &Crash{Reason: "test"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, g, allocated := poolWithAllocateHeld(t)
+			f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(x), member(y), member(z)}, Reason: "test", Gen: 2})
+			first := allocateVia(f, context.Background(), y)
+			f.Sys.Root.Send(f.Child, tc.between)
+			second := allocateVia(f, context.Background(), z)
+			g.release()
+			if err := <-allocated; err != nil {
+				t.Fatalf("Allocate of x: %v", err)
+			}
+			for _, r := range []allocateReply{awaitReply(t, first), awaitReply(t, second)} {
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+			}
+			if order, want := allocatedInOrder(t, g.log), []string{x, y, z}; !slices.Equal(order, want) {
+				t.Errorf("allocations recorded in the order %v, want %v", order, want)
+			}
+		})
 	}
 }
 
