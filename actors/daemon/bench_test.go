@@ -221,14 +221,20 @@ const allocBenchPool = "bench.devledger.io/vf"
 // pool's unix socket, answered once DevicesAllocated is durable in the
 // ledger. Baselines: a bare gRPC DevicePlugin server answering from memory
 // over a unix socket, and a bare bbolt Update (with its fsyncs) putting the
-// bytes of the DevicesAllocated record. Each round runs, in rotating
-// order, a run of sequential Allocates, as many bare gRPC calls and bare
-// Updates, and a run of Allocates from 8 concurrent clients.
+// bytes of the DevicesAllocated record. The concurrent speedup's baseline
+// is the two joined: a bare server whose Allocate appends the record
+// through one writer that commits whatever is queued in one Update
+// (storetest.BareGroup), the least a group-committing plugin does. Each
+// round runs, in rotating order, a run of sequential Allocates, as many
+// bare gRPC calls, bare Updates and calls to the joined baseline, then
+// runs of Allocates from 8 concurrent clients to ours and to it.
 //
 //	x-baseline          median over rounds of ours p50 / (gRPC p50 + Update p50); target <= 1.3
 //	p99-x-baseline      ours p99 / (gRPC p99 + Update p99), over all samples
 //	concurrent-speedup  median over rounds of 8-client throughput / sequential throughput; target >= 4
-//	concurrent-events/commit  how many Allocates shared a ledger commit with 8 clients
+//	bare-concurrent-speedup  the same for the joined baseline
+//	speedup-x-bare      median over rounds of ours speedup / its speedup
+//	concurrent-events/commit  how many Allocates shared a ledger commit with 8 clients (bare-: its commits)
 func BenchmarkAllocateE2E(b *testing.B) {
 	const (
 		rounds       = 15
@@ -285,6 +291,18 @@ func BenchmarkAllocateE2E(b *testing.B) {
 	b.Cleanup(bare.Stop)
 	bareClient := dialPlugin(b, bare.Path())
 	updater := storetest.NewBareUpdater(b, b.TempDir())
+	group := storetest.NewBareGroup(b, b.TempDir())
+	joined, err := benchbaseline.Serve(filepath.Join(kubelettest.ShortTempDir(b), "joined.sock"),
+		&benchbaseline.DevicePlugin{Answer: answer.ContainerResponses[0], Commit: func() error { return group.Append(record) }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(joined.Stop)
+	joinedClient := dialPlugin(b, joined.Path())
+	joinedConc := make([]pluginapi.DevicePluginClient, clients)
+	for i := range joinedConc {
+		joinedConc[i] = dialPlugin(b, joined.Path())
+	}
 	var key uint64
 	for range 5 {
 		if _, err := allocateOne(ctx, bareClient, ids[0]); err != nil {
@@ -321,20 +339,21 @@ func BenchmarkAllocateE2E(b *testing.B) {
 			*p = append(*p, time.Since(start))
 			return err
 		},
+		func(j *[]time.Duration) error {
+			start := time.Now()
+			_, err := allocateOne(ctx, joinedClient, ids[0])
+			*j = append(*j, time.Since(start))
+			return err
+		},
 	}
 	var concEvents, concCommits uint64
-	concurrent := func() time.Duration {
+	concurrent := func(cs []pluginapi.DevicePluginClient, id func() string) time.Duration {
 		var wg sync.WaitGroup
-		seq, commits := d.Recorder().Log().LastSeq(), d.Recorder().Log().Commits()
-		defer func() {
-			concEvents += d.Recorder().Log().LastSeq() - seq
-			concCommits += d.Recorder().Log().Commits() - commits
-		}()
 		start := time.Now()
-		for _, c := range conc {
+		for _, c := range cs {
 			wg.Go(func() {
 				for range perClientOps {
-					if _, err := allocateOne(ctx, c, nextID()); err != nil {
+					if _, err := allocateOne(ctx, c, id()); err != nil {
 						b.Error(err)
 						return
 					}
@@ -344,14 +363,38 @@ func BenchmarkAllocateE2E(b *testing.B) {
 		wg.Wait()
 		return time.Since(start)
 	}
+	oursConcurrent := func() time.Duration {
+		seq, commits := d.Recorder().Log().LastSeq(), d.Recorder().Log().Commits()
+		defer func() {
+			concEvents += d.Recorder().Log().LastSeq() - seq
+			concCommits += d.Recorder().Log().Commits() - commits
+		}()
+		return concurrent(conc, nextID)
+	}
+	var joinedAppends, joinedCommits int
+	joinedConcurrent := func() time.Duration {
+		commits, appends := group.Batches()
+		defer func() {
+			c, a := group.Batches()
+			joinedCommits, joinedAppends = joinedCommits+c-commits, joinedAppends+a-appends
+		}()
+		return concurrent(joinedConc, func() string { return ids[0] })
+	}
+	throughput := func(ops int, wall time.Duration) float64 { return float64(ops) / wall.Seconds() }
+	sum := func(ds []time.Duration) (t time.Duration) {
+		for _, x := range ds {
+			t += x
+		}
+		return t
+	}
 	var allOurs, allGRPC, allPut []time.Duration
-	var ratios, speedups []float64
+	var ratios, speedups, bareSpeedups, speedupRatios []float64
 	b.ResetTimer()
 	for r := range rounds {
 		samples := make([][]time.Duration, len(seqOps))
-		var concWall time.Duration
+		var concWall, joinedWall time.Duration
 		if r%2 == 1 {
-			concWall = concurrent()
+			concWall, joinedWall = oursConcurrent(), joinedConcurrent()
 		}
 		for k := range seqPerRound {
 			for i := range seqOps {
@@ -362,17 +405,14 @@ func BenchmarkAllocateE2E(b *testing.B) {
 			}
 		}
 		if r%2 == 0 {
-			concWall = concurrent()
+			joinedWall, concWall = joinedConcurrent(), oursConcurrent()
 		}
-		o, g, p := samples[0], samples[1], samples[2]
+		o, g, p, j := samples[0], samples[1], samples[2], samples[3]
 		ratios = append(ratios, float64(percentile(o, 0.5))/float64(percentile(g, 0.5)+percentile(p, 0.5)))
-		var seqWall time.Duration
-		for _, x := range o {
-			seqWall += x
-		}
-		seqThroughput := float64(len(o)) / seqWall.Seconds()
-		concThroughput := float64(clients*perClientOps) / concWall.Seconds()
-		speedups = append(speedups, concThroughput/seqThroughput)
+		speedup := throughput(clients*perClientOps, concWall) / throughput(len(o), sum(o))
+		bareSpeedup := throughput(clients*perClientOps, joinedWall) / throughput(len(j), sum(j))
+		speedups, bareSpeedups = append(speedups, speedup), append(bareSpeedups, bareSpeedup)
+		speedupRatios = append(speedupRatios, speedup/bareSpeedup)
 		allOurs, allGRPC, allPut = append(allOurs, o...), append(allGRPC, g...), append(allPut, p...)
 	}
 	b.StopTimer()
@@ -388,7 +428,10 @@ func BenchmarkAllocateE2E(b *testing.B) {
 	b.ReportMetric(median(ratios), "x-baseline")
 	b.ReportMetric(float64(oursP99)/float64(gP99+pP99), "p99-x-baseline")
 	b.ReportMetric(median(speedups), "concurrent-speedup")
+	b.ReportMetric(median(bareSpeedups), "bare-concurrent-speedup")
+	b.ReportMetric(median(speedupRatios), "speedup-x-bare")
 	b.ReportMetric(float64(concEvents)/float64(concCommits), "concurrent-events/commit")
+	b.ReportMetric(float64(joinedAppends)/float64(joinedCommits), "bare-concurrent-events/commit")
 	conflicts := 0
 	if err := d.Recorder().Log().Read(seq0, func(e events.Envelope) error {
 		if e.Type == events.TypeAllocationConflict {

@@ -26,6 +26,9 @@ type DevicePlugin struct {
 	// Answer is every container's answer; nil makes Allocate fail with
 	// Unimplemented.
 	Answer *pluginapi.ContainerAllocateResponse
+	// Commit, if set, is called once per Allocate before it answers, and
+	// its error fails the call: a plugin that persists.
+	Commit func() error
 }
 
 // GetDevicePluginOptions implements pluginapi.DevicePluginServer: no
@@ -47,6 +50,11 @@ func (p *DevicePlugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStream
 func (p *DevicePlugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	if p.Answer == nil {
 		return nil, status.Error(codes.Unimplemented, "this baseline plugin has no answer")
+	}
+	if p.Commit != nil {
+		if err := p.Commit(); err != nil {
+			return nil, status.Error(codes.Unavailable, err.Error())
+		}
 	}
 	resp := &pluginapi.AllocateResponse{ContainerResponses: make([]*pluginapi.ContainerAllocateResponse, len(req.ContainerRequests))}
 	for i := range req.ContainerRequests {
