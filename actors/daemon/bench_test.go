@@ -312,6 +312,9 @@ func BenchmarkAllocateE2E(b *testing.B) {
 		if err := updater.Put(binary.BigEndian.AppendUint64(nil, key), record); err != nil {
 			b.Fatal(err)
 		}
+		if _, err := allocateOne(ctx, joinedClient, ids[0]); err != nil {
+			b.Fatal(err)
+		}
 	}
 
 	// Sequential sides alternate operation by operation, so that each
