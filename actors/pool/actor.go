@@ -94,9 +94,6 @@ type allocator struct {
 	// place); retry places again after a refusal (see refused).
 	placing []*placement
 	retry   *time.Timer
-	// started is set once start is done: the calls held before (see
-	// life.waiting) run only then, on a pool that serves.
-	started bool
 
 	watchers map[chan []*pluginapi.Device]bool
 	// list is the last list built, nil once members or resource change;
@@ -275,8 +272,7 @@ func (p *allocator) start(ctx actor.Context) {
 	if inForce {
 		p.announce(ctx, "", place.Seq)
 	}
-	p.started = true
-	p.applyPlaced(ctx)
+	p.applyPlaced(ctx) // the calls held before, now that it serves
 }
 
 // syncDeviceInfo writes the device-info file (read by CNI plugins) of each
@@ -572,7 +568,8 @@ func (p *allocator) applyPlaced(ctx actor.Context) {
 		p.placing = p.placing[1:]
 		p.setMembers(ctx, pl)
 	}
-	for p.started && len(p.life.waiting) > 0 && len(p.placing) == 0 {
+	// Held calls run on a pool that serves: not before start ends.
+	for p.server != nil && len(p.life.waiting) > 0 && len(p.placing) == 0 {
 		c := p.life.waiting[0]
 		p.life.waiting = p.life.waiting[1:]
 		p.call(ctx, c)

@@ -18,7 +18,8 @@ type Error struct{ Err error }
 
 // Watch watches dirs and sends every event and error to the actor of ctx
 // until the watcher it returns is closed; on error no watcher is left.
-// The forwarding runs on a goroutine of its own.
+// The forwarding runs on a goroutine of its own: fsnotify delivers on
+// channels, which a mailbox cannot wait on; the goroutine only relays.
 func Watch(ctx actor.Context, dirs ...string) (*fsnotify.Watcher, error) {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
