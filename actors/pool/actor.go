@@ -85,6 +85,9 @@ type allocator struct {
 
 	members map[string]*allocation.Member
 	order   []string // member addresses, sorted
+	// rank is members as GetPreferredAllocation ranks them, built at the
+	// first call after members or their health change (nil until then).
+	rank *allocation.Index
 	// verdicts is the newest verdict heard per device, member or not: one
 	// may come before its device joins, and members may bring an older one.
 	verdicts events.Health
@@ -625,6 +628,7 @@ func (p *allocator) replay() events.State {
 // next); else it was up to st.Seq, where the change's guard starts.
 func (p *allocator) placeAfterReplay(ctx actor.Context, st *events.State, m *SetMembers, start bool) bool {
 	p.members, p.order = p.index(listed(st.Pools[p.name].Members, m.Members))
+	p.rank = nil
 	if _, inForce := st.Pools[p.name]; !inForce && st.Config.SHA256 != "" {
 		p.cfg.Log.Info().Str("pool", p.name).Msg("the pool was dropped from the config; its members are not recorded")
 		return false
@@ -690,7 +694,7 @@ func (p *allocator) setMembers(ctx actor.Context, pl *placement) {
 	}
 	p.members, p.order = p.index(pl.m.Members)
 	p.life.gen = max(p.life.gen, pl.m.Gen)
-	p.list = nil
+	p.list, p.rank = nil, nil
 	p.syncDeviceInfo(old)
 	p.writeCDISpec()
 	p.broadcast()
@@ -792,6 +796,7 @@ func (p *allocator) setHealth(m *SetHealth) bool {
 		return false
 	}
 	mem.Healthy = m.Healthy
+	p.rank = nil
 	if p.list != nil {
 		p.stale = append(p.stale, m.Address)
 	}
@@ -867,6 +872,9 @@ func push(ch chan []*pluginapi.Device, list []*pluginapi.Device) {
 
 // preferred answers GetPreferredAllocation (see allocation.Preferred).
 func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	if p.rank == nil {
+		p.rank = allocation.NewIndex(p.members)
+	}
 	held := make(map[string]bool, len(p.holds.Holders))
 	for id, hs := range p.holds.Holders {
 		held[id] = len(hs) > 0
@@ -876,14 +884,12 @@ func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*plugi
 			held[id] = true
 		}
 	}
-	for id, m := range p.members {
-		if len(m.HeldElsewhere) > 0 {
-			held[id] = true
-		}
+	for _, id := range p.rank.Elsewhere() {
+		held[id] = true
 	}
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for i, cr := range req.ContainerRequests {
-		ids, err := allocation.Preferred(p.cfg.Resource, p.members, held, cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize))
+		ids, err := p.rank.Preferred(p.cfg.Resource, held, cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize))
 		if err != nil {
 			return nil, fmt.Errorf("%w: container request %d: %v", grpcapi.ErrInvalidRequest, i, err)
 		}

@@ -111,3 +111,36 @@ func TestNewestVerdictWins(t *testing.T) {
 		t.Error("a verdict older than the rediscovery was applied")
 	}
 }
+
+// GetPreferredAllocation ranks the members as they are now: the index it
+// keeps between calls follows health changes and new members.
+func TestPreferredFollowsTheMembers(t *testing.T) {
+	const a, b, c = "0000:3b:02.0", "0000:3b:02.1", "0000:3b:02.2"
+	p := listAllocator(a, b, c)
+	p.life = newLifetime()
+	first := func() string {
+		t.Helper()
+		resp, err := p.preferred(&pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{
+			{AvailableDeviceIDs: []string{c, b, a}, AllocationSize: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.ContainerResponses[0].DeviceIDs[0]
+	}
+	if got := first(); got != a {
+		t.Fatalf("preferred %s of healthy members, want %s", got, a)
+	}
+	p.setHealth(&SetHealth{Address: a, Healthy: false})
+	if got := first(); got != b {
+		t.Errorf("preferred %s with %s unhealthy, want %s", got, a, b)
+	}
+	ms := []allocation.Member{
+		{Device: sysfs.Device{Address: b, NUMANode: -1}, HeldElsewhere: []allocation.Hold{{Pool: "example.com/other", Seq: 7}}},
+		{Device: sysfs.Device{Address: c, NUMANode: -1}, Healthy: true},
+	}
+	p.members, p.order = p.index(ms)
+	p.rank = nil
+	if got := first(); got != c {
+		t.Errorf("preferred %s with %s gone and %s held elsewhere, want %s", got, a, b, c)
+	}
+}

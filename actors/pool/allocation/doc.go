@@ -1,8 +1,8 @@
 // Package allocation owns the answers a pool gives the kubelet about its
 // devices, as pure functions over config and sysfs facts: ListDevice
-// (ListAndWatch), Preferred (GetPreferredAllocation), Respond (Allocate),
-// and the files an allocation needs: Network Plumbing WG device-info
-// files (WriteDeviceInfo) and CDI specs (WriteCDISpec).
+// (ListAndWatch), Index.Preferred (GetPreferredAllocation), Respond
+// (Allocate), and the files an allocation needs: Network Plumbing WG
+// device-info files (WriteDeviceInfo) and CDI specs (WriteCDISpec).
 //
 // It keeps no state and knows neither the kubelet nor actors: the pool's
 // allocator passes in the facts it holds and the gRPC layer copies the

@@ -3,6 +3,7 @@ package allocation
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -46,11 +47,67 @@ func (h Hold) String() string {
 // pass and no other pool's allocation holds it.
 func (m Member) Usable() bool { return m.Healthy && len(m.HeldElsewhere) == 0 }
 
+// Index is a pool's members as Preferred ranks them, built once per
+// change of the members (or of their health) and read by every call. The
+// kubelet asks before every Allocate, offering every free device, and
+// between two pods the pool's memory goes cold: a ranking that reads a
+// Member struct per offered device pays cache misses per device. The
+// index keeps what ranking reads in a few kilobytes: positions by ID (the
+// IDs' bytes side by side), and per position the member's NUMA node,
+// group and usability as numbers. Positions follow the IDs' order and
+// group numbers their names' order, so comparing numbers compares names.
+type Index struct {
+	pos     map[string]int32
+	ids     []string // by position, sorted
+	members []ranked // by position
+	groups  int      // group numbers are 0..groups-1
+	nodes   int      // the highest NUMA node + 1
+	// elsewhere are the members another pool holds, sorted.
+	elsewhere []string
+}
+
+// ranked is what ranking reads of one member.
+type ranked struct {
+	numa, group int32
+	usable      bool
+}
+
+// NewIndex indexes members (read, never kept).
+func NewIndex(members map[string]*Member) *Index {
+	ids := slices.Sorted(maps.Keys(members))
+	x := &Index{pos: make(map[string]int32, len(ids)), ids: make([]string, len(ids)), members: make([]ranked, len(ids))}
+	keys := strings.Join(ids, "")
+	names := make([]string, 0, len(ids))
+	for _, id := range ids {
+		names = append(names, groupOf(&members[id].Device))
+	}
+	groups := slices.Compact(slices.Sorted(slices.Values(names)))
+	x.groups = len(groups)
+	off := 0
+	for i, id := range ids {
+		m := members[id]
+		x.ids[i] = keys[off : off+len(id)]
+		x.pos[x.ids[i]] = int32(i)
+		off += len(id)
+		g, _ := slices.BinarySearch(groups, names[i])
+		x.members[i] = ranked{numa: int32(m.Device.NUMANode), group: int32(g), usable: m.Usable()}
+		x.nodes = max(x.nodes, m.Device.NUMANode+1)
+		if len(m.HeldElsewhere) > 0 {
+			x.elsewhere = append(x.elsewhere, id)
+		}
+	}
+	return x
+}
+
+// Elsewhere lists the members another pool holds (Member.HeldElsewhere),
+// sorted; the caller must not change it.
+func (x *Index) Elsewhere() []string { return x.elsewhere }
+
 // Preferred answers GetPreferredAllocation for one container of the pool
 // res: up to size IDs, mustInclude first (in order, each once), then the
-// best of the other available IDs. members are the pool's devices by ID
-// and held the devices held by a live or in-flight allocation of the
-// pool, or by another pool's (both read, never changed). Candidates rank
+// best of the other available IDs among the indexed members. held are the
+// devices held by a live or in-flight allocation of the pool, or by
+// another pool's (read, never changed). Candidates rank
 // by, in this order:
 //
 //  1. not held: a held device is offered only when the free ones run out
@@ -78,56 +135,59 @@ func (m Member) Usable() bool { return m.Healthy && len(m.HeldElsewhere) == 0 }
 // asks for more than it offers) wrap ErrInvalidRequest; a must-include
 // non-member wraps ErrUnknownDevice. A must-include device is kept even
 // when unhealthy: the kubelet has already given it to the pod.
-//
-// The kubelet asks before every Allocate, offering every free device, so
-// this is on its path: held comes as a set, built once per call, the held
-// devices alone (not every member) give the loads, and a pick of one
-// builds no tiers.
-func Preferred(res *config.Resource, members map[string]*Member, held map[string]bool, available, mustInclude []string, size int) ([]string, error) {
+
+func (x *Index) Preferred(res *config.Resource, held map[string]bool, available, mustInclude []string, size int) ([]string, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("preferred allocation for %s: size %d: %w", res.FullName(), size, ErrInvalidRequest)
 	}
-	// taken holds the members offered so far, by pointer (cheaper to hash
-	// than an ID); others counts the distinct IDs that are not members.
-	taken := make(map[*Member]struct{}, len(available)+len(mustInclude))
+	// taken marks the members offered or seen so far; others counts the
+	// distinct IDs that are not members.
+	taken := make([]bool, len(x.members))
+	seen := 0
 	var others map[string]struct{}
-	out := make([]string, 0, size)
+	var must []int32 // what mustInclude gives
 	for _, id := range mustInclude {
-		m, ok := members[id]
+		i, ok := x.pos[id]
 		if !ok {
 			return nil, fmt.Errorf("preferred allocation for %s: must-include device %s: %w", res.FullName(), id, ErrUnknownDevice)
 		}
-		if _, dup := taken[m]; dup {
-			continue
+		if !taken[i] {
+			taken[i] = true
+			seen++
+			must = append(must, i)
 		}
-		taken[m] = struct{}{}
-		out = append(out, id)
 	}
-	if len(out) > size {
-		return nil, fmt.Errorf("preferred allocation for %s: %d must-include devices for size %d: %w", res.FullName(), len(out), size, ErrInvalidRequest)
+	if len(must) > size {
+		return nil, fmt.Errorf("preferred allocation for %s: %d must-include devices for size %d: %w", res.FullName(), len(must), size, ErrInvalidRequest)
 	}
-	need := size - len(out)
+	need := size - len(must)
 	if need == 0 {
-		return out, nil
+		return x.named(must), nil
 	}
 
 	// Only packed and spread weigh the groups' loads.
-	load := make(map[string]int)
-	if res.AllocatePolicy == config.PolicyPacked || res.AllocatePolicy == config.PolicySpread {
-		for id, h := range held {
-			if m, ok := members[id]; ok && h {
-				load[groupOf(&m.Device)]++
+	weighed := res.AllocatePolicy == config.PolicyPacked || res.AllocatePolicy == config.PolicySpread
+	var load []int
+	if weighed {
+		load = make([]int, x.groups)
+	}
+	isHeld := make([]bool, len(x.members))
+	for id, h := range held {
+		if i, ok := x.pos[id]; ok && h {
+			isHeld[i] = true
+			if weighed {
+				load[x.members[i].group]++
 			}
 		}
-		for _, id := range out {
-			load[groupOf(&members[id].Device)]++
+	}
+	for _, i := range must {
+		if weighed {
+			load[x.members[i].group]++
 		}
 	}
-
-	weighed := len(load) > 0
 	cands := make([]candidate, 0, len(available))
 	for _, id := range available {
-		m, ok := members[id]
+		i, ok := x.pos[id]
 		if !ok {
 			if others == nil {
 				others = make(map[string]struct{})
@@ -135,32 +195,43 @@ func Preferred(res *config.Resource, members map[string]*Member, held map[string
 			others[id] = struct{}{}
 			continue
 		}
-		n := len(taken)
-		if taken[m] = struct{}{}; len(taken) == n {
-			continue // a repeat: one hash, not a lookup and an insert
+		if taken[i] {
+			continue // a repeat
 		}
-		if m.Usable() {
-			c := candidate{id: id, numa: m.Device.NUMANode, group: groupOf(&m.Device), held: held[id]}
+		taken[i] = true
+		seen++
+		if m := &x.members[i]; m.usable {
+			c := candidate{pos: i, numa: m.numa, group: m.group, held: isHeld[i]}
 			if weighed {
-				c.load = load[c.group]
+				c.load = int32(load[c.group])
 			}
 			cands = append(cands, c)
 		}
 	}
-	if distinct := len(taken) + len(others); size > distinct {
+	if distinct := seen + len(others); size > distinct {
 		return nil, fmt.Errorf("preferred allocation for %s: size %d of %d distinct available and must-include devices: %w", res.FullName(), size, distinct, ErrInvalidRequest)
 	}
 
-	node := preferredNode(members, out, cands, need)
+	node := x.preferredNode(must, cands, need)
 	if need == 1 && len(cands) > 0 {
-		return append(out, pickOne(res.AllocatePolicy, cands, node)), nil
+		return x.named(append(must, pickOne(res.AllocatePolicy, cands, node))), nil
 	}
-	return append(out, pickAll(res.AllocatePolicy, cands, node, load, need)...), nil
+	return x.named(append(must, pickAll(res.AllocatePolicy, cands, node, load, need)...)), nil
 }
 
-// pickAll takes up to need candidates, tier by tier (tierOf).
-func pickAll(policy config.AllocatePolicy, cands []candidate, node int, load map[string]int, need int) []string {
-	var out []string
+// named is the IDs of positions ps.
+func (x *Index) named(ps []int32) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = x.ids[p]
+	}
+	return out
+}
+
+// pickAll takes up to need candidates, tier by tier (tierOf); load (nil
+// when the policy weighs none) is by group.
+func pickAll(policy config.AllocatePolicy, cands []candidate, node int32, load []int, need int) []int32 {
+	var out []int32
 	tier := make([]candidate, 0, len(cands))
 	for t := 0; t < 4 && len(out) < need; t++ {
 		tier = tier[:0]
@@ -177,19 +248,18 @@ func pickAll(policy config.AllocatePolicy, cands []candidate, node int, load map
 // pickOne is pickAll for the usual request, one device: the first
 // candidate of the first tier by the policy's order, with no tier built.
 // cands is not empty.
-func pickOne(policy config.AllocatePolicy, cands []candidate, node int) string {
-	return slices.MinFunc(cands, firstOrder(policy, node)).id
+func pickOne(policy config.AllocatePolicy, cands []candidate, node int32) int32 {
+	return slices.MinFunc(cands, firstOrder(policy, node)).pos
 }
 
-// candidate is a device Preferred may offer.
+// candidate is a member Preferred may offer: its position, NUMA node and
+// group number in the Index.
 type candidate struct {
-	id    string
-	numa  int
-	group string
-	held  bool
+	pos, numa, group int32
 	// load is the group's load when c is ranked (firstOrder reads it for
 	// packed and spread only).
-	load int
+	load int32
+	held bool
 }
 
 // groupOf is the group a policy balances over: a VF's PF, any other
@@ -206,15 +276,15 @@ func groupOf(d *sysfs.Device) string {
 
 // preferredNode is the NUMA node Preferred favours (its rank 2), -1 for
 // none.
-func preferredNode(members map[string]*Member, must []string, cands []candidate, need int) int {
-	count := make(map[int]int)
-	for _, id := range must {
-		if n := members[id].Device.NUMANode; n >= 0 {
+func (x *Index) preferredNode(must []int32, cands []candidate, need int) int32 {
+	count := make([]int, x.nodes)
+	for _, i := range must {
+		if n := x.members[i].numa; n >= 0 {
 			count[n]++
 		}
 	}
-	if len(count) > 0 {
-		return busiest(count, 0)
+	if n := busiest(count, 0); n >= 0 {
+		return n
 	}
 	for _, c := range cands {
 		if c.numa >= 0 && !c.held {
@@ -229,14 +299,11 @@ func preferredNode(members map[string]*Member, must []string, cands []candidate,
 
 // busiest returns the node with the highest count of at least atLeast,
 // the lowest such node on a tie, or -1 when none qualifies.
-func busiest(count map[int]int, atLeast int) int {
-	best, bestN := -1, 0
+func busiest(count []int, atLeast int) int32 {
+	best, bestN := int32(-1), 0
 	for n, c := range count {
-		if c < atLeast || c == 0 {
-			continue
-		}
-		if best < 0 || c > bestN || c == bestN && n < best {
-			best, bestN = n, c
+		if c >= atLeast && c > bestN {
+			best, bestN = int32(n), c
 		}
 	}
 	return best
@@ -245,22 +312,22 @@ func busiest(count map[int]int, atLeast int) int {
 // firstOrder is the order of pickOne and pick: by tier, then packed by
 // (-load, group, address), spread by (load, group, address), none by
 // address.
-func firstOrder(policy config.AllocatePolicy, node int) func(a, b candidate) int {
+func firstOrder(policy config.AllocatePolicy, node int32) func(a, b candidate) int {
 	return func(a, b candidate) int {
 		if t := cmp.Compare(tierOf(a, node), tierOf(b, node)); t != 0 || policy != config.PolicyPacked && policy != config.PolicySpread {
-			return cmp.Or(t, strings.Compare(a.id, b.id))
+			return cmp.Or(t, cmp.Compare(a.pos, b.pos))
 		}
 		l := cmp.Compare(a.load, b.load)
 		if policy == config.PolicyPacked {
 			l = -l
 		}
-		return cmp.Or(l, strings.Compare(a.group, b.group), strings.Compare(a.id, b.id))
+		return cmp.Or(l, cmp.Compare(a.group, b.group), cmp.Compare(a.pos, b.pos))
 	}
 }
 
 // tierOf is c's tier: 0 free on node, 1 free elsewhere, 2 held on node,
 // 3 held elsewhere; with no node (-1), 0 free and 2 held.
-func tierOf(c candidate, node int) int {
+func tierOf(c candidate, node int32) int {
 	i := 0
 	if node >= 0 && c.numa != node {
 		i = 1
@@ -274,29 +341,33 @@ func tierOf(c candidate, node int) int {
 // pick takes up to need candidates of one tier by policy, adding them to
 // load: spread by spread, the others in firstOrder, with each group's load
 // as earlier tiers left it, looked up once, not per comparison.
-func pick(policy config.AllocatePolicy, tier []candidate, load map[string]int, need int) []string {
+func pick(policy config.AllocatePolicy, tier []candidate, load []int, need int) []int32 {
 	need = min(need, len(tier))
 	if policy == config.PolicySpread {
-		slices.SortFunc(tier, func(a, b candidate) int { return strings.Compare(a.id, b.id) })
+		slices.SortFunc(tier, func(a, b candidate) int { return cmp.Compare(a.pos, b.pos) })
 		return spread(tier, load, need)
 	}
-	for i := range tier {
-		tier[i].load = load[tier[i].group]
+	if load != nil {
+		for i := range tier {
+			tier[i].load = int32(load[tier[i].group])
+		}
 	}
 	slices.SortFunc(tier, firstOrder(policy, -1))
-	out := make([]string, 0, need)
+	out := make([]int32, 0, need)
 	for _, c := range tier[:need] {
-		load[c.group]++
-		out = append(out, c.id)
+		if load != nil {
+			load[c.group]++
+		}
+		out = append(out, c.pos)
 	}
 	return out
 }
 
 // spread takes need candidates from tier (sorted by address) one at a
 // time, each from the least loaded group that has any left.
-func spread(tier []candidate, load map[string]int, need int) []string {
-	queue := make(map[string][]candidate)
-	var groups []string
+func spread(tier []candidate, load []int, need int) []int32 {
+	queue := make(map[int32][]candidate)
+	var groups []int32
 	for _, c := range tier {
 		if _, ok := queue[c.group]; !ok {
 			groups = append(groups, c.group)
@@ -304,15 +375,15 @@ func spread(tier []candidate, load map[string]int, need int) []string {
 		queue[c.group] = append(queue[c.group], c)
 	}
 	slices.Sort(groups)
-	out := make([]string, 0, need)
+	out := make([]int32, 0, need)
 	for len(out) < need {
-		best, found := "", false
+		best, found := int32(0), false
 		for _, g := range groups {
 			if len(queue[g]) > 0 && (!found || load[g] < load[best]) {
 				best, found = g, true
 			}
 		}
-		out = append(out, queue[best][0].id)
+		out = append(out, queue[best][0].pos)
 		queue[best] = queue[best][1:]
 		load[best]++
 	}

@@ -1,12 +1,11 @@
 package allocation
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/devledger/devledger/config"
@@ -357,13 +356,13 @@ func TestPreferredSpreadGPUs(t *testing.T) {
 	}
 }
 
-// preferred calls Preferred with members and held as the tables give them.
+// preferred calls Index.Preferred with members and held as the tables give them.
 func preferred(res *config.Resource, members map[string]Member, held map[string]bool, available, must []string, size int) ([]string, error) {
 	ms := make(map[string]*Member, len(members))
 	for id, m := range members {
 		ms[id] = &m
 	}
-	return Preferred(res, ms, held, available, must, size)
+	return NewIndex(ms).Preferred(res, held, available, must, size)
 }
 
 // TestPickOneIsPickAllOfOne: the pick of one device, which skips the
@@ -372,29 +371,29 @@ func preferred(res *config.Resource, members map[string]Member, held map[string]
 // small sets, so that ties are common).
 func TestPickOneIsPickAllOfOne(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	groups := []string{"", "0000:17:00.0", "0000:18:00.0", "0000:3b", "0000:af:00.0"} // "": a device with no address
+	const groups = 5
 	for _, policy := range []config.AllocatePolicy{config.PolicyNone, config.PolicyPacked, config.PolicySpread} {
 		for i := range 2000 {
-			load := map[string]int{}
-			for _, g := range groups {
+			load := make([]int, groups)
+			for g := range load {
 				load[g] = r.IntN(3)
 			}
 			cands := make([]candidate, 1+r.IntN(12))
 			for j := range cands {
-				g := groups[r.IntN(len(groups))]
-				cands[j] = candidate{id: fmt.Sprintf("%s.%d", g, r.IntN(64)), numa: r.IntN(3) - 1, group: g, held: r.IntN(3) == 0}
+				g := int32(r.IntN(groups))
+				cands[j] = candidate{pos: g*64 + int32(r.IntN(64)), numa: int32(r.IntN(3) - 1), group: g, held: r.IntN(3) == 0}
 				if policy != config.PolicyNone {
-					cands[j].load = load[g]
+					cands[j].load = int32(load[g])
 				}
 			}
-			// pickAll needs distinct IDs, as Preferred gives it.
-			cands = slices.CompactFunc(slices.SortedFunc(slices.Values(cands), func(a, b candidate) int { return strings.Compare(a.id, b.id) }),
-				func(a, b candidate) bool { return a.id == b.id })
+			// pickAll needs distinct members, as Preferred gives it.
+			cands = slices.CompactFunc(slices.SortedFunc(slices.Values(cands), func(a, b candidate) int { return cmp.Compare(a.pos, b.pos) }),
+				func(a, b candidate) bool { return a.pos == b.pos })
 			r.Shuffle(len(cands), func(a, b int) { cands[a], cands[b] = cands[b], cands[a] })
-			node := r.IntN(3) - 1
-			want := pickAll(policy, slices.Clone(cands), node, maps.Clone(load), 1)
+			node := int32(r.IntN(3) - 1)
+			want := pickAll(policy, slices.Clone(cands), node, slices.Clone(load), 1)
 			if got := pickOne(policy, slices.Clone(cands), node); len(want) != 1 || got != want[0] {
-				t.Fatalf("%s, case %d, node %d: pickOne = %s, pickAll of one = %q\ncandidates %+v\nloads %v", policy, i, node, got, want, cands, load)
+				t.Fatalf("%s, case %d, node %d: pickOne = %d, pickAll of one = %v\ncandidates %+v\nloads %v", policy, i, node, got, want, cands, load)
 			}
 		}
 	}
