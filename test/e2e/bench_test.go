@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -73,6 +75,10 @@ const (
 //	x-durable        ours p50 / the durable bare plugin's p50
 //	durable-x-target the durable bare plugin's p50 / (bare p50 + 1.2 x bbolt p50)
 //	ours-p50-ns, bare-p50-ns, durable-p50-ns, bbolt-p50-ns
+//	ours-cpu-ns/round, durable-cpu-ns/round, bare-cpu-ns/round
+//	                 the CPU time each plugin's process used per round of
+//	                 the four (ours also hears of the kubelet's checkpoint
+//	                 writes for the others: it watches the directory)
 //
 // Root only, like the suite; each sub-benchmark starts a kubelet and a
 // daemon of its own.
@@ -109,9 +115,10 @@ func benchDeviceManagerAllocate(b *testing.B, defaultDevinfo bool) {
 	// same work for both, and the difference is what we do.
 	ourDevices := k.devices(resLargeNet)
 	answer := ourAnswer(b, resLargeNet, slices.Min(slices.Collect(maps.Keys(ourDevices))))
-	serveBarePlugin(b, resBare, bareSpec{Devices: mirror(ourDevices), Answer: answer})
-	serveBarePlugin(b, resDurable, bareSpec{Devices: mirror(ourDevices), Answer: answer,
+	barePID := serveBarePlugin(b, resBare, bareSpec{Devices: mirror(ourDevices), Answer: answer})
+	durablePID := serveBarePlugin(b, resDurable, bareSpec{Devices: mirror(ourDevices), Answer: answer,
 		DB: filepath.Join(filepath.Dir(n.stateDir), "durable.db")})
+	pids := []int{d.cmd.Process.Pid, durablePID, barePID}
 	k.waitCapacity(b, "the three pools registered", d.started, 30*time.Second, func(c, a counts) bool {
 		return a[resLargeNet] == largeNets && a[resBare] == largeNets && a[resDurable] == largeNets
 	})
@@ -137,6 +144,7 @@ func benchDeviceManagerAllocate(b *testing.B, defaultDevinfo bool) {
 		put()
 	}
 	var ours, bare, durable, commits []time.Duration
+	cpuBefore := cpuTimes(b, pids)
 	b.ResetTimer()
 	for i := range sequential {
 		// Rotate the order, so that each side meets the disk as it is.
@@ -154,6 +162,10 @@ func benchDeviceManagerAllocate(b *testing.B, defaultDevinfo bool) {
 		}
 	}
 	b.StopTimer()
+	cpu := cpuTimes(b, pids)
+	for i := range cpu {
+		cpu[i] = (cpu[i] - cpuBefore[i]) / sequential
+	}
 
 	o, ba, du, c := percentile(ours, 0.5), percentile(bare, 0.5), percentile(durable, 0.5), percentile(commits, 0.5)
 	target := float64(ba) + 1.2*float64(c)
@@ -164,7 +176,40 @@ func benchDeviceManagerAllocate(b *testing.B, defaultDevinfo bool) {
 	b.ReportMetric(float64(o)/target, "x-baseline")
 	b.ReportMetric(float64(o)/float64(du), "x-durable")
 	b.ReportMetric(float64(du)/target, "durable-x-target")
+	b.ReportMetric(float64(cpu[0].Nanoseconds()), "ours-cpu-ns/round")
+	b.ReportMetric(float64(cpu[1].Nanoseconds()), "durable-cpu-ns/round")
+	b.ReportMetric(float64(cpu[2].Nanoseconds()), "bare-cpu-ns/round")
 }
+
+// cpuTimes is the CPU time (user and system, every thread) each process
+// of pids has used so far, from /proc/<pid>/stat.
+func cpuTimes(tb testing.TB, pids []int) []time.Duration {
+	tb.Helper()
+	out := make([]time.Duration, len(pids))
+	for i, pid := range pids {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		// The fields after the command name, which may hold spaces: the
+		// state, then utime and stime at 12 and 13 (14 and 15 of proc(5)).
+		f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+		var ticks int64
+		for _, field := range f[11:13] {
+			n, err := strconv.ParseInt(field, 10, 64)
+			if err != nil {
+				tb.Fatalf("/proc/%d/stat: %v", pid, err)
+			}
+			ticks += n
+		}
+		out[i] = time.Duration(ticks) * time.Second / clockTicks
+	}
+	return out
+}
+
+// clockTicks is USER_HZ, the unit of /proc's CPU times: 100 on every
+// Linux architecture Go supports.
+const clockTicks = 100
 
 // percentile is the q-quantile (0..1) of ds.
 func percentile(ds []time.Duration, q float64) time.Duration {
@@ -342,8 +387,9 @@ type bareSpec struct {
 const barePluginEnv = "DEVLEDGER_E2E_BARE_PLUGIN"
 
 // serveBarePlugin serves spec as the resource res in device-plugins/, in a
-// process of its own, and registers it with the kubelet.
-func serveBarePlugin(tb testing.TB, res string, spec bareSpec) {
+// process of its own, and registers it with the kubelet; it returns the
+// process's pid.
+func serveBarePlugin(tb testing.TB, res string, spec bareSpec) int {
 	tb.Helper()
 	spec.Socket = filepath.Join(devicePluginsDir, strings.ReplaceAll(res, "/", "_")+".sock")
 	data, err := json.Marshal(spec)
@@ -384,6 +430,7 @@ func serveBarePlugin(tb testing.TB, res string, spec bareSpec) {
 	if err := registerByHand(filepath.Base(spec.Socket), res); err != nil {
 		tb.Fatalf("register the bare plugin %s: %v", res, err)
 	}
+	return cmd.Process.Pid
 }
 
 // serveBareProcess is a bare plugin process: it serves the bareSpec in
