@@ -285,11 +285,11 @@ func recorded(pool string, envs []events.Envelope) []*AllocationRecorded {
 	return out
 }
 
-// answer replies to a kubelet's Allocate and reports how long it took.
+// answer reports how long a kubelet's Allocate took, then replies: a
+// scrape of the metrics after the answer counts it.
 func (p *allocator) answer(reply chan<- allocateReply, started time.Time, resp *pluginapi.AllocateResponse, err error) {
-	took := time.Since(started)
-	reply <- allocateReply{resp: resp, err: err}
 	if p.cfg.ObserveAllocate != nil {
-		p.cfg.ObserveAllocate(p.name, took, err)
+		p.cfg.ObserveAllocate(p.name, time.Since(started), err)
 	}
+	reply <- allocateReply{resp: resp, err: err}
 }
