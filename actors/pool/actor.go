@@ -870,7 +870,7 @@ func push(ch chan []*pluginapi.Device, list []*pluginapi.Device) {
 	ch <- list
 }
 
-// preferred answers GetPreferredAllocation (see allocation.Preferred).
+// preferred answers GetPreferredAllocation (see allocation.Index.Preferred).
 func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
 	if p.rank == nil {
 		p.rank = allocation.NewIndex(p.members)

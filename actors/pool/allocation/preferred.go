@@ -107,8 +107,8 @@ func (x *Index) Elsewhere() []string { return x.elsewhere }
 // res: up to size IDs, mustInclude first (in order, each once), then the
 // best of the other available IDs among the indexed members. held are the
 // devices held by a live or in-flight allocation of the pool, or by
-// another pool's (read, never changed). Candidates rank
-// by, in this order:
+// another pool's (read, never changed). Candidates rank by, in this
+// order:
 //
 //  1. not held: a held device is offered only when the free ones run out
 //     (the kubelet thinks it free; our ledger may not have seen it go);
@@ -135,7 +135,6 @@ func (x *Index) Elsewhere() []string { return x.elsewhere }
 // asks for more than it offers) wrap ErrInvalidRequest; a must-include
 // non-member wraps ErrUnknownDevice. A must-include device is kept even
 // when unhealthy: the kubelet has already given it to the pod.
-
 func (x *Index) Preferred(res *config.Resource, held map[string]bool, available, mustInclude []string, size int) ([]string, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("preferred allocation for %s: size %d: %w", res.FullName(), size, ErrInvalidRequest)
@@ -180,8 +179,8 @@ func (x *Index) Preferred(res *config.Resource, held map[string]bool, available,
 			}
 		}
 	}
-	for _, i := range must {
-		if weighed {
+	if weighed {
+		for _, i := range must {
 			load[x.members[i].group]++
 		}
 	}
