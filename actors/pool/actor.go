@@ -627,8 +627,7 @@ func (p *allocator) replay() events.State {
 // is in force: not if st has a config without it (its parent stops it
 // next); else it was up to st.Seq, where the change's guard starts.
 func (p *allocator) placeAfterReplay(ctx actor.Context, st *events.State, m *SetMembers, start bool) bool {
-	p.members, p.order = p.index(listed(st.Pools[p.name].Members, m.Members))
-	p.rank = nil
+	p.setMemberList(listed(st.Pools[p.name].Members, m.Members))
 	if _, inForce := st.Pools[p.name]; !inForce && st.Config.SHA256 != "" {
 		p.cfg.Log.Info().Str("pool", p.name).Msg("the pool was dropped from the config; its members are not recorded")
 		return false
@@ -692,9 +691,9 @@ func (p *allocator) setMembers(ctx actor.Context, pl *placement) {
 	if pl.start {
 		old = nil
 	}
-	p.members, p.order = p.index(pl.m.Members)
+	p.setMemberList(pl.m.Members)
 	p.life.gen = max(p.life.gen, pl.m.Gen)
-	p.list, p.rank = nil, nil
+	p.list = nil
 	p.syncDeviceInfo(old)
 	p.writeCDISpec()
 	p.broadcast()
@@ -753,6 +752,13 @@ func holdList(hs []allocation.Hold) string {
 		names[i] = h.String()
 	}
 	return strings.Join(names, ", ")
+}
+
+// setMemberList makes ms the members (see index); the ranking index is
+// built again at the next call.
+func (p *allocator) setMemberList(ms []allocation.Member) {
+	p.members, p.order = p.index(ms)
+	p.rank = nil
 }
 
 // index is index with each member's newest known verdict: its own, the

@@ -138,8 +138,7 @@ func TestPreferredFollowsTheMembers(t *testing.T) {
 		{Device: sysfs.Device{Address: b, NUMANode: -1}, HeldElsewhere: []allocation.Hold{{Pool: "example.com/other", Seq: 7}}},
 		{Device: sysfs.Device{Address: c, NUMANode: -1}, Healthy: true},
 	}
-	p.members, p.order = p.index(ms)
-	p.rank = nil
+	p.setMemberList(ms)
 	if got := first(); got != c {
 		t.Errorf("preferred %s with %s gone and %s held elsewhere, want %s", got, a, b, c)
 	}
