@@ -43,7 +43,7 @@ func (p *Persister) Persist(ctx actor.Context, r *Recorder, g *store.Guard, ps [
 		close(l.done)
 		root.Send(self, l)
 	}
-	if err := r.recordAsync(context.Background(), g, ps, answer); err != nil {
+	if err := r.RecordAsync(context.Background(), g, ps, answer); err != nil {
 		then(nil, err)
 		return
 	}
@@ -90,24 +90,12 @@ func (p *Persister) Land(l *Landed, handle func(any)) {
 
 // Resume hands each message held to handle, in order, until one persists
 // again (the rest stay held): how a restarted actor takes, in its Started,
-// what its last incarnation held, before anything its mailbox has.
+// what its last incarnation held, before anything its mailbox has; and,
+// once settled, what an actor that stops for good owes those who wait.
 func (p *Persister) Resume(handle func(any)) {
 	for len(p.held) > 0 && p.flight == nil {
 		m := p.held[0]
 		p.held = p.held[1:]
-		if !quiet(m) {
-			handle(m)
-		}
-	}
-}
-
-// Drain hands each message held to handle and forgets them, closing a
-// Quiet itself: what an actor that stops for good owes those who wait for
-// an answer.
-func (p *Persister) Drain(handle func(any)) {
-	held := p.held
-	p.held = nil
-	for _, m := range held {
 		if !quiet(m) {
 			handle(m)
 		}

@@ -60,21 +60,12 @@ func (r *Recorder) Record(ctx context.Context, ps ...events.Payload) ([]events.E
 	return out, nil
 }
 
-// RecordAsync is Record without the wait: done gets Record's outcome on
-// the store's writer goroutine, so it must be quick and not block (an
-// actor's done sends the actor a message). Batches are durable in queue
-// order. An error means nothing was queued and done is not called.
-func (r *Recorder) RecordAsync(ctx context.Context, ps []events.Payload, done func([]events.Envelope, error)) error {
-	return r.recordAsync(ctx, nil, ps, done)
-}
-
-// RecordAsyncGuarded is RecordAsync under g (store.Guard): done gets the
-// guard's error when it refuses the payloads.
-func (r *Recorder) RecordAsyncGuarded(ctx context.Context, g store.Guard, ps []events.Payload, done func([]events.Envelope, error)) error {
-	return r.recordAsync(ctx, &g, ps, done)
-}
-
-func (r *Recorder) recordAsync(ctx context.Context, g *store.Guard, ps []events.Payload, done func([]events.Envelope, error)) error {
+// RecordAsync is Record without the wait, under g (store.Guard) when set:
+// done gets Record's outcome, or the guard's refusal, on the store's writer
+// goroutine, so it must be quick and not block (an actor's done sends the
+// actor a message). Batches are durable in queue order. An error means
+// nothing was queued and done is not called.
+func (r *Recorder) RecordAsync(ctx context.Context, g *store.Guard, ps []events.Payload, done func([]events.Envelope, error)) error {
 	if len(ps) == 0 {
 		done(nil, nil)
 		return nil

@@ -204,7 +204,7 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		// to come, a reload asked is answered now.
 		n.life.persist.Settle()
 		if _, stopping := m.(*actor.Stopping); stopping {
-			n.life.persist.Drain(func(h any) {
+			n.life.persist.Resume(func(h any) {
 				if _, ok := h.(held).msg.(*ReloadConfig); ok && h.(held).sender != nil {
 					ctx.Send(h.(held).sender, &ReloadResult{Err: errors.New("the node stopped before it read the config again")})
 				}

@@ -389,13 +389,7 @@ func (p *allocator) recordAsync(what string, g *store.Guard, payloads []events.P
 		}
 		durable(envs[len(envs)-1].Seq)
 	}
-	var err error
-	if g != nil {
-		err = p.cfg.Recorder.RecordAsyncGuarded(context.Background(), *g, payloads, landed)
-	} else {
-		err = p.cfg.Recorder.RecordAsync(context.Background(), payloads, landed)
-	}
-	if err != nil {
+	if err := p.cfg.Recorder.RecordAsync(context.Background(), g, payloads, landed); err != nil {
 		failed(err)
 	}
 }
@@ -667,7 +661,8 @@ func (p *allocator) recordMembership(ctx actor.Context, id uint64, added, remove
 	log, name, members := p.cfg.Log, p.name, len(byAddr)
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	// The node records a dropped pool's last membership with the config.
-	err := p.cfg.Recorder.RecordAsyncGuarded(context.Background(), p.inForce(m.Seq), []events.Payload{events.PoolMembershipChanged{Pool: p.name, Added: added, Removed: removed, Reason: reason}},
+	guard := p.inForce(m.Seq)
+	err := p.cfg.Recorder.RecordAsync(context.Background(), &guard, []events.Payload{events.PoolMembershipChanged{Pool: p.name, Added: added, Removed: removed, Reason: reason}},
 		func(envs []events.Envelope, err error) {
 			if err == nil {
 				ev := log.Info()

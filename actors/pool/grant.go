@@ -128,7 +128,7 @@ func (p *allocator) allocate(ctx actor.Context, m *allocateReq) error {
 	id := l.nextID
 	f := &flight{ids: ids, resp: resp, reply: m.reply, started: m.started, landed: make(chan landing, 1)}
 	self, root := ctx.Self(), ctx.ActorSystem().Root
-	if err := p.cfg.Recorder.RecordAsync(m.ctx, payloads, func(envs []events.Envelope, err error) {
+	if err := p.cfg.Recorder.RecordAsync(m.ctx, nil, payloads, func(envs []events.Envelope, err error) {
 		f.landed <- landing{envs: envs, err: err}
 		root.Send(self, &landed{id: id})
 	}); err != nil {

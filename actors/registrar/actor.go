@@ -523,7 +523,7 @@ func (r *registrar) record(p events.Payload, done func(events.Envelope)) {
 			done(envs[0])
 		}
 	}
-	if err := r.cfg.Recorder.RecordAsync(context.Background(), []events.Payload{p}, landed); err != nil {
+	if err := r.cfg.Recorder.RecordAsync(context.Background(), nil, []events.Payload{p}, landed); err != nil {
 		landed(nil, err)
 	}
 }

@@ -199,7 +199,7 @@ func TestRegisteredIsRecordedAfterThePoolsServing(t *testing.T) {
 	})
 	_, sock := r.serve(t, gpu)
 	serving := events.PluginServing{Pool: gpu, Socket: sock, Mode: "legacy"}
-	if err := r.cfg.Recorder.RecordAsync(context.Background(), []events.Payload{serving}, func([]events.Envelope, error) {}); err != nil {
+	if err := r.cfg.Recorder.RecordAsync(context.Background(), nil, []events.Payload{serving}, func([]events.Envelope, error) {}); err != nil {
 		t.Fatal(err)
 	}
 	<-held // the pool's PluginServing is committed, its answer held
