@@ -253,12 +253,8 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 		if pid := n.pools[m.Pool]; pid != nil && pid.Equal(m.From) {
 			ctx.Send(n.registrar, &registrar.Desire{Pool: m.Pool, Socket: m.Socket})
 		}
-	case *pool.WatchEnded:
-		// Every stream ends when the kubelet dies: check it still answers.
-		ctx.Send(n.registrar, &registrar.CheckKubelet{Why: "the ListAndWatch stream of " + m.Pool + " ended"})
-	case *pool.KubeletReported:
-		ctx.Send(n.registrar, &registrar.KubeletReported{Pool: m.Pool, Socket: m.Socket,
-			InfoRequested: m.InfoRequested, Registered: m.Registered, Reason: m.Reason})
+	case *registrar.CheckKubelet, *registrar.KubeletReported: // from a pool
+		ctx.Send(n.registrar, m)
 	case *pool.NeedMembers:
 		if pid := n.pools[m.Pool]; pid != nil {
 			if r := n.resources[m.Pool]; r != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/devledger/devledger/actors/internal/handoff"
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/actors/pool/allocation"
+	"github.com/devledger/devledger/actors/registrar"
 	"github.com/devledger/devledger/actors/supervise"
 	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/events"
@@ -166,8 +167,8 @@ func (p *allocator) Receive(ctx actor.Context) {
 		if f, ok := p.life.pending[m.id]; ok { // drainPending may have landed it
 			p.land(ctx, m.id, f, <-f.landed)
 		}
-	case *kubeletSaid:
-		ctx.Send(ctx.Parent(), &m.report)
+	case *registrar.KubeletReported: // from the backend, after Serving
+		ctx.Send(ctx.Parent(), m)
 	}
 }
 
@@ -194,7 +195,8 @@ func (p *allocator) call(ctx actor.Context, c any) {
 		if p.watchers[m.ch] {
 			close(m.ch)
 			delete(p.watchers, m.ch)
-			ctx.Send(ctx.Parent(), &WatchEnded{Pool: p.name})
+			// Every stream ends when the kubelet dies: check it still answers.
+			ctx.Send(ctx.Parent(), &registrar.CheckKubelet{Why: "the ListAndWatch stream of " + p.name + " ended"})
 		}
 	case *preferredReq:
 		resp, err := p.preferred(m.req)

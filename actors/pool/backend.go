@@ -8,6 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/devledger/devledger/actors/registrar"
 	"github.com/devledger/devledger/grpcapi"
 )
 
@@ -117,10 +118,10 @@ func (b *backend) PreferredAllocation(ctx context.Context, req *pluginapi.Prefer
 
 // InfoRequested implements grpcapi.RegistrationObserver.
 func (b *backend) InfoRequested(resource, socket string) {
-	b.root.Send(b.pid, &kubeletSaid{report: KubeletReported{Pool: b.pool, Socket: socket, InfoRequested: true}})
+	b.root.Send(b.pid, &registrar.KubeletReported{Pool: b.pool, Socket: socket, InfoRequested: true})
 }
 
 // RegistrationStatus implements grpcapi.RegistrationObserver.
 func (b *backend) RegistrationStatus(resource, socket string, registered bool, reason string) {
-	b.root.Send(b.pid, &kubeletSaid{report: KubeletReported{Pool: b.pool, Socket: socket, Registered: registered, Reason: reason}})
+	b.root.Send(b.pid, &registrar.KubeletReported{Pool: b.pool, Socket: socket, Registered: registered, Reason: reason})
 }

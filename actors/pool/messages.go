@@ -110,20 +110,6 @@ type Serving struct {
 	Socket string
 }
 
-// KubeletReported relays what the kubelet told the pool's socket in
-// plugin-watcher mode: GetInfo was called, or the registration's outcome.
-type KubeletReported struct {
-	Pool          string
-	Socket        string
-	InfoRequested bool
-	Registered    bool
-	Reason        string
-}
-
-// WatchEnded tells the parent a ListAndWatch stream on the pool's socket
-// ended: the kubelet's, most often because the kubelet went away.
-type WatchEnded struct{ Pool string }
-
 // AllocationRecorded tells the parent an allocation is durable, before
 // the kubelet is answered, so the reconciler can look for its pod and the
 // node knows what holds the device.
@@ -205,5 +191,3 @@ type placed struct {
 	id  uint64
 	err error
 }
-
-type kubeletSaid struct{ report KubeletReported }
