@@ -304,13 +304,14 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 		// The registrar asks once (NeedSocket) for each socket that is gone.
 		ctx.Send(n.registrar, &registrar.Reconcile{})
 	case *pool.AllocationRecorded:
-		ctx.Send(n.reconciler, &reconciler.Allocated{Seq: m.Seq})
-		ids := slices.Clone(m.DeviceIDs)
-		for _, seq := range m.Supersedes {
+		ctx.Send(n.reconciler, &reconciler.Allocated{Seq: m.Event.Seq})
+		a := m.Event.Payload.(events.DevicesAllocated)
+		ids := slices.Clone(a.DeviceIDs)
+		for _, seq := range a.Supersedes {
 			ids = append(ids, n.claimed(seq)...)
 		}
 		n.allocs = events.Apply(n.allocs, m.Event)
-		n.retellHolds(ctx, m.Pool, ids, fmt.Sprintf("allocation #%d of %s holds it", m.Seq, m.Pool))
+		n.retellHolds(ctx, m.Pool, ids, fmt.Sprintf("allocation #%d of %s holds it", m.Event.Seq, m.Pool))
 	case *reconciler.NeedTold:
 		for seq := range n.allocs.Allocations {
 			ctx.Send(n.reconciler, &reconciler.Allocated{Seq: seq})

@@ -278,8 +278,8 @@ func (p *allocator) drainPending(ctx actor.Context) {
 func recorded(pool string, envs []events.Envelope) []*AllocationRecorded {
 	var out []*AllocationRecorded
 	for _, e := range envs {
-		if a, ok := e.Payload.(events.DevicesAllocated); ok {
-			out = append(out, &AllocationRecorded{Pool: pool, Seq: e.Seq, DeviceIDs: slices.Clone(a.DeviceIDs), At: e.Time, Supersedes: slices.Clone(a.Supersedes), Event: e})
+		if _, ok := e.Payload.(events.DevicesAllocated); ok {
+			out = append(out, &AllocationRecorded{Pool: pool, Event: e})
 		}
 	}
 	return out

@@ -110,7 +110,7 @@ func TestAllocatePendingOverARestartIsAnswered(t *testing.T) {
 	for len(recorded) < 2 {
 		switch m := actortest.Next[any](t, f).(type) {
 		case *AllocationRecorded:
-			recorded = append(recorded, m.DeviceIDs...)
+			recorded = append(recorded, m.Event.Payload.(events.DevicesAllocated).DeviceIDs...)
 		case *Serving, *NeedMembers:
 		default:
 			t.Fatalf("parent heard %#v", m)
@@ -151,7 +151,7 @@ func TestStoppingPoolAnswersItsPendingAllocates(t *testing.T) {
 		t.Fatalf("the Allocate pending as the pool stopped: %v", err)
 	}
 	<-stopped
-	if m := actortest.Next[*AllocationRecorded](t, f); !slices.Equal(m.DeviceIDs, []string{x}) {
+	if m := actortest.Next[*AllocationRecorded](t, f); !slices.Equal(m.Event.Payload.(events.DevicesAllocated).DeviceIDs, []string{x}) {
 		t.Errorf("AllocationRecorded %+v, want %s", *m, x)
 	}
 }
@@ -194,7 +194,7 @@ func TestStoppingPoolDoesNotWaitForeverForTheLedger(t *testing.T) {
 	}
 	<-stopped
 	g.release()
-	if m := actortest.Next[*AllocationRecorded](t, f); !slices.Equal(m.DeviceIDs, []string{x}) {
+	if m := actortest.Next[*AllocationRecorded](t, f); !slices.Equal(m.Event.Payload.(events.DevicesAllocated).DeviceIDs, []string{x}) {
 		t.Errorf("AllocationRecorded %+v, want %s", *m, x)
 	}
 }
@@ -255,8 +255,8 @@ func TestAllocateIsOneCommit(t *testing.T) {
 		if r := awaitReply(t, allocateVia(f, context.Background(), ids...)); r.err != nil {
 			t.Fatal(r.err)
 		}
-		if m := actortest.Next[*AllocationRecorded](t, f); !slices.Equal(m.DeviceIDs, ids) {
-			t.Fatalf("parent heard of %v, want %v", m.DeviceIDs, ids)
+		if m := actortest.Next[*AllocationRecorded](t, f); !slices.Equal(m.Event.Payload.(events.DevicesAllocated).DeviceIDs, ids) {
+			t.Fatalf("parent heard of %v, want %v", m.Event.Payload.(events.DevicesAllocated).DeviceIDs, ids)
 		}
 		f.NothingFor(t, 100*time.Millisecond)
 		if n := l.Commits() - before; n != 1 {

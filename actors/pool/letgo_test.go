@@ -134,7 +134,7 @@ func TestLetGoWaitsForTheAllocatesUnderWay(t *testing.T) {
 	if err := <-allocated; err != nil {
 		t.Fatalf("Allocate: %v", err)
 	}
-	if m := actortest.Next[*AllocationRecorded](t, f); !slices.Equal(m.DeviceIDs, []string{x}) {
+	if m := actortest.Next[*AllocationRecorded](t, f); !slices.Equal(m.Event.Payload.(events.DevicesAllocated).DeviceIDs, []string{x}) {
 		t.Errorf("AllocationRecorded %+v, want %s", *m, x)
 	}
 	if m := actortest.Next[*LetGo](t, f); !slices.Equal(m.Devices, []string{x}) || m.Gen != 7 || !m.From.Equal(f.Child) || m.Pool != "example.com/vf" {

@@ -114,12 +114,7 @@ type Serving struct {
 // the kubelet is answered, so the reconciler can look for its pod and the
 // node knows what holds the device.
 type AllocationRecorded struct {
-	Pool      string
-	Seq       uint64
-	DeviceIDs []string
-	At        time.Time
-	// Supersedes are the allocations it ended (events.DevicesAllocated).
-	Supersedes []uint64
+	Pool string
 	// Event is the DevicesAllocated, for the node and reconciler to fold.
 	Event events.Envelope
 }
