@@ -124,7 +124,7 @@ func (p *allocator) Receive(ctx actor.Context) {
 		// Allocates pending, and the calls waiting (life.waiting).
 		p.stop()
 	case *actor.Stopped:
-		p.life.stop()
+		close(p.life.gone) // Stopped comes once
 		// Every incarnation's server finishes its calls (each bounded by
 		// the call timeout) before the parent hears the pool is gone.
 		p.life.draining.Wait()

@@ -31,7 +31,6 @@ import (
 type lifetime struct {
 	// gone closes when the pool stops for good: waiting calls get Unavailable.
 	gone chan struct{}
-	once sync.Once
 	// placed is the last SetMembers taken (nil: none), which a restarted
 	// pool places, and gen the newest applied; leaving are the devices
 	// placed out of the pool and not let go yet.
@@ -67,9 +66,6 @@ func (l *lifetime) flying(id string) bool {
 	}
 	return false
 }
-
-// stop says the pool has stopped for good.
-func (l *lifetime) stop() { l.once.Do(func() { close(l.gone) }) }
 
 // flight is an Allocate whose events are queued with the store.
 type flight struct {
