@@ -16,7 +16,6 @@ package health
 import (
 	"cmp"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -153,9 +152,6 @@ type checker struct {
 	life    *lifetime
 	known   map[string]events.Device
 	targets []Target
-	// byName indexes targets by what a kernel event names: a device's
-	// address, its interface, its PF's interface.
-	byName  map[string][]int
 	devices map[string]*device
 	// next is when each target is due for its next probe: its interval
 	// after its last probe, or sooner when its hold-down or debounce ends.
@@ -304,20 +300,14 @@ func (c *checker) state(t Target, now time.Time) *device {
 	return d
 }
 
-// watch replaces the targets and their index.
+// watch replaces the targets.
 func (c *checker) watch(ts []Target) {
 	c.targets = slices.Clone(ts)
 	c.life.targets = c.targets
-	c.byName = make(map[string][]int, 2*len(ts))
 	kept := make(map[string]time.Time, len(ts))
-	for i, t := range c.targets {
+	for _, t := range c.targets {
 		if at, ok := c.next[t.Probe.Address]; ok {
 			kept[t.Probe.Address] = at
-		}
-		for _, name := range []string{t.Probe.Address, t.Probe.Interface, t.Probe.PFInterface} {
-			if name != "" {
-				c.byName[name] = append(c.byName[name], i)
-			}
 		}
 	}
 	c.next = kept
@@ -328,23 +318,14 @@ func (c *checker) watch(ts []Target) {
 // (their own, or their PF's when they have none); each once, in the order
 // of the targets. linkOnly says which were named by an interface only.
 func (c *checker) named(addrs, ifaces []string) (targets []Target, linkOnly []bool) {
-	only := map[int]bool{} // target index → named by an interface only
-	for _, name := range ifaces {
-		for _, i := range c.byName[name] {
-			if p := c.targets[i].Probe; p.Link && cmp.Or(p.Interface, p.PFInterface) == name {
-				only[i] = true
-			}
+	for _, t := range c.targets {
+		p := t.Probe
+		switch link := cmp.Or(p.Interface, p.PFInterface); {
+		case slices.Contains(addrs, p.Address):
+			targets, linkOnly = append(targets, t), append(linkOnly, false)
+		case p.Link && link != "" && slices.Contains(ifaces, link):
+			targets, linkOnly = append(targets, t), append(linkOnly, true)
 		}
-	}
-	for _, name := range addrs {
-		for _, i := range c.byName[name] {
-			if c.targets[i].Probe.Address == name {
-				only[i] = false
-			}
-		}
-	}
-	for _, i := range slices.Sorted(maps.Keys(only)) {
-		targets, linkOnly = append(targets, c.targets[i]), append(linkOnly, only[i])
 	}
 	return targets, linkOnly
 }
