@@ -1,8 +1,8 @@
 package allocation
 
 import (
+	"cmp"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -13,6 +13,7 @@ import (
 	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/sysfs"
+	"tags.cncf.io/container-device-interface/pkg/parser"
 )
 
 // Device nodes as the container and the node's runtime see them.
@@ -293,35 +294,26 @@ func isFileName(s string) bool {
 	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, "/\x00")
 }
 
-// validCDIKind checks kind against the CDI qualified-name rules:
-// "vendor/class", each part made of letters, digits, '_', '-' and '.',
-// starting with a letter and ending with a letter or digit.
+// validCDIKind checks kind ("vendor/class") by the CDI library's rules,
+// the ones a runtime resolving the names applies.
 func validCDIKind(kind string) error {
 	vendor, class, ok := strings.Cut(kind, "/")
 	if !ok {
 		return fmt.Errorf("CDI kind %q is not vendor/class", kind)
 	}
-	for _, part := range []string{vendor, class} {
-		if part == "" || !isLetter(part[0]) || !isAlnum(part[len(part)-1]) ||
-			strings.IndexFunc(part, func(r rune) bool { return !isAlnum(byte(r)) && r != '_' && r != '-' && r != '.' || r > 0x7f }) >= 0 {
-			return fmt.Errorf("CDI kind %q: %q is not a valid vendor or class", kind, part)
-		}
+	if err := cmp.Or(parser.ValidateVendorName(vendor), parser.ValidateClassName(class)); err != nil {
+		return fmt.Errorf("CDI kind %q: %w", kind, err)
 	}
 	return nil
 }
 
-// validCDIDeviceName checks name against the CDI device-name rules:
-// letters, digits, '_', '-', '.' and ':', alphanumeric at both ends.
+// validCDIDeviceName checks name by the CDI library's device-name rules.
 func validCDIDeviceName(name string) error {
-	if name == "" || !isAlnum(name[0]) || !isAlnum(name[len(name)-1]) ||
-		strings.IndexFunc(name, func(r rune) bool { return !isAlnum(byte(r)) && !strings.ContainsRune("_-.:", r) || r > 0x7f }) >= 0 {
-		return errors.New("device " + name + " is not a valid CDI device name")
+	if err := parser.ValidateDeviceName(name); err != nil {
+		return fmt.Errorf("device %s is not a valid CDI device name: %w", name, err)
 	}
 	return nil
 }
-
-func isLetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
-func isAlnum(c byte) bool  { return isLetter(c) || '0' <= c && c <= '9' }
 
 // appendInfoJSON appends info as encoding/json encodes it, without its
 // reflection, which cost more than the rest of an Allocate.
