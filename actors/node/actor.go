@@ -110,17 +110,15 @@ func Props(cfg Config) *actor.Props {
 	if cfg.Supervisor != nil {
 		opts = append(opts, actor.WithSupervisor(cfg.Supervisor))
 	}
-	life := &lifetime{}
+	life, shared := &lifetime{}, &cfg // a reload's config outlives a restart
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &coordinator{cfg: cfg, replayed: replayed(), life: life}
+		return &coordinator{cfg: shared, replayed: replayed(), life: life}
 	}, opts...)
 }
 
-// lifetime outlives a restart (which makes a new coordinator): the config a
-// reload applied, to place by. Only the actor's goroutine touches it.
+// lifetime outlives a restart (which makes a new coordinator), as does its
+// cfg. Only the actor's goroutine touches them.
 type lifetime struct {
-	config       *config.Config
-	sha          string
 	incarnations int
 	// persist holds the node's messages back while a record (a config, or
 	// what its start found emptied) goes to disk, so nothing next sees the
@@ -130,7 +128,7 @@ type lifetime struct {
 }
 
 type coordinator struct {
-	cfg      Config
+	cfg      *Config
 	life     *lifetime
 	replayed *events.State
 	// closing is set once the node is stopping or restarting (see Receive);
@@ -150,8 +148,6 @@ type coordinator struct {
 	join map[string]sysfs.Device
 	// resources are the pools of the config in force, by name.
 	resources map[string]*config.Resource
-	// spawned counts pools spawned, so a pool added again gets a fresh name.
-	spawned int
 	// healthy is the newest verdict in the ledger per device: the health
 	// checker's, or a scan's (discovered, back, removed).
 	healthy events.Health
@@ -162,9 +158,10 @@ type coordinator struct {
 	// still give it out (they list it until told of its move). Its new pool
 	// lists it as held until each has let it go (pool.LetGo) or stopped.
 	leaving map[string][]leave
-	// gen counts placements; stopping are the pools told to stop, by PID
-	// Id, until they have; deferred are the pools waiting for one of their
-	// name to stop, with why they start.
+	// gen counts placements (a pool spawned again gets a fresh name by
+	// it); stopping are the pools told to stop, by PID Id, until they
+	// have; deferred are the pools waiting for one of their name to stop,
+	// with why they start.
 	gen      uint64
 	stopping map[string]poolStopped
 	deferred map[string]string
@@ -256,10 +253,7 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 	case *registrar.CheckKubelet, *registrar.KubeletReported: // from a pool
 		ctx.Send(n.registrar, m)
 	case *pool.NeedMembers:
-		if pid := n.pools[m.Pool]; pid != nil {
-			if r := n.resources[m.Pool]; r != nil {
-				ctx.Send(pid, &pool.SetResource{Resource: r})
-			}
+		if pid := n.pools[m.Pool]; pid != nil { // its resource outlives the restart
 			n.retellMembers(ctx, m.Pool, pid, "pool restarted")
 		}
 	case *pool.LetGo:
@@ -529,9 +523,6 @@ func (n *coordinator) start(ctx actor.Context) {
 	// spawned after the first placement replays the moved-on ledger itself.
 	n.replayed = st
 	n.life.incarnations++
-	if n.life.config != nil {
-		n.cfg.Config, n.cfg.ConfigSHA256 = n.life.config, n.life.sha
-	}
 	n.pools = map[string]*actor.PID{}
 	n.members = map[string][]allocation.Member{}
 	n.owner = map[string]string{}
@@ -851,12 +842,11 @@ func (n *coordinator) spawnPool(ctx actor.Context, res *config.Resource, ms []al
 		replayed = nil
 	}
 	name := res.FullName()
-	n.pools[name] = n.spawn(ctx, fmt.Sprintf("pool-%s-%d", strings.ReplaceAll(name, "/", "_"), n.spawned), pool.Props(pool.Config{
+	n.pools[name] = n.spawn(ctx, fmt.Sprintf("pool-%s-%d", strings.ReplaceAll(name, "/", "_"), n.gen), pool.Props(pool.Config{
 		Resource: res, Members: slices.Clone(ms), Moves: moves, Seq: n.cfg.Recorder.Log().LastSeq(), Reason: reason, Recorder: n.cfg.Recorder, Replayed: replayed,
 		SocketDir: SocketDir(n.cfg.KubeletDir, n.cfg.Mode), Mode: n.cfg.Mode, Env: n.cfg.AllocEnv, DevinfoDir: n.cfg.DevinfoDir, CDISpecDir: n.cfg.CDISpecDir,
 		CallTimeout: n.cfg.CallTimeout, ObserveAllocate: n.cfg.ObserveAllocate, Log: n.cfg.Log.With().Str("actor", "pool").Logger(),
 	}))
-	n.spawned++
 }
 
 // poolsOf are cfg's pools by name, and their names in file order.
@@ -998,7 +988,7 @@ func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID
 			reply(&ReloadResult{Err: err})
 			return
 		}
-		n.life.config, n.life.sha = cfg, sha
+		n.cfg.Config, n.cfg.ConfigSHA256 = cfg, sha
 		log.Info().Str("sha256", sha).Strs("pools", pools).Strs("removed", gone).Uint64("seq", envs[len(envs)-1].Seq).Msg("config applied")
 		defer reply(&ReloadResult{Applied: true})
 		if n.closing {
@@ -1015,7 +1005,7 @@ func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID
 				ctx.Send(pid, &pool.SetResource{Resource: next[spec.Resource]})
 			}
 		}
-		n.cfg.Config, n.resources, n.cfg.ConfigSHA256 = cfg, next, sha
+		n.resources = next
 		ctx.Send(n.reconciler, &reconciler.SetPools{Pools: pools})
 		// Before the first scan, that scan places the devices by this config.
 		if n.placed {

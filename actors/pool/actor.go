@@ -64,8 +64,9 @@ func Props(cfg Config) *actor.Props {
 	}
 	replayed := handoff.First(cfg.Replayed)
 	life := newLifetime()
+	shared := &cfg // a reload's SetResource outlives a restart
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &allocator{cfg: cfg, name: cfg.Resource.FullName(), life: life, replayed: replayed()}
+		return &allocator{cfg: shared, name: cfg.Resource.FullName(), life: life, replayed: replayed()}
 	}, actor.WithDispatcher(supervise.Warm))
 }
 
@@ -80,7 +81,7 @@ type placement struct {
 }
 
 type allocator struct {
-	cfg      Config
+	cfg      *Config
 	name     string
 	replayed *events.State
 
@@ -136,7 +137,6 @@ func (p *allocator) Receive(ctx actor.Context) {
 		p.replace(ctx)
 	case *SetResource:
 		p.cfg.Resource = m.Resource
-		p.life.resource = m.Resource
 		p.list = nil
 		p.broadcast()
 		p.syncDeviceInfo(nil) // the device type may have become netDevice
@@ -238,9 +238,6 @@ func (p *allocator) start(ctx actor.Context) {
 	}
 	p.holds = st.Holds(p.name)
 	p.verdicts = st.Health()
-	if p.life.resource != nil {
-		p.cfg.Resource = p.life.resource // a reload's, not the spawn's
-	}
 	// Start from the members the ledger lists; place those given, or the
 	// last incarnation's on a restart (NeedMembers brings current ones).
 	place := &SetMembers{Members: p.cfg.Members, Moves: p.cfg.Moves, Seq: p.cfg.Seq}

@@ -34,12 +34,10 @@ type lifetime struct {
 	// placed is the last SetMembers taken (nil: none), which a restarted
 	// pool places, and gen the newest applied; leaving are the devices
 	// placed out of the pool and not let go yet.
-	placed   *SetMembers
-	gen      uint64
-	leaving  map[string]bool
-	refusals uint // membership changes refused in a row
-	// resource is the last SetResource applied (nil: none), for restarts.
-	resource     *config.Resource
+	placed       *SetMembers
+	gen          uint64
+	leaving      map[string]bool
+	refusals     uint // membership changes refused in a row
 	incarnations uint64
 	// pending are the Allocates the store has not answered yet, by id: the
 	// answer may come to a later incarnation.

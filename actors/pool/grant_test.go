@@ -29,7 +29,7 @@ func testPool() *allocator {
 	for _, a := range []string{"0000:3b:02.0", "0000:3b:02.1", "0000:3b:02.2"} {
 		members[a] = &allocation.Member{Device: sysfs.Device{Address: a}, Healthy: true}
 	}
-	return &allocator{name: res.FullName(), cfg: Config{Resource: res}, members: members}
+	return &allocator{name: res.FullName(), cfg: &Config{Resource: res}, members: members}
 }
 
 func request(containers ...[]string) *pluginapi.AllocateRequest {

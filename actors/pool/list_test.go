@@ -15,7 +15,7 @@ func listAllocator(addrs ...string) *allocator {
 	for i, a := range addrs {
 		ms[i] = allocation.Member{Device: sysfs.Device{Address: a, NUMANode: -1}, Healthy: true}
 	}
-	p := &allocator{cfg: Config{Resource: &config.Resource{Prefix: "example.com", Name: "vf"}}}
+	p := &allocator{cfg: &Config{Resource: &config.Resource{Prefix: "example.com", Name: "vf"}}}
 	p.members, p.order = index(ms)
 	return p
 }
