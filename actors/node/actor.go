@@ -310,25 +310,8 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 		for seq := range n.allocs.Allocations {
 			ctx.Send(n.reconciler, &reconciler.Allocated{Seq: seq})
 		}
-	case *reconciler.Released:
-		n.tellPool(ctx, m.Pool, &pool.Released{AllocationSeq: m.AllocationSeq}, events.Envelope{Seq: n.replayed.Seq, Time: n.replayed.Time,
-			Payload: events.DevicesReleased{AllocationSeq: m.AllocationSeq, Pool: m.Pool}})
-		ids := n.claimed(m.AllocationSeq)
-		n.allocs = events.Apply(n.allocs, m.Event)
-		n.retellHolds(ctx, m.Pool, ids, fmt.Sprintf("allocation #%d of %s released", m.AllocationSeq, m.Pool))
-	case *reconciler.Recovered:
-		n.tellPool(ctx, m.Pool, &pool.Recovered{AllocationSeq: m.AllocationSeq, DeviceIDs: m.DeviceIDs}, events.Envelope{Seq: m.AllocationSeq, Time: m.At,
-			Payload: events.AllocationRecovered{Pool: m.Pool, DeviceIDs: m.DeviceIDs}})
-		n.allocs = events.Apply(n.allocs, m.Event)
-		n.retellHolds(ctx, m.Pool, m.DeviceIDs, fmt.Sprintf("allocation #%d of %s recovered from the kubelet", m.AllocationSeq, m.Pool))
-	case *reconciler.ClaimChanged:
-		// An allocation no container claims holds its devices nowhere else.
-		n.allocs = events.Apply(n.allocs, m.Event)
-		what := "claimed again"
-		if !m.Claimed {
-			what = "claimed by no container"
-		}
-		n.retellHolds(ctx, m.Pool, m.DeviceIDs, fmt.Sprintf("allocation #%d of %s %s", m.AllocationSeq, m.Pool, what))
+	case *reconciler.Recorded:
+		n.reconciled(ctx, m.Event)
 	case *registrar.NeedSocket:
 		if pid := n.pools[m.Pool]; pid != nil {
 			ctx.Send(pid, &pool.Reserve{Socket: m.Socket, Lost: m.Lost, Seq: n.cfg.Recorder.Log().LastSeq()})
@@ -370,13 +353,42 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 	}
 }
 
-// tellPool sends msg to the pool name or, before the first pools spawn,
-// folds env into the replayed state they start from, lest they undo it.
-func (n *coordinator) tellPool(ctx actor.Context, name string, msg any, env events.Envelope) {
+// reconciled folds e, a change to a live allocation that the reconciler
+// recorded (see reconciler.Recorded). A release or a recovery goes to the
+// allocation's pool, for its holds. When whether a container claims the
+// allocation changes, so does whether it holds its devices in the pools
+// they moved to: those pools hear their members again.
+func (n *coordinator) reconciled(ctx actor.Context, e events.Envelope) {
+	var seq uint64
+	var name, what string
+	switch p := e.Payload.(type) {
+	case events.AllocationBound:
+		seq, name, what = p.AllocationSeq, p.Pool, "claimed again"
+	case events.AllocationLeakSuspected:
+		seq, name, what = p.AllocationSeq, p.Pool, "claimed by no container"
+	case events.DevicesReleased:
+		seq, name, what = p.AllocationSeq, p.Pool, "released"
+		n.tellPool(ctx, name, e)
+	case events.AllocationRecovered:
+		seq, name, what = e.Seq, p.Pool, "recovered from the kubelet"
+		n.tellPool(ctx, name, e)
+	}
+	before := n.claimed(seq)
+	n.allocs = events.Apply(n.allocs, e)
+	if after := n.claimed(seq); (before == nil) != (after == nil) {
+		n.retellHolds(ctx, name, slices.Concat(before, after), fmt.Sprintf("allocation #%d of %s %s", seq, name, what))
+	}
+}
+
+// tellPool sends e to the pool name or, before the first pools spawn,
+// folds it into the replayed state they start from, lest they undo it;
+// that state stays at its sequence, where the pools' guards start.
+func (n *coordinator) tellPool(ctx actor.Context, name string, e events.Envelope) {
 	if pid := n.pools[name]; pid != nil {
-		ctx.Send(pid, msg)
+		ctx.Send(pid, &pool.Reconciled{Event: e})
 	} else if !n.placed {
-		st := events.Apply(n.replayed.Clone(), env)
+		st := events.Apply(n.replayed.Clone(), e)
+		st.Seq, st.Time = n.replayed.Seq, n.replayed.Time
 		n.replayed = &st
 	}
 }

@@ -151,10 +151,8 @@ func (p *allocator) Receive(ctx actor.Context) {
 		}
 	case *Reserve:
 		p.reserve(ctx, m)
-	case *Released:
-		p.holds.Release(m.AllocationSeq)
-	case *Recovered:
-		p.holds.Hold(m.AllocationSeq, m.DeviceIDs)
+	case *Reconciled:
+		p.holds.Apply(p.name, m.Event)
 	case *Withdraw:
 		p.withdraw(m.Reason)
 	case *Query:

@@ -62,16 +62,11 @@ type Reserve struct {
 	Seq    uint64
 }
 
-// Released tells the pool that a live allocation ended (recorded by the
-// reconciler), so its devices are free for GetPreferredAllocation.
-type Released struct{ AllocationSeq uint64 }
-
-// Recovered is an allocation the reconciler recovered from the kubelet:
-// the pool holds its devices until an Allocate of one supersedes it.
-type Recovered struct {
-	AllocationSeq uint64
-	DeviceIDs     []string
-}
+// Reconciled is a DevicesReleased or an AllocationRecovered of the pool's
+// that the reconciler recorded: the pool folds it into its holds, so a
+// released device is free for GetPreferredAllocation, and a recovered one
+// held until an Allocate of it supersedes the allocation.
+type Reconciled struct{ Event events.Envelope }
 
 // Withdraw tells the pool that it stops serving because it has no devices
 // (its parent stops it right after): it records PluginWithdrawn.

@@ -340,12 +340,6 @@ func (r *reconciler) roundAgain(ctx actor.Context) {
 // pools and the node.
 func (r *reconciler) tell(ctx actor.Context, e events.Envelope) {
 	log := r.cfg.Log
-	var reclaimed []string // a suspected leak a container claims now
-	if p, ok := e.Payload.(events.AllocationBound); ok {
-		if a, ok := r.st.Allocations[p.AllocationSeq]; ok && a.LeakSuspected && a.Binding == nil {
-			reclaimed = slices.Clone(a.DeviceIDs)
-		}
-	}
 	r.st = events.Apply(r.st, e)
 	switch p := e.Payload.(type) {
 	case events.AttributionChanged:
@@ -353,22 +347,20 @@ func (r *reconciler) tell(ctx actor.Context, e events.Envelope) {
 			log.Info().Uint64("seq", e.Seq).Msg("pod resources available again")
 		}
 	case events.AllocationBound:
-		if reclaimed != nil {
-			ctx.Send(ctx.Parent(), &ClaimChanged{Pool: p.Pool, AllocationSeq: p.AllocationSeq, DeviceIDs: reclaimed, Claimed: true, Event: e})
-		}
+		ctx.Send(ctx.Parent(), &Recorded{Event: e})
 		log.Info().Uint64("allocation", p.AllocationSeq).Str("pool", p.Pool).Str("pod", p.Namespace+"/"+p.Pod).
 			Str("container", p.Container).Uint64("seq", e.Seq).Msg("allocation bound to a container")
 	case events.DevicesReleased:
-		ctx.Send(ctx.Parent(), &Released{Pool: p.Pool, AllocationSeq: p.AllocationSeq, Event: e})
+		ctx.Send(ctx.Parent(), &Recorded{Event: e})
 		log.Info().Uint64("allocation", p.AllocationSeq).Str("pool", p.Pool).Strs("devices", p.DeviceIDs).
 			Dur("held_for_ms", p.HeldFor).Str("reason", p.Reason).Uint64("seq", e.Seq).Msg("devices released")
 	case events.AllocationLeakSuspected:
-		ctx.Send(ctx.Parent(), &ClaimChanged{Pool: p.Pool, AllocationSeq: p.AllocationSeq, DeviceIDs: slices.Clone(p.DeviceIDs), Event: e})
+		ctx.Send(ctx.Parent(), &Recorded{Event: e})
 		log.Warn().Uint64("allocation", p.AllocationSeq).Str("pool", p.Pool).Strs("devices", p.DeviceIDs).
 			Str("reason", p.Reason).Uint64("seq", e.Seq).Msg("allocation suspected leaked")
 	case events.AllocationRecovered:
 		r.told[e.Seq] = true
-		ctx.Send(ctx.Parent(), &Recovered{Pool: p.Pool, AllocationSeq: e.Seq, DeviceIDs: slices.Clone(p.DeviceIDs), At: e.Time, Event: e})
+		ctx.Send(ctx.Parent(), &Recorded{Event: e})
 		log.Warn().Uint64("seq", e.Seq).Str("pool", p.Pool).Strs("devices", p.DeviceIDs).Str("pod", p.Namespace+"/"+p.Pod).
 			Str("container", p.Container).Str("reason", p.Reason).Msg("allocation recovered from the kubelet")
 	case events.AllocationConflict:

@@ -1,8 +1,6 @@
 package reconciler
 
 import (
-	"time"
-
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devledger/devledger/events"
@@ -46,37 +44,10 @@ type Status struct {
 // it holds: a restarted reconciler forgot what it was told.
 type NeedTold struct{}
 
-// Released says a live allocation ended, as recorded: its pool frees
-// the devices.
-type Released struct {
-	Pool          string
-	AllocationSeq uint64
-	// Event is the DevicesReleased recorded.
-	Event events.Envelope
-}
-
-// Recovered says the reconciler recorded an allocation the kubelet
-// reports and the ledger lacked: it is live, its pool holds the devices.
-type Recovered struct {
-	Pool          string
-	AllocationSeq uint64
-	DeviceIDs     []string
-	At            time.Time
-	// Event is the AllocationRecovered recorded.
-	Event events.Envelope
-}
-
-// ClaimChanged says a live allocation became a leak suspect, claimed by
-// no container though it holds its devices (Claimed false), or was then
-// claimed again (Claimed true).
-type ClaimChanged struct {
-	Pool          string
-	AllocationSeq uint64
-	DeviceIDs     []string
-	Claimed       bool
-	// Event is the AllocationLeakSuspected or AllocationBound recorded.
-	Event events.Envelope
-}
+// Recorded is a change to a live allocation that the reconciler recorded:
+// an AllocationBound, DevicesReleased, AllocationLeakSuspected or
+// AllocationRecovered. The parent folds it and tells the pools.
+type Recorded struct{ Event events.Envelope }
 
 // tick is the timer's: one whose id is not the latest timer's (stopped,
 // replaced, or an earlier incarnation's) is not taken.
