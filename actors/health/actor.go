@@ -23,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/devledger/devledger/actors/internal/handoff"
+	"github.com/devledger/devledger/actors/internal/wake"
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/actors/supervise"
@@ -107,10 +108,6 @@ type Crash struct{ Reason string }
 // Verdicts is the reply to Query, by address.
 type Verdicts struct{ Devices map[string]Verdict }
 
-// tick is the timer's: one whose id is not the latest timer's (stopped,
-// replaced, or an earlier incarnation's) is not taken.
-type tick struct{ id uint64 }
-
 // device is what the checker knows of one device: the verdict in the ledger,
 // and what the probes say now, since when.
 type device struct {
@@ -144,7 +141,6 @@ type lifetime struct {
 	// persist holds the rounds back while a round's verdicts are being
 	// recorded: each judges against the verdicts in the ledger.
 	persist ledger.Persister
-	ticks   uint64 // numbers the timers started (see tick)
 }
 
 type checker struct {
@@ -156,8 +152,7 @@ type checker struct {
 	// next is when each target is due for its next probe: its interval
 	// after its last probe, or sooner when its hold-down or debounce ends.
 	next  map[string]time.Time
-	timer *time.Timer
-	due   time.Time
+	timer wake.Timer // the next round's
 }
 
 // Receive implements actor.Actor.
@@ -180,15 +175,13 @@ func (c *checker) Receive(ctx actor.Context) {
 		}
 		c.life.persist.Resume(func(m any) { c.handle(ctx, m) })
 	case *actor.Stopping, *actor.Restarting:
-		if c.timer != nil {
-			c.timer.Stop()
-		}
+		c.timer.Stop()
 		c.life.persist.Settle()
 	case *ledger.Landed:
 		c.life.persist.Land(m, func(m any) { c.handle(ctx, m) })
 	case *Crash:
 		panic("health: injected crash: " + m.Reason)
-	case *Watch, *Probe, *tick, *ledger.Quiet:
+	case *Watch, *Probe, *wake.Tick, *ledger.Quiet:
 		if !c.life.persist.Hold(m) {
 			c.handle(ctx, m)
 		}
@@ -214,11 +207,10 @@ func (c *checker) handle(ctx actor.Context, m any) {
 			targets, linkOnly = c.named(m.Addresses, m.Interfaces)
 		}
 		c.round(ctx, targets, linkOnly)
-	case *tick:
-		if m.id != c.life.ticks {
-			return
+	case *wake.Tick:
+		if !c.timer.Take(m) {
+			return // stale (see wake)
 		}
-		c.timer, c.due = nil, time.Time{}
 		c.round(ctx, c.dueNow(), nil)
 		c.scheduleNext(ctx)
 	}
@@ -226,17 +218,7 @@ func (c *checker) handle(ctx actor.Context, m any) {
 
 // schedule arranges a round after d unless one is due sooner.
 func (c *checker) schedule(ctx actor.Context, d time.Duration) {
-	at := c.cfg.Now().Add(d)
-	if c.timer != nil {
-		if !c.due.After(at) {
-			return
-		}
-		c.timer.Stop()
-	}
-	c.life.ticks++
-	self, root, id := ctx.Self(), ctx.ActorSystem().Root, c.life.ticks
-	c.due = at
-	c.timer = time.AfterFunc(d, func() { root.Send(self, &tick{id: id}) })
+	c.timer.At(ctx, c.cfg.Now(), d)
 }
 
 // interval is how often t is probed.

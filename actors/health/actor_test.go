@@ -12,6 +12,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
+	"github.com/devledger/devledger/actors/internal/wake"
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/events"
@@ -796,7 +797,7 @@ func TestAStaleTickStartsNoRound(t *testing.T) {
 	c.Silent(t)
 	probes := c.prober.count()
 	c.clock.advance(2 * time.Hour) // devA is due
-	c.Sys.Root.Send(c.Child, &tick{id: 1 << 40})
+	c.Sys.Root.Send(c.Child, &wake.Tick{})
 	c.Silent(t)
 	if n := c.prober.count(); n != probes {
 		t.Errorf("%d probe rounds after a stale tick, want none", n-probes)

@@ -20,6 +20,7 @@ import (
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devledger/devledger/actors/internal/handoff"
+	"github.com/devledger/devledger/actors/internal/wake"
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/actors/supervise"
 	"github.com/devledger/devledger/events"
@@ -74,8 +75,8 @@ type lifetime struct {
 	// recorded: the fold reads them back, and tells the parent, first.
 	persist ledger.Persister
 	// lists numbers the Lists sent out, so that an earlier incarnation's
-	// answer is not taken; ticks the timers started (see tick).
-	lists, ticks uint64
+	// answer is not taken.
+	lists uint64
 	// pools are the resources attributed: the last SetPools' outlive a
 	// restart.
 	pools map[string]bool
@@ -96,9 +97,8 @@ type reconciler struct {
 	// listedFrom is the ledger's end as the pending List began: what
 	// landed after it, the list may not show.
 	listedFrom uint64
-	again      bool // a round was asked for while one was out
-	timer      *time.Timer
-	due        time.Time
+	again      bool       // a round was asked for while one was out
+	timer      wake.Timer // the next round's
 	rounds     int
 	life       *lifetime
 	closing    bool // ending: a round settled now starts no new one
@@ -111,9 +111,7 @@ func (r *reconciler) Receive(ctx actor.Context) {
 		r.start(ctx)
 	case *actor.Stopping, *actor.Restarting:
 		r.closing = true
-		if r.timer != nil {
-			r.timer.Stop()
-		}
+		r.timer.Stop()
 		r.life.persist.Settle()
 	case *ledger.Landed:
 		r.life.persist.Land(m, func(m any) { r.handle(ctx, m) })
@@ -154,11 +152,10 @@ func (r *reconciler) handle(ctx actor.Context, m any) {
 	case *Reconcile:
 		r.failures = 0 // asked for (the kubelet is back): backoff starts over
 		r.round(ctx)
-	case *tick:
-		if m.id != r.life.ticks {
-			return
+	case *wake.Tick:
+		if !r.timer.Take(m) {
+			return // stale (see wake)
 		}
-		r.timer, r.due = nil, time.Time{}
 		r.round(ctx)
 	case *listed:
 		if r.listing && m.id == r.life.lists {
@@ -224,20 +221,9 @@ func (r *reconciler) catchUp(ctx actor.Context, mine []events.Envelope) {
 
 // schedule arranges a round after d, unless one is due sooner.
 func (r *reconciler) schedule(ctx actor.Context, d time.Duration) {
-	if r.closing {
-		return
+	if !r.closing {
+		r.timer.At(ctx, r.cfg.Now(), d)
 	}
-	at := r.cfg.Now().Add(d)
-	if r.timer != nil {
-		if !r.due.After(at) {
-			return
-		}
-		r.timer.Stop()
-	}
-	r.life.ticks++
-	self, root, id := ctx.Self(), ctx.ActorSystem().Root, r.life.ticks
-	r.due = at
-	r.timer = time.AfterFunc(d, func() { root.Send(self, &tick{id: id}) })
 }
 
 // round lists pod resources off the actor's thread.

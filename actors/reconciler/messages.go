@@ -49,10 +49,6 @@ type NeedTold struct{}
 // AllocationRecovered. The parent folds it and tells the pools.
 type Recorded struct{ Event events.Envelope }
 
-// tick is the timer's: one whose id is not the latest timer's (stopped,
-// replaced, or an earlier incarnation's) is not taken.
-type tick struct{ id uint64 }
-
 // listed is the answer to the List of round id (see lifetime.lists).
 type listed struct {
 	id   uint64
