@@ -91,6 +91,23 @@ func (l *Log) append(ctx context.Context, g *Guard, envs []events.Envelope) ([]e
 	}
 }
 
+// Sync returns once every append queued before it has been answered,
+// committed or failed, or when ctx ends: a read after it sees what those
+// calls wrote. It is how an actor that starts again reads what its last
+// incarnation recorded without waiting for the answers.
+func (l *Log) Sync(ctx context.Context) error {
+	answered := make(chan struct{})
+	if err := l.enqueue(ctx, &appendReq{ctx: ctx, done: func([]events.Envelope, error) { close(answered) }}); err != nil {
+		return err
+	}
+	select {
+	case <-answered:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // AppendAsync queues envs as Append does and returns at once; done is called
 // once with Append's outcome, on the store's writer goroutine, so it must
 // be quick and must not block (an actor's done sends itself a message).
@@ -225,7 +242,8 @@ func (l *Log) commit(batch []*appendReq) {
 		r   *appendReq
 		err error
 	}
-	var refused []refusal // by a batch-mate's event: answered after the commit
+	var refused []refusal  // by a batch-mate's event: answered after the commit
+	var syncs []*appendReq // Sync calls: answered after the commit
 	next := l.lastSeq.Load() + 1
 	for _, r := range batch {
 		if !r.state.CompareAndSwap(reqQueued, reqClaimed) {
@@ -236,6 +254,10 @@ func (l *Log) commit(batch []*appendReq) {
 		}
 		if err := r.ctx.Err(); err != nil {
 			r.finish(nil, err)
+			continue
+		}
+		if len(r.envs) == 0 {
+			syncs = append(syncs, r)
 			continue
 		}
 		if r.guard != nil {
@@ -273,6 +295,9 @@ func (l *Log) commit(batch []*appendReq) {
 	defer func() {
 		for _, f := range refused {
 			f.r.finish(nil, cmp.Or(err, f.err))
+		}
+		for _, r := range syncs {
+			r.finish(nil, nil)
 		}
 	}()
 	if len(live) == 0 {

@@ -599,3 +599,58 @@ func TestAppendGuarded(t *testing.T) {
 	}
 	mustAppend(t, l, ev(7, events.KubeletRestarted{Socket: "h"}))
 }
+
+// Sync returns only once every append queued before it is answered, and
+// gives up when its ctx ends; a Sync with nothing queued returns at once.
+func TestSyncWaitsForTheAppendsQueuedBefore(t *testing.T) {
+	l := openTestLog(t)
+	if err := l.Sync(context.Background()); err != nil {
+		t.Fatalf("Sync on an idle ledger: %v", err)
+	}
+	// The first append's answer holds the writer, so what comes next
+	// queues: the second append (its answer held too), then the Syncs.
+	entered, release, proceed := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	answered := make(chan uint64, 2)
+	defer close(proceed)
+	defer close(release)
+	for i, socket := range []string{"a", "b"} {
+		if err := l.AppendAsync(context.Background(), []events.Envelope{ev(i+1, events.KubeletRestarted{Socket: socket})}, func(out []events.Envelope, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			answered <- out[0].Seq
+			if i == 0 {
+				close(entered)
+				<-release
+			} else {
+				<-proceed
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			<-entered
+		}
+	}
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := l.Sync(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Sync while the appends before it wait: %v, want context.DeadlineExceeded", err)
+	}
+	synced := make(chan error, 1)
+	go func() { synced <- l.Sync(context.Background()) }()
+	waitFor(t, func() bool { return len(l.reqs) == 3 }) // the second append, the two Syncs
+	release <- struct{}{}
+	select {
+	case err := <-synced:
+		t.Fatalf("Sync returned (%v) before the second append was answered", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	proceed <- struct{}{}
+	if err := <-synced; err != nil {
+		t.Fatal(err)
+	}
+	if len(answered) != 2 || l.LastSeq() != 2 {
+		t.Fatalf("Sync returned with %d of the 2 appends before it answered, the ledger at seq %d", len(answered), l.LastSeq())
+	}
+}

@@ -50,6 +50,8 @@
 //     while its events become durable. AppendGuarded writes a call only if
 //     its Guard passes every event committed after the point its caller
 //     decided on: a compare-and-append, checked by the writer itself.
+//     Sync returns once every call queued before it is answered: a read
+//     after it sees what they wrote.
 //   - Every read verifies what it returns: checksum, decoding, the sequence
 //     in the record, continuity. The first bad record ends the read with a
 //     *CorruptError naming its sequence, after everything before it was
