@@ -6,6 +6,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -104,8 +105,19 @@ func (r *Recorder) envelopes(ps []events.Payload) []events.Envelope {
 	return envs
 }
 
-// Replay folds the ledger as it is now (newest snapshot plus the events
-// after it): how a restarted actor rebuilds its state.
+// Replay folds the ledger (newest snapshot plus the events after it) once
+// every record queued before the call is durable or refused: how an actor
+// rebuilds its state at a restart, with what its last incarnation, or a
+// pool of its name stopped since, queued and was not answered yet. A
+// ledger that takes longer than syncWait (a hung disk) is read as it is.
 func (r *Recorder) Replay() (events.State, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), syncWait)
+	defer cancel()
+	if err := r.log.Sync(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return events.State{}, fmt.Errorf("replay: %w", err)
+	}
 	return r.log.Replay(0)
 }
+
+// syncWait bounds how long Replay waits for the records queued before it.
+const syncWait = 10 * time.Second

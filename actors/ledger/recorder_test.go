@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -199,5 +200,44 @@ func TestReplayFoldsWhatWasRecorded(t *testing.T) {
 	}
 	if d := st.Devices["0000:3b:02.1"]; d.Present {
 		t.Errorf("0000:3b:02.1 present after its removal: %+v", d)
+	}
+}
+
+// A restarted actor replays what its last incarnation queued before it
+// went, durable or not yet: Replay waits for the records queued before
+// it. (A pool spawned in place of one of its name that stopped with a
+// membership change in the queue took the ledger's members without it,
+// and recorded its own change against them: live and ledger differed.)
+func TestReplayReadsWhatWasQueuedBefore(t *testing.T) {
+	rec, held, release := heldRecorder(t)
+	// The writer holds the first record's batch: the second one queues
+	// behind it, not yet written.
+	for _, addr := range []string{"0000:3b:02.0", "0000:3b:02.1"} {
+		if err := rec.RecordAsync(context.Background(), nil, []events.Payload{discovered(addr)}, func([]events.Envelope, error) {}); err != nil {
+			t.Fatal(err)
+		}
+		waitHeld(t, held)
+	}
+	replayed := make(chan events.State, 1)
+	go func() {
+		st, err := rec.Replay()
+		if err != nil {
+			t.Error(err)
+		}
+		replayed <- st
+	}()
+	select {
+	case st := <-replayed:
+		t.Fatalf("Replay returned at seq %d while a record queued before it was not written", st.Seq)
+	case <-time.After(100 * time.Millisecond):
+	}
+	release()
+	select {
+	case st := <-replayed:
+		if _, ok := st.Devices["0000:3b:02.1"]; !ok || st.Seq != 2 {
+			t.Fatalf("Replay at seq %d has %v, want both records", st.Seq, slices.Sorted(maps.Keys(st.Devices)))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Replay did not return once the records were written")
 	}
 }
