@@ -304,3 +304,35 @@ func TestAllocateOfADeviceInFlightIsRefused(t *testing.T) {
 		t.Errorf("Allocate of %s: %v", y, r.err)
 	}
 }
+
+// A pool that crashes with a membership change queued in the ledger, not
+// yet written, does not record it again: the next incarnation replays
+// once what the last one queued is written, and finds the change there.
+func TestARestartDoesNotRecordAQueuedChangeTwice(t *testing.T) {
+	const z = "0000:3b:02.2"
+	f, g, allocated := poolWithAllocateHeld(t)
+	// The writer is held on the Allocate's batch: the change, queued
+	// before the crash (the mailbox keeps their order), waits behind it.
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(x), member(y), member(z)}, Reason: "test", Gen: 1})
+	f.Sys.Root.Send(f.Child, &Crash{Reason: "test"})
+	time.Sleep(100 * time.Millisecond) // the next incarnation starts meanwhile
+	g.release()
+	if err := <-allocated; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 10*time.Second).Result(); err != nil {
+		t.Fatal(err)
+	}
+	var added int
+	if err := g.log.Read(0, func(e events.Envelope) error {
+		if c, ok := e.Payload.(events.PoolMembershipChanged); ok && slices.Contains(c.Added, z) {
+			added++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if added != 1 {
+		t.Errorf("%s recorded as added %d times, want once", z, added)
+	}
+}
