@@ -74,9 +74,6 @@ type lifetime struct {
 	// persist holds messages back while a round's events are being
 	// recorded: the fold reads them back, and tells the parent, first.
 	persist ledger.Persister
-	// lists numbers the Lists sent out, so that an earlier incarnation's
-	// answer is not taken.
-	lists uint64
 	// pools are the resources attributed: the last SetPools' outlive a
 	// restart.
 	pools map[string]bool
@@ -93,7 +90,9 @@ type reconciler struct {
 	told     map[uint64]bool
 	seen     map[string]bool
 	failures int
-	listing  bool
+	// listing is the answer the List out will fill (nil: none is out);
+	// another, an earlier incarnation's, is not taken.
+	listing *listed
 	// listedFrom is the ledger's end as the pending List began: what
 	// landed after it, the list may not show.
 	listedFrom uint64
@@ -158,7 +157,7 @@ func (r *reconciler) handle(ctx actor.Context, m any) {
 		}
 		r.round(ctx)
 	case *listed:
-		if r.listing && m.id == r.life.lists {
+		if m == r.listing {
 			r.listed(ctx, m)
 		}
 	}
@@ -231,27 +230,27 @@ func (r *reconciler) round(ctx actor.Context) {
 	if r.closing {
 		return
 	}
-	if r.listing {
+	if r.listing != nil {
 		r.again = true
 		return
 	}
-	r.listing = true
+	l := &listed{}
+	r.listing = l
 	r.catchUp(ctx, nil)
 	r.listedFrom = r.st.Seq
-	r.life.lists++
-	id, self, root, lister, timeout := r.life.lists, ctx.Self(), ctx.ActorSystem().Root, r.cfg.Lister, r.cfg.CallTimeout
+	self, root, lister, timeout := ctx.Self(), ctx.ActorSystem().Root, r.cfg.Lister, r.cfg.CallTimeout
 	go func() {
 		lctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		resp, err := lister.List(lctx)
-		root.Send(self, &listed{id: id, resp: resp, err: err})
+		l.resp, l.err = lister.List(lctx)
+		root.Send(self, l)
 	}()
 }
 
 // listed records what the fold of a round's pods finds; once durable,
 // recorded reads it back, tells the parent and schedules the next round.
 func (r *reconciler) listed(ctx actor.Context, m *listed) {
-	r.listing = false
+	r.listing = nil
 	r.catchUp(ctx, nil)
 	if m.err != nil {
 		r.failures++

@@ -296,3 +296,43 @@ func TestARestartedReconcilerKeepsItsPools(t *testing.T) {
 		t.Errorf("no AllocationRecovered of %s after the restart: the reconciler forgot the pools it was given", added)
 	}
 }
+
+// The answer to a List an earlier incarnation sent out is not taken by
+// the next one: it may be older than what the next one read and listed.
+// Here the first incarnation's List (the pod holds the device) comes back
+// after the restarted one listed no pod at all; no binding is recorded.
+func TestAnEarlierIncarnationsListIsNotTaken(t *testing.T) {
+	const pool, dev = "example.com/vf", "0000:3b:02.1"
+	l, rec, first, replayed := ledgerWithAllocation(t, pool, dev)
+	var calls atomic.Int32
+	release, returned := make(chan struct{}), make(chan struct{})
+	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+		if calls.Add(1) > 1 {
+			return &podresourcesapi.ListPodResourcesResponse{}, nil
+		}
+		<-release
+		defer close(returned)
+		return &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{
+			kubelettest.PodHolding("ns", "pod-a", "main", pool, dev)}}, nil
+	})
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Pools: []string{pool}, Replayed: &replayed,
+		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, Log: zerolog.Nop()}))
+	defer close(release)
+	for deadline := time.Now().Add(10 * time.Second); calls.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first round never listed")
+		}
+	}
+	f.Sys.Root.Send(f.Child, &Crash{Reason: "test"})
+	actortest.Next[*NeedTold](t, f)
+	f.Sys.Root.Send(f.Child, &Allocated{Seq: first})
+	f.Sys.Root.Send(f.Child, &Reconcile{})
+	awaitStatus(t, f, func(st *Status) bool { return st.Rounds > 0 })
+	release <- struct{}{}
+	<-returned
+	time.Sleep(100 * time.Millisecond) // the stale answer reaches the mailbox
+	awaitStatus(t, f, func(*Status) bool { return true })
+	if b := bindings(t, l); len(b) != 0 {
+		t.Errorf("bindings %v recorded from the earlier incarnation's List", b)
+	}
+}

@@ -49,9 +49,9 @@ type NeedTold struct{}
 // AllocationRecovered. The parent folds it and tells the pools.
 type Recorded struct{ Event events.Envelope }
 
-// listed is the answer to the List of round id (see lifetime.lists).
+// listed is the answer to a round's List, filled by the goroutine that
+// lists and then sent (see reconciler.listing).
 type listed struct {
-	id   uint64
 	resp *podresourcesapi.ListPodResourcesResponse
 	err  error
 }
