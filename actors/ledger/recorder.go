@@ -114,7 +114,7 @@ func (r *Recorder) Replay() (events.State, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), syncWait)
 	defer cancel()
 	if err := r.log.Sync(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return events.State{}, fmt.Errorf("replay: %w", err)
+		return events.State{}, fmt.Errorf("wait for the records queued before the replay: %w", err)
 	}
 	return r.log.Replay(0)
 }
