@@ -8,7 +8,6 @@ package node
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -890,22 +889,9 @@ func ConfigApplied(path string, data []byte, cfg *config.Config) events.ConfigAp
 	for i := range cfg.Resources {
 		r := &cfg.Resources[i]
 		ca.Pools = append(ca.Pools, events.PoolSpec{Resource: r.FullName(), DeviceType: string(r.DeviceType),
-			ExcludeTopology: r.ExcludeTopology, AllocatePolicy: string(r.AllocatePolicy), Definition: definition(r)})
+			ExcludeTopology: r.ExcludeTopology, AllocatePolicy: string(r.AllocatePolicy), Definition: r.Definition()})
 	}
 	return ca
-}
-
-// definition is a pool's configuration as canonical JSON, without where it
-// sits in the file: a pool added above another does not change the other.
-func definition(r *config.Resource) string {
-	c := *r
-	c.Path = ""
-	c.Selectors = slices.Clone(r.Selectors)
-	for i := range c.Selectors {
-		c.Selectors[i].Path = ""
-	}
-	def, _ := json.Marshal(&c)
-	return string(def)
 }
 
 // reload reads the config file again and answers sender (if any) with a
@@ -985,7 +971,7 @@ func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID
 	applied := ConfigApplied(path, data, cfg)
 	old := make(map[string]string, len(n.resources))
 	for name, r := range n.resources {
-		old[name] = definition(r)
+		old[name] = r.Definition()
 	}
 	// Placed as place will below, so the record names the devices it moves.
 	var now map[string]string

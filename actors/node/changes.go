@@ -1,13 +1,10 @@
 package node
 
 import (
-	"encoding/json"
-	"fmt"
 	"maps"
 	"slices"
-	"strings"
-	"unicode"
 
+	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/events"
 )
 
@@ -38,7 +35,7 @@ func ConfigChanges(before map[string]string, pools []events.PoolSpec, was, now m
 		case !ok:
 			c.Change = "added"
 		case old != spec.Definition:
-			c.Change, c.Fields = "changed", definitionChanges(old, spec.Definition)
+			c.Change, c.Fields = "changed", config.DefinitionChanges(old, spec.Definition)
 		case len(c.Joined) > 0 || len(c.Left) > 0:
 			c.Change = "members"
 		default:
@@ -53,84 +50,3 @@ func ConfigChanges(before map[string]string, pools []events.PoolSpec, was, now m
 	}
 	return out
 }
-
-// definitionChanges lists, sorted, the fields where two pool definitions
-// (canonical JSON) differ, as "path: old → new". Objects are walked into (a
-// selector's change names it); a list of plain values is one field.
-func definitionChanges(old, new string) []string {
-	a, b := map[string]string{}, map[string]string{}
-	flattenJSON(old, a)
-	flattenJSON(new, b)
-	paths := maps.Clone(a) // the union of both's paths
-	maps.Copy(paths, b)
-	var out []string
-	for _, path := range slices.Sorted(maps.Keys(paths)) {
-		x, inA := a[path]
-		y, inB := b[path]
-		switch {
-		case !inA:
-			x = "(none)"
-		case !inB:
-			y = "(none)"
-		case x == y:
-			continue
-		}
-		out = append(out, fmt.Sprintf("%s: %s → %s", path, x, y))
-	}
-	return out
-}
-
-// flattenJSON puts each leaf of a JSON document into out, keyed by its
-// path (selectors[0].vendors). A document that does not parse is one
-// leaf, its text.
-func flattenJSON(doc string, out map[string]string) {
-	var v any
-	if err := json.Unmarshal([]byte(doc), &v); err != nil {
-		out["definition"] = doc
-		return
-	}
-	var walk func(path string, v any)
-	walk = func(path string, v any) {
-		switch v := v.(type) {
-		case map[string]any:
-			for k, x := range v {
-				walk(strings.TrimPrefix(path+"."+fileName(k), "."), x)
-			}
-			return
-		case []any:
-			if slices.ContainsFunc(v, func(x any) bool { _, obj := x.(map[string]any); return obj }) {
-				for i, x := range v {
-					walk(fmt.Sprintf("%s[%d]", path, i), x)
-				}
-				return
-			}
-		}
-		b, _ := json.Marshal(v)
-		out[path] = string(b)
-	}
-	walk("", v)
-}
-
-// fileName is the name the config file gives a field of a definition,
-// whose keys are the Go fields': Name is resourceName, a leading
-// initialism is lower case (PCIAddresses is pciAddresses, IsRDMA isRdma).
-func fileName(goName string) string {
-	if name, ok := renamed[goName]; ok {
-		return name
-	}
-	r := []rune(goName)
-	n := 0
-	for n < len(r) && unicode.IsUpper(r[n]) {
-		n++
-	}
-	if n > 1 && n < len(r) {
-		n-- // the last capital starts the next word: PCIAddresses
-	}
-	for i := range n {
-		r[i] = unicode.ToLower(r[i])
-	}
-	return string(r)
-}
-
-// renamed are the fields whose file name fileName's rule does not give.
-var renamed = map[string]string{"Name": "resourceName", "Prefix": "resourcePrefix", "IsRDMA": "isRdma"}

@@ -1,0 +1,104 @@
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"unicode"
+)
+
+// Definition is a pool's configuration as canonical JSON, without where it
+// sits in the file: a pool added above another does not change the other.
+func (r *Resource) Definition() string {
+	c := *r
+	c.Path = ""
+	c.Selectors = slices.Clone(r.Selectors)
+	for i := range c.Selectors {
+		c.Selectors[i].Path = ""
+	}
+	def, _ := json.Marshal(&c)
+	return string(def)
+}
+
+// DefinitionChanges lists, sorted, the fields where two pool definitions
+// (canonical JSON) differ, as "path: old → new". Objects are walked into (a
+// selector's change names it); a list of plain values is one field.
+func DefinitionChanges(old, new string) []string {
+	a, b := map[string]string{}, map[string]string{}
+	flattenJSON(old, a)
+	flattenJSON(new, b)
+	paths := maps.Clone(a) // the union of both's paths
+	maps.Copy(paths, b)
+	var out []string
+	for _, path := range slices.Sorted(maps.Keys(paths)) {
+		x, inA := a[path]
+		y, inB := b[path]
+		switch {
+		case !inA:
+			x = "(none)"
+		case !inB:
+			y = "(none)"
+		case x == y:
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s: %s → %s", path, x, y))
+	}
+	return out
+}
+
+// flattenJSON puts each leaf of a JSON document into out, keyed by its
+// path (selectors[0].vendors). A document that does not parse is one
+// leaf, its text.
+func flattenJSON(doc string, out map[string]string) {
+	var v any
+	if err := json.Unmarshal([]byte(doc), &v); err != nil {
+		out["definition"] = doc
+		return
+	}
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				walk(strings.TrimPrefix(path+"."+fileName(k), "."), x)
+			}
+			return
+		case []any:
+			if slices.ContainsFunc(v, func(x any) bool { _, obj := x.(map[string]any); return obj }) {
+				for i, x := range v {
+					walk(fmt.Sprintf("%s[%d]", path, i), x)
+				}
+				return
+			}
+		}
+		b, _ := json.Marshal(v)
+		out[path] = string(b)
+	}
+	walk("", v)
+}
+
+// fileName is the name the config file gives a field of a definition,
+// whose keys are the Go fields': Name is resourceName, a leading
+// initialism is lower case (PCIAddresses is pciAddresses, IsRDMA isRdma).
+func fileName(goName string) string {
+	if name, ok := renamed[goName]; ok {
+		return name
+	}
+	r := []rune(goName)
+	n := 0
+	for n < len(r) && unicode.IsUpper(r[n]) {
+		n++
+	}
+	if n > 1 && n < len(r) {
+		n-- // the last capital starts the next word: PCIAddresses
+	}
+	for i := range n {
+		r[i] = unicode.ToLower(r[i])
+	}
+	return string(r)
+}
+
+// renamed are the fields whose file name fileName's rule does not give.
+var renamed = map[string]string{"Name": "resourceName", "Prefix": "resourcePrefix", "IsRDMA": "isRdma"}
