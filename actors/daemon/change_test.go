@@ -933,12 +933,17 @@ func TestANodeThatCrashesWhileRecordingAConfigKeepsItAndWhatItHeld(t *testing.T)
 
 // A node that stops while a reload's record is on its way answers the
 // reload once the config is durable, and a reload it held with an error:
-// no incarnation is left to read the file.
+// no incarnation is left to read the file. So is a reload asked once it
+// began to stop, at once, not when the asker's timeout ends.
 func TestANodeThatStopsWhileRecordingAConfigAnswersWhatItHeld(t *testing.T) {
 	_, d, ctx, release := reloadWhileTheWriterWaits(t)
 	first, second := reloadTwice(d)
 	d.system.Root.Poison(d.node) // as Stop does, after the reloads
+	late := d.system.Root.RequestFuture(d.node, &node.ReloadConfig{Reason: "late"}, 5*time.Second)
 	release()
+	if res, err := late.Result(); err != nil || res.(*node.ReloadResult).Err == nil {
+		t.Errorf("a reload asked of a stopping node: %+v, %v; want it refused", res, err)
+	}
 	if r := answers(ctx, t, first, second); !r[0].Applied || r[1].Err == nil {
 		t.Fatalf("reloads: %+v, %+v; want the first applied and the second refused as the node stops", r[0], r[1])
 	}

@@ -202,7 +202,7 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		if _, stopping := m.(*actor.Stopping); stopping {
 			n.life.persist.Resume(func(h any) {
 				if _, ok := h.(held).msg.(*ReloadConfig); ok && h.(held).sender != nil {
-					ctx.Send(h.(held).sender, &ReloadResult{Err: errors.New("the node stopped before it read the config again")})
+					ctx.Send(h.(held).sender, &ReloadResult{Err: errStopping})
 				}
 			})
 		}
@@ -217,6 +217,11 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		return
 	}
 	if n.closing {
+		// Stopping (a restart holds the mailbox): no incarnation will read
+		// the file, so a reload is refused rather than left to time out.
+		if _, ok := ctx.Message().(*ReloadConfig); ok && ctx.Sender() != nil {
+			ctx.Respond(&ReloadResult{Err: errStopping})
+		}
 		return
 	}
 	switch ctx.Message().(type) {
@@ -230,6 +235,9 @@ func (n *coordinator) Receive(ctx actor.Context) {
 	}
 	n.handle(ctx, ctx.Message(), ctx.Sender())
 }
+
+// errStopping answers a reload the node will not read: it is stopping.
+var errStopping = errors.New("the node stopped before it read the config again")
 
 // handleHeld hands what the Persister held back to handle.
 func (n *coordinator) handleHeld(ctx actor.Context) func(any) {
