@@ -50,10 +50,8 @@ func TestLiveEqualsReplay(t *testing.T) {
 		if err != nil {
 			t.Fatalf("DEVLEDGER_MODEL_SEEDS=%q: %v", s, err)
 		}
-		// DEVLEDGER_MODEL_SEED_BASE=B runs seeds B+1..B+N: long runs go in
-		// batches of processes, each of which keeps what every actor
-		// system it made allocated (protoactor's process registry, about
-		// 8 MB a daemon start).
+		// DEVLEDGER_MODEL_SEED_BASE=B runs seeds B+1..B+N: a run that
+		// goes on where an earlier one ended.
 		base := uint64(0)
 		if b := os.Getenv("DEVLEDGER_MODEL_SEED_BASE"); b != "" {
 			if base, err = strconv.ParseUint(b, 10, 64); err != nil {
