@@ -11,7 +11,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,7 +24,6 @@ import (
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
-	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
 
@@ -961,19 +959,7 @@ func reloadWhileTheWriterWaits(t *testing.T) (n *testNode, d *Daemon, ctx contex
 	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
 		t.Fatal(err)
 	}
-	log := d.Recorder().Log()
-	writing, open := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	release = func() { once.Do(func() { close(open) }) }
-	t.Cleanup(release) // a failing test must not leave the writer held
-	if err := log.AppendAsyncGuarded(ctx, store.Guard{After: log.LastSeq() - 1, Check: func(events.Envelope) error {
-		close(writing)
-		<-open
-		return errors.New("refused by the test")
-	}}, []events.Envelope{events.New(events.KubeletStopped{}, time.Now(), "test")}, func([]events.Envelope, error) {}); err != nil {
-		t.Fatal(err)
-	}
-	<-writing
+	release = holdWriter(ctx, t, d.Recorder().Log())
 	if err := os.WriteFile(n.opts.ConfigPath, []byte(dpdkConfig), 0o644); err != nil {
 		t.Fatal(err)
 	}

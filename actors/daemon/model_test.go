@@ -30,8 +30,8 @@ import (
 // random sequences of what happens to a node (Allocates, also concurrent;
 // health flips; VFs rebound and moved between pools; config reloads that
 // move allocated devices; hot-unplug; pool and node crashes; rescans; a
-// daemon restart; pods that claim allocations, or leave them) go through a
-// real daemon, and at
+// daemon restart, or a SIGKILL with Allocates in flight; pods that claim
+// allocations, or leave them) go through a real daemon, and at
 // every quiet point each pool's state, asked by message, equals the fold of
 // the ledger restricted to that pool: its members, their health, and the
 // live allocations holding them; and what the kubelet was told over
@@ -117,6 +117,9 @@ const modelSteps = 20
 
 func runModel(t *testing.T, seed uint64, window time.Duration) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	// A restart's kind, and what is in flight at a kill, are drawn apart:
+	// a seed's operations are those it had before kills came.
+	kills := rand.New(rand.NewPCG(seed, 0x4b111))
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
 	n.opts.ScanInterval, n.opts.ProbeInterval, n.opts.KernelEvents = time.Hour, time.Hour, false
 	// Rounds come when the model asks (and when a kubelet appears); an
@@ -289,12 +292,21 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 				fail("the pools were not registered again after a node crash: %v", err)
 			}
 			history = append(history, "crash node")
-		case 7: // the daemon stops and starts again on its ledger
-			if err := d.Stop(ctx, "model"); err != nil {
+		case 7: // the daemon stops and starts again on its ledger; half
+			// the time it is killed (SIGKILL), with Allocates in flight
+			var k *killed
+			if kills.IntN(2) == 0 {
+				k = new(kill(ctx, t, n, d, kills, pools))
+			} else if err := d.Stop(ctx, "model"); err != nil {
 				t.Fatal(err)
 			}
 			restarted := time.Now()
 			d = n.start(t)
+			if k != nil {
+				if diff := checkKillRecovered(t, d, *k); diff != "" {
+					fail("after a kill: %s", diff)
+				}
+			}
 			// The pools served now are those with devices at this start:
 			// a driver changed since the last scan may have emptied one.
 			waitFor(ctx, t, "the daemon ready", func() bool { return d.Ready(ctx) })
@@ -302,7 +314,11 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 				t.Fatal(err)
 			}
 			clear(crashes)
-			history = append(history, "restart")
+			if k != nil {
+				history = append(history, fmt.Sprintf("kill (%d Allocates answered) and start", len(k.answered)))
+			} else {
+				history = append(history, "restart")
+			}
 		case 3: // a pool crashes (fewer times than the supervisor gives up at)
 			p := pools[rng.IntN(len(pools))]
 			if crashes[p] >= 3 {
