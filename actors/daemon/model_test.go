@@ -177,6 +177,30 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 		d.Send(&node.Rescan{Reason: "model"})
 		return "rebind " + vf + " to " + to
 	}
+	// registeredAgain waits until the pools served are registered again
+	// after since (a node crash or a start) and the daemon is ready. The
+	// node scans again: a driver changed since the last scan may empty a
+	// pool, which is then not served (seed 61505). The pools to see
+	// registered again are those with members once it has placed: asked
+	// again until they are.
+	registeredAgain := func(since time.Time) error {
+		for {
+			wait, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
+			_, err := n.kubelet.RegisteredAfter(wait, served(t, d, pools), since)
+			cancel()
+			if err == nil {
+				if d.Ready(ctx) {
+					return nil
+				}
+				err = errors.New("registered with the kubelet, but the daemon is not ready")
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%w: %w", ctx.Err(), err)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
 	for range modelSteps {
 		step()
 		switch op := rng.IntN(12); op {
@@ -260,30 +284,7 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 			crashes["node"]++
 			crashed := time.Now()
 			d.Send(&node.Crash{Reason: "model"})
-			// The restarted node scans again: a driver changed since the
-			// last scan may empty a pool, which is then not served (seed
-			// 61505). The pools to see registered again are those with
-			// members once it has placed: asked again until they are.
-			var err error
-			for {
-				wait, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
-				_, err = n.kubelet.RegisteredAfter(wait, served(t, d, pools), crashed)
-				cancel()
-				if err == nil {
-					if d.Ready(ctx) {
-						break
-					}
-					err = errors.New("registered with the kubelet, but the daemon is not ready")
-				}
-				select {
-				case <-ctx.Done():
-					err = fmt.Errorf("%w: %w", ctx.Err(), err)
-				case <-time.After(20 * time.Millisecond):
-					continue
-				}
-				break
-			}
-			if err != nil {
+			if err := registeredAgain(crashed); err != nil {
 				// Should a node crash ever wedge: what every goroutine
 				// was doing says where it stood.
 				var stacks strings.Builder
@@ -294,9 +295,17 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 			history = append(history, "crash node")
 		case 7: // the daemon stops and starts again on its ledger; half
 			// the time it is killed (SIGKILL), with Allocates in flight
+			// (half of those while a VF rebound to the other pool's
+			// driver is being rescanned)
 			var k *killed
+			what := "restart"
 			if kills.IntN(2) == 0 {
+				what = "kill"
+				if vf := vfs[kills.IntN(len(vfs))]; kills.IntN(2) == 0 && !removed[vf] {
+					what = rebind(vf) + " and kill"
+				}
 				k = new(kill(ctx, t, n, d, kills, pools))
+				what += fmt.Sprintf(" (%d Allocates answered) and start", len(k.answered))
 			} else if err := d.Stop(ctx, "model"); err != nil {
 				t.Fatal(err)
 			}
@@ -304,21 +313,14 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 			d = n.start(t)
 			if k != nil {
 				if diff := checkKillRecovered(t, d, *k); diff != "" {
-					fail("after a kill: %s", diff)
+					fail("after %s: %s", what, diff)
 				}
 			}
-			// The pools served now are those with devices at this start:
-			// a driver changed since the last scan may have emptied one.
-			waitFor(ctx, t, "the daemon ready", func() bool { return d.Ready(ctx) })
-			if _, err := n.kubelet.RegisteredAfter(ctx, served(t, d, pools), restarted); err != nil {
-				t.Fatal(err)
+			if err := registeredAgain(restarted); err != nil {
+				fail("the pools were not registered again after %s: %v", what, err)
 			}
 			clear(crashes)
-			if k != nil {
-				history = append(history, fmt.Sprintf("kill (%d Allocates answered) and start", len(k.answered)))
-			} else {
-				history = append(history, "restart")
-			}
+			history = append(history, what)
 		case 3: // a pool crashes (fewer times than the supervisor gives up at)
 			p := pools[rng.IntN(len(pools))]
 			if crashes[p] >= 3 {
