@@ -24,6 +24,7 @@ import (
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
 
@@ -732,11 +733,55 @@ func TestRebindEmptiesAPool(t *testing.T) {
 // A device rebound while the daemon was down has moved when it starts
 // again: the two pools' membership changes at start name each other.
 func TestMoveWhileDownIsRecordedAtStart(t *testing.T) {
+	n, ctx, seq := reboundWhileDown(t)
+	const one, net, dev = "intel.com/one_vfio", "intel.com/sriov_net", "0000:3b:01.2"
+	d := n.start(t)
+	waitLedger(ctx, t, d, "the move at start", func(s events.State) bool {
+		return s.Devices[dev].Pool == net && len(s.Pools[one].Members) == 0
+	})
+	wantReasons(t, d, seq+1, dev, map[string]string{one: "daemon start; moved to " + net + ": " + dev, net: "daemon start; moved from " + one + ": " + dev})
+}
+
+// A move is two records, one per pool. A daemon killed between them leaves
+// the device listed by both pools; the start after finishes the move: the
+// pool it left, with no device now so not served, records that it left.
+func TestAMoveHalfRecordedIsFinishedAtStart(t *testing.T) {
+	n, ctx, _ := reboundWhileDown(t)
+	const one, net, dev = "intel.com/one_vfio", "intel.com/sriov_net", "0000:3b:01.2"
+	// The joining pool's half of the move, then nothing: the kill.
+	l, err := store.Open(filepath.Join(n.opts.StateDir, LedgerFileName), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := events.PoolMembershipChanged{Pool: net, Added: []string{dev}, Reason: "scan: test; moved from " + one + ": " + dev}
+	if _, err := l.Append(ctx, events.Envelope{Payload: joined}); err != nil {
+		t.Fatal(err)
+	}
+	seq := l.LastSeq()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := replayStopped(t, n.opts.StateDir); !slices.Contains(st.Pools[one].Members, dev) || st.Devices[dev].Pool != net {
+		t.Fatalf("the ledger does not list %s in both pools: %s has %q, the device is in %q", dev, one, st.Pools[one].Members, st.Devices[dev].Pool)
+	}
+	d := n.start(t)
+	waitLedger(ctx, t, d, "the move finished", func(s events.State) bool {
+		return s.Devices[dev].Pool == net && len(s.Pools[one].Members) == 0
+	})
+	wantReasons(t, d, seq+1, dev, map[string]string{one: "daemon start; moved to " + net + ": " + dev})
+}
+
+// reboundWhileDown starts a daemon on oneVFIOConfig, stops it once
+// 0000:3b:01.2 is in intel.com/one_vfio, and binds that VF to iavf (the
+// driver intel.com/sriov_net selects). It returns the stopped ledger's
+// last seq.
+func reboundWhileDown(t *testing.T) (*testNode, context.Context, uint64) {
+	t.Helper()
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, oneVFIOConfig, kubelettest.Options{})
 	n.opts.ScanInterval = time.Hour
 	d := n.start(t)
 	ctx := waitCtx(t)
-	const one, net, dev = "intel.com/one_vfio", "intel.com/sriov_net", "0000:3b:01.2"
+	const one, dev = "intel.com/one_vfio", "0000:3b:01.2"
 	waitLedger(ctx, t, d, "the first placement", func(s events.State) bool { return s.Devices[dev].Pool == one })
 	if err := d.Stop(ctx, "test"); err != nil {
 		t.Fatal(err)
@@ -744,12 +789,7 @@ func TestMoveWhileDownIsRecordedAtStart(t *testing.T) {
 	if err := n.roots.Bind(dev, "iavf"); err != nil {
 		t.Fatal(err)
 	}
-	seq := d.Recorder().Log().LastSeq()
-	d = n.start(t)
-	waitLedger(ctx, t, d, "the move at start", func(s events.State) bool {
-		return s.Devices[dev].Pool == net && len(s.Pools[one].Members) == 0
-	})
-	wantReasons(t, d, seq+1, dev, map[string]string{one: "daemon start; moved to " + net + ": " + dev, net: "daemon start; moved from " + one + ": " + dev})
+	return n, ctx, d.Recorder().Log().LastSeq()
 }
 
 // wantReasons checks that, from seq on, a membership change of each pool

@@ -656,7 +656,7 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 			delete(n.deferred, pm.Name)
 			n.spawnPool(ctx, res, ms, moves(pm.Name, before, owner), why)
 		case !running && !n.placed:
-			if ps := n.emptied(pm.Name, before, owner); len(ps) > 0 {
+			if ps := n.emptied(pm.Name, owner); len(ps) > 0 {
 				emptied, emptiedPools = append(emptied, ps...), append(emptiedPools, pm.Name)
 			}
 		}
@@ -782,19 +782,21 @@ func (n *coordinator) isStopping(name string) bool {
 
 // emptied is what a pool left with no devices at a start, so not spawned,
 // cannot record itself: that its ledger members left, and that it serves no
-// more (a crash came between its withdrawal and the record).
-func (n *coordinator) emptied(name string, before, owner map[string]string) []events.Payload {
-	var removed []string
-	for addr, p := range before {
-		if p == name {
-			removed = append(removed, addr)
+// more (a crash came between its withdrawal and the record). Its members
+// are the fold's: a crash between the two records of a move leaves a device
+// listed by the pool it left as well as the one it joined.
+func (n *coordinator) emptied(name string, owner map[string]string) []events.Payload {
+	removed := n.replayed.Pools[name].Members
+	to := map[string]string{}
+	for _, addr := range removed {
+		if p, ok := owner[addr]; ok {
+			to[addr] = p
 		}
 	}
-	slices.Sort(removed)
 	var payloads []events.Payload
 	if len(removed) > 0 {
-		reason := n.startReason("") + pool.MovedList("moved to", removed, moves(name, before, owner)) + "; the pool has no devices and is not served"
-		payloads = append(payloads, events.PoolMembershipChanged{Pool: name, Removed: removed, Reason: reason})
+		reason := n.startReason("") + pool.MovedList("moved to", removed, to) + "; the pool has no devices and is not served"
+		payloads = append(payloads, events.PoolMembershipChanged{Pool: name, Removed: slices.Clone(removed), Reason: reason})
 	}
 	if reg := n.replayed.Pools[name].Registration; reg.Serving {
 		payloads = append(payloads, events.PluginWithdrawn{Pool: name, Socket: reg.Socket, Reason: "no devices at the node's start"})
