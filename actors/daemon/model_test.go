@@ -295,14 +295,27 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 			history = append(history, "crash node")
 		case 7: // the daemon stops and starts again on its ledger; half
 			// the time it is killed (SIGKILL), with Allocates in flight
-			// (half of those while a VF rebound to the other pool's
-			// driver is being rescanned)
+			// (a third of those while a VF rebound to the other pool's
+			// driver is being rescanned, a third while a new config is
+			// being read: the start after reads it if the killed run did
+			// not record it)
 			var k *killed
 			what := "restart"
 			if kills.IntN(2) == 0 {
 				what = "kill"
-				if vf := vfs[kills.IntN(len(vfs))]; kills.IntN(2) == 0 && !removed[vf] {
-					what = rebind(vf) + " and kill"
+				switch vf := vfs[kills.IntN(len(vfs))]; kills.IntN(3) {
+				case 1:
+					if !removed[vf] {
+						what = rebind(vf) + " and kill"
+					}
+				case 2:
+					others := slices.DeleteFunc([]string{"sriov", "widened", "vfio only"}, func(c string) bool { return c == config })
+					config = others[kills.IntN(len(others))]
+					if err := os.WriteFile(n.opts.ConfigPath, []byte(modelConfigs[config]), 0o644); err != nil {
+						t.Fatal(err)
+					}
+					d.Send(&node.ReloadConfig{Reason: "model"})
+					what = "reload (" + config + ") and kill"
 				}
 				k = new(kill(ctx, t, n, d, kills, pools))
 				what += fmt.Sprintf(" (%d Allocates answered) and start", len(k.answered))
