@@ -37,11 +37,6 @@ func (w *writer) string(s string) {
 	w.buf = append(w.buf, s...)
 }
 
-func (w *writer) bytes(b []byte) {
-	w.uvarint(uint64(len(b)))
-	w.buf = append(w.buf, b...)
-}
-
 // time writes UTC nanoseconds since the Unix epoch; the zero time is 0.
 func (w *writer) time(t time.Time) {
 	if t.IsZero() {
@@ -275,14 +270,6 @@ func (r *reader) bootID() string {
 	s := string(b)
 	lastBootID.Store(&s)
 	return s
-}
-
-func (r *reader) bytes() []byte {
-	b := r.rawBytes()
-	if len(b) == 0 {
-		return nil
-	}
-	return slices.Clone(b)
 }
 
 func (r *reader) time() time.Time {

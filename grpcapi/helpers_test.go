@@ -142,18 +142,6 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-// eventually polls cond until it holds or a deadline passes.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // checkPrivateSocket checks path is a 0600 socket, alone in its dir: the
 // private directory it was created in is gone.
 func checkPrivateSocket(t *testing.T, path string) {

@@ -81,12 +81,6 @@ func WriteDeviceInfo(dir, resource string, d sysfs.Device) error {
 	return writeJSONFile("device-info", dir, DeviceInfoPath(dir, resource, d.Address), NewDeviceInfo(&d), 0o444, nil)
 }
 
-// RemoveDeviceInfo removes the device-info file of device addr of the
-// pool resource from dir; a missing file is no error.
-func RemoveDeviceInfo(dir, resource, addr string) error {
-	return removeFile("device-info", DeviceInfoPath(dir, resource, addr))
-}
-
 // writeJSONFile writes v as JSON to path in dir (creating dir, 0755),
 // unless path holds those bytes already; what ("device-info") names the
 // file in errors. It writes a temporary dot file, which no reader loads,

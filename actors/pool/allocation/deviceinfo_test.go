@@ -208,27 +208,6 @@ func TestWriteDeviceInfoErrors(t *testing.T) {
 	}
 }
 
-func TestRemoveDeviceInfo(t *testing.T) {
-	dir := t.TempDir()
-	dev := vf("0000:3b:02.1", pfA, 1, "iavf", "61", 0)
-	if err := WriteDeviceInfo(dir, netdevice, dev); err != nil {
-		t.Fatal(err)
-	}
-	if err := RemoveDeviceInfo(dir, netdevice, dev.Address); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(DeviceInfoPath(dir, netdevice, dev.Address)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("file still there: %v", err)
-	}
-	// Missing file, and missing directory, are fine.
-	if err := RemoveDeviceInfo(dir, netdevice, dev.Address); err != nil {
-		t.Errorf("second remove: %v", err)
-	}
-	if err := RemoveDeviceInfo(filepath.Join(dir, "nope"), netdevice, dev.Address); err != nil {
-		t.Errorf("remove in missing dir: %v", err)
-	}
-}
-
 // holds is what lets an Allocate skip the write: it must say no to a file
 // that holds the content and more, or less, or none at all.
 func TestHolds(t *testing.T) {
