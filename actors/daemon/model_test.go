@@ -177,6 +177,16 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 		d.Send(&node.Rescan{Reason: "model"})
 		return "rebind " + vf + " to " + to
 	}
+	// writeConfig writes one of the other configs, drawn by r, to the
+	// config file and returns its name.
+	writeConfig := func(r *rand.Rand) string {
+		others := slices.DeleteFunc([]string{"sriov", "widened", "vfio only"}, func(c string) bool { return c == config })
+		config = others[r.IntN(len(others))]
+		if err := os.WriteFile(n.opts.ConfigPath, []byte(modelConfigs[config]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return config
+	}
 	// registeredAgain waits until the pools served are registered again
 	// after since (a node crash or a start) and the daemon is ready. The
 	// node scans again: a driver changed since the last scan may empty a
@@ -249,12 +259,7 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 			// (which moves every iavf VF, allocated or not, to the vfio
 			// pool), or to one without the net pool; half the time while
 			// a VF rebound to the other pool's driver is being rescanned
-			others := slices.DeleteFunc([]string{"sriov", "widened", "vfio only"}, func(c string) bool { return c == config })
-			config = others[rng.IntN(len(others))]
-			if err := os.WriteFile(n.opts.ConfigPath, []byte(modelConfigs[config]), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			what := "reload (" + config + ")"
+			what := "reload (" + writeConfig(rng) + ")"
 			if vf := vfs[rng.IntN(len(vfs))]; rng.IntN(2) == 0 && !removed[vf] {
 				what = rebind(vf) + " and " + what
 			}
@@ -309,13 +314,8 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 						what = rebind(vf) + " and kill"
 					}
 				case 2:
-					others := slices.DeleteFunc([]string{"sriov", "widened", "vfio only"}, func(c string) bool { return c == config })
-					config = others[kills.IntN(len(others))]
-					if err := os.WriteFile(n.opts.ConfigPath, []byte(modelConfigs[config]), 0o644); err != nil {
-						t.Fatal(err)
-					}
+					what = "reload (" + writeConfig(kills) + ") and kill"
 					d.Send(&node.ReloadConfig{Reason: "model"})
-					what = "reload (" + config + ") and kill"
 				}
 				k = new(kill(ctx, t, n, d, kills, pools))
 				what += fmt.Sprintf(" (%d Allocates answered) and start", len(k.answered))
