@@ -873,27 +873,37 @@ func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*plugi
 	if p.rank == nil {
 		p.rank = allocation.NewIndex(p.members)
 	}
-	held := make(map[string]bool, len(p.holds.Holders))
-	for id, hs := range p.holds.Holders {
-		held[id] = len(hs) > 0
-	}
-	for _, f := range p.life.pending {
-		for _, id := range f.ids {
-			held[id] = true
-		}
-	}
-	for _, id := range p.rank.Elsewhere() {
-		held[id] = true
-	}
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for i, cr := range req.ContainerRequests {
-		ids, err := p.rank.Preferred(p.cfg.Resource, held, cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize))
+		ids, err := p.rank.Preferred(p.cfg.Resource, p.held, cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize))
 		if err != nil {
 			return nil, fmt.Errorf("%w: container request %d: %v", grpcapi.ErrInvalidRequest, i, err)
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
 	}
 	return resp, nil
+}
+
+// held yields the members held by a live or pending Allocate of the pool
+// or by another pool, some more than once: what Preferred offers last.
+func (p *allocator) held(yield func(string) bool) {
+	for id, hs := range p.holds.Holders {
+		if len(hs) > 0 && !yield(id) {
+			return
+		}
+	}
+	for _, f := range p.life.pending {
+		for _, id := range f.ids {
+			if !yield(id) {
+				return
+			}
+		}
+	}
+	for _, id := range p.rank.Elsewhere() {
+		if !yield(id) {
+			return
+		}
+	}
 }
 
 func toPlugin(a events.ContainerAllocation) *pluginapi.ContainerAllocateResponse {

@@ -3,6 +3,7 @@ package allocation
 import (
 	"cmp"
 	"fmt"
+	"iter"
 	"maps"
 	"slices"
 	"strings"
@@ -105,10 +106,11 @@ func (x *Index) Elsewhere() []string { return x.elsewhere }
 
 // Preferred answers GetPreferredAllocation for one container of the pool
 // res: up to size IDs, mustInclude first (in order, each once), then the
-// best of the other available IDs among the indexed members. held are the
-// devices held by a live or in-flight allocation of the pool, or by
-// another pool's (read, never changed). Candidates rank by, in this
-// order:
+// best of the other available IDs among the indexed members. held yields
+// the devices held by a live or in-flight allocation of the pool, or by
+// another pool's, each at least once: the pool's own holders, with no map
+// built from them per call (its memory is cold when the kubelet asks).
+// Candidates rank by, in this order:
 //
 //  1. not held: a held device is offered only when the free ones run out
 //     (the kubelet thinks it free; our ledger may not have seen it go);
@@ -135,7 +137,7 @@ func (x *Index) Elsewhere() []string { return x.elsewhere }
 // asks for more than it offers) wrap ErrInvalidRequest; a must-include
 // non-member wraps ErrUnknownDevice. A must-include device is kept even
 // when unhealthy: the kubelet has already given it to the pod.
-func (x *Index) Preferred(res *config.Resource, held map[string]bool, available, mustInclude []string, size int) ([]string, error) {
+func (x *Index) Preferred(res *config.Resource, held iter.Seq[string], available, mustInclude []string, size int) ([]string, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("preferred allocation for %s: size %d: %w", res.FullName(), size, ErrInvalidRequest)
 	}
@@ -171,8 +173,8 @@ func (x *Index) Preferred(res *config.Resource, held map[string]bool, available,
 		load = make([]int, x.groups)
 	}
 	isHeld := make([]bool, len(x.members))
-	for id, h := range held {
-		if i, ok := x.pos[id]; ok && h {
+	for id := range held {
+		if i, ok := x.pos[id]; ok && !isHeld[i] {
 			isHeld[i] = true
 			if weighed {
 				load[x.members[i].group]++

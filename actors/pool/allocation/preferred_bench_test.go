@@ -11,7 +11,8 @@ import (
 // BenchmarkPreferred: GetPreferredAllocation's ranking of one device out of
 // a pool of 504 VFs (8 PFs of 63, on two NUMA nodes) of which 100 are held,
 // as the kubelet asks it: every free device available, size 1, on an
-// Index built once, as the pool keeps it between calls. Baseline:
+// Index built once, as the pool keeps it between calls, the held devices
+// read from a map of holders as the pool passes them. Baseline:
 // what a plugin that ranks nothing does, the first available members of
 // the pool (the bare plugin of test/e2e's device-manager benchmark).
 //
@@ -19,7 +20,7 @@ import (
 //	            caches cold (none-cold)
 func BenchmarkPreferred(b *testing.B) {
 	members := map[string]*Member{}
-	held := map[string]bool{}
+	held := map[string][]uint64{} // as events.State.Holders
 	var available []string
 	for p := range 8 {
 		pf := fmt.Sprintf("0000:%02x:00.0", 0x17+p*0x10)
@@ -27,10 +28,18 @@ func BenchmarkPreferred(b *testing.B) {
 			addr := fmt.Sprintf("0000:%02x:%02x.%d", 0x17+p*0x10, 2+v/8, v%8)
 			members[addr] = &Member{Device: vf(addr, pf, v, "iavf", "", p/4), Healthy: true}
 			if len(held) < 100 && v%5 == 0 {
-				held[addr] = true
+				held[addr] = []uint64{uint64(len(held) + 1)}
 				continue
 			}
 			available = append(available, addr)
+		}
+	}
+	// As the pool passes them (allocator.held), from its holders.
+	heldSeq := func(yield func(string) bool) {
+		for id, hs := range held {
+			if len(hs) > 0 && !yield(id) {
+				return
+			}
 		}
 	}
 	bare := func(size int) []string {
@@ -70,7 +79,7 @@ func BenchmarkPreferred(b *testing.B) {
 			for b.Loop() {
 				evict()
 				start := time.Now()
-				if _, err := x.Preferred(res, held, available, nil, 1); err != nil {
+				if _, err := x.Preferred(res, heldSeq, available, nil, 1); err != nil {
 					b.Fatal(err)
 				}
 				ours += time.Since(start)

@@ -362,7 +362,13 @@ func preferred(res *config.Resource, members map[string]Member, held map[string]
 	for id, m := range members {
 		ms[id] = &m
 	}
-	return NewIndex(ms).Preferred(res, held, available, must, size)
+	var ids []string
+	for id, h := range held {
+		if h {
+			ids = append(ids, id)
+		}
+	}
+	return NewIndex(ms).Preferred(res, slices.Values(ids), available, must, size)
 }
 
 // TestPickOneIsPickAllOfOne: the pick of one device, which skips the
