@@ -167,6 +167,15 @@ func TestPreferred(t *testing.T) {
 			want:   []string{"0000:3b:0a.1", "0000:3b:0a.2", "0000:3b:0a.3", "0000:3b:02.0"},
 		},
 		{
+			// A pool's holders, pending Allocates and other pools' holds
+			// may each name a device: B's two held VFs outweigh A's one.
+			name:   "packed counts a device held twice once",
+			policy: config.PolicyPacked,
+			held:   []string{"0000:3b:02.0", "0000:3b:0a.0", "0000:3b:02.0", "0000:3b:0a.1", "0000:3b:02.0"},
+			size:   1,
+			want:   []string{"0000:3b:0a.2"},
+		},
+		{
 			name:   "packed, one device, from the PF with allocations",
 			policy: config.PolicyPacked,
 			held:   []string{"0000:3b:0a.0"},
@@ -235,11 +244,7 @@ func TestPreferred(t *testing.T) {
 			if avail == nil {
 				avail = all
 			}
-			held := make(map[string]bool)
-			for _, id := range tc.held {
-				held[id] = true
-			}
-			got, err := preferred(res, members, held, avail, tc.must, tc.size)
+			got, err := preferred(res, members, tc.held, avail, tc.must, tc.size)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -305,7 +310,8 @@ func TestPreferredDeterministic(t *testing.T) {
 				members := preferredMembers()
 				avail := ids(members)
 				r.Shuffle(len(avail), func(i, j int) { avail[i], avail[j] = avail[j], avail[i] })
-				held := map[string]bool{"0000:3b:02.1": true, "0000:3b:0a.2": true, "0000:af:02.0": true}
+				held := []string{"0000:3b:02.1", "0000:3b:0a.2", "0000:af:02.0"}
+				r.Shuffle(len(held), func(i, j int) { held[i], held[j] = held[j], held[i] })
 				got, err := preferred(res, members, held, avail, []string{"0000:3b:0a.3"}, 6)
 				if err != nil {
 					t.Fatal(err)
@@ -356,19 +362,14 @@ func TestPreferredSpreadGPUs(t *testing.T) {
 	}
 }
 
-// preferred calls Index.Preferred with members and held as the tables give them.
-func preferred(res *config.Resource, members map[string]Member, held map[string]bool, available, must []string, size int) ([]string, error) {
+// preferred calls Index.Preferred with members and held as the tables give
+// them, held in its order, repeats and all.
+func preferred(res *config.Resource, members map[string]Member, held []string, available, must []string, size int) ([]string, error) {
 	ms := make(map[string]*Member, len(members))
 	for id, m := range members {
 		ms[id] = &m
 	}
-	var ids []string
-	for id, h := range held {
-		if h {
-			ids = append(ids, id)
-		}
-	}
-	return NewIndex(ms).Preferred(res, slices.Values(ids), available, must, size)
+	return NewIndex(ms).Preferred(res, slices.Values(held), available, must, size)
 }
 
 // TestPickOneIsPickAllOfOne: the pick of one device, which skips the
