@@ -312,7 +312,12 @@ func apply(s State, e Envelope, owned bool) State {
 			s.Pools[p.Pool] = pool
 		}
 	case PluginServing:
-		pool := s.Pools[p.Pool]
+		// A pool the config dropped may still serve, or be registered,
+		// until it has stopped: that must not bring it back either.
+		pool, ok := s.Pools[p.Pool]
+		if !ok {
+			break
+		}
 		pool.Spec.Resource = p.Pool
 		pool.Registration.Socket = p.Socket
 		pool.Registration.Mode = p.Mode
@@ -320,7 +325,10 @@ func apply(s State, e Envelope, owned bool) State {
 		pool.Registration.Registered = false
 		s.Pools[p.Pool] = pool
 	case PluginRegistered:
-		pool := s.Pools[p.Pool]
+		pool, ok := s.Pools[p.Pool]
+		if !ok {
+			break
+		}
 		pool.Spec.Resource = p.Pool
 		pool.Registration.Socket = p.Socket
 		pool.Registration.Mode = p.Mode
