@@ -125,6 +125,9 @@ type registrar struct {
 	waiting   bool      // the missing kubelet socket was logged
 	downSince time.Time // when the kubelet was recorded gone; zero if not
 	probing   bool      // a dial of its socket is out
+	// checkAgain is why the kubelet was to be checked while a probe was
+	// out ("" if not): the probe may have dialled before the news.
+	checkAgain string
 }
 
 // Receive implements actor.Actor.
@@ -258,7 +261,11 @@ func dialKubelet(socket string) error {
 // gone: a dead kubelet leaves its socket, so only a refused dial tells. The
 // probe ends at the first refusal or after the last dial answered.
 func (r *registrar) checkKubelet(ctx actor.Context, why string) {
-	if r.probing || !r.downSince.IsZero() || !r.kubelet.present() {
+	if !r.downSince.IsZero() || !r.kubelet.present() {
+		return
+	}
+	if r.probing {
+		r.checkAgain = why
 		return
 	}
 	r.probing = true
@@ -276,9 +283,17 @@ func (r *registrar) checkKubelet(ctx actor.Context, why string) {
 	}()
 }
 
-// probed takes the outcome of checkKubelet's probe or of a recheck.
+// probed takes the outcome of checkKubelet's probe or of a recheck, then
+// checks again if asked to meanwhile: a kubelet that restarted while the
+// probe was out voids its outcome, and may be gone since.
 func (r *registrar) probed(ctx actor.Context, m *probed) {
 	r.probing = false
+	defer func() {
+		if why := r.checkAgain; why != "" {
+			r.checkAgain = ""
+			r.checkKubelet(ctx, why)
+		}
+	}()
 	// A kubelet new since the probe began is up, whatever the probe met;
 	// its KubeletRestarted is recorded.
 	if r.observeKubelet(false) != m.kubelet {

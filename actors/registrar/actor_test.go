@@ -813,3 +813,35 @@ func TestKubeletRecordedGoneBeforeIsBackWhenItAnswers(t *testing.T) {
 	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
 	r.await(t, "registered with the kubelet found at start", registered(gpu))
 }
+
+// TestKubeletGoneWhileAProbeIsOutIsRecorded: a stream ends and the
+// registrar probes the kubelet; meanwhile that kubelet restarts, and the
+// new one dies. The probe's outcome is void (it began with the kubelet
+// before), so the check asked for meanwhile must still run: the outage is
+// recorded (seed 438426 of the daemon's model test lost it).
+func TestKubeletGoneWhileAProbeIsOutIsRecorded(t *testing.T) {
+	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
+	_, sock := r.serve(t, gpu)
+	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
+	r.await(t, "registered", registered(gpu))
+	// The probe dials now, and again after probeWaits.
+	r.Sys.Root.Send(r.Child, &CheckKubelet{Why: "a ListAndWatch stream ended"})
+	if err := r.kubelet.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	r.Sys.Root.Send(r.Child, &KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
+	if err := r.kubelet.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	r.Sys.Root.Send(r.Child, &CheckKubelet{Why: "a ListAndWatch stream ended"})
+	deadline := time.Now().Add(2*probeWaits[len(probeWaits)-1] + 5*time.Second)
+	for time.Now().Before(deadline) {
+		for _, p := range r.recorded(t) {
+			if _, ok := p.(events.KubeletStopped); ok {
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no KubeletStopped recorded; the ledger holds %+v", r.recorded(t))
+}
