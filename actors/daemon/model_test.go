@@ -21,6 +21,7 @@ import (
 	"github.com/devledger/devledger/actors/node"
 	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/actors/reconciler"
+	"github.com/devledger/devledger/actors/registrar"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/testdata/sysfsgen"
@@ -31,11 +32,12 @@ import (
 // health flips; VFs rebound and moved between pools; config reloads that
 // move allocated devices; hot-unplug; pool and node crashes; rescans; a
 // daemon restart, or a SIGKILL with Allocates in flight; pods that claim
-// allocations, or leave them) go through a real daemon, and at
-// every quiet point each pool's state, asked by message, equals the fold of
-// the ledger restricted to that pool: its members, their health, and the
-// live allocations holding them; and what the kubelet was told over
-// ListAndWatch agrees with the ledger. CI runs modelSeeds seeds;
+// allocations, or leave them; kubelet restarts) go through a real daemon,
+// and at every quiet point each pool's state, asked by message, equals the
+// fold of the ledger restricted to that pool: its members, their health,
+// and the live allocations holding them; so do the node's, the
+// reconciler's and the registrar's (see compareProjections); and what the
+// kubelet was told over ListAndWatch agrees with the ledger. CI runs modelSeeds seeds;
 // DEVLEDGER_MODEL_SEEDS runs more (task fuzz), side by side: a sequence
 // spends its time waiting on fsyncs and timers, not on the CPU, so go
 // test's -parallel sets how many run at once. A failure names its seed;
@@ -211,8 +213,45 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 			}
 		}
 	}
+	// The kubelet restarts now and then, before a step: drawn apart, so
+	// that a seed's operations are those it had before kubelet restarts
+	// came. A quarter of the time it stays down until the daemon has
+	// recorded it gone.
+	kubelets := rand.New(rand.NewPCG(seed, 0x6b756265))
 	for range modelSteps {
 		step()
+		if kubelets.IntN(8) == 0 {
+			what := "restart kubelet"
+			if kubelets.IntN(4) == 0 {
+				what = "stop kubelet, recorded down, and boot it"
+				// The daemon sees a kubelet die by its ListAndWatch
+				// streams ending: one that dies before it opened any
+				// leaves no sign until the next kubelet, whose
+				// KubeletRestarted then ends no recorded stop.
+				for _, p := range served(t, d, pools) {
+					for len(n.kubelet.Devices(p)) == 0 {
+						select {
+						case <-ctx.Done():
+							fail("%s never listed its devices to the kubelet", p)
+						case <-time.After(10 * time.Millisecond):
+						}
+					}
+				}
+				if err := n.kubelet.Stop(); err != nil {
+					t.Fatal(err)
+				}
+				waitLedger(ctx, t, d, "KubeletStopped", func(st events.State) bool { return st.Kubelet.Down })
+				if err := n.kubelet.Boot(); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := n.kubelet.Restart(); err != nil {
+				t.Fatal(err)
+			}
+			if err := registeredAgain(n.kubelet.BootedAt()); err != nil {
+				fail("the pools were not registered again after %s: %v", what, err)
+			}
+			history = append(history, what)
+		}
 		switch op := rng.IntN(12); op {
 		case 0, 1: // Allocates, from one to four clients at once
 			clients := 1 + rng.IntN(4)
@@ -551,10 +590,12 @@ func compareWithFold(t *testing.T, ctx context.Context, n *testNode, d *Daemon, 
 	return b.String()
 }
 
-// compareProjections compares the node's and the reconciler's state, asked
-// by message, with the fold: the node's holds (what it tells pools of other
-// pools' allocations) and verdicts, and the reconciler's live allocations,
-// their bindings and leak suspects.
+// compareProjections compares the node's, the registrar's and the
+// reconciler's state, asked by message, with the fold: the node's holds
+// (what it tells pools of other pools' allocations) and verdicts, each
+// pool's registration (its socket, and whether the kubelet acknowledged
+// it), and the reconciler's live allocations, their bindings and leak
+// suspects.
 func compareProjections(ctx context.Context, b *strings.Builder, d *Daemon, kids *node.ChildPIDs, st events.State) {
 	res, err := d.Ask(ctx, d.node, &node.Query{})
 	if err != nil {
@@ -577,6 +618,22 @@ func compareProjections(ctx context.Context, b *strings.Builder, d *Daemon, kids
 	for addr, healthy := range ns.Health {
 		if dev, ok := st.Devices[addr]; !ok || dev.Healthy != healthy {
 			fmt.Fprintf(b, "node: %s healthy=%v, the ledger %+v (known %v)\n", addr, healthy, dev.Healthy, ok)
+		}
+	}
+	res, err = d.Ask(ctx, kids.Registrar, &registrar.Query{})
+	if err != nil {
+		fmt.Fprintf(b, "registrar: query: %v\n", err)
+		return
+	}
+	regs := res.(*registrar.Status).Pools
+	for name, ps := range regs {
+		if reg := st.Pools[name].Registration; ps.Registered != reg.Registered || ps.Socket != reg.Socket {
+			fmt.Fprintf(b, "registrar: %s registered=%v on %s, the ledger registered=%v on %s\n", name, ps.Registered, ps.Socket, reg.Registered, reg.Socket)
+		}
+	}
+	for name, p := range st.Pools {
+		if _, ok := regs[name]; !ok && p.Registration.Registered {
+			fmt.Fprintf(b, "registrar: %s unknown, the ledger has it registered on %s\n", name, p.Registration.Socket)
 		}
 	}
 	res, err = d.Ask(ctx, kids.Reconciler, &reconciler.Query{})
