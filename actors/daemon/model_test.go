@@ -222,13 +222,13 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 		step()
 		if kubelets.IntN(8) == 0 {
 			what := "restart kubelet"
-			if kubelets.IntN(4) == 0 {
+			// The daemon sees a kubelet die by its ListAndWatch streams
+			// ending: one that dies before it opened any (or with no
+			// pool served) leaves no sign until the next kubelet, whose
+			// KubeletRestarted then ends no recorded stop.
+			if up := served(t, d, pools); kubelets.IntN(4) == 0 && len(up) > 0 {
 				what = "stop kubelet, recorded down, and boot it"
-				// The daemon sees a kubelet die by its ListAndWatch
-				// streams ending: one that dies before it opened any
-				// leaves no sign until the next kubelet, whose
-				// KubeletRestarted then ends no recorded stop.
-				for _, p := range served(t, d, pools) {
+				for _, p := range up {
 					for len(n.kubelet.Devices(p)) == 0 {
 						select {
 						case <-ctx.Done():
