@@ -358,6 +358,19 @@ func TestApply(t *testing.T) {
 			want:  func(s *State) {},
 		},
 		{
+			// The pool's last device left meanwhile (seeds 442243, 444696).
+			name:  "PluginRegistered after the pool withdrew changes nothing",
+			setup: []Payload{PluginWithdrawn{Pool: poolA, Socket: "a.sock", Reason: "no devices"}},
+			event: PluginRegistered{Pool: poolA, Socket: "a.sock", Mode: "watcher"},
+			want:  func(s *State) {},
+		},
+		{
+			name:  "PluginRegistered of a socket the pool serves no more changes nothing",
+			setup: []Payload{SocketLost{Pool: poolA, Socket: "a.sock"}, PluginServing{Pool: poolA, Socket: "a2.sock", Mode: "watcher"}},
+			event: PluginRegistered{Pool: poolA, Socket: "a.sock", Mode: "watcher"},
+			want:  func(s *State) {},
+		},
+		{
 			name:  "PluginRegistered clears the last error",
 			setup: []Payload{RegistrationFailed{Pool: poolA, Error: "refused", Attempt: 1}},
 			event: PluginRegistered{Pool: poolA, Socket: "a.sock", Mode: "watcher"},

@@ -325,8 +325,11 @@ func apply(s State, e Envelope, owned bool) State {
 		pool.Registration.Registered = false
 		s.Pools[p.Pool] = pool
 	case PluginRegistered:
+		// The kubelet's answer may come after the pool stopped serving on
+		// that socket (dropped, withdrawn, or on a new socket since): it
+		// registers nothing then.
 		pool, ok := s.Pools[p.Pool]
-		if !ok {
+		if !ok || !pool.Registration.Serving || pool.Registration.Socket != p.Socket {
 			break
 		}
 		pool.Spec.Resource = p.Pool
