@@ -122,7 +122,17 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 	// A restart's kind, and what is in flight at a kill, are drawn apart:
 	// a seed's operations are those it had before kills came.
 	kills := rand.New(rand.NewPCG(seed, 0x4b111))
-	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	// listed are the plugin sockets that have sent the kubelet a device
+	// list: their ListAndWatch stream is open.
+	var listedMu sync.Mutex
+	listed := map[string]bool{}
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{OnEvent: func(ev kubelettest.Event) {
+		if ev.Kind == kubelettest.DevicesListed {
+			listedMu.Lock()
+			listed[ev.Endpoint] = true
+			listedMu.Unlock()
+		}
+	}})
 	n.opts.ScanInterval, n.opts.ProbeInterval, n.opts.KernelEvents = time.Hour, time.Hour, false
 	// Rounds come when the model asks (and when a kubelet appears); an
 	// allocation no container claims by the next is a leak suspect.
@@ -228,8 +238,14 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 			// KubeletRestarted then ends no recorded stop.
 			if up := served(t, d, pools); kubelets.IntN(4) == 0 && len(up) > 0 {
 				what = "stop kubelet, recorded down, and boot it"
+				streaming := func(p string) bool {
+					regs := slices.DeleteFunc(n.kubelet.Registrations(), func(r kubelettest.Registration) bool { return r.Resource != p })
+					listedMu.Lock()
+					defer listedMu.Unlock()
+					return len(regs) > 0 && listed[regs[len(regs)-1].Endpoint]
+				}
 				for _, p := range up {
-					for len(n.kubelet.Devices(p)) == 0 {
+					for !streaming(p) {
 						select {
 						case <-ctx.Done():
 							fail("%s never listed its devices to the kubelet", p)
