@@ -332,8 +332,6 @@ func apply(s State, e Envelope, owned bool) State {
 		if !ok || !pool.Registration.Serving || pool.Registration.Socket != p.Socket {
 			break
 		}
-		pool.Spec.Resource = p.Pool
-		pool.Registration.Socket = p.Socket
 		pool.Registration.Mode = p.Mode
 		pool.Registration.Registered = true
 		pool.Registration.RegisteredAt = e.Time
