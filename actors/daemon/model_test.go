@@ -228,8 +228,24 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 	// came. A quarter of the time it stays down until the daemon has
 	// recorded it gone.
 	kubelets := rand.New(rand.NewPCG(seed, 0x6b756265))
+	// So does the registrar crash, drawn apart again: every pool then
+	// serves on a new socket and registers anew.
+	registrars := rand.New(rand.NewPCG(seed, 0x72656769))
 	for range modelSteps {
 		step()
+		if registrars.IntN(16) == 0 && crashes["registrar"] < 3 {
+			crashes["registrar"]++
+			kids, err := d.Children(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			crashed := time.Now()
+			d.system.Root.Send(kids.Registrar, &registrar.Crash{Reason: "model"})
+			if err := registeredAgain(crashed); err != nil {
+				fail("the pools were not registered again after a registrar crash: %v", err)
+			}
+			history = append(history, "crash registrar")
+		}
 		if kubelets.IntN(8) == 0 {
 			what := "restart kubelet"
 			// The daemon sees a kubelet die by its ListAndWatch streams

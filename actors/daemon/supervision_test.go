@@ -14,6 +14,7 @@ import (
 
 	"github.com/devledger/devledger/actors/node"
 	"github.com/devledger/devledger/actors/pool"
+	"github.com/devledger/devledger/actors/registrar"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/testdata/sysfsgen"
@@ -310,5 +311,44 @@ func TestNodeCrashKeepsTheReloadedConfig(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A crashed registrar knows no pool: it asks for them again, and every pool
+// serves on a new socket and registers anew. The kubelet restart that
+// follows still finds every pool, and the crash alone records no restart.
+func TestACrashedRegistrarRegistersEveryPoolAgain(t *testing.T) {
+	n, d, ctx, kids := startSupervised(t, sriovConfig, kubelettest.Options{}, vfioPool)
+	if _, err := n.kubelet.WaitRegistered(ctx, netPool); err != nil {
+		t.Fatal(err)
+	}
+	crashed := time.Now()
+	d.system.Root.Send(kids.Registrar, &registrar.Crash{Reason: "test"})
+	if _, err := n.kubelet.RegisteredAfter(ctx, []string{vfioPool, netPool}, crashed); err != nil {
+		t.Fatalf("after the registrar's crash: %v", err)
+	}
+	restarted := time.Now()
+	if err := n.kubelet.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.kubelet.RegisteredAfter(ctx, []string{vfioPool, netPool}, restarted); err != nil {
+		t.Fatalf("after a kubelet restart that followed the registrar's crash: %v", err)
+	}
+	for res, want := range map[string]int{vfioPool: 5, netPool: 3} {
+		if _, err := n.kubelet.WaitDevices(ctx, res, func(ds []*pluginapi.Device) bool { return len(ds) == want }); err != nil {
+			t.Errorf("the restarted kubelet does not list %s's %d devices: %v", res, want, err)
+		}
+	}
+	restarts := 0
+	if err := d.rec.Log().Read(1, func(e events.Envelope) error {
+		if _, ok := e.Payload.(events.KubeletRestarted); ok {
+			restarts++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if restarts != 1 {
+		t.Errorf("the ledger records %d kubelet restarts, want the one", restarts)
 	}
 }

@@ -319,6 +319,10 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 		}
 	case *reconciler.Recorded:
 		n.reconciled(ctx, m.Event)
+	case *registrar.NeedDesires:
+		for _, name := range slices.Sorted(maps.Keys(n.pools)) {
+			ctx.Send(n.pools[name], &pool.Reserve{Seq: n.cfg.Recorder.Log().LastSeq()})
+		}
 	case *registrar.NeedSocket:
 		if pid := n.pools[m.Pool]; pid != nil {
 			ctx.Send(pid, &pool.Reserve{Socket: m.Socket, Lost: m.Lost, Seq: n.cfg.Recorder.Log().LastSeq()})

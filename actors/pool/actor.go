@@ -425,7 +425,7 @@ func (p *allocator) stop() {
 // reserve serves on a new socket in place of m.Socket (see Reserve); the
 // kubelet's streams on the old one go on until it drops them.
 func (p *allocator) reserve(ctx actor.Context, m *Reserve) {
-	if p.server == nil || m.Socket != p.socket {
+	if p.server == nil || (m.Socket != "" && m.Socket != p.socket) {
 		return
 	}
 	lost := ""

@@ -9,6 +9,7 @@ package registrar
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"net"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/devledger/devledger/actors/internal/handoff"
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/actors/supervise"
 	"github.com/devledger/devledger/events"
@@ -71,7 +73,8 @@ func Props(cfg Config) *actor.Props {
 	if cfg.Mode == "" {
 		cfg.Mode = grpcapi.ModeLegacy
 	}
-	return actor.PropsFromProducer(func() actor.Actor { return &registrar{cfg: cfg} }, actor.WithDispatcher(supervise.Warm))
+	first := handoff.First(true)
+	return actor.PropsFromProducer(func() actor.Actor { return &registrar{cfg: cfg, crashed: !first()} }, actor.WithDispatcher(supervise.Warm))
 }
 
 type desire struct {
@@ -112,6 +115,9 @@ func statKubelet(path string) kubeletID {
 
 type registrar struct {
 	cfg Config
+	// crashed says a crash came before: what the last incarnation knew
+	// (which socket went to which kubelet) is gone.
+	crashed bool
 
 	desired    map[string]desire
 	registered map[string]registration
@@ -140,8 +146,20 @@ func (r *registrar) Receive(ctx actor.Context) {
 		r.retrying = map[string]*time.Timer{}
 		r.failures = map[string]int{}
 		r.lastError = map[string]string{}
+		r.downSince = r.cfg.KubeletDownSince
+		if r.crashed {
+			// The ledger does not say which socket a Register went out on,
+			// so every pool serves on a new one (NeedDesires); whether the
+			// kubelet is down it does say.
+			st, err := r.cfg.Recorder.Replay()
+			if err != nil {
+				panic(fmt.Errorf("registrar: replay: %w", err))
+			}
+			r.downSince = st.Kubelet.DownSince
+			ctx.Send(ctx.Parent(), &NeedDesires{})
+		}
 		// A kubelet recorded gone before this run may be back: dial it.
-		if r.downSince = r.cfg.KubeletDownSince; !r.downSince.IsZero() {
+		if !r.downSince.IsZero() {
 			r.recheckLater(ctx, 0)
 		}
 	case *actor.Stopping, *actor.Restarting:
@@ -193,6 +211,8 @@ func (r *registrar) Receive(ctx actor.Context) {
 		r.reconcile(ctx)
 	case *Query:
 		ctx.Respond(r.status())
+	case *Crash:
+		panic("registrar: injected crash: " + m.Reason)
 	}
 }
 

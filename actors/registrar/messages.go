@@ -34,6 +34,11 @@ type KubeletReported struct {
 	Reason        string
 }
 
+// NeedDesires is sent to the parent by a registrar restarted after a crash:
+// it knows no pool. Every pool serves on a new socket (pool.Reserve), and
+// its Serving brings a Desire.
+type NeedDesires struct{}
+
 // Reconcile asks for a reconcile now: the socket watcher's watch is in
 // place, or a socket was removed.
 type Reconcile struct{}
@@ -75,3 +80,6 @@ type probed struct {
 	kubelet kubeletID // as known when the probe began
 	err     error
 }
+
+// Crash makes the registrar panic (fault injection for tests).
+type Crash struct{ Reason string }
