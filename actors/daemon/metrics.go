@@ -38,7 +38,6 @@ type metrics struct {
 	regFailures   *prometheus.CounterVec
 	kubelet       prometheus.Counter
 	kubeletDown   prometheus.Gauge
-	ledgerSeq     prometheus.Gauge
 	reloadOK      prometheus.Gauge // the last config read was applied
 	reloadAt      prometheus.Gauge // when it was applied or rejected
 	latency       *prometheus.HistogramVec
@@ -79,8 +78,10 @@ func newMetrics(d *Daemon, st events.State, replayTook time.Duration) *metrics {
 	m.kubeletDown = gauge("kubelet_down",
 		"1 from a recorded KubeletStopped (the kubelet's streams ended and its socket refuses connections) to the next kubelet.")
 	m.kubeletDown.Set(b2f(st.Kubelet.Down))
-	m.ledgerSeq = gauge("ledger_sequence", "Sequence of the newest durable event.")
-	m.ledgerSeq.Set(float64(st.Seq))
+	// The ledger's own, not the Recorder's: the store records snapshots
+	// and retention's drops itself.
+	gaugeFunc("ledger_sequence", "Sequence of the newest durable event.",
+		func() float64 { return float64(d.ledger.LastSeq()) })
 	gauge("replay_duration_seconds", "How long replaying the ledger took at start.").Set(replayTook.Seconds())
 	m.reloadOK = gauge("config_last_reload_successful",
 		"1 if the last config read (at start or on reload) was applied, 0 if it was rejected.")
@@ -116,7 +117,6 @@ func newMetrics(d *Daemon, st events.State, replayTook time.Duration) *metrics {
 func (m *metrics) recorded(envs []events.Envelope) {
 	for _, e := range envs {
 		m.events.WithLabelValues(string(e.Type)).Inc()
-		m.ledgerSeq.Set(float64(e.Seq))
 		switch p := e.Payload.(type) {
 		case events.DevicesAllocated:
 			m.allocations.WithLabelValues(p.Pool).Inc()

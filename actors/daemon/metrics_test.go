@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -113,6 +114,22 @@ func TestMetricsHealthAndReadiness(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+
+	// The sequence follows the ledger, also what the store records itself.
+	if err := d.snapshot(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+	last := d.rec.Log().LastSeq() // the snapshot's SnapshotTaken, or later
+	_, body = httpGet(t, base+"/metrics")
+	var seq uint64
+	for _, l := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(l, "devledger_ledger_sequence "); ok {
+			seq, _ = strconv.ParseUint(v, 10, 64)
+		}
+	}
+	if seq < last {
+		t.Errorf("/metrics says devledger_ledger_sequence %d after a snapshot recorded #%d", seq, last)
 	}
 
 	// A config that is rejected shows; the daemon keeps the one in force.
