@@ -551,7 +551,7 @@ func (n *coordinator) start(ctx actor.Context) {
 	n.owner = map[string]string{}
 	n.join = map[string]sysfs.Device{}
 	rc := n.cfg.Reconcile
-	n.resources, rc.Pools = poolsOf(n.cfg.Config)
+	n.resources, _ = poolsOf(n.cfg.Config)
 	n.leaving, n.stopping, n.deferred = map[string][]leave{}, map[string]poolStopped{}, map[string]string{}
 	n.allocs = st.LiveAllocations()
 	n.healthy = st.Health()
@@ -1018,7 +1018,6 @@ func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID
 			}
 		}
 		n.resources = next
-		ctx.Send(n.reconciler, &reconciler.SetPools{Pools: pools})
 		// Before the first scan, that scan places the devices by this config.
 		if n.placed {
 			n.place(ctx, "reload: "+reason, true)

@@ -36,8 +36,6 @@ type Lister interface {
 type Config struct {
 	Recorder *ledger.Recorder
 	Lister   Lister
-	// Pools are the resources whose devices are attributed.
-	Pools []string
 	// Replayed is the ledger's state for the first incarnation; a
 	// restarted reconciler replays.
 	Replayed *events.State
@@ -62,7 +60,7 @@ func Props(cfg Config) *actor.Props {
 		cfg.Now = time.Now
 	}
 	replayed := handoff.First(cfg.Replayed)
-	life := &lifetime{pools: setOf(cfg.Pools)}
+	life := &lifetime{}
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &reconciler{cfg: cfg, replayed: replayed(), life: life}
 	}, actor.WithDispatcher(supervise.Warm))
@@ -74,9 +72,6 @@ type lifetime struct {
 	// persist holds messages back while a round's events are being
 	// recorded: the fold reads them back, and tells the parent, first.
 	persist ledger.Persister
-	// pools are the resources attributed: the last SetPools' outlive a
-	// restart.
-	pools map[string]bool
 }
 
 type reconciler struct {
@@ -146,8 +141,6 @@ func (r *reconciler) handle(ctx actor.Context, m any) {
 	case *Allocated:
 		r.told[m.Seq] = true
 		r.schedule(ctx, r.cfg.AfterAllocate)
-	case *SetPools:
-		r.life.pools = setOf(m.Pools)
 	case *Reconcile:
 		r.failures = 0 // asked for (the kubelet is back): backoff starts over
 		r.round(ctx)
@@ -278,7 +271,7 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	if !r.available() {
 		payloads = append(payloads, events.AttributionChanged{Available: true, Reason: "pod resources answered"})
 	}
-	res := fold(foldInput{pools: r.life.pools, allocs: r.attributed(), now: r.cfg.Now(), grace: r.cfg.LeakGrace, seen: r.seen}, m.resp.GetPodResources())
+	res := fold(foldInput{pools: r.st.Pools, allocs: r.attributed(), now: r.cfg.Now(), grace: r.cfg.LeakGrace, seen: r.seen}, m.resp.GetPodResources())
 	payloads = append(payloads, res.payloads...)
 	if len(payloads) == 0 {
 		r.recorded(ctx, res.seen, 0, nil, nil)
@@ -372,26 +365,13 @@ func (r *reconciler) attributed() map[uint64]events.Allocation {
 
 var errStale = errors.New("an allocation landed since the round")
 
-// staleBy guards a round's payloads: a DevicesAllocated of a device, or
-// superseding an allocation, that they name makes them stale.
+// staleBy guards a round's payloads: a DevicesAllocated of a device they
+// name makes them stale. (One that supersedes an allocation they name
+// allocates one of its devices: a pool supersedes only what holds them.)
 func staleBy(payloads []events.Payload) func(events.Envelope) error {
-	devices, seqs := map[string]bool{}, map[uint64]bool{}
+	devices := map[string]bool{}
 	for _, p := range payloads {
-		switch p := p.(type) {
-		case events.AllocationBound:
-			seqs[p.AllocationSeq] = true
-			addAll(devices, p.DeviceIDs)
-		case events.DevicesReleased:
-			seqs[p.AllocationSeq] = true
-			addAll(devices, p.DeviceIDs)
-		case events.AllocationLeakSuspected:
-			seqs[p.AllocationSeq] = true
-			addAll(devices, p.DeviceIDs)
-		case events.AllocationRecovered:
-			addAll(devices, p.DeviceIDs)
-		case events.AllocationConflict:
-			devices[p.Device] = true
-		}
+		addAll(devices, events.Envelope{Payload: p}.Devices())
 	}
 	return func(e events.Envelope) error {
 		a, ok := e.Payload.(events.DevicesAllocated)
@@ -403,11 +383,6 @@ func staleBy(payloads []events.Payload) func(events.Envelope) error {
 				return fmt.Errorf("%w: #%d allocated %s", errStale, e.Seq, id)
 			}
 		}
-		for _, seq := range a.Supersedes {
-			if seqs[seq] {
-				return fmt.Errorf("%w: #%d superseded #%d", errStale, e.Seq, seq)
-			}
-		}
 		return nil
 	}
 }
@@ -416,12 +391,6 @@ func addAll(set map[string]bool, ids []string) {
 	for _, id := range ids {
 		set[id] = true
 	}
-}
-
-func setOf(pools []string) map[string]bool {
-	set := make(map[string]bool, len(pools))
-	addAll(set, pools)
-	return set
 }
 
 func orDefault(d *time.Duration, def time.Duration) {

@@ -69,7 +69,8 @@ func ledgerWithAllocation(t *testing.T, pool, dev string) (*store.Log, *ledger.R
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	rec := ledger.NewRecorder(l, "boot-1", nil)
-	envs, err := rec.Record(context.Background(), events.DevicesAllocated{Pool: pool, DeviceIDs: []string{dev}})
+	envs, err := rec.Record(context.Background(), events.ConfigApplied{Path: "config.json", SHA256: "1", Pools: []events.PoolSpec{{Resource: pool}}},
+		events.DevicesAllocated{Pool: pool, DeviceIDs: []string{dev}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func ledgerWithAllocation(t *testing.T, pool, dev string) (*store.Log, *ledger.R
 	if err != nil {
 		t.Fatal(err)
 	}
-	return l, rec, envs[0].Seq, replayed
+	return l, rec, envs[1].Seq, replayed
 }
 
 // A round records nothing about an allocation that another allocation of
@@ -116,7 +117,7 @@ func TestARoundDoesNotRecordWhatWentStale(t *testing.T) {
 		})
 		return pods, nil
 	})
-	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Pools: []string{pool}, Replayed: &replayed,
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
 		Interval: time.Hour, AfterAllocate: 10 * time.Millisecond, LeakGrace: time.Hour, Log: zerolog.Nop()}))
 
 	var seq uint64
@@ -174,7 +175,7 @@ func TestARoundIsStaleByWhatLandsWhileItLists(t *testing.T) {
 		second <- envs[0].Seq
 		return holding("pod-a"), nil
 	})
-	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Pools: []string{pool}, Replayed: &replayed,
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
 		Interval: time.Hour, AfterAllocate: 10 * time.Millisecond, LeakGrace: time.Hour, Log: zerolog.Nop()}))
 	spawned <- f
 	seq := <-second
@@ -210,7 +211,7 @@ func TestARestartedReconcilerIsToldAgain(t *testing.T) {
 			kubelettest.PodHolding("ns", "pod-a", "main", pool, dev)}}, nil
 	})
 	// No Replayed: it starts as a restarted reconciler does.
-	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Pools: []string{pool},
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister,
 		Interval: time.Hour, AfterAllocate: 10 * time.Millisecond, LeakGrace: time.Hour, Log: zerolog.Nop()}))
 	actortest.Next[*NeedTold](t, f)
 	status := func(done func(*Status) bool) *Status { return awaitStatus(t, f, done) }
@@ -242,7 +243,7 @@ func TestARoundDoesNotHoldTheMailboxForItsRecord(t *testing.T) {
 	pods := &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{
 		kubelettest.PodHolding("ns", "pod-a", "main", pool, dev)}}
 	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) { return pods, nil })
-	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Pools: []string{pool}, Replayed: &replayed,
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
 		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, Log: zerolog.Nop()}))
 	select {
 	case <-held:
@@ -263,22 +264,24 @@ func TestARoundDoesNotHoldTheMailboxForItsRecord(t *testing.T) {
 	}
 }
 
-// A reconciler that restarts attributes the pools of the last SetPools,
-// not those it was spawned with: the node sends them only on a reload.
-// Here a device of the pool a reload added is reported by the kubelet
-// and lacking in the ledger: recovered on its second sight, after the
-// restart.
-func TestARestartedReconcilerKeepsItsPools(t *testing.T) {
+// A reconciler attributes the pools of the config in force in the ledger,
+// also after a restart: here a reload added a pool after the reconciler
+// started, and a device of that pool is reported by the kubelet and
+// lacking in the ledger: recovered on its second sight, after a restart.
+func TestAReconcilerAttributesThePoolsOfTheConfigInForce(t *testing.T) {
 	const pool, added, dev = "example.com/vf", "example.com/net", "0000:3b:02.4"
 	_, rec, _, replayed := ledgerWithAllocation(t, pool, "0000:3b:02.1")
 	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
 		return &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{
 			kubelettest.PodHolding("ns", "pod-b", "main", added, dev)}}, nil
 	})
-	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Pools: []string{pool}, Replayed: &replayed,
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
 		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, Log: zerolog.Nop()}))
 	awaitStatus(t, f, func(st *Status) bool { return st.Rounds > 0 })
-	f.Sys.Root.Send(f.Child, &SetPools{Pools: []string{pool, added}})
+	if _, err := rec.Record(context.Background(), events.ConfigApplied{Path: "config.json", SHA256: "2",
+		Pools: []events.PoolSpec{{Resource: pool}, {Resource: added}}}); err != nil {
+		t.Fatal(err)
+	}
 	f.Sys.Root.Send(f.Child, &Crash{Reason: "test"})
 	actortest.Next[*NeedTold](t, f)
 	f.Sys.Root.Send(f.Child, &Reconcile{})
@@ -293,7 +296,7 @@ func TestARestartedReconcilerKeepsItsPools(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !recovered {
-		t.Errorf("no AllocationRecovered of %s after the restart: the reconciler forgot the pools it was given", added)
+		t.Errorf("no AllocationRecovered of %s after the restart: it does not attribute the pools of the config in force", added)
 	}
 }
 
@@ -315,7 +318,7 @@ func TestAnEarlierIncarnationsListIsNotTaken(t *testing.T) {
 		return &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{
 			kubelettest.PodHolding("ns", "pod-a", "main", pool, dev)}}, nil
 	})
-	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Pools: []string{pool}, Replayed: &replayed,
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
 		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, Log: zerolog.Nop()}))
 	defer close(release)
 	for deadline := time.Now().Add(10 * time.Second); calls.Load() == 0; time.Sleep(time.Millisecond) {

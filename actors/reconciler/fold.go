@@ -23,7 +23,7 @@ func (h holderRef) String() string { return h.namespace + "/" + h.pod + "/" + h.
 
 // foldInput is one PodResources answer and the ledger's view.
 type foldInput struct {
-	pools  map[string]bool
+	pools  map[string]events.Pool // those of the config in force
 	allocs map[uint64]events.Allocation
 	now    time.Time
 	grace  time.Duration
@@ -48,7 +48,9 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 	// allocations: a pool removed from the config leaves its allocations
 	// live until their containers go, and only the kubelet says when.
 	ours := map[string]bool{}
-	maps.Copy(ours, in.pools)
+	for name := range in.pools {
+		ours[name] = true
+	}
 	for _, a := range in.allocs {
 		ours[a.Pool] = true
 	}

@@ -150,7 +150,7 @@ func TestFold(t *testing.T) {
 			if seen == nil {
 				seen = map[string]bool{}
 			}
-			res := fold(foldInput{pools: map[string]bool{vfio: true}, allocs: tc.allocs, now: t0, grace: 5 * time.Minute, seen: seen}, tc.pods)
+			res := fold(foldInput{pools: map[string]events.Pool{vfio: {}}, allocs: tc.allocs, now: t0, grace: 5 * time.Minute, seen: seen}, tc.pods)
 			got := describe(res.payloads)
 			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
 				t.Errorf("got\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(tc.want, "\n  "))
@@ -176,7 +176,7 @@ func bigNode() (map[uint64]events.Allocation, []*podresourcesapi.PodResources) {
 
 func TestFoldSteadyStateOfABusyNodeWritesNothing(t *testing.T) {
 	allocs, pods := bigNode()
-	res := fold(foldInput{pools: map[string]bool{vfio: true}, allocs: allocs, now: t0, grace: 5 * time.Minute, seen: map[string]bool{}}, pods)
+	res := fold(foldInput{pools: map[string]events.Pool{vfio: {}}, allocs: allocs, now: t0, grace: 5 * time.Minute, seen: map[string]bool{}}, pods)
 	if len(res.payloads) != 0 {
 		t.Fatalf("steady state produced %d events: %v", len(res.payloads), describe(res.payloads)[:1])
 	}
@@ -209,7 +209,7 @@ func BenchmarkReconcile(b *testing.B) {
 		}
 		base += time.Since(start)
 		start = time.Now()
-		res := fold(foldInput{pools: pools, allocs: allocs, now: t0, grace: 5 * time.Minute, seen: map[string]bool{}}, pods)
+		res := fold(foldInput{pools: map[string]events.Pool{vfio: {}}, allocs: allocs, now: t0, grace: 5 * time.Minute, seen: map[string]bool{}}, pods)
 		ours += time.Since(start)
 		if len(res.payloads) != 0 || len(index) != 2000 {
 			b.Fatalf("steady state wrote %d events", len(res.payloads))
@@ -228,7 +228,7 @@ func BenchmarkReconcile(b *testing.B) {
 // an allocation holds by the second round is not recovered.
 func TestRecoveryNeedsTwoSightings(t *testing.T) {
 	pods := []*podresourcesapi.PodResources{pod("ml", "p", "c", vfio, "z")}
-	in := foldInput{pools: map[string]bool{vfio: true}, allocs: map[uint64]events.Allocation{}, now: t0, grace: time.Minute, seen: map[string]bool{}}
+	in := foldInput{pools: map[string]events.Pool{vfio: {}}, allocs: map[uint64]events.Allocation{}, now: t0, grace: time.Minute, seen: map[string]bool{}}
 	first := fold(in, pods)
 	if len(first.payloads) != 0 {
 		t.Fatalf("first sight recorded %v", describe(first.payloads))

@@ -15,10 +15,6 @@ type Allocated struct{ Seq uint64 }
 // Reconcile asks for a round now.
 type Reconcile struct{}
 
-// SetPools replaces the resources whose devices the reconciler attributes
-// (after a config change).
-type SetPools struct{ Pools []string }
-
 // Query asks for the reconciler's status; the reply is a *Status.
 type Query struct{}
 
