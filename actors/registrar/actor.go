@@ -82,12 +82,10 @@ type desire struct {
 	// sent says a Register of socket went out (legacy mode) and may have
 	// reached the kubelet: it is never registered again.
 	sent bool
-}
-
-// registration is what a kubelet acknowledged: a pool's socket.
-type registration struct {
-	socket  string
-	kubelet kubeletID
+	// acked says the kubelet by acknowledged socket (by is zero in
+	// watcher mode with no kubelet.sock).
+	acked bool
+	by    kubeletID
 }
 
 // kubeletID tells one kubelet from the next by its registration socket,
@@ -119,12 +117,11 @@ type registrar struct {
 	// (which socket went to which kubelet) is gone.
 	crashed bool
 
-	desired    map[string]desire
-	registered map[string]registration
-	inflight   map[string]bool        // a Register call out
-	retrying   map[string]*time.Timer // waiting for a retry
-	failures   map[string]int
-	lastError  map[string]string
+	desired   map[string]desire
+	inflight  map[string]bool        // a Register call out
+	retrying  map[string]*time.Timer // waiting for a retry
+	failures  map[string]int
+	lastError map[string]string
 
 	kubelet   kubeletID // the newest seen
 	restarts  int       // new kubelets seen
@@ -141,7 +138,6 @@ func (r *registrar) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		r.desired = map[string]desire{}
-		r.registered = map[string]registration{}
 		r.inflight = map[string]bool{}
 		r.retrying = map[string]*time.Timer{}
 		r.failures = map[string]int{}
@@ -177,7 +173,6 @@ func (r *registrar) Receive(ctx actor.Context) {
 		r.reconcile(ctx)
 	case *Undesire:
 		delete(r.desired, m.Pool)
-		delete(r.registered, m.Pool)
 		delete(r.failures, m.Pool)
 		delete(r.lastError, m.Pool)
 		r.cancelRetry(m.Pool)
@@ -328,7 +323,6 @@ func (r *registrar) probed(ctx actor.Context, m *probed) {
 		for _, pool := range slices.Sorted(maps.Keys(r.desired)) {
 			r.needSocket(ctx, pool, r.desired[pool], false, "the kubelet is back")
 		}
-		clear(r.registered)
 	case m.recheck:
 		r.recheckLater(ctx, recheckEvery)
 	case m.err != nil && r.downSince.IsZero():
@@ -408,8 +402,8 @@ func (r *registrar) reconcile(ctx actor.Context) {
 // isRegistered says whether the current kubelet acknowledged the pool's
 // current socket. (In watcher mode, with no kubelet.sock, both are none.)
 func (r *registrar) isRegistered(pool string) bool {
-	a, ok := r.registered[pool]
-	return ok && a.socket == r.desired[pool].socket && a.kubelet == r.kubelet
+	d := r.desired[pool]
+	return d.acked && d.by == r.kubelet
 }
 
 // needSocket forgets the pool's desire and sends NeedSocket.
@@ -492,7 +486,8 @@ func (r *registrar) failed(ctx actor.Context, pool string, d desire, err error, 
 
 // acknowledge records that the current kubelet has the pool registered.
 func (r *registrar) acknowledge(pool string, d desire) {
-	r.registered[pool] = registration{socket: d.socket, kubelet: r.kubelet}
+	d.acked, d.by = true, r.kubelet
+	r.desired[pool] = d
 	r.failures[pool] = 0
 	delete(r.lastError, pool)
 	socket, mode := d.socket, string(r.cfg.Mode)
