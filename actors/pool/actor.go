@@ -92,6 +92,7 @@ type allocator struct {
 	rank *allocation.Index
 	// verdicts is the newest verdict heard per device, member or not: one
 	// may come before its device joins, and members may bring an older one.
+	// Set at start.
 	verdicts events.Health
 	holds    events.Holds // the pool's live allocations (the fold's)
 
@@ -753,36 +754,22 @@ func (p *allocator) setMemberList(ms []allocation.Member) {
 	p.rank = nil
 }
 
-// index is index with each member's newest known verdict: its own, the
-// current member's (on a tie too: without sequence numbers the health
-// checker's verdict, the pool's, beats the scanner's), or one heard since.
+// index is index with each member's newest verdict: its own, or one the
+// pool heard (events.Health's rule; a member may bring an older one).
 func (p *allocator) index(ms []allocation.Member) (map[string]*allocation.Member, []string) {
-	if p.verdicts == nil {
-		p.verdicts = events.Health{}
-	}
 	byAddr, order := index(ms)
 	for addr, m := range byAddr {
-		v := events.Verdict{Healthy: m.Healthy, Seq: m.HealthSeq}
-		if old, ok := p.members[addr]; ok {
-			if was := (events.Verdict{Healthy: old.Healthy, Seq: old.HealthSeq}); !v.Newer(was) {
-				v = was
-			}
-		}
-		if !p.verdicts.Learn(addr, v) && p.verdicts[addr].Newer(v) {
-			v = p.verdicts[addr]
-		}
+		p.verdicts.Learn(addr, events.Verdict{Healthy: m.Healthy, Seq: m.HealthSeq})
+		v := p.verdicts[addr]
 		m.Healthy, m.HealthSeq = v.Healthy, v.Seq
 	}
 	return byAddr, order
 }
 
-// setHealth applies a verdict unless the pool knows a newer one (Seq 0
-// always applies), and says whether it changed a member.
+// setHealth applies a verdict unless the pool knows one as new, and says
+// whether it changed a member.
 func (p *allocator) setHealth(m *SetHealth) bool {
-	if p.verdicts == nil {
-		p.verdicts = events.Health{}
-	}
-	if m.Seq > 0 && !p.verdicts.Learn(m.Address, events.Verdict{Healthy: m.Healthy, Reason: m.Reason, Seq: m.Seq}) {
+	if !p.verdicts.Learn(m.Address, events.Verdict{Healthy: m.Healthy, Reason: m.Reason, Seq: m.Seq}) {
 		return false
 	}
 	mem, ok := p.members[m.Address]

@@ -7,6 +7,7 @@ import (
 
 	"github.com/devledger/devledger/actors/pool/allocation"
 	"github.com/devledger/devledger/config"
+	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/sysfs"
 )
 
@@ -15,7 +16,7 @@ func listAllocator(addrs ...string) *allocator {
 	for i, a := range addrs {
 		ms[i] = allocation.Member{Device: sysfs.Device{Address: a, NUMANode: -1}, Healthy: true}
 	}
-	p := &allocator{cfg: &Config{Resource: &config.Resource{Prefix: "example.com", Name: "vf"}}}
+	p := &allocator{cfg: &Config{Resource: &config.Resource{Prefix: "example.com", Name: "vf"}}, verdicts: events.Health{}}
 	p.members, p.order = index(ms)
 	return p
 }
@@ -42,10 +43,10 @@ func TestDeviceListReplacesOnlyChangedEntries(t *testing.T) {
 		t.Error("nothing changed, yet the list was built again")
 	}
 
-	if !p.setHealth(&SetHealth{Address: b, Healthy: false}) || p.setHealth(&SetHealth{Address: b, Healthy: false}) {
+	if !p.setHealth(&SetHealth{Address: b, Healthy: false, Seq: 1}) || p.setHealth(&SetHealth{Address: b, Healthy: false, Seq: 2}) {
 		t.Fatal("setHealth: want a change once, then none")
 	}
-	if p.setHealth(&SetHealth{Address: "0000:99:00.0", Healthy: false}) {
+	if p.setHealth(&SetHealth{Address: "0000:99:00.0", Healthy: false, Seq: 3}) {
 		t.Fatal("setHealth changed a device that is not a member")
 	}
 	second := p.deviceList()
@@ -59,8 +60,8 @@ func TestDeviceListReplacesOnlyChangedEntries(t *testing.T) {
 		t.Error("want new entry for b only, the others shared")
 	}
 
-	p.setHealth(&SetHealth{Address: b, Healthy: true})
-	p.setHealth(&SetHealth{Address: c, Healthy: false})
+	p.setHealth(&SetHealth{Address: b, Healthy: true, Seq: 4})
+	p.setHealth(&SetHealth{Address: c, Healthy: false, Seq: 5})
 	third := p.deviceList()
 	if h := healths(third); h[a] != pluginapi.Healthy || h[b] != pluginapi.Healthy || h[c] != pluginapi.Unhealthy {
 		t.Errorf("after b recovered and c failed: %v", h)
@@ -130,7 +131,7 @@ func TestPreferredFollowsTheMembers(t *testing.T) {
 	if got := first(); got != a {
 		t.Fatalf("preferred %s of healthy members, want %s", got, a)
 	}
-	p.setHealth(&SetHealth{Address: a, Healthy: false})
+	p.setHealth(&SetHealth{Address: a, Healthy: false, Seq: 1})
 	if got := first(); got != b {
 		t.Errorf("preferred %s with %s unhealthy, want %s", got, a, b)
 	}
