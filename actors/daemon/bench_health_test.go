@@ -302,7 +302,7 @@ func (h *healthBench) transition(tb testing.TB, c healthCase, healthy bool, trig
 	for len(h.listed) > 0 {
 		<-h.listed
 	}
-	seq0 := h.d.Recorder().Log().LastSeq()
+	seq0 := h.d.rec.Log().LastSeq()
 	start := time.Now()
 	if trigger != nil { // nil: the periodic probe round finds it
 		h.d.Send(trigger)
@@ -317,7 +317,7 @@ func (h *healthBench) transition(tb testing.TB, c healthCase, healthy bool, trig
 
 	var recorded time.Time
 	changed := map[string]int{}
-	if err := h.d.Recorder().Log().Read(seq0+1, func(e events.Envelope) error {
+	if err := h.d.rec.Log().Read(seq0+1, func(e events.Envelope) error {
 		if hc, ok := e.Payload.(events.DeviceHealthChanged); ok {
 			changed[hc.Address]++
 			if hc.Healthy != healthy {
@@ -340,7 +340,7 @@ func (h *healthBench) transition(tb testing.TB, c healthCase, healthy bool, trig
 		tb.Fatalf("%s: health changes recorded for %d devices, want %d", c.name, len(changed), len(c.ids))
 	}
 	var raw []byte
-	if err := h.d.Recorder().Log().ReadRaw(seq0+1, func(_ uint64, rec []byte) error {
+	if err := h.d.rec.Log().ReadRaw(seq0+1, func(_ uint64, rec []byte) error {
 		if e, err := events.Unmarshal(rec); err == nil && e.Type == events.TypeDeviceHealthChanged {
 			raw = append(raw, rec...)
 		}

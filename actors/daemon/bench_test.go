@@ -269,13 +269,13 @@ func BenchmarkAllocateE2E(b *testing.B) {
 
 	// Warm up, and take the answer and the ledger record of one real
 	// Allocate for the baselines, so that they move the same bytes.
-	seq0 := d.Recorder().Log().LastSeq()
+	seq0 := d.rec.Log().LastSeq()
 	answer, err := allocateOne(ctx, ours, nextID())
 	if err != nil {
 		b.Fatal(err)
 	}
 	var record []byte
-	if err := d.Recorder().Log().ReadRaw(seq0+1, func(seq uint64, rec []byte) error {
+	if err := d.rec.Log().ReadRaw(seq0+1, func(seq uint64, rec []byte) error {
 		if e, err := events.Unmarshal(rec); err == nil && e.Type == events.TypeDevicesAllocated && record == nil {
 			record = slices.Clone(rec)
 		}
@@ -367,10 +367,10 @@ func BenchmarkAllocateE2E(b *testing.B) {
 		return time.Since(start)
 	}
 	oursConcurrent := func() time.Duration {
-		seq, commits := d.Recorder().Log().LastSeq(), d.Recorder().Log().Commits()
+		seq, commits := d.rec.Log().LastSeq(), d.rec.Log().Commits()
 		defer func() {
-			concEvents += d.Recorder().Log().LastSeq() - seq
-			concCommits += d.Recorder().Log().Commits() - commits
+			concEvents += d.rec.Log().LastSeq() - seq
+			concCommits += d.rec.Log().Commits() - commits
 		}()
 		return concurrent(conc, nextID)
 	}
@@ -436,7 +436,7 @@ func BenchmarkAllocateE2E(b *testing.B) {
 	b.ReportMetric(float64(concEvents)/float64(concCommits), "concurrent-events/commit")
 	b.ReportMetric(float64(joinedAppends)/float64(joinedCommits), "bare-concurrent-events/commit")
 	conflicts := 0
-	if err := d.Recorder().Log().Read(seq0, func(e events.Envelope) error {
+	if err := d.rec.Log().Read(seq0, func(e events.Envelope) error {
 		if e.Type == events.TypeAllocationConflict {
 			conflicts++
 		}

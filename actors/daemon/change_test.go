@@ -98,7 +98,7 @@ func TestHealthUnbindRebind(t *testing.T) {
 		t.Errorf("the ledger says %s is %q", vf, s.Devices[vf].HealthReason)
 	}
 	var reasons []string
-	d.Recorder().Log().Read(0, func(e events.Envelope) error {
+	d.rec.Log().Read(0, func(e events.Envelope) error {
 		if h, ok := e.Payload.(events.DeviceHealthChanged); ok && h.Address == vf {
 			reasons = append(reasons, h.Reason)
 		}
@@ -247,7 +247,7 @@ func TestConfigReload(t *testing.T) {
 	// The ConfigApplied says what the reload changed, and the devices it
 	// names moving are those the pools then took and let go.
 	var changes []events.PoolChange
-	if err := d.Recorder().Log().Read(pre.Seq+1, func(e events.Envelope) error {
+	if err := d.rec.Log().Read(pre.Seq+1, func(e events.Envelope) error {
 		if p, ok := e.Payload.(events.ConfigApplied); ok {
 			changes = p.Changes
 		}
@@ -328,7 +328,7 @@ func TestAReloadRecordsTheRemovedPoolsInOrder(t *testing.T) {
 		t.Fatalf("reload: %+v, %v", res, err)
 	}
 	var removed []string
-	if err := d.Recorder().Log().Read(pre.Seq+1, func(e events.Envelope) error {
+	if err := d.rec.Log().Read(pre.Seq+1, func(e events.Envelope) error {
 		if p, ok := e.Payload.(events.PoolMembershipChanged); ok && strings.HasPrefix(p.Reason, "pool removed from the config") {
 			removed = append(removed, p.Pool)
 		}
@@ -410,7 +410,7 @@ func TestConfigChangeMovesAHeldDeviceOpenly(t *testing.T) {
 	// them, not before: wait for both.
 	var gone, arrived string
 	waitFor(ctx, t, "both pools' membership changes in the ledger", func() bool {
-		d.Recorder().Log().Read(0, func(e events.Envelope) error {
+		d.rec.Log().Read(0, func(e events.Envelope) error {
 			if m, ok := e.Payload.(events.PoolMembershipChanged); ok {
 				switch {
 				case m.Pool == vfio && len(m.Removed) > 0:
@@ -700,7 +700,7 @@ func TestRebindEmptiesAPool(t *testing.T) {
 			})
 			var withdrawn, served int
 			var backReason string
-			if err := d.Recorder().Log().Read(1, func(e events.Envelope) error {
+			if err := d.rec.Log().Read(1, func(e events.Envelope) error {
 				switch p := e.Payload.(type) {
 				case events.PoolMembershipChanged:
 					if p.Pool == one && slices.Contains(p.Added, dev) {
@@ -789,7 +789,7 @@ func reboundWhileDown(t *testing.T) (*testNode, context.Context, uint64) {
 	if err := n.roots.Bind(dev, "iavf"); err != nil {
 		t.Fatal(err)
 	}
-	return n, ctx, d.Recorder().Log().LastSeq()
+	return n, ctx, d.rec.Log().LastSeq()
 }
 
 // wantReasons checks that, from seq on, a membership change of each pool
@@ -797,7 +797,7 @@ func reboundWhileDown(t *testing.T) (*testNode, context.Context, uint64) {
 func wantReasons(t *testing.T, d *Daemon, seq uint64, dev string, want map[string]string) {
 	t.Helper()
 	var seen []string
-	if err := d.Recorder().Log().Read(seq, func(e events.Envelope) error {
+	if err := d.rec.Log().Read(seq, func(e events.Envelope) error {
 		if m, ok := e.Payload.(events.PoolMembershipChanged); ok && slices.Contains(slices.Concat(m.Added, m.Removed), dev) {
 			seen = append(seen, m.Pool+": "+m.Reason)
 			if strings.Contains(m.Reason, want[m.Pool]) {
@@ -999,7 +999,7 @@ func reloadWhileTheWriterWaits(t *testing.T) (n *testNode, d *Daemon, ctx contex
 	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
 		t.Fatal(err)
 	}
-	release = holdWriter(ctx, t, d.Recorder().Log())
+	release = holdWriter(ctx, t, d.rec.Log())
 	if err := os.WriteFile(n.opts.ConfigPath, []byte(dpdkConfig), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -1096,7 +1096,7 @@ func TestLinkNotificationAloneMovesHealth(t *testing.T) {
 		}
 	}
 	changes := 0
-	d.Recorder().Log().Read(0, func(e events.Envelope) error {
+	d.rec.Log().Read(0, func(e events.Envelope) error {
 		if h, ok := e.Payload.(events.DeviceHealthChanged); ok && slices.Contains(ofPF, h.Address) {
 			changes++
 		}

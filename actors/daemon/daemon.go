@@ -442,9 +442,6 @@ func (d *Daemon) die(err error) {
 	})
 }
 
-// Recorder is the daemon's recorder (for tests).
-func (d *Daemon) Recorder() *ledger.Recorder { return d.rec }
-
 // Children returns the PIDs of the actors, for queries.
 func (d *Daemon) Children(ctx context.Context) (*node.ChildPIDs, error) {
 	res, err := d.Ask(ctx, d.node, &node.Children{})
@@ -498,14 +495,36 @@ func (d *Daemon) Status(ctx context.Context) (grpcapi.AdminStatus, error) {
 	return st, nil
 }
 
-// Ready reports whether every pool served is registered.
-func (d *Daemon) Ready(ctx context.Context) bool {
+// Ready reports whether the daemon is ready, as /readyz says.
+func (d *Daemon) Ready(ctx context.Context) bool { return d.notReady(ctx) == nil }
+
+// notReady says why the daemon is not ready, nil when it is: nothing can
+// be recorded (Allocate fails), damage waits for an operator, the actors
+// do not answer, or a pool served is not registered.
+func (d *Daemon) notReady(ctx context.Context) error {
+	if err := d.ledger.AppendFault(); err != nil {
+		return fmt.Errorf("the ledger cannot record: %w", err)
+	}
+	if dm := d.metrics.damage().Damage; len(dm) > 0 {
+		return fmt.Errorf("the ledger is damaged (%d not acknowledged; see devledger ledger acknowledge): %s", len(dm), dm[len(dm)-1])
+	}
 	st, err := d.Status(ctx)
-	return err == nil && !slices.ContainsFunc(st.Pools, unregistered)
+	if err != nil {
+		return fmt.Errorf("actors do not answer: %w", err)
+	}
+	if i := slices.IndexFunc(st.Pools, func(p grpcapi.AdminPoolStatus) bool { return !p.Registered && !p.NoDevices }); i >= 0 {
+		return fmt.Errorf("pool %s is not registered with the kubelet", st.Pools[i].Resource)
+	}
+	return nil
 }
 
-// unregistered says a pool is served but the kubelet has not acknowledged it.
-func unregistered(p grpcapi.AdminPoolStatus) bool { return !p.Registered && !p.NoDevices }
+// answers says whether the actors answer (/healthz).
+func (d *Daemon) answers(ctx context.Context) error {
+	if _, err := d.Status(ctx); err != nil {
+		return fmt.Errorf("actors do not answer: %w", err)
+	}
+	return nil
+}
 
 func timeoutOf(ctx context.Context) time.Duration {
 	if dl, ok := ctx.Deadline(); ok {

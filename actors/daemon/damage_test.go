@@ -49,7 +49,7 @@ func flipAll(t *testing.T, stateDir, needle string) {
 func damageRecorded(t *testing.T, d *Daemon) []events.LedgerDamaged {
 	t.Helper()
 	var out []events.LedgerDamaged
-	l := d.Recorder().Log()
+	l := d.rec.Log()
 	from, _ := l.LatestSnapshotSeq(0)
 	if err := l.Read(from+1, func(e events.Envelope) error {
 		if p, ok := e.Payload.(events.LedgerDamaged); ok {
@@ -109,7 +109,7 @@ func TestDamageFoundAfterStartWaitsForAnOperator(t *testing.T) {
 	flipAll(t, n.opts.StateDir, "PCIDEVICE_INTEL_COM_SRIOV_VFIO")
 
 	d := n.start(t)
-	base := "http://" + d.MetricsAddr()
+	base := "http://" + d.metricsAddr
 	waitReadyzSays(t, ctx, base, http.StatusServiceUnavailable, "the ledger is damaged (1 not acknowledged")
 	if _, body := httpGet(t, base+"/metrics"); !strings.Contains(body, "devledger_ledger_damage_unacknowledged 1") {
 		t.Error("/metrics lacks devledger_ledger_damage_unacknowledged 1")
@@ -135,7 +135,7 @@ func TestDamageFoundAfterStartWaitsForAnOperator(t *testing.T) {
 
 	// Found again, known already: nothing new, ready.
 	d = n.start(t)
-	base = "http://" + d.MetricsAddr()
+	base = "http://" + d.metricsAddr
 	waitReadyzSays(t, ctx, base, http.StatusOK, "ok")
 	time.Sleep(100 * time.Millisecond) // a few check intervals
 	if got := damageRecorded(t, d); len(got) != 0 {
@@ -155,13 +155,13 @@ func TestDamagedSnapshotIsPassedOverAtStart(t *testing.T) {
 	flipAll(t, n.opts.StateDir, `"holders"`) // only snapshots say it
 
 	d := n.start(t)
-	base := "http://" + d.MetricsAddr()
+	base := "http://" + d.metricsAddr
 	waitReadyzSays(t, ctx, base, http.StatusServiceUnavailable, "snapshot")
 	ds := damageRecorded(t, d)
 	if len(ds) == 0 || !strings.Contains(ds[0].Problem, "snapshot") {
 		t.Fatalf("recorded %+v, want the snapshot's damage", ds)
 	}
-	st, err := d.Recorder().Replay()
+	st, err := d.rec.Replay()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestTornMetaPageIsRecordedAtStart(t *testing.T) {
 	}
 
 	d := n.start(t)
-	waitReadyzSays(t, ctx, "http://"+d.MetricsAddr(), http.StatusServiceUnavailable, "the newest transactions may be missing")
+	waitReadyzSays(t, ctx, "http://"+d.metricsAddr, http.StatusServiceUnavailable, "the newest transactions may be missing")
 	ds := damageRecorded(t, d)
 	if len(ds) == 0 || !strings.Contains(ds[0].Problem, fmt.Sprintf("meta page %d is damaged", newer)) {
 		t.Fatalf("recorded %+v, want meta page %d named", ds, newer)
@@ -240,7 +240,7 @@ func TestDaemonOnTheDamagedCorpus(t *testing.T) {
 			}
 			t.Cleanup(func() { d.Stop(context.Background(), "test over") })
 			ctx := waitCtx(t)
-			waitReadyzSays(t, ctx, "http://"+d.MetricsAddr(), http.StatusServiceUnavailable, "the ledger is damaged")
+			waitReadyzSays(t, ctx, "http://"+d.metricsAddr, http.StatusServiceUnavailable, "the ledger is damaged")
 		})
 	}
 }

@@ -44,7 +44,7 @@ type killed struct {
 // copies replace what its stop wrote, and stale sockets what it removed.
 func kill(ctx context.Context, t *testing.T, n *testNode, d *Daemon, rng *rand.Rand, pools []string) killed {
 	t.Helper()
-	log := d.Recorder().Log()
+	log := d.rec.Log()
 	k := killed{since: log.LastSeq()}
 	calls, giveUp := context.WithCancel(ctx)
 	defer giveUp()
@@ -70,7 +70,7 @@ func kill(ctx context.Context, t *testing.T, n *testNode, d *Daemon, rng *rand.R
 
 	release := holdWriter(ctx, t, log)
 	k.lastSeq = log.LastSeq()
-	k.bootID = d.Recorder().BootID()
+	k.bootID = d.rec.BootID()
 	files := []saved{save(t, filepath.Join(n.opts.StateDir, LedgerFileName)), save(t, filepath.Join(n.opts.StateDir, PIDFileName))}
 	sockets := socketsIn(t, filepath.Join(n.opts.KubeletDir, kubelettest.DevicePluginsDir), n.opts.StateDir)
 
@@ -102,7 +102,7 @@ func checkKillRecovered(t *testing.T, d *Daemon, k killed) string {
 	var b strings.Builder
 	granted := map[string]bool{}
 	var first *events.Envelope
-	err := d.Recorder().Log().Read(k.since+1, func(e events.Envelope) error {
+	err := d.rec.Log().Read(k.since+1, func(e events.Envelope) error {
 		if a, ok := e.Payload.(events.DevicesAllocated); ok && e.Seq <= k.lastSeq {
 			for _, id := range a.DeviceIDs {
 				granted[a.Pool+" "+id] = true

@@ -3,11 +3,9 @@ package daemon
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"runtime"
-	"slices"
 	"sync"
 	"time"
 
@@ -236,41 +234,19 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 func (d *Daemon) serveMetrics(ln net.Listener) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if _, err := d.Status(ctx); err != nil {
-			http.Error(w, "actors do not answer: "+err.Error(), http.StatusServiceUnavailable)
-			return
+	probe := func(check func(context.Context) error) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+			defer cancel()
+			if err := check(ctx); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			w.Write([]byte("ok\n"))
 		}
-		w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		// Not ready while nothing can be recorded (Allocate fails) or
-		// damage waits for an operator.
-		if err := d.ledger.AppendFault(); err != nil {
-			http.Error(w, "the ledger cannot record: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		if dm := d.metrics.damage().Damage; len(dm) > 0 {
-			http.Error(w, fmt.Sprintf("the ledger is damaged (%d not acknowledged; see devledger ledger acknowledge): %s", len(dm), dm[len(dm)-1]),
-				http.StatusServiceUnavailable)
-			return
-		}
-		st, err := d.Status(ctx)
-		if err != nil {
-			http.Error(w, "actors do not answer: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		if i := slices.IndexFunc(st.Pools, unregistered); i >= 0 {
-			http.Error(w, "pool "+st.Pools[i].Resource+" is not registered with the kubelet",
-				http.StatusServiceUnavailable)
-			return
-		}
-		w.Write([]byte("ok\n"))
-	})
+	}
+	mux.HandleFunc("/healthz", probe(d.answers))
+	mux.HandleFunc("/readyz", probe(d.notReady))
 	d.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	d.metricsAddr = ln.Addr().String()
 	go func() {
@@ -280,9 +256,6 @@ func (d *Daemon) serveMetrics(ln net.Listener) {
 	}()
 	d.log.Info().Str("addr", d.metricsAddr).Msg("serving metrics, /healthz and /readyz")
 }
-
-// MetricsAddr is the address the metrics server listens on, "" when off.
-func (d *Daemon) MetricsAddr() string { return d.metricsAddr }
 
 // oldestEventTime is the Unix time of the ledger's oldest event, 0 when it
 // has none (or it cannot be read).

@@ -47,7 +47,7 @@ func TestMetricsHealthAndReadiness(t *testing.T) {
 	n.opts.WatchConfig = false // the test reloads itself
 	d := n.start(t)
 	ctx := waitCtx(t)
-	base := "http://" + d.MetricsAddr()
+	base := "http://" + d.metricsAddr
 
 	if code, body := httpGet(t, base+"/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz = %d %s", code, body)
@@ -162,7 +162,7 @@ func TestRetentionBoundsTheLedger(t *testing.T) {
 	}
 	var dropped events.EventsDropped
 	for dropped.Count == 0 { // wait for a drop
-		if err := d.Recorder().Log().Read(0, func(e events.Envelope) error {
+		if err := d.rec.Log().Read(0, func(e events.Envelope) error {
 			if p, ok := e.Payload.(events.EventsDropped); ok {
 				dropped = p
 			}
@@ -176,7 +176,7 @@ func TestRetentionBoundsTheLedger(t *testing.T) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	live, err := d.Recorder().Replay()
+	live, err := d.rec.Replay()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestReadyzFollowsTheLedgersAppends(t *testing.T) {
 	n.opts.SnapshotCheck = 20 * time.Millisecond
 	d := n.start(t)
 	ctx := waitCtx(t)
-	base := "http://" + d.MetricsAddr()
+	base := "http://" + d.metricsAddr
 	waitReadyz(t, ctx, base)
 	listed, err := n.kubelet.WaitDevices(ctx, vfioPool, func(ds []*pluginapi.Device) bool { return len(ds) > 1 })
 	if err != nil {

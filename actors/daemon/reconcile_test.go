@@ -21,7 +21,7 @@ import (
 // ledgerState folds the running daemon's ledger.
 func ledgerState(t *testing.T, d *Daemon) events.State {
 	t.Helper()
-	s, err := d.Recorder().Replay()
+	s, err := d.rec.Replay()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,11 +106,11 @@ func TestReconcilerFollowsPods(t *testing.T) {
 
 	// A steady state writes nothing.
 	reconcileNow(ctx, t, d)
-	before := d.Recorder().Log().LastSeq()
+	before := d.rec.Log().LastSeq()
 	for range 3 {
 		reconcileNow(ctx, t, d)
 	}
-	if after := d.Recorder().Log().LastSeq(); after != before {
+	if after := d.rec.Log().LastSeq(); after != before {
 		t.Errorf("steady rounds grew the ledger from #%d to #%d", before, after)
 	}
 
@@ -119,7 +119,7 @@ func TestReconcilerFollowsPods(t *testing.T) {
 	reconcileNow(ctx, t, d)
 	s = waitLedger(ctx, t, d, "release", func(s events.State) bool { return len(s.Holders["0000:3b:01.2"]) == 0 })
 	var released *events.DevicesReleased
-	d.Recorder().Log().Read(0, func(e events.Envelope) error {
+	d.rec.Log().Read(0, func(e events.Envelope) error {
 		if r, ok := e.Payload.(events.DevicesReleased); ok {
 			released = &r
 		}
@@ -146,7 +146,7 @@ func TestReconcilerWithoutPodResources(t *testing.T) {
 	}
 	// Failing rounds record the loss once.
 	count := 0
-	d.Recorder().Log().Read(0, func(e events.Envelope) error {
+	d.rec.Log().Read(0, func(e events.Envelope) error {
 		if e.Type == events.TypeAttributionChanged {
 			count++
 		}
@@ -235,7 +235,7 @@ func TestReuseReleasesAndALiveOldHolderConflicts(t *testing.T) {
 
 			var supersedes []uint64
 			var conflicts []events.AllocationConflict
-			if err := d.Recorder().Log().Read(first+1, func(e events.Envelope) error {
+			if err := d.rec.Log().Read(first+1, func(e events.Envelope) error {
 				switch p := e.Payload.(type) {
 				case events.DevicesAllocated:
 					supersedes = append(supersedes, p.Supersedes...)
@@ -290,7 +290,7 @@ func TestKubeletOutageIsRecorded(t *testing.T) {
 	}
 	var stops int
 	var restarted events.KubeletRestarted
-	if err := d.Recorder().Log().Read(0, func(e events.Envelope) error {
+	if err := d.rec.Log().Read(0, func(e events.Envelope) error {
 		switch p := e.Payload.(type) {
 		case events.KubeletStopped:
 			stops++

@@ -217,7 +217,7 @@ func TestRestartedPoolKeepsItsLastMembers(t *testing.T) {
 	// The pool the device left records that on its own, without waiting:
 	// the restart is judged by what comes after that record.
 	for left := false; !left; {
-		if err := d.Recorder().Log().Read(1, func(e events.Envelope) error {
+		if err := d.rec.Log().Read(1, func(e events.Envelope) error {
 			if m, ok := e.Payload.(events.PoolMembershipChanged); ok && m.Pool == one && slices.Contains(m.Removed, dev) {
 				left = true
 			}
@@ -234,12 +234,12 @@ func TestRestartedPoolKeepsItsLastMembers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seq := d.Recorder().Log().LastSeq()
+	seq := d.rec.Log().LastSeq()
 	crashAndWaitRegistered(ctx, t, n, d, kids, one)
 	if st := poolStatus(t, ctx, d, kids.Pools[one]); st.Members != 0 {
 		t.Errorf("the restarted pool has %d members, want none", st.Members)
 	}
-	if err := d.Recorder().Log().Read(seq+1, func(e events.Envelope) error {
+	if err := d.rec.Log().Read(seq+1, func(e events.Envelope) error {
 		if m, ok := e.Payload.(events.PoolMembershipChanged); ok && m.Pool == one {
 			t.Errorf("seq %d: the restart changed %s's members: %+v", e.Seq, one, m)
 		}
@@ -291,7 +291,7 @@ func TestNodeCrashKeepsTheReloadedConfig(t *testing.T) {
 	if _, err := n.kubelet.WaitRegistered(ctx, dpdk); err != nil {
 		t.Fatal(err)
 	}
-	seq := d.Recorder().Log().LastSeq()
+	seq := d.rec.Log().LastSeq()
 	crashed := time.Now()
 	d.Send(&node.Crash{Reason: "test"})
 	if _, err := n.kubelet.RegisteredAfter(ctx, []string{dpdk, netPool}, crashed); err != nil {
@@ -304,7 +304,7 @@ func TestNodeCrashKeepsTheReloadedConfig(t *testing.T) {
 	if got := slices.Sorted(maps.Keys(kids.Pools)); !slices.Equal(got, []string{dpdk, netPool}) {
 		t.Errorf("after the crash the node serves %v, want the reloaded config's pools", got)
 	}
-	if err := d.Recorder().Log().Read(seq+1, func(e events.Envelope) error {
+	if err := d.rec.Log().Read(seq+1, func(e events.Envelope) error {
 		if m, ok := e.Payload.(events.PoolMembershipChanged); ok && len(m.Added) > 0 && m.Pool == vfioPool {
 			t.Errorf("#%d: %s, gone with the reload, took devices again: %s", e.Seq, vfioPool, m.Reason)
 		}
