@@ -29,8 +29,12 @@ type Config struct {
 }
 
 // Changed is sent to the parent after a burst of changes to the config file
-// (or the ConfigMap's ..data link) settled.
+// (or the ConfigMap's ..data link) settled, and once the watch is in place
+// (Reason WatchStarted): the parent reads the file and compares.
 type Changed struct{ Reason string }
+
+// WatchStarted is the Reason of the Changed sent as the watch begins.
+const WatchStarted = "the config watch started"
 
 type settled struct{ gen int }
 
@@ -58,8 +62,12 @@ func (c *watcher) Receive(ctx actor.Context) {
 			// Without a watch the config can still be reloaded by SIGHUP;
 			// say so rather than crash-loop on a directory that is absent.
 			c.cfg.Log.Error().Err(err).Msg("not watching the config; reload it with SIGHUP")
+			return
 		}
 		c.w = w
+		// Watching now: a change made before (since the config in force
+		// was read, or while a crashed watcher was down) is looked for.
+		ctx.Send(ctx.Parent(), &Changed{Reason: WatchStarted})
 	case *actor.Stopping, *actor.Restarting:
 		if c.w != nil {
 			c.w.Close()

@@ -19,6 +19,18 @@ type family = actortest.Family
 
 func spawnFamily(t *testing.T, props *actor.Props) *family { return actortest.Spawn(t, props) }
 
+// spawnWatching spawns a watcher and takes the Changed it sends once it
+// watches.
+func spawnWatching(t *testing.T, cfg Config) *family {
+	t.Helper()
+	f := spawnFamily(t, Props(cfg))
+	if m := next[*Changed](t, f); m.Reason != WatchStarted {
+		t.Fatalf("a new watcher said %q, want %q", m.Reason, WatchStarted)
+	}
+	f.Drain(t)
+	return f
+}
+
 func next[T any](t *testing.T, f *family) T { return actortest.Next[T](t, f) }
 
 // quiet is the quiet period of the tests; the burst's is longer, so that
@@ -114,8 +126,7 @@ func TestChangesSettleIntoOneReload(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			path := tc.layout(t, dir)
-			f := spawnFamily(t, Props(Config{Path: path, Quiet: tc.quiet, Log: zerolog.Nop()}))
-			f.Drain(t)
+			f := spawnWatching(t, Config{Path: path, Quiet: tc.quiet, Log: zerolog.Nop()})
 			changedAt := tc.change(t, dir, path)
 			m := next[*Changed](t, f)
 			if took := time.Since(changedAt); took < tc.quiet {
@@ -132,8 +143,7 @@ func TestChangesSettleIntoOneReload(t *testing.T) {
 func TestUnrelatedFilesAreIgnored(t *testing.T) {
 	dir := t.TempDir()
 	path := plainFile(t, dir)
-	f := spawnFamily(t, Props(Config{Path: path, Quiet: quiet, Log: zerolog.Nop()}))
-	f.Drain(t)
+	f := spawnWatching(t, Config{Path: path, Quiet: quiet, Log: zerolog.Nop()})
 	other := filepath.Join(dir, "other.json")
 	write(t, other, "{}")
 	rename(t, other, filepath.Join(dir, "config.json.bak"))
@@ -149,5 +159,16 @@ func TestMissingDirIsNoCrash(t *testing.T) {
 	f := spawnFamily(t, Props(Config{Path: filepath.Join(dir, "config.json"), Quiet: quiet, Log: zerolog.Nop()}))
 	f.Drain(t)
 	write(t, filepath.Join(dir, "config.json"), "{}") // created after the watcher gave up
+	f.NothingFor(t, 2*quiet)
+}
+
+// A change made before the watch is in place (while the config in force
+// was read, or while a crashed watcher was down) is not lost: a new
+// watcher asks its parent to look, and only once.
+func TestAWatcherAsksForALookWhenItStarts(t *testing.T) {
+	dir := t.TempDir()
+	path := plainFile(t, dir)
+	write(t, path, `{"resourceList": [{"resourceName": "changed before the watch"}]}`)
+	f := spawnWatching(t, Config{Path: path, Quiet: quiet, Log: zerolog.Nop()})
 	f.NothingFor(t, 2*quiet)
 }
