@@ -583,8 +583,8 @@ func (p *allocator) forget(ctx actor.Context) {
 // pause (doubling, up to a minute) places its last members again (replace).
 func (p *allocator) refused(ctx actor.Context, err error) {
 	p.forget(ctx)
-	delay := min(100*time.Millisecond<<min(p.life.refusals, 10), time.Minute)
 	p.life.refusals++
+	delay := supervise.Doubling(100*time.Millisecond, time.Minute, p.life.refusals)
 	p.cfg.Log.Error().Err(err).Str("pool", p.name).Dur("retry_in_ms", delay).Msg("cannot record a membership change; the members stay as the ledger has them")
 	if p.retry != nil {
 		p.retry.Stop()

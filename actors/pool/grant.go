@@ -38,7 +38,7 @@ type lifetime struct {
 	placed       *SetMembers
 	gen          uint64
 	leaving      map[string]bool
-	refusals     uint // membership changes refused in a row
+	refusals     int // membership changes refused in a row
 	incarnations uint64
 	// pending are the Allocates the store has not answered yet, by id: the
 	// answer may come to a later incarnation.
@@ -209,16 +209,15 @@ func (p *allocator) land(ctx actor.Context, id uint64, f *flight, l landing) {
 		p.answer(f.reply, f.started, f.resp, nil)
 		// Logging comes after the answer.
 		for _, e := range l.envs {
-			if a, ok := e.Payload.(events.DevicesAllocated); ok {
-				ev := p.cfg.Log.Info()
-				if len(a.HeldElsewhere) > 0 || len(a.Unhealthy) > 0 {
-					ev = p.cfg.Log.Warn().Uints64("held_elsewhere", a.HeldElsewhere).Strs("unhealthy", a.Unhealthy)
-				}
-				if len(a.Supersedes) > 0 {
-					ev = ev.Uints64("supersedes", a.Supersedes)
-				}
-				ev.Str("pool", p.name).Strs("devices", a.DeviceIDs).Uint64("seq", e.Seq).Msg("devices allocated")
+			a := e.Payload.(events.DevicesAllocated)
+			ev := p.cfg.Log.Info()
+			if len(a.HeldElsewhere) > 0 || len(a.Unhealthy) > 0 {
+				ev = p.cfg.Log.Warn().Uints64("held_elsewhere", a.HeldElsewhere).Strs("unhealthy", a.Unhealthy)
 			}
+			if len(a.Supersedes) > 0 {
+				ev = ev.Uints64("supersedes", a.Supersedes)
+			}
+			ev.Str("pool", p.name).Strs("devices", a.DeviceIDs).Uint64("seq", e.Seq).Msg("devices allocated")
 		}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		err = fmt.Errorf("%s: the allocation was not recorded before the call's deadline: %w", p.name, err)
@@ -269,13 +268,12 @@ func (p *allocator) drainPending(ctx actor.Context) {
 	}
 }
 
-// recorded is what the parent hears of the allocations among envs.
+// recorded is what the parent hears of an Allocate's events, each a
+// DevicesAllocated.
 func recorded(pool string, envs []events.Envelope) []*AllocationRecorded {
-	var out []*AllocationRecorded
-	for _, e := range envs {
-		if _, ok := e.Payload.(events.DevicesAllocated); ok {
-			out = append(out, &AllocationRecorded{Pool: pool, Event: e})
-		}
+	out := make([]*AllocationRecorded, len(envs))
+	for i, e := range envs {
+		out[i] = &AllocationRecorded{Pool: pool, Event: e}
 	}
 	return out
 }
