@@ -25,7 +25,6 @@ import (
 	"github.com/devledger/devledger/actors/internal/handoff"
 	"github.com/devledger/devledger/actors/internal/wake"
 	"github.com/devledger/devledger/actors/ledger"
-	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/actors/supervise"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/sysfs"
@@ -57,9 +56,6 @@ type Target struct {
 	// it is healthy again; Debounce how long a failure must last before it
 	// counts; Interval how often the device is probed (0: the default).
 	HoldDown, Debounce, Interval time.Duration
-	// Pool is the pool the device is in, told of each new verdict
-	// (pool.SetHealths) before the parent is; nil: only the parent is told.
-	Pool *actor.PID
 	// Known is the verdict the ledger holds for the device, as the parent
 	// knows it. One newer than the checker's own (the device was removed
 	// or discovered again since) replaces what the checker knew of it.
@@ -81,10 +77,9 @@ type Probe struct {
 }
 
 // Changed is sent to the parent once per probe round in which verdicts
-// changed, with all of them, already in the ledger and told to the pools
-// of the targets (one message per pool: a PF going down takes its VFs with
-// it, and each pool tells the kubelet once). The parent tells a device's
-// pool itself when that is no longer the one its target named.
+// changed, with all of them, already in the ledger. The parent tells each
+// device's pool, where the device is then (one message per pool: a PF
+// going down takes its VFs with it, and each pool tells the kubelet once).
 type Changed struct{ Verdicts []Verdict }
 
 // Verdict is one device's new health.
@@ -95,8 +90,6 @@ type Verdict struct {
 	// Seq is the sequence number of its DeviceHealthChanged: of two
 	// verdicts on a device, the higher is the newer.
 	Seq uint64
-	// Told is the pool told of the verdict, nil when none was.
-	Told *actor.PID
 }
 
 // Query asks for the current verdicts; the reply is a *Verdicts.
@@ -364,9 +357,9 @@ func (c *checker) recorded(ctx actor.Context, verdicts []Verdict, envs []events.
 		v.Seq = envs[i].Seq
 		c.devices[v.Address].Verdict = events.Verdict{Healthy: v.Healthy, Reason: v.Reason, Seq: v.Seq}
 	}
-	// The pools first: the kubelet need not wait for a line logged per VF
-	// of a PF going down. The parent last: a message is not touched once sent.
-	tellPools(ctx, verdicts)
+	// The parent first, which tells the devices' pools: the kubelet need
+	// not wait for a line logged per VF of a PF going down.
+	ctx.Send(ctx.Parent(), &Changed{Verdicts: verdicts})
 	for _, v := range verdicts {
 		ev := c.cfg.Log.Info()
 		if !v.Healthy {
@@ -374,7 +367,6 @@ func (c *checker) recorded(ctx actor.Context, verdicts []Verdict, envs []events.
 		}
 		ev.Str("bdf", v.Address).Bool("healthy", v.Healthy).Str("reason", v.Reason).Uint64("seq", v.Seq).Msg("device health changed")
 	}
-	ctx.Send(ctx.Parent(), &Changed{Verdicts: verdicts})
 }
 
 // probe probes targets: fully, or, where linkOnly says so, the link alone,
@@ -428,7 +420,7 @@ func (c *checker) judge(t Target, r sysfs.ProbeResult, now time.Time) (*Verdict,
 		if wait := t.Debounce - now.Sub(d.rawSince); wait > 0 {
 			return nil, min(due, wait)
 		}
-		return &Verdict{Address: t.Probe.Address, Healthy: false, Reason: r.Reason, Told: t.Pool}, due
+		return &Verdict{Address: t.Probe.Address, Healthy: false, Reason: r.Reason}, due
 	case !d.Healthy && d.raw:
 		if wait := t.HoldDown - now.Sub(d.rawSince); wait > 0 {
 			return nil, min(due, wait)
@@ -437,27 +429,7 @@ func (c *checker) judge(t Target, r sysfs.ProbeResult, now time.Time) (*Verdict,
 		if t.HoldDown > 0 {
 			reason = fmt.Sprintf("probes passed for %s", t.HoldDown)
 		}
-		return &Verdict{Address: t.Probe.Address, Healthy: true, Reason: reason, Told: t.Pool}, due
+		return &Verdict{Address: t.Probe.Address, Healthy: true, Reason: reason}, due
 	}
 	return nil, due
-}
-
-// tellPools sends each pool its devices' new verdicts, in one message.
-func tellPools(ctx actor.Context, verdicts []Verdict) {
-	var pools []*actor.PID
-	var changes [][]pool.SetHealth
-	for _, v := range verdicts {
-		if v.Told == nil {
-			continue
-		}
-		i := slices.IndexFunc(pools, v.Told.Equal)
-		if i < 0 {
-			i = len(pools)
-			pools, changes = append(pools, v.Told), append(changes, nil)
-		}
-		changes[i] = append(changes[i], pool.SetHealth{Address: v.Address, Healthy: v.Healthy, Reason: v.Reason, Seq: v.Seq})
-	}
-	for i, pid := range pools {
-		ctx.Send(pid, &pool.SetHealths{Changes: changes[i]})
-	}
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/devledger/devledger/actors/internal/wake"
 	"github.com/devledger/devledger/actors/ledger"
-	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/internal/actortest"
 	"github.com/devledger/devledger/store"
@@ -524,55 +523,6 @@ func TestRoundAtTheEndOfTheDebounce(t *testing.T) {
 	}
 	if took := time.Since(start); took < 50*time.Millisecond {
 		t.Errorf("verdict after %v, before the debounce ended", took)
-	}
-}
-
-// Verdicts go straight to the pools the targets name, one message per pool
-// with its devices' verdicts, and then to the parent, each saying which
-// pool was told.
-func TestVerdictsTellTheirPools(t *testing.T) {
-	const devC = "0000:3b:01.2"
-	c := newChecker(t, Config{})
-	heard := map[string]chan *pool.SetHealths{}
-	spawnPool := func(name string) *actor.PID {
-		ch := make(chan *pool.SetHealths, 8)
-		heard[name] = ch
-		pid, err := c.Sys.Root.SpawnNamed(actor.PropsFromFunc(func(ctx actor.Context) {
-			if m, ok := ctx.Message().(*pool.SetHealths); ok {
-				ch <- m
-			}
-		}), name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pid
-	}
-	p1, p2 := spawnPool("p1"), spawnPool("p2")
-	ta, tb, tc := target(devA, 0, 0), target(devB, 0, 0), target(devC, 0, 0)
-	ta.Pool, tb.Pool = p1, p2 // devC has no pool
-	c.watch(ta, tb, tc)
-	c.Silent(t)
-	for _, d := range []string{devA, devB, devC} {
-		c.prober.fail(d, "gone from sysfs")
-	}
-	c.round(time.Second)
-	ch := next[*Changed](t, c.family)
-	told := map[string]*actor.PID{}
-	for _, v := range ch.Verdicts {
-		told[v.Address] = v.Told
-	}
-	if len(told) != 3 || !p1.Equal(told[devA]) || !p2.Equal(told[devB]) || told[devC] != nil {
-		t.Errorf("Changed says the pools told were %v", told)
-	}
-	for name, want := range map[string]string{"p1": devA, "p2": devB} {
-		select {
-		case m := <-heard[name]:
-			if len(m.Changes) != 1 || m.Changes[0].Address != want || m.Changes[0].Healthy || m.Changes[0].Reason != "gone from sysfs" {
-				t.Errorf("%s heard %+v, want %s unhealthy", name, m.Changes, want)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("%s never heard of %s", name, want)
-		}
 	}
 }
 

@@ -331,7 +331,7 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 		for _, v := range m.Verdicts {
 			n.healthy.Learn(v.Address, events.Verdict{Healthy: v.Healthy, Reason: v.Reason, Seq: v.Seq})
 		}
-		for pid, changes := range retell(m.Verdicts, n.owner, n.pools) {
+		for pid, changes := range byPool(m.Verdicts, n.owner, n.pools) {
 			ctx.Send(pid, &pool.SetHealths{Changes: changes})
 		}
 	case *Rescan:
@@ -516,18 +516,14 @@ func moves(pool string, before, owner map[string]string) map[string]string {
 	return out
 }
 
-// retell returns, by the pool that holds each device now, the verdicts the
-// health checker told another pool or none (the device moved after its
-// last Watch): that pool hears them after the members that brought it there.
-func retell(verdicts []health.Verdict, owner map[string]string, pools map[string]*actor.PID) map[*actor.PID][]pool.SetHealth {
+// byPool groups verdicts by the pool that holds each device now; a
+// device in no pool has none to tell.
+func byPool(verdicts []health.Verdict, owner map[string]string, pools map[string]*actor.PID) map[*actor.PID][]pool.SetHealth {
 	out := map[*actor.PID][]pool.SetHealth{}
 	for _, v := range verdicts {
-		name, ok := owner[v.Address]
-		pid := pools[name]
-		if !ok || pid == nil || pid.Equal(v.Told) {
-			continue
+		if pid := pools[owner[v.Address]]; pid != nil {
+			out[pid] = append(out[pid], pool.SetHealth{Address: v.Address, Healthy: v.Healthy, Reason: v.Reason, Seq: v.Seq})
 		}
-		out[pid] = append(out[pid], pool.SetHealth{Address: v.Address, Healthy: v.Healthy, Reason: v.Reason, Seq: v.Seq})
 	}
 	return out
 }
@@ -663,9 +659,6 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 			if ps := n.emptied(pm.Name, owner); len(ps) > 0 {
 				emptied, emptiedPools = append(emptied, ps...), append(emptiedPools, pm.Name)
 			}
-		}
-		for i := len(targets) - len(devs); i < len(targets); i++ {
-			targets[i].Pool = n.pools[pm.Name]
 		}
 	}
 	if len(emptied) > 0 {

@@ -143,25 +143,24 @@ func TestDefinitionIgnoresThePoolsPlaceInTheFile(t *testing.T) {
 	}
 }
 
-// A verdict the health checker told the device's pool is not told again;
-// one told a pool the device has left, or no pool, goes to its pool now.
-func TestRetellOnlyWhatWentAstray(t *testing.T) {
+// Verdicts go to the pool that holds each device now, one list per pool;
+// a device in no pool, or in a pool not running, has none to tell.
+func TestVerdictsGoToTheDevicesPools(t *testing.T) {
 	p1, p2 := actor.NewPID("nonhost", "pool-a-0"), actor.NewPID("nonhost", "pool-b-1")
-	gone := actor.NewPID("nonhost", "pool-a-2") // pool a before it was spawned again
-	owner := map[string]string{"0000:3b:02.0": "a", "0000:3b:02.1": "b", "0000:3b:02.2": "a", "0000:3b:02.3": "b"}
+	owner := map[string]string{"0000:3b:02.0": "a", "0000:3b:02.1": "b", "0000:3b:02.2": "a", "0000:3b:02.3": "c"}
 	pools := map[string]*actor.PID{"a": p1, "b": p2}
-	got := retell([]health.Verdict{
-		{Address: "0000:3b:02.0", Told: actor.NewPID("nonhost", "pool-a-0")}, // the same pool, another *PID
-		{Address: "0000:3b:02.1", Told: p1, Reason: "moved to b"},
-		{Address: "0000:3b:02.2", Told: gone, Reason: "pool a again"},
-		{Address: "0000:3b:02.3", Reason: "no pool told"},
-		{Address: "0000:3b:09.0", Told: p1, Reason: "in no pool now"},
+	got := byPool([]health.Verdict{
+		{Address: "0000:3b:02.0", Reason: "in a", Seq: 3},
+		{Address: "0000:3b:02.1", Reason: "in b", Healthy: true},
+		{Address: "0000:3b:02.2", Reason: "in a too"},
+		{Address: "0000:3b:02.3", Reason: "in c, not running"},
+		{Address: "0000:3b:09.0", Reason: "in no pool"},
 	}, owner, pools)
 	want := map[*actor.PID][]pool.SetHealth{
-		p1: {{Address: "0000:3b:02.2", Reason: "pool a again"}},
-		p2: {{Address: "0000:3b:02.1", Reason: "moved to b"}, {Address: "0000:3b:02.3", Reason: "no pool told"}},
+		p1: {{Address: "0000:3b:02.0", Reason: "in a", Seq: 3}, {Address: "0000:3b:02.2", Reason: "in a too"}},
+		p2: {{Address: "0000:3b:02.1", Reason: "in b", Healthy: true}},
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("retell = %v, want %v", got, want)
+		t.Errorf("byPool = %v, want %v", got, want)
 	}
 }
