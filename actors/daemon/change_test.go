@@ -1227,3 +1227,44 @@ func TestAPoolWithdrawnAndWantedAgainAtOnce(t *testing.T) {
 		return resolver(t, n.opts.CDISpecDir).GetDevice("intel.com/net-pci="+dev) != nil
 	})
 }
+
+// A reload recorded before the first scan has placed anything starts the
+// pools it adds at that placement, registered like the others: here the
+// first scan fails (the PCI devices dir is a file) while a reload adds the
+// net pool.
+func TestAPoolAReloadAddsBeforeTheFirstScanIsServed(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, vfioOnlyConfig, kubelettest.Options{})
+	n.opts.ScanInterval = time.Hour
+	devices := filepath.Join(n.roots.Sysfs, "bus", "pci", "devices")
+	away := devices + ".away"
+	if err := os.Rename(devices, away); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(devices, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := n.start(t)
+	ctx := waitCtx(t)
+	if err := os.WriteFile(n.opts.ConfigPath, []byte(sriovConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The watcher may have read it already.
+	if res, err := d.Reload(ctx, "test"); err != nil || !(res.Applied || res.Unchanged) {
+		t.Fatalf("reload = %+v, %v", res, err)
+	}
+	if kids, err := d.Children(ctx); err != nil || kids.Placed {
+		t.Fatalf("the node placed devices before the scan could read them (%v)", err)
+	}
+	if err := os.Remove(devices); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(away, devices); err != nil {
+		t.Fatal(err)
+	}
+	d.Send(&node.Rescan{Reason: "test"})
+	for _, res := range []string{vfioPool, netPool} {
+		if _, err := n.kubelet.WaitRegistered(ctx, res); err != nil {
+			t.Errorf("%s: %v", res, err)
+		}
+	}
+}

@@ -398,10 +398,17 @@ func (n *coordinator) tellPool(ctx actor.Context, name string, e events.Envelope
 	if pid := n.pools[name]; pid != nil {
 		ctx.Send(pid, &pool.Reconciled{Event: e})
 	} else if !n.placed {
-		st := events.Apply(n.replayed.Clone(), e)
-		st.Seq, st.Time = n.replayed.Seq, n.replayed.Time
-		n.replayed = &st
+		n.foldReplayed(e)
 	}
+}
+
+// foldReplayed folds e, recorded before the first placement, into the
+// state the first pools start from; that state stays at its sequence,
+// where the pools' guards start.
+func (n *coordinator) foldReplayed(e events.Envelope) {
+	st := events.Apply(n.replayed.Clone(), e)
+	st.Seq, st.Time = n.replayed.Seq, n.replayed.Time
+	n.replayed = &st
 }
 
 // letGo forgets the leaves of ids (all when nil) out of the pool at pid in
@@ -1011,9 +1018,14 @@ func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID
 			}
 		}
 		n.resources = next
-		// Before the first scan, that scan places the devices by this config.
 		if n.placed {
 			n.place(ctx, "reload: "+reason, true)
+			return
+		}
+		// The first scan places the devices by this config; its pools
+		// start from a state that has it.
+		for _, e := range envs {
+			n.foldReplayed(e)
 		}
 	})
 }
