@@ -9,7 +9,6 @@ package registrar
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"net"
 	"os"
@@ -74,7 +73,24 @@ func Props(cfg Config) *actor.Props {
 		cfg.Mode = grpcapi.ModeLegacy
 	}
 	first := handoff.First(true)
-	return actor.PropsFromProducer(func() actor.Actor { return &registrar{cfg: cfg, crashed: !first()} }, actor.WithDispatcher(supervise.Warm))
+	life := &lifetime{downSince: cfg.KubeletDownSince, inflight: map[string]bool{}}
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &registrar{cfg: cfg, crashed: !first(), lifetime: life}
+	}, actor.WithDispatcher(supervise.Warm))
+}
+
+// lifetime is what outlives a crash of the registrar: what it knows of the
+// kubelet and of its calls out to it, which a crash of ours does not
+// change. Only the actor's goroutine touches it, one incarnation after
+// another.
+type lifetime struct {
+	kubelet   kubeletID // the newest seen
+	downSince time.Time // when the kubelet was recorded gone; zero if not
+	probing   bool      // a dial of its socket is out
+	// checkAgain is why the kubelet was to be checked while a probe was
+	// out ("" if not): the probe may have dialled before the news.
+	checkAgain string
+	inflight   map[string]bool // a Register call out, by pool
 }
 
 type desire struct {
@@ -113,24 +129,17 @@ func statKubelet(path string) kubeletID {
 
 type registrar struct {
 	cfg Config
-	// crashed says a crash came before: what the last incarnation knew
-	// (which socket went to which kubelet) is gone.
+	// crashed says a crash came before: the desires (which socket each
+	// pool serves, and whether it went to the kubelet) are gone.
 	crashed bool
+	*lifetime
 
 	desired   map[string]desire
-	inflight  map[string]bool        // a Register call out
 	retrying  map[string]*time.Timer // waiting for a retry
 	failures  map[string]int
 	lastError map[string]string
-
-	kubelet   kubeletID // the newest seen
-	restarts  int       // new kubelets seen
-	waiting   bool      // the missing kubelet socket was logged
-	downSince time.Time // when the kubelet was recorded gone; zero if not
-	probing   bool      // a dial of its socket is out
-	// checkAgain is why the kubelet was to be checked while a probe was
-	// out ("" if not): the probe may have dialled before the news.
-	checkAgain string
+	restarts  int  // new kubelets seen
+	waiting   bool // the missing kubelet socket was logged
 }
 
 // Receive implements actor.Actor.
@@ -138,20 +147,13 @@ func (r *registrar) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		r.desired = map[string]desire{}
-		r.inflight = map[string]bool{}
 		r.retrying = map[string]*time.Timer{}
 		r.failures = map[string]int{}
 		r.lastError = map[string]string{}
-		r.downSince = r.cfg.KubeletDownSince
 		if r.crashed {
-			// The ledger does not say which socket a Register went out on,
-			// so every pool serves on a new one (NeedDesires); whether the
-			// kubelet is down it does say.
-			st, err := r.cfg.Recorder.Replay()
-			if err != nil {
-				panic(fmt.Errorf("registrar: replay: %w", err))
-			}
-			r.downSince = st.Kubelet.DownSince
+			// Nothing, not even the ledger, says which socket a Register
+			// went out on: every pool serves on a new one (NeedDesires),
+			// once any Register still out is answered (inflight).
 			ctx.Send(ctx.Parent(), &NeedDesires{})
 		}
 		// A kubelet recorded gone before this run may be back: dial it.

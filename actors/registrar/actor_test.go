@@ -845,3 +845,57 @@ func TestKubeletGoneWhileAProbeIsOutIsRecorded(t *testing.T) {
 	}
 	t.Fatalf("no KubeletStopped recorded; the ledger holds %+v", r.recorded(t))
 }
+
+// A crash does not end a Register that is out: the restarted registrar
+// asks for every pool again (NeedDesires), and a pool's new socket is
+// registered only once the Register still out is answered, so the
+// kubelet never has two of one pool in flight.
+func TestACrashedRegistrarWaitsForTheRegisterOut(t *testing.T) {
+	dir := kubelettest.ShortTempDir(t)
+	kubeletSock := filepath.Join(dir, "kubelet.sock")
+	k := serveBlockingKubelet(t, kubeletSock)
+	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	f := spawnFamily(t, Props(Config{Recorder: ledger.NewRecorder(l, "boot-1", nil), Mode: grpcapi.ModeLegacy,
+		KubeletSocket: kubeletSock, RegisterTimeout: 5 * time.Second, RetryInitial: 10 * time.Millisecond, Log: zerolog.Nop()}))
+	r := &registrarUnderTest{family: f, log: l}
+	srv := grpcapi.NewPoolServer(gpu, emptyBackend{}, grpcapi.PoolServerOptions{})
+	sock := filepath.Join(dir, "example.com_gpu.0.sock")
+	if err := srv.Serve(sock); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
+
+	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
+	select {
+	case req := <-k.got:
+		if req.Endpoint != filepath.Base(sock) {
+			t.Fatalf("first Register of %s", req.Endpoint)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no Register went out")
+	}
+	r.Sys.Root.Send(r.Child, &Crash{Reason: "test"})
+	next[*NeedDesires](t, r.family)
+	sock2 := r.reserve(t, srv, &NeedSocket{Pool: gpu, Socket: sock})
+	select {
+	case req := <-k.got:
+		t.Fatalf("a second Register (%s) went out while the first was", req.Endpoint)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(k.release)
+	select {
+	case req := <-k.got:
+		if req.Endpoint != filepath.Base(sock2) {
+			t.Errorf("after the first was answered the kubelet was asked to register %s, want %s", req.Endpoint, filepath.Base(sock2))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the new socket was never registered")
+	}
+	r.await(t, "registered on the new socket", func(st *Status) bool {
+		return st.Pools[gpu].Registered && st.Pools[gpu].Socket == sock2
+	})
+}
