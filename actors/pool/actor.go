@@ -9,7 +9,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -430,7 +432,7 @@ func (p *allocator) reserve(ctx actor.Context, m *Reserve) {
 		return
 	}
 	lost := ""
-	if m.Lost {
+	if _, err := os.Stat(p.socket); m.Lost || (m.Socket == "" && errors.Is(err, fs.ErrNotExist)) {
 		lost = p.socket
 	}
 	p.socket = newSocketPath(p.cfg.SocketDir, p.name)

@@ -53,7 +53,8 @@ type SetHealth struct {
 }
 
 // Reserve asks the pool to serve on a new socket in place of Socket, if it
-// still serves there ("": wherever it serves), and to announce it (Serving). Lost says Socket
+// still serves there ("": wherever it serves, lost if its file is gone),
+// and to announce it (Serving). Lost says Socket
 // vanished (a kubelet restart empties device-plugins/): SocketLost is
 // recorded with the new PluginServing. Seq is as in SetMembers.
 type Reserve struct {

@@ -1,15 +1,25 @@
 package pool
 
 import (
+	"context"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/rs/zerolog"
+
+	"github.com/devledger/devledger/actors/ledger"
+	"github.com/devledger/devledger/actors/pool/allocation"
+	"github.com/devledger/devledger/config"
+	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/internal/actortest"
+	"github.com/devledger/devledger/store"
 )
 
 func TestSocketNames(t *testing.T) {
@@ -110,5 +120,47 @@ func TestLongResourceNamesFit(t *testing.T) {
 	}
 	if p := newSocketPath(dir, "intel.com/sriov_net"); !IsSocketName("intel.com/sriov_net", filepath.Base(p)) {
 		t.Errorf("a short name was cut: %s", p)
+	}
+}
+
+// Asked to serve anew wherever it serves (a restarted registrar knows no
+// socket), a pool moves to a new socket; SocketLost is recorded only when
+// its socket file is gone (the kubelet emptied its directory meanwhile).
+func TestReserveAnywhereRecordsALostSocket(t *testing.T) {
+	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	f := actortest.Spawn(t, Props(Config{
+		Resource: &config.Resource{Prefix: "example.com", Name: "vf", DeviceType: config.GenericPCI},
+		Members:  []allocation.Member{member(x)}, Recorder: ledger.NewRecorder(l, "boot-1", nil), Replayed: &events.State{},
+		SocketDir: kubelettest.ShortTempDir(t), Mode: grpcapi.ModeLegacy, Log: zerolog.Nop(),
+	}))
+	first := actortest.Next[*Serving](t, f).Socket
+	f.Sys.Root.Send(f.Child, &Reserve{})
+	second := actortest.Next[*Serving](t, f).Socket
+	if err := os.Remove(second); err != nil {
+		t.Fatal(err)
+	}
+	f.Sys.Root.Send(f.Child, &Reserve{})
+	third := actortest.Next[*Serving](t, f).Socket
+	if first == second || second == third {
+		t.Fatalf("served on %s, %s, %s: want a new socket each time", first, second, third)
+	}
+	if err := l.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var lost []string
+	if err := l.Read(1, func(e events.Envelope) error {
+		if p, ok := e.Payload.(events.SocketLost); ok {
+			lost = append(lost, p.Socket)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(lost, []string{second}) {
+		t.Errorf("SocketLost of %v, want of %s alone", lost, second)
 	}
 }
