@@ -358,8 +358,9 @@ func (c *checker) recorded(ctx actor.Context, verdicts []Verdict, envs []events.
 		c.devices[v.Address].Verdict = events.Verdict{Healthy: v.Healthy, Reason: v.Reason, Seq: v.Seq}
 	}
 	// The parent first, which tells the devices' pools: the kubelet need
-	// not wait for a line logged per VF of a PF going down.
-	ctx.Send(ctx.Parent(), &Changed{Verdicts: verdicts})
+	// not wait for a line logged per VF of a PF going down. A copy: a
+	// message is the receiver's once sent.
+	ctx.Send(ctx.Parent(), &Changed{Verdicts: slices.Clone(verdicts)})
 	for _, v := range verdicts {
 		ev := c.cfg.Log.Info()
 		if !v.Healthy {
