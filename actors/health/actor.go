@@ -2,7 +2,7 @@
 // (still in sysfs, still bound to the driver it joined its pool with, its VFIO
 // node still there, and, when its pool asks, its link or its PF's link up
 // with carrier), records DeviceHealthChanged when a verdict changes, then
-// tells the device's pool (for the kubelet) and its parent.
+// tells its parent, which tells the device's pool (for the kubelet).
 //
 // A device turns unhealthy once its probes have failed for its pool's
 // debounce (zero: at once), and healthy again once they have passed for the
@@ -345,7 +345,7 @@ func (c *checker) round(ctx actor.Context, targets []Target, linkOnly []bool) {
 }
 
 // recorded applies a round's verdicts once they are durable, and tells
-// the pools and the parent.
+// the parent.
 func (c *checker) recorded(ctx actor.Context, verdicts []Verdict, envs []events.Envelope, err error) {
 	if err != nil {
 		// Not recorded means not decided: the next round tries again.

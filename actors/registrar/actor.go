@@ -73,7 +73,7 @@ func Props(cfg Config) *actor.Props {
 		cfg.Mode = grpcapi.ModeLegacy
 	}
 	first := handoff.First(true)
-	life := &lifetime{downSince: cfg.KubeletDownSince, inflight: map[string]bool{}}
+	life := &lifetime{downSince: cfg.KubeletDownSince, inflight: map[string]string{}}
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &registrar{cfg: cfg, crashed: !first(), lifetime: life}
 	}, actor.WithDispatcher(supervise.Warm))
@@ -90,7 +90,7 @@ type lifetime struct {
 	// checkAgain is why the kubelet was to be checked while a probe was
 	// out ("" if not): the probe may have dialled before the news.
 	checkAgain string
-	inflight   map[string]bool // a Register call out, by pool
+	inflight   map[string]string // the socket of the Register out, by pool
 }
 
 type desire struct {
@@ -371,7 +371,7 @@ func (r *registrar) reconcile(ctx actor.Context) {
 	cur := r.observeKubelet(false)
 	for _, pool := range slices.Sorted(maps.Keys(r.desired)) {
 		d := r.desired[pool]
-		if r.inflight[pool] || r.retrying[pool] != nil {
+		if r.inflight[pool] != "" || r.retrying[pool] != nil {
 			continue
 		}
 		if _, err := os.Stat(d.socket); errors.Is(err, os.ErrNotExist) {
@@ -396,7 +396,7 @@ func (r *registrar) reconcile(ctx actor.Context) {
 		}
 		d.sent = true
 		r.desired[pool] = d
-		r.inflight[pool] = true
+		r.inflight[pool] = d.socket
 		r.register(ctx, pool, d.socket, cur)
 	}
 }
@@ -427,6 +427,12 @@ func (r *registrar) register(ctx actor.Context, pool, socket string, kubelet kub
 
 // answered takes the outcome of a Register.
 func (r *registrar) answered(ctx actor.Context, m *registerResult) {
+	if r.inflight[m.pool] != m.socket {
+		// Not the Register out: one of a registrar before this one (a
+		// restarted node's registrar has its predecessor's name).
+		r.cfg.Log.Debug().Str("pool", m.pool).Str("socket", m.socket).Msg("an earlier registrar's Register was answered")
+		return
+	}
 	delete(r.inflight, m.pool)
 	d, ok := r.desired[m.pool]
 	if !ok || d.socket != m.socket { // a socket the pool has left

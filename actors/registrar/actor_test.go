@@ -899,3 +899,45 @@ func TestACrashedRegistrarWaitsForTheRegisterOut(t *testing.T) {
 		return st.Pools[gpu].Registered && st.Pools[gpu].Socket == sock2
 	})
 }
+
+// The answer to a Register this registrar did not send (its predecessor's,
+// under the same name: the node restarted) is not taken for the one it
+// has out: no second Register goes out meanwhile, and the pool keeps its
+// socket.
+func TestAnAnswerToAnotherRegistrarsRegisterIsNotOurs(t *testing.T) {
+	dir := kubelettest.ShortTempDir(t)
+	kubeletSock := filepath.Join(dir, "kubelet.sock")
+	k := serveBlockingKubelet(t, kubeletSock)
+	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	f := spawnFamily(t, Props(Config{Recorder: ledger.NewRecorder(l, "boot-1", nil), Mode: grpcapi.ModeLegacy,
+		KubeletSocket: kubeletSock, RegisterTimeout: 5 * time.Second, RetryInitial: 10 * time.Millisecond, Log: zerolog.Nop()}))
+	r := &registrarUnderTest{family: f, log: l}
+	srv := grpcapi.NewPoolServer(gpu, emptyBackend{}, grpcapi.PoolServerOptions{})
+	sock := filepath.Join(dir, "example.com_gpu.0.sock")
+	if err := srv.Serve(sock); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
+
+	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
+	select {
+	case <-k.got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no Register went out")
+	}
+	r.Sys.Root.Send(r.Child, &registerResult{pool: gpu, socket: filepath.Join(dir, "example.com_gpu.earlier.sock"), kubelet: statKubelet(kubeletSock)})
+	r.NothingFor(t, 200*time.Millisecond)
+	select {
+	case req := <-k.got:
+		t.Fatalf("a second Register (%s) went out while the first was", req.Endpoint)
+	default:
+	}
+	close(k.release)
+	r.await(t, "registered on its socket", func(st *Status) bool {
+		return st.Pools[gpu].Registered && st.Pools[gpu].Socket == sock
+	})
+}
