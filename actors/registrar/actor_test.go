@@ -846,11 +846,11 @@ func TestKubeletGoneWhileAProbeIsOutIsRecorded(t *testing.T) {
 	t.Fatalf("no KubeletStopped recorded; the ledger holds %+v", r.recorded(t))
 }
 
-// A crash does not end a Register that is out: the restarted registrar
-// asks for every pool again (NeedDesires), and a pool's new socket is
-// registered only once the Register still out is answered, so the
-// kubelet never has two of one pool in flight.
-func TestACrashedRegistrarWaitsForTheRegisterOut(t *testing.T) {
+// registeringWithABlockingKubelet starts a registrar against a kubelet
+// that holds every Register (serveBlockingKubelet), serves gpu and desires
+// it: a Register of its socket goes out and is held.
+func registeringWithABlockingKubelet(t *testing.T) (*registrarUnderTest, *blockingKubelet, *grpcapi.PoolServer, string) {
+	t.Helper()
 	dir := kubelettest.ShortTempDir(t)
 	kubeletSock := filepath.Join(dir, "kubelet.sock")
 	k := serveBlockingKubelet(t, kubeletSock)
@@ -870,6 +870,15 @@ func TestACrashedRegistrarWaitsForTheRegisterOut(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
 
 	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
+	return r, k, srv, sock
+}
+
+// A crash does not end a Register that is out: the restarted registrar
+// asks for every pool again (NeedDesires), and a pool's new socket is
+// registered only once the Register still out is answered, so the
+// kubelet never has two of one pool in flight.
+func TestACrashedRegistrarWaitsForTheRegisterOut(t *testing.T) {
+	r, k, srv, sock := registeringWithABlockingKubelet(t)
 	select {
 	case req := <-k.got:
 		if req.Endpoint != filepath.Base(sock) {
@@ -905,31 +914,14 @@ func TestACrashedRegistrarWaitsForTheRegisterOut(t *testing.T) {
 // has out: no second Register goes out meanwhile, and the pool keeps its
 // socket.
 func TestAnAnswerToAnotherRegistrarsRegisterIsNotOurs(t *testing.T) {
-	dir := kubelettest.ShortTempDir(t)
-	kubeletSock := filepath.Join(dir, "kubelet.sock")
-	k := serveBlockingKubelet(t, kubeletSock)
-	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	f := spawnFamily(t, Props(Config{Recorder: ledger.NewRecorder(l, "boot-1", nil), Mode: grpcapi.ModeLegacy,
-		KubeletSocket: kubeletSock, RegisterTimeout: 5 * time.Second, RetryInitial: 10 * time.Millisecond, Log: zerolog.Nop()}))
-	r := &registrarUnderTest{family: f, log: l}
-	srv := grpcapi.NewPoolServer(gpu, emptyBackend{}, grpcapi.PoolServerOptions{})
-	sock := filepath.Join(dir, "example.com_gpu.0.sock")
-	if err := srv.Serve(sock); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
-
-	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
+	r, k, _, sock := registeringWithABlockingKubelet(t)
+	dir := filepath.Dir(sock)
 	select {
 	case <-k.got:
 	case <-time.After(5 * time.Second):
 		t.Fatal("no Register went out")
 	}
-	r.Sys.Root.Send(r.Child, &registerResult{pool: gpu, socket: filepath.Join(dir, "example.com_gpu.earlier.sock"), kubelet: statKubelet(kubeletSock)})
+	r.Sys.Root.Send(r.Child, &registerResult{pool: gpu, socket: filepath.Join(dir, "example.com_gpu.earlier.sock"), kubelet: statKubelet(filepath.Join(dir, "kubelet.sock"))})
 	r.NothingFor(t, 200*time.Millisecond)
 	select {
 	case req := <-k.got:
