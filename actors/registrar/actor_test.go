@@ -743,25 +743,8 @@ func serveBlockingKubelet(t *testing.T, path string) *blockingKubelet {
 // its predecessor did: the registrar cannot tell, so it registers with the
 // new one on a new socket, never the same path again.
 func TestKubeletRestartDuringRegisterMovesToANewSocket(t *testing.T) {
-	dir := kubelettest.ShortTempDir(t)
-	kubeletSock := filepath.Join(dir, "kubelet.sock")
-	old := serveBlockingKubelet(t, kubeletSock)
-	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	f := spawnFamily(t, Props(Config{Recorder: ledger.NewRecorder(l, "boot-1", nil), Mode: grpcapi.ModeLegacy,
-		KubeletSocket: kubeletSock, RegisterTimeout: 5 * time.Second, RetryInitial: 10 * time.Millisecond, Log: zerolog.Nop()}))
-	r := &registrarUnderTest{family: f, log: l}
-	srv := grpcapi.NewPoolServer(gpu, emptyBackend{}, grpcapi.PoolServerOptions{})
-	sock := filepath.Join(dir, "example.com_gpu.1.sock")
-	if err := srv.Serve(sock); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
-
-	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
+	r, old, srv, sock := registeringWithABlockingKubelet(t)
+	kubeletSock := filepath.Join(filepath.Dir(sock), "kubelet.sock")
 	if req := <-old.got; req.Endpoint != filepath.Base(sock) {
 		t.Fatalf("first Register of %s", req.Endpoint)
 	}
