@@ -54,6 +54,14 @@ func poolStatus(t *testing.T, ctx context.Context, d *Daemon, pid *actor.PID) *p
 func startSupervised(t *testing.T, cfg string, kopts kubelettest.Options, pool string) (*testNode, *Daemon, context.Context, *node.ChildPIDs) {
 	t.Helper()
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, cfg, kopts)
+	d, ctx, kids := superviseNode(t, n, pool)
+	return n, d, ctx, kids
+}
+
+// superviseNode starts the daemon of n and returns it once pool is
+// registered, with its actors.
+func superviseNode(t *testing.T, n *testNode, pool string) (*Daemon, context.Context, *node.ChildPIDs) {
+	t.Helper()
 	d := n.start(t)
 	ctx := supervisionCtx(t)
 	if _, err := n.kubelet.WaitRegistered(ctx, pool); err != nil {
@@ -63,7 +71,7 @@ func startSupervised(t *testing.T, cfg string, kopts kubelettest.Options, pool s
 	if err != nil {
 		t.Fatal(err)
 	}
-	return n, d, ctx, kids
+	return d, ctx, kids
 }
 
 // crashAndWaitRegistered crashes pool and waits until the kubelet took a
@@ -315,10 +323,19 @@ func TestNodeCrashKeepsTheReloadedConfig(t *testing.T) {
 }
 
 // A crashed registrar knows no pool: it asks for them again, and every pool
-// serves on a new socket and registers anew. The kubelet restart that
-// follows still finds every pool, and the crash alone records no restart.
+// serves on a new socket and registers anew (in watcher mode, the kubelet's
+// plugin watcher finds the new sockets). The kubelet restart that follows
+// still finds every pool, and the crash alone records no restart.
 func TestACrashedRegistrarRegistersEveryPoolAgain(t *testing.T) {
-	n, d, ctx, kids := startSupervised(t, sriovConfig, kubelettest.Options{}, vfioPool)
+	for _, mode := range []string{"legacy", "watcher"} {
+		t.Run(mode, func(t *testing.T) { crashedRegistrarRegistersEveryPoolAgain(t, mode) })
+	}
+}
+
+func crashedRegistrarRegistersEveryPoolAgain(t *testing.T, mode string) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{PluginWatcher: mode == "watcher"})
+	n.opts.Registration = mode
+	d, ctx, kids := superviseNode(t, n, vfioPool)
 	if _, err := n.kubelet.WaitRegistered(ctx, netPool); err != nil {
 		t.Fatal(err)
 	}
