@@ -32,9 +32,11 @@ import (
 // health flips; VFs rebound and moved between pools; config reloads that
 // move allocated devices; hot-unplug; pool and node crashes; rescans; a
 // daemon restart, or a SIGKILL with Allocates in flight; pods that claim
-// allocations, or leave them; kubelet restarts) go through a real daemon,
-// and at every quiet point each pool's state, asked by message, equals the
-// fold of the ledger restricted to that pool: its members, their health,
+// allocations, or leave them; kubelet restarts; registrar crashes) go
+// through a real daemon, registered through kubelet.sock or (half the
+// seeds) the kubelet's plugin watcher, and at every quiet point each
+// pool's state, asked by message, equals the fold of the ledger
+// restricted to that pool: its members, their health,
 // and the live allocations holding them; so do the node's, the
 // reconciler's and the registrar's (see compareProjections); and what the
 // kubelet was told over ListAndWatch agrees with the ledger. CI runs modelSeeds seeds;
@@ -126,7 +128,14 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 	// list: their ListAndWatch stream is open.
 	var listedMu sync.Mutex
 	listed := map[string]bool{}
-	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{OnEvent: func(ev kubelettest.Event) {
+	// Half the seeds register through the kubelet's plugin watcher
+	// (plugins_registry/), half through kubelet.sock; drawn apart too.
+	mode := "legacy"
+	if rand.New(rand.NewPCG(seed, 0x77617463)).IntN(2) == 0 {
+		mode = "watcher"
+	}
+	watcher := mode == "watcher"
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{PluginWatcher: watcher, OnEvent: func(ev kubelettest.Event) {
 		if ev.Kind == kubelettest.DevicesListed {
 			listedMu.Lock()
 			listed[ev.Endpoint] = true
@@ -134,6 +143,7 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 		}
 	}})
 	n.opts.ScanInterval, n.opts.ProbeInterval, n.opts.KernelEvents = time.Hour, time.Hour, false
+	n.opts.Registration = mode
 	// Rounds come when the model asks (and when a kubelet appears); an
 	// allocation no container claims by the next is a leak suspect.
 	n.opts.ReconcileInterval, n.opts.LeakGrace = time.Hour, 50*time.Millisecond
@@ -168,7 +178,7 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 	var history []string
 	fail := func(format string, args ...any) {
 		t.Helper()
-		t.Fatalf("seed %d, after %s: %s", seed, strings.Join(history, ", "), fmt.Sprintf(format, args...))
+		t.Fatalf("seed %d (%s registration), after %s: %s", seed, mode, strings.Join(history, ", "), fmt.Sprintf(format, args...))
 	}
 	// rebind binds vf to the other pool's driver and asks for a rescan,
 	// which moves it, allocated or not.
