@@ -241,6 +241,8 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 	// So does the registrar crash, drawn apart again: every pool then
 	// serves on a new socket and registers anew.
 	registrars := rand.New(rand.NewPCG(seed, 0x72656769))
+	// How many devices an Allocate asks for, drawn apart again.
+	sizes := rand.New(rand.NewPCG(seed, 0x73697a65))
 	for range modelSteps {
 		step()
 		if registrars.IntN(16) == 0 && crashes["registrar"] < 3 {
@@ -295,7 +297,10 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 			history = append(history, what)
 		}
 		switch op := rng.IntN(12); op {
-		case 0, 1: // Allocates, from one to four clients at once
+		case 0, 1: // Allocates, from one to four clients at once; a
+			// quarter of them ask for a second device, for the same
+			// container or for a second one (perhaps the same device:
+			// refused)
 			clients := 1 + rng.IntN(4)
 			var wg sync.WaitGroup
 			var picked []string
@@ -305,9 +310,21 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 				if len(devs) == 0 {
 					continue
 				}
-				id := devs[rng.IntN(len(devs))].ID
-				picked = append(picked, id)
-				wg.Go(func() { _, _ = n.kubelet.Allocate(ctx, res, []string{id}) })
+				containers := [][]string{{devs[rng.IntN(len(devs))].ID}}
+				if sizes.IntN(4) == 0 {
+					other := devs[sizes.IntN(len(devs))].ID
+					if sizes.IntN(2) == 0 {
+						containers[0] = append(containers[0], other)
+					} else {
+						containers = append(containers, []string{other})
+					}
+				}
+				var named []string
+				for _, c := range containers {
+					named = append(named, strings.Join(c, ","))
+				}
+				picked = append(picked, strings.Join(named, "|"))
+				wg.Go(func() { _, _ = n.kubelet.Allocate(ctx, res, containers...) })
 			}
 			wg.Wait()
 			history = append(history, "allocate "+strings.Join(picked, "+"))
