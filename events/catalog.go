@@ -357,7 +357,8 @@ type DevicesAllocated struct {
 	// Supersedes are the live allocations of Pool that held any of
 	// DeviceIDs when the kubelet allocated them again. The kubelet gives
 	// out only devices it holds free, so their containers are gone: the
-	// fold releases them here, with no DevicesReleased of their own.
+	// fold releases them here, with no DevicesReleased of their own. Each
+	// is named once, by the first event that takes one of its devices.
 	Supersedes []uint64 `json:"supersedes,omitempty"`
 	// HeldElsewhere are the live allocations of other pools that held any
 	// of DeviceIDs (the device moved pools while held): both hold it now,

@@ -66,12 +66,24 @@ func (l *lifetime) flying(id string) bool {
 	return false
 }
 
+// superseding are the allocations that the pending Allocates' events end.
+func (l *lifetime) superseding() map[uint64]bool {
+	out := map[uint64]bool{}
+	for _, f := range l.pending {
+		for _, seq := range f.supersedes {
+			out[seq] = true
+		}
+	}
+	return out
+}
+
 // flight is an Allocate whose events are queued with the store.
 type flight struct {
-	ids     []string // every container's devices
-	resp    *pluginapi.AllocateResponse
-	reply   chan<- allocateReply
-	started time.Time
+	ids        []string // every container's devices
+	supersedes []uint64 // the allocations its events end
+	resp       *pluginapi.AllocateResponse
+	reply      chan<- allocateReply
+	started    time.Time
 	// landed receives the store's answer, once; the actor reads it when
 	// the landed message comes, or waits on it when it stops.
 	landed chan landing
@@ -103,12 +115,19 @@ func (p *allocator) allocate(ctx actor.Context, m *allocateReq) error {
 	}
 	resp := &pluginapi.AllocateResponse{ContainerResponses: make([]*pluginapi.ContainerAllocateResponse, 0, len(devs))}
 	payloads := make([]events.Payload, 0, len(devs))
+	// An allocation is superseded once: by the first container that
+	// takes one of its devices, or by an Allocate under way (should that
+	// one fail, it stays live until the reconciler finds it released).
+	ended := p.life.superseding()
+	var supersedes []uint64
 	for i, ds := range devs {
 		answer, err := allocation.Respond(p.cfg.Resource, ds, p.cfg.Env)
 		if err != nil {
 			return fmt.Errorf("%w: Allocate for %s: %v", grpcapi.ErrInvalidRequest, p.name, err)
 		}
-		payloads = append(payloads, p.allocated(devices[i], i, answer))
+		e := p.allocated(devices[i], i, answer, ended)
+		payloads = append(payloads, e)
+		supersedes = append(supersedes, e.Supersedes...)
 		resp.ContainerResponses = append(resp.ContainerResponses, toPlugin(answer))
 	}
 	if p.cfg.DevinfoDir != "" && p.cfg.Resource.DeviceType == config.NetDevice {
@@ -121,7 +140,7 @@ func (p *allocator) allocate(ctx actor.Context, m *allocateReq) error {
 	l := p.life
 	l.nextID++
 	id := l.nextID
-	f := &flight{ids: ids, resp: resp, reply: m.reply, started: m.started, landed: make(chan landing, 1)}
+	f := &flight{ids: ids, supersedes: supersedes, resp: resp, reply: m.reply, started: m.started, landed: make(chan landing, 1)}
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	if err := p.cfg.Recorder.RecordAsync(m.ctx, nil, payloads, func(envs []events.Envelope, err error) {
 		f.landed <- landing{envs: envs, err: err}
@@ -135,12 +154,18 @@ func (p *allocator) allocate(ctx actor.Context, m *allocateReq) error {
 
 // allocated is the event of one container's devices, with what the pool
 // knows of them now. It supersedes this pool's holds on them (the kubelet
-// hands out only devices it holds free: those containers are gone);
-// another pool's hold is a conflict the kubelet cannot see.
-func (p *allocator) allocated(ids []string, index int, answer events.ContainerAllocation) events.DevicesAllocated {
+// hands out only devices it holds free: those containers are gone) but
+// those ended already, which it adds to; another pool's hold is a
+// conflict the kubelet cannot see.
+func (p *allocator) allocated(ids []string, index int, answer events.ContainerAllocation, ended map[uint64]bool) events.DevicesAllocated {
 	e := events.DevicesAllocated{Pool: p.name, DeviceIDs: ids, ContainerIndex: index, Response: answer}
 	for _, id := range ids {
-		e.Supersedes = append(e.Supersedes, p.holds.Holders[id]...)
+		for _, seq := range p.holds.Holders[id] {
+			if !ended[seq] {
+				ended[seq] = true
+				e.Supersedes = append(e.Supersedes, seq)
+			}
+		}
 		m := p.members[id]
 		for _, h := range m.HeldElsewhere {
 			if !h.Leaving() {
@@ -151,7 +176,7 @@ func (p *allocator) allocated(ids []string, index int, answer events.ContainerAl
 			e.Unhealthy = append(e.Unhealthy, id)
 		}
 	}
-	e.Supersedes = slices.Compact(slices.Sorted(slices.Values(e.Supersedes)))
+	slices.Sort(e.Supersedes)
 	e.HeldElsewhere = slices.Compact(slices.Sorted(slices.Values(e.HeldElsewhere)))
 	return e
 }

@@ -336,3 +336,46 @@ func TestARestartDoesNotRecordAQueuedChangeTwice(t *testing.T) {
 		t.Errorf("%s recorded as added %d times, want once", z, added)
 	}
 }
+
+// An Allocate names each allocation it supersedes once: an allocation of
+// two devices given out again to two containers of one request, or to two
+// Allocates under way at once, is ended by the first and not named again.
+func TestAnAllocationIsSupersededOnce(t *testing.T) {
+	const z, w = "0000:3b:02.2", "0000:3b:02.3"
+	// The ledger has x and y held by #5, z and w by #6.
+	st := events.NewState()
+	for seq, ids := range map[uint64][]string{5: {x, y}, 6: {z, w}} {
+		st = events.Apply(st, events.Envelope{Seq: seq, Payload: events.DevicesAllocated{Pool: "example.com/vf", DeviceIDs: ids}})
+	}
+	f, g, allocated := poolWithAllocateHeld(t, func(c *Config) {
+		c.Members = append(c.Members, member(z), member(w))
+		c.Replayed = &st
+	})
+	// The Allocate of x, under way, ends #5: the one of y does not.
+	concurrent := allocateVia(f, context.Background(), y)
+	twoContainers := make(chan allocateReply, 1)
+	f.Sys.Root.Send(f.Child, &allocateReq{ctx: context.Background(), req: request([]string{z}, []string{w}), reply: twoContainers, started: time.Now()})
+	g.release()
+	if err := <-allocated; err != nil {
+		t.Fatal(err)
+	}
+	for _, reply := range []chan allocateReply{concurrent, twoContainers} {
+		if r := awaitReply(t, reply); r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	supersedes := map[string][]uint64{}
+	if err := g.log.Read(1, func(e events.Envelope) error {
+		if a, ok := e.Payload.(events.DevicesAllocated); ok {
+			supersedes[strings.Join(a.DeviceIDs, ",")] = a.Supersedes
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for ids, want := range map[string][]uint64{x: {5}, y: nil, z: {6}, w: nil} {
+		if got, ok := supersedes[ids]; !ok || !slices.Equal(got, want) {
+			t.Errorf("the allocation of %s supersedes %v (recorded: %v), want %v", ids, got, ok, want)
+		}
+	}
+}
