@@ -358,7 +358,9 @@ type DevicesAllocated struct {
 	// DeviceIDs when the kubelet allocated them again. The kubelet gives
 	// out only devices it holds free, so their containers are gone: the
 	// fold releases them here, with no DevicesReleased of their own. Each
-	// is named once, by the first event that takes one of its devices.
+	// is named once: not again by a later container of the request, nor
+	// while an Allocate under way names it (should that one fail, the
+	// allocation stays live until released).
 	Supersedes []uint64 `json:"supersedes,omitempty"`
 	// HeldElsewhere are the live allocations of other pools that held any
 	// of DeviceIDs (the device moved pools while held): both hold it now,

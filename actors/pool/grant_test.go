@@ -342,16 +342,17 @@ func TestARestartDoesNotRecordAQueuedChangeTwice(t *testing.T) {
 // Allocates under way at once, is ended by the first and not named again.
 func TestAnAllocationIsSupersededOnce(t *testing.T) {
 	const z, w = "0000:3b:02.2", "0000:3b:02.3"
-	// The ledger has x and y held by #5, z and w by #6.
+	// The ledger has x and y held by #100, z and w by #101 (above the
+	// sequences this test records).
 	st := events.NewState()
-	for seq, ids := range map[uint64][]string{5: {x, y}, 6: {z, w}} {
+	for seq, ids := range map[uint64][]string{100: {x, y}, 101: {z, w}} {
 		st = events.Apply(st, events.Envelope{Seq: seq, Payload: events.DevicesAllocated{Pool: "example.com/vf", DeviceIDs: ids}})
 	}
 	f, g, allocated := poolWithAllocateHeld(t, func(c *Config) {
 		c.Members = append(c.Members, member(z), member(w))
 		c.Replayed = &st
 	})
-	// The Allocate of x, under way, ends #5: the one of y does not.
+	// The Allocate of x, under way, ends #100: the one of y does not.
 	concurrent := allocateVia(f, context.Background(), y)
 	twoContainers := make(chan allocateReply, 1)
 	f.Sys.Root.Send(f.Child, &allocateReq{ctx: context.Background(), req: request([]string{z}, []string{w}), reply: twoContainers, started: time.Now()})
@@ -373,7 +374,7 @@ func TestAnAllocationIsSupersededOnce(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	for ids, want := range map[string][]uint64{x: {5}, y: nil, z: {6}, w: nil} {
+	for ids, want := range map[string][]uint64{x: {100}, y: nil, z: {101}, w: nil} {
 		if got, ok := supersedes[ids]; !ok || !slices.Equal(got, want) {
 			t.Errorf("the allocation of %s supersedes %v (recorded: %v), want %v", ids, got, ok, want)
 		}
