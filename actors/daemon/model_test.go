@@ -266,11 +266,15 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 			// KubeletRestarted then ends no recorded stop.
 			if up := served(t, d, pools); kubelets.IntN(4) == 0 && len(up) > 0 {
 				what = "stop kubelet, recorded down, and boot it"
+				// The socket the pool serves now, as the ledger has it:
+				// the kubelet's last registration of the pool may be of
+				// an older one (a pool that crashed serves a new socket,
+				// which the plugin watcher registers in its own time).
 				streaming := func(p string) bool {
-					regs := slices.DeleteFunc(n.kubelet.Registrations(), func(r kubelettest.Registration) bool { return r.Resource != p })
+					sock := ledgerState(t, d).Pools[p].Registration.Socket
 					listedMu.Lock()
 					defer listedMu.Unlock()
-					return len(regs) > 0 && listed[regs[len(regs)-1].Endpoint]
+					return sock != "" && listed[sock]
 				}
 				for _, p := range up {
 					for !streaming(p) {
