@@ -112,8 +112,13 @@ func reexecInNamespace() (reason string, code int) {
 	return "", 0
 }
 
+// prebuiltEnv names a directory that holds devledger and sysfsgen built
+// already; the suite then builds nothing.
+const prebuiltEnv = "DEVLEDGER_BIN_DIR"
+
 // setUp runs inside the namespace: it puts a tmpfs where the kubelet's root
-// dir is and builds the binaries under test into binDir.
+// dir is and builds the binaries under test into binDir (or takes them from
+// $DEVLEDGER_BIN_DIR).
 func setUp(binDir string) error {
 	if err := mountKubeletRoot(); err != nil {
 		return err
@@ -123,6 +128,17 @@ func setUp(binDir string) error {
 		return err
 	}
 	repoRoot = root
+	if dir := os.Getenv(prebuiltEnv); dir != "" {
+		// Built elsewhere, for a machine with no Go toolchain.
+		devledgerBin = filepath.Join(dir, "devledger")
+		sysfsgenBin = filepath.Join(dir, "sysfsgen")
+		for _, bin := range []string{devledgerBin, sysfsgenBin} {
+			if _, err := os.Stat(bin); err != nil {
+				return fmt.Errorf("%s=%s: %w", prebuiltEnv, dir, err)
+			}
+		}
+		return nil
+	}
 	devledgerBin = filepath.Join(binDir, "devledger")
 	sysfsgenBin = filepath.Join(binDir, "sysfsgen")
 	start := time.Now()
