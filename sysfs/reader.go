@@ -225,6 +225,24 @@ func (r *Reader) Scan() ([]Device, error) {
 	return devs, nil
 }
 
+// ScanAhead begins a Scan on a goroutine of its own and returns at once;
+// the function it returns waits for that scan and gives its result, the
+// same on every call. The daemon reads the node while it replays its
+// ledger.
+func (r *Reader) ScanAhead() func() ([]Device, error) {
+	done := make(chan struct{})
+	var devs []Device
+	var err error
+	go func() {
+		defer close(done)
+		devs, err = r.Scan()
+	}()
+	return func() ([]Device, error) {
+		<-done
+		return devs, err
+	}
+}
+
 // Device reads the one PCI function at addr (any form NormalizeAddress
 // accepts). For a VF it also reads the PF, for the VF index and the PF's
 // interface. The error wraps ErrInvalidAddress for a malformed address,

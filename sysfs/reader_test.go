@@ -279,6 +279,32 @@ func TestScanLargeScenario(t *testing.T) {
 	}
 }
 
+// TestScanAhead checks that a scan begun ahead gives what Scan gives, as
+// the tree was then, on every call, and Scan's error for a missing root.
+func TestScanAhead(t *testing.T) {
+	roots := sysfsgen.TempScenario(t, sysfsgen.ScenarioSRIOV)
+	r := sampleReader(t, roots)
+	want := scanOK(t, r)
+	wait := r.ScanAhead()
+	got, err := wait()
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("ScanAhead gave %d functions, %v; Scan gave %d", len(got), err, len(want))
+	}
+	if err := os.Remove(filepath.Join(roots.Sysfs, "bus", "pci", "devices", want[0].Address)); err != nil {
+		t.Fatal(err)
+	}
+	if now := scanOK(t, r); len(now) != len(want)-1 {
+		t.Fatalf("Scan after a removal found %d functions, want %d", len(now), len(want)-1)
+	}
+	if again, err := wait(); err != nil || !reflect.DeepEqual(again, want) {
+		t.Errorf("a second wait gave %d functions, %v; want the first result", len(again), err)
+	}
+	missing := filepath.Join(t.TempDir(), "nowhere")
+	if _, err := testReader(t, sysfsgen.Roots{Sysfs: missing, Dev: roots.Dev}, Options{}).ScanAhead()(); !errors.Is(err, ErrNoSysfsRoot) {
+		t.Errorf("ScanAhead of a missing root: %v, want %v", err, ErrNoSysfsRoot)
+	}
+}
+
 // TestDeviceMatchesScan checks that reading one function gives what a full
 // scan gives for it, VF links included, and that a short address works.
 func TestDeviceMatchesScan(t *testing.T) {
