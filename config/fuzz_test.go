@@ -83,7 +83,7 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("incomplete resource %+v", r)
 			}
 		}
-		sel := cfg.Select(devs, Env{DefaultRouteInterfaces: []string{"eth0"}})
+		sel := selectBoth(t, cfg, devs, Env{DefaultRouteInterfaces: []string{"eth0"}})
 		if len(sel.Devices) != len(devs) || len(sel.Pools) != len(cfg.Resources) {
 			t.Fatalf("selection lost devices or pools")
 		}

@@ -78,9 +78,9 @@ type Outcome struct {
 	Verdicts []PoolVerdict
 }
 
-// record adds pool p's verdict v; the device, named id in p's member
-// list, joins p when p accepted it and no earlier pool did.
-func (o *Outcome) record(v PoolVerdict, matched string, p *PoolMembers, id string) {
+// record adds pool p's verdict v (when keep); the device, named id in p's
+// member list, joins p when p accepted it and no earlier pool did.
+func (o *Outcome) record(v PoolVerdict, matched string, p *PoolMembers, id string, keep bool) {
 	if v.Accepted {
 		if o.Pool != "" {
 			v.Rule = "taken by earlier pool " + o.Pool
@@ -90,7 +90,9 @@ func (o *Outcome) record(v PoolVerdict, matched string, p *PoolMembers, id strin
 			p.Members = append(p.Members, id)
 		}
 	}
-	o.Verdicts = append(o.Verdicts, v)
+	if keep {
+		o.Verdicts = append(o.Verdicts, v)
+	}
 }
 
 // PoolVerdict is one pool's judgement of one device.
@@ -165,13 +167,29 @@ func (s *Selection) Placement(addr string) (*Placement, bool) {
 //
 // devs is not modified. The result lists every device and every pool.
 func (c *Config) Select(devs []sysfs.Device, env Env) *Selection {
+	return c.selectDevices(devs, env, true)
+}
+
+// Members is each pool's members, as Select gives them, without the
+// verdicts that explain them: the daemon places every scan and explains
+// none, and building the verdicts' lines costs most of a Select.
+func (c *Config) Members(devs []sysfs.Device, env Env) []PoolMembers {
+	return c.selectDevices(devs, env, false).Pools
+}
+
+// selectDevices is Select; with explain false it leaves out Devices and
+// fills in no verdict's lines.
+func (c *Config) selectDevices(devs []sysfs.Device, env Env, explain bool) *Selection {
 	m := newMatcher(devs, env)
+	m.explain = explain
 	sel := &Selection{Pools: make([]PoolMembers, len(c.Resources))}
 	for i := range c.Resources {
 		sel.Pools[i] = PoolMembers{Name: c.Resources[i].FullName(), Resource: &c.Resources[i]}
 	}
 	hasAux := slices.ContainsFunc(c.Resources, func(r Resource) bool { return r.DeviceType == AuxNetDevice })
-	sel.Devices = make([]Placement, len(devs))
+	if explain {
+		sel.Devices = make([]Placement, len(devs))
+	}
 	for di := range devs {
 		d := &devs[di]
 		pl := Placement{Address: d.Address}
@@ -181,10 +199,10 @@ func (c *Config) Select(devs []sysfs.Device, env Env) *Selection {
 				pl.Verdicts = append(pl.Verdicts, auxSummary(r, d))
 				continue
 			}
-			v, matched := m.judge(r, d, nil)
-			pl.record(v, matched, &sel.Pools[ri], d.Address)
+			v, matched := m.judge(r, sel.Pools[ri].Name, d, nil)
+			pl.record(v, matched, &sel.Pools[ri], d.Address, explain)
 		}
-		if pl.Pool == "" {
+		if pl.Pool == "" && explain {
 			pl.Reason = reason(pl.Verdicts, d, c)
 		}
 		if hasAux {
@@ -196,16 +214,18 @@ func (c *Config) Select(devs []sysfs.Device, env Env) *Selection {
 					if r.DeviceType != AuxNetDevice {
 						continue
 					}
-					v, matched := m.judge(r, d, a)
-					ap.record(v, matched, &sel.Pools[ri], a.Name)
+					v, matched := m.judge(r, sel.Pools[ri].Name, d, a)
+					ap.record(v, matched, &sel.Pools[ri], a.Name, explain)
 				}
-				if ap.Pool == "" {
+				if ap.Pool == "" && explain {
 					ap.Reason = auxReason(ap.Verdicts)
 				}
 				pl.Aux = append(pl.Aux, ap)
 			}
 		}
-		sel.Devices[di] = pl
+		if explain {
+			sel.Devices[di] = pl
+		}
 	}
 	return sel
 }
@@ -257,6 +277,7 @@ func auxReason(verdicts []PoolVerdict) string {
 
 // matcher holds what judging a device needs besides the device.
 type matcher struct {
+	explain      bool // fill in the lines of verdicts and checks
 	env          Env
 	byAddr       map[string]*sysfs.Device
 	defaultRoute map[string]bool
@@ -273,11 +294,24 @@ func newMatcher(devs []sysfs.Device, env Env) *matcher {
 	return m
 }
 
-// judge gives pool r's verdict on function d, or on its auxiliary device
-// a when a is not nil. matched is the path of the first matching selector
-// object.
-func (m *matcher) judge(r *Resource, d *sysfs.Device, a *sysfs.AuxDevice) (v PoolVerdict, matched string) {
-	v = PoolVerdict{Pool: r.FullName()}
+// judge gives pool r's verdict (pool is its full name) on function d, or
+// on its auxiliary device a when a is not nil. matched is the path of the
+// first matching selector object.
+func (m *matcher) judge(r *Resource, pool string, d *sysfs.Device, a *sysfs.AuxDevice) (v PoolVerdict, matched string) {
+	v = PoolVerdict{Pool: pool}
+	if !m.explain {
+		// The same outcome; the rules first, as nothing is explained.
+		if m.gate(r, d, a) != "" {
+			return v, ""
+		}
+		for i := range r.Selectors {
+			if sv := m.evaluate(r, &r.Selectors[i], d, a); sv.Matched {
+				v.Accepted = true
+				return v, sv.Path
+			}
+		}
+		return v, ""
+	}
 	for i := range r.Selectors {
 		sv := m.evaluate(r, &r.Selectors[i], d, a)
 		if sv.Matched && matched == "" {
@@ -367,63 +401,73 @@ func classText(d *sysfs.Device) string {
 // SR-IOV plugin applies them.
 func (m *matcher) evaluate(r *Resource, s *Selector, d *sysfs.Device, a *sysfs.AuxDevice) SelectorVerdict {
 	sv := SelectorVerdict{Path: s.Path, Matched: true}
-	add := func(field string, passed bool, reason string) {
-		sv.Checks = append(sv.Checks, Check{Field: field, Passed: passed, Reason: field + ": " + reason})
+	// The line of a check is made only to explain.
+	add := func(field string, passed bool, reason func() string) {
 		sv.Matched = sv.Matched && passed
+		if m.explain {
+			sv.Checks = append(sv.Checks, Check{Field: field, Passed: passed, Reason: field + ": " + reason()})
+		}
+	}
+	say := func(reason string) func() string { return func() string { return reason } }
+	// among checks that the device's val is one of vals.
+	among := func(field string, vals []string, lead, val, unknown string) {
+		add(field, slices.Contains(vals, val), func() string { return has(lead, val, unknown) + ", pool wants " + wants(vals) })
 	}
 	if len(s.Vendors) > 0 {
-		add(fieldVendors, slices.Contains(s.Vendors, d.Vendor), has("device has", d.Vendor, "vendor unknown")+", pool wants "+wants(s.Vendors))
+		among(fieldVendors, s.Vendors, "device has", d.Vendor, "vendor unknown")
 	}
 	if len(s.Devices) > 0 {
-		add(fieldDevices, slices.Contains(s.Devices, d.Device), has("device has", d.Device, "device ID unknown")+", pool wants "+wants(s.Devices))
+		among(fieldDevices, s.Devices, "device has", d.Device, "device ID unknown")
 	}
 	if len(s.Drivers) > 0 {
-		add(fieldDrivers, slices.Contains(s.Drivers, d.Driver), has("device has", d.Driver, "device has no driver")+", pool wants "+wants(s.Drivers))
+		among(fieldDrivers, s.Drivers, "device has", d.Driver, "device has no driver")
 	}
 	if len(s.PCIAddresses) > 0 {
 		ok := slices.ContainsFunc(s.PCIAddresses, func(p string) bool { return strings.EqualFold(p, d.Address) })
-		add(fieldPCIAddresses, ok, "device is "+d.Address+", pool wants "+wants(s.PCIAddresses))
+		add(fieldPCIAddresses, ok, func() string { return "device is " + d.Address + ", pool wants " + wants(s.PCIAddresses) })
 	}
 	if len(s.ACPIIndexes) > 0 {
-		add(fieldACPIIndexes, slices.Contains(s.ACPIIndexes, d.ACPIIndex), has("device has", d.ACPIIndex, "device has no acpi_index")+", pool wants "+wants(s.ACPIIndexes))
+		among(fieldACPIIndexes, s.ACPIIndexes, "device has", d.ACPIIndex, "device has no acpi_index")
 	}
 	if len(s.AuxTypes) > 0 && a != nil {
-		add(fieldAuxTypes, slices.Contains(s.AuxTypes, a.Type), has("device is of type", a.Type, "device type unknown")+", pool wants "+wants(s.AuxTypes))
+		among(fieldAuxTypes, s.AuxTypes, "device is of type", a.Type, "device type unknown")
 	}
 	if len(s.PFNames) > 0 {
 		passed, why := m.pfCheck(s.PFNames, d, a, false)
-		add(fieldPFNames, passed, why)
+		add(fieldPFNames, passed, say(why))
 	}
 	if len(s.RootDevices) > 0 {
 		passed, why := m.pfCheck(s.RootDevices, d, a, true)
-		add(fieldRootDevices, passed, why)
+		add(fieldRootDevices, passed, say(why))
 	}
 	linkType := m.linkType(d)
 	if len(s.LinkTypes) > 0 {
-		add(fieldLinkTypes, slices.Contains(s.LinkTypes, linkType), has("link type is", linkType, "link type unknown")+", pool wants "+wants(s.LinkTypes))
+		among(fieldLinkTypes, s.LinkTypes, "link type is", linkType, "link type unknown")
 	}
 	if len(s.DDPProfiles) > 0 {
-		add(fieldDDPProfiles, false, "cannot be evaluated on this node")
+		add(fieldDDPProfiles, false, say("cannot be evaluated on this node"))
 	}
 	if len(s.PKeys) > 0 {
 		passed, why := pkeyCheck(s.PKeys, d, linkType)
-		add(fieldPKeys, passed, why)
+		add(fieldPKeys, passed, say(why))
 	}
 	if s.IsRDMA {
 		if d.RDMA() {
-			add(fieldIsRDMA, true, "device has RDMA ("+strings.Join(d.RDMADevices, ", ")+")")
+			add(fieldIsRDMA, true, func() string { return "device has RDMA (" + strings.Join(d.RDMADevices, ", ") + ")" })
 		} else {
-			add(fieldIsRDMA, false, "device has no RDMA device")
+			add(fieldIsRDMA, false, say("device has no RDMA device"))
 		}
 	}
 	if s.VDPAType != "" {
-		add(fieldVDPAType, d.VDPAType == s.VDPAType, has("device has", d.VDPAType, "device has no vDPA device")+", pool wants "+s.VDPAType)
+		add(fieldVDPAType, d.VDPAType == s.VDPAType, func() string {
+			return has("device has", d.VDPAType, "device has no vDPA device") + ", pool wants " + s.VDPAType
+		})
 	}
 	if s.NeedVhostNet {
 		if m.env.HasVhostNet {
-			add(fieldNeedVhostNet, true, "/dev/vhost-net present")
+			add(fieldNeedVhostNet, true, say("/dev/vhost-net present"))
 		} else {
-			add(fieldNeedVhostNet, true, "/dev/vhost-net missing on this node; pooled without it, as the SR-IOV plugin does")
+			add(fieldNeedVhostNet, true, say("/dev/vhost-net missing on this node; pooled without it, as the SR-IOV plugin does"))
 		}
 	}
 	return sv

@@ -59,6 +59,17 @@ func pools(sel *Selection) []string {
 	return out
 }
 
+// selectBoth is c.Select, checked against c.Members: the two must give
+// the pools the same members.
+func selectBoth(t *testing.T, c *Config, devs []sysfs.Device, env Env) *Selection {
+	t.Helper()
+	sel := c.Select(devs, env)
+	if got := c.Members(devs, env); !reflect.DeepEqual(got, sel.Pools) {
+		t.Fatalf("Members gave\n%+v\nSelect gave\n%+v", got, sel.Pools)
+	}
+	return sel
+}
+
 // cfg parses a config made of the given resources.
 func cfg(t *testing.T, resources string) *Config {
 	t.Helper()
@@ -196,7 +207,7 @@ func TestSelect(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			sel := cfg(t, tc.resources).Select(tc.devs, tc.env)
+			sel := selectBoth(t, cfg(t, tc.resources), tc.devs, tc.env)
 			if got := pools(sel); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("pooled:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
 			}
@@ -243,7 +254,7 @@ func TestSelectRDMAVDPAAndPKeys(t *testing.T) {
 		"0000:d8:00.2=intel.com/rdma", "0000:d8:00.3=intel.com/vhost",
 		"0000:d8:00.4=intel.com/ib", "0000:d8:00.5=intel.com/pkey",
 	}
-	if got := pools(c.Select(devs, Env{})); !reflect.DeepEqual(got, want) {
+	if got := pools(selectBoth(t, c, devs, Env{})); !reflect.DeepEqual(got, want) {
 		t.Errorf("pooled:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
@@ -284,7 +295,7 @@ func TestSelectAuxiliaryDevices(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			sel := cfg(t, tc.resources).Select([]sysfs.Device{bf2}, tc.env)
+			sel := selectBoth(t, cfg(t, tc.resources), []sysfs.Device{bf2}, tc.env)
 			if got := pools(sel); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("pooled:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
 			}

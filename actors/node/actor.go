@@ -605,14 +605,14 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 			}
 		}
 	}
-	sel, owner, members := placement(n.cfg.Config, n.resources, n.devices, n.cfg.Env, before)
+	pools, owner, members := placement(n.cfg.Config, n.resources, n.devices, n.cfg.Env, before)
 	n.gen++
 	n.leave(owner)
 
 	var targets []health.Target
 	var emptied []events.Payload // what the pools this start leaves unspawned cannot record
 	var emptiedPools []string
-	for _, pm := range sel.Pools {
+	for _, pm := range pools {
 		res := pm.Resource
 		devs := members[pm.Name]
 		slices.SortFunc(devs, func(a, b sysfs.Device) int { return strings.Compare(a.Address, b.Address) })
@@ -695,14 +695,14 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 // that exists, so a rebind makes no membership change. members lists each
 // pool's devices, unsorted.
 func placement(cfg *config.Config, resources map[string]*config.Resource, devices []sysfs.Device, env config.Env,
-	before map[string]string) (sel *config.Selection, owner map[string]string, members map[string][]sysfs.Device) {
-	sel = cfg.Select(devices, env)
+	before map[string]string) (pools []config.PoolMembers, owner map[string]string, members map[string][]sysfs.Device) {
+	pools = cfg.Members(devices, env)
 	byAddr := make(map[string]sysfs.Device, len(devices))
 	for _, d := range devices {
 		byAddr[d.Address] = d
 	}
 	owner, members = map[string]string{}, map[string][]sysfs.Device{}
-	for _, pm := range sel.Pools {
+	for _, pm := range pools {
 		for _, addr := range pm.Members {
 			if d, ok := byAddr[addr]; ok { // auxiliary devices ride on their parent
 				owner[addr] = pm.Name
@@ -717,7 +717,7 @@ func placement(cfg *config.Config, resources map[string]*config.Resource, device
 			members[name] = append(members[name], d)
 		}
 	}
-	return sel, owner, members
+	return pools, owner, members
 }
 
 // stopPool stops the pool name at pid, which the registrar forgets. Until
