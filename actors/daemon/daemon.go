@@ -133,7 +133,7 @@ type Daemon struct {
 	metricsSrv  *http.Server
 	metricsAddr string
 
-	stopKernel func() // ends watchKernel; a no-op when it does not run
+	stopKernel func() // ends openKernel's watch; a no-op when none runs
 
 	fatal     chan error
 	fatalOnce sync.Once
@@ -171,6 +171,15 @@ func Start(opts Options) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("open ledger: %w%s", err, salvageHint(err))
 	}
 	d.ledger = l
+	// protoactor builds its process registry up front (some 30,000 maps, a
+	// few milliseconds): that overlaps the replay too.
+	system := make(chan *actor.ActorSystem, 1)
+	go func() {
+		zl := d.log.With().Str("component", "protoactor").Logger()
+		system <- actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+			return slog.New(quieter{zerolog.NewSlogHandler(zl)})
+		}))
+	}()
 	// Once DaemonStarted is recorded, a failed start must close its run, or
 	// the next start takes it for a crash and readers for a live daemon.
 	recorded := false
@@ -182,9 +191,10 @@ func Start(opts Options) (_ *Daemon, err error) {
 		if metricsLn != nil {
 			metricsLn.Close()
 		}
-		if d.system != nil {
-			d.system.Shutdown()
+		if d.system == nil {
+			d.system = <-system
 		}
+		d.system.Shutdown()
 		if d.podres != nil {
 			d.podres.Close()
 		}
@@ -193,9 +203,20 @@ func Start(opts Options) (_ *Daemon, err error) {
 				d.log.Error().Err(rerr).Msg("cannot record the failed start")
 			}
 		}
+		d.stopKernel()
 		l.Close()
 		os.Remove(filepath.Join(opts.StateDir, PIDFileName))
 	}()
+	// The kernel's notifications open before the first read of sysfs, so
+	// no change between the two goes unseen. That read overlaps the replay;
+	// the scanner takes it as its first scan.
+	var kernel <-chan sysfs.KernelEvent
+	if opts.KernelEvents {
+		kernel = d.openKernel()
+	}
+	reader := sysfs.New(sysfs.Options{SysfsRoot: opts.SysfsRoot, DevRoot: opts.DevRoot, PCIIDsPath: opts.PCIIDsPath,
+		Logger: d.log.With().Str("component", "sysfs").Logger()})
+	firstScan := reader.ScanAhead()
 	// Read the last run's liveness mark before this run's replaces it.
 	prevBoot, prevAlive := lastAlive(opts.StateDir)
 	writePIDFile(opts.StateDir, bootID)
@@ -284,8 +305,6 @@ func Start(opts Options) (_ *Daemon, err error) {
 	if err != nil {
 		d.log.Warn().Err(err).Msg("cannot read the default route; no interface is excluded for carrying it")
 	}
-	reader := sysfs.New(sysfs.Options{SysfsRoot: opts.SysfsRoot, DevRoot: opts.DevRoot, PCIIDsPath: opts.PCIIDsPath,
-		Logger: d.log.With().Str("component", "sysfs").Logger()})
 	devinfo, cdiDir := opts.DevinfoDir, opts.CDISpecDir
 	if devinfo == "-" {
 		devinfo = ""
@@ -294,10 +313,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 		cdiDir = ""
 	}
 
-	zl := d.log.With().Str("component", "protoactor").Logger()
-	d.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(quieter{zerolog.NewSlogHandler(zl)})
-	}))
+	d.system = <-system
 	giveUp := func(child *actor.PID, reason any) {
 		d.die(fmt.Errorf("actor %s kept crashing: %v", child.Id, reason))
 	}
@@ -307,7 +323,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	props := node.Props(node.Config{
-		Config: cfg, ConfigPath: opts.ConfigPath, ConfigOptions: opts.ConfigOptions, WatchConfig: opts.WatchConfig, ConfigSHA256: node.Digest(cfgData), Env: env, Reader: reader, Recorder: d.rec, Replayed: &st,
+		Config: cfg, ConfigPath: opts.ConfigPath, ConfigOptions: opts.ConfigOptions, WatchConfig: opts.WatchConfig, ConfigSHA256: node.Digest(cfgData), Env: env, Reader: reader, Recorder: d.rec, Replayed: &st, FirstScan: firstScan,
 		KubeletDir: opts.KubeletDir, Mode: mode,
 		AllocEnv:   allocation.Env{DevRoot: opts.DevRoot, HasVhostNet: env.HasVhostNet},
 		DevinfoDir: devinfo, CDISpecDir: cdiDir, ScanInterval: opts.ScanInterval, ProbeInterval: opts.ProbeInterval,
@@ -330,8 +346,8 @@ func Start(opts Options) (_ *Daemon, err error) {
 	if metricsLn != nil {
 		d.serveMetrics(metricsLn)
 	}
-	if opts.KernelEvents {
-		d.watchKernel()
+	if kernel != nil {
+		d.watchKernel(kernel)
 	}
 	d.stopSnap, d.snapDone = make(chan struct{}), make(chan struct{})
 	go d.snapshotLoop()
@@ -358,17 +374,23 @@ func stateDir(dir string) error {
 	return nil
 }
 
-// watchKernel turns kernel events into rescans and probe rounds: one per
-// burst (sysfs.Coalesce), however many thousand events the burst holds.
-func (d *Daemon) watchKernel() {
+// openKernel opens the kernel's notifications; nil when it cannot.
+func (d *Daemon) openKernel() <-chan sysfs.KernelEvent {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch, err := sysfs.WatchKernel(ctx, sysfs.WatchOptions{Logger: d.log.With().Str("component", "kernel").Logger()})
 	if err != nil {
 		cancel()
 		d.log.Warn().Err(err).Msg("no kernel events; changes are seen by the periodic scan and probe")
-		return
+		return nil
 	}
-	done := make(chan struct{})
+	d.stopKernel = cancel
+	return ch
+}
+
+// watchKernel turns kernel events into rescans and probe rounds: one per
+// burst (sysfs.Coalesce), however many thousand events the burst holds.
+func (d *Daemon) watchKernel(ch <-chan sysfs.KernelEvent) {
+	done, cancel := make(chan struct{}), d.stopKernel
 	d.stopKernel = func() { cancel(); <-done }
 	go func() {
 		defer close(done)

@@ -56,6 +56,9 @@ type Config struct {
 	Recorder    *ledger.Recorder
 	// Replayed is the ledger's state at start; a restarted node replays.
 	Replayed *events.State
+	// FirstScan is the first scan, begun while the daemon replayed; a
+	// restarted node's scanner scans afresh.
+	FirstScan func() ([]sysfs.Device, error)
 	// KubeletDir is the kubelet's root dir (/var/lib/kubelet).
 	KubeletDir string
 	Mode       grpcapi.RegistrationMode
@@ -104,14 +107,14 @@ func SocketDir(kubeletDir string, mode grpcapi.RegistrationMode) string {
 
 // Props returns the props of the node coordinator.
 func Props(cfg Config) *actor.Props {
-	replayed := handoff.First(cfg.Replayed)
+	replayed, firstScan := handoff.First(cfg.Replayed), handoff.First(cfg.FirstScan)
 	opts := []actor.PropsOption{actor.WithDispatcher(supervise.Warm)}
 	if cfg.Supervisor != nil {
 		opts = append(opts, actor.WithSupervisor(cfg.Supervisor))
 	}
 	life, shared := &lifetime{}, &cfg // a reload's config outlives a restart
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &coordinator{cfg: shared, replayed: replayed(), life: life}
+		return &coordinator{cfg: shared, replayed: replayed(), firstScan: firstScan(), life: life}
 	}, opts...)
 }
 
@@ -127,9 +130,10 @@ type lifetime struct {
 }
 
 type coordinator struct {
-	cfg      *Config
-	life     *lifetime
-	replayed *events.State
+	cfg       *Config
+	life      *lifetime
+	replayed  *events.State
+	firstScan func() ([]sysfs.Device, error) // for the first scanner only
 	// closing is set once the node is stopping or restarting (see Receive);
 	// placed, once the first scan's devices were placed.
 	closing bool
@@ -581,7 +585,7 @@ func (n *coordinator) start(ctx actor.Context) {
 		n.spawn(ctx, "configwatch", configwatch.Props(configwatch.Config{Path: n.cfg.ConfigPath, Log: log.With().Str("actor", "configwatch").Logger()}))
 	}
 	n.scanner = n.spawn(ctx, "scanner", scanner.Props(scanner.Config{Reader: n.cfg.Reader, Recorder: n.cfg.Recorder,
-		Known: st.Clone().Devices, Interval: n.cfg.ScanInterval, Log: log.With().Str("actor", "scanner").Logger()}))
+		Known: st.Clone().Devices, First: n.firstScan, Interval: n.cfg.ScanInterval, Log: log.With().Str("actor", "scanner").Logger()}))
 }
 
 func (n *coordinator) scanned(ctx actor.Context, m *scanner.Scanned) {

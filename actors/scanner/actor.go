@@ -23,6 +23,9 @@ type Config struct {
 	// Known is the replayed device state the first incarnation starts from;
 	// a restarted scanner replays the ledger instead.
 	Known map[string]events.Device
+	// First, when set, gives the first incarnation's first scan: one begun
+	// before the actor (sysfs.Reader.ScanAhead).
+	First func() ([]sysfs.Device, error)
 	// Interval is the periodic rescan; zero disables it (rescans then come
 	// only from Rescan messages).
 	Interval time.Duration
@@ -31,16 +34,17 @@ type Config struct {
 
 // Props returns the props of a scanner.
 func Props(cfg Config) *actor.Props {
-	known := handoff.First(cfg.Known)
+	known, first := handoff.First(cfg.Known), handoff.First(cfg.First)
 	persist := &ledger.Persister{} // outlives a restart
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &scanner{cfg: cfg, known: known(), persist: persist}
+		return &scanner{cfg: cfg, known: known(), first: first(), persist: persist}
 	}, actor.WithDispatcher(supervise.Warm))
 }
 
 type scanner struct {
 	cfg   Config
 	known map[string]events.Device
+	first func() ([]sysfs.Device, error) // nil once taken
 	timer *time.Timer
 	// persist holds the scans back while a scan's changes are being
 	// recorded: each diffs against the devices in the ledger.
@@ -85,7 +89,11 @@ func (s *scanner) handle(ctx actor.Context, m any) {
 // next tick; it never reports devices the ledger does not know.
 func (s *scanner) scan(ctx actor.Context, reason string) {
 	defer s.schedule(ctx)
-	devs, err := s.cfg.Reader.Scan()
+	read := s.cfg.Reader.Scan
+	if s.first != nil {
+		read, s.first = s.first, nil
+	}
+	devs, err := read()
 	if err != nil {
 		s.cfg.Log.Error().Err(err).Msg("scan failed")
 		return

@@ -180,6 +180,28 @@ func TestScannerStartsFromWhatTheLedgerKnows(t *testing.T) {
 	}
 }
 
+// TestScannerTakesTheScanBegunAhead: the first scan is the one begun
+// before the actor (a function removed since is still in it); the next
+// reads sysfs afresh.
+func TestScannerTakesTheScanBegunAhead(t *testing.T) {
+	fx := newFixture(t)
+	ahead := fx.reader.ScanAhead()
+	if _, err := ahead(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.roots.Remove("0000:ab:00.0"); err != nil {
+		t.Fatal(err)
+	}
+	f := spawnFamily(t, Props(Config{Reader: fx.reader, Recorder: fx.recorder, First: ahead}))
+	if got := addresses(next[*Scanned](t, f).Devices); !slices.Equal(got, gpuScenario) {
+		t.Errorf("first scan found %v, want the scan begun ahead: %v", got, gpuScenario)
+	}
+	f.Sys.Root.Send(f.Child, &Rescan{Reason: "again"})
+	if got := addresses(next[*Scanned](t, f).Devices); slices.Contains(got, "0000:ab:00.0") {
+		t.Errorf("the rescan found %v: it took the scan begun ahead again", got)
+	}
+}
+
 func TestScannerReportsNothingItCouldNotRecord(t *testing.T) {
 	fx := newFixture(t)
 	if err := fx.log.Close(); err != nil {
