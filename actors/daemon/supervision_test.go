@@ -339,12 +339,17 @@ func crashedRegistrarRegistersEveryPoolAgain(t *testing.T, mode string) {
 	if _, err := n.kubelet.WaitRegistered(ctx, netPool); err != nil {
 		t.Fatal(err)
 	}
-	crashed := time.Now()
+	crashed, seq := time.Now(), d.rec.Log().LastSeq()
 	d.system.Root.Send(kids.Registrar, &registrar.Crash{Reason: "test"})
 	if _, err := n.kubelet.RegisteredAfter(ctx, []string{vfioPool, netPool}, crashed); err != nil {
 		t.Fatalf("after the registrar's crash: %v", err)
 	}
-	restarted := time.Now()
+	// In watcher mode the kubelet registers a pool of itself: the
+	// registrar's records may come after. Wait for them.
+	if restarts := waitRegistrarRecords(ctx, t, d, seq, 0); restarts != 0 {
+		t.Errorf("the registrar's crash recorded %d kubelet restarts", restarts)
+	}
+	restarted, seq := time.Now(), d.rec.Log().LastSeq()
 	if err := n.kubelet.Restart(); err != nil {
 		t.Fatal(err)
 	}
@@ -356,16 +361,33 @@ func crashedRegistrarRegistersEveryPoolAgain(t *testing.T, mode string) {
 			t.Errorf("the restarted kubelet does not list %s's %d devices: %v", res, want, err)
 		}
 	}
-	restarts := 0
-	if err := d.rec.Log().Read(1, func(e events.Envelope) error {
-		if _, ok := e.Payload.(events.KubeletRestarted); ok {
-			restarts++
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if restarts != 1 {
+	if restarts := waitRegistrarRecords(ctx, t, d, seq, 1); restarts != 1 {
 		t.Errorf("the ledger records %d kubelet restarts, want the one", restarts)
 	}
+}
+
+// waitRegistrarRecords waits until the ledger holds, after seq, at least
+// want KubeletRestarted events and a PluginRegistered of both pools after
+// the last of them (the registrar records in order), and counts the
+// KubeletRestarted events after seq.
+func waitRegistrarRecords(ctx context.Context, t *testing.T, d *Daemon, seq uint64, want int) (restarts int) {
+	t.Helper()
+	waitFor(ctx, t, "the registrar's records of both pools", func() bool {
+		registered := map[string]bool{}
+		restarts = 0
+		if err := d.rec.Log().Read(seq+1, func(e events.Envelope) error {
+			switch p := e.Payload.(type) {
+			case events.KubeletRestarted:
+				restarts++
+				clear(registered)
+			case events.PluginRegistered:
+				registered[p.Pool] = true
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return restarts >= want && registered[vfioPool] && registered[netPool]
+	})
+	return restarts
 }
