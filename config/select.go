@@ -196,7 +196,9 @@ func (c *Config) selectDevices(devs []sysfs.Device, env Env, explain bool) *Sele
 		for ri := range c.Resources {
 			r := &c.Resources[ri]
 			if r.DeviceType == AuxNetDevice {
-				pl.Verdicts = append(pl.Verdicts, auxSummary(r, d))
+				if explain {
+					pl.Verdicts = append(pl.Verdicts, auxSummary(r, d))
+				}
 				continue
 			}
 			v, matched := m.judge(r, sel.Pools[ri].Name, d, nil)
@@ -217,10 +219,12 @@ func (c *Config) selectDevices(devs []sysfs.Device, env Env, explain bool) *Sele
 					v, matched := m.judge(r, sel.Pools[ri].Name, d, a)
 					ap.record(v, matched, &sel.Pools[ri], a.Name, explain)
 				}
-				if ap.Pool == "" && explain {
-					ap.Reason = auxReason(ap.Verdicts)
+				if explain {
+					if ap.Pool == "" {
+						ap.Reason = auxReason(ap.Verdicts)
+					}
+					pl.Aux = append(pl.Aux, ap)
 				}
-				pl.Aux = append(pl.Aux, ap)
 			}
 		}
 		if explain {
@@ -312,10 +316,11 @@ func (m *matcher) judge(r *Resource, pool string, d *sysfs.Device, a *sysfs.AuxD
 		}
 		return v, ""
 	}
+	found := false
 	for i := range r.Selectors {
 		sv := m.evaluate(r, &r.Selectors[i], d, a)
-		if sv.Matched && matched == "" {
-			matched = sv.Path
+		if sv.Matched && !found {
+			found, matched = true, sv.Path
 		}
 		v.Selectors = append(v.Selectors, sv)
 	}
@@ -323,7 +328,7 @@ func (m *matcher) judge(r *Resource, pool string, d *sysfs.Device, a *sysfs.AuxD
 		v.Rule = rule
 		return v, ""
 	}
-	if matched == "" {
+	if !found {
 		v.Rule = "no selector object matched"
 		if len(v.Selectors) == 1 {
 			for _, ch := range v.Selectors[0].Checks {

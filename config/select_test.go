@@ -381,7 +381,7 @@ func TestExplainReasons(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			sel := cfg(t, tc.resources).Select(devs, env)
+			sel := selectBoth(t, cfg(t, tc.resources), devs, env)
 			p, ok := sel.Placement(tc.addr)
 			if !ok {
 				t.Fatalf("no placement for %s", tc.addr)
@@ -405,7 +405,7 @@ func TestExplainChecks(t *testing.T) {
 	c := cfg(t, `{"resourceName": "a", "selectors": [
 		{"vendors": ["8086"], "devices": ["1889", "154c"], "drivers": ["iavf"], "linkTypes": ["ether"], "isRdma": true, "needVhostNet": true},
 		{"pfNames": ["eth1"], "ddpProfiles": ["GTP"], "vdpaType": "virtio"}]}`)
-	p, _ := c.Select(devs, Env{HasVhostNet: true}).Placement("3b:02.1")
+	p, _ := selectBoth(t, c, devs, Env{HasVhostNet: true}).Placement("3b:02.1")
 	want := []SelectorVerdict{
 		{Path: "resourceList[0].selectors[0]", Checks: []Check{
 			{Field: "vendors", Passed: true, Reason: "vendors: device has 8086, pool wants 8086"},
@@ -429,7 +429,7 @@ func TestExplainChecks(t *testing.T) {
 func TestSelectionListsEveryPoolAndDevice(t *testing.T) {
 	c := cfg(t, `{"resourceName": "empty", "selectors": {"drivers": ["none"]}}, {"resourceName": "all", "selectors": {}}`)
 	devs := []sysfs.Device{fn("0000:01:00.0", nil), fn("0000:01:00.1", nil)}
-	sel := c.Select(devs, Env{})
+	sel := selectBoth(t, c, devs, Env{})
 	if len(sel.Pools) != 2 || sel.Pools[0].Name != "intel.com/empty" || len(sel.Pools[0].Members) != 0 {
 		t.Errorf("pools = %+v", sel.Pools)
 	}
@@ -444,5 +444,16 @@ func TestSelectionListsEveryPoolAndDevice(t *testing.T) {
 	}
 	if p, ok := sel.Placement("01:00.1"); !ok || p.Selector != "resourceList[1].selectors" {
 		t.Errorf("Placement(01:00.1) = %+v, %v", p, ok)
+	}
+}
+
+// A selector object without a path (a Config built in code, not parsed)
+// still places: a match is told by the object matching, not by its path.
+func TestSelectorWithoutAPathPlaces(t *testing.T) {
+	c := &Config{Resources: []Resource{{Name: "a", Prefix: "x.com", DeviceType: NetDevice,
+		Selectors: []Selector{{Drivers: []string{"iavf"}}}}}}
+	sel := selectBoth(t, c, []sysfs.Device{fn("0000:3b:02.1", nil)}, Env{})
+	if got := sel.Pools[0].Members; !reflect.DeepEqual(got, []string{"0000:3b:02.1"}) {
+		t.Errorf("members = %q, want the iavf device", got)
 	}
 }
