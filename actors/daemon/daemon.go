@@ -208,15 +208,18 @@ func Start(opts Options) (_ *Daemon, err error) {
 		os.Remove(filepath.Join(opts.StateDir, PIDFileName))
 	}()
 	// The kernel's notifications open before the first read of sysfs, so
-	// no change between the two goes unseen. That read overlaps the replay;
-	// the scanner takes it as its first scan.
+	// a change between the two asks for a rescan once the actors run. That
+	// read overlaps the replay; the scanner takes it as its first scan.
 	var kernel <-chan sysfs.KernelEvent
 	if opts.KernelEvents {
 		kernel = d.openKernel()
 	}
 	reader := sysfs.New(sysfs.Options{SysfsRoot: opts.SysfsRoot, DevRoot: opts.DevRoot, PCIIDsPath: opts.PCIIDsPath,
 		Logger: d.log.With().Str("component", "sysfs").Logger()})
-	firstScan := reader.ScanAhead()
+	var firstScan func() ([]sysfs.Device, error)
+	if cfgErr == nil { // else the start stops after the replay
+		firstScan = reader.ScanAhead()
+	}
 	// Read the last run's liveness mark before this run's replaces it.
 	prevBoot, prevAlive := lastAlive(opts.StateDir)
 	writePIDFile(opts.StateDir, bootID)

@@ -108,6 +108,7 @@ func SocketDir(kubeletDir string, mode grpcapi.RegistrationMode) string {
 // Props returns the props of the node coordinator.
 func Props(cfg Config) *actor.Props {
 	replayed, firstScan := handoff.First(cfg.Replayed), handoff.First(cfg.FirstScan)
+	cfg.FirstScan = nil // held by firstScan until taken, not for good
 	opts := []actor.PropsOption{actor.WithDispatcher(supervise.Warm)}
 	if cfg.Supervisor != nil {
 		opts = append(opts, actor.WithSupervisor(cfg.Supervisor))
@@ -586,6 +587,7 @@ func (n *coordinator) start(ctx actor.Context) {
 	}
 	n.scanner = n.spawn(ctx, "scanner", scanner.Props(scanner.Config{Reader: n.cfg.Reader, Recorder: n.cfg.Recorder,
 		Known: st.Clone().Devices, First: n.firstScan, Interval: n.cfg.ScanInterval, Log: log.With().Str("actor", "scanner").Logger()}))
+	n.firstScan = nil
 }
 
 func (n *coordinator) scanned(ctx actor.Context, m *scanner.Scanned) {

@@ -35,6 +35,7 @@ type Config struct {
 // Props returns the props of a scanner.
 func Props(cfg Config) *actor.Props {
 	known, first := handoff.First(cfg.Known), handoff.First(cfg.First)
+	cfg.First = nil                // held by first until taken, not for good
 	persist := &ledger.Persister{} // outlives a restart
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &scanner{cfg: cfg, known: known(), first: first(), persist: persist}
