@@ -172,7 +172,9 @@ func Start(opts Options) (_ *Daemon, err error) {
 	}
 	d.ledger = l
 	// protoactor builds its process registry up front (some 30,000 maps, a
-	// few milliseconds): that overlaps the replay too.
+	// few milliseconds): that overlaps the replay too. No actor exists yet
+	// to do it, so a goroutine builds the system and a channel hands it to
+	// Start, or to the failure path below; nothing else touches it.
 	system := make(chan *actor.ActorSystem, 1)
 	go func() {
 		zl := d.log.With().Str("component", "protoactor").Logger()
