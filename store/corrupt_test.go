@@ -404,8 +404,9 @@ func TestDamagedSnapshotPastRetentionIsNamed(t *testing.T) {
 	if _, err := l.SaveSnapshot(ctx, foldAll(envs[:40]), "test"); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := l.Retain(ctx, Retention{MaxAge: time.Hour, Now: envs[20].Time.Add(time.Hour)}); err != nil || !ok {
-		t.Fatalf("retain: %v %v", ok, err)
+	// Events 1..40 are old: they go, and the snapshot at 40 stays.
+	if d, ok, err := l.Retain(ctx, Retention{MaxAge: time.Hour, Now: envs[40].Time.Add(time.Hour)}); err != nil || !ok || d.ToSeq != 40 {
+		t.Fatalf("retain: %+v %v %v", d, ok, err)
 	}
 	path := l.Meta().Path
 	l.Close()
@@ -454,5 +455,73 @@ func TestCheckAllGoesOnPastDamage(t *testing.T) {
 	}
 	if _, problems, _ := l.CheckAll(ctx, 1); len(problems) != 1 {
 		t.Errorf("CheckAll with limit 1 gave %d problems", len(problems))
+	}
+}
+
+// unreadableSnapshots are the two ways a stored snapshot cannot be read:
+// bytes that fail their checksum, and a format newer than this build
+// reads (a daemon rolled back after a newer one wrote it).
+var unreadableSnapshots = []struct {
+	name  string
+	value func(seq uint64, rec []byte) []byte // the stored value of rec
+}{
+	{"damaged", func(seq uint64, rec []byte) []byte {
+		v := appendValue(nil, seq, rec)
+		v[len(v)-10] ^= 1
+		return v
+	}},
+	{"newer format", func(seq uint64, rec []byte) []byte {
+		return appendValue(nil, seq, bytes.Replace(rec, []byte(`{"format":3,`), []byte(`{"format":4,`), 1))
+	}},
+}
+
+// putSnapshot stores the fold of envs as a snapshot, as value makes it.
+func putSnapshot(t *testing.T, l *Log, envs []events.Envelope, value func(uint64, []byte) []byte) {
+	t.Helper()
+	s := foldAll(envs)
+	rec, err := events.MarshalState(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(rec, []byte(`{"format":3,`)) {
+		t.Fatalf("a snapshot begins %.20s", rec)
+	}
+	v := value(s.Seq, rec)
+	if err := l.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketSnapshots).Put(seqKey(s.Seq), v) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Retention cuts only at a snapshot it can read: were it to cut at an
+// unreadable newest one, the events and the older snapshot that rebuild
+// the state would go, and the next start could replay nothing.
+func TestRetentionPassesOverAnUnreadableSnapshot(t *testing.T) {
+	for _, tc := range unreadableSnapshots {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			l := openTestLog(t)
+			testClock(l)
+			envs := mustAppend(t, l, newHistory(31, 16).take(60)...)
+			if _, err := l.SaveSnapshot(ctx, foldAll(envs[:40]), "readable"); err != nil {
+				t.Fatal(err)
+			}
+			envs = append(envs, readAll(t, l, l.LastSeq())...)
+			putSnapshot(t, l, envs[:55], tc.value)
+			want, err := l.Replay(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, dropped, err := l.Retain(ctx, Retention{MaxAge: time.Minute, Now: envs[len(envs)-1].Time.Add(time.Hour)})
+			if err != nil || !dropped || d.ToSeq != 40 || d.SnapshotSeq != 40 {
+				t.Fatalf("retain: %+v, dropped %v, %v; want 1..40, to the readable snapshot", d, dropped, err)
+			}
+			got, err := l.Replay(0)
+			if err != nil {
+				t.Fatalf("replay after retention: %v", err)
+			}
+			if want = events.Apply(want, readAll(t, l, l.LastSeq())[0]); !got.Equal(want) {
+				t.Error("replay after retention differs from before it")
+			}
+		})
 	}
 }

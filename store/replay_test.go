@@ -149,10 +149,11 @@ func TestRetention(t *testing.T) {
 		reasonMentions   string
 		replayFromBefore uint64 // a seq that can no longer be replayed
 	}{
-		{"by age, up to the middle", func(l *Log, envs []events.Envelope) Retention {
-			// Events of seqs 1..150 are more than an hour older than Now.
+		{"by age, up to the middle: cut at the snapshot before", func(l *Log, envs []events.Envelope) Retention {
+			// Events of seqs 1..150 are more than an hour older than Now;
+			// 101..150 stay, for the snapshot at 100 to replay them.
 			return Retention{MaxAge: time.Hour, Now: timeOf(envs, 151).Add(time.Hour)}
-		}, 1, 150, 1, "older than 1h0m0s", 120},
+		}, 1, 100, 2, "older than 1h0m0s", 99},
 		{"by age, everything old stops at the newest snapshot", func(l *Log, envs []events.Envelope) Retention {
 			return Retention{MaxAge: time.Minute, Now: timeOf(envs, 300).Add(time.Hour)}
 		}, 1, 200, 1, "older than", 199},
@@ -178,7 +179,7 @@ func TestRetention(t *testing.T) {
 			if err != nil || !dropped {
 				t.Fatalf("retain: %v, dropped %v", err, dropped)
 			}
-			if d.FromSeq != tc.from || d.ToSeq != tc.to || d.Count != tc.to-tc.from+1 || d.SnapshotSeq != 200 || d.Bytes <= 0 {
+			if d.FromSeq != tc.from || d.ToSeq != tc.to || d.Count != tc.to-tc.from+1 || d.SnapshotSeq != tc.to || d.Bytes <= 0 {
 				t.Errorf("dropped %+v, want %d..%d", d, tc.from, tc.to)
 			}
 			if !strings.Contains(d.Reason, tc.reasonMentions) {
@@ -207,8 +208,14 @@ func TestRetention(t *testing.T) {
 			if _, err := l.Replay(tc.replayFromBefore); !errors.Is(err, ErrHistoryDropped) {
 				t.Errorf("replay to %d, before the history kept: %v", tc.replayFromBefore, err)
 			}
-			if _, err := l.Replay(tc.to + 1); err != nil && tc.to%100 == 0 {
-				t.Errorf("replay to the first kept event: %v", err)
+			// Every event kept can be replayed to, by seq and by time.
+			for _, seq := range []uint64{tc.to, tc.to + 1, tc.to + 50, last} {
+				if got, err := l.Replay(seq); err != nil || !got.Equal(foldAll(envs[:seq])) {
+					t.Errorf("replay to %d, kept: %v", seq, err)
+				}
+				if got, err := l.ReplayUntilTime(timeOf(envs, seq)); err != nil || got.Seq < seq {
+					t.Errorf("replay to the time of %d, kept: seq %d, %v", seq, got.Seq, err)
+				}
 			}
 			rep, err := l.Check(ctx)
 			if err != nil || rep.Snapshots != tc.snapshotsLeft || rep.FirstSeq != tc.to+1 {

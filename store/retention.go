@@ -16,7 +16,8 @@ type Retention struct {
 	MaxAge time.Duration
 	// MaxBytes drops the oldest events while the events kept take more than
 	// MaxBytes: the stored size of their records (checksum included), not
-	// the size of the file, which never shrinks.
+	// the size of the file, which never shrinks. Like MaxAge, it drops only
+	// up to a snapshot (see Retain).
 	MaxBytes int64
 	// Now is the time MaxAge counts back from, and the time of the
 	// EventsDropped event; zero means time.Now().
@@ -28,13 +29,16 @@ type Retention struct {
 // returns that event's payload, and false (writing nothing) when nothing
 // was to be dropped.
 //
-// Only events the newest snapshot already holds are dropped (those at or
-// before its sequence), so the state the ledger rebuilds is unchanged:
-// without a snapshot nothing is dropped. Events go from the oldest on and
-// the ledger stays gap-free from FirstSeq. Snapshots older than the oldest
-// state still reachable (before the last dropped event) are deleted with
-// the events; the history before FirstSeq can no longer be replayed
-// (ErrHistoryDropped).
+// Events are dropped from the oldest on, up to and including the newest
+// snapshot this build can read that the limits reach: replay starts from
+// that snapshot afterwards, so the state the ledger rebuilds is unchanged,
+// every event kept can still be replayed to, and the ledger stays gap-free
+// from FirstSeq. The cut falls at a snapshot, so up to one snapshot
+// interval of events past the limits stays until the next one. A snapshot
+// that cannot be read (damaged, or of a format newer than this build) is
+// never the cut; without a readable one nothing is dropped. Older
+// snapshots are deleted with the events; the history before FirstSeq can
+// no longer be replayed (ErrHistoryDropped).
 //
 // The file does not shrink: bbolt reuses the freed pages for new events.
 // Returning the space to the file system needs an offline compaction
@@ -73,7 +77,7 @@ func (l *Log) Retain(ctx context.Context, r Retention) (events.EventsDropped, bo
 		if sk == nil {
 			return nil
 		}
-		snapSeq, _ := keySeq(sk)
+		newest, _ := keySeq(sk)
 		var total int64
 		if r.MaxBytes > 0 {
 			c := evb.Cursor()
@@ -81,10 +85,13 @@ func (l *Log) Retain(ctx context.Context, r Retention) (events.EventsDropped, bo
 				total += int64(len(v))
 			}
 		}
+		// The events the limits reach, oldest first, up to the newest
+		// snapshot; firstOld and firstOver say where each limit began.
+		var reach, firstOld, firstOver uint64
 		c := evb.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			seq, ok := keySeq(k)
-			if !ok || seq > snapSeq {
+			if !ok || seq > newest {
 				break
 			}
 			over := r.MaxBytes > 0 && total > r.MaxBytes
@@ -99,34 +106,52 @@ func (l *Log) Retain(ctx context.Context, r Retention) (events.EventsDropped, bo
 			if !old && !over {
 				break
 			}
-			byAge, bySize = byAge || old, bySize || over
-			if d.Count == 0 {
-				d.FromSeq = seq
-			} else if seq != d.ToSeq+1 {
-				return l.corrupt(d.ToSeq+1, fmt.Sprintf("record missing (the next one is seq %d)", seq), nil)
+			if old && firstOld == 0 {
+				firstOld = seq
 			}
-			d.ToSeq = seq
-			d.Count++
-			d.Bytes += int64(len(v))
+			if over && firstOver == 0 {
+				firstOver = seq
+			}
+			reach = seq
 			total -= int64(len(v))
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 		}
-		if d.Count == 0 {
+		if reach == 0 {
 			return nil
+		}
+		first := firstSeqTx(tx)
+		base, ok, _, err := l.latestSnapshot(tx, reach, first-min(first, 1))
+		if err != nil || !ok || base.Seq < first {
+			return err // no readable snapshot the limits reach: keep all
+		}
+		cut := base.Seq
+		byAge, bySize = firstOld != 0 && firstOld <= cut, firstOver != 0 && firstOver <= cut
+		d.FromSeq = first
+		for k, v := c.Seek(seqKey(first)); k != nil; k, v = c.Next() {
+			seq, _ := keySeq(k)
+			if seq > cut {
+				break
+			}
+			if seq != first+d.Count {
+				return l.corrupt(first+d.Count, fmt.Sprintf("record missing (the next one is seq %d)", seq), nil)
+			}
+			d.ToSeq = seq
+			d.Count++
+			d.Bytes += int64(len(v))
 		}
 		for seq := d.FromSeq; seq <= d.ToSeq; seq++ {
 			if err := evb.Delete(seqKey(seq)); err != nil {
 				return err
 			}
 		}
-		// A snapshot before the last dropped event has no events after it
-		// any more; the one at d.ToSeq, if any, is where replay now starts.
+		// A snapshot before the cut has no events after it any more; the
+		// one at the cut is where replay now starts.
 		var stale [][]byte
 		sc := snb.Cursor()
 		for k, _ := sc.First(); k != nil; k, _ = sc.Next() {
-			if seq, _ := keySeq(k); seq >= d.ToSeq {
+			if seq, _ := keySeq(k); seq >= cut {
 				break
 			}
 			stale = append(stale, k)
@@ -137,9 +162,8 @@ func (l *Log) Retain(ctx context.Context, r Retention) (events.EventsDropped, bo
 			}
 		}
 		snapshotsDropped = len(stale)
-		d.SnapshotSeq = snapSeq
+		d.SnapshotSeq = cut
 		d.Reason = retentionReason(r, byAge, bySize, snapshotsDropped)
-		var err error
 		stored, err = l.appendInTx(tx, events.New(d, now, l.bootID))
 		return err
 	})
