@@ -525,3 +525,19 @@ func TestRetentionPassesOverAnUnreadableSnapshot(t *testing.T) {
 		})
 	}
 }
+
+// ReplayUntilTime passes over a snapshot it cannot read, as Replay does,
+// and folds from the one before.
+func TestReplayUntilTimePassesOverAnUnreadableSnapshot(t *testing.T) {
+	for _, tc := range unreadableSnapshots {
+		t.Run(tc.name, func(t *testing.T) {
+			l := openTestLog(t)
+			envs := mustAppend(t, l, newHistory(32, 16).take(60)...)
+			putSnapshot(t, l, envs[:40], tc.value)
+			got, err := l.ReplayUntilTime(envs[49].Time)
+			if err != nil || !got.Equal(foldAll(envs[:50])) {
+				t.Fatalf("ReplayUntilTime: seq %d, %v; want the fold to seq 50", got.Seq, err)
+			}
+		})
+	}
+}

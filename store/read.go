@@ -401,6 +401,7 @@ func (l *Log) ReplayUntilTime(t time.Time) (events.State, error) {
 			return nil
 		}
 		first := firstSeqTx(tx)
+		var skipped error // as in latestSnapshot
 		sc := tx.Bucket(bucketSnapshots).Cursor()
 		for k, v := sc.Last(); k != nil; k, v = sc.Prev() {
 			seq, _ := keySeq(k)
@@ -409,31 +410,33 @@ func (l *Log) ReplayUntilTime(t time.Time) (events.State, error) {
 			}
 			// A snapshot's time is that of its last event: read the event
 			// rather than decode the whole state, when it is still there.
-			var at time.Time
 			if ek := seqKey(seq); seq >= first {
-				e, err := decodeEvent(ek, evb.Get(ek))
-				if err != nil {
-					return l.corrupt(seq, err.Error(), err)
+				if e, err := decodeEvent(ek, evb.Get(ek)); err == nil && e.Time.After(t) {
+					continue
 				}
-				at = e.Time
-			} else {
-				st, err := decodeSnapshot(k, v)
-				if err != nil {
-					return l.corrupt(seq, "snapshot: "+err.Error(), err)
-				}
-				at = st.Time
-			}
-			if at.After(t) {
-				continue
 			}
 			st, err := decodeSnapshot(k, v)
 			if err != nil {
-				return l.corrupt(seq, "snapshot: "+err.Error(), err)
+				// Passed over as latestSnapshot passes it over.
+				if !errors.Is(err, events.ErrSnapshotFormat) {
+					ce := l.corrupt(seq, "snapshot: "+err.Error(), err)
+					l.noteDamage(ce)
+					if skipped == nil {
+						skipped = ce
+					}
+				}
+				continue
+			}
+			if st.Time.After(t) {
+				continue
 			}
 			s = st
 			break
 		}
 		if s.Seq == 0 && first > 1 {
+			if skipped != nil {
+				return skipped
+			}
 			return l.dropped(t.UTC().Format(time.RFC3339Nano), first)
 		}
 		return l.fold(tx, &s, 0, func(e events.Envelope) bool { return e.Time.After(t) })
