@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/devledger/devledger/events"
 )
 
 // The admin socket lets offline tools read a live node: while the daemon
@@ -37,6 +39,13 @@ import (
 // read before the failure). A body that ends before its trailer was cut
 // (the daemon stopped or died) and is never a complete dump. A bad query
 // is answered 400 with the trailer object as its body.
+//
+// GET /v1/snapshot?at=N answers 200 with the newest snapshot at or before
+// sequence N (N absent or 0: the newest) that the daemon can read, as
+// events.MarshalState encodes it (Content-Type application/json), or 404
+// with the trailer object when there is none. Once retention dropped the
+// oldest events, a fold of the records needs the snapshot at the
+// sequence before the first one served.
 //
 // GET /v1/status answers 200 with an AdminStatus as JSON, or 503 with the
 // trailer object when the daemon cannot say.
@@ -84,6 +93,13 @@ type RecordSource interface {
 // before the first write.
 type BackupSource interface {
 	Backup(w io.Writer, size func(int64)) (int64, error)
+}
+
+// SnapshotSource reads the ledger's snapshots for GET /v1/snapshot.
+// *store.Log implements it: the newest readable snapshot at or before
+// atOrBefore (0: the newest of all), false when there is none.
+type SnapshotSource interface {
+	LatestSnapshot(atOrBefore uint64) (events.State, bool, error)
 }
 
 // DamageAcknowledger takes an operator's acknowledgement of the damage
@@ -176,6 +192,9 @@ func NewAdminServer(records RecordSource, status StatusSource, opts AdminServerO
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/records", a.serveRecords)
 	mux.HandleFunc("GET /v1/status", a.serveStatus)
+	if snaps, ok := records.(SnapshotSource); ok {
+		mux.HandleFunc("GET /v1/snapshot", func(w http.ResponseWriter, r *http.Request) { a.serveSnapshot(w, r, snaps) })
+	}
 	if b, ok := records.(BackupSource); ok {
 		mux.HandleFunc("GET /v1/backup", func(w http.ResponseWriter, r *http.Request) { a.serveBackup(w, r, b) })
 	}
@@ -287,6 +306,48 @@ func (a *AdminServer) serveBackup(w http.ResponseWriter, r *http.Request, b Back
 	a.log.Info().Int64("bytes", n).Msg("ledger backed up through the admin socket")
 }
 
+// seqParam reads the sequence number in the query parameter name (0 when
+// it is absent); when it is not one, it answers 400 and says false.
+func seqParam(w http.ResponseWriter, r *http.Request, name string) (uint64, bool) {
+	q := r.URL.Query().Get(name)
+	if q == "" {
+		return 0, true
+	}
+	n, err := strconv.ParseUint(q, 10, 64)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, adminTrailer{Error: fmt.Sprintf("%s=%q: want a sequence number", name, q)})
+		return 0, false
+	}
+	return n, true
+}
+
+func (a *AdminServer) serveSnapshot(w http.ResponseWriter, r *http.Request, snaps SnapshotSource) {
+	at, ok := seqParam(w, r, "at")
+	if !ok {
+		return
+	}
+	st, ok, err := snaps.LatestSnapshot(at)
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, adminTrailer{Error: err.Error()})
+		return
+	}
+	if !ok {
+		writeJSON(w, http.StatusNotFound, adminTrailer{Error: fmt.Sprintf("no snapshot at or before seq %d", at)})
+		return
+	}
+	body, err := events.MarshalState(st)
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, adminTrailer{Error: err.Error()})
+		return
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Now().Add(a.writeTimeout))
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+}
+
 // deadlineWriter gives every write to a client the write timeout.
 type deadlineWriter struct {
 	w       io.Writer
@@ -300,14 +361,9 @@ func (d deadlineWriter) Write(p []byte) (int, error) {
 }
 
 func (a *AdminServer) serveRecords(w http.ResponseWriter, r *http.Request) {
-	var from uint64
-	if s := r.URL.Query().Get("from"); s != "" {
-		n, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			writeJSON(w, http.StatusBadRequest, adminTrailer{Error: fmt.Sprintf("from=%q: want a sequence number", s)})
-			return
-		}
-		from = n
+	from, ok := seqParam(w, r, "from")
+	if !ok {
+		return
 	}
 	w.Header().Set("Content-Type", RecordsContentType)
 	w.WriteHeader(http.StatusOK)

@@ -13,6 +13,8 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+
+	"github.com/devledger/devledger/events"
 )
 
 // ReadRecordsFromAdmin reads the ledger of the daemon serving the admin
@@ -101,6 +103,35 @@ func BackupFromAdmin(ctx context.Context, socketPath string, w io.Writer) (int64
 		return n, fail(err)
 	}
 	return n, nil
+}
+
+// SnapshotFromAdmin reads the newest snapshot at or before sequence
+// atOrBefore (0: the newest) from the daemon serving the admin socket at
+// socketPath; false when the daemon has none there.
+func SnapshotFromAdmin(ctx context.Context, socketPath string, atOrBefore uint64) (events.State, bool, error) {
+	fail := func(err error) (events.State, bool, error) {
+		return events.State{}, false, fmt.Errorf("read a snapshot through admin socket %s: %w", socketPath, err)
+	}
+	resp, err := adminGet(ctx, socketPath, "/v1/snapshot?at="+strconv.FormatUint(atOrBefore, 10))
+	if err != nil {
+		return fail(err)
+	}
+	defer resp.Body.Close()
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); resp.StatusCode == http.StatusNotFound && mt == "application/json" {
+		return events.State{}, false, nil // a daemon of an older version answers in text
+	}
+	if err := adminAnswerOK(resp, "application/json"); err != nil {
+		return fail(err)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxAdminRecord+1))
+	if err != nil {
+		return fail(err)
+	}
+	st, err := events.UnmarshalState(body)
+	if err != nil {
+		return fail(err)
+	}
+	return st, true, nil
 }
 
 // ReadStatusFromAdmin asks the daemon serving the admin socket at

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/devledger/devledger/events"
 )
 
 // genSource is a RecordSource that makes its records up: record seq is
@@ -385,5 +387,50 @@ func TestAdminAcknowledgesDamage(t *testing.T) {
 	_, plain := startAdmin(t, &genSource{last: 3, size: 16}, fakeStatus{})
 	if _, err := AcknowledgeDamageThroughAdmin(testCtx(t), plain, ""); err == nil || !strings.Contains(err.Error(), "404") {
 		t.Errorf("acknowledge without an acknowledger: %v, want 404", err)
+	}
+}
+
+// snapSource is a genSource that keeps snapshots, by sequence.
+type snapSource struct {
+	genSource
+	snaps map[uint64]events.State
+}
+
+func (s *snapSource) LatestSnapshot(atOrBefore uint64) (events.State, bool, error) {
+	var best events.State
+	for seq, st := range s.snaps {
+		if (atOrBefore == 0 || seq <= atOrBefore) && seq > best.Seq {
+			best = st
+		}
+	}
+	return best, best.Seq > 0, nil
+}
+
+// GET /v1/snapshot answers the newest snapshot at or before a sequence,
+// as the source reads it; none there is false, not an error; a daemon that
+// keeps no snapshots (an older version) is an error.
+func TestAdminSnapshot(t *testing.T) {
+	at := func(seq uint64) events.State {
+		s := events.NewState()
+		s.Seq, s.Time = seq, time.Date(2026, 11, 24, 9, 0, int(seq), 0, time.UTC)
+		s.Devices["0000:3b:02.0"] = events.Device{Present: true, Pool: "example.com/vf"}
+		return s
+	}
+	_, sock := startAdmin(t, &snapSource{genSource: genSource{last: 100, size: 8}, snaps: map[uint64]events.State{40: at(40), 80: at(80)}}, nil)
+	for _, tc := range []struct {
+		atOrBefore, want uint64
+	}{{0, 80}, {100, 80}, {79, 40}, {40, 40}, {39, 0}} {
+		st, ok, err := SnapshotFromAdmin(t.Context(), sock, tc.atOrBefore)
+		if err != nil || ok != (tc.want > 0) || st.Seq != tc.want {
+			t.Errorf("SnapshotFromAdmin(%d) = seq %d, %v, %v; want seq %d", tc.atOrBefore, st.Seq, ok, err, tc.want)
+		}
+		if ok && !st.Equal(at(tc.want)) {
+			t.Errorf("SnapshotFromAdmin(%d) = %+v, want %+v", tc.atOrBefore, st, at(tc.want))
+		}
+	}
+
+	_, sock = startAdmin(t, &genSource{last: 1, size: 8}, nil)
+	if _, ok, err := SnapshotFromAdmin(t.Context(), sock, 0); err == nil || ok {
+		t.Errorf("a daemon that serves no snapshots: %v, %v; want an error", ok, err)
 	}
 }
