@@ -15,7 +15,6 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
@@ -475,8 +474,8 @@ func (d *demo) liveAllocations() ([]string, error) {
 		return nil, err
 	}
 	defer src.close()
-	s := events.NewState()
-	if err := src.read(func(e events.Envelope) error { s = events.Apply(s, e); return nil }); err != nil {
+	s, err := foldSource(src, 0, time.Time{})
+	if err != nil {
 		return nil, err
 	}
 	var out []string

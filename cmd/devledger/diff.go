@@ -159,6 +159,15 @@ func foldBetween(src eventSource, from, to diffEnd) (a, b events.State, err erro
 	taken, stopped := false, false
 	var last uint64
 	err = src.read(func(e events.Envelope) error {
+		if last == 0 && !stopped {
+			var err error
+			if s, err = foldFrom(src, e.Seq); err != nil {
+				return err
+			}
+			if base := (events.Envelope{Seq: s.Seq, Time: s.Time}); s.Seq > 0 && (from.beyond(base) || to.beyond(base)) {
+				return fmt.Errorf("--diff: a point before #%d: %w", e.Seq, store.ErrHistoryDropped)
+			}
+		}
 		if !taken && from.beyond(e) {
 			// Apply reuses the state's maps: the copy is what stays.
 			a, taken = s.Clone(), true

@@ -385,6 +385,8 @@ func (s sliceSource) read(fn func(events.Envelope) error) error {
 
 func (s sliceSource) close() error { return nil }
 
+func (s sliceSource) snapshot(uint64) (events.State, bool, error) { return events.State{}, false, nil }
+
 // TestDiffFoldBetweenMatchesFile: the one pass over a daemon's events folds
 // both ends to what the file's replays give.
 func TestDiffFoldBetweenMatchesFile(t *testing.T) {

@@ -377,18 +377,7 @@ func TestHTMLThroughAdminSocket(t *testing.T) {
 	offline := htmlPage(t, db)
 	offlinePod := htmlPage(t, db, "--namespace", "telco")
 
-	// The "daemon": the ledger open for writing (it holds the lock), served
-	// on the admin socket.
-	l, err := store.Open(db, store.Options{Node: "worker-3"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	admin := grpcapi.NewAdminServer(l, fakeAdminStatus{}, grpcapi.AdminServerOptions{})
-	if err := admin.Serve(grpcapi.AdminSocketPath(dir)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Stop(context.Background()) })
+	serveLedger(t, dir, db)
 
 	for _, tc := range []struct {
 		args []string
@@ -407,6 +396,22 @@ func TestHTMLThroughAdminSocket(t *testing.T) {
 	if !strings.Contains(liveStory, "#49 released after 1h20m") {
 		t.Errorf("dump --namespace through the admin socket:\n%s", liveStory)
 	}
+}
+
+// serveLedger stands in for a daemon running on the ledger db: the file
+// open for writing (it holds the lock), served on the admin socket in dir.
+func serveLedger(t *testing.T, dir, db string) {
+	t.Helper()
+	l, err := store.Open(db, store.Options{Node: "worker-3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	admin := grpcapi.NewAdminServer(l, fakeAdminStatus{}, grpcapi.AdminServerOptions{})
+	if err := admin.Serve(grpcapi.AdminSocketPath(dir)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Stop(context.Background()) })
 }
 
 type fakeAdminStatus struct{}

@@ -59,16 +59,40 @@ func openLedgerWaiting(lf *ledgerFlags, wait time.Duration) (*store.Log, error) 
 	}
 }
 
-// eventSource streams the events of a ledger, oldest first.
+// eventSource streams the events of a ledger, oldest first, and reads its
+// snapshots: the newest readable one at or before a sequence (0: the
+// newest), false when there is none.
 type eventSource interface {
 	read(fn func(events.Envelope) error) error
+	snapshot(atOrBefore uint64) (events.State, bool, error)
 	close() error
+}
+
+// foldFrom is the state a fold of src's events starts from, first being
+// the first event it read: the empty state when that is the ledger's first
+// event, else the snapshot that retention kept at the sequence before it.
+func foldFrom(src eventSource, first uint64) (events.State, error) {
+	if first <= 1 {
+		return events.NewState(), nil
+	}
+	s, ok, err := src.snapshot(first - 1)
+	if err != nil {
+		return s, err
+	}
+	if !ok || s.Seq != first-1 {
+		return s, fmt.Errorf("the ledger keeps events from #%d on, and no snapshot at #%d leads there: %w", first, first-1, store.ErrHistoryDropped)
+	}
+	return s, nil
 }
 
 // fileSource reads a ledger file opened read-only.
 type fileSource struct{ l *store.Log }
 
 func (s fileSource) close() error { return s.l.Close() }
+
+func (s fileSource) snapshot(atOrBefore uint64) (events.State, bool, error) {
+	return s.l.LatestSnapshot(atOrBefore)
+}
 
 func (s fileSource) read(fn func(events.Envelope) error) error {
 	err := s.l.ReadRaw(0, func(seq uint64, rec []byte) error {
@@ -140,6 +164,10 @@ func (s adminSource) read(fn func(events.Envelope) error) error {
 }
 
 func (s adminSource) close() error { return nil }
+
+func (s adminSource) snapshot(atOrBefore uint64) (events.State, bool, error) {
+	return grpcapi.SnapshotFromAdmin(context.Background(), s.socket, atOrBefore)
+}
 
 // openSource opens the ledger the flags name: the file, or, when a running
 // daemon holds it, the daemon's admin socket beside it.

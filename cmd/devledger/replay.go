@@ -72,7 +72,7 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 		}()
 	default:
 		// A running daemon holds the file: fold what its admin socket
-		// serves, from the first event (no snapshots over the socket).
+		// serves, from the first event kept (and the snapshot before it).
 		if *verify {
 			return usageErrf("--verify reads the file itself, which the running daemon holds: verify a copy (--db) or stop the daemon")
 		}
@@ -297,12 +297,22 @@ func replayLedgerFile(stdout io.Writer, l *store.Log, path string, verify bool, 
 	return s, nil
 }
 
-// foldSource folds a stream of events from the first one, up to untilSeq or
-// the time at (whichever is set).
+// foldSource folds a stream of events from the first one (from the
+// snapshot before it, when retention dropped older ones), up to untilSeq
+// or the time at (whichever is set).
 func foldSource(src eventSource, untilSeq uint64, at time.Time) (events.State, error) {
 	s := events.NewState()
 	var last uint64
 	err := src.read(func(e events.Envelope) error {
+		if last == 0 {
+			var err error
+			if s, err = foldFrom(src, e.Seq); err != nil {
+				return err
+			}
+			if untilSeq > 0 && untilSeq < s.Seq || !at.IsZero() && s.Time.After(at) {
+				return fmt.Errorf("replay to before #%d: %w", e.Seq, store.ErrHistoryDropped)
+			}
+		}
 		if untilSeq > 0 && e.Seq > untilSeq || !at.IsZero() && e.Time.After(at) {
 			return errStop
 		}

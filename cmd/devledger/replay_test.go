@@ -1,8 +1,13 @@
 package main
 
 import (
+	"context"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/store"
 )
 
 func TestReplayGolden(t *testing.T) {
@@ -40,5 +45,53 @@ func TestReplayAnswersWhoHeldTheDevice(t *testing.T) {
 	_, after, _ := runCLI(t, "replay", "--db", db, "--until-time", "2026-11-24T12:30:00Z")
 	if strings.Contains(after, "dpdk-testpmd") {
 		t.Errorf("at 12:30 the VF was released:\n%s", after)
+	}
+}
+
+// Once retention dropped the oldest events, replay and replay --diff
+// through a running daemon's admin socket start from the snapshot that
+// retention kept, and answer what the file's own replay answers; a point
+// before the events kept is refused, not folded from nothing.
+func TestLiveReplayAfterRetention(t *testing.T) {
+	dir := kubelettest.ShortTempDir(t)
+	db := filepath.Join(dir, ledgerFileName)
+	writeSampleLedger(t, db)
+	l, err := store.Open(db, store.Options{Node: "worker-3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	at, err := l.Replay(40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.SaveSnapshot(ctx, at, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if d, ok, err := l.Retain(ctx, store.Retention{MaxBytes: 1}); err != nil || !ok || d.ToSeq != 40 {
+		t.Fatalf("retain: %+v %v %v", d, ok, err)
+	}
+	l.Close()
+	args := [][]string{{"replay"}, {"replay", "--until-seq", "45"}, {"replay", "--diff", "#40..#50"}, {"replay", "--diff", "#44.."}}
+	offline := make([]string, len(args))
+	for i, a := range args {
+		code, out, errOut := runCLI(t, append(a, "--state-dir", dir)...)
+		if code != exitOK {
+			t.Fatalf("%v on the file: exit %d: %s", a, code, errOut)
+		}
+		offline[i] = out
+	}
+
+	serveLedger(t, dir, db)
+	for i, a := range args {
+		code, live, errOut := runCLI(t, append(a, "--state-dir", dir)...)
+		if code != exitOK || live != offline[i] {
+			t.Errorf("%v through the admin socket: exit %d: %s\n%s\nwant, as from the file:\n%s", a, code, errOut, live, offline[i])
+		}
+	}
+	for _, a := range [][]string{{"replay", "--until-seq", "39"}, {"replay", "--diff", "#20..#50"}} {
+		if code, _, errOut := runCLI(t, append(a, "--state-dir", dir)...); code == exitOK || !strings.Contains(errOut, "dropped") {
+			t.Errorf("%v through the admin socket, before the events kept: exit %d: %s", a, code, errOut)
+		}
 	}
 }

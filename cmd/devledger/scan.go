@@ -843,7 +843,7 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 // readLedger reads the ledger lf names (the file from its newest snapshot,
-// or, when the daemon holds it, every event its admin socket serves) and
+// or, when the daemon holds it, the events its admin socket serves) and
 // notes what it says of every device found, and of the pooled ones not
 // found.
 func (rep *scanReport) readLedger(lf *ledgerFlags) error {
