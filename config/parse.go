@@ -489,11 +489,18 @@ func (d *decoder) resource(n *node, path string) (Resource, bool) {
 	if v := got["health"]; v != nil {
 		d.health(v, at("health"), &r.Health)
 	}
-	r.CDI.Kind = r.Prefix + "/" + cdiClass[r.DeviceType]
+	defaultKind := r.Prefix + "/" + cdiClass[r.DeviceType]
+	r.CDI.Kind = defaultKind
 	if v := got["cdi"]; v != nil {
 		d.cdi(v, at("cdi"), &r.CDI)
 	}
 	r.CDI.Enabled = r.CDI.Enabled || d.useCDI
+	// A resource prefix need only be a DNS subdomain ("6wind.com"); a CDI
+	// vendor must start with a letter, and runtimes refuse a spec whose
+	// kind is not one. Said now, not at every Allocate.
+	if msg := checkCDIKind(defaultKind); r.CDI.Enabled && r.CDI.Kind == defaultKind && msg != "" {
+		d.fail(at("resourcePrefix"), quote(r.Prefix), "CDI names this pool's devices by the default kind "+quote(defaultKind)+", which is "+msg+"; set cdi.kind")
+	}
 	return r, true
 }
 

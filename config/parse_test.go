@@ -421,6 +421,19 @@ func TestErrors(t *testing.T) {
 			},
 		},
 		{
+			// A DNS subdomain, but no CDI vendor: refused only where CDI
+			// would name the devices by it (the second pool sets a kind,
+			// the third has CDI off).
+			name: "cdi kind from a prefix that starts with a digit",
+			src: `{"resourceList": [
+  {"resourcePrefix": "6wind.com", "resourceName": "a", "selectors": {"drivers": ["x"]}, "cdi": {"enabled": true}},
+  {"resourcePrefix": "6wind.com", "resourceName": "b", "selectors": {"drivers": ["x"]}, "cdi": {"enabled": true, "kind": "sixwind.com/net"}},
+  {"resourcePrefix": "6wind.com", "resourceName": "c", "selectors": {"drivers": ["x"]}}]}`,
+			want: []string{
+				`c.json: resourceList[0].resourcePrefix: "6wind.com": CDI names this pool's devices by the default kind "6wind.com/net-pci", which is not a CDI kind: the vendor must start with a letter, end with a letter or digit, and hold only letters, digits, '_', '-' and '.'; set cdi.kind`,
+			},
+		},
+		{
 			name: "duplicate keys",
 			src:  res(`{"resourceName": "a", "selectors": {"drivers": ["x"], "drivers": ["y"], "Drivers": ["z"]}}`),
 			want: []string{
