@@ -289,12 +289,15 @@ func (p *allocator) syncDeviceInfo(old map[string]*allocation.Member) {
 	// One log line, not one per device: a bad directory fails them all.
 	var failed []string
 	var first error
+	res := p.cfg.Resource
 	for _, addr := range p.order {
-		m := p.members[addr]
-		if o, ok := old[addr]; ok && allocation.SameDeviceInfo(&o.Device, &m.Device) {
-			continue
+		d := allocation.ForDeviceInfo(res, p.members[addr].Device)
+		if o, ok := old[addr]; ok {
+			if was := allocation.ForDeviceInfo(res, o.Device); allocation.SameDeviceInfo(&was, &d) {
+				continue
+			}
 		}
-		if err := allocation.WriteDeviceInfo(p.cfg.DevinfoDir, p.name, m.Device); err != nil {
+		if err := allocation.WriteDeviceInfo(p.cfg.DevinfoDir, p.name, d); err != nil {
 			failed, first = append(failed, addr), cmp.Or(first, err)
 		}
 	}

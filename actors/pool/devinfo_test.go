@@ -68,18 +68,20 @@ func TestDeviceInfoFollowsTheMembers(t *testing.T) {
 		}
 	}
 
-	// y leaves; x gains an RDMA device.
-	rdma := member(x)
-	rdma.Device.RDMADevices = []string{"mlx5_3"}
-	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{rdma}, Reason: "test", Gen: 2})
+	// y leaves; x is seen as a VF of a PF now, and gains an RDMA device,
+	// which this pool does not ask for (isRdma): its containers get no
+	// RDMA device nodes, and the file names none.
+	changed := member(x)
+	changed.Device.PF, changed.Device.RDMADevices = "0000:3b:00.0", []string{"mlx5_3"}
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{changed}, Reason: "test", Gen: 2})
 	if _, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(path(y)); err != nil {
 		t.Errorf("the device-info file of a device that left: %v, want it kept", err)
 	}
-	if !strings.Contains(content(x), `"rdma-device":"mlx5_3"`) {
-		t.Errorf("x's device-info file after its facts changed: %s", content(x))
+	if c := content(x); !strings.Contains(c, `"pf-pci-address":"0000:3b:00.0"`) || strings.Contains(c, "rdma") {
+		t.Errorf("x's device-info file after its facts changed: %s", c)
 	}
 
 	// A file lost since is written again by the Allocate that needs it.
@@ -94,7 +96,7 @@ func TestDeviceInfoFollowsTheMembers(t *testing.T) {
 	if _, err := pluginapi.NewDevicePluginClient(conn).Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{x}}}}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(content(x), `"rdma-device":"mlx5_3"`) {
-		t.Errorf("x's device-info file after an Allocate: %s", content(x))
+	if c := content(x); !strings.Contains(c, `"pf-pci-address":"0000:3b:00.0"`) || strings.Contains(c, "rdma") {
+		t.Errorf("x's device-info file after an Allocate: %s", c)
 	}
 }

@@ -132,7 +132,7 @@ func (p *allocator) allocate(ctx actor.Context, m *allocateReq) error {
 	}
 	if p.cfg.DevinfoDir != "" && p.cfg.Resource.DeviceType == config.NetDevice {
 		for _, d := range slices.Concat(devs...) {
-			if err := allocation.WriteDeviceInfo(p.cfg.DevinfoDir, p.name, d); err != nil {
+			if err := allocation.WriteDeviceInfo(p.cfg.DevinfoDir, p.name, allocation.ForDeviceInfo(p.cfg.Resource, d)); err != nil {
 				return fmt.Errorf("%w: %s: write device-info for %s: %v", grpcapi.ErrUnavailable, p.name, d.Address, err)
 			}
 		}

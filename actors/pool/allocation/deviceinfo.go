@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/sysfs"
 )
 
@@ -44,8 +45,8 @@ type PCIDeviceInfo struct {
 
 // NewDeviceInfo is the device-info of d, of type "pci" even for a vDPA
 // device (the spec's "vdpa" map needs the vDPA device's name and path,
-// which sysfs.Device lacks). The SR-IOV plugin names RDMA devices only for
-// isRdma pools: to match it, pass d with RDMADevices cleared.
+// which sysfs.Device lacks). It names d's RDMA devices: pass d as
+// ForDeviceInfo gives it.
 func NewDeviceInfo(d *sysfs.Device) DeviceInfo {
 	return DeviceInfo{
 		Type:    "pci",
@@ -56,6 +57,17 @@ func NewDeviceInfo(d *sysfs.Device) DeviceInfo {
 			PFPCIAddress: d.PF,
 		},
 	}
+}
+
+// ForDeviceInfo is d as the pool res describes it in its device-info file:
+// with its RDMA devices only when the pool asks for them (isRdma), as the
+// SR-IOV plugin writes it. A pool that does not gives the container no
+// RDMA device nodes, so the file must not name one for CNIs to act on.
+func ForDeviceInfo(res *config.Resource, d sysfs.Device) sysfs.Device {
+	if !wantsOf(res).rdma {
+		d.RDMADevices = nil
+	}
+	return d
 }
 
 // SameDeviceInfo tells whether a and b have the same device-info file.

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/sysfs"
 )
 
@@ -236,5 +237,26 @@ func TestHolds(t *testing.T) {
 				t.Errorf("holds = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// A pool names a device's RDMA devices in its device-info file only when
+// it asks for them (isRdma, on any selector), as the SR-IOV plugin does;
+// other facts pass as they are.
+func TestForDeviceInfoNamesRDMAOnlyForIsRdma(t *testing.T) {
+	d := vf("0000:3b:0a.2", pfB, 2, "mlx5_core", "", 0)
+	d.RDMADevices = []string{"mlx5_2"}
+	plain := &config.Resource{Prefix: "example.com", Name: "net", DeviceType: config.NetDevice,
+		Selectors: []config.Selector{{Drivers: []string{"mlx5_core"}}}}
+	rdma := &config.Resource{Prefix: "example.com", Name: "rdma", DeviceType: config.NetDevice,
+		Selectors: []config.Selector{{Drivers: []string{"iavf"}}, {Drivers: []string{"mlx5_core"}, IsRDMA: true}}}
+	if got := ForDeviceInfo(plain, d); got.RDMADevices != nil || got.Address != d.Address || got.PF != d.PF {
+		t.Errorf("for a pool without isRdma: %+v, want the device without its RDMA devices", got)
+	}
+	if got := ForDeviceInfo(rdma, d); !slices.Equal(got.RDMADevices, d.RDMADevices) {
+		t.Errorf("for an isRdma pool: RDMA devices %v, want %v", got.RDMADevices, d.RDMADevices)
+	}
+	if d.RDMADevices == nil {
+		t.Error("ForDeviceInfo changed the device it was given")
 	}
 }
