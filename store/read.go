@@ -193,20 +193,30 @@ func (l *Log) latestSnapshot(tx *bolt.Tx, atOrBefore, notBefore uint64) (s event
 		if seq < notBefore {
 			break
 		}
-		st, derr := decodeSnapshot(k, v)
-		switch {
-		case derr == nil:
+		if st, ok := l.readSnapshot(seq, k, v, &skipped); ok {
 			return st, true, skipped, nil
-		case !errors.Is(derr, events.ErrSnapshotFormat):
-			// Named as Check names it: the same damage reads the same.
-			ce := l.corrupt(seq, "snapshot: "+derr.Error(), derr)
-			l.noteDamage(ce)
-			if skipped == nil {
-				skipped = ce
-			}
 		}
 	}
 	return events.State{}, false, skipped, nil
+}
+
+// readSnapshot decodes the snapshot stored at seq (key k, value v); false
+// when it cannot be read. Damage is noted (Damage) and the first of it kept
+// in *skipped; a format newer than this build reads is no damage.
+func (l *Log) readSnapshot(seq uint64, k, v []byte, skipped *error) (events.State, bool) {
+	st, err := decodeSnapshot(k, v)
+	if err == nil {
+		return st, true
+	}
+	if !errors.Is(err, events.ErrSnapshotFormat) {
+		// Named as Check names it: the same damage reads the same.
+		ce := l.corrupt(seq, "snapshot: "+err.Error(), err)
+		l.noteDamage(ce)
+		if *skipped == nil {
+			*skipped = ce
+		}
+	}
+	return events.State{}, false
 }
 
 // lastAtOrBefore positions c on the last key <= seq (any key for seq 0).
@@ -401,7 +411,7 @@ func (l *Log) ReplayUntilTime(t time.Time) (events.State, error) {
 			return nil
 		}
 		first := firstSeqTx(tx)
-		var skipped error // as in latestSnapshot
+		var skipped error // the newest damaged snapshot passed over
 		sc := tx.Bucket(bucketSnapshots).Cursor()
 		for k, v := sc.Last(); k != nil; k, v = sc.Prev() {
 			seq, _ := keySeq(k)
@@ -415,19 +425,8 @@ func (l *Log) ReplayUntilTime(t time.Time) (events.State, error) {
 					continue
 				}
 			}
-			st, err := decodeSnapshot(k, v)
-			if err != nil {
-				// Passed over as latestSnapshot passes it over.
-				if !errors.Is(err, events.ErrSnapshotFormat) {
-					ce := l.corrupt(seq, "snapshot: "+err.Error(), err)
-					l.noteDamage(ce)
-					if skipped == nil {
-						skipped = ce
-					}
-				}
-				continue
-			}
-			if st.Time.After(t) {
+			st, ok := l.readSnapshot(seq, k, v, &skipped)
+			if !ok || st.Time.After(t) {
 				continue
 			}
 			s = st
