@@ -96,6 +96,12 @@ type Options struct {
 	// DialTimeout bounds dialing a plugin and its first calls; zero means
 	// DefaultDialTimeout.
 	DialTimeout time.Duration
+	// BeforeConnect, if set, is called by every registration once the
+	// plugin has answered GetDevicePluginOptions and before its endpoint
+	// becomes the resource's, with the resource and the endpoint's socket.
+	// A test blocks in it to hold one registration back while another
+	// overtakes it, as the kubelet's concurrent registrations can.
+	BeforeConnect func(resource, socket string)
 	// Logger receives one line per state change; nil logs nothing. In tests,
 	// zerolog.New(zerolog.NewTestWriter(t)) puts it in the test output.
 	Logger *zerolog.Logger

@@ -131,6 +131,9 @@ func (k *Kubelet) connect(b *boot, resource, socket string, mode Mode, requested
 		_ = conn.Close()
 		return Registration{}, fmt.Errorf("failed to get device plugin options: %v", err)
 	}
+	if k.opts.BeforeConnect != nil {
+		k.opts.BeforeConnect(resource, socket)
+	}
 	e := &endpoint{resource: resource, socket: socket, conn: conn, client: client, opts: opts}
 	e.ctx, e.cancel = context.WithCancel(b.ctx)
 
