@@ -176,7 +176,7 @@ func (s *PoolServer) Socket() string { return s.sock.socket() }
 // callSocket is the socket a call came in on: the one served now, or one
 // served before (Reserve keeps the kubelet's connections).
 func (s *PoolServer) callSocket(ctx context.Context) string {
-	if sock := socketOf(ctx); sock != "" {
+	if sock := SocketOf(ctx); sock != "" {
 		return sock
 	}
 	return s.Socket()

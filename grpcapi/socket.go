@@ -185,9 +185,10 @@ type pathConn struct {
 
 func (c pathConn) LocalAddr() net.Addr { return c.local }
 
-// socketOf is the path of the socket a call came in on, or "" when the
-// call's connection does not say.
-func socketOf(ctx context.Context) string {
+// SocketOf is the path of the socket a call to a PoolServer came in on
+// (one it served before Reserve, too), or "" when the call's connection
+// does not say.
+func SocketOf(ctx context.Context) string {
 	p, ok := peer.FromContext(ctx)
 	if !ok || p.LocalAddr == nil {
 		return ""

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -364,6 +365,75 @@ func crashedRegistrarRegistersEveryPoolAgain(t *testing.T, mode string) {
 	if restarts := waitRegistrarRecords(ctx, t, d, seq, 1); restarts != 1 {
 		t.Errorf("the ledger records %d kubelet restarts, want the one", restarts)
 	}
+}
+
+// The kubelet's plugin watcher registers sockets concurrently, so a
+// registration it began before the pool moved to a new socket can finish
+// after the new one's: the kubelet's endpoint is then the retired socket,
+// which it drops as soon as it sees that socket gone. The registrar takes
+// the late acknowledgement as the kubelet's newest, and the pool registers
+// again on a socket of its own; the kubelet lists its devices healthy.
+func TestALateRegistrationOfARetiredSocketIsRenewed(t *testing.T) {
+	held, release := make(chan string, 1), make(chan struct{})
+	var holdOnce sync.Once
+	kopts := kubelettest.Options{PluginWatcher: true, BeforeConnect: func(resource, socket string) {
+		hold := false
+		if resource == netPool {
+			holdOnce.Do(func() { hold = true })
+		}
+		if hold {
+			held <- socket
+			<-release
+		}
+	}}
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kopts)
+	n.opts.Registration = "watcher"
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) }) // before the kubelet's
+	d := n.start(t)
+	ctx := supervisionCtx(t)
+	var first string
+	select {
+	case first = <-held:
+	case <-ctx.Done():
+		t.Fatal("the kubelet never connected to the pool")
+	}
+	kids, err := d.Children(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A restarted registrar has every pool serve on a new socket.
+	d.system.Root.Send(kids.Registrar, &registrar.Crash{Reason: "test"})
+	second, err := n.kubelet.WaitRegistered(ctx, netPool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Endpoint == first {
+		t.Fatalf("the held registration of %s was taken", first)
+	}
+	releaseOnce.Do(func() { close(release) })
+
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	waitFor(wctx, t, "the pool registered on a third socket, its devices healthy", func() bool {
+		regs := n.kubelet.Registrations()
+		last := regs[len(regs)-1]
+		for _, r := range regs {
+			if r.Resource == netPool {
+				last = r
+			}
+		}
+		if last.Endpoint == first || last.Endpoint == second.Endpoint || !n.kubelet.Connected(netPool) {
+			return false
+		}
+		healthy := 0
+		for _, dev := range n.kubelet.Devices(netPool) {
+			if dev.GetHealth() == pluginapi.Healthy {
+				healthy++
+			}
+		}
+		return healthy == 3 && poolStatus(t, ctx, d, kids.Pools[netPool]).Socket == last.Endpoint
+	})
 }
 
 // waitRegistrarRecords waits until the ledger holds, after seq, at least

@@ -262,7 +262,7 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 		if pid := n.pools[m.Pool]; pid != nil && pid.Equal(m.From) {
 			ctx.Send(n.registrar, &registrar.Desire{Pool: m.Pool, Socket: m.Socket})
 		}
-	case *registrar.CheckKubelet, *registrar.KubeletReported: // from a pool
+	case *registrar.Listing, *registrar.KubeletReported: // from a pool
 		ctx.Send(n.registrar, m)
 	case *pool.NeedMembers:
 		if pid := n.pools[m.Pool]; pid != nil { // its resource outlives the restart

@@ -103,7 +103,7 @@ type allocator struct {
 	placing []*placement
 	retry   *time.Timer
 
-	watchers map[chan []*pluginapi.Device]bool
+	watchers map[chan []*pluginapi.Device]string // the socket of each stream
 	// list is the last list built, nil once members or resource change;
 	// stale names its entries whose health changed since (see deviceList).
 	list   []*pluginapi.Device
@@ -189,15 +189,15 @@ func (p *allocator) call(ctx actor.Context, c any) {
 			m.reply <- struct{}{}
 			return
 		}
-		p.watchers[m.ch] = true
+		p.watchers[m.ch] = m.socket
 		push(m.ch, p.deviceList())
 		m.reply <- struct{}{}
+		ctx.Send(ctx.Parent(), &registrar.Listing{Pool: p.name, Socket: m.socket, Open: true})
 	case *unwatchReq:
-		if p.watchers[m.ch] {
+		if socket, ok := p.watchers[m.ch]; ok {
 			close(m.ch)
 			delete(p.watchers, m.ch)
-			// Every stream ends when the kubelet dies: check it still answers.
-			ctx.Send(ctx.Parent(), &registrar.CheckKubelet{Why: "the ListAndWatch stream of " + p.name + " ended"})
+			ctx.Send(ctx.Parent(), &registrar.Listing{Pool: p.name, Socket: socket})
 		}
 	case *preferredReq:
 		resp, err := p.preferred(m.req)
@@ -229,7 +229,7 @@ func (p *allocator) refuseWaiting(ctx actor.Context) {
 
 // start rebuilds the pool from the ledger, places its members and serves.
 func (p *allocator) start(ctx actor.Context) {
-	p.watchers = map[chan []*pluginapi.Device]bool{}
+	p.watchers = map[chan []*pluginapi.Device]string{}
 	st := p.replayed
 	if st == nil {
 		s := p.replay()

@@ -53,7 +53,7 @@ func await[T any](ctx context.Context, b *backend, reply <-chan T) (T, error) {
 func (b *backend) WatchDevices(ctx context.Context) (<-chan []*pluginapi.Device, error) {
 	ch := make(chan []*pluginapi.Device, 1)
 	reply := make(chan struct{}, 1)
-	b.root.Send(b.pid, &watchReq{ch: ch, reply: reply, incarnation: b.incarnation})
+	b.root.Send(b.pid, &watchReq{ch: ch, reply: reply, incarnation: b.incarnation, socket: grpcapi.SocketOf(ctx)})
 	if _, err := await(ctx, b, reply); err != nil {
 		// The request may still reach the actor: take the watcher back.
 		b.root.Send(b.pid, &unwatchReq{ch: ch})

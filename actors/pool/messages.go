@@ -137,8 +137,10 @@ type NeedMembers struct{ Pool string }
 type watchReq struct {
 	ch    chan []*pluginapi.Device
 	reply chan struct{}
-	// incarnation made the server the stream came in on.
+	// incarnation made the server the stream came in on, socket is the
+	// socket it came in on.
 	incarnation uint64
+	socket      string
 }
 
 type unwatchReq struct{ ch chan []*pluginapi.Device }

@@ -43,7 +43,10 @@ type Config struct {
 	// RetryInitial and RetryMax bound the backoff between failed attempts
 	// (defaults 200ms and 30s).
 	RetryInitial, RetryMax time.Duration
-	Log                    zerolog.Logger
+	// ListGrace is how long a registered pool may go with no ListAndWatch
+	// stream on its socket before it registers anew (default 1s).
+	ListGrace time.Duration
+	Log       zerolog.Logger
 }
 
 // NeedSocket is sent to the parent when a desired pool must serve under a
@@ -68,6 +71,9 @@ func Props(cfg Config) *actor.Props {
 	}
 	if cfg.RetryMax <= 0 {
 		cfg.RetryMax = 30 * time.Second
+	}
+	if cfg.ListGrace <= 0 {
+		cfg.ListGrace = time.Second
 	}
 	if cfg.Mode == "" {
 		cfg.Mode = grpcapi.ModeLegacy
@@ -138,8 +144,13 @@ type registrar struct {
 	retrying  map[string]*time.Timer // waiting for a retry
 	failures  map[string]int
 	lastError map[string]string
-	restarts  int  // new kubelets seen
-	waiting   bool // the missing kubelet socket was logged
+	// listing counts the kubelet's ListAndWatch streams by socket;
+	// unlisted holds, per registered pool with none on its socket, the
+	// timer of its ListGrace (see listed).
+	listing  map[string]int
+	unlisted map[string]*time.Timer
+	restarts int  // new kubelets seen
+	waiting  bool // the missing kubelet socket was logged
 }
 
 // Receive implements actor.Actor.
@@ -150,6 +161,8 @@ func (r *registrar) Receive(ctx actor.Context) {
 		r.retrying = map[string]*time.Timer{}
 		r.failures = map[string]int{}
 		r.lastError = map[string]string{}
+		r.listing = map[string]int{}
+		r.unlisted = map[string]*time.Timer{}
 		if r.crashed {
 			// Nothing, not even the ledger, says which socket a Register
 			// went out on: every pool serves on a new one (NeedDesires),
@@ -164,20 +177,29 @@ func (r *registrar) Receive(ctx actor.Context) {
 		for _, t := range r.retrying {
 			t.Stop()
 		}
+		for _, t := range r.unlisted {
+			t.Stop()
+		}
 	case *Desire:
 		if d, ok := r.desired[m.Pool]; ok && d.socket == m.Socket {
 			break
 		}
 		// A new socket registers at once; the failure count goes on, so
 		// a pool that keeps being refused keeps backing off.
+		r.forgetSocket(m.Pool)
 		r.desired[m.Pool] = desire{socket: m.Socket}
 		r.cancelRetry(m.Pool)
 		r.reconcile(ctx)
 	case *Undesire:
+		r.forgetSocket(m.Pool)
 		delete(r.desired, m.Pool)
 		delete(r.failures, m.Pool)
 		delete(r.lastError, m.Pool)
 		r.cancelRetry(m.Pool)
+	case *Listing:
+		r.listed(ctx, m)
+	case *unlisted:
+		r.unlistedFor(ctx, m)
 	case *KubeletAppeared:
 		r.observeKubelet(true)
 		r.reconcile(ctx)
@@ -410,6 +432,7 @@ func (r *registrar) isRegistered(pool string) bool {
 
 // needSocket forgets the pool's desire and sends NeedSocket.
 func (r *registrar) needSocket(ctx actor.Context, pool string, d desire, lost bool, why string) {
+	r.forgetSocket(pool)
 	delete(r.desired, pool)
 	r.cfg.Log.Debug().Str("pool", pool).Str("socket", d.socket).Str("reason", why).Msg("the pool is to serve on a new socket")
 	ctx.Send(ctx.Parent(), &NeedSocket{Pool: pool, Socket: d.socket, Lost: lost, Reason: why})
@@ -450,7 +473,7 @@ func (r *registrar) answered(ctx actor.Context, m *registerResult) {
 			r.reconcile(ctx)
 			return
 		}
-		r.acknowledge(m.pool, d)
+		r.acknowledge(ctx, m.pool, d)
 	case errors.Is(m.err, grpcapi.ErrAlreadyConnected):
 		// The kubelet keeps a dead endpoint for this path until it
 		// restarts; a new path is free, so the first refusal moves at once.
@@ -493,7 +516,7 @@ func (r *registrar) failed(ctx actor.Context, pool string, d desire, err error, 
 }
 
 // acknowledge records that the current kubelet has the pool registered.
-func (r *registrar) acknowledge(pool string, d desire) {
+func (r *registrar) acknowledge(ctx actor.Context, pool string, d desire) {
 	d.acked, d.by = true, r.kubelet
 	r.desired[pool] = d
 	r.failures[pool] = 0
@@ -502,6 +525,85 @@ func (r *registrar) acknowledge(pool string, d desire) {
 	r.record(events.PluginRegistered{Pool: pool, Socket: socket, Mode: mode}, func(e events.Envelope) {
 		r.cfg.Log.Info().Str("pool", pool).Str("socket", socket).Uint64("seq", e.Seq).Msg("pool registered with the kubelet")
 	})
+	r.watchListing(ctx, pool)
+}
+
+// listed counts the kubelet's streams. The kubelet lists a pool it
+// registered through a ListAndWatch on the pool's socket; one that has
+// none there has dropped the pool's endpoint. Its plugin watcher, which
+// registers sockets side by side, may have finished one the pool had left
+// after the pool's own (and drops that one once it sees it gone), or a
+// kubelet older than kubernetes#135437 may have dropped it by resource
+// name when another of the pool's sockets went. Nothing else
+// would bring the pool back, so it registers anew (unlistedFor).
+func (r *registrar) listed(ctx actor.Context, m *Listing) {
+	if m.Open {
+		r.listing[m.Socket]++
+		if d, ok := r.desired[m.Pool]; ok && d.socket == m.Socket {
+			r.cancelUnlisted(m.Pool)
+		}
+		return
+	}
+	if n, ok := r.listing[m.Socket]; ok {
+		if n > 1 {
+			r.listing[m.Socket] = n - 1
+		} else {
+			delete(r.listing, m.Socket)
+		}
+	}
+	r.watchListing(ctx, m.Pool)
+	// Every stream ends when the kubelet dies: check it still answers.
+	r.checkKubelet(ctx, "the ListAndWatch stream of "+m.Pool+" ended")
+}
+
+// watchListing starts the pool's ListGrace if the current kubelet has it
+// registered with no stream on its socket.
+func (r *registrar) watchListing(ctx actor.Context, pool string) {
+	d, ok := r.desired[pool]
+	if !ok || !r.isRegistered(pool) || r.listing[d.socket] > 0 || r.unlisted[pool] != nil {
+		return
+	}
+	self, root, socket := ctx.Self(), ctx.ActorSystem().Root, d.socket
+	r.unlisted[pool] = time.AfterFunc(r.cfg.ListGrace, func() { root.Send(self, &unlisted{pool: pool, socket: socket}) })
+}
+
+// unlistedFor registers the pool anew if its ListGrace passed with the
+// kubelet up and no stream on its socket. While a probe of the kubelet is
+// out it waits once more: a kubelet going down ends its streams first.
+func (r *registrar) unlistedFor(ctx actor.Context, m *unlisted) {
+	delete(r.unlisted, m.pool)
+	d, ok := r.desired[m.pool]
+	if !ok || d.socket != m.socket || !r.isRegistered(m.pool) || r.listing[d.socket] > 0 || !r.downSince.IsZero() {
+		return
+	}
+	if r.probing {
+		r.watchListing(ctx, m.pool)
+		return
+	}
+	r.failures[m.pool]++
+	why := "the kubelet holds no ListAndWatch stream of the socket"
+	r.lastError[m.pool] = why
+	action := "serving the pool on a new socket"
+	r.record(events.RegistrationFailed{Pool: m.pool, Socket: d.socket, Mode: string(r.cfg.Mode), Error: why,
+		Attempt: r.failures[m.pool], Action: action}, nil)
+	r.cfg.Log.Warn().Str("pool", m.pool).Str("socket", d.socket).Dur("grace_ms", r.cfg.ListGrace).Str("action", action).Msg("the kubelet dropped the pool's registration")
+	r.needSocket(ctx, m.pool, d, false, why)
+}
+
+// forgetSocket forgets the streams and ListGrace of the pool's socket,
+// which it leaves.
+func (r *registrar) forgetSocket(pool string) {
+	if d, ok := r.desired[pool]; ok {
+		delete(r.listing, d.socket)
+	}
+	r.cancelUnlisted(pool)
+}
+
+func (r *registrar) cancelUnlisted(pool string) {
+	if t := r.unlisted[pool]; t != nil {
+		t.Stop()
+	}
+	delete(r.unlisted, pool)
 }
 
 // kubeletReported takes what the plugin watcher told a pool (watcher mode).
@@ -519,7 +621,7 @@ func (r *registrar) kubeletReported(ctx actor.Context, m *KubeletReported) {
 	}
 	if m.Registered {
 		if r.downSince.IsZero() {
-			r.acknowledge(m.Pool, d)
+			r.acknowledge(ctx, m.Pool, d)
 		}
 		return
 	}

@@ -72,7 +72,10 @@ func newRegistrar(t *testing.T, mode grpcapi.RegistrationMode, kopts kubelettest
 	t.Cleanup(func() { _ = l.Close() })
 	cfg := Config{Recorder: ledger.NewRecorder(l, "boot-1", nil), Mode: mode,
 		KubeletSocket: k.RegistrationSocket(), RegisterTimeout: 2 * time.Second,
-		RetryInitial: 10 * time.Millisecond, RetryMax: 40 * time.Millisecond, Log: zerolog.Nop()}
+		RetryInitial: 10 * time.Millisecond, RetryMax: 40 * time.Millisecond, Log: zerolog.Nop(),
+		// No stream reports come but those a test sends: a test that
+		// means the grace to pass sets it.
+		ListGrace: time.Hour}
 	for _, tweak := range tweaks {
 		tweak(&cfg)
 	}
@@ -648,6 +651,55 @@ func TestWatcherModeRecordsWhatTheKubeletReports(t *testing.T) {
 	got := r.awaitRecorded(t, len(want)+2)
 	if len(got) != len(want)+2 || !reflect.DeepEqual(got[len(got)-1], wantFailed) {
 		t.Errorf("recorded %+v, want last %+v", got, wantFailed)
+	}
+}
+
+// The kubelet lists a pool it registered on a ListAndWatch of the pool's
+// socket. Once none is left there, past the grace and with the kubelet
+// answering, it has dropped the pool's endpoint: the pool serves on a new
+// socket, and the ledger says why. Streams on a socket the pool has left
+// count for nothing, and a stream that opens in time keeps the pool.
+func TestARegisteredPoolListedOnNoStreamRegistersAnew(t *testing.T) {
+	const grace = 50 * time.Millisecond
+	r := newRegistrar(t, grpcapi.ModeWatcher, kubelettest.Options{}, func(c *Config) { c.ListGrace = grace })
+	sock := filepath.Join(r.kubelet.Dir(), "example.com_gpu.sock")
+	touch(t, sock)
+	send := func(m any) { r.Sys.Root.Send(r.Child, m) }
+	send(&Desire{Pool: gpu, Socket: sock})
+	send(&Listing{Pool: gpu, Socket: sock, Open: true})
+	send(&KubeletReported{Pool: gpu, Socket: sock, Registered: true})
+	r.NothingFor(t, 4*grace)
+
+	// The stream ends and another opens on the same socket within the
+	// grace: still listed.
+	send(&Listing{Pool: gpu, Socket: sock + ".old", Open: true})
+	send(&Listing{Pool: gpu, Socket: sock})
+	send(&Listing{Pool: gpu, Socket: sock, Open: true})
+	r.NothingFor(t, 4*grace)
+	if p := r.status(t).Pools[gpu]; !p.Registered {
+		t.Fatalf("status with a stream open: %+v", p)
+	}
+
+	// Its last stream ends; one on the socket it left does not count. The
+	// kubelet is checked first (it answers: a probe takes a second or two).
+	send(&Listing{Pool: gpu, Socket: sock})
+	if m := next[*NeedSocket](t, r.family); m.Pool != gpu || m.Socket != sock || m.Lost {
+		t.Errorf("parent heard %+v, want a new socket in place of %s", *m, sock)
+	}
+	why := "the kubelet holds no ListAndWatch stream of the socket"
+	want := events.RegistrationFailed{Pool: gpu, Socket: sock, Mode: "watcher", Error: why, Attempt: 1,
+		Action: "serving the pool on a new socket"}
+	if got := r.awaitRecorded(t, 2); !reflect.DeepEqual(got[1], want) {
+		t.Errorf("recorded %+v, want then %+v", got, want)
+	}
+
+	// Registered anew on sock2, whose stream never opens: the same.
+	sock2 := sock + ".2"
+	touch(t, sock2)
+	send(&Desire{Pool: gpu, Socket: sock2})
+	send(&KubeletReported{Pool: gpu, Socket: sock2, Registered: true})
+	if m := next[*NeedSocket](t, r.family); m.Socket != sock2 {
+		t.Errorf("parent heard %+v, want a new socket in place of %s", *m, sock2)
 	}
 }
 

@@ -19,10 +19,20 @@ type Undesire struct {
 // kubelet. Every registration before it is void.
 type KubeletAppeared struct{ Socket string }
 
-// CheckKubelet says the kubelet may have gone (Why: a ListAndWatch stream
-// ended, its socket was removed): its socket is dialled, and KubeletStopped
-// recorded when nothing answers.
+// CheckKubelet says the kubelet may have gone (Why: its socket was
+// removed; a Listing that ends checks too): its socket is dialled, and
+// KubeletStopped recorded when nothing answers.
 type CheckKubelet struct{ Why string }
+
+// Listing says the kubelet opened (Open) or ended a ListAndWatch stream of
+// Pool on Socket. A stream ended while the kubelet is up means it dropped
+// that socket's endpoint: the kubelet is checked (as CheckKubelet), and a
+// registered pool it lists on no stream registers anew (see unlisted).
+type Listing struct {
+	Pool   string
+	Socket string
+	Open   bool
+}
 
 // KubeletReported relays what the kubelet told a pool's socket in
 // plugin-watcher mode.
@@ -68,6 +78,8 @@ type registerResult struct {
 }
 
 type retry struct{ pool string }
+
+type unlisted struct{ pool, socket string } // listGrace passed with no stream
 
 type recheck struct{} // dial a kubelet recorded gone
 
