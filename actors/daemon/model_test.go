@@ -18,6 +18,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/rs/zerolog"
+
 	"github.com/devledger/devledger/actors/node"
 	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/actors/reconciler"
@@ -124,10 +126,14 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 	// A restart's kind, and what is in flight at a kill, are drawn apart:
 	// a seed's operations are those it had before kills came.
 	kills := rand.New(rand.NewPCG(seed, 0x4b111))
-	// listed are the plugin sockets that have sent the kubelet a device
-	// list: their ListAndWatch stream is open.
+	// listed are the plugin sockets that have sent a device list to the
+	// kubelet of a boot: their ListAndWatch stream with it opened.
+	type bootSocket struct {
+		boot   int
+		socket string
+	}
 	var listedMu sync.Mutex
-	listed := map[string]bool{}
+	listed := map[bootSocket]bool{}
 	// Half the seeds register through the kubelet's plugin watcher
 	// (plugins_registry/), half through kubelet.sock; drawn apart too.
 	mode := "legacy"
@@ -135,10 +141,11 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 		mode = "watcher"
 	}
 	watcher := mode == "watcher"
-	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{PluginWatcher: watcher, OnEvent: func(ev kubelettest.Event) {
+	klog := zerolog.New(zerolog.NewTestWriter(t)).With().Str("component", "kubelet").Logger()
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{PluginWatcher: watcher, Logger: &klog, OnEvent: func(ev kubelettest.Event) {
 		if ev.Kind == kubelettest.DevicesListed {
 			listedMu.Lock()
-			listed[ev.Endpoint] = true
+			listed[bootSocket{ev.Boot, ev.Endpoint}] = true
 			listedMu.Unlock()
 		}
 	}})
@@ -261,9 +268,11 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 		if kubelets.IntN(8) == 0 {
 			what := "restart kubelet"
 			// The daemon sees a kubelet die by its ListAndWatch streams
-			// ending: one that dies before it opened any (or with no
-			// pool served) leaves no sign until the next kubelet, whose
-			// KubeletRestarted then ends no recorded stop.
+			// ending, or, for one that dies after registering a pool and
+			// before opening its stream, by the pool's ListGrace; one
+			// with no pool served leaves no sign until the next kubelet,
+			// whose KubeletRestarted then ends no recorded stop. So the
+			// stop waits for this kubelet's streams.
 			if up := served(t, d, pools); kubelets.IntN(4) == 0 && len(up) > 0 {
 				what = "stop kubelet, recorded down, and boot it"
 				// The socket the pool serves now, as the ledger has it:
@@ -274,7 +283,7 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 					sock := ledgerState(t, d).Pools[p].Registration.Socket
 					listedMu.Lock()
 					defer listedMu.Unlock()
-					return sock != "" && listed[sock]
+					return sock != "" && listed[bootSocket{n.kubelet.Boots(), sock}]
 				}
 				for _, p := range up {
 					for !streaming(p) {
