@@ -559,25 +559,39 @@ func (r *registrar) listed(ctx actor.Context, m *Listing) {
 // watchListing starts the pool's ListGrace if the current kubelet has it
 // registered with no stream on its socket.
 func (r *registrar) watchListing(ctx actor.Context, pool string) {
+	if r.unlisted[pool] == nil {
+		r.graceAgain(ctx, pool, false)
+	}
+}
+
+// graceAgain (re)starts the pool's ListGrace; checked says the kubelet was
+// checked since it had no stream there.
+func (r *registrar) graceAgain(ctx actor.Context, pool string, checked bool) {
 	d, ok := r.desired[pool]
-	if !ok || !r.isRegistered(pool) || r.listing[d.socket] > 0 || r.unlisted[pool] != nil {
+	if !ok || !r.isRegistered(pool) || r.listing[d.socket] > 0 {
 		return
 	}
 	self, root, socket := ctx.Self(), ctx.ActorSystem().Root, d.socket
-	r.unlisted[pool] = time.AfterFunc(r.cfg.ListGrace, func() { root.Send(self, &unlisted{pool: pool, socket: socket}) })
+	r.unlisted[pool] = time.AfterFunc(r.cfg.ListGrace, func() { root.Send(self, &unlisted{pool: pool, socket: socket, checked: checked}) })
 }
 
-// unlistedFor registers the pool anew if its ListGrace passed with the
-// kubelet up and no stream on its socket. While a probe of the kubelet is
-// out it waits once more: a kubelet going down ends its streams first.
+// unlistedFor takes a ListGrace that passed with no stream on the pool's
+// socket. A kubelet that died before it opened one leaves no other sign,
+// so the kubelet is checked first (KubeletStopped if it is gone); one that
+// answers, a grace later, dropped the pool, which registers anew.
 func (r *registrar) unlistedFor(ctx actor.Context, m *unlisted) {
 	delete(r.unlisted, m.pool)
 	d, ok := r.desired[m.pool]
 	if !ok || d.socket != m.socket || !r.isRegistered(m.pool) || r.listing[d.socket] > 0 || !r.downSince.IsZero() {
 		return
 	}
-	if r.probing {
-		r.watchListing(ctx, m.pool)
+	if r.probing { // its outcome first
+		r.graceAgain(ctx, m.pool, m.checked)
+		return
+	}
+	if !m.checked {
+		r.checkKubelet(ctx, "the kubelet holds no ListAndWatch stream of "+m.pool)
+		r.graceAgain(ctx, m.pool, true)
 		return
 	}
 	r.failures[m.pool]++

@@ -703,6 +703,26 @@ func TestARegisteredPoolListedOnNoStreamRegistersAnew(t *testing.T) {
 	}
 }
 
+// A kubelet that dies before it opened a ListAndWatch of a pool it
+// registered ends no stream: the grace with none asks whether it answers,
+// and it is recorded gone rather than the pool registered anew.
+func TestAKubeletThatDiesBeforeItListsIsRecordedGone(t *testing.T) {
+	const grace = 50 * time.Millisecond
+	r := newRegistrar(t, grpcapi.ModeWatcher, kubelettest.Options{}, func(c *Config) { c.ListGrace = grace })
+	sock := filepath.Join(r.kubelet.Dir(), "example.com_gpu.sock")
+	touch(t, sock)
+	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
+	r.Sys.Root.Send(r.Child, &KubeletReported{Pool: gpu, Socket: sock, Registered: true})
+	if err := r.kubelet.Stop(); err != nil { // kubelet.sock stays, refusing
+		t.Fatal(err)
+	}
+	got := r.awaitRecorded(t, 2)
+	if s, ok := got[1].(events.KubeletStopped); !ok || !strings.Contains(s.Reason, "no ListAndWatch stream of "+gpu) {
+		t.Errorf("recorded %+v, want then the kubelet stopped, for want of a stream", got)
+	}
+	r.NothingFor(t, 4*grace)
+}
+
 // A kubelet that holds an endpoint for the socket path already (left by
 // an older daemon, or by someone's second Register) refuses it as
 // "already connected", and would refuse it until it restarts: the ledger

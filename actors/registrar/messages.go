@@ -79,7 +79,12 @@ type registerResult struct {
 
 type retry struct{ pool string }
 
-type unlisted struct{ pool, socket string } // listGrace passed with no stream
+// unlisted says a ListGrace passed with no stream on the pool's socket;
+// checked, that the kubelet was checked since.
+type unlisted struct {
+	pool, socket string
+	checked      bool
+}
 
 type recheck struct{} // dial a kubelet recorded gone
 
