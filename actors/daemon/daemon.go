@@ -102,6 +102,11 @@ func (o *Options) defaults() {
 	o.DevRoot = cmp.Or(o.DevRoot, "/dev")
 	o.ProcRoot = cmp.Or(o.ProcRoot, "/proc")
 	o.KubeletDir = cmp.Or(o.KubeletDir, "/var/lib/kubelet")
+	// Absolute, as the kubelet names sockets: the plugin watcher reports,
+	// and a stream tells, the socket it came in on by its absolute path.
+	if abs, err := filepath.Abs(o.KubeletDir); err == nil {
+		o.KubeletDir = abs
+	}
 	o.StateDir = cmp.Or(o.StateDir, "/var/lib/devledger")
 	o.DevinfoDir = cmp.Or(o.DevinfoDir, allocation.DefaultDeviceInfoDir)
 	o.CDISpecDir = cmp.Or(o.CDISpecDir, "/var/run/cdi")

@@ -436,6 +436,26 @@ func TestALateRegistrationOfARetiredSocketIsRenewed(t *testing.T) {
 	})
 }
 
+// A relative --kubelet-dir is the same directory as its absolute path:
+// the plugin watcher reports, and a stream tells, the socket it came in on
+// by its absolute path, which the registrar must know its pools' sockets by.
+func TestARelativeKubeletDirRegisters(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{PluginWatcher: true})
+	n.opts.Registration = "watcher"
+	t.Chdir(filepath.Dir(n.opts.KubeletDir))
+	n.opts.KubeletDir = filepath.Base(n.opts.KubeletDir)
+	d := n.start(t)
+	ctx := supervisionCtx(t)
+	waitRegistrarRecords(ctx, t, d, 0, 0)
+	kids, err := d.Children(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sock := poolStatus(t, ctx, d, kids.Pools[netPool]).Socket; !filepath.IsAbs(sock) {
+		t.Errorf("the pool serves on %s, want an absolute path", sock)
+	}
+}
+
 // waitRegistrarRecords waits until the ledger holds, after seq, at least
 // want KubeletRestarted events and a PluginRegistered of both pools after
 // the last of them (the registrar records in order), and counts the
