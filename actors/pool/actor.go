@@ -162,7 +162,14 @@ func (p *allocator) Receive(ctx actor.Context) {
 		p.call(ctx, &queryReq{from: ctx.Sender()})
 	case *Crash:
 		panic(fmt.Sprintf("pool %s: injected crash: %s", p.name, m.Reason))
-	case *watchReq, *unwatchReq, *preferredReq, *allocateReq:
+	case *watchReq:
+		if m.incarnation == p.life.incarnations {
+			// Told as it opens, not once taken: a stream held while
+			// members are placed is the kubelet's all the same.
+			ctx.Send(ctx.Parent(), &registrar.Listing{Pool: p.name, Socket: m.socket, Open: true})
+		}
+		p.call(ctx, m)
+	case *unwatchReq, *preferredReq, *allocateReq:
 		p.call(ctx, m)
 	case *landed:
 		if f, ok := p.life.pending[m.id]; ok { // drainPending may have landed it
@@ -192,7 +199,6 @@ func (p *allocator) call(ctx actor.Context, c any) {
 		p.watchers[m.ch] = m.socket
 		push(m.ch, p.deviceList())
 		m.reply <- struct{}{}
-		ctx.Send(ctx.Parent(), &registrar.Listing{Pool: p.name, Socket: m.socket, Open: true})
 	case *unwatchReq:
 		if socket, ok := p.watchers[m.ch]; ok {
 			close(m.ch)

@@ -146,9 +146,11 @@ type registrar struct {
 	lastError map[string]string
 	// listing counts the kubelet's ListAndWatch streams by socket;
 	// unlisted holds, per registered pool with none on its socket, the
-	// timer of its ListGrace (see listed).
+	// timer of its ListGrace, and drops counts the pool's renewals for
+	// want of a stream since one last opened (see listed).
 	listing  map[string]int
 	unlisted map[string]*time.Timer
+	drops    map[string]int
 	restarts int  // new kubelets seen
 	waiting  bool // the missing kubelet socket was logged
 }
@@ -163,6 +165,7 @@ func (r *registrar) Receive(ctx actor.Context) {
 		r.lastError = map[string]string{}
 		r.listing = map[string]int{}
 		r.unlisted = map[string]*time.Timer{}
+		r.drops = map[string]int{}
 		if r.crashed {
 			// Nothing, not even the ledger, says which socket a Register
 			// went out on: every pool serves on a new one (NeedDesires),
@@ -193,6 +196,7 @@ func (r *registrar) Receive(ctx actor.Context) {
 	case *Undesire:
 		r.forgetSocket(m.Pool)
 		delete(r.desired, m.Pool)
+		delete(r.drops, m.Pool)
 		delete(r.failures, m.Pool)
 		delete(r.lastError, m.Pool)
 		r.cancelRetry(m.Pool)
@@ -541,6 +545,7 @@ func (r *registrar) listed(ctx actor.Context, m *Listing) {
 		r.listing[m.Socket]++
 		if d, ok := r.desired[m.Pool]; ok && d.socket == m.Socket {
 			r.cancelUnlisted(m.Pool)
+			delete(r.drops, m.Pool)
 		}
 		return
 	}
@@ -565,14 +570,19 @@ func (r *registrar) watchListing(ctx actor.Context, pool string) {
 }
 
 // graceAgain (re)starts the pool's ListGrace; checked says the kubelet was
-// checked since it had no stream there.
+// checked since it had no stream there. The grace doubles with each
+// renewal that brought no stream (up to RetryMax): a kubelet that
+// acknowledges and never lists is not asked again every few seconds.
+// With no kubelet.sock to dial (watcher mode) a kubelet gone is not told
+// from one that dropped the pool: the rule waits for a kubelet to watch.
 func (r *registrar) graceAgain(ctx actor.Context, pool string, checked bool) {
 	d, ok := r.desired[pool]
-	if !ok || !r.isRegistered(pool) || r.listing[d.socket] > 0 {
+	if !ok || !r.isRegistered(pool) || r.listing[d.socket] > 0 || !r.kubelet.present() {
 		return
 	}
 	self, root, socket := ctx.Self(), ctx.ActorSystem().Root, d.socket
-	r.unlisted[pool] = time.AfterFunc(r.cfg.ListGrace, func() { root.Send(self, &unlisted{pool: pool, socket: socket, checked: checked}) })
+	grace := supervise.Doubling(r.cfg.ListGrace, max(r.cfg.ListGrace, r.cfg.RetryMax), r.drops[pool]+1)
+	r.unlisted[pool] = time.AfterFunc(grace, func() { root.Send(self, &unlisted{pool: pool, socket: socket, checked: checked}) })
 }
 
 // unlistedFor takes a ListGrace that passed with no stream on the pool's
@@ -580,9 +590,12 @@ func (r *registrar) graceAgain(ctx actor.Context, pool string, checked bool) {
 // so the kubelet is checked first (KubeletStopped if it is gone); one that
 // answers, a grace later, dropped the pool, which registers anew.
 func (r *registrar) unlistedFor(ctx actor.Context, m *unlisted) {
-	delete(r.unlisted, m.pool)
 	d, ok := r.desired[m.pool]
-	if !ok || d.socket != m.socket || !r.isRegistered(m.pool) || r.listing[d.socket] > 0 || !r.downSince.IsZero() {
+	if !ok || d.socket != m.socket {
+		return // of a socket left since: a grace of the new one may run
+	}
+	delete(r.unlisted, m.pool)
+	if !r.isRegistered(m.pool) || r.listing[d.socket] > 0 || !r.downSince.IsZero() {
 		return
 	}
 	if r.probing { // its outcome first
@@ -595,11 +608,12 @@ func (r *registrar) unlistedFor(ctx actor.Context, m *unlisted) {
 		return
 	}
 	r.failures[m.pool]++
+	r.drops[m.pool]++
 	why := "the kubelet holds no ListAndWatch stream of the socket"
 	r.lastError[m.pool] = why
 	action := "serving the pool on a new socket"
 	r.record(events.RegistrationFailed{Pool: m.pool, Socket: d.socket, Mode: string(r.cfg.Mode), Error: why,
-		Attempt: r.failures[m.pool], Action: action}, nil)
+		Attempt: r.drops[m.pool], Action: action}, nil)
 	r.cfg.Log.Warn().Str("pool", m.pool).Str("socket", d.socket).Dur("grace_ms", r.cfg.ListGrace).Str("action", action).Msg("the kubelet dropped the pool's registration")
 	r.needSocket(ctx, m.pool, d, false, why)
 }

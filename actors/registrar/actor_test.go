@@ -693,13 +693,18 @@ func TestARegisteredPoolListedOnNoStreamRegistersAnew(t *testing.T) {
 		t.Errorf("recorded %+v, want then %+v", got, want)
 	}
 
-	// Registered anew on sock2, whose stream never opens: the same.
+	// Registered anew on sock2, whose stream never opens: the same, as
+	// the second renewal in a row (its grace doubles).
 	sock2 := sock + ".2"
 	touch(t, sock2)
 	send(&Desire{Pool: gpu, Socket: sock2})
 	send(&KubeletReported{Pool: gpu, Socket: sock2, Registered: true})
 	if m := next[*NeedSocket](t, r.family); m.Socket != sock2 {
 		t.Errorf("parent heard %+v, want a new socket in place of %s", *m, sock2)
+	}
+	want.Socket, want.Attempt = sock2, 2
+	if got := r.awaitRecorded(t, 4); !reflect.DeepEqual(got[3], want) {
+		t.Errorf("recorded %+v, want last %+v", got, want)
 	}
 }
 

@@ -32,6 +32,12 @@
 // long: ShortTempDir (and Start with an empty dir) makes the kubelet dir with
 // os.MkdirTemp("", "kt") under the system temp dir instead.
 //
+// The stand-in keeps one endpoint per resource, as kubelets before
+// kubernetes#135437 did (1.37 keeps one per socket): a registration
+// replaces the resource's endpoint and ends the old one's ListAndWatch. A
+// removed socket deregisters the endpoint only if it is that socket's,
+// where those kubelets dropped the resource's endpoint whatever the socket.
+//
 // Where the stand-in departs from the kubelet it says so on the name
 // concerned. It reads nothing the kubelet reads from the node (no pods, no
 // checkpoint restore): the test is the node.
