@@ -549,12 +549,10 @@ func (r *registrar) listed(ctx actor.Context, m *Listing) {
 		}
 		return
 	}
-	if n, ok := r.listing[m.Socket]; ok {
-		if n > 1 {
-			r.listing[m.Socket] = n - 1
-		} else {
-			delete(r.listing, m.Socket)
-		}
+	if n := r.listing[m.Socket]; n > 1 {
+		r.listing[m.Socket] = n - 1
+	} else {
+		delete(r.listing, m.Socket)
 	}
 	r.watchListing(ctx, m.Pool)
 	// Every stream ends when the kubelet dies: check it still answers.
@@ -581,8 +579,13 @@ func (r *registrar) graceAgain(ctx actor.Context, pool string, checked bool) {
 		return
 	}
 	self, root, socket := ctx.Self(), ctx.ActorSystem().Root, d.socket
-	grace := supervise.Doubling(r.cfg.ListGrace, max(r.cfg.ListGrace, r.cfg.RetryMax), r.drops[pool]+1)
-	r.unlisted[pool] = time.AfterFunc(grace, func() { root.Send(self, &unlisted{pool: pool, socket: socket, checked: checked}) })
+	r.unlisted[pool] = time.AfterFunc(r.listGrace(pool), func() { root.Send(self, &unlisted{pool: pool, socket: socket, checked: checked}) })
+}
+
+// listGrace is the pool's ListGrace now: doubled for each renewal in a
+// row that brought no stream.
+func (r *registrar) listGrace(pool string) time.Duration {
+	return supervise.Doubling(r.cfg.ListGrace, max(r.cfg.ListGrace, r.cfg.RetryMax), r.drops[pool]+1)
 }
 
 // unlistedFor takes a ListGrace that passed with no stream on the pool's
@@ -607,6 +610,7 @@ func (r *registrar) unlistedFor(ctx actor.Context, m *unlisted) {
 		r.graceAgain(ctx, m.pool, true)
 		return
 	}
+	grace := r.listGrace(m.pool)
 	r.failures[m.pool]++
 	r.drops[m.pool]++
 	why := "the kubelet holds no ListAndWatch stream of the socket"
@@ -614,7 +618,7 @@ func (r *registrar) unlistedFor(ctx actor.Context, m *unlisted) {
 	action := "serving the pool on a new socket"
 	r.record(events.RegistrationFailed{Pool: m.pool, Socket: d.socket, Mode: string(r.cfg.Mode), Error: why,
 		Attempt: r.drops[m.pool], Action: action}, nil)
-	r.cfg.Log.Warn().Str("pool", m.pool).Str("socket", d.socket).Dur("grace_ms", r.cfg.ListGrace).Str("action", action).Msg("the kubelet dropped the pool's registration")
+	r.cfg.Log.Warn().Str("pool", m.pool).Str("socket", d.socket).Dur("grace_ms", grace).Str("action", action).Msg("the kubelet dropped the pool's registration")
 	r.needSocket(ctx, m.pool, d, false, why)
 }
 

@@ -661,13 +661,8 @@ func TestWatcherModeRecordsWhatTheKubeletReports(t *testing.T) {
 // count for nothing, and a stream that opens in time keeps the pool.
 func TestARegisteredPoolListedOnNoStreamRegistersAnew(t *testing.T) {
 	const grace = 50 * time.Millisecond
-	r := newRegistrar(t, grpcapi.ModeWatcher, kubelettest.Options{}, func(c *Config) { c.ListGrace = grace })
-	sock := filepath.Join(r.kubelet.Dir(), "example.com_gpu.sock")
-	touch(t, sock)
+	r, sock := registeredInWatcherMode(t, grace, true)
 	send := func(m any) { r.Sys.Root.Send(r.Child, m) }
-	send(&Desire{Pool: gpu, Socket: sock})
-	send(&Listing{Pool: gpu, Socket: sock, Open: true})
-	send(&KubeletReported{Pool: gpu, Socket: sock, Registered: true})
 	r.NothingFor(t, 4*grace)
 
 	// The stream ends and another opens on the same socket within the
@@ -713,11 +708,7 @@ func TestARegisteredPoolListedOnNoStreamRegistersAnew(t *testing.T) {
 // and it is recorded gone rather than the pool registered anew.
 func TestAKubeletThatDiesBeforeItListsIsRecordedGone(t *testing.T) {
 	const grace = 50 * time.Millisecond
-	r := newRegistrar(t, grpcapi.ModeWatcher, kubelettest.Options{}, func(c *Config) { c.ListGrace = grace })
-	sock := filepath.Join(r.kubelet.Dir(), "example.com_gpu.sock")
-	touch(t, sock)
-	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
-	r.Sys.Root.Send(r.Child, &KubeletReported{Pool: gpu, Socket: sock, Registered: true})
+	r, _ := registeredInWatcherMode(t, grace, false)
 	if err := r.kubelet.Stop(); err != nil { // kubelet.sock stays, refusing
 		t.Fatal(err)
 	}
@@ -726,6 +717,22 @@ func TestAKubeletThatDiesBeforeItListsIsRecordedGone(t *testing.T) {
 		t.Errorf("recorded %+v, want then the kubelet stopped, for want of a stream", got)
 	}
 	r.NothingFor(t, 4*grace)
+}
+
+// registeredInWatcherMode returns a registrar with the ListGrace given
+// whose pool gpu the plugin watcher registered on the socket it returns,
+// with a ListAndWatch stream open there if listing.
+func registeredInWatcherMode(t *testing.T, grace time.Duration, listing bool) (*registrarUnderTest, string) {
+	t.Helper()
+	r := newRegistrar(t, grpcapi.ModeWatcher, kubelettest.Options{}, func(c *Config) { c.ListGrace = grace })
+	sock := filepath.Join(r.kubelet.Dir(), "example.com_gpu.sock")
+	touch(t, sock)
+	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
+	if listing {
+		r.Sys.Root.Send(r.Child, &Listing{Pool: gpu, Socket: sock, Open: true})
+	}
+	r.Sys.Root.Send(r.Child, &KubeletReported{Pool: gpu, Socket: sock, Registered: true})
+	return r, sock
 }
 
 // A kubelet that holds an endpoint for the socket path already (left by
