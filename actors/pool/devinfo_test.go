@@ -2,8 +2,10 @@ package pool
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -98,5 +100,52 @@ func TestDeviceInfoFollowsTheMembers(t *testing.T) {
 	}
 	if c := content(x); !strings.Contains(c, `"pf-pci-address":"0000:3b:00.0"`) || strings.Contains(c, "rdma") {
 		t.Errorf("x's device-info file after an Allocate: %s", c)
+	}
+}
+
+// The device-info files are checked while the ledger syncs the Allocate's
+// record. One that cannot be written fails the call, once the allocation
+// is durable: the kubelet gets Unavailable naming the device, and the
+// pool, like its parent, holds the allocation it recorded, as it holds
+// any that no pod claims, until the device's next Allocate supersedes it.
+func TestAnUnwritableDeviceInfoFailsTheAllocateOnceRecorded(t *testing.T) {
+	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	// A file where the directory should be: no device-info file can go in.
+	devinfo := filepath.Join(t.TempDir(), "devinfo")
+	if err := os.WriteFile(devinfo, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := actortest.Spawn(t, Props(Config{
+		Resource: &config.Resource{Prefix: "example.com", Name: "net", DeviceType: config.NetDevice},
+		Members:  []allocation.Member{member(x)}, Recorder: ledger.NewRecorder(l, "boot-1", nil), Replayed: &events.State{},
+		SocketDir: kubelettest.ShortTempDir(t), Mode: grpcapi.ModeLegacy, DevinfoDir: devinfo, Log: zerolog.Nop(),
+	}))
+	actortest.Next[*Serving](t, f)
+
+	r := awaitReply(t, allocateVia(f, context.Background(), x))
+	if !errors.Is(r.err, grpcapi.ErrUnavailable) || !strings.Contains(r.err.Error(), "device-info for "+x) {
+		t.Fatalf("Allocate answered %v, %v; want Unavailable naming the device-info file of %s", r.resp, r.err, x)
+	}
+	recorded := actortest.Next[*AllocationRecorded](t, f).Event
+	if p, ok := recorded.Payload.(events.DevicesAllocated); !ok || !slices.Equal(p.DeviceIDs, []string{x}) {
+		t.Fatalf("parent heard of %+v, want the allocation of %s", recorded.Payload, x)
+	}
+	var last events.Envelope
+	if err := l.Read(l.LastSeq(), func(e events.Envelope) error { last = e; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if last.Seq != recorded.Seq || last.Type != events.TypeDevicesAllocated {
+		t.Errorf("the ledger ends with #%d %s, want the allocation #%d", last.Seq, last.Type, recorded.Seq)
+	}
+	res, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held := res.(*Status).Held; !slices.Equal(held[x], []uint64{recorded.Seq}) {
+		t.Errorf("%s held by %v, want #%d", x, held[x], recorded.Seq)
 	}
 }
