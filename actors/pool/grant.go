@@ -87,9 +87,6 @@ type flight struct {
 	// landed receives the store's answer, once; the actor reads it when
 	// the landed message comes, or waits on it when it stops.
 	landed chan landing
-	// refusal, if set, is the kubelet's answer even once the events land:
-	// a device-info file could not be written.
-	refusal error
 }
 
 // landing is the store's answer to an Allocate's events.
@@ -133,6 +130,13 @@ func (p *allocator) allocate(ctx actor.Context, m *allocateReq) error {
 		supersedes = append(supersedes, e.Supersedes...)
 		resp.ContainerResponses = append(resp.ContainerResponses, toPlugin(answer))
 	}
+	if p.cfg.DevinfoDir != "" && p.cfg.Resource.DeviceType == config.NetDevice {
+		for _, d := range slices.Concat(devs...) {
+			if err := allocation.WriteDeviceInfo(p.cfg.DevinfoDir, p.name, allocation.ForDeviceInfo(p.cfg.Resource, d)); err != nil {
+				return fmt.Errorf("%w: %s: write device-info for %s: %v", grpcapi.ErrUnavailable, p.name, d.Address, err)
+			}
+		}
+	}
 	l := p.life
 	l.nextID++
 	id := l.nextID
@@ -145,18 +149,6 @@ func (p *allocator) allocate(ctx actor.Context, m *allocateReq) error {
 		return fmt.Errorf("%w: %s: the ledger could not record the allocation: %v", grpcapi.ErrUnavailable, p.name, err)
 	}
 	l.pending[id] = f
-	// The devices' device-info files are checked while the store syncs
-	// (the writer, woken on this goroutine's processor, takes it first):
-	// the kubelet is answered once both are done.
-	if p.cfg.DevinfoDir != "" && p.cfg.Resource.DeviceType == config.NetDevice {
-		runtime.Gosched()
-		for _, d := range slices.Concat(devs...) {
-			if err := allocation.WriteDeviceInfo(p.cfg.DevinfoDir, p.name, allocation.ForDeviceInfo(p.cfg.Resource, d)); err != nil {
-				f.refusal = fmt.Errorf("%w: %s: write device-info for %s: %v", grpcapi.ErrUnavailable, p.name, d.Address, err)
-				break
-			}
-		}
-	}
 	return nil
 }
 
@@ -239,14 +231,7 @@ func (p *allocator) land(ctx actor.Context, id uint64, f *flight, l landing) {
 		for _, e := range l.envs {
 			p.holds.Apply(p.name, e)
 		}
-		if f.refusal != nil {
-			// Recorded and held, as any allocation no pod claims: the
-			// device's next Allocate supersedes it.
-			p.cfg.Log.Error().Err(f.refusal).Str("pool", p.name).Msg("allocation recorded, but the kubelet's call failed")
-			p.answer(f.reply, f.started, nil, f.refusal)
-		} else {
-			p.answer(f.reply, f.started, f.resp, nil)
-		}
+		p.answer(f.reply, f.started, f.resp, nil)
 		// Logging comes after the answer.
 		for _, e := range l.envs {
 			a := e.Payload.(events.DevicesAllocated)
