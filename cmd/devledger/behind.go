@@ -13,8 +13,9 @@ import (
 // behind a network interface (the function that has it and, when that is a
 // PF, its VFs) or behind a PF (the PF and its VFs), as the ledger's device
 // facts tell, whenever they told it: a VF renamed or rebound is still
-// found. It returns a usage error naming what the ledger knows when
-// nothing is behind it.
+// found (after retention, by the names it had at the cut and since). It
+// returns a usage error naming what the ledger knows when nothing is
+// behind it.
 func devicesBehind(src eventSource, iface, pf string) (map[string]bool, error) {
 	pfOf := map[string]string{}
 	ifaces := map[string]map[string]bool{}
@@ -29,7 +30,12 @@ func devicesBehind(src eventSource, iface, pf string) (map[string]bool, error) {
 			ifaces[name][d.Address] = true
 		}
 	}
-	err := src.read(func(e events.Envelope) error {
+	prior := func(s events.State) {
+		for _, addr := range slices.Sorted(maps.Keys(s.Devices)) {
+			note(s.Devices[addr].Facts)
+		}
+	}
+	err := src.read(withPrior(src, prior, func(e events.Envelope) error {
 		switch p := e.Payload.(type) {
 		case events.DeviceDiscovered:
 			note(p.Device)
@@ -37,7 +43,7 @@ func devicesBehind(src eventSource, iface, pf string) (map[string]bool, error) {
 			note(p.Device)
 		}
 		return nil
-	})
+	}))
 	if err != nil {
 		return nil, err
 	}
@@ -81,10 +87,10 @@ func someNames(names []string) string {
 	return strings.Join(names, ", ")
 }
 
-// holdings follows, from every event read (matched or not), which live
-// allocation holds each device and the container it is bound to, so that
-// a story can say whom a health change befell. It keeps live allocations
-// only.
+// holdings follows, from every event read (matched or not) and the state
+// before the first (see withPrior), which live allocation holds each
+// device and the container it is bound to, so that a story can say whom a
+// health change befell. It keeps live allocations only.
 type holdings struct {
 	devices map[uint64][]string
 	bound   map[uint64]string
@@ -92,6 +98,16 @@ type holdings struct {
 
 func newHoldings() *holdings {
 	return &holdings{devices: map[uint64][]string{}, bound: map[uint64]string{}}
+}
+
+// prior takes the live allocations of s, the state before the first event.
+func (h *holdings) prior(s events.State) {
+	for seq, a := range s.Allocations {
+		h.devices[seq] = a.DeviceIDs
+		if b := a.Binding; b != nil {
+			h.bound[seq] = b.Namespace + "/" + b.Pod + "/" + b.Container
+		}
+	}
 }
 
 func (h *holdings) note(e events.Envelope) {

@@ -172,14 +172,14 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 		if *format == "table" {
 			out = tableOut(stdout, *wide)
 		}
-		err := runStats(out, &lf, read, &f, so)
+		err := runStats(out, &lf, src, read, &f, so)
 		if cerr := out.Close(); err == nil {
 			err = cerr
 		}
 		return err
 	}
 	if *format == "html" {
-		return readFailed(&lf, writeHistoryPage(stdout, read, &f))
+		return readFailed(&lf, writeHistoryPage(stdout, src, read, &f))
 	}
 
 	printed := 0
@@ -190,7 +190,11 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	if tp, ok := p.(*tablePrinter); ok && tp.story {
 		tp.holders = held.of
 	}
-	readErr := read(func(e events.Envelope) error {
+	prior := func(s events.State) {
+		known.prior(s, &f)
+		held.prior(s)
+	}
+	readErr := read(withPrior(src, prior, func(e events.Envelope) error {
 		if printed == 0 {
 			known.note(e, &f)
 		}
@@ -206,7 +210,7 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 			return errStop
 		}
 		return nil
-	})
+	}))
 	if errors.Is(readErr, errStop) {
 		readErr = nil
 	}
@@ -222,25 +226,46 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 }
 
 // knownNames are the pools and devices the events name, while none
-// matched: a --pool or --device that names none of them is a mistake to
-// point out, not "(no events)".
+// matched, and those of the state before the first event (see withPrior):
+// a --pool or --device that names none of them is a mistake to point out,
+// not "(no events)".
 type knownNames struct {
 	pools, devices       map[string]bool
 	poolSeen, deviceSeen bool
 }
 
-func (k *knownNames) note(e events.Envelope, f *eventFilter) {
-	if k.pools == nil {
-		k.pools, k.devices = map[string]bool{}, map[string]bool{}
+func (k *knownNames) prior(s events.State, f *eventFilter) {
+	for p := range s.Pools {
+		k.pool(p, f)
 	}
+	for d := range s.Devices {
+		k.device(d, f)
+	}
+}
+
+func (k *knownNames) note(e events.Envelope, f *eventFilter) {
 	if p := e.Pool(); p != "" {
-		k.pools[p] = true
-		k.poolSeen = k.poolSeen || p == f.pool
+		k.pool(p, f)
 	}
 	for _, d := range e.Devices() {
-		k.devices[d] = true
-		k.deviceSeen = k.deviceSeen || d == f.device
+		k.device(d, f)
 	}
+}
+
+func (k *knownNames) pool(p string, f *eventFilter) {
+	if k.pools == nil {
+		k.pools = map[string]bool{}
+	}
+	k.pools[p] = true
+	k.poolSeen = k.poolSeen || p == f.pool
+}
+
+func (k *knownNames) device(d string, f *eventFilter) {
+	if k.devices == nil {
+		k.devices = map[string]bool{}
+	}
+	k.devices[d] = true
+	k.deviceSeen = k.deviceSeen || d == f.device
 }
 
 // unknown is the usage error for a --pool or --device the ledger never

@@ -91,9 +91,17 @@ func (ps *podSelection) names(namespace, pod string) bool {
 }
 
 // collect is the first pass: it remembers every allocation bound to a
-// matching pod.
+// matching pod, those live at the state before the first event included.
 func (ps *podSelection) collect(src eventSource) error {
-	return src.read(func(e events.Envelope) error {
+	prior := func(s events.State) {
+		for seq, a := range s.Allocations {
+			if b := a.Binding; b != nil && ps.names(b.Namespace, b.Pod) {
+				ps.seqs[seq] = struct{}{}
+				ps.hold(seq, a.DeviceIDs)
+			}
+		}
+	}
+	return src.read(withPrior(src, prior, func(e events.Envelope) error {
 		ps.lastSeq = e.Seq
 		switch p := e.Payload.(type) {
 		case events.AllocationBound:
@@ -114,7 +122,7 @@ func (ps *podSelection) collect(src eventSource) error {
 			}
 		}
 		return nil
-	})
+	}))
 }
 
 // selected reports whether allocation seq is one of the pod's.

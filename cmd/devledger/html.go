@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"time"
 
@@ -525,6 +526,61 @@ func (h *historyFold) event(e events.Envelope) error {
 	return nil
 }
 
+// prior takes s, the state before the first event (retention dropped
+// what came before), at t, that event's time: each device's facts, pool
+// and health, and the allocations live then, from when they were made.
+// When a health spell open then began is not in the ledger any more: it
+// is drawn from the snapshot's time, by which it had begun.
+func (h *historyFold) prior(s events.State, t time.Time) {
+	for _, addr := range slices.Sorted(maps.Keys(s.Devices)) {
+		d := s.Devices[addr]
+		l := h.lane(addr, t)
+		if l == nil {
+			continue
+		}
+		h.learn(l, d.Facts)
+		if d.Pool != "" {
+			l.pool = d.Pool
+			l.joined(d.Pool)
+		}
+		l.health, l.healthReason, l.healthSince = healthHealthy, "", earlier(s.Time, t)
+		switch {
+		case !d.Present:
+			l.health, l.healthReason = healthGone, cmp.Or(d.HealthReason, "removed")
+		case !d.Healthy:
+			l.health, l.healthReason = healthUnhealthy, d.HealthReason
+		}
+	}
+	for _, seq := range slices.Sorted(maps.Keys(s.Allocations)) {
+		a := s.Allocations[seq]
+		if !h.allocationShown(seq, a.Pool, a.DeviceIDs) {
+			continue
+		}
+		la := laneAlloc{seq: seq, pool: a.Pool, from: earlier(a.At, t), lost: a.Lost}
+		if b := a.Binding; b != nil {
+			la.label = b.Namespace + "/" + b.Pod + "/" + b.Container
+			if a.Recovered {
+				la.label += " (recovered)"
+			}
+		}
+		if a.LeakSuspected {
+			la.leak = "before the first event the ledger keeps"
+		}
+		for _, addr := range a.DeviceIDs {
+			l := h.lane(addr, t)
+			if l == nil || len(l.open) >= laneMaxOpen {
+				continue
+			}
+			l.joined(a.Pool)
+			l.selected = true
+			l.open = append(l.open, la)
+			if b := a.Binding; b != nil && !slices.Contains(l.labels, b.Namespace+"/"+b.Pod) && len(l.labels) < laneMaxBars {
+				l.labels = append(l.labels, b.Namespace+"/"+b.Pod)
+			}
+		}
+	}
+}
+
 // learn keeps a device's facts.
 func (h *historyFold) learn(l *historyLane, d events.DeviceFacts) {
 	l.id = idOf(d)
@@ -712,10 +768,19 @@ func (h *historyFold) summaries() []poolSummary {
 	return out
 }
 
-// writeHistoryPage folds the events read gives and writes the page.
-func writeHistoryPage(w io.Writer, read func(func(events.Envelope) error) error, f *eventFilter) error {
+// writeHistoryPage folds the events read gives, from the state before the
+// first of them in src (see withPrior), and writes the page.
+func writeHistoryPage(w io.Writer, src eventSource, read func(func(events.Envelope) error) error, f *eventFilter) error {
 	h := newHistoryFold(f)
-	if err := read(h.event); err != nil && !errors.Is(err, errUntilReached) {
+	var prior *events.State
+	err := read(withPrior(src, func(s events.State) { prior = &s }, func(e events.Envelope) error {
+		if prior != nil {
+			h.prior(*prior, e.Time)
+			prior = nil
+		}
+		return h.event(e)
+	}))
+	if err != nil && !errors.Is(err, errUntilReached) {
 		return err
 	}
 	h.finish()

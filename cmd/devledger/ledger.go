@@ -85,6 +85,28 @@ func foldFrom(src eventSource, first uint64) (events.State, error) {
 	return s, nil
 }
 
+// withPrior wraps the visit of one pass over src: at the first event it
+// hands prior the state before it (foldFrom), then visits every event.
+// The tools that tell an event by what came before it (the pool a device
+// is in, the allocation that holds it, the pod that allocation went to,
+// a VF's PF) start there, so that after retention the events kept read as
+// they did before: on a node up for longer than --retain-age, what came
+// before the cut is in the snapshot that retention kept, not nowhere.
+func withPrior(src eventSource, prior func(events.State), visit func(events.Envelope) error) func(events.Envelope) error {
+	started := false
+	return func(e events.Envelope) error {
+		if !started {
+			started = true
+			s, err := foldFrom(src, e.Seq)
+			if err != nil {
+				return err
+			}
+			prior(s)
+		}
+		return visit(e)
+	}
+}
+
 // fileSource reads a ledger file opened read-only.
 type fileSource struct{ l *store.Log }
 

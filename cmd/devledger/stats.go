@@ -157,17 +157,18 @@ type statsTally struct {
 // The filters (--since, --until, --type, --pool, --device, --pod,
 // --namespace) choose the events that are counted; what is known of the
 // node to attribute them (pool memberships, who holds a device, bindings)
-// comes from the whole log. --pool keeps the events the pool key would
+// comes from the whole log, and the state before its first event (see
+// withPrior). --pool keeps the events the pool key would
 // count under that pool, health changes of its devices included.
 //
 // Memory grows with the rows (groups × buckets) and with what the node
 // holds at a time (its devices, pools and live allocations), not with the
 // log; --by pod also keeps the pod of every bound allocation, as --pod does.
-func runStats(w io.Writer, lf *ledgerFlags, read func(func(events.Envelope) error) error, f *eventFilter, o *statsOptions) error {
+func runStats(w io.Writer, lf *ledgerFlags, src eventSource, read func(func(events.Envelope) error) error, f *eventFilter, o *statsOptions) error {
 	t := &statsTally{o: o, f: f, base: *f, state: events.NewState(), rows: map[statsKey]*statsCounts{}}
 	t.base.pool, t.base.pods = "", nil
 	if o.by == "pod" {
-		last, err := t.collectBindings(read)
+		last, err := t.collectBindings(src, read)
 		if err != nil && !errors.Is(err, errReadDamaged) {
 			return readFailed(lf, err)
 		}
@@ -190,13 +191,17 @@ func runStats(w io.Writer, lf *ledgerFlags, read func(func(events.Envelope) erro
 	// What the ledger knows, to name it when a --pool or --device matches
 	// nothing.
 	var known knownNames
-	readErr := read(func(e events.Envelope) error {
+	prior := func(s events.State) {
+		t.state = s
+		known.prior(s, f)
+	}
+	readErr := read(withPrior(src, prior, func(e events.Envelope) error {
 		if t.matched == 0 {
 			known.note(e, f)
 		}
 		t.add(e)
 		return nil
-	})
+	}))
 	if readErr != nil && !errors.Is(readErr, errReadDamaged) {
 		return readFailed(lf, readErr)
 	}
@@ -221,10 +226,17 @@ func runStats(w io.Writer, lf *ledgerFlags, read func(func(events.Envelope) erro
 
 // collectBindings is the first pass of --by pod: the pod of every bound
 // allocation, whatever the filters, and the last sequence read.
-func (t *statsTally) collectBindings(read func(func(events.Envelope) error) error) (uint64, error) {
+func (t *statsTally) collectBindings(src eventSource, read func(func(events.Envelope) error) error) (uint64, error) {
 	t.podOf, t.pods = map[uint64]string{}, map[string]string{}
 	var last uint64
-	err := read(func(e events.Envelope) error {
+	prior := func(s events.State) {
+		for seq, a := range s.Allocations {
+			if b := a.Binding; b != nil {
+				t.podOf[seq] = t.podName(b.Namespace, b.Pod)
+			}
+		}
+	}
+	err := read(withPrior(src, prior, func(e events.Envelope) error {
 		last = e.Seq
 		switch p := e.Payload.(type) {
 		case events.AllocationBound:
@@ -234,7 +246,7 @@ func (t *statsTally) collectBindings(read func(func(events.Envelope) error) erro
 			t.podOf[e.Seq] = t.podName(p.Namespace, p.Pod)
 		}
 		return nil
-	})
+	}))
 	return last, err
 }
 
