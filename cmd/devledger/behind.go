@@ -16,7 +16,7 @@ import (
 // found (after retention, by the names it had at the cut and since). It
 // returns a usage error naming what the ledger knows when nothing is
 // behind it.
-func devicesBehind(src eventSource, iface, pf string) (map[string]bool, error) {
+func devicesBehind(ps *priorStates, iface, pf string) (map[string]bool, error) {
 	pfOf := map[string]string{}
 	ifaces := map[string]map[string]bool{}
 	note := func(d events.DeviceFacts) {
@@ -35,7 +35,7 @@ func devicesBehind(src eventSource, iface, pf string) (map[string]bool, error) {
 			note(s.Devices[addr].Facts)
 		}
 	}
-	err := src.read(withPrior(src, prior, func(e events.Envelope) error {
+	err := ps.src.read(ps.around(prior, func(e events.Envelope) error {
 		switch p := e.Payload.(type) {
 		case events.DeviceDiscovered:
 			note(p.Device)
@@ -88,7 +88,7 @@ func someNames(names []string) string {
 }
 
 // holdings follows, from every event read (matched or not) and the state
-// before the first (see withPrior), which live allocation holds each
+// before the first (see priorStates), which live allocation holds each
 // device and the container it is bound to, so that a story can say whom a
 // health change befell. It keeps live allocations only.
 type holdings struct {

@@ -154,15 +154,17 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer src.close()
+	prs := &priorStates{src: src}
+	defer prs.warnMissing(stderr, "dump")
 
 	if *iface != "" || pfAddr != "" {
-		if f.behind, err = devicesBehind(src, *iface, pfAddr); err != nil {
+		if f.behind, err = devicesBehind(prs, *iface, pfAddr); err != nil {
 			return readFailed(&lf, err)
 		}
 	}
 	read := src.read
 	if f.pods != nil {
-		if err := f.pods.collect(src); err != nil {
+		if err := f.pods.collect(prs); err != nil {
 			return readFailed(&lf, err)
 		}
 		read = func(fn func(events.Envelope) error) error { return f.pods.readSelected(src, fn) }
@@ -172,14 +174,14 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 		if *format == "table" {
 			out = tableOut(stdout, *wide)
 		}
-		err := runStats(out, &lf, src, read, &f, so)
+		err := runStats(out, &lf, prs, read, &f, so)
 		if cerr := out.Close(); err == nil {
 			err = cerr
 		}
 		return err
 	}
 	if *format == "html" {
-		return readFailed(&lf, writeHistoryPage(stdout, src, read, &f))
+		return readFailed(&lf, writeHistoryPage(stdout, prs, read, &f))
 	}
 
 	printed := 0
@@ -194,7 +196,7 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 		known.prior(s, &f)
 		held.prior(s)
 	}
-	readErr := read(withPrior(src, prior, func(e events.Envelope) error {
+	readErr := read(prs.around(prior, func(e events.Envelope) error {
 		if printed == 0 {
 			known.note(e, &f)
 		}
@@ -226,7 +228,7 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 }
 
 // knownNames are the pools and devices the events name, while none
-// matched, and those of the state before the first event (see withPrior):
+// matched, and those of the state before the first event (see priorStates):
 // a --pool or --device that names none of them is a mistake to point out,
 // not "(no events)".
 type knownNames struct {

@@ -92,7 +92,7 @@ func (ps *podSelection) names(namespace, pod string) bool {
 
 // collect is the first pass: it remembers every allocation bound to a
 // matching pod, those live at the state before the first event included.
-func (ps *podSelection) collect(src eventSource) error {
+func (ps *podSelection) collect(prs *priorStates) error {
 	prior := func(s events.State) {
 		for seq, a := range s.Allocations {
 			if b := a.Binding; b != nil && ps.names(b.Namespace, b.Pod) {
@@ -101,7 +101,7 @@ func (ps *podSelection) collect(src eventSource) error {
 			}
 		}
 	}
-	return src.read(withPrior(src, prior, func(e events.Envelope) error {
+	return prs.src.read(prs.around(prior, func(e events.Envelope) error {
 		ps.lastSeq = e.Seq
 		switch p := e.Payload.(type) {
 		case events.AllocationBound:

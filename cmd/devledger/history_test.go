@@ -110,7 +110,7 @@ func TestHistoryPodSelectionMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sel.collect(fileSource{l}); err != nil {
+	if err := sel.collect(&priorStates{src: fileSource{l}}); err != nil {
 		t.Fatal(err)
 	}
 	if len(sel.seqs) != pods[pod] {

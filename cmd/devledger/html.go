@@ -556,10 +556,13 @@ func (h *historyFold) prior(s events.State, t time.Time) {
 		if !h.allocationShown(seq, a.Pool, a.DeviceIDs) {
 			continue
 		}
-		la := laneAlloc{seq: seq, pool: a.Pool, from: earlier(a.At, t), lost: a.Lost}
+		la := laneAlloc{seq: seq, pool: a.Pool, from: earlier(a.At, t)}
+		// As the events draw it: a recovery's binding (made with it) says
+		// so, and only a binding after it names the pod to the search box.
+		recovered := a.Recovered && a.Binding != nil && a.Binding.At.Equal(a.At)
 		if b := a.Binding; b != nil {
 			la.label = b.Namespace + "/" + b.Pod + "/" + b.Container
-			if a.Recovered {
+			if recovered {
 				la.label += " (recovered)"
 			}
 		}
@@ -573,9 +576,12 @@ func (h *historyFold) prior(s events.State, t time.Time) {
 			}
 			l.joined(a.Pool)
 			l.selected = true
-			l.open = append(l.open, la)
-			if b := a.Binding; b != nil && !slices.Contains(l.labels, b.Namespace+"/"+b.Pod) && len(l.labels) < laneMaxBars {
-				l.labels = append(l.labels, b.Namespace+"/"+b.Pod)
+			on := la
+			// Lost on the lane of the device that was removed while held.
+			on.lost = a.Lost && !s.Devices[addr].Present
+			l.open = append(l.open, on)
+			if pod := a.Binding; pod != nil && !recovered && !slices.Contains(l.labels, pod.Namespace+"/"+pod.Pod) && len(l.labels) < laneMaxBars {
+				l.labels = append(l.labels, pod.Namespace+"/"+pod.Pod)
 			}
 		}
 	}
@@ -769,15 +775,15 @@ func (h *historyFold) summaries() []poolSummary {
 }
 
 // writeHistoryPage folds the events read gives, from the state before the
-// first of them in src (see withPrior), and writes the page.
-func writeHistoryPage(w io.Writer, src eventSource, read func(func(events.Envelope) error) error, f *eventFilter) error {
+// first of them (see priorStates), and writes the page.
+func writeHistoryPage(w io.Writer, prs *priorStates, read func(func(events.Envelope) error) error, f *eventFilter) error {
 	h := newHistoryFold(f)
 	var prior *events.State
-	err := read(withPrior(src, func(s events.State) { prior = &s }, func(e events.Envelope) error {
-		if prior != nil {
+	err := read(prs.around(func(s events.State) { prior = &s }, func(e events.Envelope) error {
+		if prior != nil && (f.until.IsZero() || !e.Time.After(f.until)) {
 			h.prior(*prior, e.Time)
-			prior = nil
 		}
+		prior = nil
 		return h.event(e)
 	}))
 	if err != nil && !errors.Is(err, errUntilReached) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"path/filepath"
 	"time"
 
@@ -85,25 +86,46 @@ func foldFrom(src eventSource, first uint64) (events.State, error) {
 	return s, nil
 }
 
-// withPrior wraps the visit of one pass over src: at the first event it
-// hands prior the state before it (foldFrom), then visits every event.
-// The tools that tell an event by what came before it (the pool a device
-// is in, the allocation that holds it, the pod that allocation went to,
-// a VF's PF) start there, so that after retention the events kept read as
-// they did before: on a node up for longer than --retain-age, what came
-// before the cut is in the snapshot that retention kept, not nowhere.
-func withPrior(src eventSource, prior func(events.State), visit func(events.Envelope) error) func(events.Envelope) error {
+// priorStates hands each pass over src the state before its first
+// event: the tools that tell an event by what came before it (the pool a
+// device is in, the allocation that holds it, the pod that allocation
+// went to, a VF's PF) start there, so that after retention the events
+// kept read as they did before. On a node up for longer than
+// --retain-age, what came before the cut is in the snapshot retention
+// kept (foldFrom), not nowhere.
+type priorStates struct {
+	src eventSource
+	// missingAt is the first event kept when the ledger holds no readable
+	// snapshot before it (a salvage lost it, or it is damaged), why in
+	// missing: the passes then start from the empty state and the tool
+	// warns (warnMissing), but still shows every event.
+	missingAt uint64
+	missing   error
+}
+
+// around wraps the visit of one pass: at the first event it hands prior
+// the state before it, then visits every event.
+func (p *priorStates) around(prior func(events.State), visit func(events.Envelope) error) func(events.Envelope) error {
 	started := false
 	return func(e events.Envelope) error {
 		if !started {
 			started = true
-			s, err := foldFrom(src, e.Seq)
+			s, err := foldFrom(p.src, e.Seq)
 			if err != nil {
-				return err
+				p.missingAt, p.missing, s = e.Seq, err, events.NewState()
 			}
 			prior(s)
 		}
 		return visit(e)
+	}
+}
+
+// warnMissing says on w, when a pass found no state to start from, that
+// what it told of the events came from the events kept alone.
+func (p *priorStates) warnMissing(w io.Writer, tool string) {
+	if p.missing != nil {
+		fmt.Fprintf(w, "devledger %s: warning: no readable snapshot holds the state before #%d, the first event kept (%v); pools, holders, pods and PFs are told from the events kept alone\n",
+			tool, p.missingAt, p.missing)
 	}
 }
 

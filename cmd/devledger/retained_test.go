@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
@@ -60,7 +63,6 @@ var retainedAt = time.Date(2026, 11, 24, 20, 0, 0, 0, time.UTC)
 func TestDumpAfterRetention(t *testing.T) {
 	envs := sampleStory()
 	full := sampleCopy(t)
-	until := slices.MaxFunc(envs, byTime).Time.Format(time.RFC3339Nano)
 	cuts := 0
 	for i := 1; i < len(envs); i++ {
 		before := slices.MaxFunc(envs[:i], byTime).Time
@@ -68,28 +70,89 @@ func TestDumpAfterRetention(t *testing.T) {
 			continue // --since cannot cut the story here
 		}
 		cuts++
-		first := uint64(i + 1)
-		since := envs[i].Time.Format(time.RFC3339Nano)
-		db := retainedCopy(t, envs, first)
-		for _, args := range retainedArgSets {
-			name := strings.Join(append([]string{"#" + since}, args...), " ")
-			wantCode, want, wantErr := runCLI(t, append([]string{"dump", "--db", full, "--since", since, "--until", until}, args...)...)
-			if wantCode != exitOK {
-				// Nothing of it is left after the cut: only the error
-				// differs, naming what the ledger keeps.
-				continue
-			}
-			code, got, errOut := runCLI(t, append([]string{"dump", "--db", db, "--until", until}, args...)...)
-			want, got = pageLosses.ReplaceAllString(want, ""), pageLosses.ReplaceAllString(got, "")
-			if code != wantCode || got != want {
-				t.Errorf("%s: kept from #%d: exit %d (%s):\n%s\nwant, as the whole ledger says from then on (exit %d %s):\n%s",
-					name, first, code, errOut, got, wantCode, wantErr, want)
-			}
-		}
+		compareCut(t, full, envs, uint64(i+1), retainedArgSets)
 	}
 	if cuts < 20 {
 		t.Fatalf("only %d cuts: the sample story changed", cuts)
 	}
+}
+
+// compareCut checks that each dump of args says of a copy of envs that
+// keeps the events from first on what it says of the whole ledger full
+// (envs) from then on. Where the whole ledger's dump fails (nothing of it
+// is left after the cut), only the error could differ, naming what the
+// ledger keeps.
+func compareCut(t *testing.T, full string, envs []events.Envelope, first uint64, argSets [][]string) {
+	t.Helper()
+	until := slices.MaxFunc(envs, byTime).Time.Format(time.RFC3339Nano)
+	since := envs[first-1].Time.Format(time.RFC3339Nano)
+	db := retainedCopy(t, envs, first)
+	for _, args := range argSets {
+		wantCode, want, wantErr := runCLI(t, append([]string{"dump", "--db", full, "--since", since, "--until", until}, args...)...)
+		if wantCode != exitOK {
+			continue
+		}
+		code, got, errOut := runCLI(t, append([]string{"dump", "--db", db, "--until", until}, args...)...)
+		want, got = pageLosses.ReplaceAllString(want, ""), pageLosses.ReplaceAllString(got, "")
+		if code != wantCode || got != want {
+			t.Errorf("%v: kept from #%d (%s): exit %d (%s):\n%s\nwant, as the whole ledger says from then on (exit %d %s):\n%s",
+				args, first, since, code, errOut, got, wantCode, wantErr, want)
+		}
+	}
+}
+
+// TestPageAfterRetention: the history page of the events kept draws what
+// the page of the whole ledger draws from then on, for what the sample
+// story lacks: an allocation of two devices, one of which was removed
+// while held (the bar of the other is not lost), and a recovered
+// allocation bound again (its bar says who, not "recovered").
+func TestPageAfterRetention(t *testing.T) {
+	t0 := time.Date(2026, 11, 24, 8, 0, 0, 0, time.UTC)
+	var envs []events.Envelope
+	add := func(p events.Payload) {
+		envs = append(envs, events.New(p, t0.Add(time.Duration(len(envs))*time.Minute), "boot-1"))
+	}
+	const pool = "example.com/gpu"
+	devs := []string{"0000:af:00.0", "0000:b0:00.0", "0000:b1:00.0"}
+	add(events.DaemonStarted{Version: "v0.1.0", Node: "worker-3", PID: 1, Registration: "legacy"})
+	add(events.ConfigApplied{Path: "/etc/devledger/config.json", Pools: []events.PoolSpec{{Resource: pool, DeviceType: "genericPCI"}}})
+	for _, addr := range devs {
+		add(events.DeviceDiscovered{Device: events.DeviceFacts{Address: addr, Vendor: "10de", Device: "2330", Driver: "vfio-pci", NUMANode: 0, VFIndex: -1}})
+	}
+	add(events.PoolMembershipChanged{Pool: pool, Added: devs, Reason: "config applied"})
+	add(events.DevicesAllocated{Pool: pool, DeviceIDs: devs[:2]})
+	pair := uint64(len(envs))
+	add(events.AllocationBound{AllocationSeq: pair, Pool: pool, DeviceIDs: devs[:2], Namespace: "ml", Pod: "pair-0", Container: "main"})
+	add(events.AllocationRecovered{Pool: pool, DeviceIDs: devs[2:], Namespace: "ml", Pod: "lost-0", Container: "main"})
+	recovered := uint64(len(envs))
+	add(events.AllocationBound{AllocationSeq: recovered, Pool: pool, DeviceIDs: devs[2:], Namespace: "ml", Pod: "found-0", Container: "main"})
+	add(events.DeviceRemoved{Address: devs[1], Reason: "gone from sysfs"})
+	cut := uint64(len(envs) + 1)
+	add(events.DeviceHealthChanged{Address: devs[0], Healthy: false, Reason: "driver unbound (was vfio-pci)"})
+	add(events.DevicesReleased{AllocationSeq: pair, Pool: pool, DeviceIDs: devs[:2], HeldFor: time.Hour, Reason: "pod ml/pair-0 deleted"})
+	add(events.DevicesReleased{AllocationSeq: recovered, Pool: pool, DeviceIDs: devs[2:], HeldFor: time.Hour, Reason: "pod ml/found-0 deleted"})
+
+	full := filepath.Join(t.TempDir(), ledgerFileName)
+	l, err := store.Open(full, store.Options{Node: "worker-3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(context.Background(), envs...); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	argSets := [][]string{
+		{"--format", "html", "--pod", "ml/found-0"},
+		{"--device", devs[0]},
+		{"--pod", "ml/pair-0"},
+		{"--stats", "--by", "pod"},
+	}
+	compareCut(t, full, envs, cut+1, argSets)
+	// Here the snapshot's time is the removal's, so the page draws the
+	// spell of the device gone since then as the whole ledger does; at
+	// the later cut it starts at the snapshot's time (see
+	// historyFold.prior).
+	compareCut(t, full, envs, cut, append(argSets, []string{"--format", "html"}, []string{"--format", "html", "--pod", "ml/pair-0"}))
 }
 
 // retainedArgSets are the dumps compared before and after retention.
@@ -166,5 +229,49 @@ func TestDumpStoryAfterRetentionNamesTheHolder(t *testing.T) {
 	code, out, errOut := runCLI(t, "dump", "--db", db, "--device", "0000:af:00.0")
 	if code != exitOK || !strings.Contains(out, "unhealthy: driver unbound (was vfio-pci); held by ml/trainer-0/trainer\n") {
 		t.Errorf("exit %d (%s): the story does not name the trainer as the holder:\n%s", code, errOut, out)
+	}
+}
+
+// TestDumpWithoutTheSnapshotBeforeTheEventsKept: a ledger that keeps its
+// events from #N on but holds no readable snapshot at #N-1 (a salvage
+// lost it, or its bytes are damaged) still dumps every event it keeps,
+// told from the events alone, and warns that it was.
+func TestDumpWithoutTheSnapshotBeforeTheEventsKept(t *testing.T) {
+	const first = 30
+	db := retainedCopy(t, sampleStory(), first)
+	_, sound, _ := runCLI(t, "dump", "--db", db)
+	bdb, err := bolt.Open(db, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = bdb.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("snapshots")).Delete(binary.BigEndian.AppendUint64(nil, first-1))
+	})
+	if cerr := bdb.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	const warning = "warning: no readable snapshot holds the state before #30, the first event kept"
+	code, out, errOut := runCLI(t, "dump", "--db", db)
+	if code != exitOK || out != sound || !strings.Contains(errOut, warning) {
+		t.Errorf("dump: exit %d (%s):\n%s\nwant every event, as with the snapshot:\n%s", code, errOut, out, sound)
+	}
+	for _, args := range [][]string{{"--stats", "--by", "pool"}, {"--format", "html"}, {"--device", "0000:af:00.0"}} {
+		if code, _, errOut := runCLI(t, append([]string{"dump", "--db", db}, args...)...); code != exitOK || !strings.Contains(errOut, warning) {
+			t.Errorf("dump %v: exit %d, and no warning: %s", args, code, errOut)
+		}
+	}
+}
+
+// TestPageUntilBeforeTheEventsKept: a page that ends before the first
+// event kept draws no device of the state retention kept, as it drew
+// none before.
+func TestPageUntilBeforeTheEventsKept(t *testing.T) {
+	db := retainedCopy(t, sampleStory(), 30)
+	code, out, errOut := runCLI(t, "dump", "--db", db, "--until", "2026-11-24T09:00:00Z", "--format", "html")
+	if code != exitOK || !strings.Contains(out, " · 0 devices</p>") {
+		t.Errorf("exit %d (%s): the page draws devices:\n%s", code, errOut, out)
 	}
 }

@@ -158,17 +158,17 @@ type statsTally struct {
 // --namespace) choose the events that are counted; what is known of the
 // node to attribute them (pool memberships, who holds a device, bindings)
 // comes from the whole log, and the state before its first event (see
-// withPrior). --pool keeps the events the pool key would
+// priorStates). --pool keeps the events the pool key would
 // count under that pool, health changes of its devices included.
 //
 // Memory grows with the rows (groups × buckets) and with what the node
 // holds at a time (its devices, pools and live allocations), not with the
 // log; --by pod also keeps the pod of every bound allocation, as --pod does.
-func runStats(w io.Writer, lf *ledgerFlags, src eventSource, read func(func(events.Envelope) error) error, f *eventFilter, o *statsOptions) error {
+func runStats(w io.Writer, lf *ledgerFlags, prs *priorStates, read func(func(events.Envelope) error) error, f *eventFilter, o *statsOptions) error {
 	t := &statsTally{o: o, f: f, base: *f, state: events.NewState(), rows: map[statsKey]*statsCounts{}}
 	t.base.pool, t.base.pods = "", nil
 	if o.by == "pod" {
-		last, err := t.collectBindings(src, read)
+		last, err := t.collectBindings(prs, read)
 		if err != nil && !errors.Is(err, errReadDamaged) {
 			return readFailed(lf, err)
 		}
@@ -195,7 +195,7 @@ func runStats(w io.Writer, lf *ledgerFlags, src eventSource, read func(func(even
 		t.state = s
 		known.prior(s, f)
 	}
-	readErr := read(withPrior(src, prior, func(e events.Envelope) error {
+	readErr := read(prs.around(prior, func(e events.Envelope) error {
 		if t.matched == 0 {
 			known.note(e, f)
 		}
@@ -226,7 +226,7 @@ func runStats(w io.Writer, lf *ledgerFlags, src eventSource, read func(func(even
 
 // collectBindings is the first pass of --by pod: the pod of every bound
 // allocation, whatever the filters, and the last sequence read.
-func (t *statsTally) collectBindings(src eventSource, read func(func(events.Envelope) error) error) (uint64, error) {
+func (t *statsTally) collectBindings(prs *priorStates, read func(func(events.Envelope) error) error) (uint64, error) {
 	t.podOf, t.pods = map[uint64]string{}, map[string]string{}
 	var last uint64
 	prior := func(s events.State) {
@@ -236,7 +236,7 @@ func (t *statsTally) collectBindings(src eventSource, read func(func(events.Enve
 			}
 		}
 	}
-	err := read(withPrior(src, prior, func(e events.Envelope) error {
+	err := read(prs.around(prior, func(e events.Envelope) error {
 		last = e.Seq
 		switch p := e.Payload.(type) {
 		case events.AllocationBound:
