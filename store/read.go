@@ -451,7 +451,16 @@ func (l *Log) ReplayUntilTime(t time.Time) (events.State, error) {
 // meanwhile. size, when set, hears the copy's length before anything is
 // written. It returns the bytes written. A slow w holds the transaction,
 // which delays an append that must grow the file: give w a deadline.
+//
+// A file Open found damaged in the pages bbolt reads past (Damage: a meta
+// page, the freelist) is refused with that damage, writing nothing: bbolt's
+// copy writes fresh meta pages over what it read, so a copy read through
+// an older meta page would look sound and lack the newest transactions.
+// Salvage copies every intact event of such a file.
 func (l *Log) Backup(w io.Writer, size func(int64)) (int64, error) {
+	if l.damage != nil {
+		return 0, fmt.Errorf("back up ledger %s: %w; a copy would hide it under fresh meta pages, with only what bbolt reads past it", l.path, l.damage)
+	}
 	if err := l.enter(); err != nil {
 		return 0, err
 	}

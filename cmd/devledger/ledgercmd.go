@@ -62,7 +62,11 @@ func runLedgerBackup(args []string, stdout, stderr io.Writer) error {
 		l, err := openLedgerWaiting(&lf, time.Millisecond)
 		if err == nil {
 			defer l.Close()
-			return l.Backup(w, nil)
+			n, err := l.Backup(w, nil)
+			if errors.Is(err, store.ErrCorrupt) {
+				err = fmt.Errorf("%w\n  to copy every intact event: devledger ledger salvage --db %s --out FILE", err, src)
+			}
+			return n, err
 		}
 		if !errors.Is(err, store.ErrLocked) {
 			return 0, err

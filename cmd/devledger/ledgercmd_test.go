@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -85,6 +87,34 @@ func checkCopy(t *testing.T, path string, want []events.Envelope) {
 	}
 	if i < len(want) {
 		t.Errorf("the copy has %d events, the ledger %d", i, len(want))
+	}
+}
+
+// ledger backup refuses a file whose meta page or freelist is damaged,
+// naming the damage and the salvage that copies every intact event, and
+// writes nothing: bbolt's copy would put fresh meta pages over what it
+// read, so a file read through an older meta page would be copied
+// without its newest events, and the copy would verify.
+func TestLedgerBackupOfADamagedFile(t *testing.T) {
+	for _, tc := range []struct{ file, damage string }{
+		{"meta1-zeroed.db", "meta page 1 is damaged"},
+		{"meta0-zeroed.db", "meta page 0 is damaged"},
+		{"freelist-garbage.db", "the freelist, is damaged"},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			db := filepath.Join(damagedDir, tc.file)
+			out := filepath.Join(t.TempDir(), "copy.db")
+			code, stdout, stderr := runCLI(t, "ledger", "backup", "--db", db, "--out", out)
+			if code != exitFailure || !strings.Contains(stderr, tc.damage) || !strings.Contains(stderr, "devledger ledger salvage --db "+db) {
+				t.Errorf("exit %d: %s%s", code, stdout, stderr)
+			}
+			if _, err := os.Stat(out); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("the refused copy was written: %v", err)
+			}
+			if code, _, stderr := runCLI(t, "ledger", "backup", "--db", db, "--out", "-"); code != exitFailure || !strings.Contains(stderr, tc.damage) {
+				t.Errorf("to stdout: exit %d: %s", code, stderr)
+			}
+		})
 	}
 }
 
