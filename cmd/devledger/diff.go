@@ -93,7 +93,7 @@ func foldedEnd(p diffEnd, seq uint64) string {
 // replayDiff is replay --diff: fold the ledger lf names at both ends of
 // spec, print what differs. verify checks a ledger file first, as replay's
 // --verify does.
-func replayDiff(stdout io.Writer, lf *ledgerFlags, spec, format string, verify bool, now time.Time) (rerr error) {
+func replayDiff(stdout, said io.Writer, lf *ledgerFlags, spec, format string, verify bool, now time.Time) (rerr error) {
 	from, to, err := parseDiffRange(spec, now)
 	if err != nil {
 		return err
@@ -106,7 +106,7 @@ func replayDiff(stdout io.Writer, lf *ledgerFlags, spec, format string, verify b
 	var a, b events.State
 	switch src := src.(type) {
 	case fileSource:
-		if a, b, err = diffLedgerFile(stdout, src.l, lf.path(), verify, from, to); err != nil {
+		if a, b, err = diffLedgerFile(said, src.l, lf.path(), verify, from, to); err != nil {
 			return err
 		}
 		// Shown, then named.
@@ -138,16 +138,16 @@ func replayDiff(stdout io.Writer, lf *ledgerFlags, spec, format string, verify b
 
 // diffLedgerFile folds a ledger file at both ends, each from the newest
 // snapshot that fits.
-func diffLedgerFile(stdout io.Writer, l *store.Log, path string, verify bool, from, to diffEnd) (a, b events.State, err error) {
+func diffLedgerFile(said io.Writer, l *store.Log, path string, verify bool, from, to diffEnd) (a, b events.State, err error) {
 	for _, p := range []diffEnd{from, to} {
 		if p.seq > l.LastSeq() {
 			return a, b, usageErrf("--diff: %s is past the end: the ledger ends at #%d", p.text, l.LastSeq())
 		}
 	}
-	if a, err = replayLedgerFile(stdout, l, path, verify, from.seq, from.at); err != nil {
+	if a, err = replayLedgerFile(said, l, path, verify, from.seq, from.at); err != nil {
 		return a, b, err
 	}
-	b, err = replayLedgerFile(stdout, l, path, false, to.seq, to.at)
+	b, err = replayLedgerFile(said, l, path, false, to.seq, to.at)
 	return a, b, err
 }
 
@@ -175,6 +175,9 @@ func foldBetween(src eventSource, from, to diffEnd) (a, b events.State, err erro
 		if to.beyond(e) {
 			stopped = true
 			return errStop
+		}
+		if err := foldable(e); err != nil {
+			return err
 		}
 		s = events.Apply(s, e)
 		last = e.Seq

@@ -172,6 +172,17 @@ func decodeShown(where string, seq uint64, rec []byte) (events.Envelope, error) 
 	return e, nil
 }
 
+// foldable refuses an event decodeShown kept without its payload (one a
+// newer devledger wrote), as the store refuses it to a fold of the file:
+// a fold cannot go past it, a history can.
+func foldable(e events.Envelope) error {
+	if e.Payload != nil {
+		return nil
+	}
+	return fmt.Errorf("#%d: %s (schema v%d) is unknown to this build; a newer devledger wrote it: run that version or a newer one (dump shows such events as unknown)",
+		e.Seq, e.Type, e.Version)
+}
+
 // errReadDamaged marks a ledger read to its end through a damaged page
 // that bbolt reads past (store.Log.Damage): what was read is shown, then
 // the damage named, and the tool exits 1.

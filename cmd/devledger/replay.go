@@ -31,12 +31,21 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 	if *format != "table" && *format != "json" {
 		return usageErrf("--format %q: want table or json", *format)
 	}
+	// What --verify found goes before a table, and beside JSON, which
+	// must parse whole.
+	said := stdout
+	if *format == "json" {
+		said = stderr
+	}
 	if *diff != "" {
 		if *untilSeq != 0 || *untilTime != "" {
 			return usageErrf("--diff and --until-seq/--until-time: --diff names both of its points")
 		}
 		out := tableOut(stdout, *wide || *format == "json")
-		err := replayDiff(out, &lf, *diff, *format, *verify, time.Now())
+		if *format != "json" {
+			said = out
+		}
+		err := replayDiff(out, said, &lf, *diff, *format, *verify, time.Now())
 		if cerr := out.Close(); err == nil {
 			err = cerr
 		}
@@ -61,7 +70,7 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 	defer src.close()
 	switch src := src.(type) {
 	case fileSource:
-		if s, err = replayLedgerFile(stdout, src.l, lf.path(), *verify, *untilSeq, at); err != nil {
+		if s, err = replayLedgerFile(said, src.l, lf.path(), *verify, *untilSeq, at); err != nil {
 			return err
 		}
 		// Shown, then named.
@@ -264,9 +273,10 @@ func sortedKeys[K interface{ ~string | ~uint64 }, V any](m map[K]V) []K {
 	return keys
 }
 
-// replayLedgerFile is replay on a ledger file: optional verification, then the
-// store's replay from the newest snapshot that fits.
-func replayLedgerFile(stdout io.Writer, l *store.Log, path string, verify bool, untilSeq uint64, at time.Time) (events.State, error) {
+// replayLedgerFile is replay on a ledger file: optional verification (said
+// hears that it passed), then the store's replay from the newest snapshot
+// that fits.
+func replayLedgerFile(said io.Writer, l *store.Log, path string, verify bool, untilSeq uint64, at time.Time) (events.State, error) {
 	if verify {
 		rep, err := l.Check(context.Background())
 		if err != nil {
@@ -275,7 +285,7 @@ func replayLedgerFile(stdout io.Writer, l *store.Log, path string, verify bool, 
 			}
 			return events.State{}, fmt.Errorf("verify %s: %w", path, err)
 		}
-		fmt.Fprintf(stdout, "verified %s: %d events (#%d-#%d), %d snapshots, no problems\n\n",
+		fmt.Fprintf(said, "verified %s: %d events (#%d-#%d), %d snapshots, no problems\n\n",
 			path, rep.Events, rep.FirstSeq, rep.LastSeq, rep.Snapshots)
 	}
 	if untilSeq > l.LastSeq() {
@@ -315,6 +325,9 @@ func foldSource(src eventSource, untilSeq uint64, at time.Time) (events.State, e
 		}
 		if untilSeq > 0 && e.Seq > untilSeq || !at.IsZero() && e.Time.After(at) {
 			return errStop
+		}
+		if err := foldable(e); err != nil {
+			return err
 		}
 		s = events.Apply(s, e)
 		last = e.Seq

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -92,6 +93,19 @@ func TestLiveReplayAfterRetention(t *testing.T) {
 	for _, a := range [][]string{{"replay", "--until-seq", "39"}, {"replay", "--diff", "#20..#50"}} {
 		if code, _, errOut := runCLI(t, append(a, "--state-dir", dir)...); code == exitOK || !strings.Contains(errOut, "dropped") {
 			t.Errorf("%v through the admin socket, before the events kept: exit %d: %s", a, code, errOut)
+		}
+	}
+}
+
+// With --format json, what --verify found goes to stderr: stdout is the
+// JSON alone, whole, for a program to parse.
+func TestReplayVerifyJSONParses(t *testing.T) {
+	db := sampleCopy(t)
+	for _, args := range [][]string{{"replay"}, {"replay", "--diff", "#10..#40"}} {
+		code, stdout, stderr := runCLI(t, append(args, "--db", db, "--verify", "--format", "json")...)
+		var v map[string]any
+		if err := json.Unmarshal([]byte(stdout), &v); code != exitOK || err != nil || !strings.Contains(stderr, "verified") {
+			t.Errorf("%v: exit %d, stdout does not parse (%v) or stderr does not say verified (%q):\n%s", args, code, err, stderr, stdout)
 		}
 	}
 }

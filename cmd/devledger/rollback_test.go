@@ -14,6 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
 
@@ -96,6 +97,19 @@ func TestRollbackReadsANewerLedger(t *testing.T) {
 	code, _, stderr = runCLI(t, "replay", "--db", db)
 	if code != exitFailure || !strings.Contains(stderr, "#"+itoa(future)) || !strings.Contains(stderr, futureType) || !strings.Contains(stderr, "a newer devledger wrote it") {
 		t.Errorf("replay: exit %d, %q", code, stderr)
+	}
+
+	// Through a running daemon's admin socket (this build older than the
+	// daemon), replay, --diff and scan say the same.
+	dir := kubelettest.ShortTempDir(t)
+	live := filepath.Join(dir, ledgerFileName)
+	ledgerFromTheFuture(t, live)
+	serveLedger(t, dir, live)
+	for _, args := range [][]string{{"replay"}, {"replay", "--diff", "#10.."}, {"replay", "--until-seq", itoa(after)}} {
+		code, _, stderr := runCLI(t, append(args, "--state-dir", dir)...)
+		if code != exitFailure || !strings.Contains(stderr, "#"+itoa(future)) || !strings.Contains(stderr, futureType) || !strings.Contains(stderr, "a newer devledger wrote it") {
+			t.Errorf("%v through the admin socket: exit %d, %q", args, code, stderr)
+		}
 	}
 
 	n := newE2ENode(t, nodeSpec{scenario: sysfsgen.ScenarioSRIOV, config: "testdata/e2e/sriov.json", mode: "legacy"})
