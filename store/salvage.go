@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"slices"
 	"time"
@@ -63,7 +64,7 @@ func Salvage(path, out string) (SalvageReport, error) {
 	}
 	found := map[uint64][][]byte{}
 	tree := map[uint64][]byte{}
-	node, treeLast := salvageTree(path, tree)
+	node, treeLast, whole := salvageTree(path, tree)
 	damaged := map[uint64]events.Type{}
 	snaps := map[uint64][]byte{}
 	if err := salvagePages(path, found, damaged, snaps); err != nil {
@@ -71,11 +72,18 @@ func Salvage(path, out string) (SalvageReport, error) {
 	}
 	// Events retention dropped stay dropped, though their pages may
 	// still hold them: the ledger starts after the newest drop it
-	// recorded, from the snapshot that drop kept.
+	// recorded, from the snapshot that drop kept. A drop's transaction
+	// deleted the events up to its ToSeq, so one the tree still holds
+	// events of never committed (its record is on pages a crash, or a
+	// copy of a live file, caught before the meta page): it drops nothing.
+	treeFirst := uint64(math.MaxUint64)
+	for seq := range tree {
+		treeFirst = min(treeFirst, seq)
+	}
 	var dropped events.EventsDropped
 	for _, rec := range slices.Concat(slices.Collect(maps.Values(tree)), slices.Concat(slices.Collect(maps.Values(found))...)) {
 		if e, err := events.Unmarshal(rec); err == nil {
-			if d, ok := e.Payload.(events.EventsDropped); ok && d.ToSeq > dropped.ToSeq {
+			if d, ok := e.Payload.(events.EventsDropped); ok && d.ToSeq > dropped.ToSeq && d.ToSeq < treeFirst {
 				dropped = d
 			}
 		}
@@ -85,7 +93,9 @@ func Salvage(path, out string) (SalvageReport, error) {
 		seqs = append(seqs, seq)
 	}
 	for seq := range found {
-		if _, ok := tree[seq]; !ok {
+		// Past the end of a tree read whole, a record is of a transaction
+		// that never committed: the ledger never held it.
+		if _, ok := tree[seq]; !ok && !(whole && seq > treeLast) {
 			seqs = append(seqs, seq)
 		}
 	}
@@ -107,15 +117,21 @@ func Salvage(path, out string) (SalvageReport, error) {
 		l.Close()
 		return rep, fmt.Errorf("salvage into %s: it is not empty", out)
 	}
-	if dropped.ToSeq > 0 {
-		snap, ok := snaps[dropped.SnapshotSeq]
+	// The state before the first event: the snapshot the drop kept, or,
+	// when the drop's own record is lost, an intact one just before it.
+	snapSeq := dropped.SnapshotSeq
+	if _, ok := snaps[rep.FirstSeq-1]; dropped.ToSeq == 0 && rep.FirstSeq > 1 && ok {
+		snapSeq = rep.FirstSeq - 1
+	}
+	if snapSeq > 0 {
+		snap, ok := snaps[snapSeq]
 		if !ok {
-			rep.SnapshotLost = dropped.SnapshotSeq
-		} else if err := l.importSnapshot(dropped.SnapshotSeq, snap); err != nil {
+			rep.SnapshotLost = snapSeq
+		} else if err := l.importSnapshot(snapSeq, snap); err != nil {
 			l.Close()
 			return rep, err
 		} else {
-			rep.Snapshot = dropped.SnapshotSeq
+			rep.Snapshot = snapSeq
 		}
 	}
 	// Records go in batches: a transaction per batch, in sequence order.
@@ -205,20 +221,22 @@ func latest(cands [][]byte) []byte {
 
 // salvageTree reads what bbolt can of the file into tree (record bytes by
 // sequence), stopping at the first damage, and returns the ledger's node
-// name and the last sequence it says it reached (0 when it cannot say).
-func salvageTree(path string, tree map[uint64][]byte) (node string, last uint64) {
+// name, the last sequence it says it reached (0 when it cannot say), and
+// whether it read every event from the first to that one with no damage
+// on the way (then nothing committed lies beyond).
+func salvageTree(path string, tree map[uint64][]byte) (node string, last uint64, whole bool) {
 	l, err := Open(path, Options{ReadOnly: true, LockTimeout: time.Second})
 	if err != nil {
-		return "", 0
+		return "", 0, false
 	}
 	defer l.Close()
-	_ = l.ReadRaw(0, func(seq uint64, rec []byte) error {
+	err = l.ReadRaw(0, func(seq uint64, rec []byte) error {
 		if e, err := events.Unmarshal(rec); err == nil && e.Seq == seq {
 			tree[seq] = bytes.Clone(rec)
 		}
 		return nil
 	})
-	return l.Meta().Node, l.LastSeq()
+	return l.Meta().Node, l.LastSeq(), err == nil && l.Damage() == nil && len(tree) == int(l.LastSeq()-l.FirstSeq()+1)
 }
 
 // salvagePages reads every leaf page of the file (and the inline pages of
