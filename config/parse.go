@@ -461,6 +461,9 @@ func (d *decoder) resource(n *node, path string) (Resource, bool) {
 			} else {
 				r.DeviceType = DeviceType(s)
 			}
+			if r.DeviceType == AuxNetDevice {
+				d.warn(at("deviceType"), quote(s), "the pool lists its scalable functions, but devledger answers no Allocate for them yet: a pod that asks for it fails admission")
+			}
 		}
 	}
 	if v := got["excludeTopology"]; v != nil {

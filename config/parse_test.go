@@ -55,6 +55,7 @@ func TestSRIOVPluginSamplesParseUnchanged(t *testing.T) {
 				"broadcom.com/brcm_sriov_bnxt", "intel.com/old_selectors_syntax_example",
 			},
 			selectors: []int{1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+			warnings:  []string{`resourceList[6].deviceType: "auxNetDevice": ` + auxUnsupported},
 		},
 		{
 			file: "sriov-deployment-configmap.json",
@@ -97,6 +98,7 @@ func TestSRIOVPluginSamplesParseUnchanged(t *testing.T) {
 			file:      "sriov-subfunctions.json",
 			names:     []string{"nvidia.com/bf2_sf"},
 			selectors: []int{1},
+			warnings:  []string{`resourceList[0].deviceType: "auxNetDevice": ` + auxUnsupported},
 		},
 		{
 			file:      "sriov-operator-node.json",
@@ -136,6 +138,9 @@ func TestSRIOVPluginSamplesParseUnchanged(t *testing.T) {
 		})
 	}
 }
+
+// auxUnsupported is the warning for an auxNetDevice pool.
+const auxUnsupported = "the pool lists its scalable functions, but devledger answers no Allocate for them yet: a pod that asks for it fails admission"
 
 func TestReadmeSampleModel(t *testing.T) {
 	cfg, err := Load(filepath.Join(fixtures, "sriov-readme.json"), Options{})
@@ -385,11 +390,12 @@ func TestErrors(t *testing.T) {
 		{
 			name: "selector combinations",
 			src: res(`{"resourceName": "a", "selectors": {"isRdma": true, "vdpaType": "virtio"}},
-				{"resourceName": "b", "deviceType": "auxNetDevice", "selectors": [{"vendors": ["15b3"]}, {"auxTypes": ["eth", "sf"]}]}`),
+				{"resourceName": "b", "deviceType": "auxNetDevice", "selectors": [{"vendors": ["15b3"]}, {"auxTypes": ["eth", "sf"]}, {"vendors": ["15b3"], "auxTypes": []}]}`),
 			want: []string{
 				`c.json: resourceList[0].selectors: isRdma and vdpaType cannot be combined`,
 				`c.json: resourceList[1].selectors[0].auxTypes: missing: auxNetDevice selector objects need auxTypes`,
 				`c.json: resourceList[1].selectors[1].auxTypes[0]: "eth": unsupported auxiliary device type, want "sf"`,
+				`c.json: resourceList[1].selectors[2].auxTypes: missing: auxNetDevice selector objects need auxTypes`,
 			},
 		},
 		{

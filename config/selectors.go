@@ -92,8 +92,8 @@ func (d *decoder) selector(n *node, path string, dt DeviceType, typeKnown bool) 
 	s := Selector{Path: path}
 	auxGiven := false
 	d.fields(n, path, selectorFields, nil, func(key string, v *node, p string) {
-		if key == fieldAuxTypes && v.kind != kindNull {
-			auxGiven = true
+		if key == fieldAuxTypes && v.kind != kindNull && (v.kind != kindList || len(v.items) > 0) {
+			auxGiven = true // an empty list names no type: the plugin refuses it too
 		}
 		var (
 			list  []string
