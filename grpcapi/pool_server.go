@@ -349,21 +349,20 @@ type registrationService struct {
 
 var _ registerapi.RegistrationServer = registrationService{}
 
-// GetInfo names the pool and gives as the endpoint the absolute path of the
-// socket the kubelet asked on (the kubelet's device manager uses a
-// watcher-mode endpoint as is): never another of the server's sockets, or
-// the kubelet would connect to that path twice, once for each socket it
-// found.
+// GetInfo names the pool and no endpoint: the kubelet then connects to the
+// path it found the socket at, in its own view of plugins_registry. A path
+// of the daemon's would be wrong wherever the pod mounts the kubelet's
+// directory elsewhere than the host has it (k0s, MicroK8s: the kubelet
+// uses an endpoint as given), and another of the server's sockets would
+// have the kubelet connect to that path twice, once for each socket.
 func (r registrationService) GetInfo(ctx context.Context, _ *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
 	s := r.s
-	socket := s.callSocket(ctx)
 	if s.observer != nil {
-		s.observer.InfoRequested(s.resource, socket)
+		s.observer.InfoRequested(s.resource, s.callSocket(ctx))
 	}
 	return &registerapi.PluginInfo{
 		Type:              registerapi.DevicePlugin,
 		Name:              s.resource,
-		Endpoint:          socket,
 		SupportedVersions: []string{pluginapi.Version},
 	}, nil
 }

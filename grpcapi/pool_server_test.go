@@ -337,7 +337,7 @@ func TestWatcherModeRegistration(t *testing.T) {
 	if err != nil {
 		t.Fatalf("GetInfo: %v", err)
 	}
-	want := &registerapi.PluginInfo{Type: "DevicePlugin", Name: testResource, Endpoint: path, SupportedVersions: []string{"v1beta1"}}
+	want := &registerapi.PluginInfo{Type: "DevicePlugin", Name: testResource, SupportedVersions: []string{"v1beta1"}}
 	if !proto.Equal(info, want) {
 		t.Errorf("GetInfo = %v, want %v", info, want)
 	}
@@ -370,8 +370,8 @@ func TestWatcherModeRegistration(t *testing.T) {
 
 // A server that serves under a new name (Reserve elsewhere) keeps the
 // kubelet's connections to the old one: each says which socket it came in
-// on. GetInfo on the old socket must name the old socket, or the kubelet
-// would connect to the new path twice, once for each socket it found.
+// on. GetInfo names no endpoint on either, so that the kubelet connects to
+// the path it found each at, not to the new path twice.
 func TestWatcherModeNamesTheSocketAsked(t *testing.T) {
 	obs := &fakeObserver{}
 	s, old := startPool(t, newFakeBackend(), PoolServerOptions{Mode: ModeWatcher, Observer: obs, PrivateDirKey: "pool.sock"})
@@ -394,8 +394,8 @@ func TestWatcherModeNamesTheSocketAsked(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.Endpoint != tc.want {
-			t.Errorf("GetInfo on %s: endpoint %s", tc.want, info.Endpoint)
+		if info.Endpoint != "" {
+			t.Errorf("GetInfo on %s: endpoint %s, want none (the path the kubelet found)", tc.want, info.Endpoint)
 		}
 		if _, err := registerapi.NewRegistrationClient(tc.conn).NotifyRegistrationStatus(testCtx(t), &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
 			t.Fatal(err)

@@ -61,20 +61,41 @@ type daemon struct {
 // test if it still runs, and its log is printed if the test failed.
 func startDaemon(t testing.TB, n *node, registration string) *daemon {
 	t.Helper()
+	return startDaemonAt(t, n, registration, "")
+}
+
+// startDaemonAt is startDaemon; with view, the daemon runs in a mount
+// namespace of its own where the kubelet's root is bind-mounted at view,
+// and is given that as --kubelet-dir, as a DaemonSet mounts the host's
+// kubelet dir (elsewhere on k0s or MicroK8s) at /var/lib/kubelet: the
+// paths it sees are not the kubelet's.
+func startDaemonAt(t testing.TB, n *node, registration, view string) *daemon {
+	t.Helper()
 	logFile, err := os.CreateTemp(t.TempDir(), "devledger-*.log")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(devledgerBin, "run",
+	kubeletDir := kubeletRoot
+	if view != "" {
+		kubeletDir = view
+	}
+	args := []string{"run",
 		"--config", n.config,
 		"--sysfs-root", n.sysfs, "--dev-root", n.dev, "--proc-root", n.proc,
 		"--pci-ids", filepath.Join(repoRoot, "testdata", "pci.ids.sample"),
-		"--kubelet-dir", kubeletRoot,
+		"--kubelet-dir", kubeletDir,
 		"--state-dir", n.stateDir,
 		"--devinfo-dir", n.devinfoDir, "--cdi-spec-dir", filepath.Join(n.devinfoDir, "..", "cdi"),
 		"--registration", registration,
 		"--log-format", "json", "--log-level", "debug",
-	)
+	}
+	cmd := exec.Command(devledgerBin, args...)
+	if view != "" {
+		// unshare and sh exec in turn: the process is the daemon's.
+		cmd = exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "--",
+			"sh", "-c", `mkdir -p "$1" && mount --bind "$2" "$1" && shift 2 && exec "$@"`,
+			"sh", view, kubeletRoot, devledgerBin}, args...)...)
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// A test binary that dies must not leave a daemon behind.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +20,28 @@ func TestWatcherRegistration(t *testing.T) {
 	checkTopology(t, r.k, r.pods)
 	_, a := admitDPDK(t, r)
 	logFigure(t, "watcher", "admission", a.took)
+}
+
+// TestWatcherRegistrationThroughAnotherPath: the daemon sees the kubelet's
+// directory at another path than the kubelet does (k0s and MicroK8s keep
+// it elsewhere on the host; the DaemonSet mounts it at /var/lib/kubelet).
+// The plugin watcher still registers every pool: the daemon names no path
+// of its own view to it, so the kubelet connects where it found each
+// socket.
+func TestWatcherRegistrationThroughAnotherPath(t *testing.T) {
+	requireSuite(t)
+	resetKubeletRoot(t)
+	logKubeletTo(t)
+	n := newNode(t, "sriov", "sriov.yaml")
+	k := startKubelet(t, &podList{}, kubeletOptions{watcher: true})
+	// Short: the sockets' paths under it must fit a unix socket address.
+	view, err := os.MkdirTemp("", "view-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(view) })
+	d := startDaemonAt(t, n, "watcher", filepath.Join(view, "kubelet"))
+	k.waitAllocatable(t, d.started, sriovPools)
 }
 
 // TestWatcherKubeletRestart restarts the kubelet in watcher mode: the new
