@@ -34,6 +34,15 @@ func TestResourcePrefixOption(t *testing.T) {
 	if _, err := Parse("config.json", []byte(dup)); err != nil {
 		t.Errorf("intel.com/a and openshift.io/a: %v", err)
 	}
+
+	// A prefix of the flag's that CDI cannot name devices by is said of
+	// the resource, with where the prefix came from: the file has no
+	// resourcePrefix to point at.
+	_, err = ParseWith("config.json", []byte(`{"resourceList": [{"resourceName": "a", "selectors": {"vendors": ["8086"]}}]}`),
+		Options{ResourcePrefix: "6wind.com", UseCDI: true})
+	if want := `config.json: resourceList[0].resourceName: "a": CDI names this pool's devices by the default kind "6wind.com/net-pci" (its prefix "6wind.com" is the default or --resource-prefix), which is not a CDI kind`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("--resource-prefix 6wind.com --use-cdi: %v, want %s", err, want)
+	}
 }
 
 func TestOptionsCheck(t *testing.T) {

@@ -162,8 +162,9 @@ type decoder struct {
 	// errPos and warnPos hold the pos of each error and warning.
 	errPos, warnPos []int64
 	// names maps each full resource name to the path of its first
-	// definition.
-	names map[string]string
+	// definition, envs each container variable name to the resource whose
+	// it is first.
+	names, envs map[string]string
 }
 
 func (d *decoder) fail(path, value, msg string) {
@@ -373,7 +374,7 @@ func (d *decoder) config(root *node) []Resource {
 		return nil
 	}
 	resources := make([]Resource, 0, len(list.items))
-	d.names = map[string]string{}
+	d.names, d.envs = map[string]string{}, map[string]string{}
 	for i, item := range list.items {
 		if r, ok := d.resource(item, indexPath("resourceList", i)); ok {
 			resources = append(resources, r)
@@ -450,6 +451,12 @@ func (d *decoder) resource(n *node, path string) (Resource, bool) {
 			d.fail(at("resourceName"), quote(r.Name), fmt.Sprintf("duplicate resource %s (first at %s)", full, first))
 		} else {
 			d.names[full] = path
+			env := EnvVarName(r.Prefix, r.Name)
+			if other, dup := d.envs[env]; dup {
+				d.warn(at("resourceName"), quote(r.Name), fmt.Sprintf("the container variable %s is also %s's: a container given both pools sees one pool's devices in it", env, other))
+			} else {
+				d.envs[env] = full
+			}
 		}
 	}
 	typeKnown := true
@@ -502,7 +509,12 @@ func (d *decoder) resource(n *node, path string) (Resource, bool) {
 	// vendor must start with a letter, and runtimes refuse a spec whose
 	// kind is not one. Said now, not at every Allocate.
 	if msg := checkCDIKind(defaultKind); r.CDI.Enabled && r.CDI.Kind == defaultKind && msg != "" {
-		d.fail(at("resourcePrefix"), quote(r.Prefix), "CDI names this pool's devices by the default kind "+quote(defaultKind)+", which is "+msg+"; set cdi.kind")
+		field, value, whose := at("resourcePrefix"), quote(r.Prefix), ""
+		if got["resourcePrefix"] == nil {
+			// The prefix is not the file's: the default or --resource-prefix.
+			field, value, whose = at("resourceName"), quote(r.Name), " (its prefix "+quote(r.Prefix)+" is the default or --resource-prefix)"
+		}
+		d.fail(field, value, "CDI names this pool's devices by the default kind "+quote(defaultKind)+whose+", which is "+msg+"; set cdi.kind")
 	}
 	return r, true
 }

@@ -549,6 +549,20 @@ func TestWarnings(t *testing.T) {
 			},
 		},
 		{
+			name: "acpiIndexes of accelerators, which the plugin ignores",
+			src:  res(`{"resourceName": "a", "deviceType": "accelerator", "selectors": {"vendors": ["8086"], "acpiIndexes": ["5"]}}`),
+			want: []string{
+				`c.json: resourceList[0].selectors.acpiIndexes: applied here; the SR-IOV plugin documents it for accelerators but ignores it, so this pool takes fewer devices than the plugin's did`,
+			},
+		},
+		{
+			name: "two pools, one container variable",
+			src:  res(`{"resourceName": "a.b", "selectors": {"drivers": ["x"]}}, {"resourceName": "a_b", "selectors": {"drivers": ["y"]}}`),
+			want: []string{
+				`c.json: resourceList[1].resourceName: "a_b": the container variable PCIDEVICE_INTEL_COM_A_B is also intel.com/a.b's: a container given both pools sees one pool's devices in it`,
+			},
+		},
+		{
 			name: "IDs that never match",
 			src:  res(`{"resourceName": "a", "selectors": {"vendors": ["0x8086", "8086"], "devices": ["154C"]}}`),
 			want: []string{

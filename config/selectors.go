@@ -168,6 +168,9 @@ func (d *decoder) selector(n *node, path string, dt DeviceType, typeKnown bool) 
 	if dt == AuxNetDevice && !auxGiven {
 		d.fail(fieldPath(path, fieldAuxTypes), "", "missing: auxNetDevice selector objects need auxTypes")
 	}
+	if dt == Accelerator && len(s.ACPIIndexes) > 0 {
+		d.warn(fieldPath(path, fieldACPIIndexes), "", "applied here; the SR-IOV plugin documents it for accelerators but ignores it, so this pool takes fewer devices than the plugin's did")
+	}
 	if s.empty() {
 		if dt == GenericPCI {
 			d.fail(path, "", "empty selector object: a genericPCI pool would take every PCI function on the node")
