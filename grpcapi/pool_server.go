@@ -156,7 +156,8 @@ func (s *PoolServer) listen(socketPath string, replace bool) error {
 			s.log.Debug().Err(err).Str("socket", old.path).Msg("closing the replaced listener")
 		}
 	}
-	s.log.Info().Str("socket", s.Socket()).Str("mode", string(s.mode)).Msg("serving")
+	// The pool logs that it serves, with the ledger's record of it.
+	s.log.Debug().Str("socket", s.Socket()).Str("mode", string(s.mode)).Msg("serving")
 	return nil
 }
 

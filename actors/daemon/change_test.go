@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,11 +12,13 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
@@ -814,10 +817,13 @@ func wantReasons(t *testing.T, d *Daemon, seq uint64, dev string, want map[strin
 }
 
 // SIGHUP reloads the config, here with the file watcher off (only SIGHUP
-// reloads then): the pool the new config adds serves and registers.
+// reloads then): the pool the new config adds serves and registers. A
+// SIGHUP that finds the file unchanged says so, once.
 func TestSIGHUPReloads(t *testing.T) {
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
 	n.opts.WatchConfig = false
+	logs := &lockedBuffer{}
+	n.opts.Logger = zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), logs)).Level(zerolog.InfoLevel)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, n.opts) }()
@@ -845,6 +851,37 @@ func TestSIGHUPReloads(t *testing.T) {
 	if _, err := n.kubelet.WaitRegistered(wctx, "intel.com/e810_port"); err != nil {
 		t.Fatalf("the pool of the config reloaded on SIGHUP: %v", err)
 	}
+	if strings.Contains(logs.String(), "config unchanged") {
+		t.Fatalf("a reload that changed the config said it was unchanged:\n%s", logs)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(logs.String(), `"message":"SIGHUP: config unchanged"`) {
+		select {
+		case <-wctx.Done():
+			t.Fatalf("a SIGHUP on the same file left no line:\n%s", logs)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// lockedBuffer is a log writer that goroutines share.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // A pool that sets no probeInterval is probed at the daemon's

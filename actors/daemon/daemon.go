@@ -805,10 +805,9 @@ func (d *Daemon) snapshot(ctx context.Context, reason string) error {
 	if err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}
-	if _, err := d.ledger.SaveSnapshot(ctx, s, reason); err != nil {
+	if _, err := d.ledger.SaveSnapshot(ctx, s, reason); err != nil { // the store logs it
 		return fmt.Errorf("snapshot: %w", err)
 	}
-	d.log.Info().Uint64("seq", s.Seq).Str("reason", reason).Msg("snapshot taken")
 	return nil
 }
 
@@ -827,8 +826,13 @@ func Run(ctx context.Context, opts Options) error {
 		select {
 		case <-hup:
 			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			if _, err := d.Reload(rctx, "SIGHUP"); err != nil {
+			res, err := d.Reload(rctx, "SIGHUP")
+			switch {
+			case err != nil:
 				d.log.Error().Err(err).Msg("reload on SIGHUP")
+			case res.Unchanged:
+				// Nothing changes, so nothing else says the signal came.
+				d.log.Info().Str("config", opts.ConfigPath).Msg("SIGHUP: config unchanged")
 			}
 			cancel()
 		case <-ctx.Done():
