@@ -16,7 +16,7 @@ import (
 // found (after retention, by the names it had at the cut and since). It
 // returns a usage error naming what the ledger knows when nothing is
 // behind it.
-func devicesBehind(ps *priorStates, iface, pf string) (map[string]bool, error) {
+func devicesBehind(prs *priorStates, iface, pf string) (map[string]bool, error) {
 	pfOf := map[string]string{}
 	ifaces := map[string]map[string]bool{}
 	note := func(d events.DeviceFacts) {
@@ -35,7 +35,7 @@ func devicesBehind(ps *priorStates, iface, pf string) (map[string]bool, error) {
 			note(s.Devices[addr].Facts)
 		}
 	}
-	err := ps.src.read(ps.around(prior, func(e events.Envelope) error {
+	err := prs.src.read(prs.around(prior, func(e events.Envelope) error {
 		switch p := e.Payload.(type) {
 		case events.DeviceDiscovered:
 			note(p.Device)

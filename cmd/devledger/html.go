@@ -529,7 +529,7 @@ func (h *historyFold) event(e events.Envelope) error {
 // prior takes s, the state before the first event (retention dropped
 // what came before), at t, that event's time: each device's facts, pool
 // and health, and the allocations live then, from when they were made.
-// When a health spell open then began is not in the ledger any more: it
+// When a health spell open then began is no longer in the ledger, so it
 // is drawn from the snapshot's time, by which it had begun.
 func (h *historyFold) prior(s events.State, t time.Time) {
 	for _, addr := range slices.Sorted(maps.Keys(s.Devices)) {
