@@ -57,7 +57,7 @@ type watcher struct {
 func (c *watcher) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		w, err := fswatch.Watch(ctx, filepath.Dir(c.cfg.Path))
+		w, err := fswatch.Watch(ctx, fsnotify.Create|fsnotify.Write|fsnotify.Remove|fsnotify.Rename|fsnotify.Chmod, filepath.Dir(c.cfg.Path))
 		if err != nil {
 			// Without a watch the config can still be reloaded by SIGHUP;
 			// say so rather than crash-loop on a directory that is absent.

@@ -82,7 +82,7 @@ func (s *watcher) start(ctx actor.Context) error {
 			return fmt.Errorf("socket watcher: %w", err)
 		}
 	}
-	w, err := fswatch.Watch(ctx, s.cfg.Dirs...)
+	w, err := fswatch.Watch(ctx, fsnotify.Create|fsnotify.Remove|fsnotify.Rename, s.cfg.Dirs...)
 	if err != nil {
 		return fmt.Errorf("socket watcher: %w", err)
 	}

@@ -16,11 +16,14 @@ type Event struct{ fsnotify.Event }
 // Error is an fsnotify error (an overflow: events were lost), as a message.
 type Error struct{ Err error }
 
-// Watch watches dirs and sends every event and error to the actor of ctx
-// until the watcher it returns is closed; on error no watcher is left.
-// The forwarding runs on a goroutine of its own: fsnotify delivers on
-// channels, which a mailbox cannot wait on; the goroutine only relays.
-func Watch(ctx actor.Context, dirs ...string) (*fsnotify.Watcher, error) {
+// Watch watches dirs and sends every event with one of ops, and every
+// error, to the actor of ctx until the watcher it returns is closed; on
+// error no watcher is left. The forwarding runs on a goroutine of its
+// own: fsnotify delivers on channels, which a mailbox cannot wait on; the
+// goroutine only relays, and drops the events the actor has no use for,
+// which would wake it for nothing (the kubelet rewrites its checkpoint in
+// device-plugins/ at every pod admission).
+func Watch(ctx actor.Context, ops fsnotify.Op, dirs ...string) (*fsnotify.Watcher, error) {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return nil, err
@@ -39,7 +42,9 @@ func Watch(ctx actor.Context, dirs ...string) (*fsnotify.Watcher, error) {
 				if !ok {
 					return
 				}
-				root.Send(pid, &Event{ev})
+				if ev.Op&ops != 0 {
+					root.Send(pid, &Event{ev})
+				}
 			case err, ok := <-w.Errors:
 				if !ok {
 					return
