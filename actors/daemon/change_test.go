@@ -1305,3 +1305,47 @@ func TestAPoolAReloadAddsBeforeTheFirstScanIsServed(t *testing.T) {
 		}
 	}
 }
+
+// A scan that changes none of the facts the ledger keeps may still move a
+// device between running pools: here VF 4 of the mellanox node has its
+// vdpa device rebound from virtio_vdpa to vhost_vdpa, which takes it from
+// the mlx5_core pool to the vhost one, as a fresh start places it, and its
+// Allocate answer is the vhost pool's.
+func TestARescanMovesADeviceOnAFactTheLedgerDoesNotKeep(t *testing.T) {
+	cfg := `{"resourceList": [
+	  {"resourceName": "vdpa_vhost", "selectors": {"vendors": ["15b3"], "vdpaType": "vhost"}},
+	  {"resourceName": "mlx_net", "selectors": {"vendors": ["15b3"], "drivers": ["mlx5_core"]}}]}`
+	n := newTestNode(t, sysfsgen.ScenarioMellanox, cfg, kubelettest.Options{})
+	n.opts.ScanInterval = time.Hour
+	d := n.start(t)
+	ctx := waitCtx(t)
+	const vhost, other, vf = "intel.com/vdpa_vhost", "intel.com/mlx_net", "0000:5e:00.6"
+	lists := func(want bool) func([]*pluginapi.Device) bool {
+		return func(ds []*pluginapi.Device) bool {
+			return slices.ContainsFunc(ds, func(d *pluginapi.Device) bool { return d.ID == vf }) == want
+		}
+	}
+	if _, err := n.kubelet.WaitDevices(ctx, other, lists(true)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.kubelet.WaitDevices(ctx, vhost, lists(false)); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.roots.BindVDPA(vf, "vhost_vdpa"); err != nil {
+		t.Fatal(err)
+	}
+	d.Send(&node.Rescan{Reason: "test"})
+	if _, err := n.kubelet.WaitDevices(ctx, vhost, lists(true)); err != nil {
+		t.Fatalf("%s after the rescan: %v", vhost, err)
+	}
+	if _, err := n.kubelet.WaitDevices(ctx, other, lists(false)); err != nil {
+		t.Fatalf("%s after the rescan: %v", other, err)
+	}
+	resp, err := n.kubelet.Allocate(ctx, vhost, []string{vf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := resp.ContainerResponses[0].Envs["PCIDEVICE_INTEL_COM_VDPA_VHOST_INFO"]; !strings.Contains(info, `"vdpa"`) {
+		t.Errorf("the vhost pool's answer for %s has no vdpa provider: %q", vf, info)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -654,7 +655,7 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 			n.setMembers(ctx, pid, nil, reason, moves(pm.Name, before, owner))
 			ctx.Send(pid, &pool.Withdraw{Reason: "no devices: the last one left (" + reason + ")"})
 			n.stopPool(ctx, pm.Name, pid, prev)
-		case running && changed:
+		case running && (changed || !sameDevices(prev, ms)):
 			n.setMembers(ctx, pid, ms, reason, moves(pm.Name, before, owner))
 		case !running && serve && n.isStopping(pm.Name):
 			// Spawned once the one of its name has stopped, for this reason.
@@ -693,6 +694,25 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 	}
 	n.placed = true
 	ctx.Send(n.health, &health.Watch{Targets: targets})
+}
+
+// sameDevices says whether a and b list the same devices with the same
+// facts, but for an interface's link state and the scan's warnings, which
+// no pool uses: the ledger does not keep every fact a selector or an
+// answer reads (a vdpa type, an SF, a partition key), so a scan that
+// changes none of its facts may still move a device between pools.
+func sameDevices(a, b []allocation.Member) bool {
+	stable := func(d sysfs.Device) sysfs.Device {
+		d.Warnings = nil
+		d.Interfaces = slices.Clone(d.Interfaces)
+		for i := range d.Interfaces {
+			d.Interfaces[i].OperState, d.Interfaces[i].Carrier = "", 0
+		}
+		return d
+	}
+	return slices.EqualFunc(a, b, func(x, y allocation.Member) bool {
+		return reflect.DeepEqual(stable(x.Device), stable(y.Device))
+	})
 }
 
 // placement says where each device goes under cfg (resources are its pools

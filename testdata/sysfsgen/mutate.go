@@ -348,6 +348,24 @@ func (r Roots) SetNumVFs(pf string, n int, makeVF func(index int) Function) erro
 	return nil
 }
 
+// BindVDPA binds the vdpa0 device of the function at addr to driver
+// ("vhost_vdpa", "virtio_vdpa"), as vdpa's own bind and unbind files do:
+// the function stays on its PCI driver.
+func (r Roots) BindVDPA(addr, driver string) error {
+	dir, err := r.functionDir(addr)
+	if err != nil {
+		return fmt.Errorf("bind the vdpa device of %s to %s: %w", addr, driver, err)
+	}
+	vdpa := filepath.Join(dir, "vdpa0")
+	if _, err := os.Stat(vdpa); err != nil {
+		return fmt.Errorf("bind the vdpa device of %s to %s: %w", addr, driver, err)
+	}
+	if err := os.Remove(filepath.Join(vdpa, "driver")); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("bind the vdpa device of %s to %s: %w", addr, driver, err)
+	}
+	return bindChild(r.Sysfs, vdpa, "vdpa", driver)
+}
+
 // AddInterface adds a network interface to the function at addr, under its
 // virtio child when it has one (as virtio-net does), else under net/. The
 // name must not be taken.
