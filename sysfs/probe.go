@@ -17,7 +17,9 @@ type ProbeTarget struct {
 	// ("0000:3b:01.2"); any form NormalizeAddress accepts is taken.
 	Address string
 	// Driver is the driver the device joined its pool with; "" means it
-	// joined unbound and must stay so.
+	// is not known (no function is pooled unbound: one in its pool with no
+	// driver is there because it was before, bound to a driver this
+	// process never saw), and the device is unhealthy while unbound.
 	Driver string
 	// VFIO asks that <dev-root>/vfio/<group> exists.
 	VFIO bool
@@ -65,7 +67,7 @@ type ProbeResult struct {
 //
 // The checks, in order, stop at the first failure:
 //   - the function is listed under bus/pci/devices;
-//   - its driver link names t.Driver (no link when t.Driver is "");
+//   - its driver link names t.Driver (none is healthy when t.Driver is "");
 //   - when t.VFIO, <dev-root>/vfio/<group> exists (or, in vfio's
 //     no-IOMMU mode, <dev-root>/vfio/noiommu-<group>);
 //   - when t.Link, the interface's operstate is "up" (or "unknown", which
@@ -262,6 +264,8 @@ func (p *prober) probe(t ProbeTarget) ProbeResult {
 			return res.fail("probe failed: cannot stat the function's directory: " + errText(err))
 		case t.Driver != "":
 			return res.fail("driver unbound (was " + t.Driver + ")")
+		default:
+			return res.fail("no driver bound")
 		}
 	default:
 		return res.fail("probe failed: cannot read driver: " + errText(err))

@@ -99,13 +99,13 @@ func TestProbe(t *testing.T) {
 			want:   "driver is iavf (was vfio-pci)", files: 1,
 		},
 		{
-			name: "joined unbound, still unbound", addr: probeVFIO,
+			name: "driver not known, unbound", addr: probeVFIO,
 			target: func(t *ProbeTarget) { t.Driver, t.VFIO, t.Link = "", false, false },
 			mutate: func(r sysfsgen.Roots) error { return r.Unbind(probeVFIO) },
-			files:  2,
+			want:   "no driver bound", files: 2,
 		},
 		{
-			name: "joined unbound, now bound", addr: probeIAVF,
+			name: "driver not known, now bound", addr: probeIAVF,
 			target: func(t *ProbeTarget) { t.Driver = "" },
 			want:   "driver is iavf (was none)", files: 1,
 		},

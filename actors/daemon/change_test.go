@@ -112,6 +112,54 @@ func TestHealthUnbindRebind(t *testing.T) {
 	}
 }
 
+// A device unbound in its pool stays unhealthy through a restart of the
+// daemon or of the node coordinator: the new one never saw the driver it
+// joined with, and keeps it in its pool for it was there before, not for
+// a driver it has now.
+func TestAnUnboundDeviceStaysUnhealthyThroughARestart(t *testing.T) {
+	for _, restart := range []string{"daemon", "node"} {
+		t.Run(restart, func(t *testing.T) {
+			n := newTestNode(t, sysfsgen.ScenarioSRIOV, healthConfig, kubelettest.Options{})
+			n.opts.ScanInterval = time.Hour
+			d := n.start(t)
+			ctx := waitCtx(t)
+			const vfio, vf = "intel.com/sriov_vfio", "0000:3b:01.2"
+			waitHealth(ctx, t, n.kubelet, vfio, vf, pluginapi.Healthy)
+			if err := n.roots.Unbind(vf); err != nil {
+				t.Fatal(err)
+			}
+			d.Send(&node.Rescan{Reason: "test"})
+			waitHealth(ctx, t, n.kubelet, vfio, vf, pluginapi.Unhealthy)
+			from := d.rec.Log().LastSeq() + 1
+			if restart == "daemon" {
+				if err := d.Stop(ctx, "test"); err != nil {
+					t.Fatal(err)
+				}
+				d = n.start(t)
+			} else {
+				d.Send(&node.Crash{Reason: "test"})
+			}
+			// Past the 400ms hold-down a passing probe would have ended.
+			time.Sleep(1500 * time.Millisecond)
+			if h := healthOf(n.kubelet, vfio, vf); h != pluginapi.Unhealthy {
+				t.Errorf("after a %s restart the kubelet sees the unbound %s %q", restart, vf, h)
+			}
+			d.rec.Log().Read(from, func(e events.Envelope) error {
+				if h, ok := e.Payload.(events.DeviceHealthChanged); ok && h.Address == vf && h.Healthy {
+					t.Errorf("#%d: the unbound %s recorded healthy (%q)", e.Seq, vf, h.Reason)
+				}
+				return nil
+			})
+			// Bound again, it comes back.
+			if err := n.roots.Bind(vf, "vfio-pci"); err != nil {
+				t.Fatal(err)
+			}
+			d.Send(&node.Rescan{Reason: "test"})
+			waitHealth(ctx, t, n.kubelet, vfio, vf, pluginapi.Healthy)
+		})
+	}
+}
+
 func TestHealthLinkDownOnPF(t *testing.T) {
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, healthConfig, kubelettest.Options{})
 	n.opts.ScanInterval = time.Hour
