@@ -304,7 +304,7 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 	case *sockets.KubeletAppeared:
 		ctx.Send(n.registrar, &registrar.KubeletAppeared{Socket: m.Socket})
 		// Attribute pods now, not after a backoff grown while it was away.
-		ctx.Send(n.reconciler, &reconciler.Reconcile{})
+		ctx.Send(n.reconciler, &reconciler.Reconcile{KubeletBack: true})
 	case *sockets.KubeletGone:
 		ctx.Send(n.registrar, &registrar.CheckKubelet{Why: "kubelet.sock was removed"})
 	case *sockets.SocketRemoved:

@@ -44,6 +44,14 @@ type Config struct {
 	// stay unclaimed (5m), RetryMax caps the backoff while PodResources
 	// fails (5m), CallTimeout bounds one List (10s).
 	Interval, AfterAllocate, LeakGrace, RetryMax, CallTimeout time.Duration
+	// KubeletSettle (1m) is how long after a kubelet starts a bound pod
+	// missing from its list is not taken as gone. A kubelet serves
+	// PodResources and makes its registration socket before it has its
+	// pods back (they are added as its sync loop takes them from the API
+	// server, once the runtime is up), and lists none until then, while
+	// they hold their devices throughout (the kubelet's checkpoint; it
+	// does not call Allocate for them again).
+	KubeletSettle time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	Log zerolog.Logger
@@ -56,6 +64,7 @@ func Props(cfg Config) *actor.Props {
 	orDefault(&cfg.LeakGrace, 5*time.Minute)
 	orDefault(&cfg.RetryMax, 5*time.Minute)
 	orDefault(&cfg.CallTimeout, 10*time.Second)
+	orDefault(&cfg.KubeletSettle, time.Minute)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -72,6 +81,8 @@ type lifetime struct {
 	// persist holds messages back while a round's events are being
 	// recorded: the fold reads them back, and tells the parent, first.
 	persist ledger.Persister
+	// kubeletAt is when the kubelet last started (see KubeletSettle).
+	kubeletAt time.Time
 }
 
 type reconciler struct {
@@ -142,6 +153,9 @@ func (r *reconciler) handle(ctx actor.Context, m any) {
 		r.told[m.Seq] = true
 		r.schedule(ctx, r.cfg.AfterAllocate)
 	case *Reconcile:
+		if m.KubeletBack {
+			r.life.kubeletAt = r.cfg.Now()
+		}
 		r.failures = 0 // asked for (the kubelet is back): backoff starts over
 		r.round(ctx)
 	case *wake.Tick:
@@ -271,7 +285,12 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	if !r.available() {
 		payloads = append(payloads, events.AttributionChanged{Available: true, Reason: "pod resources answered"})
 	}
-	res := fold(foldInput{pools: r.st.Pools, allocs: r.attributed(), now: r.cfg.Now(), grace: r.cfg.LeakGrace, seen: r.seen}, m.resp.GetPodResources())
+	now := r.cfg.Now()
+	settle := r.cfg.KubeletSettle - now.Sub(r.life.kubeletAt)
+	if settle > 0 {
+		r.schedule(ctx, settle) // a round once the kubelet has its pods
+	}
+	res := fold(foldInput{pools: r.st.Pools, allocs: r.attributed(), now: now, grace: r.cfg.LeakGrace, seen: r.seen, settling: settle > 0}, m.resp.GetPodResources())
 	payloads = append(payloads, res.payloads...)
 	if len(payloads) == 0 {
 		r.recorded(ctx, res.seen, 0, nil, nil)

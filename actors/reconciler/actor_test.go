@@ -339,3 +339,47 @@ func TestAnEarlierIncarnationsListIsNotTaken(t *testing.T) {
 		t.Errorf("bindings %v recorded from the earlier incarnation's List", b)
 	}
 }
+
+// A kubelet just started lists no pod until it has synced them: a bound
+// allocation whose pod it does not list is not released while it
+// settles, and a round of its own once it has settled releases it when
+// the pod is gone indeed.
+func TestAKubeletThatJustStartedReleasesNothingUntilItSettles(t *testing.T) {
+	const pool, dev = "example.com/vf", "0000:3b:02.1"
+	l, rec, seq, replayed := ledgerWithAllocation(t, pool, dev)
+	var pods atomic.Pointer[[]*podresourcesapi.PodResources]
+	pods.Store(&[]*podresourcesapi.PodResources{kubelettest.PodHolding("ns", "pod-a", "main", pool, dev)})
+	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+		return &podresourcesapi.ListPodResourcesResponse{PodResources: *pods.Load()}, nil
+	})
+	const settle = 500 * time.Millisecond
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
+		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, KubeletSettle: settle, Log: zerolog.Nop()}))
+	awaitStatus(t, f, func(st *Status) bool { return st.Allocations[seq] == "ns/pod-a/main" })
+
+	pods.Store(&[]*podresourcesapi.PodResources{}) // the kubelet restarts
+	back := time.Now()
+	f.Sys.Root.Send(f.Child, &Reconcile{KubeletBack: true})
+	st := awaitStatus(t, f, func(st *Status) bool { return st.Rounds >= 2 })
+	if time.Since(back) < settle && st.Allocations[seq] != "ns/pod-a/main" {
+		t.Fatalf("a round while the kubelet settles let go of #%d: %q", seq, st.Allocations[seq])
+	}
+	// The pod is gone indeed: released once the kubelet has settled,
+	// with no round asked for.
+	awaitStatus(t, f, func(st *Status) bool { _, live := st.Allocations[seq]; return !live })
+	released := time.Time{}
+	if err := l.Read(seq, func(e events.Envelope) error {
+		if r, ok := e.Payload.(events.DevicesReleased); ok && r.AllocationSeq == seq {
+			released = e.Time
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if released.IsZero() {
+		t.Fatalf("#%d was not released after the kubelet settled", seq)
+	}
+	if d := released.Sub(back); d < settle {
+		t.Errorf("#%d released %s after the kubelet came back, within its %s to settle", seq, d, settle)
+	}
+}

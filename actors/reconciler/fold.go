@@ -32,6 +32,9 @@ type foldInput struct {
 	// recovered only on a second sight (the first list may predate the
 	// allocation reaching the reconciler).
 	seen map[string]bool
+	// settling: the kubelet has just started and may list no pod it has
+	// not synced yet, so a pod missing from its list is not gone.
+	settling bool
 }
 
 // foldResult is what a round records, and what it saw (foldInput.seen).
@@ -55,7 +58,9 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 		ours[a.Pool] = true
 	}
 	reported := map[key][]holderRef{}
+	listed := map[[2]string]bool{} // namespace, pod
 	for _, p := range pods {
+		listed[[2]string{p.GetNamespace(), p.GetName()}] = true
 		for _, c := range p.GetContainers() {
 			ref := holderRef{namespace: p.GetNamespace(), pod: p.GetName(), container: c.GetName()}
 			for _, cd := range c.GetDevices() {
@@ -164,6 +169,8 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 				out.payloads = append(out.payloads, events.AllocationBound{AllocationSeq: seq, Pool: a.Pool,
 					DeviceIDs: slices.Clone(a.DeviceIDs), Namespace: ref.namespace, Pod: ref.pod, Container: ref.container})
 			}
+		case a.Binding != nil && in.settling && !listed[[2]string{a.Binding.Namespace, a.Binding.Pod}]:
+			// Its pod may be one the new kubelet has not synced: wait.
 		case a.Binding != nil:
 			b := a.Binding
 			out.payloads = append(out.payloads, events.DevicesReleased{AllocationSeq: seq, Pool: a.Pool,

@@ -49,11 +49,12 @@ func TestFold(t *testing.T) {
 		return &events.Binding{Namespace: ns, Pod: p, Container: c}
 	}
 	tests := []struct {
-		name   string
-		allocs map[uint64]events.Allocation
-		pods   []*podresourcesapi.PodResources
-		seen   map[string]bool
-		want   []string
+		name     string
+		allocs   map[uint64]events.Allocation
+		pods     []*podresourcesapi.PodResources
+		seen     map[string]bool
+		settling bool
+		want     []string
 	}{
 		{
 			name:   "a container holds a fresh allocation: bound",
@@ -70,6 +71,19 @@ func TestFold(t *testing.T) {
 			name:   "the pod went: released with how long it was held",
 			allocs: map[uint64]events.Allocation{10: {Pool: vfio, DeviceIDs: []string{"a"}, At: t0.Add(-3*time.Hour - 12*time.Minute), Binding: bound("telco", "dpdk-0", "app")}},
 			want:   []string{"released #10 after 3h12m0s: telco/dpdk-0/app no longer holds it"},
+		},
+		{
+			name:     "a kubelet just started lists no pod: a bound one is not gone yet",
+			allocs:   map[uint64]events.Allocation{10: {Pool: vfio, DeviceIDs: []string{"a"}, At: t0.Add(-time.Hour), Binding: bound("telco", "dpdk-0", "app")}},
+			pods:     []*podresourcesapi.PodResources{pod("other", "p", "c", vfio, "b")},
+			settling: true,
+		},
+		{
+			name:     "but one it lists without the device let go of it",
+			allocs:   map[uint64]events.Allocation{10: {Pool: vfio, DeviceIDs: []string{"a"}, At: t0.Add(-time.Hour), Binding: bound("telco", "dpdk-0", "app")}},
+			pods:     []*podresourcesapi.PodResources{pod("telco", "dpdk-0", "app", vfio)},
+			settling: true,
+			want:     []string{"released #10 after 1h0m0s: telco/dpdk-0/app no longer holds it"},
 		},
 		{
 			name:   "not claimed yet, within the grace: nothing",
@@ -150,7 +164,7 @@ func TestFold(t *testing.T) {
 			if seen == nil {
 				seen = map[string]bool{}
 			}
-			res := fold(foldInput{pools: map[string]events.Pool{vfio: {}}, allocs: tc.allocs, now: t0, grace: 5 * time.Minute, seen: seen}, tc.pods)
+			res := fold(foldInput{pools: map[string]events.Pool{vfio: {}}, allocs: tc.allocs, now: t0, grace: 5 * time.Minute, seen: seen, settling: tc.settling}, tc.pods)
 			got := describe(res.payloads)
 			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
 				t.Errorf("got\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(tc.want, "\n  "))

@@ -12,8 +12,9 @@ import (
 // hold it: the reconciler attributes it from now on, starting shortly.
 type Allocated struct{ Seq uint64 }
 
-// Reconcile asks for a round now.
-type Reconcile struct{}
+// Reconcile asks for a round now. KubeletBack says a kubelet has just
+// started (its socket appeared): see Config.KubeletSettle.
+type Reconcile struct{ KubeletBack bool }
 
 // Query asks for the reconciler's status; the reply is a *Status.
 type Query struct{}
