@@ -29,6 +29,9 @@ type eventFilter struct {
 	pods *podSelection
 	// behind selects the events of these devices (--iface, --pf).
 	behind map[string]bool
+	// poolOf, with pool, is the pool a device is a member of as the event
+	// being matched happens: a health change names no pool of its own.
+	poolOf func(addr string) string
 }
 
 func (f *eventFilter) match(e events.Envelope) bool {
@@ -41,7 +44,7 @@ func (f *eventFilter) match(e events.Envelope) bool {
 	if len(f.types) > 0 && !slices.Contains(f.types, e.Type) {
 		return false
 	}
-	if f.pool != "" && e.Pool() != f.pool {
+	if f.pool != "" && e.Pool() != f.pool && !f.healthOf(e, f.pool) {
 		return false
 	}
 	if f.device != "" && !slices.Contains(e.Devices(), f.device) {
@@ -56,13 +59,19 @@ func (f *eventFilter) match(e events.Envelope) bool {
 	return true
 }
 
+// healthOf says whether e is a health change of a member of pool.
+func (f *eventFilter) healthOf(e events.Envelope, pool string) bool {
+	h, ok := e.Payload.(events.DeviceHealthChanged)
+	return ok && f.poolOf != nil && f.poolOf(h.Address) == pool
+}
+
 func runDump(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("dump", "[--state-dir DIR | --db FILE] [filters] [--format table|json|jsonl|html]\n       devledger dump [--state-dir DIR | --db FILE] [filters] --stats [--by type|pool|device|pod] [--every D] [--format table|json]", stdout)
 	var lf ledgerFlags
 	lf.register(fs)
 	since := fs.String("since", "", "only events at or after `T` (RFC 3339, or a duration before now: 2h, 7d)")
 	until := fs.String("until", "", "only events at or before `T` (RFC 3339, or a duration before now)")
-	pool := fs.String("pool", "", "only events of the pool `RESOURCE` (prefix/name)")
+	pool := fs.String("pool", "", "only events of the pool `RESOURCE` (prefix/name), and the health changes of its members then")
 	device := fs.String("device", "", "only events that concern the PCI device `ADDR` (0000:3b:02.1)")
 	pod := fs.String("pod", "", "the story of pod `NAME` (or NAMESPACE/NAME): its allocations (allocated, bound, released, conflicts) and what befell their devices while it held them (health, driver, moves, unplug, configs that moved them)")
 	namespace := fs.String("namespace", "", "only the allocations bound to pods of namespace `NS`")
@@ -192,16 +201,26 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	if tp, ok := p.(*tablePrinter); ok && tp.story {
 		tp.holders = held.of
 	}
+	// With --pool, the fold says which pool a device is in.
+	var st events.State
+	if f.pool != "" {
+		f.poolOf = func(addr string) string { return st.Devices[addr].Pool }
+	}
 	prior := func(s events.State) {
 		known.prior(s, &f)
 		held.prior(s)
+		st = s
 	}
 	readErr := read(prs.around(prior, func(e events.Envelope) error {
 		if printed == 0 {
 			known.note(e, &f)
 		}
 		held.note(e)
-		if !f.match(e) {
+		matched := f.match(e)
+		if f.poolOf != nil {
+			st = events.Apply(st, e)
+		}
+		if !matched {
 			return nil
 		}
 		if err := p.event(e); err != nil {

@@ -11,10 +11,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/devledger/devledger/events"
 	goldenfile "github.com/devledger/devledger/internal/golden"
+	"github.com/devledger/devledger/store"
 )
 
 // runCLI runs one devledger command line in-process.
@@ -301,4 +303,51 @@ func jsonlSeqs(t *testing.T, out string) []uint64 {
 		seqs = append(seqs, e.Seq)
 	}
 	return seqs
+}
+
+// A health change names no pool: --pool selects those of its members, in
+// the pool the device was in then (docs/operations.md's unhealthy-devices
+// alert runs dump --pool P --type DeviceHealthChanged). In the sample run
+// a device goes unhealthy in intel.com/sriov_net (unbound from iavf),
+// moves to intel.com/sriov_vfio, and is healthy there.
+func TestDumpPoolSelectsTheHealthChangesOfItsMembers(t *testing.T) {
+	l, err := store.Open(sampleLedgerPath, store.Options{ReadOnly: true, LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each health change's pool, by the membership changes before it.
+	want := map[string][]uint64{}
+	member := map[string]string{}
+	err = l.Read(0, func(e events.Envelope) error {
+		switch p := e.Payload.(type) {
+		case events.PoolMembershipChanged:
+			for _, a := range p.Removed {
+				delete(member, a)
+			}
+			for _, a := range p.Added {
+				member[a] = p.Pool
+			}
+		case events.DeviceHealthChanged:
+			if pool := member[p.Address]; pool != "" {
+				want[pool] = append(want[pool], e.Seq)
+			}
+		}
+		return nil
+	})
+	l.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want["intel.com/sriov_net"]) == 0 || len(want["intel.com/sriov_vfio"]) == 0 {
+		t.Fatalf("the sample has no health change in both pools: %v", want)
+	}
+	for pool, seqs := range want {
+		code, out, errOut := runCLI(t, "dump", "--db", sampleLedgerPath, "--pool", pool, "--type", "DeviceHealthChanged", "--format", "jsonl")
+		if code != exitOK {
+			t.Fatalf("%s: exit %d: %s", pool, code, errOut)
+		}
+		if got := jsonlSeqs(t, out); !slices.Equal(got, seqs) {
+			t.Errorf("dump --pool %s --type DeviceHealthChanged: %v, want %v", pool, got, seqs)
+		}
+	}
 }
