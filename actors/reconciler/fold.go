@@ -21,6 +21,9 @@ type holderRef struct{ namespace, pod, container string }
 
 func (h holderRef) String() string { return h.namespace + "/" + h.pod + "/" + h.container }
 
+// refOf is the container an allocation is bound to.
+func refOf(b *events.Binding) holderRef { return holderRef{b.Namespace, b.Pod, b.Container} }
+
 // foldInput is one PodResources answer and the ledger's view.
 type foldInput struct {
 	pools  map[string]events.Pool // those of the config in force
@@ -102,12 +105,21 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 		return cmp.Or(strings.Compare(a.resource, b.resource), strings.Compare(a.device, b.device))
 	})
 	for _, k := range keys {
+		// The kubelet lists pods in no set order (a map's): sorted, a
+		// standing conflict reads the same every round.
 		refs := reported[k]
+		slices.SortFunc(refs, func(a, b holderRef) int { return strings.Compare(a.String(), b.String()) })
 		if len(refs) > 1 {
 			claims := make([]events.Claim, 0, len(refs))
 			names := make([]string, 0, len(refs))
+			bound := in.allocs[holder[k]].Binding
 			for _, r := range refs {
-				claims = append(claims, events.Claim{AllocationSeq: holder[k], Namespace: r.namespace, Pod: r.pod, Container: r.container})
+				// The allocation is the claim of the container it is bound to.
+				c := events.Claim{Namespace: r.namespace, Pod: r.pod, Container: r.container}
+				if bound != nil && refOf(bound) == r {
+					c.AllocationSeq = holder[k]
+				}
+				claims = append(claims, c)
 				names = append(names, r.String())
 			}
 			seenKey := "multi|" + k.resource + "|" + k.device + "|" + strings.Join(names, ",")
@@ -146,8 +158,12 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 
 	for _, seq := range slices.Sorted(maps.Keys(in.allocs)) {
 		a := in.allocs[seq]
+		// ref is the container that holds it: the one it is bound to
+		// while that reports a device of it, or else the only one that
+		// reports its first device reported. Two containers reporting
+		// one device (a conflict, recorded above) bind it to neither.
 		var ref *holderRef
-		holdsAny, supersededBy := false, uint64(0)
+		holdsAny, claimed, supersededBy := false, false, uint64(0)
 		for _, id := range a.DeviceIDs {
 			k := key{a.Pool, id}
 			if h := holder[k]; h != seq {
@@ -155,7 +171,12 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 				continue
 			}
 			holdsAny = true
-			if refs := reported[k]; len(refs) > 0 && ref == nil {
+			refs := reported[k]
+			claimed = claimed || len(refs) > 0
+			if b := a.Binding; b != nil && slices.Contains(refs, refOf(b)) {
+				r := refOf(b)
+				ref = &r
+			} else if ref == nil && len(refs) == 1 {
 				ref = &refs[0]
 			}
 		}
@@ -169,6 +190,8 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 				out.payloads = append(out.payloads, events.AllocationBound{AllocationSeq: seq, Pool: a.Pool,
 					DeviceIDs: slices.Clone(a.DeviceIDs), Namespace: ref.namespace, Pod: ref.pod, Container: ref.container})
 			}
+		case claimed:
+			// Only containers in conflict hold it: the conflict says so.
 		case a.Binding != nil && in.settling && !listed[[2]string{a.Binding.Namespace, a.Binding.Pod}]:
 			// Its pod may be one the new kubelet has not synced: wait.
 		case a.Binding != nil:

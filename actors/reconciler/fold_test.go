@@ -132,6 +132,12 @@ func TestFold(t *testing.T) {
 			want:   []string{"conflict a: the kubelet reports the device in 2 containers: n/p1/c, n/p2/c"},
 		},
 		{
+			name:   "a fresh allocation in two containers: a conflict, bound to neither, and no leak",
+			allocs: map[uint64]events.Allocation{22: {Pool: vfio, DeviceIDs: []string{"a"}, At: t0.Add(-time.Hour)}},
+			pods:   []*podresourcesapi.PodResources{pod("ml", "trainer-1", "main", vfio, "a"), pod("ml", "trainer-0", "main", vfio, "a")},
+			want:   []string{"conflict a: the kubelet reports the device in 2 containers: ml/trainer-0/main, ml/trainer-1/main"},
+		},
+		{
 			name:   "devices of other resources are not ours",
 			allocs: map[uint64]events.Allocation{},
 			pods:   []*podresourcesapi.PodResources{pod("n", "p", "c", "nvidia.com/gpu", "GPU-1")},
@@ -255,6 +261,36 @@ func TestRecoveryNeedsTwoSightings(t *testing.T) {
 	for _, p := range describe(fold(in, pods).payloads) {
 		if strings.HasPrefix(p, "recovered") {
 			t.Errorf("recovered %s although allocation #7 holds it now", p)
+		}
+	}
+}
+
+// The kubelet lists pods in a map's order, new at every List. A standing
+// conflict is recorded once, whatever the order, names the allocation
+// only as the claim of the container it is bound to, and moves no
+// binding.
+func TestAConflictReadsTheSameInAnyOrder(t *testing.T) {
+	a, b := pod("ml", "trainer-0", "main", vfio, "x"), pod("ml", "trainer-1", "main", vfio, "x")
+	allocs := map[uint64]events.Allocation{22: {Seq: 22, Pool: vfio, DeviceIDs: []string{"x"}, At: t0.Add(-time.Hour),
+		Binding: &events.Binding{Namespace: "ml", Pod: "trainer-1", Container: "main"}}}
+	seen := map[string]bool{}
+	for round, pods := range [][]*podresourcesapi.PodResources{{a, b}, {b, a}, {a, b}} {
+		res := fold(foldInput{pools: map[string]events.Pool{vfio: {}}, allocs: allocs, now: t0, grace: 5 * time.Minute, seen: seen}, pods)
+		seen = res.seen
+		if round > 0 {
+			if len(res.payloads) > 0 {
+				t.Errorf("round %d, the same pods listed in another order, recorded %q", round+1, describe(res.payloads))
+			}
+			continue
+		}
+		if len(res.payloads) != 1 {
+			t.Fatalf("round 1 recorded %q, want the conflict alone", describe(res.payloads))
+		}
+		c := res.payloads[0].(events.AllocationConflict)
+		for _, cl := range c.Claims {
+			if want := map[string]uint64{"trainer-1": 22}[cl.Pod]; cl.AllocationSeq != want {
+				t.Errorf("claim of %s names allocation #%d, want #%d", cl.Pod, cl.AllocationSeq, want)
+			}
 		}
 	}
 }
