@@ -272,6 +272,12 @@ func (w *worker) readFunction(addr string) fnResult {
 		})
 		d.AuxDevices = e.aux
 	}
+	// Hot-unplugged after its directory was listed: its files went with it.
+	if len(d.Warnings) > 0 {
+		if err := w.fs.stat(dir); errors.Is(err, fs.ErrNotExist) {
+			res.gone = true
+		}
+	}
 	return res
 }
 
@@ -380,6 +386,7 @@ func (w *worker) readInterfaces(d *Device, dir, sub string, ifs []NetInterface) 
 		ifc := NetInterface{Name: name, Carrier: -1}
 		rel := sub + "/" + name
 		base := dir + "/" + rel
+		warned := len(d.Warnings)
 		if b, ok := w.read(d, base+"/operstate", rel+"/operstate"); ok {
 			if v, ok := parseWord(b); ok {
 				ifc.OperState = w.intern(v)
@@ -405,6 +412,14 @@ func (w *worker) readInterfaces(d *Device, dir, sub string, ifs []NetInterface) 
 				ifc.LinkType = w.intern([]byte(t))
 			} else {
 				w.malformed(d, rel+"/type", b, "is not an ARPHRD number")
+			}
+		}
+		// Renamed or gone since the listing (udev renames a new VF's
+		// netdev moments after it appears): not an interface of this name.
+		if len(d.Warnings) > warned {
+			if err := w.fs.stat(base); errors.Is(err, fs.ErrNotExist) {
+				d.Warnings = d.Warnings[:warned]
+				continue
 			}
 		}
 		ifs = append(ifs, ifc)
