@@ -586,7 +586,7 @@ func pkeyCheck(want []string, d *sysfs.Device, linkType string) (bool, string) {
 	if linkType != "infiniband" {
 		return false, "device is not InfiniBand"
 	}
-	var key string
+	key := d.PKey
 	for _, ifc := range d.Interfaces {
 		if len(ifc.PKeys) > 0 {
 			key = ifc.PKeys[0]

@@ -71,6 +71,11 @@ type Device struct {
 	// RDMADevices are the names under infiniband/ ("mlx5_0"), sorted; RDMA
 	// reports whether there is at least one.
 	RDMADevices []string `json:"rdma_devices,omitempty"`
+	// PKey is, for a function with RDMA devices and no network interface
+	// to carry its partition keys (an InfiniBand VF whose IPoIB interface
+	// is in a pod's namespace), its default partition key: index 0 of
+	// port 1 of its first RDMA device. "" otherwise.
+	PKey string `json:"pkey,omitempty"`
 
 	// VDPAType is "virtio" or "vhost" when a vdpa device sits on the function
 	// (from the driver of its vdpaN child), "" otherwise.

@@ -445,6 +445,9 @@ func (w *worker) readRDMA(d *Device, dir string) {
 		}
 	}
 	if ib < 0 {
+		if len(d.Interfaces) == 0 && len(names) > 0 {
+			w.readDefaultPKey(d, dir, names[0])
+		}
 		return
 	}
 	var keys []string
@@ -490,6 +493,30 @@ func (w *worker) readRDMA(d *Device, dir string) {
 		if d.Interfaces[i].LinkType == "infiniband" {
 			d.Interfaces[i].PKeys = keys
 		}
+	}
+}
+
+// readDefaultPKey sets PKey from index 0 of port 1 of the RDMA device dev,
+// where the SR-IOV plugin reads it (sriovnet's GetDefaultPKeyFromPci): no
+// interface carries the function's keys. A port with no partition keys
+// (RoCE) has no such file, which is not a fault.
+func (w *worker) readDefaultPKey(d *Device, dir, dev string) {
+	rel := "infiniband/" + dev + "/ports/1/pkeys/0"
+	n, err := w.fs.readFile(dir+"/"+rel, w.buf[:])
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return
+	case err != nil:
+		d.Warnings = append(d.Warnings, rel+": "+errText(err))
+		return
+	}
+	b := w.buf[:n]
+	key, empty, ok := parsePKey(b)
+	switch {
+	case !ok:
+		w.malformed(d, rel, b, "is not a partition key")
+	case !empty:
+		d.PKey = key
 	}
 }
 
