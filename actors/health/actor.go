@@ -62,7 +62,9 @@ type Target struct {
 	Known events.Verdict
 }
 
-// Watch replaces the set of devices to probe; they are probed at once.
+// Watch replaces the set of devices to probe. Those new, or whose target
+// changed, are probed at once; the others keep their time (a scan that
+// changes nothing of a device does not probe it sooner than its interval).
 type Watch struct{ Targets []Target }
 
 // Probe asks for a probe round now: of the devices named in Addresses or
@@ -192,8 +194,7 @@ func (c *checker) Receive(ctx actor.Context) {
 func (c *checker) handle(ctx actor.Context, m any) {
 	switch m := m.(type) {
 	case *Watch:
-		c.watch(m.Targets)
-		c.round(ctx, c.targets, nil)
+		c.round(ctx, c.watch(m.Targets), nil)
 	case *Probe:
 		targets, linkOnly := c.targets, []bool(nil)
 		if len(m.Addresses) > 0 || len(m.Interfaces) > 0 {
@@ -275,17 +276,25 @@ func (c *checker) state(t Target, now time.Time) *device {
 	return d
 }
 
-// watch replaces the targets.
-func (c *checker) watch(ts []Target) {
+// watch replaces the targets, and returns those new or changed.
+func (c *checker) watch(ts []Target) []Target {
+	was := make(map[string]Target, len(c.targets))
+	for _, t := range c.targets {
+		was[t.Probe.Address] = t
+	}
 	c.targets = slices.Clone(ts)
 	c.life.targets = c.targets
 	kept := make(map[string]time.Time, len(ts))
+	var changed []Target
 	for _, t := range c.targets {
-		if at, ok := c.next[t.Probe.Address]; ok {
+		if at, ok := c.next[t.Probe.Address]; ok && was[t.Probe.Address] == t {
 			kept[t.Probe.Address] = at
+		} else {
+			changed = append(changed, t)
 		}
 	}
 	c.next = kept
+	return changed
 }
 
 // named returns the targets a kernel event concerns: those whose address

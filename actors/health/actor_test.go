@@ -346,6 +346,28 @@ func TestProbeOnlyTheNamedDevices(t *testing.T) {
 	}
 }
 
+// A Watch probes at once only the targets that are new or changed: the
+// node sends one after every scan, and a device whose probe interval is
+// longer than the scan's is probed at its own interval, not at each scan.
+func TestAWatchProbesOnlyWhatChanged(t *testing.T) {
+	c := newChecker(t, Config{})
+	a, b := target(devA, 0, 0), target(devB, 0, 0)
+	c.watch(a, b)
+	c.Silent(t)
+	n := c.prober.count()
+	c.watch(a, b) // a scan that changed nothing
+	c.Silent(t)
+	if got := c.prober.roundsSince(n); len(got) > 0 {
+		t.Errorf("a Watch of the same targets probed %v", got)
+	}
+	b.Probe.Driver = "iavf"
+	c.watch(a, b, target("0000:3b:02.3", 0, 0)) // devB rebound, a device added
+	c.Silent(t)
+	if got := c.prober.roundsSince(n); !slices.Equal(got, []string{devB, "0000:3b:02.3"}) {
+		t.Errorf("a Watch that changed devB and added a device probed %v", got)
+	}
+}
+
 // A kernel event names interfaces too: a function's own, or its PF's,
 // which takes every VF that follows the PF's link (not one that has an
 // interface of its own: that one's link has its own notification). A
