@@ -446,7 +446,9 @@ func (d *Device) ProbeTarget(link bool) ProbeTarget {
 
 // IsVFIODriver reports whether a function bound to driver is reached
 // through /dev/vfio/<group>: vfio-pci and its vendor variants, whose names
-// end in "_vfio_pci" (mlx5_vfio_pci, hisi_acc_vfio_pci, nvgrace_gpu_vfio_pci).
+// end in "_vfio_pci" (mlx5_vfio_pci, hisi_acc_vfio_pci, nvgrace_gpu_vfio_pci),
+// or in "-vfio-pci" as their modules are named.
 func IsVFIODriver(driver string) bool {
-	return driver == "vfio-pci" || strings.HasSuffix(driver, "_vfio_pci")
+	d := strings.ReplaceAll(driver, "-", "_")
+	return d == "vfio_pci" || strings.HasSuffix(d, "_vfio_pci")
 }

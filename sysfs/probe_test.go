@@ -437,8 +437,8 @@ func TestProbeWhileRemoving(t *testing.T) {
 
 func TestIsVFIODriver(t *testing.T) {
 	for driver, want := range map[string]bool{
-		"vfio-pci": true, "mlx5_vfio_pci": true, "nvgrace_gpu_vfio_pci": true,
-		"iavf": false, "": false, "vfio": false, "vfio_pci_core": false,
+		"vfio-pci": true, "mlx5_vfio_pci": true, "virtio-vfio-pci": true, "nvgrace_gpu_vfio_pci": true,
+		"iavf": false, "": false, "vfio": false, "vfio_pci_core": false, "igb_uio": false, "vfio_pcie": false,
 	} {
 		if got := IsVFIODriver(driver); got != want {
 			t.Errorf("IsVFIODriver(%q) = %v, want %v", driver, got, want)

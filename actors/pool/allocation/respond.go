@@ -73,8 +73,8 @@ type Env struct {
 // Unlike the SR-IOV plugin, which decides RDMA, vDPA and vhost-net per
 // device from the selector object that took it, Respond decides per pool
 // (any selector asking is enough); it treats vfio-pci variant drivers as
-// vfio-bound (see vfioBound) and hands out no uio nodes (sysfs.Device does
-// not name them).
+// vfio-bound (see sysfs.IsVFIODriver) and hands out no uio nodes
+// (sysfs.Device does not name them).
 //
 // Errors wrap ErrInvalidRequest (no devices, a device twice or without an
 // address), ErrNoIOMMUGroup or ErrUnsupported.
@@ -158,7 +158,7 @@ func describe(res *config.Resource, d *sysfs.Device, w wants, env Env, nodes *no
 	providers := map[string]map[string]string{
 		"generic": {"deviceID": d.Address},
 	}
-	if vfioBound(d.Driver) {
+	if sysfs.IsVFIODriver(d.Driver) {
 		host, container, err := vfioGroupNode(d, env)
 		if err != nil {
 			return nil, err
@@ -198,13 +198,6 @@ func describe(res *config.Resource, d *sysfs.Device, w wants, env Env, nodes *no
 		}
 	}
 	return providers, nil
-}
-
-// vfioBound reports whether driver gives /dev/vfio group nodes: vfio-pci
-// and its variant drivers ("<vendor>_vfio_pci" or "<vendor>-vfio-pci").
-func vfioBound(driver string) bool {
-	d := strings.ReplaceAll(driver, "-", "_")
-	return d == "vfio_pci" || strings.HasSuffix(d, "_vfio_pci")
 }
 
 // vfioGroupNode returns d's vfio group node on the host and in the

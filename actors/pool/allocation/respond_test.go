@@ -233,17 +233,6 @@ func TestRespondErrors(t *testing.T) {
 	}
 }
 
-func TestVFIOBound(t *testing.T) {
-	for driver, want := range map[string]bool{
-		"vfio-pci": true, "mlx5_vfio_pci": true, "virtio-vfio-pci": true, "nvgrace_gpu_vfio_pci": true,
-		"iavf": false, "": false, "vfio": false, "igb_uio": false, "vfio_pcie": false,
-	} {
-		if got := vfioBound(driver); got != want {
-			t.Errorf("vfioBound(%q) = %v, want %v", driver, got, want)
-		}
-	}
-}
-
 func TestCDINames(t *testing.T) {
 	for kind, valid := range map[string]bool{
 		"intel.com/net-pci": true, "nvidia.com/gpu": true, "a/b": true,
