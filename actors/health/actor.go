@@ -62,10 +62,18 @@ type Target struct {
 	Known events.Verdict
 }
 
-// Watch replaces the set of devices to probe. Those new, or whose target
-// changed, are probed at once; the others keep their time (a scan that
-// changes nothing of a device does not probe it sooner than its interval).
-type Watch struct{ Targets []Target }
+// Watch replaces the set of devices to probe. Those new, whose target
+// changed, or that Seen names are probed at once; the others keep their
+// time: a scan that saw nothing change in a device does not probe it
+// sooner than its interval.
+type Watch struct {
+	Targets []Target
+	Seen    Seen
+}
+
+// Seen names the devices a scan saw change (Addresses) and their
+// interfaces: the targets they name as a Probe does are probed at once.
+type Seen struct{ Addresses, Interfaces []string }
 
 // Probe asks for a probe round now: of the devices named in Addresses or
 // whose interface (or PF's interface) is named in Interfaces (a kernel event
@@ -165,7 +173,7 @@ func (c *checker) Receive(ctx actor.Context) {
 		c.next = map[string]time.Time{}
 		c.schedule(ctx, c.cfg.Interval)
 		if ts := c.life.targets; ts != nil {
-			c.watch(ts)
+			c.watch(ts, Seen{})
 			c.round(ctx, c.targets, nil)
 		}
 		c.life.persist.Resume(func(m any) { c.handle(ctx, m) })
@@ -194,7 +202,7 @@ func (c *checker) Receive(ctx actor.Context) {
 func (c *checker) handle(ctx actor.Context, m any) {
 	switch m := m.(type) {
 	case *Watch:
-		c.round(ctx, c.watch(m.Targets), nil)
+		c.round(ctx, c.watch(m.Targets, m.Seen), nil)
 	case *Probe:
 		targets, linkOnly := c.targets, []bool(nil)
 		if len(m.Addresses) > 0 || len(m.Interfaces) > 0 {
@@ -276,18 +284,20 @@ func (c *checker) state(t Target, now time.Time) *device {
 	return d
 }
 
-// watch replaces the targets, and returns those new or changed.
-func (c *checker) watch(ts []Target) []Target {
+// watch replaces the targets, and returns those new or changed, or that
+// seen names.
+func (c *checker) watch(ts []Target, seen Seen) []Target {
 	was := make(map[string]Target, len(c.targets))
 	for _, t := range c.targets {
 		was[t.Probe.Address] = t
 	}
 	c.targets = slices.Clone(ts)
 	c.life.targets = c.targets
+	named, _ := c.named(seen.Addresses, seen.Interfaces)
 	kept := make(map[string]time.Time, len(ts))
 	var changed []Target
 	for _, t := range c.targets {
-		if at, ok := c.next[t.Probe.Address]; ok && was[t.Probe.Address] == t {
+		if at, ok := c.next[t.Probe.Address]; ok && was[t.Probe.Address] == t && !slices.Contains(named, t) {
 			kept[t.Probe.Address] = at
 		} else {
 			changed = append(changed, t)

@@ -346,9 +346,10 @@ func TestProbeOnlyTheNamedDevices(t *testing.T) {
 	}
 }
 
-// A Watch probes at once only the targets that are new or changed: the
-// node sends one after every scan, and a device whose probe interval is
-// longer than the scan's is probed at its own interval, not at each scan.
+// A Watch probes at once only the targets that are new or changed, or
+// whose device the scan saw change: the node sends one after every scan,
+// and a device whose probe interval is longer than the scan's is probed at
+// its own interval, not at each scan that found nothing new of it.
 func TestAWatchProbesOnlyWhatChanged(t *testing.T) {
 	c := newChecker(t, Config{})
 	a, b := target(devA, 0, 0), target(devB, 0, 0)
@@ -365,6 +366,12 @@ func TestAWatchProbesOnlyWhatChanged(t *testing.T) {
 	c.Silent(t)
 	if got := c.prober.roundsSince(n); !slices.Equal(got, []string{devB, "0000:3b:02.3"}) {
 		t.Errorf("a Watch that changed devB and added a device probed %v", got)
+	}
+	n = c.prober.count()
+	c.Sys.Root.Send(c.Child, &Watch{Targets: []Target{a, b}, Seen: Seen{Addresses: []string{devA}}}) // a scan saw devA change
+	c.Silent(t)
+	if got := c.prober.roundsSince(n); !slices.Equal(got, []string{devA}) {
+		t.Errorf("a Watch after a scan that saw devA change probed %v", got)
 	}
 }
 

@@ -282,7 +282,7 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 		if n.pools[m.pool] == nil && !n.isStopping(m.pool) {
 			// One of its name may have waited (isStopping): place to spawn it.
 			if n.placed && n.resources[m.pool] != nil {
-				n.place(ctx, m.pool+" stopped", true)
+				n.place(ctx, m.pool+" stopped", true, health.Seen{})
 			}
 			// If none serves now, the CDI spec goes with the pool.
 			if dir := n.cfg.CDISpecDir; dir != "" && n.pools[m.pool] == nil {
@@ -592,16 +592,33 @@ func (n *coordinator) start(ctx actor.Context) {
 }
 
 func (n *coordinator) scanned(ctx actor.Context, m *scanner.Scanned) {
+	// The devices this scan found changed (a link, a driver), and those
+	// that follow their links, are probed at once; the others at their
+	// interval.
+	was := make(map[string]sysfs.Device, len(n.devices))
+	for _, d := range n.devices {
+		was[d.Address] = d
+	}
+	var seen health.Seen
+	for _, d := range m.Devices {
+		if old, ok := was[d.Address]; ok && !reflect.DeepEqual(old, d) {
+			seen.Addresses = append(seen.Addresses, d.Address)
+			for _, ifc := range slices.Concat(old.Interfaces, d.Interfaces) {
+				seen.Interfaces = append(seen.Interfaces, ifc.Name)
+			}
+		}
+	}
 	n.devices = m.Devices
 	for addr, d := range m.HealthSet {
 		n.healthy.Learn(addr, d.Verdict())
 	}
-	n.place(ctx, "scan: "+m.Reason, m.Changed)
+	n.place(ctx, "scan: "+m.Reason, m.Changed, seen)
 }
 
 // place puts the last scan's devices into the config's pools, spawns,
-// withdraws or updates the pools, and tells the health checker what to probe.
-func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
+// withdraws or updates the pools, and tells the health checker what to
+// probe, at once the devices in seen.
+func (n *coordinator) place(ctx actor.Context, reason string, changed bool, seen health.Seen) {
 	// Where each device was: the last placement, or the ledger's at a start.
 	before := n.owner
 	if !n.placed {
@@ -693,7 +710,7 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool) {
 		n.removeStaleCDISpecs()
 	}
 	n.placed = true
-	ctx.Send(n.health, &health.Watch{Targets: targets})
+	ctx.Send(n.health, &health.Watch{Targets: targets, Seen: seen})
 }
 
 // sameDevices says whether a and b list the same devices with the same
@@ -1045,7 +1062,7 @@ func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID
 		}
 		n.resources = next
 		if n.placed {
-			n.place(ctx, "reload: "+reason, true)
+			n.place(ctx, "reload: "+reason, true, health.Seen{})
 			return
 		}
 		// The first scan places the devices by this config; its pools

@@ -27,9 +27,9 @@ var sampleLedgerPath = filepath.Join("..", "..", "testdata", "ledger", "sample.d
 // VFs follow their PF's link, and a netdevice pool that checks each VF's
 // own link, both with a hold-down short enough for recoveries to fit in
 // the run. No pool sets a probe interval, and the daemon runs with
-// --probe-interval 1h: devices are probed after each scan (and when a
-// hold-down ends), not on a clock of their own, so a change in sysfs is
-// seen by a scan, then by its probe. (That probe can still see a change
+// --probe-interval 1h: a device is probed when a scan sees it, or the link
+// it follows, change (and when a hold-down ends), not on a clock of its
+// own, so a change in sysfs is seen by a scan, then by its probe. (That probe can still see a change
 // its scan just missed: the steps that unplug or rebind a device unbind it
 // first, so that such a probe changes no verdict.)
 const sampleRunConfig = `{
@@ -270,8 +270,8 @@ func TestSampleRun(t *testing.T) {
 	}
 	n := newE2ENode(t, nodeSpec{scenario: sysfsgen.ScenarioSRIOV, config: cfgPath, mode: "legacy", root: root})
 	r := &sampleRun{n: n, cfg: cfgPath}
-	// A scan every 200ms, each followed by a probe of every pooled device;
-	// a PodResources round every 100ms.
+	// A scan every 200ms, each followed by a probe of the devices it saw
+	// change; a PodResources round every 100ms.
 	flags := []string{"--scan-interval", "200ms", "--reconcile-interval", "100ms"}
 	twoPools := []string{vfioPool, netPool}
 	ctx := e2eCtx(t)
