@@ -58,7 +58,9 @@ func TestMain(m *testing.M) {
 // iommu_group, physfn and virtfn<N> links, lists net/ and virtio<N>/net/
 // and reads each interface's operstate, carrier and type, lists infiniband/
 // and, when an interface's type is 32, lists each port's pkeys/ and reads
-// them, and reads the driver link of the first vdpa<N> child.
+// them (with no interface at all, reads port 1's pkeys/0 of the first RDMA
+// device), lists infiniband_verbs/ and infiniband_mad/ and reads each
+// entry's ibdev, and reads the driver link of the first vdpa<N> child.
 //
 // TestBaselineReadsSameFiles checks that the two touch the same files.
 type baseline struct {
@@ -102,7 +104,7 @@ func (bl *baseline) run() int {
 func (bl *baseline) function(dir string) {
 	entries, _ := bl.readDir(dir)
 	hasNet, hasIB, vdpaDone := false, false, false
-	var virtio []string
+	var virtio, chars []string
 	for _, e := range entries {
 		switch n := e.Name(); {
 		case n == "vendor", n == "device", n == "subsystem_vendor", n == "subsystem_device",
@@ -114,6 +116,8 @@ func (bl *baseline) function(dir string) {
 			hasNet = true
 		case n == "infiniband":
 			hasIB = true
+		case n == "infiniband_verbs", n == "infiniband_mad":
+			chars = append(chars, n)
 		case strings.HasPrefix(n, "virtio"):
 			virtio = append(virtio, n)
 		case strings.HasPrefix(n, "vdpa") && !vdpaDone:
@@ -132,7 +136,18 @@ func (bl *baseline) function(dir string) {
 		return
 	}
 	devs, _ := bl.readDir(dir + "/infiniband")
+	if len(devs) > 0 {
+		for _, c := range chars {
+			names, _ := bl.readDir(dir + "/" + c)
+			for _, n := range names {
+				_, _ = bl.readFile(dir + "/" + c + "/" + n.Name() + "/ibdev")
+			}
+		}
+	}
 	if !ibType {
+		if !hasNet && len(virtio) == 0 && len(devs) > 0 {
+			_, _ = bl.readFile(dir + "/infiniband/" + devs[0].Name() + "/ports/1/pkeys/0")
+		}
 		return
 	}
 	for _, d := range devs {

@@ -71,6 +71,10 @@ type Device struct {
 	// RDMADevices are the names under infiniband/ ("mlx5_0"), sorted; RDMA
 	// reports whether there is at least one.
 	RDMADevices []string `json:"rdma_devices,omitempty"`
+	// RDMACharDevices are, by RDMA device, its character devices: their
+	// names under /dev/infiniband ("uverbs2", "umad2", "issm2"), from the
+	// function's infiniband_verbs/ and infiniband_mad/.
+	RDMACharDevices map[string][]string `json:"rdma_char_devices,omitempty"`
 	// PKey is, for a function with RDMA devices and no network interface
 	// to carry its partition keys (an InfiniBand VF whose IPoIB interface
 	// is in a pod's namespace), its default partition key: index 0 of

@@ -96,6 +96,7 @@ type entries struct {
 	class, numaNode                   bool
 	virtfns                           []int
 	virtio, vdpa                      []string
+	rdmaChars                         []string // infiniband_verbs, infiniband_mad
 	aux                               []AuxDevice
 }
 
@@ -153,6 +154,8 @@ func (w *worker) readFunction(addr string) fnResult {
 			e.net = true
 		case "infiniband":
 			e.infiniband = true
+		case "infiniband_verbs", "infiniband_mad":
+			e.rdmaChars = append(e.rdmaChars, n)
 		default:
 			if i, ok := numberedName(n, "virtfn"); ok {
 				e.virtfns = append(e.virtfns, i)
@@ -255,6 +258,10 @@ func (w *worker) readFunction(addr string) fnResult {
 	}
 	if e.infiniband {
 		w.readRDMA(d, dir)
+		if len(e.rdmaChars) > 0 && len(d.RDMADevices) > 0 {
+			slices.Sort(e.rdmaChars)
+			w.readRDMAChars(d, dir, e.rdmaChars)
+		}
 	}
 	if len(e.vdpa) > 0 {
 		slices.Sort(e.vdpa)
@@ -492,6 +499,38 @@ func (w *worker) readRDMA(d *Device, dir string) {
 	for i := range d.Interfaces {
 		if d.Interfaces[i].LinkType == "infiniband" {
 			d.Interfaces[i].PKeys = keys
+		}
+	}
+}
+
+// readRDMAChars sets RDMACharDevices from the character devices under the
+// class directories classes of the function (uverbsN in infiniband_verbs,
+// umadN and issmN in infiniband_mad), each given to the RDMA device its
+// ibdev names.
+func (w *worker) readRDMAChars(d *Device, dir string, classes []string) {
+	for _, class := range classes {
+		names, err := w.fs.readDirNames(dir + "/" + class)
+		if err != nil {
+			d.Warnings = append(d.Warnings, class+": "+errText(err))
+			continue
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			rel := class + "/" + name + "/ibdev"
+			b, ok := w.read(d, dir+"/"+rel, rel)
+			if !ok {
+				continue
+			}
+			v, ok := parseWord(b)
+			ibdev := string(v)
+			if !ok || !slices.Contains(d.RDMADevices, ibdev) {
+				w.malformed(d, rel, b, "names no RDMA device of the function")
+				continue
+			}
+			if d.RDMACharDevices == nil {
+				d.RDMACharDevices = map[string][]string{}
+			}
+			d.RDMACharDevices[ibdev] = append(d.RDMACharDevices[ibdev], w.intern([]byte(name)))
 		}
 	}
 }

@@ -104,8 +104,9 @@ func TestScanScenarios(t *testing.T) {
 		VendorName: "Mellanox", DeviceName: "ConnectX-6 (sample)",
 		Driver: "mlx5_core", NUMANode: 0, IOMMUGroup: "30",
 		TotalVFs: 8, NumVFs: 5, VFIndex: -1,
-		Interfaces:  []NetInterface{up("ens1f0")},
-		RDMADevices: []string{"mlx5_0"},
+		Interfaces:      []NetInterface{up("ens1f0")},
+		RDMADevices:     []string{"mlx5_0"},
+		RDMACharDevices: map[string][]string{"mlx5_0": {"issm0", "umad0", "uverbs0"}},
 		AuxDevices: []AuxDevice{
 			{Name: "mlx5_core.eth.0", Type: "eth"}, {Name: "mlx5_core.rdma.0", Type: "rdma"},
 			{Name: "mlx5_core.sf.2", Type: "sf"}, {Name: "mlx5_core.sf.3", Type: "sf"},
@@ -116,10 +117,12 @@ func TestScanScenarios(t *testing.T) {
 	mlxPF1.Interfaces = []NetInterface{{Name: "ib0", OperState: "up", Carrier: 1, LinkType: "infiniband",
 		PKeys: []string{"0xffff", "0x8001"}}}
 	mlxPF1.RDMADevices = []string{"mlx5_1"}
+	mlxPF1.RDMACharDevices = map[string][]string{"mlx5_1": {"issm1", "umad1", "uverbs1"}}
 	mlxPF1.AuxDevices = nil
 	mlxVF0 := cx6VF("0000:5e:00.2", 0, "120", "mlx5_core")
 	mlxVF0.Interfaces = []NetInterface{up("ens1f0v0")}
 	mlxVF0.RDMADevices = []string{"mlx5_2"}
+	mlxVF0.RDMACharDevices = map[string][]string{"mlx5_2": {"issm2", "umad2", "uverbs2"}}
 	mlxVF3 := cx6VF("0000:5e:00.5", 3, "123", "mlx5_core")
 	mlxVF3.VDPAType = "vhost"
 	mlxVF4 := cx6VF("0000:5e:00.6", 4, "124", "mlx5_core")

@@ -144,3 +144,34 @@ func TestStaleCDISpecsGoAtStart(t *testing.T) {
 		return slices.Equal(names, []string{"devledger_intel.com_sriov_vfio.json", "vendor-gpu.yaml"})
 	})
 }
+
+// An isRdma pool's Allocate hands out its RDMA device's character devices
+// (uverbs, umad, issm, which the function's infiniband_verbs/ and
+// infiniband_mad/ name) and rdma_cm, and names them in _INFO, as the
+// SR-IOV plugin does.
+func TestAnRDMAPoolHandsOutItsCharacterDevices(t *testing.T) {
+	const cfg = `{"resourceList": [{"resourceName": "mlx_rdma", "selectors": {"vendors": ["15b3"], "devices": ["101c"], "drivers": ["mlx5_core"], "isRdma": true}}]}`
+	const pool, vf = "intel.com/mlx_rdma", "0000:5e:00.2" // mlx5_2
+	n := newTestNode(t, sysfsgen.ScenarioMellanox, cfg, kubelettest.Options{})
+	n.start(t)
+	ctx := waitCtx(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := n.kubelet.Allocate(ctx, pool, []string{vf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr := resp.ContainerResponses[0]
+	var paths []string
+	for _, d := range cr.Devices {
+		paths = append(paths, d.ContainerPath)
+	}
+	want := []string{"/dev/infiniband/issm2", "/dev/infiniband/umad2", "/dev/infiniband/uverbs2", "/dev/infiniband/rdma_cm"}
+	if !slices.Equal(paths, want) {
+		t.Errorf("Allocate of %s mounts %v, want %v", vf, paths, want)
+	}
+	if info := cr.Envs["PCIDEVICE_INTEL_COM_MLX_RDMA_INFO"]; !strings.Contains(info, `"uverbs":"/dev/infiniband/uverbs2"`) {
+		t.Errorf("_INFO names no uverbs node: %s", info)
+	}
+}

@@ -355,7 +355,7 @@ func (b *builder) writeFunction(f Function, pf string) error {
 		}
 	}
 	for _, d := range f.RDMA {
-		if err := writeRDMA(r.Sysfs, dir, d); err != nil {
+		if err := writeRDMA(r, dir, d); err != nil {
 			return fmt.Errorf("add function %s: %w", f.Address, err)
 		}
 	}
@@ -423,7 +423,8 @@ func (b *builder) writeInterface(parent string, ifc Interface) error {
 
 // writeRDMA writes infiniband/<dev>/ under the function dir and its
 // class/infiniband link.
-func writeRDMA(sysfs, fnDir string, d RDMADevice) error {
+func writeRDMA(r Roots, fnDir string, d RDMADevice) error {
+	sysfs := r.Sysfs
 	dir := filepath.Join(fnDir, "infiniband", d.Name)
 	ports := d.Ports
 	if len(ports) == 0 {
@@ -453,7 +454,50 @@ func writeRDMA(sysfs, fnDir string, d RDMADevice) error {
 	if err := writeLine(filepath.Join(dir, "node_type"), "1: CA"); err != nil {
 		return err
 	}
-	return relLink(dir, filepath.Join(sysfs, "class", "infiniband", d.Name))
+	if err := relLink(dir, filepath.Join(sysfs, "class", "infiniband", d.Name)); err != nil {
+		return err
+	}
+	return writeRDMAChars(r, fnDir, d.Name)
+}
+
+// writeRDMAChars gives the RDMA device rdma its character devices, as the
+// kernel's ib_uverbs and ib_umad do: uverbsN under the function's
+// infiniband_verbs/, umadN and issmN under its infiniband_mad/ (N the
+// number rdma's name ends in, else one past the highest in the tree), each
+// naming rdma in its ibdev, linked from class/, with its node under
+// dev/infiniband/ beside rdma_cm.
+func writeRDMAChars(r Roots, fnDir, rdma string) error {
+	n, err := strconv.Atoi(rdma[strings.LastIndexFunc(rdma, func(c rune) bool { return c < '0' || c > '9' })+1:])
+	if err != nil {
+		names, _ := readNames(filepath.Join(r.Sysfs, "class", "infiniband_verbs"))
+		for _, name := range names {
+			if i, err := strconv.Atoi(strings.TrimPrefix(name, "uverbs")); err == nil && i >= n {
+				n = i + 1
+			}
+		}
+	}
+	for _, c := range []struct{ class, name string }{
+		{"infiniband_verbs", "uverbs"}, {"infiniband_mad", "umad"}, {"infiniband_mad", "issm"},
+	} {
+		name := c.name + strconv.Itoa(n)
+		dir := filepath.Join(fnDir, c.class, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Join(r.Sysfs, "class", c.class), 0o755); err != nil {
+			return err
+		}
+		if err := writeLine(filepath.Join(dir, "ibdev"), rdma); err != nil {
+			return err
+		}
+		if err := relLink(dir, filepath.Join(r.Sysfs, "class", c.class, name)); err != nil {
+			return err
+		}
+		if err := touch(filepath.Join(r.Dev, "infiniband", name)); err != nil {
+			return err
+		}
+	}
+	return touch(filepath.Join(r.Dev, "infiniband", "rdma_cm"))
 }
 
 // bindChild links child/driver to sys/bus/<bus>/drivers/<driver>, creating

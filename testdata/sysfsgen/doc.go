@@ -12,9 +12,12 @@
 //	<function>/net/<if>/{operstate,carrier,type,address,ifindex}
 //	<function>/virtio<N>/net/<if>/...                  where virtio NICs keep their interface
 //	<function>/infiniband/<dev>/ports/<n>/pkeys/<i>    RDMA devices
+//	<function>/infiniband_verbs/uverbs<N>/ibdev, <function>/infiniband_mad/{umad,issm}<N>/ibdev
+//	                                                   their character devices, named by dev/infiniband/<name>
 //	<function>/vdpa<N>/driver, <function>/<drv>.<type>.<N>   vDPA and auxiliary devices
-//	sys/class/net/<if>, sys/class/infiniband/<dev>     -> into the function
-//	dev/vfio/vfio, dev/vfio/<group>, dev/vhost-net, dev/net/tun   (empty regular files)
+//	sys/class/net/<if>, sys/class/infiniband*/<dev>    -> into the function
+//	dev/vfio/vfio, dev/vfio/<group>, dev/vhost-net, dev/net/tun,
+//	dev/infiniband/{rdma_cm,uverbs<N>,...}             (empty regular files)
 //	proc/net/route                                     the routing table, default route included
 //
 // Functions sit directly under their host bridge directory (no PCI bridges

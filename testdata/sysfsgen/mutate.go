@@ -153,11 +153,12 @@ func (r Roots) removeChildren(dir string) error {
 	return nil
 }
 
-// removeClassLinks removes the class/net and class/infiniband links to the
-// interfaces and RDMA devices in child, a subdirectory of a function: child
-// is net/ or infiniband/ itself, or a child device (virtio) holding them.
+// removeClassLinks removes the class/ links to the interfaces, RDMA
+// devices and their character devices in child, a subdirectory of a
+// function: child is net/, infiniband/, infiniband_verbs/ or
+// infiniband_mad/ itself, or a child device (virtio) holding them.
 func (r Roots) removeClassLinks(child string) error {
-	for _, class := range []string{"net", "infiniband"} {
+	for _, class := range []string{"net", "infiniband", "infiniband_verbs", "infiniband_mad"} {
 		dir := filepath.Join(child, class)
 		if filepath.Base(child) == class {
 			dir = child

@@ -137,13 +137,10 @@ func TestCDISpecResolvesAllocateNames(t *testing.T) {
 			name: "rdma",
 			res:  cdiPool("nvidia.com/net-pci", "nvidia.com", "mlnx_sriov_rdma", config.NetDevice, config.Selector{IsRDMA: true}),
 			members: []sysfs.Device{
-				rdmaVF("0000:3b:0a.2", 2, "mlx5_2"),
-				rdmaVF("0000:3b:0a.3", 3, "mlx5_3"),
+				withChars(rdmaVF("0000:3b:0a.2", 2, "mlx5_2"), "mlx5_2", "uverbs2", "umad2", "issm2"),
+				withChars(rdmaVF("0000:3b:0a.3", 3, "mlx5_3"), "mlx5_3", "uverbs3"),
 			},
-			env: Env{
-				DevRoot:         devRoot(t, "infiniband/rdma_cm"),
-				RDMACharDevices: map[string][]string{"mlx5_2": {"uverbs2", "umad2", "issm2"}, "mlx5_3": {"uverbs3"}},
-			},
+			env:     Env{DevRoot: devRoot(t, "infiniband/rdma_cm")},
 			request: []int{0, 1},
 			want: map[string][]events.DeviceNode{
 				"0000:3b:0a.2": {rw("/dev/infiniband/issm2"), rw("/dev/infiniband/umad2"), rw("/dev/infiniband/uverbs2"), rw("/dev/infiniband/rdma_cm")},

@@ -38,11 +38,6 @@ type Env struct {
 	// HasVhostNet tells whether /dev/vhost-net exists: as in the SR-IOV
 	// plugin, needVhostNet pools hand it out only then.
 	HasVhostNet bool
-	// RDMACharDevices maps an RDMA device ("mlx5_0") to its character
-	// devices under /dev/infiniband ("issm0", "umad0", "uverbs0"), as
-	// /sys/class/infiniband_{verbs,mad}/*/ibdev tie them; sysfs.Device
-	// lacks them. A device missing here gets only rdma_cm.
-	RDMACharDevices map[string][]string
 	// VhostVDPADevices maps a PCI address to its vDPA device's vhost-vdpa
 	// node under /dev ("vhost-vdpa-0"). A vhost vDPA device missing here
 	// gets an empty "vdpa" entry and no node, as in the SR-IOV plugin.
@@ -236,7 +231,7 @@ func rdmaNodes(d *sysfs.Device, env Env, nodes *nodeList) (map[string]string, er
 	info := map[string]string{"rdma_dev": d.RDMADevices[0]}
 	haveCM := exists(env, rdmaCMNode)
 	for _, rd := range d.RDMADevices {
-		names := slices.Clone(env.RDMACharDevices[rd])
+		names := slices.Clone(d.RDMACharDevices[rd])
 		slices.SortStableFunc(names, func(a, b string) int { return rdmaNodeRank(a) - rdmaNodeRank(b) })
 		for _, n := range names {
 			if !isFileName(n) {

@@ -83,12 +83,9 @@ func TestRespondGolden(t *testing.T) {
 		{
 			name: "rdma",
 			res:  pool("nvidia.com", "mlnx_sriov_rdma", config.NetDevice, config.Selector{Vendors: []string{"15b3"}, IsRDMA: true}),
-			devs: []sysfs.Device{rdmaVF("0000:3b:0a.2", 2, "mlx5_2"), rdmaVF("0000:3b:0a.3", 3, "mlx5_3")},
-			env: Env{
-				DevRoot: devRoot(t, "infiniband/rdma_cm"),
-				// mlx5_3's nodes are unknown: it gets rdma_cm only.
-				RDMACharDevices: map[string][]string{"mlx5_2": {"uverbs2", "umad2", "issm2"}},
-			},
+			// mlx5_3's nodes are unknown: it gets rdma_cm only.
+			devs: []sysfs.Device{withChars(rdmaVF("0000:3b:0a.2", 2, "mlx5_2"), "mlx5_2", "uverbs2", "umad2", "issm2"), rdmaVF("0000:3b:0a.3", 3, "mlx5_3")},
+			env:  Env{DevRoot: devRoot(t, "infiniband/rdma_cm")},
 		},
 		{
 			name: "vhost-net",
@@ -215,8 +212,12 @@ func TestRespondErrors(t *testing.T) {
 		{
 			"rdma node with a slash",
 			pool("nvidia.com", "rdma", config.NetDevice, config.Selector{IsRDMA: true}),
-			[]sysfs.Device{func() sysfs.Device { d := ok; d.RDMADevices = []string{"mlx5_0"}; return d }()},
-			Env{RDMACharDevices: map[string][]string{"mlx5_0": {"../uverbs0"}}},
+			[]sysfs.Device{func() sysfs.Device {
+				d := ok
+				d.RDMADevices = []string{"mlx5_0"}
+				return withChars(d, "mlx5_0", "../uverbs0")
+			}()},
+			Env{},
 			ErrInvalidRequest, "0000:3b:02.0",
 		},
 	}
@@ -276,4 +277,10 @@ func TestInfoJSONIsEncodingJSONs(t *testing.T) {
 			t.Errorf("appendInfoJSON(%q) = %s, want %s", info, got, want)
 		}
 	}
+}
+
+// withChars gives d's RDMA device rdma the character devices names.
+func withChars(d sysfs.Device, rdma string, names ...string) sysfs.Device {
+	d.RDMACharDevices = map[string][]string{rdma: names}
+	return d
 }
