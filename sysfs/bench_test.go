@@ -60,7 +60,8 @@ func TestMain(m *testing.M) {
 // and, when an interface's type is 32, lists each port's pkeys/ and reads
 // them (with no interface at all, reads port 1's pkeys/0 of the first RDMA
 // device), lists infiniband_verbs/ and infiniband_mad/ and reads each
-// entry's ibdev, and reads the driver link of the first vdpa<N> child.
+// entry's ibdev, and reads the driver link of the first vdpa<N> child (and
+// lists it when that is vhost_vdpa).
 //
 // TestBaselineReadsSameFiles checks that the two touch the same files.
 type baseline struct {
@@ -122,7 +123,9 @@ func (bl *baseline) function(dir string) {
 			virtio = append(virtio, n)
 		case strings.HasPrefix(n, "vdpa") && !vdpaDone:
 			vdpaDone = true
-			_, _ = bl.readlink(dir + "/" + n + "/driver")
+			if drv, err := bl.readlink(dir + "/" + n + "/driver"); err == nil && strings.HasSuffix(drv, "/vhost_vdpa") {
+				_, _ = bl.readDir(dir + "/" + n)
+			}
 		}
 	}
 	ibType := false

@@ -559,8 +559,9 @@ func (w *worker) readDefaultPKey(d *Device, dir, dev string) {
 	}
 }
 
-// readVDPA sets VDPAType from the driver of the vdpa child. An unbound vdpa
-// device has no type yet, which is not a fault.
+// readVDPA sets VDPAType from the driver of the vdpa child, and for a vhost
+// one VhostVDPA. An unbound vdpa device has no type yet, which is not a
+// fault.
 func (w *worker) readVDPA(d *Device, dir, child string) {
 	rel := child + "/driver"
 	t, err := w.fs.readlink(dir + "/" + rel)
@@ -570,10 +571,26 @@ func (w *worker) readVDPA(d *Device, dir, child string) {
 		}
 		return
 	}
-	if typ, ok := vdpaType(linkBase(t)); ok {
-		d.VDPAType = typ
-	} else {
+	typ, ok := vdpaType(linkBase(t))
+	if !ok {
 		d.Warnings = append(d.Warnings, rel+": unknown vdpa driver "+strconv.Quote(linkBase(t)))
+		return
+	}
+	d.VDPAType = typ
+	if typ != "vhost" {
+		return
+	}
+	// vhost_vdpa's character device is a child of the vdpa device.
+	names, err := w.fs.readDirNames(dir + "/" + child)
+	if err != nil {
+		d.Warnings = append(d.Warnings, child+": "+errText(err))
+		return
+	}
+	for _, n := range names {
+		if _, ok := numberedName(n, "vhost-vdpa-"); ok {
+			d.VhostVDPA = n
+			return
+		}
 	}
 }
 

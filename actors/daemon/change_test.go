@@ -1393,7 +1393,13 @@ func TestARescanMovesADeviceOnAFactTheLedgerDoesNotKeep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info := resp.ContainerResponses[0].Envs["PCIDEVICE_INTEL_COM_VDPA_VHOST_INFO"]; !strings.Contains(info, `"vdpa"`) {
-		t.Errorf("the vhost pool's answer for %s has no vdpa provider: %q", vf, info)
+	// vhost_vdpa gave it a character device, as it gives 0000:5e:00.5
+	// vhost-vdpa-0.
+	cr := resp.ContainerResponses[0]
+	if info := cr.Envs["PCIDEVICE_INTEL_COM_VDPA_VHOST_INFO"]; !strings.Contains(info, `"vdpa":{"mount":"/dev/vhost-vdpa-1"}`) {
+		t.Errorf("the vhost pool's answer for %s names no vhost-vdpa node: %q", vf, info)
+	}
+	if len(cr.Devices) != 1 || cr.Devices[0].HostPath != "/dev/vhost-vdpa-1" {
+		t.Errorf("the vhost pool's answer for %s mounts %v, want /dev/vhost-vdpa-1", vf, cr.Devices)
 	}
 }

@@ -364,7 +364,7 @@ func (b *builder) writeFunction(f Function, pf string) error {
 		if err := os.MkdirAll(vdpa, 0o755); err != nil {
 			return fmt.Errorf("add function %s: %w", f.Address, err)
 		}
-		if err := bindChild(r.Sysfs, vdpa, "vdpa", f.VDPADriver); err != nil {
+		if err := r.bindVDPA(vdpa, f.VDPADriver); err != nil {
 			return fmt.Errorf("add function %s: %w", f.Address, err)
 		}
 	}
@@ -498,6 +498,45 @@ func writeRDMAChars(r Roots, fnDir, rdma string) error {
 		}
 	}
 	return touch(filepath.Join(r.Dev, "infiniband", "rdma_cm"))
+}
+
+// bindVDPA binds the vdpa device at dir to driver. vhost_vdpa gives it a
+// character device, as the kernel's does: a vhost-vdpa-N child (N one past
+// the highest in dev/) and dev/vhost-vdpa-N; a device that leaves
+// vhost_vdpa loses them.
+func (r Roots) bindVDPA(dir, driver string) error {
+	names, _ := readNames(dir)
+	for _, n := range names {
+		if strings.HasPrefix(n, "vhost-vdpa-") {
+			if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
+				return err
+			}
+			if err := removeIfPresent(filepath.Join(r.Dev, n)); err != nil {
+				return err
+			}
+		}
+	}
+	if err := removeIfPresent(filepath.Join(dir, "driver")); err != nil {
+		return err
+	}
+	if err := bindChild(r.Sysfs, dir, "vdpa", driver); err != nil {
+		return err
+	}
+	if driver != "vhost_vdpa" {
+		return nil
+	}
+	n := 0
+	devs, _ := readNames(r.Dev)
+	for _, name := range devs {
+		if i, err := strconv.Atoi(strings.TrimPrefix(name, "vhost-vdpa-")); err == nil && i >= n {
+			n = i + 1
+		}
+	}
+	name := "vhost-vdpa-" + strconv.Itoa(n)
+	if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
+		return err
+	}
+	return touch(filepath.Join(r.Dev, name))
 }
 
 // bindChild links child/driver to sys/bus/<bus>/drivers/<driver>, creating

@@ -350,8 +350,8 @@ func (r Roots) SetNumVFs(pf string, n int, makeVF func(index int) Function) erro
 }
 
 // BindVDPA binds the vdpa0 device of the function at addr to driver
-// ("vhost_vdpa", "virtio_vdpa"), as vdpa's own bind and unbind files do:
-// the function stays on its PCI driver.
+// ("vhost_vdpa", "virtio_vdpa"), as vdpa's own bind and unbind files do
+// (see bindVDPA): the function stays on its PCI driver.
 func (r Roots) BindVDPA(addr, driver string) error {
 	dir, err := r.functionDir(addr)
 	if err != nil {
@@ -361,10 +361,10 @@ func (r Roots) BindVDPA(addr, driver string) error {
 	if _, err := os.Stat(vdpa); err != nil {
 		return fmt.Errorf("bind the vdpa device of %s to %s: %w", addr, driver, err)
 	}
-	if err := os.Remove(filepath.Join(vdpa, "driver")); err != nil && !os.IsNotExist(err) {
+	if err := r.bindVDPA(vdpa, driver); err != nil {
 		return fmt.Errorf("bind the vdpa device of %s to %s: %w", addr, driver, err)
 	}
-	return bindChild(r.Sysfs, vdpa, "vdpa", driver)
+	return nil
 }
 
 // AddInterface adds a network interface to the function at addr, under its

@@ -38,10 +38,6 @@ type Env struct {
 	// HasVhostNet tells whether /dev/vhost-net exists: as in the SR-IOV
 	// plugin, needVhostNet pools hand it out only then.
 	HasVhostNet bool
-	// VhostVDPADevices maps a PCI address to its vDPA device's vhost-vdpa
-	// node under /dev ("vhost-vdpa-0"). A vhost vDPA device missing here
-	// gets an empty "vdpa" entry and no node, as in the SR-IOV plugin.
-	VhostVDPADevices map[string]string
 }
 
 // Respond is the answer for one container request of the pool res. devs
@@ -168,7 +164,8 @@ func describe(res *config.Resource, d *sysfs.Device, w wants, env Env, nodes *no
 	switch {
 	case w.vdpa && d.VDPAType != "":
 		vdpa := map[string]string{}
-		if name := env.VhostVDPADevices[d.Address]; d.VDPAType == "vhost" && name != "" {
+		// One with no node gets an empty entry, as in the SR-IOV plugin.
+		if name := d.VhostVDPA; d.VDPAType == "vhost" && name != "" {
 			if !isFileName(name) {
 				return nil, fmt.Errorf("device %s: vhost-vdpa device %q is not a file name: %w", d.Address, name, ErrInvalidRequest)
 			}

@@ -102,8 +102,7 @@ func TestRespondGolden(t *testing.T) {
 		{
 			name: "vdpa-vhost",
 			res:  pool("nvidia.com", "vdpa_vhost", config.NetDevice, config.Selector{VDPAType: "vhost"}),
-			devs: []sysfs.Device{vdpaDev},
-			env:  Env{VhostVDPADevices: map[string]string{"0000:3b:02.4": "vhost-vdpa-0"}},
+			devs: []sysfs.Device{func() sysfs.Device { d := vdpaDev; d.VhostVDPA = "vhost-vdpa-0"; return d }()},
 		},
 		{
 			name: "additional-info",
