@@ -60,7 +60,7 @@ func TestMain(m *testing.M) {
 // and, when an interface's type is 32, lists each port's pkeys/ and reads
 // them (with no interface at all, reads port 1's pkeys/0 of the first RDMA
 // device), lists infiniband_verbs/ and infiniband_mad/ and reads each
-// entry's ibdev, and reads the driver link of the first vdpa<N> child (and
+// entry's ibdev, lists uio/, and reads the driver link of the first vdpa<N> child (and
 // lists it when that is vhost_vdpa).
 //
 // TestBaselineReadsSameFiles checks that the two touch the same files.
@@ -119,6 +119,8 @@ func (bl *baseline) function(dir string) {
 			hasIB = true
 		case n == "infiniband_verbs", n == "infiniband_mad":
 			chars = append(chars, n)
+		case n == "uio":
+			_, _ = bl.readDir(dir + "/uio")
 		case strings.HasPrefix(n, "virtio"):
 			virtio = append(virtio, n)
 		case strings.HasPrefix(n, "vdpa") && !vdpaDone:

@@ -84,6 +84,9 @@ type Device struct {
 	// VDPAType is "virtio" or "vhost" when a vdpa device sits on the function
 	// (from the driver of its vdpaN child), "" otherwise.
 	VDPAType string `json:"vdpa_type,omitempty"`
+	// UIO is the function's UIO device under a UIO driver (igb_uio), its
+	// name under /dev ("uio0"), from its uio/ child; "" for none.
+	UIO string `json:"uio,omitempty"`
 	// VhostVDPA is a vhost vDPA device's character device, its name under
 	// /dev ("vhost-vdpa-0"), from its vdpaN/vhost-vdpa-M child.
 	VhostVDPA string `json:"vhost_vdpa,omitempty"`

@@ -91,7 +91,7 @@ type virtfn struct {
 type entries struct {
 	acpiIndex, totalVFs, numVFs       bool
 	driver, iommuGroup, physfn        bool
-	net, infiniband                   bool
+	net, infiniband, uio              bool
 	vendor, device, subVendor, subDev bool
 	class, numaNode                   bool
 	virtfns                           []int
@@ -154,6 +154,8 @@ func (w *worker) readFunction(addr string) fnResult {
 			e.net = true
 		case "infiniband":
 			e.infiniband = true
+		case "uio":
+			e.uio = true
 		case "infiniband_verbs", "infiniband_mad":
 			e.rdmaChars = append(e.rdmaChars, n)
 		default:
@@ -255,6 +257,9 @@ func (w *worker) readFunction(addr string) fnResult {
 		for _, v := range e.virtio {
 			d.Interfaces = w.readInterfaces(d, dir, v+"/net", d.Interfaces)
 		}
+	}
+	if e.uio {
+		w.readUIO(d, dir)
 	}
 	if e.infiniband {
 		w.readRDMA(d, dir)
@@ -531,6 +536,22 @@ func (w *worker) readRDMAChars(d *Device, dir string, classes []string) {
 				d.RDMACharDevices = map[string][]string{}
 			}
 			d.RDMACharDevices[ibdev] = append(d.RDMACharDevices[ibdev], w.intern([]byte(name)))
+		}
+	}
+}
+
+// readUIO sets UIO from the function's uio/ (the first uio<N> in it).
+func (w *worker) readUIO(d *Device, dir string) {
+	names, err := w.fs.readDirNames(dir + "/uio")
+	if err != nil {
+		d.Warnings = append(d.Warnings, "uio: "+errText(err))
+		return
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		if _, ok := numberedName(n, "uio"); ok {
+			d.UIO = n
+			return
 		}
 	}
 }

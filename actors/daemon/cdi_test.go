@@ -175,3 +175,30 @@ func TestAnRDMAPoolHandsOutItsCharacterDevices(t *testing.T) {
 		t.Errorf("_INFO names no uverbs node: %s", info)
 	}
 }
+
+// A pool of functions bound to igb_uio hands out each one's /dev/uio<N>
+// and names it in _INFO's "uio", as the SR-IOV plugin does.
+func TestAUIOPoolHandsOutItsUIODevice(t *testing.T) {
+	const cfg = `{"resourceList": [{"resourceName": "dpdk_uio", "selectors": {"vendors": ["8086"], "drivers": ["igb_uio"]}}]}`
+	const pool, vf = "intel.com/dpdk_uio", "0000:3b:01.0"
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, cfg, kubelettest.Options{})
+	if err := n.roots.Bind(vf, "igb_uio"); err != nil {
+		t.Fatal(err)
+	}
+	n.start(t)
+	ctx := waitCtx(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := n.kubelet.Allocate(ctx, pool, []string{vf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr := resp.ContainerResponses[0]
+	if len(cr.Devices) != 1 || cr.Devices[0].HostPath != "/dev/uio0" || cr.Devices[0].ContainerPath != "/dev/uio0" {
+		t.Errorf("Allocate of %s mounts %v, want /dev/uio0", vf, cr.Devices)
+	}
+	if info := cr.Envs["PCIDEVICE_INTEL_COM_DPDK_UIO_INFO"]; !strings.Contains(info, `"uio":{"mount":"/dev/uio0"}`) {
+		t.Errorf("_INFO names no uio node: %s", info)
+	}
+}

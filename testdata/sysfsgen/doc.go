@@ -16,6 +16,7 @@
 //	                                                   their character devices, named by dev/infiniband/<name>
 //	<function>/vdpa<N>/driver, <function>/<drv>.<type>.<N>   vDPA and auxiliary devices
 //	<function>/vdpa<N>/vhost-vdpa-<M>                  a vhost vDPA device's, named by dev/vhost-vdpa-<M>
+//	<function>/uio/uio<N>                              a UIO driver's (igb_uio), named by dev/uio<N>
 //	sys/class/net/<if>, sys/class/infiniband*/<dev>    -> into the function
 //	dev/vfio/vfio, dev/vfio/<group>, dev/vhost-net, dev/net/tun,
 //	dev/infiniband/{rdma_cm,uverbs<N>,...}             (empty regular files)

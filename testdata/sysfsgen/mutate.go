@@ -75,7 +75,33 @@ func (r Roots) Bind(addr, driver string) error {
 			}
 		}
 	}
+	if uioDrivers[driver] {
+		if err := r.addUIO(dir); err != nil {
+			return fmt.Errorf("bind %s to %s: %w", addr, driver, err)
+		}
+	}
 	return nil
+}
+
+// uioDrivers are the UIO drivers, which give a function a uio/uio<N>
+// child and dev/uio<N>.
+var uioDrivers = map[string]bool{"igb_uio": true, "uio_pci_generic": true, "uio": true}
+
+// addUIO gives the function at dir its UIO device, N one past the highest
+// in dev/.
+func (r Roots) addUIO(dir string) error {
+	n := 0
+	names, _ := readNames(r.Dev)
+	for _, name := range names {
+		if i, err := strconv.Atoi(strings.TrimPrefix(name, "uio")); err == nil && strings.HasPrefix(name, "uio") && i >= n {
+			n = i + 1
+		}
+	}
+	name := "uio" + strconv.Itoa(n)
+	if err := os.MkdirAll(filepath.Join(dir, "uio", name), 0o755); err != nil {
+		return err
+	}
+	return touch(filepath.Join(r.Dev, name))
 }
 
 // noIOMMUParam is vfio's no-IOMMU switch, under sys/.
@@ -92,8 +118,8 @@ func (r Roots) groupNode(group string) string {
 
 // Unbind unbinds the function at addr from its driver, if it has one. As on
 // a real node, what the driver created goes with it: the net/ interfaces,
-// infiniband/ devices, virtio, vdpa and auxiliary children (and their
-// class/ and bus/ links). Unbinding the last vfio-pci member of an IOMMU
+// infiniband/ devices, virtio, vdpa, uio and auxiliary children (and their
+// class/ and bus/ links, and a uio device's dev/ node). Unbinding the last vfio-pci member of an IOMMU
 // group removes its dev/vfio node.
 func (r Roots) Unbind(addr string) error {
 	dir, err := r.functionDir(addr)
@@ -119,6 +145,12 @@ func (r Roots) Unbind(addr string) error {
 			if err := removeIfPresent(filepath.Join(r.Dev, "vfio", r.groupNode(group))); err != nil {
 				return fmt.Errorf("unbind %s: %w", addr, err)
 			}
+		}
+	}
+	uios, _ := readNames(filepath.Join(dir, "uio"))
+	for _, n := range uios {
+		if err := removeIfPresent(filepath.Join(r.Dev, n)); err != nil {
+			return fmt.Errorf("unbind %s: %w", addr, err)
 		}
 	}
 	if err := r.removeChildren(dir); err != nil {

@@ -47,7 +47,8 @@ type Env struct {
 //   - env res.EnvVarName() = the addresses comma-joined in request order,
 //     and that name + "_INFO" = a JSON object mapping each address to its
 //     providers' fields, keys sorted (equal input, equal bytes): "generic"
-//     {"deviceID"}; "vfio" {"mount", "dev-mount"} if vfio-bound; "extra"
+//     {"deviceID"}; "vfio" {"mount", "dev-mount"} if vfio-bound; "uio"
+//     {"mount"} if bound to uio or igb_uio (the SR-IOV plugin's two); "extra"
 //     (res.AdditionalInfo, "*" overlaid with the address's own entry) if
 //     the pool has additionalInfo; "vdpa" {"mount"} or else "rdma"
 //     {"issm", "umad", "uverbs", "rdma_cm", "rdma_dev"} when a selector
@@ -55,7 +56,7 @@ type Env struct {
 //     when a selector sets needVhostNet and the node has /dev/vhost-net;
 //   - device nodes, permissions "rw", each host path once in first-seen
 //     order: /dev/vfio/vfio and /dev/vfio/<group> if vfio-bound (host
-//     noiommu-<group> when only that exists), each RDMA device's
+//     noiommu-<group> when only that exists), /dev/uio<N>, each RDMA device's
 //     /dev/infiniband nodes then rdma_cm, the vhost-vdpa node,
 //     /dev/vhost-net and /dev/net/tun;
 //   - with CDI enabled, no device nodes but one CDI device name per
@@ -64,8 +65,7 @@ type Env struct {
 // Unlike the SR-IOV plugin, which decides RDMA, vDPA and vhost-net per
 // device from the selector object that took it, Respond decides per pool
 // (any selector asking is enough); it treats vfio-pci variant drivers as
-// vfio-bound (see sysfs.IsVFIODriver) and hands out no uio nodes
-// (sysfs.Device does not name them).
+// vfio-bound (see sysfs.IsVFIODriver).
 //
 // Errors wrap ErrInvalidRequest (no devices, a device twice or without an
 // address), ErrNoIOMMUGroup or ErrUnsupported.
@@ -157,6 +157,14 @@ func describe(res *config.Resource, d *sysfs.Device, w wants, env Env, nodes *no
 		nodes.add(vfioContainerNode, vfioContainerNode)
 		nodes.add(container, host)
 		providers["vfio"] = map[string]string{"mount": vfioContainerNode, "dev-mount": container}
+	}
+	if d.UIO != "" && (d.Driver == "uio" || d.Driver == "igb_uio") {
+		if !isFileName(d.UIO) {
+			return nil, fmt.Errorf("device %s: uio device %q is not a file name: %w", d.Address, d.UIO, ErrInvalidRequest)
+		}
+		p := "/dev/" + d.UIO
+		nodes.add(p, p)
+		providers["uio"] = map[string]string{"mount": p}
 	}
 	if res.AdditionalInfo != nil {
 		providers["extra"] = extraInfo(res.AdditionalInfo, d.Address)
