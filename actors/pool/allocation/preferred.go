@@ -183,7 +183,9 @@ func (x *Index) Preferred(res *config.Resource, held iter.Seq[string], available
 	}
 	if weighed {
 		for _, i := range must {
-			load[x.members[i].group]++
+			if !isHeld[i] { // a held one counts once, as held
+				load[x.members[i].group]++
+			}
 		}
 	}
 	cands := make([]candidate, 0, len(available))

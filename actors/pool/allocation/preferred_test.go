@@ -176,6 +176,17 @@ func TestPreferred(t *testing.T) {
 			want:   []string{"0000:3b:0a.2"},
 		},
 		{
+			// The kubelet passes an init container's devices, which the
+			// pool holds, as must-include to its app container: B holds
+			// one (the must-include), A two, so B is the least used.
+			name:   "spread counts a held must-include device once",
+			policy: config.PolicySpread,
+			held:   []string{"0000:3b:02.0", "0000:3b:02.1", "0000:3b:0a.0"},
+			must:   []string{"0000:3b:0a.0"},
+			size:   2,
+			want:   []string{"0000:3b:0a.0", "0000:3b:0a.1"},
+		},
+		{
 			name:   "packed, one device, from the PF with allocations",
 			policy: config.PolicyPacked,
 			held:   []string{"0000:3b:0a.0"},
