@@ -13,8 +13,9 @@ import (
 var ErrInvalidRequest = errors.New("invalid request")
 
 // ErrUnavailable marks a request the pool cannot answer now (the ledger is
-// not writable, the pool is stopping); it becomes Unavailable and the
-// kubelet retries.
+// not writable, the pool is stopping); it becomes Unavailable. The kubelet
+// does not retry: the pod fails admission (UnexpectedAdmissionError), and
+// a controller's next pod asks again.
 var ErrUnavailable = errors.New("unavailable")
 
 // ErrRegistrationRejected marks a Register call the kubelet answered with an
