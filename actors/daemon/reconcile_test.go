@@ -12,6 +12,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/devledger/devledger/actors/node"
 	"github.com/devledger/devledger/actors/reconciler"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
@@ -316,48 +317,77 @@ func TestKubeletOutageIsRecorded(t *testing.T) {
 // not called again) but lists no pod through PodResources until its sync
 // loop has them back from the API server, after its registration socket
 // is up. A pod that held its device throughout is neither released nor
-// recovered: the allocation bound to it, with its answer, stays.
+// recovered, even if the node coordinator (and so the reconciler) starts
+// again meanwhile: the allocation bound to it, with its answer, stays.
 func TestAKubeletRestartReleasesNoDeviceItsPodsStillHold(t *testing.T) {
-	const dev = "0000:3b:01.2"
-	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
-	d := n.start(t)
-	ctx := waitCtx(t)
-	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.kubelet.Allocate(ctx, vfioPool, []string{dev}); err != nil {
-		t.Fatal(err)
-	}
-	running := []*podresourcesapi.PodResources{kubelettest.PodHolding("telco", "dpdk-0", "app", vfioPool, dev)}
-	n.kubelet.SetPods(running)
-	reconcileNow(ctx, t, d)
-	bound := waitLedger(ctx, t, d, "bound", func(s events.State) bool {
-		return len(s.Holders[dev]) == 1 && s.Allocations[s.Holders[dev][0]].Binding != nil
-	})
-	first := bound.Holders[dev][0]
+	for _, crash := range []bool{false, true} {
+		t.Run(fmt.Sprintf("node crash=%v", crash), func(t *testing.T) {
+			const dev = "0000:3b:01.2"
+			n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+			d := n.start(t)
+			ctx := waitCtx(t)
+			if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := n.kubelet.Allocate(ctx, vfioPool, []string{dev}); err != nil {
+				t.Fatal(err)
+			}
+			running := []*podresourcesapi.PodResources{kubelettest.PodHolding("telco", "dpdk-0", "app", vfioPool, dev)}
+			n.kubelet.SetPods(running)
+			reconcileNow(ctx, t, d)
+			bound := waitLedger(ctx, t, d, "bound", func(s events.State) bool {
+				return len(s.Holders[dev]) == 1 && s.Allocations[s.Holders[dev][0]].Binding != nil
+			})
+			first := bound.Holders[dev][0]
 
-	n.kubelet.SetPods(nil) // its pods not synced yet
-	if err := n.kubelet.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
-		t.Fatal(err)
-	}
-	reconcileNow(ctx, t, d)
-	n.kubelet.SetPods(running)
-	reconcileNow(ctx, t, d)
-	reconcileNow(ctx, t, d)
+			n.kubelet.SetPods(nil) // its pods not synced yet
+			if err := n.kubelet.Restart(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+				t.Fatal(err)
+			}
+			reconcileNow(ctx, t, d)
+			if crash {
+				// A new reconciler counts its rounds from none.
+				rounds := func() int {
+					kids, err := d.Children(ctx)
+					if err != nil {
+						return -1
+					}
+					res, err := d.Ask(ctx, kids.Reconciler, &reconciler.Query{})
+					if err != nil {
+						return -1
+					}
+					return res.(*reconciler.Status).Rounds
+				}
+				was := rounds()
+				d.Send(&node.Crash{Reason: "test"})
+				for r := rounds(); r < 0 || r >= was; r = rounds() {
+					select {
+					case <-ctx.Done():
+						t.Fatal("no new reconciler after the node crashed")
+					case <-time.After(10 * time.Millisecond):
+					}
+				}
+				reconcileNow(ctx, t, d)
+			}
+			n.kubelet.SetPods(running)
+			reconcileNow(ctx, t, d)
+			reconcileNow(ctx, t, d)
 
-	if err := d.rec.Log().Read(first+1, func(e events.Envelope) error {
-		switch e.Payload.(type) {
-		case events.DevicesReleased, events.AllocationRecovered:
-			t.Errorf("#%d: %+v, while telco/dpdk-0 held %s throughout", e.Seq, e.Payload, dev)
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if s := ledgerState(t, d); !slices.Equal(s.Holders[dev], []uint64{first}) {
-		t.Errorf("%s is held by %v, want #%d", dev, s.Holders[dev], first)
+			if err := d.rec.Log().Read(first+1, func(e events.Envelope) error {
+				switch e.Payload.(type) {
+				case events.DevicesReleased, events.AllocationRecovered:
+					t.Errorf("#%d: %+v, while telco/dpdk-0 held %s throughout", e.Seq, e.Payload, dev)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if s := ledgerState(t, d); !slices.Equal(s.Holders[dev], []uint64{first}) {
+				t.Errorf("%s is held by %v, want #%d", dev, s.Holders[dev], first)
+			}
+		})
 	}
 }

@@ -52,6 +52,9 @@ type Config struct {
 	// they hold their devices throughout (the kubelet's checkpoint; it
 	// does not call Allocate for them again).
 	KubeletSettle time.Duration
+	// KubeletBack is when the kubelet last started, as the parent knows
+	// it: a reconciler its parent starts again lets it settle from then.
+	KubeletBack time.Time
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	Log zerolog.Logger
@@ -69,7 +72,7 @@ func Props(cfg Config) *actor.Props {
 		cfg.Now = time.Now
 	}
 	replayed := handoff.First(cfg.Replayed)
-	life := &lifetime{}
+	life := &lifetime{kubeletAt: cfg.KubeletBack}
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &reconciler{cfg: cfg, replayed: replayed(), life: life}
 	}, actor.WithDispatcher(supervise.Warm))
