@@ -84,6 +84,8 @@ type Device struct {
 	// VDPAType is "virtio" or "vhost" when a vdpa device sits on the function
 	// (from the driver of its vdpaN child), "" otherwise.
 	VDPAType string `json:"vdpa_type,omitempty"`
+	// VDPADevice names that vdpa device ("vdpa0") when VDPAType is set.
+	VDPADevice string `json:"vdpa_device,omitempty"`
 	// UIO is the function's UIO device under a UIO driver (igb_uio), its
 	// name under /dev ("uio0"), from its uio/ child; "" for none.
 	UIO string `json:"uio,omitempty"`

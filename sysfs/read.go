@@ -597,7 +597,7 @@ func (w *worker) readVDPA(d *Device, dir, child string) {
 		d.Warnings = append(d.Warnings, rel+": unknown vdpa driver "+strconv.Quote(linkBase(t)))
 		return
 	}
-	d.VDPAType = typ
+	d.VDPAType, d.VDPADevice = typ, w.intern([]byte(child))
 	if typ != "vhost" {
 		return
 	}

@@ -124,9 +124,9 @@ func TestScanScenarios(t *testing.T) {
 	mlxVF0.RDMADevices = []string{"mlx5_2"}
 	mlxVF0.RDMACharDevices = map[string][]string{"mlx5_2": {"issm2", "umad2", "uverbs2"}}
 	mlxVF3 := cx6VF("0000:5e:00.5", 3, "123", "mlx5_core")
-	mlxVF3.VDPAType, mlxVF3.VhostVDPA = "vhost", "vhost-vdpa-0"
+	mlxVF3.VDPAType, mlxVF3.VDPADevice, mlxVF3.VhostVDPA = "vhost", "vdpa0", "vhost-vdpa-0"
 	mlxVF4 := cx6VF("0000:5e:00.6", 4, "124", "mlx5_core")
-	mlxVF4.VDPAType = "virtio"
+	mlxVF4.VDPAType, mlxVF4.VDPADevice = "virtio", "vdpa0"
 
 	hostBridge := Device{
 		Address: "0000:00:00.0", Vendor: "8086", Device: "1237",

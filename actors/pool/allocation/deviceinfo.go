@@ -26,9 +26,22 @@ const DefaultDeviceInfoDir = "/var/run/k8s.cni.cncf.io/devinfo/dp"
 // DeviceInfo is a device-info file, the spec's "device-info" map, its
 // fields in the NAD client's order so a file reads as the plugin's would.
 type DeviceInfo struct {
-	Type    string         `json:"type"`
-	Version string         `json:"version"`
-	PCI     *PCIDeviceInfo `json:"pci,omitempty"`
+	Type    string          `json:"type"`
+	Version string          `json:"version"`
+	PCI     *PCIDeviceInfo  `json:"pci,omitempty"`
+	VDPA    *VDPADeviceInfo `json:"vdpa,omitempty"`
+}
+
+// VDPADeviceInfo is the spec's "vdpa" map, which KubeVirt's vDPA binding
+// and Multus's network-status read.
+type VDPADeviceInfo struct {
+	// ParentDevice is the vdpa device ("vdpa0"), Driver its type ("vhost"
+	// or "virtio"), Path its vhost-vdpa node (vhost only).
+	ParentDevice string `json:"parent-device,omitempty"`
+	Driver       string `json:"driver,omitempty"`
+	Path         string `json:"path,omitempty"`
+	PCIAddress   string `json:"pci-address,omitempty"`
+	PFPCIAddress string `json:"pf-pci-address,omitempty"`
 }
 
 // PCIDeviceInfo is the spec's "pci" map.
@@ -43,11 +56,17 @@ type PCIDeviceInfo struct {
 	PFPCIAddress string `json:"pf-pci-address,omitempty"`
 }
 
-// NewDeviceInfo is the device-info of d, of type "pci" even for a vDPA
-// device (the spec's "vdpa" map needs the vDPA device's name and path,
-// which sysfs.Device lacks). It names d's RDMA devices: pass d as
-// ForDeviceInfo gives it.
+// NewDeviceInfo is the device-info of d: of type "vdpa" for a vDPA device,
+// as the SR-IOV plugin writes it, else "pci", naming d's RDMA devices. Pass
+// d as ForDeviceInfo gives it.
 func NewDeviceInfo(d *sysfs.Device) DeviceInfo {
+	if d.VDPAType != "" && d.VDPADevice != "" {
+		v := &VDPADeviceInfo{ParentDevice: d.VDPADevice, Driver: d.VDPAType, PCIAddress: d.Address, PFPCIAddress: d.PF}
+		if d.VhostVDPA != "" {
+			v.Path = "/dev/" + d.VhostVDPA
+		}
+		return DeviceInfo{Type: "vdpa", Version: DeviceInfoVersion, VDPA: v}
+	}
 	return DeviceInfo{
 		Type:    "pci",
 		Version: DeviceInfoVersion,
@@ -60,19 +79,25 @@ func NewDeviceInfo(d *sysfs.Device) DeviceInfo {
 }
 
 // ForDeviceInfo is d as the pool res describes it in its device-info file:
-// with its RDMA devices only when the pool asks for them (isRdma), as the
-// SR-IOV plugin writes it. A pool that does not gives the container no
-// RDMA device nodes, so the file must not name one for CNIs to act on.
+// with its RDMA devices only when the pool asks for them (isRdma), and
+// as a vDPA device only when it asks for one (vdpaType), as the SR-IOV
+// plugin writes it. A pool that does not gives the container none of
+// those nodes, so the file must not name one for CNIs to act on.
 func ForDeviceInfo(res *config.Resource, d sysfs.Device) sysfs.Device {
-	if !wantsOf(res).rdma {
+	w := wantsOf(res)
+	if !w.rdma {
 		d.RDMADevices = nil
+	}
+	if !w.vdpa {
+		d.VDPAType, d.VDPADevice, d.VhostVDPA = "", "", ""
 	}
 	return d
 }
 
 // SameDeviceInfo tells whether a and b have the same device-info file.
 func SameDeviceInfo(a, b *sysfs.Device) bool {
-	return a.Address == b.Address && a.PF == b.PF && slices.Equal(a.RDMADevices, b.RDMADevices)
+	return a.Address == b.Address && a.PF == b.PF && slices.Equal(a.RDMADevices, b.RDMADevices) &&
+		a.VDPAType == b.VDPAType && a.VDPADevice == b.VDPADevice && a.VhostVDPA == b.VhostVDPA
 }
 
 // DeviceInfoPath is the device-info file of device addr of the pool

@@ -35,12 +35,18 @@ func TestDeviceInfoPath(t *testing.T) {
 func TestWriteDeviceInfoGolden(t *testing.T) {
 	rdma := vf("0000:3b:0a.2", pfB, 2, "mlx5_core", "", 0)
 	rdma.RDMADevices = []string{"mlx5_2"}
+	vhost := vf("0000:3b:0a.4", pfB, 4, "mlx5_core", "", 0)
+	vhost.VDPAType, vhost.VDPADevice, vhost.VhostVDPA = "vhost", "vdpa0", "vhost-vdpa-0"
+	virtio := vf("0000:3b:0a.5", pfB, 5, "mlx5_core", "", 0)
+	virtio.VDPAType, virtio.VDPADevice = "virtio", "vdpa1"
 	for _, tc := range []struct {
 		name string
 		dev  sysfs.Device
 	}{
 		{"vf", vf("0000:3b:02.1", pfA, 1, "iavf", "61", 0)},
 		{"vf-rdma", rdma},
+		{"vf-vdpa-vhost", vhost},
+		{"vf-vdpa-virtio", virtio},
 		{"pf", sysfs.Device{Address: "0000:65:00.0", VFIndex: -1, NUMANode: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -260,3 +266,22 @@ func TestForDeviceInfoNamesRDMAOnlyForIsRdma(t *testing.T) {
 		t.Error("ForDeviceInfo changed the device it was given")
 	}
 }
+
+func TestForDeviceInfoNamesVDPAOnlyForVDPAType(t *testing.T) {
+	d := vf("0000:3b:0a.4", pfB, 4, "mlx5_core", "", 0)
+	d.VDPAType, d.VDPADevice, d.VhostVDPA = "vhost", "vdpa0", "vhost-vdpa-0"
+	plain := &config.Resource{Prefix: "example.com", Name: "net", DeviceType: config.NetDevice,
+		Selectors: []config.Selector{{Drivers: []string{"mlx5_core"}}}}
+	vdpa := &config.Resource{Prefix: "example.com", Name: "vdpa", DeviceType: config.NetDevice,
+		Selectors: []config.Selector{{Drivers: []string{"mlx5_core"}, VDPAType: "vhost"}}}
+	if got := NewDeviceInfo(ptr(ForDeviceInfo(plain, d))); got.Type != "pci" || got.VDPA != nil {
+		t.Errorf("for a pool without vdpaType: %+v, want a pci device-info", got)
+	}
+	got := NewDeviceInfo(ptr(ForDeviceInfo(vdpa, d)))
+	want := VDPADeviceInfo{ParentDevice: "vdpa0", Driver: "vhost", Path: "/dev/vhost-vdpa-0", PCIAddress: d.Address, PFPCIAddress: pfB}
+	if got.Type != "vdpa" || got.PCI != nil || got.VDPA == nil || *got.VDPA != want {
+		t.Errorf("for a vdpaType pool: %+v (vdpa %+v), want type vdpa with %+v", got, got.VDPA, want)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
