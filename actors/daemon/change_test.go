@@ -1403,3 +1403,52 @@ func TestARescanMovesADeviceOnAFactTheLedgerDoesNotKeep(t *testing.T) {
 		t.Errorf("the vhost pool's answer for %s mounts %v, want /dev/vhost-vdpa-1", vf, cr.Devices)
 	}
 }
+
+// A PF's VFs destroyed and made again between two scans (sriov_numvfs
+// rewritten) come back at the same addresses in new IOMMU groups: the
+// health checker probes the new groups' /dev/vfio nodes, not the old
+// ones', and the VFs stay healthy.
+func TestVFsMadeAgainInNewIOMMUGroupsStayHealthy(t *testing.T) {
+	cfg := `{"resourceList": [{"resourceName": "sriov_vfio", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]},
+	  "health": {"holdDown": "200ms", "probeInterval": "100ms"}}]}`
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, cfg, kubelettest.Options{})
+	n.opts.ScanInterval = time.Hour
+	d := n.start(t)
+	ctx := waitCtx(t)
+	const vfio, pf = "intel.com/sriov_vfio", "0000:af:00.0"
+	vfs := []string{"0000:af:01.1", "0000:af:01.2", "0000:af:01.3"}
+	for _, vf := range vfs {
+		waitHealth(ctx, t, n.kubelet, vfio, vf, pluginapi.Healthy)
+	}
+	before := ledgerState(t, d)
+	from := d.rec.Log().LastSeq() + 1
+	if err := n.roots.SetNumVFs(pf, 4, func(i int) sysfsgen.Function {
+		if i == 0 {
+			return sysfsgen.Function{Driver: "iavf"}
+		}
+		return sysfsgen.Function{Driver: "vfio-pci"}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d.Send(&node.Rescan{Reason: "sriov_numvfs rewritten"})
+	waitLedger(ctx, t, d, "the new IOMMU groups", func(s events.State) bool {
+		for _, vf := range vfs {
+			if s.Devices[vf].Facts.IOMMUGroup == before.Devices[vf].Facts.IOMMUGroup {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(500 * time.Millisecond) // five probe rounds
+	d.rec.Log().Read(from, func(e events.Envelope) error {
+		if h, ok := e.Payload.(events.DeviceHealthChanged); ok && !h.Healthy {
+			t.Errorf("#%d: %s unhealthy: %s", e.Seq, h.Address, h.Reason)
+		}
+		return nil
+	})
+	for _, vf := range vfs {
+		if h := healthOf(n.kubelet, vfio, vf); h != pluginapi.Healthy {
+			t.Errorf("%s listed %q in its new IOMMU group", vf, h)
+		}
+	}
+}

@@ -653,7 +653,7 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool, seen
 				joined, n.join[addr] = d, d
 			}
 			t := health.Target{Probe: sysfs.ProbeTarget{Address: addr, Driver: joined.Driver,
-				VFIO: sysfs.IsVFIODriver(joined.Driver), IOMMUGroup: joined.IOMMUGroup,
+				VFIO: sysfs.IsVFIODriver(joined.Driver), IOMMUGroup: d.IOMMUGroup,
 				Link: res.Health.Link, PFInterface: d.PFInterface},
 				HoldDown: res.Health.HoldDown, Debounce: res.Health.Debounce, Interval: res.Health.ProbeInterval,
 				Known: n.healthy[addr]}
