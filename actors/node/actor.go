@@ -124,9 +124,6 @@ func Props(cfg Config) *actor.Props {
 // cfg. Only the actor's goroutine touches them.
 type lifetime struct {
 	incarnations int
-	// kubeletBack is when kubelet.sock last appeared: a reconciler the
-	// node starts again lets the kubelet settle from then.
-	kubeletBack time.Time
 	// persist holds the node's messages back while a record (a config, or
 	// what its start found emptied) goes to disk, so nothing next sees the
 	// world before it; what it holds at a restart goes to the next
@@ -307,7 +304,6 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 	case *sockets.KubeletAppeared:
 		ctx.Send(n.registrar, &registrar.KubeletAppeared{Socket: m.Socket})
 		// Attribute pods now, not after a backoff grown while it was away.
-		n.life.kubeletBack = time.Now()
 		ctx.Send(n.reconciler, &reconciler.Reconcile{KubeletBack: true})
 	case *sockets.KubeletGone:
 		ctx.Send(n.registrar, &registrar.CheckKubelet{Why: "kubelet.sock was removed"})
@@ -584,7 +580,7 @@ func (n *coordinator) start(ctx actor.Context) {
 		Log: log.With().Str("actor", "sockets").Logger()}))
 	n.health = n.spawn(ctx, "health", health.Props(health.Config{Prober: n.cfg.Reader, Recorder: n.cfg.Recorder,
 		Interval: n.cfg.ProbeInterval, Known: st.Clone().Devices, Log: log.With().Str("actor", "health").Logger()}))
-	rc.Recorder, rc.Lister, rc.Replayed, rc.KubeletBack = n.cfg.Recorder, n.cfg.PodResources, st, n.life.kubeletBack
+	rc.Recorder, rc.Lister, rc.Replayed = n.cfg.Recorder, n.cfg.PodResources, st
 	rc.Log = log.With().Str("actor", "reconciler").Logger()
 	n.reconciler = n.spawn(ctx, "reconciler", reconciler.Props(rc))
 	if n.cfg.ConfigPath != "" && n.cfg.WatchConfig {

@@ -52,9 +52,6 @@ type Config struct {
 	// they hold their devices throughout (the kubelet's checkpoint; it
 	// does not call Allocate for them again).
 	KubeletSettle time.Duration
-	// KubeletBack is when the kubelet last started, as the parent knows
-	// it: a reconciler its parent starts again lets it settle from then.
-	KubeletBack time.Time
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	Log zerolog.Logger
@@ -72,7 +69,7 @@ func Props(cfg Config) *actor.Props {
 		cfg.Now = time.Now
 	}
 	replayed := handoff.First(cfg.Replayed)
-	life := &lifetime{kubeletAt: cfg.KubeletBack}
+	life := &lifetime{}
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &reconciler{cfg: cfg, replayed: replayed(), life: life}
 	}, actor.WithDispatcher(supervise.Warm))
@@ -84,7 +81,8 @@ type lifetime struct {
 	// persist holds messages back while a round's events are being
 	// recorded: the fold reads them back, and tells the parent, first.
 	persist ledger.Persister
-	// kubeletAt is when the kubelet last started (see KubeletSettle).
+	// kubeletAt is when the parent last told of a kubelet started (see
+	// KubeletSettle), before its KubeletRestarted may be in the ledger.
 	kubeletAt time.Time
 }
 
@@ -288,8 +286,14 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	if !r.available() {
 		payloads = append(payloads, events.AttributionChanged{Available: true, Reason: "pod resources answered"})
 	}
-	now := r.cfg.Now()
-	settle := r.cfg.KubeletSettle - now.Sub(r.life.kubeletAt)
+	// The kubelet settles from its start: as the parent told, or as the
+	// ledger says (KubeletRestarted), which a reconciler its parent
+	// starts again reads.
+	now, back := r.cfg.Now(), r.life.kubeletAt
+	if last := r.st.Kubelet.LastRestart; last.After(back) {
+		back = last
+	}
+	settle := r.cfg.KubeletSettle - now.Sub(back)
 	if settle > 0 {
 		r.schedule(ctx, settle) // a round once the kubelet has its pods
 	}
