@@ -259,7 +259,7 @@ func (w *worker) readFunction(addr string) fnResult {
 		}
 	}
 	if e.uio {
-		w.readUIO(d, dir)
+		d.UIO = w.firstNumbered(d, dir, "uio", "uio")
 	}
 	if e.infiniband {
 		w.readRDMA(d, dir)
@@ -540,20 +540,21 @@ func (w *worker) readRDMAChars(d *Device, dir string, classes []string) {
 	}
 }
 
-// readUIO sets UIO from the function's uio/ (the first uio<N> in it).
-func (w *worker) readUIO(d *Device, dir string) {
-	names, err := w.fs.readDirNames(dir + "/uio")
+// firstNumbered lists the function's rel and returns the first name in
+// it, by name, that is prefix and a number ("uio0"), "" if none is.
+func (w *worker) firstNumbered(d *Device, dir, rel, prefix string) string {
+	names, err := w.fs.readDirNames(dir + "/" + rel)
 	if err != nil {
-		d.Warnings = append(d.Warnings, "uio: "+errText(err))
-		return
+		d.Warnings = append(d.Warnings, rel+": "+errText(err))
+		return ""
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		if _, ok := numberedName(n, "uio"); ok {
-			d.UIO = n
-			return
+		if _, ok := numberedName(n, prefix); ok {
+			return n
 		}
 	}
+	return ""
 }
 
 // readDefaultPKey sets PKey from index 0 of port 1 of the RDMA device dev,
@@ -602,17 +603,7 @@ func (w *worker) readVDPA(d *Device, dir, child string) {
 		return
 	}
 	// vhost_vdpa's character device is a child of the vdpa device.
-	names, err := w.fs.readDirNames(dir + "/" + child)
-	if err != nil {
-		d.Warnings = append(d.Warnings, child+": "+errText(err))
-		return
-	}
-	for _, n := range names {
-		if _, ok := numberedName(n, "vhost-vdpa-"); ok {
-			d.VhostVDPA = n
-			return
-		}
-	}
+	d.VhostVDPA = w.firstNumbered(d, dir, child, "vhost-vdpa-")
 }
 
 // sortNumeric sorts names that are decimal numbers by value ("2" before
