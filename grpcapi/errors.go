@@ -30,18 +30,25 @@ var ErrRegistrationRejected = errors.New("registration rejected by the kubelet")
 // message. context.Canceled becomes Canceled: only a caller that went away
 // cancels, and Internal would misreport it.
 func backendStatus(err error) error {
-	code := codes.Internal
+	return status.Error(Code(err), err.Error())
+}
+
+// Code is the gRPC status code the kubelet gets for a PoolBackend's err
+// (OK for nil): what backendStatus answers, for those who count answers.
+func Code(err error) codes.Code {
 	switch {
+	case err == nil:
+		return codes.OK
 	case errors.Is(err, ErrInvalidRequest):
-		code = codes.InvalidArgument
+		return codes.InvalidArgument
 	case errors.Is(err, ErrUnavailable):
-		code = codes.Unavailable
+		return codes.Unavailable
 	case errors.Is(err, context.DeadlineExceeded):
-		code = codes.DeadlineExceeded
+		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
-		code = codes.Canceled
+		return codes.Canceled
 	}
-	return status.Error(code, err.Error())
+	return codes.Internal
 }
 
 // ErrAlreadyConnected marks a Register the kubelet refused because it holds

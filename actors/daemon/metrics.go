@@ -13,10 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"google.golang.org/grpc/status"
 
 	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi"
 	"github.com/devledger/devledger/store"
 )
 
@@ -171,7 +171,9 @@ func (m *metrics) startPool(pool string) {
 
 // allocated observes one Allocate call.
 func (m *metrics) allocated(poolName string, took time.Duration, err error) {
-	m.latency.WithLabelValues(poolName, status.Code(err).String()).Observe(took.Seconds())
+	// The code the kubelet gets: the pool's errors become gRPC statuses
+	// only at the server, so status.Code would say Unknown.
+	m.latency.WithLabelValues(poolName, grpcapi.Code(err).String()).Observe(took.Seconds())
 }
 
 func b2f(b bool) float64 {

@@ -270,3 +270,36 @@ func TestReadyzFollowsTheLedgersAppends(t *testing.T) {
 		t.Errorf("/metrics still says the ledger is failing")
 	}
 }
+
+// The allocate histogram's code is the gRPC code the kubelet gets
+// (docs/operations.md): a request for a device the pool lacks is refused
+// with InvalidArgument and counted under it, not as Unknown.
+func TestAllocateDurationCountsTheKubeletsCode(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.MetricsAddr = "127.0.0.1:0"
+	d := n.start(t)
+	ctx := waitCtx(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+		t.Fatal(err)
+	}
+	_, err := n.kubelet.Allocate(ctx, vfioPool, []string{"0000:99:00.0"})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Allocate of a device the pool lacks: %v, want InvalidArgument", err)
+	}
+	_, body := httpGet(t, "http://"+d.metricsAddr+"/metrics")
+	want := `devledger_allocate_duration_seconds_count{code="InvalidArgument",pool="intel.com/sriov_vfio"} 1`
+	if !strings.Contains(body, want) {
+		t.Errorf("/metrics lacks %q; it has:\n%s", want, grepLines(body, "devledger_allocate_duration_seconds_count"))
+	}
+}
+
+// grepLines are the lines of body that begin with prefix.
+func grepLines(body, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
