@@ -794,8 +794,12 @@ func (d *Daemon) retain() {
 	if d.opts.RetainAge <= 0 && d.opts.RetainBytes <= 0 {
 		return
 	}
-	if _, _, err := d.ledger.Retain(context.Background(), store.Retention{MaxAge: d.opts.RetainAge, MaxBytes: d.opts.RetainBytes}); err != nil {
+	_, dropped, err := d.ledger.Retain(context.Background(), store.Retention{MaxAge: d.opts.RetainAge, MaxBytes: d.opts.RetainBytes})
+	if err != nil {
 		d.log.Error().Err(err).Msg("ledger retention failed")
+	}
+	if dropped { // the store records its EventsDropped itself, past the Recorder
+		d.metrics.storeRecorded(events.TypeEventsDropped)
 	}
 }
 
@@ -808,6 +812,7 @@ func (d *Daemon) snapshot(ctx context.Context, reason string) error {
 	if _, err := d.ledger.SaveSnapshot(ctx, s, reason); err != nil { // the store logs it
 		return fmt.Errorf("snapshot: %w", err)
 	}
+	d.metrics.storeRecorded(events.TypeSnapshotTaken)
 	return nil
 }
 

@@ -72,6 +72,12 @@ func newMetrics(d *Daemon, st events.State, replayTook time.Duration) *metrics {
 	for name := range st.Pools {
 		m.startPool(name)
 	}
+	// A pool the config dropped keeps its live allocations until their
+	// containers go; their release or leak counts from 0, or increase()
+	// never sees it.
+	for _, a := range st.Allocations {
+		m.startPool(a.Pool)
+	}
 	m.kubelet = f.NewCounter(prometheus.CounterOpts{Namespace: "devledger", Name: "kubelet_restarts_total", Help: "New kubelets seen (their registration socket appeared)."})
 	m.kubeletDown = gauge("kubelet_down",
 		"1 from a recorded KubeletStopped (the kubelet's streams ended and its socket refuses connections) to the next kubelet.")
@@ -152,6 +158,12 @@ func (m *metrics) recorded(envs []events.Envelope) {
 			m.ledgerMu.Unlock()
 		}
 	}
+}
+
+// storeRecorded counts an event the store appended itself, past the
+// Recorder (a snapshot's SnapshotTaken, retention's EventsDropped).
+func (m *metrics) storeRecorded(t events.Type) {
+	m.events.WithLabelValues(string(t)).Inc()
 }
 
 // damage is the damage recorded in the ledger, as the fold has it now.

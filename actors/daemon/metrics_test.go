@@ -303,3 +303,64 @@ func grepLines(body, prefix string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// devledger_events_total counts every event this daemon recorded, the
+// store's own too: a snapshot's SnapshotTaken and retention's
+// EventsDropped are in the ledger like any other.
+func TestEventsTotalCountsTheStoresOwnEvents(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.MetricsAddr = "127.0.0.1:0"
+	n.opts.SnapshotEvery, n.opts.SnapshotCheck, n.opts.RetainBytes = 5, 10*time.Millisecond, 1
+	d := n.start(t)
+	ctx := waitCtx(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+		t.Fatal(err)
+	}
+	for _, dev := range []string{"0000:3b:01.2", "0000:3b:01.3"} {
+		if _, err := n.kubelet.Allocate(ctx, vfioPool, []string{dev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func() map[events.Type]int {
+		c := map[events.Type]int{}
+		d.rec.Log().Read(d.rec.Log().FirstSeq(), func(e events.Envelope) error {
+			c[e.Type]++
+			return nil
+		})
+		return c
+	}
+	waitFor(ctx, t, "a snapshot and a drop in the ledger", func() bool {
+		c := count()
+		return c[events.TypeSnapshotTaken] > 0 && c[events.TypeEventsDropped] > 0
+	})
+	_, body := httpGet(t, "http://"+d.metricsAddr+"/metrics")
+	for _, typ := range []events.Type{events.TypeSnapshotTaken, events.TypeEventsDropped} {
+		if !strings.Contains(body, `devledger_events_total{type="`+string(typ)+`"} `) {
+			t.Errorf("the ledger holds %s events; /metrics has no devledger_events_total for them:\n%s", typ, grepLines(body, "devledger_events_total"))
+		}
+	}
+}
+
+// A pool the config dropped keeps its live allocations, which may yet be
+// released or suspected of a leak. After a restart its counters exist at
+// 0 before those events count, or the series first appears at 1 and
+// increase() (the leak alert) never sees it.
+func TestARemovedPoolsCountersStartAtZeroAfterARestart(t *testing.T) {
+	n, d, ctx := allocatedBeforeMove(t, func(o *Options) { o.WatchConfig = false })
+	n.reload(ctx, t, d, dpdkConfig) // sriov_vfio goes; the allocation stays live
+	s := ledgerState(t, d)
+	if _, kept := s.Pools[vfioPool]; len(s.Allocations) != 1 || kept {
+		t.Fatalf("after the reload: %d live allocations, pool %s kept: %v; want 1, false", len(s.Allocations), vfioPool, kept)
+	}
+	if err := d.Stop(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+	n.opts.MetricsAddr = "127.0.0.1:0"
+	d = n.start(t)
+	_, body := httpGet(t, "http://"+d.metricsAddr+"/metrics")
+	for _, c := range []string{"leak_suspects_total", "releases_total"} {
+		if want := `devledger_` + c + `{pool="intel.com/sriov_vfio"} 0`; !strings.Contains(body, want) {
+			t.Errorf("after the restart, /metrics lacks %q:\n%s", want, grepLines(body, "devledger_"+c))
+		}
+	}
+}
