@@ -79,7 +79,7 @@ func Props(cfg Config) *actor.Props {
 		cfg.Mode = grpcapi.ModeLegacy
 	}
 	first := handoff.First(true)
-	life := &lifetime{downSince: cfg.KubeletDownSince, inflight: map[string]string{}}
+	life := &lifetime{downSince: cfg.KubeletDownSince, inflight: map[string]string{}, aborts: map[string]context.CancelFunc{}}
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &registrar{cfg: cfg, crashed: !first(), lifetime: life}
 	}, actor.WithDispatcher(supervise.Warm))
@@ -91,12 +91,16 @@ func Props(cfg Config) *actor.Props {
 // another.
 type lifetime struct {
 	kubelet   kubeletID // the newest seen
+	looked    bool      // its socket was looked for once: what appears later is a new kubelet
 	downSince time.Time // when the kubelet was recorded gone; zero if not
 	probing   bool      // a dial of its socket is out
 	// checkAgain is why the kubelet was to be checked while a probe was
 	// out ("" if not): the probe may have dialled before the news.
 	checkAgain string
 	inflight   map[string]string // the socket of the Register out, by pool
+	// aborts cuts short the Register out, by pool: one meant for a
+	// kubelet gone since (see observeKubelet).
+	aborts map[string]context.CancelFunc
 }
 
 type desire struct {
@@ -241,23 +245,36 @@ func (r *registrar) Receive(ctx actor.Context) {
 
 // observeKubelet stats the kubelet's socket. A kubelet other than the one
 // known voids every registration, and waiting retries start over. One
-// appearing where none was known is a restart only if the socket watcher
-// saw it created, not when found at start.
+// appearing where none was known is a restart if the socket watcher saw
+// it created, or if an earlier look found none; not when found at the
+// first look (at start). Whichever message looks first after the kubelet
+// made its socket (a Reconcile for a socket its start removed comes
+// before KubeletAppeared) sees it appear.
 func (r *registrar) observeKubelet(created bool) kubeletID {
 	cur := statKubelet(r.cfg.KubeletSocket)
+	first := !r.looked
+	r.looked = true
 	if !cur.present() || cur == r.kubelet {
 		return cur
 	}
 	known := r.kubelet.present()
 	r.kubelet = cur
 	r.waiting = false
-	if !known && !created {
+	if !known && !created && first {
 		return cur
 	}
 	r.restarted("kubelet restarted; registering every pool again")
 	for pool := range r.retrying {
 		r.cancelRetry(pool)
 		r.failures[pool] = 0
+	}
+	// A Register out was meant for a kubelet before this one. Left to
+	// run, it waits for the socket path to answer and reaches this one,
+	// whose start removed the pool's socket: it would dial that path for
+	// as long as its dial timeout (10s) before it answers. Its answer is
+	// void anyway (answered): cut it short.
+	for _, abort := range r.aborts {
+		abort()
 	}
 	return cur
 }
@@ -266,7 +283,7 @@ func (r *registrar) observeKubelet(created bool) kubeletID {
 func (r *registrar) restarted(msg string) {
 	r.restarts++
 	socket, stopped := r.cfg.KubeletSocket, r.downSince
-	r.downSince = time.Time{}
+	r.downSince, r.waiting = time.Time{}, false
 	r.record(events.KubeletRestarted{Socket: socket, StoppedAt: stopped}, func(e events.Envelope) {
 		ev := r.cfg.Log.Info().Str("socket", socket).Uint64("seq", e.Seq)
 		if !stopped.IsZero() {
@@ -338,8 +355,9 @@ func (r *registrar) probed(ctx actor.Context, m *probed) {
 		}
 	}()
 	// A kubelet new since the probe began is up, whatever the probe met;
-	// its KubeletRestarted is recorded.
-	if r.observeKubelet(false) != m.kubelet {
+	// its KubeletRestarted is recorded. No socket at all is no new
+	// kubelet: the one probed took it with it ("is gone").
+	if cur := r.observeKubelet(false); cur.present() && cur != m.kubelet {
 		return
 	}
 	switch {
@@ -364,7 +382,7 @@ func (r *registrar) stopped(ctx actor.Context, reason string) {
 	// is recorded as if before it (appends commit in order; a failed one
 	// still ends at the redial). stopRecorded then sets the event's time,
 	// for KubeletRestarted to name.
-	r.downSince = time.Now()
+	r.downSince, r.waiting = time.Now(), false
 	self, root, socket := ctx.Self(), ctx.ActorSystem().Root, r.cfg.KubeletSocket
 	r.record(events.KubeletStopped{Socket: socket, Reason: reason}, func(e events.Envelope) {
 		r.cfg.Log.Warn().Str("socket", socket).Str("reason", reason).Uint64("seq", e.Seq).Msg("kubelet stopped; pools keep serving and register when it is back")
@@ -408,10 +426,13 @@ func (r *registrar) reconcile(ctx actor.Context) {
 		if r.cfg.Mode != grpcapi.ModeLegacy || r.isRegistered(pool) {
 			continue
 		}
-		if !cur.present() {
-			// The node tells the operator; KubeletAppeared brings us back.
+		if !cur.present() || !r.downSince.IsZero() {
+			// No socket (the node tells the operator), or a kubelet the
+			// ledger has gone: a Register could only fail again.
+			// KubeletAppeared, or the recheck that finds it answering,
+			// brings us back.
 			if !r.waiting {
-				r.cfg.Log.Debug().Str("socket", r.cfg.KubeletSocket).Msg("no kubelet socket; registrations wait for it")
+				r.cfg.Log.Debug().Str("socket", r.cfg.KubeletSocket).Msg("no kubelet; registrations wait for it")
 				r.waiting = true
 			}
 			continue
@@ -444,8 +465,9 @@ func (r *registrar) needSocket(ctx actor.Context, pool string, d desire, lost bo
 
 func (r *registrar) register(ctx actor.Context, pool, socket string, kubelet kubeletID) {
 	self, root, cfg := ctx.Self(), ctx.ActorSystem().Root, r.cfg
+	cctx, cancel := context.WithTimeout(context.Background(), cfg.RegisterTimeout)
+	r.aborts[pool] = cancel
 	go func() {
-		cctx, cancel := context.WithTimeout(context.Background(), cfg.RegisterTimeout)
 		defer cancel()
 		err := grpcapi.RegisterWithKubelet(cctx, cfg.KubeletSocket, pool, filepath.Base(socket), cfg.Options)
 		root.Send(self, &registerResult{pool: pool, socket: socket, kubelet: kubelet, err: err})
@@ -461,22 +483,29 @@ func (r *registrar) answered(ctx actor.Context, m *registerResult) {
 		return
 	}
 	delete(r.inflight, m.pool)
+	delete(r.aborts, m.pool)
 	d, ok := r.desired[m.pool]
 	if !ok || d.socket != m.socket { // a socket the pool has left
 		r.reconcile(ctx)
 		return
 	}
 	switch {
+	case r.observeKubelet(false) != m.kubelet:
+		// Meant for a kubelet gone since, whatever the answer (or cut
+		// short when the next was seen): not the current kubelet's
+		// refusal, nor its registration. One that never reached a
+		// kubelet may go again on the same socket.
+		if errors.Is(m.err, grpcapi.ErrKubeletUnreachable) {
+			d.sent = false
+			r.desired[m.pool] = d
+		}
+		r.cfg.Log.Info().Str("pool", m.pool).Str("socket", m.socket).Msg("the kubelet restarted during the registration; registering anew")
+		r.reconcile(ctx)
 	case m.err == nil && !r.downSince.IsZero():
 		// The registration went with the kubelet recorded gone; the
 		// pool registers anew when it is back.
 		r.cfg.Log.Info().Str("pool", m.pool).Str("socket", m.socket).Msg("registered with a kubelet that has gone since")
 	case m.err == nil:
-		if r.observeKubelet(false) != m.kubelet {
-			r.cfg.Log.Info().Str("pool", m.pool).Str("socket", m.socket).Msg("the kubelet restarted during the registration; registering on a new socket")
-			r.reconcile(ctx)
-			return
-		}
 		r.acknowledge(ctx, m.pool, d)
 	case errors.Is(m.err, grpcapi.ErrAlreadyConnected):
 		// The kubelet keeps a dead endpoint for this path until it

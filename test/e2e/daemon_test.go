@@ -184,7 +184,8 @@ type ledgerState struct {
 		Starts  int  `json:"starts"`
 	} `json:"daemon"`
 	Kubelet struct {
-		Restarts int `json:"restarts"`
+		Restarts int  `json:"restarts"`
+		Down     bool `json:"down"`
 	} `json:"kubelet"`
 	Pools map[string]struct {
 		Members      []string `json:"members"`

@@ -108,14 +108,23 @@ func runRestartCycles(t testing.TB, mode string) {
 // pool registered on the socket it serves on now.
 func waitLedgerRegistered(t testing.TB, r *rig, restarts int) {
 	t.Helper()
+	waitPoolsRegistered(t, r, 10*time.Second, fmt.Sprintf("%d kubelet restarts", restarts),
+		func(s ledgerState) bool { return s.Kubelet.Restarts == restarts })
+}
+
+// waitPoolsRegistered waits up to within until the ledger's kubelet is as
+// want says (what) and every pool is registered on the socket it serves
+// on now.
+func waitPoolsRegistered(t testing.TB, r *rig, within time.Duration, what string, want func(ledgerState) bool) {
+	t.Helper()
 	dir := devicePluginsDir
 	if r.mode == "watcher" {
 		dir = pluginsRegistryDir
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(within)
 	for {
 		s := replay(t, r.node.stateDir)
-		done := s.Kubelet.Restarts == restarts
+		done := want(s)
 		for res := range sriovPools {
 			reg := s.Pools[res].Registration
 			done = done && reg.Registered && reg.Socket == poolSocket(t, dir, res)
@@ -124,7 +133,7 @@ func waitLedgerRegistered(t testing.TB, r *rig, restarts int) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("ledger: after 10s, %d kubelet restarts (want %d), pools %+v", s.Kubelet.Restarts, restarts, s.Pools)
+			t.Fatalf("ledger after %v, want %s and every pool registered: kubelet %+v, pools %+v", within, what, s.Kubelet, s.Pools)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -142,8 +151,8 @@ type ledgerEvent struct {
 }
 
 // registrationHistory is every KubeletRestarted, PluginRegistered and
-// RegistrationFailed of the ledger, in order (offline: the daemon is
-// stopped).
+// RegistrationFailed of the ledger, in order (offline, or through the
+// admin socket while the daemon runs).
 func registrationHistory(t testing.TB, stateDir string) []ledgerEvent {
 	t.Helper()
 	out := devledger(t, "dump", "--state-dir", stateDir, "--format", "jsonl")

@@ -1,0 +1,109 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/testdata/sysfsgen"
+)
+
+// readyWithin waits up to within for the daemon to be ready (every pool
+// registered, as /readyz says).
+func readyWithin(t *testing.T, d *Daemon, within time.Duration, what string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := d.notReady(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not ready %v on: %v", what, within, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitFullKubelet waits up to within for k to list every device of both pools.
+func waitFullKubelet(t *testing.T, k *kubelettest.Kubelet, within time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	for res, want := range map[string]int{vfioPool: 5, netPool: 3} {
+		if _, err := k.WaitDevices(ctx, res, func(ds []*pluginapi.Device) bool { return len(ds) == want }); err != nil {
+			t.Fatalf("the kubelet does not list %s's %d devices: %v", res, want, err)
+		}
+	}
+}
+
+// The daemon starts with the kubelet down and no kubelet.sock; the kubelet
+// comes up later. Every pool registers with it at once, in every mode.
+func TestAKubeletUpAfterTheDaemonGetsEveryPool(t *testing.T) {
+	for _, mode := range []string{"legacy", "watcher", "auto"} {
+		t.Run(mode, func(t *testing.T) {
+			n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{Delayed: true, PluginWatcher: mode != "legacy"})
+			n.opts.Registration = mode
+			d := n.start(t)
+			time.Sleep(500 * time.Millisecond)
+			booted := time.Now()
+			if err := n.kubelet.Boot(); err != nil {
+				t.Fatal(err)
+			}
+			waitFullKubelet(t, n.kubelet, 3*time.Second)
+			readyWithin(t, d, 3*time.Second, "after the kubelet came up")
+			t.Logf("ready %v after boot", time.Since(booted))
+			s := ledgerState(t, d)
+			if s.Kubelet.Restarts != 1 || s.Kubelet.Down {
+				t.Errorf("ledger kubelet %+v, want one (re)start, not down", s.Kubelet)
+			}
+		})
+	}
+}
+
+// The ledger has the kubelet down (a KubeletStopped of the run before); the
+// daemon starts with no kubelet.sock (the kubelet stopped cleanly), and
+// the kubelet comes back later.
+func TestAKubeletBackAfterARecordedOutageEndsIt(t *testing.T) {
+	for i := range 3 {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+			d, err := Start(n.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := waitCtx(t)
+			waitFullKubelet(t, n.kubelet, 5*time.Second)
+			if err := n.kubelet.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			waitLedger(ctx, t, d, "the kubelet recorded down", func(s events.State) bool { return s.Kubelet.Down })
+			d.Stop(context.Background(), "test: daemon restart")
+			// A kubelet stopped cleanly takes its socket with it.
+			if err := os.Remove(n.kubelet.RegistrationSocket()); err != nil {
+				t.Fatal(err)
+			}
+			d = n.start(t)
+			time.Sleep(time.Duration(i) * 150 * time.Millisecond)
+			booted := time.Now()
+			if err := n.kubelet.Boot(); err != nil {
+				t.Fatal(err)
+			}
+			waitFullKubelet(t, n.kubelet, 3*time.Second)
+			readyWithin(t, d, 3*time.Second, "after the kubelet came back")
+			t.Logf("ready %v after boot", time.Since(booted))
+			s := ledgerState(t, d)
+			if s.Kubelet.Down || s.Kubelet.Outages != 1 {
+				t.Errorf("ledger kubelet %+v, want the outage ended", s.Kubelet)
+			}
+		})
+	}
+}
