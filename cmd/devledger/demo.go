@@ -103,10 +103,11 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 		defer os.RemoveAll(tmp)
 		d.dir = tmp
 	}
-	// SIGINT (Ctrl-C) and SIGTERM end the story early, and the demo
-	// cleans up as after any failure: the daemon is stopped, the temp
-	// dirs removed. The handler stays until the cleanup is done.
-	sigCtx, stopSignals := signalContext()
+	// SIGINT (Ctrl-C), SIGTERM and SIGHUP (the terminal closed) end the
+	// story early, and the demo cleans up as after any failure: the
+	// daemon, in a group of its own that no terminal signals, is stopped,
+	// the temp dirs removed. The handler stays until the cleanup is done.
+	sigCtx, stopSignals := signalContext(syscall.SIGHUP)
 	defer stopSignals()
 	ctx, cancel := context.WithTimeout(sigCtx, 60*time.Second)
 	defer cancel()

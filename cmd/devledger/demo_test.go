@@ -172,8 +172,9 @@ func TestDemoKeep(t *testing.T) {
 // TestDemoInterrupted runs the demo as its own process, signals it while
 // its daemon runs, and checks that it stops the daemon and removes its
 // temp dirs (keeping only the --keep dir, with the daemon's stop recorded
-// in its ledger). Ctrl-C in a terminal signals the demo's whole process
-// group; the daemon is in a group of its own, so the demo stops it.
+// in its ledger). Ctrl-C, or a hangup, in a terminal signals the demo's
+// whole process group; the daemon is in a group of its own, so the demo
+// stops it.
 func TestDemoInterrupted(t *testing.T) {
 	cases := []struct {
 		name string
@@ -186,6 +187,10 @@ func TestDemoInterrupted(t *testing.T) {
 		{name: "SIGINT to the demo alone", sig: syscall.SIGINT},
 		{name: "Ctrl-C to the demo's process group", sig: syscall.SIGINT, group: true},
 		{name: "SIGTERM with --keep", sig: syscall.SIGTERM, keep: true},
+		// A terminal that closes (an SSH session that drops) hangs up
+		// its foreground group; the daemon, in a group of its own,
+		// would run on orphaned in a temp dir nobody removes.
+		{name: "the terminal hung up", sig: syscall.SIGHUP, group: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

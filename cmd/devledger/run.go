@@ -353,11 +353,12 @@ func errnoOf(err error) error {
 	return err
 }
 
-// signalContext ends on SIGTERM or SIGINT, with the signal as its cause.
-func signalContext() (context.Context, func()) {
+// signalContext ends on SIGTERM, SIGINT or a signal of also, with the
+// signal as its cause.
+func signalContext(also ...os.Signal) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+	signal.Notify(ch, append([]os.Signal{syscall.SIGTERM, syscall.SIGINT}, also...)...)
 	go func() {
 		if sig, ok := <-ch; ok {
 			cancel(fmt.Errorf("%s", strings.ToUpper(unixSignalName(sig))))
@@ -372,6 +373,8 @@ func unixSignalName(sig os.Signal) string {
 		return "SIGTERM"
 	case syscall.SIGINT:
 		return "SIGINT"
+	case syscall.SIGHUP:
+		return "SIGHUP"
 	}
 	return sig.String()
 }
