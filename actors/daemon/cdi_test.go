@@ -202,3 +202,74 @@ func TestAUIOPoolHandsOutItsUIODevice(t *testing.T) {
 		t.Errorf("_INFO names no uio node: %s", info)
 	}
 }
+
+// With CDI on, a container gets the device nodes of its devices' entries
+// in the pool's spec, not Allocate's answer; those entries must be what
+// Allocate would hand out now. /dev/infiniband/rdma_cm appears when
+// rdma_ucm loads, which may be after the daemon started: an Allocate then
+// names rdma_cm in _INFO, and the container must get the node too.
+func TestCDISpecFollowsTheDeviceNodesAnAllocateSees(t *testing.T) {
+	const cfg = `{"resourceList": [{"resourceName": "mlx_rdma", "cdi": {"enabled": true}, "selectors": {"vendors": ["15b3"], "devices": ["101c"], "drivers": ["mlx5_core"], "isRdma": true}}]}`
+	const pool, vf = "intel.com/mlx_rdma", "0000:5e:00.2"
+	n := newTestNode(t, sysfsgen.ScenarioMellanox, cfg, kubelettest.Options{})
+	n.opts.WatchConfig = false
+	cm := filepath.Join(n.roots.Dev, "infiniband", "rdma_cm")
+	if err := os.Remove(cm); err != nil {
+		t.Fatal(err)
+	}
+	n.start(t)
+	ctx := waitCtx(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cm, nil, 0o644); err != nil { // rdma_ucm loaded
+		t.Fatal(err)
+	}
+	resp, err := n.kubelet.Allocate(ctx, pool, []string{vf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr := resp.ContainerResponses[0]
+	if info := cr.Envs["PCIDEVICE_INTEL_COM_MLX_RDMA_INFO"]; !strings.Contains(info, `"rdma_cm":"/dev/infiniband/rdma_cm"`) {
+		t.Fatalf("_INFO names no rdma_cm: %s", info)
+	}
+	dev := resolver(t, n.opts.CDISpecDir).GetDevice(cr.CdiDevices[0].Name)
+	if dev == nil {
+		t.Fatalf("%s does not resolve", cr.CdiDevices[0].Name)
+	}
+	var nodes []string
+	for _, d := range dev.ContainerEdits.DeviceNodes {
+		nodes = append(nodes, d.Path)
+	}
+	if !slices.Contains(nodes, "/dev/infiniband/rdma_cm") {
+		t.Errorf("the container's _INFO names /dev/infiniband/rdma_cm, but its CDI device %s gives it only %v", cr.CdiDevices[0].Name, nodes)
+	}
+}
+
+// The CDI names an Allocate answers with resolve when it answers, as its
+// device-info files exist: a spec file lost since the pool wrote it (a
+// cleanup of /var/run/cdi, a write that failed) is written again by the
+// Allocate that needs it, not only at the pool's next membership change.
+func TestAnAllocateWritesAMissingCDISpecAgain(t *testing.T) {
+	cfg := strings.Replace(sriovConfig, `{"resourceName": "sriov_vfio",`, `{"resourceName": "sriov_vfio", "cdi": {"enabled": true},`, 1)
+	n := newTestNode(t, "sriov", cfg, kubelettest.Options{})
+	n.opts.WatchConfig = false
+	n.start(t)
+	ctx := waitCtx(t)
+	if _, err := n.kubelet.WaitDevices(ctx, vfioPool, func(ds []*pluginapi.Device) bool { return len(ds) == 5 }); err != nil {
+		t.Fatal(err)
+	}
+	spec := filepath.Join(n.opts.CDISpecDir, "devledger_intel.com_sriov_vfio.json")
+	waitFor(ctx, t, "the pool's spec", func() bool { _, err := os.Stat(spec); return err == nil })
+	if err := os.Remove(spec); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := n.kubelet.Allocate(ctx, vfioPool, []string{movingDevice})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := resp.ContainerResponses[0].CdiDevices[0].Name
+	if resolver(t, n.opts.CDISpecDir).GetDevice(name) == nil {
+		t.Errorf("the Allocate answered %s, which resolves through no spec: the container cannot start", name)
+	}
+}

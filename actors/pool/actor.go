@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/devledger/devledger/actors/internal/handoff"
 	"github.com/devledger/devledger/actors/ledger"
@@ -106,11 +108,14 @@ type allocator struct {
 	watchers map[chan []*pluginapi.Device]string // the socket of each stream
 	// list is the last list built, nil once members or resource change;
 	// stale names its entries whose health changed since (see deviceList).
-	list   []*pluginapi.Device
-	stale  []string
-	server *grpcapi.PoolServer
-	socket string    // where server serves now (see SocketBase)
-	life   *lifetime // outlives this incarnation, numbered life.incarnations
+	list  []*pluginapi.Device
+	stale []string
+	// cdiWritten are the entries of the CDI spec this incarnation last
+	// wrote, by device; nil when it wrote none (see ensureCDISpec).
+	cdiWritten map[string]specs.Device
+	server     *grpcapi.PoolServer
+	socket     string    // where server serves now (see SocketBase)
+	life       *lifetime // outlives this incarnation, numbered life.incarnations
 }
 
 // Receive implements actor.Actor.
@@ -143,7 +148,7 @@ func (p *allocator) Receive(ctx actor.Context) {
 		p.list = nil
 		p.broadcast()
 		p.syncDeviceInfo(nil) // the device type may have become netDevice
-		p.writeCDISpec()
+		_ = p.writeCDISpec()  // it logs a failure; an Allocate tries again
 	case *SetHealths:
 		changed := false
 		for i := range m.Changes {
@@ -314,18 +319,20 @@ func (p *allocator) syncDeviceInfo(old map[string]*allocation.Member) {
 
 // writeCDISpec writes the CDI spec that resolves the names Allocate
 // answers with, before the members are offered to the kubelet; with CDI
-// off (a reload may turn it off) or no members, the spec goes.
-func (p *allocator) writeCDISpec() {
+// off (a reload may turn it off) or no members, the spec goes. It logs
+// what fails, and returns it for Allocate (see ensureCDISpec).
+func (p *allocator) writeCDISpec() error {
+	p.cdiWritten = nil
 	dir, res := p.cfg.CDISpecDir, p.cfg.Resource
 	if dir == "" {
-		return
+		return nil
 	}
 	log := p.cfg.Log.With().Str("pool", p.name).Logger()
 	if !res.CDI.Enabled {
 		if err := allocation.RemoveCDISpec(dir, res); err != nil {
 			log.Error().Err(err).Msg("cannot remove the pool's CDI spec")
 		}
-		return
+		return nil
 	}
 	devs := make([]sysfs.Device, 0, len(p.order))
 	for _, addr := range p.order {
@@ -334,7 +341,7 @@ func (p *allocator) writeCDISpec() {
 	spec, refused, err := allocation.CDISpec(res, devs, p.cfg.Env)
 	if err != nil {
 		log.Error().Err(err).Msg("no CDI spec for the pool: its CDI names cannot be resolved")
-		return
+		return err
 	}
 	for _, r := range refused {
 		log.Warn().Err(r).Msg("a member left out of the pool's CDI spec")
@@ -342,9 +349,37 @@ func (p *allocator) writeCDISpec() {
 	path, err := allocation.WriteCDISpec(dir, res, spec)
 	if err != nil {
 		log.Error().Err(err).Msg("cannot write the pool's CDI spec: its CDI names cannot be resolved")
-		return
+		return err
+	}
+	p.cdiWritten = make(map[string]specs.Device, len(spec.Devices))
+	for _, d := range spec.Devices {
+		p.cdiWritten[d.Name] = d
 	}
 	log.Debug().Str("path", path).Int("devices", len(devs)-len(refused)).Msg("CDI spec written")
+	return nil
+}
+
+// ensureCDISpec makes sure, for an Allocate of devs that answers with CDI
+// names, that the pool's spec is there and gives each of devs what the
+// Allocate would hand out now (a node such as rdma_cm may have appeared
+// since it was written), or writes it again, as an Allocate writes a
+// device-info file again: a name that resolves nowhere fails the
+// container.
+func (p *allocator) ensureCDISpec(devs []sysfs.Device) error {
+	dir, res := p.cfg.CDISpecDir, p.cfg.Resource
+	if dir == "" || !res.CDI.Enabled {
+		return nil
+	}
+	if _, err := os.Stat(allocation.CDISpecPath(dir, res)); err == nil && p.cdiWritten != nil {
+		now, _, err := allocation.CDISpec(res, devs, p.cfg.Env)
+		if err == nil && !slices.ContainsFunc(now.Devices, func(d specs.Device) bool {
+			was, ok := p.cdiWritten[d.Name]
+			return !ok || !reflect.DeepEqual(was, d)
+		}) {
+			return nil
+		}
+	}
+	return p.writeCDISpec()
 }
 
 // announce records PluginServing (after SocketLost if lost is set) and at
@@ -699,7 +734,7 @@ func (p *allocator) setMembers(ctx actor.Context, pl *placement) {
 	p.life.gen = max(p.life.gen, pl.m.Gen)
 	p.list = nil
 	p.syncDeviceInfo(old)
-	p.writeCDISpec()
+	_ = p.writeCDISpec() // it logs a failure; an Allocate tries again
 	p.broadcast()
 	p.letGo(ctx, slices.Sorted(maps.Keys(p.life.leaving)))
 }

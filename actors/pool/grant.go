@@ -137,6 +137,9 @@ func (p *allocator) allocate(ctx actor.Context, m *allocateReq) error {
 			}
 		}
 	}
+	if err := p.ensureCDISpec(slices.Concat(devs...)); err != nil {
+		return fmt.Errorf("%w: %s: the CDI spec its names resolve through: %v", grpcapi.ErrUnavailable, p.name, err)
+	}
 	l := p.life
 	l.nextID++
 	id := l.nextID
