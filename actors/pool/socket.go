@@ -65,6 +65,12 @@ func hasSuffixOf(name, base string) bool {
 
 var socketSuffix = regexp.MustCompile(`^[0-9a-f]{8}\.sock$`)
 
+// RemoveStaleSockets is removeStaleSockets for a pool that does not serve
+// (it has no devices): its parent removes what a killed run left.
+func RemoveStaleSockets(dir, resource string) (removed, live []string, err error) {
+	return removeStaleSockets(dir, resource)
+}
+
 // removeStaleSockets removes resource's sockets in dir that nobody answers
 // on, left by a killed daemon or an earlier incarnation (the plugin watcher
 // deregisters each it sees go). It returns those removed and those live: a

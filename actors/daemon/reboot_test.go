@@ -1,0 +1,96 @@
+package daemon
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/testdata/sysfsgen"
+)
+
+// setKernelBootID writes the kernel's boot id under n's proc root, as
+// /proc/sys/kernel/random/boot_id reads on a node.
+func setKernelBootID(t *testing.T, n *testNode, id string) {
+	t.Helper()
+	dir := filepath.Join(n.opts.ProcRoot, "sys", "kernel", "random")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "boot_id"), []byte(id+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rebootNode reboots n as a node goes down and comes back: d's run ends
+// without DaemonStopped (the ledger and pid file as its last commit left
+// them), the kernel's boot id changes, every VF is gone (nothing has
+// written sriov_numvfs yet), /run is empty (device-info files, CDI specs),
+// and a new kubelet lists none of the pods of before (they failed
+// admission: the pools were not registered when it admitted them).
+func rebootNode(ctx context.Context, t *testing.T, n *testNode, d *Daemon, bootID string) {
+	t.Helper()
+	files := []saved{save(t, filepath.Join(n.opts.StateDir, LedgerFileName)), save(t, filepath.Join(n.opts.StateDir, PIDFileName))}
+	if err := d.Stop(ctx, "the node goes down"); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		f.restore(t)
+	}
+	for _, pf := range []string{"0000:3b:00.0", "0000:af:00.0"} {
+		if err := n.roots.SetNumVFs(pf, 0, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, dir := range []string{n.opts.DevinfoDir, n.opts.CDISpecDir} {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setKernelBootID(t, n, bootID)
+	n.kubelet.SetPods(nil)
+	if err := n.kubelet.Restart(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// After an unclean reboot in watcher mode the sockets the last run served
+// are still in plugins_registry/ (it is on the node's disk), answered by
+// nobody; the kubelet's plugin watcher tries each of them again and again.
+// A start removes them (docs/operations.md: "A daemon start removes what
+// a killed daemon left under the pool's names"), also those of pools that
+// have no devices yet: the VFs come later, or never.
+func TestRebootRemovesTheStaleSocketsOfPoolsWithNoDevicesYet(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{PluginWatcher: true})
+	n.opts.Registration = "watcher"
+	n.opts.ScanInterval = time.Hour
+	setKernelBootID(t, n, "6a1c1f0e-4d52-4c1b-9d0e-1f2a3b4c5d6e")
+	d := n.start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, res := range []string{vfioPool, "intel.com/sriov_net"} {
+		if _, err := n.kubelet.WaitRegistered(ctx, res); err != nil {
+			t.Fatal(err)
+		}
+	}
+	left := socketsIn(t, n.kubelet.PluginsRegistryDir())
+	if len(left) != 2 {
+		t.Fatalf("the pools serve on %v; want two sockets", left)
+	}
+	rebootNode(ctx, t, n, d, "0d9e8f7a-6b5c-4d3e-8f1a-2b3c4d5e6f70")
+	for _, path := range left {
+		staleSocket(t, path) // what the unclean stop left
+	}
+	d = n.start(t)
+	waitLedger(ctx, t, d, "the pools emptied at the start", func(s events.State) bool {
+		return len(s.Pools[vfioPool].Members) == 0 && len(s.Pools["intel.com/sriov_net"].Members) == 0
+	})
+	soon, cancelSoon := context.WithTimeout(ctx, 5*time.Second)
+	defer cancelSoon()
+	waitFor(soon, t, "the stale sockets removed", func() bool {
+		return len(socketsIn(t, n.kubelet.PluginsRegistryDir())) == 0
+	})
+}
