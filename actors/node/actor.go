@@ -687,7 +687,10 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool, seen
 			delete(n.deferred, pm.Name)
 			n.spawnPool(ctx, res, ms, moves(pm.Name, before, owner), why)
 		case !running && !n.placed:
-			n.removeStaleSockets(pm.Name)
+			// Not served (no devices yet, as after a reboot before the
+			// VFs are made): what a killed run left under its name goes
+			// here, or the kubelet's plugin watcher dials it again and again.
+			pool.CleanStaleSockets(SocketDir(n.cfg.KubeletDir, n.cfg.Mode), pm.Name, n.cfg.Log)
 			if ps := n.emptied(pm.Name, owner); len(ps) > 0 {
 				emptied, emptiedPools = append(emptied, ps...), append(emptiedPools, pm.Name)
 			}
@@ -801,24 +804,6 @@ func (n *coordinator) removeStaleCDISpecs() {
 			continue
 		}
 		n.cfg.Log.Info().Str("path", p).Msg("removed the CDI spec of a pool that no longer serves with CDI")
-	}
-}
-
-// removeStaleSockets removes, at the first placement, the sockets a killed
-// run left under the name of a pool that does not serve now (it has no
-// devices yet, as after a reboot before the VFs are made): one that serves
-// removes them as it starts. In plugins_registry/ the kubelet's plugin
-// watcher would try them again and again.
-func (n *coordinator) removeStaleSockets(name string) {
-	stale, live, err := pool.RemoveStaleSockets(SocketDir(n.cfg.KubeletDir, n.cfg.Mode), name)
-	if err != nil {
-		n.cfg.Log.Warn().Err(err).Str("pool", name).Msg("cannot remove stale sockets")
-	}
-	if len(stale) > 0 {
-		n.cfg.Log.Info().Str("pool", name).Strs("sockets", stale).Msg("removed stale sockets of a pool with no devices")
-	}
-	if len(live) > 0 {
-		n.cfg.Log.Warn().Str("pool", name).Strs("sockets", live).Msg("another process serves a socket by the pool's name: two plugins for one resource")
 	}
 }
 

@@ -265,16 +265,7 @@ func (p *allocator) start(ctx actor.Context) {
 	p.life.incarnations++
 	inForce := p.placeAfterReplay(ctx, st, place, true)
 
-	stale, live, err := removeStaleSockets(p.cfg.SocketDir, p.name)
-	if err != nil {
-		p.cfg.Log.Warn().Err(err).Str("pool", p.name).Msg("cannot remove stale sockets")
-	}
-	if len(stale) > 0 {
-		p.cfg.Log.Info().Str("pool", p.name).Strs("sockets", stale).Msg("removed stale sockets of the pool")
-	}
-	if len(live) > 0 {
-		p.cfg.Log.Warn().Str("pool", p.name).Strs("sockets", live).Msg("another process serves a socket by the pool's name: two plugins for one resource")
-	}
+	CleanStaleSockets(p.cfg.SocketDir, p.name, p.cfg.Log)
 	b := &backend{root: ctx.ActorSystem().Root, pid: ctx.Self(), timeout: p.cfg.CallTimeout, pool: p.name,
 		life: p.life, incarnation: p.life.incarnations}
 	p.server = grpcapi.NewPoolServer(p.name, b, grpcapi.PoolServerOptions{Mode: p.cfg.Mode, Observer: b,

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/devledger/devledger/grpcapi"
+	"github.com/rs/zerolog"
 )
 
 // A pool serves on a new socket name for every server and re-created
@@ -65,10 +66,20 @@ func hasSuffixOf(name, base string) bool {
 
 var socketSuffix = regexp.MustCompile(`^[0-9a-f]{8}\.sock$`)
 
-// RemoveStaleSockets is removeStaleSockets for a pool that does not serve
-// (it has no devices): its parent removes what a killed run left.
-func RemoveStaleSockets(dir, resource string) (removed, live []string, err error) {
-	return removeStaleSockets(dir, resource)
+// CleanStaleSockets removes resource's stale sockets in dir and logs what
+// it did: a pool as it starts, and its parent for a pool that does not
+// serve (it has no devices) at the daemon's start.
+func CleanStaleSockets(dir, resource string, log zerolog.Logger) {
+	stale, live, err := removeStaleSockets(dir, resource)
+	if err != nil {
+		log.Warn().Err(err).Str("pool", resource).Msg("cannot remove stale sockets")
+	}
+	if len(stale) > 0 {
+		log.Info().Str("pool", resource).Strs("sockets", stale).Msg("removed stale sockets of the pool")
+	}
+	if len(live) > 0 {
+		log.Warn().Str("pool", resource).Strs("sockets", live).Msg("another process serves a socket by the pool's name: two plugins for one resource")
+	}
 }
 
 // removeStaleSockets removes resource's sockets in dir that nobody answers

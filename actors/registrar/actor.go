@@ -79,7 +79,7 @@ func Props(cfg Config) *actor.Props {
 		cfg.Mode = grpcapi.ModeLegacy
 	}
 	first := handoff.First(true)
-	life := &lifetime{downSince: cfg.KubeletDownSince, inflight: map[string]string{}, aborts: map[string]context.CancelFunc{}}
+	life := &lifetime{downSince: cfg.KubeletDownSince, inflight: map[string]registerOut{}}
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &registrar{cfg: cfg, crashed: !first(), lifetime: life}
 	}, actor.WithDispatcher(supervise.Warm))
@@ -97,10 +97,14 @@ type lifetime struct {
 	// checkAgain is why the kubelet was to be checked while a probe was
 	// out ("" if not): the probe may have dialled before the news.
 	checkAgain string
-	inflight   map[string]string // the socket of the Register out, by pool
-	// aborts cuts short the Register out, by pool: one meant for a
-	// kubelet gone since (see observeKubelet).
-	aborts map[string]context.CancelFunc
+	inflight   map[string]registerOut // the Register out, by pool
+}
+
+// registerOut is a Register out: the socket it names, and what cuts it
+// short when it was meant for a kubelet gone since (see observeKubelet).
+type registerOut struct {
+	socket string
+	abort  context.CancelFunc
 }
 
 type desire struct {
@@ -273,8 +277,8 @@ func (r *registrar) observeKubelet(created bool) kubeletID {
 	// whose start removed the pool's socket: it would dial that path for
 	// as long as its dial timeout (10s) before it answers. Its answer is
 	// void anyway (answered): cut it short.
-	for _, abort := range r.aborts {
-		abort()
+	for _, out := range r.inflight {
+		out.abort()
 	}
 	return cur
 }
@@ -415,7 +419,7 @@ func (r *registrar) reconcile(ctx actor.Context) {
 	cur := r.observeKubelet(false)
 	for _, pool := range slices.Sorted(maps.Keys(r.desired)) {
 		d := r.desired[pool]
-		if r.inflight[pool] != "" || r.retrying[pool] != nil {
+		if r.inflight[pool].socket != "" || r.retrying[pool] != nil {
 			continue
 		}
 		if _, err := os.Stat(d.socket); errors.Is(err, os.ErrNotExist) {
@@ -443,7 +447,6 @@ func (r *registrar) reconcile(ctx actor.Context) {
 		}
 		d.sent = true
 		r.desired[pool] = d
-		r.inflight[pool] = d.socket
 		r.register(ctx, pool, d.socket, cur)
 	}
 }
@@ -466,7 +469,7 @@ func (r *registrar) needSocket(ctx actor.Context, pool string, d desire, lost bo
 func (r *registrar) register(ctx actor.Context, pool, socket string, kubelet kubeletID) {
 	self, root, cfg := ctx.Self(), ctx.ActorSystem().Root, r.cfg
 	cctx, cancel := context.WithTimeout(context.Background(), cfg.RegisterTimeout)
-	r.aborts[pool] = cancel
+	r.inflight[pool] = registerOut{socket: socket, abort: cancel}
 	go func() {
 		defer cancel()
 		err := grpcapi.RegisterWithKubelet(cctx, cfg.KubeletSocket, pool, filepath.Base(socket), cfg.Options)
@@ -476,14 +479,13 @@ func (r *registrar) register(ctx actor.Context, pool, socket string, kubelet kub
 
 // answered takes the outcome of a Register.
 func (r *registrar) answered(ctx actor.Context, m *registerResult) {
-	if r.inflight[m.pool] != m.socket {
+	if r.inflight[m.pool].socket != m.socket {
 		// Not the Register out: one of a registrar before this one (a
 		// restarted node's registrar has its predecessor's name).
 		r.cfg.Log.Debug().Str("pool", m.pool).Str("socket", m.socket).Msg("an earlier registrar's Register was answered")
 		return
 	}
 	delete(r.inflight, m.pool)
-	delete(r.aborts, m.pool)
 	d, ok := r.desired[m.pool]
 	if !ok || d.socket != m.socket { // a socket the pool has left
 		r.reconcile(ctx)
