@@ -154,6 +154,37 @@ func TestApply(t *testing.T) {
 			},
 		},
 		{
+			name:  "DaemonStarted under another kernel boot id counts a node reboot, and keeps the allocations",
+			setup: []Payload{DaemonStarted{Version: "v1", KernelBootID: "k-1"}, DaemonCrashed{BootID: "boot-1", LastAlive: at(1)}},
+			event: DaemonStarted{Version: "v1", KernelBootID: "k-2"},
+			want: func(s *State) {
+				s.Daemon = DaemonState{BootID: "boot-1", Version: "v1", StartedAt: at(eventSeq), Running: true, Starts: 3, Crashes: 1,
+					KernelBootID: "k-2", Reboots: 1}
+				setRegistration(s, poolA, func(r *Registration) { r.Serving, r.Registered = false, false })
+				setRegistration(s, poolB, func(r *Registration) { r.Serving, r.Registered = false, false })
+			},
+		},
+		{
+			name:  "DaemonStarted under the same kernel boot id is no reboot",
+			setup: []Payload{DaemonStarted{Version: "v1", KernelBootID: "k-1"}},
+			event: DaemonStarted{Version: "v1", KernelBootID: "k-1"},
+			want: func(s *State) {
+				s.Daemon = DaemonState{BootID: "boot-1", Version: "v1", StartedAt: at(eventSeq), Running: true, Starts: 3, KernelBootID: "k-1"}
+				setRegistration(s, poolA, func(r *Registration) { r.Serving, r.Registered = false, false })
+				setRegistration(s, poolB, func(r *Registration) { r.Serving, r.Registered = false, false })
+			},
+		},
+		{
+			name:  "DaemonStarted that could not read the kernel boot id counts no reboot, nor does the start after it",
+			setup: []Payload{DaemonStarted{Version: "v1", KernelBootID: "k-1"}, DaemonStarted{Version: "v1"}},
+			event: DaemonStarted{Version: "v1", KernelBootID: "k-2"},
+			want: func(s *State) {
+				s.Daemon = DaemonState{BootID: "boot-1", Version: "v1", StartedAt: at(eventSeq), Running: true, Starts: 4, KernelBootID: "k-2"}
+				setRegistration(s, poolA, func(r *Registration) { r.Serving, r.Registered = false, false })
+				setRegistration(s, poolB, func(r *Registration) { r.Serving, r.Registered = false, false })
+			},
+		},
+		{
 			name:  "DaemonStopped: not running, nothing serving or registered",
 			event: DaemonStopped{Reason: "SIGTERM", Clean: true},
 			want: func(s *State) {

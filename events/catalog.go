@@ -49,6 +49,10 @@ type DaemonStarted struct {
 	SysfsRoot    string `json:"sysfs_root,omitempty"`
 	KubeletDir   string `json:"kubelet_dir,omitempty"`
 	Registration string `json:"registration,omitempty"`
+	// KernelBootID is the kernel's boot id (/proc/sys/kernel/random/boot_id)
+	// the run started under, "" when it could not be read. A start under
+	// another one than the last run's follows a node reboot.
+	KernelBootID string `json:"kernel_boot_id,omitempty"`
 }
 
 // DaemonStopped records an orderly stop (SIGTERM, or a fatal error the daemon

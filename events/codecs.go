@@ -4,7 +4,7 @@ package events
 // A decoder reads exactly the fields its version wrote, in order.
 
 func init() {
-	register(TypeDaemonStarted, 1, map[uint16]func(*reader) Payload{1: decodeDaemonStarted})
+	register(TypeDaemonStarted, 2, map[uint16]func(*reader) Payload{1: decodeDaemonStartedV1, 2: decodeDaemonStarted})
 	register(TypeDaemonStopped, 1, map[uint16]func(*reader) Payload{1: decodeDaemonStopped})
 	register(TypeConfigApplied, 2, map[uint16]func(*reader) Payload{1: decodeConfigAppliedV1, 2: decodeConfigApplied})
 	register(TypeConfigRejected, 1, map[uint16]func(*reader) Payload{1: decodeConfigRejected})
@@ -40,9 +40,18 @@ func (p DaemonStarted) encode(w *writer) {
 	w.string(p.SysfsRoot)
 	w.string(p.KubeletDir)
 	w.string(p.Registration)
+	w.string(p.KernelBootID)
 }
 
 func decodeDaemonStarted(r *reader) Payload {
+	p := decodeDaemonStartedV1(r).(DaemonStarted)
+	p.KernelBootID = r.string()
+	return p
+}
+
+// decodeDaemonStartedV1 reads a record written before starts noted the
+// kernel's boot id.
+func decodeDaemonStartedV1(r *reader) Payload {
 	return DaemonStarted{Version: r.string(), Node: r.string(), PID: r.int(), ConfigPath: r.string(),
 		SysfsRoot: r.string(), KubeletDir: r.string(), Registration: r.string()}
 }

@@ -129,6 +129,11 @@ func TestOldVersionsDecode(t *testing.T) {
 			p.Changes = nil
 			return p
 		}()},
+		{"DaemonStarted.v1.golden", func() Payload {
+			p := samples[TypeDaemonStarted].(DaemonStarted)
+			p.KernelBootID = ""
+			return p
+		}()},
 		{"KubeletRestarted.v1.golden", KubeletRestarted{Socket: "/var/lib/kubelet/device-plugins/kubelet.sock"}},
 		{"DevicesAllocated.v1.golden", func() Payload {
 			p := samples[TypeDevicesAllocated].(DevicesAllocated)

@@ -41,6 +41,7 @@ var samples = map[Type]Payload{
 	TypeDaemonStarted: DaemonStarted{
 		Version: "v0.3.1", Node: "worker-7", PID: 4711, ConfigPath: "/etc/devledger/config.json",
 		SysfsRoot: "/sys", KubeletDir: "/var/lib/kubelet", Registration: "watcher",
+		KernelBootID: "3c9e41b2-5a7d-4f08-b1e6-92d40c7a8f15",
 	},
 	TypeDaemonStopped: DaemonStopped{Reason: "SIGTERM", Clean: true},
 	TypeConfigApplied: ConfigApplied{

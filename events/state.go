@@ -52,6 +52,11 @@ type DaemonState struct {
 	// `ledger acknowledge`).
 	LastSeq uint64    `json:"last_seq,omitempty"`
 	LastAt  time.Time `json:"last_at,omitzero"`
+	// KernelBootID is the kernel's boot id the last run started under: a
+	// start under another one follows a node reboot, counted in Reboots
+	// (between starts that could read the id).
+	KernelBootID string `json:"kernel_boot_id,omitempty"`
+	Reboots      int    `json:"reboots,omitempty"`
 }
 
 // ConfigState is the configuration in force.
@@ -187,7 +192,12 @@ func apply(s State, e Envelope, owned bool) State {
 	s.Time = e.Time
 	switch p := payloadValue(e.Payload).(type) {
 	case DaemonStarted:
-		s.Daemon = DaemonState{BootID: e.BootID, Version: p.Version, StartedAt: e.Time, Running: true, Starts: s.Daemon.Starts + 1, Crashes: s.Daemon.Crashes}
+		reboots := s.Daemon.Reboots
+		if was := s.Daemon.KernelBootID; was != "" && p.KernelBootID != "" && was != p.KernelBootID {
+			reboots++
+		}
+		s.Daemon = DaemonState{BootID: e.BootID, Version: p.Version, StartedAt: e.Time, Running: true, Starts: s.Daemon.Starts + 1,
+			Crashes: s.Daemon.Crashes, KernelBootID: p.KernelBootID, Reboots: reboots}
 		// A new daemon has no server and no registration yet, whatever the
 		// last run left behind.
 		for name, pool := range s.Pools {

@@ -260,8 +260,17 @@ func Start(opts Options) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
+	kernelBoot := kernelBootID(opts.ProcRoot)
 	start := append(crashed, events.DaemonStarted{Version: opts.Version, Node: opts.Node, PID: os.Getpid(),
-		ConfigPath: opts.ConfigPath, SysfsRoot: opts.SysfsRoot, KubeletDir: opts.KubeletDir, Registration: string(mode)})
+		ConfigPath: opts.ConfigPath, SysfsRoot: opts.SysfsRoot, KubeletDir: opts.KubeletDir, Registration: string(mode),
+		KernelBootID: kernelBoot})
+	if was := st.Daemon.KernelBootID; was != "" && kernelBoot != "" && was != kernelBoot {
+		// No container of the boot before runs now. Allocations stay live:
+		// the kubelet's checkpoint keeps each pod's devices, and it starts
+		// the pod's containers on them again without an Allocate.
+		d.log.Info().Str("kernel_boot_id", kernelBoot).Str("was", was).Int("live_allocations", len(st.Allocations)).
+			Msg("the node rebooted since the last run")
+	}
 	if cfgErr != nil {
 		// The run this start opens ends at once: one batch says so.
 		rejected := events.ConfigRejected{Path: opts.ConfigPath, SHA256: node.Digest(cfgData),
@@ -929,6 +938,16 @@ func lastAlive(stateDir string) (bootID string, at time.Time) {
 		}
 	}
 	return "", time.Time{}
+}
+
+// kernelBootID is the kernel's boot id under procRoot, "" when it cannot
+// be read.
+func kernelBootID(procRoot string) string {
+	b, err := os.ReadFile(filepath.Join(procRoot, "sys", "kernel", "random", "boot_id"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // markAlive touches the pid file (see aliveEvery).

@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/devledger/devledger/actors/node"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/testdata/sysfsgen"
@@ -55,6 +59,87 @@ func rebootNode(ctx context.Context, t *testing.T, n *testNode, d *Daemon, bootI
 	if err := n.kubelet.Restart(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// makeVFs does what the SR-IOV operator does some time after the boot:
+// sriov_numvfs on both PFs, then the drivers of the scenario's VFs.
+func makeVFs(t *testing.T, n *testNode) {
+	t.Helper()
+	for _, pf := range []string{"0000:3b:00.0", "0000:af:00.0"} {
+		if err := n.roots.SetNumVFs(pf, 4, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for addr, drv := range map[string]string{
+		"0000:3b:01.0": "iavf", "0000:3b:01.1": "iavf", "0000:3b:01.2": "vfio-pci", "0000:3b:01.3": "vfio-pci",
+		"0000:af:01.0": "iavf", "0000:af:01.1": "vfio-pci", "0000:af:01.2": "vfio-pci", "0000:af:01.3": "vfio-pci",
+	} {
+		if err := n.roots.Bind(addr, drv); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A node reboot is recorded as one: the start after it notes the kernel's
+// new boot id, and the fold counts the reboot, so `replay` and `--diff`
+// tell it from a daemon crash. The allocations of the boot before stay
+// live: the kubelet's checkpoint keeps each pod's devices, and it starts
+// the pod's containers on them again without an Allocate, so the pod that
+// comes back is still the one bound, with no release and no recovery.
+func TestARebootIsRecordedAndKeepsWhatTheKubeletCheckpointed(t *testing.T) {
+	const held, bootBefore, bootAfter = "0000:3b:01.2", "6a1c1f0e-4d52-4c1b-9d0e-1f2a3b4c5d6e", "0d9e8f7a-6b5c-4d3e-8f1a-2b3c4d5e6f70"
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.ScanInterval = time.Hour
+	setKernelBootID(t, n, bootBefore)
+	d := n.start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.kubelet.Allocate(ctx, vfioPool, []string{held}); err != nil {
+		t.Fatal(err)
+	}
+	pod := []*podresourcesapi.PodResources{kubelettest.PodHolding("telco", "dpdk-0", "app", vfioPool, held)}
+	n.kubelet.SetPods(pod)
+	reconcileNow(ctx, t, d)
+	before := waitLedger(ctx, t, d, "the allocation bound", func(s events.State) bool {
+		return len(s.Holders[held]) == 1 && s.Allocations[s.Holders[held][0]].Binding != nil
+	})
+	seq := before.Holders[held][0]
+	if got := before.Daemon.KernelBootID; got != bootBefore {
+		t.Fatalf("the run records kernel boot id %q, want %q", got, bootBefore)
+	}
+	mark := d.rec.Log().LastSeq()
+
+	rebootNode(ctx, t, n, d, bootAfter)
+	n.kubelet.SetPods(pod) // the kubelet runs the pod again on its checkpointed device
+	d = n.start(t)
+	makeVFs(t, n)
+	d.Send(&node.Rescan{Reason: "kernel: VFs added"})
+	if _, err := n.kubelet.WaitDevices(ctx, vfioPool, func(ds []*pluginapi.Device) bool { return len(ds) == 5 }); err != nil {
+		t.Fatal(err)
+	}
+	reconcileNow(ctx, t, d)
+
+	after := ledgerState(t, d)
+	if after.Daemon.KernelBootID != bootAfter || after.Daemon.Reboots != 1 || after.Daemon.Crashes != 1 {
+		t.Errorf("after the reboot the ledger says kernel boot %q, %d reboots, %d crashes; want %q, 1, 1",
+			after.Daemon.KernelBootID, after.Daemon.Reboots, after.Daemon.Crashes, bootAfter)
+	}
+	a, live := after.Allocations[seq]
+	if !live || a.Binding == nil || a.Binding.Pod != "dpdk-0" {
+		t.Errorf("allocation #%d of the pod the kubelet ran again is %+v (live %v); want it live, bound to telco/dpdk-0/app", seq, a, live)
+	}
+	d.rec.Log().Read(mark+1, func(e events.Envelope) error {
+		switch p := e.Payload.(type) {
+		case events.DevicesReleased:
+			t.Errorf("#%d released allocation #%d: %s", e.Seq, p.AllocationSeq, p.Reason)
+		case events.AllocationRecovered:
+			t.Errorf("#%d recovered %v for %s/%s: %s", e.Seq, p.DeviceIDs, p.Namespace, p.Pod, p.Reason)
+		}
+		return nil
+	})
 }
 
 // After an unclean reboot in watcher mode the sockets the last run served

@@ -247,6 +247,7 @@ type daemonDiff struct {
 	Starts      int     `json:"starts,omitempty"`
 	Stops       int     `json:"stops,omitempty"`
 	Crashes     int     `json:"crashes,omitempty"`
+	Reboots     int     `json:"node_reboots,omitempty"`
 	Version     *change `json:"version,omitempty"`
 	RunningThen bool    `json:"running_then"`
 	RunningNow  bool    `json:"running_now"`
@@ -406,6 +407,7 @@ func diffDaemon(a, b events.DaemonState) *daemonDiff {
 	d := daemonDiff{
 		Starts:      grew(a.Starts, b.Starts),
 		Crashes:     grew(a.Crashes, b.Crashes),
+		Reboots:     grew(a.Reboots, b.Reboots),
 		RunningThen: a.Running,
 		RunningNow:  b.Running,
 	}
@@ -416,7 +418,7 @@ func diffDaemon(a, b events.DaemonState) *daemonDiff {
 	if a.Version != "" || b.Version != "" {
 		d.Version = changed(a.Version, b.Version)
 	}
-	if d.Starts == 0 && d.Stops == 0 && d.Crashes == 0 && d.Version == nil && a.Running == b.Running {
+	if d.Starts == 0 && d.Stops == 0 && d.Crashes == 0 && d.Reboots == 0 && d.Version == nil && a.Running == b.Running {
 		return nil
 	}
 	return &d
@@ -638,7 +640,7 @@ func printDiff(w io.Writer, d stateDiff) error {
 		for _, c := range []struct {
 			n         int
 			one, many string
-		}{{dd.Starts, "start", "starts"}, {dd.Stops, "stop", "stops"}, {dd.Crashes, "crash", "crashes"}} {
+		}{{dd.Starts, "start", "starts"}, {dd.Stops, "stop", "stops"}, {dd.Crashes, "crash", "crashes"}, {dd.Reboots, "node reboot", "node reboots"}} {
 			if c.n > 0 {
 				counts = append(counts, counted(c.n, c.one, c.many))
 			}

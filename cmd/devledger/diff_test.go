@@ -61,11 +61,11 @@ var diffCases = []struct {
 }{
 	{name: "nothing", alone: true, change: func(a, b *events.State) {}},
 	{
-		name: "daemon crashed, restarted, stopped",
+		name: "daemon crashed, restarted, stopped; the node rebooted",
 		change: func(a, b *events.State) {
-			b.Daemon = events.DaemonState{BootID: "boot-3", Version: "v2", Starts: 3, Crashes: 1, Running: false}
+			b.Daemon = events.DaemonState{BootID: "boot-3", Version: "v2", Starts: 3, Crashes: 1, Running: false, KernelBootID: "k-2", Reboots: 1}
 		},
-		want: stateDiff{Daemon: &daemonDiff{Starts: 2, Stops: 2, Crashes: 1, Version: &change{From: "v1", To: "v2"}, RunningThen: true, RunningNow: false}},
+		want: stateDiff{Daemon: &daemonDiff{Starts: 2, Stops: 2, Crashes: 1, Reboots: 1, Version: &change{From: "v1", To: "v2"}, RunningThen: true, RunningNow: false}},
 	},
 	{
 		name:  "daemon restarted cleanly",

@@ -187,9 +187,11 @@ type historyFold struct {
 	// stopped is set by the first event after --until.
 	stopped bool
 	node    string
-	lanes   map[string]*historyLane
-	markers spanList
-	counts  map[string]*poolCounts
+	// kernelBoot is the kernel boot id of the last start that noted one.
+	kernelBoot string
+	lanes      map[string]*historyLane
+	markers    spanList
+	counts     map[string]*poolCounts
 }
 
 func newHistoryFold(f *eventFilter) *historyFold {
@@ -364,7 +366,14 @@ func (h *historyFold) event(e events.Envelope) error {
 		if p.Node != "" {
 			h.node = p.Node
 		}
-		h.marker(t, "daemon", fmt.Sprintf("daemon started: %s, pid %d", p.Version, p.PID))
+		what := "daemon started"
+		if p.KernelBootID != "" {
+			if h.kernelBoot != "" && h.kernelBoot != p.KernelBootID {
+				what = "node rebooted; daemon started"
+			}
+			h.kernelBoot = p.KernelBootID
+		}
+		h.marker(t, "daemon", fmt.Sprintf("%s: %s, pid %d", what, p.Version, p.PID))
 	case events.DaemonStopped:
 		how := "unclean"
 		if p.Clean {

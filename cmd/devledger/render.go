@@ -152,6 +152,9 @@ func describe(e events.Envelope) string {
 		if p.Node != "" {
 			s += " node " + p.Node
 		}
+		if p.KernelBootID != "" {
+			s += " kernel boot " + p.KernelBootID[:min(8, len(p.KernelBootID))]
+		}
 		return s
 	case events.DaemonStopped:
 		if p.Clean {

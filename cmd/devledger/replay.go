@@ -126,6 +126,9 @@ func printState(w io.Writer, s events.State, at time.Time) error {
 		if d.Crashes > 0 {
 			crashes = fmt.Sprintf(", %d crashed", d.Crashes)
 		}
+		if d.Reboots > 0 {
+			crashes += ", " + counted(d.Reboots, "node reboot", "node reboots")
+		}
 		fmt.Fprintf(b, "Daemon:  %s, boot %s, %s since %s, %d starts%s\n", d.Version, d.BootID, run, since.UTC().Format(time.RFC3339), d.Starts, crashes)
 	}
 	if s.Config.Path != "" {
