@@ -81,6 +81,7 @@ type demo struct {
 	// flapped is the device whose driver the demo unbinds and binds
 	// again: the one with a story to show afterwards.
 	flapped string
+	kept    bool // --keep: dir stays after the demo
 }
 
 func runDemo(args []string, stdout, stderr io.Writer) error {
@@ -94,7 +95,7 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 		if err := keepDir(*keep); err != nil {
 			return err
 		}
-		d.dir = *keep
+		d.dir, d.kept = *keep, true
 	} else {
 		tmp, err := os.MkdirTemp("", "devledger-demo")
 		if err != nil {
@@ -271,10 +272,16 @@ func (d *demo) run(ctx context.Context) error {
 	if err := d.stopDaemon(); err != nil {
 		return err
 	}
-	left, _ := filepath.Glob(filepath.Join(d.kubelet.DevicePluginDir(), "intel.com_*.sock"))
+	// Every pool's socket, whatever its prefix; the kubelet's own stays.
+	socks, _ := filepath.Glob(filepath.Join(d.kubelet.DevicePluginDir(), "*.sock"))
+	left := slices.DeleteFunc(socks, func(p string) bool { return filepath.Base(p) == "kubelet.sock" })
 	d.say("  sockets left behind: %d", len(left))
 
-	d.step("The history, as `go run ./cmd/devledger dump --state-dir %s` prints it", d.state)
+	if d.kept {
+		d.step("The history, as `go run ./cmd/devledger dump --state-dir %s` prints it", d.state)
+	} else {
+		d.step("The history, as `devledger dump` prints it (the ledger goes with the demo's temp dir; --keep DIR keeps it)")
+	}
 	if err := runDump([]string{"--state-dir", d.state}, d.out, d.out); err != nil {
 		return err
 	}
