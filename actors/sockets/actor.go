@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -70,9 +71,23 @@ func (s *watcher) Receive(ctx actor.Context) {
 	case *fswatch.Event:
 		s.handle(ctx, m.Event)
 	case *fswatch.Error:
-		// An overflow means events were lost: say so; the registrar's
-		// reconcile checks the sockets themselves at the next change.
-		s.cfg.Log.Warn().Err(m.Err).Msg("socket watch error")
+		// Events were lost (an overflow): which sockets went, or whether a
+		// kubelet came, is unknown. Watch anew and look.
+		s.cfg.Log.Warn().Err(m.Err).Msg("the socket watch lost events; watching anew")
+		s.rewatch(ctx)
+	}
+}
+
+// rewatch closes the watch and starts another, whose Ready has the parent
+// look at the sockets and the kubelet again (level-triggered, as at
+// start): what the old watch missed is found.
+func (s *watcher) rewatch(ctx actor.Context) {
+	if s.w != nil {
+		s.w.Close()
+		s.w = nil
+	}
+	if err := s.start(ctx); err != nil {
+		panic(err)
 	}
 }
 
@@ -98,6 +113,11 @@ func (s *watcher) handle(ctx actor.Context, ev fsnotify.Event) {
 	kubelet := path == filepath.Clean(s.cfg.KubeletSocket)
 	gone := ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)
 	switch {
+	case gone && slices.Contains(s.cfg.Dirs, path):
+		// A watched directory went (removed by hand, or a kubelet
+		// reinstalled), and its watch with it.
+		s.cfg.Log.Warn().Str("dir", path).Msg("a watched directory was removed; making it again")
+		s.rewatch(ctx)
 	case kubelet && ev.Has(fsnotify.Create):
 		ctx.Send(ctx.Parent(), &KubeletAppeared{Socket: path})
 	case kubelet && gone:

@@ -6,8 +6,10 @@ import (
 	"testing"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/fsnotify/fsnotify"
 	"github.com/rs/zerolog"
 
+	"github.com/devledger/devledger/actors/internal/fswatch"
 	"github.com/devledger/devledger/internal/actortest"
 )
 
@@ -126,5 +128,48 @@ func TestSocketEvents(t *testing.T) {
 	remove(t, marker)
 	if m := next[*SocketRemoved](t, f); m.Path != marker {
 		t.Errorf("heard SocketRemoved{%s}, want only the marker's", m.Path)
+	}
+}
+
+// An overflow loses events: a kubelet may have come, or sockets gone,
+// unheard. The watcher watches anew and says Ready again, on which the
+// parent looks at the sockets and the kubelet as it does at start.
+func TestAWatchThatLostEventsWatchesAnew(t *testing.T) {
+	d := newDirs(t)
+	f := d.watch(t)
+	next[*Ready](t, f)
+	touch(t, d.kubelet)
+	next[*KubeletAppeared](t, f)
+	f.Sys.Root.Send(f.Child, &fswatch.Error{Err: fsnotify.ErrEventOverflow})
+	if r := next[*Ready](t, f); !r.KubeletPresent {
+		t.Errorf("Ready after the overflow says no kubelet; its socket is there")
+	}
+	sock := filepath.Join(d.registry, "example.com_nic.sock")
+	touch(t, sock)
+	remove(t, sock)
+	if m := next[*SocketRemoved](t, f); m.Path != sock {
+		t.Errorf("SocketRemoved{%s} after the overflow, want %s", m.Path, sock)
+	}
+}
+
+// A watched directory removed takes its watch with it: nothing in it
+// would be heard again (a kubelet's restart, our sockets gone). The
+// watcher makes it again and watches it anew.
+func TestARemovedDirectoryIsWatchedAgain(t *testing.T) {
+	d := newDirs(t)
+	f := d.watch(t)
+	next[*Ready](t, f)
+	if err := os.RemoveAll(d.registry); err != nil {
+		t.Fatal(err)
+	}
+	next[*Ready](t, f)
+	if fi, err := os.Stat(d.registry); err != nil || !fi.IsDir() {
+		t.Fatalf("%s not made again: %v", d.registry, err)
+	}
+	sock := filepath.Join(d.registry, "example.com_nic.sock")
+	touch(t, sock)
+	remove(t, sock)
+	if m := next[*SocketRemoved](t, f); m.Path != sock {
+		t.Errorf("SocketRemoved{%s} in the directory made again, want %s", m.Path, sock)
 	}
 }
