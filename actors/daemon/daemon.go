@@ -265,9 +265,9 @@ func Start(opts Options) (_ *Daemon, err error) {
 		ConfigPath: opts.ConfigPath, SysfsRoot: opts.SysfsRoot, KubeletDir: opts.KubeletDir, Registration: string(mode),
 		KernelBootID: kernelBoot})
 	if was := st.Daemon.KernelBootID; was != "" && kernelBoot != "" && was != kernelBoot {
-		// No container of the boot before runs now. Allocations stay live:
-		// the kubelet's checkpoint keeps each pod's devices, and it starts
-		// the pod's containers on them again without an Allocate.
+		// No container of the boot before runs now, but the kubelet may
+		// start a pod again on the devices it checkpointed, without an
+		// Allocate: PodResources, not the start, settles each allocation.
 		d.log.Info().Str("kernel_boot_id", kernelBoot).Str("was", was).Int("live_allocations", len(st.Allocations)).
 			Msg("the node rebooted since the last run")
 	}

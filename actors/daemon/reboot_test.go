@@ -82,10 +82,11 @@ func makeVFs(t *testing.T, n *testNode) {
 
 // A node reboot is recorded as one: the start after it notes the kernel's
 // new boot id, and the fold counts the reboot, so `replay` and `--diff`
-// tell it from a daemon crash. The allocations of the boot before stay
-// live: the kubelet's checkpoint keeps each pod's devices, and it starts
-// the pod's containers on them again without an Allocate, so the pod that
-// comes back is still the one bound, with no release and no recovery.
+// tell it from a daemon crash. The start releases nothing: a kubelet that
+// admits a pod again after its pool registered starts it on the devices it
+// checkpointed, without an Allocate, so the pod that comes back is still
+// the one bound, with no release and no recovery (test/e2e/reboot_test.go
+// has both orders with the kubelet's own device manager).
 func TestARebootIsRecordedAndKeepsWhatTheKubeletCheckpointed(t *testing.T) {
 	const held, bootBefore, bootAfter = "0000:3b:01.2", "6a1c1f0e-4d52-4c1b-9d0e-1f2a3b4c5d6e", "0d9e8f7a-6b5c-4d3e-8f1a-2b3c4d5e6f70"
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})

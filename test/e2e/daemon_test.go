@@ -23,6 +23,8 @@ type node struct {
 	config           string
 	stateDir         string
 	devinfoDir       string
+	// args are more flags for `devledger run`.
+	args []string
 }
 
 // newNode writes the named sysfsgen scenario into a temp dir and takes its
@@ -89,6 +91,7 @@ func startDaemonAt(t testing.TB, n *node, registration, view string) *daemon {
 		"--registration", registration,
 		"--log-format", "json", "--log-level", "debug",
 	}
+	args = append(args, n.args...)
 	cmd := exec.Command(devledgerBin, args...)
 	if view != "" {
 		// unshare and sh exec in turn: the process is the daemon's.
@@ -180,8 +183,11 @@ func devledger(t testing.TB, args ...string) []byte {
 // reads: the daemon's state folded from its ledger.
 type ledgerState struct {
 	Daemon struct {
-		Running bool `json:"running"`
-		Starts  int  `json:"starts"`
+		Running      bool   `json:"running"`
+		Starts       int    `json:"starts"`
+		Crashes      int    `json:"crashes"`
+		KernelBootID string `json:"kernel_boot_id"`
+		Reboots      int    `json:"reboots"`
 	} `json:"daemon"`
 	Kubelet struct {
 		Restarts int  `json:"restarts"`
@@ -198,8 +204,15 @@ type ledgerState struct {
 		} `json:"registration"`
 	} `json:"pools"`
 	Allocations map[string]struct {
+		Seq       uint64   `json:"seq"`
 		Pool      string   `json:"pool"`
 		DeviceIDs []string `json:"device_ids"`
+		// Binding is the container PodResources attributed it to.
+		Binding *struct {
+			Namespace string `json:"namespace"`
+			Pod       string `json:"pod"`
+			Container string `json:"container"`
+		} `json:"binding"`
 	} `json:"allocations"`
 }
 

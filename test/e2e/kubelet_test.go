@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,7 +27,6 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
-	"k8s.io/kubernetes/pkg/kubelet/config"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
 	"k8s.io/kubernetes/pkg/kubelet/pluginmanager/cache"
@@ -55,6 +55,10 @@ type kubelet struct {
 	started time.Time
 	stopPM  func()
 	stopped bool
+	// sources is what the device manager asks for sourcesReady.
+	sources *sourcesGate
+	// podResources is the PodResources service, when kubeletOptions ask for it.
+	podResources *podResourcesServer
 	// handler is the device manager's plugin-watcher handler, watched.
 	handler *watchedHandler
 }
@@ -112,7 +116,28 @@ type kubeletOptions struct {
 	// watcher also runs the plugin manager on plugins_registry/ with the
 	// device manager's handler, as every kubelet since 1.12 does.
 	watcher bool
+	// podResources also serves the kubelet's PodResources service on
+	// pod-resources/kubelet.sock (see servePodResources), as every kubelet
+	// does: the daemon's reconciler reads it.
+	podResources bool
+	// booting starts the device manager with its pod sources not ready, as
+	// a kubelet is until it has synced its pods from every source (the API
+	// server): Allocate and UpdateAllocatedDevices then take the paths of a
+	// kubelet start. sourcesReady ends it.
+	booting bool
 }
+
+// sourcesGate is the kubelet's config.SourcesReady: not ready until open.
+type sourcesGate struct{ ready atomic.Bool }
+
+// AddSource implements config.SourcesReady.
+func (*sourcesGate) AddSource(string) {}
+
+// AllReady implements config.SourcesReady.
+func (g *sourcesGate) AllReady() bool { return g.ready.Load() }
+
+// sourcesReady says the kubelet has seen all its pod sources.
+func (k *kubelet) sourcesReady() { k.sources.ready.Store(true) }
 
 // resetKubeletRoot empties the tmpfs kubelet root, so that a test starts on a
 // node where no kubelet has run (no checkpoint, no sockets).
@@ -160,12 +185,16 @@ func startKubelet(t testing.TB, pods *podList, opts kubeletOptions) *kubelet {
 	if err != nil {
 		t.Fatalf("kubelet: NewManagerImpl: %v", err)
 	}
-	k := &kubelet{m: m, pods: pods, started: time.Now()}
-	// sourcesReady: the kubelet has seen all its pod sources; the pods are
-	// those the test admitted. No container was found running at start.
-	ready := config.NewSourcesReady(func(sets.Set[string]) bool { return true })
-	if err := m.Start(logger, pods.active, ready, containermap.NewContainerMap(), sets.New[string]()); err != nil {
+	k := &kubelet{m: m, pods: pods, started: time.Now(), sources: &sourcesGate{}}
+	// Unless booting, the kubelet has seen all its pod sources; the pods
+	// are those the test admitted. No container was found running at
+	// start (as after a node reboot, when the runtime runs none).
+	k.sources.ready.Store(!opts.booting)
+	if err := m.Start(logger, pods.active, k.sources, containermap.NewContainerMap(), sets.New[string]()); err != nil {
 		t.Fatalf("kubelet: start the device manager: %v", err)
+	}
+	if opts.podResources {
+		k.podResources = servePodResources(t, m, pods)
 	}
 	if opts.watcher {
 		pm := pluginmanager.NewPluginManager(pluginsRegistryDir, &record.FakeRecorder{})
@@ -176,7 +205,7 @@ func startKubelet(t testing.TB, pods *podList, opts kubeletOptions) *kubelet {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			pm.Run(ctx, ready, stopCh)
+			pm.Run(ctx, k.sources, stopCh)
 		}()
 		k.stopPM = func() {
 			close(stopCh)
@@ -198,6 +227,9 @@ func (k *kubelet) stop() {
 	k.stopped = true
 	if k.stopPM != nil {
 		k.stopPM()
+	}
+	if k.podResources != nil {
+		k.podResources.stop()
 	}
 	_ = k.m.Stop(klog.Background())
 }

@@ -1,0 +1,140 @@
+package e2e
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"google.golang.org/grpc"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/kubernetes/pkg/kubelet/apis/podresources"
+	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
+)
+
+// podResourcesDir is where the kubelet serves PodResources.
+var podResourcesDir = filepath.Join(kubeletRoot, "pod-resources")
+
+// podResourcesServer is the kubelet's own PodResources v1 server
+// (pkg/kubelet/apis/podresources) over a device manager and the node's
+// pods, on pod-resources/kubelet.sock, as the kubelet serves it.
+type podResourcesServer struct {
+	srv *grpc.Server
+	// lists counts the List calls answered.
+	lists atomic.Int64
+}
+
+// servePodResources serves the kubelet's PodResources service for this
+// kubelet life. Devices come from the device manager as the kubelet's
+// container manager hands them over; the pods are the active ones (the
+// KubeletPodResourcesListUseActivePods gate is on by default in 1.37);
+// the node has no CPU, memory or DRA manager to report.
+func servePodResources(t testing.TB, m *devicemanager.ManagerImpl, pods *podList) *podResourcesServer {
+	t.Helper()
+	if err := os.MkdirAll(podResourcesDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(podResourcesDir, podresources.Socket+".sock")
+	_ = os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatalf("kubelet: serve pod resources: %v", err)
+	}
+	s := &podResourcesServer{}
+	api := podresources.NewV1PodResourcesServer(klog.NewContext(context.Background(), klog.Background()), podresources.PodResourcesProviders{
+		Pods:             podsProvider{pods},
+		Devices:          devicesProvider{m},
+		Cpus:             noResources{},
+		Memory:           noResources{},
+		DynamicResources: noResources{},
+	})
+	s.srv = grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		resp, err := h(ctx, req)
+		if _, ok := req.(*podresourcesapi.ListPodResourcesRequest); ok && err == nil {
+			s.lists.Add(1)
+		}
+		return resp, err
+	}))
+	podresourcesapi.RegisterPodResourcesListerServer(s.srv, api)
+	go func() { _ = s.srv.Serve(ln) }()
+	return s
+}
+
+// stop stops serving and removes the socket.
+func (s *podResourcesServer) stop() { s.srv.Stop() }
+
+// podsProvider gives the PodResources server the node's pods: those the
+// kubelet admitted and did not reject.
+type podsProvider struct{ pods *podList }
+
+func (p podsProvider) GetActivePods() []*v1.Pod { return p.pods.active() }
+func (p podsProvider) GetPods() []*v1.Pod       { return p.pods.active() }
+
+func (p podsProvider) GetPodByName(namespace, name string) (*v1.Pod, bool) {
+	for _, pod := range p.pods.active() {
+		if pod.Namespace == namespace && pod.Name == name {
+			return pod, true
+		}
+	}
+	return nil, false
+}
+
+// devicesProvider is what the kubelet's container manager gives the
+// PodResources server of its device manager.
+type devicesProvider struct{ m *devicemanager.ManagerImpl }
+
+func (d devicesProvider) UpdateAllocatedDevices(logger klog.Logger) {
+	d.m.UpdateAllocatedDevices(logger)
+}
+
+func (d devicesProvider) GetDevices(podUID, containerName string) []*podresourcesapi.ContainerDevices {
+	return containerDevices(d.m.GetDevices(podUID, containerName))
+}
+
+func (d devicesProvider) GetAllocatableDevices(logger klog.Logger) []*podresourcesapi.ContainerDevices {
+	return containerDevices(d.m.GetAllocatableDevices(logger))
+}
+
+// containerDevices is the kubelet's containerDevicesFromResourceDeviceInstances
+// (pkg/kubelet/cm/container_manager.go): one entry per device and NUMA node.
+func containerDevices(devs devicemanager.ResourceDeviceInstances) []*podresourcesapi.ContainerDevices {
+	var out []*podresourcesapi.ContainerDevices
+	for res, byID := range devs {
+		for id, dev := range byID {
+			nodes := dev.GetTopology().GetNodes()
+			if len(nodes) == 0 {
+				out = append(out, &podresourcesapi.ContainerDevices{ResourceName: res, DeviceIds: []string{id}})
+				continue
+			}
+			for _, n := range nodes {
+				out = append(out, &podresourcesapi.ContainerDevices{ResourceName: res, DeviceIds: []string{id},
+					Topology: &podresourcesapi.TopologyInfo{Nodes: []*podresourcesapi.NUMANode{{ID: n.GetID()}}}})
+			}
+		}
+	}
+	return out
+}
+
+// noResources stands for the CPU, memory and DRA managers: none assigns
+// anything on this node.
+type noResources struct{}
+
+func (noResources) GetCPUs(*v1.Pod, *v1.Container) []int64 { return nil }
+func (noResources) GetPodCPUs(string) []int64              { return nil }
+func (noResources) GetAllocatableCPUs() []int64            { return nil }
+
+func (noResources) GetMemory(klog.Logger, *v1.Pod, *v1.Container) []*podresourcesapi.ContainerMemory {
+	return nil
+}
+
+func (noResources) GetPodMemory(klog.Logger, string) []*podresourcesapi.ContainerMemory { return nil }
+
+func (noResources) GetAllocatableMemory(klog.Logger) []*podresourcesapi.ContainerMemory { return nil }
+
+func (noResources) GetDynamicResources(klog.Logger, *v1.Pod, *v1.Container) []*podresourcesapi.DynamicResource {
+	return nil
+}
