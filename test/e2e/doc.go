@@ -1,9 +1,11 @@
 // Package e2e drives the devledger binary with the kubelet's own code: the
 // device manager of k8s.io/kubernetes (pkg/kubelet/cm/devicemanager: its
 // Registration server on kubelet.sock, endpoint clients, checkpoint,
-// Allocate and GetDeviceRunContainerOptions) and the plugin manager
+// Allocate and GetDeviceRunContainerOptions), the plugin manager
 // (pkg/kubelet/pluginmanager: the plugins_registry watcher with the device
-// manager's handler). Our kubelet stand-in (grpcapi/kubelettest) can only
+// manager's handler) and, in the topology tests, the topology manager
+// (pkg/kubelet/cm/topologymanager: its policies' admission over the device
+// manager's NUMA hints). Our kubelet stand-in (grpcapi/kubelettest) can only
 // agree with our reading of the kubelet; this suite asks the kubelet itself.
 //
 // It is a Go module of its own so that the product's module never depends on

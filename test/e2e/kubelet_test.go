@@ -61,6 +61,10 @@ type kubelet struct {
 	podResources *podResourcesServer
 	// handler is the device manager's plugin-watcher handler, watched.
 	handler *watchedHandler
+	// topology is the real topology manager, when kubeletOptions name a
+	// policy: admit then goes through its Admit, as the kubelet's pod
+	// admission does.
+	topology topologymanager.Manager
 }
 
 // watchedHandler is the device manager's plugin-watcher handler, noting
@@ -125,6 +129,16 @@ type kubeletOptions struct {
 	// server): Allocate and UpdateAllocatedDevices then take the paths of a
 	// kubelet start. sourcesReady ends it.
 	booting bool
+	// topologyPolicy, when set ("single-numa-node", "restricted",
+	// "best-effort"), gives the device manager a real topology manager
+	// with that policy and the container scope over nodeNUMA, built as the
+	// kubelet's container manager builds it, with the device manager as
+	// its hint provider. Empty keeps the fake one (policy none).
+	topologyPolicy string
+	// cpuHints, with topologyPolicy, adds a second hint provider that
+	// stands in for the CPU manager's static policy: every container's
+	// CPUs fit on these NUMA nodes only (see cpuManagerStandIn).
+	cpuHints []int
 }
 
 // sourcesGate is the kubelet's config.SourcesReady: not ready until open.
@@ -175,17 +189,35 @@ func logKubeletTo(t testing.TB) {
 
 // startKubelet constructs a device manager as the kubelet's container
 // manager does (NewManagerImpl with the node's NUMA nodes and a topology
-// manager; here the fake one, policy none) and starts it: it reads its
-// checkpoint, empties device-plugins/ of sockets and serves kubelet.sock.
-// The pods are the node's: they outlive a kubelet restart.
+// manager: the fake one, policy none, unless opts name a policy) and
+// starts it: it reads its checkpoint, empties device-plugins/ of sockets
+// and serves kubelet.sock. The pods are the node's: they outlive a kubelet
+// restart.
 func startKubelet(t testing.TB, pods *podList, opts kubeletOptions) *kubelet {
 	t.Helper()
 	logger := klog.Background()
-	m, err := devicemanager.NewManagerImpl(logger, nodeNUMA, topologymanager.NewFakeManager(logger))
+	var tm topologymanager.Manager = topologymanager.NewFakeManager(logger)
+	if opts.topologyPolicy != "" {
+		// As pkg/kubelet/cm/container_manager_linux.go: cadvisor's NUMA
+		// nodes, the configured policy and scope, no policy options.
+		mgr, err := topologymanager.NewManager(logger, nodeNUMA, opts.topologyPolicy, topologymanager.ContainerTopologyScope, nil)
+		if err != nil {
+			t.Fatalf("kubelet: topologymanager.NewManager(%s): %v", opts.topologyPolicy, err)
+		}
+		tm = mgr
+	}
+	m, err := devicemanager.NewManagerImpl(logger, nodeNUMA, tm)
 	if err != nil {
 		t.Fatalf("kubelet: NewManagerImpl: %v", err)
 	}
 	k := &kubelet{m: m, pods: pods, started: time.Now(), sources: &sourcesGate{}}
+	if opts.topologyPolicy != "" {
+		tm.AddHintProvider(logger, m)
+		if opts.cpuHints != nil {
+			tm.AddHintProvider(logger, cpuManagerStandIn(opts.cpuHints))
+		}
+		k.topology = tm
+	}
 	// Unless booting, the kubelet has seen all its pod sources; the pods
 	// are those the test admitted. No container was found running at
 	// start (as after a node reboot, when the runtime runs none).
@@ -328,16 +360,25 @@ type admission struct {
 
 // admit runs a pod's containers through the device manager as the kubelet's
 // admission and container start do: the pod becomes active, Allocate for
-// each container (topology hints come from the fake topology manager), then
-// GetDeviceRunContainerOptions as kuberuntime does when it builds the
-// container config. It returns the first container's result.
+// each container, then GetDeviceRunContainerOptions as kuberuntime does
+// when it builds the container config. It returns the first container's
+// result. With the fake topology manager Allocate is called directly (no
+// hints); with a real one the topology manager's Admit gathers the device
+// manager's hints, merges them by its policy and calls Allocate, and a pod
+// it refuses comes back as a *rejection.
 func (k *kubelet) admit(t testing.TB, pod *v1.Pod) (admission, error) {
 	t.Helper()
 	ctx := klog.NewContext(context.Background(), klog.Background())
 	k.pods.add(pod)
 	c := &pod.Spec.Containers[0]
 	start := time.Now()
-	if err := k.m.Allocate(ctx, pod, c, lifecycle.AddOperation); err != nil {
+	if k.topology != nil {
+		res := k.topology.Admit(ctx, &lifecycle.PodAdmitAttributes{Pod: pod, OtherPods: k.otherPods(pod), Operation: lifecycle.AddOperation})
+		if !res.Admit {
+			k.pods.remove(pod)
+			return admission{}, &rejection{Reason: res.Reason, Message: res.Message}
+		}
+	} else if err := k.m.Allocate(ctx, pod, c, lifecycle.AddOperation); err != nil {
 		k.pods.remove(pod)
 		return admission{}, err
 	}
@@ -347,6 +388,33 @@ func (k *kubelet) admit(t testing.TB, pod *v1.Pod) (admission, error) {
 		return admission{}, fmt.Errorf("GetDeviceRunContainerOptions: %w", err)
 	}
 	return admission{took: took, devices: k.allocated(pod), opts: opts}, nil
+}
+
+// rejection is a pod the kubelet's admission refused: the Reason and
+// Message it records in the pod's status ("TopologyAffinityError" for the
+// topology manager's refusal).
+type rejection struct{ Reason, Message string }
+
+func (r *rejection) Error() string { return r.Reason + ": " + r.Message }
+
+// otherPods are the active pods but pod, as the kubelet's admission passes
+// them.
+func (k *kubelet) otherPods(pod *v1.Pod) []*v1.Pod {
+	return slices.DeleteFunc(k.pods.active(), func(q *v1.Pod) bool { return q == pod })
+}
+
+// affinity is the NUMA affinity the topology manager settled on for a
+// pod's first container (nil bits when it has no preference or runs no
+// real policy).
+func (k *kubelet) affinity(pod *v1.Pod) []int {
+	if k.topology == nil {
+		return nil
+	}
+	h := k.topology.GetAffinity(klog.Background(), string(pod.UID), pod.Spec.Containers[0].Name)
+	if h.NUMANodeAffinity == nil {
+		return nil
+	}
+	return h.NUMANodeAffinity.GetBits()
 }
 
 // allocated is what the device manager holds for a pod's first container, by
