@@ -573,8 +573,10 @@ func (r *registrar) acknowledge(ctx actor.Context, pool string, d desire) {
 // would bring the pool back, so it registers anew (unlistedFor).
 func (r *registrar) listed(ctx actor.Context, m *Listing) {
 	if m.Open {
-		r.listing[m.Socket]++
+		// Only the pool's socket is counted: a stream on one it left
+		// ends with no word once the pool stops, and its count would stay.
 		if d, ok := r.desired[m.Pool]; ok && d.socket == m.Socket {
+			r.listing[m.Socket]++
 			r.cancelUnlisted(m.Pool)
 			delete(r.drops, m.Pool)
 		}

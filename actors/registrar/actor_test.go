@@ -1000,3 +1000,16 @@ func TestAnAnswerToAnotherRegistrarsRegisterIsNotOurs(t *testing.T) {
 		return st.Pools[gpu].Registered && st.Pools[gpu].Socket == sock
 	})
 }
+
+// A stream the kubelet opens on a socket the pool has left is not
+// counted: the pool never tells its end once it stops serving there, and
+// each socket left that way would stay in the count for good.
+func TestAStreamOnASocketLeftIsNotCounted(t *testing.T) {
+	r := &registrar{desired: map[string]desire{gpu: {socket: "new.sock"}}, listing: map[string]int{},
+		unlisted: map[string]*time.Timer{}, drops: map[string]int{}}
+	r.listed(nil, &Listing{Pool: gpu, Socket: "old.sock", Open: true})
+	r.listed(nil, &Listing{Pool: gpu, Socket: "new.sock", Open: true})
+	if want := map[string]int{"new.sock": 1}; !reflect.DeepEqual(r.listing, want) {
+		t.Errorf("streams counted %v, want %v", r.listing, want)
+	}
+}
