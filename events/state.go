@@ -59,6 +59,14 @@ type DaemonState struct {
 	Reboots      int    `json:"reboots,omitempty"`
 }
 
+// RebootedBefore says whether the start p follows a node reboot since the
+// run d knows of: both could read the kernel's boot id, and they differ.
+// It is the one rule the fold counts Reboots by; what shows a reboot
+// (the history page, the start's log) asks it too.
+func (d DaemonState) RebootedBefore(p DaemonStarted) bool {
+	return d.KernelBootID != "" && p.KernelBootID != "" && d.KernelBootID != p.KernelBootID
+}
+
 // ConfigState is the configuration in force.
 type ConfigState struct {
 	Path       string    `json:"path,omitempty"`
@@ -193,7 +201,7 @@ func apply(s State, e Envelope, owned bool) State {
 	switch p := payloadValue(e.Payload).(type) {
 	case DaemonStarted:
 		reboots := s.Daemon.Reboots
-		if was := s.Daemon.KernelBootID; was != "" && p.KernelBootID != "" && was != p.KernelBootID {
+		if s.Daemon.RebootedBefore(p) {
 			reboots++
 		}
 		s.Daemon = DaemonState{BootID: e.BootID, Version: p.Version, StartedAt: e.Time, Running: true, Starts: s.Daemon.Starts + 1,

@@ -261,10 +261,12 @@ func Start(opts Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	kernelBoot := kernelBootID(opts.ProcRoot)
-	start := append(crashed, events.DaemonStarted{Version: opts.Version, Node: opts.Node, PID: os.Getpid(),
+	started := events.DaemonStarted{Version: opts.Version, Node: opts.Node, PID: os.Getpid(),
 		ConfigPath: opts.ConfigPath, SysfsRoot: opts.SysfsRoot, KubeletDir: opts.KubeletDir, Registration: string(mode),
-		KernelBootID: kernelBoot})
-	if was := st.Daemon.KernelBootID; was != "" && kernelBoot != "" && was != kernelBoot {
+		KernelBootID: kernelBoot}
+	start := append(crashed, started)
+	if st.Daemon.RebootedBefore(started) {
+		was := st.Daemon.KernelBootID
 		// No container of the boot before runs now, but the kubelet may
 		// start a pod again on the devices it checkpointed, without an
 		// Allocate: PodResources, not the start, settles each allocation.

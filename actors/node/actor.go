@@ -295,7 +295,8 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 	case *sockets.Ready:
 		// Watch first, then look: a reconcile finds what came before the watch.
 		ctx.Send(n.registrar, &registrar.Reconcile{})
-		// Said once, in both modes: pools serve meanwhile and register when
+		// Said at each watch (the start's, and one made again after lost
+		// events), in both modes: pools serve meanwhile and register when
 		// it comes (or the plugin watcher finds them).
 		if !m.KubeletPresent {
 			sock := KubeletSocket(n.cfg.KubeletDir)

@@ -187,11 +187,13 @@ type historyFold struct {
 	// stopped is set by the first event after --until.
 	stopped bool
 	node    string
-	// kernelBoot is the kernel boot id of the last start that noted one.
-	kernelBoot string
-	lanes      map[string]*historyLane
-	markers    spanList
-	counts     map[string]*poolCounts
+	// daemon is the fold's view of the daemon runs, from the state before
+	// the first event on: whether a start follows a node reboot is the
+	// fold's rule (DaemonState.RebootedBefore).
+	daemon  events.DaemonState
+	lanes   map[string]*historyLane
+	markers spanList
+	counts  map[string]*poolCounts
 }
 
 func newHistoryFold(f *eventFilter) *historyFold {
@@ -367,12 +369,10 @@ func (h *historyFold) event(e events.Envelope) error {
 			h.node = p.Node
 		}
 		what := "daemon started"
-		if p.KernelBootID != "" {
-			if h.kernelBoot != "" && h.kernelBoot != p.KernelBootID {
-				what = "node rebooted; daemon started"
-			}
-			h.kernelBoot = p.KernelBootID
+		if h.daemon.RebootedBefore(p) {
+			what = "node rebooted; daemon started"
 		}
+		h.daemon.KernelBootID = p.KernelBootID
 		h.marker(t, "daemon", fmt.Sprintf("%s: %s, pid %d", what, p.Version, p.PID))
 	case events.DaemonStopped:
 		how := "unclean"
@@ -541,6 +541,7 @@ func (h *historyFold) event(e events.Envelope) error {
 // When a health spell open then began is no longer in the ledger, so it
 // is drawn from the snapshot's time, by which it had begun.
 func (h *historyFold) prior(s events.State, t time.Time) {
+	h.daemon = s.Daemon
 	for _, addr := range slices.Sorted(maps.Keys(s.Devices)) {
 		d := s.Devices[addr]
 		l := h.lane(addr, t)
