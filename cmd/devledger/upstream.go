@@ -15,8 +15,8 @@ import (
 
 // The SR-IOV network device plugin's flags (its image's entrypoint) are
 // taken by run with their meaning, so that its DaemonSet's args work
-// unchanged: --config-file and --resource-prefix as they are, --log-level
-// as a verbosity, and --use-cdi and --log-dir ignored with a warning.
+// unchanged: --config-file, --resource-prefix and --use-cdi as they are,
+// --log-level as a verbosity, and --log-dir ignored with a warning.
 // docs/migrating.md has the table.
 
 // defaultConfigPaths are where run looks for the config when no flag names
@@ -33,7 +33,7 @@ func (c *configFlags) register(fs *flag.FlagSet, usage string) {
 	fs.StringVar(&c.path, "config", "", usage)
 	fs.StringVar(&c.upstreamPath, "config-file", "", "the SR-IOV device plugin's name for --config")
 	fs.StringVar(&c.opts.ResourcePrefix, "resource-prefix", "", "the resourcePrefix of a pool that sets none (default "+config.DefaultResourcePrefix+"), as the SR-IOV device plugin's flag")
-	fs.BoolVar(&c.opts.UseCDI, "use-cdi", false, "answer every pool's Allocate with CDI device names, as if each set cdi.enabled (the SR-IOV device plugin's flag); specs go to --cdi-spec-dir")
+	fs.BoolVar(&c.opts.UseCDI, "use-cdi", false, "answer every pool's Allocate with CDI device names, as if each set cdi.enabled (the SR-IOV device plugin's flag); run writes the specs to its --cdi-spec-dir")
 }
 
 // resolve returns the config file to read: the one a flag names, else the
