@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -9,7 +8,6 @@ import (
 	"time"
 
 	"github.com/devledger/devledger/events"
-	"github.com/devledger/devledger/store"
 )
 
 // TestPageMarksTheRebootTheFoldCounts: the history page marks a node
@@ -60,14 +58,7 @@ func TestPageAndFoldAgreeOnAStartThatCouldNotReadTheBootID(t *testing.T) {
 		s = events.Apply(s, e)
 	}
 	db := filepath.Join(t.TempDir(), ledgerFileName)
-	l, err := store.Open(db, store.Options{Node: "worker-3"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Append(context.Background(), envs...); err != nil {
-		t.Fatal(err)
-	}
-	l.Close()
+	writeLedger(t, db, envs)
 	_, out, _ := runCLI(t, "dump", "--db", db, "--format", "html")
 	if marked := len(regexp.MustCompile(`class="mk daemon"[^>]*node rebooted; daemon started`).FindAllString(out, -1)); marked != s.Daemon.Reboots {
 		t.Errorf("the page marks %d reboots, the fold counts %d", marked, s.Daemon.Reboots)

@@ -133,14 +133,7 @@ func TestPageAfterRetention(t *testing.T) {
 	add(events.DevicesReleased{AllocationSeq: recovered, Pool: pool, DeviceIDs: devs[2:], HeldFor: time.Hour, Reason: "pod ml/found-0 deleted"})
 
 	full := filepath.Join(t.TempDir(), ledgerFileName)
-	l, err := store.Open(full, store.Options{Node: "worker-3"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Append(context.Background(), envs...); err != nil {
-		t.Fatal(err)
-	}
-	l.Close()
+	writeLedger(t, full, envs)
 	argSets := [][]string{
 		{"--format", "html", "--pod", "ml/found-0"},
 		{"--device", devs[0]},
