@@ -91,9 +91,10 @@ type allocator struct {
 
 	members map[string]*allocation.Member
 	order   []string // member addresses, sorted
-	// rank is members as GetPreferredAllocation ranks them, built at the
-	// first call after members or their health change (nil until then).
-	rank *allocation.Index
+	// rank is members as GetPreferredAllocation ranks them (see ranking):
+	// nil once members or their health change, unmarked once holds do.
+	rank   *allocation.Index
+	marked bool
 	// verdicts is the newest verdict heard per device, member or not: one
 	// may come before its device joins, and members may bring an older one.
 	// Set at start.
@@ -161,6 +162,7 @@ func (p *allocator) Receive(ctx actor.Context) {
 		p.reserve(ctx, m)
 	case *Reconciled:
 		p.holds.Apply(p.name, m.Event)
+		p.marked = false
 	case *Withdraw:
 		p.withdraw(m.Reason)
 	case *Query:
@@ -894,12 +896,10 @@ func push(ch chan []*pluginapi.Device, list []*pluginapi.Device) {
 
 // preferred answers GetPreferredAllocation (see allocation.Index.Preferred).
 func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
-	if p.rank == nil {
-		p.rank = allocation.NewIndex(p.members)
-	}
+	rank := p.ranking()
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for i, cr := range req.ContainerRequests {
-		ids, err := p.rank.Preferred(p.cfg.Resource, p.held, cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize))
+		ids, err := rank.Preferred(p.cfg.Resource, p.inFlight, cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize))
 		if err != nil {
 			return nil, fmt.Errorf("%w: container request %d: %v", grpcapi.ErrInvalidRequest, i, err)
 		}
@@ -908,24 +908,26 @@ func (p *allocator) preferred(req *pluginapi.PreferredAllocationRequest) (*plugi
 	return resp, nil
 }
 
-// held yields the members held by a live or pending Allocate of the pool
-// or by another pool, some more than once: what Preferred offers last.
-func (p *allocator) held(yield func(string) bool) {
-	for id, hs := range p.holds.Holders {
-		if len(hs) > 0 && !yield(id) {
-			return
-		}
+// ranking is rank, built if the members changed and marked with the
+// pool's holds if they changed.
+func (p *allocator) ranking() *allocation.Index {
+	if p.rank == nil {
+		p.rank, p.marked = allocation.NewIndex(p.members), false
 	}
+	if !p.marked {
+		p.rank.Mark(maps.Keys(p.holds.Holders))
+		p.marked = true
+	}
+	return p.rank
+}
+
+// inFlight yields the devices of the pool's pending Allocates.
+func (p *allocator) inFlight(yield func(string) bool) {
 	for _, f := range p.life.pending {
 		for _, id := range f.ids {
 			if !yield(id) {
 				return
 			}
-		}
-	}
-	for _, id := range p.rank.Elsewhere() {
-		if !yield(id) {
-			return
 		}
 	}
 }

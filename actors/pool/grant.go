@@ -234,6 +234,7 @@ func (p *allocator) land(ctx actor.Context, id uint64, f *flight, l landing) {
 		for _, e := range l.envs {
 			p.holds.Apply(p.name, e)
 		}
+		p.marked = false
 		p.answer(f.reply, f.started, f.resp, nil)
 		// Logging comes after the answer.
 		for _, e := range l.envs {
@@ -246,6 +247,10 @@ func (p *allocator) land(ctx actor.Context, id uint64, f *flight, l landing) {
 				ev = ev.Uints64("supersedes", a.Supersedes)
 			}
 			ev.Str("pool", p.name).Strs("devices", a.DeviceIDs).Uint64("seq", e.Seq).Msg("devices allocated")
+		}
+		// Marked now, with the kubelet answered, not when it asks next.
+		if p.rank != nil {
+			p.ranking()
 		}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		err = fmt.Errorf("%s: the allocation was not recorded before the call's deadline: %w", p.name, err)

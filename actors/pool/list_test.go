@@ -2,12 +2,14 @@ package pool
 
 import (
 	"testing"
+	"time"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/devledger/devledger/actors/pool/allocation"
 	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/internal/actortest"
 	"github.com/devledger/devledger/sysfs"
 )
 
@@ -142,5 +144,45 @@ func TestPreferredFollowsTheMembers(t *testing.T) {
 	p.setMemberList(ms)
 	if got := first(); got != c {
 		t.Errorf("preferred %s with %s gone and %s held elsewhere, want %s", got, a, b, c)
+	}
+}
+
+// GetPreferredAllocation offers a held device last, as the pool's holds
+// are now: one an Allocate has in flight, then its landed allocation,
+// and, once the reconciler's release comes, no longer.
+func TestPreferredFollowsTheHolds(t *testing.T) {
+	const z = "0000:3b:02.2"
+	f, g, allocated := poolWithAllocateHeld(t, func(c *Config) { c.Members = append(c.Members, member(z)) })
+	first := func() string {
+		t.Helper()
+		reply := make(chan preferredReply, 1)
+		f.Sys.Root.Send(f.Child, &preferredReq{reply: reply, req: &pluginapi.PreferredAllocationRequest{
+			ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: []string{z, y, x}, AllocationSize: 1}}}})
+		select {
+		case r := <-reply:
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			return r.resp.ContainerResponses[0].DeviceIDs[0]
+		case <-time.After(10 * time.Second):
+			t.Fatal("the pool never answered GetPreferredAllocation")
+			return ""
+		}
+	}
+	if got := first(); got != y {
+		t.Errorf("preferred %s with an Allocate of %s in flight, want %s", got, x, y)
+	}
+	g.release()
+	if err := <-allocated; err != nil {
+		t.Fatal(err)
+	}
+	seq := actortest.Next[*AllocationRecorded](t, f).Event.Seq
+	if got := first(); got != y {
+		t.Errorf("preferred %s with %s allocated (#%d), want %s", got, x, seq, y)
+	}
+	f.Sys.Root.Send(f.Child, &Reconciled{Event: events.Envelope{Seq: seq + 1,
+		Payload: events.DevicesReleased{AllocationSeq: seq, Pool: "example.com/vf", DeviceIDs: []string{x}}}})
+	if got := first(); got != x {
+		t.Errorf("preferred %s with %s released, want %s", got, x, x)
 	}
 }

@@ -55,16 +55,19 @@ func (m Member) Usable() bool { return m.Healthy && len(m.HeldElsewhere) == 0 }
 // Member struct per offered device pays cache misses per device. The
 // index keeps what ranking reads in a few kilobytes: positions by ID (the
 // IDs' bytes side by side), and per position the member's NUMA node,
-// group and usability as numbers. Positions follow the IDs' order and
-// group numbers their names' order, so comparing numbers compares names.
+// group and usability as numbers, and whether it is held (Mark).
+// Positions follow the IDs' order and group numbers their names' order,
+// so comparing numbers compares names.
 type Index struct {
 	pos     map[string]int32
 	ids     []string // by position, sorted
 	members []ranked // by position
 	groups  int      // group numbers are 0..groups-1
 	nodes   int      // the highest NUMA node + 1
-	// elsewhere are the members another pool holds, sorted.
-	elsewhere []string
+	// elsewhere are the positions of the members another pool holds;
+	// held marks them and what Mark was given last, by position.
+	elsewhere []int32
+	held      []bool
 }
 
 // ranked is what ranking reads of one member.
@@ -76,7 +79,7 @@ type ranked struct {
 // NewIndex indexes members (read, never kept).
 func NewIndex(members map[string]*Member) *Index {
 	ids := slices.Sorted(maps.Keys(members))
-	x := &Index{pos: make(map[string]int32, len(ids)), ids: make([]string, len(ids)), members: make([]ranked, len(ids))}
+	x := &Index{pos: make(map[string]int32, len(ids)), ids: make([]string, len(ids)), members: make([]ranked, len(ids)), held: make([]bool, len(ids))}
 	keys := strings.Join(ids, "")
 	names := make([]string, 0, len(ids))
 	for _, id := range ids {
@@ -94,23 +97,34 @@ func NewIndex(members map[string]*Member) *Index {
 		x.members[i] = ranked{numa: int32(m.Device.NUMANode), group: int32(g), usable: m.Usable()}
 		x.nodes = max(x.nodes, m.Device.NUMANode+1)
 		if len(m.HeldElsewhere) > 0 {
-			x.elsewhere = append(x.elsewhere, id)
+			x.elsewhere = append(x.elsewhere, int32(i))
+			x.held[i] = true
 		}
 	}
 	return x
 }
 
-// Elsewhere lists the members another pool holds (Member.HeldElsewhere),
-// sorted; the caller must not change it.
-func (x *Index) Elsewhere() []string { return x.elsewhere }
+// Mark notes the members held now: those held yields (some more than
+// once; non-members are skipped) and those another pool holds. The pool
+// marks them after its holds change, once it has answered the call that
+// changed them, so that no GetPreferredAllocation walks its holders.
+func (x *Index) Mark(held iter.Seq[string]) {
+	clear(x.held)
+	for _, i := range x.elsewhere {
+		x.held[i] = true
+	}
+	for id := range held {
+		if i, ok := x.pos[id]; ok {
+			x.held[i] = true
+		}
+	}
+}
 
 // Preferred answers GetPreferredAllocation for one container of the pool
 // res: up to size IDs, mustInclude first (in order, each once), then the
-// best of the other available IDs among the indexed members. held yields
-// the devices held by a live or in-flight allocation of the pool, or by
-// another pool's, each at least once: the pool's own holders, with no map
-// built from them per call (its memory is cold when the kubelet asks).
-// Candidates rank by, in this order:
+// best of the other available IDs among the indexed members. A device is
+// held when Mark marked it or pending yields it (the devices of Allocates
+// under way, some more than once). Candidates rank by, in this order:
 //
 //  1. not held: a held device is offered only when the free ones run out
 //     (the kubelet thinks it free; our ledger may not have seen it go);
@@ -137,7 +151,7 @@ func (x *Index) Elsewhere() []string { return x.elsewhere }
 // asks for more than it offers) wrap ErrInvalidRequest; a must-include
 // non-member wraps ErrUnknownDevice. A must-include device is kept even
 // when unhealthy: the kubelet has already given it to the pod.
-func (x *Index) Preferred(res *config.Resource, held iter.Seq[string], available, mustInclude []string, size int) ([]string, error) {
+func (x *Index) Preferred(res *config.Resource, pending iter.Seq[string], available, mustInclude []string, size int) ([]string, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("preferred allocation for %s: size %d: %w", res.FullName(), size, ErrInvalidRequest)
 	}
@@ -172,16 +186,18 @@ func (x *Index) Preferred(res *config.Resource, held iter.Seq[string], available
 	if weighed {
 		load = make([]int, x.groups)
 	}
-	isHeld := make([]bool, len(x.members))
-	for id := range held {
-		if i, ok := x.pos[id]; ok && !isHeld[i] {
+	isHeld := slices.Clone(x.held)
+	for id := range pending {
+		if i, ok := x.pos[id]; ok {
 			isHeld[i] = true
-			if weighed {
-				load[x.members[i].group]++
-			}
 		}
 	}
 	if weighed {
+		for i, h := range isHeld {
+			if h {
+				load[x.members[i].group]++
+			}
+		}
 		for _, i := range must {
 			if !isHeld[i] { // a held one counts once, as held
 				load[x.members[i].group]++

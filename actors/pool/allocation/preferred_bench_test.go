@@ -2,6 +2,7 @@ package allocation
 
 import (
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -11,8 +12,8 @@ import (
 // BenchmarkPreferred: GetPreferredAllocation's ranking of one device out of
 // a pool of 504 VFs (8 PFs of 63, on two NUMA nodes) of which 100 are held,
 // as the kubelet asks it: every free device available, size 1, on an
-// Index built once, as the pool keeps it between calls, the held devices
-// read from a map of holders as the pool passes them. Baseline:
+// Index built once and marked with the held devices, as the pool keeps it
+// between calls, with no Allocate pending. Baseline:
 // what a plugin that ranks nothing does, the first available members of
 // the pool (the bare plugin of test/e2e's device-manager benchmark).
 //
@@ -20,7 +21,7 @@ import (
 //	            caches cold (none-cold)
 func BenchmarkPreferred(b *testing.B) {
 	members := map[string]*Member{}
-	held := map[string][]uint64{} // as events.State.Holders
+	held := map[string][]uint64{} // as events.Holds.Holders
 	var available []string
 	for p := range 8 {
 		pf := fmt.Sprintf("0000:%02x:00.0", 0x17+p*0x10)
@@ -34,15 +35,7 @@ func BenchmarkPreferred(b *testing.B) {
 			available = append(available, addr)
 		}
 	}
-	// As the pool passes them (allocator.held), from its holders.
-	heldSeq := func(yield func(string) bool) {
-		for id, hs := range held {
-			if len(hs) > 0 && !yield(id) {
-				return
-			}
-		}
-	}
-	bare := func(size int) []string {
+	bare := func(available []string, size int) []string {
 		out := make([]string, 0, size)
 		for _, id := range available {
 			if len(out) == size {
@@ -55,14 +48,24 @@ func BenchmarkPreferred(b *testing.B) {
 		return out
 	}
 	// In the daemon the pool's memory is cold when the kubelet asks (it
-	// did other work since the last pod): "cold" evicts the caches, by
-	// writing over 64 MiB, before each of the two picks it times.
+	// did other work since the last pod), and the request is warm, just
+	// decoded: "cold" evicts the caches, by writing over 64 MiB, and then
+	// copies the request before each of the two picks it times.
 	var junk []byte
-	evict := func() {
+	request := func() []string {
 		for i := 0; i < len(junk); i += 64 {
 			junk[i]++
 		}
+		if junk == nil {
+			return available
+		}
+		req := make([]string, len(available))
+		for i, id := range available {
+			req[i] = string([]byte(id))
+		}
+		return req
 	}
+	noPending := func(func(string) bool) {}
 	for _, tc := range []struct {
 		name   string
 		policy config.AllocatePolicy
@@ -72,20 +75,21 @@ func BenchmarkPreferred(b *testing.B) {
 			res := pool("intel.com", "sriov", config.NetDevice)
 			res.AllocatePolicy = tc.policy
 			x := NewIndex(members)
+			x.Mark(maps.Keys(held))
 			if tc.cold {
 				junk = make([]byte, 64<<20)
 			}
 			var ours, base time.Duration
 			for b.Loop() {
-				evict()
+				req := request()
 				start := time.Now()
-				if _, err := x.Preferred(res, heldSeq, available, nil, 1); err != nil {
+				if _, err := x.Preferred(res, noPending, req, nil, 1); err != nil {
 					b.Fatal(err)
 				}
 				ours += time.Since(start)
-				evict()
+				req = request()
 				start = time.Now()
-				if len(bare(1)) != 1 {
+				if len(bare(req, 1)) != 1 {
 					b.Fatal("bare pick found nothing")
 				}
 				base += time.Since(start)

@@ -374,13 +374,24 @@ func TestPreferredSpreadGPUs(t *testing.T) {
 }
 
 // preferred calls Index.Preferred with members and held as the tables give
-// them, held in its order, repeats and all.
+// them, held in its order, repeats and all: every other one marked (Mark),
+// the others pending, so that every table tests both.
 func preferred(res *config.Resource, members map[string]Member, held []string, available, must []string, size int) ([]string, error) {
 	ms := make(map[string]*Member, len(members))
 	for id, m := range members {
 		ms[id] = &m
 	}
-	return NewIndex(ms).Preferred(res, slices.Values(held), available, must, size)
+	var marked, pending []string
+	for i, id := range held {
+		if i%2 == 0 {
+			marked = append(marked, id)
+		} else {
+			pending = append(pending, id)
+		}
+	}
+	x := NewIndex(ms)
+	x.Mark(slices.Values(marked))
+	return x.Preferred(res, slices.Values(pending), available, must, size)
 }
 
 // TestPickOneIsPickAllOfOne: the pick of one device, which skips the
