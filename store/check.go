@@ -95,6 +95,9 @@ func (l *Log) check(ctx context.Context, limit int) (CheckReport, []error, error
 		if rep.FirstSeq <= 1 {
 			fold, folding = events.NewState(), true
 		}
+		// base: a snapshot stands for the events before the oldest kept
+		// (the one retention cut at, or a later one).
+		base := rep.FirstSeq <= 1
 		sc := tx.Bucket(bucketSnapshots).Cursor()
 		sk, sv := sc.First()
 		for ; sk != nil; sk, sv = sc.Next() {
@@ -103,6 +106,7 @@ func (l *Log) check(ctx context.Context, limit int) (CheckReport, []error, error
 				return problem(l.corrupt(0, fmt.Sprintf("snapshots key %x is not a sequence", sk), nil))
 			}
 			if seq >= rep.FirstSeq && rep.FirstSeq != 0 {
+				base = true
 				break
 			}
 			if seq+1 < rep.FirstSeq {
@@ -111,6 +115,7 @@ func (l *Log) check(ctx context.Context, limit int) (CheckReport, []error, error
 				}
 				continue
 			}
+			base = true
 			st, err := decodeSnapshot(sk, sv)
 			if errors.Is(err, events.ErrSnapshotFormat) && limit > 1 {
 				continue
@@ -126,6 +131,11 @@ func (l *Log) check(ctx context.Context, limit int) (CheckReport, []error, error
 				return problem(l.corrupt(seq, "snapshot in a ledger without events", nil))
 			}
 			fold, folding = st, true
+		}
+		if !base {
+			if err := problem(l.missingStart(rep.FirstSeq)); err != nil {
+				return err
+			}
 		}
 
 		var n int

@@ -148,6 +148,9 @@ func TestCheckFindsStructuralDamage(t *testing.T) {
 			rec, _ := events.Marshal(events.Envelope{Seq: 8, Time: baseTime, Payload: events.KubeletRestarted{}})
 			return tx.Bucket(bucketEvents).Put(seqKey(7), appendValue(nil, 7, rec))
 		}, 7, "says seq 8"},
+		{"the events counter behind the records", func(tx *bolt.Tx) error {
+			return tx.Bucket(bucketEvents).SetSequence(25)
+		}, 26, "sequence counter (#25)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -539,5 +542,64 @@ func TestReplayUntilTimePassesOverAnUnreadableSnapshot(t *testing.T) {
 				t.Fatalf("ReplayUntilTime: seq %d, %v; want the fold to seq 50", got.Seq, err)
 			}
 		})
+	}
+}
+
+// No checksum covers the events counter: one behind the records would have
+// the next append overwrite an acknowledged record. A writer refuses the
+// file and leaves it as it was; a reader notes the damage at open.
+func TestAWriterRefusesACounterBehindTheRecords(t *testing.T) {
+	path := markedLedger(t, 30)
+	rewrite(t, path, func(tx *bolt.Tx) error { return tx.Bucket(bucketEvents).SetSequence(25) })
+
+	l, err := Open(path, Options{BootID: "b"})
+	var ce *CorruptError
+	if !errors.As(err, &ce) || ce.Seq != 26 || !strings.Contains(err.Error(), path) {
+		if l != nil {
+			l.Close()
+		}
+		t.Fatalf("writer open: %v, want a *CorruptError at seq 26 naming the file", err)
+	}
+	rewrite(t, path, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEvents)
+		for seq := 26; seq <= 30; seq++ {
+			if !bytes.Contains(b.Get(seqKey(uint64(seq))), []byte(marker(seq))) {
+				t.Errorf("#%d changed", seq)
+			}
+		}
+		return nil
+	})
+
+	r, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := r.Damage(); !errors.As(err, &ce) || ce.Seq != 26 {
+		t.Errorf("reader's damage: %v", err)
+	}
+}
+
+// A ledger that lost its first events, with no snapshot to stand for them,
+// is damaged, not cut by retention (which keeps the snapshot it cuts at).
+func TestCheckFindsAMissingStart(t *testing.T) {
+	path := markedLedger(t, 30)
+	rewrite(t, path, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEvents)
+		b.Delete(seqKey(1))
+		return b.Delete(seqKey(2))
+	})
+	l, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	rep, err := l.Check(context.Background())
+	var ce *CorruptError
+	if !errors.As(err, &ce) || ce.Seq != 2 || rep.FirstBad != 2 || !strings.Contains(err.Error(), "before #3 are missing") {
+		t.Fatalf("check: %v (report %+v), want the events before #3 missing", err, rep)
+	}
+	if _, err := l.Replay(0); !errors.Is(err, ErrCorrupt) || errors.Is(err, ErrHistoryDropped) {
+		t.Fatalf("replay: %v, want damage, not a drop", err)
 	}
 }

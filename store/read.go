@@ -96,6 +96,9 @@ func (l *Log) scan(tx *bolt.Tx, from, until uint64, clamp bool, visit func(seq u
 		if !ok {
 			return l.corrupt(expect, fmt.Sprintf("events key %x is not a sequence", k), nil)
 		}
+		if seq > last {
+			return counterBehind(l.path, last)
+		}
 		if seq > until {
 			break
 		}
@@ -275,6 +278,11 @@ func (l *Log) replay(untilSeq uint64, useSnapshots bool) (events.State, error) {
 			}
 		}
 		if s.Seq == 0 && first > 1 {
+			if k, _ := tx.Bucket(bucketSnapshots).Cursor().Last(); useSnapshots && untilSeq >= first && !atOrAfter(k, first-1) {
+				// Retention keeps the snapshot it cut at: with no
+				// snapshot from there on, the start was lost, not dropped.
+				return l.missingStart(first)
+			}
 			return l.dropped(fmt.Sprintf("seq %d", untilSeq), first)
 		}
 		return l.fold(tx, &s, untilSeq, nil)
@@ -283,6 +291,18 @@ func (l *Log) replay(untilSeq uint64, useSnapshots bool) (events.State, error) {
 		return events.State{}, err
 	}
 	return s, nil
+}
+
+// atOrAfter says whether k is a sequence key of seq or later.
+func atOrAfter(k []byte, seq uint64) bool {
+	s, ok := keySeq(k)
+	return ok && s >= seq
+}
+
+// missingStart is the damage of a ledger whose oldest event is first, with
+// no snapshot before it to stand for the events before.
+func (l *Log) missingStart(first uint64) *CorruptError {
+	return l.corrupt(first-1, fmt.Sprintf("the events before #%d are missing, and no snapshot at or after #%d stands for them (retention keeps one where it cuts)", first, first-1), nil)
 }
 
 func (l *Log) dropped(point string, first uint64) error {

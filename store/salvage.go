@@ -54,9 +54,11 @@ type LostRange struct {
 // that goes, and then page by page, so that events past a damaged page are
 // found too. Every record is verified (checksum, decoding, sequence). A
 // sequence with no intact record gets an events.EventLost in its place,
-// from the first event found to the last the ledger says it reached, so
-// that the new ledger is whole and the loss is in it. Snapshots are not
-// copied: the daemon takes new ones.
+// from the first event found (from #1 when no snapshot found stands for the
+// events before it) to the last the ledger says it reached, so that the new
+// ledger is whole and the loss is in it. Of the snapshots, only the one
+// retention kept before the first event is copied: the daemon takes new
+// ones.
 func Salvage(path, out string) (SalvageReport, error) {
 	var rep SalvageReport
 	if _, err := os.Lstat(out); err == nil {
@@ -105,8 +107,13 @@ func Salvage(path, out string) (SalvageReport, error) {
 	}
 	slices.Sort(seqs)
 	rep.FirstSeq, rep.LastSeq = seqs[0], max(seqs[len(seqs)-1], treeLast)
-	if dropped.ToSeq > 0 {
+	if _, ok := snaps[rep.FirstSeq-1]; dropped.ToSeq > 0 {
 		rep.FirstSeq = dropped.ToSeq + 1
+	} else if !ok {
+		// No drop, and no snapshot before the first event found to stand
+		// for what came before: the start is lost, and EventLost stands
+		// for each event of it.
+		rep.FirstSeq = 1
 	}
 
 	l, err := Open(out, Options{Node: node, LockTimeout: time.Second})

@@ -135,6 +135,27 @@ func readRawAt(t *testing.T, l *Log, seq uint64) []byte {
 // it started: the dropped events stay dropped (though their pages still
 // hold them), and the snapshot retention kept is copied, so the salvaged
 // ledger replays to the same state.
+// A first record that fails its checksum, with no snapshot before it, is
+// lost: the salvaged ledger starts at #1, with an EventLost there, and
+// replays.
+func TestSalvageLosesADamagedFirstRecord(t *testing.T) {
+	path := markedLedger(t, 30)
+	flipInFile(t, path, marker(1))
+	out := filepath.Join(t.TempDir(), "salvaged.db")
+	rep, err := Salvage(path, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.FirstSeq != 1 || rep.LastSeq != 30 || len(rep.Lost) != 1 || rep.Lost[0].From != 1 || rep.Lost[0].To != 1 {
+		t.Fatalf("salvage report %+v, want #1-#30 with #1 lost", rep)
+	}
+	l := openVerified(t, out)
+	s, err := l.Replay(0)
+	if err != nil || s.Seq != 30 {
+		t.Fatalf("the salvaged ledger replays to #%d: %v", s.Seq, err)
+	}
+}
+
 func TestSalvageKeepsTheSnapshotBeforeTheOldestEvent(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "salvaged.db")
 	rep, err := Salvage(fixtureV1, out)

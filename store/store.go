@@ -401,9 +401,11 @@ func readMeta(db *bolt.DB, path string) (Meta, error) {
 // loadBounds reads the first and last sequence from the file. The last is
 // the events bucket's sequence counter, not its last key: after a loss of
 // trailing records the counter still says how far the ledger went (and Read
-// and Check report the missing ones).
+// and Check report the missing ones). No checksum covers the counter: one
+// behind the last record would have the next append overwrite a record, so
+// a writer refuses the file and a reader notes the damage.
 func (l *Log) loadBounds() error {
-	return damageIn("the start of the events", l.view(func(tx *bolt.Tx) error {
+	err := damageIn("the start of the events", l.view(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketEvents)
 		l.lastSeq.Store(b.Sequence())
 		if k, _ := b.Cursor().First(); k != nil {
@@ -415,6 +417,34 @@ func (l *Log) loadBounds() error {
 		}
 		return nil
 	}))
+	if err != nil {
+		return err
+	}
+	var behind *CorruptError
+	// A last page that cannot be read is for reads to report, where they
+	// meet it: what comes before it can still be read.
+	_ = l.view(func(tx *bolt.Tx) error {
+		k, _ := tx.Bucket(bucketEvents).Cursor().Last()
+		if seq, ok := keySeq(k); ok && seq > l.LastSeq() {
+			behind = counterBehind(l.path, l.LastSeq())
+		}
+		return nil
+	})
+	switch {
+	case behind == nil:
+		return nil
+	case !l.readOnly:
+		return behind
+	}
+	l.noteDamage(behind)
+	return nil
+}
+
+// counterBehind is the damage of an events counter at last with records
+// stored past it.
+func counterBehind(path string, last uint64) *CorruptError {
+	return &CorruptError{Path: path, Seq: last + 1, Reason: fmt.Sprintf(
+		"records lie past the events' sequence counter (#%d): the counter is damaged, and an append would overwrite them", last)}
 }
 
 // damageIn says where a damaged page was met: a *CorruptError about a page
