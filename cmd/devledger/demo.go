@@ -15,6 +15,7 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
@@ -243,7 +244,9 @@ func (d *demo) run(ctx context.Context) error {
 	}
 
 	d.step("The daemon is killed (SIGKILL) and started again")
-	before, err := d.liveAllocations()
+	// The pools may register again before the restart is durable, and the
+	// kill would take it along: the history shown at the end has it.
+	before, err := d.liveAllocations(func(s events.State) bool { return s.Kubelet.Restarts > 0 })
 	if err != nil {
 		return err
 	}
@@ -259,7 +262,7 @@ func (d *demo) run(ctx context.Context) error {
 	if err := d.waitPools(ctx, restarted); err != nil {
 		return err
 	}
-	after, err := d.liveAllocations()
+	after, err := d.liveAllocations(nil)
 	if err != nil {
 		return err
 	}
@@ -476,15 +479,23 @@ func (d *demo) unbindRebind(ctx context.Context, resource, addr, driver string) 
 
 // liveAllocations reads the ledger's live allocations through the running
 // daemon's admin socket, as `devledger dump` would.
-func (d *demo) liveAllocations() ([]string, error) {
-	src, err := openSource(&ledgerFlags{stateDir: d.state})
-	if err != nil {
-		return nil, err
-	}
-	defer src.close()
-	s, err := foldSource(src, 0, time.Time{})
-	if err != nil {
-		return nil, err
+// liveAllocations are the live allocations the ledger holds, once its
+// fold passes until (nil: at once), or after five seconds of asking.
+func (d *demo) liveAllocations(until func(events.State) bool) ([]string, error) {
+	var s events.State
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		src, err := openSource(&ledgerFlags{stateDir: d.state})
+		if err != nil {
+			return nil, err
+		}
+		s, err = foldSource(src, 0, time.Time{})
+		src.close()
+		if err != nil {
+			return nil, err
+		}
+		if until == nil || until(s) || time.Now().After(deadline) {
+			break
+		}
 	}
 	var out []string
 	for _, seq := range sortedKeys(s.Allocations) {
