@@ -257,7 +257,7 @@ func (l *Log) check(ctx context.Context, limit int) (CheckReport, []error, error
 //
 // walk false leaves the page graph out: a writer's Open walks it later,
 // in the background (CheckPages), rather than add a fifth of a second at a
-// million events to every daemon start.
+// million events to every daemon start, unless Options.CheckPages asks.
 func (l *Log) checkStructure(pageSize int, walk bool) (fatal, damage error) {
 	f, err := os.Open(l.path)
 	if err != nil {

@@ -45,6 +45,13 @@ const LedgerFileName = "ledger.db"
 // PIDFileName is the file in the state dir naming the ledger's holder.
 const PIDFileName = "devledger.pid"
 
+// OpeningFileName is the mark a start leaves in the state dir while it
+// opens and replays the ledger. The next start finding it knows that one
+// died there (killed for memory, say, by a loop in the file's pages, which
+// bbolt follows for ever) and has the store walk the pages before bbolt
+// reads them (store.Options.CheckPages), so it names the damage instead.
+const OpeningFileName = "ledger.opening"
+
 // ErrBadConfig is wrapped by Start's error when the config file is missing
 // or invalid (exit code 2).
 var ErrBadConfig = errors.New("bad config")
@@ -167,9 +174,19 @@ func Start(opts Options) (_ *Daemon, err error) {
 
 	bootID := newBootID()
 	path := filepath.Join(opts.StateDir, LedgerFileName)
+	opening := filepath.Join(opts.StateDir, OpeningFileName)
+	_, serr := os.Stat(opening)
+	diedOpening := serr == nil
+	if diedOpening {
+		d.log.Warn().Str("path", path).Msg("the last start died opening or replaying the ledger; checking its pages before reading it")
+	}
+	if err := os.WriteFile(opening, nil, 0o600); err != nil {
+		d.log.Warn().Err(err).Str("path", opening).Msg("cannot mark the ledger's opening")
+	}
 	l, err := store.Open(path, store.Options{Node: opts.Node, BootID: bootID, LockTimeout: time.Second,
-		Logger: d.log.With().Str("component", "ledger").Logger()})
+		CheckPages: diedOpening, Logger: d.log.With().Str("component", "ledger").Logger()})
 	if err != nil {
+		os.Remove(opening)
 		if errors.Is(err, store.ErrLocked) {
 			return nil, fmt.Errorf("%w: %s is held by %s", ErrLedgerLocked, path, holder(opts.StateDir))
 		}
@@ -233,6 +250,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 
 	began := time.Now()
 	st, err := l.Replay(0)
+	os.Remove(opening)
 	if err != nil {
 		return nil, fmt.Errorf("replay %s: %w%s", path, err, salvageHint(err))
 	}

@@ -12,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
 
@@ -242,5 +245,74 @@ func TestDaemonOnTheDamagedCorpus(t *testing.T) {
 			ctx := waitCtx(t)
 			waitReadyzSays(t, ctx, "http://"+d.metricsAddr, http.StatusServiceUnavailable, "the ledger is damaged")
 		})
+	}
+}
+
+// A start that finds the mark of one that died opening the ledger walks
+// the file's pages before bbolt reads them: a page graph bbolt would
+// follow for ever (a loop) or read wrongly (a page two branches point to,
+// made here, as a loop would take a regression's test down with it) is
+// refused, named. The mark goes once the ledger is replayed or refused.
+func TestAStartAfterOneDiedOpeningWalksThePages(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	opening := filepath.Join(n.opts.StateDir, OpeningFileName)
+	n.start(t).Stop(context.Background(), "test")
+	if _, err := os.Stat(opening); !os.IsNotExist(err) {
+		t.Fatalf("a start that replayed left its mark: %v", err)
+	}
+
+	path := filepath.Join(n.opts.StateDir, LedgerFileName)
+	l, err := store.Open(path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2000 {
+		e := events.New(events.DeviceRemoved{Address: "0000:3b:02.1", Reason: fmt.Sprintf("filler %d", i)}, time.Now(), "test")
+		if _, err := l.Append(context.Background(), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Close()
+	crossEventsRoot(t, path)
+	if err := os.WriteFile(opening, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Start(n.opts)
+	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "crossed") || !strings.Contains(err.Error(), "devledger ledger salvage") {
+		t.Fatalf("start: %v, want the crossed pages of %s named and salvage suggested", err, path)
+	}
+	if _, err := os.Stat(opening); !os.IsNotExist(err) {
+		t.Errorf("a refused start left its mark: %v", err)
+	}
+}
+
+// crossEventsRoot points the second element of the events bucket's root
+// branch at the first one's page (bbolt's file format 2: a 16-byte page
+// header, its flags at 8, then 16-byte elements, their page id at 8).
+func crossEventsRoot(t *testing.T, path string) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root uint64
+	db.View(func(tx *bolt.Tx) error {
+		root = uint64(tx.Bucket([]byte("events")).Root())
+		return nil
+	})
+	pageSize := db.Info().PageSize
+	db.Close()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	le := binary.LittleEndian
+	page := b[int(root)*pageSize:]
+	if le.Uint16(page[8:]) != 0x01 || le.Uint16(page[10:]) < 2 {
+		t.Fatalf("the events root, page %d, is not a branch of two elements or more", root)
+	}
+	le.PutUint64(page[16+16+8:], le.Uint64(page[16+8:]))
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
