@@ -56,8 +56,8 @@ type PoolServerOptions struct {
 	// PrivateDirKey names the private directory beside the socket in which
 	// each socket is made before it is moved into place; empty means the
 	// socket's file name. A server that serves under a new name on every
-	// Reserve gives a key that stays the same, so that it keeps one
-	// directory across names and daemon restarts.
+	// Reserve gives a key that stays the same, so that a directory a
+	// killed daemon left is found, and removed, by the next socket.
 	PrivateDirKey string
 }
 

@@ -176,7 +176,7 @@ func TestPrivateDirIsReclaimed(t *testing.T) {
 			if err := os.Mkdir(priv, 0o700); err != nil {
 				t.Fatal(err)
 			}
-			staleSocket(t, filepath.Join(priv, "s"))
+			staleSocket(t, filepath.Join(priv, privateSocketName))
 		}},
 	}
 	for _, tc := range tests {

@@ -20,15 +20,23 @@ import (
 // (sun_path holds 108 bytes, one of them the terminating NUL).
 const MaxSocketPath = 107
 
-// privateDirPrefix names the directory a socket is created in before it is
-// renamed into place: one per socket path, kept while the socket is served
-// (re-creating a socket the kubelet deleted then costs no mkdir and rmdir,
-// which on some disks take longer than the rest together) and removed when
-// the server stops. The leading dot matters: the kubelet's plugin watcher
-// ignores names that start with '.', so it never sees the directory or the
-// socket before the socket is ready and private; the kubelet's device
-// manager removes sockets, not directories, when it starts.
+// privateDirPrefix names the directory a socket is created in, as
+// privateSocketName, before it is renamed into place. The leading dots
+// matter: the kubelet's plugin watcher ignores a file or directory it sees
+// created under a name that starts with '.', and watches nothing in it.
+// Its start, though, walks every directory it finds in plugins_registry/
+// and watches it, dot or not; each socket made in such a directory would
+// be handled as a plugin (an error when the rename wins the race with the
+// watcher's stat, a registration of a path that is then gone when it
+// loses). So each socket gets the directory made anew, unwatched, and
+// leaves it in place: a directory that lives on after its creation is
+// never a race for the watcher's stat. It is removed when the server
+// stops. The kubelet's device manager removes sockets, not directories,
+// when it starts.
 const privateDirPrefix = ".devledger-"
+
+// privateSocketName is a socket's name in its private directory.
+const privateSocketName = ".s"
 
 // privateDir is the private directory of the socket at abs: beside it, named
 // by a 64-bit hash of key (the socket's file name when key is empty), so
@@ -37,7 +45,7 @@ const privateDirPrefix = ".devledger-"
 // no node will see. A server whose socket name changes on every listen
 // (a pool's) passes a key that does not, so that it keeps one directory.
 // Only one daemon serves a node's sockets at a time (the ledger's lock), so
-// the directory's temporary name "s" is never in use by someone else.
+// the directory's temporary name is never in use by someone else.
 func privateDir(abs, key string) string {
 	if key == "" {
 		key = filepath.Base(abs)
@@ -47,26 +55,19 @@ func privateDir(abs, key string) string {
 	return filepath.Join(filepath.Dir(abs), fmt.Sprintf("%s%016x", privateDirPrefix, h.Sum64()))
 }
 
-// ensurePrivateDir makes dir a directory of ours that no one else can
-// enter: an existing one is kept only if it is a real directory (not a
-// link), mode 0700, owned by us; anything else there is replaced. A dir
-// that is not ours after that (someone raced us to the name) is an error.
-func ensurePrivateDir(dir string) error {
-	fi, err := os.Lstat(dir)
-	switch {
-	case err == nil && isPrivateDir(fi):
-		return nil
-	case err == nil:
-		if err := os.RemoveAll(dir); err != nil {
-			return err
-		}
-	case !os.IsNotExist(err):
+// freshPrivateDir makes dir anew, a directory of ours that no one else can
+// enter: whatever was there goes first (a link is removed, not followed).
+// A dir that is not ours after that (someone raced us to the name) is an
+// error.
+func freshPrivateDir(dir string) error {
+	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
-	if fi, err = os.Lstat(dir); err != nil {
+	fi, err := os.Lstat(dir)
+	if err != nil {
 		return err
 	}
 	if fi.IsDir() && fi.Mode().Perm() != 0o700 { // a umask took bits away
@@ -124,18 +125,14 @@ func listenPrivate(path, dirKey string) (*privateListener, error) {
 		return nil, fmt.Errorf("socket path %s holds a %v, not a socket: not replacing it", abs, fi.Mode().Type())
 	}
 	tmpDir := privateDir(abs, dirKey)
-	tmp := filepath.Join(tmpDir, "s")
+	tmp := filepath.Join(tmpDir, privateSocketName)
 	if len(tmp) > MaxSocketPath {
 		return nil, fmt.Errorf("listen on %s: its temporary name %s is %d bytes long; a unix socket path takes at most %d", abs, tmp, len(tmp), MaxSocketPath)
 	}
 	var l *net.UnixListener
 	for attempt := 0; ; attempt++ {
-		if err := ensurePrivateDir(tmpDir); err != nil {
+		if err := freshPrivateDir(tmpDir); err != nil {
 			return nil, fmt.Errorf("listen on %s: private directory %s: %w", abs, tmpDir, err)
-		}
-		// A socket left in it by a run that died between bind and rename.
-		if err := os.Remove(tmp); err != nil && !os.IsNotExist(err) {
-			return nil, fmt.Errorf("listen on %s: %w", abs, err)
 		}
 		l, err = net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 		if err == nil {
@@ -292,9 +289,7 @@ func (s *servedSocket) stop() (first bool, err error) {
 	s.stopped = true
 	if s.lis != nil {
 		err = s.lis.close()
-		// Empty once the socket is in place; a server starting on the same
-		// path makes it again.
-		os.Remove(privateDir(s.lis.path, s.dirKey))
+		os.RemoveAll(privateDir(s.lis.path, s.dirKey))
 	}
 	return true, err
 }

@@ -1,8 +1,13 @@
 package e2e
 
 import (
+	"bytes"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -77,4 +82,71 @@ func TestWatcherSocketRemoved(t *testing.T) {
 	r.k.waitCapacity(t, "allocatable zero after SIGTERM", r.d.stopped, 30*time.Second, func(_, a counts) bool {
 		return equalCounts(a, noneAllocatable)
 	})
+}
+
+// TestWatcherNeverSeesASocketBeingMade renews a pool's socket again and
+// again under a kubelet started while the daemon served. Its plugin
+// watcher walked plugins_registry/ at its start and watches every
+// directory it found there, hidden or not: none of the directories the
+// daemon makes its sockets in may be among them, or the watcher handles
+// each socket made there (an error when the rename wins the race, a
+// registration of a path that is gone when it loses).
+func TestWatcherNeverSeesASocketBeingMade(t *testing.T) {
+	r := startRig(t, "watcher")
+	r.k = r.k.restart(t, r.kopt)
+	r.k.waitAllocatable(t, r.k.started, sriovPools)
+	seen := &linesWith{needle: []byte(".devledger-")}
+	kubeletLogs.set(seen)
+	t.Cleanup(func() { kubeletLogs.set(io.Discard) })
+	for range 10 {
+		old := poolSocket(t, pluginsRegistryDir, resDPDK)
+		if err := os.Remove(old); err != nil { // as an operator's rm would
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if socks := socketsIn(t, pluginsRegistryDir); len(socks) == len(sriovPools) && !slices.Contains(socks, filepath.Base(old)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s got no new socket", resDPDK)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r.k.waitAllocatable(t, r.k.started, sriovPools)
+	// Its removal of a path it never added (a directory made anew) is
+	// no harm; an error, or a path added, is.
+	var handled []string
+	for _, line := range seen.get() {
+		if strings.Contains(line, "Error when handling create event") || strings.Contains(line, "Adding socket path") {
+			handled = append(handled, line)
+		}
+	}
+	if len(handled) > 0 {
+		t.Errorf("the kubelet handled %d paths in devledger's private directories, as:\n%s", len(handled), strings.Join(handled, "\n"))
+	}
+}
+
+// linesWith keeps the lines written to it that hold needle.
+type linesWith struct {
+	needle []byte
+	mu     sync.Mutex
+	lines  []string
+}
+
+func (w *linesWith) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for line := range bytes.Lines(p) {
+		if bytes.Contains(line, w.needle) {
+			w.lines = append(w.lines, string(bytes.TrimSpace(line)))
+		}
+	}
+	return len(p), nil
+}
+
+func (w *linesWith) get() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.lines)
 }
