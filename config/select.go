@@ -457,9 +457,12 @@ func (m *matcher) evaluate(r *Resource, s *Selector, d *sysfs.Device, a *sysfs.A
 		add(fieldPKeys, passed, say(why))
 	}
 	if s.IsRDMA {
-		if d.RDMA() {
+		switch {
+		case d.RDMA():
 			add(fieldIsRDMA, true, func() string { return "device has RDMA (" + strings.Join(d.RDMADevices, ", ") + ")" })
-		} else {
+		case d.RDMAEnabled():
+			add(fieldIsRDMA, true, say("device has RDMA enabled (its RDMA device is in a pod's network namespace, or its driver is not loaded)"))
+		default:
 			add(fieldIsRDMA, false, say("device has no RDMA device"))
 		}
 	}

@@ -244,6 +244,12 @@ func TestSelectRDMAVDPAAndPKeys(t *testing.T) {
 		mlx("0000:d8:00.5", func(d *sysfs.Device) {
 			d.Interfaces = []sysfs.NetInterface{{Name: "ib1", LinkType: "infiniband", PKeys: []string{"0x8001"}}}
 		}),
+		// Its RDMA device in a pod's network namespace: the driver's
+		// auxiliary RDMA device stays, and so does its pool.
+		mlx("0000:d8:00.6", func(d *sysfs.Device) {
+			d.AuxDevices = []sysfs.AuxDevice{{Name: "mlx5_core.eth.6", Type: "eth"}, {Name: "mlx5_core.rdma.6", Type: "rdma"}}
+		}),
+		mlx("0000:d8:00.7", func(d *sysfs.Device) { d.AuxDevices = []sysfs.AuxDevice{{Name: "mlx5_core.eth.7", Type: "eth"}} }),
 	}
 	c := cfg(t, `{"resourceName": "pkey", "selectors": {"pKeys": ["0x8001"]}},
 		{"resourceName": "vhost", "selectors": {"vdpaType": "vhost"}},
@@ -252,7 +258,7 @@ func TestSelectRDMAVDPAAndPKeys(t *testing.T) {
 		{"resourceName": "rdma", "selectors": {"isRdma": true}}`)
 	want := []string{
 		"0000:d8:00.2=intel.com/rdma", "0000:d8:00.3=intel.com/vhost",
-		"0000:d8:00.4=intel.com/ib", "0000:d8:00.5=intel.com/pkey",
+		"0000:d8:00.4=intel.com/ib", "0000:d8:00.5=intel.com/pkey", "0000:d8:00.6=intel.com/rdma",
 	}
 	if got := pools(selectBoth(t, c, devs, Env{})); !reflect.DeepEqual(got, want) {
 		t.Errorf("pooled:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -1,5 +1,7 @@
 package sysfs
 
+import "slices"
+
 // Device is what the kernel tells about one PCI function. Every field that
 // could not be read is left at its unknown value ("" for strings, -1 for the
 // integers documented so) and a warning naming the file is recorded in
@@ -143,3 +145,14 @@ func (d *Device) IsPFWithVFs() bool { return d.NumVFs > 0 }
 
 // RDMA reports whether the function has an RDMA device.
 func (d *Device) RDMA() bool { return len(d.RDMADevices) > 0 }
+
+// RDMAEnabled reports whether RDMA is enabled on the function: it has an
+// RDMA device, or the auxiliary device its driver makes for one
+// ("mlx5_core.rdma.3"). The RDMA device leaves the host's sysfs when a
+// pod's network namespace takes it (RDMA exclusive mode) and is missing
+// while mlx5_ib is not loaded; the auxiliary device stays. The SR-IOV
+// plugin asks devlink's enable_rdma in those cases; this is its sysfs
+// counterpart.
+func (d *Device) RDMAEnabled() bool {
+	return d.RDMA() || slices.ContainsFunc(d.AuxDevices, func(a AuxDevice) bool { return a.Type == "rdma" })
+}
