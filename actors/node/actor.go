@@ -738,10 +738,11 @@ func sameDevices(a, b []allocation.Member) bool {
 }
 
 // placement says where each device goes under cfg (resources are its pools
-// by name): to the first pool in file order whose selectors take it, or,
-// with no driver (unbound, between drivers), to its pool in before while
-// that exists, so a rebind makes no membership change. members lists each
-// pool's devices, unsorted.
+// by name): to the first pool in file order whose selectors take it. Two
+// kinds stay in their pool in before while that exists: one with no driver
+// (unbound, between drivers), so a rebind makes no membership change, and
+// one whose facts are in a pod (factsInPod), which no selector can judge.
+// members lists each pool's devices, unsorted.
 func placement(cfg *config.Config, resources map[string]*config.Resource, devices []sysfs.Device, env config.Env,
 	before map[string]string) (pools []config.PoolMembers, owner map[string]string, members map[string][]sysfs.Device) {
 	pools = cfg.Members(devices, env)
@@ -760,12 +761,25 @@ func placement(cfg *config.Config, resources map[string]*config.Resource, device
 	}
 	for addr, name := range before {
 		d, present := byAddr[addr]
-		if _, placed := owner[addr]; present && !placed && d.Driver == "" && resources[name] != nil {
-			owner[addr] = name
-			members[name] = append(members[name], d)
+		cur, placed := owner[addr]
+		if !present || resources[name] == nil || cur == name || !(!placed && d.Driver == "" || factsInPod(&d)) {
+			continue
 		}
+		if placed {
+			members[cur] = slices.DeleteFunc(members[cur], func(o sysfs.Device) bool { return o.Address == addr })
+		}
+		owner[addr] = name
+		members[name] = append(members[name], d)
 	}
 	return pools, owner, members
+}
+
+// factsInPod says whether a function's interfaces and RDMA devices are all
+// in a pod's network namespace (RDMA exclusive mode): RDMA is enabled on
+// it (sysfs.Device.RDMAEnabled) yet the host sees neither. A selector that
+// reads them (pKeys) cannot judge it until the pod ends.
+func factsInPod(d *sysfs.Device) bool {
+	return len(d.Interfaces) == 0 && !d.RDMA() && d.RDMAEnabled()
 }
 
 // stopPool stops the pool name at pid, which the registrar forgets. Until

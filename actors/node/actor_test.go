@@ -12,6 +12,7 @@ import (
 	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/grpcapi"
+	"github.com/devledger/devledger/sysfs"
 )
 
 func TestSocketDirs(t *testing.T) {
@@ -162,5 +163,48 @@ func TestVerdictsGoToTheDevicesPools(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("byPool = %v, want %v", got, want)
+	}
+}
+
+// A VF whose InfiniBand netdev and RDMA device are in a pod (RDMA
+// exclusive mode) has no partition key the host can read: it stays in
+// the pKeys pool it was placed in, where a broader pool would take it.
+// Placed nowhere before, it goes where the selectors say.
+func TestPlacementKeepsADeviceWhoseFactsAreInAPod(t *testing.T) {
+	cfg, err := config.ParseWith("config.json", []byte(`{"resourceList": [
+		{"resourceName": "pkey", "selectors": {"pKeys": ["0x8001"]}},
+		{"resourceName": "ib", "selectors": {"vendors": ["15b3"], "linkTypes": ["infiniband"]}}]}`), config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resources, _ := poolsOf(cfg)
+	pf := sysfs.Device{Address: "0000:d8:00.0", Vendor: "15b3", Class: "020700", Driver: "mlx5_core", NumVFs: 2,
+		Interfaces: []sysfs.NetInterface{{Name: "ib0", LinkType: "infiniband"}}}
+	vf := func(addr string, inPod bool) sysfs.Device {
+		d := sysfs.Device{Address: addr, Vendor: "15b3", Class: "020700", Driver: "mlx5_core", PF: pf.Address, PFInterface: "ib0",
+			AuxDevices: []sysfs.AuxDevice{{Name: "mlx5_core.rdma.1", Type: "rdma"}}}
+		if !inPod {
+			d.RDMADevices = []string{"mlx5_1"}
+			d.Interfaces = []sysfs.NetInterface{{Name: "ib1", LinkType: "infiniband", PKeys: []string{"0x8001"}}}
+		}
+		return d
+	}
+	before := map[string]string{"0000:d8:00.1": "intel.com/pkey", "0000:d8:00.2": "intel.com/pkey"}
+	devices := []sysfs.Device{pf, vf("0000:d8:00.1", true), vf("0000:d8:00.2", false), vf("0000:d8:00.3", true)}
+	// .2 still shows its key; .3 was in no pool.
+	_, owner, members := placement(cfg, resources, devices, config.Env{}, before)
+	want := map[string]string{"0000:d8:00.1": "intel.com/pkey", "0000:d8:00.2": "intel.com/pkey", "0000:d8:00.3": "intel.com/ib"}
+	if !reflect.DeepEqual(owner, want) {
+		t.Errorf("owner = %v, want %v", owner, want)
+	}
+	for name, ds := range members {
+		for _, d := range ds {
+			if owner[d.Address] != name {
+				t.Errorf("%s listed in %s, owned by %s", d.Address, name, owner[d.Address])
+			}
+		}
+	}
+	if len(members["intel.com/pkey"])+len(members["intel.com/ib"]) != 3 {
+		t.Errorf("members %v", members)
 	}
 }
