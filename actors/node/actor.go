@@ -762,7 +762,8 @@ func placement(cfg *config.Config, resources map[string]*config.Resource, device
 	for addr, name := range before {
 		d, present := byAddr[addr]
 		cur, placed := owner[addr]
-		if !present || resources[name] == nil || cur == name || !(!placed && d.Driver == "" || factsInPod(&d)) {
+		keep := !placed && d.Driver == "" || factsInPod(&d)
+		if !present || !keep || cur == name || resources[name] == nil {
 			continue
 		}
 		if placed {
