@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"math"
 	"os"
@@ -324,19 +325,58 @@ func salvageLeaf(p []byte, depth int, found map[uint64][][]byte, damaged map[uin
 	}
 }
 
-// salvagePageSize reads the page size from a meta page whose magic is
-// intact, else takes bbolt's default.
+// salvagePageSize is the file's page size: the one a meta page that
+// checks says (the first, at 0, or the second, one page in), else the one
+// most page headers agree with. Hosts with 16K or 64K pages make ledgers
+// of that size, and a scan at another size finds no page at all.
 func salvagePageSize(data []byte) int {
 	le := binary.LittleEndian
-	for _, off := range []int{0, 4096} {
-		if off+pageHeader+12 <= len(data) && le.Uint32(data[off+pageHeader:]) == bboltMagic {
-			if ps := int(le.Uint32(data[off+pageHeader+8:])); ps >= 512 && ps <= 1<<16 && ps&(ps-1) == 0 {
-				return ps
-			}
+	meta := func(off int) int {
+		if off+pageHeader+metaSize > len(data) {
+			return 0
+		}
+		m := data[off+pageHeader : off+pageHeader+metaSize]
+		h := fnv.New64a()
+		h.Write(m[:metaSize-8])
+		ps := int(le.Uint32(m[8:]))
+		if le.Uint32(m) != bboltMagic || le.Uint64(m[metaSize-8:]) != h.Sum64() || ps < minPageSize || ps > maxPageSize || ps&(ps-1) != 0 {
+			return 0
+		}
+		return ps
+	}
+	if ps := meta(0); ps != 0 {
+		return ps
+	}
+	for ps := minPageSize; ps <= maxPageSize; ps *= 2 {
+		if meta(ps) == ps {
+			return ps
 		}
 	}
-	return 4096
+	// Both meta pages are damaged: a page begins with its own id, and at
+	// a wrong size next to none does.
+	best, most := 4096, 0
+	for ps := minPageSize; ps <= maxPageSize; ps *= 2 {
+		n := 0
+		for pgid := 2; (pgid+1)*ps <= len(data); pgid++ {
+			if le.Uint64(data[pgid*ps:]) == uint64(pgid) {
+				n++
+			}
+		}
+		if n > most {
+			best, most = ps, n
+		}
+	}
+	return best
 }
+
+// The sizes bbolt takes for a page, and the size of its meta record (magic,
+// version, page size, flags, root bucket, freelist, high water, txid,
+// checksum: an FNV-64a of what comes before it).
+const (
+	minPageSize = 512
+	maxPageSize = 1 << 16
+	metaSize    = 64
+)
 
 // importSnapshot writes a stored snapshot (its value as found) into the
 // ledger being salvaged into.

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -153,6 +154,49 @@ func TestSalvageLosesADamagedFirstRecord(t *testing.T) {
 	s, err := l.Replay(0)
 	if err != nil || s.Seq != 30 {
 		t.Fatalf("the salvaged ledger replays to #%d: %v", s.Seq, err)
+	}
+}
+
+// A host with 16K or 64K pages makes ledgers of that page size. With both
+// meta pages damaged bbolt reads nothing, and salvage finds the size from
+// the pages themselves; with the first damaged, from the second.
+func TestSalvageReadsTheLedgersPageSize(t *testing.T) {
+	for _, pageSize := range []int{16 << 10, 64 << 10} {
+		for _, metas := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%dK-%d-metas-damaged", pageSize>>10, metas), func(t *testing.T) {
+				path := filepath.Join(t.TempDir(), "ledger.db")
+				l, err := Open(path, Options{Node: "node-7", pageSize: pageSize})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := 1; i <= 30; i++ {
+					mustAppend(t, l, ev(i, events.DeviceRemoved{Address: "0000:3b:00.1", Reason: marker(i)}))
+				}
+				if err := l.Close(); err != nil {
+					t.Fatal(err)
+				}
+				data, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for m := range metas {
+					data[m*pageSize+pageHeader] ^= 0xff // the magic
+				}
+				if err := os.WriteFile(path, data, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if got := salvagePageSize(data); got != pageSize {
+					t.Errorf("page size %d, want %d", got, pageSize)
+				}
+				rep, err := Salvage(path, filepath.Join(t.TempDir(), "salvaged.db"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rep.FirstSeq != 1 || rep.LastSeq != 30 || len(rep.Lost) != 0 {
+					t.Fatalf("salvage report %+v, want #1-#30 with none lost", rep)
+				}
+			})
+		}
 	}
 }
 

@@ -77,6 +77,9 @@ type Options struct {
 	// unless asked (it costs a fifth of a second at a million events)
 	// and can walk it later (Log.CheckPages).
 	CheckPages bool
+	// pageSize is the page size of a ledger Open creates; zero: bbolt's
+	// default, the OS's. Tests make ledgers of a larger host's pages.
+	pageSize int
 }
 
 // Meta is what the ledger says about itself.
@@ -237,7 +240,7 @@ func create(path string, opts Options) error {
 	f.Close()
 	defer os.Remove(tmp)
 
-	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: opts.LockTimeout})
+	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: opts.LockTimeout, PageSize: opts.pageSize})
 	if err != nil {
 		return fmt.Errorf("create ledger %s: %w", path, err)
 	}
