@@ -56,8 +56,9 @@ type PoolServerOptions struct {
 	// PrivateDirKey names the private directory beside the socket in which
 	// each socket is made before it is moved into place; empty means the
 	// socket's file name. A server that serves under a new name on every
-	// Reserve gives a key that stays the same, so that a directory a
-	// killed daemon left is found, and removed, by the next socket.
+	// Reserve gives a key that stays the same, so that it keeps one
+	// directory across names (in watcher mode, one made anew for each),
+	// and a directory a killed daemon left is found by the next socket.
 	PrivateDirKey string
 }
 
@@ -113,7 +114,7 @@ func NewPoolServer(resource string, backend PoolBackend, opts PoolServerOptions)
 		stopping: make(chan struct{}),
 		drained:  make(chan struct{}),
 	}
-	s.sock.dirKey = opts.PrivateDirKey
+	s.sock.dirKey, s.sock.fresh = opts.PrivateDirKey, s.mode == ModeWatcher
 	pluginapi.RegisterDevicePluginServer(s.srv, devicePluginService{s: s})
 	if s.mode == ModeWatcher {
 		registerapi.RegisterRegistrationServer(s.srv, registrationService{s: s})

@@ -193,6 +193,41 @@ func TestPrivateDirIsReclaimed(t *testing.T) {
 	}
 }
 
+// A new socket in legacy mode is made in the directory the last one was
+// (device-plugins/ is not watched, and a mkdir and rmdir cost more on some
+// disks than the rest); in watcher mode, in one made anew, which the
+// kubelet's plugin watcher never watches.
+func TestPrivateDirIsMadeAnewOnlyInWatcherMode(t *testing.T) {
+	for _, mode := range []RegistrationMode{ModeLegacy, ModeWatcher} {
+		t.Run(string(mode), func(t *testing.T) {
+			dir := shortDir(t)
+			s := NewPoolServer(testResource, newFakeBackend(), PoolServerOptions{Mode: mode, PrivateDirKey: "pool"})
+			if err := s.Serve(filepath.Join(dir, "p.1.sock")); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { stopWithin(t, s, 5*time.Second) })
+			// A mark in the directory outlives it only if it is kept.
+			mark := filepath.Join(privateDir(filepath.Join(dir, "p.1.sock"), "pool"), "mark")
+			for i := 2; i <= 3; i++ {
+				if err := os.WriteFile(mark, nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				path := filepath.Join(dir, fmt.Sprintf("p.%d.sock", i))
+				if err := s.Reserve(path); err != nil {
+					t.Fatal(err)
+				}
+				if fi, err := os.Lstat(path); err != nil || fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 {
+					t.Fatalf("socket %d: %v, %v; want a 0600 socket", i, fi, err)
+				}
+				_, err := os.Lstat(mark)
+				if kept := err == nil; kept != (mode == ModeLegacy) {
+					t.Errorf("socket %d: directory kept %v, want %v", i, kept, mode == ModeLegacy)
+				}
+			}
+		})
+	}
+}
+
 func TestListAndWatchEndsWhenBackendCloses(t *testing.T) {
 	b := newFakeBackend()
 	_, path := startPool(t, b, PoolServerOptions{})

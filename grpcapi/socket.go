@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -28,11 +29,15 @@ const MaxSocketPath = 107
 // and watches it, dot or not; each socket made in such a directory would
 // be handled as a plugin (an error when the rename wins the race with the
 // watcher's stat, a registration of a path that is then gone when it
-// loses). So each socket gets the directory made anew, unwatched, and
-// leaves it in place: a directory that lives on after its creation is
-// never a race for the watcher's stat. It is removed when the server
-// stops. The kubelet's device manager removes sockets, not directories,
-// when it starts.
+// loses). So where the watcher looks (servedSocket.fresh), each socket
+// gets the directory made anew, unwatched, and leaves it in place: a
+// directory that lives on after its creation is never a race for the
+// watcher's stat. Elsewhere (device-plugins/, which the kubelet does not
+// watch) the directory is kept while the server lives: a kubelet restart
+// renews every pool's socket at once, and a mkdir and an rmdir cost more
+// on some disks than the rest of a socket's making. It is removed when the
+// server stops. The kubelet's device manager removes sockets, not
+// directories, when it starts.
 const privateDirPrefix = ".devledger-"
 
 // privateSocketName is a socket's name in its private directory.
@@ -55,11 +60,18 @@ func privateDir(abs, key string) string {
 	return filepath.Join(filepath.Dir(abs), fmt.Sprintf("%s%016x", privateDirPrefix, h.Sum64()))
 }
 
-// freshPrivateDir makes dir anew, a directory of ours that no one else can
-// enter: whatever was there goes first (a link is removed, not followed).
-// A dir that is not ours after that (someone raced us to the name) is an
-// error.
-func freshPrivateDir(dir string) error {
+// makePrivateDir makes dir a directory of ours that no one else can
+// enter. Unless fresh, one that is already ours is kept, emptied of a
+// socket left in it by a run that died between bind and rename; anything
+// else there goes first (a link is removed, not followed). A dir that is
+// not ours after that (someone raced us to the name) is an error.
+func makePrivateDir(dir string, fresh bool) error {
+	if fi, err := os.Lstat(dir); !fresh && err == nil && isPrivateDir(fi) {
+		if err := os.Remove(filepath.Join(dir, privateSocketName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
@@ -113,7 +125,7 @@ type privateListener struct {
 // so the listener accepts at the new name, and it atomically replaces a
 // stale socket left there by a previous run. Anything at path that is not a
 // socket is left alone and reported as an error.
-func listenPrivate(path, dirKey string) (*privateListener, error) {
+func listenPrivate(path, dirKey string, fresh bool) (*privateListener, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("socket path %s: %w", path, err)
@@ -131,7 +143,7 @@ func listenPrivate(path, dirKey string) (*privateListener, error) {
 	}
 	var l *net.UnixListener
 	for attempt := 0; ; attempt++ {
-		if err := freshPrivateDir(tmpDir); err != nil {
+		if err := makePrivateDir(tmpDir, fresh || attempt > 0); err != nil {
 			return nil, fmt.Errorf("listen on %s: private directory %s: %w", abs, tmpDir, err)
 		}
 		l, err = net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
@@ -229,8 +241,10 @@ func dialUnix(path string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 // share it; the zero value is ready.
 type servedSocket struct {
 	// dirKey names the private directory sockets are made in (privateDir);
-	// empty: the socket's file name.
+	// empty: the socket's file name. fresh makes it anew for each socket,
+	// where the kubelet's plugin watcher looks (privateDirPrefix).
 	dirKey  string
+	fresh   bool
 	mu      sync.Mutex
 	lis     *privateListener // nil before the first listen
 	stopped bool
@@ -249,7 +263,7 @@ func (s *servedSocket) listen(path string, replace bool, serve func(*privateList
 	if s.lis != nil && !replace {
 		return nil, fmt.Errorf("serve at %s: already serving at %s", path, s.lis.path)
 	}
-	lis, err := listenPrivate(path, s.dirKey)
+	lis, err := listenPrivate(path, s.dirKey, s.fresh)
 	if err != nil {
 		return nil, err
 	}
