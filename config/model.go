@@ -132,8 +132,10 @@ func EnvVarName(prefix, name string) string {
 
 // Health holds a pool's health options (the health field).
 type Health struct {
-	// Link makes a network function unhealthy while its link has no
-	// carrier. Off by default: the SR-IOV plugin does not look at links.
+	// Link makes a network function unhealthy while its link is down or
+	// has no carrier: a VF's PF's link, any other function's own
+	// (sysfs.ProbeTarget.LinkInterface). Off by default: the SR-IOV
+	// plugin does not look at links.
 	Link bool
 	// HoldDown is how long a device stays unhealthy after it recovers
 	// before it is offered again (holdDown, default 10s).

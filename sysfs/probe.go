@@ -26,14 +26,25 @@ type ProbeTarget struct {
 	// IOMMUGroup is the device's IOMMU group ("102"). When it is "" and
 	// VFIO is set, the group is read from the iommu_group link.
 	IOMMUGroup string
-	// Link asks that the link be up with carrier: that of Interface when
-	// it is set, else that of PFInterface. With neither there is no link
-	// to check and the check passes.
+	// Link asks that the link be up with carrier: see LinkInterface for
+	// whose. With no interface to check the check passes.
 	Link bool
 	// Interface is the device's own network interface, "" if none.
 	Interface string
 	// PFInterface is, for a VF, its PF's interface ("" otherwise).
 	PFInterface string
+}
+
+// LinkInterface is the interface whose link t's link check reads: for a
+// VF, its PF's (pf is then true), else the device's own. A VF's own
+// interface says nothing of its health: it is down on the host while the
+// VF is free (the SR-IOV CNI sets it down as it hands it back) and in a
+// pod's network namespace while held; its PF's port is what carries it.
+func (t ProbeTarget) LinkInterface() (ifname string, pf bool) {
+	if t.PFInterface != "" {
+		return t.PFInterface, true
+	}
+	return t.Interface, false
 }
 
 // ProbeResult is the verdict of one probe.
@@ -160,7 +171,7 @@ func sharedPFLinks(ts []ProbeTarget) map[string]*sharedLink {
 	var shared map[string]*sharedLink
 	for i := range ts {
 		t := &ts[i]
-		if !t.Link || t.Interface != "" || t.PFInterface == "" {
+		if !t.Link || t.PFInterface == "" {
 			continue
 		}
 		if seen == nil {
@@ -318,10 +329,7 @@ func (p *prober) linkCheck(t ProbeTarget, files *int) string {
 	if !t.Link {
 		return ""
 	}
-	ifname, pf := t.Interface, false
-	if ifname == "" {
-		ifname, pf = t.PFInterface, true
-	}
+	ifname, pf := t.LinkInterface()
 	if ifname == "" {
 		return ""
 	}

@@ -79,15 +79,23 @@ func TestProbe(t *testing.T) {
 		want   string // "" for healthy
 		files  int
 	}{
-		{name: "iavf VF, own link up", addr: probeIAVF, files: 3},
+		{name: "iavf VF, PF link up", addr: probeIAVF, files: 3},
 		{name: "vfio VF, PF link up", addr: probeVFIO, files: 4},
 		{name: "PF", addr: probePF, files: 3},
+		{name: "NIC, own link up", addr: probeMgmtNIC, files: 3},
 		{name: "no link check", addr: probeVFIO, target: func(t *ProbeTarget) { t.Link = false }, files: 2},
 		{name: "group read when not given", addr: probeVFIO,
 			target: func(t *ProbeTarget) { t.IOMMUGroup = "" }, files: 5},
 		{name: "short address", addr: probeVFIO, target: func(t *ProbeTarget) { t.Address = "3B:01.2" }, files: 4},
 		{name: "link down, not asked", addr: probeDownVF, target: func(t *ProbeTarget) { t.Link = false }, files: 1},
-		{name: "own link down", addr: probeDownVF, want: "link down on ens801f0v0", files: 2},
+		// Free VFs are down on the host (the SR-IOV CNI sets a VF down as
+		// it hands it back), and a held one's interface is in its pod.
+		{name: "VF down on the host, PF up", addr: probeDownVF, files: 3},
+		{
+			name: "VF's interface in a pod, PF up", addr: probeIAVF,
+			mutate: func(r sysfsgen.Roots) error { return os.Remove(filepath.Join(r.Sysfs, "class", "net", "ens785f0v0")) },
+			files:  3,
+		},
 		{
 			name: "unbound", addr: probeVFIO,
 			mutate: func(r sysfsgen.Roots) error { return r.Unbind(probeVFIO) },
@@ -135,14 +143,19 @@ func TestProbe(t *testing.T) {
 			want:   "link down on ens785f0 (PF, lowerlayerdown)", files: 3,
 		},
 		{
-			name: "own link dormant", addr: probeIAVF,
-			mutate: func(r sysfsgen.Roots) error { return r.SetOperState("ens785f0v0", "dormant") },
-			want:   "link down on ens785f0v0 (dormant)", files: 2,
+			name: "own link down", addr: probeMgmtNIC,
+			mutate: func(r sysfsgen.Roots) error { return r.SetLinkDown("eno1") },
+			want:   "link down on eno1", files: 2,
 		},
 		{
-			name: "no carrier", addr: probeIAVF,
-			mutate: func(r sysfsgen.Roots) error { return r.SetCarrier("ens785f0v0", false) },
-			want:   "no carrier on ens785f0v0", files: 3,
+			name: "own link dormant", addr: probeMgmtNIC,
+			mutate: func(r sysfsgen.Roots) error { return r.SetOperState("eno1", "dormant") },
+			want:   "link down on eno1 (dormant)", files: 2,
+		},
+		{
+			name: "no carrier", addr: probeMgmtNIC,
+			mutate: func(r sysfsgen.Roots) error { return r.SetCarrier("eno1", false) },
+			want:   "no carrier on eno1", files: 3,
 		},
 		{
 			name: "PF no carrier", addr: probeVFIO,
@@ -150,14 +163,14 @@ func TestProbe(t *testing.T) {
 			want:   "no carrier on ens785f0 (PF)", files: 4,
 		},
 		{
-			name: "operstate unknown with carrier counts as up", addr: probeIAVF,
-			mutate: func(r sysfsgen.Roots) error { return r.SetOperState("ens785f0v0", "unknown") },
+			name: "operstate unknown with carrier counts as up", addr: probeMgmtNIC,
+			mutate: func(r sysfsgen.Roots) error { return r.SetOperState("eno1", "unknown") },
 			files:  3,
 		},
 		{
-			name: "carrier refused", addr: probeIAVF,
-			faults: map[string]error{"/ens785f0v0/carrier": syscall.EINVAL},
-			want:   "no carrier on ens785f0v0", files: 3,
+			name: "carrier refused", addr: probeMgmtNIC,
+			faults: map[string]error{"/eno1/carrier": syscall.EINVAL},
+			want:   "no carrier on eno1", files: 3,
 		},
 		{
 			name: "operstate unreadable", addr: probeVFIO,
@@ -165,9 +178,9 @@ func TestProbe(t *testing.T) {
 			want:   "probe failed: cannot read net/ens785f0/operstate: permission denied", files: 3,
 		},
 		{
-			name: "carrier unreadable", addr: probeIAVF,
-			faults: map[string]error{"/ens785f0v0/carrier": syscall.EIO},
-			want:   "probe failed: cannot read net/ens785f0v0/carrier: input/output error", files: 3,
+			name: "carrier unreadable", addr: probeMgmtNIC,
+			faults: map[string]error{"/eno1/carrier": syscall.EIO},
+			want:   "probe failed: cannot read net/eno1/carrier: input/output error", files: 3,
 		},
 		{
 			name: "driver link unreadable", addr: probeIAVF,
@@ -192,36 +205,36 @@ func TestProbe(t *testing.T) {
 			want:   "probe failed: cannot read iommu_group: permission denied", files: 2,
 		},
 		{
-			name: "operstate is a directory", addr: probeIAVF,
+			name: "operstate is a directory", addr: probeMgmtNIC,
 			mutate: func(r sysfsgen.Roots) error {
-				if err := r.RemoveAttr(probeIAVF, "net/ens785f0v0/operstate"); err != nil {
+				if err := r.RemoveAttr(probeMgmtNIC, "net/eno1/operstate"); err != nil {
 					return err
 				}
-				return os.Mkdir(filepath.Join(r.DevicePath(probeIAVF), "net", "ens785f0v0", "operstate"), 0o755)
+				return os.Mkdir(filepath.Join(r.DevicePath(probeMgmtNIC), "net", "eno1", "operstate"), 0o755)
 			},
-			want: "probe failed: cannot read net/ens785f0v0/operstate: is a directory", files: 2,
+			want: "probe failed: cannot read net/eno1/operstate: is a directory", files: 2,
 		},
 		{
-			name: "garbage carrier", addr: probeIAVF,
-			mutate: func(r sysfsgen.Roots) error { return r.WriteAttr(probeIAVF, "net/ens785f0v0/carrier", "2\n") },
-			want:   `probe failed: net/ens785f0v0/carrier: "2" is neither 0 nor 1`, files: 3,
+			name: "garbage carrier", addr: probeMgmtNIC,
+			mutate: func(r sysfsgen.Roots) error { return r.WriteAttr(probeMgmtNIC, "net/eno1/carrier", "2\n") },
+			want:   `probe failed: net/eno1/carrier: "2" is neither 0 nor 1`, files: 3,
 		},
 		{
-			name: "garbage operstate", addr: probeIAVF,
-			mutate: func(r sysfsgen.Roots) error { return r.WriteAttr(probeIAVF, "net/ens785f0v0/operstate", "UP!\n") },
-			want:   `probe failed: net/ens785f0v0/operstate: "UP!" is not an operational state`, files: 2,
+			name: "garbage operstate", addr: probeMgmtNIC,
+			mutate: func(r sysfsgen.Roots) error { return r.WriteAttr(probeMgmtNIC, "net/eno1/operstate", "UP!\n") },
+			want:   `probe failed: net/eno1/operstate: "UP!" is not an operational state`, files: 2,
 		},
 		{
-			name: "huge operstate", addr: probeIAVF,
+			name: "huge operstate", addr: probeMgmtNIC,
 			mutate: func(r sysfsgen.Roots) error {
-				return r.WriteAttr(probeIAVF, "net/ens785f0v0/operstate", strings.Repeat("u", 4096))
+				return r.WriteAttr(probeMgmtNIC, "net/eno1/operstate", strings.Repeat("u", 4096))
 			},
-			want: "probe failed: net/ens785f0v0/operstate: longer than any value the kernel writes there", files: 2,
+			want: "probe failed: net/eno1/operstate: longer than any value the kernel writes there", files: 2,
 		},
 		{
-			name: "interface gone", addr: probeIAVF,
-			target: func(t *ProbeTarget) { t.Interface = "ens785f0v9" },
-			want:   "no interface ens785f0v9", files: 2,
+			name: "interface gone", addr: probeMgmtNIC,
+			target: func(t *ProbeTarget) { t.Interface = "eno9" },
+			want:   "no interface eno9", files: 2,
 		},
 		{
 			name: "PF interface gone", addr: probeVFIO,
@@ -229,7 +242,7 @@ func TestProbe(t *testing.T) {
 			want:   "no interface ens9f9 (PF)", files: 3,
 		},
 		{
-			name: "interface name climbing out", addr: probeIAVF,
+			name: "interface name climbing out", addr: probeMgmtNIC,
 			target: func(t *ProbeTarget) { t.Interface = "../../x" },
 			want:   `probe failed: "../../x" is not an interface name`, files: 1,
 		},
@@ -477,7 +490,7 @@ func (bl *probeBaseline) run(ts []ProbeTarget) {
 	// A PF interface is read once per round, as ProbeAll does.
 	pfOnce := map[string]*sync.Once{}
 	for i := range ts {
-		if t := &ts[i]; t.Link && t.Interface == "" && t.PFInterface != "" && pfOnce[t.PFInterface] == nil {
+		if t := &ts[i]; t.Link && t.PFInterface != "" && pfOnce[t.PFInterface] == nil {
 			pfOnce[t.PFInterface] = new(sync.Once)
 		}
 	}
@@ -509,10 +522,10 @@ func (bl *probeBaseline) target(t *ProbeTarget, pfOnce map[string]*sync.Once, bu
 		return
 	}
 	switch {
-	case t.Interface != "":
-		bl.link(t.Interface, buf)
 	case t.PFInterface != "":
 		pfOnce[t.PFInterface].Do(func() { bl.link(t.PFInterface, buf) })
+	case t.Interface != "":
+		bl.link(t.Interface, buf)
 	}
 }
 

@@ -168,20 +168,21 @@ func TestHealthLinkDownOnPF(t *testing.T) {
 	const net = "intel.com/sriov_net"
 	// 0000:3b:01.0 and .1 are iavf VFs of ens785f0.
 	waitHealth(ctx, t, n.kubelet, net, "0000:3b:01.0", pluginapi.Healthy)
+	// The VF's own interface stays as it is: down on the host is how a
+	// free VF is, and its PF's port is what carries it.
 	if err := n.roots.SetLinkDown("ens785f0"); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.roots.SetLinkDown("ens785f0v0"); err != nil {
 		t.Fatal(err)
 	}
 	waitHealth(ctx, t, n.kubelet, net, "0000:3b:01.0", pluginapi.Unhealthy)
 	if err := n.roots.SetLinkUp("ens785f0"); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.roots.SetLinkUp("ens785f0v0"); err != nil {
-		t.Fatal(err)
-	}
 	waitHealth(ctx, t, n.kubelet, net, "0000:3b:01.0", pluginapi.Healthy)
+	// 0000:af:01.0's own interface has been down throughout, as a free
+	// VF's is on the host; its PF, ens801f0, is up.
+	if h := healthOf(n.kubelet, net, "0000:af:01.0"); h != pluginapi.Healthy {
+		t.Errorf("a VF down on the host, its PF up, is %q", h)
+	}
 	// The vfio pool does not ask for link health.
 	if h := healthOf(n.kubelet, "intel.com/sriov_vfio", "0000:3b:01.2"); h != pluginapi.Healthy {
 		t.Errorf("vfio VF is %q", h)

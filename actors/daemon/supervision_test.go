@@ -175,7 +175,7 @@ func TestPoolRestartKeepsItsVerdicts(t *testing.T) {
 	ctx := waitCtx(t)
 	const net, vf = "intel.com/sriov_net", "0000:3b:01.0"
 	waitHealth(ctx, t, n.kubelet, net, vf, pluginapi.Healthy)
-	if err := n.roots.SetLinkDown("ens785f0v0"); err != nil {
+	if err := n.roots.SetLinkDown("ens785f0"); err != nil { // its PF
 		t.Fatal(err)
 	}
 	waitHealth(ctx, t, n.kubelet, net, vf, pluginapi.Unhealthy)
@@ -196,7 +196,7 @@ func TestPoolRestartKeepsItsVerdicts(t *testing.T) {
 	}
 	for _, x := range list {
 		if x.ID == vf && x.Health != pluginapi.Unhealthy {
-			t.Errorf("the restarted pool lists %s %s; its link is still down", vf, x.Health)
+			t.Errorf("the restarted pool lists %s %s; its PF's link is still down", vf, x.Health)
 		}
 	}
 }

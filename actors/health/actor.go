@@ -14,7 +14,6 @@
 package health
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -309,12 +308,12 @@ func (c *checker) watch(ts []Target, seen Seen) []Target {
 
 // named returns the targets a kernel event concerns: those whose address
 // is in addrs, and those whose link check reads an interface in ifaces
-// (their own, or their PF's when they have none); each once, in the order
-// of the targets. linkOnly says which were named by an interface only.
+// (sysfs.ProbeTarget.LinkInterface); each once, in the order of the
+// targets. linkOnly says which were named by an interface only.
 func (c *checker) named(addrs, ifaces []string) (targets []Target, linkOnly []bool) {
 	for _, t := range c.targets {
 		p := t.Probe
-		switch link := cmp.Or(p.Interface, p.PFInterface); {
+		switch link, _ := p.LinkInterface(); {
 		case slices.Contains(addrs, p.Address):
 			targets, linkOnly = append(targets, t), append(linkOnly, false)
 		case p.Link && link != "" && slices.Contains(ifaces, link):

@@ -375,13 +375,12 @@ func TestAWatchProbesOnlyWhatChanged(t *testing.T) {
 	}
 }
 
-// A kernel event names interfaces too: a function's own, or its PF's,
-// which takes every VF that follows the PF's link (not one that has an
-// interface of its own: that one's link has its own notification). A
-// device named more than once is probed once, and a round keeps the
-// targets' order. A device named by an interface alone (a link
-// notification) has only its link checked; one named by its address too is
-// probed fully.
+// A kernel event names interfaces too: those whose link a target's check
+// reads, a function's own or, for a VF, its PF's, which takes every VF of
+// that PF (a VF's own interface is not checked, and takes none). A device
+// named more than once is probed once, and a round keeps the targets'
+// order. A device named by an interface alone (a link notification) has
+// only its link checked; one named by its address too is probed fully.
 func TestProbeTheDevicesOfNamedInterfaces(t *testing.T) {
 	const devC, devD = "0000:3b:01.2", "0000:3b:01.3"
 	c := newChecker(t, Config{})
@@ -390,15 +389,16 @@ func TestProbeTheDevicesOfNamedInterfaces(t *testing.T) {
 		tg.Probe.Link, tg.Probe.Interface, tg.Probe.PFInterface = true, own, pf
 		return tg
 	}
-	c.watch(withIf(devA, "", "ens1f0"), withIf(devB, "ens1f0v1", "ens1f0"), withIf(devC, "", "ens2f0"), withIf(devD, "", "ens1f0"))
+	c.watch(withIf(devA, "", "ens1f0"), withIf(devB, "eno1", ""), withIf(devC, "", "ens2f0"), withIf(devD, "ens1f0v3", "ens1f0"))
 	c.Silent(t)
 	for _, tc := range []struct {
 		addrs, ifaces   []string
 		full, linksOnly []string
 	}{
 		{ifaces: []string{"ens1f0"}, linksOnly: []string{devA, devD}},
-		{ifaces: []string{"ens1f0v1"}, linksOnly: []string{devB}},
-		{addrs: []string{devD, devC}, ifaces: []string{"ens2f0", "ens1f0v1"}, full: []string{devC, devD}, linksOnly: []string{devB}},
+		{ifaces: []string{"eno1"}, linksOnly: []string{devB}},
+		{ifaces: []string{"ens1f0v3"}},
+		{addrs: []string{devD, devC}, ifaces: []string{"ens2f0", "eno1"}, full: []string{devC, devD}, linksOnly: []string{devB}},
 		{ifaces: []string{"ens9f0"}},
 	} {
 		full, links := c.prober.count(), c.prober.linkCount()

@@ -100,6 +100,12 @@ type e2eNode struct {
 	// cwd, when set, is where the daemon runs, every path it is given
 	// relative to it (nodeSpec.root).
 	cwd string
+	// kubeletView, when set, is where the daemon sees the stand-in's
+	// kubelet dir, and is given it as --kubelet-dir: it runs in a mount
+	// namespace of its own (root only), the view's parent a fresh tmpfs
+	// there (nothing is made on the host), the dir bind-mounted at the
+	// view.
+	kubeletView string
 }
 
 // nodeSpec says what to build.
@@ -173,7 +179,7 @@ func (n *e2eNode) runArgs() []string {
 		"--config", n.path(n.config),
 		"--sysfs-root", n.path(n.roots.Sysfs), "--dev-root", n.path(n.roots.Dev), "--proc-root", n.path(n.roots.Proc),
 		"--pci-ids", pciIDs,
-		"--kubelet-dir", n.path(n.kubelet.Dir()), "--state-dir", n.path(n.stateDir), "--devinfo-dir", n.path(n.devinfo),
+		"--kubelet-dir", cmp.Or(n.kubeletView, n.path(n.kubelet.Dir())), "--state-dir", n.path(n.stateDir), "--devinfo-dir", n.path(n.devinfo),
 		"--cdi-spec-dir", n.path(n.cdiDir()),
 		"--registration", cmp.Or(n.registration, n.mode),
 		"--log-format", "json", "--log-level", "debug",
@@ -224,7 +230,17 @@ func (n *e2eNode) ledgerPath() string { return filepath.Join(n.stateDir, ledgerF
 // start runs devledger run (plus extra flags) and returns at once.
 func (n *e2eNode) start(t *testing.T, extra ...string) *daemonProc {
 	t.Helper()
-	return startProcIn(t, n.cwd, append(n.runArgs(), extra...)...)
+	args := append(n.runArgs(), extra...)
+	if n.kubeletView == "" {
+		return startProcIn(t, n.cwd, args...)
+	}
+	// unshare and sh exec in turn: the process is the daemon's.
+	cmd := binaryCmd(t, args...)
+	cmd.Args = append([]string{"unshare", "--mount", "--propagation", "private", "--",
+		"sh", "-c", `mount -t tmpfs tmpfs "$(dirname "$1")" && mkdir "$1" && mount --bind "$2" "$1" && shift 2 && exec "$@"`,
+		"sh", n.kubeletView, n.kubelet.Dir()}, cmd.Args...)
+	cmd.Path, cmd.Err = exec.LookPath("unshare")
+	return startCmdIn(t, n.cwd, args[0], cmd)
 }
 
 // startRegistered starts the daemon and waits until the kubelet has every
@@ -277,7 +293,13 @@ func startProc(t *testing.T, args ...string) *daemonProc {
 // worker-1 when dir is set.
 func startProcIn(t *testing.T, dir string, args ...string) *daemonProc {
 	t.Helper()
-	p := &daemonProc{cmd: binaryCmd(t, args...), stderr: newLogBuffer(), done: make(chan struct{})}
+	return startCmdIn(t, dir, args[0], binaryCmd(t, args...))
+}
+
+// startCmdIn is startProcIn of cmd, which runs the binary's command sub.
+func startCmdIn(t *testing.T, dir, sub string, cmd *exec.Cmd) *daemonProc {
+	t.Helper()
+	p := &daemonProc{cmd: cmd, stderr: newLogBuffer(), done: make(chan struct{})}
 	if dir != "" {
 		p.cmd.Dir = dir
 		if p.cmd.Env == nil {
@@ -300,9 +322,9 @@ func startProcIn(t *testing.T, dir string, args ...string) *daemonProc {
 		<-p.done
 		log := p.stderr.String()
 		if strings.Contains(log, "WARNING: DATA RACE") {
-			t.Errorf("devledger %s reported a data race:\n%s", args[0], log)
+			t.Errorf("devledger %s reported a data race:\n%s", sub, log)
 		} else if t.Failed() {
-			t.Logf("devledger %s (pid %d) log:\n%s", args[0], p.cmd.Process.Pid, log)
+			t.Logf("devledger %s (pid %d) log:\n%s", sub, p.cmd.Process.Pid, log)
 		}
 	})
 	return p
