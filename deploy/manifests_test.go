@@ -622,8 +622,12 @@ func containerEnv(t *testing.T, c corev1.Container, node string) map[string]stri
 			vars[e.Name] = expandVars(e.Value, vars)
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName":
 			vars[e.Name] = node
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
+			vars[e.Name] = "NAMESPACE"
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
+			vars[e.Name] = "POD"
 		default:
-			t.Errorf("env %s: the test knows values and spec.nodeName only", e.Name)
+			t.Errorf("env %s: the test knows values, spec.nodeName, metadata.namespace and metadata.name only", e.Name)
 		}
 	}
 	return vars

@@ -73,9 +73,13 @@ type Options struct {
 	CDISpecDir    string // /var/run/cdi, for CDI-enabled pools; "-" writes none
 	// Registration is auto, legacy or watcher; auto picks watcher when
 	// the kubelet's plugins_registry dir exists.
-	Registration  string
-	Version       string
-	Node          string
+	Registration string
+	Version      string
+	Node         string
+	// Pod is the daemon's own pod, when it runs in one: the reconciler
+	// takes a kubelet that does not list it as not synced yet
+	// (reconciler.Config.Self).
+	Pod           reconciler.Pod
 	ScanInterval  time.Duration // paces discovery (default 30s)
 	ProbeInterval time.Duration // paces health (default 5s)
 	// A snapshot is taken once SnapshotEvery events follow the newest
@@ -368,7 +372,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 		DevinfoDir: devinfo, CDISpecDir: cdiDir, ScanInterval: opts.ScanInterval, ProbeInterval: opts.ProbeInterval,
 		CallTimeout: opts.CallTimeout, Supervisor: strategy, Log: d.log,
 		PodResources: d.podres, ObserveAllocate: d.metrics.allocated,
-		Reconcile: reconciler.Config{Interval: opts.ReconcileInterval, LeakGrace: opts.LeakGrace},
+		Reconcile: reconciler.Config{Interval: opts.ReconcileInterval, LeakGrace: opts.LeakGrace, Self: opts.Pod},
 	})
 	props.Configure(actor.WithGuardian(strategy))
 	d.node, err = d.system.Root.SpawnNamed(props, "node")

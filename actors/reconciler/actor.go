@@ -52,10 +52,21 @@ type Config struct {
 	// they hold their devices throughout (the kubelet's checkpoint; it
 	// does not call Allocate for them again).
 	KubeletSettle time.Duration
+	// Self is the daemon's own pod, when it runs in one (the downward
+	// API's POD_NAMESPACE and POD_NAME). A kubelet that does not list it
+	// has not synced its pods from the API server: one restarted while
+	// the API server is away lists static pods alone, for as long as that
+	// lasts, past any KubeletSettle. While it does not, a bound pod
+	// missing from its list is not taken as gone either. Empty:
+	// KubeletSettle alone says.
+	Self Pod
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	Log zerolog.Logger
 }
+
+// Pod names a pod.
+type Pod struct{ Namespace, Name string }
 
 // Props returns the props of a reconciler.
 func Props(cfg Config) *actor.Props {
@@ -108,6 +119,8 @@ type reconciler struct {
 	rounds     int
 	life       *lifetime
 	closing    bool // ending: a round settled now starts no new one
+	// unsynced: the last list lacked Self (logged once per change).
+	unsynced bool
 }
 
 // Receive implements actor.Actor.
@@ -297,7 +310,9 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	if settle > 0 {
 		r.schedule(ctx, settle) // a round once the kubelet has its pods
 	}
-	res := fold(foldInput{pools: r.st.Pools, allocs: r.attributed(), now: now, grace: r.cfg.LeakGrace, seen: r.seen, settling: settle > 0}, m.resp.GetPodResources())
+	r.synced(m.resp.GetPodResources())
+	res := fold(foldInput{pools: r.st.Pools, allocs: r.attributed(), now: now, grace: r.cfg.LeakGrace, seen: r.seen,
+		settling: settle > 0 || r.unsynced}, m.resp.GetPodResources())
 	payloads = append(payloads, res.payloads...)
 	if len(payloads) == 0 {
 		r.recorded(ctx, res.seen, 0, nil, nil)
@@ -308,6 +323,25 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	r.life.persist.Persist(ctx, r.cfg.Recorder, &guard, payloads, func(envs []events.Envelope, err error) {
 		r.recorded(ctx, res.seen, len(payloads), envs, err)
 	})
+}
+
+// synced notes whether pods lists Self (see Config.Self).
+func (r *reconciler) synced(pods []*podresourcesapi.PodResources) {
+	self := r.cfg.Self
+	unsynced := self.Name != "" && !slices.ContainsFunc(pods, func(p *podresourcesapi.PodResources) bool {
+		return p.GetNamespace() == self.Namespace && p.GetName() == self.Name
+	})
+	if unsynced == r.unsynced {
+		return
+	}
+	r.unsynced = unsynced
+	pod := self.Namespace + "/" + self.Name
+	if unsynced {
+		r.cfg.Log.Warn().Str("pod", pod).Int("pods", len(pods)).
+			Msg("the kubelet does not list this daemon's pod: it has not synced its pods from the API server, and no pod missing from its list is taken as gone until it does")
+	} else {
+		r.cfg.Log.Info().Str("pod", pod).Msg("the kubelet lists this daemon's pod: its pods are synced")
+	}
 }
 
 // recorded ends a round whose n events (envs) are durable, or were

@@ -383,3 +383,47 @@ func TestAKubeletThatJustStartedReleasesNothingUntilItSettles(t *testing.T) {
 		t.Errorf("#%d released %s after the kubelet came back, within its %s to settle", seq, d, settle)
 	}
 }
+
+// A kubelet restarted while the API server is away lists static pods
+// alone, past any settle time: while it does not list the daemon's own
+// pod, no bound allocation whose pod it does not list is released; once it
+// lists it again, one whose pod is gone is.
+func TestAKubeletThatDoesNotListThisDaemonReleasesNothing(t *testing.T) {
+	const pool, dev = "example.com/vf", "0000:3b:02.1"
+	l, rec, seq, replayed := ledgerWithAllocation(t, pool, dev)
+	self := kubelettest.Pod("devledger", "devledger-x7k2p", kubelettest.Container("devledger"))
+	static := kubelettest.Pod("kube-system", "etcd-node-1", kubelettest.Container("etcd"))
+	var pods atomic.Pointer[[]*podresourcesapi.PodResources]
+	pods.Store(&[]*podresourcesapi.PodResources{self, kubelettest.PodHolding("ns", "pod-a", "main", pool, dev)})
+	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+		return &podresourcesapi.ListPodResourcesResponse{PodResources: *pods.Load()}, nil
+	})
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
+		Interval: 20 * time.Millisecond, AfterAllocate: time.Hour, LeakGrace: time.Hour, KubeletSettle: 50 * time.Millisecond,
+		Self: Pod{Namespace: "devledger", Name: "devledger-x7k2p"}, Log: zerolog.Nop()}))
+	awaitStatus(t, f, func(st *Status) bool { return st.Allocations[seq] == "ns/pod-a/main" })
+
+	pods.Store(&[]*podresourcesapi.PodResources{static}) // the kubelet restarts, no API server
+	f.Sys.Root.Send(f.Child, &Reconcile{KubeletBack: true})
+	time.Sleep(300 * time.Millisecond) // six times its settle
+	st := awaitStatus(t, f, func(st *Status) bool { return true })
+	rounds := st.Rounds
+	st = awaitStatus(t, f, func(st *Status) bool { return st.Rounds >= rounds+3 })
+	if st.Allocations[seq] != "ns/pod-a/main" {
+		t.Fatalf("a kubelet that does not list the daemon's pod let go of #%d: %q", seq, st.Allocations[seq])
+	}
+	pods.Store(&[]*podresourcesapi.PodResources{static, self}) // synced: pod-a is gone indeed
+	awaitStatus(t, f, func(st *Status) bool { _, live := st.Allocations[seq]; return !live })
+	var reason string
+	if err := l.Read(seq, func(e events.Envelope) error {
+		if r, ok := e.Payload.(events.DevicesReleased); ok && r.AllocationSeq == seq {
+			reason = r.Reason
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if reason != "ns/pod-a/main no longer holds it" {
+		t.Errorf("#%d released for %q", seq, reason)
+	}
+}

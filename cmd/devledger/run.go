@@ -174,6 +174,9 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	// The DaemonSet names the node (the downward API's spec.nodeName); a
 	// host's name need not be its node's.
 	f.opts.Node = os.Getenv("NODE_NAME")
+	// And the daemon's own pod (metadata.namespace, metadata.name): a
+	// kubelet that lists it has synced its pods from the API server.
+	f.opts.Pod.Namespace, f.opts.Pod.Name = os.Getenv("POD_NAMESPACE"), os.Getenv("POD_NAME")
 
 	ctx, stop := signalContext()
 	defer stop()
