@@ -295,7 +295,15 @@ func (c *checker) watch(ts []Target, seen Seen) []Target {
 	named, _ := c.named(seen.Addresses, seen.Interfaces)
 	kept := make(map[string]time.Time, len(ts))
 	var changed []Target
+	now := c.cfg.Now()
 	for _, t := range c.targets {
+		if _, ok := was[t.Probe.Address]; !ok {
+			if d := c.devices[t.Probe.Address]; d != nil {
+				// Back in a pool: probes from before it left count for
+				// no debounce or hold-down.
+				d.raw, d.rawSince = d.Healthy, now
+			}
+		}
 		if at, ok := c.next[t.Probe.Address]; ok && was[t.Probe.Address] == t && !slices.Contains(named, t) {
 			kept[t.Probe.Address] = at
 		} else {

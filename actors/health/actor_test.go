@@ -606,6 +606,32 @@ func TestNewerLedgerVerdictStartsADeviceOver(t *testing.T) {
 	}
 }
 
+// A device that left every pool and comes back starts its hold-down
+// again: a passing probe from before it left counts for nothing.
+func TestADeviceBackInAPoolStartsItsHoldDownOver(t *testing.T) {
+	c := newChecker(t, Config{})
+	tg := target(devA, 0, 5*time.Minute)
+	c.watch(tg)
+	c.Silent(t)
+	c.prober.fail(devA, "driver unbound (was vfio-pci)")
+	c.round(time.Second)
+	nextVerdict(t, c.family)
+	c.prober.pass(devA)
+	c.round(time.Second) // its hold-down starts
+	c.Silent(t)
+
+	c.watch() // it leaves every pool
+	c.Silent(t)
+	c.clock.advance(time.Hour)
+	c.watch(tg) // and comes back, probed at once
+	c.round(time.Second)
+	c.NothingFor(t, 300*time.Millisecond) // a verdict lands in far less
+	c.round(5 * time.Minute)
+	if got := nextVerdict(t, c.family); !got.Healthy || got.Reason != "probes passed for 5m0s" {
+		t.Errorf("verdict %+v, want healthy after its hold-down", *got)
+	}
+}
+
 // Each target is probed at its own pool's interval: a pool probed often
 // does not pace the others.
 func TestEachTargetAtItsOwnInterval(t *testing.T) {
