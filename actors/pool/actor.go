@@ -312,15 +312,27 @@ func (p *allocator) syncDeviceInfo(old map[string]*allocation.Member) {
 
 // writeCDISpec writes the CDI spec that resolves the names Allocate
 // answers with, before the members are offered to the kubelet; with CDI
-// off (a reload may turn it off) or no members, the spec goes. It logs
-// what fails, and returns it for Allocate (see ensureCDISpec).
+// off (a reload may turn it off) or no members, the spec goes. A spec
+// that cannot be written goes too: the one before names devices that may
+// have left for another pool, whose spec then names them too, and a
+// runtime resolves a name two specs define in neither. It logs what
+// fails, and returns it for Allocate (see ensureCDISpec).
 func (p *allocator) writeCDISpec() error {
 	p.cdiWritten = nil
 	dir, res := p.cfg.CDISpecDir, p.cfg.Resource
+	log := p.cfg.Log.With().Str("pool", p.name).Logger()
 	if dir == "" {
+		if res.CDI.Enabled {
+			log.Error().Err(errNoCDISpecDir).Msg("no CDI spec for the pool: its Allocates are refused")
+			return errNoCDISpecDir
+		}
 		return nil
 	}
-	log := p.cfg.Log.With().Str("pool", p.name).Logger()
+	removeStale := func() {
+		if err := allocation.RemoveCDISpec(dir, res); err != nil {
+			log.Error().Err(err).Msg("cannot remove the pool's CDI spec, which may name devices it no longer has")
+		}
+	}
 	if !res.CDI.Enabled {
 		if err := allocation.RemoveCDISpec(dir, res); err != nil {
 			log.Error().Err(err).Msg("cannot remove the pool's CDI spec")
@@ -334,6 +346,7 @@ func (p *allocator) writeCDISpec() error {
 	spec, refused, err := allocation.CDISpec(res, devs, p.cfg.Env)
 	if err != nil {
 		log.Error().Err(err).Msg("no CDI spec for the pool: its CDI names cannot be resolved")
+		removeStale()
 		return err
 	}
 	for _, r := range refused {
@@ -342,6 +355,7 @@ func (p *allocator) writeCDISpec() error {
 	path, err := allocation.WriteCDISpec(dir, res, spec)
 	if err != nil {
 		log.Error().Err(err).Msg("cannot write the pool's CDI spec: its CDI names cannot be resolved")
+		removeStale()
 		return err
 	}
 	p.cdiWritten = make(map[string]specs.Device, len(spec.Devices))
@@ -360,8 +374,11 @@ func (p *allocator) writeCDISpec() error {
 // container.
 func (p *allocator) ensureCDISpec(devs []sysfs.Device) error {
 	dir, res := p.cfg.CDISpecDir, p.cfg.Resource
-	if dir == "" || !res.CDI.Enabled {
+	if !res.CDI.Enabled {
 		return nil
+	}
+	if dir == "" {
+		return errNoCDISpecDir
 	}
 	if _, err := os.Stat(allocation.CDISpecPath(dir, res)); err == nil && p.cdiWritten != nil {
 		now, _, err := allocation.CDISpec(res, devs, p.cfg.Env)
@@ -551,6 +568,10 @@ func (p *allocator) place(ctx actor.Context, m *SetMembers, start bool) {
 	p.placing = append(p.placing, pl)
 	p.applyPlaced(ctx)
 }
+
+// errNoCDISpecDir refuses an Allocate of a CDI pool when no CDI specs are
+// written (--cdi-spec-dir -): its names would resolve nowhere.
+var errNoCDISpecDir = errors.New("the pool answers with CDI names, and no CDI spec dir is set (--cdi-spec-dir -): a runtime could resolve none of them")
 
 // errDropped refuses a record of a pool the config dropped (see inForce).
 var errDropped = errors.New("the config in force has dropped the pool")

@@ -3,6 +3,8 @@ package pool
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -202,7 +204,7 @@ func TestStoppingPoolDoesNotWaitForeverForTheLedger(t *testing.T) {
 // A pool restarted after a crash answers with the resource of the last
 // reload (SetResource), not with the one it was spawned with.
 func TestRestartedPoolAnswersWithTheReloadedResource(t *testing.T) {
-	f, g, allocated := poolWithAllocateHeld(t)
+	f, g, allocated := poolWithAllocateHeld(t, func(c *Config) { c.CDISpecDir = t.TempDir() })
 	g.release()
 	if err := <-allocated; err != nil {
 		t.Fatal(err)
@@ -217,6 +219,50 @@ func TestRestartedPoolAnswersWithTheReloadedResource(t *testing.T) {
 	}
 	if names := r.resp.ContainerResponses[0].CdiDevices; len(names) != 1 || names[0].Name != "example.com/vf="+y {
 		t.Errorf("CDI devices %v after the restart, want the reloaded resource's %s=%s", names, "example.com/vf", y)
+	}
+}
+
+// A CDI pool whose spec cannot be written again (here a reload makes it
+// an auxNetDevice pool, which has none) removes the one it wrote: that
+// one names devices that may have left for another pool, and a runtime
+// resolves a name two specs define in neither.
+func TestAPoolWhoseSpecCannotBeWrittenRemovesItsOldOne(t *testing.T) {
+	dir := t.TempDir()
+	cdi := func(typ config.DeviceType) *config.Resource {
+		return &config.Resource{Prefix: "example.com", Name: "vf", DeviceType: typ, CDI: config.CDI{Enabled: true, Kind: "example.com/vf"}}
+	}
+	f, g, allocated := poolWithAllocateHeld(t, func(c *Config) { c.Resource, c.CDISpecDir = cdi(config.GenericPCI), dir })
+	g.release()
+	if err := <-allocated; err != nil {
+		t.Fatal(err)
+	}
+	path := allocation.CDISpecPath(dir, cdi(config.GenericPCI))
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("no spec: %v", err)
+	}
+	f.Sys.Root.Send(f.Child, &SetResource{Resource: cdi(config.AuxNetDevice)})
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the spec the pool can no longer write is still there: %v", err)
+		}
+	}
+}
+
+// With no CDI spec dir (--cdi-spec-dir -), a CDI pool's Allocate is
+// refused: the names it would answer with resolve nowhere.
+func TestACDIPoolWithNoSpecDirRefusesAllocate(t *testing.T) {
+	f, g, allocated := poolWithAllocateHeld(t)
+	g.release()
+	if err := <-allocated; err != nil {
+		t.Fatal(err)
+	}
+	f.Sys.Root.Send(f.Child, &SetResource{Resource: &config.Resource{Prefix: "example.com", Name: "vf", DeviceType: config.GenericPCI,
+		CDI: config.CDI{Enabled: true, Kind: "example.com/vf"}}})
+	r := awaitReply(t, allocateVia(f, context.Background(), y))
+	if !errors.Is(r.err, grpcapi.ErrUnavailable) || !strings.Contains(r.err.Error(), "--cdi-spec-dir") {
+		t.Errorf("Allocate: %v, want Unavailable naming --cdi-spec-dir", r.err)
 	}
 }
 

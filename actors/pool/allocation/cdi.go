@@ -105,11 +105,15 @@ func cdiEdits(a events.ContainerAllocation) specs.ContainerEdits {
 }
 
 // cdiDeviceEnv is the variable of a device without nodes or mounts:
-// res.EnvVarName()_<ADDRESS>=<address>, ':' and '.' as '_', upper-cased
-// (PCIDEVICE_INTEL_COM_INTEL_SRIOV_NETDEVICE_0000_3B_02_0=0000:3b:02.0).
+// DEVLEDGER_CDI_ and res.EnvVarName() past its PCIDEVICE_, then
+// _<ADDRESS>=<address>, ':' and '.' as '_', upper-cased
+// (DEVLEDGER_CDI_INTEL_COM_INTEL_SRIOV_NETDEVICE_0000_3B_02_0=0000:3b:02.0).
+// Not in PCIDEVICE_: what reads every PCIDEVICE_ variable for the
+// container's devices (the Kubernetes e2e helpers, Kata's agent) would
+// count each device twice.
 func cdiDeviceEnv(res *config.Resource, addr string) string {
 	suffix := strings.ToUpper(strings.NewReplacer(":", "_", ".", "_").Replace(addr))
-	return res.EnvVarName() + "_" + suffix + "=" + addr
+	return "DEVLEDGER_CDI_" + strings.TrimPrefix(res.EnvVarName(), "PCIDEVICE_") + "_" + suffix + "=" + addr
 }
 
 // CDISpecPath is the CDI spec file of the pool res in dir:

@@ -456,7 +456,7 @@ func TestCDISpecBytes(t *testing.T) {
 	}
 	want := `{"cdiVersion":"0.5.0","kind":"intel.com/net-pci","devices":[` +
 		`{"name":"0000:3b:02.0","containerEdits":{"deviceNodes":[{"path":"/dev/vfio/vfio","hostPath":"/dev/vfio/vfio","permissions":"rw"},{"path":"/dev/vfio/60","hostPath":"/dev/vfio/60","permissions":"rw"}]}},` +
-		`{"name":"0000:3b:02.1","containerEdits":{"env":["PCIDEVICE_INTEL_COM_INTEL_SRIOV_NETDEVICE_0000_3B_02_1=0000:3b:02.1"]}}],` +
+		`{"name":"0000:3b:02.1","containerEdits":{"env":["DEVLEDGER_CDI_INTEL_COM_INTEL_SRIOV_NETDEVICE_0000_3B_02_1=0000:3b:02.1"]}}],` +
 		`"containerEdits":{}}`
 	for i, got := range files {
 		if got != want {
