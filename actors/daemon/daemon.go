@@ -249,7 +249,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 		firstScan = reader.ScanAhead()
 	}
 	// Read the last run's liveness mark before this run's replaces it.
-	prevBoot, prevAlive := lastAlive(opts.StateDir)
+	prevBoot, prevAlive := LastAlive(opts.StateDir)
 	writePIDFile(opts.StateDir, bootID)
 
 	began := time.Now()
@@ -943,9 +943,9 @@ func writePIDFile(stateDir, bootID string) {
 // tells the next start when a crashed run was last alive.
 const aliveEvery = 5 * time.Second
 
-// lastAlive is the boot id in stateDir's pid file and when it was last
+// LastAlive is the boot id in stateDir's pid file and when it was last
 // touched; zero when there is none.
-func lastAlive(stateDir string) (bootID string, at time.Time) {
+func LastAlive(stateDir string) (bootID string, at time.Time) {
 	path := filepath.Join(stateDir, PIDFileName)
 	fi, err := os.Stat(path)
 	if err != nil {

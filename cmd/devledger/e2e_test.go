@@ -340,6 +340,21 @@ func TestE2ESIGKILLThenRestart(t *testing.T) {
 		if len(before.Allocations) != 3 {
 			t.Fatalf("%d live allocations before the restart, want 3", len(before.Allocations))
 		}
+		// It recorded no stop: the ledger has it running, and replay,
+		// which no daemon holds the file from, says it is not, and since
+		// when; of a copy, it cannot tell.
+		if out := cliOK(t, "replay", "--state-dir", n.stateDir); !strings.Contains(out, "and ended with no stop recorded (crashed or killed), last alive ") {
+			t.Errorf("replay of a killed daemon's state dir:\n%s", out)
+		}
+		copied := filepath.Join(t.TempDir(), "copy.db")
+		if data, err := os.ReadFile(n.ledgerPath()); err != nil {
+			t.Fatal(err)
+		} else if err := os.WriteFile(copied, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if out := cliOK(t, "replay", "--db", copied); !strings.Contains(out, "in this copy (a run killed before it recorded its stop reads the same)") {
+			t.Errorf("replay of a copy of a killed daemon's ledger:\n%s", out)
+		}
 
 		p2 := n.start(t)
 		if _, err := n.kubelet.RegisteredAfter(ctx, sriovPools, killed); err != nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/devledger/devledger/actors/daemon"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/store"
 )
@@ -63,6 +64,7 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 	}
 
 	var s events.State
+	var notes stateNotes
 	src, err := openSource(&lf)
 	if err != nil {
 		return err
@@ -73,6 +75,7 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 		if s, err = replayLedgerFile(said, src.l, lf.path(), *verify, *untilSeq, at); err != nil {
 			return err
 		}
+		notes = fileNotes(src.l, &lf, s, *untilSeq == 0 && at.IsZero())
 		// Shown, then named.
 		defer func() {
 			if rerr == nil {
@@ -95,31 +98,78 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 		return enc.Encode(s)
 	}
 	out := tableOut(stdout, *wide)
-	if err := printState(out, s, at); err != nil {
+	if err := printState(out, s, at, notes); err != nil {
 		return err
 	}
 	return out.Close()
 }
 
+// stateNotes is what the tool knows beside the state it folded from a
+// ledger file.
+type stateNotes struct {
+	// first is the ledger's first event (zero for an empty one): a point
+	// before it is not "the empty ledger".
+	first events.Envelope
+	// ended: no daemon holds the file (the state dir's) or it is a copy
+	// (--db), and the state is the ledger's last: a run it has running
+	// recorded no stop. lastAlive is when that run was last alive, from
+	// its pid file.
+	ended     bool
+	copy      bool
+	lastAlive time.Time
+}
+
+// fileNotes are the notes on s, folded from the file of l that lf names;
+// last says s is the ledger's last state.
+func fileNotes(l *store.Log, lf *ledgerFlags, s events.State, last bool) stateNotes {
+	var n stateNotes
+	if first := l.FirstSeq(); first > 0 {
+		_ = l.Read(first, func(e events.Envelope) error {
+			n.first = e
+			return errStop
+		})
+	}
+	if !last || !s.Daemon.Running {
+		return n
+	}
+	n.ended, n.copy = true, lf.db != ""
+	if !n.copy {
+		if boot, at := daemon.LastAlive(lf.stateDir); boot == s.Daemon.BootID {
+			n.lastAlive = at
+		}
+	}
+	return n
+}
+
 // printState renders a folded state as aligned tables.
-func printState(w io.Writer, s events.State, at time.Time) error {
+func printState(w io.Writer, s events.State, at time.Time, notes stateNotes) error {
 	b := &strings.Builder{}
 	when := "the empty ledger"
-	if s.Seq > 0 {
+	switch {
+	case s.Seq > 0:
 		when = fmt.Sprintf("#%d (%s)", s.Seq, s.Time.UTC().Format(time.RFC3339))
+	case notes.first.Seq > 0:
+		when = fmt.Sprintf("none: before the first event (#%d at %s)", notes.first.Seq, notes.first.Time.UTC().Format(time.RFC3339Nano))
 	}
 	if !at.IsZero() {
-		fmt.Fprintf(b, "State at %s: last event %s\n", at.UTC().Format(time.RFC3339), when)
+		fmt.Fprintf(b, "State at %s: last event %s\n", at.UTC().Format(time.RFC3339Nano), when)
 	} else {
 		fmt.Fprintf(b, "State after %s\n", when)
 	}
 	d := s.Daemon
 	if d.BootID != "" {
-		run, since := "running", d.StartedAt
-		if !d.Running {
-			run = "stopped"
-			if !d.StoppedAt.IsZero() { // else a ledger from before stops were folded
-				since = d.StoppedAt
+		run := "running since " + d.StartedAt.UTC().Format(time.RFC3339)
+		switch {
+		case !d.Running && !d.StoppedAt.IsZero():
+			run = "stopped since " + d.StoppedAt.UTC().Format(time.RFC3339)
+		case !d.Running: // a ledger from before stops were folded
+			run = "stopped, started " + d.StartedAt.UTC().Format(time.RFC3339)
+		case notes.copy:
+			run += " in this copy (a run killed before it recorded its stop reads the same)"
+		case notes.ended:
+			run = "NOT running: it started " + d.StartedAt.UTC().Format(time.RFC3339) + " and ended with no stop recorded (crashed or killed)"
+			if !notes.lastAlive.IsZero() {
+				run += ", last alive " + notes.lastAlive.UTC().Format(time.RFC3339)
 			}
 		}
 		crashes := ""
@@ -129,7 +179,7 @@ func printState(w io.Writer, s events.State, at time.Time) error {
 		if d.Reboots > 0 {
 			crashes += ", " + counted(d.Reboots, "node reboot", "node reboots")
 		}
-		fmt.Fprintf(b, "Daemon:  %s, boot %s, %s since %s, %d starts%s\n", d.Version, d.BootID, run, since.UTC().Format(time.RFC3339), d.Starts, crashes)
+		fmt.Fprintf(b, "Daemon:  %s, boot %s, %s, %d starts%s\n", d.Version, d.BootID, run, d.Starts, crashes)
 	}
 	if s.Config.Path != "" {
 		fmt.Fprintf(b, "Config:  %s (sha256 %.12s), applied %s, %d rejected since\n", s.Config.Path, s.Config.SHA256, s.Config.AppliedAt.UTC().Format(time.RFC3339), s.Config.Rejections)
