@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -580,8 +581,17 @@ func checkProbes(t *testing.T, c corev1.Container, flags map[string]string) {
 		if got != port {
 			t.Errorf("%s probe port %s, but --metrics-addr=%s", p.name, g.Port.String(), addr)
 		}
+		// The daemon answers a probe within probeWait (the actors' answer
+		// it waits for); a shorter timeout fails a slow but right answer.
+		if timeout := max(p.probe.TimeoutSeconds, 1); time.Duration(timeout)*time.Second <= probeWait {
+			t.Errorf("%s probe times out after %ds, within the %s the daemon may take to answer", p.name, timeout, probeWait)
+		}
 	}
 }
+
+// probeWait is how long the daemon's /healthz and /readyz may take
+// (actors/daemon/metrics.go).
+const probeWait = 2 * time.Second
 
 // expandVars does the kubelet's $(VAR) expansion: $(NAME) is replaced
 // when vars has NAME, "$$" is a literal "$", anything else stays.
