@@ -176,6 +176,9 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 		if err := f.pods.collect(prs); err != nil {
 			return readFailed(&lf, err)
 		}
+		if err := f.pods.unknown(); err != nil {
+			return err
+		}
 		read = func(fn func(events.Envelope) error) error { return f.pods.readSelected(src, fn) }
 	}
 	if so != nil {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -33,6 +34,10 @@ type podSelection struct {
 	// daemon's admin socket stops there: events appended since could bind
 	// allocations that collect never saw.
 	lastSeq uint64
+	// pods are the pods (namespace/name) collect saw bound to an
+	// allocation or claiming a device; named, whether one matched.
+	pods  map[string]bool
+	named bool
 }
 
 // newPodSelection parses the --pod and --namespace flags; pod may be
@@ -50,7 +55,7 @@ func newPodSelection(pod, namespace string) (*podSelection, error) {
 		}
 		pod, namespace = name, ns
 	}
-	return &podSelection{pod: pod, namespace: namespace, seqs: map[uint64]struct{}{}, held: map[string][]spell{}}, nil
+	return &podSelection{pod: pod, namespace: namespace, seqs: map[uint64]struct{}{}, held: map[string][]spell{}, pods: map[string]bool{}}, nil
 }
 
 // spell is a stretch of the log, from one sequence to another, inclusive.
@@ -90,12 +95,36 @@ func (ps *podSelection) names(namespace, pod string) bool {
 	return (ps.pod == "" || pod == ps.pod) && (ps.namespace == "" || namespace == ps.namespace)
 }
 
+// saw notes a pod collect met, and whether it is one asked for.
+func (ps *podSelection) saw(namespace, pod string) bool {
+	ps.pods[namespace+"/"+pod] = true
+	named := ps.names(namespace, pod)
+	ps.named = ps.named || named
+	return named
+}
+
+// unknown is the usage error for a --pod or --namespace no allocation or
+// conflict of the ledger names (after collect); nil when one does.
+func (ps *podSelection) unknown() error {
+	if ps.named {
+		return nil
+	}
+	flag := "--namespace " + ps.namespace
+	switch {
+	case ps.pod != "" && ps.namespace != "":
+		flag = "--pod " + ps.namespace + "/" + ps.pod
+	case ps.pod != "":
+		flag = "--pod " + ps.pod
+	}
+	return usageErrf("%s: no allocation or conflict names it; the ledger's pods: %s", flag, someNames(slices.Sorted(maps.Keys(ps.pods))))
+}
+
 // collect is the first pass: it remembers every allocation bound to a
 // matching pod, those live at the state before the first event included.
 func (ps *podSelection) collect(prs *priorStates) error {
 	prior := func(s events.State) {
 		for seq, a := range s.Allocations {
-			if b := a.Binding; b != nil && ps.names(b.Namespace, b.Pod) {
+			if b := a.Binding; b != nil && ps.saw(b.Namespace, b.Pod) {
 				ps.seqs[seq] = struct{}{}
 				ps.hold(seq, a.DeviceIDs)
 			}
@@ -105,14 +134,20 @@ func (ps *podSelection) collect(prs *priorStates) error {
 		ps.lastSeq = e.Seq
 		switch p := e.Payload.(type) {
 		case events.AllocationBound:
-			if ps.names(p.Namespace, p.Pod) {
+			if ps.saw(p.Namespace, p.Pod) {
 				ps.seqs[p.AllocationSeq] = struct{}{}
 				ps.hold(p.AllocationSeq, p.DeviceIDs)
 			}
 		case events.AllocationRecovered:
-			if ps.names(p.Namespace, p.Pod) {
+			if ps.saw(p.Namespace, p.Pod) {
 				ps.seqs[e.Seq] = struct{}{}
 				ps.hold(e.Seq, p.DeviceIDs)
+			}
+		case events.AllocationConflict:
+			for _, c := range p.Claims {
+				if c.Pod != "" {
+					ps.saw(c.Namespace, c.Pod)
+				}
 			}
 		case events.DevicesReleased:
 			ps.end(p.AllocationSeq, e.Seq)

@@ -124,7 +124,7 @@ func TestHTMLInChromium(t *testing.T) {
 	}{
 		{"sample", sampleCopy, nil, 8},
 		{"sample namespace", sampleCopy, []string{"--namespace", "telco"}, 3},
-		{"sample empty", sampleCopy, []string{"--pod", "nobody"}, 0},
+		{"sample empty", sampleCopy, []string{"--pod", "trainer-0", "--until", "2026-11-24T00:00:00Z"}, 0},
 		{"5000 events", synthetic(synthOptions{devices: 64, events: 5000, seed: 2}), nil, 64},
 		{"1032 devices", synthetic(synthOptions{devices: 1032, events: 5000, seed: 1}), nil, pageMaxLanes},
 	}
