@@ -362,6 +362,10 @@ func (p *allocator) writeCDISpec() error {
 	for _, d := range spec.Devices {
 		p.cdiWritten[d.Name] = d
 	}
+	if conflicts := allocation.CDIConflicts(dir, res); len(conflicts) > 0 {
+		log.Error().Errs("conflicts", conflicts).Str("path", path).
+			Msg("another CDI spec defines devices of the pool's spec too: runtimes resolve those names through neither, and their containers do not start")
+	}
 	log.Debug().Str("path", path).Int("devices", len(devs)-len(refused)).Msg("CDI spec written")
 	return nil
 }

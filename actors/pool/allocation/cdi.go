@@ -149,6 +149,25 @@ func WriteCDISpec(dir string, res *config.Resource, spec *specs.Spec) (path stri
 	})
 }
 
+// CDIConflicts are the devices of the pool's spec in dir that another spec
+// there defines too, as a runtime's CDI cache finds them: it resolves such
+// a name through neither (a plugin's spec left behind, or another pool's
+// of the same kind naming a device that moved). Each error names the two
+// files; none when there is no conflict or no spec.
+func CDIConflicts(dir string, res *config.Resource) []error {
+	c, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
+	if err != nil {
+		return []error{fmt.Errorf("read CDI specs in %s: %w", dir, err)}
+	}
+	var out []error
+	for _, err := range c.GetErrors()[CDISpecPath(dir, res)] {
+		if strings.Contains(err.Error(), "conflicting device") {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
 // RemoveCDISpec removes the pool's CDI spec file from dir; a missing file
 // is no error.
 func RemoveCDISpec(dir string, res *config.Resource) error {

@@ -373,6 +373,26 @@ func TestWriteCDISpecWithoutDevicesRemoves(t *testing.T) {
 	}
 }
 
+// A device that another spec in the dir defines too (the SR-IOV plugin's,
+// left behind) is a conflict, named with both files; none otherwise.
+func TestCDIConflicts(t *testing.T) {
+	res := cdiPool("intel.com/net-pci", "intel.com", "intel_sriov_dpdk", config.NetDevice)
+	dir := t.TempDir()
+	path := writeCDISpec(t, dir, res, []sysfs.Device{vf("0000:3b:02.0", "0000:3b:00.0", 0, "vfio-pci", "60", 0)}, Env{})
+	if got := CDIConflicts(dir, res); len(got) != 0 {
+		t.Fatalf("conflicts of a spec alone: %v", got)
+	}
+	theirs := filepath.Join(dir, "sriov-dp-intel.com-net-pci.json")
+	data := `{"cdiVersion":"0.5.0","kind":"intel.com/net-pci","devices":[{"name":"0000:3b:02.0","containerEdits":{"deviceNodes":[{"path":"/dev/vfio/60"}]}}]}`
+	if err := os.WriteFile(theirs, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := CDIConflicts(dir, res)
+	if len(got) != 1 || !strings.Contains(got[0].Error(), "intel.com/net-pci=0000:3b:02.0") || !strings.Contains(got[0].Error(), theirs) || !strings.Contains(got[0].Error(), path) {
+		t.Errorf("conflicts %v, want intel.com/net-pci=0000:3b:02.0 in %s and %s", got, path, theirs)
+	}
+}
+
 func TestCDISpecRefusesMembers(t *testing.T) {
 	const pf = "0000:3b:00.0"
 	res := cdiPool("intel.com/net-pci", "intel.com", "intel_sriov_dpdk", config.NetDevice)
