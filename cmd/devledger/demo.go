@@ -14,6 +14,7 @@ import (
 	"time"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
@@ -219,18 +220,40 @@ func (d *demo) run(ctx context.Context) error {
 	}
 
 	d.step("The kubelet asks for devices")
-	if _, err := d.allocate(ctx, "intel.com/sriov_vfio", 1); err != nil {
+	vfs, err := d.allocate(ctx, "intel.com/sriov_vfio", 1)
+	if err != nil {
 		return err
 	}
-	if _, err := d.allocate(ctx, "nvidia.com/gpu", 2); err != nil {
+	gpus, err := d.allocate(ctx, "nvidia.com/gpu", 2)
+	if err != nil {
 		return err
 	}
 	if _, err := d.kubelet.Allocate(ctx, "intel.com/sriov_vfio", []string{"0000:99:00.0"}); err != nil {
 		d.say("  A request for 0000:99:00.0, which the pool lacks, is refused: %s", grpcMessage(err))
 	}
 
-	d.step("A VF's driver is unbound on the node, then bound again")
-	d.flapped = "0000:3b:01.3"
+	d.step("The pods start: the kubelet's PodResources lists them, and the daemon binds each allocation to its pod")
+	d.kubelet.SetPods([]*podresourcesapi.PodResources{
+		kubelettest.PodHolding("telco", "dpdk-0", "testpmd", "intel.com/sriov_vfio", vfs...),
+		kubelettest.PodHolding("ml", "trainer-0", "main", "nvidia.com/gpu", gpus...),
+	})
+	bound, err := d.liveAllocations(func(s events.State) bool {
+		for _, a := range s.Allocations {
+			if a.Binding == nil {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	for _, a := range bound {
+		d.say("  %s", a)
+	}
+
+	d.step("The pod's VF has its driver unbound on the node, then bound again")
+	d.flapped = vfs[0]
 	if err := d.unbindRebind(ctx, "intel.com/sriov_vfio", d.flapped, "vfio-pci"); err != nil {
 		return err
 	}
@@ -288,6 +311,10 @@ func (d *demo) run(ctx context.Context) error {
 	if err := runDump([]string{"--state-dir", d.state}, d.out, d.out); err != nil {
 		return err
 	}
+	d.step("Which pod had %s, and why did it go unhealthy? Its story, as dump --device %s tells it", d.flapped, d.flapped)
+	if err := runDump([]string{"--state-dir", d.state, "--device", d.flapped}, d.out, d.out); err != nil {
+		return err
+	}
 	d.step("Done in %.1fs", time.Since(d.began).Seconds())
 	return nil
 }
@@ -308,7 +335,7 @@ func (d *demo) startDaemon() error {
 	cmd := exec.Command(exe, "run", "--config", d.cfgPath, "--sysfs-root", d.roots.Sysfs, "--dev-root", d.roots.Dev,
 		"--proc-root", d.roots.Proc, "--pci-ids", filepath.Join(d.dir, "no-pci.ids"), "--kubelet-dir", d.kubelet.Dir(),
 		"--state-dir", d.state, "--devinfo-dir", filepath.Join(d.dir, "devinfo"), "--cdi-spec-dir", filepath.Join(d.dir, "cdi"), "--registration", "legacy",
-		"--log-format", "json", "--probe-interval", "250ms", "--scan-interval", "1s",
+		"--log-format", "json", "--probe-interval", "250ms", "--scan-interval", "1s", "--reconcile-interval", "250ms",
 		"--kernel-events=false") // the node is fake: the host's kernel events are not its
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// A group of its own: Ctrl-C in a terminal signals the demo alone,
@@ -477,10 +504,10 @@ func (d *demo) unbindRebind(ctx context.Context, resource, addr, driver string) 
 	return nil
 }
 
-// liveAllocations reads the ledger's live allocations through the running
-// daemon's admin socket, as `devledger dump` would.
-// liveAllocations are the live allocations the ledger holds, once its
-// fold passes until (nil: at once), or after five seconds of asking.
+// liveAllocations are the live allocations the ledger holds, read through
+// the running daemon's admin socket as `devledger dump` reads them, once
+// its fold passes until (nil: at once), or after five seconds of asking;
+// each with the container it is bound to.
 func (d *demo) liveAllocations(until func(events.State) bool) ([]string, error) {
 	var s events.State
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -500,7 +527,11 @@ func (d *demo) liveAllocations(until func(events.State) bool) ([]string, error) 
 	var out []string
 	for _, seq := range sortedKeys(s.Allocations) {
 		a := s.Allocations[seq]
-		out = append(out, fmt.Sprintf("#%d %s %s", seq, a.Pool, strings.Join(a.DeviceIDs, ",")))
+		holder := "unbound"
+		if b := a.Binding; b != nil {
+			holder = "held by " + b.Namespace + "/" + b.Pod + "/" + b.Container
+		}
+		out = append(out, fmt.Sprintf("#%d %s %s, %s", seq, a.Pool, strings.Join(a.DeviceIDs, ","), holder))
 	}
 	return out, nil
 }
