@@ -103,6 +103,9 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	if !f.since.IsZero() && !f.until.IsZero() && f.since.After(f.until) {
+		return usageErrf("--since %s is after --until %s: no event can be in between", f.since.UTC().Format(time.RFC3339Nano), f.until.UTC().Format(time.RFC3339Nano))
+	}
 	if *typeList != "" {
 		for _, name := range strings.Split(*typeList, ",") {
 			t, err := events.ParseType(strings.TrimSpace(name))
@@ -308,7 +311,8 @@ func (k *knownNames) unknown(f *eventFilter) error {
 // readFailed names the ledger in a read error; a corrupt record's error
 // names it already.
 func readFailed(lf *ledgerFlags, err error) error {
-	if err != nil && !errors.Is(err, store.ErrCorrupt) {
+	var coded *codeError
+	if err != nil && !errors.Is(err, store.ErrCorrupt) && !errors.As(err, &coded) {
 		return fmt.Errorf("read %s: %w", lf.path(), err)
 	}
 	return err

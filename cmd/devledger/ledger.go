@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -53,11 +54,19 @@ func openLedgerWaiting(lf *ledgerFlags, wait time.Duration) (*store.Log, error) 
 	switch {
 	case err == nil:
 		return l, nil
+	case lf.db != "" && isDir(lf.db):
+		return nil, usageErrf("--db %s is a directory: --db names a ledger file; --state-dir %s reads the ledger in a state dir", lf.db, lf.db)
 	case errors.Is(err, store.ErrNoLedger), errors.Is(err, store.ErrNotLedger), errors.Is(err, store.ErrNewerFormat):
 		return nil, usageErr(err)
 	default:
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
+}
+
+// isDir says whether path is a directory.
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
 }
 
 // eventSource streams the events of a ledger, oldest first, and reads its

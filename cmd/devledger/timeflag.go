@@ -16,6 +16,9 @@ func parseTimeFlag(name, value string, now time.Time) (time.Time, error) {
 	if d, err := parseAge(value); err == nil {
 		return now.Add(-d), nil
 	}
+	if _, err := time.Parse("2006-01-02T15:04:05.999999999", value); err == nil {
+		return time.Time{}, usageErrf("--%s %q: a time with no zone is no point in time: add Z for UTC (%sZ) or the offset (%s+01:00)", name, value, value, value)
+	}
 	return time.Time{}, usageErrf("--%s %q: want an RFC 3339 time (2026-11-24T09:00:00Z) or a duration before now (2h, 90m, 7d)", name, value)
 }
 
