@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/actors/node"
+	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/actors/pool/allocation"
 	"github.com/devledger/devledger/actors/reconciler"
 	"github.com/devledger/devledger/actors/registrar"
@@ -319,6 +321,14 @@ func Start(opts Options) (_ *Daemon, err error) {
 			applied.Changes = node.ConfigChanges(before, applied.Pools, nil, nil)
 		}
 		start = append(start, applied)
+		// A pool the config dropped while no daemon ran has no pool to
+		// remove what a killed run left under its name: the kubelet's
+		// plugin watcher would dial it again and again.
+		for _, name := range slices.Sorted(maps.Keys(before)) {
+			if !slices.ContainsFunc(applied.Pools, func(p events.PoolSpec) bool { return p.Resource == name }) {
+				pool.CleanStaleSockets(node.SocketDir(opts.KubeletDir, mode), name, d.log)
+			}
+		}
 	}
 	// Record the damage the replay went past (a meta page, a snapshot).
 	start = append(start, newDamage(st.Ledger, l.Damages(), "at start; the daemon serves the state rebuilt from what could be read")...)

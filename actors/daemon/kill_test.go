@@ -14,9 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/store"
+	"github.com/devledger/devledger/testdata/sysfsgen"
 )
 
 // killed is what a killed daemon left: the ledger as of its last commit,
@@ -219,4 +221,38 @@ func holdWriter(ctx context.Context, t *testing.T, log *store.Log) (release func
 		t.Fatalf("the store's writer never took the holding append: %v", ctx.Err())
 	}
 	return release
+}
+
+// A pool the config drops while no daemon runs has no pool at the next
+// start to remove what a killed run left under its name: the start does,
+// or the kubelet's plugin watcher dials it again and again.
+func TestAStartRemovesTheStaleSocketsOfAPoolTheConfigDropped(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	d := n.start(t)
+	ctx := waitCtx(t)
+	for _, res := range []string{vfioPool, netPool} {
+		if _, err := n.kubelet.WaitRegistered(ctx, res); err != nil {
+			t.Fatal(err)
+		}
+	}
+	left := socketsIn(t, n.kubelet.DevicePluginDir())
+	if err := d.Stop(ctx, "as if killed"); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range left { // what a kill leaves
+		staleSocket(t, path)
+	}
+	vfioOnly := `{"resourceList": [{"resourceName": "sriov_vfio", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]}}]}`
+	if err := os.WriteFile(n.opts.ConfigPath, []byte(vfioOnly), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.start(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range socketsIn(t, n.kubelet.DevicePluginDir()) {
+		if pool.IsSocketName(netPool, filepath.Base(path)) {
+			t.Errorf("the dropped pool's socket is left: %s", path)
+		}
+	}
 }
