@@ -475,8 +475,8 @@ func TestConfigChangeMovesAHeldDeviceOpenly(t *testing.T) {
 		})
 		return gone != "" && arrived != ""
 	})
-	if !strings.Contains(gone, "still held: "+wantHeld) {
-		t.Errorf("the old pool's removal says %q; want it to name %s", gone, wantHeld)
+	if !strings.Contains(gone, "moved to "+dpdk+": ") || !strings.Contains(gone, dev) || !strings.Contains(gone, "still held: "+wantHeld) {
+		t.Errorf("the old pool's removal says %q; want it to name where %s went, and %s", gone, dev, wantHeld)
 	}
 	if !strings.Contains(arrived, "arrived held, listed unhealthy until released: "+wantHeld+" of "+vfio) {
 		t.Errorf("the new pool's membership says %q; want it to name %s of %s", arrived, wantHeld, vfio)

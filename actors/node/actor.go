@@ -1018,6 +1018,8 @@ func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID
 		log.Warn().Msg(w)
 	}
 	next, pools := poolsOf(cfg)
+	// Where the devices go: the placement the reload makes next.
+	_, to, _ := placement(cfg, next, n.devices, n.cfg.Env, n.owner)
 	var payloads []events.Payload
 	var gone []string
 	for _, name := range slices.Sorted(maps.Keys(n.resources)) { // the ledger's order is not the map's
@@ -1036,7 +1038,7 @@ func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID
 					}
 				}
 			}
-			reason := "pool removed from the config"
+			reason := "pool removed from the config" + pool.MovedList("moved to", removed, to)
 			if len(held) > 0 {
 				// The allocations stay live until their containers go; a
 				// pool the device joins lists it as held until then.
