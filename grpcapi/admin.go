@@ -10,6 +10,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -226,6 +227,12 @@ func (a *AdminServer) Serve(socketPath string) error {
 	if err != nil {
 		return fmt.Errorf("serve admin socket: %w", err)
 	}
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(a.Socket()), backupSpoolPattern)); len(left) > 0 {
+		for _, f := range left {
+			os.Remove(f)
+		}
+		a.log.Info().Strs("files", left).Msg("removed backup copies a stopped daemon left")
+	}
 	a.log.Info().Str("socket", a.Socket()).Msg("serving the admin socket")
 	return nil
 }
@@ -283,24 +290,42 @@ func (a *AdminServer) serveAcknowledge(w http.ResponseWriter, r *http.Request, a
 	writeJSON(w, http.StatusOK, DamageAcknowledgement{Note: req.Note, Problems: problems})
 }
 
+// backupSpoolPattern names a copy spooled beside the admin socket; one a
+// killed daemon left is removed when the next one serves.
+const backupSpoolPattern = ".ledger-backup-*"
+
 // serveBackup streams a copy of the ledger file. The copy is read in one
-// transaction, which a slow client would hold open (and with it an append
-// that must grow the file): every write has the write timeout. A copy cut
-// short is shorter than its Content-Length, which the client checks.
+// transaction, spooled to a file beside the socket (the state dir, on the
+// ledger's disk), and streamed from there: the transaction lasts as long
+// as the local disk takes, not as long as the client, however slowly it
+// reads (kubectl exec through the API server). A long one holds an append
+// that must grow the ledger's memory map, and every read queued behind
+// that append, the metrics' among them. Every write to the client has the
+// write timeout. A copy cut short is shorter than its Content-Length,
+// which the client checks.
 func (a *AdminServer) serveBackup(w http.ResponseWriter, r *http.Request, b BackupSource) {
-	rc := http.NewResponseController(w)
-	started := false
-	n, err := b.Backup(deadlineWriter{w: w, rc: rc, timeout: a.writeTimeout}, func(size int64) {
-		w.Header().Set("Content-Type", BackupContentType)
-		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
-		w.WriteHeader(http.StatusOK)
-		started = true
-	})
+	spool, err := os.CreateTemp(filepath.Dir(a.Socket()), backupSpoolPattern)
 	if err != nil {
-		a.log.Warn().Err(err).Int64("bytes", n).Msg("backup ended early")
-		if !started {
-			writeJSON(w, http.StatusServiceUnavailable, adminTrailer{Error: err.Error()})
-		}
+		writeJSON(w, http.StatusServiceUnavailable, adminTrailer{Error: "spool the copy: " + err.Error()})
+		return
+	}
+	defer os.Remove(spool.Name())
+	defer spool.Close()
+	size, err := b.Backup(spool, func(int64) {})
+	if err == nil {
+		_, err = spool.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		a.log.Warn().Err(err).Msg("backup failed")
+		writeJSON(w, http.StatusServiceUnavailable, adminTrailer{Error: err.Error()})
+		return
+	}
+	w.Header().Set("Content-Type", BackupContentType)
+	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	w.WriteHeader(http.StatusOK)
+	n, err := io.Copy(deadlineWriter{w: w, rc: http.NewResponseController(w), timeout: a.writeTimeout}, spool)
+	if err != nil {
+		a.log.Warn().Err(err).Int64("bytes", n).Int64("of", size).Msg("backup ended early")
 		return
 	}
 	a.log.Info().Int64("bytes", n).Msg("ledger backed up through the admin socket")
