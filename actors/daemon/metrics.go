@@ -196,7 +196,7 @@ func b2f(b bool) float64 {
 }
 
 var (
-	poolDevicesDesc   = prometheus.NewDesc("devledger_pool_devices", "Devices in each pool, by health.", []string{"pool", "health"}, nil)
+	poolDevicesDesc   = prometheus.NewDesc("devledger_pool_devices", "Devices in each pool of the config, by health (0 and 0 for a pool with none).", []string{"pool", "health"}, nil)
 	poolAllocatedDesc = prometheus.NewDesc("devledger_pool_allocated_devices",
 		"Devices of each pool that a live allocation of the pool holds.", []string{"pool"}, nil)
 	poolFreeDesc = prometheus.NewDesc("devledger_pool_free_devices",
@@ -233,6 +233,19 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(poolDevicesDesc, prometheus.GaugeValue, float64(st.Members-st.Healthy), name, "unhealthy")
 		ch <- prometheus.MustNewConstMetric(poolAllocatedDesc, prometheus.GaugeValue, float64(st.Allocated), name)
 		ch <- prometheus.MustNewConstMetric(poolFreeDesc, prometheus.GaugeValue, float64(st.Free), name)
+	}
+	// A pool of the config with no devices runs no allocator once the
+	// first scan placed them: it offers none, which is what an alert
+	// must see (no series would read as nothing to say).
+	for _, name := range kids.Configured {
+		if _, running := kids.Pools[name]; running || !kids.Placed {
+			continue
+		}
+		for _, health := range []string{"healthy", "unhealthy"} {
+			ch <- prometheus.MustNewConstMetric(poolDevicesDesc, prometheus.GaugeValue, 0, name, health)
+		}
+		ch <- prometheus.MustNewConstMetric(poolAllocatedDesc, prometheus.GaugeValue, 0, name)
+		ch <- prometheus.MustNewConstMetric(poolFreeDesc, prometheus.GaugeValue, 0, name)
 	}
 	if st, err := c.d.Status(ctx); err == nil {
 		for _, p := range st.Pools {

@@ -364,3 +364,26 @@ func TestARemovedPoolsCountersStartAtZeroAfterARestart(t *testing.T) {
 		}
 	}
 }
+
+// A pool of the config that has no devices runs no allocator, yet its
+// series stay, at zero: an alert on a pool that offers nothing needs one.
+func TestMetricsOfAPoolWithNoDevices(t *testing.T) {
+	cfg := strings.Replace(sriovConfig, `"drivers": ["iavf"]`, `"drivers": ["no-such-driver"]`, 1)
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, cfg, kubelettest.Options{})
+	n.opts.MetricsAddr = "127.0.0.1:0"
+	d := n.start(t)
+	ctx := waitCtx(t)
+	base := "http://" + d.metricsAddr
+	waitReadyz(t, ctx, base)
+	_, body := httpGet(t, base+"/metrics")
+	for _, want := range []string{
+		`devledger_pool_devices{health="healthy",pool="intel.com/sriov_net"} 0`,
+		`devledger_pool_devices{health="unhealthy",pool="intel.com/sriov_net"} 0`,
+		`devledger_pool_free_devices{pool="intel.com/sriov_net"} 0`,
+		`devledger_pool_devices{health="healthy",pool="intel.com/sriov_vfio"} 5`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
