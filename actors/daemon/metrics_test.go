@@ -387,3 +387,41 @@ func TestMetricsOfAPoolWithNoDevices(t *testing.T) {
 		}
 	}
 }
+
+// A config whose record cannot be written (the disk full for a while) is
+// tried again until it can: the file will not change again to ask.
+func TestAReloadThatCouldNotBeRecordedIsTriedAgain(t *testing.T) {
+	disk := storetest.NewFullDisk(t, 2<<20)
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.StateDir = filepath.Join(disk.Dir, "state")
+	n.opts.WatchConfig = false // the test reloads once, by hand
+	d := n.start(t)
+	ctx := waitCtx(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, netPool); err != nil {
+		t.Fatal(err)
+	}
+	port := `{"resourceName": "e810_port", "selectors": {"pciAddresses": ["0000:3b:00.1"]}}`
+	if err := os.WriteFile(n.opts.ConfigPath, []byte(strings.Replace(sriovConfig, `"resourceList": [`, `"resourceList": [`+port+`,`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	disk.Fill(t)
+	// Appends fail once the ledger's free pages are used up too.
+	listed, err := n.kubelet.WaitDevices(ctx, vfioPool, func(ds []*pluginapi.Device) bool { return len(ds) > 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed error
+	for i := 0; i < 2000 && failed == nil; i++ {
+		_, failed = n.kubelet.Allocate(ctx, vfioPool, []string{listed[i%len(listed)].ID})
+	}
+	if failed == nil {
+		t.Fatal("the ledger still appends on a full disk")
+	}
+	if res, err := d.Reload(ctx, "test"); err != nil || res.Err == nil || res.Applied {
+		t.Fatalf("reload on a full disk: %+v, %v; want it not recorded", res, err)
+	}
+	disk.Free(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, "intel.com/e810_port"); err != nil {
+		t.Fatalf("the config that could not be recorded was not tried again: %v", err)
+	}
+}

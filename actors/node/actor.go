@@ -124,6 +124,9 @@ func Props(cfg Config) *actor.Props {
 // cfg. Only the actor's goroutine touches them.
 type lifetime struct {
 	incarnations int
+	// unrecorded counts the reloads in a row whose ConfigApplied could
+	// not be written: the next is tried after a doubling wait.
+	unrecorded int
 	// persist holds the node's messages back while a record (a config, or
 	// what its start found emptied) goes to disk, so nothing next sees the
 	// world before it; what it holds at a restart goes to the next
@@ -958,6 +961,10 @@ func Digest(data []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// unrecordedRetry starts the reason of a reload that tries again a config
+// whose record could not be written.
+const unrecordedRetry = "again, as it could not be recorded: "
+
 // ConfigApplied describes a valid config for the ledger: its path, digest
 // and every pool's spec, with the pool's whole entry as canonical JSON so
 // any change of it is a change of the spec.
@@ -1061,10 +1068,16 @@ func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID
 	payloads = append(payloads, applied)
 	n.life.persist.Persist(ctx, n.cfg.Recorder, nil, payloads, func(envs []events.Envelope, err error) {
 		if err != nil {
-			log.Error().Err(err).Msg("cannot record the new config; keeping the config in force")
+			// The file will not change again to ask: try it again.
+			n.life.unrecorded++
+			wait := supervise.Doubling(time.Second, time.Minute, n.life.unrecorded)
+			log.Error().Err(err).Dur("retry_in_ms", wait).Msg("cannot record the new config; keeping the config in force until it can")
+			self, root, why := ctx.Self(), ctx.ActorSystem().Root, strings.TrimPrefix(reason, unrecordedRetry)
+			time.AfterFunc(wait, func() { root.Send(self, &ReloadConfig{Reason: unrecordedRetry + why}) })
 			reply(&ReloadResult{Err: err})
 			return
 		}
+		n.life.unrecorded = 0
 		n.cfg.Config, n.cfg.ConfigSHA256 = cfg, sha
 		log.Info().Str("sha256", sha).Strs("pools", pools).Strs("removed", gone).Uint64("seq", envs[len(envs)-1].Seq).Msg("config applied")
 		defer reply(&ReloadResult{Applied: true})
