@@ -1,9 +1,11 @@
 package events
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -492,8 +494,15 @@ func (s State) Equal(o State) bool {
 // MarshalState. UnmarshalState reads it and every older one. Format 2
 // added Device.HealthSeq; a format-1 snapshot has none (0). Format 3 added
 // DaemonState.StoppedAt, which the fold takes from DaemonStopped; a
-// format-2 snapshot has none until the next stop.
-const snapshotFormat = 3
+// format-2 snapshot has none until the next stop. Format 4 is the first
+// whose number names one shape: builds that wrote format 3 added, without
+// a new number, DaemonState's LastSeq, LastAt, KernelBootID and Reboots
+// and KubeletState's Down, DownSince, Outages, Downtime and LastOutage, so
+// a format-3 snapshot may lack any of them. Any change to the fields of
+// State takes a new format (TestSnapshotFieldsHaveTheirFormat), so that a
+// build never reads a newer shape as its own: UnmarshalSnapshot refuses a
+// field it does not know, as a newer format.
+const snapshotFormat = 4
 
 type snapshotDoc struct {
 	Format int   `json:"format"`
@@ -525,12 +534,25 @@ func UnmarshalState(b []byte) (State, error) {
 // UnmarshalSnapshot is UnmarshalState, and says which format the snapshot
 // was written in.
 func UnmarshalSnapshot(b []byte) (State, int, error) {
-	var doc snapshotDoc
-	if err := json.Unmarshal(b, &doc); err != nil {
+	var head struct {
+		Format int `json:"format"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil {
 		return State{}, 0, fmt.Errorf("%w: snapshot: %v", ErrCorrupt, err)
 	}
-	if doc.Format < 1 || doc.Format > snapshotFormat {
-		return State{}, 0, fmt.Errorf("%w %d (this build reads 1 to %d)", ErrSnapshotFormat, doc.Format, snapshotFormat)
+	if head.Format < 1 || head.Format > snapshotFormat {
+		return State{}, 0, fmt.Errorf("%w %d (this build reads 1 to %d)", ErrSnapshotFormat, head.Format, snapshotFormat)
+	}
+	var doc snapshotDoc
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&doc); err != nil {
+		if strings.HasPrefix(err.Error(), "json: unknown field ") {
+			// Its number is one this build knows, its shape is not: a
+			// newer build that kept the number (format 3) wrote it.
+			return State{}, 0, fmt.Errorf("%w %d with %s this build does not know (a newer devledger wrote it)", ErrSnapshotFormat, head.Format, strings.TrimPrefix(err.Error(), "json: "))
+		}
+		return State{}, 0, fmt.Errorf("%w: snapshot: %v", ErrCorrupt, err)
 	}
 	s := doc.State
 	if s.Pools == nil {
@@ -560,9 +582,16 @@ func SnapshotMatches(fold, snap State, format int) bool {
 		}
 	}
 	if format < 3 {
-		// Written before these were folded: neither side has them to compare.
-		fold.Daemon.StoppedAt, fold.Daemon.LastSeq, fold.Daemon.LastAt = time.Time{}, 0, time.Time{}
-		snap.Daemon.StoppedAt, snap.Daemon.LastSeq, snap.Daemon.LastAt = time.Time{}, 0, time.Time{}
+		fold.Daemon.StoppedAt, snap.Daemon.StoppedAt = time.Time{}, time.Time{}
+	}
+	if format < 4 {
+		// Written, perhaps, before these were folded: neither side has
+		// them to compare.
+		for _, s := range []*State{&fold, &snap} {
+			s.Daemon.LastSeq, s.Daemon.LastAt, s.Daemon.KernelBootID, s.Daemon.Reboots = 0, time.Time{}, "", 0
+			k := &s.Kubelet
+			k.Down, k.DownSince, k.Outages, k.Downtime, k.LastOutage = false, time.Time{}, 0, 0, Span{}
+		}
 	}
 	return fold.Equal(snap)
 }

@@ -283,7 +283,7 @@ func TestCheckReadsAFormat1Snapshot(t *testing.T) {
 		}
 		// As the previous version wrote it: format 1, no health_seq.
 		rec = regexp.MustCompile(`,"health_seq":\d+`).ReplaceAll(rec, nil)
-		rec = bytes.Replace(rec, []byte(`{"format":3,`), []byte(`{"format":1,`), 1)
+		rec = bytes.Replace(rec, []byte(`{"format":4,`), []byte(`{"format":1,`), 1)
 		if bytes.Contains(rec, []byte("health_seq")) || !bytes.HasPrefix(rec, []byte(`{"format":1,`)) {
 			return fmt.Errorf("the snapshot was not made a format-1 one: %.80s", rec)
 		}
@@ -426,6 +426,84 @@ func TestDamagedSnapshotPastRetentionIsNamed(t *testing.T) {
 	}
 }
 
+// A snapshot of a newer format that retention left as the only way
+// forward (a daemon rolled back) is named as such, and for both kinds of
+// replay: not as history retention dropped, nor as damage.
+func TestNewerSnapshotPastRetentionIsNamed(t *testing.T) {
+	l := openTestLog(t)
+	testClock(l)
+	ctx := context.Background()
+	envs := mustAppend(t, l, newHistory(21, 16).take(60)...)
+	if _, err := l.SaveSnapshot(ctx, foldAll(envs[:40]), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if d, ok, err := l.Retain(ctx, Retention{MaxAge: time.Hour, Now: envs[40].Time.Add(time.Hour)}); err != nil || !ok || d.ToSeq != 40 {
+		t.Fatalf("retain: %+v %v %v", d, ok, err)
+	}
+	path := l.Meta().Path
+	l.Close()
+	rewrite(t, path, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSnapshots)
+		v := b.Get(seqKey(40))
+		rec, err := events.MarshalState(foldAll(envs[:40]))
+		if err != nil || len(v) == 0 {
+			return fmt.Errorf("no snapshot at 40: %v", err)
+		}
+		return b.Put(seqKey(40), appendValue(nil, 40, bytes.Replace(rec, []byte(`{"format":4,`), []byte(`{"format":5,`), 1)))
+	})
+	ro, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	for name, replay := range map[string]func() (events.State, error){
+		"to the end":  func() (events.State, error) { return ro.Replay(0) },
+		"to the time": func() (events.State, error) { return ro.ReplayUntilTime(envs[50].Time) },
+	} {
+		_, err := replay()
+		if err == nil || errors.Is(err, ErrHistoryDropped) || errors.Is(err, ErrCorrupt) || !errors.Is(err, events.ErrSnapshotFormat) ||
+			!strings.Contains(err.Error(), "#40") || !strings.Contains(err.Error(), "a newer devledger wrote it") {
+			t.Errorf("replay %s: %v, want the snapshot at #40 named as a newer devledger's", name, err)
+		}
+	}
+}
+
+// Age-based retention meets an event of a type a newer devledger wrote (a
+// rollback): no damage, and not known to be old. It drops nothing from
+// there on, and says nothing is wrong.
+func TestRetentionStopsAtANewerEvent(t *testing.T) {
+	l := openTestLog(t)
+	testClock(l)
+	ctx := context.Background()
+	envs := mustAppend(t, l, newHistory(21, 16).take(30)...)
+	if _, err := l.SaveSnapshot(ctx, foldAll(envs), "test"); err != nil {
+		t.Fatal(err)
+	}
+	path := l.Meta().Path
+	l.Close()
+	rewrite(t, path, func(tx *bolt.Tx) error {
+		// A type of the same length as one this build knows, as the
+		// record's layout stays.
+		e := events.New(events.KubeletRestarted{Socket: "kubelet.sock"}, envs[9].Time, "future-boot")
+		e.Seq = envs[9].Seq
+		rec, err := events.Marshal(e)
+		if err != nil {
+			return err
+		}
+		rec = bytes.Replace(rec, []byte(events.TypeKubeletRestarted), []byte("KubeletRebooted2"), 1)
+		return tx.Bucket(bucketEvents).Put(seqKey(e.Seq), appendValue(nil, e.Seq, rec))
+	})
+	l, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	d, dropped, err := l.Retain(ctx, Retention{MaxAge: time.Minute, Now: envs[29].Time.Add(time.Hour)})
+	if err != nil || dropped || l.FirstSeq() != 1 {
+		t.Errorf("retain past a newer event: %+v, dropped %v, %v; the ledger starts at #%d; want nothing dropped and no error", d, dropped, err, l.FirstSeq())
+	}
+}
+
 // CheckAll goes on past a record it cannot read, and names every one;
 // Check stops at the first.
 func TestCheckAllGoesOnPastDamage(t *testing.T) {
@@ -474,7 +552,12 @@ var unreadableSnapshots = []struct {
 		return v
 	}},
 	{"newer format", func(seq uint64, rec []byte) []byte {
-		return appendValue(nil, seq, bytes.Replace(rec, []byte(`{"format":3,`), []byte(`{"format":4,`), 1))
+		return appendValue(nil, seq, bytes.Replace(rec, []byte(`{"format":4,`), []byte(`{"format":5,`), 1))
+	}},
+	// Builds that wrote format 3 added fields without a new number: a
+	// shape this build does not know is a newer one, whatever its number.
+	{"newer shape, known format", func(seq uint64, rec []byte) []byte {
+		return appendValue(nil, seq, bytes.Replace(rec, []byte(`{"format":4,"state":{`), []byte(`{"format":3,"state":{"from_a_newer_build":1,`), 1))
 	}},
 }
 
@@ -486,7 +569,7 @@ func putSnapshot(t *testing.T, l *Log, envs []events.Envelope, value func(uint64
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.HasPrefix(rec, []byte(`{"format":3,`)) {
+	if !bytes.HasPrefix(rec, []byte(`{"format":4,"state":{`)) {
 		t.Fatalf("a snapshot begins %.20s", rec)
 	}
 	v := value(s.Seq, rec)

@@ -186,9 +186,9 @@ func (l *Log) LatestSnapshotSeq(atOrBefore uint64) (uint64, bool) {
 // latestSnapshot finds the newest snapshot in notBefore..atOrBefore that
 // can be read. One that cannot is damage: it is noted (Damage) and passed
 // over for the one before it, from which the events rebuild the same
-// state, only later; skipped is the newest such, for a caller left with
-// no way forward. One of a format newer than this build reads (a rollback)
-// is passed over too, and is not damage.
+// state, only later. One of a format newer than this build reads (a
+// rollback) is passed over too, and is not damage. skipped is the newest
+// passed over, for a caller left with no way forward to name.
 func (l *Log) latestSnapshot(tx *bolt.Tx, atOrBefore, notBefore uint64) (s events.State, ok bool, skipped, err error) {
 	c := tx.Bucket(bucketSnapshots).Cursor()
 	for k, v := lastAtOrBefore(c, atOrBefore); k != nil; k, v = c.Prev() {
@@ -204,8 +204,8 @@ func (l *Log) latestSnapshot(tx *bolt.Tx, atOrBefore, notBefore uint64) (s event
 }
 
 // readSnapshot decodes the snapshot stored at seq (key k, value v); false
-// when it cannot be read. Damage is noted (Damage) and the first of it kept
-// in *skipped; a format newer than this build reads is no damage.
+// when it cannot be read. Damage is noted (Damage); a format newer than
+// this build reads is no damage. The first of either is kept in *skipped.
 func (l *Log) readSnapshot(seq uint64, k, v []byte, skipped *error) (events.State, bool) {
 	st, err := decodeSnapshot(k, v)
 	if err == nil {
@@ -218,6 +218,11 @@ func (l *Log) readSnapshot(seq uint64, k, v []byte, skipped *error) (events.Stat
 		if *skipped == nil {
 			*skipped = ce
 		}
+	} else if *skipped == nil {
+		// No damage; but a caller with no snapshot before it (retention
+		// cut there) is left with no way forward, and must say why: a
+		// rollback, not lost history.
+		*skipped = fmt.Errorf("ledger %s: the snapshot at #%d: %w: a newer devledger wrote it, and this one cannot replay the events before it", l.path, seq, err)
 	}
 	return events.State{}, false
 }

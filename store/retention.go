@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -98,6 +99,11 @@ func (l *Log) Retain(ctx context.Context, r Retention) (events.EventsDropped, bo
 			old := false
 			if r.MaxAge > 0 {
 				e, err := decodeEvent(k, v)
+				if errors.Is(err, events.ErrUnknownType) || errors.Is(err, events.ErrUnknownVersion) {
+					// A newer devledger's (a rollback): no damage, and
+					// not known to be old. It stays, and all after it.
+					break
+				}
 				if err != nil {
 					return l.corrupt(seq, err.Error(), err)
 				}
