@@ -396,10 +396,11 @@ func TestCheckNamesADamagedMetaPage(t *testing.T) {
 	}
 }
 
-// A damaged snapshot that retention left as the only way forward (the
-// events before it dropped) is named as the damage it is, not as history
-// retention dropped.
-func TestDamagedSnapshotPastRetentionIsNamed(t *testing.T) {
+// retainedToASnapshot is a closed ledger of 60 events whose retention
+// dropped 1..40 and kept the snapshot at 40, the only way forward; and the
+// events appended.
+func retainedToASnapshot(t *testing.T) (string, []events.Envelope) {
+	t.Helper()
 	l := openTestLog(t)
 	testClock(l)
 	ctx := context.Background()
@@ -412,7 +413,17 @@ func TestDamagedSnapshotPastRetentionIsNamed(t *testing.T) {
 		t.Fatalf("retain: %+v %v %v", d, ok, err)
 	}
 	path := l.Meta().Path
-	l.Close()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path, envs
+}
+
+// A damaged snapshot that retention left as the only way forward (the
+// events before it dropped) is named as the damage it is, not as history
+// retention dropped.
+func TestDamagedSnapshotPastRetentionIsNamed(t *testing.T) {
+	path, _ := retainedToASnapshot(t)
 	flipInFile(t, path, `"holders"`) // snapshots alone say it
 	ro, err := Open(path, Options{ReadOnly: true})
 	if err != nil {
@@ -430,18 +441,7 @@ func TestDamagedSnapshotPastRetentionIsNamed(t *testing.T) {
 // forward (a daemon rolled back) is named as such, and for both kinds of
 // replay: not as history retention dropped, nor as damage.
 func TestNewerSnapshotPastRetentionIsNamed(t *testing.T) {
-	l := openTestLog(t)
-	testClock(l)
-	ctx := context.Background()
-	envs := mustAppend(t, l, newHistory(21, 16).take(60)...)
-	if _, err := l.SaveSnapshot(ctx, foldAll(envs[:40]), "test"); err != nil {
-		t.Fatal(err)
-	}
-	if d, ok, err := l.Retain(ctx, Retention{MaxAge: time.Hour, Now: envs[40].Time.Add(time.Hour)}); err != nil || !ok || d.ToSeq != 40 {
-		t.Fatalf("retain: %+v %v %v", d, ok, err)
-	}
-	path := l.Meta().Path
-	l.Close()
+	path, envs := retainedToASnapshot(t)
 	rewrite(t, path, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketSnapshots)
 		v := b.Get(seqKey(40))
