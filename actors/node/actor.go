@@ -1025,8 +1025,11 @@ func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID
 		log.Warn().Msg(w)
 	}
 	next, pools := poolsOf(cfg)
-	// Where the devices go: the placement the reload makes next.
-	_, to, _ := placement(cfg, next, n.devices, n.cfg.Env, n.owner)
+	// Placed as place will below, so the records name the devices it moves.
+	var now map[string]string
+	if n.placed {
+		_, now, _ = placement(cfg, next, n.devices, n.cfg.Env, n.owner)
+	}
 	var payloads []events.Payload
 	var gone []string
 	for _, name := range slices.Sorted(maps.Keys(n.resources)) { // the ledger's order is not the map's
@@ -1045,7 +1048,7 @@ func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID
 					}
 				}
 			}
-			reason := "pool removed from the config" + pool.MovedList("moved to", removed, to)
+			reason := "pool removed from the config" + pool.MovedList("moved to", removed, now)
 			if len(held) > 0 {
 				// The allocations stay live until their containers go; a
 				// pool the device joins lists it as held until then.
@@ -1058,11 +1061,6 @@ func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID
 	old := make(map[string]string, len(n.resources))
 	for name, r := range n.resources {
 		old[name] = r.Definition()
-	}
-	// Placed as place will below, so the record names the devices it moves.
-	var now map[string]string
-	if n.placed {
-		_, now, _ = placement(cfg, next, n.devices, n.cfg.Env, n.owner)
 	}
 	applied.Changes = ConfigChanges(old, applied.Pools, n.owner, now)
 	payloads = append(payloads, applied)
