@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -534,25 +533,20 @@ func UnmarshalState(b []byte) (State, error) {
 // UnmarshalSnapshot is UnmarshalState, and says which format the snapshot
 // was written in.
 func UnmarshalSnapshot(b []byte) (State, int, error) {
-	var head struct {
-		Format int `json:"format"`
-	}
-	if err := json.Unmarshal(b, &head); err != nil {
-		return State{}, 0, fmt.Errorf("%w: snapshot: %v", ErrCorrupt, err)
-	}
-	if head.Format < 1 || head.Format > snapshotFormat {
-		return State{}, 0, fmt.Errorf("%w %d (this build reads 1 to %d)", ErrSnapshotFormat, head.Format, snapshotFormat)
-	}
 	var doc snapshotDoc
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&doc); err != nil {
-		if strings.HasPrefix(err.Error(), "json: unknown field ") {
-			// Its number is one this build knows, its shape is not: a
-			// newer build that kept the number (format 3) wrote it.
-			return State{}, 0, fmt.Errorf("%w %d with %s this build does not know (a newer devledger wrote it)", ErrSnapshotFormat, head.Format, strings.TrimPrefix(err.Error(), "json: "))
-		}
+	if err := json.Unmarshal(b, &doc); err != nil {
 		return State{}, 0, fmt.Errorf("%w: snapshot: %v", ErrCorrupt, err)
+	}
+	if doc.Format < 1 || doc.Format > snapshotFormat {
+		return State{}, 0, fmt.Errorf("%w %d (this build reads 1 to %d)", ErrSnapshotFormat, doc.Format, snapshotFormat)
+	}
+	// It decodes: what a strict decode refuses is a field this build does
+	// not know. Its number is one this build reads, its shape is not: a
+	// newer build that kept the number (format 3) wrote it.
+	strict := json.NewDecoder(bytes.NewReader(b))
+	strict.DisallowUnknownFields()
+	if err := strict.Decode(&snapshotDoc{}); err != nil {
+		return State{}, 0, fmt.Errorf("%w %d of a shape this build does not know (%v): a newer devledger wrote it", ErrSnapshotFormat, doc.Format, err)
 	}
 	s := doc.State
 	if s.Pools == nil {
