@@ -571,10 +571,10 @@ func TestVFsBackAfterRemovalAreHealthyAtOnce(t *testing.T) {
 	}
 }
 
-// VFs with no interface of their own (bound to vfio-pci) follow their PF's
-// link when their pool asks for link health: the PF's link alone going
-// down makes them unhealthy, and them only; it coming back up makes them
-// healthy again after the hold-down.
+// VFs follow their PF's link when their pool asks for link health, those
+// bound to vfio-pci and those with an interface of their own alike: the
+// PF's link alone going down makes its VFs unhealthy, and them only; it
+// coming back up makes them healthy again after the hold-down.
 func TestPFLinkDownAloneTakesItsVFIOVFs(t *testing.T) {
 	cfg := `{"resourceList": [
 	  {"resourceName": "sriov_vfio", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]},
@@ -609,9 +609,11 @@ func TestPFLinkDownAloneTakesItsVFIOVFs(t *testing.T) {
 			t.Errorf("%s, on another PF, is %s", id, h)
 		}
 	}
-	// The iavf VFs check their own interface, which is still up.
-	if h := healthOf(n.kubelet, net, "0000:3b:01.0"); h != pluginapi.Healthy {
-		t.Errorf("iavf VF with its own link up is %s", h)
+	// The iavf VF of the PF follows it, its own interface up or not; one
+	// on another PF does not.
+	waitHealth(ctx, t, n.kubelet, net, "0000:3b:01.0", pluginapi.Unhealthy)
+	if h := healthOf(n.kubelet, net, "0000:af:01.0"); h != pluginapi.Healthy {
+		t.Errorf("the iavf VF of ens801f0 is %s", h)
 	}
 	down := time.Now()
 	if err := n.roots.SetLinkUp("ens785f0"); err != nil {
@@ -1408,7 +1410,9 @@ func TestARescanMovesADeviceOnAFactTheLedgerDoesNotKeep(t *testing.T) {
 // A PF's VFs destroyed and made again between two scans (sriov_numvfs
 // rewritten) come back at the same addresses in new IOMMU groups: the
 // health checker probes the new groups' /dev/vfio nodes, not the old
-// ones', and the VFs stay healthy.
+// ones', and the VFs stay healthy. (A probe round between the VFs' going
+// and their coming back sees them gone, as one on a node would; it must
+// not outlast the rescan.)
 func TestVFsMadeAgainInNewIOMMUGroupsStayHealthy(t *testing.T) {
 	cfg := `{"resourceList": [{"resourceName": "sriov_vfio", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]},
 	  "health": {"holdDown": "200ms", "probeInterval": "100ms"}}]}`
@@ -1440,13 +1444,19 @@ func TestVFsMadeAgainInNewIOMMUGroupsStayHealthy(t *testing.T) {
 		}
 		return true
 	})
-	time.Sleep(500 * time.Millisecond) // five probe rounds
+	time.Sleep(500 * time.Millisecond) // five probe rounds, past a hold-down
+	last := map[string]events.DeviceHealthChanged{}
 	d.rec.Log().Read(from, func(e events.Envelope) error {
-		if h, ok := e.Payload.(events.DeviceHealthChanged); ok && !h.Healthy {
-			t.Errorf("#%d: %s unhealthy: %s", e.Seq, h.Address, h.Reason)
+		if h, ok := e.Payload.(events.DeviceHealthChanged); ok {
+			last[h.Address] = h
 		}
 		return nil
 	})
+	for addr, h := range last {
+		if !h.Healthy {
+			t.Errorf("%s is left unhealthy: %s", addr, h.Reason)
+		}
+	}
 	for _, vf := range vfs {
 		if h := healthOf(n.kubelet, vfio, vf); h != pluginapi.Healthy {
 			t.Errorf("%s listed %q in its new IOMMU group", vf, h)

@@ -24,8 +24,8 @@ import (
 var sampleLedgerPath = filepath.Join("..", "..", "testdata", "ledger", "sample.db")
 
 // sampleRunConfig is the config the run starts with: a vfio-pci pool whose
-// VFs follow their PF's link, and a netdevice pool that checks each VF's
-// own link, both with a hold-down short enough for recoveries to fit in
+// VFs follow their PF's link, and a netdevice pool that checks its VFs'
+// links (their PF's too), both with a hold-down short enough for recoveries to fit in
 // the run. No pool sets a probe interval, and the daemon runs with
 // --probe-interval 1h: a device is probed when a scan sees it, or the link
 // it follows, change (and when a hold-down ends), not on a clock of its
