@@ -31,8 +31,9 @@ import (
 // probe verdict count at once: no hold-down, so a recovery is as fast to
 // measure as a failure, and a probe interval of an hour, so that the only
 // probe rounds are those the benchmark asks for. The NUMA-1 DPDK pool asks
-// for link health: its vfio VFs have no interface of their own, so they
-// follow their PF's link.
+// for link health: its vfio VFs follow their PF's link. The netdevice pool
+// does not: its iavf VFs share PFs with that pool's, and would follow the
+// link the pf-link-down case takes down too.
 const healthBenchConfig = `{"resourceList": [
   {"resourceName": "intel_sriov_dpdk_numa0",
    "selectors": [{"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"], "pfNames": ["ens1f0", "ens2f0", "ens3f0", "ens4f0"]}],
@@ -42,7 +43,7 @@ const healthBenchConfig = `{"resourceList": [
    "health": {"link": true, "holdDown": "0s", "probeInterval": "1h"}},
   {"resourceName": "intel_sriov_netdevice",
    "selectors": [{"vendors": ["8086"], "devices": ["1889"], "drivers": ["iavf"]}],
-   "health": {"link": true, "holdDown": "0s", "probeInterval": "1h"}},
+   "health": {"holdDown": "0s", "probeInterval": "1h"}},
   {"resourceName": "h100_vfio", "resourcePrefix": "nvidia.com", "deviceType": "genericPCI",
    "selectors": [{"vendors": ["10de"], "drivers": ["vfio-pci"]}],
    "health": {"holdDown": "0s", "probeInterval": "1h"}}
@@ -52,7 +53,7 @@ const healthBenchConfig = `{"resourceList": [
 const (
 	healthPoolVFIO = "intel.com/intel_sriov_dpdk_numa0" // 256 vfio VFs
 	healthPoolPF   = "intel.com/intel_sriov_dpdk_numa1" // 192 vfio VFs, link health of their PF
-	healthPoolNet  = "intel.com/intel_sriov_netdevice"  // 504 iavf VFs, link health (their PFs')
+	healthPoolNet  = "intel.com/intel_sriov_netdevice"  // 504 iavf VFs
 	healthPoolGPU  = "nvidia.com/h100_vfio"
 	// The PF whose link the pf-link-down case takes down, and its
 	// interface; its 64 vfio VFs are all in healthPoolPF.
@@ -513,8 +514,8 @@ func vfsOf(tb testing.TB, roots sysfsgen.Roots, list []*pluginapi.Device, pf str
 // verdicts) sent once over a bare ListAndWatch stream on a unix socket,
 // timed from the server's Send to the client's Recv.
 //
-// Cases: a vfio VF unbound (in a pool of 256), an iavf VF unbound (504,
-// link health), and a PF's link down (its 64 vfio VFs, in a pool of 192
+// Cases: a vfio VF unbound (in a pool of 256), an iavf VF unbound (504),
+// and a PF's link down (its 64 vfio VFs, in a pool of 192
 // that asks for link health); each with a trigger naming the devices
 // concerned (ProbeHealth{Addresses}, the explicit rescan trigger, as a
 // uevent about the device sends), for a link with one naming the interface
@@ -552,9 +553,9 @@ func BenchmarkHealthPropagation(b *testing.B) {
 		{name: "vf-unbind", pool: healthPoolVFIO, ids: []string{vf},
 			fault:  func() error { return r.Unbind(vf) },
 			repair: func() error { return r.Bind(vf, "vfio-pci") }},
-		// A VF's link is its PF's: its own interface going down is
-		// nothing to its health, so the 504-VF pool is measured with an
-		// unbind.
+		// A VF's link is its PF's (pf-link-down): its own interface going
+		// down is nothing to its health, so the 504-VF pool is measured
+		// with an unbind.
 		{name: "net-vf-unbind", pool: healthPoolNet, ids: []string{netVF},
 			fault:  func() error { return r.Unbind(netVF) },
 			repair: func() error { return r.Bind(netVF, "iavf") }},
