@@ -90,10 +90,9 @@ type RecordSource interface {
 }
 
 // BackupSource writes a consistent copy of the ledger file for GET
-// /v1/backup. *store.Log implements it: size hears the copy's length
-// before the first write.
+// /v1/backup and says how long it is. *store.Log implements it.
 type BackupSource interface {
-	Backup(w io.Writer, size func(int64)) (int64, error)
+	Backup(w io.Writer) (int64, error)
 }
 
 // SnapshotSource reads the ledger's snapshots for GET /v1/snapshot.
@@ -311,7 +310,7 @@ func (a *AdminServer) serveBackup(w http.ResponseWriter, r *http.Request, b Back
 	}
 	defer os.Remove(spool.Name())
 	defer spool.Close()
-	size, err := b.Backup(spool, func(int64) {})
+	size, err := b.Backup(spool)
 	if err == nil {
 		_, err = spool.Seek(0, io.SeekStart)
 	}

@@ -307,11 +307,10 @@ type backupSource struct {
 	returned chan struct{}
 }
 
-func (b *backupSource) Backup(w io.Writer, size func(int64)) (int64, error) {
+func (b *backupSource) Backup(w io.Writer) (int64, error) {
 	if b.returned != nil {
 		defer close(b.returned)
 	}
-	size(b.bytes)
 	buf := make([]byte, 4096)
 	var n int64
 	for n < b.bytes {

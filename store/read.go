@@ -473,8 +473,7 @@ func (l *Log) ReplayUntilTime(t time.Time) (events.State, error) {
 
 // Backup writes a consistent copy of the ledger file to w, as it is at the
 // call: one read transaction (bbolt's Tx.WriteTo), so appends go on
-// meanwhile. size, when set, hears the copy's length before anything is
-// written. It returns the bytes written. A slow w holds the transaction,
+// meanwhile. It returns the bytes written. A slow w holds the transaction,
 // which delays an append that must grow the file: give w a deadline.
 //
 // A file Open found damaged in the pages bbolt reads past (Damage: a meta
@@ -482,7 +481,7 @@ func (l *Log) ReplayUntilTime(t time.Time) (events.State, error) {
 // copy writes fresh meta pages over what it read, so a copy read through
 // an older meta page would look sound and lack the newest transactions.
 // Salvage copies every intact event of such a file.
-func (l *Log) Backup(w io.Writer, size func(int64)) (int64, error) {
+func (l *Log) Backup(w io.Writer) (int64, error) {
 	if l.damage != nil {
 		return 0, fmt.Errorf("back up ledger %s: %w; a copy would hide it under fresh meta pages, with only what bbolt reads past it", l.path, l.damage)
 	}
@@ -492,9 +491,6 @@ func (l *Log) Backup(w io.Writer, size func(int64)) (int64, error) {
 	defer l.leave()
 	var n int64
 	err := l.view(func(tx *bolt.Tx) error {
-		if size != nil {
-			size(tx.Size())
-		}
 		var err error
 		n, err = tx.WriteTo(w)
 		return err

@@ -62,7 +62,7 @@ func runLedgerBackup(args []string, stdout, stderr io.Writer) error {
 		l, err := openLedgerWaiting(&lf, time.Millisecond)
 		if err == nil {
 			defer l.Close()
-			n, err := l.Backup(w, nil)
+			n, err := l.Backup(w)
 			if errors.Is(err, store.ErrCorrupt) {
 				err = fmt.Errorf("%w\n  to copy every intact event: devledger ledger salvage --db %s --out FILE", err, src)
 			}
