@@ -184,13 +184,15 @@ func (r *registrar) Receive(ctx actor.Context) {
 		if !r.downSince.IsZero() {
 			r.recheckLater(ctx, 0)
 		}
-	case *actor.Stopping, *actor.Restarting:
-		for _, t := range r.retrying {
-			t.Stop()
+	case *actor.Stopping:
+		r.stopTimers()
+		// Stopped for good: no registrar takes the answers. A restart
+		// keeps them out instead (inflight), for the next incarnation.
+		for _, out := range r.inflight {
+			out.abort()
 		}
-		for _, t := range r.unlisted {
-			t.Stop()
-		}
+	case *actor.Restarting:
+		r.stopTimers()
 	case *Desire:
 		if d, ok := r.desired[m.Pool]; ok && d.socket == m.Socket {
 			break
@@ -244,6 +246,16 @@ func (r *registrar) Receive(ctx actor.Context) {
 		ctx.Respond(r.status())
 	case *Crash:
 		panic("registrar: injected crash: " + m.Reason)
+	}
+}
+
+// stopTimers stops the retries and ListGraces waiting to fire.
+func (r *registrar) stopTimers() {
+	for _, t := range r.retrying {
+		t.Stop()
+	}
+	for _, t := range r.unlisted {
+		t.Stop()
 	}
 }
 

@@ -796,6 +796,8 @@ type blockingKubelet struct {
 	pluginapi.UnimplementedRegistrationServer
 	got     chan *pluginapi.RegisterRequest
 	release chan struct{}
+	// cut hears each Register its caller gave up on (its context ended).
+	cut chan *pluginapi.RegisterRequest
 }
 
 func (k *blockingKubelet) Register(ctx context.Context, req *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
@@ -804,6 +806,7 @@ func (k *blockingKubelet) Register(ctx context.Context, req *pluginapi.RegisterR
 	case <-k.release:
 		return &pluginapi.Empty{}, nil
 	case <-ctx.Done():
+		k.cut <- req
 		return nil, ctx.Err()
 	}
 }
@@ -811,7 +814,7 @@ func (k *blockingKubelet) Register(ctx context.Context, req *pluginapi.RegisterR
 // serveBlockingKubelet serves a blockingKubelet on path.
 func serveBlockingKubelet(t *testing.T, path string) *blockingKubelet {
 	t.Helper()
-	k := &blockingKubelet{got: make(chan *pluginapi.RegisterRequest, 4), release: make(chan struct{})}
+	k := &blockingKubelet{got: make(chan *pluginapi.RegisterRequest, 4), release: make(chan struct{}), cut: make(chan *pluginapi.RegisterRequest, 4)}
 	lis, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
@@ -916,7 +919,7 @@ func TestKubeletGoneWhileAProbeIsOutIsRecorded(t *testing.T) {
 // registeringWithABlockingKubelet starts a registrar against a kubelet
 // that holds every Register (serveBlockingKubelet), serves gpu and desires
 // it: a Register of its socket goes out and is held.
-func registeringWithABlockingKubelet(t *testing.T) (*registrarUnderTest, *blockingKubelet, *grpcapi.PoolServer, string) {
+func registeringWithABlockingKubelet(t *testing.T, tweaks ...func(*Config)) (*registrarUnderTest, *blockingKubelet, *grpcapi.PoolServer, string) {
 	t.Helper()
 	dir := kubelettest.ShortTempDir(t)
 	kubeletSock := filepath.Join(dir, "kubelet.sock")
@@ -926,8 +929,12 @@ func registeringWithABlockingKubelet(t *testing.T) (*registrarUnderTest, *blocki
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	f := spawnFamily(t, Props(Config{Recorder: ledger.NewRecorder(l, "boot-1", nil), Mode: grpcapi.ModeLegacy,
-		KubeletSocket: kubeletSock, RegisterTimeout: 5 * time.Second, RetryInitial: 10 * time.Millisecond, Log: zerolog.Nop()}))
+	cfg := Config{Recorder: ledger.NewRecorder(l, "boot-1", nil), Mode: grpcapi.ModeLegacy,
+		KubeletSocket: kubeletSock, RegisterTimeout: 5 * time.Second, RetryInitial: 10 * time.Millisecond, Log: zerolog.Nop()}
+	for _, tweak := range tweaks {
+		tweak(&cfg)
+	}
+	f := spawnFamily(t, Props(cfg))
 	r := &registrarUnderTest{family: f, log: l}
 	srv := grpcapi.NewPoolServer(gpu, emptyBackend{}, grpcapi.PoolServerOptions{})
 	sock := filepath.Join(dir, "example.com_gpu.0.sock")
@@ -974,6 +981,30 @@ func TestACrashedRegistrarWaitsForTheRegisterOut(t *testing.T) {
 	r.await(t, "registered on the new socket", func(st *Status) bool {
 		return st.Pools[gpu].Registered && st.Pools[gpu].Socket == sock2
 	})
+}
+
+// A registrar stopped for good (the daemon stops) ends the Register it
+// has out: nothing is left to take its answer, and its goroutine and
+// connection to kubelet.sock would outlive the daemon's Stop until the
+// Register timed out.
+func TestAStoppedRegistrarEndsTheRegisterOut(t *testing.T) {
+	r, k, _, sock := registeringWithABlockingKubelet(t, func(c *Config) { c.RegisterTimeout = time.Hour })
+	select {
+	case <-k.got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no Register went out")
+	}
+	if err := r.Sys.Root.StopFuture(r.Child).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case req := <-k.cut:
+		if req.Endpoint != filepath.Base(sock) {
+			t.Errorf("the kubelet saw a Register of %s end, want %s", req.Endpoint, filepath.Base(sock))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Register of a stopped registrar is still out")
+	}
 }
 
 // The answer to a Register this registrar did not send (its predecessor's,
