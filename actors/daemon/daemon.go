@@ -213,6 +213,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 	// Once DaemonStarted is recorded, a failed start must close its run, or
 	// the next start takes it for a crash and readers for a live daemon.
 	recorded := false
+	var found pidMark // the pid file this start replaced
 	var metricsLn net.Listener
 	defer func() {
 		if err == nil {
@@ -235,7 +236,14 @@ func Start(opts Options) (_ *Daemon, err error) {
 		}
 		d.stopKernel()
 		l.Close()
-		os.Remove(filepath.Join(opts.StateDir, PIDFileName))
+		if recorded || !found.taken {
+			os.Remove(filepath.Join(opts.StateDir, PIDFileName))
+		} else {
+			// Nothing of this run is in the ledger: the pid file is still
+			// the last run's mark of when it was last alive, which the
+			// next start records if that run crashed.
+			found.restore(opts.StateDir)
+		}
 	}()
 	// The kernel's notifications open before the first read of sysfs, so
 	// a change between the two asks for a rescan once the actors run. That
@@ -252,6 +260,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 	}
 	// Read the last run's liveness mark before this run's replaces it.
 	prevBoot, prevAlive := LastAlive(opts.StateDir)
+	found = readPIDMark(opts.StateDir)
 	writePIDFile(opts.StateDir, bootID)
 
 	began := time.Now()
@@ -943,9 +952,42 @@ func newBootID() string {
 // writePIDFile says who holds the ledger, for another daemon's error.
 func writePIDFile(stateDir, bootID string) {
 	line := fmt.Sprintf("pid %d, boot %s, started %s\n", os.Getpid(), bootID, time.Now().UTC().Format(time.RFC3339))
+	replacePIDFile(stateDir, []byte(line))
+}
+
+// replacePIDFile puts data in place as the pid file, whole or not at all;
+// it reports whether it did.
+func replacePIDFile(stateDir string, data []byte) bool {
 	tmp := filepath.Join(stateDir, PIDFileName+".tmp")
-	if os.WriteFile(tmp, []byte(line), 0o600) == nil {
-		os.Rename(tmp, filepath.Join(stateDir, PIDFileName))
+	return os.WriteFile(tmp, data, 0o600) == nil && os.Rename(tmp, filepath.Join(stateDir, PIDFileName)) == nil
+}
+
+// pidMark is a pid file as a start found it: a run that did not stop
+// cleanly left its boot id in it and, in its mtime, when it was last alive
+// (see LastAlive).
+type pidMark struct {
+	taken bool // read (there was a file)
+	data  []byte
+	mtime time.Time
+}
+
+func readPIDMark(stateDir string) pidMark {
+	path := filepath.Join(stateDir, PIDFileName)
+	fi, err := os.Stat(path)
+	if err != nil {
+		return pidMark{}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return pidMark{}
+	}
+	return pidMark{taken: true, data: data, mtime: fi.ModTime()}
+}
+
+// restore puts the pid file back as it was read.
+func (m pidMark) restore(stateDir string) {
+	if replacePIDFile(stateDir, m.data) {
+		_ = os.Chtimes(filepath.Join(stateDir, PIDFileName), m.mtime, m.mtime)
 	}
 }
 

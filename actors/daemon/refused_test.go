@@ -1,0 +1,102 @@
+package daemon
+
+import (
+	"bytes"
+	"encoding/binary"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/testdata/sysfsgen"
+)
+
+// appendNewerEvent appends to a stopped daemon's ledger a record of an
+// event type this build does not know, as a newer devledger writes one.
+func appendNewerEvent(t *testing.T, stateDir string) {
+	t.Helper()
+	db, err := bolt.Open(filepath.Join(stateDir, LedgerFileName), 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	err = db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("events"))
+		e := events.New(events.KubeletRestarted{Socket: "kubelet.sock"}, time.Now(), "newer-boot")
+		e.Seq = b.Sequence() + 1
+		rec, err := events.Marshal(e)
+		if err != nil {
+			return err
+		}
+		// A name as long as the one it replaces: the record's lengths hold.
+		rec = bytes.Replace(rec, []byte(events.TypeKubeletRestarted), []byte("KubeletRebooted2"), 1)
+		key := binary.BigEndian.AppendUint64(nil, e.Seq)
+		sum := crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, rec)
+		if err := b.Put(key, append(binary.BigEndian.AppendUint32(nil, sum), rec...)); err != nil {
+			return err
+		}
+		return b.SetSequence(e.Seq)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A start refused before it records anything (here: a ledger a newer
+// devledger wrote to, as after a rollback) leaves the pid file as it found
+// it. A crashed run's pid file is the mark of when it was last alive, which
+// the start that succeeds records in DaemonCrashed; each refused start of a
+// crash loop used to replace it and then remove it.
+func TestARefusedStartLeavesTheCrashedRunsPIDFile(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	d, err := Start(n.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := waitCtx(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+		t.Fatal(err)
+	}
+	pid := filepath.Join(n.opts.StateDir, PIDFileName)
+	lastAlive := time.Now().Add(-time.Hour).Truncate(time.Second) // the run's last mark
+	if err := os.Chtimes(pid, lastAlive, lastAlive); err != nil {
+		t.Fatal(err)
+	}
+	// Killed: the ledger and the pid file as the run left them.
+	files := []saved{save(t, filepath.Join(n.opts.StateDir, LedgerFileName)), save(t, pid)}
+	if err := d.Stop(ctx, "as if killed"); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		f.restore(t)
+	}
+	bootBefore, aliveBefore := LastAlive(n.opts.StateDir)
+	if bootBefore != d.rec.BootID() || !aliveBefore.Equal(lastAlive) {
+		t.Fatalf("the killed run's pid file says boot %q alive %v, want %q %v", bootBefore, aliveBefore, d.rec.BootID(), lastAlive)
+	}
+	appendNewerEvent(t, n.opts.StateDir)
+
+	if d, err := Start(n.opts); err == nil {
+		d.Stop(ctx, "test over")
+		t.Fatal("a daemon started on a ledger a newer devledger wrote to")
+	} else if !strings.Contains(err.Error(), "newer devledger") {
+		t.Fatalf("Start: %v, want it refused for the newer event", err)
+	}
+	data, err := os.ReadFile(pid)
+	if err != nil {
+		t.Fatalf("the killed run's pid file is gone after a refused start: %v", err)
+	}
+	if !bytes.Equal(data, files[1].data) {
+		t.Errorf("pid file says %q after a refused start, want the killed run's %q", data, files[1].data)
+	}
+	if boot, alive := LastAlive(n.opts.StateDir); boot != bootBefore || !alive.Equal(aliveBefore) {
+		t.Errorf("after a refused start the pid file says boot %q alive %v, want %q %v", boot, alive, bootBefore, aliveBefore)
+	}
+}
