@@ -155,10 +155,13 @@ type Daemon struct {
 
 	fatal     chan error
 	fatalOnce sync.Once
-	stopSnap  chan struct{}
-	snapDone  chan struct{}
-	stopOnce  sync.Once
-	stopErr   error
+	// background is snapshotLoop's work (the check after start,
+	// snapshots, retention): the stop cancels it, then waits for snapDone.
+	background context.Context
+	stopBack   context.CancelFunc
+	snapDone   chan struct{}
+	stopOnce   sync.Once
+	stopErr    error
 }
 
 // Start brings the daemon up: ledger, replay, config, actors, admin socket.
@@ -411,7 +414,8 @@ func Start(opts Options) (_ *Daemon, err error) {
 	if kernel != nil {
 		d.watchKernel(kernel)
 	}
-	d.stopSnap, d.snapDone = make(chan struct{}), make(chan struct{})
+	d.background, d.stopBack = context.WithCancel(context.Background())
+	d.snapDone = make(chan struct{})
 	go d.snapshotLoop()
 	return d, nil
 }
@@ -680,7 +684,10 @@ func (d *Daemon) stop(ctx context.Context, reason string, failed bool) error {
 }
 
 func (d *Daemon) drain(ctx context.Context, reason string, failed bool) error {
-	close(d.stopSnap)
+	// A check or retention pass of a big ledger may take seconds: it
+	// stops at once and starts again with the next run, rather than spend
+	// the stop's time before SIGKILL.
+	d.stopBack()
 	<-d.snapDone
 	d.stopKernel()
 	clean := true
@@ -729,7 +736,7 @@ func (d *Daemon) snapshotLoop() {
 	checked := false
 	for {
 		select {
-		case <-d.stopSnap:
+		case <-d.background.Done():
 			return
 		case <-alive.C:
 			markAlive(d.opts.StateDir)
@@ -745,13 +752,15 @@ func (d *Daemon) snapshotLoop() {
 			// While appends fail, a snapshot each tick retries the disk:
 			// on a quiet node nothing else would, and /readyz stays false.
 			if d.ledger.AppendFault() != nil {
-				if err := d.snapshot(context.Background(), "retrying the ledger after a failed append"); err == nil {
+				if err := d.snapshot(d.background, "retrying the ledger after a failed append"); err == nil {
 					d.log.Info().Msg("the ledger records again")
 					took = true
 				}
 			} else if d.ledger.LastSeq()-last >= d.opts.SnapshotEvery {
-				if err := d.snapshot(context.Background(), fmt.Sprintf("%d events since the last", d.ledger.LastSeq()-last)); err != nil {
-					d.log.Error().Err(err).Msg("snapshot failed")
+				if err := d.snapshot(d.background, fmt.Sprintf("%d events since the last", d.ledger.LastSeq()-last)); err != nil {
+					if !errors.Is(err, context.Canceled) { // by the stop, which takes one
+						d.log.Error().Err(err).Msg("snapshot failed")
+					}
 				} else {
 					took = true
 				}
@@ -771,6 +780,7 @@ func (d *Daemon) snapshotLoop() {
 // /readyz false until acknowledged.
 func (d *Daemon) checkLedger() {
 	began := time.Now()
+	d.log.Debug().Msg("checking the ledger")
 	var err error
 	for range 3 { // a check that began as the ledger moved on starts again
 		if err = d.ledger.CheckPages(); err == nil || errors.Is(err, store.ErrCorrupt) {
@@ -780,7 +790,7 @@ func (d *Daemon) checkLedger() {
 	var problems []error
 	if err == nil {
 		// Every problem: acknowledged damage must not hide new damage.
-		_, problems, err = d.ledger.CheckAll(context.Background(), 32)
+		_, problems, err = d.ledger.CheckAll(d.background, 32)
 	} else if errors.Is(err, store.ErrCorrupt) {
 		problems, err = []error{err}, nil
 	}
@@ -794,6 +804,8 @@ func (d *Daemon) checkLedger() {
 	}
 	switch {
 	case len(problems) > 0:
+	case errors.Is(err, context.Canceled):
+		d.log.Info().Msg("ledger check cut short by the stop; the next start checks it")
 	case err != nil:
 		d.log.Warn().Err(err).Msg("ledger not checked")
 	default:
@@ -846,8 +858,8 @@ func (d *Daemon) retain() {
 	if d.opts.RetainAge <= 0 && d.opts.RetainBytes <= 0 {
 		return
 	}
-	_, dropped, err := d.ledger.Retain(context.Background(), store.Retention{MaxAge: d.opts.RetainAge, MaxBytes: d.opts.RetainBytes})
-	if err != nil {
+	_, dropped, err := d.ledger.Retain(d.background, store.Retention{MaxAge: d.opts.RetainAge, MaxBytes: d.opts.RetainBytes})
+	if err != nil && !errors.Is(err, context.Canceled) { // by the stop
 		d.log.Error().Err(err).Msg("ledger retention failed")
 	}
 	if dropped { // the store records its EventsDropped itself, past the Recorder

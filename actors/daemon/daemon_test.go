@@ -292,3 +292,70 @@ func TestStopRightAfterStartIsClean(t *testing.T) {
 		t.Errorf("%d stops recorded, want 12", stops)
 	}
 }
+
+// A stop that comes while the check after start reads a big ledger cuts
+// the check short rather than spend on it the stop's time before SIGKILL:
+// at millions of events it takes seconds. The next start checks again.
+func TestStopCutsTheLedgerCheckShort(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	d, err := Start(n.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot := d.rec.BootID()
+	if err := d.Stop(waitCtx(t), "to grow the ledger"); err != nil {
+		t.Fatal(err)
+	}
+	// History the start skips (a snapshot follows it) and the check reads.
+	l, err := store.Open(filepath.Join(n.opts.StateDir, LedgerFileName), store.Options{Node: n.opts.Node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := waitCtx(t)
+	for range 10 {
+		batch := make([]events.Envelope, 10_000)
+		for i := range batch {
+			batch[i] = events.New(events.ConfigRejected{Path: n.opts.ConfigPath, Errors: []string{"resourceList[0]: filler"}}, time.Now(), boot)
+		}
+		if _, err := l.Append(ctx, batch...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := l.Replay(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.SaveSnapshot(ctx, st, "the test grew the ledger"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	logs := &lockedBuffer{}
+	n.opts.Logger = zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), logs)).Level(zerolog.DebugLevel)
+	n.opts.SnapshotCheck = time.Millisecond // the check begins at once
+	if d, err = Start(n.opts); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(logs.String(), `"checking the ledger"`) {
+		if ctx.Err() != nil {
+			d.Stop(context.Background(), "test over")
+			t.Fatal("the check after start did not begin")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := d.Stop(ctx, "stop during the check"); err != nil {
+		t.Fatal(err)
+	}
+	out := logs.String()
+	if strings.Contains(out, `"ledger checked"`) {
+		t.Error("the stop waited for the check of the whole ledger")
+	}
+	if !strings.Contains(out, "ledger check cut short by the stop") {
+		t.Error("no line says the check was cut short")
+	}
+	if strings.Contains(out, `"level":"error"`) {
+		t.Errorf("the cut check logged an error:\n%s", out)
+	}
+}
