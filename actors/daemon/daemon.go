@@ -216,6 +216,9 @@ func Start(opts Options) (_ *Daemon, err error) {
 	// Once DaemonStarted is recorded, a failed start must close its run, or
 	// the next start takes it for a crash and readers for a live daemon.
 	recorded := false
+	// closed says this start recorded its run whole, DaemonStopped
+	// included (a rejected config): the pid file goes, as after a stop.
+	closed := false
 	var found pidMark // the pid file this start replaced
 	var metricsLn net.Listener
 	defer func() {
@@ -239,7 +242,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 		}
 		d.stopKernel()
 		l.Close()
-		if recorded || !found.taken {
+		if recorded || closed || !found.taken {
 			os.Remove(filepath.Join(opts.StateDir, PIDFileName))
 		} else {
 			// Nothing of this run is in the ledger: the pid file is still
@@ -316,6 +319,10 @@ func Start(opts Options) (_ *Daemon, err error) {
 		start = append(start, rejected, events.DaemonStopped{Reason: "config rejected", Clean: true})
 		if _, err := d.rec.Record(context.Background(), start...); err != nil {
 			d.log.Error().Err(err).Msg("cannot record the rejected config")
+		} else {
+			// A crashed run before is settled (DaemonCrashed): its pid
+			// file no longer marks anything.
+			closed = true
 		}
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, cfgErr)
 	}

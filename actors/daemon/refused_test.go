@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"hash/crc32"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
 
@@ -98,5 +100,56 @@ func TestARefusedStartLeavesTheCrashedRunsPIDFile(t *testing.T) {
 	}
 	if boot, alive := LastAlive(n.opts.StateDir); boot != bootBefore || !alive.Equal(aliveBefore) {
 		t.Errorf("after a refused start the pid file says boot %q alive %v, want %q %v", boot, alive, bootBefore, aliveBefore)
+	}
+}
+
+// A start whose config is rejected records its run whole (the killed
+// run's DaemonCrashed, DaemonStarted, ConfigRejected, DaemonStopped): the
+// killed run is settled and this one stopped cleanly, so the pid file goes,
+// as after any clean stop. Put back, it would say the killed run was never
+// accounted for until some later start replaced it.
+func TestAStartWithARejectedConfigRemovesThePIDFile(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	d, err := Start(n.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := waitCtx(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+		t.Fatal(err)
+	}
+	pid := filepath.Join(n.opts.StateDir, PIDFileName)
+	files := []saved{save(t, filepath.Join(n.opts.StateDir, LedgerFileName)), save(t, pid)}
+	if err := d.Stop(ctx, "as if killed"); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		f.restore(t)
+	}
+	if err := os.WriteFile(n.opts.ConfigPath, []byte(`{"resourceList": [{"resourceName": "bad name!"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	if d, err := Start(n.opts); err == nil {
+		d.Stop(ctx, "test over")
+		t.Fatal("a daemon started on a rejected config")
+	} else if !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("Start: %v, want ErrBadConfig", err)
+	}
+	l, err := store.Open(filepath.Join(n.opts.StateDir, LedgerFileName), store.Options{Node: n.opts.Node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := l.Replay(0)
+	l.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Daemon.Running {
+		t.Fatalf("the ledger says a run is going after the rejected start: %+v", st.Daemon)
+	}
+	if _, err := os.Stat(pid); !os.IsNotExist(err) {
+		data, _ := os.ReadFile(pid)
+		t.Errorf("pid file %q left after a start that recorded its clean stop (%v)", data, err)
 	}
 }
