@@ -563,7 +563,11 @@ func TestMissingSocketIsReported(t *testing.T) {
 }
 
 func TestRegistrationsWaitForTheKubelet(t *testing.T) {
-	const timeout = 50 * time.Millisecond
+	// Short, for an attempt made without a kubelet to show, yet long
+	// enough for the Register once it is up, even on a loaded machine: a
+	// Register that times out is never sent again on its socket, and the
+	// test serves one new socket only.
+	const timeout = 250 * time.Millisecond
 	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{Delayed: true}, func(c *Config) { c.RegisterTimeout = timeout })
 	srv, sock := r.serve(t, gpu)
 	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
