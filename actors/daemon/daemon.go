@@ -216,10 +216,9 @@ func Start(opts Options) (_ *Daemon, err error) {
 	// Once DaemonStarted is recorded, a failed start must close its run, or
 	// the next start takes it for a crash and readers for a live daemon.
 	recorded := false
-	// closed says this start recorded its run whole, DaemonStopped
-	// included (a rejected config): the pid file goes, as after a stop.
-	closed := false
-	var found pidMark // the pid file this start replaced
+	// found is the pid file this start replaced, until the ledger has
+	// this run's start: a refused start puts it back (see pidMark).
+	var found pidMark
 	var metricsLn net.Listener
 	defer func() {
 		if err == nil {
@@ -242,13 +241,10 @@ func Start(opts Options) (_ *Daemon, err error) {
 		}
 		d.stopKernel()
 		l.Close()
-		if recorded || closed || !found.taken {
-			os.Remove(filepath.Join(opts.StateDir, PIDFileName))
-		} else {
-			// Nothing of this run is in the ledger: the pid file is still
-			// the last run's mark of when it was last alive, which the
-			// next start records if that run crashed.
+		if found.taken {
 			found.restore(opts.StateDir)
+		} else {
+			os.Remove(filepath.Join(opts.StateDir, PIDFileName))
 		}
 	}()
 	// The kernel's notifications open before the first read of sysfs, so
@@ -320,9 +316,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 		if _, err := d.rec.Record(context.Background(), start...); err != nil {
 			d.log.Error().Err(err).Msg("cannot record the rejected config")
 		} else {
-			// A crashed run before is settled (DaemonCrashed): its pid
-			// file no longer marks anything.
-			closed = true
+			found = pidMark{} // the last run is settled, this one stopped
 		}
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, cfgErr)
 	}
@@ -355,7 +349,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("record start in %s: %w", path, err)
 	}
-	recorded = true
+	recorded, found = true, pidMark{} // the last run is settled
 	for _, e := range envs {
 		st = events.Apply(st, e)
 	}
@@ -983,7 +977,8 @@ func replacePIDFile(stateDir string, data []byte) bool {
 
 // pidMark is a pid file as a start found it: a run that did not stop
 // cleanly left its boot id in it and, in its mtime, when it was last alive
-// (see LastAlive).
+// (see LastAlive). Until the start records the run (DaemonCrashed), it is
+// the only record of that.
 type pidMark struct {
 	taken bool // read (there was a file)
 	data  []byte
