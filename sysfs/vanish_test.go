@@ -73,11 +73,21 @@ func TestAnInterfaceRenamedWhileItIsReadIsLeftOut(t *testing.T) {
 	r := testReader(t, roots, Options{Workers: 1})
 	const vf = "0000:3b:01.0"
 	net := filepath.Join(r.busDir, vf, "net")
-	r.fs = &renameFS{netDir: net, from: "ens785f0v0", to: "ens785f0v9", t: t}
-	d := byAddress(scanOK(t, r))[vf]
+	rename := &renameFS{netDir: net, from: "ens785f0v0", to: "ens785f0v9", t: t}
+	r.fs = rename
+	d, ok := byAddress(scanOK(t, r))[vf]
+	if !rename.done {
+		t.Fatalf("%s was never listed: the rename did not happen", net)
+	}
+	if !ok {
+		t.Fatalf("%s not listed: only its interface was renamed", vf)
+	}
 	for _, ifc := range d.Interfaces {
 		if ifc.Name == "ens785f0v0" {
 			t.Errorf("renamed interface kept under its old name: %+v; warnings %q", ifc, d.Warnings)
 		}
+	}
+	if len(d.Warnings) > 0 {
+		t.Errorf("a renamed interface warns: %q", d.Warnings)
 	}
 }
