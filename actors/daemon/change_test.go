@@ -101,12 +101,14 @@ func TestHealthUnbindRebind(t *testing.T) {
 		t.Errorf("the ledger says %s is %q", vf, s.Devices[vf].HealthReason)
 	}
 	var reasons []string
-	d.rec.Log().Read(0, func(e events.Envelope) error {
+	if err := d.rec.Log().Read(0, func(e events.Envelope) error {
 		if h, ok := e.Payload.(events.DeviceHealthChanged); ok && h.Address == vf {
 			reasons = append(reasons, h.Reason)
 		}
 		return nil
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
 	if len(reasons) != 2 || !strings.Contains(reasons[0], "driver unbound (was vfio-pci)") {
 		t.Errorf("health transitions recorded: %q", reasons)
 	}
@@ -144,12 +146,14 @@ func TestAnUnboundDeviceStaysUnhealthyThroughARestart(t *testing.T) {
 			if h := healthOf(n.kubelet, vfio, vf); h != pluginapi.Unhealthy {
 				t.Errorf("after a %s restart the kubelet sees the unbound %s %q", restart, vf, h)
 			}
-			d.rec.Log().Read(from, func(e events.Envelope) error {
+			if err := d.rec.Log().Read(from, func(e events.Envelope) error {
 				if h, ok := e.Payload.(events.DeviceHealthChanged); ok && h.Address == vf && h.Healthy {
 					t.Errorf("#%d: the unbound %s recorded healthy (%q)", e.Seq, vf, h.Reason)
 				}
 				return nil
-			})
+			}); err != nil {
+				t.Fatal(err)
+			}
 			// Bound again, it comes back.
 			if err := n.roots.Bind(vf, "vfio-pci"); err != nil {
 				t.Fatal(err)
@@ -462,7 +466,7 @@ func TestConfigChangeMovesAHeldDeviceOpenly(t *testing.T) {
 	// them, not before: wait for both.
 	var gone, arrived string
 	waitFor(ctx, t, "both pools' membership changes in the ledger", func() bool {
-		d.rec.Log().Read(0, func(e events.Envelope) error {
+		if err := d.rec.Log().Read(0, func(e events.Envelope) error {
 			if m, ok := e.Payload.(events.PoolMembershipChanged); ok {
 				switch {
 				case m.Pool == vfio && len(m.Removed) > 0:
@@ -472,7 +476,9 @@ func TestConfigChangeMovesAHeldDeviceOpenly(t *testing.T) {
 				}
 			}
 			return nil
-		})
+		}); err != nil {
+			t.Fatal(err)
+		}
 		return gone != "" && arrived != ""
 	})
 	if !strings.Contains(gone, "moved to "+dpdk+": ") || !strings.Contains(gone, dev) || !strings.Contains(gone, "still held: "+wantHeld) {
@@ -1184,12 +1190,14 @@ func TestLinkNotificationAloneMovesHealth(t *testing.T) {
 		}
 	}
 	changes := 0
-	d.rec.Log().Read(0, func(e events.Envelope) error {
+	if err := d.rec.Log().Read(0, func(e events.Envelope) error {
 		if h, ok := e.Payload.(events.DeviceHealthChanged); ok && slices.Contains(ofPF, h.Address) {
 			changes++
 		}
 		return nil
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
 	if changes != 2*len(ofPF) {
 		t.Errorf("%d DeviceHealthChanged for the PF's %d VFs, want two each", changes, len(ofPF))
 	}
@@ -1446,12 +1454,14 @@ func TestVFsMadeAgainInNewIOMMUGroupsStayHealthy(t *testing.T) {
 	})
 	time.Sleep(500 * time.Millisecond) // five probe rounds, past a hold-down
 	last := map[string]events.DeviceHealthChanged{}
-	d.rec.Log().Read(from, func(e events.Envelope) error {
+	if err := d.rec.Log().Read(from, func(e events.Envelope) error {
 		if h, ok := e.Payload.(events.DeviceHealthChanged); ok {
 			last[h.Address] = h
 		}
 		return nil
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
 	for addr, h := range last {
 		if !h.Healthy {
 			t.Errorf("%s is left unhealthy: %s", addr, h.Reason)

@@ -132,7 +132,7 @@ func TestARebootIsRecordedAndKeepsWhatTheKubeletCheckpointed(t *testing.T) {
 	if !live || a.Binding == nil || a.Binding.Pod != "dpdk-0" {
 		t.Errorf("allocation #%d of the pod the kubelet ran again is %+v (live %v); want it live, bound to telco/dpdk-0/app", seq, a, live)
 	}
-	d.rec.Log().Read(mark+1, func(e events.Envelope) error {
+	if err := d.rec.Log().Read(mark+1, func(e events.Envelope) error {
 		switch p := e.Payload.(type) {
 		case events.DevicesReleased:
 			t.Errorf("#%d released allocation #%d: %s", e.Seq, p.AllocationSeq, p.Reason)
@@ -140,7 +140,9 @@ func TestARebootIsRecordedAndKeepsWhatTheKubeletCheckpointed(t *testing.T) {
 			t.Errorf("#%d recovered %v for %s/%s: %s", e.Seq, p.DeviceIDs, p.Namespace, p.Pod, p.Reason)
 		}
 		return nil
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // After an unclean reboot in watcher mode the sockets the last run served

@@ -120,12 +120,14 @@ func TestReconcilerFollowsPods(t *testing.T) {
 	reconcileNow(ctx, t, d)
 	s = waitLedger(ctx, t, d, "release", func(s events.State) bool { return len(s.Holders["0000:3b:01.2"]) == 0 })
 	var released *events.DevicesReleased
-	d.rec.Log().Read(0, func(e events.Envelope) error {
+	if err := d.rec.Log().Read(0, func(e events.Envelope) error {
 		if r, ok := e.Payload.(events.DevicesReleased); ok {
 			released = &r
 		}
 		return nil
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
 	if released == nil || released.HeldFor <= 0 || released.Reason != "telco/dpdk-0/app no longer holds it" {
 		t.Errorf("release recorded as %+v", released)
 	}
@@ -147,12 +149,14 @@ func TestReconcilerWithoutPodResources(t *testing.T) {
 	}
 	// Failing rounds record the loss once.
 	count := 0
-	d.rec.Log().Read(0, func(e events.Envelope) error {
+	if err := d.rec.Log().Read(0, func(e events.Envelope) error {
 		if e.Type == events.TypeAttributionChanged {
 			count++
 		}
 		return nil
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
 	if count != 1 {
 		t.Errorf("AttributionChanged recorded %d times, want once (%s)", count, s.Attribution.Reason)
 	}
