@@ -190,9 +190,15 @@ func findRepoRoot() (string, error) {
 }
 
 // requireSuite skips or fails the test when the suite could not be set up.
+// Where DEVLEDGER_REQUIRE_E2E=1 (CI's .ci/run) it fails rather than skips:
+// a runner that lost root or CAP_SYS_ADMIN would otherwise pass the suite
+// having run none of it.
 func requireSuite(t testing.TB) {
 	t.Helper()
 	if skipReason != "" {
+		if os.Getenv("DEVLEDGER_REQUIRE_E2E") == "1" {
+			t.Fatal("DEVLEDGER_REQUIRE_E2E=1, but the suite cannot run here: " + skipReason)
+		}
 		t.Skip(skipReason)
 	}
 	if setupErr != nil {
