@@ -51,12 +51,12 @@ func appendNewerEvent(t *testing.T, stateDir string) {
 	}
 }
 
-// A start refused before it records anything (here: a ledger a newer
-// devledger wrote to, as after a rollback) leaves the pid file as it found
-// it. A crashed run's pid file is the mark of when it was last alive, which
-// the start that succeeds records in DaemonCrashed; each refused start of a
-// crash loop used to replace it and then remove it.
-func TestARefusedStartLeavesTheCrashedRunsPIDFile(t *testing.T) {
+// killedRun runs a daemon on a new node and leaves its state dir as a
+// SIGKILL would: the ledger and the pid file as the run left them, the
+// pid file's last-alive mark at lastAlive. It returns the node, the run
+// and the pid file's content.
+func killedRun(t *testing.T, lastAlive time.Time) (*testNode, *Daemon, []byte) {
+	t.Helper()
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
 	d, err := Start(n.opts)
 	if err != nil {
@@ -67,11 +67,9 @@ func TestARefusedStartLeavesTheCrashedRunsPIDFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := filepath.Join(n.opts.StateDir, PIDFileName)
-	lastAlive := time.Now().Add(-time.Hour).Truncate(time.Second) // the run's last mark
 	if err := os.Chtimes(pid, lastAlive, lastAlive); err != nil {
 		t.Fatal(err)
 	}
-	// Killed: the ledger and the pid file as the run left them.
 	files := []saved{save(t, filepath.Join(n.opts.StateDir, LedgerFileName)), save(t, pid)}
 	if err := d.Stop(ctx, "as if killed"); err != nil {
 		t.Fatal(err)
@@ -79,6 +77,19 @@ func TestARefusedStartLeavesTheCrashedRunsPIDFile(t *testing.T) {
 	for _, f := range files {
 		f.restore(t)
 	}
+	return n, d, files[1].data
+}
+
+// A start refused before it records anything (here: a ledger a newer
+// devledger wrote to, as after a rollback) leaves the pid file as it found
+// it. A crashed run's pid file is the mark of when it was last alive, which
+// the start that succeeds records in DaemonCrashed; each refused start of a
+// crash loop used to replace it and then remove it.
+func TestARefusedStartLeavesTheCrashedRunsPIDFile(t *testing.T) {
+	lastAlive := time.Now().Add(-time.Hour).Truncate(time.Second) // the run's last mark
+	n, d, pidData := killedRun(t, lastAlive)
+	ctx := waitCtx(t)
+	pid := filepath.Join(n.opts.StateDir, PIDFileName)
 	bootBefore, aliveBefore := LastAlive(n.opts.StateDir)
 	if bootBefore != d.rec.BootID() || !aliveBefore.Equal(lastAlive) {
 		t.Fatalf("the killed run's pid file says boot %q alive %v, want %q %v", bootBefore, aliveBefore, d.rec.BootID(), lastAlive)
@@ -95,8 +106,8 @@ func TestARefusedStartLeavesTheCrashedRunsPIDFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the killed run's pid file is gone after a refused start: %v", err)
 	}
-	if !bytes.Equal(data, files[1].data) {
-		t.Errorf("pid file says %q after a refused start, want the killed run's %q", data, files[1].data)
+	if !bytes.Equal(data, pidData) {
+		t.Errorf("pid file says %q after a refused start, want the killed run's %q", data, pidData)
 	}
 	if boot, alive := LastAlive(n.opts.StateDir); boot != bootBefore || !alive.Equal(aliveBefore) {
 		t.Errorf("after a refused start the pid file says boot %q alive %v, want %q %v", boot, alive, bootBefore, aliveBefore)
@@ -109,23 +120,9 @@ func TestARefusedStartLeavesTheCrashedRunsPIDFile(t *testing.T) {
 // as after any clean stop. Put back, it would say the killed run was never
 // accounted for until some later start replaced it.
 func TestAStartWithARejectedConfigRemovesThePIDFile(t *testing.T) {
-	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
-	d, err := Start(n.opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, _, _ := killedRun(t, time.Now())
 	ctx := waitCtx(t)
-	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
-		t.Fatal(err)
-	}
 	pid := filepath.Join(n.opts.StateDir, PIDFileName)
-	files := []saved{save(t, filepath.Join(n.opts.StateDir, LedgerFileName)), save(t, pid)}
-	if err := d.Stop(ctx, "as if killed"); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		f.restore(t)
-	}
 	if err := os.WriteFile(n.opts.ConfigPath, []byte(`{"resourceList": [{"resourceName": "bad name!"}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
