@@ -469,7 +469,7 @@ func (d *decoder) resource(n *node, path string) (Resource, bool) {
 				r.DeviceType = DeviceType(s)
 			}
 			if r.DeviceType == AuxNetDevice {
-				d.warn(at("deviceType"), quote(s), "the pool lists its scalable functions, but devledger answers no Allocate for them yet: a pod that asks for it fails admission")
+				d.warn(at("deviceType"), quote(s), "devledger serves no scalable functions yet: the pool takes none, the kubelet never hears of it and a pod that asks for it stays Pending")
 			}
 		}
 	}

@@ -140,7 +140,7 @@ func TestSRIOVPluginSamplesParseUnchanged(t *testing.T) {
 }
 
 // auxUnsupported is the warning for an auxNetDevice pool.
-const auxUnsupported = "the pool lists its scalable functions, but devledger answers no Allocate for them yet: a pod that asks for it fails admission"
+const auxUnsupported = "devledger serves no scalable functions yet: the pool takes none, the kubelet never hears of it and a pod that asks for it stays Pending"
 
 func TestReadmeSampleModel(t *testing.T) {
 	cfg, err := Load(filepath.Join(fixtures, "sriov-readme.json"), Options{})

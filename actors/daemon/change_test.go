@@ -1276,6 +1276,32 @@ func TestHotPlugServesAnEmptyPoolAndUnplugWithdrawsIt(t *testing.T) {
 	waitFor(ctx, t, "ready after the pool was withdrawn", func() bool { return d.Ready(ctx) })
 }
 
+// An auxNetDevice pool is not served: devledger takes no scalable
+// function into a pool yet, so the kubelet never hears of the pool (a pod
+// that asks for it stays Pending) and the ledger gives it no members,
+// while the pool beside it serves the card's VFs. The config's warning
+// says so; this holds it to the truth.
+func TestAnAuxNetDevicePoolIsNotServed(t *testing.T) {
+	cfg := `{"resourceList": [
+	  {"resourceName": "sf", "deviceType": "auxNetDevice", "selectors": {"vendors": ["15b3"], "auxTypes": ["sf"]}},
+	  {"resourceName": "mlx_net", "selectors": {"vendors": ["15b3"], "drivers": ["mlx5_core"]}}]}`
+	n := newTestNode(t, sysfsgen.ScenarioMellanox, cfg, kubelettest.Options{})
+	d := n.start(t)
+	ctx := waitCtx(t)
+	const sf, net = "intel.com/sf", "intel.com/mlx_net"
+	if _, err := n.kubelet.WaitDevices(ctx, net, func(ds []*pluginapi.Device) bool { return len(ds) > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "ready", func() bool { return d.Ready(ctx) })
+	st := waitLedger(ctx, t, d, "the served pool's members", func(s events.State) bool { return len(s.Pools[net].Members) > 0 })
+	if n.kubelet.Connected(sf) || slices.ContainsFunc(n.kubelet.Registrations(), func(r kubelettest.Registration) bool { return r.Resource == sf }) {
+		t.Errorf("the kubelet heard of %s: %+v", sf, n.kubelet.Registrations())
+	}
+	if m := st.Pools[sf].Members; len(m) != 0 {
+		t.Errorf("the ledger lists %v in %s", m, sf)
+	}
+}
+
 // A pool withdrawn and wanted again at once (its one device rebound away
 // and back): the new pool waits for the old one to stop, so that the old
 // one's last records and its CDI spec removal come before the new one's,
