@@ -133,6 +133,38 @@ func TestRetention(t *testing.T) {
 	}
 	timeOf := func(envs []events.Envelope, seq uint64) time.Time { return envs[seq-1].Time }
 
+	// The size bound counts in a read transaction, then the write one
+	// adds what came since, or counts anew when retention ran between.
+	countNow := func(t *testing.T, l *Log) (c bytesCounted) {
+		if err := l.view(func(tx *bolt.Tx) error { return c.count(ctx, tx, 0) }); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	sizeFrom := func(l *Log, seq uint64) (n int64) {
+		l.ReadRaw(seq, func(_ uint64, rec []byte) error { n += int64(crcSize + len(rec)); return nil })
+		return n
+	}
+	t.Run("by size, with events appended after the count", func(t *testing.T) {
+		l, _ := build(t)
+		counted := countNow(t, l)
+		mustAppend(t, l, newHistory(11, 24).take(30)...)
+		d, dropped, err := l.retain(ctx, Retention{MaxBytes: sizeFrom(l, 101), Now: time.Now()}, counted)
+		if err != nil || !dropped || d.FromSeq != 1 || d.ToSeq != 100 {
+			t.Fatalf("dropped %v %+v, %v; want 1..100, the events after the count counted", dropped, d, err)
+		}
+	})
+	t.Run("by size, with events dropped after the count", func(t *testing.T) {
+		l, envs := build(t)
+		counted := countNow(t, l)
+		if _, dropped, err := l.Retain(ctx, Retention{MaxAge: time.Hour, Now: timeOf(envs, 151).Add(time.Hour)}); err != nil || !dropped {
+			t.Fatalf("retain by age: %v, %v", dropped, err)
+		}
+		if d, dropped, err := l.retain(ctx, Retention{MaxBytes: sizeFrom(l, 0), Now: time.Now()}, counted); err != nil || dropped {
+			t.Fatalf("dropped %v %+v, %v; want nothing, the events kept counted anew", dropped, d, err)
+		}
+	})
+
 	t.Run("nothing without a snapshot", func(t *testing.T) {
 		l := openTestLog(t)
 		mustAppend(t, l, newHistory(10, 4).take(50)...)

@@ -60,8 +60,25 @@ func (l *Log) Retain(ctx context.Context, r Retention) (events.EventsDropped, bo
 	if now.IsZero() {
 		now = l.now()
 	}
-	cutoff := now.Add(-r.MaxAge)
+	r.Now = now
+	// The size bound needs every record's size: they are counted in a read
+	// transaction, which the writer (an Allocate's commit) need not wait
+	// for. The write transaction adds what was appended since.
+	var counted bytesCounted
+	if r.MaxBytes > 0 {
+		if err := l.view(func(tx *bolt.Tx) error { return counted.count(ctx, tx, 0) }); err != nil {
+			return d, false, fmt.Errorf("retain ledger %s: %w", l.path, err)
+		}
+	}
+	return l.retain(ctx, r, counted)
+}
 
+// retain is Retain's write transaction, r.Now set; counted is the size of
+// the records when the count began.
+func (l *Log) retain(ctx context.Context, r Retention, counted bytesCounted) (events.EventsDropped, bool, error) {
+	var d events.EventsDropped
+	now := r.Now
+	cutoff := now.Add(-r.MaxAge)
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
 	if err := ctx.Err(); err != nil {
@@ -79,13 +96,16 @@ func (l *Log) Retain(ctx context.Context, r Retention) (events.EventsDropped, bo
 			return nil
 		}
 		newest, _ := keySeq(sk)
-		var total int64
 		if r.MaxBytes > 0 {
-			c := evb.Cursor()
-			for k, v := c.First(); k != nil; k, v = c.Next() {
-				total += int64(len(v))
+			from := counted.last + 1
+			if firstSeqTx(tx) != counted.first || counted.last == 0 {
+				counted, from = bytesCounted{}, 0 // dropped meanwhile: count anew
+			}
+			if err := counted.count(ctx, tx, from); err != nil {
+				return err
 			}
 		}
+		total := counted.bytes
 		// The events the limits reach, oldest first, up to the newest
 		// snapshot; firstOld and firstOver say where each limit began.
 		var reach, firstOld, firstOver uint64
@@ -185,6 +205,37 @@ func (l *Log) Retain(ctx context.Context, r Retention) (events.EventsDropped, bo
 		Uint64("count", d.Count).Int64("bytes", d.Bytes).Uint64("snapshot_seq", d.SnapshotSeq).
 		Int("snapshots_dropped", snapshotsDropped).Uint64("seq", stored.Seq).Msg("ledger retention dropped events")
 	return d, true, nil
+}
+
+// bytesCounted is the stored size of the event records from first to
+// last.
+type bytesCounted struct {
+	first, last uint64
+	bytes       int64
+}
+
+// count adds the records from seq from on; it stops at ctx's end.
+func (b *bytesCounted) count(ctx context.Context, tx *bolt.Tx, from uint64) error {
+	if from == 0 {
+		b.first = firstSeqTx(tx)
+	}
+	c := tx.Bucket(bucketEvents).Cursor()
+	var last []byte
+	total, n := b.bytes, 0
+	for k, v := c.Seek(seqKey(from)); k != nil; k, v = c.Next() {
+		total += int64(len(v))
+		last = k
+		if n++; n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+	}
+	b.bytes = total
+	if seq, ok := keySeq(last); ok {
+		b.last = seq
+	}
+	return nil
 }
 
 func retentionReason(r Retention, byAge, bySize bool, snapshots int) string {
