@@ -802,6 +802,7 @@ type blockingKubelet struct {
 	release chan struct{}
 	// cut hears each Register its caller gave up on (its context ended).
 	cut chan *pluginapi.RegisterRequest
+	lis *net.UnixListener
 }
 
 func (k *blockingKubelet) Register(ctx context.Context, req *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
@@ -819,10 +820,11 @@ func (k *blockingKubelet) Register(ctx context.Context, req *pluginapi.RegisterR
 func serveBlockingKubelet(t *testing.T, path string) *blockingKubelet {
 	t.Helper()
 	k := &blockingKubelet{got: make(chan *pluginapi.RegisterRequest, 4), release: make(chan struct{}), cut: make(chan *pluginapi.RegisterRequest, 4)}
-	lis, err := net.Listen("unix", path)
+	lis, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	k.lis = lis
 	srv := grpc.NewServer()
 	pluginapi.RegisterRegistrationServer(srv, k)
 	go func() { _ = srv.Serve(lis) }()
@@ -863,6 +865,58 @@ func TestKubeletRestartDuringRegisterMovesToANewSocket(t *testing.T) {
 		t.Errorf("a second Register with the new kubelet: %+v", req)
 	default:
 	}
+}
+
+// A kubelet that stops taking dials with a Register held, its socket file
+// left in place (the same file: no new kubelet), is recorded gone; its
+// answer to that Register, arriving after, is no registration: the ledger
+// would say the pool registered with a kubelet it has recorded down. The
+// pool registers anew with the next kubelet.
+func TestARegisterAnsweredAfterTheKubeletWasRecordedGoneIsNotRecorded(t *testing.T) {
+	r, k, srv, sock := registeringWithABlockingKubelet(t)
+	kubeletSock := filepath.Join(filepath.Dir(sock), "kubelet.sock")
+	select {
+	case <-k.got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no Register went out")
+	}
+	// No more dials taken, the socket file left where it was; the
+	// connection with the Register on it stays.
+	k.lis.SetUnlinkOnClose(false)
+	if err := k.lis.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r.Sys.Root.Send(r.Child, &CheckKubelet{Why: "a ListAndWatch stream ended"})
+	gone := func() bool {
+		return slices.ContainsFunc(r.recorded(t), func(p events.Payload) bool { _, ok := p.(events.KubeletStopped); return ok })
+	}
+	for deadline := time.Now().Add(5 * time.Second); !gone(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the kubelet was never recorded gone: %+v", r.recorded(t))
+		}
+	}
+	close(k.release)
+	time.Sleep(200 * time.Millisecond) // the answer reaches the registrar
+	for _, p := range r.recorded(t) {
+		if p, ok := p.(events.PluginRegistered); ok {
+			t.Fatalf("recorded %+v, answered by the kubelet recorded gone", p)
+		}
+	}
+	if st := r.status(t); st.Pools[gpu].Registered {
+		t.Errorf("status %+v: registered while the kubelet is gone", st.Pools[gpu])
+	}
+
+	if err := os.Remove(kubeletSock); err != nil {
+		t.Fatal(err)
+	}
+	back := serveBlockingKubelet(t, kubeletSock)
+	close(back.release)
+	r.Sys.Root.Send(r.Child, &KubeletAppeared{Socket: kubeletSock})
+	need := next[*NeedSocket](t, r.family)
+	sock2 := r.reserve(t, srv, need)
+	r.await(t, "registered with the next kubelet", func(st *Status) bool {
+		return st.Pools[gpu].Registered && st.Pools[gpu].Socket == sock2
+	})
 }
 
 // A kubelet the ledger has gone (a stop recorded before this run) is
