@@ -22,6 +22,7 @@ import (
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/internal/actortest"
 	"github.com/devledger/devledger/store"
+	"github.com/devledger/devledger/store/storetest"
 	"github.com/devledger/devledger/sysfs"
 )
 
@@ -266,26 +267,33 @@ func TestACDIPoolWithNoSpecDirRefusesAllocate(t *testing.T) {
 	}
 }
 
+// servingPool opens a ledger in dir and spawns a genericPCI pool of
+// members on it; it returns once the pool serves, with its socket.
+func servingPool(t *testing.T, dir string, members ...allocation.Member) (f *actortest.Family, l *store.Log, socket string) {
+	t.Helper()
+	l, err := store.Open(filepath.Join(dir, "ledger.db"), store.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	f = actortest.Spawn(t, Props(Config{
+		Resource: &config.Resource{Prefix: "example.com", Name: "vf", DeviceType: config.GenericPCI},
+		Members:  members, Recorder: ledger.NewRecorder(l, "boot-1", nil), Replayed: &events.State{},
+		SocketDir: kubelettest.ShortTempDir(t), Mode: grpcapi.ModeLegacy, Log: zerolog.Nop(),
+	}))
+	return f, l, actortest.Next[*Serving](t, f).Socket
+}
+
 // An Allocate records what the pool knows of its devices in the one
 // transaction that acknowledges it: the allocation of the pool that held a
 // device (superseded: the kubelet hands out only free devices), another
 // pool's allocation holding one (a conflict) and a device listed unhealthy.
 // Nothing is appended after the answer.
 func TestAllocateIsOneCommit(t *testing.T) {
-	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
 	elsewhere := member(y)
 	elsewhere.Healthy = false
 	elsewhere.HeldElsewhere = []allocation.Hold{{Pool: "example.com/other", Seq: 7}, {Pool: "example.com/leaving"}}
-	f := actortest.Spawn(t, Props(Config{
-		Resource: &config.Resource{Prefix: "example.com", Name: "vf", DeviceType: config.GenericPCI},
-		Members:  []allocation.Member{member(x), elsewhere}, Recorder: ledger.NewRecorder(l, "boot-1", nil), Replayed: &events.State{},
-		SocketDir: kubelettest.ShortTempDir(t), Mode: grpcapi.ModeLegacy, Log: zerolog.Nop(),
-	}))
-	actortest.Next[*Serving](t, f)
+	f, l, _ := servingPool(t, t.TempDir(), member(x), elsewhere)
 
 	// settle returns once the pool has recorded all it will of what it
 	// was told: a round in which it handled its mailbox and the ledger
@@ -342,6 +350,46 @@ func TestAllocateIsOneCommit(t *testing.T) {
 	}
 	if held := res.(*Status).Held; !slices.Equal(held[x], []uint64{second.Seq}) {
 		t.Errorf("%s held by %v, want only #%d", x, held[x], second.Seq)
+	}
+}
+
+// An Allocate the ledger fails to record (a full disk) is answered
+// Unavailable, naming why: the kubelet must not start a container on an
+// allocation no one can replay. The parent hears nothing of it and the
+// pool does not hold its devices, so the next Allocate of them, once the
+// disk has room, supersedes only the allocation that was recorded.
+func TestAnAllocateTheLedgerFailsToRecordIsRefused(t *testing.T) {
+	disk := storetest.NewFullDisk(t, 1<<20)
+	f, _, _ := servingPool(t, disk.Dir, member(x))
+	recorded := func() uint64 {
+		t.Helper()
+		m := actortest.Next[*AllocationRecorded](t, f)
+		return m.Event.Seq
+	}
+	if r := awaitReply(t, allocateVia(f, context.Background(), x)); r.err != nil {
+		t.Fatal(r.err)
+	}
+	held := recorded()
+	// bbolt writes into pages the file has until it needs more.
+	disk.Fill(t)
+	var refused error
+	for i := 0; i < 2000 && refused == nil; i++ {
+		if refused = awaitReply(t, allocateVia(f, context.Background(), x)).err; refused == nil {
+			held = recorded()
+		}
+	}
+	if !errors.Is(refused, grpcapi.ErrUnavailable) || !strings.Contains(refused.Error(), "the ledger could not record the allocation") {
+		t.Fatalf("Allocate with the disk full: %v, want Unavailable saying the ledger could not record it", refused)
+	}
+	f.NothingFor(t, 100*time.Millisecond)
+
+	disk.Free(t)
+	if r := awaitReply(t, allocateVia(f, context.Background(), x)); r.err != nil {
+		t.Fatalf("Allocate once the disk has room: %v", r.err)
+	}
+	m := actortest.Next[*AllocationRecorded](t, f)
+	if p := m.Event.Payload.(events.DevicesAllocated); !slices.Equal(p.Supersedes, []uint64{held}) {
+		t.Errorf("the Allocate after the refused one supersedes %v, want only #%d, the last recorded", p.Supersedes, held)
 	}
 }
 

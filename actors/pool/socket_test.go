@@ -8,18 +8,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/rs/zerolog"
-
-	"github.com/devledger/devledger/actors/ledger"
-	"github.com/devledger/devledger/actors/pool/allocation"
-	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/internal/actortest"
-	"github.com/devledger/devledger/store"
 )
 
 func TestSocketNames(t *testing.T) {
@@ -127,17 +120,7 @@ func TestLongResourceNamesFit(t *testing.T) {
 // socket), a pool moves to a new socket; SocketLost is recorded only when
 // its socket file is gone (the kubelet emptied its directory meanwhile).
 func TestReserveAnywhereRecordsALostSocket(t *testing.T) {
-	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	f := actortest.Spawn(t, Props(Config{
-		Resource: &config.Resource{Prefix: "example.com", Name: "vf", DeviceType: config.GenericPCI},
-		Members:  []allocation.Member{member(x)}, Recorder: ledger.NewRecorder(l, "boot-1", nil), Replayed: &events.State{},
-		SocketDir: kubelettest.ShortTempDir(t), Mode: grpcapi.ModeLegacy, Log: zerolog.Nop(),
-	}))
-	first := actortest.Next[*Serving](t, f).Socket
+	f, l, first := servingPool(t, t.TempDir(), member(x))
 	f.Sys.Root.Send(f.Child, &Reserve{})
 	second := actortest.Next[*Serving](t, f).Socket
 	if err := os.Remove(second); err != nil {
