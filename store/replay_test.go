@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -164,6 +165,30 @@ func TestRetention(t *testing.T) {
 			t.Fatalf("dropped %v %+v, %v; want nothing, the events kept counted anew", dropped, d, err)
 		}
 	})
+
+	// MaxDrop cuts a large drop into several, each at a snapshot: the
+	// newest within MaxDrop events, else the first past them.
+	for _, tc := range []struct {
+		maxDrop int
+		why     string
+	}{{50, "no snapshot within 50 events: the first past them"}, {150, "the newest snapshot within 150 events"}} {
+		t.Run(fmt.Sprintf("by size, at most %d at a time", tc.maxDrop), func(t *testing.T) {
+			l, envs := build(t)
+			r := Retention{MaxBytes: 1, MaxDrop: tc.maxDrop}
+			for i, want := range [][2]uint64{{1, 100}, {101, 200}} {
+				d, dropped, err := l.Retain(ctx, r)
+				if err != nil || !dropped || d.FromSeq != want[0] || d.ToSeq != want[1] || d.SnapshotSeq != want[1] {
+					t.Fatalf("call %d: dropped %v %+v, %v; want %d..%d (%s)", i+1, dropped, d, err, want[0], want[1], tc.why)
+				}
+			}
+			if d, dropped, err := l.Retain(ctx, r); err != nil || dropped {
+				t.Fatalf("third call: dropped %v %+v, %v; want nothing past the newest snapshot", dropped, d, err)
+			}
+			if got, err := l.Replay(300); err != nil || !got.Equal(foldAll(envs[:300])) {
+				t.Errorf("replay to 300 after the drops: %v", err)
+			}
+		})
+	}
 
 	t.Run("nothing without a snapshot", func(t *testing.T) {
 		l := openTestLog(t)

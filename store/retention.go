@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -23,6 +24,13 @@ type Retention struct {
 	// Now is the time MaxAge counts back from, and the time of the
 	// EventsDropped event; zero means time.Now().
 	Now time.Time
+	// MaxDrop is about the most events one call drops, in one write
+	// transaction that every append waits behind: the cut is the newest
+	// readable snapshot at most MaxDrop events in, or the first one past
+	// that when there is none before. Far more to drop (a bound lowered
+	// by much) then takes several calls, each with its EventsDropped.
+	// Zero means no limit.
+	MaxDrop int
 }
 
 // Retain drops the oldest events that are too old or over the size budget,
@@ -105,51 +113,77 @@ func (l *Log) retain(ctx context.Context, r Retention, counted bytesCounted) (ev
 				return err
 			}
 		}
-		total := counted.bytes
+		first := firstSeqTx(tx)
 		// The events the limits reach, oldest first, up to the newest
-		// snapshot; firstOld and firstOver say where each limit began.
+		// snapshot, or up to the first snapshot at or past stop;
+		// firstOld and firstOver say where each limit began.
 		var reach, firstOld, firstOver uint64
 		c := evb.Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			seq, ok := keySeq(k)
-			if !ok || seq > newest {
-				break
-			}
-			over := r.MaxBytes > 0 && total > r.MaxBytes
-			old := false
-			if r.MaxAge > 0 {
-				e, err := decodeEvent(k, v)
-				if errors.Is(err, events.ErrUnknownType) || errors.Is(err, events.ErrUnknownVersion) {
-					// A newer devledger's (a rollback): no damage, and
-					// not known to be old. It stays, and all after it.
+		walk := func(stop uint64) (cutShort bool, err error) {
+			reach, firstOld, firstOver = 0, 0, 0
+			total := counted.bytes
+			for k, v := c.First(); k != nil; k, v = c.Next() {
+				seq, ok := keySeq(k)
+				if !ok || seq > newest {
 					break
 				}
-				if err != nil {
-					return l.corrupt(seq, err.Error(), err)
+				over := r.MaxBytes > 0 && total > r.MaxBytes
+				old := false
+				if r.MaxAge > 0 {
+					e, err := decodeEvent(k, v)
+					if errors.Is(err, events.ErrUnknownType) || errors.Is(err, events.ErrUnknownVersion) {
+						// A newer devledger's (a rollback): no damage, and
+						// not known to be old. It stays, and all after it.
+						break
+					}
+					if err != nil {
+						return false, l.corrupt(seq, err.Error(), err)
+					}
+					old = e.Time.Before(cutoff)
 				}
-				old = e.Time.Before(cutoff)
+				if !old && !over {
+					break
+				}
+				if old && firstOld == 0 {
+					firstOld = seq
+				}
+				if over && firstOver == 0 {
+					firstOver = seq
+				}
+				reach = seq
+				total -= int64(len(v))
+				if err := ctx.Err(); err != nil {
+					return false, err
+				}
+				if seq >= stop && snb.Get(k) != nil {
+					return true, nil
+				}
 			}
-			if !old && !over {
-				break
-			}
-			if old && firstOld == 0 {
-				firstOld = seq
-			}
-			if over && firstOver == 0 {
-				firstOver = seq
-			}
-			reach = seq
-			total -= int64(len(v))
-			if err := ctx.Err(); err != nil {
-				return err
+			return false, nil
+		}
+		stop := uint64(math.MaxUint64)
+		if r.MaxDrop > 0 {
+			stop = first + uint64(r.MaxDrop) - 1
+		}
+		cutShort, err := walk(stop)
+		if err != nil || reach == 0 {
+			return err
+		}
+		// A snapshot before first cannot be the cut: no event before it
+		// is left to drop.
+		lo := first
+		base, ok, _, err := l.latestSnapshot(tx, min(stop, reach), lo)
+		if err == nil && !ok && cutShort {
+			// None readable within MaxDrop: the one the walk stopped at,
+			// else walk on to the limits.
+			if base, ok, _, err = l.latestSnapshot(tx, reach, lo); err == nil && !ok {
+				if _, err = walk(math.MaxUint64); err != nil {
+					return err
+				}
+				base, ok, _, err = l.latestSnapshot(tx, reach, lo)
 			}
 		}
-		if reach == 0 {
-			return nil
-		}
-		first := firstSeqTx(tx)
-		base, ok, _, err := l.latestSnapshot(tx, reach, first-min(first, 1))
-		if err != nil || !ok || base.Seq < first {
+		if err != nil || !ok {
 			return err // no readable snapshot the limits reach: keep all
 		}
 		cut := base.Seq

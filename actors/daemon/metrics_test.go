@@ -212,6 +212,65 @@ func TestRetentionBoundsTheLedger(t *testing.T) {
 	}
 }
 
+// A pass with much to drop (here a bound set on a ledger of several
+// snapshots) drops it in steps, one EventsDropped each, each taking up
+// where the one before stopped: the Allocates between the steps do not
+// wait for the whole drop.
+func TestRetentionDropsABacklogInSteps(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.SnapshotEvery, n.opts.SnapshotCheck = 5, 10*time.Millisecond
+	d := n.start(t)
+	ctx := waitCtx(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+		t.Fatal(err)
+	}
+	snapshots := func(d *Daemon) (n int) {
+		for seq := d.rec.Log().LastSeq(); ; n++ {
+			s, ok := d.rec.Log().LatestSnapshotSeq(seq)
+			if !ok || s <= 1 {
+				return n + min(int(s), 1)
+			}
+			seq = s - 1
+		}
+	}
+	for i := 0; snapshots(d) < 4; i++ {
+		dev := []string{"0000:3b:01.2", "0000:3b:01.3"}[i%2]
+		if _, err := n.kubelet.Allocate(ctx, vfioPool, []string{dev}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := d.Stop(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+
+	// No snapshot in this run: the one pass at start drops it all.
+	n.opts.SnapshotEvery, n.opts.RetainBytes, n.opts.retainChunk = 1_000_000, 1, 1
+	d = n.start(t)
+	var drops []events.EventsDropped
+	waitFor(ctx, t, "drops up to the newest snapshot", func() bool {
+		drops = drops[:0]
+		if err := d.rec.Log().Read(0, func(e events.Envelope) error {
+			if p, ok := e.Payload.(events.EventsDropped); ok {
+				drops = append(drops, p)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		newest, _ := d.rec.Log().LatestSnapshotSeq(0)
+		return len(drops) > 0 && drops[len(drops)-1].SnapshotSeq == newest
+	})
+	if len(drops) < 2 {
+		t.Errorf("drops %+v: want several, one snapshot interval each", drops)
+	}
+	for i := 1; i < len(drops); i++ {
+		if drops[i].FromSeq != drops[i-1].ToSeq+1 {
+			t.Errorf("drop %d is #%d-#%d, the one before ended at #%d", i, drops[i].FromSeq, drops[i].ToSeq, drops[i-1].ToSeq)
+		}
+	}
+}
+
 // With the disk under the state dir full, Allocate fails with Unavailable,
 // /readyz says the ledger cannot record and the metrics show it, while
 // /healthz stays true (the daemon is not wedged). Once there is room it is
