@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -112,6 +113,56 @@ func TestSaveSnapshotRefusesWhatIsNotAFold(t *testing.T) {
 	}
 	if l.LastSeq() != 20 {
 		t.Fatalf("refused snapshots appended events: last seq %d", l.LastSeq())
+	}
+}
+
+// Each size pass goes on from the count the last one left (Log.sized):
+// that count must be the size of the records it names, whatever came
+// between, its own drops in steps and appends alike.
+func TestRetentionCarriesItsCount(t *testing.T) {
+	ctx := context.Background()
+	l := openTestLog(t)
+	h := newHistory(12, 24)
+	rng := rand.New(rand.NewPCG(12, 24))
+	size := func(from, to uint64) (n int64) {
+		l.ReadRaw(from, func(seq uint64, rec []byte) error {
+			if seq > to {
+				return errStopFold
+			}
+			n += int64(crcSize + len(rec))
+			return nil
+		})
+		return n
+	}
+	drops := 0
+	for range 60 {
+		mustAppend(t, l, h.take(1+rng.IntN(30))...)
+		if rng.IntN(2) == 0 {
+			st, err := l.Replay(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.SaveSnapshot(ctx, st, "test"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		bound := size(l.FirstSeq(), l.LastSeq()) * int64(60+rng.IntN(40)) / 100
+		_, dropped, err := l.Retain(ctx, Retention{MaxBytes: bound, MaxDrop: 1 + rng.IntN(40)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dropped {
+			drops++
+		}
+		l.writeMu.Lock()
+		carried := l.sized
+		l.writeMu.Unlock()
+		if carried.first != l.FirstSeq() || carried.last > l.LastSeq() || carried.bytes != size(carried.first, carried.last) {
+			t.Fatalf("carried %+v; the ledger holds #%d-#%d, %d bytes up to #%d", carried, l.FirstSeq(), l.LastSeq(), size(carried.first, carried.last), carried.last)
+		}
+	}
+	if drops < 10 {
+		t.Errorf("%d passes dropped anything: the test did not test the drops", drops)
 	}
 }
 

@@ -26,10 +26,10 @@ type Retention struct {
 	Now time.Time
 	// MaxDrop is about the most events one call drops, in one write
 	// transaction that every append waits behind: the cut is the newest
-	// readable snapshot at most MaxDrop events in, or the first one past
-	// that when there is none before. Far more to drop (a bound lowered
-	// by much) then takes several calls, each with its EventsDropped.
-	// Zero means no limit.
+	// readable snapshot at most MaxDrop events in, or, when none there
+	// can be read, the first readable one past them. Far more to drop (a
+	// bound lowered by much) then takes several calls, each with its
+	// EventsDropped. Zero means no limit.
 	MaxDrop int
 }
 
@@ -69,12 +69,16 @@ func (l *Log) Retain(ctx context.Context, r Retention) (events.EventsDropped, bo
 		now = l.now()
 	}
 	r.Now = now
-	// The size bound needs every record's size: they are counted in a read
-	// transaction, which the writer (an Allocate's commit) need not wait
-	// for. The write transaction adds what was appended since.
+	// The size bound needs every record's size: the last pass's count
+	// goes on with what was appended since, in a read transaction, which
+	// the writer (an Allocate's commit) need not wait for; the write
+	// transaction adds what came meanwhile.
 	var counted bytesCounted
 	if r.MaxBytes > 0 {
-		if err := l.view(func(tx *bolt.Tx) error { return counted.count(ctx, tx, 0) }); err != nil {
+		l.writeMu.Lock()
+		counted = l.sized
+		l.writeMu.Unlock()
+		if err := l.view(func(tx *bolt.Tx) error { return counted.update(ctx, tx) }); err != nil {
 			return d, false, fmt.Errorf("retain ledger %s: %w", l.path, err)
 		}
 	}
@@ -105,11 +109,7 @@ func (l *Log) retain(ctx context.Context, r Retention, counted bytesCounted) (ev
 		}
 		newest, _ := keySeq(sk)
 		if r.MaxBytes > 0 {
-			from := counted.last + 1
-			if firstSeqTx(tx) != counted.first || counted.last == 0 {
-				counted, from = bytesCounted{}, 0 // dropped meanwhile: count anew
-			}
-			if err := counted.count(ctx, tx, from); err != nil {
+			if err := counted.update(ctx, tx); err != nil {
 				return err
 			}
 		}
@@ -118,11 +118,13 @@ func (l *Log) retain(ctx context.Context, r Retention, counted bytesCounted) (ev
 		// snapshot, or up to the first snapshot at or past stop;
 		// firstOld and firstOver say where each limit began.
 		var reach, firstOld, firstOver uint64
+		total := counted.bytes
 		c := evb.Cursor()
+		k, v := c.First()
+		// walk goes on from where it stopped, to the limits or to the
+		// first snapshot at or past stop.
 		walk := func(stop uint64) (cutShort bool, err error) {
-			reach, firstOld, firstOver = 0, 0, 0
-			total := counted.bytes
-			for k, v := c.First(); k != nil; k, v = c.Next() {
+			for ; k != nil; k, v = c.Next() {
 				seq, ok := keySeq(k)
 				if !ok || seq > newest {
 					break
@@ -156,6 +158,7 @@ func (l *Log) retain(ctx context.Context, r Retention, counted bytesCounted) (ev
 					return false, err
 				}
 				if seq >= stop && snb.Get(k) != nil {
+					k, v = c.Next()
 					return true, nil
 				}
 			}
@@ -171,16 +174,12 @@ func (l *Log) retain(ctx context.Context, r Retention, counted bytesCounted) (ev
 		}
 		// A snapshot before first cannot be the cut: no event before it
 		// is left to drop.
-		lo := first
-		base, ok, _, err := l.latestSnapshot(tx, min(stop, reach), lo)
-		if err == nil && !ok && cutShort {
-			// None readable within MaxDrop: the one the walk stopped at,
-			// else walk on to the limits.
-			if base, ok, _, err = l.latestSnapshot(tx, reach, lo); err == nil && !ok {
-				if _, err = walk(math.MaxUint64); err != nil {
-					return err
-				}
-				base, ok, _, err = l.latestSnapshot(tx, reach, lo)
+		base, ok, _, err := l.latestSnapshot(tx, min(stop, reach), first)
+		for err == nil && !ok && cutShort {
+			// None readable within MaxDrop: the first readable one past,
+			// the walk stopping at each.
+			if base, ok, _, err = l.latestSnapshot(tx, reach, reach); err == nil && !ok {
+				cutShort, err = walk(reach + 1)
 			}
 		}
 		if err != nil || !ok {
@@ -230,6 +229,12 @@ func (l *Log) retain(ctx context.Context, r Retention, counted bytesCounted) (ev
 	if err != nil {
 		return events.EventsDropped{}, false, fmt.Errorf("retain ledger %s: %w", l.path, err)
 	}
+	if r.MaxBytes > 0 {
+		if d.Count > 0 {
+			counted.first, counted.bytes = d.ToSeq+1, counted.bytes-d.Bytes
+		}
+		l.sized = counted
+	}
 	if d.Count == 0 {
 		return events.EventsDropped{}, false, nil
 	}
@@ -246,6 +251,17 @@ func (l *Log) retain(ctx context.Context, r Retention, counted bytesCounted) (ev
 type bytesCounted struct {
 	first, last uint64
 	bytes       int64
+}
+
+// update brings b to the end of tx's records: it adds those after b.last,
+// or counts all anew when the records no longer start at b.first (a drop
+// since) or b counted none.
+func (b *bytesCounted) update(ctx context.Context, tx *bolt.Tx) error {
+	from := b.last + 1
+	if firstSeqTx(tx) != b.first || b.last == 0 {
+		*b, from = bytesCounted{}, 0
+	}
+	return b.count(ctx, tx, from)
 }
 
 // count adds the records from seq from on; it stops at ctx's end.

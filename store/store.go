@@ -131,6 +131,9 @@ type Log struct {
 	batch      []*appendReq
 	arena      []byte
 	writeMu    sync.Mutex
+	// sized is the size of the records as the last retention pass
+	// counted them (under writeMu), for the next to go on from.
+	sized bytesCounted
 
 	// damage is what Open found wrong in the pages bbolt reads past, and
 	// found (under mu) what reads found since (see Damage).

@@ -244,7 +244,8 @@ func TestRetentionDropsABacklogInSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// No snapshot in this run: the one pass at start drops it all.
+	// No snapshot in this run: the retention at start drops it all, in
+	// steps.
 	n.opts.SnapshotEvery, n.opts.RetainBytes, n.opts.retainChunk = 1_000_000, 1, 1
 	d = n.start(t)
 	var drops []events.EventsDropped
