@@ -5,10 +5,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
-	"maps"
 	"math"
 	"os"
+	"runtime/debug"
 	"slices"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -65,14 +66,44 @@ func Salvage(path, out string) (SalvageReport, error) {
 	if _, err := os.Lstat(out); err == nil {
 		return rep, fmt.Errorf("salvage into %s: it exists", out)
 	}
+	// The records kept are slices of the file mapped, not copies: a copy
+	// of each, twice, took seven times the file's size in memory.
+	data, unmap, err := mapFile(path)
+	if err != nil {
+		return rep, fmt.Errorf("salvage %s: %w", path, err)
+	}
+	defer unmap()
+	err = whileMapped(path, func() (err error) {
+		rep, err = salvage(data, path, out)
+		return err
+	})
+	return rep, err
+}
+
+// whileMapped runs fn, which reads the file at path mapped: should the
+// file be cut short meanwhile, the read faults, and that is fn's error.
+func whileMapped(path string, fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			if !isFault(p) {
+				panic(p)
+			}
+			err = fmt.Errorf("salvage %s: the file changed while it was read (%v)", path, p)
+		}
+	}()
+	return fn()
+}
+
+// salvage is Salvage's work on data, the file at path mapped.
+func salvage(data []byte, path, out string) (SalvageReport, error) {
+	var rep SalvageReport
 	found := map[uint64][][]byte{}
-	tree := map[uint64][]byte{}
-	node, treeLast, whole := salvageTree(path, tree)
 	damaged := map[uint64]events.Type{}
 	snaps := map[uint64][]byte{}
-	if err := salvagePages(path, found, damaged, snaps); err != nil {
-		return rep, err
-	}
+	salvagePages(data, found, damaged, snaps)
+	tree := map[uint64][]byte{}
+	node, treeLast, whole := salvageTree(path, tree, found)
 	// Events retention dropped stay dropped, though their pages may
 	// still hold them: the ledger starts after the newest drop it
 	// recorded, from the snapshot that drop kept. A drop's transaction
@@ -84,11 +115,22 @@ func Salvage(path, out string) (SalvageReport, error) {
 		treeFirst = min(treeFirst, seq)
 	}
 	var dropped events.EventsDropped
-	for _, rec := range slices.Concat(slices.Collect(maps.Values(tree)), slices.Concat(slices.Collect(maps.Values(found))...)) {
+	newer := func(rec []byte) {
+		if typ, _ := events.PeekType(rec); typ != events.TypeEventsDropped {
+			return
+		}
 		if e, err := events.Unmarshal(rec); err == nil {
 			if d, ok := e.Payload.(events.EventsDropped); ok && d.ToSeq > dropped.ToSeq && d.ToSeq < treeFirst {
 				dropped = d
 			}
+		}
+	}
+	for _, rec := range tree {
+		newer(rec)
+	}
+	for _, cands := range found {
+		for _, rec := range cands {
+			newer(rec)
 		}
 	}
 	var seqs []uint64
@@ -231,8 +273,9 @@ func latest(cands [][]byte) []byte {
 // sequence), stopping at the first damage, and returns the ledger's node
 // name, the last sequence it says it reached (0 when it cannot say), and
 // whether it read every event from the first to that one with no damage
-// on the way (then nothing committed lies beyond).
-func salvageTree(path string, tree map[uint64][]byte) (node string, last uint64, whole bool) {
+// on the way (then nothing committed lies beyond). A record the pages
+// gave already (found) is kept as that one, else copied.
+func salvageTree(path string, tree map[uint64][]byte, found map[uint64][][]byte) (node string, last uint64, whole bool) {
 	l, err := Open(path, Options{ReadOnly: true, LockTimeout: time.Second})
 	if err != nil {
 		return "", 0, false
@@ -240,7 +283,12 @@ func salvageTree(path string, tree map[uint64][]byte) (node string, last uint64,
 	defer l.Close()
 	err = l.ReadRaw(0, func(seq uint64, rec []byte) error {
 		if e, err := events.Unmarshal(rec); err == nil && e.Seq == seq {
-			tree[seq] = bytes.Clone(rec)
+			i := slices.IndexFunc(found[seq], func(c []byte) bool { return bytes.Equal(c, rec) })
+			if i >= 0 {
+				tree[seq] = found[seq][i]
+			} else {
+				tree[seq] = bytes.Clone(rec)
+			}
 		}
 		return nil
 	})
@@ -251,11 +299,7 @@ func salvageTree(path string, tree map[uint64][]byte) (node string, last uint64,
 // buckets within them), whatever reaches it, and keeps each intact event
 // record it finds in found, by sequence; damaged notes the type a record
 // that fails its checksum still says.
-func salvagePages(path string, found map[uint64][][]byte, damaged map[uint64]events.Type, snaps map[uint64][]byte) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("salvage %s: %w", path, err)
-	}
+func salvagePages(data []byte, found map[uint64][][]byte, damaged map[uint64]events.Type, snaps map[uint64][]byte) {
 	pageSize := salvagePageSize(data)
 	for pgid := 2; (pgid+1)*pageSize <= len(data); pgid++ {
 		p := data[pgid*pageSize:]
@@ -269,7 +313,30 @@ func salvagePages(path string, found map[uint64][][]byte, damaged map[uint64]eve
 		}
 		salvageLeaf(p[:span], 0, found, damaged, snaps)
 	}
-	return nil
+}
+
+// mapFile maps the file at path read-only; unmap ends the mapping.
+func mapFile(path string) (data []byte, unmap func(), err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	if fi.Size() == 0 {
+		return nil, func() {}, nil
+	}
+	if int64(int(fi.Size())) != fi.Size() {
+		return nil, nil, fmt.Errorf("%d bytes: too large to map", fi.Size())
+	}
+	data, err = syscall.Mmap(int(f.Fd()), 0, int(fi.Size()), syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, nil, fmt.Errorf("map %s: %w", path, err)
+	}
+	return data, func() { syscall.Munmap(data) }, nil
 }
 
 // salvageLeaf keeps the records of the leaf page p (depth: of inline
@@ -315,12 +382,12 @@ func salvageLeaf(p []byte, depth int, found map[uint64][][]byte, damaged map[uin
 		ev, err := events.Unmarshal(rec)
 		if err != nil || ev.Seq != seq {
 			if _, err := decodeSnapshot(k, v); err == nil {
-				snaps[seq] = bytes.Clone(v)
+				snaps[seq] = v
 			}
 			continue
 		}
 		if !slices.ContainsFunc(found[seq], func(b []byte) bool { return bytes.Equal(b, rec) }) {
-			found[seq] = append(found[seq], bytes.Clone(rec))
+			found[seq] = append(found[seq], rec)
 		}
 	}
 }

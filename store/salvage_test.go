@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -376,4 +377,51 @@ func TestSalvageKeepsTheSnapshotOfADamagedDrop(t *testing.T) {
 	if !got.Equal(want) {
 		t.Error("the salvaged ledger replays to another state")
 	}
+}
+
+// Salvage reads the file mapped: one cut short while it reads faults, and
+// the fault is the salvage's error, not the process's end.
+func TestAFileCutShortUnderSalvageIsItsError(t *testing.T) {
+	b, err := os.ReadFile(markedLedger(t, 30))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "copy.db")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data, unmap, err := mapFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unmap()
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	found, snaps := map[uint64][][]byte{}, map[uint64][]byte{}
+	err = whileMapped(path, func() error {
+		salvagePages(data, found, map[uint64]events.Type{}, snaps)
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "changed while it was read") || !strings.Contains(err.Error(), path) {
+		t.Fatalf("salvage of a file cut short under it: %v, want an error naming it", err)
+	}
+	// bbolt's reads fault the same way on a page past the end; the store
+	// calls that damage.
+	func() {
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		defer func() {
+			if got := boltProblem(recover()); !strings.HasPrefix(got, "a damaged page points outside the file") {
+				t.Errorf("a fault reads as %q", got)
+			}
+		}()
+		t.Errorf("read %d past the end of the file", data[len(data)-1])
+	}()
+	// Not a fault: a panic of another kind goes on.
+	defer func() {
+		if p := recover(); p != "not a fault" {
+			t.Errorf("recovered %v, want the panic that was not a fault", p)
+		}
+	}()
+	whileMapped(path, func() error { panic("not a fault") })
 }

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -493,10 +492,18 @@ func boltProblem(p any) string {
 	if _, err := fmt.Sscanf(s, "assertion failed: Page expected to be: %d, but self identifies as %d", &want, &got); err == nil {
 		return fmt.Sprintf("page %d is damaged (it says it is page %d)", want, got)
 	}
-	if re, ok := p.(runtime.Error); ok && strings.Contains(re.Error(), "fault") {
-		return "a damaged page points outside the file (" + re.Error() + ")"
+	if isFault(p) {
+		return "a damaged page points outside the file (" + s + ")"
 	}
 	return "bbolt: " + s
+}
+
+// isFault says whether p, recovered, is a fault at an address that
+// debug.SetPanicOnFault turned into a panic: a read of a mapped file past
+// its end.
+func isFault(p any) bool {
+	_, ok := p.(interface{ Addr() uintptr })
+	return ok
 }
 
 // callerPanic carries a panic raised by a caller's callback through
