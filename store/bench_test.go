@@ -382,7 +382,7 @@ func BenchmarkCheckAfterStart(b *testing.B) {
 	var ours, base time.Duration
 	for range b.N {
 		start := time.Now()
-		if err := l.CheckPages(); err != nil {
+		if err := l.CheckPages(context.Background()); err != nil {
 			b.Fatal(err)
 		}
 		if _, err := l.Check(context.Background()); err != nil {

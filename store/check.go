@@ -298,7 +298,7 @@ func (l *Log) checkStructure(pageSize int, walk bool) (fatal, damage error) {
 	}
 	meta := metas[use]
 	if walk {
-		walkFatal, walkDamage := walkPages(f, pageSize, meta)
+		walkFatal, walkDamage := walkPages(context.Background(), f, pageSize, meta)
 		if walkFatal != nil {
 			return l.corrupt(0, walkFatal.Error(), nil), damage
 		}
@@ -317,8 +317,8 @@ func (l *Log) checkStructure(pageSize int, walk bool) (fatal, damage error) {
 // pages the transaction reaches are not reused until it ends. It returns a
 // *CorruptError naming the first damage found, nil for a sound graph. A
 // writer's Open leaves this walk out; the daemon runs it right after it
-// starts.
-func (l *Log) CheckPages() error {
+// starts. It stops with ctx's error when ctx ends.
+func (l *Log) CheckPages(ctx context.Context) error {
 	if err := l.enter(); err != nil {
 		return err
 	}
@@ -344,8 +344,10 @@ func (l *Log) CheckPages() error {
 			// its meta holds a newer one. Not damage.
 			return fmt.Errorf("check the pages of ledger %s: it moved on while the check began; try again", l.path)
 		}
-		fatal, damage := walkPages(f, pageSize, meta)
+		fatal, damage := walkPages(ctx, f, pageSize, meta)
 		switch {
+		case errors.Is(fatal, ctx.Err()) && ctx.Err() != nil:
+			return fmt.Errorf("check the pages of ledger %s: %w", l.path, fatal)
 		case fatal != nil:
 			return l.corrupt(0, fatal.Error(), nil)
 		case damage != "":

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -31,6 +32,8 @@ const (
 
 // pageWalk is one walk over the file's page graph.
 type pageWalk struct {
+	ctx      context.Context
+	read     int // pages read, for how often ctx is asked
 	f        *os.File
 	pageSize int
 	// pages is the file's page count by the meta (its high-water mark).
@@ -47,10 +50,11 @@ type pageWalk struct {
 // page at metaAt: that it lies inside the file, is reached once, and, when
 // it is, that it is the page it should be and its elements lie inside it.
 // fatal is a problem bbolt cannot survive (a loop, a page outside the
-// file); damage the first it can.
-func walkPages(f *os.File, pageSize int, meta []byte) (fatal error, damage string) {
+// file); damage the first it can. A walk ctx ended stops with ctx's error
+// as fatal: no damage.
+func walkPages(ctx context.Context, f *os.File, pageSize int, meta []byte) (fatal error, damage string) {
 	le := binary.LittleEndian
-	w := &pageWalk{f: f, pageSize: pageSize, pages: le.Uint64(meta[pageHeader+40:])}
+	w := &pageWalk{ctx: ctx, f: f, pageSize: pageSize, pages: le.Uint64(meta[pageHeader+40:])}
 	if fi, err := f.Stat(); err == nil && uint64(fi.Size()) < w.pages*uint64(pageSize) {
 		// Open refuses a truncated file before this; be safe anyway.
 		return fmt.Errorf("truncated: the file has %d bytes, its meta page counts %d (%d pages of %d)", fi.Size(), w.pages*uint64(pageSize), w.pages, pageSize), ""
@@ -85,6 +89,12 @@ func (w *pageWalk) tree(pgid uint64, bucket string, depth int) error {
 	for len(w.bufs) <= depth {
 		w.bufs = append(w.bufs, make([]byte, w.pageSize))
 	}
+	if w.read%4096 == 0 {
+		if err := w.ctx.Err(); err != nil {
+			return err
+		}
+	}
+	w.read++
 	p := w.bufs[depth][:w.pageSize]
 	if _, err := w.f.ReadAt(p, int64(pgid)*int64(w.pageSize)); err != nil {
 		return fmt.Errorf("page %d, in %s, cannot be read: %v", pgid, where, err)

@@ -261,7 +261,13 @@ func TestCheckPagesOfAWriter(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: a writer's Open: %v", name, err)
 		}
-		err = l.CheckPages()
+		// The stop's context ended: no walk, and no damage named.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := l.CheckPages(ctx); !errors.Is(err, context.Canceled) || errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: CheckPages after its context ended = %v, want context.Canceled", name, err)
+		}
+		err = l.CheckPages(context.Background())
 		l.Close()
 		switch {
 		case want == "" && err != nil:

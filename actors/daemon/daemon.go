@@ -786,7 +786,7 @@ func (d *Daemon) checkLedger() {
 	d.log.Debug().Msg("checking the ledger")
 	var err error
 	for range 3 { // a check that began as the ledger moved on starts again
-		if err = d.ledger.CheckPages(); err == nil || errors.Is(err, store.ErrCorrupt) {
+		if err = d.ledger.CheckPages(d.background); err == nil || errors.Is(err, store.ErrCorrupt) || errors.Is(err, context.Canceled) {
 			break
 		}
 	}
