@@ -166,6 +166,81 @@ func TestRetentionCarriesItsCount(t *testing.T) {
 	}
 }
 
+// Dropping in steps (MaxDrop) ends where one pass ends, over snapshots a
+// newer build wrote too: by age, at the same first event; by size, no
+// earlier (each step's EventsDropped adds to the size the next counts).
+// Either way every event kept replays to the fold.
+func TestRetentionInStepsEndsWhereOnePassEnds(t *testing.T) {
+	ctx := context.Background()
+	stepped := 0 // seeds whose drop took more than one step
+	for seed := uint64(1); seed <= 16; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		batches := make([]int, 4+rng.IntN(8))
+		unreadable := make([]bool, len(batches)) // a snapshot of a newer build
+		for i := range batches {
+			batches[i], unreadable[i] = 3+rng.IntN(40), rng.IntN(3) == 0
+		}
+		build := func() (*Log, []events.Envelope) {
+			l := openTestLog(t)
+			testClock(l)
+			h := newHistory(seed, 16)
+			var envs []events.Envelope
+			for i, n := range batches {
+				envs = append(envs, mustAppend(t, l, h.take(n)...)...)
+				if unreadable[i] {
+					putSnapshot(t, l, envs, unreadableSnapshots[1].value)
+					continue
+				}
+				if _, err := l.SaveSnapshot(ctx, foldAll(envs), "test"); err != nil {
+					t.Fatal(err)
+				}
+				envs = append(envs, readAll(t, l, l.LastSeq())...)
+			}
+			return l, envs
+		}
+		one, envs := build()
+		var r Retention
+		byAge := seed%2 == 0
+		if byAge {
+			r = Retention{MaxAge: time.Minute, Now: envs[rng.IntN(len(envs))].Time.Add(time.Minute)}
+		} else {
+			var total int64
+			one.ReadRaw(0, func(_ uint64, rec []byte) error { total += int64(crcSize + len(rec)); return nil })
+			r = Retention{MaxBytes: total * int64(10+rng.IntN(80)) / 100}
+		}
+		if _, _, err := one.Retain(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		steps, _ := build()
+		r.MaxDrop = 1 + rng.IntN(30)
+		calls := 0
+		for dropped := true; dropped; calls++ {
+			var err error
+			if _, dropped, err = steps.Retain(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+			if calls > len(envs) {
+				t.Fatalf("seed %d: %d calls and still dropping", seed, calls)
+			}
+		}
+		if calls > 2 {
+			stepped++
+		}
+		if a, b := one.FirstSeq(), steps.FirstSeq(); byAge && a != b || !byAge && b < a {
+			t.Errorf("seed %d (%+v): one pass kept from #%d, steps from #%d", seed, r, a, b)
+		}
+		last := envs[len(envs)-1].Seq
+		for name, l := range map[string]*Log{"one pass": one, "steps": steps} {
+			if got, err := l.Replay(last); err != nil || !got.Equal(foldAll(envs)) {
+				t.Errorf("seed %d, %s: replay to #%d after retention: %v", seed, name, last, err)
+			}
+		}
+	}
+	if stepped < 4 {
+		t.Errorf("%d seeds dropped in more than one step: the test did not test steps", stepped)
+	}
+}
+
 func TestRetention(t *testing.T) {
 	ctx := context.Background()
 	// 300 events one second apart, snapshots at 100 and 200.
