@@ -66,8 +66,9 @@ func Salvage(path, out string) (SalvageReport, error) {
 	if _, err := os.Lstat(out); err == nil {
 		return rep, fmt.Errorf("salvage into %s: it exists", out)
 	}
-	// The records kept are slices of the file mapped, not copies: a copy
-	// of each, twice, took seven times the file's size in memory.
+	// The file is mapped, not read into memory, and each record is kept
+	// once: reading it in and keeping a copy of each record from the
+	// tree and another from the pages took seven times the file's size.
 	data, unmap, err := mapFile(path)
 	if err != nil {
 		return rep, fmt.Errorf("salvage %s: %w", path, err)
@@ -300,6 +301,7 @@ func salvageTree(path string, tree map[uint64][]byte, found map[uint64][][]byte)
 // record it finds in found, by sequence; damaged notes the type a record
 // that fails its checksum still says.
 func salvagePages(data []byte, found map[uint64][][]byte, damaged map[uint64]events.Type, snaps map[uint64][]byte) {
+	var kept slab
 	pageSize := salvagePageSize(data)
 	for pgid := 2; (pgid+1)*pageSize <= len(data); pgid++ {
 		p := data[pgid*pageSize:]
@@ -311,9 +313,25 @@ func salvagePages(data []byte, found map[uint64][][]byte, damaged map[uint64]eve
 		if pgid*pageSize+span > len(data) {
 			span = len(data) - pgid*pageSize
 		}
-		salvageLeaf(p[:span], 0, found, damaged, snaps)
+		salvageLeaf(p[:span], 0, &kept, found, damaged, snaps)
 	}
 }
+
+// slab holds copies of records in large blocks: a million records, each
+// its own allocation, cost a third more memory than their bytes.
+type slab struct{ buf []byte }
+
+// copy returns a copy of b; undo takes back the last one, unkept.
+func (s *slab) copy(b []byte) []byte {
+	if len(b) > cap(s.buf)-len(s.buf) {
+		s.buf = make([]byte, 0, max(1<<20, len(b)))
+	}
+	n := len(s.buf)
+	s.buf = append(s.buf, b...)
+	return s.buf[n:len(s.buf):len(s.buf)]
+}
+
+func (s *slab) undo(b []byte) { s.buf = s.buf[:len(s.buf)-len(b)] }
 
 // mapFile maps the file at path read-only; unmap ends the mapping.
 func mapFile(path string) (data []byte, unmap func(), err error) {
@@ -341,7 +359,7 @@ func mapFile(path string) (data []byte, unmap func(), err error) {
 
 // salvageLeaf keeps the records of the leaf page p (depth: of inline
 // buckets within it).
-func salvageLeaf(p []byte, depth int, found map[uint64][][]byte, damaged map[uint64]events.Type, snaps map[uint64][]byte) {
+func salvageLeaf(p []byte, depth int, kept *slab, found map[uint64][][]byte, damaged map[uint64]events.Type, snaps map[uint64][]byte) {
 	le := binary.LittleEndian
 	if len(p) < pageHeader || depth > 4 {
 		return
@@ -359,7 +377,7 @@ func salvageLeaf(p []byte, depth int, found map[uint64][][]byte, damaged map[uin
 		k, v := p[e+pos:e+pos+ksize], p[e+pos+ksize:e+pos+ksize+vsize]
 		if flags&bucketLeafFlag != 0 {
 			if len(v) > bucketHeader && le.Uint64(v) == 0 && le.Uint16(v[bucketHeader+8:]) == pageLeaf {
-				salvageLeaf(v[bucketHeader:], depth+1, found, damaged, snaps)
+				salvageLeaf(v[bucketHeader:], depth+1, kept, found, damaged, snaps)
 			}
 			continue
 		}
@@ -367,6 +385,12 @@ func salvageLeaf(p []byte, depth int, found map[uint64][][]byte, damaged map[uin
 		if !ok {
 			continue
 		}
+		// Checked and kept as a copy: the file may have a writer (a live
+		// daemon's ledger), which could change the mapped bytes between
+		// the check and their use.
+		kv := kept.copy(p[e+pos : e+pos+ksize+vsize])
+		k, v = kv[:ksize], kv[ksize:]
+		keep := false
 		rec, err := openValue(k, v)
 		if err != nil {
 			// What the damaged record still says of itself, if anything
@@ -377,17 +401,20 @@ func salvageLeaf(p []byte, depth int, found map[uint64][][]byte, damaged map[uin
 					damaged[seq] = typ
 				}
 			}
+			kept.undo(kv)
 			continue
 		}
 		ev, err := events.Unmarshal(rec)
-		if err != nil || ev.Seq != seq {
+		switch {
+		case err != nil || ev.Seq != seq:
 			if _, err := decodeSnapshot(k, v); err == nil {
-				snaps[seq] = v
+				snaps[seq], keep = v, true
 			}
-			continue
+		case !slices.ContainsFunc(found[seq], func(b []byte) bool { return bytes.Equal(b, rec) }):
+			found[seq], keep = append(found[seq], rec), true
 		}
-		if !slices.ContainsFunc(found[seq], func(b []byte) bool { return bytes.Equal(b, rec) }) {
-			found[seq] = append(found[seq], rec)
+		if !keep {
+			kept.undo(kv)
 		}
 	}
 }

@@ -388,24 +388,12 @@ func TestSalvageKeepsTheSnapshotOfADamagedDrop(t *testing.T) {
 // Salvage reads the file mapped: one cut short while it reads faults, and
 // the fault is the salvage's error, not the process's end.
 func TestAFileCutShortUnderSalvageIsItsError(t *testing.T) {
-	b, err := os.ReadFile(markedLedger(t, 30))
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "copy.db")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	data, unmap, err := mapFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unmap()
+	path, data, _ := mappedCopy(t, markedLedger(t, 30))
 	if err := os.Truncate(path, 0); err != nil {
 		t.Fatal(err)
 	}
 	found, snaps := map[uint64][][]byte{}, map[uint64][]byte{}
-	err = whileMapped(path, func() error {
+	err := whileMapped(path, func() error {
 		salvagePages(data, found, map[uint64]events.Type{}, snaps)
 		return nil
 	})
@@ -430,4 +418,48 @@ func TestAFileCutShortUnderSalvageIsItsError(t *testing.T) {
 		}
 	}()
 	whileMapped(path, func() error { panic("not a fault") })
+}
+
+// The records salvage keeps are its own: the file may have a writer (a
+// live daemon's ledger, its pages reused by each commit), and what was
+// checked must be what is copied into the new ledger.
+func TestSalvageKeepsTheRecordsItChecked(t *testing.T) {
+	path, data, b := mappedCopy(t, markedLedger(t, 30))
+	found := map[uint64][][]byte{}
+	salvagePages(data, found, map[uint64]events.Type{}, map[uint64][]byte{})
+	if len(found) != 30 {
+		t.Fatalf("found %d records, want 30", len(found))
+	}
+	// A writer rewrites the file in place.
+	if err := os.WriteFile(path, make([]byte, len(b)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for seq, recs := range found {
+		for _, rec := range recs {
+			if e, err := events.Unmarshal(rec); err != nil || e.Seq != seq {
+				t.Fatalf("record #%d changed with the file under it: %v", seq, err)
+			}
+		}
+	}
+}
+
+// mappedCopy copies the file at src to a new one, which it maps as
+// salvage does until t ends; it returns the copy's path, the mapping and
+// the bytes copied.
+func mappedCopy(t *testing.T, src string) (path string, data, b []byte) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path = filepath.Join(t.TempDir(), "copy.db")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data, unmap, err := mapFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unmap)
+	return path, data, b
 }

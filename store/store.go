@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -502,7 +503,11 @@ func boltProblem(p any) string {
 // debug.SetPanicOnFault turned into a panic: a read of a mapped file past
 // its end.
 func isFault(p any) bool {
-	_, ok := p.(interface{ Addr() uintptr })
+	re, ok := p.(runtime.Error)
+	if !ok {
+		return false
+	}
+	_, ok = re.(interface{ Addr() uintptr })
 	return ok
 }
 
