@@ -12,7 +12,8 @@ import (
 
 // FuzzOpenDamaged mutates ledger files: whatever the bytes, opening one
 // read-only and reading it every way the tools do (Check, Read, Replay,
-// the newest snapshot) returns or fails, and never crashes the process.
+// the newest snapshot), and salvaging it, returns or fails, and never
+// crashes the process.
 // The seeds are the sound sample ledger and the damaged corpus beside it
 // (testdata/ledger); a mutation is taken at the file's start, where
 // bbolt's meta pages are, and as a byte flipped anywhere.
@@ -34,6 +35,7 @@ func FuzzOpenDamaged(f *testing.F) {
 		if err := os.WriteFile(path, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
+		_, _ = Salvage(path, filepath.Join(t.TempDir(), "salvaged.db"))
 		l, err := Open(path, Options{ReadOnly: true, LockTimeout: time.Second})
 		if err != nil {
 			return
