@@ -217,14 +217,15 @@ func (r *reconciler) available() bool {
 }
 
 // catchUp folds the ledger's events after st.Seq into st, telling the
-// parent of those in mine (just recorded here). An unreadable ledger
-// crashes the actor, which replays afresh.
+// parent of those in mine (just recorded here). Where retention dropped
+// what the fold had not read yet, it folds the ledger's state instead,
+// which holds it, and tells the parent of mine as they are. An unreadable
+// ledger crashes the actor, which replays afresh.
 func (r *reconciler) catchUp(ctx actor.Context, mine []events.Envelope) {
 	next := r.st.Seq + 1
 	err := r.cfg.Recorder.Log().Read(next, func(e events.Envelope) error {
 		if e.Seq != next {
-			// Retention dropped what the fold had not read yet.
-			return fmt.Errorf("the ledger goes on at #%d", e.Seq)
+			return errRetained
 		}
 		next++
 		if len(mine) > 0 && e.Seq >= mine[0].Seq && e.Seq <= mine[len(mine)-1].Seq {
@@ -234,10 +235,24 @@ func (r *reconciler) catchUp(ctx actor.Context, mine []events.Envelope) {
 		}
 		return nil
 	})
+	if errors.Is(err, errRetained) {
+		st, err := r.cfg.Recorder.Replay()
+		if err != nil {
+			panic(fmt.Errorf("reconciler: fold the ledger retention cut after #%d: %w", r.st.Seq, err))
+		}
+		for _, e := range mine { // none of them read: the read stopped at once
+			r.tell(ctx, e)
+		}
+		r.st = st
+		return
+	}
 	if err != nil {
 		panic(fmt.Errorf("reconciler: read the ledger after #%d: %w", r.st.Seq, err))
 	}
 }
+
+// errRetained stops a read that retention left a gap before.
+var errRetained = errors.New("retention dropped events the fold had not read")
 
 // schedule arranges a round after d, unless one is due sooner.
 func (r *reconciler) schedule(ctx actor.Context, d time.Duration) {

@@ -427,3 +427,47 @@ func TestAKubeletThatDoesNotListThisDaemonReleasesNothing(t *testing.T) {
 		t.Errorf("#%d released for %q", seq, reason)
 	}
 }
+
+// Retention may drop events the reconciler's fold has not read yet (it
+// reads at its rounds and queries): it then folds the ledger's state,
+// which holds them, and does not crash. Here the node goes on after the
+// reconciler read the ledger: an allocation, a snapshot, and retention up
+// to it.
+func TestAReconcilerBehindRetentionFoldsTheLedgersState(t *testing.T) {
+	const pool, dev, other = "example.com/vf", "0000:3b:02.1", "0000:3b:02.2"
+	l, rec, first, replayed := ledgerWithAllocation(t, pool, dev)
+	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+		return &podresourcesapi.ListPodResourcesResponse{}, nil
+	})
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Replayed: &replayed, Lister: lister,
+		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, Log: zerolog.Nop()}))
+	awaitStatus(t, f, func(st *Status) bool { return st.Rounds > 0 })
+
+	ctx := context.Background()
+	envs, err := rec.Record(ctx, events.DevicesAllocated{Pool: pool, DeviceIDs: []string{other}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := rec.Replay()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.SaveSnapshot(ctx, st, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, dropped, err := l.Retain(ctx, store.Retention{MaxBytes: 1}); err != nil || !dropped || l.FirstSeq() <= envs[0].Seq {
+		t.Fatalf("retention: dropped %v, %v; the ledger starts at #%d", dropped, err, l.FirstSeq())
+	}
+	res, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result()
+	if err != nil {
+		t.Fatalf("a query after retention cut past the reconciler's fold: %v", err)
+	}
+	got := res.(*Status)
+	if _, ok := got.Allocations[envs[0].Seq]; !ok {
+		t.Errorf("allocations %v: #%d, dropped before the reconciler read it, is missing", got.Allocations, envs[0].Seq)
+	}
+	if _, ok := got.Allocations[first]; !ok {
+		t.Errorf("allocations %v: #%d is missing", got.Allocations, first)
+	}
+	f.NothingFor(t, 100*time.Millisecond) // no NeedTold: it did not restart
+}
