@@ -26,6 +26,7 @@ import (
 	"github.com/devledger/devledger/actors/registrar"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
 
@@ -34,7 +35,8 @@ import (
 // health flips; VFs rebound and moved between pools; config reloads that
 // move allocated devices; hot-unplug; pool and node crashes; rescans; a
 // daemon restart, or a SIGKILL with Allocates in flight; pods that claim
-// allocations, or leave them; kubelet restarts; registrar crashes) go
+// allocations, or leave them; kubelet restarts; registrar crashes; in
+// half the seeds, a snapshot and retention dropping all it can, in steps) go
 // through a real daemon, registered through kubelet.sock or (half the
 // seeds) the kubelet's plugin watcher, and at every quiet point each
 // pool's state, asked by message, equals the fold of the ledger
@@ -250,8 +252,32 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 	registrars := rand.New(rand.NewPCG(seed, 0x72656769))
 	// How many devices an Allocate asks for, drawn apart again.
 	sizes := rand.New(rand.NewPCG(seed, 0x73697a65))
+	// In half the seeds, now and then, a snapshot, and half of those times
+	// retention dropping all it can, in steps: the ledger then starts after
+	// it, and every start replays from the snapshot it kept. Drawn apart
+	// again.
+	retains := rand.New(rand.NewPCG(seed, 0x72657461))
+	retaining := retains.IntN(2) == 0
 	for range modelSteps {
 		step()
+		if retaining && retains.IntN(5) == 0 {
+			if err := d.snapshot(ctx, "model"); err != nil {
+				t.Fatal(err)
+			}
+			what := "snapshot"
+			if retains.IntN(2) == 0 {
+				r := store.Retention{MaxBytes: 1, MaxDrop: 1 + retains.IntN(40)}
+				drops := 0
+				for dropped := true; dropped; drops++ {
+					var err error
+					if _, dropped, err = d.ledger.Retain(ctx, r); err != nil {
+						t.Fatal(err)
+					}
+				}
+				what += fmt.Sprintf(" and drop to #%d in %d steps", d.ledger.FirstSeq()-1, drops-1)
+			}
+			history = append(history, what)
+		}
 		if registrars.IntN(16) == 0 && crashes["registrar"] < 3 {
 			crashes["registrar"]++
 			kids, err := d.Children(ctx)
@@ -520,7 +546,16 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 // note of issue 15).
 func falseStories(t *testing.T, d *Daemon) []string {
 	t.Helper()
+	// From the snapshot retention kept, when it dropped the start.
 	st := events.NewState()
+	first := d.ledger.FirstSeq()
+	if first > 1 {
+		snap, ok, err := d.ledger.LatestSnapshot(first - 1)
+		if err != nil || !ok || snap.Seq != first-1 {
+			t.Fatalf("the ledger starts at #%d with no snapshot at #%d: %v", first, first-1, err)
+		}
+		st = snap
+	}
 	var out []string
 	released := map[uint64]string{} // allocation -> its pool, released
 	live := func(e events.Envelope, seq uint64, pool string) {
@@ -528,11 +563,13 @@ func falseStories(t *testing.T, d *Daemon) []string {
 			out = append(out, fmt.Sprintf("#%d %s names allocation #%d of %s", e.Seq, e.Type, seq, pool))
 		}
 	}
-	err := d.ledger.Read(0, func(e events.Envelope) error {
+	err := d.ledger.Read(first, func(e events.Envelope) error {
 		switch p := e.Payload.(type) {
 		case events.DevicesAllocated:
 			for _, seq := range p.Supersedes {
-				if _, ok := st.Allocations[seq]; !ok && released[seq] == p.Pool {
+				// (Released, its pool not told yet; a release before
+				// retention's cut is not read.)
+				if _, ok := st.Allocations[seq]; !ok && (released[seq] == p.Pool || seq < first) {
 					continue
 				}
 				live(e, seq, p.Pool)
