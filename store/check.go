@@ -80,10 +80,14 @@ func (l *Log) check(ctx context.Context, limit int) (CheckReport, []error, error
 		}
 		return nil
 	}
+	// The records' size as read, which retention's first pass then need
+	// not read again (see Log.sized).
+	var sized bytesCounted
 	err := l.view(func(tx *bolt.Tx) error {
 		evb := tx.Bucket(bucketEvents)
 		rep.LastSeq = evb.Sequence()
 		rep.FirstSeq = firstSeqTx(tx)
+		sized.first = rep.FirstSeq
 
 		// The fold runs from the empty state when the ledger starts at 1,
 		// else from the snapshot just before the oldest event kept, else
@@ -140,6 +144,7 @@ func (l *Log) check(ctx context.Context, limit int) (CheckReport, []error, error
 
 		var n int
 		visit := func(seq uint64, rec []byte) error {
+			sized.bytes, sized.last = sized.bytes+int64(crcSize+len(rec)), seq
 			if n++; n%4096 == 0 {
 				if err := ctx.Err(); err != nil {
 					return err
@@ -241,6 +246,13 @@ func (l *Log) check(ctx context.Context, limit int) (CheckReport, []error, error
 	}
 	if err != nil && len(problems) > 0 && errors.Is(err, problems[len(problems)-1]) {
 		err = nil // a problem, reported as one
+	}
+	if err == nil && len(problems) == 0 && !l.readOnly && sized.last != 0 {
+		l.writeMu.Lock()
+		if l.sized.last == 0 {
+			l.sized = sized
+		}
+		l.writeMu.Unlock()
 	}
 	return rep, problems, err
 }

@@ -166,6 +166,42 @@ func TestRetentionCarriesItsCount(t *testing.T) {
 	}
 }
 
+// The check after start reads every record: it leaves their size for
+// retention's first pass, which then reads none of them again. A check
+// that found damage leaves nothing.
+func TestACheckLeavesItsCountToRetention(t *testing.T) {
+	ctx := context.Background()
+	l := openTestLog(t)
+	mustAppend(t, l, newHistory(13, 8).take(50)...)
+	if _, problems, err := l.CheckAll(ctx, 32); err != nil || len(problems) > 0 {
+		t.Fatal(problems, err)
+	}
+	var fresh bytesCounted
+	if err := l.view(func(tx *bolt.Tx) error { return fresh.count(ctx, tx, 0) }); err != nil {
+		t.Fatal(err)
+	}
+	l.writeMu.Lock()
+	left := l.sized
+	l.writeMu.Unlock()
+	if left != fresh || left.last != 50 {
+		t.Errorf("the check left %+v, the records count %+v", left, fresh)
+	}
+
+	path := markedLedger(t, 30)
+	flipInFile(t, path, marker(10))
+	d, err := Open(path, Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, problems, err := d.CheckAll(ctx, 32); err != nil || len(problems) == 0 {
+		t.Fatalf("the check of a damaged record: %v, %v", problems, err)
+	}
+	if d.sized != (bytesCounted{}) {
+		t.Errorf("a check that found damage left %+v", d.sized)
+	}
+}
+
 // Dropping in steps (MaxDrop) ends where one pass ends, over snapshots a
 // newer build wrote too: by age, at the same first event; by size, no
 // earlier (each step's EventsDropped adds to the size the next counts).
