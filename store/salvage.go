@@ -3,8 +3,10 @@ package store
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/fnv"
+	"io/fs"
 	"math"
 	"os"
 	"runtime/debug"
@@ -337,12 +339,18 @@ func (s *slab) undo(b []byte) { s.buf = s.buf[:len(s.buf)-len(b)] }
 func mapFile(path string) (data []byte, unmap func(), err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, unnamed(err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, unnamed(err)
+	}
+	if fi.IsDir() {
+		return nil, nil, errors.New("a directory, not a ledger file")
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, nil, errors.New("not a regular file")
 	}
 	if fi.Size() == 0 {
 		return nil, func() {}, nil
@@ -352,9 +360,19 @@ func mapFile(path string) (data []byte, unmap func(), err error) {
 	}
 	data, err = syscall.Mmap(int(f.Fd()), 0, int(fi.Size()), syscall.PROT_READ, syscall.MAP_SHARED)
 	if err != nil {
-		return nil, nil, fmt.Errorf("map %s: %w", path, err)
+		return nil, nil, fmt.Errorf("map: %w", err)
 	}
 	return data, func() { syscall.Munmap(data) }, nil
+}
+
+// unnamed is err without the path an fs.PathError names: the caller
+// names it.
+func unnamed(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", pe.Op, pe.Err)
+	}
+	return err
 }
 
 // salvageLeaf keeps the records of the leaf page p (depth: of inline

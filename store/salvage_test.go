@@ -420,6 +420,29 @@ func TestAFileCutShortUnderSalvageIsItsError(t *testing.T) {
 	whileMapped(path, func() error { panic("not a fault") })
 }
 
+// Salvage says what is wrong with a path that is no ledger file, and
+// names the path once.
+func TestSalvageOfNoFileSaysWhy(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out.db")
+	for _, c := range []struct{ path, want string }{
+		{dir, "a directory, not a ledger file"},
+		{filepath.Join(dir, "missing.db"), "no such file"},
+	} {
+		_, err := Salvage(c.path, out)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("salvage of %s: %v, want %q", c.path, err, c.want)
+			continue
+		}
+		if n := strings.Count(err.Error(), c.path); n != 1 {
+			t.Errorf("salvage of %s names it %d times: %v", c.path, n, err)
+		}
+	}
+	if _, err := os.Lstat(out); err == nil {
+		t.Error("a salvage that failed wrote its output")
+	}
+}
+
 // The records salvage keeps are its own: the file may have a writer (a
 // live daemon's ledger, its pages reused by each commit), and what was
 // checked must be what is copied into the new ledger.
