@@ -47,6 +47,12 @@ type Config struct {
 	// stream on its socket before it registers anew (default 1s).
 	ListGrace time.Duration
 	Log       zerolog.Logger
+
+	// recheckEvery is the wait between dials of a kubelet recorded gone
+	// (default 5s), and redial the dial (default dialKubelet): tests set
+	// them.
+	recheckEvery time.Duration
+	redial       func(socket string) error
 }
 
 // NeedSocket is sent to the parent when a desired pool must serve under a
@@ -78,6 +84,12 @@ func Props(cfg Config) *actor.Props {
 	if cfg.Mode == "" {
 		cfg.Mode = grpcapi.ModeLegacy
 	}
+	if cfg.recheckEvery <= 0 {
+		cfg.recheckEvery = 5 * time.Second
+	}
+	if cfg.redial == nil {
+		cfg.redial = dialKubelet
+	}
 	first := handoff.First(true)
 	life := &lifetime{downSince: cfg.KubeletDownSince, inflight: map[string]registerOut{}}
 	return actor.PropsFromProducer(func() actor.Actor {
@@ -98,6 +110,10 @@ type lifetime struct {
 	// out ("" if not): the probe may have dialled before the news.
 	checkAgain string
 	inflight   map[string]registerOut // the Register out, by pool
+	// rechecks numbers the recheck timers: only the newest one's recheck
+	// dials, so a crash or a new outage never leaves two dialling.
+	rechecks     int
+	recheckTimer *time.Timer
 }
 
 // registerOut is a Register out: the socket it names, and what cuts it
@@ -186,6 +202,9 @@ func (r *registrar) Receive(ctx actor.Context) {
 		}
 	case *actor.Stopping:
 		r.stopTimers()
+		if r.recheckTimer != nil {
+			r.recheckTimer.Stop()
+		}
 		// Stopped for good: no registrar takes the answers. A restart
 		// keeps them out instead (inflight), for the next incarnation.
 		for _, out := range r.inflight {
@@ -222,13 +241,13 @@ func (r *registrar) Receive(ctx actor.Context) {
 	case *probed:
 		r.probed(ctx, m)
 	case *recheck:
-		if r.downSince.IsZero() || r.probing {
+		if m.n != r.rechecks || r.downSince.IsZero() || r.probing {
 			break
 		}
 		r.probing = true
-		self, root, kubelet, socket := ctx.Self(), ctx.ActorSystem().Root, r.observeKubelet(false), r.cfg.KubeletSocket
+		self, root, kubelet, socket, dial := ctx.Self(), ctx.ActorSystem().Root, r.observeKubelet(false), r.cfg.KubeletSocket, r.cfg.redial
 		// Off the mailbox, as checkKubelet's: dials block for seconds.
-		go func() { root.Send(self, &probed{kubelet: kubelet, recheck: true, err: dialKubelet(socket)}) }()
+		go func() { root.Send(self, &probed{kubelet: kubelet, recheck: true, err: dial(socket)}) }()
 	case *stopRecorded:
 		if !r.downSince.IsZero() {
 			r.downSince = m.at
@@ -312,10 +331,7 @@ func (r *registrar) restarted(msg string) {
 // probeWaits are the waits before each dial after a sign the kubelet may
 // have gone (dials at 0, 300ms, 1.5s): going down, it may end its streams
 // before it closes its socket.
-var (
-	probeWaits   = []time.Duration{0, 300 * time.Millisecond, 1200 * time.Millisecond}
-	recheckEvery = 5 * time.Second // between dials of a kubelet recorded gone
-)
+var probeWaits = []time.Duration{0, 300 * time.Millisecond, 1200 * time.Millisecond}
 
 // dialKubelet dials the kubelet's socket. A starting kubelet binds before
 // it listens, so a refusal counts only if dials 50 and 200 ms later meet
@@ -386,7 +402,7 @@ func (r *registrar) probed(ctx actor.Context, m *probed) {
 			r.needSocket(ctx, pool, r.desired[pool], false, "the kubelet is back")
 		}
 	case m.recheck:
-		r.recheckLater(ctx, recheckEvery)
+		r.recheckLater(ctx, r.cfg.recheckEvery)
 	case m.err != nil && r.downSince.IsZero():
 		r.stopped(ctx, m.why+"; "+filepath.Base(r.cfg.KubeletSocket)+" "+refusal(m.err))
 	}
@@ -404,12 +420,18 @@ func (r *registrar) stopped(ctx actor.Context, reason string) {
 		r.cfg.Log.Warn().Str("socket", socket).Str("reason", reason).Uint64("seq", e.Seq).Msg("kubelet stopped; pools keep serving and register when it is back")
 		root.Send(self, &stopRecorded{at: e.Time})
 	})
-	r.recheckLater(ctx, recheckEvery)
+	r.recheckLater(ctx, r.cfg.recheckEvery)
 }
 
+// recheckLater dials the kubelet again after d, in place of any recheck
+// timed before.
 func (r *registrar) recheckLater(ctx actor.Context, d time.Duration) {
-	self, root := ctx.Self(), ctx.ActorSystem().Root
-	time.AfterFunc(d, func() { root.Send(self, &recheck{}) })
+	if r.recheckTimer != nil {
+		r.recheckTimer.Stop()
+	}
+	r.rechecks++
+	self, root, n := ctx.Self(), ctx.ActorSystem().Root, r.rechecks
+	r.recheckTimer = time.AfterFunc(d, func() { root.Send(self, &recheck{n: n}) })
 }
 
 // refusal says why a dial of the kubelet's socket failed, in a few words.

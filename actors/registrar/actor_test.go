@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -972,6 +974,40 @@ func TestKubeletGoneWhileAProbeIsOutIsRecorded(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("no KubeletStopped recorded; the ledger holds %+v", r.recorded(t))
+}
+
+// A kubelet recorded gone is dialled every recheckEvery by one timer,
+// however often the registrar crashed: each restart used to start a loop
+// of its own beside the last one's.
+func TestOneRecheckLoopOutlivesCrashes(t *testing.T) {
+	const every, window = 20 * time.Millisecond, 600 * time.Millisecond
+	var dials atomic.Int64
+	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{}, func(c *Config) {
+		c.KubeletDownSince = time.Now().Add(-time.Minute)
+		c.recheckEvery = every
+		c.redial = func(string) error { dials.Add(1); return syscall.ECONNREFUSED }
+	})
+	for range 3 {
+		r.Sys.Root.Send(r.Child, &Crash{Reason: "test"})
+		next[*NeedDesires](t, r.family)
+	}
+	for deadline := time.Now().Add(5 * time.Second); dials.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the kubelet recorded gone was never dialled")
+		}
+	}
+	// A loop is never faster than its timer: a busy machine makes it
+	// slower, never more dials.
+	from := dials.Load()
+	time.Sleep(window)
+	if n, most := dials.Load()-from, int64(window/every)+2; n > most {
+		t.Errorf("%d dials in %s, want at most %d: more than one recheck loop", n, window, most)
+	}
+	for _, p := range r.recorded(t) {
+		if _, ok := p.(events.KubeletRestarted); ok {
+			t.Errorf("recorded %+v of a kubelet that never answered", p)
+		}
+	}
 }
 
 // registeringWithABlockingKubelet starts a registrar against a kubelet

@@ -86,7 +86,7 @@ type unlisted struct {
 	checked      bool
 }
 
-type recheck struct{} // dial a kubelet recorded gone
+type recheck struct{ n int } // dial a kubelet recorded gone, if n is the newest timer
 
 type stopRecorded struct{ at time.Time } // the KubeletStopped is durable, at its time
 
