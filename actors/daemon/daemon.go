@@ -609,10 +609,35 @@ func (d *Daemon) notReady(ctx context.Context) error {
 	return nil
 }
 
-// answers says whether the actors answer (/healthz).
+// answers says whether every actor answers (/healthz): the node names its
+// children, and each answers a Touch from its mailbox. A pool waiting for
+// the disk still answers: liveness asks whether mailboxes turn, and
+// /readyz says when the ledger cannot record.
 func (d *Daemon) answers(ctx context.Context) error {
-	if _, err := d.Status(ctx); err != nil {
+	kids, err := d.Children(ctx)
+	if err != nil {
 		return fmt.Errorf("actors do not answer: %w", err)
+	}
+	pids := map[string]*actor.PID{"scanner": kids.Scanner, "registrar": kids.Registrar,
+		"health checker": kids.Health, "socket watcher": kids.Sockets, "reconciler": kids.Reconciler}
+	for name, pid := range kids.Pools {
+		pids["pool "+name] = pid
+	}
+	asked := map[string]*actor.Future{}
+	for name, pid := range pids {
+		if pid != nil {
+			asked[name] = d.system.Root.RequestFuture(pid, &actor.Touch{}, timeoutOf(ctx))
+		}
+	}
+	var silent []string
+	for name, f := range asked {
+		if _, err := f.Result(); err != nil {
+			silent = append(silent, name)
+		}
+	}
+	if len(silent) > 0 {
+		slices.Sort(silent)
+		return fmt.Errorf("actors do not answer: %s", strings.Join(silent, ", "))
 	}
 	return nil
 }

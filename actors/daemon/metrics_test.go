@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/store"
@@ -39,6 +40,19 @@ func httpGet(t *testing.T, url string) (int, string) {
 func waitReadyz(t *testing.T, ctx context.Context, base string) {
 	t.Helper()
 	waitReadyzSays(t, ctx, base, http.StatusOK, "ok")
+}
+
+// readyWithMetrics starts a daemon on the SR-IOV node with cfg, serving
+// its metrics, and waits until /readyz says ok; base is the metrics URL.
+func readyWithMetrics(t *testing.T, cfg string) (d *Daemon, ctx context.Context, base string) {
+	t.Helper()
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, cfg, kubelettest.Options{})
+	n.opts.MetricsAddr = "127.0.0.1:0"
+	d = n.start(t)
+	ctx = waitCtx(t)
+	base = "http://" + d.metricsAddr
+	waitReadyz(t, ctx, base)
+	return d, ctx, base
 }
 
 func TestMetricsHealthAndReadiness(t *testing.T) {
@@ -272,6 +286,34 @@ func TestRetentionDropsABacklogInSteps(t *testing.T) {
 	}
 }
 
+// /healthz asks every actor, pools included: one whose mailbox no longer
+// turns makes it fail, named, and it is 200 again once that one answers.
+func TestHealthzNamesAnActorThatDoesNotAnswer(t *testing.T) {
+	d, ctx, base := readyWithMetrics(t, sriovConfig)
+	kids, err := d.Children(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		pid  *actor.PID
+	}{{"pool " + vfioPool, kids.Pools[vfioPool]}, {"health checker", kids.Health}} {
+		proc, ok := d.system.ProcessRegistry.Get(c.pid)
+		if !ok {
+			t.Fatalf("no %s", c.name)
+		}
+		proc.SendSystemMessage(c.pid, &actor.SuspendMailbox{})
+		code, body := httpGet(t, base+"/healthz")
+		proc.SendSystemMessage(c.pid, &actor.ResumeMailbox{})
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, c.name) {
+			t.Errorf("/healthz with the %s's mailbox stopped = %d %q, want 503 naming it", c.name, code, body)
+		}
+		if code, body := httpGet(t, base+"/healthz"); code != http.StatusOK {
+			t.Errorf("/healthz once the %s answers = %d %q", c.name, code, body)
+		}
+	}
+}
+
 // With the disk under the state dir full, Allocate fails with Unavailable,
 // /readyz says the ledger cannot record and the metrics show it, while
 // /healthz stays true (the daemon is not wedged). Once there is room it is
@@ -429,12 +471,7 @@ func TestARemovedPoolsCountersStartAtZeroAfterARestart(t *testing.T) {
 // series stay, at zero: an alert on a pool that offers nothing needs one.
 func TestMetricsOfAPoolWithNoDevices(t *testing.T) {
 	cfg := strings.Replace(sriovConfig, `"drivers": ["iavf"]`, `"drivers": ["no-such-driver"]`, 1)
-	n := newTestNode(t, sysfsgen.ScenarioSRIOV, cfg, kubelettest.Options{})
-	n.opts.MetricsAddr = "127.0.0.1:0"
-	d := n.start(t)
-	ctx := waitCtx(t)
-	base := "http://" + d.metricsAddr
-	waitReadyz(t, ctx, base)
+	_, _, base := readyWithMetrics(t, cfg)
 	_, body := httpGet(t, base+"/metrics")
 	for _, want := range []string{
 		`devledger_pool_devices{health="healthy",pool="intel.com/sriov_net"} 0`,
