@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
@@ -468,6 +469,62 @@ func TestAReconcilerBehindRetentionFoldsTheLedgersState(t *testing.T) {
 	}
 	if _, ok := got.Allocations[first]; !ok {
 		t.Errorf("allocations %v: #%d is missing", got.Allocations, first)
+	}
+	f.NothingFor(t, 100*time.Millisecond) // no NeedTold: it did not restart
+}
+
+// Retention may drop the reconciler's own events between their commit and
+// its reading them back. They are not in the ledger to read then, yet the
+// node must hear of them: it tells of them from what the store answered,
+// and folds the ledger's state, which holds them. Here the reconciler's
+// mailbox is held from the commit of its binding until retention dropped
+// it.
+func TestAReconcilersOwnEventsDroppedBeforeItReadThemAreTold(t *testing.T) {
+	const pool, dev = "example.com/vf", "0000:3b:02.1"
+	l, rec, first, replayed := ledgerWithAllocation(t, pool, dev)
+	pods := &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{
+		kubelettest.PodHolding("ns", "pod-a", "main", pool, dev)}}
+	var f *actortest.Family
+	spawned, landed := make(chan struct{}), make(chan events.Envelope, 1)
+	rec.Observe(func(envs []events.Envelope) {
+		if _, ok := envs[0].Payload.(events.AllocationBound); ok {
+			proc, _ := f.Sys.ProcessRegistry.Get(f.Child)
+			proc.SendSystemMessage(f.Child, &actor.SuspendMailbox{})
+			landed <- envs[0]
+		}
+	})
+	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+		<-spawned
+		return pods, nil
+	})
+	f = actortest.Spawn(t, Props(Config{Recorder: rec, Replayed: &replayed, Lister: lister,
+		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, Log: zerolog.Nop()}))
+	close(spawned)
+	var bound events.Envelope
+	select {
+	case bound = <-landed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no binding recorded")
+	}
+	ctx := context.Background()
+	st, err := rec.Replay()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.SaveSnapshot(ctx, st, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, dropped, err := l.Retain(ctx, store.Retention{MaxBytes: 1}); err != nil || !dropped || l.FirstSeq() <= bound.Seq {
+		t.Fatalf("retention: dropped %v, %v; the ledger starts at #%d", dropped, err, l.FirstSeq())
+	}
+	proc, _ := f.Sys.ProcessRegistry.Get(f.Child)
+	proc.SendSystemMessage(f.Child, &actor.ResumeMailbox{})
+
+	if got := actortest.Next[*Recorded](t, f); got.Event.Seq != bound.Seq {
+		t.Errorf("the node heard of #%d (%s), want the binding #%d", got.Event.Seq, got.Event.Type, bound.Seq)
+	}
+	if got := awaitStatus(t, f, func(*Status) bool { return true }); got.Allocations[first] != "ns/pod-a/main" {
+		t.Errorf("allocations %v: #%d not bound to ns/pod-a/main", got.Allocations, first)
 	}
 	f.NothingFor(t, 100*time.Millisecond) // no NeedTold: it did not restart
 }
