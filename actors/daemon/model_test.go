@@ -20,6 +20,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/devledger/devledger/actors/health"
 	"github.com/devledger/devledger/actors/node"
 	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/actors/reconciler"
@@ -128,6 +129,9 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 	// A restart's kind, and what is in flight at a kill, are drawn apart:
 	// a seed's operations are those it had before kills came.
 	kills := rand.New(rand.NewPCG(seed, 0x4b111))
+	// Whether a crash hits a pool or the health checker is drawn apart
+	// too.
+	crashing := rand.New(rand.NewPCG(seed, 0xc4a54))
 	// listed are the plugin sockets that have sent a device list to the
 	// kubelet of a boot: their ListAndWatch stream with it opened.
 	type bootSocket struct {
@@ -471,8 +475,13 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 			}
 			clear(crashes)
 			history = append(history, what)
-		case 3: // a pool crashes (fewer times than the supervisor gives up at)
+		case 3: // a pool crashes, or a third of the time the health
+			// checker (each fewer times than the supervisor gives up at;
+			// the registrar and the reconciler crash above and below)
 			p := pools[rng.IntN(len(pools))]
+			if crashing.IntN(3) == 0 {
+				p = "health"
+			}
 			if crashes[p] >= 3 {
 				continue
 			}
@@ -480,11 +489,14 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if kids.Pools[p] == nil { // not served: it has no devices
+			if p == "health" {
+				d.system.Root.Send(kids.Health, &health.Crash{Reason: "model"})
+			} else if kids.Pools[p] != nil { // else not served: it has no devices
+				crash(d, kids.Pools[p], "model")
+			} else {
 				continue
 			}
 			crashes[p]++
-			crash(d, kids.Pools[p], "model")
 			history = append(history, "crash "+p)
 		case 11: // the kubelet's pods change: each live allocation is
 			// claimed by a container of its own, or not (its container
