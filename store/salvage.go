@@ -336,8 +336,10 @@ func (s *slab) copy(b []byte) []byte {
 func (s *slab) undo(b []byte) { s.buf = s.buf[:len(s.buf)-len(b)] }
 
 // mapFile maps the file at path read-only; unmap ends the mapping.
+// Opened without blocking: a FIFO would wait for a writer before its
+// mode could be seen.
 func mapFile(path string) (data []byte, unmap func(), err error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, nil, unnamed(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -425,11 +426,23 @@ func TestAFileCutShortUnderSalvageIsItsError(t *testing.T) {
 func TestSalvageOfNoFileSaysWhy(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out.db")
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct{ path, want string }{
 		{dir, "a directory, not a ledger file"},
 		{filepath.Join(dir, "missing.db"), "no such file"},
+		{fifo, "not a regular file"}, // not waiting for a writer
 	} {
-		_, err := Salvage(c.path, out)
+		done := make(chan error, 1)
+		go func() { _, err := Salvage(c.path, out); done <- err }()
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("salvage of %s still waits after 5s", c.path)
+		}
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("salvage of %s: %v, want %q", c.path, err, c.want)
 			continue
