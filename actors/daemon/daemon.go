@@ -619,7 +619,8 @@ func (d *Daemon) answers(ctx context.Context) error {
 		return fmt.Errorf("actors do not answer: %w", err)
 	}
 	pids := map[string]*actor.PID{"scanner": kids.Scanner, "registrar": kids.Registrar,
-		"health checker": kids.Health, "socket watcher": kids.Sockets, "reconciler": kids.Reconciler}
+		"health checker": kids.Health, "socket watcher": kids.Sockets, "reconciler": kids.Reconciler,
+		"config watcher": kids.ConfigWatch}
 	for name, pid := range kids.Pools {
 		pids["pool "+name] = pid
 	}
@@ -631,8 +632,10 @@ func (d *Daemon) answers(ctx context.Context) error {
 	}
 	var silent []string
 	for name, f := range asked {
-		if _, err := f.Result(); err != nil {
-			silent = append(silent, name)
+		if _, err := f.Result(); errors.Is(err, actor.ErrDeadLetter) {
+			silent = append(silent, name+" (stopped)")
+		} else if err != nil {
+			silent = append(silent, name+" (no answer in time)")
 		}
 	}
 	if len(silent) > 0 {

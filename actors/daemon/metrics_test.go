@@ -297,7 +297,7 @@ func TestHealthzNamesAnActorThatDoesNotAnswer(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		pid  *actor.PID
-	}{{"pool " + vfioPool, kids.Pools[vfioPool]}, {"health checker", kids.Health}} {
+	}{{"pool " + vfioPool, kids.Pools[vfioPool]}, {"health checker", kids.Health}, {"config watcher", kids.ConfigWatch}} {
 		proc, ok := d.system.ProcessRegistry.Get(c.pid)
 		if !ok {
 			t.Fatalf("no %s", c.name)
@@ -305,12 +305,19 @@ func TestHealthzNamesAnActorThatDoesNotAnswer(t *testing.T) {
 		proc.SendSystemMessage(c.pid, &actor.SuspendMailbox{})
 		code, body := httpGet(t, base+"/healthz")
 		proc.SendSystemMessage(c.pid, &actor.ResumeMailbox{})
-		if code != http.StatusServiceUnavailable || !strings.Contains(body, c.name) {
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, c.name+" (no answer in time)") {
 			t.Errorf("/healthz with the %s's mailbox stopped = %d %q, want 503 naming it", c.name, code, body)
 		}
 		if code, body := httpGet(t, base+"/healthz"); code != http.StatusOK {
 			t.Errorf("/healthz once the %s answers = %d %q", c.name, code, body)
 		}
+	}
+	// One that stopped is told from one that hangs.
+	if err := d.system.Root.PoisonFuture(kids.ConfigWatch).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := httpGet(t, base+"/healthz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "config watcher (stopped)") {
+		t.Errorf("/healthz with the config watcher stopped = %d %q, want 503 saying it stopped", code, body)
 	}
 }
 

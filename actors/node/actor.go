@@ -144,7 +144,7 @@ type coordinator struct {
 	closing bool
 	placed  bool
 
-	scanner, registrar, health, sockets, reconciler *actor.PID
+	scanner, registrar, health, sockets, reconciler, configwatch *actor.PID
 
 	devices []sysfs.Device
 	pools   map[string]*actor.PID
@@ -369,7 +369,7 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 		ctx.Respond(st)
 	case *Children:
 		ctx.Respond(&ChildPIDs{Scanner: n.scanner, Registrar: n.registrar, Health: n.health,
-			Sockets: n.sockets, Reconciler: n.reconciler, Pools: maps.Clone(n.pools),
+			Sockets: n.sockets, Reconciler: n.reconciler, ConfigWatch: n.configwatch, Pools: maps.Clone(n.pools),
 			Configured: slices.Sorted(maps.Keys(n.resources)), Placed: n.placed})
 	}
 }
@@ -588,7 +588,7 @@ func (n *coordinator) start(ctx actor.Context) {
 	rc.Log = log.With().Str("actor", "reconciler").Logger()
 	n.reconciler = n.spawn(ctx, "reconciler", reconciler.Props(rc))
 	if n.cfg.ConfigPath != "" && n.cfg.WatchConfig {
-		n.spawn(ctx, "configwatch", configwatch.Props(configwatch.Config{Path: n.cfg.ConfigPath, Log: log.With().Str("actor", "configwatch").Logger()}))
+		n.configwatch = n.spawn(ctx, "configwatch", configwatch.Props(configwatch.Config{Path: n.cfg.ConfigPath, Log: log.With().Str("actor", "configwatch").Logger()}))
 	}
 	n.scanner = n.spawn(ctx, "scanner", scanner.Props(scanner.Config{Reader: n.cfg.Reader, Recorder: n.cfg.Recorder,
 		Known: st.Clone().Devices, First: n.firstScan, Interval: n.cfg.ScanInterval, Log: log.With().Str("actor", "scanner").Logger()}))

@@ -24,6 +24,8 @@ type ChildPIDs struct {
 	Health     *actor.PID
 	Sockets    *actor.PID
 	Reconciler *actor.PID
+	// ConfigWatch is nil when the config file is not watched.
+	ConfigWatch *actor.PID
 	// Pools maps each running pool's name to its allocator. Configured names
 	// the config's pools, sorted, running or not (a pool runs after the first
 	// scan, while it has devices or advertises empty). Placed: the first scan
