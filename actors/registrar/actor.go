@@ -388,8 +388,10 @@ func (r *registrar) probed(ctx actor.Context, m *probed) {
 	}()
 	// A kubelet new since the probe began is up, whatever the probe met;
 	// its KubeletRestarted is recorded. No socket at all is no new
-	// kubelet: the one probed took it with it ("is gone").
-	if cur := r.observeKubelet(false); cur.present() && cur != m.kubelet {
+	// kubelet: the one probed took it with it ("is gone"). One still
+	// recorded gone is the kubelet known, its socket away when the probe
+	// began: the outcome stands, and a refusal dials again.
+	if cur := r.observeKubelet(false); cur.present() && cur != m.kubelet && r.downSince.IsZero() {
 		return
 	}
 	switch {

@@ -1012,6 +1012,55 @@ func TestOneRecheckLoopOutlivesCrashes(t *testing.T) {
 	}
 }
 
+// The kubelet recorded gone is dialled for as long as it is: also when its
+// socket was away as a recheck began, and back, the same one, when the
+// dial was refused.
+func TestARecheckOfASocketAwayAndBackDialsAgain(t *testing.T) {
+	const every = 20 * time.Millisecond
+	var dials atomic.Int64
+	var away atomic.Bool
+	var sock, moved string
+	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{}, func(c *Config) {
+		sock = c.KubeletSocket
+		moved = sock + ".away"
+		c.KubeletDownSince = time.Now().Add(-time.Minute)
+		c.recheckEvery = every
+		c.redial = func(string) error {
+			if away.CompareAndSwap(true, false) {
+				if err := os.Rename(moved, sock); err != nil {
+					t.Error(err)
+				}
+			}
+			dials.Add(1)
+			return syscall.ECONNREFUSED
+		}
+	})
+	waitDials := func(n int64) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); dials.Load() < n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d dials of the kubelet recorded gone, want %d", dials.Load(), n)
+			}
+		}
+	}
+	waitDials(1)
+	if err := os.Rename(sock, moved); err != nil {
+		t.Fatal(err)
+	}
+	away.Store(true)
+	for deadline := time.Now().Add(5 * time.Second); away.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no recheck with the socket away")
+		}
+	}
+	waitDials(dials.Load() + 3)
+	for _, p := range r.recorded(t) {
+		if _, ok := p.(events.KubeletRestarted); ok {
+			t.Errorf("recorded %+v of the kubelet known, which never answered", p)
+		}
+	}
+}
+
 // registeringWithABlockingKubelet starts a registrar against a kubelet
 // that holds every Register (serveBlockingKubelet), serves gpu and desires
 // it: a Register of its socket goes out and is held.
