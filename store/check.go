@@ -16,8 +16,10 @@ import (
 type CheckReport struct {
 	// Events is the number of events verified (before FirstBad, if any).
 	Events uint64
-	// Snapshots is the number of snapshots verified.
-	Snapshots int
+	// Snapshots is the number of snapshots verified, and Newer of those
+	// passed over: of a format newer than this build reads (a rollback),
+	// which is not damage.
+	Snapshots, Newer int
 	// FirstSeq and LastSeq are the ledger's bounds.
 	FirstSeq, LastSeq uint64
 	// FirstBad is the sequence of the first bad record, 0 when none was
@@ -38,7 +40,9 @@ type CheckReport struct {
 // not safe beside a writer.
 //
 // It stops at the first problem and returns a *CorruptError naming it, with
-// the report filled up to there. It checks ctx between records.
+// the report filled up to there. It checks ctx between records. A snapshot
+// of a format newer than this build reads (a rollback) is no problem: it
+// is passed over and counted in Newer, as replay passes over it.
 func (l *Log) Check(ctx context.Context) (CheckReport, error) {
 	rep, problems, err := l.check(ctx, 1)
 	if err == nil && len(problems) > 0 {
@@ -121,7 +125,8 @@ func (l *Log) check(ctx context.Context, limit int) (CheckReport, []error, error
 			}
 			base = true
 			st, err := decodeSnapshot(sk, sv)
-			if errors.Is(err, events.ErrSnapshotFormat) && limit > 1 {
+			if errors.Is(err, events.ErrSnapshotFormat) {
+				rep.Newer++
 				continue
 			}
 			if err != nil {
@@ -175,7 +180,8 @@ func (l *Log) check(ctx context.Context, limit int) (CheckReport, []error, error
 					break
 				}
 				st, format, err := decodeSnapshotFormat(sk, sv)
-				if errors.Is(err, events.ErrSnapshotFormat) && limit > 1 {
+				if errors.Is(err, events.ErrSnapshotFormat) {
+					rep.Newer++
 					continue
 				}
 				if err != nil {

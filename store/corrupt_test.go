@@ -468,6 +468,42 @@ func TestNewerSnapshotPastRetentionIsNamed(t *testing.T) {
 	}
 }
 
+// A snapshot of a newer format (a daemon rolled back) is no damage: Check
+// passes over it as CheckAll and replay do, and counts it apart.
+func TestCheckPassesOverANewerSnapshot(t *testing.T) {
+	l := openTestLog(t)
+	ctx := context.Background()
+	envs := mustAppend(t, l, newHistory(21, 16).take(60)...)
+	for _, n := range []int{20, 40} {
+		if _, err := l.SaveSnapshot(ctx, foldAll(envs[:n]), "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := l.Meta().Path
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rewrite(t, path, func(tx *bolt.Tx) error {
+		rec, err := events.MarshalState(foldAll(envs[:40]))
+		if err != nil {
+			return err
+		}
+		return tx.Bucket(bucketSnapshots).Put(seqKey(40), appendValue(nil, 40, bytes.Replace(rec, []byte(`{"format":4,`), []byte(`{"format":5,`), 1)))
+	})
+	ro, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	rep, err := ro.Check(ctx)
+	if err != nil || rep.Events != ro.LastSeq() || rep.Snapshots != 1 || rep.Newer != 1 || len(rep.Problems) > 0 {
+		t.Errorf("check: %+v, %v; want every event, 1 snapshot verified and 1 of a newer format, no problem", rep, err)
+	}
+	if _, problems, err := ro.CheckAll(ctx, 32); err != nil || len(problems) > 0 {
+		t.Errorf("check all: %v, %v; want no problem", problems, err)
+	}
+}
+
 // Age-based retention meets an event of a type a newer devledger wrote (a
 // rollback): no damage, and not known to be old. It drops nothing from
 // there on, and says nothing is wrong.
