@@ -81,6 +81,8 @@ type eventSource interface {
 // foldFrom is the state a fold of src's events starts from, first being
 // the first event it read: the empty state when that is the ledger's first
 // event, else the snapshot that retention kept at the sequence before it.
+// Retention always keeps that one: without it (damaged, or a newer
+// devledger's) the start is missing.
 func foldFrom(src eventSource, first uint64) (events.State, error) {
 	if first <= 1 {
 		return events.NewState(), nil
@@ -90,7 +92,7 @@ func foldFrom(src eventSource, first uint64) (events.State, error) {
 		return s, err
 	}
 	if !ok || s.Seq != first-1 {
-		return s, fmt.Errorf("the ledger keeps events from #%d on, and no snapshot at #%d leads there: %w", first, first-1, store.ErrHistoryDropped)
+		return s, fmt.Errorf("the events before #%d are missing, and no snapshot this build reads at #%d stands for them", first, first-1)
 	}
 	return s, nil
 }

@@ -256,6 +256,14 @@ func TestDumpWithoutTheSnapshotBeforeTheEventsKept(t *testing.T) {
 			t.Errorf("dump %v: exit %d, and no warning: %s", args, code, errOut)
 		}
 	}
+	// Retention keeps the snapshot where it cuts: without it the start is
+	// missing, which is damage, and no tool puts it on retention.
+	for _, args := range [][]string{{"dump"}, {"replay"}} {
+		code, _, errOut := runCLI(t, append(args, "--db", db)...)
+		if strings.Contains(errOut, "dropped by retention") || !strings.Contains(errOut, "missing") {
+			t.Errorf("%s: exit %d, %q: want the start named missing, not retention's doing", args[0], code, errOut)
+		}
+	}
 }
 
 // TestPageUntilBeforeTheEventsKept: a page that ends before the first
