@@ -991,11 +991,7 @@ func TestOneRecheckLoopOutlivesCrashes(t *testing.T) {
 		r.Sys.Root.Send(r.Child, &Crash{Reason: "test"})
 		next[*NeedDesires](t, r.family)
 	}
-	for deadline := time.Now().Add(5 * time.Second); dials.Load() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the kubelet recorded gone was never dialled")
-		}
-	}
+	awaitDials(t, &dials, 1)
 	// A loop is never faster than its timer: a busy machine makes it
 	// slower, never more dials. The bound is of the time that passed, as
 	// the test may wake late.
@@ -1005,6 +1001,23 @@ func TestOneRecheckLoopOutlivesCrashes(t *testing.T) {
 	if most := int64(took/every) + 2; n > most {
 		t.Errorf("%d dials in %s, want at most %d: more than one recheck loop", n, took, most)
 	}
+	noKubeletRestarted(t, r)
+}
+
+// awaitDials waits until dials reaches n.
+func awaitDials(t *testing.T, dials *atomic.Int64, n int64) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); dials.Load() < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d dials of the kubelet recorded gone, want %d", dials.Load(), n)
+		}
+	}
+}
+
+// noKubeletRestarted checks that r recorded no KubeletRestarted: the
+// kubelet recorded gone never answered.
+func noKubeletRestarted(t *testing.T, r *registrarUnderTest) {
+	t.Helper()
 	for _, p := range r.recorded(t) {
 		if _, ok := p.(events.KubeletRestarted); ok {
 			t.Errorf("recorded %+v of a kubelet that never answered", p)
@@ -1035,15 +1048,7 @@ func TestARecheckOfASocketAwayAndBackDialsAgain(t *testing.T) {
 			return syscall.ECONNREFUSED
 		}
 	})
-	waitDials := func(n int64) {
-		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); dials.Load() < n; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d dials of the kubelet recorded gone, want %d", dials.Load(), n)
-			}
-		}
-	}
-	waitDials(1)
+	awaitDials(t, &dials, 1)
 	if err := os.Rename(sock, moved); err != nil {
 		t.Fatal(err)
 	}
@@ -1053,12 +1058,8 @@ func TestARecheckOfASocketAwayAndBackDialsAgain(t *testing.T) {
 			t.Fatal("no recheck with the socket away")
 		}
 	}
-	waitDials(dials.Load() + 3)
-	for _, p := range r.recorded(t) {
-		if _, ok := p.(events.KubeletRestarted); ok {
-			t.Errorf("recorded %+v of the kubelet known, which never answered", p)
-		}
-	}
+	awaitDials(t, &dials, dials.Load()+3)
+	noKubeletRestarted(t, r)
 }
 
 // registeringWithABlockingKubelet starts a registrar against a kubelet
