@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/connectivity"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
@@ -15,38 +14,34 @@ import (
 const podResourcesMaxMessage = 16 << 20
 
 // PodResourcesClient asks the kubelet's PodResources service which
-// containers hold which devices. It connects lazily: a missing socket is an
-// error of the call, not of the constructor, so the caller can retry.
+// containers hold which devices. Each List dials the socket afresh: a
+// connection kept between calls carries the state of the kubelet that was
+// there when it last failed, and gRPC answers from that state (the last
+// dial's error) after the kubelet is back. A caller's rounds are seconds
+// apart, a dial of a unix socket well under a millisecond.
 type PodResourcesClient struct {
 	socket string
-	conn   *grpc.ClientConn
-	api    podresourcesapi.PodResourcesListerClient
 }
 
 // NewPodResourcesClient returns a client of the PodResources socket at path
-// (<kubelet-dir>/pod-resources/kubelet.sock).
-func NewPodResourcesClient(path string) (*PodResourcesClient, error) {
-	conn, err := dialUnix(path, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(podResourcesMaxMessage)))
-	if err != nil {
-		return nil, fmt.Errorf("pod resources at %s: %w", path, err)
-	}
-	return &PodResourcesClient{socket: path, conn: conn, api: podresourcesapi.NewPodResourcesListerClient(conn)}, nil
+// (<kubelet-dir>/pod-resources/kubelet.sock). It dials nothing: a missing
+// socket is an error of a List, which the caller retries.
+func NewPodResourcesClient(path string) *PodResourcesClient {
+	return &PodResourcesClient{socket: path}
 }
 
-// List returns every pod's containers and the devices they hold. Give ctx a
-// deadline: the call fails fast when the socket is absent.
+// List returns every pod's containers and the devices they hold. It fails
+// fast when the socket is absent or nothing listens on it; give ctx a
+// deadline for a kubelet that accepts and does not answer.
 func (c *PodResourcesClient) List(ctx context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
-	// The caller keeps its own backoff; gRPC's, grown while the kubelet
-	// was away, would fail this call at once though the kubelet is back.
-	if c.conn.GetState() == connectivity.TransientFailure {
-		c.conn.ResetConnectBackoff()
+	conn, err := dialUnix(c.socket, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(podResourcesMaxMessage)))
+	if err != nil {
+		return nil, fmt.Errorf("pod resources at %s: %w", c.socket, err)
 	}
-	resp, err := c.api.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
+	defer conn.Close()
+	resp, err := podresourcesapi.NewPodResourcesListerClient(conn).List(ctx, &podresourcesapi.ListPodResourcesRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("list pod resources at %s: %w", c.socket, err)
 	}
 	return resp, nil
 }
-
-// Close releases the connection.
-func (c *PodResourcesClient) Close() error { return c.conn.Close() }

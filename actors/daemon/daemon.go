@@ -147,7 +147,6 @@ type Daemon struct {
 	// nodeGone closes once the node and its children have stopped.
 	nodeGone chan struct{}
 	admin    *grpcapi.AdminServer
-	podres   *grpcapi.PodResourcesClient
 
 	metrics     *metrics
 	metricsSrv  *http.Server
@@ -233,9 +232,6 @@ func Start(opts Options) (_ *Daemon, err error) {
 			d.system = <-system
 		}
 		d.system.Shutdown()
-		if d.podres != nil {
-			d.podres.Close()
-		}
 		if recorded {
 			if _, rerr := d.rec.Record(context.Background(), events.DaemonStopped{Reason: "start failed: " + err.Error(), Clean: true}); rerr != nil {
 				d.log.Error().Err(rerr).Msg("cannot record the failed start")
@@ -386,17 +382,14 @@ func Start(opts Options) (_ *Daemon, err error) {
 		d.die(fmt.Errorf("actor %s kept crashing: %v", child.Id, reason))
 	}
 	strategy := supervise.DefaultBackoff(d.log.With().Str("component", "supervisor").Logger(), giveUp)
-	d.podres, err = grpcapi.NewPodResourcesClient(filepath.Join(opts.KubeletDir, "pod-resources", "kubelet.sock"))
-	if err != nil {
-		return nil, err
-	}
+	podres := grpcapi.NewPodResourcesClient(filepath.Join(opts.KubeletDir, "pod-resources", "kubelet.sock"))
 	props := node.Props(node.Config{
 		Config: cfg, ConfigPath: opts.ConfigPath, ConfigOptions: opts.ConfigOptions, WatchConfig: opts.WatchConfig, ConfigSHA256: node.Digest(cfgData), Env: env, Reader: reader, Recorder: d.rec, Replayed: &st, FirstScan: firstScan,
 		KubeletDir: opts.KubeletDir, Mode: mode,
 		AllocEnv:   allocation.Env{DevRoot: opts.DevRoot, HasVhostNet: env.HasVhostNet},
 		DevinfoDir: devinfo, CDISpecDir: cdiDir, ScanInterval: opts.ScanInterval, ProbeInterval: opts.ProbeInterval,
 		CallTimeout: opts.CallTimeout, Supervisor: strategy, Log: d.log,
-		PodResources: d.podres, ObserveAllocate: d.metrics.allocated,
+		PodResources: podres, ObserveAllocate: d.metrics.allocated,
 		Reconcile: reconciler.Config{Interval: opts.ReconcileInterval, LeakGrace: opts.LeakGrace, Self: opts.Pod},
 	})
 	props.Configure(actor.WithGuardian(strategy))
@@ -749,7 +742,6 @@ func (d *Daemon) drain(ctx context.Context, reason string, failed bool) error {
 		d.log.Warn().Err(err).Msg("admin socket stop")
 	}
 	d.system.Shutdown()
-	d.podres.Close()
 	if err := d.ledger.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close ledger: %w", err))
 	}

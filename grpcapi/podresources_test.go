@@ -1,0 +1,43 @@
+package grpcapi
+
+import (
+	"testing"
+
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/devledger/devledger/grpcapi/kubelettest"
+)
+
+// A kubelet back after being away answers the first List asked of it: no
+// error left over from the calls that failed while it was gone, nor a
+// reconnect backoff grown meanwhile, stands between the two. The caller
+// keeps its own backoff, and a List it makes when told that the kubelet is
+// back must reach it.
+func TestPodResourcesListReachesAKubeletBack(t *testing.T) {
+	k := kubelettest.Start(t, "", kubelettest.Options{})
+	k.SetPods([]*podresourcesapi.PodResources{kubelettest.PodHolding("ml", "trainer-0", "main", "example.com/nic", "0000:3b:01.2")})
+	c := NewPodResourcesClient(k.PodResourcesSocket())
+	if _, err := c.List(testCtx(t)); err != nil {
+		t.Fatalf("List with the kubelet up: %v", err)
+	}
+	for round := range 3 {
+		if err := k.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 { // each fails: the kubelet is away
+			if _, err := c.List(testCtx(t)); err == nil {
+				t.Fatalf("round %d: List with the kubelet stopped answered", round)
+			}
+		}
+		if err := k.Boot(); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := c.List(testCtx(t))
+		if err != nil {
+			t.Fatalf("round %d: the first List after the kubelet came back: %v", round, err)
+		}
+		if len(resp.PodResources) != 1 || resp.PodResources[0].Name != "trainer-0" {
+			t.Fatalf("round %d: List answered %v", round, resp.PodResources)
+		}
+	}
+}
