@@ -16,6 +16,7 @@ import (
 	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/internal/actortest"
 	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
@@ -332,7 +333,7 @@ func TestStopCutsTheLedgerCheckShort(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	logs := &lockedBuffer{}
+	logs := &actortest.Log{}
 	n.opts.Logger = zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), logs)).Level(zerolog.DebugLevel)
 	n.opts.SnapshotCheck = time.Millisecond // the check begins at once
 	if d, err = Start(n.opts); err != nil {

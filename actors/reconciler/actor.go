@@ -93,8 +93,15 @@ type lifetime struct {
 	// recorded: the fold reads them back, and tells the parent, first.
 	persist ledger.Persister
 	// kubeletAt is when the parent last told of a kubelet started (see
-	// KubeletSettle), before its KubeletRestarted may be in the ledger.
+	// KubeletSettle), before its KubeletRestarted may be in the ledger,
+	// or when PodResources answered again after failing.
 	kubeletAt time.Time
+	// seen are the last round's findings (foldInput.seen): a standing
+	// conflict is recorded once, not again by each incarnation.
+	seen map[string]bool
+	// failing: the last List failed. warned: this process has said that
+	// PodResources fails, once for each time it starts failing.
+	failing, warned bool
 }
 
 type reconciler struct {
@@ -106,7 +113,6 @@ type reconciler struct {
 	// the first start, or recovered here): the pool and the node hold one
 	// before they hear of its binding, release or leak.
 	told     map[uint64]bool
-	seen     map[string]bool
 	failures int
 	// listing is the answer the List out will fill (nil: none is out);
 	// another, an earlier incarnation's, is not taken.
@@ -204,7 +210,6 @@ func (r *reconciler) start(ctx actor.Context) {
 	}
 	r.replayed = nil
 	r.st = st.Clone()
-	r.seen = map[string]bool{}
 	r.schedule(ctx, 0)
 	r.life.persist.Resume(func(m any) { r.handle(ctx, m) })
 }
@@ -290,8 +295,16 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	r.catchUp(ctx, nil)
 	if m.err != nil {
 		r.failures++
+		r.life.failing = true
 		delay := supervise.Doubling(time.Second, r.cfg.RetryMax, r.failures)
 		if !r.available() {
+			// The ledger says so already (this process's own record, or
+			// one from before it started, which it has not said yet).
+			if !r.life.warned {
+				r.life.warned = true
+				r.cfg.Log.Warn().Err(m.err).Time("since", r.st.Attribution.Since).Dur("retry_in_ms", delay).
+					Msg("pod resources still unavailable; devices are served but not attributed to pods")
+			}
 			r.schedule(ctx, delay)
 			r.roundAgain(ctx)
 			return
@@ -302,6 +315,7 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 				r.cfg.Log.Error().Err(err).Msg("cannot record that pod resources are unavailable")
 			} else {
 				r.catchUp(ctx, envs)
+				r.life.warned = true
 				r.cfg.Log.Warn().Err(m.err).Dur("retry_in_ms", delay).Msg("pod resources unavailable; devices are served but not attributed to pods")
 			}
 			r.schedule(ctx, delay)
@@ -310,14 +324,21 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 		return
 	}
 	r.failures = 0
+	now := r.cfg.Now()
+	if r.life.failing || !r.available() {
+		// Back after failing: a kubelet may have started, serving
+		// PodResources before the parent hears of its kubelet.sock.
+		r.life.kubeletAt = now
+	}
+	r.life.failing, r.life.warned = false, false
 	var payloads []events.Payload
 	if !r.available() {
 		payloads = append(payloads, events.AttributionChanged{Available: true, Reason: "pod resources answered"})
 	}
-	// The kubelet settles from its start: as the parent told, or as the
+	// The kubelet settles from its start: as the parent told, as the
 	// ledger says (KubeletRestarted), which a reconciler its parent
-	// starts again reads.
-	now, back := r.cfg.Now(), r.life.kubeletAt
+	// starts again reads, or from the first answer after failures.
+	back := r.life.kubeletAt
 	if last := r.st.Kubelet.LastRestart; last.After(back) {
 		back = last
 	}
@@ -326,7 +347,7 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 		r.schedule(ctx, settle) // a round once the kubelet has its pods
 	}
 	r.synced(m.resp.GetPodResources())
-	res := fold(foldInput{pools: r.st.Pools, allocs: r.attributed(), now: now, grace: r.cfg.LeakGrace, seen: r.seen,
+	res := fold(foldInput{pools: r.st.Pools, allocs: r.attributed(), now: now, grace: r.cfg.LeakGrace, seen: r.life.seen,
 		settling: settle > 0 || r.unsynced}, m.resp.GetPodResources())
 	payloads = append(payloads, res.payloads...)
 	if len(payloads) == 0 {
@@ -374,7 +395,7 @@ func (r *reconciler) recorded(ctx actor.Context, seen map[string]bool, n int, en
 		if n > 0 {
 			r.catchUp(ctx, envs)
 		}
-		r.seen = seen
+		r.life.seen = seen
 		r.rounds++
 		r.schedule(ctx, r.cfg.Interval)
 	}

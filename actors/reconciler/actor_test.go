@@ -2,7 +2,10 @@ package reconciler
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -57,6 +60,21 @@ func bindings(t *testing.T, l *store.Log) map[uint64]events.AllocationBound {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// releaseOf is when l recorded the release of allocation seq, and why;
+// the zero time if it did not.
+func releaseOf(t *testing.T, l *store.Log, seq uint64) (at time.Time, reason string) {
+	t.Helper()
+	if err := l.Read(seq, func(e events.Envelope) error {
+		if r, ok := e.Payload.(events.DevicesReleased); ok && r.AllocationSeq == seq {
+			at, reason = e.Time, r.Reason
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return at, reason
 }
 
 // ledgerWithAllocation opens a ledger holding one allocation of dev in
@@ -344,44 +362,60 @@ func TestAnEarlierIncarnationsListIsNotTaken(t *testing.T) {
 // A kubelet just started lists no pod until it has synced them: a bound
 // allocation whose pod it does not list is not released while it
 // settles, and a round of its own once it has settled releases it when
-// the pod is gone indeed.
+// the pod is gone indeed. It has started when the parent says so
+// (KubeletBack), or when PodResources answers after failing: a kubelet
+// may serve it before its kubelet.sock is there, so before the parent
+// hears of it and before KubeletRestarted is in the ledger.
 func TestAKubeletThatJustStartedReleasesNothingUntilItSettles(t *testing.T) {
-	const pool, dev = "example.com/vf", "0000:3b:02.1"
-	l, rec, seq, replayed := ledgerWithAllocation(t, pool, dev)
-	var pods atomic.Pointer[[]*podresourcesapi.PodResources]
-	pods.Store(&[]*podresourcesapi.PodResources{kubelettest.PodHolding("ns", "pod-a", "main", pool, dev)})
-	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
-		return &podresourcesapi.ListPodResourcesResponse{PodResources: *pods.Load()}, nil
-	})
-	const settle = 500 * time.Millisecond
-	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
-		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, KubeletSettle: settle, Log: zerolog.Nop()}))
-	awaitStatus(t, f, func(st *Status) bool { return st.Allocations[seq] == "ns/pod-a/main" })
+	for _, told := range []bool{true, false} {
+		t.Run(fmt.Sprintf("told=%v", told), func(t *testing.T) {
+			const pool, dev = "example.com/vf", "0000:3b:02.1"
+			l, rec, seq, replayed := ledgerWithAllocation(t, pool, dev)
+			type answer struct {
+				pods []*podresourcesapi.PodResources
+				err  error
+			}
+			var now atomic.Pointer[answer]
+			now.Store(&answer{pods: []*podresourcesapi.PodResources{kubelettest.PodHolding("ns", "pod-a", "main", pool, dev)}})
+			lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+				a := now.Load()
+				return &podresourcesapi.ListPodResourcesResponse{PodResources: a.pods}, a.err
+			})
+			const settle = 500 * time.Millisecond
+			f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
+				Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, RetryMax: 50 * time.Millisecond,
+				KubeletSettle: settle, Log: zerolog.Nop()}))
+			awaitStatus(t, f, func(st *Status) bool { return st.Allocations[seq] == "ns/pod-a/main" })
 
-	pods.Store(&[]*podresourcesapi.PodResources{}) // the kubelet restarts
-	back := time.Now()
-	f.Sys.Root.Send(f.Child, &Reconcile{KubeletBack: true})
-	st := awaitStatus(t, f, func(st *Status) bool { return st.Rounds >= 2 })
-	if time.Since(back) < settle && st.Allocations[seq] != "ns/pod-a/main" {
-		t.Fatalf("a round while the kubelet settles let go of #%d: %q", seq, st.Allocations[seq])
-	}
-	// The pod is gone indeed: released once the kubelet has settled,
-	// with no round asked for.
-	awaitStatus(t, f, func(st *Status) bool { _, live := st.Allocations[seq]; return !live })
-	released := time.Time{}
-	if err := l.Read(seq, func(e events.Envelope) error {
-		if r, ok := e.Payload.(events.DevicesReleased); ok && r.AllocationSeq == seq {
-			released = e.Time
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if released.IsZero() {
-		t.Fatalf("#%d was not released after the kubelet settled", seq)
-	}
-	if d := released.Sub(back); d < settle {
-		t.Errorf("#%d released %s after the kubelet came back, within its %s to settle", seq, d, settle)
+			var back time.Time
+			var st *Status
+			if told {
+				now.Store(&answer{}) // the kubelet restarts
+				back = time.Now()
+				f.Sys.Root.Send(f.Child, &Reconcile{KubeletBack: true})
+				st = awaitStatus(t, f, func(st *Status) bool { return st.Rounds >= 2 })
+			} else {
+				now.Store(&answer{err: errors.New("connection refused")}) // the kubelet goes down
+				f.Sys.Root.Send(f.Child, &Reconcile{})
+				awaitStatus(t, f, func(st *Status) bool { return !st.Available })
+				back = time.Now()
+				now.Store(&answer{}) // and is back: the backoff's retry finds it
+				st = awaitStatus(t, f, func(st *Status) bool { return st.Available })
+			}
+			if time.Since(back) < settle && st.Allocations[seq] != "ns/pod-a/main" {
+				t.Fatalf("a round while the kubelet settles let go of #%d: %q", seq, st.Allocations[seq])
+			}
+			// The pod is gone indeed: released once the kubelet has
+			// settled, with no round asked for.
+			awaitStatus(t, f, func(st *Status) bool { _, live := st.Allocations[seq]; return !live })
+			released, _ := releaseOf(t, l, seq)
+			if released.IsZero() {
+				t.Fatalf("#%d was not released after the kubelet settled", seq)
+			}
+			if d := released.Sub(back); d < settle {
+				t.Errorf("#%d released %s after the kubelet came back, within its %s to settle", seq, d, settle)
+			}
+		})
 	}
 }
 
@@ -415,16 +449,7 @@ func TestAKubeletThatDoesNotListThisDaemonReleasesNothing(t *testing.T) {
 	}
 	pods.Store(&[]*podresourcesapi.PodResources{static, self}) // synced: pod-a is gone indeed
 	awaitStatus(t, f, func(st *Status) bool { _, live := st.Allocations[seq]; return !live })
-	var reason string
-	if err := l.Read(seq, func(e events.Envelope) error {
-		if r, ok := e.Payload.(events.DevicesReleased); ok && r.AllocationSeq == seq {
-			reason = r.Reason
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if reason != "ns/pod-a/main no longer holds it" {
+	if _, reason := releaseOf(t, l, seq); reason != "ns/pod-a/main no longer holds it" {
 		t.Errorf("#%d released for %q", seq, reason)
 	}
 }
@@ -527,4 +552,80 @@ func TestAReconcilersOwnEventsDroppedBeforeItReadThemAreTold(t *testing.T) {
 		t.Errorf("allocations %v: #%d not bound to ns/pod-a/main", got.Allocations, first)
 	}
 	f.NothingFor(t, 100*time.Millisecond) // no NeedTold: it did not restart
+}
+
+// A device two containers hold is a conflict, recorded once while it
+// stands: not again by the reconciler that a crash started afresh.
+func TestAStandingConflictIsRecordedOnceAcrossCrashes(t *testing.T) {
+	const pool, dev = "example.com/vf", "0000:3b:02.1"
+	l, rec, first, replayed := ledgerWithAllocation(t, pool, dev)
+	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+		return &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{
+			kubelettest.PodHolding("ns", "pod-a", "main", pool, dev),
+			kubelettest.PodHolding("ns", "pod-b", "main", pool, dev)}}, nil
+	})
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
+		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, Log: zerolog.Nop()}))
+	conflicts := func() int {
+		n := 0
+		if err := l.Read(0, func(e events.Envelope) error {
+			if _, ok := e.Payload.(events.AllocationConflict); ok {
+				n++
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	twoRounds := func() {
+		t.Helper()
+		awaitStatus(t, f, func(st *Status) bool { return st.Rounds >= 1 })
+		f.Sys.Root.Send(f.Child, &Reconcile{})
+		awaitStatus(t, f, func(st *Status) bool { return st.Rounds >= 2 })
+	}
+	twoRounds()
+	if n := conflicts(); n != 1 {
+		t.Fatalf("%d conflicts recorded, want 1", n)
+	}
+	for crash := range 2 {
+		f.Sys.Root.Send(f.Child, &Crash{Reason: "test"})
+		actortest.Next[*NeedTold](t, f)
+		f.Sys.Root.Send(f.Child, &Allocated{Seq: first})
+		twoRounds()
+		if n := conflicts(); n != 1 {
+			t.Fatalf("after crash %d: the standing conflict recorded %d times, want once", crash+1, n)
+		}
+	}
+}
+
+// A daemon started on a ledger that says PodResources is unavailable,
+// with PodResources failing still, says so once in its own log: not with
+// each retry, and not never because the ledger said it before.
+func TestAReconcilerSaysOnceThatPodResourcesStillFails(t *testing.T) {
+	const pool, dev = "example.com/vf", "0000:3b:02.1"
+	_, rec, _, _ := ledgerWithAllocation(t, pool, dev)
+	if _, err := rec.Record(context.Background(), events.AttributionChanged{Available: false, Reason: "feature gate off"}); err != nil {
+		t.Fatal(err)
+	}
+	replayed, err := rec.Replay()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+		calls.Add(1)
+		return nil, errors.New("feature gate off")
+	})
+	var log actortest.Log
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
+		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, RetryMax: 10 * time.Millisecond, Log: zerolog.New(&log)}))
+	deadline := time.Now().Add(10 * time.Second)
+	for calls.Load() < 5 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	awaitStatus(t, f, func(st *Status) bool { return !st.Available })
+	if n := strings.Count(log.String(), "pod resources still unavailable"); n != 1 {
+		t.Errorf("after %d failed lists the log says %d times that pod resources are unavailable, want once:\n%s", calls.Load(), n, log.String())
+	}
 }
