@@ -4,8 +4,10 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/devledger/devledger/testdata/sysfsgen"
@@ -92,6 +94,7 @@ func TestBrokenAttributes(t *testing.T) {
 			},
 			fix: func(d *Device) {
 				d.Vendor, d.VendorName, d.DeviceName = "", "", ""
+				d.Incomplete = true
 			},
 			warning: "vendor: is a directory",
 		},
@@ -253,6 +256,57 @@ func TestBrokenAttributes(t *testing.T) {
 			}
 			if !reflect.DeepEqual(one, byAddress(devs)[tc.addr]) {
 				t.Errorf("Device(%s) = %+v\nScan gave %+v", tc.addr, one, byAddress(devs)[tc.addr])
+			}
+		})
+	}
+}
+
+// A read that fails with an error other than not-found leaves the
+// function's read incomplete, and says which file failed; a file the
+// function lacks, or the carrier of a link that is down, does not. A VF
+// whose PF was read incompletely is too: its PF's interface comes from
+// there.
+func TestIncompleteReads(t *testing.T) {
+	const (
+		pf = "0000:3b:00.0" // ice, ens785f0
+		vf = "0000:3b:01.0" // iavf, ens785f0v0, a VF of pf
+	)
+	pfAndVFs := []string{pf, vf, "0000:3b:01.1", "0000:3b:01.2", "0000:3b:01.3"}
+	tests := []struct {
+		name       string
+		faults     map[string]error
+		incomplete []string // the functions read incompletely
+		warning    string   // of the first of them
+	}{
+		{name: "vendor", faults: map[string]error{pf + "/vendor": syscall.EIO}, incomplete: pfAndVFs, warning: "vendor: input/output error"},
+		{name: "the function's directory", faults: map[string]error{"devices/" + vf: syscall.EMFILE}, incomplete: []string{vf},
+			warning: ".: cannot list the function's directory: too many open files"},
+		{name: "driver link", faults: map[string]error{vf + "/driver": syscall.ENOMEM}, incomplete: []string{vf}, warning: "driver: cannot allocate memory"},
+		{name: "net", faults: map[string]error{pf + "/net": syscall.EIO}, incomplete: pfAndVFs, warning: "net: input/output error"},
+		{name: "numa_node not found", faults: map[string]error{pf + "/numa_node": syscall.ENOENT}, warning: "numa_node: no such file"},
+		{name: "carrier", faults: map[string]error{"ens785f0/carrier": syscall.EIO}, warning: "net/ens785f0/carrier: input/output error"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			roots := sysfsgen.TempScenario(t, sysfsgen.ScenarioSRIOV)
+			r := sampleReader(t, roots)
+			r.fs = faultFS{faults: tc.faults}
+			devs := scanOK(t, r)
+			var incomplete []string
+			for _, d := range devs {
+				if d.Incomplete {
+					incomplete = append(incomplete, d.Address)
+				}
+			}
+			if !slices.Equal(incomplete, tc.incomplete) {
+				t.Errorf("read incompletely: %q, want %q", incomplete, tc.incomplete)
+			}
+			addr := pf
+			if len(tc.incomplete) > 0 {
+				addr = tc.incomplete[0]
+			}
+			if w := byAddress(devs)[addr].Warnings; !slices.ContainsFunc(w, func(s string) bool { return strings.HasPrefix(s, tc.warning) }) {
+				t.Errorf("%s: warnings %q, want one saying %q", addr, w, tc.warning)
 			}
 		})
 	}

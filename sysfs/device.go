@@ -106,6 +106,13 @@ type Device struct {
 	// Optional attributes (driver, iommu_group, acpi_index, sriov_*) only
 	// warn when present and unreadable.
 	Warnings []string `json:"warnings,omitempty"`
+
+	// Incomplete says a read of the function, or of its PF, failed with
+	// an error other than not-found (EIO, EMFILE, ENOMEM; its warning
+	// names it): the fields above may lack what the kernel holds, and are
+	// no news of the function. Carrier does not count: the kernel refuses
+	// it while a link is down, and it is the link's state.
+	Incomplete bool `json:"incomplete,omitempty"`
 }
 
 // NetInterface is one network interface of a PCI function.

@@ -52,6 +52,13 @@ func (f faultFS) readlink(path string) (string, error) {
 	return f.osFS.readlink(path)
 }
 
+func (f faultFS) readDirNames(path string) ([]string, error) {
+	if err := f.fault(path); err != nil {
+		return nil, err
+	}
+	return f.osFS.readDirNames(path)
+}
+
 func (f faultFS) stat(path string) error {
 	if err := f.fault(path); err != nil {
 		return err

@@ -120,7 +120,7 @@ func (w *worker) readFunction(addr string) fnResult {
 			res.gone = true
 			return res
 		}
-		d.Warnings = append(d.Warnings, ".: cannot list the function's directory: "+errText(err))
+		w.unreadable(d, ".: cannot list the function's directory", err)
 		return res
 	}
 	var e entries
@@ -309,7 +309,7 @@ func (w *worker) attr(d *Device, dir, name string, present, required bool) ([]by
 func (w *worker) read(d *Device, path, rel string) ([]byte, bool) {
 	n, err := w.fs.readFile(path, w.buf[:])
 	if err != nil {
-		d.Warnings = append(d.Warnings, rel+": "+errText(err))
+		w.unreadable(d, rel, err)
 		return nil, false
 	}
 	if n == len(w.buf) {
@@ -334,6 +334,17 @@ func (w *worker) hexAttr(d *Device, dir, name string, present bool, digits int, 
 	return w.intern(v)
 }
 
+// unreadable notes that reading rel, relative to the function's
+// directory, failed with err: a warning, and unless rel was not found (an
+// attribute the function lacks, or a function going away), an incomplete
+// read (Device.Incomplete).
+func (w *worker) unreadable(d *Device, rel string, err error) {
+	d.Warnings = append(d.Warnings, rel+": "+errText(err))
+	if !errors.Is(err, fs.ErrNotExist) {
+		d.Incomplete = true
+	}
+}
+
 func (w *worker) malformed(d *Device, rel string, content []byte, what string) {
 	d.Warnings = append(d.Warnings, rel+": "+quote(content)+" "+what)
 }
@@ -342,7 +353,7 @@ func (w *worker) malformed(d *Device, rel string, content []byte, what string) {
 func (w *worker) link(d *Device, dir, name string) (string, bool) {
 	t, err := w.fs.readlink(dir + "/" + name)
 	if err != nil {
-		d.Warnings = append(d.Warnings, name+": "+errText(err))
+		w.unreadable(d, name, err)
 		return "", false
 	}
 	return t, true
@@ -389,7 +400,7 @@ func (w *worker) readInterfaces(d *Device, dir, sub string, ifs []NetInterface) 
 	names, err := w.fs.readDirNames(dir + "/" + sub)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) || sub == "net" {
-			d.Warnings = append(d.Warnings, sub+": "+errText(err))
+			w.unreadable(d, sub, err)
 		}
 		return ifs
 	}
@@ -398,7 +409,7 @@ func (w *worker) readInterfaces(d *Device, dir, sub string, ifs []NetInterface) 
 		ifc := NetInterface{Name: name, Carrier: -1}
 		rel := sub + "/" + name
 		base := dir + "/" + rel
-		warned := len(d.Warnings)
+		warned, incomplete := len(d.Warnings), d.Incomplete
 		if b, ok := w.read(d, base+"/operstate", rel+"/operstate"); ok {
 			if v, ok := parseWord(b); ok {
 				ifc.OperState = w.intern(v)
@@ -430,7 +441,7 @@ func (w *worker) readInterfaces(d *Device, dir, sub string, ifs []NetInterface) 
 		// netdev moments after it appears): not an interface of this name.
 		if len(d.Warnings) > warned {
 			if err := w.fs.stat(base); errors.Is(err, fs.ErrNotExist) {
-				d.Warnings = d.Warnings[:warned]
+				d.Warnings, d.Incomplete = d.Warnings[:warned], incomplete
 				continue
 			}
 		}
@@ -444,7 +455,7 @@ func (w *worker) readInterfaces(d *Device, dir, sub string, ifs []NetInterface) 
 func (w *worker) readRDMA(d *Device, dir string) {
 	names, err := w.fs.readDirNames(dir + "/infiniband")
 	if err != nil {
-		d.Warnings = append(d.Warnings, "infiniband: "+errText(err))
+		w.unreadable(d, "infiniband", err)
 		return
 	}
 	slices.Sort(names)
@@ -468,7 +479,7 @@ func (w *worker) readRDMA(d *Device, dir string) {
 		ports, err := w.fs.readDirNames(dir + "/" + portsRel)
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
-				d.Warnings = append(d.Warnings, portsRel+": "+errText(err))
+				w.unreadable(d, portsRel, err)
 			}
 			continue
 		}
@@ -478,7 +489,7 @@ func (w *worker) readRDMA(d *Device, dir string) {
 			entries, err := w.fs.readDirNames(dir + "/" + pkeysRel)
 			if err != nil {
 				if !errors.Is(err, fs.ErrNotExist) {
-					d.Warnings = append(d.Warnings, pkeysRel+": "+errText(err))
+					w.unreadable(d, pkeysRel, err)
 				}
 				continue
 			}
@@ -516,7 +527,7 @@ func (w *worker) readRDMAChars(d *Device, dir string, classes []string) {
 	for _, class := range classes {
 		names, err := w.fs.readDirNames(dir + "/" + class)
 		if err != nil {
-			d.Warnings = append(d.Warnings, class+": "+errText(err))
+			w.unreadable(d, class, err)
 			continue
 		}
 		slices.Sort(names)
@@ -545,7 +556,7 @@ func (w *worker) readRDMAChars(d *Device, dir string, classes []string) {
 func (w *worker) firstNumbered(d *Device, dir, rel, prefix string) string {
 	names, err := w.fs.readDirNames(dir + "/" + rel)
 	if err != nil {
-		d.Warnings = append(d.Warnings, rel+": "+errText(err))
+		w.unreadable(d, rel, err)
 		return ""
 	}
 	slices.Sort(names)
@@ -568,7 +579,7 @@ func (w *worker) readDefaultPKey(d *Device, dir, dev string) {
 	case errors.Is(err, fs.ErrNotExist):
 		return
 	case err != nil:
-		d.Warnings = append(d.Warnings, rel+": "+errText(err))
+		w.unreadable(d, rel, err)
 		return
 	}
 	b := w.buf[:n]
@@ -589,7 +600,7 @@ func (w *worker) readVDPA(d *Device, dir, child string) {
 	t, err := w.fs.readlink(dir + "/" + rel)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
-			d.Warnings = append(d.Warnings, rel+": "+errText(err))
+			w.unreadable(d, rel, err)
 		}
 		return
 	}

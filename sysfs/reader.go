@@ -294,6 +294,8 @@ func linkVF(vf, pf *fnResult, vfIndex map[string]int) {
 	if len(pf.dev.Interfaces) > 0 {
 		d.PFInterface = pf.dev.Interfaces[0].Name
 	}
+	// The PF's interface, or the VF's index, may be what it lacks.
+	d.Incomplete = d.Incomplete || pf.dev.Incomplete
 }
 
 // warnOnce logs msg at warn level the first time key is seen by this

@@ -45,8 +45,11 @@ func Props(cfg Config) *actor.Props {
 type scanner struct {
 	cfg   Config
 	known map[string]events.Device
-	first func() ([]sysfs.Device, error) // nil once taken
-	timer *time.Timer
+	// complete is each function's last complete read, which stands in
+	// for a read of it that is not (sysfs.Device.Incomplete).
+	complete map[string]sysfs.Device
+	first    func() ([]sysfs.Device, error) // nil once taken
+	timer    *time.Timer
 	// persist holds the scans back while a scan's changes are being
 	// recorded: each diffs against the devices in the ledger.
 	persist *ledger.Persister
@@ -99,6 +102,7 @@ func (s *scanner) scan(ctx actor.Context, reason string) {
 		s.cfg.Log.Error().Err(err).Msg("scan failed")
 		return
 	}
+	devs = s.steady(devs)
 	diff := Diff(s.known, devs)
 	if len(diff) == 0 {
 		ctx.Send(ctx.Parent(), &Scanned{Devices: devs, Reason: reason})
@@ -127,6 +131,24 @@ func (s *scanner) scan(ctx actor.Context, reason string) {
 		s.known = st.Devices
 		ctx.Send(ctx.Parent(), &Scanned{Devices: devs, Changed: true, Reason: reason, HealthSet: healthSet})
 	})
+}
+
+// steady puts each function's last complete read in the place of one
+// read incompletely: a read that failed (EIO, EMFILE) is no news of a
+// function, and must not move it out of its pool. The reader has logged
+// what failed.
+func (s *scanner) steady(devs []sysfs.Device) []sysfs.Device {
+	was := s.complete
+	s.complete = make(map[string]sysfs.Device, len(devs))
+	for i, d := range devs {
+		if !d.Incomplete {
+			s.complete[d.Address] = d
+		} else if c, ok := was[d.Address]; ok {
+			devs[i] = c
+			s.complete[d.Address] = c
+		}
+	}
+	return devs
 }
 
 func (s *scanner) schedule(ctx actor.Context) {

@@ -2,7 +2,9 @@ package scanner
 
 import (
 	"context"
+	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -144,6 +146,60 @@ func TestScannerRecordsWhatChanged(t *testing.T) {
 		t.Errorf("hotplug recorded %q, want %q", got, want)
 	}
 	f.Silent(t)
+}
+
+// A function whose read fails (EIO, EMFILE: here its vendor file is a
+// directory, EISDIR) has not changed: its last complete read stands for
+// it, in the ledger and in what the parent is told, so it keeps its pool.
+// Once it reads again, a real change is recorded.
+func TestScannerKeepsTheLastCompleteReadOfAFunction(t *testing.T) {
+	const gpu = "0000:18:00.0"
+	fx := newFixture(t)
+	f := spawnFamily(t, Props(Config{Reader: fx.reader, Recorder: fx.recorder}))
+	was := byAddr(next[*Scanned](t, f).Devices)[gpu]
+	last := fx.log.LastSeq()
+
+	if err := fx.roots.Unbind(gpu); err != nil { // not seen: the read is incomplete
+		t.Fatal(err)
+	}
+	vendor := filepath.Join(fx.roots.DevicePath(gpu), "vendor")
+	if err := os.Remove(vendor); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(vendor, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f.Sys.Root.Send(f.Child, &Rescan{Reason: "unreadable"})
+	m := next[*Scanned](t, f)
+	if got := byAddr(m.Devices)[gpu]; m.Changed || !reflect.DeepEqual(got, was) {
+		t.Errorf("a scan that could not read %s: Changed %v, told %+v; want its last complete read %+v", gpu, m.Changed, got, was)
+	}
+	if got := fx.recorded(t, last); len(got) > 0 {
+		t.Errorf("a scan that could not read %s recorded %q", gpu, got)
+	}
+
+	if err := os.Remove(vendor); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(vendor, []byte("0x"+was.Vendor+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.Sys.Root.Send(f.Child, &Rescan{Reason: "readable"})
+	if got := byAddr(next[*Scanned](t, f).Devices)[gpu]; got.Driver != "" || got.Vendor != was.Vendor {
+		t.Errorf("read again, %s has driver %q, vendor %q; want unbound, %s", gpu, got.Driver, got.Vendor, was.Vendor)
+	}
+	if got, want := fx.recorded(t, last), []string{"DeviceChanged " + gpu}; !slices.Equal(got, want) {
+		t.Errorf("read again, recorded %q, want %q", got, want)
+	}
+	f.Silent(t)
+}
+
+func byAddr(devs []sysfs.Device) map[string]sysfs.Device {
+	m := make(map[string]sysfs.Device, len(devs))
+	for _, d := range devs {
+		m[d.Address] = d
+	}
+	return m
 }
 
 func TestScannerStartsFromWhatTheLedgerKnows(t *testing.T) {

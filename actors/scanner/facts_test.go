@@ -41,6 +41,8 @@ func TestDiff(t *testing.T) {
 	moved.Interfaces = []sysfs.NetInterface{{Name: "ens785f0v1", OperState: "up"}}
 	movedDown := moved
 	movedDown.Interfaces = []sysfs.NetInterface{{Name: "ens785f0v1", OperState: "down"}}
+	unread := a
+	unread.Vendor, unread.Driver, unread.Incomplete = "", "", true
 	tests := []struct {
 		name    string
 		known   map[string]events.Device
@@ -64,6 +66,11 @@ func TestDiff(t *testing.T) {
 			map[string]events.Device{a.Address: known(false, a), b.Address: known(true, b)}, []sysfs.Device{b}, nil},
 		{"a removed device that comes back is discovered again, even unchanged",
 			map[string]events.Device{a.Address: known(false, a)}, []sysfs.Device{a},
+			[]string{"DeviceDiscovered 0000:3b:01.0"}},
+		{"a known device read incompletely has not changed",
+			map[string]events.Device{a.Address: known(true, a)}, []sysfs.Device{unread}, nil},
+		{"a device read incompletely is discovered with what was read",
+			map[string]events.Device{a.Address: known(false, a)}, []sysfs.Device{unread},
 			[]string{"DeviceDiscovered 0000:3b:01.0"}},
 		{"removals come after the rest, sorted by address",
 			map[string]events.Device{c.Address: known(true, c), b.Address: known(true, b)}, []sysfs.Device{a},
