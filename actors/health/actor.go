@@ -143,6 +143,9 @@ type lifetime struct {
 	// persist holds the rounds back while a round's verdicts are being
 	// recorded: each judges against the verdicts in the ledger.
 	persist ledger.Persister
+	// unrecorded counts the rounds in a row whose verdicts the ledger
+	// refused (supervise.FailureLevel).
+	unrecorded int
 }
 
 type checker struct {
@@ -375,9 +378,11 @@ func (c *checker) round(ctx actor.Context, targets []Target, linkOnly []bool) {
 func (c *checker) recorded(ctx actor.Context, verdicts []Verdict, envs []events.Envelope, err error) {
 	if err != nil {
 		// Not recorded means not decided: the next round tries again.
-		c.cfg.Log.Error().Err(err).Int("changes", len(verdicts)).Msg("cannot record health changes; will retry")
+		c.life.unrecorded++
+		c.cfg.Log.WithLevel(supervise.FailureLevel(c.life.unrecorded)).Err(err).Int("changes", len(verdicts)).Msg("cannot record health changes; will retry")
 		return
 	}
+	c.life.unrecorded = 0
 	for i := range verdicts {
 		v := &verdicts[i]
 		v.Seq = envs[i].Seq

@@ -1069,7 +1069,7 @@ func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID
 			// The file will not change again to ask: try it again.
 			n.life.unrecorded++
 			wait := supervise.Doubling(time.Second, time.Minute, n.life.unrecorded)
-			log.Error().Err(err).Dur("retry_in_ms", wait).Msg("cannot record the new config; keeping the config in force until it can")
+			log.WithLevel(supervise.FailureLevel(n.life.unrecorded)).Err(err).Dur("retry_in_ms", wait).Msg("cannot record the new config; keeping the config in force until it can")
 			self, root, why := ctx.Self(), ctx.ActorSystem().Root, strings.TrimPrefix(reason, unrecordedRetry)
 			time.AfterFunc(wait, func() { root.Send(self, &ReloadConfig{Reason: unrecordedRetry + why}) })
 			reply(&ReloadResult{Err: err})

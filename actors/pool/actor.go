@@ -649,7 +649,7 @@ func (p *allocator) refused(ctx actor.Context, err error) {
 	p.forget(ctx)
 	p.life.refusals++
 	delay := supervise.Doubling(100*time.Millisecond, time.Minute, p.life.refusals)
-	p.cfg.Log.Error().Err(err).Str("pool", p.name).Dur("retry_in_ms", delay).Msg("cannot record a membership change; the members stay as the ledger has them")
+	p.cfg.Log.WithLevel(supervise.FailureLevel(p.life.refusals)).Err(err).Str("pool", p.name).Dur("retry_in_ms", delay).Msg("cannot record a membership change; the members stay as the ledger has them")
 	if p.retry != nil {
 		p.retry.Stop()
 	}

@@ -102,6 +102,9 @@ type lifetime struct {
 	// failing: the last List failed. warned: this process has said that
 	// PodResources fails, once for each time it starts failing.
 	failing, warned bool
+	// unrecorded counts the rounds in a row whose events the ledger
+	// refused: the first is logged as an error, the others at debug.
+	unrecorded int
 }
 
 type reconciler struct {
@@ -312,8 +315,10 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 		unavailable := events.AttributionChanged{Available: false, Reason: m.err.Error()}
 		r.life.persist.Persist(ctx, r.cfg.Recorder, nil, []events.Payload{unavailable}, func(envs []events.Envelope, err error) {
 			if err != nil {
-				r.cfg.Log.Error().Err(err).Msg("cannot record that pod resources are unavailable")
+				r.life.unrecorded++
+				r.cfg.Log.WithLevel(supervise.FailureLevel(r.life.unrecorded)).Err(err).Msg("cannot record that pod resources are unavailable")
 			} else {
+				r.life.unrecorded = 0
 				r.catchUp(ctx, envs)
 				r.life.warned = true
 				r.cfg.Log.Warn().Err(m.err).Dur("retry_in_ms", delay).Msg("pod resources unavailable; devices are served but not attributed to pods")
@@ -389,9 +394,11 @@ func (r *reconciler) recorded(ctx actor.Context, seen map[string]bool, n int, en
 		r.again = true
 	case err != nil:
 		// Not recorded, not applied: the next round finds the same.
-		r.cfg.Log.Error().Err(err).Int("events", n).Msg("cannot record reconciliation; will retry")
+		r.life.unrecorded++
+		r.cfg.Log.WithLevel(supervise.FailureLevel(r.life.unrecorded)).Err(err).Int("events", n).Msg("cannot record reconciliation; will retry")
 		r.schedule(ctx, r.cfg.AfterAllocate)
 	default:
+		r.life.unrecorded = 0
 		if n > 0 {
 			r.catchUp(ctx, envs)
 		}

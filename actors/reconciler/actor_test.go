@@ -629,3 +629,46 @@ func TestAReconcilerSaysOnceThatPodResourcesStillFails(t *testing.T) {
 		t.Errorf("after %d failed lists the log says %d times that pod resources are unavailable, want once:\n%s", calls.Load(), n, log.String())
 	}
 }
+
+// A ledger that refuses a round's events (here one opened read-only; on a
+// node, a full disk) is logged as an error once: the rounds that try again
+// say it at debug, not once each.
+func TestALedgerThatRefusesRoundsIsLoggedOnce(t *testing.T) {
+	const pool, dev = "example.com/vf", "0000:3b:02.1"
+	l, _, _, replayed := ledgerWithAllocation(t, pool, dev)
+	path := l.Meta().Path
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := store.Open(path, store.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ro.Close() })
+	var lists atomic.Int32
+	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+		lists.Add(1)
+		return &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{
+			kubelettest.PodHolding("ns", "pod-a", "main", pool, dev)}}, nil // a binding to record
+	})
+	var log actortest.Log
+	actortest.Spawn(t, Props(Config{Recorder: ledger.NewRecorder(ro, "boot-1", nil), Lister: lister, Replayed: &replayed,
+		Interval: time.Hour, AfterAllocate: 10 * time.Millisecond, LeakGrace: time.Hour, Log: zerolog.New(&log)}))
+	deadline := time.Now().Add(10 * time.Second)
+	for strings.Count(log.String(), "cannot record reconciliation") < 4 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	lines := strings.Split(log.String(), "\n")
+	var errorLines, all int
+	for _, line := range lines {
+		if strings.Contains(line, "cannot record reconciliation") {
+			all++
+			if strings.Contains(line, `"level":"error"`) {
+				errorLines++
+			}
+		}
+	}
+	if all < 4 || errorLines != 1 {
+		t.Errorf("%d rounds (%d lists) the ledger refused logged %d errors, want %d rounds logging 1:\n%s", all, lists.Load(), errorLines, 4, log.String())
+	}
+}

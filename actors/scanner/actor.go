@@ -50,6 +50,9 @@ type scanner struct {
 	complete map[string]sysfs.Device
 	first    func() ([]sysfs.Device, error) // nil once taken
 	timer    *time.Timer
+	// unrecorded counts the scans in a row whose changes the ledger
+	// refused (supervise.FailureLevel).
+	unrecorded int
 	// persist holds the scans back while a scan's changes are being
 	// recorded: each diffs against the devices in the ledger.
 	persist *ledger.Persister
@@ -110,9 +113,11 @@ func (s *scanner) scan(ctx actor.Context, reason string) {
 	}
 	s.persist.Persist(ctx, s.cfg.Recorder, nil, diff, func(envs []events.Envelope, err error) {
 		if err != nil {
-			s.cfg.Log.Error().Err(err).Int("changes", len(diff)).Msg("cannot record scan results; will retry")
+			s.unrecorded++
+			s.cfg.Log.WithLevel(supervise.FailureLevel(s.unrecorded)).Err(err).Int("changes", len(diff)).Msg("cannot record scan results; will retry")
 			return
 		}
+		s.unrecorded = 0
 		st := events.NewState()
 		st.Devices = s.known
 		healthSet := map[string]events.Device{}

@@ -2,14 +2,17 @@ package scanner
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
 
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/events"
@@ -295,4 +298,38 @@ func TestScannerRescansPeriodically(t *testing.T) {
 	if !slices.Equal(got, removed) && !slices.Equal(got, halfDone) {
 		t.Errorf("periodic scans recorded %q, want %q", got, removed)
 	}
+}
+
+// A ledger that refuses a scan's changes (here one opened read-only; on a
+// node, a full disk) is logged as an error once, not once per scan.
+func TestALedgerThatRefusesScansIsLoggedOnce(t *testing.T) {
+	fx := newFixture(t)
+	path := fx.log.Meta().Path
+	if err := fx.log.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := store.Open(path, store.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ro.Close() })
+	var log actortest.Log
+	f := spawnFamily(t, Props(Config{Reader: fx.reader, Recorder: ledger.NewRecorder(ro, "boot-1", nil), Known: map[string]events.Device{}, Log: zerolog.New(&log)}))
+	const scans = 4
+	for i := range scans - 1 { // and the start's
+		f.Sys.Root.Send(f.Child, &Rescan{Reason: fmt.Sprint("try ", i)})
+	}
+	quiet := &ledger.Quiet{Done: make(chan struct{})}
+	f.Sys.Root.Send(f.Child, quiet)
+	select {
+	case <-quiet.Done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the scanner never came to rest:\n%s", log.String())
+	}
+	all := strings.Count(log.String(), "cannot record scan results")
+	errorLines := strings.Count(log.String(), `{"level":"error","error":`)
+	if all != scans || errorLines != 1 {
+		t.Errorf("%d scans the ledger refused logged %d lines, %d of them errors; want %d lines, 1 error:\n%s", scans, all, errorLines, scans, log.String())
+	}
+	f.Silent(t)
 }

@@ -45,6 +45,16 @@ var _ actor.SupervisorStrategy = (*Backoff)(nil)
 // Delay is the wait before the restart that follows the n-th crash (n ≥ 1).
 func (b *Backoff) Delay(n int) time.Duration { return Doubling(b.Initial, b.Max, n) }
 
+// FailureLevel is the level to log the n-th (n ≥ 1) failure in a row of
+// something an actor tries again at: error for the first, debug for the
+// others. A disk that stays full so makes a line, not one per try.
+func FailureLevel(n int) zerolog.Level {
+	if n > 1 {
+		return zerolog.DebugLevel
+	}
+	return zerolog.ErrorLevel
+}
+
 // Doubling is the n-th (n ≥ 1) of the waits that start at initial and
 // double up to limit.
 func Doubling(initial, limit time.Duration, n int) time.Duration {
