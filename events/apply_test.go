@@ -728,3 +728,57 @@ func TestTheRunsLastEventIsItsOwn(t *testing.T) {
 		t.Errorf("after another writer's event: the run's last #%d at %s (the ledger's #%d), want #12", s.Daemon.LastSeq, s.Daemon.LastAt, s.Seq)
 	}
 }
+
+// Two pools record a device's move each in its own time, so the ledger
+// may hold one pool's join before or after the other's leave. Whatever
+// the order, a device names the pool whose members list it, or none: here
+// dev2 goes from A to B and back, in each of the six orders that keep
+// each pool's own records in order, and a config then drops B while it
+// lists dev2.
+func TestAMoveFoldsTheSameInAnyOrderOfItsPools(t *testing.T) {
+	a := []Payload{
+		PoolMembershipChanged{Pool: poolA, Removed: []string{dev2}},
+		PoolMembershipChanged{Pool: poolA, Added: []string{dev2}},
+	}
+	b := []Payload{
+		PoolMembershipChanged{Pool: poolB, Added: []string{dev2}},
+		PoolMembershipChanged{Pool: poolB, Removed: []string{dev2}},
+	}
+	// consistent says whether dev2's pool is the one pool listing it.
+	consistent := func(s State) (string, bool) {
+		var listing []string
+		for name, p := range s.Pools {
+			if slices.Contains(p.Members, dev2) {
+				listing = append(listing, name)
+			}
+		}
+		got := s.Devices[dev2].Pool
+		return got, len(listing) == 0 && got == "" || len(listing) > 0 && slices.Contains(listing, got)
+	}
+	for _, order := range []string{"aabb", "abab", "abba", "baab", "baba", "bbaa"} {
+		t.Run(order, func(t *testing.T) {
+			s := fold(NewState(), baseEvents()...)
+			seq := s.Seq
+			next := map[byte][]Payload{'a': a, 'b': b}
+			for i := range order {
+				seq++
+				s = Apply(s, ev(seq, next[order[i]][0]))
+				next[order[i]] = next[order[i]][1:]
+				if got, ok := consistent(s); !ok {
+					t.Fatalf("after %s: %s names pool %q; A lists %v, B %v", order[:i+1], dev2, got, s.Pools[poolA].Members, s.Pools[poolB].Members)
+				}
+			}
+			if got := s.Devices[dev2].Pool; got != poolA {
+				t.Errorf("after the trip %s is in pool %q, want %s", dev2, got, poolA)
+			}
+		})
+	}
+	t.Run("a config drops the pool it joined", func(t *testing.T) {
+		s := fold(NewState(), baseEvents()...)
+		s = Apply(s, ev(s.Seq+1, PoolMembershipChanged{Pool: poolB, Added: []string{dev2}})) // before A's leave
+		s = Apply(s, ev(s.Seq+1, ConfigApplied{Path: "c.json", SHA256: "bb", Pools: []PoolSpec{{Resource: poolA, DeviceType: "netDevice"}}}))
+		if got, ok := consistent(s); !ok || got != poolA {
+			t.Errorf("%s names pool %q once B is dropped; A lists %v", dev2, got, s.Pools[poolA].Members)
+		}
+	})
+}

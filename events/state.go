@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 )
@@ -143,7 +144,10 @@ type Device struct {
 	// written before the field existed has 0: older than any event after
 	// the snapshot.
 	HealthSeq uint64 `json:"health_seq,omitempty"`
-	// Pool is the pool the device is a member of, "" for none.
+	// Pool is the pool the device is a member of, "" for none. While two
+	// pools list it (one has recorded its join, the other not yet its
+	// leave) it is the one that joined last; once one of them leaves, the
+	// other (see listing).
 	Pool string `json:"pool,omitempty"`
 }
 
@@ -240,17 +244,20 @@ func apply(s State, e Envelope, owned bool) State {
 			pool.Spec = spec
 			s.Pools[spec.Resource] = pool
 		}
+		dropped := map[string][]string{} // their members
 		for name, pool := range s.Pools {
-			if keep[name] {
-				continue
+			if !keep[name] {
+				dropped[name] = pool.Members
+				delete(s.Pools, name)
 			}
-			for _, addr := range pool.Members {
+		}
+		for name, members := range dropped {
+			for _, addr := range members {
 				if d, ok := s.Devices[addr]; ok && d.Pool == name {
-					d.Pool = ""
+					d.Pool = s.listing(addr, "")
 					s.Devices[addr] = d
 				}
 			}
-			delete(s.Pools, name)
 		}
 	case ConfigRejected:
 		s.Config.Rejections++
@@ -307,7 +314,7 @@ func apply(s State, e Envelope, owned bool) State {
 				members = slices.Delete(members, i, i+1)
 			}
 			if d, ok := s.Devices[addr]; ok && d.Pool == p.Pool {
-				d.Pool = ""
+				d.Pool = s.listing(addr, p.Pool)
 				s.Devices[addr] = d
 			}
 		}
@@ -649,4 +656,18 @@ func (d DeviceFacts) clone() DeviceFacts {
 	d.Interfaces = slices.Clone(d.Interfaces)
 	d.RDMADevices = slices.Clone(d.RDMADevices)
 	return d
+}
+
+// listing is the pool, other than except, whose members list addr: the
+// first by name, "" if none does. A device that leaves the pool it was
+// in may be in another already: two pools record a move each in their
+// own time, so in the ledger one pool's join may come before the other's
+// leave, or (a move there and back) after it.
+func (s *State) listing(addr, except string) string {
+	for _, name := range slices.Sorted(maps.Keys(s.Pools)) {
+		if _, found := slices.BinarySearch(s.Pools[name].Members, addr); found && name != except {
+			return name
+		}
+	}
+	return ""
 }

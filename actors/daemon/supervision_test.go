@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -480,4 +481,83 @@ func waitRegistrarRecords(ctx context.Context, t *testing.T, d *Daemon, seq uint
 		return restarts >= want && registered[vfioPool] && registered[netPool]
 	})
 	return restarts
+}
+
+// Two reloads move a device to pool b and back to a while b restarts
+// after a crash: a records its leave and its join before b, back, records
+// its own join and leave. The fold still has the device in a, and a
+// restart while the device is unbound (being rebound) keeps it there, as
+// it keeps any unbound device in the pool the ledger says it is in.
+func TestAMoveThereAndBackWhileAPoolRestartsKeepsTheDevicesPool(t *testing.T) {
+	const a, b, m = "intel.com/a", "intel.com/b", "0000:3b:01.2"
+	// Each pool takes m, and a device of its own; the first listed gets m.
+	pools := map[string]string{
+		"a": `{"resourceName": "a", "selectors": {"drivers": ["vfio-pci", "iavf"], "pciAddresses": ["0000:3b:01.2", "0000:3b:01.3"]}}`,
+		"b": `{"resourceName": "b", "selectors": {"drivers": ["vfio-pci", "iavf"], "pciAddresses": ["0000:3b:01.2", "0000:3b:01.0"]}}`,
+	}
+	config := func(first, second string) string {
+		return `{"resourceList": [` + pools[first] + `, ` + pools[second] + `]}`
+	}
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, config("a", "b"), kubelettest.Options{})
+	n.opts.WatchConfig = false
+	d, ctx, kids := superviseNode(t, n, a)
+	if _, err := n.kubelet.WaitRegistered(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	waitLedger(ctx, t, d, "m in a", func(s events.State) bool { return s.Devices[m].Pool == a })
+	crash(d, kids.Pools[b], "test")
+	for _, cfg := range []string{config("b", "a"), config("a", "b")} {
+		if err := os.WriteFile(n.opts.ConfigPath, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := d.Reload(ctx, "test"); err != nil || !res.Applied {
+			t.Fatalf("reload: %+v, %v", res, err)
+		}
+	}
+	trips := func() (joins, leaves int) {
+		t.Helper()
+		if err := d.rec.Log().Read(0, func(e events.Envelope) error {
+			if p, ok := e.Payload.(events.PoolMembershipChanged); ok && p.Pool == b {
+				joins += len(slices.DeleteFunc(slices.Clone(p.Added), func(s string) bool { return s != m }))
+				leaves += len(slices.DeleteFunc(slices.Clone(p.Removed), func(s string) bool { return s != m }))
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return joins, leaves
+	}
+	s := waitLedger(ctx, t, d, "b recorded m's join and leave", func(s events.State) bool {
+		joins, leaves := trips()
+		return joins > 0 && joins == leaves && slices.Contains(s.Pools[a].Members, m)
+	})
+	if got := s.Devices[m].Pool; got != a {
+		t.Errorf("after the trip the ledger has %s in pool %q, want %s", m, got, a)
+	}
+
+	if err := d.Stop(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.roots.Unbind(m); err != nil {
+		t.Fatal(err)
+	}
+	last := d.rec.Log().LastSeq()
+	d = n.start(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	s = waitLedger(ctx, t, d, "both pools serve again", func(s events.State) bool {
+		return s.Pools[a].Registration.Serving && s.Pools[b].Registration.Serving
+	})
+	if err := d.rec.Log().Read(last+1, func(e events.Envelope) error {
+		if p, ok := e.Payload.(events.PoolMembershipChanged); ok && slices.Contains(slices.Concat(p.Added, p.Removed), m) {
+			t.Errorf("a restart with %s unbound recorded #%d: %s +%v -%v (%s)", m, e.Seq, p.Pool, p.Added, p.Removed, p.Reason)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(s.Pools[a].Members, m) {
+		t.Errorf("after the restart %s is not in %s (it names pool %q)", m, a, s.Devices[m].Pool)
+	}
 }
