@@ -25,11 +25,16 @@ type podSelection struct {
 	pod, namespace string
 	// seqs holds the allocations bound to a matching pod.
 	seqs map[uint64]struct{}
-	// held lists, per device, the spells a selected allocation held it:
-	// from the allocation to its release (or supersession), or on. What
-	// happens to a device in a spell (health, driver, moves, unplug, a
-	// config that moves it) is part of the pod's story.
+	// held lists, per device, the spells a selected allocation held it
+	// for a matching pod: from the allocation (or from its binding to the
+	// pod, if another pod was bound to it before) to its release,
+	// supersession or binding to another pod, or on. What happens to a
+	// device in a spell (health, driver, moves, unplug, a config that
+	// moves it) is part of the pod's story.
 	held map[string][]spell
+	// elsewhere holds the allocations bound to a pod that does not match
+	// now.
+	elsewhere map[uint64]bool
 	// lastSeq is the last event collect saw. A second pass through a live
 	// daemon's admin socket stops there: events appended since could bind
 	// allocations that collect never saw.
@@ -55,22 +60,25 @@ func newPodSelection(pod, namespace string) (*podSelection, error) {
 		}
 		pod, namespace = name, ns
 	}
-	return &podSelection{pod: pod, namespace: namespace, seqs: map[uint64]struct{}{}, held: map[string][]spell{}, pods: map[string]bool{}}, nil
+	return &podSelection{pod: pod, namespace: namespace, seqs: map[uint64]struct{}{}, held: map[string][]spell{},
+		elsewhere: map[uint64]bool{}, pods: map[string]bool{}}, nil
 }
 
-// spell is a stretch of the log, from one sequence to another, inclusive.
-type spell struct{ from, to uint64 }
+// spell is a stretch of the log, from one sequence to another, inclusive,
+// that allocation alloc held a device.
+type spell struct{ alloc, from, to uint64 }
 
 // holding reports whether a selected allocation held addr at seq.
 func (ps *podSelection) holding(addr string, seq uint64) bool {
 	return slices.ContainsFunc(ps.held[addr], func(s spell) bool { return s.from <= seq && seq <= s.to })
 }
 
-// hold opens a spell of a selected allocation on its devices.
-func (ps *podSelection) hold(seq uint64, ids []string) {
+// hold opens a spell of allocation alloc, selected, on its devices from
+// sequence from, unless one is open.
+func (ps *podSelection) hold(alloc, from uint64, ids []string) {
 	for _, addr := range ids {
-		if !slices.ContainsFunc(ps.held[addr], func(s spell) bool { return s.from == seq }) {
-			ps.held[addr] = append(ps.held[addr], spell{from: seq, to: math.MaxUint64})
+		if !slices.ContainsFunc(ps.held[addr], func(s spell) bool { return s.alloc == alloc && s.to == math.MaxUint64 }) {
+			ps.held[addr] = append(ps.held[addr], spell{alloc: alloc, from: from, to: math.MaxUint64})
 		}
 	}
 }
@@ -82,12 +90,31 @@ func (ps *podSelection) end(seq, at uint64) {
 	}
 	for addr, spells := range ps.held {
 		for i := range spells {
-			if spells[i].from == seq && spells[i].to > at {
+			if spells[i].alloc == seq && spells[i].to > at {
 				spells[i].to = at
 			}
 		}
 		ps.held[addr] = spells
 	}
+}
+
+// bound notes allocation alloc bound, at sequence at, to a pod that
+// matches or not. A binding to a matching pod selects it and holds its
+// devices: from the allocation on if no other pod was bound to it before,
+// from the binding on if one was. A binding to another pod ends the hold.
+func (ps *podSelection) bound(alloc, at uint64, ids []string, matches bool) {
+	if !matches {
+		ps.end(alloc, at)
+		ps.elsewhere[alloc] = true
+		return
+	}
+	from := alloc
+	if ps.elsewhere[alloc] {
+		from = at
+	}
+	delete(ps.elsewhere, alloc)
+	ps.seqs[alloc] = struct{}{}
+	ps.hold(alloc, from, ids)
 }
 
 // names reports whether a container of namespace/pod is one asked for.
@@ -124,9 +151,8 @@ func (ps *podSelection) unknown() error {
 func (ps *podSelection) collect(prs *priorStates) error {
 	prior := func(s events.State) {
 		for seq, a := range s.Allocations {
-			if b := a.Binding; b != nil && ps.saw(b.Namespace, b.Pod) {
-				ps.seqs[seq] = struct{}{}
-				ps.hold(seq, a.DeviceIDs)
+			if b := a.Binding; b != nil {
+				ps.bound(seq, seq, a.DeviceIDs, ps.saw(b.Namespace, b.Pod))
 			}
 		}
 	}
@@ -134,14 +160,10 @@ func (ps *podSelection) collect(prs *priorStates) error {
 		ps.lastSeq = e.Seq
 		switch p := e.Payload.(type) {
 		case events.AllocationBound:
-			if ps.saw(p.Namespace, p.Pod) {
-				ps.seqs[p.AllocationSeq] = struct{}{}
-				ps.hold(p.AllocationSeq, p.DeviceIDs)
-			}
+			ps.bound(p.AllocationSeq, e.Seq, p.DeviceIDs, ps.saw(p.Namespace, p.Pod))
 		case events.AllocationRecovered:
 			if ps.saw(p.Namespace, p.Pod) {
-				ps.seqs[e.Seq] = struct{}{}
-				ps.hold(e.Seq, p.DeviceIDs)
+				ps.bound(e.Seq, e.Seq, p.DeviceIDs, true)
 			}
 		case events.AllocationConflict:
 			for _, c := range p.Claims {

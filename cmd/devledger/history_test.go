@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -354,4 +355,62 @@ func TestPodStoryFollowsItsDevices(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	checkGolden(t, "dump_pod_devices", out)
+}
+
+// An allocation the reconciler binds again (another pod's container holds
+// it now) is each pod's for its own stretch: a pod's story and --stats
+// --by pod give it what befell the device while that pod held it, not what
+// came while the other did.
+func TestAnAllocationBoundAgainIsEachPodsInItsTurn(t *testing.T) {
+	const vfio, dev = "intel.com/sriov_vfio", "0000:3b:02.1"
+	t0 := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	var envs []events.Envelope
+	add := func(p events.Payload) uint64 {
+		envs = append(envs, events.New(p, t0.Add(time.Duration(len(envs))*time.Minute), "boot-1"))
+		return uint64(len(envs))
+	}
+	add(events.DaemonStarted{Version: "v0.3.0", PID: 1})
+	add(events.DeviceDiscovered{Device: events.DeviceFacts{Address: dev, Vendor: "8086", Device: "1889", Driver: "vfio-pci"}})
+	add(events.PoolMembershipChanged{Pool: vfio, Added: []string{dev}, Reason: "daemon start"})
+	a := add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{dev}})
+	toA := add(events.AllocationBound{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{dev}, Namespace: "telco", Pod: "pod-a", Container: "main"})
+	sickA := add(events.DeviceHealthChanged{Address: dev, Reason: "while pod-a held it"})
+	wellA := add(events.DeviceHealthChanged{Address: dev, Healthy: true, Reason: "probes passed"})
+	toB := add(events.AllocationBound{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{dev}, Namespace: "telco", Pod: "pod-b", Container: "main"})
+	sickB := add(events.DeviceHealthChanged{Address: dev, Reason: "while pod-b held it"})
+	released := add(events.DevicesReleased{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{dev}, HeldFor: time.Hour, Reason: "telco/pod-b/main no longer holds it"})
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, db, envs)
+
+	for pod, want := range map[string][]uint64{
+		"telco/pod-a": {a, toA, sickA, wellA, toB, released},
+		"telco/pod-b": {a, toA, toB, sickB, released},
+	} {
+		code, out, errOut := runCLI(t, "dump", "--db", db, "--pod", pod, "--format", "jsonl")
+		if code != exitOK {
+			t.Fatalf("--pod %s: exit %d: %s", pod, code, errOut)
+		}
+		if got := jsonlSeqs(t, out); !slices.Equal(got, want) {
+			t.Errorf("--pod %s: events %v, want %v", pod, got, want)
+		}
+	}
+
+	code, out, errOut := runCLI(t, "dump", "--db", db, "--stats", "--by", "pod", "--format", "json")
+	if code != exitOK {
+		t.Fatalf("--stats: exit %d: %s", code, errOut)
+	}
+	var doc statsDoc
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]statsDocRow{}
+	for _, r := range doc.Rows {
+		got[r.Group] = r
+	}
+	// pod-a: the allocation, its binding and its health change; pod-b:
+	// its binding, its health change and the release.
+	if a, b := got["telco/pod-a"], got["telco/pod-b"]; a.Allocations != 1 || a.Unhealthy != 1 || a.Releases != 0 ||
+		b.Allocations != 0 || b.Unhealthy != 1 || b.Releases != 1 {
+		t.Errorf("--stats --by pod: pod-a %+v, pod-b %+v", a, b)
+	}
 }

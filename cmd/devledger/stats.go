@@ -108,8 +108,8 @@ type statsTally struct {
 	// state is the fold before the event being counted: pool memberships
 	// and the live allocations that hold each device.
 	state events.State
-	// podOf is the pod of each bound allocation, for --by pod; pods
-	// interns their names.
+	// podOf is the pod each bound allocation was first bound to, for
+	// --by pod; pods interns their names.
 	podOf map[uint64]string
 	pods  map[string]string
 	rows  map[statsKey]*statsCounts
@@ -132,13 +132,16 @@ type statsTally struct {
 //     was a member of then, as the fold has it.
 //   - device: each device the event names (Envelope.Devices); an event naming
 //     two devices counts in both rows. With --device, only that device's row.
-//   - pod: the namespace/pod of the allocation the event belongs to, known
-//     from its AllocationBound (or AllocationRecovered) wherever that comes in
-//     the log, so an allocation's events before its binding count under its
-//     pod too; the events of an allocation never bound count under
-//     "(unbound)". A conflict counts under every pod its claims name, a
-//     DeviceHealthChanged under the pods whose live allocations hold the
-//     device then. With --pod or --namespace, only the selected pods' rows.
+//   - pod: the namespace/pod the allocation the event belongs to is bound
+//     to then; before its first AllocationBound (or for an
+//     AllocationRecovered, its own) wherever that comes in the log, the pod
+//     of that binding, so an allocation's events before its binding count
+//     under its pod too. An allocation bound again (another container holds
+//     it) counts under the new pod from there on. The events of an
+//     allocation never bound count under "(unbound)". A conflict counts
+//     under every pod its claims name, a DeviceHealthChanged under the pods
+//     whose live allocations hold the device then. With --pod or
+//     --namespace, only the selected pods' rows.
 //
 // Events with no group under the key (a ConfigApplied under --by pod, a
 // DeviceDiscovered under --by pool) are left out. Under pool, device and pod
@@ -224,8 +227,9 @@ func runStats(w io.Writer, lf *ledgerFlags, prs *priorStates, read func(func(eve
 	return cmp.Or(readFailed(lf, readErr), err)
 }
 
-// collectBindings is the first pass of --by pod: the pod of every bound
-// allocation, whatever the filters, and the last sequence read.
+// collectBindings is the first pass of --by pod: the pod every bound
+// allocation was first bound to, whatever the filters, and the last
+// sequence read.
 func (t *statsTally) collectBindings(prs *priorStates, read func(func(events.Envelope) error) error) (uint64, error) {
 	t.podOf, t.pods = map[uint64]string{}, map[string]string{}
 	var last uint64
@@ -240,8 +244,10 @@ func (t *statsTally) collectBindings(prs *priorStates, read func(func(events.Env
 		last = e.Seq
 		switch p := e.Payload.(type) {
 		case events.AllocationBound:
-			// A rebinding moves the allocation: the last one counts.
-			t.podOf[p.AllocationSeq] = t.podName(p.Namespace, p.Pod)
+			// A rebinding moves the allocation from there on (podNow).
+			if _, ok := t.podOf[p.AllocationSeq]; !ok {
+				t.podOf[p.AllocationSeq] = t.podName(p.Namespace, p.Pod)
+			}
 		case events.AllocationRecovered:
 			t.podOf[e.Seq] = t.podName(p.Namespace, p.Pod)
 		}
@@ -396,9 +402,9 @@ func (t *statsTally) podsOf(e events.Envelope) []string {
 	case events.AllocationBound:
 		return []string{t.podName(p.Namespace, p.Pod)}
 	case events.DevicesReleased:
-		return []string{t.podOfAllocation(p.AllocationSeq)}
+		return []string{t.podNow(p.AllocationSeq)}
 	case events.AllocationLeakSuspected:
-		return []string{t.podOfAllocation(p.AllocationSeq)}
+		return []string{t.podNow(p.AllocationSeq)}
 	case events.AllocationConflict:
 		var pods []string
 		for _, c := range p.Claims {
@@ -406,20 +412,31 @@ func (t *statsTally) podsOf(e events.Envelope) []string {
 			case c.Pod != "":
 				pods = append(pods, t.podName(c.Namespace, c.Pod))
 			case c.AllocationSeq != 0:
-				pods = append(pods, t.podOfAllocation(c.AllocationSeq))
+				pods = append(pods, t.podNow(c.AllocationSeq))
 			}
 		}
 		return pods
 	case events.DeviceHealthChanged:
 		var pods []string
 		for _, seq := range t.state.Holders[p.Address] {
-			pods = append(pods, t.podOfAllocation(seq))
+			pods = append(pods, t.podNow(seq))
 		}
 		return pods
 	}
 	return nil
 }
 
+// podNow is the pod allocation seq is bound to before the event being
+// counted, as the fold has it; before its first binding, the pod of that
+// binding.
+func (t *statsTally) podNow(seq uint64) string {
+	if b := t.state.Allocations[seq].Binding; b != nil {
+		return t.podName(b.Namespace, b.Pod)
+	}
+	return t.podOfAllocation(seq)
+}
+
+// podOfAllocation is the pod allocation seq was first bound to.
 func (t *statsTally) podOfAllocation(seq uint64) string {
 	if pod, ok := t.podOf[seq]; ok {
 		return pod
