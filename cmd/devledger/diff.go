@@ -65,7 +65,7 @@ func parseDiffEnd(s string, now time.Time) (diffEnd, error) {
 		}
 		return diffEnd{seq: seq, text: s}, nil
 	}
-	at, err := parseTimeFlag("diff", s, now)
+	at, err := parseUntilFlag("diff", s, now)
 	if err != nil {
 		return diffEnd{}, usageErrf("--diff: %q is neither a time (RFC 3339: 2026-11-24T09:00:00Z, or a duration before now: 2h, 90m, 7d) nor a sequence number ('#N')", s)
 	}
@@ -76,7 +76,7 @@ func parseDiffEnd(s string, now time.Time) (diffEnd, error) {
 // is shown as the time it stands for.
 func describeEnd(p diffEnd) string {
 	if !p.at.IsZero() {
-		return p.at.UTC().Format(time.RFC3339Nano)
+		return untilText(p.at)
 	}
 	return p.text
 }
@@ -127,7 +127,7 @@ func replayDiff(stdout, said io.Writer, lf *ledgerFlags, spec, format string, ve
 		return usageErrf("--diff: T1 (%s) comes after T2 (%s)", foldedEnd(from, a.Seq), foldedEnd(to, b.Seq))
 	}
 	d := diffStates(a, b)
-	d.From.At, d.To.At = from.at, to.at
+	d.From.At, d.To.At = givenAt(from.at), givenAt(to.at)
 	if format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

@@ -99,12 +99,12 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if *until != "" {
-		if f.until, err = parseTimeFlag("until", *until, now); err != nil {
+		if f.until, err = parseUntilFlag("until", *until, now); err != nil {
 			return err
 		}
 	}
 	if !f.since.IsZero() && !f.until.IsZero() && f.since.After(f.until) {
-		return usageErrf("--since %s is after --until %s: no event can be in between", f.since.UTC().Format(time.RFC3339Nano), f.until.UTC().Format(time.RFC3339Nano))
+		return usageErrf("--since %s is after --until %s: no event can be in between", f.since.UTC().Format(time.RFC3339Nano), untilText(f.until))
 	}
 	if *typeList != "" {
 		for _, name := range strings.Split(*typeList, ",") {

@@ -358,3 +358,47 @@ func TestDumpPoolSelectsTheHealthChangesOfItsMembers(t *testing.T) {
 		}
 	}
 }
+
+// The tools print event times to the second, so a time written to the
+// second, as an end (dump --until, replay --until-time, --diff), is the
+// whole of that second: copied from their output, it keeps the events of
+// that second. A time with a fraction is taken as written.
+func TestAnEndGivenToTheSecondKeepsThatSecond(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 9, 0, 0, 400_000_000, time.UTC) // 09:00:00.4
+	envs := []events.Envelope{
+		events.New(events.DaemonStarted{Version: "v0.3.0", PID: 1}, t0, "boot-1"),
+		events.New(events.DeviceDiscovered{Device: events.DeviceFacts{Address: "0000:3b:02.1", Vendor: "8086", Device: "1889", Driver: "vfio-pci"}}, t0.Add(time.Second), "boot-1"),
+	}
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, db, envs)
+
+	for until, want := range map[string][]uint64{"2026-11-30T09:00:01Z": {2}, "2026-11-30T10:00:01+01:00": {2}, "2026-11-30T09:00:01.3Z": nil} {
+		code, out, errOut := runCLI(t, "dump", "--db", db, "--since", "2026-11-30T09:00:01Z", "--until", until, "--format", "jsonl")
+		if code != exitOK {
+			t.Fatalf("dump --until %s: exit %d: %s", until, code, errOut)
+		}
+		var got []uint64
+		if strings.TrimSpace(out) != "" {
+			got = jsonlSeqs(t, out)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("dump --since 2026-11-30T09:00:01Z --until %s: events %v, want %v", until, got, want)
+		}
+	}
+	for until, want := range map[string]string{"2026-11-30T09:00:01Z": "State at 2026-11-30T09:00:01Z: last event #2", "2026-11-30T09:00:01.3Z": "last event #1"} {
+		code, out, errOut := runCLI(t, "replay", "--db", db, "--until-time", until)
+		if code != exitOK {
+			t.Fatalf("replay --until-time %s: exit %d: %s", until, code, errOut)
+		}
+		if head, _, _ := strings.Cut(out, "\n"); !strings.Contains(head, want) {
+			t.Errorf("replay --until-time %s: %q, want it to say %q", until, head, want)
+		}
+	}
+	code, out, errOut := runCLI(t, "replay", "--db", db, "--diff", "2026-11-30T09:00:00Z..2026-11-30T09:00:01Z")
+	if code != exitOK {
+		t.Fatalf("replay --diff: exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "0000:3b:02.1") {
+		t.Errorf("replay --diff over the second of #2 does not show its device:\n%s", out)
+	}
+}

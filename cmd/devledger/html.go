@@ -669,7 +669,7 @@ func (h *historyFold) window() (start, end time.Time) {
 		start = h.f.since
 	}
 	if h.stopped {
-		end = h.f.until
+		end = givenAt(h.f.until)
 	}
 	return start, later(start, end)
 }

@@ -58,7 +58,7 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 			return usageErrf("--until-seq and --until-time: give one of them")
 		}
 		var err error
-		if at, err = parseTimeFlag("until-time", *untilTime, time.Now()); err != nil {
+		if at, err = parseUntilFlag("until-time", *untilTime, time.Now()); err != nil {
 			return err
 		}
 	}
@@ -152,7 +152,7 @@ func printState(w io.Writer, s events.State, at time.Time, notes stateNotes) err
 		when = fmt.Sprintf("none: before the first event (#%d at %s)", notes.first.Seq, notes.first.Time.UTC().Format(time.RFC3339Nano))
 	}
 	if !at.IsZero() {
-		fmt.Fprintf(b, "State at %s: last event %s\n", at.UTC().Format(time.RFC3339Nano), when)
+		fmt.Fprintf(b, "State at %s: last event %s\n", untilText(at), when)
 	} else {
 		fmt.Fprintf(b, "State after %s\n", when)
 	}
@@ -239,7 +239,7 @@ func printState(w io.Writer, s events.State, at time.Time, notes stateNotes) err
 	// to: the time asked for, else the last event's.
 	now := s.Time
 	if !at.IsZero() {
-		now = at
+		now = givenAt(at)
 	}
 	seqs := sortedKeys(s.Allocations)
 	fmt.Fprintf(tw, "\nLIVE ALLOCATIONS (%d)\nSEQ\tPOOL\tDEVICES\tSINCE\tHELD FOR\tHELD BY\n", len(seqs))

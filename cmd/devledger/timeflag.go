@@ -22,6 +22,34 @@ func parseTimeFlag(name, value string, now time.Time) (time.Time, error) {
 	return time.Time{}, usageErrf("--%s %q: want an RFC 3339 time (2026-11-24T09:00:00Z) or a duration before now (2h, 90m, 7d)", name, value)
 }
 
+// parseUntilFlag is parseTimeFlag for a point that events at or before it
+// fall in (--until, --until-time, the ends of --diff): a time written to
+// the second stands for the whole of that second, as the tools print
+// event times to the second. A time copied from their output so keeps the
+// events of its second.
+func parseUntilFlag(name, value string, now time.Time) (time.Time, error) {
+	t, err := parseTimeFlag(name, value, now)
+	if err == nil && !strings.Contains(value, ".") {
+		if _, perr := time.Parse(time.RFC3339, value); perr == nil {
+			t = t.Add(time.Second - time.Nanosecond)
+		}
+	}
+	return t, err
+}
+
+// givenAt is the time a point parseUntilFlag read was given as: the
+// second itself for a whole second. Output shows it, and durations run to
+// it.
+func givenAt(t time.Time) time.Time {
+	if t.Nanosecond() == 999_999_999 {
+		return t.Truncate(time.Second)
+	}
+	return t
+}
+
+// untilText writes a point parseUntilFlag read as it was given.
+func untilText(t time.Time) string { return givenAt(t).UTC().Format(time.RFC3339Nano) }
+
 // parseAge is time.ParseDuration plus a "d" suffix for days. Negative ages
 // are refused.
 func parseAge(s string) (time.Duration, error) {
