@@ -149,7 +149,7 @@ func salvage(data []byte, path, out string) (SalvageReport, error) {
 	}
 	seqs = slices.DeleteFunc(seqs, func(seq uint64) bool { return seq <= dropped.ToSeq })
 	if len(seqs) == 0 {
-		return rep, fmt.Errorf("salvage %s: no intact event found", path)
+		return rep, newError(ErrNotLedger, "salvage %s: no intact event found: not a devledger ledger, or one with nothing left in it", path)
 	}
 	slices.Sort(seqs)
 	rep.FirstSeq, rep.LastSeq = seqs[0], max(seqs[len(seqs)-1], treeLast)
@@ -349,10 +349,10 @@ func mapFile(path string) (data []byte, unmap func(), err error) {
 		return nil, nil, unnamed(err)
 	}
 	if fi.IsDir() {
-		return nil, nil, errors.New("a directory, not a ledger file")
+		return nil, nil, fmt.Errorf("a directory, not a ledger file: %w", ErrNotLedger)
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, nil, errors.New("not a regular file")
+		return nil, nil, fmt.Errorf("not a regular file: %w", ErrNotLedger)
 	}
 	if fi.Size() == 0 {
 		return nil, func() {}, nil

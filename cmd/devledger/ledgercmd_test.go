@@ -140,6 +140,25 @@ func TestLedgerSalvage(t *testing.T) {
 	if code, _, stderr := runCLI(t, "ledger", "salvage", "--db", filepath.Join(damagedDir, "meta1-zeroed.db"), "--out", out); code != exitUsage || !strings.Contains(stderr, "exists") {
 		t.Errorf("salvage over an existing file: exit %d, %q", code, stderr)
 	}
+	// A file that is not a ledger, an empty one and a directory have
+	// nothing to salvage: bad input, as dump and replay say of them.
+	notLedger := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(notLedger, []byte("not a ledger\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty.db")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, db := range []string{notLedger, empty, t.TempDir()} {
+		code, _, stderr := runCLI(t, "ledger", "salvage", "--db", db, "--out", filepath.Join(dir, "none.db"))
+		if code != exitUsage || !strings.Contains(stderr, db) {
+			t.Errorf("salvage of %s: exit %d, %q; want %d naming it", db, code, stderr, exitUsage)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "none.db")); err == nil {
+			t.Errorf("salvage of %s left its --out", db)
+		}
+	}
 	if code, _, _ := runCLI(t, "ledger", "nope"); code != exitUsage {
 		t.Errorf("ledger nope: exit %d", code)
 	}
