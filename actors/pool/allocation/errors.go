@@ -5,8 +5,6 @@ import "errors"
 // Sentinel errors, wrapped with the device or request they concern and
 // checked with errors.Is.
 var (
-	// ErrUnknownDevice: a request names a device not in the pool.
-	ErrUnknownDevice = errors.New("unknown device")
 	// ErrInvalidRequest is returned for a request the kubelet never sends:
 	// no devices, a device listed twice, more must-include devices than
 	// the size asked for, a negative size.

@@ -148,9 +148,12 @@ func (x *Index) Mark(held iter.Seq[string]) {
 //
 // Errors: size < 0, more distinct must-include IDs than size, or size
 // above the distinct IDs of available and mustInclude (the kubelet never
-// asks for more than it offers) wrap ErrInvalidRequest; a must-include
-// non-member wraps ErrUnknownDevice. A must-include device is kept even
-// when unhealthy: the kubelet has already given it to the pod.
+// asks for more than it offers) wrap ErrInvalidRequest. The kubelet takes
+// any other error as the pod's failure, so a must-include device is kept
+// as given even when unhealthy or no longer a member (an init
+// container's, after a reload moved it): the kubelet has already given
+// it to the pod, and a preference is advice. The Allocate that follows
+// says what is wrong with it.
 func (x *Index) Preferred(res *config.Resource, pending iter.Seq[string], available, mustInclude []string, size int) ([]string, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("preferred allocation for %s: size %d: %w", res.FullName(), size, ErrInvalidRequest)
@@ -160,11 +163,15 @@ func (x *Index) Preferred(res *config.Resource, pending iter.Seq[string], availa
 	taken := make([]bool, len(x.members))
 	seen := 0
 	var others map[string]struct{}
-	var must []int32 // what mustInclude gives
+	var must []int32    // what mustInclude gives
+	var strays []string // and what it gives that is not a member
 	for _, id := range mustInclude {
 		i, ok := x.pos[id]
 		if !ok {
-			return nil, fmt.Errorf("preferred allocation for %s: must-include device %s: %w", res.FullName(), id, ErrUnknownDevice)
+			if !slices.Contains(strays, id) {
+				strays = append(strays, id)
+			}
+			continue
 		}
 		if !taken[i] {
 			taken[i] = true
@@ -172,12 +179,12 @@ func (x *Index) Preferred(res *config.Resource, pending iter.Seq[string], availa
 			must = append(must, i)
 		}
 	}
-	if len(must) > size {
-		return nil, fmt.Errorf("preferred allocation for %s: %d must-include devices for size %d: %w", res.FullName(), len(must), size, ErrInvalidRequest)
+	if len(must)+len(strays) > size {
+		return nil, fmt.Errorf("preferred allocation for %s: %d must-include devices for size %d: %w", res.FullName(), len(must)+len(strays), size, ErrInvalidRequest)
 	}
-	need := size - len(must)
+	need := size - len(must) - len(strays)
 	if need == 0 {
-		return x.named(must), nil
+		return append(strays, x.named(must)...), nil
 	}
 
 	// Only packed and spread weigh the groups' loads.
@@ -227,15 +234,20 @@ func (x *Index) Preferred(res *config.Resource, pending iter.Seq[string], availa
 			cands = append(cands, c)
 		}
 	}
+	for _, id := range strays {
+		if _, ok := others[id]; !ok {
+			seen++ // a stray not also available
+		}
+	}
 	if distinct := seen + len(others); size > distinct {
 		return nil, fmt.Errorf("preferred allocation for %s: size %d of %d distinct available and must-include devices: %w", res.FullName(), size, distinct, ErrInvalidRequest)
 	}
 
 	node := x.preferredNode(must, cands, need)
 	if need == 1 && len(cands) > 0 {
-		return x.named(append(must, pickOne(res.AllocatePolicy, cands, node))), nil
+		return append(strays, x.named(append(must, pickOne(res.AllocatePolicy, cands, node)))...), nil
 	}
-	return x.named(append(must, pickAll(res.AllocatePolicy, cands, node, load, need)...)), nil
+	return append(strays, x.named(append(must, pickAll(res.AllocatePolicy, cands, node, load, need)...))...), nil
 }
 
 // named is the IDs of positions ps.

@@ -295,7 +295,6 @@ func TestPreferredErrors(t *testing.T) {
 		{"more must-include than size", []string{"0000:3b:02.0", "0000:3b:02.1"}, 1, ErrInvalidRequest},
 		{"negative size", nil, -1, ErrInvalidRequest},
 		{"size beyond what is offered", []string{"0000:3b:02.0"}, 13, ErrInvalidRequest},
-		{"unknown must-include", []string{"0000:ff:00.0"}, 2, ErrUnknownDevice},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -304,6 +303,29 @@ func TestPreferredErrors(t *testing.T) {
 				t.Fatalf("got %q, %v; want %v", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// A must-include device that is not a member (an init container's that a
+// reload moved out of the pool) is kept as given, not an error, which the
+// kubelet would take as the pod's failure; the rest are chosen as ever.
+func TestPreferredKeepsAMustIncludeNonMember(t *testing.T) {
+	res := pool("intel.com", "intel_sriov_dpdk", config.NetDevice)
+	members := preferredMembers()
+	const stray = "0000:ff:00.0"
+	got, err := preferred(res, members, nil, ids(members), []string{stray, stray}, 2)
+	if err != nil {
+		t.Fatalf("a must-include non-member: %v", err)
+	}
+	want, err := preferred(res, members, nil, ids(members), nil, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, append([]string{stray}, want...)) {
+		t.Errorf("got %q, want %s then what a request of one gets, %q", got, stray, want)
+	}
+	if got, err := preferred(res, members, nil, ids(members), []string{stray, "0000:3b:02.0"}, 1); !errors.Is(err, ErrInvalidRequest) {
+		t.Errorf("two must-include devices, one a stray, for size 1: %q, %v; want ErrInvalidRequest", got, err)
 	}
 }
 
