@@ -158,13 +158,19 @@ func describe(res *config.Resource, d *sysfs.Device, w wants, env Env, nodes *no
 		nodes.add(container, host)
 		providers["vfio"] = map[string]string{"mount": vfioContainerNode, "dev-mount": container}
 	}
-	if d.UIO != "" && (d.Driver == "uio" || d.Driver == "igb_uio") {
-		if !isFileName(d.UIO) {
-			return nil, fmt.Errorf("device %s: uio device %q is not a file name: %w", d.Address, d.UIO, ErrInvalidRequest)
+	if d.Driver == "uio" || d.Driver == "igb_uio" {
+		// One with no node found gets an empty entry, as in the SR-IOV
+		// plugin.
+		uio := map[string]string{}
+		if d.UIO != "" {
+			if !isFileName(d.UIO) {
+				return nil, fmt.Errorf("device %s: uio device %q is not a file name: %w", d.Address, d.UIO, ErrInvalidRequest)
+			}
+			p := "/dev/" + d.UIO
+			nodes.add(p, p)
+			uio["mount"] = p
 		}
-		p := "/dev/" + d.UIO
-		nodes.add(p, p)
-		providers["uio"] = map[string]string{"mount": p}
+		providers["uio"] = uio
 	}
 	if res.AdditionalInfo != nil {
 		providers["extra"] = extraInfo(res.AdditionalInfo, d.Address)
@@ -188,6 +194,10 @@ func describe(res *config.Resource, d *sysfs.Device, w wants, env Env, nodes *no
 			return nil, err
 		}
 		providers["rdma"] = rdma
+	case w.rdma && d.RDMAEnabled():
+		// Its RDMA device is in a pod's namespace (exclusive mode) or
+		// not made yet: the plugin's entry is empty, and so are its nodes.
+		providers["rdma"] = map[string]string{}
 	}
 	if w.vhostNet && env.HasVhostNet {
 		providers["vhost"] = map[string]string{"net-mount": vhostNetNode, "tun-mount": tunNode}

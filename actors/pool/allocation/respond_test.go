@@ -52,6 +52,14 @@ func TestRespondGolden(t *testing.T) {
 	noIOMMU.VFIODevice = false
 	vdpaDev := vf("0000:3b:02.4", pfB, 4, "mlx5_core", "", 0)
 	vdpaDev.VDPAType = "vhost"
+	// Bound to igb_uio, its uio node not found: the plugin's uio provider
+	// says so with an empty entry.
+	uioNoNode := vf("0000:3b:02.5", pfA, 5, "igb_uio", "65", 0)
+	// In RDMA exclusive mode a pod's namespace holds the RDMA device: only
+	// the auxiliary device says RDMA is enabled.
+	rdmaTaken := rdmaVF("0000:3b:0a.4", 4, "mlx5_4")
+	rdmaTaken.RDMADevices = nil
+	rdmaTaken.AuxDevices = []sysfs.AuxDevice{{Name: "mlx5_core.rdma.4", Type: "rdma"}}
 
 	cases := []struct {
 		name string
@@ -86,6 +94,17 @@ func TestRespondGolden(t *testing.T) {
 			// mlx5_3's nodes are unknown: it gets rdma_cm only.
 			devs: []sysfs.Device{withChars(rdmaVF("0000:3b:0a.2", 2, "mlx5_2"), "mlx5_2", "uverbs2", "umad2", "issm2"), rdmaVF("0000:3b:0a.3", 3, "mlx5_3")},
 			env:  Env{DevRoot: devRoot(t, "infiniband/rdma_cm")},
+		},
+		{
+			name: "rdma-device-elsewhere",
+			res:  pool("nvidia.com", "mlnx_sriov_rdma", config.NetDevice, config.Selector{Vendors: []string{"15b3"}, IsRDMA: true}),
+			devs: []sysfs.Device{rdmaTaken},
+			env:  Env{DevRoot: devRoot(t, "infiniband/rdma_cm")},
+		},
+		{
+			name: "uio-no-node",
+			res:  dpdk,
+			devs: []sysfs.Device{uioNoNode},
 		},
 		{
 			name: "vhost-net",
