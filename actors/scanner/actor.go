@@ -37,17 +37,16 @@ func Props(cfg Config) *actor.Props {
 	known, first := handoff.First(cfg.Known), handoff.First(cfg.First)
 	cfg.First = nil                // held by first until taken, not for good
 	persist := &ledger.Persister{} // outlives a restart
+	reads := &completeReads{}      // and so does this
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &scanner{cfg: cfg, known: known(), first: first(), persist: persist}
+		return &scanner{cfg: cfg, known: known(), first: first(), persist: persist, complete: reads}
 	}, actor.WithDispatcher(supervise.Warm))
 }
 
 type scanner struct {
-	cfg   Config
-	known map[string]events.Device
-	// complete is each function's last complete read, which stands in
-	// for a read of it that is not (sysfs.Device.Incomplete).
-	complete map[string]sysfs.Device
+	cfg      Config
+	known    map[string]events.Device
+	complete *completeReads
 	first    func() ([]sysfs.Device, error) // nil once taken
 	timer    *time.Timer
 	// unrecorded counts the scans in a row whose changes the ledger
@@ -138,19 +137,26 @@ func (s *scanner) scan(ctx actor.Context, reason string) {
 	})
 }
 
+// completeReads is each function present's last complete read, which
+// stands in for a read of it that is not (sysfs.Device.Incomplete). It
+// outlives a restart of the scanner, not the daemon, and forgets a
+// function that is gone (another card may come back in its slot).
+type completeReads struct{ last map[string]sysfs.Device }
+
 // steady puts each function's last complete read in the place of one
 // read incompletely: a read that failed (EIO, EMFILE) is no news of a
-// function, and must not move it out of its pool. The reader has logged
-// what failed.
+// function, and must not move it out of its pool. One with no complete
+// read yet is taken as read, by the ledger and the node alike. The reader
+// has logged what failed.
 func (s *scanner) steady(devs []sysfs.Device) []sysfs.Device {
-	was := s.complete
-	s.complete = make(map[string]sysfs.Device, len(devs))
+	was := s.complete.last
+	s.complete.last = make(map[string]sysfs.Device, len(devs))
 	for i, d := range devs {
 		if !d.Incomplete {
-			s.complete[d.Address] = d
+			s.complete.last[d.Address] = d
 		} else if c, ok := was[d.Address]; ok {
 			devs[i] = c
-			s.complete[d.Address] = c
+			s.complete.last[d.Address] = c
 		}
 	}
 	return devs

@@ -197,6 +197,39 @@ func TestScannerKeepsTheLastCompleteReadOfAFunction(t *testing.T) {
 	f.Silent(t)
 }
 
+// A function that never reads whole (an attribute that always fails:
+// firmware whose _DSM makes acpi_index refuse every read; here a
+// directory) has no last complete read to stand in for it: it is taken
+// as read, by the ledger and the parent alike, and its changes are
+// recorded.
+func TestScannerTakesAFunctionNeverReadWholeAsRead(t *testing.T) {
+	const gpu = "0000:18:00.0"
+	fx := newFixture(t)
+	acpi := filepath.Join(fx.roots.DevicePath(gpu), "acpi_index")
+	if err := os.Mkdir(acpi, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := spawnFamily(t, Props(Config{Reader: fx.reader, Recorder: fx.recorder}))
+	if d := byAddr(next[*Scanned](t, f).Devices)[gpu]; !d.Incomplete {
+		t.Fatalf("%s with acpi_index a directory read whole: %+v", gpu, d)
+	}
+	last := fx.log.LastSeq()
+	if err := fx.roots.Unbind(gpu); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(acpi, 0o755); err != nil { // the tree's Unbind may take it
+		t.Fatal(err)
+	}
+	f.Sys.Root.Send(f.Child, &Rescan{Reason: "unbound"})
+	if told := byAddr(next[*Scanned](t, f).Devices)[gpu]; told.Driver != "" {
+		t.Errorf("the parent was told %s has driver %q, want none", gpu, told.Driver)
+	}
+	if got, want := fx.recorded(t, last), []string{"DeviceChanged " + gpu}; !slices.Equal(got, want) {
+		t.Errorf("unbound, recorded %q, want %q", got, want)
+	}
+	f.Silent(t)
+}
+
 func byAddr(devs []sysfs.Device) map[string]sysfs.Device {
 	m := make(map[string]sysfs.Device, len(devs))
 	for _, d := range devs {

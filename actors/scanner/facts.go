@@ -60,8 +60,7 @@ func ChangedFields(a, b events.DeviceFacts) []string {
 // Diff compares a fresh scan with what the ledger knows and returns the
 // events that bring the ledger up to date: discovered, changed, and removed
 // devices (a known, present device missing from the scan): discovered and
-// changed devices in scan order, then removals sorted by address. A known
-// device read incompletely has not changed: its facts stand.
+// changed devices in scan order, then removals sorted by address.
 func Diff(known map[string]events.Device, scanned []sysfs.Device) []events.Payload {
 	var out []events.Payload
 	seen := make(map[string]bool, len(scanned))
@@ -70,8 +69,6 @@ func Diff(known map[string]events.Device, scanned []sysfs.Device) []events.Paylo
 		facts := FactsOf(d)
 		if k, ok := known[d.Address]; !ok || !k.Present {
 			out = append(out, events.DeviceDiscovered{Device: facts})
-		} else if d.Incomplete {
-			continue
 		} else if ch := ChangedFields(k.Facts, facts); len(ch) > 0 {
 			out = append(out, events.DeviceChanged{Device: facts, Changed: ch})
 		}
