@@ -17,6 +17,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devledger/devledger/actors/internal/handoff"
@@ -94,14 +96,18 @@ type lifetime struct {
 	persist ledger.Persister
 	// kubeletAt is when the parent last told of a kubelet started (see
 	// KubeletSettle), before its KubeletRestarted may be in the ledger,
-	// or when PodResources answered again after failing.
+	// or when PodResources answered again after it was away.
 	kubeletAt time.Time
 	// seen are the last round's findings (foldInput.seen): a standing
 	// conflict is recorded once, not again by each incarnation.
 	seen map[string]bool
-	// failing: the last List failed. warned: this process has said that
-	// PodResources fails, once for each time it starts failing.
-	failing, warned bool
+	// away: the last List failed as it does while the kubelet is away
+	// (Unavailable: no socket, refused, cut off), or the ledger said
+	// PodResources was unavailable as this process started; the next
+	// answer may come from a kubelet that has just started. warned: this
+	// process has said that PodResources fails, once for each time it
+	// starts failing.
+	away, warned bool
 	// unrecorded counts the rounds in a row whose events the ledger
 	// refused: the first is logged as an error, the others at debug.
 	unrecorded int
@@ -211,8 +217,12 @@ func (r *reconciler) start(ctx actor.Context) {
 			r.told[seq] = true
 		}
 	}
+	first := r.replayed != nil
 	r.replayed = nil
 	r.st = st.Clone()
+	if first {
+		r.life.away = !r.available()
+	}
 	r.schedule(ctx, 0)
 	r.life.persist.Resume(func(m any) { r.handle(ctx, m) })
 }
@@ -298,7 +308,9 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	r.catchUp(ctx, nil)
 	if m.err != nil {
 		r.failures++
-		r.life.failing = true
+		if status.Code(m.err) == codes.Unavailable {
+			r.life.away = true
+		}
 		delay := supervise.Doubling(time.Second, r.cfg.RetryMax, r.failures)
 		if !r.available() {
 			// The ledger says so already (this process's own record, or
@@ -330,19 +342,19 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	}
 	r.failures = 0
 	now := r.cfg.Now()
-	if r.life.failing || !r.available() {
-		// Back after failing: a kubelet may have started, serving
-		// PodResources before the parent hears of its kubelet.sock.
+	if r.life.away {
+		// Back: a kubelet may have started, serving PodResources before
+		// the parent hears of its kubelet.sock.
 		r.life.kubeletAt = now
 	}
-	r.life.failing, r.life.warned = false, false
+	r.life.away, r.life.warned = false, false
 	var payloads []events.Payload
 	if !r.available() {
 		payloads = append(payloads, events.AttributionChanged{Available: true, Reason: "pod resources answered"})
 	}
 	// The kubelet settles from its start: as the parent told, as the
 	// ledger says (KubeletRestarted), which a reconciler its parent
-	// starts again reads, or from the first answer after failures.
+	// starts again reads, or from the first answer after it was away.
 	back := r.life.kubeletAt
 	if last := r.st.Kubelet.LastRestart; last.After(back) {
 		back = last

@@ -13,6 +13,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devledger/devledger/actors/ledger"
@@ -363,12 +365,14 @@ func TestAnEarlierIncarnationsListIsNotTaken(t *testing.T) {
 // allocation whose pod it does not list is not released while it
 // settles, and a round of its own once it has settled releases it when
 // the pod is gone indeed. It has started when the parent says so
-// (KubeletBack), or when PodResources answers after failing: a kubelet
-// may serve it before its kubelet.sock is there, so before the parent
-// hears of it and before KubeletRestarted is in the ledger.
+// (KubeletBack), or when PodResources answers after failing as it does
+// while the kubelet is away (Unavailable): a kubelet may serve it before
+// its kubelet.sock is there, so before the parent hears of it and before
+// KubeletRestarted is in the ledger. An answer after a call that merely
+// timed out is not a kubelet's start: the pod is released at once.
 func TestAKubeletThatJustStartedReleasesNothingUntilItSettles(t *testing.T) {
-	for _, told := range []bool{true, false} {
-		t.Run(fmt.Sprintf("told=%v", told), func(t *testing.T) {
+	for _, how := range []string{"told", "unavailable", "timed out"} {
+		t.Run(how, func(t *testing.T) {
 			const pool, dev = "example.com/vf", "0000:3b:02.1"
 			l, rec, seq, replayed := ledgerWithAllocation(t, pool, dev)
 			type answer struct {
@@ -389,18 +393,29 @@ func TestAKubeletThatJustStartedReleasesNothingUntilItSettles(t *testing.T) {
 
 			var back time.Time
 			var st *Status
-			if told {
+			if how == "told" {
 				now.Store(&answer{}) // the kubelet restarts
 				back = time.Now()
 				f.Sys.Root.Send(f.Child, &Reconcile{KubeletBack: true})
 				st = awaitStatus(t, f, func(st *Status) bool { return st.Rounds >= 2 })
 			} else {
-				now.Store(&answer{err: errors.New("connection refused")}) // the kubelet goes down
+				err := status.Error(codes.Unavailable, "connection refused") // the kubelet goes down
+				if how == "timed out" {
+					err = status.Error(codes.DeadlineExceeded, "context deadline exceeded")
+				}
+				now.Store(&answer{err: fmt.Errorf("list pod resources: %w", err)})
 				f.Sys.Root.Send(f.Child, &Reconcile{})
 				awaitStatus(t, f, func(st *Status) bool { return !st.Available })
 				back = time.Now()
-				now.Store(&answer{}) // and is back: the backoff's retry finds it
+				now.Store(&answer{}) // and answers: the backoff's retry finds it
 				st = awaitStatus(t, f, func(st *Status) bool { return st.Available })
+			}
+			if how == "timed out" {
+				awaitStatus(t, f, func(st *Status) bool { _, live := st.Allocations[seq]; return !live })
+				if released, _ := releaseOf(t, l, seq); released.IsZero() || released.Sub(back) >= settle {
+					t.Errorf("#%d released %s after an answer that followed a timeout, want within %s", seq, released.Sub(back), settle)
+				}
+				return
 			}
 			if time.Since(back) < settle && st.Allocations[seq] != "ns/pod-a/main" {
 				t.Fatalf("a round while the kubelet settles let go of #%d: %q", seq, st.Allocations[seq])
