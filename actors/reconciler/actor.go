@@ -99,7 +99,10 @@ type lifetime struct {
 	// or when PodResources answered again after it was away.
 	kubeletAt time.Time
 	// seen are the last round's findings (foldInput.seen): a standing
-	// conflict is recorded once, not again by each incarnation.
+	// conflict is recorded once, not again by each incarnation. A node
+	// coordinator that restarts spawns the reconciler anew, with a
+	// lifetime of its own: it records the conflict once more, as a
+	// daemon restart does.
 	seen map[string]bool
 	// away: the last List failed as it does while the kubelet is away
 	// (Unavailable: no socket, refused, cut off), or the ledger said

@@ -139,7 +139,8 @@ func (s *scanner) scan(ctx actor.Context, reason string) {
 
 // completeReads is each function present's last complete read, which
 // stands in for a read of it that is not (sysfs.Device.Incomplete). It
-// outlives a restart of the scanner, not the daemon, and forgets a
+// outlives a restart of the scanner, not one of the node coordinator
+// (which spawns the scanner anew) or of the daemon, and forgets a
 // function that is gone (another card may come back in its slot).
 type completeReads struct{ last map[string]sysfs.Device }
 
