@@ -22,6 +22,7 @@ import (
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/internal/actortest"
 	"github.com/devledger/devledger/store"
+	"github.com/devledger/devledger/store/storetest"
 )
 
 // listerFunc is a Lister.
@@ -651,15 +652,7 @@ func TestAReconcilerSaysOnceThatPodResourcesStillFails(t *testing.T) {
 func TestALedgerThatRefusesRoundsIsLoggedOnce(t *testing.T) {
 	const pool, dev = "example.com/vf", "0000:3b:02.1"
 	l, _, _, replayed := ledgerWithAllocation(t, pool, dev)
-	path := l.Meta().Path
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	ro, err := store.Open(path, store.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ro.Close() })
+	ro := storetest.ReopenReadOnly(t, l)
 	var lists atomic.Int32
 	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
 		lists.Add(1)
@@ -670,19 +663,10 @@ func TestALedgerThatRefusesRoundsIsLoggedOnce(t *testing.T) {
 	actortest.Spawn(t, Props(Config{Recorder: ledger.NewRecorder(ro, "boot-1", nil), Lister: lister, Replayed: &replayed,
 		Interval: time.Hour, AfterAllocate: 10 * time.Millisecond, LeakGrace: time.Hour, Log: zerolog.New(&log)}))
 	deadline := time.Now().Add(10 * time.Second)
-	for strings.Count(log.String(), "cannot record reconciliation") < 4 && time.Now().Before(deadline) {
+	for log.Count("", "cannot record reconciliation") < 4 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	lines := strings.Split(log.String(), "\n")
-	var errorLines, all int
-	for _, line := range lines {
-		if strings.Contains(line, "cannot record reconciliation") {
-			all++
-			if strings.Contains(line, `"level":"error"`) {
-				errorLines++
-			}
-		}
-	}
+	all, errorLines := log.Count("", "cannot record reconciliation"), log.Count("error", "cannot record reconciliation")
 	if all < 4 || errorLines != 1 {
 		t.Errorf("%d rounds (%d lists) the ledger refused logged %d errors, want %d rounds logging 1:\n%s", all, lists.Load(), errorLines, 4, log.String())
 	}

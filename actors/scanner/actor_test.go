@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/internal/actortest"
 	"github.com/devledger/devledger/store"
+	"github.com/devledger/devledger/store/storetest"
 	"github.com/devledger/devledger/sysfs"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
@@ -337,15 +337,7 @@ func TestScannerRescansPeriodically(t *testing.T) {
 // node, a full disk) is logged as an error once, not once per scan.
 func TestALedgerThatRefusesScansIsLoggedOnce(t *testing.T) {
 	fx := newFixture(t)
-	path := fx.log.Meta().Path
-	if err := fx.log.Close(); err != nil {
-		t.Fatal(err)
-	}
-	ro, err := store.Open(path, store.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ro.Close() })
+	ro := storetest.ReopenReadOnly(t, fx.log)
 	var log actortest.Log
 	f := spawnFamily(t, Props(Config{Reader: fx.reader, Recorder: ledger.NewRecorder(ro, "boot-1", nil), Known: map[string]events.Device{}, Log: zerolog.New(&log)}))
 	const scans = 4
@@ -359,8 +351,7 @@ func TestALedgerThatRefusesScansIsLoggedOnce(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the scanner never came to rest:\n%s", log.String())
 	}
-	all := strings.Count(log.String(), "cannot record scan results")
-	errorLines := strings.Count(log.String(), `{"level":"error","error":`)
+	all, errorLines := log.Count("", "cannot record scan results"), log.Count("error", "cannot record scan results")
 	if all != scans || errorLines != 1 {
 		t.Errorf("%d scans the ledger refused logged %d lines, %d of them errors; want %d lines, 1 error:\n%s", scans, all, errorLines, scans, log.String())
 	}

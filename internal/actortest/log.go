@@ -2,6 +2,7 @@ package actortest
 
 import (
 	"bytes"
+	"strings"
 	"sync"
 )
 
@@ -21,4 +22,16 @@ func (l *Log) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.buf.String()
+}
+
+// Count is the number of lines logged at level ("" for any) that contain
+// substr.
+func (l *Log) Count(level, substr string) int {
+	n := 0
+	for _, line := range strings.Split(l.String(), "\n") {
+		if strings.Contains(line, substr) && (level == "" || strings.Contains(line, `"level":"`+level+`"`)) {
+			n++
+		}
+	}
+	return n
 }
