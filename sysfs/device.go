@@ -64,9 +64,11 @@ type Device struct {
 	VFIndex  int    `json:"vf_index"`
 
 	// Interfaces are the network interfaces of the function, from net/ or,
-	// for virtio functions, virtio*/net/, sorted by name within each.
-	// PFInterface is the first interface (by name) of the PF for a VF (""
-	// when unknown or not a VF).
+	// for virtio functions, virtio*/net/, sorted by name within each; on a
+	// PF in switchdev mode, whose net/ also holds its VFs' representors,
+	// the uplink (port name "p<N>") comes first. PFInterface is the first
+	// interface of the PF for a VF ("" when unknown or not a VF), as the
+	// SR-IOV plugin names a VF's PF.
 	Interfaces  []NetInterface `json:"interfaces,omitempty"`
 	PFInterface string         `json:"pf_interface,omitempty"`
 

@@ -1,6 +1,7 @@
 package sysfs
 
 import (
+	"bytes"
 	"errors"
 	"io/fs"
 	"path/filepath"
@@ -251,6 +252,9 @@ func (w *worker) readFunction(addr string) fnResult {
 
 	if e.net {
 		d.Interfaces = w.readInterfaces(d, dir, "net", d.Interfaces)
+		if e.totalVFs && len(d.Interfaces) > 1 {
+			w.uplinkFirst(dir, d.Interfaces)
+		}
 	}
 	if len(e.virtio) > 0 {
 		slices.Sort(e.virtio)
@@ -448,6 +452,37 @@ func (w *worker) readInterfaces(d *Device, dir, sub string, ifs []NetInterface) 
 		ifs = append(ifs, ifc)
 	}
 	return ifs
+}
+
+// uplinkFirst moves the uplink of a PF in switchdev mode to the front of
+// its interfaces. In that mode the PF's net/ also lists the representors
+// of its VFs, which may sort before the uplink (eth10 before eth2); the
+// SR-IOV plugin names a VF's PF by the uplink: the interface with a switch
+// ID whose port name is "p<N>" (representors are "pf0vf3"). A read that
+// fails is no uplink: the kernel refuses both files (EOPNOTSUPP) on an
+// interface that is not a switch port.
+func (w *worker) uplinkFirst(dir string, ifs []NetInterface) {
+	for i := range ifs {
+		base := dir + "/net/" + ifs[i].Name + "/"
+		n, err := w.fs.readFile(base+"phys_switch_id", w.buf[:])
+		if err != nil || n == len(w.buf) || len(bytes.TrimSpace(w.buf[:n])) == 0 {
+			continue
+		}
+		n, err = w.fs.readFile(base+"phys_port_name", w.buf[:])
+		if err != nil || n == len(w.buf) || !isUplinkPortName(bytes.TrimSpace(w.buf[:n])) {
+			continue
+		}
+		uplink := ifs[i]
+		copy(ifs[1:i+1], ifs[:i])
+		ifs[0] = uplink
+		return
+	}
+}
+
+// isUplinkPortName reports whether name is a physical port's name, "p"
+// and a port number.
+func isUplinkPortName(name []byte) bool {
+	return len(name) > 1 && name[0] == 'p' && isDecimal(string(name[1:]))
 }
 
 // readRDMA lists infiniband/ and, when the function has an InfiniBand

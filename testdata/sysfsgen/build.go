@@ -418,6 +418,17 @@ func (b *builder) writeInterface(parent string, ifc Interface) error {
 			return err
 		}
 	}
+	for _, a := range []struct{ name, value string }{
+		{"phys_switch_id", ifc.SwitchID},
+		{"phys_port_name", ifc.PortName},
+	} {
+		if a.value == "" {
+			continue
+		}
+		if err := writeLine(filepath.Join(dir, a.name), a.value); err != nil {
+			return err
+		}
+	}
 	return relLink(dir, filepath.Join(b.r.Sysfs, "class", "net", ifc.Name))
 }
 

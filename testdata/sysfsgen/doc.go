@@ -10,6 +10,7 @@
 //	<function>/iommu_group                             -> ../../../kernel/iommu_groups/<n>
 //	<function>/physfn, <function>/virtfn<N>            relative links between PF and VFs
 //	<function>/net/<if>/{operstate,carrier,type,address,ifindex}
+//	<function>/net/<if>/{phys_switch_id,phys_port_name}      on a switchdev port
 //	<function>/virtio<N>/net/<if>/...                  where virtio NICs keep their interface
 //	<function>/infiniband/<dev>/ports/<n>/pkeys/<i>    RDMA devices
 //	<function>/infiniband_verbs/uverbs<N>/ibdev, <function>/infiniband_mad/{umad,issm}<N>/ibdev

@@ -114,6 +114,12 @@ type Interface struct {
 	// Address is the hardware address; one is made up from ifindex when
 	// empty.
 	Address string
+	// SwitchID and PortName, when set, are written to phys_switch_id and
+	// phys_port_name, as for the ports of a NIC in switchdev mode (the
+	// uplink "p0", a VF's representor "pf0vf3"). Left empty, the files are
+	// absent: the kernel refuses to read them on other interfaces.
+	SwitchID string
+	PortName string
 }
 
 // RDMADevice describes one RDMA device (a directory under infiniband/).

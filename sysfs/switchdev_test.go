@@ -1,0 +1,105 @@
+package sysfs
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/devledger/devledger/testdata/sysfsgen"
+)
+
+// switchdevNode is a ConnectX PF with two VFs and, in net/, what the kernel
+// lists there: the PF's own interfaces and, in switchdev mode, the VFs'
+// representors, named as on a node booted with net.ifnames=0 (the
+// representors, made after the uplink, sort before it).
+func switchdevNode(ifs ...sysfsgen.Interface) sysfsgen.Node {
+	return sysfsgen.Node{Functions: []sysfsgen.Function{{
+		Address: "0000:5e:00.0", Vendor: "15b3", Device: "101b", VFDevice: "101c",
+		Class: "020000", Driver: "mlx5_core", IOMMUGroup: "40",
+		TotalVFs: 8, Interfaces: ifs,
+		VFs: []sysfsgen.Function{
+			{Driver: "mlx5_core", IOMMUGroup: "41", Interfaces: []sysfsgen.Interface{{Name: "eth20"}}},
+			{Driver: "vfio-pci", IOMMUGroup: "42"},
+		},
+	}}}
+}
+
+func TestSwitchdevUplinkNamesTheVFsPF(t *testing.T) {
+	const id = "0c42a1030065b7a2"
+	tests := []struct {
+		name  string
+		ifs   []sysfsgen.Interface
+		order []string // the PF's interfaces as a scan reports them
+	}{
+		{
+			name: "switchdev: the uplink first",
+			ifs: []sysfsgen.Interface{
+				{Name: "eth2", SwitchID: id, PortName: "p0"},
+				{Name: "eth10", SwitchID: id, PortName: "pf0vf0"},
+				{Name: "eth11", SwitchID: id, PortName: "pf0vf1"},
+			},
+			order: []string{"eth2", "eth10", "eth11"},
+		},
+		{
+			name: "legacy: by name",
+			ifs: []sysfsgen.Interface{
+				{Name: "eth2"},
+				{Name: "eth10"},
+			},
+			order: []string{"eth10", "eth2"},
+		},
+		{
+			name: "switch ports but no uplink: by name",
+			ifs: []sysfsgen.Interface{
+				{Name: "eth2", SwitchID: id, PortName: "pf0vf9"},
+				{Name: "eth10", SwitchID: id, PortName: "pf0vf0"},
+			},
+			order: []string{"eth10", "eth2"},
+		},
+		{
+			name: "a port name without a switch ID: by name",
+			ifs: []sysfsgen.Interface{
+				{Name: "eth2", PortName: "p0"},
+				{Name: "eth10"},
+			},
+			order: []string{"eth10", "eth2"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := sampleReader(t, sysfsgen.TempNode(t, switchdevNode(tc.ifs...)))
+			devs := byAddress(scanOK(t, r))
+			pf := devs["0000:5e:00.0"]
+			var names []string
+			for _, ifc := range pf.Interfaces {
+				names = append(names, ifc.Name)
+			}
+			if !slices.Equal(names, tc.order) {
+				t.Errorf("PF interfaces %v, want %v", names, tc.order)
+			}
+			if len(pf.Warnings) > 0 || pf.Incomplete {
+				t.Errorf("PF warnings %q, incomplete %v", pf.Warnings, pf.Incomplete)
+			}
+			var vfs []string
+			for addr, d := range devs {
+				if d.PF == pf.Address {
+					vfs = append(vfs, addr)
+				}
+			}
+			if len(vfs) != 2 {
+				t.Fatalf("VFs %v, want two", vfs)
+			}
+			for _, vf := range vfs {
+				if got := devs[vf].PFInterface; got != tc.order[0] {
+					t.Errorf("%s: PFInterface %q, want %q", vf, got, tc.order[0])
+				}
+				one, err := r.Device(vf)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if one.PFInterface != tc.order[0] {
+					t.Errorf("Device(%s): PFInterface %q, want %q", vf, one.PFInterface, tc.order[0])
+				}
+			}
+		})
+	}
+}
