@@ -285,7 +285,10 @@ func (p *allocator) start(ctx actor.Context) {
 // syncDeviceInfo writes the device-info file (read by CNI plugins) of each
 // netDevice member that old (nil: none) lacks or has with other facts. It
 // removes none: a device that left may still be held by a container whose
-// sandbox CNI sets up again.
+// sandbox CNI sets up again. For that reason, too, a held device keeps the
+// file it has: its facts may have changed because a container holds it
+// (in RDMA exclusive mode its RDMA device leaves the host for the pod's
+// namespace), and the CNI must read again what it read at the Allocate.
 func (p *allocator) syncDeviceInfo(old map[string]*allocation.Member) {
 	if p.cfg.DevinfoDir == "" || p.cfg.Resource.DeviceType != config.NetDevice {
 		return
@@ -300,6 +303,9 @@ func (p *allocator) syncDeviceInfo(old map[string]*allocation.Member) {
 			if was := allocation.ForDeviceInfo(res, o.Device); allocation.SameDeviceInfo(&was, &d) {
 				continue
 			}
+		}
+		if len(p.holds.Holders[addr]) > 0 && allocation.HasDeviceInfo(p.cfg.DevinfoDir, p.name, addr) {
+			continue
 		}
 		if err := allocation.WriteDeviceInfo(p.cfg.DevinfoDir, p.name, d); err != nil {
 			failed, first = append(failed, addr), cmp.Or(first, err)

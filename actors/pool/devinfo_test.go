@@ -89,14 +89,7 @@ func TestDeviceInfoFollowsTheMembers(t *testing.T) {
 	if err := os.Remove(path(x)); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient("unix://"+serving.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	if _, err := pluginapi.NewDevicePluginClient(conn).Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{x}}}}); err != nil {
-		t.Fatal(err)
-	}
+	allocateOver(t, serving.Socket, x)
 	if c := content(x); !strings.Contains(c, `"pf-pci-address":"0000:3b:00.0"`) || strings.Contains(c, "rdma") {
 		t.Errorf("x's device-info file after an Allocate: %s", c)
 	}
@@ -152,4 +145,74 @@ func TestAnUnwritableDeviceInfoRefusesTheAllocate(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Silent(t)
+}
+
+// A held device keeps the device-info file its Allocate wrote, whatever
+// its facts become: in RDMA exclusive mode the RDMA device leaves the
+// host's sysfs for the pod's network namespace, and a CNI that sets the
+// pod's sandbox up again must still read it there. A device no one holds
+// follows its facts.
+func TestAHeldDeviceKeepsItsDeviceInfo(t *testing.T) {
+	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	res := &config.Resource{Prefix: "example.com", Name: "rdma", DeviceType: config.NetDevice,
+		Selectors: []config.Selector{{IsRDMA: true}}}
+	st := events.NewState()
+	devinfo := t.TempDir()
+	withRDMA := func(addr, rdma string) allocation.Member {
+		m := member(addr)
+		m.Device.PF = "0000:3b:00.0"
+		if rdma != "" {
+			m.Device.RDMADevices = []string{rdma}
+		}
+		return m
+	}
+	f := actortest.Spawn(t, Props(Config{
+		Resource: res, Members: []allocation.Member{withRDMA(x, "mlx5_3"), withRDMA(y, "mlx5_4")},
+		Recorder: ledger.NewRecorder(l, "boot-1", nil), Replayed: &st, SocketDir: kubelettest.ShortTempDir(t),
+		Mode: grpcapi.ModeLegacy, DevinfoDir: devinfo, Log: zerolog.Nop(),
+	}))
+	serving := actortest.Next[*Serving](t, f)
+	content := func(addr string) string {
+		t.Helper()
+		b, err := os.ReadFile(allocation.DeviceInfoPath(devinfo, res.FullName(), addr))
+		if err != nil {
+			t.Fatalf("the device-info file of %s: %v", addr, err)
+		}
+		return string(b)
+	}
+	allocateOver(t, serving.Socket, x)
+	if c := content(x); !strings.Contains(c, `"rdma-device":"mlx5_3"`) {
+		t.Fatalf("x's device-info file after its Allocate: %s", c)
+	}
+
+	// The pod's namespace takes both RDMA devices; only y is free.
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{withRDMA(x, ""), withRDMA(y, "")}, Reason: "test", Gen: 2})
+	if _, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result(); err != nil {
+		t.Fatal(err)
+	}
+	if c := content(x); !strings.Contains(c, `"rdma-device":"mlx5_3"`) {
+		t.Errorf("held x's device-info file after its RDMA device left the host: %s", c)
+	}
+	if c := content(y); strings.Contains(c, "rdma-device") {
+		t.Errorf("free y's device-info file after its RDMA device left: %s", c)
+	}
+}
+
+// allocateOver makes one Allocate of ids over the pool's socket, as the
+// kubelet does, and fails the test if it fails.
+func allocateOver(t *testing.T, socket string, ids ...string) {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	req := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}
+	if _, err := pluginapi.NewDevicePluginClient(conn).Allocate(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
 }

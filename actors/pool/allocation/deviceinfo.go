@@ -118,6 +118,13 @@ func WriteDeviceInfo(dir, resource string, d sysfs.Device) error {
 	return writeJSONFile("device-info", dir, DeviceInfoPath(dir, resource, d.Address), NewDeviceInfo(&d), 0o444, nil)
 }
 
+// HasDeviceInfo tells whether dir holds a device-info file of device addr
+// for the pool resource.
+func HasDeviceInfo(dir, resource, addr string) bool {
+	_, err := os.Lstat(DeviceInfoPath(dir, resource, addr))
+	return err == nil
+}
+
 // writeJSONFile writes v as JSON to path in dir (creating dir, 0755),
 // unless path holds those bytes already; what ("device-info") names the
 // file in errors. It writes a temporary dot file, which no reader loads,
