@@ -520,14 +520,18 @@ func index(ms []allocation.Member) (map[string]*allocation.Member, []string) {
 	return byAddr, order
 }
 
-// listed are the members the ledger lists, with the facts ms has of them:
-// what a pool has until the members it places at its start are durable.
-// Of a device ms lacks it knows only the address.
-func listed(addrs []string, ms []allocation.Member) []allocation.Member {
+// listed are the members the ledger lists, with the facts ms has of them,
+// or else those the pool has (cur): what a pool has until the members it
+// places are durable, and keeps if the ledger refuses them. Of a device
+// neither has (one that left while the daemon was down) it knows only the
+// address, and lists it unhealthy.
+func listed(addrs []string, ms []allocation.Member, cur map[string]*allocation.Member) []allocation.Member {
 	byAddr, _ := index(ms)
 	out := make([]allocation.Member, 0, len(addrs))
 	for _, addr := range addrs {
 		if m, ok := byAddr[addr]; ok {
+			out = append(out, *m)
+		} else if m, ok := cur[addr]; ok {
 			out = append(out, *m)
 		} else {
 			out = append(out, allocation.Member{Device: sysfs.Device{Address: addr, NUMANode: -1}})
@@ -689,7 +693,7 @@ func (p *allocator) replay() events.State {
 // is in force: not if st has a config without it (its parent stops it
 // next); else it was up to st.Seq, where the change's guard starts.
 func (p *allocator) placeAfterReplay(ctx actor.Context, st *events.State, m *SetMembers, start bool) bool {
-	p.setMemberList(listed(st.Pools[p.name].Members, m.Members))
+	p.setMemberList(listed(st.Pools[p.name].Members, m.Members, p.members))
 	if _, inForce := st.Pools[p.name]; !inForce && st.Config.SHA256 != "" {
 		p.cfg.Log.Info().Str("pool", p.name).Msg("the pool was dropped from the config; its members are not recorded")
 		return false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -17,6 +18,8 @@ import (
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/internal/actortest"
 	"github.com/devledger/devledger/store"
+	"github.com/devledger/devledger/store/storetest"
+	"github.com/devledger/devledger/sysfs"
 )
 
 // A membership change the ledger refuses (a full disk, an I/O error) is
@@ -206,5 +209,65 @@ func TestADroppedPoolRecordsNoServing(t *testing.T) {
 	reserve(inForce)
 	if _, n := serving(); n != 0 {
 		t.Errorf("%d SocketLost and PluginServing records after the config that dropped the pool, want 0", n)
+	}
+}
+
+// While the ledger keeps refusing a membership change, the pool keeps its
+// members with the facts it has of them: each retry replays the ledger,
+// which still lists the device leaving, and must not stand an address
+// alone in for it (no driver, no IOMMU group, unhealthy), or an Allocate
+// of it once the disk has room would answer without its vfio nodes.
+func TestARefusedChangeKeepsTheFactsOfItsMembers(t *testing.T) {
+	vfio := func(addr, group string) allocation.Member {
+		return allocation.Member{Device: sysfs.Device{Address: addr, Driver: "vfio-pci", IOMMUGroup: group, NUMANode: 0}, Healthy: true}
+	}
+	disk := storetest.NewFullDisk(t, 1<<20)
+	l, err := store.Open(filepath.Join(disk.Dir, "ledger.db"), store.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	logs := &actortest.Log{}
+	f := actortest.Spawn(t, Props(Config{
+		Resource: &config.Resource{Prefix: "example.com", Name: "vf", DeviceType: config.GenericPCI},
+		Members:  []allocation.Member{vfio(x, "12"), vfio(y, "13")}, Recorder: ledger.NewRecorder(l, "boot-1", nil),
+		Replayed: &events.State{}, SocketDir: kubelettest.ShortTempDir(t), Mode: grpcapi.ModeLegacy,
+		Log: zerolog.New(logs).Level(zerolog.DebugLevel),
+	}))
+	actortest.Next[*Serving](t, f)
+	if err := l.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The disk fills, and so do the pages bbolt has free.
+	disk.Fill(t)
+	for i := 0; ; i++ {
+		e := events.New(events.DeviceHealthChanged{Address: "0000:00:01.0", Healthy: i%2 == 0, Reason: "filler"}, time.Now(), "boot-1")
+		if _, err := l.Append(context.Background(), e); err != nil {
+			break
+		}
+		if i > 5000 {
+			t.Fatal("the ledger never filled")
+		}
+	}
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{vfio(x, "12")}, Reason: "test", Gen: 1})
+	// Five refusals: the next retry is 1.6 s away.
+	for deadline := time.Now().Add(10 * time.Second); logs.Count("", "cannot record a membership change") < 5; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the change was not refused five times:\n%s", logs)
+		}
+	}
+	// The disk has room again; the kubelet, to which y is still a member
+	// (to the ledger too), allocates it.
+	disk.Free(t)
+	r := awaitReply(t, allocateVia(f, context.Background(), y))
+	if r.err != nil {
+		t.Fatalf("Allocate of %s: %v", y, r.err)
+	}
+	var nodes []string
+	for _, d := range r.resp.ContainerResponses[0].Devices {
+		nodes = append(nodes, d.HostPath)
+	}
+	if !slices.Equal(nodes, []string{"/dev/vfio/vfio", "/dev/vfio/13"}) {
+		t.Errorf("Allocate of vfio-bound %s answered device nodes %v, want /dev/vfio/vfio and /dev/vfio/13", y, nodes)
 	}
 }
