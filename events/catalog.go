@@ -371,7 +371,9 @@ type DevicesAllocated struct {
 	// a conflict the kubelet could not see.
 	HeldElsewhere []uint64 `json:"held_elsewhere,omitempty"`
 	// Unhealthy are the devices of DeviceIDs the pool listed unhealthy
-	// when the kubelet allocated them (a race the kubelet can lose).
+	// when the kubelet allocated them (a race the kubelet can lose): by
+	// their health verdict, or as still arriving from a pool that may give
+	// them out. One another pool's allocation held is in HeldElsewhere.
 	Unhealthy []string `json:"unhealthy,omitempty"`
 }
 

@@ -170,12 +170,18 @@ func (p *allocator) allocated(ids []string, index int, answer events.ContainerAl
 			}
 		}
 		m := p.members[id]
+		arriving, conflict := false, false
 		for _, h := range m.HeldElsewhere {
-			if !h.Leaving() {
+			if h.Leaving() {
+				arriving = true
+			} else {
+				conflict = true
 				e.HeldElsewhere = append(e.HeldElsewhere, h.Seq)
 			}
 		}
-		if !m.Healthy {
+		// Listed unhealthy by its verdict, or as still arriving from a pool
+		// that may give it out; another pool's allocation is a conflict.
+		if !m.Healthy || (arriving && !conflict) {
 			e.Unhealthy = append(e.Unhealthy, id)
 		}
 	}

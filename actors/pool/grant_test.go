@@ -353,6 +353,25 @@ func TestAllocateIsOneCommit(t *testing.T) {
 	}
 }
 
+// A device still arriving from a pool that may give it out is listed
+// unhealthy, and an Allocate of it (the kubelet had not caught up) records
+// it so: no allocation holds it elsewhere yet, so it is no conflict.
+func TestAnArrivingDeviceIsRecordedAsListedUnhealthy(t *testing.T) {
+	arriving := member(y)
+	arriving.HeldElsewhere = []allocation.Hold{{Pool: "example.com/leaving"}}
+	if d := allocation.ListDevice(&config.Resource{}, arriving); d.Health != pluginapi.Unhealthy {
+		t.Fatalf("an arriving device listed %s", d.Health)
+	}
+	f, _, _ := servingPool(t, t.TempDir(), member(x), arriving)
+	if r := awaitReply(t, allocateVia(f, context.Background(), x, y)); r.err != nil {
+		t.Fatal(r.err)
+	}
+	p := actortest.Next[*AllocationRecorded](t, f).Event.Payload.(events.DevicesAllocated)
+	if !slices.Equal(p.Unhealthy, []string{y}) || p.HeldElsewhere != nil {
+		t.Errorf("Allocate of %s and arriving %s recorded unhealthy %v, held elsewhere %v; want %s unhealthy alone", x, y, p.Unhealthy, p.HeldElsewhere, y)
+	}
+}
+
 // An Allocate the ledger fails to record (a full disk) is answered
 // Unavailable, naming why: the kubelet must not start a container on an
 // allocation no one can replay. The parent hears nothing of it and the
