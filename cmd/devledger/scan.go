@@ -270,6 +270,10 @@ type scanDevice struct {
 	Ledger   *scanLedger `json:"ledger,omitempty"`
 	Aux      []scanAux   `json:"aux_devices"`
 	Warnings []string    `json:"warnings"`
+	// Incomplete says a read of the function (or of its PF) failed with
+	// an error other than not-found: the fields may lack what the kernel
+	// holds (its warning names the file).
+	Incomplete bool `json:"incomplete,omitempty"`
 }
 
 // scanLedger is a device as the ledger knows it.
@@ -397,6 +401,7 @@ func newScanDevice(d *sysfs.Device, pl *config.Placement) scanDevice {
 		PF:         d.PF,
 		VFIndex:    d.VFIndex,
 		Interfaces: []string{},
+		Incomplete: d.Incomplete,
 		Pool:       pl.Pool,
 		Selector:   pl.Selector,
 		Reason:     pl.Reason,

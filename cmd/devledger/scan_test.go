@@ -416,6 +416,37 @@ func TestScanWarningsOnce(t *testing.T) {
 	}
 }
 
+// A function whose read failed (here numa_node is a directory: EISDIR)
+// is marked incomplete in the JSON, and only that one.
+func TestScanMarksAnIncompleteRead(t *testing.T) {
+	r := sysfsgen.TempScenario(t, sysfsgen.ScenarioSRIOV)
+	const addr = "0000:02:00.0"
+	numa := filepath.Join(r.Sysfs, "bus", "pci", "devices", addr, "numa_node")
+	if err := os.Remove(numa); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(numa, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, scanArgs(r, scanConfigs[sysfsgen.ScenarioSRIOV], "--format", "json")...)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rep scanReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	var marked []string
+	for _, d := range rep.Devices {
+		if d.Incomplete {
+			marked = append(marked, d.Address)
+		}
+	}
+	if !slices.Equal(marked, []string{addr}) {
+		t.Errorf("devices marked incomplete: %v, want %s alone", marked, addr)
+	}
+}
+
 // TestScanHealth breaks the sriov node the ways the health checker looks
 // for and checks what scan says of each pooled device: the PF of a pool
 // that asks for link health loses its link, a VFIO node goes, and a VF
