@@ -273,14 +273,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 		Int("live_allocations", len(st.Allocations)).Dur("took_ms", time.Since(began)).Msg("ledger replayed")
 	var crashed []events.Payload
 	if st.Daemon.Running {
-		// The run's own last event, whatever another writer appended since.
-		c := events.DaemonCrashed{BootID: st.Daemon.BootID, LastSeq: st.Seq, LastAlive: st.Time}
-		if st.Daemon.LastSeq > 0 {
-			c.LastSeq, c.LastAlive = st.Daemon.LastSeq, st.Daemon.LastAt
-		}
-		if prevBoot == st.Daemon.BootID && prevAlive.After(c.LastAlive) {
-			c.LastAlive = prevAlive
-		}
+		c := Crashed(&st, prevBoot, prevAlive)
 		crashed = append(crashed, c)
 		d.log.Warn().Str("boot_id", c.BootID).Uint64("last_seq", c.LastSeq).Time("last_alive", c.LastAlive).
 			Msg("the previous run did not stop cleanly; compensating")
@@ -1060,6 +1053,21 @@ func LastAlive(stateDir string) (bootID string, at time.Time) {
 		}
 	}
 	return "", time.Time{}
+}
+
+// Crashed is what a start records of the run st has running, which
+// recorded no stop: its own last event (whatever another writer appended
+// since), and when it was last alive, the later of that event's time and
+// the pid file's mark (LastAlive) when the mark is that run's.
+func Crashed(st *events.State, markBoot string, markAt time.Time) events.DaemonCrashed {
+	c := events.DaemonCrashed{BootID: st.Daemon.BootID, LastSeq: st.Seq, LastAlive: st.Time}
+	if st.Daemon.LastSeq > 0 {
+		c.LastSeq, c.LastAlive = st.Daemon.LastSeq, st.Daemon.LastAt
+	}
+	if markBoot == st.Daemon.BootID && markAt.After(c.LastAlive) {
+		c.LastAlive = markAt
+	}
+	return c
 }
 
 // kernelBootID is the kernel's boot id under procRoot, "" when it cannot

@@ -112,8 +112,8 @@ type stateNotes struct {
 	first events.Envelope
 	// ended: no daemon holds the file (the state dir's) or it is a copy
 	// (--db), and the state is the ledger's last: a run it has running
-	// recorded no stop. lastAlive is when that run was last alive, from
-	// its pid file.
+	// recorded no stop. lastAlive is when that run was last alive, as the
+	// next start records it (daemon.Crashed).
 	ended     bool
 	copy      bool
 	lastAlive time.Time
@@ -134,9 +134,8 @@ func fileNotes(l *store.Log, lf *ledgerFlags, s events.State, last bool) stateNo
 	}
 	n.ended, n.copy = true, lf.db != ""
 	if !n.copy {
-		if boot, at := daemon.LastAlive(lf.stateDir); boot == s.Daemon.BootID {
-			n.lastAlive = at
-		}
+		boot, at := daemon.LastAlive(lf.stateDir)
+		n.lastAlive = daemon.Crashed(&s, boot, at).LastAlive
 	}
 	return n
 }
