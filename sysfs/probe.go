@@ -31,17 +31,20 @@ type ProbeTarget struct {
 	Link bool
 	// Interface is the device's own network interface, "" if none.
 	Interface string
-	// PFInterface is, for a VF, its PF's interface ("" otherwise).
+	// VF says the device is an SR-IOV VF, and PFInterface is then its
+	// PF's interface ("" when unknown).
+	VF          bool
 	PFInterface string
 }
 
 // LinkInterface is the interface whose link t's link check reads: for a
-// VF, its PF's (pf is then true), else the device's own. A VF's own
-// interface says nothing of its health: it is down on the host while the
-// VF is free (the SR-IOV CNI sets it down as it hands it back) and in a
-// pod's network namespace while held; its PF's port is what carries it.
+// VF, its PF's (pf is then true; "" when unknown), else the device's own.
+// A VF's own interface says nothing of its health: it is down on the host
+// while the VF is free (the SR-IOV CNI sets it down as it hands it back)
+// and in a pod's network namespace while held; its PF's port is what
+// carries it.
 func (t ProbeTarget) LinkInterface() (ifname string, pf bool) {
-	if t.PFInterface != "" {
+	if t.VF || t.PFInterface != "" {
 		return t.PFInterface, true
 	}
 	return t.Interface, false
@@ -55,8 +58,8 @@ type ProbeResult struct {
 	//   "gone from sysfs", "driver unbound (was vfio-pci)",
 	//   "driver is iavf (was vfio-pci)", "driver is vfio-pci (was none)",
 	//   "/dev/vfio/102 missing", "link down on ens785f0 (PF)",
-	//   "link down on ens785f0v0 (lowerlayerdown)",
-	//   "no carrier on ens785f0v0", "no interface ens785f0 (PF)",
+	//   "link down on eno1 (lowerlayerdown)",
+	//   "no carrier on eno1", "no interface ens785f0 (PF)",
 	//   "probe failed: cannot read net/ens785f0/operstate: permission denied".
 	// An attribute that cannot be read fails the probe with a reason that
 	// starts "probe failed: " and names the file: relative to the function
@@ -340,6 +343,13 @@ func (p *prober) linkCheck(t ProbeTarget, files *int) string {
 	} else {
 		v = p.link(ifname, files)
 	}
+	if v.gone && !pf {
+		// The device's own interface left the host: a pod holds the device
+		// (the host-device CNI moves it into the pod's namespace), or udev
+		// renames it. The next scan has no interface, or the new name, to
+		// check; that the function is there and bound is checked above.
+		return ""
+	}
 	return v.reason(ifname, pf)
 }
 
@@ -444,6 +454,7 @@ func (d *Device) ProbeTarget(link bool) ProbeTarget {
 		VFIO:        IsVFIODriver(d.Driver),
 		IOMMUGroup:  d.IOMMUGroup,
 		Link:        link,
+		VF:          d.IsVF(),
 		PFInterface: d.PFInterface,
 	}
 	if len(d.Interfaces) > 0 {

@@ -239,9 +239,17 @@ func TestProbe(t *testing.T) {
 			want: "probe failed: net/eno1/operstate: longer than any value the kernel writes there", files: 2,
 		},
 		{
-			name: "interface gone", addr: probeMgmtNIC,
+			// The host-device CNI moved it into a pod, or udev renames it:
+			// the next scan has what to check.
+			name: "own interface gone from the host", addr: probeMgmtNIC,
 			target: func(t *ProbeTarget) { t.Interface = "eno9" },
-			want:   "no interface eno9", files: 2,
+			files:  2,
+		},
+		{
+			// A VF never checks its own link, even with its PF's unknown.
+			name: "VF down on the host, PF interface unknown", addr: probeDownVF,
+			target: func(t *ProbeTarget) { t.PFInterface = "" },
+			files:  1,
 		},
 		{
 			name: "PF interface gone", addr: probeVFIO,

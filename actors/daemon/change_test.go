@@ -192,6 +192,45 @@ func TestHealthLinkDownOnPF(t *testing.T) {
 	}
 }
 
+// A PF (any function but a VF) handed to a pod by moving its netdev into
+// the pod's namespace (the host-device CNI) is as healthy as before: its
+// interface left the host's class/net because the pod holds it. The probe
+// the kernel's notification asks for, made before the rescan, must not
+// find it unhealthy ("no interface"), which would list it so for a whole
+// hold-down.
+func TestAHeldPFWhoseInterfaceWentToItsPodStaysHealthy(t *testing.T) {
+	const res, pf, ifname = "intel.com/e810_port", "0000:3b:00.1", "ens785f1"
+	cfg := `{"resourceList": [{"resourceName": "e810_port", "selectors": {"pciAddresses": ["` + pf + `"]},
+	  "health": {"link": true, "holdDown": "1h", "probeInterval": "100ms"}}]}`
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, cfg, kubelettest.Options{})
+	n.opts.ScanInterval = time.Hour
+	if err := n.roots.SetLinkUp(ifname); err != nil {
+		t.Fatal(err)
+	}
+	d := n.start(t)
+	ctx := waitCtx(t)
+	waitHealth(ctx, t, n.kubelet, res, pf, pluginapi.Healthy)
+	if _, err := n.kubelet.Allocate(ctx, res, []string{pf}); err != nil {
+		t.Fatal(err)
+	}
+	// The CNI moves the netdev into the pod: gone from the host's sysfs.
+	for _, p := range []string{filepath.Join(n.roots.Sysfs, "class", "net", ifname), filepath.Join(n.roots.DevicePath(pf), "net", ifname)} {
+		if err := os.RemoveAll(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What the kernel's uevent for it asks (planKernelBatch).
+	d.Send(&node.Rescan{Reason: "kernel: 1 device events"})
+	d.Send(&node.ProbeHealth{Addresses: []string{pf}, Interfaces: []string{ifname}})
+	deadline := time.Now().Add(time.Second) // ten probes
+	for time.Now().Before(deadline) {
+		if h := healthOf(n.kubelet, res, pf); h != pluginapi.Healthy {
+			t.Fatalf("the PF its pod holds, link up, driver bound, is listed %q", h)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func TestHotPlug(t *testing.T) {
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, healthConfig, kubelettest.Options{})
 	n.opts.ScanInterval = time.Hour

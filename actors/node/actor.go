@@ -654,7 +654,7 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool, seen
 			}
 			t := health.Target{Probe: sysfs.ProbeTarget{Address: addr, Driver: joined.Driver,
 				VFIO: sysfs.IsVFIODriver(joined.Driver), IOMMUGroup: d.IOMMUGroup,
-				Link: res.Health.Link, PFInterface: d.PFInterface},
+				Link: res.Health.Link, VF: d.IsVF(), PFInterface: d.PFInterface},
 				HoldDown: res.Health.HoldDown, Debounce: res.Health.Debounce, Interval: res.Health.ProbeInterval,
 				Known: n.healthy[addr]}
 			if len(d.Interfaces) > 0 {
