@@ -12,6 +12,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/devledger/devledger/events"
 )
 
 // loopingLedger writes a ledger whose events bucket has a branch page
@@ -19,12 +21,21 @@ import (
 // bbolt's cursor would descend it until memory ran out.
 func loopingLedger(t *testing.T) string {
 	t.Helper()
-	// A copy: the written ledger's own check at cleanup would meet the loop.
-	b, err := os.ReadFile(markedLedger(t, 2000))
+	return withEventsRoot(t, markedLedger(t, 2000), func(page []byte, root uint64) {
+		binary.LittleEndian.PutUint64(page[pageHeader+8:], root) // element 0's page id
+	})
+}
+
+// withEventsRoot copies the ledger at src (whose own check at cleanup
+// would meet the damage) and edits its events bucket's root page, which
+// must be a branch of three elements or more.
+func withEventsRoot(t *testing.T, src string, edit func(page []byte, root uint64)) string {
+	t.Helper()
+	b, err := os.ReadFile(src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "loop.db")
+	path := filepath.Join(t.TempDir(), "damaged.db")
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -41,10 +52,10 @@ func loopingLedger(t *testing.T) string {
 	db.Close()
 	page := b[int(root)*pageSize:]
 	le := binary.LittleEndian
-	if le.Uint16(page[8:]) != pageBranch {
-		t.Fatalf("the events root, page %d, is not a branch", root)
+	if le.Uint16(page[8:]) != pageBranch || le.Uint16(page[10:]) < 3 {
+		t.Fatalf("the events root, page %d, is not a branch of three or more", root)
 	}
-	le.PutUint64(page[pageHeader+8:], root) // element 0's page id
+	edit(page, root)
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -87,5 +98,56 @@ func TestAWriterAskedRefusesALoopingFile(t *testing.T) {
 	}
 	if err != nil || !strings.Contains(string(out), "open: ledger "+filepath.Clean(path)) || !strings.Contains(string(out), "loops") {
 		t.Fatalf("child: %v\n%s\nwant the open refused, naming the file and the loop", err, out)
+	}
+}
+
+const faultChildEnv = "DEVLEDGER_TEST_FAULT_LEDGER"
+
+// TestRetainFaultChild opens, for TestRetentionMeetingAPageOutsideTheFile,
+// the ledger its parent names, replays it and retains by age alone.
+func TestRetainFaultChild(t *testing.T) {
+	path := os.Getenv(faultChildEnv)
+	if path == "" {
+		t.Skip("run by TestRetentionMeetingAPageOutsideTheFile")
+	}
+	l, err := Open(path, Options{BootID: "b"})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	defer l.Close()
+	if _, err := l.Replay(0); err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	_, _, err = l.Retain(context.Background(), Retention{MaxAge: time.Second, Now: baseTime.Add(time.Hour)})
+	fmt.Printf("retain: %v\n", err)
+}
+
+// Retention by age alone walks the old events in its write transaction.
+// A branch there pointing past the end of the file (replay, from the
+// newest snapshot, never reads it) is damage to name, not a fault that
+// ends the daemon at every start. The retention runs in a child, lest a
+// regression take the suite down with it.
+func TestRetentionMeetingAPageOutsideTheFile(t *testing.T) {
+	l := openTestLog(t)
+	var envs []events.Envelope
+	for i := 1; i <= 400; i++ {
+		envs = append(envs, mustAppend(t, l, ev(i, events.DeviceRemoved{Address: "0000:3b:00.1", Reason: marker(i)}))...)
+	}
+	if _, err := l.SaveSnapshot(context.Background(), foldAll(envs), "test"); err != nil {
+		t.Fatal(err)
+	}
+	src := l.Meta().Path
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := withEventsRoot(t, src, func(page []byte, _ uint64) {
+		el := page[pageHeader+elemSize:] // element 1, old events
+		binary.LittleEndian.PutUint64(el[8:], binary.LittleEndian.Uint64(el[8:])|1<<24)
+	})
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRetainFaultChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), faultChildEnv+"="+path)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "ledger "+filepath.Clean(path)+" is corrupt") || !strings.Contains(string(out), "points outside the file") {
+		t.Fatalf("child: %v\n%.2000s\nwant retention refused, naming the damage", err, out)
 	}
 }

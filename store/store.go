@@ -534,7 +534,10 @@ func (l *Log) view(fn func(*bolt.Tx) error) error { return viewRecover(l.db, l.p
 
 // update runs a write transaction (callers hold writeMu), with bbolt panics
 // turned into errors: the writer committing for everyone must not die of them.
+// A fault reading the mapped file is one too (see viewRecover); bbolt rolls
+// the transaction back as the panic unwinds.
 func (l *Log) update(fn func(*bolt.Tx) error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
 			err = &CorruptError{Path: l.path, Reason: boltProblem(p)}
