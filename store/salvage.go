@@ -106,7 +106,7 @@ func salvage(data []byte, path, out string) (SalvageReport, error) {
 	snaps := map[uint64][]byte{}
 	salvagePages(data, found, damaged, snaps)
 	tree := map[uint64][]byte{}
-	node, treeLast, whole := salvageTree(path, tree, found)
+	node, treeLast, counted := salvageTree(path, tree, found)
 	// Events retention dropped stay dropped, though their pages may
 	// still hold them: the ledger starts after the newest drop it
 	// recorded, from the snapshot that drop kept. A drop's transaction
@@ -141,9 +141,10 @@ func salvage(data []byte, path, out string) (SalvageReport, error) {
 		seqs = append(seqs, seq)
 	}
 	for seq := range found {
-		// Past the end of a tree read whole, a record is of a transaction
-		// that never committed: the ledger never held it.
-		if _, ok := tree[seq]; !ok && !(whole && seq > treeLast) {
+		// Past the counter of a ledger read through its newest meta page,
+		// a record is of a transaction that never committed: the ledger
+		// never held it, whatever damage lies before it.
+		if _, ok := tree[seq]; !ok && !(counted && seq > treeLast) {
 			seqs = append(seqs, seq)
 		}
 	}
@@ -275,16 +276,18 @@ func latest(cands [][]byte) []byte {
 // salvageTree reads what bbolt can of the file into tree (record bytes by
 // sequence), stopping at the first damage, and returns the ledger's node
 // name, the last sequence it says it reached (0 when it cannot say), and
-// whether it read every event from the first to that one with no damage
-// on the way (then nothing committed lies beyond). A record the pages
-// gave already (found) is kept as that one, else copied.
-func salvageTree(path string, tree map[uint64][]byte, found map[uint64][][]byte) (node string, last uint64, whole bool) {
+// whether that says where the ledger ends: bbolt opened the file through
+// its newest meta page, with no damage there or in the counter (then
+// nothing committed lies beyond, though records before it be damaged). A
+// record the pages gave already (found) is kept as that one, else copied.
+func salvageTree(path string, tree map[uint64][]byte, found map[uint64][][]byte) (node string, last uint64, counted bool) {
 	l, err := Open(path, Options{ReadOnly: true, LockTimeout: time.Second})
 	if err != nil {
 		return "", 0, false
 	}
 	defer l.Close()
-	err = l.ReadRaw(0, func(seq uint64, rec []byte) error {
+	// Damage ends this read; the pages' read finds what lies past it.
+	_ = l.ReadRaw(0, func(seq uint64, rec []byte) error {
 		if e, err := events.Unmarshal(rec); err == nil && e.Seq == seq {
 			i := slices.IndexFunc(found[seq], func(c []byte) bool { return bytes.Equal(c, rec) })
 			if i >= 0 {
@@ -295,7 +298,7 @@ func salvageTree(path string, tree map[uint64][]byte, found map[uint64][][]byte)
 		}
 		return nil
 	})
-	return l.Meta().Node, l.LastSeq(), err == nil && l.Damage() == nil && len(tree) == int(l.LastSeq()-l.FirstSeq()+1)
+	return l.Meta().Node, l.LastSeq(), l.Damage() == nil
 }
 
 // salvagePages reads every leaf page of the file (and the inline pages of

@@ -340,6 +340,53 @@ func TestSalvageIgnoresAnUncommittedRetention(t *testing.T) {
 	}
 }
 
+// The records of an append whose transaction never committed (bbolt wrote
+// its pages; the process died before the meta page) are no events of the
+// ledger, whether or not a record before them is damaged: its newest meta
+// page is sound, and its counter says where it ends.
+func TestSalvageLeavesOutAnUncommittedAppend(t *testing.T) {
+	for _, damaged := range []bool{false, true} {
+		t.Run(fmt.Sprintf("record 10 damaged %v", damaged), func(t *testing.T) {
+			path := markedLedger(t, 30)
+			before, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := Open(path, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var envs []events.Envelope
+			for i := 31; i <= 40; i++ {
+				envs = append(envs, ev(i, events.DeviceRemoved{Address: "0000:3b:00.1", Reason: marker(i)}))
+			}
+			if _, err := l.Append(context.Background(), envs...); err != nil {
+				t.Fatal(err)
+			}
+			l.Close()
+			after, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pageSize := os.Getpagesize()
+			copy(after[:2*pageSize], before[:2*pageSize]) // its commit never landed
+			if err := os.WriteFile(path, after, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if damaged {
+				flipInFile(t, path, marker(10))
+			}
+			rep, err := Salvage(path, filepath.Join(t.TempDir(), "salvaged.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.LastSeq != 30 {
+				t.Errorf("salvaged up to #%d, want #30: #31-#40 were never committed", rep.LastSeq)
+			}
+		})
+	}
+}
+
 // When the EventsDropped record of a retained ledger is damaged, salvage
 // still starts the new ledger from the snapshot retention kept, intact
 // before its first event, so that it replays.
