@@ -282,6 +282,47 @@ func (l *Log) checkStructure(pageSize int, walk bool) (fatal, damage error) {
 		return err, nil
 	}
 	defer f.Close()
+	meta, fatal, damage := l.newestMeta(f, pageSize)
+	if fatal != nil {
+		return fatal, nil
+	}
+	if walk {
+		walkFatal, walkDamage := walkPages(context.Background(), f, pageSize, meta)
+		if walkFatal != nil {
+			return l.corrupt(0, walkFatal.Error(), nil), damage
+		}
+		if damage == nil && walkDamage != "" {
+			damage = l.corrupt(0, walkDamage, nil)
+		}
+	}
+	if damage == nil {
+		damage = l.checkFreelist(f, pageSize, binary.LittleEndian.Uint64(meta[metaFreelist:]))
+	}
+	return nil, damage
+}
+
+// writable says why bbolt cannot open the file read-write, nil when it
+// can: it loads the freelist of the newest meta page as it does, and
+// panics on a damaged one after it took the file's lock, which nothing
+// then releases.
+func (l *Log) writable(pageSize int) error {
+	f, err := os.Open(l.path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	meta, fatal, _ := l.newestMeta(f, pageSize)
+	if fatal != nil {
+		return fatal
+	}
+	return l.checkFreelist(f, pageSize, binary.LittleEndian.Uint64(meta[metaFreelist:]))
+}
+
+// newestMeta reads the two meta pages of f and returns the one bbolt reads
+// the file through: the valid one (by bbolt's checks: the meta, not the
+// page header) of the newer transaction. damage names what is wrong with
+// either; fatal, that neither is usable.
+func (l *Log) newestMeta(f *os.File, pageSize int) (meta []byte, fatal, damage error) {
 	var metas [2][]byte
 	var problems [2]string
 	var usable [2]bool
@@ -293,13 +334,11 @@ func (l *Log) checkStructure(pageSize int, walk bool) (fatal, damage error) {
 		}
 		problems[id], usable[id] = metaPageProblem(metas[id], uint64(id))
 	}
-	// bbolt reads through the valid meta of the newer transaction (valid
-	// by its checks: the meta, not the page header).
 	le := binary.LittleEndian
 	use := 0
 	switch {
 	case !usable[0] && !usable[1]:
-		return l.corrupt(0, fmt.Sprintf("both meta pages are damaged (%s; %s)", problems[0], problems[1]), nil), nil
+		return nil, l.corrupt(0, fmt.Sprintf("both meta pages are damaged (%s; %s)", problems[0], problems[1]), nil), nil
 	case !usable[0]:
 		use = 1
 	case usable[1] && le.Uint64(metas[1][metaTxID:]) > le.Uint64(metas[0][metaTxID:]):
@@ -314,20 +353,7 @@ func (l *Log) checkStructure(pageSize int, walk bool) (fatal, damage error) {
 			damage = l.corrupt(0, fmt.Sprintf("meta page %d is damaged (%s); bbolt reads the file through the other one, which may be older: the newest transactions may be missing", id, problems[id]), nil)
 		}
 	}
-	meta := metas[use]
-	if walk {
-		walkFatal, walkDamage := walkPages(context.Background(), f, pageSize, meta)
-		if walkFatal != nil {
-			return l.corrupt(0, walkFatal.Error(), nil), damage
-		}
-		if damage == nil && walkDamage != "" {
-			damage = l.corrupt(0, walkDamage, nil)
-		}
-	}
-	if damage == nil {
-		damage = l.checkFreelist(f, pageSize, le.Uint64(meta[metaFreelist:]))
-	}
-	return nil, damage
+	return metas[use], nil, damage
 }
 
 // CheckPages walks the page graph of the ledger as it is now (walkPages),

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -745,4 +746,28 @@ func TestCheckFindsAMissingStart(t *testing.T) {
 	if _, err := l.Replay(0); !errors.Is(err, ErrCorrupt) || errors.Is(err, ErrHistoryDropped) {
 		t.Fatalf("replay: %v, want damage, not a drop", err)
 	}
+}
+
+// A writer's Open refuses a file whose freelist is damaged before bbolt
+// opens it read-write: bbolt would take the file's lock, panic loading the
+// freelist, and keep the lock (and the descriptor) for the rest of the
+// process. The same process then opens the file read-only to report.
+func TestAWriterRefusingADamagedFreelistKeepsNoLock(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "testdata", "ledger", "damaged", "freelist-garbage.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	if err := os.WriteFile(path, src, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(path, Options{LockTimeout: 100 * time.Millisecond})
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "the freelist, is damaged") {
+		t.Fatalf("writer's open: %v, want the damaged freelist named", err)
+	}
+	ro, err := Open(path, Options{ReadOnly: true, LockTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("read-only open after the writer's was refused: %v", err)
+	}
+	ro.Close()
 }

@@ -183,8 +183,12 @@ func Open(path string, opts Options) (*Log, error) {
 			return nil, err
 		}
 		_, err = readMeta(ro, path)
+		pageSize := ro.Info().PageSize
 		ro.Close()
 		if err != nil {
+			return nil, err
+		}
+		if err := (&Log{path: path}).writable(pageSize); err != nil {
 			return nil, err
 		}
 	}
