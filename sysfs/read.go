@@ -253,7 +253,7 @@ func (w *worker) readFunction(addr string) fnResult {
 	if e.net {
 		d.Interfaces = w.readInterfaces(d, dir, "net", d.Interfaces)
 		if e.totalVFs && len(d.Interfaces) > 1 {
-			w.uplinkFirst(dir, d.Interfaces)
+			w.uplinkFirst(d, dir)
 		}
 	}
 	if len(e.virtio) > 0 {
@@ -458,18 +458,30 @@ func (w *worker) readInterfaces(d *Device, dir, sub string, ifs []NetInterface) 
 // its interfaces. In that mode the PF's net/ also lists the representors
 // of its VFs, which may sort before the uplink (eth10 before eth2); the
 // SR-IOV plugin names a VF's PF by the uplink: the interface with a switch
-// ID whose port name is "p<N>" (representors are "pf0vf3"). A read that
-// fails is no uplink: the kernel refuses both files (EOPNOTSUPP) on an
-// interface that is not a switch port.
-func (w *worker) uplinkFirst(dir string, ifs []NetInterface) {
+// ID whose port name is "p<N>" (representors are "pf0vf3"). The kernel
+// refuses both files (EOPNOTSUPP) on an interface that is no switch port;
+// another error leaves the read incomplete, as the uplink may be the
+// interface it failed on.
+func (w *worker) uplinkFirst(d *Device, dir string) {
+	attr := func(ifname, name string) ([]byte, bool) {
+		n, err := w.fs.readFile(dir+"/net/"+ifname+"/"+name, w.buf[:])
+		switch {
+		case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.EOPNOTSUPP), errors.Is(err, syscall.EINVAL):
+			return nil, false
+		case err != nil:
+			w.unreadable(d, "net/"+ifname+"/"+name, err)
+			return nil, false
+		case n == len(w.buf):
+			return nil, false
+		}
+		return bytes.TrimSpace(w.buf[:n]), true
+	}
+	ifs := d.Interfaces
 	for i := range ifs {
-		base := dir + "/net/" + ifs[i].Name + "/"
-		n, err := w.fs.readFile(base+"phys_switch_id", w.buf[:])
-		if err != nil || n == len(w.buf) || len(bytes.TrimSpace(w.buf[:n])) == 0 {
+		if id, ok := attr(ifs[i].Name, "phys_switch_id"); !ok || len(id) == 0 {
 			continue
 		}
-		n, err = w.fs.readFile(base+"phys_port_name", w.buf[:])
-		if err != nil || n == len(w.buf) || !isUplinkPortName(bytes.TrimSpace(w.buf[:n])) {
+		if port, ok := attr(ifs[i].Name, "phys_port_name"); !ok || !isUplinkPortName(port) {
 			continue
 		}
 		uplink := ifs[i]

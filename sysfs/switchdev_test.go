@@ -2,6 +2,7 @@ package sysfs
 
 import (
 	"slices"
+	"syscall"
 	"testing"
 
 	"github.com/devledger/devledger/testdata/sysfsgen"
@@ -101,5 +102,35 @@ func TestSwitchdevUplinkNamesTheVFsPF(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A read of the uplink's switch files that fails with an error other than
+// the kernel's refusal on an interface that is no switch port (here
+// EMFILE) leaves the PF's read incomplete, and its VFs' with it: the
+// representor now first is no news of the VFs' PF. The refusal itself is
+// no fault.
+func TestSwitchdevUplinkReadFault(t *testing.T) {
+	const id = "0c42a1030065b7a2"
+	roots := sysfsgen.TempNode(t, switchdevNode(
+		sysfsgen.Interface{Name: "eth2", SwitchID: id, PortName: "p0"},
+		sysfsgen.Interface{Name: "eth10", SwitchID: id, PortName: "pf0vf0"},
+		sysfsgen.Interface{Name: "eth11", SwitchID: id, PortName: "pf0vf1"},
+	))
+	for _, tc := range []struct {
+		err        error
+		incomplete bool
+	}{{syscall.EMFILE, true}, {syscall.EOPNOTSUPP, false}} {
+		r := sampleReader(t, roots)
+		r.fs = faultFS{faults: map[string]error{"eth2/phys_switch_id": tc.err}}
+		devs := scanOK(t, r)
+		for _, d := range devs {
+			if d.Address != "0000:5e:00.0" && d.PF != "0000:5e:00.0" {
+				continue
+			}
+			if d.Incomplete != tc.incomplete {
+				t.Errorf("%v: %s incomplete %v, want %v (warnings %q)", tc.err, d.Address, d.Incomplete, tc.incomplete, d.Warnings)
+			}
+		}
 	}
 }
