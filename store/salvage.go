@@ -131,7 +131,10 @@ func salvage(data []byte, path, out string) (SalvageReport, error) {
 	for _, rec := range tree {
 		newer(rec)
 	}
-	for _, cands := range found {
+	for seq, cands := range found {
+		if counted && seq > treeLast {
+			continue // never committed (see below)
+		}
 		for _, rec := range cands {
 			newer(rec)
 		}

@@ -279,15 +279,17 @@ func TestCheckPagesOfAWriter(t *testing.T) {
 	}
 }
 
-// A retention whose transaction never committed (bbolt wrote its pages,
-// then the process died before the meta page; or a copy of the live file
-// caught them) drops nothing: the file still holds every event, and so
-// does what salvage makes of it, without the stray EventsDropped.
-func TestSalvageIgnoresAnUncommittedRetention(t *testing.T) {
+// uncommittedRetention is a closed ledger of envs (60) with a snapshot at
+// 40, whose retention to that snapshot wrote its pages but never
+// committed: the meta pages are as they were before it, as after a kill
+// between bbolt's page writes and its meta write (or in a copy of the live
+// file).
+func uncommittedRetention(t *testing.T, envs []events.Envelope) string {
+	t.Helper()
 	ctx := context.Background()
 	l := openTestLog(t)
 	testClock(l)
-	envs := mustAppend(t, l, newHistory(5, 8).take(60)...)
+	envs = mustAppend(t, l, envs...)
 	if _, err := l.SaveSnapshot(ctx, foldAll(envs[:40]), "test"); err != nil {
 		t.Fatal(err)
 	}
@@ -308,13 +310,20 @@ func TestSalvageIgnoresAnUncommittedRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The meta pages as they were before the retention: its pages are
-	// written, its commit is not.
 	pageSize := os.Getpagesize()
 	copy(after[:2*pageSize], before[:2*pageSize])
 	if err := os.WriteFile(path, after, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return path
+}
+
+// A retention whose transaction never committed (bbolt wrote its pages,
+// then the process died before the meta page; or a copy of the live file
+// caught them) drops nothing: the file still holds every event, and so
+// does what salvage makes of it, without the stray EventsDropped.
+func TestSalvageIgnoresAnUncommittedRetention(t *testing.T) {
+	path := uncommittedRetention(t, newHistory(5, 8).take(60))
 	orig, err := Open(path, Options{ReadOnly: true, LockTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -384,6 +393,26 @@ func TestSalvageLeavesOutAnUncommittedAppend(t *testing.T) {
 				t.Errorf("salvaged up to #%d, want #30: #31-#40 were never committed", rep.LastSeq)
 			}
 		})
+	}
+}
+
+// A retention that never committed drops nothing either when a record
+// before it is damaged (the tree's read stops there, and cannot say where
+// the ledger starts): its EventsDropped lies past the counter, and the
+// counter, read through the newest meta page, says it was never written.
+func TestSalvageIgnoresAnUncommittedRetentionPastDamage(t *testing.T) {
+	var envs []events.Envelope
+	for i := 1; i <= 60; i++ {
+		envs = append(envs, ev(i, events.DeviceRemoved{Address: "0000:3b:00.1", Reason: marker(i)}))
+	}
+	path := uncommittedRetention(t, envs)
+	flipInFile(t, path, marker(1))
+	rep, err := Salvage(path, filepath.Join(t.TempDir(), "salvaged.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.FirstSeq != 1 || rep.LastSeq != 61 || rep.Events != 60 {
+		t.Errorf("salvage report %+v, want #1-#61 with #1 lost alone", rep)
 	}
 }
 
