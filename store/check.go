@@ -296,7 +296,7 @@ func (l *Log) checkStructure(pageSize int, walk bool) (fatal, damage error) {
 		}
 	}
 	if damage == nil {
-		damage = l.checkFreelist(f, pageSize, binary.LittleEndian.Uint64(meta[metaFreelist:]))
+		damage = l.checkFreelist(f, pageSize, meta)
 	}
 	return nil, damage
 }
@@ -315,7 +315,7 @@ func (l *Log) writable(pageSize int) error {
 	if fatal != nil {
 		return fatal
 	}
-	return l.checkFreelist(f, pageSize, binary.LittleEndian.Uint64(meta[metaFreelist:]))
+	return l.checkFreelist(f, pageSize, meta)
 }
 
 // newestMeta reads the two meta pages of f and returns the one bbolt reads
@@ -401,36 +401,64 @@ func (l *Log) CheckPages(ctx context.Context) error {
 	})
 }
 
-// checkFreelist names a damaged freelist page: bbolt's check reads it in a
-// goroutine of its own, and panics on a damaged one.
-func (l *Log) checkFreelist(f *os.File, pageSize int, freelist uint64) error {
-	const noFreelist, freelistFlag = ^uint64(0), 0x10
+// checkFreelist names a damaged freelist page of the file f whose meta
+// page is meta: bbolt loads it to write, and to check, copying the page
+// ids it counts out of the mapped file. A count past the page's own span
+// faults (which no recover catches without SetPanicOnFault), and an id
+// outside the file's pages (the meta pages among them) would have bbolt
+// write there.
+func (l *Log) checkFreelist(f *os.File, pageSize int, meta []byte) error {
+	const noFreelist, freelistFlag, overflowCount = ^uint64(0), 0x10, 0xFFFF
+	le := binary.LittleEndian
+	freelist, pages := le.Uint64(meta[metaFreelist:]), le.Uint64(meta[metaPgid:])
 	if freelist == noFreelist {
 		return nil
+	}
+	damaged := func(problem string) error {
+		return l.corrupt(0, fmt.Sprintf("page %d, the freelist, is damaged (%s); the events can be read, but bbolt cannot write to this file", freelist, problem), nil)
+	}
+	if freelist < 2 || freelist >= pages {
+		return damaged(fmt.Sprintf("it lies outside the file's %d pages", pages))
 	}
 	buf := make([]byte, pageHeader)
 	if _, err := f.ReadAt(buf, int64(freelist)*int64(pageSize)); err != nil {
 		return l.corrupt(0, fmt.Sprintf("page %d, the freelist, cannot be read: %v", freelist, err), err)
 	}
-	le := binary.LittleEndian
-	problem := ""
 	switch {
 	case le.Uint64(buf) != freelist:
-		problem = fmt.Sprintf("it says it is page %d", le.Uint64(buf))
+		return damaged(fmt.Sprintf("it says it is page %d", le.Uint64(buf)))
 	case le.Uint16(buf[8:]) != freelistFlag:
-		problem = fmt.Sprintf("flags %#x, not a freelist page's", le.Uint16(buf[8:]))
+		return damaged(fmt.Sprintf("flags %#x, not a freelist page's", le.Uint16(buf[8:])))
 	}
-	if problem != "" {
-		return l.corrupt(0, fmt.Sprintf("page %d, the freelist, is damaged (%s); the events can be read, but bbolt cannot write to this file", freelist, problem), nil)
+	overflow := uint64(le.Uint32(buf[12:]))
+	if freelist+overflow >= pages {
+		return damaged(fmt.Sprintf("its %d overflow pages run past the file's %d pages", overflow, pages))
+	}
+	span := make([]byte, (1+overflow)*uint64(pageSize))
+	if _, err := f.ReadAt(span, int64(freelist)*int64(pageSize)); err != nil {
+		return l.corrupt(0, fmt.Sprintf("page %d, the freelist, cannot be read: %v", freelist, err), err)
+	}
+	ids, count := span[pageHeader:], uint64(le.Uint16(buf[10:]))
+	if count == overflowCount {
+		count, ids = le.Uint64(ids), ids[8:]
+	}
+	if count > uint64(len(ids))/8 {
+		return damaged(fmt.Sprintf("it counts %d page ids, more than its %d pages hold", count, 1+overflow))
+	}
+	for i := range count {
+		if id := le.Uint64(ids[8*i:]); id < 2 || id >= pages {
+			return damaged(fmt.Sprintf("it lists page %d, outside the file's %d pages", id, pages))
+		}
 	}
 	return nil
 }
 
 // Offsets in a bbolt meta page: the page header, then the meta's freelist
-// page id and transaction id.
+// page id, page count and transaction id.
 const (
 	pageHeader   = 16
 	metaFreelist = pageHeader + 32
+	metaPgid     = pageHeader + 40 // the file's high-water mark, in pages
 	metaTxID     = pageHeader + 48
 )
 

@@ -151,3 +151,81 @@ func TestRetentionMeetingAPageOutsideTheFile(t *testing.T) {
 		t.Fatalf("child: %v\n%.2000s\nwant retention refused, naming the damage", err, out)
 	}
 }
+
+const freelistChildEnv = "DEVLEDGER_TEST_FREELIST_LEDGER"
+
+// TestFreelistChild opens, for TestADamagedFreelistCountIsNamed, the
+// ledger its parent names: as a writer, then read-only to check it.
+func TestFreelistChild(t *testing.T) {
+	path := os.Getenv(freelistChildEnv)
+	if path == "" {
+		t.Skip("run by TestADamagedFreelistCountIsNamed")
+	}
+	if l, err := Open(path, Options{BootID: "b"}); err == nil {
+		l.Close()
+		fmt.Println("writer: opened")
+	} else {
+		fmt.Printf("writer: %v\n", err)
+	}
+	l, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		fmt.Printf("reader: %v\n", err)
+		return
+	}
+	defer l.Close()
+	_, err = l.Check(context.Background())
+	fmt.Printf("check: %v\n", err)
+}
+
+// bbolt copies the page ids a freelist page counts out of the mapped file
+// as it opens a file to write, and as it checks one: a count past the
+// page's span faults, and an id outside the file would be written to. A
+// writer's open refuses such a file, and a check names it, rather than
+// die. Each runs in a child, lest a regression take the suite down.
+func TestADamagedFreelistCountIsNamed(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(page []byte, pages uint64)
+		want string
+	}{
+		{"count past its page", func(page []byte, _ uint64) {
+			binary.LittleEndian.PutUint16(page[10:], 0xFFFF) // the count is in the first id
+			binary.LittleEndian.PutUint64(page[pageHeader:], 1<<22)
+		}, "more than its 1 pages hold"},
+		{"id outside the file", func(page []byte, pages uint64) {
+			binary.LittleEndian.PutUint16(page[10:], 1)
+			binary.LittleEndian.PutUint64(page[pageHeader:], pages+100)
+		}, "outside the file's"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := os.ReadFile(markedLedger(t, 30))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pageSize := os.Getpagesize()
+			le := binary.LittleEndian
+			meta := b[:pageSize]
+			if other := b[pageSize : 2*pageSize]; le.Uint64(other[metaTxID:]) > le.Uint64(meta[metaTxID:]) {
+				meta = other
+			}
+			freelist := le.Uint64(meta[metaFreelist:])
+			page := b[int(freelist)*pageSize:]
+			if le.Uint64(page) != freelist || le.Uint16(page[8:]) != 0x10 || le.Uint32(page[12:]) != 0 {
+				t.Fatalf("page %d is no freelist page of one page", freelist)
+			}
+			tc.edit(page, le.Uint64(meta[metaPgid:]))
+			path := filepath.Join(t.TempDir(), "freelist.db")
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(os.Args[0], "-test.run=^TestFreelistChild$", "-test.count=1")
+			cmd.Env = append(os.Environ(), freelistChildEnv+"="+path)
+			out, err := cmd.CombinedOutput()
+			for _, line := range []string{"writer: ", "check: "} {
+				if err != nil || !strings.Contains(string(out), line+"ledger "+path+" is corrupt: page") || !strings.Contains(string(out), tc.want) {
+					t.Fatalf("child: %v\n%.2000s\nwant %q refused, naming the freelist: %s", err, out, line, tc.want)
+				}
+			}
+		})
+	}
+}
