@@ -516,7 +516,29 @@ func (d *decoder) resource(n *node, path string) (Resource, bool) {
 		}
 		d.fail(field, value, "CDI names this pool's devices by the default kind "+quote(defaultKind)+whose+", which is "+msg+"; set cdi.kind")
 	}
+	if named {
+		if msg := checkFileNames(&r); msg != "" {
+			d.fail(at("resourceName"), quote(r.Name), msg)
+		}
+	}
 	return r, true
+}
+
+// checkFileNames returns why the names of the files the pool res writes
+// would not fit a file name (255 bytes), or "": the device-info files of
+// a netDevice pool, "<prefix>-<name>-<PCI address>-device.json" (the name
+// CNIs look for), and a CDI spec, "devledger_<prefix>_<name>.json". The
+// resource name rules allow longer; every Allocate would then fail.
+func checkFileNames(res *Resource) string {
+	const maxFileName, longestAddress = 255, len("00000000:00:00.0")
+	full := len(res.Prefix) + 1 + len(res.Name)
+	switch {
+	case res.DeviceType == NetDevice && full+1+longestAddress+len("-device.json") > maxFileName:
+		return fmt.Sprintf("with its prefix, %d characters: too long for its device-info files' names (at most %d)", full, maxFileName-1-longestAddress-len("-device.json"))
+	case res.CDI.Enabled && len("devledger_")+full+len(".json") > maxFileName:
+		return fmt.Sprintf("with its prefix, %d characters: too long for its CDI spec file's name (at most %d)", full, maxFileName-len("devledger_")-len(".json"))
+	}
+	return ""
 }
 
 // cdiClass is the class half of the default CDI kind; the first three are

@@ -852,6 +852,38 @@ func TestResourceNameRules(t *testing.T) {
 	}
 }
 
+// A pool whose files could not be named (a file name is at most 255
+// bytes) is refused, naming the resource: the rules of resource names
+// allow a prefix and name too long for a netDevice pool's device-info
+// files or a CDI spec, and every Allocate would fail. Shorter passes, and
+// other pools need no such file.
+func TestResourceNamesTooLongForTheirFiles(t *testing.T) {
+	label := strings.Repeat("p", 60)
+	prefix := label + "." + label + "." + label + ".com" // 186
+	long, short := strings.Repeat("n", 63), strings.Repeat("n", 20)
+	pool := func(name, extra string) string {
+		return `{"resourceList": [{"resourceName": "` + name + `", "resourcePrefix": "` + prefix + `", ` + extra + `"selectors": {"vendors": ["8086"]}}]}`
+	}
+	for _, tc := range []struct {
+		name, config, want string
+	}{
+		{"netDevice", pool(long, ""), "too long for its device-info files' names"},
+		{"CDI", pool(long, `"deviceType": "genericPCI", "cdi": {"enabled": true, "kind": "example.com/pci"}, `), "too long for its CDI spec file's name"},
+		{"short netDevice", pool(short, ""), ""},
+		{"genericPCI without CDI", pool(long, `"deviceType": "genericPCI", `), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("c.json", []byte(tc.config))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), "resourceList[0].resourceName") || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("%v, want resourceList[0].resourceName refused: %s", err, tc.want)
+			}
+		})
+	}
+}
+
 // advertiseEmpty is a pool's own switch, off unless set, and must be a
 // boolean.
 func TestAdvertiseEmpty(t *testing.T) {

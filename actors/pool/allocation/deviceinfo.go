@@ -145,7 +145,8 @@ func writeJSONFile(what, dir, path string, v any, perm fs.FileMode, check func(t
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("write %s %s: %w", what, path, err)
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	// A short name: path's own may be near the longest a name can be.
+	tmp, err := os.CreateTemp(dir, ".devledger-*.tmp")
 	if err != nil {
 		return fmt.Errorf("write %s %s: %w", what, path, err)
 	}

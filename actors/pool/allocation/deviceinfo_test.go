@@ -32,6 +32,23 @@ func TestDeviceInfoPath(t *testing.T) {
 	}
 }
 
+// A pool with the longest name the config takes for a netDevice pool
+// (see config's checkFileNames) gets its device-info files: the file
+// written first, then renamed into place, has a short name of its own.
+func TestWriteDeviceInfoOfTheLongestName(t *testing.T) {
+	label := strings.Repeat("p", 60)
+	prefix := label + "." + label + "." + label + ".com" // 186
+	const addr = "0000:3b:02.0"
+	resource := prefix + "/" + strings.Repeat("n", 255-len("-00000000:00:00.0-device.json")-len(prefix)-1)
+	dir := t.TempDir()
+	if err := WriteDeviceInfo(dir, resource, sysfs.Device{Address: addr}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(DeviceInfoPath(dir, resource, addr)); err != nil {
+		t.Error(err)
+	}
+}
+
 func TestWriteDeviceInfoGolden(t *testing.T) {
 	rdma := vf("0000:3b:0a.2", pfB, 2, "mlx5_core", "", 0)
 	rdma.RDMADevices = []string{"mlx5_2"}
