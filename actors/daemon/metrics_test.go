@@ -493,39 +493,93 @@ func TestMetricsOfAPoolWithNoDevices(t *testing.T) {
 }
 
 // A config whose record cannot be written (the disk full for a while) is
-// tried again until it can: the file will not change again to ask.
+// tried again until it can: the file will not change again to ask. So is
+// the rejection of an invalid one, which would otherwise leave no trace in
+// the ledger or the metrics until the next start failed on it.
 func TestAReloadThatCouldNotBeRecordedIsTriedAgain(t *testing.T) {
-	disk := storetest.NewFullDisk(t, 2<<20)
+	port := `{"resourceName": "e810_port", "selectors": {"pciAddresses": ["0000:3b:00.1"]}}`
+	for _, tc := range []struct {
+		name, config string
+		recorded     func(ctx context.Context, t *testing.T, n *testNode, d *Daemon)
+	}{
+		{"valid", strings.Replace(sriovConfig, `"resourceList": [`, `"resourceList": [`+port+`,`, 1),
+			func(ctx context.Context, t *testing.T, n *testNode, _ *Daemon) {
+				if _, err := n.kubelet.WaitRegistered(ctx, "intel.com/e810_port"); err != nil {
+					t.Fatalf("the config that could not be recorded was not tried again: %v", err)
+				}
+			}},
+		{"invalid", `{"resourceList": [{"resourceName": "bad name!", "selectors": {"vendors": ["8086"]}}]}`,
+			func(ctx context.Context, t *testing.T, _ *testNode, d *Daemon) {
+				waitLedger(ctx, t, d, "the rejection once the disk has room", func(s events.State) bool { return s.Config.Rejections > 0 })
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			disk := storetest.NewFullDisk(t, 2<<20)
+			n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+			n.opts.StateDir = filepath.Join(disk.Dir, "state")
+			n.opts.WatchConfig = false // the test reloads once, by hand
+			d := n.start(t)
+			ctx := waitCtx(t)
+			if _, err := n.kubelet.WaitRegistered(ctx, netPool); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(n.opts.ConfigPath, []byte(tc.config), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			disk.Fill(t)
+			// Appends fail once the ledger's free pages are used up too.
+			listed, err := n.kubelet.WaitDevices(ctx, vfioPool, func(ds []*pluginapi.Device) bool { return len(ds) > 1 })
+			if err != nil {
+				t.Fatal(err)
+			}
+			var failed error
+			for i := 0; i < 2000 && failed == nil; i++ {
+				_, failed = n.kubelet.Allocate(ctx, vfioPool, []string{listed[i%len(listed)].ID})
+			}
+			if failed == nil {
+				t.Fatal("the ledger still appends on a full disk")
+			}
+			if res, err := d.Reload(ctx, "test"); err != nil || res.Err == nil || res.Applied {
+				t.Fatalf("reload on a full disk: %+v, %v; want it not recorded", res, err)
+			}
+			disk.Free(t)
+			tc.recorded(ctx, t, n, d)
+		})
+	}
+}
+
+// A reload of a file already rejected says so again, records nothing new,
+// and is not "unchanged": the config in force is another one. Once the
+// file holds the config in force again, that is recorded, so the last
+// reload reads successful again.
+func TestAReloadOfARejectedFileSaysRejected(t *testing.T) {
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
-	n.opts.StateDir = filepath.Join(disk.Dir, "state")
-	n.opts.WatchConfig = false // the test reloads once, by hand
+	n.opts.WatchConfig = false
 	d := n.start(t)
 	ctx := waitCtx(t)
 	if _, err := n.kubelet.WaitRegistered(ctx, netPool); err != nil {
 		t.Fatal(err)
 	}
-	port := `{"resourceName": "e810_port", "selectors": {"pciAddresses": ["0000:3b:00.1"]}}`
-	if err := os.WriteFile(n.opts.ConfigPath, []byte(strings.Replace(sriovConfig, `"resourceList": [`, `"resourceList": [`+port+`,`, 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	disk.Fill(t)
-	// Appends fail once the ledger's free pages are used up too.
-	listed, err := n.kubelet.WaitDevices(ctx, vfioPool, func(ds []*pluginapi.Device) bool { return len(ds) > 1 })
+	good, err := os.ReadFile(n.opts.ConfigPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var failed error
-	for i := 0; i < 2000 && failed == nil; i++ {
-		_, failed = n.kubelet.Allocate(ctx, vfioPool, []string{listed[i%len(listed)].ID})
+	if err := os.WriteFile(n.opts.ConfigPath, []byte(`{"resourceList": [{"resourceName": "bad name!", "selectors": {"vendors": ["8086"]}}]}`), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	if failed == nil {
-		t.Fatal("the ledger still appends on a full disk")
+	for i, reason := range []string{"edit", "SIGHUP"} {
+		res, err := d.Reload(ctx, reason)
+		if err != nil || res.Rejected == nil || res.Unchanged || res.Applied {
+			t.Fatalf("reload %d of the rejected file: %+v, %v; want it rejected", i+1, res, err)
+		}
 	}
-	if res, err := d.Reload(ctx, "test"); err != nil || res.Err == nil || res.Applied {
-		t.Fatalf("reload on a full disk: %+v, %v; want it not recorded", res, err)
+	if s := ledgerState(t, d); s.Config.Rejections != 1 {
+		t.Errorf("%d rejections recorded, want 1", s.Config.Rejections)
 	}
-	disk.Free(t)
-	if _, err := n.kubelet.WaitRegistered(ctx, "intel.com/e810_port"); err != nil {
-		t.Fatalf("the config that could not be recorded was not tried again: %v", err)
+	if err := os.WriteFile(n.opts.ConfigPath, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := d.Reload(ctx, "revert"); err != nil || !res.Applied {
+		t.Errorf("reload of the config in force after a rejection: %+v, %v; want it applied", res, err)
 	}
 }

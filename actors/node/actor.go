@@ -124,9 +124,15 @@ func Props(cfg Config) *actor.Props {
 // cfg. Only the actor's goroutine touches them.
 type lifetime struct {
 	incarnations int
-	// unrecorded counts the reloads in a row whose ConfigApplied could
-	// not be written: the next is tried after a doubling wait.
+	// unrecorded counts the reloads in a row whose ConfigApplied or
+	// ConfigRejected could not be written: the next is tried after a
+	// doubling wait.
 	unrecorded int
+	// rejected is the config file last rejected and recorded so, by its
+	// digest, and why: the same bytes are not rejected twice. "" once a
+	// config is applied.
+	rejected      string
+	rejectedLines []string
 	// persist holds the node's messages back while a record (a config, or
 	// what its start found emptied) goes to disk, so nothing next sees the
 	// world before it; what it holds at a restart goes to the next
@@ -1000,9 +1006,22 @@ func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID
 		return
 	}
 	sha := Digest(data)
-	if sha == n.cfg.ConfigSHA256 {
+	switch {
+	case sha == n.life.rejected:
+		reply(&ReloadResult{Rejected: n.life.rejectedLines})
+		return
+	case sha == n.cfg.ConfigSHA256 && n.life.rejected == "":
 		reply(&ReloadResult{Unchanged: true})
 		return
+	}
+	// The file will not change again to ask: a record that fails is tried
+	// again after a doubling wait.
+	unrecorded := func(err error, what string) {
+		n.life.unrecorded++
+		wait := supervise.Doubling(time.Second, time.Minute, n.life.unrecorded)
+		log.WithLevel(supervise.FailureLevel(n.life.unrecorded)).Err(err).Dur("retry_in_ms", wait).Msg("cannot record the " + what + "; keeping the config in force until it can")
+		self, root, why := ctx.Self(), ctx.ActorSystem().Root, strings.TrimPrefix(reason, unrecordedRetry)
+		time.AfterFunc(wait, func() { root.Send(self, &ReloadConfig{Reason: unrecordedRetry + why}) })
 	}
 	cfg, err := config.ParseWith(path, data, n.cfg.ConfigOptions)
 	if err != nil {
@@ -1010,12 +1029,12 @@ func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID
 		n.life.persist.Persist(ctx, n.cfg.Recorder, nil, []events.Payload{events.ConfigRejected{Path: path, SHA256: sha, Errors: lines}},
 			func(_ []events.Envelope, err error) {
 				if err != nil {
-					// Not recorded: the next reload of the same bytes tries again.
-					log.Error().Err(err).Msg("cannot record the rejected config")
+					unrecorded(err, "rejected config")
 					reply(&ReloadResult{Rejected: lines, Err: err})
 					return
 				}
-				n.cfg.ConfigSHA256 = sha // the same bad bytes are not rejected twice
+				n.life.unrecorded = 0
+				n.life.rejected, n.life.rejectedLines = sha, lines
 				log.Warn().Strs("errors", lines).Msg("config rejected; keeping the config in force")
 				reply(&ReloadResult{Rejected: lines})
 			})
@@ -1066,16 +1085,12 @@ func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID
 	payloads = append(payloads, applied)
 	n.life.persist.Persist(ctx, n.cfg.Recorder, nil, payloads, func(envs []events.Envelope, err error) {
 		if err != nil {
-			// The file will not change again to ask: try it again.
-			n.life.unrecorded++
-			wait := supervise.Doubling(time.Second, time.Minute, n.life.unrecorded)
-			log.WithLevel(supervise.FailureLevel(n.life.unrecorded)).Err(err).Dur("retry_in_ms", wait).Msg("cannot record the new config; keeping the config in force until it can")
-			self, root, why := ctx.Self(), ctx.ActorSystem().Root, strings.TrimPrefix(reason, unrecordedRetry)
-			time.AfterFunc(wait, func() { root.Send(self, &ReloadConfig{Reason: unrecordedRetry + why}) })
+			unrecorded(err, "new config")
 			reply(&ReloadResult{Err: err})
 			return
 		}
 		n.life.unrecorded = 0
+		n.life.rejected, n.life.rejectedLines = "", nil
 		n.cfg.Config, n.cfg.ConfigSHA256 = cfg, sha
 		log.Info().Str("sha256", sha).Strs("pools", pools).Strs("removed", gone).Uint64("seq", envs[len(envs)-1].Seq).Msg("config applied")
 		defer reply(&ReloadResult{Applied: true})
