@@ -524,7 +524,7 @@ func index(ms []allocation.Member) (map[string]*allocation.Member, []string) {
 // or else those the pool has (cur): what a pool has until the members it
 // places are durable, and keeps if the ledger refuses them. Of a device
 // neither has (one that left while the daemon was down) it knows only the
-// address, and lists it unhealthy.
+// address, and the ledger's verdict.
 func listed(addrs []string, ms []allocation.Member, cur map[string]*allocation.Member) []allocation.Member {
 	byAddr, _ := index(ms)
 	out := make([]allocation.Member, 0, len(addrs))
