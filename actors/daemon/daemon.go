@@ -217,9 +217,11 @@ func Start(opts Options) (_ *Daemon, err error) {
 	// Once DaemonStarted is recorded, a failed start must close its run, or
 	// the next start takes it for a crash and readers for a live daemon.
 	recorded := false
-	// found is the pid file this start replaced, until the ledger has
-	// this run's start: a refused start puts it back (see pidMark).
-	var found pidMark
+	// settled says the ledger has the last run's end, crashed or not: the
+	// pid file that marks when a crashed one was last alive (LastAlive)
+	// may go. Until then, a start leaves it as it is: one refused, or
+	// killed, before it records anything must not cost the next its mark.
+	var settled bool
 	var metricsLn net.Listener
 	defer func() {
 		if err == nil {
@@ -239,9 +241,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 		}
 		d.stopKernel()
 		l.Close()
-		if found.taken {
-			found.restore(opts.StateDir)
-		} else {
+		if settled {
 			os.Remove(filepath.Join(opts.StateDir, PIDFileName))
 		}
 	}()
@@ -258,10 +258,9 @@ func Start(opts Options) (_ *Daemon, err error) {
 	if cfgErr == nil { // else the start stops after the replay
 		firstScan = reader.ScanAhead()
 	}
-	// Read the last run's liveness mark before this run's replaces it.
+	// The last run's liveness mark; this run's replaces it once the ledger
+	// has its start.
 	prevBoot, prevAlive := LastAlive(opts.StateDir)
-	found = readPIDMark(opts.StateDir)
-	writePIDFile(opts.StateDir, bootID)
 
 	began := time.Now()
 	st, err := l.Replay(0)
@@ -307,7 +306,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 		if _, err := d.rec.Record(context.Background(), start...); err != nil {
 			d.log.Error().Err(err).Msg("cannot record the rejected config")
 		} else {
-			found = pidMark{} // the last run is settled, this one stopped
+			settled = true // the last run, and this one, stopped
 		}
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, cfgErr)
 	}
@@ -340,7 +339,8 @@ func Start(opts Options) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("record start in %s: %w", path, err)
 	}
-	recorded, found = true, pidMark{} // the last run is settled
+	recorded, settled = true, true
+	writePIDFile(opts.StateDir, bootID)
 	for _, e := range envs {
 		st = events.Apply(st, e)
 	}
@@ -715,9 +715,11 @@ func (d *Daemon) drain(ctx context.Context, reason string, failed bool) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopRecordBudget)
 	defer cancel()
 	var errs []error
+	stopped := false
 	if envs, err := d.rec.Record(rctx, events.DaemonStopped{Reason: reason, Clean: clean}); err != nil {
 		errs = append(errs, fmt.Errorf("record stop: %w", err))
 	} else {
+		stopped = true
 		// A stop on failure logs an error, however clean.
 		ev := d.log.Info()
 		if failed {
@@ -738,7 +740,11 @@ func (d *Daemon) drain(ctx context.Context, reason string, failed bool) error {
 	if err := d.ledger.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close ledger: %w", err))
 	}
-	os.Remove(filepath.Join(d.opts.StateDir, PIDFileName))
+	if stopped {
+		// Else the ledger has this run running, and the next start takes
+		// when it was last alive from the file.
+		os.Remove(filepath.Join(d.opts.StateDir, PIDFileName))
+	}
 	return errors.Join(errs...)
 }
 
@@ -998,36 +1004,6 @@ func writePIDFile(stateDir, bootID string) {
 func replacePIDFile(stateDir string, data []byte) bool {
 	tmp := filepath.Join(stateDir, PIDFileName+".tmp")
 	return os.WriteFile(tmp, data, 0o600) == nil && os.Rename(tmp, filepath.Join(stateDir, PIDFileName)) == nil
-}
-
-// pidMark is a pid file as a start found it: a run that did not stop
-// cleanly left its boot id in it and, in its mtime, when it was last alive
-// (see LastAlive). Until the start records the run (DaemonCrashed), it is
-// the only record of that.
-type pidMark struct {
-	taken bool // read (there was a file)
-	data  []byte
-	mtime time.Time
-}
-
-func readPIDMark(stateDir string) pidMark {
-	path := filepath.Join(stateDir, PIDFileName)
-	fi, err := os.Stat(path)
-	if err != nil {
-		return pidMark{}
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return pidMark{}
-	}
-	return pidMark{taken: true, data: data, mtime: fi.ModTime()}
-}
-
-// restore puts the pid file back as it was read.
-func (m pidMark) restore(stateDir string) {
-	if replacePIDFile(stateDir, m.data) {
-		_ = os.Chtimes(filepath.Join(stateDir, PIDFileName), m.mtime, m.mtime)
-	}
 }
 
 // aliveEvery is how often a running daemon touches its pid file, which

@@ -526,25 +526,64 @@ func TestAReloadThatCouldNotBeRecordedIsTriedAgain(t *testing.T) {
 			if err := os.WriteFile(n.opts.ConfigPath, []byte(tc.config), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			disk.Fill(t)
-			// Appends fail once the ledger's free pages are used up too.
-			listed, err := n.kubelet.WaitDevices(ctx, vfioPool, func(ds []*pluginapi.Device) bool { return len(ds) > 1 })
-			if err != nil {
-				t.Fatal(err)
-			}
-			var failed error
-			for i := 0; i < 2000 && failed == nil; i++ {
-				_, failed = n.kubelet.Allocate(ctx, vfioPool, []string{listed[i%len(listed)].ID})
-			}
-			if failed == nil {
-				t.Fatal("the ledger still appends on a full disk")
-			}
+			fillTheLedger(ctx, t, n, disk)
 			if res, err := d.Reload(ctx, "test"); err != nil || res.Err == nil || res.Applied {
 				t.Fatalf("reload on a full disk: %+v, %v; want it not recorded", res, err)
 			}
 			disk.Free(t)
 			tc.recorded(ctx, t, n, d)
 		})
+	}
+}
+
+// fillTheLedger fills the disk under n's ledger, then allocates from the
+// vfio pool until an append fails: bbolt writes into the pages its file
+// has until it needs more.
+func fillTheLedger(ctx context.Context, t *testing.T, n *testNode, disk *storetest.FullDisk) {
+	t.Helper()
+	disk.Fill(t)
+	listed, err := n.kubelet.WaitDevices(ctx, vfioPool, func(ds []*pluginapi.Device) bool { return len(ds) > 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed error
+	for i := 0; i < 2000 && failed == nil; i++ {
+		_, failed = n.kubelet.Allocate(ctx, vfioPool, []string{listed[i%len(listed)].ID})
+	}
+	if failed == nil {
+		t.Fatal("the ledger still appends on a full disk")
+	}
+}
+
+// A stop that cannot record DaemonStopped (the disk full) leaves the pid
+// file: the ledger has the run running, and the next start records it
+// crashed with the file's mark of when it was last alive. A stop recorded
+// removes it.
+func TestAStopThatCouldNotBeRecordedLeavesThePIDFile(t *testing.T) {
+	disk := storetest.NewFullDisk(t, 2<<20)
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.StateDir = filepath.Join(disk.Dir, "state")
+	d := n.start(t)
+	ctx := waitCtx(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+		t.Fatal(err)
+	}
+	fillTheLedger(ctx, t, n, disk)
+	// A DaemonStopped is smaller than an Allocate's record: fill what room
+	// is left for one.
+	for i := 0; ; i++ {
+		if _, err := d.rec.Record(ctx, events.DaemonStopped{Reason: "filler"}); err != nil {
+			break
+		}
+		if i > 5000 {
+			t.Fatal("the ledger never filled")
+		}
+	}
+	// Pages the stopping actors' reads held may come free for it still.
+	err := d.Stop(ctx, "test")
+	unrecorded := err != nil && strings.Contains(err.Error(), "record stop")
+	if _, serr := os.Stat(filepath.Join(n.opts.StateDir, PIDFileName)); unrecorded != (serr == nil) {
+		t.Errorf("stop on a full disk: %v; the pid file: %v. It must stay exactly when the stop was not recorded", err, serr)
 	}
 }
 

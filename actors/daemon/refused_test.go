@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
@@ -17,6 +18,7 @@ import (
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/testdata/sysfsgen"
+	"github.com/fsnotify/fsnotify"
 )
 
 // appendNewerEvent appends to a stopped daemon's ledger a record of an
@@ -111,6 +113,46 @@ func TestARefusedStartLeavesTheCrashedRunsPIDFile(t *testing.T) {
 	}
 	if boot, alive := LastAlive(n.opts.StateDir); boot != bootBefore || !alive.Equal(aliveBefore) {
 		t.Errorf("after a refused start the pid file says boot %q alive %v, want %q %v", boot, alive, bootBefore, aliveBefore)
+	}
+}
+
+// A start writes its pid file only once the ledger has its start (and the
+// crashed run's end): killed before, while it opens or replays the ledger
+// (the OOM kill ledger.opening is for), it must leave the crashed run's
+// mark of when it was last alive to the next start. The state dir's
+// notifications, in order, show which came first.
+func TestAStartWritesItsPIDFileOnceItIsRecorded(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	if err := n.start(t).Stop(context.Background(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Add(n.opts.StateDir); err != nil {
+		t.Fatal(err)
+	}
+	n.start(t)
+	recorded := false
+	for {
+		select {
+		case ev := <-w.Events:
+			switch filepath.Base(ev.Name) {
+			case LedgerFileName:
+				recorded = recorded || ev.Has(fsnotify.Write)
+			case PIDFileName:
+				if !recorded {
+					t.Fatalf("the pid file was written (%s) before the ledger was", ev.Op)
+				}
+				return
+			}
+		case err := <-w.Errors:
+			t.Fatal(err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no pid file written")
+		}
 	}
 }
 
