@@ -155,9 +155,19 @@ func ReadStatusFromAdmin(ctx context.Context, socketPath string) (AdminStatus, e
 	return st, nil
 }
 
-// adminGet sends one GET over the unix socket. Each call has its own
-// transport and no keep-alive: tools make a call or two, and nothing is
-// left open behind them.
+// AdminListening says whether a process accepts connections on the admin
+// socket at socketPath (nil when one does): a running daemon, however
+// slow its actors are to answer /v1/status. The records and snapshots it
+// serves need none of them.
+func AdminListening(ctx context.Context, socketPath string) error {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", socketPath)
+	if err != nil {
+		return fmt.Errorf("admin socket %s: %w", socketPath, err)
+	}
+	return c.Close()
+}
+
 // AcknowledgeDamageThroughAdmin asks the daemon serving the admin socket
 // at socketPath to record an operator's acknowledgement of the damage
 // recorded in its ledger, with note; it returns the problems acknowledged.
@@ -184,6 +194,9 @@ func AcknowledgeDamageThroughAdmin(ctx context.Context, socketPath, note string)
 	return ans.Problems, nil
 }
 
+// adminGet sends one GET over the unix socket. Each call has its own
+// transport and no keep-alive: tools make a call or two, and nothing is
+// left open behind them.
 func adminGet(ctx context.Context, socketPath, target string) (*http.Response, error) {
 	return adminDo(ctx, socketPath, http.MethodGet, target, nil)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/testdata/sysfsgen"
@@ -239,5 +240,39 @@ func TestScanShowsUnacknowledgedDamage(t *testing.T) {
 	}
 	if _, out, _ = runCLI(t, args...); strings.Contains(out, "not acknowledged") {
 		t.Errorf("scan --db still shows the damage after it was acknowledged:\n%s", out)
+	}
+}
+
+// wedgedStatus is a daemon's status while its node coordinator or
+// registrar does not answer (Daemon.Status asks both).
+type wedgedStatus struct{}
+
+func (wedgedStatus) Status(context.Context) (grpcapi.AdminStatus, error) {
+	return grpcapi.AdminStatus{}, errors.New("ask node: future: timeout")
+}
+
+// dump and replay on a live node read the ledger through the admin
+// socket's records and snapshots, which need no actor: a daemon whose
+// actors do not answer (when an operator most needs the ledger) still
+// serves them, and the tools read them.
+func TestToolsReadADaemonWhoseActorsDoNotAnswer(t *testing.T) {
+	dir := kubelettest.ShortTempDir(t)
+	db := filepath.Join(dir, ledgerFileName)
+	writeSampleLedger(t, db)
+	l, err := store.Open(db, store.Options{Node: "worker-3"}) // holds the lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	admin := grpcapi.NewAdminServer(l, wedgedStatus{}, grpcapi.AdminServerOptions{})
+	if err := admin.Serve(grpcapi.AdminSocketPath(dir)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Stop(context.Background()) })
+	for _, args := range [][]string{{"dump"}, {"replay"}} {
+		code, out, errOut := runCLI(t, append(args, "--state-dir", dir)...)
+		if code != exitOK || out == "" {
+			t.Errorf("%s on a live node whose actors do not answer: exit %d: %s", args[0], code, strings.TrimSpace(errOut))
+		}
 	}
 }
