@@ -78,8 +78,11 @@ type LedgerState struct {
 	Acknowledged []string `json:"acknowledged,omitempty"`
 }
 
-// KeepAcknowledged bounds LedgerState.Acknowledged.
-const KeepAcknowledged = 32
+// KeepAcknowledged bounds LedgerState.Acknowledged. A problem that falls
+// out is recorded again when a check finds it, so the bound is well past
+// what a ledger still worth keeping (rather than salvaging) has: the
+// daemon's check records at most 32 new problems at each start.
+const KeepAcknowledged = 1024
 
 // Known says whether problem was recorded already, acknowledged or not.
 func (l LedgerState) Known(problem string) bool {

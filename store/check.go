@@ -44,7 +44,7 @@ type CheckReport struct {
 // of a format newer than this build reads (a rollback) is no problem: it
 // is passed over and counted in Newer, as replay passes over it.
 func (l *Log) Check(ctx context.Context) (CheckReport, error) {
-	rep, problems, err := l.check(ctx, 1)
+	rep, problems, err := l.check(ctx, 1, nil)
 	if err == nil && len(problems) > 0 {
 		err = problems[0]
 	}
@@ -53,17 +53,20 @@ func (l *Log) Check(ctx context.Context) (CheckReport, error) {
 
 // CheckAll is Check that goes on past damage it can read around: a record
 // that fails (the fold is not checked again until the next snapshot), a
-// snapshot that does not decode or does not equal the fold. It returns up
-// to limit problems, each a *CorruptError, in the order met; err is for
-// what stopped it (ctx, or damage the read cannot go past, which is also
-// the last problem). A snapshot of a format newer than this build reads
-// (a rollback) is passed over, and is not damage.
-func (l *Log) CheckAll(ctx context.Context, limit int) (CheckReport, []error, error) {
-	return l.check(ctx, max(limit, 1))
+// snapshot that does not decode or does not equal the fold. It returns the
+// problems, each a *CorruptError, in the order met, up to the limit-th
+// that known (if not nil) does not know: damage found and recorded before
+// must not hide damage past it. err is for what stopped it (ctx, or damage
+// the read cannot go past, which is also the last problem). A snapshot of
+// a format newer than this build reads (a rollback) is passed over, and is
+// not damage.
+func (l *Log) CheckAll(ctx context.Context, limit int, known func(problem error) bool) (CheckReport, []error, error) {
+	return l.check(ctx, max(limit, 1), known)
 }
 
-// check is Check and CheckAll: it stops at the limit-th problem.
-func (l *Log) check(ctx context.Context, limit int) (CheckReport, []error, error) {
+// check is Check and CheckAll: it stops at the limit-th problem known does
+// not know.
+func (l *Log) check(ctx context.Context, limit int, known func(error) bool) (CheckReport, []error, error) {
 	var rep CheckReport
 	var problems []error
 	if err := l.enter(); err != nil {
@@ -71,6 +74,7 @@ func (l *Log) check(ctx context.Context, limit int) (CheckReport, []error, error
 	}
 	defer l.leave()
 	// problem notes err; a non-nil return stops the check.
+	fresh := 0
 	problem := func(err error) error {
 		problems = append(problems, err)
 		if ce := (*CorruptError)(nil); errors.As(err, &ce) {
@@ -79,7 +83,10 @@ func (l *Log) check(ctx context.Context, limit int) (CheckReport, []error, error
 			}
 			rep.Problems = append(rep.Problems, ce.Error())
 		}
-		if len(problems) >= limit {
+		if known == nil || !known(err) {
+			fresh++
+		}
+		if fresh >= limit {
 			return errStopFold
 		}
 		return nil

@@ -500,7 +500,7 @@ func TestCheckPassesOverANewerSnapshot(t *testing.T) {
 	if err != nil || rep.Events != ro.LastSeq() || rep.Snapshots != 1 || rep.Newer != 1 || len(rep.Problems) > 0 {
 		t.Errorf("check: %+v, %v; want every event, 1 snapshot verified and 1 of a newer format, no problem", rep, err)
 	}
-	if _, problems, err := ro.CheckAll(ctx, 32); err != nil || len(problems) > 0 {
+	if _, problems, err := ro.CheckAll(ctx, 32, nil); err != nil || len(problems) > 0 {
 		t.Errorf("check all: %v, %v; want no problem", problems, err)
 	}
 }
@@ -556,7 +556,7 @@ func TestCheckAllGoesOnPastDamage(t *testing.T) {
 	if _, err := l.Check(ctx); err == nil {
 		t.Fatal("Check found nothing")
 	}
-	rep, problems, err := l.CheckAll(ctx, 32)
+	rep, problems, err := l.CheckAll(ctx, 32, nil)
 	if err != nil {
 		t.Fatalf("CheckAll: %v", err)
 	}
@@ -571,8 +571,32 @@ func TestCheckAllGoesOnPastDamage(t *testing.T) {
 	if len(seqs) != 2 || rep.FirstBad != seqs[0] || seqs[1] <= seqs[0] {
 		t.Errorf("problems at %v (first bad %d), want the two flipped records", seqs, rep.FirstBad)
 	}
-	if _, problems, _ := l.CheckAll(ctx, 1); len(problems) != 1 {
+	if _, problems, _ := l.CheckAll(ctx, 1, nil); len(problems) != 1 {
 		t.Errorf("CheckAll with limit 1 gave %d problems", len(problems))
+	}
+}
+
+// Damage known already does not count against CheckAll's limit: a check
+// that stopped at the problems an operator acknowledged would never find
+// another.
+func TestCheckAllLooksPastKnownDamage(t *testing.T) {
+	path := markedLedger(t, 60)
+	for _, seq := range []int{10, 20, 45} {
+		flipInFile(t, path, marker(seq))
+	}
+	l, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	_, all, err := l.CheckAll(ctx, 32, nil)
+	if err != nil || len(all) != 3 {
+		t.Fatalf("CheckAll: %q, %v; want three problems", all, err)
+	}
+	_, problems, err := l.CheckAll(ctx, 2, func(p error) bool { return p.Error() == all[0].Error() })
+	if err != nil || len(problems) != 3 {
+		t.Errorf("CheckAll of two new problems, the first known: %q, %v; want all three", problems, err)
 	}
 }
 

@@ -173,7 +173,7 @@ func TestACheckLeavesItsCountToRetention(t *testing.T) {
 	ctx := context.Background()
 	l := openTestLog(t)
 	mustAppend(t, l, newHistory(13, 8).take(50)...)
-	if _, problems, err := l.CheckAll(ctx, 32); err != nil || len(problems) > 0 {
+	if _, problems, err := l.CheckAll(ctx, 32, nil); err != nil || len(problems) > 0 {
 		t.Fatal(problems, err)
 	}
 	var fresh bytesCounted
@@ -194,7 +194,7 @@ func TestACheckLeavesItsCountToRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if _, problems, err := d.CheckAll(ctx, 32); err != nil || len(problems) == 0 {
+	if _, problems, err := d.CheckAll(ctx, 32, nil); err != nil || len(problems) == 0 {
 		t.Fatalf("the check of a damaged record: %v, %v", problems, err)
 	}
 	if d.sized != (bytesCounted{}) {

@@ -811,8 +811,10 @@ func (d *Daemon) checkLedger() {
 	}
 	var problems []error
 	if err == nil {
-		// Every problem: acknowledged damage must not hide new damage.
-		_, problems, err = d.ledger.CheckAll(d.background, 32)
+		// Up to 32 problems not recorded yet: damage recorded (and perhaps
+		// acknowledged) must not hide damage past it.
+		known := d.metrics.damage()
+		_, problems, err = d.ledger.CheckAll(d.background, 32, func(p error) bool { return known.Known(p.Error()) })
 	} else if errors.Is(err, store.ErrCorrupt) {
 		problems, err = []error{err}, nil
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
@@ -315,4 +316,45 @@ func crossEventsRoot(t *testing.T, path string) {
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Damage an operator acknowledged does not hide damage past it: the check
+// after start stops at 32 problems it has not recorded yet, and more than
+// 32 acknowledged ones used to fill it at every start, so that nothing
+// past them was ever recorded and /readyz stayed true.
+func TestAcknowledgedDamageDoesNotHideNewDamage(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.MetricsAddr, n.opts.SnapshotCheck = "127.0.0.1:0", 10*time.Millisecond
+	ctx := waitCtx(t)
+	// allocate allocates times from pool, then stops d, which takes a
+	// snapshot: the start reads none of the records allocated.
+	allocate := func(d *Daemon, pool string, times int) {
+		t.Helper()
+		devs, err := n.kubelet.WaitDevices(ctx, pool, func(ds []*pluginapi.Device) bool { return len(ds) > 0 })
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range times {
+			if _, err := n.kubelet.Allocate(ctx, pool, []string{devs[i%len(devs)].ID}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := d.Stop(ctx, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allocate(n.start(t), vfioPool, 40)
+	flipAll(t, n.opts.StateDir, "PCIDEVICE_INTEL_COM_SRIOV_VFIO")
+	d := n.start(t)
+	waitReadyzSays(t, ctx, "http://"+d.metricsAddr, http.StatusServiceUnavailable, "the ledger is damaged")
+	for len(damageRecorded(t, d)) < 32 { // the check's records land
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := d.AcknowledgeDamage(ctx, "old allocations lost; accepted"); err != nil {
+		t.Fatal(err)
+	}
+	allocate(d, netPool, 3)
+	flipAll(t, n.opts.StateDir, "PCIDEVICE_INTEL_COM_SRIOV_NET") // new damage, later in the file
+	d = n.start(t)
+	waitReadyzSays(t, ctx, "http://"+d.metricsAddr, http.StatusServiceUnavailable, "the ledger is damaged")
 }
