@@ -760,7 +760,6 @@ func (p *allocator) setMembers(ctx actor.Context, pl *placement) {
 	}
 	p.setMemberList(pl.m.Members)
 	p.life.gen = max(p.life.gen, pl.m.Gen)
-	p.list = nil
 	p.syncDeviceInfo(old)
 	_ = p.writeCDISpec() // it logs a failure; an Allocate tries again
 	p.broadcast()
@@ -825,7 +824,7 @@ func holdList(hs []allocation.Hold) string {
 // built again at the next call.
 func (p *allocator) setMemberList(ms []allocation.Member) {
 	p.members, p.order = p.index(ms)
-	p.rank = nil
+	p.rank, p.list = nil, nil
 }
 
 // index is index with each member's newest verdict: its own, or one the

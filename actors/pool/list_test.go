@@ -82,6 +82,20 @@ func TestDeviceListReplacesOnlyChangedEntries(t *testing.T) {
 // keeps the newest: an older one is ignored, whether it comes as a verdict
 // or with members; one for a device that is not a member yet is kept for
 // when it joins.
+// The list is of the members: new members (as a retry after a refused
+// change sets them from the ledger, with no placement applied) are a new
+// list, not entries patched at the old list's positions.
+func TestDeviceListFollowsTheMemberList(t *testing.T) {
+	const a, b = "0000:3b:02.0", "0000:3b:02.1"
+	p := listAllocator(a, b)
+	_ = p.deviceList() // a stream is open: the list is built
+	p.setMemberList([]allocation.Member{{Device: sysfs.Device{Address: b, NUMANode: -1}, Healthy: true}})
+	p.setHealth(&SetHealth{Address: b, Healthy: false, Seq: 1})
+	if got := healths(p.deviceList()); len(got) != 1 || got[b] != pluginapi.Unhealthy {
+		t.Errorf("list %v, want %s alone, unhealthy", got, b)
+	}
+}
+
 func TestNewestVerdictWins(t *testing.T) {
 	const a, b = "0000:3b:02.0", "0000:3b:02.1"
 	p := listAllocator(a)
