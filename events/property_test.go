@@ -428,7 +428,7 @@ func TestUnmarshalStateErrors(t *testing.T) {
 		{"not JSON", "\x00", ErrCorrupt},
 		{"wrong shape", `{"format":1,"state":{"pools":[]}}`, ErrCorrupt},
 		{"no format", `{"state":{}}`, ErrSnapshotFormat},
-		{"newer format", `{"format":5,"state":{}}`, ErrSnapshotFormat},
+		{"newer format", `{"format":6,"state":{}}`, ErrSnapshotFormat},
 		{"newer shape under a format this build reads", `{"format":3,"state":{"kubelet":{"flaps":2}}}`, ErrSnapshotFormat},
 	}
 	for _, tc := range tests {

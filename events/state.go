@@ -507,8 +507,10 @@ func (s State) Equal(o State) bool {
 // a format-3 snapshot may lack any of them. Any change to the fields of
 // State takes a new format (TestSnapshotFieldsHaveTheirFormat), so that a
 // build never reads a newer shape as its own: UnmarshalSnapshot refuses a
-// field it does not know, as a newer format.
-const snapshotFormat = 4
+// field it does not know, as a newer format. So does a change of what the
+// fold keeps: format 5 keeps the last 1,024 acknowledged problems
+// (LedgerState.Acknowledged) where the builds before kept 32.
+const snapshotFormat = 5
 
 type snapshotDoc struct {
 	Format int   `json:"format"`
@@ -572,8 +574,9 @@ func UnmarshalSnapshot(b []byte) (State, int, error) {
 }
 
 // SnapshotMatches says whether snap, a snapshot of the given format read
-// back, holds what fold, the fold of the log up to it, holds. A format-1
-// snapshot predates Device.HealthSeq, so that is left out for it.
+// back, holds what fold, the fold of the log up to it, holds, as a build of
+// that format folds it. A format-1 snapshot predates Device.HealthSeq, so
+// that is left out for it; and so on.
 func SnapshotMatches(fold, snap State, format int) bool {
 	if format < 2 {
 		fold = fold.Clone()
@@ -593,6 +596,10 @@ func SnapshotMatches(fold, snap State, format int) bool {
 			k := &s.Kubelet
 			k.Down, k.DownSince, k.Outages, k.Downtime, k.LastOutage = false, time.Time{}, 0, 0, Span{}
 		}
+	}
+	if acked := fold.Ledger.Acknowledged; format < 5 && len(acked) > 32 {
+		// Its fold kept the last 32; they are the last 32 of this one.
+		fold.Ledger.Acknowledged = acked[len(acked)-32:]
 	}
 	return fold.Equal(snap)
 }

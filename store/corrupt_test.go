@@ -284,7 +284,7 @@ func TestCheckReadsAFormat1Snapshot(t *testing.T) {
 		}
 		// As the previous version wrote it: format 1, no health_seq.
 		rec = regexp.MustCompile(`,"health_seq":\d+`).ReplaceAll(rec, nil)
-		rec = bytes.Replace(rec, []byte(`{"format":4,`), []byte(`{"format":1,`), 1)
+		rec = bytes.Replace(rec, []byte(`{"format":5,`), []byte(`{"format":1,`), 1)
 		if bytes.Contains(rec, []byte("health_seq")) || !bytes.HasPrefix(rec, []byte(`{"format":1,`)) {
 			return fmt.Errorf("the snapshot was not made a format-1 one: %.80s", rec)
 		}
@@ -450,7 +450,7 @@ func TestNewerSnapshotPastRetentionIsNamed(t *testing.T) {
 		if err != nil || len(v) == 0 {
 			return fmt.Errorf("no snapshot at 40: %v", err)
 		}
-		return b.Put(seqKey(40), appendValue(nil, 40, bytes.Replace(rec, []byte(`{"format":4,`), []byte(`{"format":5,`), 1)))
+		return b.Put(seqKey(40), appendValue(nil, 40, bytes.Replace(rec, []byte(`{"format":5,`), []byte(`{"format":6,`), 1)))
 	})
 	ro, err := Open(path, Options{ReadOnly: true})
 	if err != nil {
@@ -489,7 +489,7 @@ func TestCheckPassesOverANewerSnapshot(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		return tx.Bucket(bucketSnapshots).Put(seqKey(40), appendValue(nil, 40, bytes.Replace(rec, []byte(`{"format":4,`), []byte(`{"format":5,`), 1)))
+		return tx.Bucket(bucketSnapshots).Put(seqKey(40), appendValue(nil, 40, bytes.Replace(rec, []byte(`{"format":5,`), []byte(`{"format":6,`), 1)))
 	})
 	ro, err := Open(path, Options{ReadOnly: true})
 	if err != nil {
@@ -613,12 +613,12 @@ var unreadableSnapshots = []struct {
 		return v
 	}},
 	{"newer format", func(seq uint64, rec []byte) []byte {
-		return appendValue(nil, seq, bytes.Replace(rec, []byte(`{"format":4,`), []byte(`{"format":5,`), 1))
+		return appendValue(nil, seq, bytes.Replace(rec, []byte(`{"format":5,`), []byte(`{"format":6,`), 1))
 	}},
 	// Builds that wrote format 3 added fields without a new number: a
 	// shape this build does not know is a newer one, whatever its number.
 	{"newer shape, known format", func(seq uint64, rec []byte) []byte {
-		return appendValue(nil, seq, bytes.Replace(rec, []byte(`{"format":4,"state":{`), []byte(`{"format":3,"state":{"from_a_newer_build":1,`), 1))
+		return appendValue(nil, seq, bytes.Replace(rec, []byte(`{"format":5,"state":{`), []byte(`{"format":3,"state":{"from_a_newer_build":1,`), 1))
 	}},
 }
 
@@ -630,7 +630,7 @@ func putSnapshot(t *testing.T, l *Log, envs []events.Envelope, value func(uint64
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.HasPrefix(rec, []byte(`{"format":4,"state":{`)) {
+	if !bytes.HasPrefix(rec, []byte(`{"format":5,"state":{`)) {
 		t.Fatalf("a snapshot begins %.20s", rec)
 	}
 	v := value(s.Seq, rec)
@@ -794,4 +794,41 @@ func TestAWriterRefusingADamagedFreelistKeepsNoLock(t *testing.T) {
 		t.Fatalf("read-only open after the writer's was refused: %v", err)
 	}
 	ro.Close()
+}
+
+// A snapshot taken by a build whose fold kept the last 32 acknowledged
+// problems (format 4) is no damage to a build that keeps more: the check
+// compares it with the fold as that build folded it.
+func TestAFormat4SnapshotOfMoreThan32AcknowledgedIsNoDamage(t *testing.T) {
+	ctx := context.Background()
+	l := openTestLog(t)
+	var envs []events.Envelope
+	var problems []string
+	for i := 1; i <= 40; i++ {
+		p := fmt.Sprintf("ledger x is corrupt: record %d fails its checksum", 1000+i)
+		problems = append(problems, p)
+		envs = append(envs, ev(i, events.LedgerDamaged{Problem: p, Seq: uint64(1000 + i)}))
+	}
+	envs = append(envs, ev(41, events.DamageAcknowledged{Problems: problems, Note: "looked"}))
+	envs = mustAppend(t, l, envs...)
+	old := foldAll(envs)
+	old.Ledger.Acknowledged = old.Ledger.Acknowledged[len(old.Ledger.Acknowledged)-32:]
+	rec, err := events.MarshalState(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec = bytes.Replace(rec, []byte(`{"format":5,`), []byte(`{"format":4,`), 1)
+	path := l.Meta().Path
+	l.Close()
+	rewrite(t, path, func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSnapshots).Put(seqKey(41), appendValue(nil, 41, rec))
+	})
+	ro, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if _, found, err := ro.CheckAll(ctx, 32, nil); err != nil || len(found) > 0 {
+		t.Fatalf("check of a format-4 snapshot: %q, %v; want no damage", found, err)
+	}
 }
