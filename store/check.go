@@ -441,16 +441,28 @@ func (l *Log) checkFreelist(f *os.File, pageSize int, meta []byte) error {
 	if freelist+overflow >= pages {
 		return damaged(fmt.Sprintf("its %d overflow pages run past the file's %d pages", overflow, pages))
 	}
-	span := make([]byte, (1+overflow)*uint64(pageSize))
-	if _, err := f.ReadAt(span, int64(freelist)*int64(pageSize)); err != nil {
-		return l.corrupt(0, fmt.Sprintf("page %d, the freelist, cannot be read: %v", freelist, err), err)
+	at := int64(freelist)*int64(pageSize) + pageHeader
+	read := func(b []byte) error {
+		if _, err := f.ReadAt(b, at); err != nil {
+			return l.corrupt(0, fmt.Sprintf("page %d, the freelist, cannot be read: %v", freelist, err), err)
+		}
+		at += int64(len(b))
+		return nil
 	}
-	ids, count := span[pageHeader:], uint64(le.Uint16(buf[10:]))
+	room := ((1+overflow)*uint64(pageSize) - pageHeader) / 8 // ids the pages hold
+	count := uint64(le.Uint16(buf[10:]))
 	if count == overflowCount {
-		count, ids = le.Uint64(ids), ids[8:]
+		if err := read(buf[:8]); err != nil {
+			return err
+		}
+		count, room = le.Uint64(buf), room-1
 	}
-	if count > uint64(len(ids))/8 {
+	if count > room {
 		return damaged(fmt.Sprintf("it counts %d page ids, more than its %d pages hold", count, 1+overflow))
+	}
+	ids := make([]byte, 8*count)
+	if err := read(ids); err != nil {
+		return err
 	}
 	for i := range count {
 		if id := le.Uint64(ids[8*i:]); id < 2 || id >= pages {

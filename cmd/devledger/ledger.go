@@ -241,8 +241,8 @@ func (s adminSource) snapshot(atOrBefore uint64) (events.State, bool, error) {
 // A running daemon holds the file's lock for as long as it runs, so waiting
 // for the lock first would only delay every dump on a live node: the file
 // gets one quick try, then the admin socket. Only when no daemon listens
-// there (one stopping, say, still writing its last events) is the lock
-// waited for as openLedger waits.
+// there (one stopping, between closing its admin socket and its ledger)
+// is the lock waited for as openLedger waits.
 func openSource(lf *ledgerFlags) (eventSource, error) {
 	l, err := openLedgerWaiting(lf, time.Millisecond)
 	if err == nil {
