@@ -91,6 +91,19 @@ func ParseWith(name string, data []byte, opts Options) (*Config, error) {
 		converted, err := yaml.YAMLToJSONStrict(data)
 		if err != nil {
 			msg := strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")
+			// "yaml: unmarshal errors:" heads one indented line per
+			// problem: each is an error of its own, naming the file.
+			if lines, ok := strings.CutPrefix(msg, "yaml: unmarshal errors:\n"); ok {
+				var list ErrorList
+				for _, line := range strings.Split(lines, "\n") {
+					if line = strings.TrimSpace(line); line != "" {
+						list = append(list, d.fileError("yaml: "+line)...)
+					}
+				}
+				if len(list) > 0 {
+					return nil, list
+				}
+			}
 			return nil, d.fileError(msg)
 		}
 		if len(converted) > MaxSize {

@@ -510,7 +510,12 @@ func TestYAMLErrors(t *testing.T) {
 		{
 			name: "duplicate key",
 			src:  "resourceList:\n- resourceName: a\n  resourceName: b\n",
-			want: []string{`c.yaml: yaml: unmarshal errors:`, `  line 3: key "resourceName" already set in map`},
+			want: []string{`c.yaml: yaml: line 3: key "resourceName" already set in map`},
+		},
+		{
+			name: "duplicate keys",
+			src:  "resourceList:\n- resourceName: a\n  resourceName: b\n  selectors: {}\n  selectors: {}\n",
+			want: []string{`c.yaml: yaml: line 3: key "resourceName" already set in map`, `c.yaml: yaml: line 5: key "selectors" already set in map`},
 		},
 		{
 			name: "syntax",
