@@ -93,8 +93,8 @@ func runLedgerBackup(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "backed up %s to %s: %d bytes, %d events (#%d-#%d), %d snapshots; verified\n",
-		src, *out, n, rep.Events, rep.FirstSeq, rep.LastSeq, rep.Snapshots)
+	fmt.Fprintf(stdout, "backed up %s to %s: %d bytes, %d events (#%d-#%d), %s; verified\n",
+		src, *out, n, rep.Events, rep.FirstSeq, rep.LastSeq, snapshotsChecked(rep))
 	return nil
 }
 

@@ -337,8 +337,8 @@ func replayLedgerFile(said io.Writer, l *store.Log, path string, verify bool, un
 			}
 			return events.State{}, fmt.Errorf("verify %s: %w", path, err)
 		}
-		fmt.Fprintf(said, "verified %s: %d events (#%d-#%d), %d snapshots, no problems\n\n",
-			path, rep.Events, rep.FirstSeq, rep.LastSeq, rep.Snapshots)
+		fmt.Fprintf(said, "verified %s: %d events (#%d-#%d), %s, no problems\n\n",
+			path, rep.Events, rep.FirstSeq, rep.LastSeq, snapshotsChecked(rep))
 	}
 	if untilSeq > l.LastSeq() {
 		return events.State{}, usageErrf("--until-seq %d: the ledger ends at #%d", untilSeq, l.LastSeq())
@@ -392,4 +392,15 @@ func foldSource(src eventSource, untilSeq uint64, at time.Time) (events.State, e
 		return s, usageErrf("--until-seq %d: the ledger ends at #%d", untilSeq, last)
 	}
 	return s, nil
+}
+
+// snapshotsChecked says how many snapshots a check verified, and how many
+// it passed over as a newer devledger's (a rollback): no damage, but no
+// snapshot this build starts from either.
+func snapshotsChecked(rep store.CheckReport) string {
+	s := counted(rep.Snapshots, "snapshot", "snapshots")
+	if rep.Newer > 0 {
+		s += fmt.Sprintf(" (and %s of a newer devledger, passed over)", counted(rep.Newer, "snapshot", "snapshots"))
+	}
+	return s
 }

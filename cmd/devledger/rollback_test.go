@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
+	"errors"
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
 
@@ -130,3 +134,52 @@ func TestRollbackReadsANewerLedger(t *testing.T) {
 }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// replay --verify and ledger backup say how many snapshots they passed
+// over as a newer devledger's (after a rollback): no damage, but not one
+// this build starts from either.
+func TestVerifySaysANewerSnapshotWasPassedOver(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	writeSampleLedger(t, path)
+	l, err := store.Open(path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := l.Replay(0)
+	if err == nil {
+		_, err = l.SaveSnapshot(context.Background(), st, "test")
+	}
+	if cerr := l.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	err = db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("snapshots"))
+		k, v := b.Cursor().Last()
+		if k == nil {
+			return errors.New("the sample ledger has no snapshot")
+		}
+		rec := regexp.MustCompile(`^\{"format":\d+,`).ReplaceAll(v[4:], []byte(`{"format":99,`))
+		key := bytes.Clone(k)
+		sum := crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, rec)
+		return b.Put(key, append(binary.BigEndian.AppendUint32(nil, sum), rec...))
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "(and 1 snapshot of a newer devledger, passed over)"
+	if out := cliOK(t, "replay", "--db", path, "--verify"); !strings.Contains(out, want) {
+		t.Errorf("replay --verify:\n%s\nwant it to say %q", out, want)
+	}
+	if out := cliOK(t, "ledger", "backup", "--db", path, "--out", filepath.Join(t.TempDir(), "copy.db")); !strings.Contains(out, want) {
+		t.Errorf("ledger backup:\n%s\nwant it to say %q", out, want)
+	}
+}
