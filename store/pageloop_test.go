@@ -62,6 +62,22 @@ func withEventsRoot(t *testing.T, src string, edit func(page []byte, root uint64
 	return path
 }
 
+// runChild runs the test named test of this binary with env naming path,
+// for what would take the suite down with it (a loop, a fault), and
+// returns its output. A child that runs 20 s fails the test.
+func runChild(t *testing.T, test, env, path string) ([]byte, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env+"="+path)
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("%s did not return in 20s: %s", test, out)
+	}
+	return out, err
+}
+
 const loopChildEnv = "DEVLEDGER_TEST_LOOP_LEDGER"
 
 // TestLoopChild opens, for TestAWriterAskedRefusesALoopingFile, the
@@ -88,14 +104,7 @@ func TestAWriterAskedRefusesALoopingFile(t *testing.T) {
 	if _, err := Open(path, Options{ReadOnly: true}); err == nil || !strings.Contains(err.Error(), "loops") {
 		t.Fatalf("read-only open: %v, want the loop named", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestLoopChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), loopChildEnv+"="+path)
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		t.Fatalf("the writer's open did not return in 20s: %s", out)
-	}
+	out, err := runChild(t, "TestLoopChild", loopChildEnv, path)
 	if err != nil || !strings.Contains(string(out), "open: ledger "+filepath.Clean(path)) || !strings.Contains(string(out), "loops") {
 		t.Fatalf("child: %v\n%s\nwant the open refused, naming the file and the loop", err, out)
 	}
@@ -144,9 +153,7 @@ func TestRetentionMeetingAPageOutsideTheFile(t *testing.T) {
 		el := page[pageHeader+elemSize:] // element 1, old events
 		binary.LittleEndian.PutUint64(el[8:], binary.LittleEndian.Uint64(el[8:])|1<<24)
 	})
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRetainFaultChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), faultChildEnv+"="+path)
-	out, err := cmd.CombinedOutput()
+	out, err := runChild(t, "TestRetainFaultChild", faultChildEnv, path)
 	if err != nil || !strings.Contains(string(out), "ledger "+filepath.Clean(path)+" is corrupt") || !strings.Contains(string(out), "points outside the file") {
 		t.Fatalf("child: %v\n%.2000s\nwant retention refused, naming the damage", err, out)
 	}
@@ -218,9 +225,7 @@ func TestADamagedFreelistCountIsNamed(t *testing.T) {
 			if err := os.WriteFile(path, b, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command(os.Args[0], "-test.run=^TestFreelistChild$", "-test.count=1")
-			cmd.Env = append(os.Environ(), freelistChildEnv+"="+path)
-			out, err := cmd.CombinedOutput()
+			out, err := runChild(t, "TestFreelistChild", freelistChildEnv, path)
 			for _, line := range []string{"writer: ", "check: "} {
 				if err != nil || !strings.Contains(string(out), line+"ledger "+path+" is corrupt: page") || !strings.Contains(string(out), tc.want) {
 					t.Fatalf("child: %v\n%.2000s\nwant %q refused, naming the freelist: %s", err, out, line, tc.want)
