@@ -185,22 +185,29 @@ func Start(opts Options) (_ *Daemon, err error) {
 	bootID := newBootID()
 	path := filepath.Join(opts.StateDir, LedgerFileName)
 	opening := filepath.Join(opts.StateDir, OpeningFileName)
+	// A mark already there is a start's that died opening the ledger, or
+	// one's still opening it: that one holds the lock, and its mark stays.
 	_, serr := os.Stat(opening)
 	diedOpening := serr == nil
-	if diedOpening {
-		d.log.Warn().Str("path", path).Msg("the last start died opening or replaying the ledger; checking its pages before reading it")
-	}
-	if err := os.WriteFile(opening, nil, 0o600); err != nil {
-		d.log.Warn().Err(err).Str("path", opening).Msg("cannot mark the ledger's opening")
+	if !diedOpening {
+		if err := os.WriteFile(opening, nil, 0o600); err != nil {
+			d.log.Warn().Err(err).Str("path", opening).Msg("cannot mark the ledger's opening")
+		}
 	}
 	l, err := store.Open(path, store.Options{Node: opts.Node, BootID: bootID, LockTimeout: time.Second,
 		CheckPages: diedOpening, Logger: d.log.With().Str("component", "ledger").Logger()})
 	if err != nil {
-		os.Remove(opening)
 		if errors.Is(err, store.ErrLocked) {
-			return nil, fmt.Errorf("%w: %s is held by %s", ErrLedgerLocked, path, holder(opts.StateDir))
+			if !diedOpening {
+				os.Remove(opening)
+			}
+			return nil, fmt.Errorf("%w: %s is held by %s", ErrLedgerLocked, path, holder(opts.StateDir, diedOpening))
 		}
+		os.Remove(opening)
 		return nil, fmt.Errorf("open ledger: %w%s", err, salvageHint(err))
+	}
+	if diedOpening {
+		d.log.Warn().Str("path", path).Msg("the last start died opening or replaying the ledger; its pages were checked before reading it")
 	}
 	d.ledger = l
 	// protoactor builds its process registry up front (some 30,000 maps, a
@@ -1064,10 +1071,18 @@ func markAlive(stateDir string) {
 	_ = os.Chtimes(filepath.Join(stateDir, PIDFileName), now, now)
 }
 
-func holder(stateDir string) string {
+func holder(stateDir string, opening bool) string {
 	b, err := os.ReadFile(filepath.Join(stateDir, PIDFileName))
-	if err != nil || len(b) == 0 {
+	pid := strings.TrimSpace(string(b))
+	switch {
+	case opening && (err != nil || pid == ""):
+		return "a start still opening or replaying it (" + OpeningFileName + " is there)"
+	case opening:
+		// The pid file is written once a start is recorded: until then it
+		// names the run before.
+		return "a start still opening or replaying it (" + OpeningFileName + " is there; " + PIDFileName + " names the run before it: " + pid + ")"
+	case err != nil || pid == "":
 		return "another process (no " + PIDFileName + " says which)"
 	}
-	return "devledger " + strings.TrimSpace(string(b))
+	return "devledger " + pid
 }

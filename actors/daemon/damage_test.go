@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -284,6 +285,31 @@ func TestAStartAfterOneDiedOpeningWalksThePages(t *testing.T) {
 	}
 	if _, err := os.Stat(opening); !os.IsNotExist(err) {
 		t.Errorf("a refused start left its mark: %v", err)
+	}
+}
+
+// A start that finds the ledger locked and another start's mark there
+// leaves the mark (that start may yet die replaying) and names it as the
+// likely holder, not the run before it that the pid file still names.
+func TestALockedStartLeavesTheOpeningMark(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.start(t).Stop(context.Background(), "test")
+	writePIDFile(n.opts.StateDir, "crashedrun")
+	l, err := store.Open(filepath.Join(n.opts.StateDir, LedgerFileName), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	opening := filepath.Join(n.opts.StateDir, OpeningFileName)
+	if err := os.WriteFile(opening, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Start(n.opts)
+	if !errors.Is(err, ErrLedgerLocked) || !strings.Contains(err.Error(), "a start still opening or replaying it") {
+		t.Errorf("start: %v, want the ledger locked by a start opening it", err)
+	}
+	if _, err := os.Stat(opening); err != nil {
+		t.Errorf("the other start's mark: %v", err)
 	}
 }
 
