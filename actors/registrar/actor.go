@@ -171,7 +171,8 @@ type registrar struct {
 	// listing counts the kubelet's ListAndWatch streams by socket;
 	// unlisted holds, per registered pool with none on its socket, the
 	// timer of its ListGrace, and drops counts the pool's renewals for
-	// want of a stream since one last opened (see listed).
+	// want of a stream since one last opened or a new kubelet came (see
+	// listed).
 	listing  map[string]int
 	unlisted map[string]*time.Timer
 	drops    map[string]int
@@ -303,6 +304,8 @@ func (r *registrar) observeKubelet(created bool) kubeletID {
 		r.cancelRetry(pool)
 		r.failures[pool] = 0
 	}
+	// The drops were the last kubelet's: this one starts at one grace.
+	clear(r.drops)
 	// A Register out was meant for a kubelet before this one. Left to
 	// run, it waits for the socket path to answer and reaches this one,
 	// whose start removed the pool's socket: it would dial that path for

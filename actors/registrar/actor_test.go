@@ -694,19 +694,31 @@ func TestARegisteredPoolListedOnNoStreamRegistersAnew(t *testing.T) {
 		t.Errorf("recorded %+v, want then %+v", got, want)
 	}
 
-	// Registered anew on sock2, whose stream never opens: the same, as
-	// the second renewal in a row (its grace doubles).
-	sock2 := sock + ".2"
-	touch(t, sock2)
-	send(&Desire{Pool: gpu, Socket: sock2})
-	send(&KubeletReported{Pool: gpu, Socket: sock2, Registered: true})
-	if m := next[*NeedSocket](t, r.family); m.Socket != sock2 {
-		t.Errorf("parent heard %+v, want a new socket in place of %s", *m, sock2)
+	// Registered anew on a socket whose stream never opens: the same,
+	// as the renewal's attempt in a row (its grace doubles); n events in
+	// the ledger by then.
+	unlistedOn := func(s string, attempt, n int) {
+		t.Helper()
+		touch(t, s)
+		send(&Desire{Pool: gpu, Socket: s})
+		send(&KubeletReported{Pool: gpu, Socket: s, Registered: true})
+		if m := next[*NeedSocket](t, r.family); m.Socket != s {
+			t.Errorf("parent heard %+v, want a new socket in place of %s", *m, s)
+		}
+		want.Socket, want.Attempt = s, attempt
+		if got := r.awaitRecorded(t, n); !reflect.DeepEqual(got[len(got)-1], want) {
+			t.Errorf("recorded %+v, want last %+v", got, want)
+		}
 	}
-	want.Socket, want.Attempt = sock2, 2
-	if got := r.awaitRecorded(t, 4); !reflect.DeepEqual(got[3], want) {
-		t.Errorf("recorded %+v, want last %+v", got, want)
+	unlistedOn(sock+".2", 2, 4)
+
+	// A new kubelet: the drops were the last one's, and its grace starts
+	// over (the first renewal for it is attempt 1, a grace after).
+	if err := r.kubelet.Restart(); err != nil {
+		t.Fatal(err)
 	}
+	send(&KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
+	unlistedOn(sock+".3", 1, 7)
 }
 
 // A kubelet that dies before it opened a ListAndWatch of a pool it
