@@ -189,10 +189,13 @@ func Start(opts Options) (_ *Daemon, err error) {
 	// one's still opening it: that one holds the lock, and its mark stays.
 	_, serr := os.Stat(opening)
 	diedOpening := serr == nil
-	if !diedOpening {
+	mark := func() {
 		if err := os.WriteFile(opening, nil, 0o600); err != nil {
 			d.log.Warn().Err(err).Str("path", opening).Msg("cannot mark the ledger's opening")
 		}
+	}
+	if !diedOpening {
+		mark()
 	}
 	l, err := store.Open(path, store.Options{Node: opts.Node, BootID: bootID, LockTimeout: time.Second,
 		CheckPages: diedOpening, Logger: d.log.With().Str("component", "ledger").Logger()})
@@ -208,6 +211,9 @@ func Start(opts Options) (_ *Daemon, err error) {
 	}
 	if diedOpening {
 		d.log.Warn().Str("path", path).Msg("the last start died opening or replaying the ledger; its pages were checked before reading it")
+		// The mark may be gone since (a start that held the lock then
+		// failed removes its own): this replay needs one too.
+		mark()
 	}
 	d.ledger = l
 	// protoactor builds its process registry up front (some 30,000 maps, a
