@@ -1,6 +1,7 @@
 package sysfs
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -333,6 +334,27 @@ func TestWarningsLoggedOnce(t *testing.T) {
 	}
 	if n := logs.count("debug", "numa_node"); n != 2 {
 		t.Errorf("numa_node warning logged %d times at debug, want 2", n)
+	}
+}
+
+// TestWarningsPastTheCapLoggedAtDebug checks that a Reader that remembers
+// as many warnings as it may logs a new one at debug level only: one it
+// cannot remember would otherwise repeat at warn on every scan.
+func TestWarningsPastTheCapLoggedAtDebug(t *testing.T) {
+	roots := sysfsgen.TempScenario(t, sysfsgen.ScenarioGPU)
+	if err := roots.WriteAttr("0000:18:00.0", "numa_node", "x"); err != nil {
+		t.Fatal(err)
+	}
+	var logs logBuffer
+	r := testReader(t, roots, Options{PCIIDsPath: samplePCIIDs, Logger: logs.logger()})
+	for i := range maxRemembered {
+		r.warned[fmt.Sprintf("churn %d", i)] = struct{}{}
+	}
+	for range 3 {
+		scanOK(t, r)
+	}
+	if n, d := logs.count("warn", "numa_node"), logs.count("debug", "numa_node"); n != 0 || d != 3 {
+		t.Errorf("numa_node warning logged %d times at warn and %d at debug, want 0 and 3", n, d)
 	}
 }
 

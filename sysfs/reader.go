@@ -82,8 +82,8 @@ type Reader struct {
 }
 
 // maxRemembered bounds how many distinct attribute warnings a Reader
-// remembers so that each is logged once; past it, new ones are no longer
-// logged (they still reach Device.Warnings).
+// remembers so that each is logged once; past it, new ones are logged at
+// debug level only (they still reach Device.Warnings).
 const maxRemembered = 4096
 
 // New returns a Reader for opts. It touches no file: a missing root is
@@ -301,15 +301,22 @@ func linkVF(vf, pf *fnResult, vfIndex map[string]int) {
 // warnOnce logs msg at warn level the first time key is seen by this
 // Reader.
 func (r *Reader) warnOnce(key, msg string) {
-	r.warnMu.Lock()
-	_, seen := r.warned[key]
-	if !seen && len(r.warned) < maxRemembered {
-		r.warned[key] = struct{}{}
-	}
-	r.warnMu.Unlock()
-	if !seen {
+	if r.firstTime(key) {
 		r.log.Warn().Msg(msg)
 	}
+}
+
+// firstTime says whether key is met for the first time, and remembers it.
+// Past maxRemembered keys, none is: a key it cannot remember would be
+// logged at warn on every scan.
+func (r *Reader) firstTime(key string) bool {
+	r.warnMu.Lock()
+	defer r.warnMu.Unlock()
+	if _, seen := r.warned[key]; seen || len(r.warned) >= maxRemembered {
+		return false
+	}
+	r.warned[key] = struct{}{}
+	return true
 }
 
 // logWarnings logs each attribute warning of devs at warn level the first
@@ -319,15 +326,8 @@ func (r *Reader) logWarnings(devs []Device) {
 	for i := range devs {
 		d := &devs[i]
 		for _, w := range d.Warnings {
-			key := d.Address + " " + w
-			r.warnMu.Lock()
-			_, seen := r.warned[key]
-			if !seen && len(r.warned) < maxRemembered {
-				r.warned[key] = struct{}{}
-			}
-			r.warnMu.Unlock()
 			ev := r.log.Debug()
-			if !seen {
+			if r.firstTime(d.Address + " " + w) {
 				ev = r.log.Warn()
 			}
 			ev.Str("bdf", d.Address).Str("sysfs_root", r.sysfsRoot).Msg(w)
