@@ -4,6 +4,8 @@
 package scanner
 
 import (
+	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -50,8 +52,9 @@ type scanner struct {
 	first    func() ([]sysfs.Device, error) // nil once taken
 	timer    *time.Timer
 	// unrecorded counts the scans in a row whose changes the ledger
-	// refused (supervise.FailureLevel).
-	unrecorded int
+	// refused, unread those that could not read sysfs
+	// (supervise.FailureLevel).
+	unrecorded, unread int
 	// persist holds the scans back while a scan's changes are being
 	// recorded: each diffs against the devices in the ledger.
 	persist *ledger.Persister
@@ -100,9 +103,17 @@ func (s *scanner) scan(ctx actor.Context, reason string) {
 		read, s.first = s.first, nil
 	}
 	devs, err := read()
+	if err == nil && len(devs) == 0 {
+		err = s.noFunctions()
+	}
 	if err != nil {
-		s.cfg.Log.Error().Err(err).Msg("scan failed")
+		s.unread++
+		s.cfg.Log.WithLevel(supervise.FailureLevel(s.unread)).Err(err).Str("reason", reason).Msg("scan failed; will retry")
 		return
+	}
+	if s.unread > 0 {
+		s.cfg.Log.Info().Int("failed_scans", s.unread).Msg("sysfs read again")
+		s.unread = 0
 	}
 	devs = s.steady(devs)
 	diff := Diff(s.known, devs)
@@ -135,6 +146,26 @@ func (s *scanner) scan(ctx actor.Context, reason string) {
 		s.known = st.Devices
 		ctx.Send(ctx.Parent(), &Scanned{Devices: devs, Changed: true, Reason: reason, HealthSet: healthSet})
 	})
+}
+
+// noFunctions is the error of a scan that lists no PCI function where the
+// ledger knows some present: a PCI bus never empties (its host bridges
+// stay), so bus/pci/devices is missing or unreadable (a hostPath not
+// mounted, a wrong --sysfs-root), and the read is no news of any device.
+// Taken as read, it would record every device removed and its holders'
+// allocations lost. A node with no PCI function known scans as empty.
+func (s *scanner) noFunctions() error {
+	present := 0
+	for _, d := range s.known {
+		if d.Present {
+			present++
+		}
+	}
+	if present == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s lists no PCI function, where the ledger knows %d present: taken as a failed read, as a PCI bus never empties",
+		filepath.Join(s.cfg.Reader.SysfsRoot(), "bus", "pci", "devices"), present)
 }
 
 // completeReads is each function present's last complete read, which

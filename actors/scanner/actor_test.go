@@ -357,3 +357,65 @@ func TestALedgerThatRefusesScansIsLoggedOnce(t *testing.T) {
 	}
 	f.Silent(t)
 }
+
+// A scan that cannot read sysfs (here the root is gone; on a node, EMFILE
+// listing bus/pci/devices) is logged as an error once, not once per
+// periodic scan, and the first scan that reads again says so.
+func TestAFailedScanIsLoggedOnce(t *testing.T) {
+	fx := newFixture(t)
+	moved := fx.roots.Sysfs + ".moved"
+	if err := os.Rename(fx.roots.Sysfs, moved); err != nil {
+		t.Fatal(err)
+	}
+	var log actortest.Log
+	f := spawnFamily(t, Props(Config{Reader: fx.reader, Recorder: fx.recorder, Known: map[string]events.Device{},
+		Interval: 5 * time.Millisecond, Log: zerolog.New(&log)}))
+	for deadline := time.Now().Add(10 * time.Second); log.Count("", "scan failed") < 4; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no four failed scans:\n%s", log.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := os.Rename(moved, fx.roots.Sysfs); err != nil {
+		t.Fatal(err)
+	}
+	if got := addresses(next[*Scanned](t, f).Devices); !slices.Equal(got, gpuScenario) {
+		t.Errorf("read again: %q, want %q", got, gpuScenario)
+	}
+	if n, again := log.Count("error", "scan failed"), log.Count("info", "sysfs read again"); n != 1 || again != 1 {
+		t.Errorf("an outage logged %d errors and %d recoveries, want one each:\n%s", n, again, log.String())
+	}
+}
+
+// A scan that lists no PCI function where the ledger knows some (here
+// bus/ is gone; on a node, a hostPath not mounted) failed: a PCI bus
+// never empties. Nothing is recorded removed, and the parent is told
+// nothing until a scan reads the functions again.
+func TestAScanListingNoFunctionIsAFailedRead(t *testing.T) {
+	fx := newFixture(t)
+	f := spawnFamily(t, Props(Config{Reader: fx.reader, Recorder: fx.recorder}))
+	next[*Scanned](t, f)
+	last := fx.log.LastSeq()
+	bus, moved := filepath.Join(fx.roots.Sysfs, "bus"), filepath.Join(fx.roots.Sysfs, "bus.moved")
+	if err := os.Rename(bus, moved); err != nil {
+		t.Fatal(err)
+	}
+	f.Sys.Root.Send(f.Child, &Rescan{Reason: "unmounted"})
+	quiet := &ledger.Quiet{Done: make(chan struct{})}
+	f.Sys.Root.Send(f.Child, quiet)
+	<-quiet.Done
+	f.Silent(t)
+	if got := fx.recorded(t, last); len(got) > 0 {
+		t.Errorf("a scan that listed no function recorded %q", got)
+	}
+	if err := os.Rename(moved, bus); err != nil {
+		t.Fatal(err)
+	}
+	f.Sys.Root.Send(f.Child, &Rescan{Reason: "mounted"})
+	if got := addresses(next[*Scanned](t, f).Devices); !slices.Equal(got, gpuScenario) {
+		t.Errorf("read again: %q, want %q", got, gpuScenario)
+	}
+	if got := fx.recorded(t, last); len(got) > 0 {
+		t.Errorf("read again, recorded %q", got)
+	}
+}
