@@ -115,6 +115,10 @@ type Device struct {
 	// no news of the function. Carrier does not count: the kernel refuses
 	// it while a link is down, and it is the link's state.
 	Incomplete bool `json:"incomplete,omitempty"`
+	// PFIncomplete says Incomplete is its PF's doing alone: the
+	// function's own files read whole, and only what comes from the PF
+	// (VFIndex, PFInterface) is in doubt.
+	PFIncomplete bool `json:"-"`
 }
 
 // NetInterface is one network interface of a PCI function.

@@ -295,7 +295,9 @@ func linkVF(vf, pf *fnResult, vfIndex map[string]int) {
 		d.PFInterface = pf.dev.Interfaces[0].Name
 	}
 	// The PF's interface, or the VF's index, may be what it lacks.
-	d.Incomplete = d.Incomplete || pf.dev.Incomplete
+	if pf.dev.Incomplete && !d.Incomplete {
+		d.Incomplete, d.PFIncomplete = true, true
+	}
 }
 
 // warnOnce logs msg at warn level the first time key is seen by this

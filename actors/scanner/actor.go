@@ -177,18 +177,36 @@ type completeReads struct{ last map[string]sysfs.Device }
 
 // steady puts each function's last complete read in the place of one
 // read incompletely: a read that failed (EIO, EMFILE) is no news of a
-// function, and must not move it out of its pool. One with no complete
-// read yet is taken as read, by the ledger and the node alike. The reader
-// has logged what failed.
+// function, and must not move it out of its pool. A VF whose own files
+// read whole keeps them, and takes only what comes from its PF from the
+// last read when the PF's failed. One with no complete read yet is taken
+// as read, by the ledger and the node alike. The reader has logged what
+// failed.
+//
+// A VF read as no VF, or another PF's, is being torn down: the kernel
+// takes the PF's virtfn link and the VF's physfn link before it unbinds
+// the VF's driver and removes its directory, which may take a while.
+// That read is no news either: a function stays a VF until it is gone.
 func (s *scanner) steady(devs []sysfs.Device) []sysfs.Device {
 	was := s.complete.last
 	s.complete.last = make(map[string]sysfs.Device, len(devs))
 	for i, d := range devs {
+		c, ok := was[d.Address]
+		switch {
+		case ok && c.PF != "" && d.PF != c.PF:
+			d = c
+		case !d.Incomplete:
+		case ok && d.PFIncomplete:
+			if d.PF == c.PF {
+				d.VFIndex, d.PFInterface = c.VFIndex, c.PFInterface
+				d.Incomplete, d.PFIncomplete = false, false
+			}
+		case ok:
+			d = c
+		}
+		devs[i] = d
 		if !d.Incomplete {
 			s.complete.last[d.Address] = d
-		} else if c, ok := was[d.Address]; ok {
-			devs[i] = c
-			s.complete.last[d.Address] = c
 		}
 	}
 	return devs

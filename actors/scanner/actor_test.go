@@ -36,9 +36,11 @@ type fixture struct {
 	recorder *ledger.Recorder
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { return fixtureOf(t, sysfsgen.ScenarioGPU) }
+
+func fixtureOf(t *testing.T, scenario string) *fixture {
 	t.Helper()
-	roots := sysfsgen.TempScenario(t, sysfsgen.ScenarioGPU)
+	roots := sysfsgen.TempScenario(t, scenario)
 	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -166,12 +168,7 @@ func TestScannerKeepsTheLastCompleteReadOfAFunction(t *testing.T) {
 		t.Fatal(err)
 	}
 	vendor := filepath.Join(fx.roots.DevicePath(gpu), "vendor")
-	if err := os.Remove(vendor); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(vendor, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	unreadable(t, vendor)
 	f.Sys.Root.Send(f.Child, &Rescan{Reason: "unreadable"})
 	m := next[*Scanned](t, f)
 	if got := byAddr(m.Devices)[gpu]; m.Changed || !reflect.DeepEqual(got, was) {
@@ -193,6 +190,59 @@ func TestScannerKeepsTheLastCompleteReadOfAFunction(t *testing.T) {
 	}
 	if got, want := fx.recorded(t, last), []string{"DeviceChanged " + gpu}; !slices.Equal(got, want) {
 		t.Errorf("read again, recorded %q, want %q", got, want)
+	}
+	f.Silent(t)
+}
+
+// A VF whose PF reads incompletely (its acpi_index refuses every read:
+// firmware whose _DSM fails) keeps what its own files say: rebound to
+// vfio-pci meanwhile, it is recorded and told so. Only what comes from
+// the PF (its interface, the VF's index) is taken from the last read.
+func TestScannerReadsAVFWhosePFReadFails(t *testing.T) {
+	const pf, vf = "0000:3b:00.0", "0000:3b:01.0"
+	fx := fixtureOf(t, sysfsgen.ScenarioSRIOV)
+	f := spawnFamily(t, Props(Config{Reader: fx.reader, Recorder: fx.recorder}))
+	was := byAddr(next[*Scanned](t, f).Devices)[vf]
+	if was.Driver != "iavf" || was.PFInterface == "" {
+		t.Fatalf("VF %s at start: %+v", vf, was)
+	}
+	last := fx.log.LastSeq()
+	unreadable(t, filepath.Join(fx.roots.DevicePath(pf), "acpi_index"))
+	if err := fx.roots.Bind(vf, "vfio-pci"); err != nil {
+		t.Fatal(err)
+	}
+	f.Sys.Root.Send(f.Child, &Rescan{Reason: "rebound"})
+	got := byAddr(next[*Scanned](t, f).Devices)[vf]
+	if got.Driver != "vfio-pci" || !got.VFIODevice || got.PFInterface != was.PFInterface || got.VFIndex != was.VFIndex || got.Incomplete {
+		t.Errorf("told %+v; want vfio-pci with its VFIO node, PF interface %q, index %d", got, was.PFInterface, was.VFIndex)
+	}
+	if got, want := fx.recorded(t, last), []string{"DeviceChanged " + vf}; !slices.Equal(got, want) {
+		t.Errorf("recorded %q, want %q", got, want)
+	}
+	f.Silent(t)
+}
+
+// A VF being torn down loses its PF's virtfn link and its own physfn
+// link before its driver and directory go: a scan then reads it as no
+// VF. That is no news: it keeps its last read until it is gone.
+func TestScannerKeepsAVFBeingTornDown(t *testing.T) {
+	const pf, vf = "0000:3b:00.0", "0000:3b:01.0"
+	fx := fixtureOf(t, sysfsgen.ScenarioSRIOV)
+	f := spawnFamily(t, Props(Config{Reader: fx.reader, Recorder: fx.recorder}))
+	was := byAddr(next[*Scanned](t, f).Devices)[vf]
+	last := fx.log.LastSeq()
+	if err := fx.roots.RemoveAttr(pf, "virtfn0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.roots.RemoveAttr(vf, "physfn"); err != nil {
+		t.Fatal(err)
+	}
+	f.Sys.Root.Send(f.Child, &Rescan{Reason: "tearing down"})
+	if got := byAddr(next[*Scanned](t, f).Devices)[vf]; !reflect.DeepEqual(got, was) {
+		t.Errorf("told %+v; want its last read %+v", got, was)
+	}
+	if got := fx.recorded(t, last); len(got) > 0 {
+		t.Errorf("recorded %q", got)
 	}
 	f.Silent(t)
 }
@@ -228,6 +278,18 @@ func TestScannerTakesAFunctionNeverReadWholeAsRead(t *testing.T) {
 		t.Errorf("unbound, recorded %q, want %q", got, want)
 	}
 	f.Silent(t)
+}
+
+// unreadable puts a directory in the place of the file at path: its
+// reads fail (EISDIR), as an EIO or EMFILE would on a node.
+func unreadable(t *testing.T, path string) {
+	t.Helper()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func byAddr(devs []sysfs.Device) map[string]sysfs.Device {
