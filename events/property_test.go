@@ -419,6 +419,69 @@ func TestEqual(t *testing.T) {
 	}
 }
 
+// Every time in a state compares by instant: each one moved to another
+// zone leaves the state equal, and moved in time makes it differ.
+func TestEqualComparesEveryTimeByInstant(t *testing.T) {
+	es := baseEvents()
+	for _, p := range []Payload{
+		AllocationBound{AllocationSeq: 9, Pool: poolA, DeviceIDs: []string{dev1}, Namespace: "ns", Pod: "p", Container: "c"},
+		KubeletStopped{Socket: "k.sock"}, KubeletRestarted{Socket: "k.sock"}, KubeletStopped{Socket: "k.sock"},
+		AttributionChanged{Available: false},
+	} {
+		es = append(es, ev(uint64(len(es)+1), p))
+	}
+	s := fold(NewState(), es...)
+	zone := time.FixedZone("X", 7200)
+	o := s.Clone()
+	if n := eachTime(reflect.ValueOf(&o).Elem(), func(t time.Time) time.Time { return t.In(zone) }); n < 10 {
+		t.Fatalf("%d times set in the state, want the fold to set at least 10", n)
+	}
+	if !s.Equal(o) {
+		t.Errorf("a state differs from itself in another zone:\n%+v\n%+v", s, o)
+	}
+	eachTime(reflect.ValueOf(&o).Elem(), func(t time.Time) time.Time { return t.Add(time.Second) })
+	if s.Equal(o) {
+		t.Error("a state equals itself a second later")
+	}
+}
+
+// eachTime puts f(t) in the place of every non-zero time t in v (settable)
+// and returns how many there were.
+func eachTime(v reflect.Value, f func(time.Time) time.Time) int {
+	if t, ok := v.Interface().(time.Time); ok {
+		if t.IsZero() {
+			return 0
+		}
+		v.Set(reflect.ValueOf(f(t)))
+		return 1
+	}
+	n := 0
+	switch v.Kind() {
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				n += eachTime(v.Field(i), f)
+			}
+		}
+	case reflect.Pointer:
+		if !v.IsNil() {
+			n += eachTime(v.Elem(), f)
+		}
+	case reflect.Slice:
+		for i := range v.Len() {
+			n += eachTime(v.Index(i), f)
+		}
+	case reflect.Map:
+		for _, k := range v.MapKeys() {
+			e := reflect.New(v.Type().Elem()).Elem()
+			e.Set(v.MapIndex(k))
+			n += eachTime(e, f)
+			v.SetMapIndex(k, e)
+		}
+	}
+	return n
+}
+
 func TestUnmarshalStateErrors(t *testing.T) {
 	tests := []struct {
 		name string

@@ -192,9 +192,11 @@ func NewState() State {
 // time it records is the event's. It reuses s's maps (write s = Apply(s, e))
 // but keeps no reference to e's slices. Events that do not change the fold
 // (ConfigRejected still counts) only move Seq and Time; so does an event about
-// something the fold does not know (the release of an unknown allocation, a
-// lost socket or failed registration of an unknown pool), which never creates
-// it. A payload may be a catalog value or a pointer to one.
+// an allocation or pool the fold does not know (the release of an unknown
+// allocation, a lost socket or failed registration of an unknown pool), which
+// never creates it. A verdict on an unknown device, and a membership change
+// naming one, do create it, present. A payload may be a catalog value or a
+// pointer to one.
 func Apply(s State, e Envelope) State { return apply(s, e, false) }
 
 // apply is Apply. owned says that e's slices belong to no one else (the
@@ -613,6 +615,9 @@ func normalize(s State) State {
 	s.Daemon.LastAt = utc(s.Daemon.LastAt)
 	s.Config.AppliedAt = utc(s.Config.AppliedAt)
 	s.Kubelet.LastRestart = utc(s.Kubelet.LastRestart)
+	s.Kubelet.DownSince = utc(s.Kubelet.DownSince)
+	s.Kubelet.LastOutage.From, s.Kubelet.LastOutage.To = utc(s.Kubelet.LastOutage.From), utc(s.Kubelet.LastOutage.To)
+	s.Attribution.Since = utc(s.Attribution.Since)
 	if len(s.Config.LastError) == 0 {
 		s.Config.LastError = nil
 	}
