@@ -465,7 +465,7 @@ func (d *Daemon) watchKernel(ch <-chan sysfs.KernelEvent) {
 		for batch := range sysfs.Coalesce(ch, 0, 0) {
 			p := planKernelBatch(batch)
 			if p.rescan != "" {
-				d.Send(&node.Rescan{Reason: p.rescan})
+				d.Send(&node.Rescan{Reason: p.rescan, Removed: p.removed})
 			}
 			if p.probe != nil {
 				d.Send(p.probe)
@@ -478,6 +478,7 @@ func (d *Daemon) watchKernel(ch <-chan sysfs.KernelEvent) {
 // kernelPlan is what one burst of kernel events asks for.
 type kernelPlan struct {
 	rescan         string            // the reason for a rescan, "" for none
+	removed        []string          // the PCI functions the kernel removed
 	probe          *node.ProbeHealth // nil for none
 	devices, links int               // events about PCI functions, links
 	overflow       bool              // events were lost
@@ -503,6 +504,9 @@ func planKernelBatch(batch []sysfs.KernelEvent) kernelPlan {
 		case e.PCIAddress != "":
 			p.devices++
 			addrs = append(addrs, e.PCIAddress)
+			if e.Subsystem == "pci" && e.Action == "remove" {
+				p.removed = append(p.removed, e.PCIAddress)
+			}
 			if e.Interface != "" {
 				ifaces = append(ifaces, e.Interface)
 			}
@@ -514,6 +518,9 @@ func planKernelBatch(batch []sysfs.KernelEvent) kernelPlan {
 		p.probe = &node.ProbeHealth{}
 	case p.devices > 0:
 		p.rescan = fmt.Sprintf("kernel: %d device events", p.devices)
+	}
+	if p.removed != nil {
+		p.removed = slices.Compact(slices.Sorted(slices.Values(p.removed)))
 	}
 	if !p.overflow && (len(addrs) > 0 || len(ifaces) > 0) {
 		p.probe = &node.ProbeHealth{Addresses: slices.Compact(slices.Sorted(slices.Values(addrs))), Interfaces: slices.Compact(slices.Sorted(slices.Values(ifaces)))}

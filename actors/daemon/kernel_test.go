@@ -20,19 +20,24 @@ func TestPlanKernelBatch(t *testing.T) {
 	veth := sysfs.KernelEvent{Kind: sysfs.KindUevent, Action: "add", Subsystem: "net", Interface: "veth3f2a", DevPath: "/devices/virtual/net/veth3f2a"}
 	pfDown := sysfs.KernelEvent{Kind: sysfs.KindLink, Action: "down", Interface: "ens785f0"}
 	lost := sysfs.KernelEvent{Kind: sysfs.KindOverflow, Action: "uevent socket"}
+	vfRemove, vfNetRemove := vfAdd, vfNet
+	vfRemove.Action, vfNetRemove.Action = "remove", "remove"
 
 	for _, tc := range []struct {
-		name   string
-		batch  []sysfs.KernelEvent
-		rescan string
-		probe  *node.ProbeHealth
+		name    string
+		batch   []sysfs.KernelEvent
+		rescan  string
+		probe   *node.ProbeHealth
+		removed []string
 	}{
 		{"VFs created", []sysfs.KernelEvent{vfAdd, vfNet, unbind, vfAdd}, "kernel: 4 device events",
-			&node.ProbeHealth{Addresses: []string{"0000:3b:02.0", "0000:3b:02.1"}, Interfaces: []string{"ens785f0v1"}}},
-		{"a PF's link down", []sysfs.KernelEvent{pfDown, pfDown}, "", &node.ProbeHealth{Interfaces: []string{"ens785f0"}}},
-		{"pods' veths only", []sysfs.KernelEvent{veth, veth}, "", nil},
-		{"veths and a link", []sysfs.KernelEvent{veth, pfDown}, "", &node.ProbeHealth{Interfaces: []string{"ens785f0"}}},
-		{"events lost", []sysfs.KernelEvent{vfAdd, lost, pfDown}, "kernel: events lost, 1 device events", &node.ProbeHealth{}},
+			&node.ProbeHealth{Addresses: []string{"0000:3b:02.0", "0000:3b:02.1"}, Interfaces: []string{"ens785f0v1"}}, nil},
+		{"a VF made anew", []sysfs.KernelEvent{vfNetRemove, vfRemove, vfRemove, vfAdd, vfNet}, "kernel: 5 device events",
+			&node.ProbeHealth{Addresses: []string{"0000:3b:02.1"}, Interfaces: []string{"ens785f0v1"}}, []string{"0000:3b:02.1"}},
+		{"a PF's link down", []sysfs.KernelEvent{pfDown, pfDown}, "", &node.ProbeHealth{Interfaces: []string{"ens785f0"}}, nil},
+		{"pods' veths only", []sysfs.KernelEvent{veth, veth}, "", nil, nil},
+		{"veths and a link", []sysfs.KernelEvent{veth, pfDown}, "", &node.ProbeHealth{Interfaces: []string{"ens785f0"}}, nil},
+		{"events lost", []sysfs.KernelEvent{vfAdd, lost, pfDown}, "kernel: events lost, 1 device events", &node.ProbeHealth{}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := planKernelBatch(tc.batch)
@@ -41,6 +46,9 @@ func TestPlanKernelBatch(t *testing.T) {
 			}
 			if !reflect.DeepEqual(p.probe, tc.probe) {
 				t.Errorf("probe %+v, want %+v", p.probe, tc.probe)
+			}
+			if !reflect.DeepEqual(p.removed, tc.removed) {
+				t.Errorf("removed %q, want %q", p.removed, tc.removed)
 			}
 		})
 	}

@@ -351,7 +351,7 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 			ctx.Send(pid, &pool.SetHealths{Changes: changes})
 		}
 	case *Rescan:
-		ctx.Send(n.scanner, &scanner.Rescan{Reason: m.Reason})
+		ctx.Send(n.scanner, &scanner.Rescan{Reason: m.Reason, Removed: m.Removed})
 	case *configwatch.Changed:
 		n.reload(ctx, m.Reason, nil)
 	case *ReloadConfig:

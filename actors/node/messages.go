@@ -5,7 +5,11 @@ import "github.com/asynkron/protoactor-go/actor"
 // Messages the node coordinator receives from outside its tree.
 
 // Rescan asks for a scan now (and, through it, a fresh pool selection).
-type Rescan struct{ Reason string }
+// Removed are the PCI functions the kernel said it removed (scanner.Rescan).
+type Rescan struct {
+	Reason  string
+	Removed []string
+}
 
 // ProbeHealth asks the health checker to probe now the devices in Addresses
 // and those whose interface (or PF's) is in Interfaces; all if both are empty.

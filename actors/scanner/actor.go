@@ -71,7 +71,7 @@ func (s *scanner) Receive(ctx actor.Context) {
 			}
 			s.known = st.Devices
 		}
-		s.scan(ctx, "start")
+		s.scan(ctx, "start", nil)
 		s.persist.Resume(func(m any) { s.handle(ctx, m) })
 	case *ledger.Landed:
 		s.persist.Land(m, func(m any) { s.handle(ctx, m) })
@@ -89,14 +89,15 @@ func (s *scanner) Receive(ctx actor.Context) {
 
 func (s *scanner) handle(ctx actor.Context, m any) {
 	if r, ok := m.(*Rescan); ok {
-		s.scan(ctx, r.Reason)
+		s.scan(ctx, r.Reason, r.Removed)
 	}
 }
 
 // scan reads sysfs, records the differences, and reports to the parent
 // once they are durable. A failed scan or a failed append is retried at the
-// next tick; it never reports devices the ledger does not know.
-func (s *scanner) scan(ctx actor.Context, reason string) {
+// next tick; it never reports devices the ledger does not know. Removed
+// are the functions the kernel said it removed (Rescan).
+func (s *scanner) scan(ctx actor.Context, reason string, removed []string) {
 	defer s.schedule(ctx)
 	read := s.cfg.Reader.Scan
 	if s.first != nil {
@@ -115,8 +116,11 @@ func (s *scanner) scan(ctx actor.Context, reason string) {
 		s.cfg.Log.Info().Int("failed_scans", s.unread).Msg("sysfs read again")
 		s.unread = 0
 	}
+	for _, addr := range removed { // another function may be in its slot
+		delete(s.complete.last, addr)
+	}
 	devs = s.steady(devs)
-	diff := Diff(s.known, devs)
+	diff := Diff(s.known, devs, removed)
 	if len(diff) == 0 {
 		ctx.Send(ctx.Parent(), &Scanned{Devices: devs, Reason: reason})
 		return

@@ -60,8 +60,10 @@ func ChangedFields(a, b events.DeviceFacts) []string {
 // Diff compares a fresh scan with what the ledger knows and returns the
 // events that bring the ledger up to date: discovered, changed, and removed
 // devices (a known, present device missing from the scan): discovered and
-// changed devices in scan order, then removals sorted by address.
-func Diff(known map[string]events.Device, scanned []sysfs.Device) []events.Payload {
+// changed devices in scan order, then removals sorted by address. A known
+// device in the scan that the kernel said it removed since the last scan
+// (removed) went and came back, VFs made anew: its removal and discovery.
+func Diff(known map[string]events.Device, scanned []sysfs.Device, removed []string) []events.Payload {
 	var out []events.Payload
 	seen := make(map[string]bool, len(scanned))
 	for _, d := range scanned {
@@ -69,6 +71,9 @@ func Diff(known map[string]events.Device, scanned []sysfs.Device) []events.Paylo
 		facts := FactsOf(d)
 		if k, ok := known[d.Address]; !ok || !k.Present {
 			out = append(out, events.DeviceDiscovered{Device: facts})
+		} else if slices.Contains(removed, d.Address) {
+			out = append(out, events.DeviceRemoved{Address: d.Address, Reason: "the kernel removed it, and it was back by the next scan"},
+				events.DeviceDiscovered{Device: facts})
 		} else if ch := ChangedFields(k.Facts, facts); len(ch) > 0 {
 			out = append(out, events.DeviceChanged{Device: facts, Changed: ch})
 		}

@@ -79,10 +79,24 @@ func TestDiff(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := summary(Diff(tc.known, tc.scanned)); !slices.Equal(got, tc.want) {
+			if got := summary(Diff(tc.known, tc.scanned, nil)); !slices.Equal(got, tc.want) {
 				t.Errorf("Diff =\n  %q\nwant\n  %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// A function the kernel said it removed since the last scan, and that the
+// scan finds, went and came back (its PF's VFs made anew): recorded
+// removed, then discovered, even unchanged. One the ledger has removed
+// already is discovered; one still gone is removed once.
+func TestDiffOfFunctionsTheKernelRemoved(t *testing.T) {
+	a, b, c := vf("0000:3b:01.0", "vfio-pci"), vf("0000:3b:01.1", "iavf"), vf("0000:3b:01.2", "iavf")
+	known := map[string]events.Device{a.Address: known(true, a), b.Address: known(false, b), c.Address: known(true, c)}
+	got := summary(Diff(known, []sysfs.Device{a, b}, []string{a.Address, b.Address, c.Address}))
+	want := []string{"DeviceRemoved 0000:3b:01.0", "DeviceDiscovered 0000:3b:01.0", "DeviceDiscovered 0000:3b:01.1", "DeviceRemoved 0000:3b:01.2"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Diff =\n  %q\nwant\n  %q", got, want)
 	}
 }
 
@@ -90,7 +104,7 @@ func TestDiffCarriesFreshFacts(t *testing.T) {
 	a := vf("0000:3b:01.0", "vfio-pci")
 	rebound := a
 	rebound.Driver = "iavf"
-	ps := Diff(map[string]events.Device{a.Address: known(true, a)}, []sysfs.Device{rebound})
+	ps := Diff(map[string]events.Device{a.Address: known(true, a)}, []sysfs.Device{rebound}, nil)
 	if len(ps) != 1 {
 		t.Fatalf("Diff = %v, want one change", summary(ps))
 	}
@@ -98,7 +112,7 @@ func TestDiffCarriesFreshFacts(t *testing.T) {
 	if !reflect.DeepEqual(ch.Device, FactsOf(rebound)) {
 		t.Errorf("DeviceChanged carries %+v, want the scanned facts %+v", ch.Device, FactsOf(rebound))
 	}
-	removed := Diff(map[string]events.Device{a.Address: known(true, a)}, nil)
+	removed := Diff(map[string]events.Device{a.Address: known(true, a)}, nil, nil)
 	if r := removed[0].(events.DeviceRemoved); r.Reason == "" {
 		t.Errorf("DeviceRemoved has no reason: %+v", r)
 	}

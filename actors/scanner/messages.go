@@ -8,7 +8,12 @@ import (
 // Rescan asks the scanner to scan now (a uevent, an operator's request, a
 // test's trigger). Each is one scan; one that comes while a scan's changes
 // are being recorded waits for them, so that it diffs against them.
-type Rescan struct{ Reason string }
+// Removed are the functions the kernel said it removed: one the scan finds
+// went and came back (its VFs made anew) and is recorded removed first.
+type Rescan struct {
+	Reason  string
+	Removed []string
+}
 
 // Scanned is sent to the scanner's parent after every scan whose events are
 // durable: the full list of functions found, sorted by address. Changed is
