@@ -170,13 +170,23 @@ func logTail(t testing.TB, what, path string) {
 // standard output.
 func devledger(t testing.TB, args ...string) []byte {
 	t.Helper()
+	out, err := runDevledger(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// runDevledger is devledger returning the failure, its standard error in
+// the error's text.
+func runDevledger(args ...string) ([]byte, error) {
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(devledgerBin, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("devledger %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		return nil, fmt.Errorf("devledger %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
 	}
-	return stdout.Bytes()
+	return stdout.Bytes(), nil
 }
 
 // ledgerState is the part of `devledger replay --format json` the suite
@@ -198,6 +208,7 @@ type ledgerState struct {
 		Registration struct {
 			Socket     string `json:"socket"`
 			Mode       string `json:"mode"`
+			Serving    bool   `json:"serving"`
 			Registered bool   `json:"registered"`
 			Failures   int    `json:"failures"`
 			LastError  string `json:"last_error"`
@@ -220,12 +231,62 @@ type ledgerState struct {
 // (offline, or through the admin socket while the daemon runs).
 func replay(t testing.TB, stateDir string) ledgerState {
 	t.Helper()
-	out := devledger(t, "replay", "--state-dir", stateDir, "--format", "json")
-	var s ledgerState
-	if err := json.Unmarshal(out, &s); err != nil {
-		t.Fatalf("devledger replay --format json: %v\n%s", err, out)
+	s, err := readLedger(stateDir)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return s
+}
+
+// readLedger is replay returning the failure: a daemon that is starting
+// holds its ledger before its admin socket serves.
+func readLedger(stateDir string) (ledgerState, error) {
+	var s ledgerState
+	out, err := runDevledger("replay", "--state-dir", stateDir, "--format", "json")
+	if err != nil {
+		return s, err
+	}
+	if err := json.Unmarshal(out, &s); err != nil {
+		return s, fmt.Errorf("devledger replay --format json: %w\n%s", err, out)
+	}
+	return s, nil
+}
+
+// waitLedger polls the ledger (through the running daemon's admin socket)
+// until ok accepts it, and returns that state; a ledger that cannot be
+// read (the daemon starting) is polled again. It fails the test after
+// within, saying what it waited for.
+func waitLedger(t testing.TB, r *rig, within time.Duration, what string, ok func(ledgerState) bool) ledgerState {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		s, err := readLedger(r.node.stateDir)
+		if err == nil && ok(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				t.Fatalf("ledger after %v, want %s: %v", within, what, err)
+			}
+			t.Fatalf("ledger after %v, want %s: daemon %+v, kubelet %+v, pools %+v", within, what, s.Daemon, s.Kubelet, s.Pools)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ledgerHolds polls the ledger for d and fails the test at the first state
+// ok rejects: what must stay so for a while is checked all along, not once
+// at the end.
+func ledgerHolds(t testing.TB, r *rig, d time.Duration, what string, ok func(ledgerState) bool) {
+	t.Helper()
+	since := time.Now()
+	for time.Since(since) < d {
+		if s := replay(t, r.node.stateDir); !ok(s) {
+			t.Fatalf("ledger %v into %v that should hold %s: daemon %+v, kubelet %+v, pools %+v",
+				time.Since(since).Round(time.Millisecond), d, what, s.Daemon, s.Kubelet, s.Pools)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // allocated lists the device sets the ledger holds for a pool, each sorted.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -264,6 +265,32 @@ func (k *kubelet) stop() {
 		k.podResources.stop()
 	}
 	_ = k.m.Stop(klog.Background())
+}
+
+// kill ends this kubelet life as a kubelet process ends when it is killed
+// or restarted: the kubelet never calls its device manager's Stop, so its
+// sockets (kubelet.sock, and pod-resources/kubelet.sock if served) stay
+// where they are, refusing connections, and no file event tells a plugin;
+// the plugins' streams end as the process's connections close. The next
+// kubelet's start replaces them. stop unlinks them, so each is bind-mounted
+// on itself meanwhile: a mount point cannot be unlinked.
+func (k *kubelet) kill(t testing.TB) {
+	t.Helper()
+	socks := []string{filepath.Join(devicePluginsDir, "kubelet.sock")}
+	if k.podResources != nil {
+		socks = append(socks, podResourcesSocket)
+	}
+	for _, sock := range socks {
+		if err := syscall.Mount(sock, sock, "", syscall.MS_BIND, ""); err != nil {
+			t.Fatalf("kubelet: keep %s through the kill: %v", sock, err)
+		}
+		defer func() {
+			if err := syscall.Unmount(sock, 0); err != nil {
+				t.Errorf("kubelet: unmount %s: %v", sock, err)
+			}
+		}()
+	}
+	k.stop()
 }
 
 // restart is a kubelet restart: this life stops and a new device manager

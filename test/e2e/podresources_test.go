@@ -16,8 +16,12 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 )
 
-// podResourcesDir is where the kubelet serves PodResources.
-var podResourcesDir = filepath.Join(kubeletRoot, "pod-resources")
+// podResourcesDir is where the kubelet serves PodResources, on
+// podResourcesSocket.
+var (
+	podResourcesDir    = filepath.Join(kubeletRoot, "pod-resources")
+	podResourcesSocket = filepath.Join(podResourcesDir, podresources.Socket+".sock")
+)
 
 // podResourcesServer is the kubelet's own PodResources v1 server
 // (pkg/kubelet/apis/podresources) over a device manager and the node's
@@ -38,9 +42,8 @@ func servePodResources(t testing.TB, m *devicemanager.ManagerImpl, pods *podList
 	if err := os.MkdirAll(podResourcesDir, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(podResourcesDir, podresources.Socket+".sock")
-	_ = os.Remove(path)
-	ln, err := net.Listen("unix", path)
+	_ = os.Remove(podResourcesSocket)
+	ln, err := net.Listen("unix", podResourcesSocket)
 	if err != nil {
 		t.Fatalf("kubelet: serve pod resources: %v", err)
 	}

@@ -170,8 +170,7 @@ func startRebootRig(t testing.TB) (*rig, *v1.Pod, admission) {
 func reboot(t testing.TB, r *rig) {
 	t.Helper()
 	r.d.signal(t, syscall.SIGKILL, 30*time.Second)
-	r.k.stop()
-	staleKubeletSocket(t)
+	r.k.kill(t)
 	setBootID(t, r.node, bootAfter)
 	r.kopt.booting = true
 	r.k = startKubelet(t, r.pods, r.kopt)

@@ -50,6 +50,14 @@ type rig struct {
 	registered time.Duration
 }
 
+// socketDir is where the daemon serves its pools in the rig's mode.
+func (r *rig) socketDir() string {
+	if r.mode == "watcher" {
+		return pluginsRegistryDir
+	}
+	return devicePluginsDir
+}
+
 // startRig starts a kubelet on a fresh kubelet root, then the daemon in the
 // given registration mode, and waits until the kubelet sees every pool.
 func startRig(t testing.TB, mode string) *rig {
