@@ -203,6 +203,11 @@ type ledgerState struct {
 		Restarts int  `json:"restarts"`
 		Down     bool `json:"down"`
 	} `json:"kubelet"`
+	// Attribution is whether the kubelet's PodResources answered the
+	// daemon's last List.
+	Attribution struct {
+		Available bool `json:"available"`
+	} `json:"attribution"`
 	Pools map[string]struct {
 		Members      []string `json:"members"`
 		Registration struct {

@@ -140,6 +140,10 @@ type kubeletOptions struct {
 	// stands in for the CPU manager's static policy: every container's
 	// CPUs fit on these NUMA nodes only (see cpuManagerStandIn).
 	cpuHints []int
+	// running are pods whose first container the container runtime
+	// reports running when this kubelet starts: a kubelet restart on a
+	// node whose pods run on. None runs otherwise, as after a node reboot.
+	running []*v1.Pod
 }
 
 // sourcesGate is the kubelet's config.SourcesReady: not ready until open.
@@ -220,10 +224,18 @@ func startKubelet(t testing.TB, pods *podList, opts kubeletOptions) *kubelet {
 		k.topology = tm
 	}
 	// Unless booting, the kubelet has seen all its pod sources; the pods
-	// are those the test admitted. No container was found running at
-	// start (as after a node reboot, when the runtime runs none).
+	// are those the test admitted. The containers the runtime runs are
+	// opts.running's, mapped as the kubelet's container manager maps what
+	// the runtime lists (buildContainerMapAndRunningSetFromRuntime).
 	k.sources.ready.Store(!opts.booting)
-	if err := m.Start(logger, pods.active, k.sources, containermap.NewContainerMap(), sets.New[string]()); err != nil {
+	containers, runningIDs := containermap.NewContainerMap(), sets.New[string]()
+	for _, pod := range opts.running {
+		name := pod.Spec.Containers[0].Name
+		id := string(pod.UID) + "-" + name
+		containers.Add(string(pod.UID), name, id)
+		runningIDs.Insert(id)
+	}
+	if err := m.Start(logger, pods.active, k.sources, containers, runningIDs); err != nil {
 		t.Fatalf("kubelet: start the device manager: %v", err)
 	}
 	if opts.podResources {

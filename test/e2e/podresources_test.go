@@ -5,8 +5,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	v1 "k8s.io/api/core/v1"
@@ -65,6 +67,41 @@ func servePodResources(t testing.TB, m *devicemanager.ManagerImpl, pods *podList
 	podresourcesapi.RegisterPodResourcesListerServer(s.srv, api)
 	go func() { _ = s.srv.Serve(ln) }()
 	return s
+}
+
+// listPodResources asks the kubelet's PodResources service, as the daemon
+// does, which devices the containers of pod hold, by container and
+// resource, each list sorted.
+func listPodResources(t testing.TB, pod *v1.Pod) map[string]map[string][]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := dialUnix(ctx, podResourcesSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := podresourcesapi.NewPodResourcesListerClient(conn).List(ctx, &podresourcesapi.ListPodResourcesRequest{})
+	if err != nil {
+		t.Fatalf("kubelet: PodResources List: %v", err)
+	}
+	out := map[string]map[string][]string{}
+	for _, p := range resp.GetPodResources() {
+		if p.GetNamespace() != pod.Namespace || p.GetName() != pod.Name {
+			continue
+		}
+		for _, c := range p.GetContainers() {
+			byRes := map[string][]string{}
+			for _, d := range c.GetDevices() {
+				byRes[d.GetResourceName()] = append(byRes[d.GetResourceName()], d.GetDeviceIds()...)
+			}
+			for _, ids := range byRes {
+				slices.Sort(ids)
+			}
+			out[c.GetName()] = byRes
+		}
+	}
+	return out
 }
 
 // stop stops serving and removes the socket.

@@ -42,34 +42,10 @@ func TestLegacyNodeRebootPodBackAfterTheDaemon(t *testing.T) {
 		t.Fatalf("kubelet: admit the pod again after the reboot: %v", err)
 	}
 	r.k.sourcesReady()
-	if !slices.Equal(after.devices[resDPDK], before.devices[resDPDK]) {
-		t.Errorf("after the reboot the kubelet gave the pod %v, want its checkpointed %v", after.devices[resDPDK], before.devices[resDPDK])
-	}
-	was, _ := env(before, dpdkEnv)
-	if now, _ := env(after, dpdkEnv); now != was {
-		t.Errorf("after the reboot %s = %q, want %q (the checkpointed Allocate response)", dpdkEnv, now, was)
-	}
 	// Two whole reconciliation rounds that saw the pod back.
 	r.k.waitLists(t, 3, 10*time.Second)
-
-	s := replay(t, r.node.stateDir)
-	checkRebootCounted(t, s)
-	a, live := s.Allocations[uintKey(seq)]
-	switch {
-	case !live:
-		t.Errorf("ledger: allocation #%d is not live after the reboot; allocations: %+v", seq, s.Allocations)
-	case a.Binding == nil || a.Binding.Pod != pod.Name:
-		t.Errorf("ledger: allocation #%d bound to %+v after the reboot, want pod %s", seq, a.Binding, pod.Name)
-	}
-	h := allocationHistory(t, r.node.stateDir)
-	if n := h.count("DevicesAllocated"); n != 1 {
-		t.Errorf("ledger: %d DevicesAllocated, want 1: the kubelet must not call Allocate for a checkpointed container", n)
-	}
-	for _, e := range h {
-		if e.Type == "DevicesReleased" || e.Type == "AllocationRecovered" {
-			t.Errorf("ledger #%d: %s %+v, want none across the reboot", e.Seq, e.Type, e.Payload)
-		}
-	}
+	checkPodKept(t, r, pod, seq, before, after, "the reboot")
+	checkRebootCounted(t, replay(t, r.node.stateDir))
 }
 
 // A node reboot in the order a DaemonSet gets: the kubelet admits the pods
@@ -139,6 +115,86 @@ func TestLegacyNodeRebootPodBeforeTheDaemon(t *testing.T) {
 	}
 	if a, live := s.Allocations[uintKey(newSeq)]; !live || a.Binding == nil || a.Binding.Pod != repl.Name {
 		t.Errorf("ledger: the replacement's allocation #%d = %+v (live %v), want live and bound to %s", newSeq, a, live, repl.Name)
+	}
+}
+
+// A kubelet restart, the pod's container and the daemon running on (the
+// device manager's scenario 2; a node reboot is its scenario 3). The
+// kubelet is killed, and the new one starts on its checkpoint with the
+// runtime reporting the container running and no pod known until its
+// sources deliver them: its PodResources lists none at first, which the
+// daemon must take for a kubelet not synced yet. The pod is then admitted
+// again as HandlePodAdditions admits it, before any plugin registered: the
+// device manager gives it its checkpointed devices with no Allocate and
+// no health check. The ledger keeps the allocation live and bound to the
+// pod throughout, and PodResources lists the pod holding its devices.
+func TestLegacyKubeletRestartPodRunning(t *testing.T) {
+	r, pod, before := startRebootRig(t)
+	seq := waitBound(t, r, pod, 10*time.Second)
+	r.k.kill(t)
+	waitLedger(t, r, 10*time.Second, "the kubelet down and PodResources unavailable", func(s ledgerState) bool {
+		return s.Kubelet.Down && !s.Attribution.Available
+	})
+
+	r.pods.remove(pod)
+	r.kopt.booting = true
+	r.kopt.running = []*v1.Pod{pod}
+	r.k = startKubelet(t, r.pods, r.kopt)
+	// The daemon reads the new kubelet's PodResources before the pod is
+	// back in it.
+	r.k.waitLists(t, 1, 10*time.Second)
+	after, err := r.k.admit(t, pod)
+	if err != nil {
+		t.Fatalf("kubelet: admit the running pod again after the kubelet restart: %v", err)
+	}
+	r.k.waitAllocatable(t, r.k.started, sriovPools)
+	r.k.sourcesReady()
+	// Two whole reconciliation rounds that saw the pod back.
+	r.k.waitLists(t, 3, 10*time.Second)
+	checkPodKept(t, r, pod, seq, before, after, "the kubelet restart")
+	if s := replay(t, r.node.stateDir); s.Kubelet.Down || s.Kubelet.Restarts != 1 {
+		t.Errorf("ledger: kubelet %+v, want up after 1 restart", s.Kubelet)
+	}
+	admitFreeVF(t, r, "the kubelet restart")
+}
+
+// checkPodKept checks that pod, admitted again (after) across what, kept
+// what it held (before): the kubelet gave it its checkpointed devices and
+// Allocate response, PodResources lists it holding them, and the ledger
+// kept allocation seq live and bound to it, with no Allocate for it
+// again, no new binding, and no release or recovery.
+func checkPodKept(t testing.TB, r *rig, pod *v1.Pod, seq uint64, before, after admission, what string) {
+	t.Helper()
+	if !slices.Equal(after.devices[resDPDK], before.devices[resDPDK]) {
+		t.Errorf("after %s the kubelet gave the pod %v, want its checkpointed %v", what, after.devices[resDPDK], before.devices[resDPDK])
+	}
+	was, _ := env(before, dpdkEnv)
+	if now, _ := env(after, dpdkEnv); now != was {
+		t.Errorf("after %s %s = %q, want %q (the checkpointed Allocate response)", what, dpdkEnv, now, was)
+	}
+	if got := listPodResources(t, pod)[pod.Spec.Containers[0].Name][resDPDK]; !slices.Equal(got, before.devices[resDPDK]) {
+		t.Errorf("after %s PodResources lists the pod holding %v of %s, want %v", what, got, resDPDK, before.devices[resDPDK])
+	}
+
+	s := replay(t, r.node.stateDir)
+	a, live := s.Allocations[uintKey(seq)]
+	switch {
+	case !live:
+		t.Errorf("ledger: allocation #%d is not live after %s; allocations: %+v", seq, what, s.Allocations)
+	case a.Binding == nil || a.Binding.Pod != pod.Name:
+		t.Errorf("ledger: allocation #%d bound to %+v after %s, want pod %s", seq, a.Binding, what, pod.Name)
+	}
+	h := allocationHistory(t, r.node.stateDir)
+	if n := h.count("DevicesAllocated"); n != 1 {
+		t.Errorf("ledger: %d DevicesAllocated, want 1: the kubelet must not call Allocate for a checkpointed container", n)
+	}
+	if n := h.count("AllocationBound"); n != 1 {
+		t.Errorf("ledger: %d AllocationBound, want 1: the binding stands across %s", n, what)
+	}
+	for _, e := range h {
+		if e.Type == "DevicesReleased" || e.Type == "AllocationRecovered" {
+			t.Errorf("ledger #%d: %s %+v, want none across %s", e.Seq, e.Type, e.Payload, what)
+		}
 	}
 }
 
