@@ -22,6 +22,25 @@ func waitKubeletDown(t testing.TB, r *rig) {
 	waitLedger(t, r, 10*time.Second, "the kubelet down", func(s ledgerState) bool { return s.Kubelet.Down })
 }
 
+// waitPoolsServing waits until the ledger has every pool serving on a
+// socket that is there, as the daemon's start number starts records it:
+// a run killed before leaves its sockets, and its records.
+func waitPoolsServing(t testing.TB, r *rig, starts int) {
+	t.Helper()
+	waitLedger(t, r, 10*time.Second, "every pool serving", func(s ledgerState) bool {
+		if s.Daemon.Starts != starts {
+			return false
+		}
+		for res := range sriovPools {
+			reg := s.Pools[res].Registration
+			if !reg.Serving || filepath.Dir(reg.Socket) != r.socketDir() || !fileThere(reg.Socket) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // The kubelet stops cleanly: its device manager's Stop removes
 // kubelet.sock, and the daemon records the kubelet gone. The daemon
 // restarts while it is down, and the kubelet then starts again. The
@@ -33,23 +52,18 @@ func TestLegacyKubeletOutageAcrossADaemonRestart(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(devicePluginsDir, "kubelet.sock")); err == nil {
 		t.Fatal("kubelet.sock still there after the device manager stopped")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !replay(t, r.node.stateDir).Kubelet.Down {
-		if time.Now().After(deadline) {
-			t.Fatal("the kubelet's stop is not recorded")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitKubeletDown(t, r)
 	r.d.signal(t, syscall.SIGTERM, 30*time.Second)
 	r.d = startDaemon(t, r.node, "legacy")
-	time.Sleep(500 * time.Millisecond)
+	waitPoolsServing(t, r, 2)
 	r.k = startKubelet(t, r.pods, r.kopt)
 	r.k.waitFull(t, "the kubelet back", r.k.started)
 	waitKubeletUp(t, r, 3*time.Second, "the kubelet back")
 	// And it stays so: no pool registers anew with this kubelet (the
 	// recheck of a kubelet recorded gone comes every 5s).
-	time.Sleep(6 * time.Second)
-	waitKubeletUp(t, r, time.Second, "6s on")
+	ledgerHolds(t, r, 6*time.Second, "the kubelet up and every pool registered", func(s ledgerState) bool {
+		return !s.Kubelet.Down && everyPoolRegistered(t, r, s)
+	})
 	history := registrationHistory(t, r.node.stateDir)
 	last := 0
 	for i, e := range history {
@@ -152,7 +166,9 @@ func TestLegacyKubeletUpAfterTheDaemon(t *testing.T) {
 	r.d.signal(t, syscall.SIGKILL, 30*time.Second)
 	r.k.kill(t)
 	r.d = startDaemon(t, r.node, "legacy")
-	time.Sleep(1500 * time.Millisecond) // the pools serve; their Registers wait for the socket
+	// A pool asks for its Register as it records that it serves: the
+	// Registers wait for the socket.
+	waitPoolsServing(t, r, 2)
 	r.k = startKubelet(t, r.pods, r.kopt)
 	r.k.waitFull(t, "the kubelet up after the daemon", r.k.started)
 }
