@@ -409,20 +409,26 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 				t.Fatalf("seed %d: reload = %+v, %v", seed, res, err)
 			}
 			history = append(history, what)
-		case 10: // a VF hot-unplugged (at most two a sequence), and a rescan
-			if len(removed) >= 2 {
-				continue
-			}
+		case 10: // a VF hot-unplugged (at most two a sequence), or made
+			// anew as it was (the kernel's remove and add between two
+			// scans), and a rescan
 			vf := vfs[rng.IntN(len(vfs))]
 			if removed[vf] {
 				continue
 			}
-			if err := n.roots.Remove(vf); err != nil {
-				t.Fatal(err)
+			if rng.IntN(2) == 0 {
+				d.Send(&node.Rescan{Reason: "model", Removed: []string{vf}})
+				history = append(history, "remade "+vf)
+			} else if len(removed) < 2 {
+				if err := n.roots.Remove(vf); err != nil {
+					t.Fatal(err)
+				}
+				removed[vf] = true
+				d.Send(&node.Rescan{Reason: "model"})
+				history = append(history, "unplug "+vf)
+			} else {
+				continue
 			}
-			removed[vf] = true
-			d.Send(&node.Rescan{Reason: "model"})
-			history = append(history, "unplug "+vf)
 		case 8: // the node coordinator crashes: its children with it
 			if crashes["node"] >= 2 {
 				continue
