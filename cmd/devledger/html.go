@@ -430,24 +430,21 @@ func (h *historyFold) event(e events.Envelope) error {
 	case events.PoolMembershipChanged:
 		h.membership(t, p)
 	case events.DevicesAllocated:
+		// The allocations it supersedes end here, on every lane of theirs,
+		// whether or not the filters show the new one: it may be another
+		// pod's, or hold only some of their devices (the whole allocation
+		// is freed, as events.Apply frees it).
+		ended := h.endSuperseded(t, p.Supersedes)
 		if !h.allocationShown(e.Seq, p.Pool, p.DeviceIDs) {
+			if h.within(t) && ended > 0 {
+				h.count(p.Pool).releases += ended
+			}
 			break
 		}
 		if h.within(t) {
 			h.count(p.Pool).allocations++
 			h.count(p.Pool).releases += len(p.Supersedes)
 			h.count(p.Pool).conflicts += len(p.HeldElsewhere)
-		}
-		// The allocations it supersedes end here, on every lane of theirs.
-		for _, seq := range p.Supersedes {
-			for _, l := range h.lanes {
-				if i := openIndex(l, seq); i >= 0 {
-					a := l.open[i]
-					l.open = slices.Delete(l.open, i, i+1)
-					h.advance(l, t)
-					h.bar(l, a, t)
-				}
-			}
 		}
 		for _, addr := range p.DeviceIDs {
 			if l := h.lane(addr, t); l != nil {
@@ -633,6 +630,28 @@ func (h *historyFold) membership(t time.Time, p events.PoolMembershipChanged) {
 		}
 		h.tick(l, t, "joined", withReason("joined "+p.Pool, " ", parenthesized(p.Reason)))
 	}
+}
+
+// endSuperseded ends the allocations seqs on every lane that draws them,
+// at t, and returns how many of them it found drawn.
+func (h *historyFold) endSuperseded(t time.Time, seqs []uint64) int {
+	ended := 0
+	for _, seq := range seqs {
+		found := false
+		for _, l := range h.lanes {
+			if i := openIndex(l, seq); i >= 0 {
+				h.advance(l, t)
+				a := l.open[i]
+				l.open = slices.Delete(l.open, i, i+1)
+				h.bar(l, a, t)
+				found = true
+			}
+		}
+		if found {
+			ended++
+		}
+	}
+	return ended
 }
 
 // open starts an allocation on a lane.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -418,4 +419,87 @@ type fakeAdminStatus struct{}
 
 func (fakeAdminStatus) Status(context.Context) (grpcapi.AdminStatus, error) {
 	return grpcapi.AdminStatus{Version: "test"}, nil
+}
+
+// minuteStory is a ledger written an event a minute from t0, on one boot.
+type minuteStory struct {
+	t0   time.Time
+	envs []events.Envelope
+}
+
+// add appends p and returns its sequence.
+func (s *minuteStory) add(p events.Payload) uint64 {
+	s.envs = append(s.envs, events.New(p, s.t0.Add(time.Duration(len(s.envs))*time.Minute), "boot-1"))
+	return uint64(len(s.envs))
+}
+
+// write writes the story into a new ledger and returns its path.
+func (s *minuteStory) write(t *testing.T) string {
+	t.Helper()
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, db, s.envs)
+	return db
+}
+
+// storyVF is the facts of a VF of the PF 0000:3b:00.0.
+func storyVF(addr string) events.DeviceFacts {
+	return events.DeviceFacts{Address: addr, Vendor: "8086", Device: "1889", Class: "020000", Driver: "vfio-pci", PF: "0000:3b:00.0", VFIndex: 1, NUMANode: -1}
+}
+
+// barTitles returns the hover titles of the page's allocation bars.
+func barTitles(page string) []string {
+	var out []string
+	for _, m := range regexp.MustCompile(`<span class="bar[^"]*" style="[^"]*" title="([^"]*)"`).FindAllStringSubmatch(page, -1) {
+		out = append(out, html.UnescapeString(m[1]))
+	}
+	return out
+}
+
+// TestHTMLSupersededAllocationEnds: an allocation the kubelet superseded
+// ends on the page where it ended in the ledger, also when the filters
+// leave out the allocation that superseded it: another pod's (--pod), or
+// one of only some of its devices (--device of another: the whole
+// allocation is freed). Drawn on, it would claim the device was held when
+// it went unhealthy.
+func TestHTMLSupersededAllocationEnds(t *testing.T) {
+	const vfio, dev1, dev2 = "intel.com/sriov_vfio", "0000:3b:02.1", "0000:3b:02.2"
+	s := &minuteStory{t0: time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)}
+	s.add(events.DaemonStarted{Version: "v1", PID: 1})
+	s.add(events.DeviceDiscovered{Device: storyVF(dev1)})
+	s.add(events.DeviceDiscovered{Device: storyVF(dev2)})
+	s.add(events.PoolMembershipChanged{Pool: vfio, Added: []string{dev1, dev2}, Reason: "daemon start"})
+	a := s.add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{dev1, dev2}}) // 09:04
+	s.add(events.AllocationBound{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{dev1, dev2}, Namespace: "telco", Pod: "pod-a", Container: "main"})
+	b := s.add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{dev2}, Supersedes: []uint64{a}}) // 09:06
+	s.add(events.AllocationBound{AllocationSeq: b, Pool: vfio, DeviceIDs: []string{dev2}, Namespace: "telco", Pod: "pod-b", Container: "main"})
+	s.add(events.DeviceHealthChanged{Address: dev1, Reason: "driver unbound"})
+	s.add(events.DeviceHealthChanged{Address: dev2, Reason: "driver unbound"}) // 09:09, pod-b holds it
+	db := s.write(t)
+
+	podA := fmt.Sprintf("#%d intel.com/sriov_vfio\ntelco/pod-a/main\n09:04:00 → 09:06:00 (2m)", a)
+	podB := fmt.Sprintf("#%d intel.com/sriov_vfio\ntelco/pod-b/main\n09:06:00 → still at 09:09:00 (3m)", b)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+		// busy is the pool's busy time, of its devices' time in it
+		// (from 09:03 to 09:09).
+		busy string
+	}{
+		{"all", nil, []string{podA, podA, podB}, "58.3%"},
+		{"pod", []string{"--pod", "telco/pod-a"}, []string{podA, podA}, "33.3%"},
+		{"device of the other", []string{"--device", dev1}, []string{podA}, "33.3%"},
+		{"device of both", []string{"--device", dev2}, []string{podA, podB}, "83.3%"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			page := htmlPage(t, db, tc.args...)
+			facts := checkPage(t, page)
+			if got := barTitles(page); !slices.Equal(got, tc.want) {
+				t.Errorf("bars %q, want %q", got, tc.want)
+			}
+			if got := facts.summary[vfio]; len(got) < 2 || got[1] != tc.busy {
+				t.Errorf("summary %q, want busy %s", got, tc.busy)
+			}
+		})
+	}
 }
