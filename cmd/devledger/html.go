@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/devledger/devledger/events"
@@ -107,6 +108,10 @@ func earlier(a, b time.Time) time.Time {
 	}
 	return b
 }
+
+// recoveredNote ends the label of an allocation recovered from the
+// kubelet.
+const recoveredNote = " (recovered)"
 
 // laneAlloc is a live allocation on a device.
 type laneAlloc struct {
@@ -457,7 +462,7 @@ func (h *historyFold) event(e events.Envelope) error {
 		}
 		for _, addr := range p.DeviceIDs {
 			if l := h.lane(addr, t); l != nil {
-				h.open(l, t, laneAlloc{seq: e.Seq, pool: p.Pool, from: t, label: p.Namespace + "/" + p.Pod + "/" + p.Container + " (recovered)"})
+				h.open(l, t, laneAlloc{seq: e.Seq, pool: p.Pool, from: t, label: p.Namespace + "/" + p.Pod + "/" + p.Container + recoveredNote})
 			}
 		}
 	case events.AllocationBound:
@@ -471,6 +476,14 @@ func (h *historyFold) event(e events.Envelope) error {
 				continue
 			}
 			if i := openIndex(l, p.AllocationSeq); i >= 0 {
+				if a := l.open[i]; a.label != "" && a.label != label && !strings.HasSuffix(a.label, recoveredNote) {
+					// Bound again, to another pod: the bar so far is the
+					// pod's it was bound to, the rest is this one's. A
+					// binding after a recovery says whose it was all along.
+					h.advance(l, t)
+					h.bar(l, a, t)
+					l.open[i].from = t
+				}
 				l.open[i].label = label
 			} else {
 				// Its allocation is older than the log (retention).
@@ -570,7 +583,7 @@ func (h *historyFold) prior(s events.State, t time.Time) {
 		if b := a.Binding; b != nil {
 			la.label = b.Namespace + "/" + b.Pod + "/" + b.Container
 			if recovered {
-				la.label += " (recovered)"
+				la.label += recoveredNote
 			}
 		}
 		if a.LeakSuspected {

@@ -503,3 +503,41 @@ func TestHTMLSupersededAllocationEnds(t *testing.T) {
 		})
 	}
 }
+
+// TestHTMLReboundAllocationIsEachPodsInItsTurn: an allocation bound to
+// pod-a, then to pod-b, is drawn as pod-a's until the second binding and
+// pod-b's after it, under --pod of either, as their stories tell it
+// (TestAnAllocationBoundAgainIsEachPodsInItsTurn); a binding again to
+// the same pod cuts nothing. Labelled with the last pod throughout, the
+// bar said pod-b held the device when it went unhealthy in pod-a's hands.
+func TestHTMLReboundAllocationIsEachPodsInItsTurn(t *testing.T) {
+	const vfio, dev = "intel.com/sriov_vfio", "0000:3b:02.1"
+	s := &minuteStory{t0: time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)}
+	s.add(events.DaemonStarted{Version: "v1", PID: 1})
+	s.add(events.DeviceDiscovered{Device: storyVF(dev)})
+	s.add(events.PoolMembershipChanged{Pool: vfio, Added: []string{dev}, Reason: "daemon start"})
+	a := s.add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{dev}}) // 09:03
+	s.add(events.AllocationBound{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{dev}, Namespace: "telco", Pod: "pod-a", Container: "main"})
+	s.add(events.AllocationBound{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{dev}, Namespace: "telco", Pod: "pod-a", Container: "main"})
+	s.add(events.DeviceHealthChanged{Address: dev, Reason: "while pod-a held it"})
+	s.add(events.DeviceHealthChanged{Address: dev, Healthy: true, Reason: "probes passed"})
+	s.add(events.AllocationBound{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{dev}, Namespace: "telco", Pod: "pod-b", Container: "main"}) // 09:08
+	s.add(events.DevicesReleased{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{dev}, HeldFor: 6 * time.Minute})
+	db := s.write(t)
+
+	want := []string{
+		fmt.Sprintf("#%d intel.com/sriov_vfio\ntelco/pod-a/main\n09:03:00 → 09:08:00 (5m)", a),
+		fmt.Sprintf("#%d intel.com/sriov_vfio\ntelco/pod-b/main\n09:08:00 → 09:09:00 (1m)", a),
+	}
+	for _, args := range [][]string{nil, {"--pod", "telco/pod-a"}, {"--pod", "telco/pod-b"}} {
+		page := htmlPage(t, db, args...)
+		facts := checkPage(t, page)
+		if got := barTitles(page); !slices.Equal(got, want) {
+			t.Errorf("%v: bars %q, want %q", args, got, want)
+		}
+		// One allocation, held from 09:03 to 09:09 of the device's 09:02 on.
+		if got := facts.summary[vfio]; len(got) < 3 || got[1] != "85.7%" || got[2] != "1" {
+			t.Errorf("%v: summary %q, want busy 85.7%%, 1 allocation", args, got)
+		}
+	}
+}
