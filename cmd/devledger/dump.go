@@ -27,8 +27,10 @@ type eventFilter struct {
 	// pods selects the events of the allocations bound to a pod or a
 	// namespace; its first pass must have run.
 	pods *podSelection
-	// behind selects the events of these devices (--iface, --pf).
-	behind map[string]bool
+	// behind selects the events of these devices (--iface, --pf), iface
+	// and pf the flags it was found from.
+	behind    map[string]bool
+	iface, pf string
 	// poolOf, with pool, is the pool a device is a member of as the event
 	// being matched happens: a health change names no pool of its own.
 	poolOf func(addr string) string
@@ -170,6 +172,7 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	defer prs.warnMissing(stderr, "dump")
 
 	if *iface != "" || pfAddr != "" {
+		f.iface, f.pf = *iface, pfAddr
 		if f.behind, err = devicesBehind(prs, *iface, pfAddr); err != nil {
 			return readFailed(&lf, err)
 		}

@@ -228,9 +228,9 @@ func (h *historyFold) overlap(from, to time.Time) time.Duration {
 }
 
 // lane returns the device's lane, made on first sight; nil for a device
-// --device leaves out.
+// --device, --iface or --pf leaves out.
 func (h *historyFold) lane(addr string, t time.Time) *historyLane {
-	if h.f.device != "" && addr != h.f.device {
+	if h.f.device != "" && addr != h.f.device || h.f.behind != nil && !h.f.behind[addr] {
 		return nil
 	}
 	l := h.lanes[addr]
@@ -281,12 +281,14 @@ func (h *historyFold) count(pool string) *poolCounts {
 }
 
 // allocationShown reports whether an allocation of pool on devices belongs
-// on the page under --pool, --device and --pod.
+// on the page under --pool, --device, --iface, --pf and --pod.
 func (h *historyFold) allocationShown(seq uint64, pool string, devices []string) bool {
 	switch {
 	case h.f.pool != "" && pool != h.f.pool:
 		return false
 	case h.f.device != "" && !slices.Contains(devices, h.f.device):
+		return false
+	case h.f.behind != nil && !slices.ContainsFunc(devices, func(addr string) bool { return h.f.behind[addr] }):
 		return false
 	}
 	return h.f.pods == nil || h.f.pods.selected(seq)

@@ -170,6 +170,12 @@ func (p *pageWriter) filters() string {
 	if f.device != "" {
 		parts = append(parts, "--device "+f.device)
 	}
+	if f.iface != "" {
+		parts = append(parts, "--iface "+f.iface)
+	}
+	if f.pf != "" {
+		parts = append(parts, "--pf "+f.pf)
+	}
 	switch ps := f.pods; {
 	case ps == nil:
 	case ps.pod == "":

@@ -224,6 +224,9 @@ func TestHTMLFilters(t *testing.T) {
 		{"since until", []string{"--since", "2026-11-24T12:00:00Z", "--until", "2026-11-24T13:00:00Z"},
 			[]string{"0000:3b:02.3", "0000:3b:02.4", "0000:3b:02.0", "0000:3b:02.1", "0000:3b:02.2", "0000:af:00.0", "0000:d8:00.0", "0000:3b:00.0"},
 			[]string{"dpdk-testpmd-7d9f", "trainer-0"}, []string{"intel.com/sriov_net", "intel.com/sriov_vfio", "nvidia.com/gpu"}},
+		{"pf", []string{"--pf", "0000:3b:00.0"}, []string{"0000:3b:02.3", "0000:3b:02.4", "0000:3b:02.0", "0000:3b:02.1", "0000:3b:02.2", "0000:3b:00.0"},
+			[]string{"cnf-router-0", "#52 unbound", "dpdk-testpmd-7d9f", "dpdk-testpmd-8b21"}, []string{"intel.com/sriov_net", "intel.com/sriov_vfio"}},
+		{"iface", []string{"--iface", "ens1f0v143"}, []string{"0000:3b:02.3"}, []string{"cnf-router-0"}, []string{"intel.com/sriov_net"}},
 		{"nothing", []string{"--until", "2026-11-24T00:00:00Z", "--pod", "trainer-0"}, nil, nil, nil},
 		{"after the end", []string{"--since", "2027-01-01T00:00:00Z"}, nil, nil, nil},
 	}
