@@ -15,7 +15,9 @@ import (
 // facts tell, whenever they told it: a VF renamed or rebound is still
 // found (after retention, by the names it had at the cut and since). It
 // returns a usage error naming what the ledger knows when nothing is
-// behind it.
+// behind it. Damage it reads around (see readAround) is no error: it
+// selects what it read, and nothing rather than a usage error, as what it
+// could not read may name the interface or the PF.
 func devicesBehind(prs *priorStates, iface, pf string) (map[string]bool, error) {
 	pfOf := map[string]string{}
 	ifaces := map[string]map[string]bool{}
@@ -44,9 +46,20 @@ func devicesBehind(prs *priorStates, iface, pf string) (map[string]bool, error) 
 		}
 		return nil
 	}))
-	if err != nil {
+	damaged := readAround(err)
+	if err != nil && !damaged {
 		return nil, err
 	}
+	set, err := behindOf(pfOf, ifaces, iface, pf)
+	if err != nil && damaged {
+		return map[string]bool{}, nil
+	}
+	return set, err
+}
+
+// behindOf is the set devicesBehind selects, from the PF of each VF and
+// the functions that had each interface.
+func behindOf(pfOf map[string]string, ifaces map[string]map[string]bool, iface, pf string) (map[string]bool, error) {
 	roots := map[string]bool{}
 	if iface != "" {
 		if len(ifaces[iface]) == 0 {

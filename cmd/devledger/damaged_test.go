@@ -184,6 +184,9 @@ func TestDamagedLedgers(t *testing.T) {
 		}
 		for _, args := range [][]string{
 			{"dump", "--db", db},
+			// The first passes of --pod and --iface read around damage too.
+			{"dump", "--pod", "telco/dpdk-testpmd-7d9f", "--db", db},
+			{"dump", "--iface", "ens1f0", "--db", db},
 			{"replay", "--db", db},
 			{"replay", "--verify", "--db", db},
 			scanArgs(roots, scanConfigs["sriov"], "--db", db),
@@ -208,6 +211,54 @@ func TestDamagedLedgers(t *testing.T) {
 		table.WriteString("\n")
 	}
 	checkGolden(t, "damaged", table.String())
+}
+
+// TestDamagedLedgerPage: dump --format html of each damaged file shows
+// what the plain dump shows of it: the page draws the events up to the
+// last one the dump could read, says the ledger is damaged, and the
+// damage is named after it with the dump's exit status. A file the dump
+// cannot read at all makes no page.
+func TestDamagedLedgerPage(t *testing.T) {
+	for _, c := range damagedCases {
+		t.Run(c.name, func(t *testing.T) {
+			db := filepath.Join(t.TempDir(), c.name+".db")
+			if err := os.WriteFile(db, mustRead(t, filepath.Join(damagedDir, c.name+".db")), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			code, table, said := runCLI(t, "dump", "--db", db)
+			_, jsonl, _ := runCLI(t, "dump", "--db", db, "--format", "jsonl")
+			pageCode, page, pageSaid := runCLI(t, "dump", "--db", db, "--format", "html")
+			if pageCode != code || pageSaid != said {
+				t.Errorf("html: exit %d, %q; the dump: exit %d, %q", pageCode, pageSaid, code, said)
+			}
+			if table == "" {
+				if page != "" {
+					t.Errorf("a page of a ledger the dump could not read:\n%s", page)
+				}
+				return
+			}
+			checkPage(t, page)
+			want := "no events"
+			if seqs := jsonlSeqs(t, jsonl); len(seqs) > 0 {
+				want = fmt.Sprintf("its last event read is #%d,", seqs[len(seqs)-1])
+			}
+			if !strings.Contains(page, want) {
+				t.Errorf("the page does not say %q", want)
+			}
+			if code == exitFailure && !strings.Contains(page, "The ledger is damaged; this page draws what could be read: ") {
+				t.Errorf("the page does not say the ledger is damaged")
+			}
+			if !strings.Contains(said, errReadDamaged.Error()) {
+				return
+			}
+			// A page that ends before the last event still names damage
+			// read past.
+			code, page, said = runCLI(t, "dump", "--db", db, "--format", "html", "--until", "2026-11-24T09:00:00Z")
+			if code != exitFailure || !strings.Contains(said, errReadDamaged.Error()) || !strings.Contains(page, "The ledger is damaged; ") {
+				t.Errorf("--until: exit %d, %q; the page says it is damaged: %v", code, said, strings.Contains(page, "The ledger is damaged; "))
+			}
+		})
+	}
 }
 
 func mustRead(t *testing.T, path string) []byte {

@@ -302,6 +302,9 @@ func TestDumpBehindAPF(t *testing.T) {
 func jsonlSeqs(t *testing.T, out string) []uint64 {
 	t.Helper()
 	var seqs []uint64
+	if strings.TrimSpace(out) == "" {
+		return nil
+	}
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		var e struct{ Seq uint64 }
 		if err := json.Unmarshal([]byte(line), &e); err != nil {

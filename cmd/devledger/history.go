@@ -43,6 +43,9 @@ type podSelection struct {
 	// allocation or claiming a device; named, whether one matched.
 	pods  map[string]bool
 	named bool
+	// damaged is set when collect read around damage: what it could not
+	// read may name the pod.
+	damaged bool
 }
 
 // newPodSelection parses the --pod and --namespace flags; pod may be
@@ -131,9 +134,10 @@ func (ps *podSelection) saw(namespace, pod string) bool {
 }
 
 // unknown is the usage error for a --pod or --namespace no allocation or
-// conflict of the ledger names (after collect); nil when one does.
+// conflict of the ledger names (after collect); nil when one does, or when
+// collect read around damage.
 func (ps *podSelection) unknown() error {
-	if ps.named {
+	if ps.named || ps.damaged {
 		return nil
 	}
 	flag := "--namespace " + ps.namespace
@@ -148,6 +152,8 @@ func (ps *podSelection) unknown() error {
 
 // collect is the first pass: it remembers every allocation bound to a
 // matching pod, those live at the state before the first event included.
+// Damage it reads around (see readAround) is no error: it keeps the
+// bindings read before it.
 func (ps *podSelection) collect(prs *priorStates) error {
 	prior := func(s events.State) {
 		for seq, a := range s.Allocations {
@@ -156,7 +162,7 @@ func (ps *podSelection) collect(prs *priorStates) error {
 			}
 		}
 	}
-	return prs.src.read(prs.around(prior, func(e events.Envelope) error {
+	err := prs.src.read(prs.around(prior, func(e events.Envelope) error {
 		ps.lastSeq = e.Seq
 		switch p := e.Payload.(type) {
 		case events.AllocationBound:
@@ -180,6 +186,11 @@ func (ps *podSelection) collect(prs *priorStates) error {
 		}
 		return nil
 	}))
+	if readAround(err) {
+		ps.damaged = true
+		return nil
+	}
+	return err
 }
 
 // selected reports whether allocation seq is one of the pod's.

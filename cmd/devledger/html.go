@@ -191,7 +191,10 @@ type historyFold struct {
 	windowFirstSeq uint64
 	// stopped is set by the first event after --until.
 	stopped bool
-	node    string
+	// damage is the damage the read met, when it read around some: the
+	// fold holds what was read.
+	damage error
+	node   string
 	// daemon is the fold's view of the daemon runs, from the state before
 	// the first event on: whether a start follows a node reboot is the
 	// fold's rule (DaemonState.RebootedBefore).
@@ -819,7 +822,9 @@ func (h *historyFold) summaries() []poolSummary {
 }
 
 // writeHistoryPage folds the events read gives, from the state before the
-// first of them (see priorStates), and writes the page.
+// first of them (see priorStates), and writes the page. Damage the read
+// meets (see readAround) ends the fold: the page draws what was read and
+// says so, and the damage is returned after it is written.
 func writeHistoryPage(w io.Writer, prs *priorStates, read func(func(events.Envelope) error) error, f *eventFilter) error {
 	h := newHistoryFold(f)
 	var prior *events.State
@@ -830,9 +835,22 @@ func writeHistoryPage(w io.Writer, prs *priorStates, read func(func(events.Envel
 		prior = nil
 		return h.event(e)
 	}))
-	if err != nil && !errors.Is(err, errUntilReached) {
+	switch {
+	case err == nil:
+	case errors.Is(err, errUntilReached):
+		// A file's damage read past is named at the end of its read,
+		// which the fold did not reach.
+		if src, ok := prs.src.(fileSource); ok {
+			h.damage = readDamaged(src.l)
+		}
+	case readAround(err):
+		h.damage = err
+	default:
 		return err
 	}
 	h.finish()
-	return writePage(w, h)
+	if err := writePage(w, h); err != nil {
+		return err
+	}
+	return h.damage
 }

@@ -134,6 +134,10 @@ func (p *pageWriter) header(lanes []*historyLane, total int) {
 	if filters := p.filters(); filters != "" {
 		p.printf("<p class=\"meta\">Filters: %s</p>\n", esc(filters))
 	}
+	if h.damage != nil {
+		p.printf("<p class=\"note\">The ledger is damaged; this page draws what could be read: %s</p>\n",
+			esc(strings.TrimSuffix(h.damage.Error(), " ("+errReadDamaged.Error()+")")))
+	}
 	if len(lanes) < total {
 		p.printf("<p class=\"note\">Showing %s of %s devices, busiest first: a page draws at most %d lanes.</p>\n",
 			thousands(len(lanes)), thousands(total), pageMaxLanes)

@@ -199,6 +199,15 @@ func foldable(e events.Envelope) error {
 // the damage named, and the tool exits 1.
 var errReadDamaged = errors.New("shown above is what could be read")
 
+// readAround reports whether err, the error a first pass over the ledger
+// (one that prints nothing) ended with, is damage the tools read around:
+// a record that fails its checksum or cannot be decoded, or a damaged
+// page bbolt reads past. The pass then keeps what it read; the pass that
+// prints meets the damage again, after what comes before it, and names it.
+func readAround(err error) bool {
+	return errors.Is(err, errReadDamaged) || errors.Is(err, store.ErrCorrupt)
+}
+
 // readDamaged is the damage Open found in l, for after its contents were
 // shown; nil for a sound file.
 func readDamaged(l *store.Log) error {
