@@ -298,6 +298,11 @@ func (k *knownNames) device(d string, f *eventFilter) {
 	k.deviceSeen = k.deviceSeen || d == f.device
 }
 
+// named reports whether each --pool and --device given was named.
+func (k *knownNames) named(f *eventFilter) bool {
+	return (f.pool == "" || k.poolSeen) && (f.device == "" || k.deviceSeen)
+}
+
 // unknown is the usage error for a --pool or --device the ledger never
 // names; nil when each given is named somewhere.
 func (k *knownNames) unknown(f *eventFilter) error {

@@ -824,16 +824,36 @@ func (h *historyFold) summaries() []poolSummary {
 // writeHistoryPage folds the events read gives, from the state before the
 // first of them (see priorStates), and writes the page. Damage the read
 // meets (see readAround) ends the fold: the page draws what was read and
-// says so, and the damage is returned after it is written.
+// says so, and the damage is returned after it is written. A --pool or
+// --device the ledger never names is a usage error, and no page, as in
+// the table.
 func writeHistoryPage(w io.Writer, prs *priorStates, read func(func(events.Envelope) error) error, f *eventFilter) error {
 	h := newHistoryFold(f)
 	var prior *events.State
-	err := read(prs.around(func(s events.State) { prior = &s }, func(e events.Envelope) error {
+	var known knownNames
+	err := read(prs.around(func(s events.State) {
+		prior = &s
+		known.prior(s, f)
+	}, func(e events.Envelope) error {
+		if !known.named(f) {
+			known.note(e, f)
+		}
+		if h.stopped {
+			// Past --until: read on only to learn whether the ledger
+			// names the --pool or --device.
+			if known.named(f) {
+				return errUntilReached
+			}
+			return nil
+		}
 		if prior != nil && (f.until.IsZero() || !e.Time.After(f.until)) {
 			h.prior(*prior, e.Time)
 		}
 		prior = nil
-		return h.event(e)
+		if err := h.event(e); !errors.Is(err, errUntilReached) || known.named(f) {
+			return err
+		}
+		return nil
 	}))
 	switch {
 	case err == nil:
@@ -847,6 +867,11 @@ func writeHistoryPage(w io.Writer, prs *priorStates, read func(func(events.Envel
 		h.damage = err
 	default:
 		return err
+	}
+	if h.damage == nil {
+		if err := known.unknown(f); err != nil {
+			return err
+		}
 	}
 	h.finish()
 	if err := writePage(w, h); err != nil {

@@ -228,6 +228,8 @@ func TestHTMLFilters(t *testing.T) {
 			[]string{"cnf-router-0", "#52 unbound", "dpdk-testpmd-7d9f", "dpdk-testpmd-8b21"}, []string{"intel.com/sriov_net", "intel.com/sriov_vfio"}},
 		{"iface", []string{"--iface", "ens1f0v143"}, []string{"0000:3b:02.3"}, []string{"cnf-router-0"}, []string{"intel.com/sriov_net"}},
 		{"nothing", []string{"--until", "2026-11-24T00:00:00Z", "--pod", "trainer-0"}, nil, nil, nil},
+		// Discovered at 08:00:02: named by the ledger, after the window.
+		{"device after the window", []string{"--until", "2026-11-24T08:00:01Z", "--device", "0000:3b:02.1"}, nil, nil, nil},
 		{"after the end", []string{"--since", "2027-01-01T00:00:00Z"}, nil, nil, nil},
 	}
 	for _, tc := range cases {
@@ -336,10 +338,17 @@ func TestHTMLBarsPerLaneBounded(t *testing.T) {
 }
 
 // TestHTMLBadFlags: a page of some event types, or of the first N events,
-// would draw a wrong picture.
+// would draw a wrong picture; a page of a device or a pool the ledger
+// never names, an empty one.
 func TestHTMLBadFlags(t *testing.T) {
 	db := sampleCopy(t)
-	for _, args := range [][]string{{"--limit", "3"}, {"--type", "DevicesAllocated"}} {
+	for _, args := range [][]string{
+		{"--limit", "3"},
+		{"--type", "DevicesAllocated"},
+		// A name the ledger never names, as the table says.
+		{"--device", "0000:99:00.1"},
+		{"--pool", "intel.com/nope"},
+	} {
 		code, out, errOut := runCLI(t, append([]string{"dump", "--db", db, "--format", "html"}, args...)...)
 		if code != exitUsage || out != "" || !strings.Contains(errOut, args[0]) {
 			t.Errorf("%v: exit %d, stdout %d bytes, stderr %q: want exit %d naming %s", args, code, len(out), errOut, exitUsage, args[0])
