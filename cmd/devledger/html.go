@@ -189,8 +189,9 @@ type historyFold struct {
 	// first of them.
 	inWindow       int
 	windowFirstSeq uint64
-	// stopped is set by the first event after --until.
+	// stopped is set by the first event after --until, next.
 	stopped bool
+	next    events.Envelope
 	// damage is the damage the read met, when it read around some: the
 	// fold holds what was read.
 	damage error
@@ -360,7 +361,7 @@ func allocationTitle(a laneAlloc) string {
 func (h *historyFold) event(e events.Envelope) error {
 	t := later(e.Time, h.last)
 	if !h.f.until.IsZero() && t.After(h.f.until) {
-		h.stopped = true
+		h.stopped, h.next = true, e
 		return errUntilReached
 	}
 	if h.firstSeq == 0 {
@@ -691,11 +692,12 @@ func openIndex(l *historyLane, seq uint64) int {
 	return slices.IndexFunc(l.open, func(a laneAlloc) bool { return a.seq == seq })
 }
 
-// empty reports whether the window holds nothing to draw: no event, and
-// no time (it starts after the last event).
+// empty reports whether the window holds nothing to draw: no event folded
+// (the ledger has none, or none at or before --until), or no event in the
+// window and no time (it starts after the last event).
 func (h *historyFold) empty() bool {
 	start, end := h.window()
-	return h.inWindow == 0 && !end.After(start)
+	return h.firstSeq == 0 || h.inWindow == 0 && !end.After(start)
 }
 
 // window is the time the page draws: from --since (or the first event)

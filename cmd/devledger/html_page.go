@@ -120,9 +120,13 @@ func (p *pageWriter) header(lanes []*historyLane, total int) {
 		node = " of " + h.node
 	}
 	p.printf("<header>\n<h1>Device history%s</h1>\n", esc(node))
-	if h.empty() {
+	switch {
+	case h.firstSeq == 0 && h.stopped:
+		p.printf("<p class=\"meta\">No events at or before --until %s: the ledger's first event, #%d, is at %s.</p>\n",
+			untilText(h.f.until), h.next.Seq, h.next.Time.UTC().Format(time.RFC3339))
+	case h.empty():
 		p.printf("<p class=\"meta\">No events in this window.</p>\n")
-	} else {
+	default:
 		evs := fmt.Sprintf("%s (#%d–#%d)", counted(h.inWindow, "event", "events"), h.windowFirstSeq, h.lastSeq)
 		if h.inWindow == 0 {
 			evs = fmt.Sprintf("no events: the state after #%d holds throughout", h.lastSeq)

@@ -553,3 +553,15 @@ func TestHTMLReboundAllocationIsEachPodsInItsTurn(t *testing.T) {
 		}
 	}
 }
+
+// TestHTMLUntilBeforeTheFirstEvent: a page that ends before the ledger's
+// first event says so, instead of drawing a window from year 1.
+func TestHTMLUntilBeforeTheFirstEvent(t *testing.T) {
+	page := htmlPage(t, sampleCopy(t), "--until", "2026-11-24T07:00:00Z")
+	checkPage(t, page)
+	const want = "No events at or before --until 2026-11-24T07:00:00Z: the ledger's first event, #1, is at 2026-11-24T08:00:00Z."
+	if !strings.Contains(page, want) || strings.Contains(page, "0001-01-01") || strings.Contains(page, `class="tl"`) {
+		i := strings.Index(page, "<header>")
+		t.Errorf("the page's header, want %q and no timeline:\n%s", want, page[i:min(i+400, len(page))])
+	}
+}

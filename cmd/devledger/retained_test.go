@@ -268,11 +268,11 @@ func TestDumpWithoutTheSnapshotBeforeTheEventsKept(t *testing.T) {
 
 // TestPageUntilBeforeTheEventsKept: a page that ends before the first
 // event kept draws no device of the state retention kept, as it drew
-// none before.
+// none before, and says that no event kept is that old.
 func TestPageUntilBeforeTheEventsKept(t *testing.T) {
 	db := retainedCopy(t, sampleStory(), 30)
 	code, out, errOut := runCLI(t, "dump", "--db", db, "--until", "2026-11-24T09:00:00Z", "--format", "html")
-	if code != exitOK || !strings.Contains(out, " · 0 devices</p>") {
-		t.Errorf("exit %d (%s): the page draws devices:\n%s", code, errOut, out)
+	if code != exitOK || len(checkPage(t, out).lanes) > 0 || !strings.Contains(out, "No events at or before --until 2026-11-24T09:00:00Z: the ledger's first event, #30, ") {
+		t.Errorf("exit %d (%s): the page draws devices, or does not say why it draws none:\n%s", code, errOut, out)
 	}
 }
