@@ -67,6 +67,9 @@ func parseDiffEnd(s string, now time.Time) (diffEnd, error) {
 	}
 	at, err := parseUntilFlag("diff", s, now)
 	if err != nil {
+		if zerr := zoneless("diff", s); zerr != nil {
+			return diffEnd{}, zerr
+		}
 		return diffEnd{}, usageErrf("--diff: %q is neither a time (RFC 3339: 2026-11-24T09:00:00Z, or a duration before now: 2h, 90m, 7d) nor a sequence number ('#N')", s)
 	}
 	return diffEnd{at: at, text: s}, nil

@@ -344,6 +344,7 @@ func TestDiffBadInput(t *testing.T) {
 		{"sequences reversed", []string{"--diff", "#30..#20"}, "T1 (#30) must come before T2 (#20)"},
 		{"sequence after time", []string{"--diff", "#50..2026-11-24T09:00:00Z"}, "T1 (#50) comes after T2 (2026-11-24T09:00:00Z, last event #20)"},
 		{"bad time", []string{"--diff", "yesterday..1h"}, `"yesterday" is neither a time`},
+		{"time with no zone", []string{"--diff", "#1..2026-11-24T09:00:00"}, `--diff "2026-11-24T09:00:00": a time with no zone is no point in time: add Z for UTC (2026-11-24T09:00:00Z)`},
 		{"bad sequence", []string{"--diff", "#x..#5"}, `"#x" is not a sequence number`},
 		{"sequence zero", []string{"--diff", "#0..#5"}, `"#0" is not a sequence number`},
 		{"one point", []string{"--diff", "2026-11-24T09:00:00Z"}, "want T1..T2"},

@@ -365,7 +365,8 @@ func TestDumpPoolSelectsTheHealthChangesOfItsMembers(t *testing.T) {
 // The tools print event times to the second, so a time written to the
 // second, as an end (dump --until, replay --until-time, --diff), is the
 // whole of that second: copied from their output, it keeps the events of
-// that second. A time with a fraction is taken as written.
+// that second. A time with a fraction ("." or "," before it) is taken as
+// written.
 func TestAnEndGivenToTheSecondKeepsThatSecond(t *testing.T) {
 	t0 := time.Date(2026, 11, 30, 9, 0, 0, 400_000_000, time.UTC) // 09:00:00.4
 	envs := []events.Envelope{
@@ -375,7 +376,13 @@ func TestAnEndGivenToTheSecondKeepsThatSecond(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "ledger.db")
 	writeLedger(t, db, envs)
 
-	for until, want := range map[string][]uint64{"2026-11-30T09:00:01Z": {2}, "2026-11-30T10:00:01+01:00": {2}, "2026-11-30T09:00:01.3Z": nil} {
+	for until, want := range map[string][]uint64{
+		"2026-11-30T09:00:01Z":      {2},
+		"2026-11-30T10:00:01+01:00": {2},
+		"2026-11-30T09:00:01.3Z":    nil,
+		// A decimal comma, which time.Parse takes as ISO 8601 does.
+		"2026-11-30T09:00:01,3Z": nil,
+	} {
 		code, out, errOut := runCLI(t, "dump", "--db", db, "--since", "2026-11-30T09:00:01Z", "--until", until, "--format", "jsonl")
 		if code != exitOK {
 			t.Fatalf("dump --until %s: exit %d: %s", until, code, errOut)
@@ -388,7 +395,11 @@ func TestAnEndGivenToTheSecondKeepsThatSecond(t *testing.T) {
 			t.Errorf("dump --since 2026-11-30T09:00:01Z --until %s: events %v, want %v", until, got, want)
 		}
 	}
-	for until, want := range map[string]string{"2026-11-30T09:00:01Z": "State at 2026-11-30T09:00:01Z: last event #2", "2026-11-30T09:00:01.3Z": "last event #1"} {
+	for until, want := range map[string]string{
+		"2026-11-30T09:00:01Z":   "State at 2026-11-30T09:00:01Z: last event #2",
+		"2026-11-30T09:00:01.3Z": "last event #1",
+		"2026-11-30T09:00:01,3Z": "State at 2026-11-30T09:00:01.3Z: last event #1",
+	} {
 		code, out, errOut := runCLI(t, "replay", "--db", db, "--until-time", until)
 		if code != exitOK {
 			t.Fatalf("replay --until-time %s: exit %d: %s", until, code, errOut)

@@ -16,20 +16,30 @@ func parseTimeFlag(name, value string, now time.Time) (time.Time, error) {
 	if d, err := parseAge(value); err == nil {
 		return now.Add(-d), nil
 	}
-	if _, err := time.Parse("2006-01-02T15:04:05.999999999", value); err == nil {
-		return time.Time{}, usageErrf("--%s %q: a time with no zone is no point in time: add Z for UTC (%sZ) or the offset (%s+01:00)", name, value, value, value)
+	if err := zoneless(name, value); err != nil {
+		return time.Time{}, err
 	}
 	return time.Time{}, usageErrf("--%s %q: want an RFC 3339 time (2026-11-24T09:00:00Z) or a duration before now (2h, 90m, 7d)", name, value)
+}
+
+// zoneless is the usage error for value, given to --name, when it is a
+// time with no zone; nil when it is anything else.
+func zoneless(name, value string) error {
+	if _, err := time.Parse("2006-01-02T15:04:05.999999999", value); err == nil {
+		return usageErrf("--%s %q: a time with no zone is no point in time: add Z for UTC (%sZ) or the offset (%s+01:00)", name, value, value, value)
+	}
+	return nil
 }
 
 // parseUntilFlag is parseTimeFlag for a point that events at or before it
 // fall in (--until, --until-time, the ends of --diff): a time written to
 // the second stands for the whole of that second, as the tools print
 // event times to the second. A time copied from their output so keeps the
-// events of its second.
+// events of its second. A fraction, after a "." or a "," (time.Parse takes
+// both, as ISO 8601 does), is taken as written.
 func parseUntilFlag(name, value string, now time.Time) (time.Time, error) {
 	t, err := parseTimeFlag(name, value, now)
-	if err == nil && !strings.Contains(value, ".") {
+	if err == nil && !strings.ContainsAny(value, ".,") {
 		if _, perr := time.Parse(time.RFC3339, value); perr == nil {
 			t = t.Add(time.Second - time.Nanosecond)
 		}
