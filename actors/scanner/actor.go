@@ -6,6 +6,7 @@ package scanner
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -55,6 +56,11 @@ type scanner struct {
 	// refused, unread those that could not read sysfs
 	// (supervise.FailureLevel).
 	unrecorded, unread int
+	// removed are the functions the kernel said it removed (Rescan), until
+	// a scan's events about them are durable: a scan that fails, or whose
+	// events the ledger refuses, leaves them to the next. A restart loses
+	// them (the replayed ledger may hold their removal already).
+	removed []string
 	// persist holds the scans back while a scan's changes are being
 	// recorded: each diffs against the devices in the ledger.
 	persist *ledger.Persister
@@ -99,6 +105,12 @@ func (s *scanner) handle(ctx actor.Context, m any) {
 // are the functions the kernel said it removed (Rescan).
 func (s *scanner) scan(ctx actor.Context, reason string, removed []string) {
 	defer s.schedule(ctx)
+	for _, addr := range removed {
+		if !slices.Contains(s.removed, addr) {
+			s.removed = append(s.removed, addr)
+			delete(s.complete.last, addr) // another function may be in its slot
+		}
+	}
 	read := s.cfg.Reader.Scan
 	if s.first != nil {
 		read, s.first = s.first, nil
@@ -116,12 +128,10 @@ func (s *scanner) scan(ctx actor.Context, reason string, removed []string) {
 		s.cfg.Log.Info().Int("failed_scans", s.unread).Msg("sysfs read again")
 		s.unread = 0
 	}
-	for _, addr := range removed { // another function may be in its slot
-		delete(s.complete.last, addr)
-	}
 	devs = s.steady(devs)
-	diff := Diff(s.known, devs, removed)
+	diff := Diff(s.known, devs, s.removed)
 	if len(diff) == 0 {
+		s.removed = nil
 		ctx.Send(ctx.Parent(), &Scanned{Devices: devs, Reason: reason})
 		return
 	}
@@ -131,7 +141,7 @@ func (s *scanner) scan(ctx actor.Context, reason string, removed []string) {
 			s.cfg.Log.WithLevel(supervise.FailureLevel(s.unrecorded)).Err(err).Int("changes", len(diff)).Msg("cannot record scan results; will retry")
 			return
 		}
-		s.unrecorded = 0
+		s.unrecorded, s.removed = 0, nil
 		st := events.NewState()
 		st.Devices = s.known
 		healthSet := map[string]events.Device{}

@@ -225,39 +225,62 @@ func TestScannerReadsAVFWhosePFReadFails(t *testing.T) {
 // The PF's VFs destroyed and made anew between two scans (sriov_numvfs set
 // to 0, then back): the scan finds them as they were, and only the
 // kernel's remove events say they went, with whatever held them. Each is
-// recorded removed, then discovered, healthy.
+// recorded removed, then discovered, healthy; by the next scan that reads
+// sysfs when the one the events asked for could not.
 func TestScannerRecordsVFsMadeAnew(t *testing.T) {
 	const pf = "0000:3b:00.0"
 	vfs := []string{"0000:3b:01.0", "0000:3b:01.1", "0000:3b:01.2", "0000:3b:01.3"}
-	fx := fixtureOf(t, sysfsgen.ScenarioSRIOV)
-	f := spawnFamily(t, Props(Config{Reader: fx.reader, Recorder: fx.recorder}))
-	was := byAddr(next[*Scanned](t, f).Devices)
-	last := fx.log.LastSeq()
-	if err := fx.roots.SetNumVFs(pf, 0, nil); err != nil {
-		t.Fatal(err)
+	for _, failed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("first scan failed=%v", failed), func(t *testing.T) {
+			fx := fixtureOf(t, sysfsgen.ScenarioSRIOV)
+			f := spawnFamily(t, Props(Config{Reader: fx.reader, Recorder: fx.recorder}))
+			was := byAddr(next[*Scanned](t, f).Devices)
+			last := fx.log.LastSeq()
+			if err := fx.roots.SetNumVFs(pf, 0, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := fx.roots.SetNumVFs(pf, 4, func(i int) sysfsgen.Function {
+				f := sysfsgen.Function{Driver: was[vfs[i]].Driver}
+				for _, ifc := range was[vfs[i]].Interfaces {
+					f.Interfaces = append(f.Interfaces, sysfsgen.Interface{Name: ifc.Name})
+				}
+				return f
+			}); err != nil {
+				t.Fatal(err)
+			}
+			rescan := &Rescan{Reason: "kernel: 16 device events", Removed: vfs}
+			if failed {
+				moved := fx.roots.Sysfs + ".moved"
+				if err := os.Rename(fx.roots.Sysfs, moved); err != nil {
+					t.Fatal(err)
+				}
+				f.Sys.Root.Send(f.Child, rescan)
+				f.Silent(t)
+				if err := os.Rename(moved, fx.roots.Sysfs); err != nil {
+					t.Fatal(err)
+				}
+				rescan = &Rescan{Reason: "periodic"}
+			}
+			f.Sys.Root.Send(f.Child, rescan)
+			m := next[*Scanned](t, f)
+			var want []string
+			for _, vf := range vfs {
+				want = append(want, "DeviceRemoved "+vf, "DeviceDiscovered "+vf)
+				if d := m.HealthSet[vf]; !d.Present || !d.Healthy {
+					t.Errorf("%s told %+v, want present and healthy", vf, d)
+				}
+			}
+			if got := fx.recorded(t, last); !slices.Equal(got, want) {
+				t.Errorf("recorded %q, want %q", got, want)
+			}
+			// Recorded, they are not again.
+			f.Sys.Root.Send(f.Child, &Rescan{Reason: "periodic"})
+			if m := next[*Scanned](t, f); m.Changed {
+				t.Errorf("the next scan recorded %q", fx.recorded(t, last)[len(want):])
+			}
+			f.Silent(t)
+		})
 	}
-	if err := fx.roots.SetNumVFs(pf, 4, func(i int) sysfsgen.Function {
-		f := sysfsgen.Function{Driver: was[vfs[i]].Driver}
-		for _, ifc := range was[vfs[i]].Interfaces {
-			f.Interfaces = append(f.Interfaces, sysfsgen.Interface{Name: ifc.Name})
-		}
-		return f
-	}); err != nil {
-		t.Fatal(err)
-	}
-	f.Sys.Root.Send(f.Child, &Rescan{Reason: "kernel: 16 device events", Removed: vfs})
-	m := next[*Scanned](t, f)
-	var want []string
-	for _, vf := range vfs {
-		want = append(want, "DeviceRemoved "+vf, "DeviceDiscovered "+vf)
-		if d := m.HealthSet[vf]; !d.Present || !d.Healthy {
-			t.Errorf("%s told %+v, want present and healthy", vf, d)
-		}
-	}
-	if got := fx.recorded(t, last); !slices.Equal(got, want) {
-		t.Errorf("recorded %q, want %q", got, want)
-	}
-	f.Silent(t)
 }
 
 // A VF being torn down loses its PF's virtfn link and its own physfn
