@@ -187,10 +187,12 @@ func Start(opts Options) (_ *Daemon, err error) {
 	opening := filepath.Join(opts.StateDir, OpeningFileName)
 	// A mark already there is a start's that died opening the ledger, or
 	// one's still opening it: that one holds the lock, and its mark stays.
+	// A mark holds its start's boot id: a start refused the lock removes
+	// the mark only while it is its own.
 	_, serr := os.Stat(opening)
 	diedOpening := serr == nil
 	mark := func() {
-		if err := os.WriteFile(opening, nil, 0o600); err != nil {
+		if err := os.WriteFile(opening, []byte(bootID+"\n"), 0o600); err != nil {
 			d.log.Warn().Err(err).Str("path", opening).Msg("cannot mark the ledger's opening")
 		}
 	}
@@ -201,7 +203,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 		CheckPages: diedOpening, Logger: d.log.With().Str("component", "ledger").Logger()})
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {
-			if !diedOpening {
+			if b, _ := os.ReadFile(opening); strings.TrimSpace(string(b)) == bootID {
 				os.Remove(opening)
 			}
 			return nil, fmt.Errorf("%w: %s is held by %s", ErrLedgerLocked, path, holder(opts.StateDir, diedOpening))
@@ -1089,11 +1091,11 @@ func holder(stateDir string, opening bool) string {
 	pid := strings.TrimSpace(string(b))
 	switch {
 	case opening && (err != nil || pid == ""):
-		return "a start still opening or replaying it (" + OpeningFileName + " is there)"
+		return "another process, likely a start still opening or replaying it (" + OpeningFileName + " is there), or a tool reading it after a start died there"
 	case opening:
 		// The pid file is written once a start is recorded: until then it
 		// names the run before.
-		return "a start still opening or replaying it (" + OpeningFileName + " is there; " + PIDFileName + " names the run before it: " + pid + ")"
+		return "another process, likely a start still opening or replaying it (" + OpeningFileName + " is there; " + PIDFileName + " names the run before it: " + pid + "), or a tool reading it after a start died there"
 	case err != nil || pid == "":
 		return "another process (no " + PIDFileName + " says which)"
 	}

@@ -313,6 +313,40 @@ func TestALockedStartLeavesTheOpeningMark(t *testing.T) {
 	}
 }
 
+// A start that wrote the opening mark and is refused the lock leaves the
+// mark when another start has marked it since: that start may have won
+// the lock (a third holder gone, say) and be replaying the file.
+func TestALockedStartLeavesAMarkRewrittenSince(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.start(t).Stop(context.Background(), "test")
+	opening := filepath.Join(n.opts.StateDir, OpeningFileName)
+	l, err := store.Open(filepath.Join(n.opts.StateDir, LedgerFileName), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	done := make(chan error, 1)
+	go func() { _, err := Start(n.opts); done <- err }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, err := os.Stat(opening); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the start wrote no mark")
+		}
+	}
+	// The other start's mark, while the first waits for the lock.
+	if err := os.WriteFile(opening, []byte("otherstart\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrLedgerLocked) {
+		t.Fatalf("start: %v, want the ledger locked", err)
+	}
+	if _, err := os.Stat(opening); err != nil {
+		t.Errorf("the other start's mark: %v", err)
+	}
+}
+
 // crossEventsRoot points the second element of the events bucket's root
 // branch at the first one's page (bbolt's file format 2: a 16-byte page
 // header, its flags at 8, then 16-byte elements, their page id at 8).
