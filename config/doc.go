@@ -47,7 +47,8 @@
 // carries what selection needs from outside sysfs; NewEnv reads the
 // default-route interfaces from net/route under a proc root and looks for
 // vhost-net under a dev root. EnvVarName gives the PCIDEVICE_<PREFIX>_<NAME>
-// variable the SR-IOV plugin sets in containers.
+// variable the SR-IOV plugin sets in containers, KubeVirtEnvVarName the
+// PCI_RESOURCE_<PREFIX>_<NAME> one KubeVirt's virt-launcher reads.
 //
 // Where devledger departs from the plugin, it says so where it happens:
 // all pfNames/rootDevices entries for one PF are honoured (the plugin

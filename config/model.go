@@ -130,6 +130,23 @@ func EnvVarName(prefix, name string) string {
 	return strings.ToUpper(strings.ReplaceAll("PCIDEVICE_"+prefix+"_"+name, ".", "_"))
 }
 
+// KubeVirtEnvVarName is the variable KubeVirt's virt-launcher reads the
+// pool's PCI addresses from when a VM asks for it as a host device or GPU;
+// see the package function KubeVirtEnvVarName.
+func (r *Resource) KubeVirtEnvVarName() string { return KubeVirtEnvVarName(r.Prefix, r.Name) }
+
+// KubeVirtEnvVarName forms the variable KubeVirt's virt-launcher reads a
+// host device's PCI addresses from (its ResourceNameToEnvVar with
+// "PCI_RESOURCE"): "PCI_RESOURCE_" + the full resource name upper-cased,
+// every '/' and '.' replaced by '_', so nvidia.com/h100_vfio gives
+// PCI_RESOURCE_NVIDIA_COM_H100_VFIO. As in KubeVirt, a '-' stays a '-'.
+// The value virt-launcher expects is the addresses comma-joined. Two
+// resources share this name exactly when they share EnvVarName's, which
+// loading a config warns of.
+func KubeVirtEnvVarName(prefix, name string) string {
+	return "PCI_RESOURCE_" + strings.ToUpper(strings.NewReplacer("/", "_", ".", "_").Replace(prefix+"/"+name))
+}
+
 // Health holds a pool's health options (the health field).
 type Health struct {
 	// Link makes a network function unhealthy while its link is down or

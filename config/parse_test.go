@@ -780,18 +780,29 @@ func TestLoad(t *testing.T) {
 	})
 }
 
+// TestEnvVarName pins the SR-IOV plugin's rule (dots as '_') and
+// KubeVirt's (util.ResourceNameToEnvVar: '/' and '.' as '_'), both
+// upper-cased and leaving a '-' as it is.
 func TestEnvVarName(t *testing.T) {
-	tests := []struct{ prefix, name, want string }{
-		{"intel.com", "intel_sriov_netdevice", "PCIDEVICE_INTEL_COM_INTEL_SRIOV_NETDEVICE"},
-		{"mellanox.com", "mlnx_sriov_rdma", "PCIDEVICE_MELLANOX_COM_MLNX_SRIOV_RDMA"},
-		{"nvidia.com", "bf2-sf", "PCIDEVICE_NVIDIA_COM_BF2-SF"},
-		{"a.b.example.com", "x.y", "PCIDEVICE_A_B_EXAMPLE_COM_X_Y"},
-		{"dpdk.org", "Nic", "PCIDEVICE_DPDK_ORG_NIC"},
+	tests := []struct{ prefix, name, want, kubeVirt string }{
+		{"intel.com", "intel_sriov_netdevice", "PCIDEVICE_INTEL_COM_INTEL_SRIOV_NETDEVICE", "PCI_RESOURCE_INTEL_COM_INTEL_SRIOV_NETDEVICE"},
+		{"mellanox.com", "mlnx_sriov_rdma", "PCIDEVICE_MELLANOX_COM_MLNX_SRIOV_RDMA", "PCI_RESOURCE_MELLANOX_COM_MLNX_SRIOV_RDMA"},
+		{"nvidia.com", "h100_vfio", "PCIDEVICE_NVIDIA_COM_H100_VFIO", "PCI_RESOURCE_NVIDIA_COM_H100_VFIO"},
+		{"nvidia.com", "bf2-sf", "PCIDEVICE_NVIDIA_COM_BF2-SF", "PCI_RESOURCE_NVIDIA_COM_BF2-SF"},
+		{"a.b.example.com", "x.y", "PCIDEVICE_A_B_EXAMPLE_COM_X_Y", "PCI_RESOURCE_A_B_EXAMPLE_COM_X_Y"},
+		{"dpdk.org", "Nic", "PCIDEVICE_DPDK_ORG_NIC", "PCI_RESOURCE_DPDK_ORG_NIC"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.prefix+"/"+tc.name, func(t *testing.T) {
 			if got := EnvVarName(tc.prefix, tc.name); got != tc.want {
 				t.Errorf("EnvVarName = %q, want %q", got, tc.want)
+			}
+			if got := KubeVirtEnvVarName(tc.prefix, tc.name); got != tc.kubeVirt {
+				t.Errorf("KubeVirtEnvVarName = %q, want %q", got, tc.kubeVirt)
+			}
+			r := Resource{Prefix: tc.prefix, Name: tc.name}
+			if got := r.KubeVirtEnvVarName(); got != tc.kubeVirt {
+				t.Errorf("Resource.KubeVirtEnvVarName = %q, want %q", got, tc.kubeVirt)
 			}
 		})
 	}
