@@ -24,8 +24,8 @@ func TestLegacyAdmission(t *testing.T) {
 	_, a := admitDPDK(t, r)
 	logFigure(t, "legacy", "admission", a.took)
 
-	// A kernel VF: the PCI address in the env, no device nodes, and a
-	// device-info file for the CNI.
+	// A kernel VF: the PCI address in the env, no device nodes, nothing
+	// for KubeVirt (no VM can take it), and a device-info file for the CNI.
 	pod := r.pods.newPod(resNetdevice, 1)
 	b, err := r.k.admit(t, pod)
 	if err != nil {
@@ -34,6 +34,9 @@ func TestLegacyAdmission(t *testing.T) {
 	ids := b.devices[resNetdevice]
 	if v, _ := env(b, "PCIDEVICE_INTEL_COM_INTEL_SRIOV_NETDEVICE"); len(ids) != 1 || v != ids[0] {
 		t.Errorf("PCIDEVICE_INTEL_COM_INTEL_SRIOV_NETDEVICE = %q, want the device the kubelet allocated %v", v, ids)
+	}
+	if v, ok := env(b, "PCI_RESOURCE_INTEL_COM_INTEL_SRIOV_NETDEVICE"); ok {
+		t.Errorf("PCI_RESOURCE_INTEL_COM_INTEL_SRIOV_NETDEVICE = %q, want none for a kernel VF", v)
 	}
 	if len(b.opts.Devices) != 0 {
 		t.Errorf("devices for the runtime = %+v, want none for a kernel VF", b.opts.Devices)

@@ -115,8 +115,9 @@ func env(a admission, name string) (string, bool) {
 
 // checkVFIOAdmission checks what the container runtime gets for a pod of DPDK
 // VFs (vfio-pci): the SR-IOV plugin's PCIDEVICE_ variable naming exactly the
-// devices the kubelet allocated, its _INFO twin, and /dev/vfio/vfio plus the
-// group node of each VF, read-write.
+// devices the kubelet allocated, its _INFO twin, KubeVirt's PCI_RESOURCE_
+// variable with the same value, and /dev/vfio/vfio plus the group node of
+// each VF, read-write.
 func checkVFIOAdmission(t testing.TB, a admission, groups map[string]string) {
 	t.Helper()
 	ids := a.devices[resDPDK]
@@ -129,6 +130,10 @@ func checkVFIOAdmission(t testing.TB, a admission, groups map[string]string) {
 	slices.Sort(got)
 	if !slices.Equal(got, ids) {
 		t.Errorf("%s = %q, want the devices the kubelet allocated %v", name, v, ids)
+	}
+	const kubeVirt = "PCI_RESOURCE_INTEL_COM_INTEL_SRIOV_DPDK"
+	if kv, ok := env(a, kubeVirt); !ok || kv != v {
+		t.Errorf("%s = %q (set %v), want %s's %q", kubeVirt, kv, ok, name, v)
 	}
 	info, ok := env(a, name+"_INFO")
 	if !ok {

@@ -54,6 +54,13 @@ type Env struct {
 //     {"issm", "umad", "uverbs", "rdma_cm", "rdma_dev"} when a selector
 //     asks and the function has it; "vhost" {"net-mount", "tun-mount"}
 //     when a selector sets needVhostNet and the node has /dev/vhost-net;
+//   - if any device is vfio-bound, env res.KubeVirtEnvVarName() = the
+//     vfio-bound addresses comma-joined in request order: KubeVirt's
+//     virt-launcher finds a VM's host devices and GPUs of an external
+//     device plugin there alone (KubeVirt's own PCI plugin sets it), and
+//     does not start the VM without it. Only a vfio-bound function can go
+//     to a VM, so others are left out of it, and an answer with none has
+//     no such variable;
 //   - device nodes, permissions "rw", each host path once in first-seen
 //     order: /dev/vfio/vfio and /dev/vfio/<group> if vfio-bound (host
 //     noiommu-<group> when only that exists), /dev/uio<N>, each RDMA device's
@@ -65,7 +72,8 @@ type Env struct {
 // Unlike the SR-IOV plugin, which decides RDMA, vDPA and vhost-net per
 // device from the selector object that took it, Respond decides per pool
 // (any selector asking is enough); it treats vfio-pci variant drivers as
-// vfio-bound (see sysfs.IsVFIODriver).
+// vfio-bound (see sysfs.IsVFIODriver); and it sets KubeVirt's variable,
+// which the plugin does not.
 //
 // Errors wrap ErrInvalidRequest (no devices, a device twice or without an
 // address), ErrNoIOMMUGroup or ErrUnsupported.
@@ -80,6 +88,7 @@ func Respond(res *config.Resource, devs []sysfs.Device, env Env) (events.Contain
 	w := wantsOf(res)
 	info := make(map[string]map[string]map[string]string, len(devs))
 	addrs := make([]string, 0, len(devs))
+	var vfioAddrs []string
 	var nodes nodeList
 	for i := range devs {
 		d := &devs[i]
@@ -95,11 +104,17 @@ func Respond(res *config.Resource, devs []sysfs.Device, env Env) (events.Contain
 		}
 		info[d.Address] = providers
 		addrs = append(addrs, d.Address)
+		if sysfs.IsVFIODriver(d.Driver) {
+			vfioAddrs = append(vfioAddrs, d.Address)
+		}
 	}
 	name := res.EnvVarName()
 	out.Envs = map[string]string{
 		name:           strings.Join(addrs, ","),
 		name + "_INFO": string(appendInfoJSON(nil, info)),
+	}
+	if len(vfioAddrs) > 0 {
+		out.Envs[res.KubeVirtEnvVarName()] = strings.Join(vfioAddrs, ",")
 	}
 	if !res.CDI.Enabled {
 		out.Devices = nodes

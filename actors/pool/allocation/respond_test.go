@@ -180,7 +180,8 @@ func mustJSON(t *testing.T, v any) []byte {
 }
 
 // TestRespondSRIOVFormat pins the two variables byte for byte against the
-// form the SR-IOV plugin writes, independently of the golden files.
+// form the SR-IOV plugin writes, independently of the golden files, and
+// that the only other one is KubeVirt's, naming the vfio-bound function.
 func TestRespondSRIOVFormat(t *testing.T) {
 	res := pool("intel.com", "intel_sriov_netdevice", config.NetDevice)
 	devs := []sysfs.Device{
@@ -195,6 +196,7 @@ func TestRespondSRIOVFormat(t *testing.T) {
 		"PCIDEVICE_INTEL_COM_INTEL_SRIOV_NETDEVICE": "0000:3b:02.1,0000:3b:02.0",
 		"PCIDEVICE_INTEL_COM_INTEL_SRIOV_NETDEVICE_INFO": `{"0000:3b:02.0":{"generic":{"deviceID":"0000:3b:02.0"}},` +
 			`"0000:3b:02.1":{"generic":{"deviceID":"0000:3b:02.1"},"vfio":{"dev-mount":"/dev/vfio/61","mount":"/dev/vfio/vfio"}}}`,
+		"PCI_RESOURCE_INTEL_COM_INTEL_SRIOV_NETDEVICE": "0000:3b:02.1",
 	}
 	for k, v := range want {
 		if got.Envs[k] != v {
@@ -203,6 +205,88 @@ func TestRespondSRIOVFormat(t *testing.T) {
 	}
 	if len(got.Envs) != len(want) {
 		t.Errorf("envs %v, want only %v", got.Envs, want)
+	}
+}
+
+// TestRespondKubeVirt checks the variable KubeVirt's virt-launcher finds a
+// VM's host devices in: the vfio-bound addresses in request order, and
+// nothing for a pool whose functions stay on a kernel driver.
+func TestRespondKubeVirt(t *testing.T) {
+	const pf = "0000:3b:00.0"
+	gpu := func(addr, driver, group string) sysfs.Device {
+		return sysfs.Device{
+			Address: addr, Vendor: "10de", Device: "2330", Class: "030200",
+			Driver: driver, IOMMUGroup: group, VFIODevice: true,
+			TotalVFs: -1, NumVFs: -1, VFIndex: -1,
+		}
+	}
+	h100 := pool("nvidia.com", "h100_vfio", config.GenericPCI, config.Selector{Vendors: []string{"10de"}, Drivers: []string{"vfio-pci"}})
+	h100CDI := *h100
+	h100CDI.CDI = config.CDI{Enabled: true, Kind: "nvidia.com/gpu-vfio"}
+	cases := []struct {
+		name string
+		res  *config.Resource
+		devs []sysfs.Device
+		want string // "" for no variable
+	}{
+		{
+			name: "vfio gpus in request order",
+			res:  h100,
+			devs: []sysfs.Device{gpu("0000:e5:00.0", "vfio-pci", "168"), gpu("0000:3b:00.0", "vfio-pci", "60"), gpu("0000:65:00.0", "vfio-pci", "120")},
+			want: "0000:e5:00.0,0000:3b:00.0,0000:65:00.0",
+		},
+		{
+			name: "vfio variant driver",
+			res:  h100,
+			devs: []sysfs.Device{gpu("0009:01:00.0", "nvgrace_gpu_vfio_pci", "9")},
+			want: "0009:01:00.0",
+		},
+		{
+			name: "cdi pool keeps it",
+			res:  &h100CDI,
+			devs: []sysfs.Device{gpu("0000:65:00.0", "vfio-pci", "120"), gpu("0000:3b:00.0", "vfio-pci", "60")},
+			want: "0000:65:00.0,0000:3b:00.0",
+		},
+		{
+			name: "vfio vfs of a netdevice pool",
+			res:  pool("intel.com", "intel_sriov_dpdk", config.NetDevice),
+			devs: []sysfs.Device{vf("0000:3b:02.1", pf, 1, "vfio-pci", "61", 0), vf("0000:3b:02.0", pf, 0, "vfio-pci", "60", 0)},
+			want: "0000:3b:02.1,0000:3b:02.0",
+		},
+		{
+			name: "netdevice on a kernel driver",
+			res:  pool("intel.com", "intel_sriov_netdevice", config.NetDevice),
+			devs: []sysfs.Device{vf("0000:3b:02.3", pf, 3, "iavf", "63", 0), vf("0000:3b:02.2", pf, 2, "iavf", "62", 0)},
+		},
+		{
+			name: "uio",
+			res:  pool("intel.com", "intel_sriov_dpdk", config.NetDevice),
+			devs: []sysfs.Device{vf("0000:3b:02.5", pf, 5, "igb_uio", "65", 0)},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Respond(tc.res, tc.devs, Env{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := tc.res.KubeVirtEnvVarName()
+			v, ok := got.Envs[name]
+			switch {
+			case tc.want == "" && ok:
+				t.Errorf("%s = %q, want none", name, v)
+			case tc.want != "" && v != tc.want:
+				t.Errorf("%s = %q (set %v), want %q", name, v, ok, tc.want)
+			}
+			for k := range got.Envs {
+				if strings.HasPrefix(k, "PCI_RESOURCE_") && k != name {
+					t.Errorf("unexpected variable %s", k)
+				}
+			}
+		})
+	}
+	if got, want := h100.KubeVirtEnvVarName(), "PCI_RESOURCE_NVIDIA_COM_H100_VFIO"; got != want {
+		t.Errorf("KubeVirtEnvVarName = %q, want %q", got, want)
 	}
 }
 
