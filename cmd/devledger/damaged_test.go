@@ -269,3 +269,22 @@ func mustRead(t *testing.T, path string) []byte {
 	}
 	return b
 }
+
+// A page that ends at --until before a record that fails its checksum
+// names the damage and exits as the table does: the table reads on.
+func TestDamagedLedgerPageUntilBeforeTheDamage(t *testing.T) {
+	for _, name := range []string{"event-byte-flipped", "events-page-garbage"} {
+		t.Run(name, func(t *testing.T) {
+			db := filepath.Join(t.TempDir(), name+".db")
+			if err := os.WriteFile(db, mustRead(t, filepath.Join(damagedDir, name+".db")), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"dump", "--db", db, "--until", "2026-11-24T08:00:05Z"}
+			code, _, said := runCLI(t, args...)
+			pageCode, page, pageSaid := runCLI(t, append(args, "--format", "html")...)
+			if code != exitFailure || pageCode != code || pageSaid != said || !strings.Contains(page, "The ledger is damaged; ") {
+				t.Errorf("table: exit %d, %q\nhtml: exit %d, %q, page says damaged: %v", code, said, pageCode, pageSaid, strings.Contains(page, "The ledger is damaged; "))
+			}
+		})
+	}
+}

@@ -445,16 +445,15 @@ func (h *historyFold) event(e events.Envelope) error {
 		// whether or not the filters show the new one: it may be another
 		// pod's, or hold only some of their devices (the whole allocation
 		// is freed, as events.Apply frees it).
-		ended := h.endSuperseded(t, p.Supersedes)
+		// Each counts as a release where the page draws it.
+		if ended := h.endSuperseded(t, p.Supersedes); h.within(t) && ended > 0 {
+			h.count(p.Pool).releases += ended
+		}
 		if !h.allocationShown(e.Seq, p.Pool, p.DeviceIDs) {
-			if h.within(t) && ended > 0 {
-				h.count(p.Pool).releases += ended
-			}
 			break
 		}
 		if h.within(t) {
 			h.count(p.Pool).allocations++
-			h.count(p.Pool).releases += len(p.Supersedes)
 			h.count(p.Pool).conflicts += len(p.HeldElsewhere)
 		}
 		for _, addr := range p.DeviceIDs {
@@ -841,30 +840,22 @@ func writeHistoryPage(w io.Writer, prs *priorStates, read func(func(events.Envel
 			known.note(e, f)
 		}
 		if h.stopped {
-			// Past --until: read on only to learn whether the ledger
-			// names the --pool or --device.
-			if known.named(f) {
-				return errUntilReached
-			}
+			// Past --until: read on, folding nothing, to learn whether
+			// the ledger names the --pool or --device, and to meet any
+			// damage the table would name.
 			return nil
 		}
 		if prior != nil && (f.until.IsZero() || !e.Time.After(f.until)) {
 			h.prior(*prior, e.Time)
 		}
 		prior = nil
-		if err := h.event(e); !errors.Is(err, errUntilReached) || known.named(f) {
+		if err := h.event(e); !errors.Is(err, errUntilReached) {
 			return err
 		}
 		return nil
 	}))
 	switch {
 	case err == nil:
-	case errors.Is(err, errUntilReached):
-		// A file's damage read past is named at the end of its read,
-		// which the fold did not reach.
-		if src, ok := prs.src.(fileSource); ok {
-			h.damage = readDamaged(src.l)
-		}
 	case readAround(err):
 		h.damage = err
 	default:

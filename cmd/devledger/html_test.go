@@ -495,13 +495,15 @@ func TestHTMLSupersededAllocationEnds(t *testing.T) {
 		args []string
 		want []string
 		// busy is the pool's busy time, of its devices' time in it
-		// (from 09:03 to 09:09).
-		busy string
+		// (from 09:03 to 09:09); releases counts pod-a's allocation
+		// where it is drawn ending.
+		busy, releases string
 	}{
-		{"all", nil, []string{podA, podA, podB}, "58.3%"},
-		{"pod", []string{"--pod", "telco/pod-a"}, []string{podA, podA}, "33.3%"},
-		{"device of the other", []string{"--device", dev1}, []string{podA}, "33.3%"},
-		{"device of both", []string{"--device", dev2}, []string{podA, podB}, "83.3%"},
+		{"all", nil, []string{podA, podA, podB}, "58.3%", "1"},
+		{"pod", []string{"--pod", "telco/pod-a"}, []string{podA, podA}, "33.3%", "1"},
+		{"the other pod", []string{"--pod", "telco/pod-b"}, []string{podB}, "50.0%", "0"},
+		{"device of the other", []string{"--device", dev1}, []string{podA}, "33.3%", "1"},
+		{"device of both", []string{"--device", dev2}, []string{podA, podB}, "83.3%", "1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			page := htmlPage(t, db, tc.args...)
@@ -509,8 +511,8 @@ func TestHTMLSupersededAllocationEnds(t *testing.T) {
 			if got := barTitles(page); !slices.Equal(got, tc.want) {
 				t.Errorf("bars %q, want %q", got, tc.want)
 			}
-			if got := facts.summary[vfio]; len(got) < 2 || got[1] != tc.busy {
-				t.Errorf("summary %q, want busy %s", got, tc.busy)
+			if got := facts.summary[vfio]; len(got) < 4 || got[1] != tc.busy || got[3] != tc.releases {
+				t.Errorf("summary %q, want busy %s, releases %s", got, tc.busy, tc.releases)
 			}
 		})
 	}
