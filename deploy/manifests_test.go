@@ -367,7 +367,7 @@ func TestHardening(t *testing.T) {
 				t.Errorf("priorityClassName %q", pod.PriorityClassName)
 			}
 			if g := pod.TerminationGracePeriodSeconds; g == nil || *g < 30 {
-				t.Errorf("terminationGracePeriodSeconds %v: the SIGTERM drain takes up to 20 s, want 30", g)
+				t.Errorf("terminationGracePeriodSeconds %v: the SIGTERM stop takes up to 22 s, want 30", g)
 			}
 			if pod.HostPID || pod.HostIPC {
 				t.Error("hostPID or hostIPC")

@@ -191,12 +191,12 @@ func NewState() State {
 // Apply returns the state after event e. It is pure: no I/O, no clock; the
 // time it records is the event's. It reuses s's maps (write s = Apply(s, e))
 // but keeps no reference to e's slices. Events that do not change the fold
-// (ConfigRejected still counts) only move Seq and Time; so does an event about
-// an allocation or pool the fold does not know (the release of an unknown
-// allocation, a lost socket or failed registration of an unknown pool), which
-// never creates it. A verdict on an unknown device, and a membership change
-// naming one, do create it, present. A payload may be a catalog value or a
-// pointer to one.
+// (ConfigRejected still counts) only move Seq and Time; so does the release of
+// an allocation the fold does not know, or a lost socket or failed
+// registration of a pool it does not know, which never creates it. A verdict
+// on an unknown device creates it, present, and a membership change naming
+// an unknown pool or device creates them. A payload may be a catalog value or
+// a pointer to one.
 func Apply(s State, e Envelope) State { return apply(s, e, false) }
 
 // apply is Apply. owned says that e's slices belong to no one else (the

@@ -301,11 +301,13 @@ func linkVF(vf, pf *fnResult, vfIndex map[string]int) {
 }
 
 // warnOnce logs msg at warn level the first time key is seen by this
-// Reader.
+// Reader, at debug level after that.
 func (r *Reader) warnOnce(key, msg string) {
+	ev := r.log.Debug()
 	if r.firstTime(key) {
-		r.log.Warn().Msg(msg)
+		ev = r.log.Warn()
 	}
+	ev.Msg(msg)
 }
 
 // firstTime says whether key is met for the first time, and remembers it.
