@@ -548,6 +548,12 @@ func (r *registrar) answered(ctx actor.Context, m *registerResult) {
 		r.cfg.Log.Info().Str("pool", m.pool).Str("socket", m.socket).Msg("registered with a kubelet that has gone since")
 	case m.err == nil:
 		r.acknowledge(ctx, m.pool, d)
+		// A reconcile while the Register was out passed the pool over: its
+		// socket may have gone meanwhile (removed by hand), and the
+		// kubelet, connected still, would not say so.
+		if _, err := os.Stat(d.socket); errors.Is(err, os.ErrNotExist) {
+			r.needSocket(ctx, m.pool, r.desired[m.pool], true, "its socket is gone")
+		}
 	case errors.Is(m.err, grpcapi.ErrAlreadyConnected):
 		// The kubelet keeps a dead endpoint for this path until it
 		// restarts; a new path is free, so the first refusal moves at once.

@@ -1202,3 +1202,32 @@ func TestAStreamOnASocketLeftIsNotCounted(t *testing.T) {
 		t.Errorf("streams counted %v, want %v", r.listing, want)
 	}
 }
+
+// A socket removed while its Register is out (an operator's rm as the
+// kubelet registers it) is found gone once the kubelet answers: the
+// reconcile the removal asked for passed the pool over, and the kubelet,
+// still connected to it, never drops it. The pool serves on a new socket.
+func TestASocketRemovedDuringItsRegisterIsFoundGone(t *testing.T) {
+	reached, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{BeforeConnect: func(string, string) {
+		once.Do(func() { close(reached) })
+		<-release
+	}})
+	_, sock := r.serve(t, gpu)
+	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
+	select {
+	case <-reached:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the Register never reached the kubelet")
+	}
+	if err := os.Remove(sock); err != nil {
+		t.Fatal(err)
+	}
+	r.Sys.Root.Send(r.Child, &Reconcile{}) // as the socket watcher's removal asks
+	r.Drain(t)
+	close(release)
+	if m := next[*NeedSocket](t, r.family); m.Pool != gpu || m.Socket != sock || !m.Lost {
+		t.Errorf("parent heard %+v, want a new socket in place of the lost %s", *m, sock)
+	}
+}
