@@ -350,10 +350,16 @@ func replayLedgerFile(said io.Writer, l *store.Log, path string, verify bool, un
 	} else {
 		s, err = l.Replay(untilSeq)
 	}
-	if err != nil {
-		if errors.Is(err, store.ErrCorrupt) {
-			return s, err
-		}
+	switch {
+	case err == nil:
+	case errors.Is(err, store.ErrCorrupt):
+		return s, err
+	case errors.Is(err, store.ErrHistoryDropped) && !at.IsZero():
+		// The store names the instant it was asked for; a time given to
+		// the second is named as given.
+		return s, fmt.Errorf("replay %s to %s: %w: the oldest event kept is #%d, and no snapshot kept reaches back before it",
+			path, untilText(at), store.ErrHistoryDropped, l.FirstSeq())
+	default:
 		return s, fmt.Errorf("replay %s: %w", path, err)
 	}
 	return s, nil

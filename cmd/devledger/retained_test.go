@@ -276,3 +276,14 @@ func TestPageUntilBeforeTheEventsKept(t *testing.T) {
 		t.Errorf("exit %d (%s): the page draws devices, or does not say why it draws none:\n%s", code, errOut, out)
 	}
 }
+
+// A replay to a time before the events retention kept says so, naming the
+// time as it was given (to the second) and the oldest event kept.
+func TestReplayUntilBeforeTheEventsKept(t *testing.T) {
+	db := retainedCopy(t, sampleStory(), 30)
+	code, out, errOut := runCLI(t, "replay", "--db", db, "--until-time", "2026-11-24T09:00:00Z")
+	want := "replay " + db + " to 2026-11-24T09:00:00Z: history dropped by retention: the oldest event kept is #30"
+	if code != exitFailure || out != "" || !strings.Contains(errOut, want) {
+		t.Errorf("exit %d, %q, %q; want exit %d saying %q", code, out, errOut, exitFailure, want)
+	}
+}
