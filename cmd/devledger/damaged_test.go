@@ -187,6 +187,8 @@ func TestDamagedLedgers(t *testing.T) {
 			// The first passes of --pod and --iface read around damage too.
 			{"dump", "--pod", "telco/dpdk-testpmd-7d9f", "--db", db},
 			{"dump", "--iface", "ens1f0", "--db", db},
+			{"dump", "--stats", "--db", db},
+			{"dump", "--stats", "--by", "pod", "--db", db},
 			{"replay", "--db", db},
 			{"replay", "--verify", "--db", db},
 			scanArgs(roots, scanConfigs["sriov"], "--db", db),

@@ -172,7 +172,7 @@ func runStats(w io.Writer, lf *ledgerFlags, prs *priorStates, read func(func(eve
 	t.base.pool, t.base.pods = "", nil
 	if o.by == "pod" {
 		last, err := t.collectBindings(prs, read)
-		if err != nil && !errors.Is(err, errReadDamaged) {
+		if err != nil && !readAround(err) {
 			return readFailed(lf, err)
 		}
 		// A live daemon's log grows between the passes: count what the
@@ -205,7 +205,7 @@ func runStats(w io.Writer, lf *ledgerFlags, prs *priorStates, read func(func(eve
 		t.add(e)
 		return nil
 	}))
-	if readErr != nil && !errors.Is(readErr, errReadDamaged) {
+	if readErr != nil && !readAround(readErr) {
 		return readFailed(lf, readErr)
 	}
 	if readErr == nil && t.matched == 0 {
