@@ -382,6 +382,8 @@ func TestAnEndGivenToTheSecondKeepsThatSecond(t *testing.T) {
 		"2026-11-30T09:00:01.3Z":    nil,
 		// A decimal comma, which time.Parse takes as ISO 8601 does.
 		"2026-11-30T09:00:01,3Z": nil,
+		// Lowercase, as RFC 3339 allows.
+		"2026-11-30t09:00:01z": {2},
 	} {
 		code, out, errOut := runCLI(t, "dump", "--db", db, "--since", "2026-11-30T09:00:01Z", "--until", until, "--format", "jsonl")
 		if code != exitOK {

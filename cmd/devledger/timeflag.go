@@ -10,7 +10,7 @@ import (
 // parseTimeFlag reads a point in time given as RFC 3339 ("2026-11-24T09:00:00Z")
 // or as a duration before now ("2h", "90m", "7d").
 func parseTimeFlag(name, value string, now time.Time) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339Nano, value); err == nil {
+	if t, err := parseRFC3339(time.RFC3339Nano, value); err == nil {
 		return t, nil
 	}
 	if d, err := parseAge(value); err == nil {
@@ -25,10 +25,17 @@ func parseTimeFlag(name, value string, now time.Time) (time.Time, error) {
 // zoneless is the usage error for value, given to --name, when it is a
 // time with no zone; nil when it is anything else.
 func zoneless(name, value string) error {
-	if _, err := time.Parse("2006-01-02T15:04:05.999999999", value); err == nil {
+	if _, err := parseRFC3339("2006-01-02T15:04:05.999999999", value); err == nil {
 		return usageErrf("--%s %q: a time with no zone is no point in time: add Z for UTC (%sZ) or the offset (%s+01:00)", name, value, value, value)
 	}
 	return nil
+}
+
+// parseRFC3339 is time.Parse of a layout of RFC 3339's, which lets a time
+// write its "T" and "Z" in lowercase (RFC 3339, 5.6) where Go's layout
+// does not.
+func parseRFC3339(layout, value string) (time.Time, error) {
+	return time.Parse(layout, strings.ToUpper(value))
 }
 
 // parseUntilFlag is parseTimeFlag for a point that events at or before it
@@ -40,7 +47,7 @@ func zoneless(name, value string) error {
 func parseUntilFlag(name, value string, now time.Time) (time.Time, error) {
 	t, err := parseTimeFlag(name, value, now)
 	if err == nil && !strings.ContainsAny(value, ".,") {
-		if _, perr := time.Parse(time.RFC3339, value); perr == nil {
+		if _, perr := parseRFC3339(time.RFC3339, value); perr == nil {
 			t = t.Add(time.Second - time.Nanosecond)
 		}
 	}
