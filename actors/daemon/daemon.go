@@ -1089,14 +1089,17 @@ func markAlive(stateDir string) {
 func holder(stateDir string, opening bool) string {
 	b, err := os.ReadFile(filepath.Join(stateDir, PIDFileName))
 	pid := strings.TrimSpace(string(b))
+	named := err == nil && pid != ""
 	switch {
-	case opening && (err != nil || pid == ""):
-		return "another process, likely a start still opening or replaying it (" + OpeningFileName + " is there), or a tool reading it after a start died there"
 	case opening:
-		// The pid file is written once a start is recorded: until then it
-		// names the run before.
-		return "another process, likely a start still opening or replaying it (" + OpeningFileName + " is there; " + PIDFileName + " names the run before it: " + pid + "), or a tool reading it after a start died there"
-	case err != nil || pid == "":
+		why := OpeningFileName + " is there"
+		if named {
+			// The pid file is written once a start is recorded: until
+			// then it names the run before.
+			why += "; " + PIDFileName + " names the run before it: " + pid
+		}
+		return "another process, likely a start still opening or replaying it (" + why + "), or a tool reading it after a start died there"
+	case !named:
 		return "another process (no " + PIDFileName + " says which)"
 	}
 	return "devledger " + pid
