@@ -527,7 +527,10 @@ func TestUnmarshalConcurrent(t *testing.T) {
 					err = fmt.Errorf("%s decoded as %#v", want[i].Type, got)
 				}
 				if err == nil {
-					_, err = ApplyRecord(NewState(), recs[i])
+					var f Envelope
+					if f, err = UnmarshalForFold(recs[i]); err == nil {
+						Apply(NewState(), f)
+					}
 				}
 				if err != nil {
 					errs <- err

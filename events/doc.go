@@ -24,8 +24,8 @@
 // I/O and reads no clock, so replay and the live daemon compute the same
 // state. Like append, it may reuse the maps of the state it is given: callers
 // write s = Apply(s, e) and keep no other reference to the old value; Clone
-// first to keep one. ApplyRecord folds a record straight from the ledger,
-// decoding only what Apply reads: it is the replay loop's per-record call.
+// first to keep one. UnmarshalForFold decodes a record for Apply alone,
+// leaving out what Apply does not read: replay decodes with it.
 //
 // Payloads are the value types of the catalog; a pointer to one is accepted
 // everywhere and treated as its value.

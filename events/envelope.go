@@ -119,20 +119,14 @@ func AppendMarshal(buf []byte, e Envelope) ([]byte, error) {
 // each: a string kept (in a State, say) keeps that copy alive.
 func Unmarshal(rec []byte) (Envelope, error) { return unmarshal(rec, false) }
 
-// ApplyRecord folds one ledger record into s: Apply(s, e) for the e that
-// Unmarshal(rec) returns, without building the parts of e that the fold does
-// not read (the container response of DevicesAllocated), though they are
-// checked as strictly. It is what replay calls for each record. On error
-// nothing is applied and s is returned as it was. Short strings (pool names,
-// PCI addresses) come from a small process-wide cache, so the state keeps no
-// copy of them per event.
-func ApplyRecord(s State, rec []byte) (State, error) {
-	e, err := unmarshal(rec, true)
-	if err != nil {
-		return s, err
-	}
-	return apply(s, e, true), nil
-}
+// UnmarshalForFold is Unmarshal for a fold: the envelope holds all that
+// Apply reads and leaves out what it does not (the container response of
+// DevicesAllocated), though that part is checked as strictly, so it
+// refuses what Unmarshal refuses. Short strings (pool names, PCI
+// addresses) come from a small process-wide cache, so a folded state keeps
+// no copy of them per event. Replay and the ledger's check decode each
+// record with it; an envelope from it is for Apply, not for showing.
+func UnmarshalForFold(rec []byte) (Envelope, error) { return unmarshal(rec, true) }
 
 // PeekType reads the type a record says it is, from its header alone: for
 // a damaged record, what it was. ok is false when the header does not

@@ -91,7 +91,7 @@ type reader struct {
 	text   string
 	textAt int
 	// forFold says only what Apply reads is wanted: decoders may check the
-	// other fields without building them (see ApplyRecord), and short
+	// other fields without building them (see UnmarshalForFold), and short
 	// strings are interned.
 	forFold bool
 }

@@ -162,7 +162,7 @@ func (l *Log) check(ctx context.Context, limit int, known func(error) bool) (Che
 					return err
 				}
 			}
-			e, err := l.decodeRecord(seq, rec)
+			e, err := l.decodeForFold(seq, rec)
 			if err != nil {
 				if !errors.Is(err, ErrCorrupt) && limit > 1 {
 					folding = false // a newer devledger's event: not damage

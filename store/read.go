@@ -132,6 +132,18 @@ func (l *Log) corrupt(seq uint64, reason string, err error) *CorruptError {
 // decodeRecord decodes a verified record stored under seq.
 func (l *Log) decodeRecord(seq uint64, rec []byte) (events.Envelope, error) {
 	e, err := events.Unmarshal(rec)
+	return l.decoded(seq, e, err)
+}
+
+// decodeForFold is decodeRecord for a fold: the envelope holds what
+// events.Apply reads (events.UnmarshalForFold).
+func (l *Log) decodeForFold(seq uint64, rec []byte) (events.Envelope, error) {
+	e, err := events.UnmarshalForFold(rec)
+	return l.decoded(seq, e, err)
+}
+
+// decoded names what is wrong with the record decoded under seq as e.
+func (l *Log) decoded(seq uint64, e events.Envelope, err error) (events.Envelope, error) {
 	if errors.Is(err, events.ErrUnknownType) || errors.Is(err, events.ErrUnknownVersion) {
 		// Not damage: a newer devledger wrote it (a rollback).
 		return e, fmt.Errorf("ledger %s: #%d: %w; a newer devledger wrote it: run that version or a newer one (dump shows such events as unknown)", l.path, seq, err)
@@ -374,11 +386,12 @@ func (l *Log) fold(tx *bolt.Tx, s *events.State, until uint64, stop func(events.
 	return err
 }
 
-// decodeEach decodes the events from..until in order and hands each to
-// visit, ending (without error) before the first one stop returns true for.
+// decodeEach decodes the events from..until in order, for a fold, and
+// hands each to visit, ending (without error) before the first one stop
+// returns true for.
 func (l *Log) decodeEach(tx *bolt.Tx, from, until uint64, stop func(events.Envelope) bool, visit func(events.Envelope)) error {
 	err := l.scan(tx, from, until, false, func(seq uint64, rec []byte) error {
-		e, err := l.decodeRecord(seq, rec)
+		e, err := l.decodeForFold(seq, rec)
 		if err != nil {
 			return err
 		}
