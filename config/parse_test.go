@@ -617,6 +617,68 @@ func TestIgnoredSelectorFieldsAreDropped(t *testing.T) {
 	}
 }
 
+// The SR-IOV plugin decodes a selector object into its device type's
+// struct, so a field outside that struct is skipped unread, whatever it
+// holds: such a config loads there, and must load here, with the warning.
+func TestIgnoredSelectorFieldsAreNotValidated(t *testing.T) {
+	tests := []struct {
+		name, src string
+		want      []string
+	}{
+		{
+			name: "accelerator",
+			src: `{"resourceName": "a", "deviceType": "accelerator", "selectors": {"vendors": ["8086"],
+				"pfNames": ["eth0#5-2"], "rootDevices": "0000:86:00.0", "pKeys": ["zz"], "vdpaType": "vdpa", "isRdma": "yes"}}`,
+			want: []string{
+				`c.json: resourceList[0].selectors.pfNames: ignored: not a selector of deviceType accelerator (the SR-IOV plugin ignores it too)`,
+				`c.json: resourceList[0].selectors.rootDevices: ignored: not a selector of deviceType accelerator (the SR-IOV plugin ignores it too)`,
+				`c.json: resourceList[0].selectors.pKeys: ignored: not a selector of deviceType accelerator (the SR-IOV plugin ignores it too)`,
+				`c.json: resourceList[0].selectors.vdpaType: ignored: not a selector of deviceType accelerator (the SR-IOV plugin ignores it too)`,
+				`c.json: resourceList[0].selectors.isRdma: ignored: not a selector of deviceType accelerator (the SR-IOV plugin ignores it too)`,
+			},
+		},
+		{
+			name: "netDevice",
+			src:  `{"resourceName": "a", "selectors": {"vendors": ["8086"], "auxTypes": ["eth"]}}`,
+			want: []string{
+				`c.json: resourceList[0].selectors.auxTypes: ignored: not a selector of deviceType netDevice (the SR-IOV plugin ignores it too)`,
+			},
+		},
+		{
+			name: "auxNetDevice",
+			src: `{"resourceName": "a", "deviceType": "auxNetDevice", "selectors": {"auxTypes": ["sf"],
+				"pciAddresses": ["86:00.0"], "vdpaType": "vdpa", "pKeys": ["0x10000"], "isRdma": true}}`,
+			want: []string{
+				`c.json: resourceList[0].deviceType: "auxNetDevice": ` + auxUnsupported,
+				`c.json: resourceList[0].selectors.pciAddresses: ignored: not a selector of deviceType auxNetDevice (the SR-IOV plugin ignores it too)`,
+				`c.json: resourceList[0].selectors.vdpaType: ignored: not a selector of deviceType auxNetDevice (the SR-IOV plugin ignores it too)`,
+				`c.json: resourceList[0].selectors.pKeys: ignored: not a selector of deviceType auxNetDevice (the SR-IOV plugin ignores it too)`,
+			},
+		},
+		{
+			name: "values that set nothing are not mentioned",
+			src:  `{"resourceName": "a", "deviceType": "accelerator", "selectors": {"vendors": ["8086"], "pfNames": [], "isRdma": false, "vdpaType": "", "pKeys": null}}`,
+			want: []string{},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := mustParse(t, "c.json", `{"resourceList": [`+tc.src+`]}`)
+			if !reflect.DeepEqual(cfg.Warnings, tc.want) {
+				t.Errorf("warnings:\n%s\nwant:\n%s", strings.Join(cfg.Warnings, "\n"), strings.Join(tc.want, "\n"))
+			}
+			s := cfg.Resources[0].Selectors[0]
+			dropped := s.PFNames == nil && s.RootDevices == nil && s.PKeys == nil && s.PCIAddresses == nil && s.VDPAType == ""
+			if cfg.Resources[0].DeviceType == NetDevice {
+				dropped = s.AuxTypes == nil
+			}
+			if !dropped {
+				t.Errorf("selector = %+v, want the ignored fields dropped", s)
+			}
+		})
+	}
+}
+
 // TestGolden pins the full error output for the bad configs under
 // testdata/config. Run with -update to rewrite the golden files.
 func TestGolden(t *testing.T) {

@@ -92,37 +92,35 @@ func (d *decoder) selector(n *node, path string, dt DeviceType, typeKnown bool) 
 	s := Selector{Path: path}
 	auxGiven := false
 	d.fields(n, path, selectorFields, nil, func(key string, v *node, p string) {
+		// The plugin skips such a field unread, whatever it holds, so its
+		// value is not checked either: a config it loads must load here.
+		if typeKnown && !slices.Contains(selectorsFor[dt], key) {
+			if setsSomething(v) {
+				d.warn(p, "", fmt.Sprintf("ignored: not a selector of deviceType %s (the SR-IOV plugin ignores it too)", dt))
+			}
+			return
+		}
 		if key == fieldAuxTypes && v.kind != kindNull && (v.kind != kindList || len(v.items) > 0) {
 			auxGiven = true // an empty list names no type: the plugin refuses it too
 		}
 		var (
-			list  []string
-			pfs   []PFSelector
-			flag  bool
-			text  string
-			given bool
+			list []string
+			pfs  []PFSelector
+			flag bool
+			text string
 		)
 		switch key {
 		case fieldIsRDMA, fieldNeedVhostNet:
 			flag = d.boolean(v, p)
-			given = flag
 		case fieldVDPAType:
 			var ok bool
-			if text, ok = d.str(v, p); ok && text != "" {
-				if text != "virtio" && text != "vhost" {
-					d.fail(p, quote(text), "unknown vDPA type, want virtio or vhost")
-					return
-				}
-				given = true
+			if text, ok = d.str(v, p); ok && text != "" && text != "virtio" && text != "vhost" {
+				d.fail(p, quote(text), "unknown vDPA type, want virtio or vhost")
+				return
 			}
 		default:
 			vals, idx := d.strings(v, p)
 			list, pfs = d.checkValues(key, vals, idx, v, p)
-			given = len(list) > 0
-		}
-		if typeKnown && given && !slices.Contains(selectorsFor[dt], key) {
-			d.warn(p, "", fmt.Sprintf("ignored: not a selector of deviceType %s (the SR-IOV plugin ignores it too)", dt))
-			return
 		}
 		switch key {
 		case fieldVendors:
@@ -179,6 +177,22 @@ func (d *decoder) selector(n *node, path string, dt DeviceType, typeKnown bool) 
 		}
 	}
 	return s
+}
+
+// setsSomething reports whether a selector field's value would filter
+// if the field applied: not null, false, "" or an empty list.
+func setsSomething(v *node) bool {
+	switch v.kind {
+	case kindNull:
+		return false
+	case kindBool:
+		return v.b
+	case kindString:
+		return v.text != ""
+	case kindList:
+		return len(v.items) > 0
+	}
+	return true
 }
 
 // checkValues validates the values of a list field. It returns the values
