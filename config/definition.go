@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 	"unicode"
 )
 
@@ -49,7 +50,9 @@ func DefinitionChanges(old, new string) []string {
 }
 
 // flattenJSON puts each leaf of a JSON document into out, keyed by its
-// path (selectors[0].vendors). A document that does not parse is one
+// path (selectors[0].vendors) and written as the config file writes it: a
+// pfNames or rootDevices entry as written, a duration as "10s", the keys
+// under additionalInfo as given. A document that does not parse is one
 // leaf, its text.
 func flattenJSON(doc string, out map[string]string) {
 	var v any
@@ -59,24 +62,52 @@ func flattenJSON(doc string, out map[string]string) {
 	}
 	var walk func(path string, v any)
 	walk = func(path string, v any) {
-		switch v := v.(type) {
+		switch x := v.(type) {
 		case map[string]any:
-			for k, x := range v {
-				walk(strings.TrimPrefix(path+"."+fileName(k), "."), x)
+			for k, y := range x {
+				if path != "additionalInfo" && !strings.HasPrefix(path, "additionalInfo.") {
+					k = fileName(k)
+				}
+				walk(strings.TrimPrefix(path+"."+k, "."), y)
 			}
 			return
 		case []any:
-			if slices.ContainsFunc(v, func(x any) bool { _, obj := x.(map[string]any); return obj }) {
-				for i, x := range v {
-					walk(fmt.Sprintf("%s[%d]", path, i), x)
+			if raws, ok := rawEntries(x); ok {
+				v = raws // PFSelectors: their parsed parts say nothing more
+			} else if slices.ContainsFunc(x, func(y any) bool { _, obj := y.(map[string]any); return obj }) {
+				for i, y := range x {
+					walk(fmt.Sprintf("%s[%d]", path, i), y)
 				}
 				return
+			}
+		case float64:
+			if durationFields[path] {
+				v = time.Duration(x).String()
 			}
 		}
 		b, _ := json.Marshal(v)
 		out[path] = string(b)
 	}
 	walk("", v)
+}
+
+// durationFields are the paths of a definition that hold a time.Duration,
+// which JSON writes in nanoseconds.
+var durationFields = map[string]bool{"health.holdDown": true, "health.debounce": true, "health.probeInterval": true}
+
+// rawEntries returns the entries as written of a list of PFSelectors
+// (objects with a Raw field); false for any other list.
+func rawEntries(list []any) ([]string, bool) {
+	raws := make([]string, 0, len(list))
+	for _, y := range list {
+		obj, _ := y.(map[string]any)
+		raw, ok := obj["Raw"].(string)
+		if !ok {
+			return nil, false
+		}
+		raws = append(raws, raw)
+	}
+	return raws, len(raws) > 0
 }
 
 // fileName is the name the config file gives a field of a definition,
