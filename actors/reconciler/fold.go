@@ -36,7 +36,8 @@ type foldInput struct {
 	// allocation reaching the reconciler).
 	seen map[string]bool
 	// settling: the kubelet has just started and may list no pod it has
-	// not synced yet, so a pod missing from its list is not gone.
+	// not synced yet, so a pod missing from its list is not gone, and an
+	// allocation no container claims may be held by one of those.
 	settling bool
 }
 
@@ -199,7 +200,10 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 			out.payloads = append(out.payloads, events.DevicesReleased{AllocationSeq: seq, Pool: a.Pool,
 				DeviceIDs: slices.Clone(a.DeviceIDs), HeldFor: held,
 				Reason: fmt.Sprintf("%s/%s/%s no longer holds it", b.Namespace, b.Pod, b.Container)})
-		case !a.LeakSuspected && held > in.grace:
+		case !a.LeakSuspected && held > in.grace && !in.settling:
+			// A suspect stops holding its devices against other pools
+			// (events.Allocation.Claimed): only a kubelet that has its
+			// pods back can say that no container claims it.
 			out.payloads = append(out.payloads, events.AllocationLeakSuspected{AllocationSeq: seq, Pool: a.Pool,
 				DeviceIDs: slices.Clone(a.DeviceIDs), Age: held,
 				Reason: fmt.Sprintf("no container has claimed it for %s", held.Round(time.Second))})

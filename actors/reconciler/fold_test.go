@@ -86,6 +86,11 @@ func TestFold(t *testing.T) {
 			want:     []string{"released #10 after 1h0m0s: telco/dpdk-0/app no longer holds it"},
 		},
 		{
+			name:     "a kubelet just started lists no pod: one not claimed past the grace is no leak suspect yet",
+			allocs:   map[uint64]events.Allocation{10: {Pool: vfio, DeviceIDs: []string{"a"}, At: t0.Add(-10 * time.Minute)}},
+			settling: true,
+		},
+		{
 			name:   "not claimed yet, within the grace: nothing",
 			allocs: map[uint64]events.Allocation{10: {Pool: vfio, DeviceIDs: []string{"a"}, At: t0.Add(-time.Minute)}},
 		},
