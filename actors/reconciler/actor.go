@@ -96,8 +96,10 @@ type lifetime struct {
 	persist ledger.Persister
 	// kubeletAt is when the parent last told of a kubelet started (see
 	// KubeletSettle), before its KubeletRestarted may be in the ledger,
-	// or when PodResources answered again after it was away.
-	kubeletAt time.Time
+	// or when PodResources answered again after it was away or after
+	// the ledger recorded the kubelet stopped. stopAnswered is the
+	// recorded stop (its DownSince) whose first answer set kubeletAt.
+	kubeletAt, stopAnswered time.Time
 	// seen are the last round's findings (foldInput.seen): a standing
 	// conflict is recorded once, not again by each incarnation. A node
 	// coordinator that restarts spawns the reconciler anew, with a
@@ -345,10 +347,15 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	}
 	r.failures = 0
 	now := r.cfg.Now()
-	if r.life.away {
-		// Back: a kubelet may have started, serving PodResources before
-		// the parent hears of its kubelet.sock.
+	// Back: a kubelet may have started, serving PodResources before
+	// the parent hears of its kubelet.sock. A restart between two rounds
+	// fails no List, but the registrar records the kubelet stopped.
+	k := r.st.Kubelet
+	if stopped := k.Down && !k.DownSince.Equal(r.life.stopAnswered); r.life.away || stopped {
 		r.life.kubeletAt = now
+	}
+	if k.Down {
+		r.life.stopAnswered = k.DownSince
 	}
 	r.life.away, r.life.warned = false, false
 	var payloads []events.Payload
@@ -357,7 +364,8 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	}
 	// The kubelet settles from its start: as the parent told, as the
 	// ledger says (KubeletRestarted), which a reconciler its parent
-	// starts again reads, or from the first answer after it was away.
+	// starts again reads, or from the first answer after it was away or
+	// recorded stopped.
 	back := r.life.kubeletAt
 	if last := r.st.Kubelet.LastRestart; last.After(back) {
 		back = last

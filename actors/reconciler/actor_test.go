@@ -435,6 +435,46 @@ func TestAKubeletThatJustStartedReleasesNothingUntilItSettles(t *testing.T) {
 	}
 }
 
+// A kubelet serves PodResources as it starts, before it has its pods
+// and before its kubelet.sock is there for the parent to hear of it. A
+// restart between two rounds fails no List, but the registrar records
+// the kubelet stopped as its streams end: the first answer after that
+// comes from a kubelet that has just started, and releases nothing until
+// it settles.
+func TestAnAnswerAfterTheLedgerSaysTheKubeletStoppedSettles(t *testing.T) {
+	const pool, dev = "example.com/vf", "0000:3b:02.1"
+	l, rec, seq, replayed := ledgerWithAllocation(t, pool, dev)
+	var pods atomic.Pointer[[]*podresourcesapi.PodResources]
+	pods.Store(&[]*podresourcesapi.PodResources{kubelettest.PodHolding("ns", "pod-a", "main", pool, dev)})
+	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+		return &podresourcesapi.ListPodResourcesResponse{PodResources: *pods.Load()}, nil
+	})
+	const settle = 500 * time.Millisecond
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
+		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, KubeletSettle: settle, Log: zerolog.Nop()}))
+	awaitStatus(t, f, func(st *Status) bool { return st.Allocations[seq] == "ns/pod-a/main" })
+
+	if _, err := rec.Record(context.Background(), events.KubeletStopped{Socket: "kubelet.sock", Reason: "kubelet.sock refuses connections"}); err != nil {
+		t.Fatal(err)
+	}
+	pods.Store(&[]*podresourcesapi.PodResources{}) // the new kubelet has no pod yet
+	back := time.Now()
+	f.Sys.Root.Send(f.Child, &Reconcile{})
+	st := awaitStatus(t, f, func(st *Status) bool { return st.Rounds >= 2 })
+	if time.Since(back) < settle && st.Allocations[seq] != "ns/pod-a/main" {
+		t.Fatalf("a round answered by a kubelet recorded stopped let go of #%d: %q", seq, st.Allocations[seq])
+	}
+	// The pod is gone indeed: released once the kubelet has settled.
+	awaitStatus(t, f, func(st *Status) bool { _, live := st.Allocations[seq]; return !live })
+	released, _ := releaseOf(t, l, seq)
+	if released.IsZero() {
+		t.Fatalf("#%d was not released after the kubelet settled", seq)
+	}
+	if d := released.Sub(back); d < settle {
+		t.Errorf("#%d released %s after the kubelet answered again, within its %s to settle", seq, d, settle)
+	}
+}
+
 // A kubelet restarted while the API server is away lists static pods
 // alone, past any settle time: while it does not list the daemon's own
 // pod, no bound allocation whose pod it does not list is released; once it
