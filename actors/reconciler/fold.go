@@ -31,15 +31,19 @@ type foldInput struct {
 	now    time.Time
 	grace  time.Duration
 	// seen are the last round's findings: conflicts, recorded once when
-	// they appear, and devices in a container but in no live allocation,
-	// recovered only on a second sight (the first list may predate the
-	// allocation reaching the reconciler).
+	// they appear (and kept while the kubelet settles), and devices in a
+	// container but in no live allocation, recovered only on a second
+	// sight (the first list may predate the allocation reaching the
+	// reconciler).
 	seen map[string]bool
 	// settling: the kubelet has just started and may list no pod it has
 	// not synced yet, so a pod missing from its list is not gone, and an
 	// allocation no container claims may be held by one of those.
 	settling bool
 }
+
+// conflictSeen starts the foldInput.seen keys of conflicts.
+const conflictSeen = "multi|"
 
 // foldResult is what a round records, and what it saw (foldInput.seen).
 type foldResult struct {
@@ -94,6 +98,15 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 	}
 
 	out := foldResult{seen: map[string]bool{}}
+	if in.settling {
+		// The pods of a conflict recorded may be ones the kubelet has
+		// not synced yet: listed again, it is the same conflict.
+		for k := range in.seen {
+			if strings.HasPrefix(k, conflictSeen) {
+				out.seen[k] = true
+			}
+		}
+	}
 	// lost are the devices the kubelet reports and the ledger holds in no
 	// live allocation, by resource and container, in the order met.
 	type lostKey struct {
@@ -123,7 +136,7 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 				claims = append(claims, c)
 				names = append(names, r.String())
 			}
-			seenKey := "multi|" + k.resource + "|" + k.device + "|" + strings.Join(names, ",")
+			seenKey := conflictSeen + k.resource + "|" + k.device + "|" + strings.Join(names, ",")
 			out.seen[seenKey] = true
 			if !in.seen[seenKey] {
 				out.payloads = append(out.payloads, events.AllocationConflict{

@@ -270,6 +270,29 @@ func TestRecoveryNeedsTwoSightings(t *testing.T) {
 	}
 }
 
+// A kubelet that has just started lists the pods of a standing conflict
+// only once it has synced them: the conflict is still the one recorded,
+// not a new one.
+func TestAStandingConflictIsNotRecordedAgainAfterTheKubeletSettles(t *testing.T) {
+	pods := []*podresourcesapi.PodResources{pod("ml", "trainer-0", "main", vfio, "x"), pod("ml", "trainer-1", "main", vfio, "x")}
+	allocs := map[uint64]events.Allocation{22: {Seq: 22, Pool: vfio, DeviceIDs: []string{"x"}, At: t0.Add(-time.Hour),
+		Binding: &events.Binding{Namespace: "ml", Pod: "trainer-1", Container: "main"}}}
+	in := foldInput{pools: map[string]events.Pool{vfio: {}}, allocs: allocs, now: t0, grace: 5 * time.Minute, seen: map[string]bool{}}
+	first := fold(in, pods)
+	if len(first.payloads) != 1 {
+		t.Fatalf("first round recorded %q, want the conflict alone", describe(first.payloads))
+	}
+	in.seen, in.settling = first.seen, true
+	restarted := fold(in, nil) // the kubelet restarts and lists no pod yet
+	if len(restarted.payloads) != 0 {
+		t.Fatalf("a kubelet that lists no pod yet recorded %q", describe(restarted.payloads))
+	}
+	in.seen, in.settling = restarted.seen, false
+	if got := describe(fold(in, pods).payloads); len(got) != 0 {
+		t.Errorf("the same conflict, listed again once the kubelet has its pods, recorded %q", got)
+	}
+}
+
 // The kubelet lists pods in a map's order, new at every List. A standing
 // conflict is recorded once, whatever the order, names the allocation
 // only as the claim of the container it is bound to, and moves no
