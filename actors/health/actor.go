@@ -62,9 +62,10 @@ type Target struct {
 }
 
 // Watch replaces the set of devices to probe. Those new, whose target
-// changed, or that Seen names are probed at once; the others keep their
-// time: a scan that saw nothing change in a device does not probe it
-// sooner than its interval.
+// changed, whose Known is newer than the checker's verdict, or that Seen
+// names are probed at once; the others keep their time: a scan that saw
+// nothing change in a device does not probe it sooner than its interval,
+// nor does the checker's own verdict coming back as the parent's Known.
 type Watch struct {
 	Targets []Target
 	Seen    Seen
@@ -307,7 +308,7 @@ func (c *checker) watch(ts []Target, seen Seen) []Target {
 				d.raw, d.rawSince = d.Healthy, now
 			}
 		}
-		if at, ok := c.next[t.Probe.Address]; ok && was[t.Probe.Address] == t && !slices.Contains(named, t) {
+		if at, ok := c.next[t.Probe.Address]; ok && c.sameTarget(was[t.Probe.Address], t) && !slices.Contains(named, t) {
 			kept[t.Probe.Address] = at
 		} else {
 			changed = append(changed, t)
@@ -315,6 +316,18 @@ func (c *checker) watch(ts []Target, seen Seen) []Target {
 	}
 	c.next = kept
 	return changed
+}
+
+// sameTarget says whether t probes as was does, and brings no verdict
+// newer than the checker's. Known alone changing is no news of the
+// device: after each verdict the parent's next Watch brings the
+// checker's own verdict back.
+func (c *checker) sameTarget(was, t Target) bool {
+	if d := c.devices[t.Probe.Address]; d == nil || t.Known.Newer(d.Verdict) {
+		return false
+	}
+	was.Known = t.Known
+	return was == t
 }
 
 // named returns the targets a kernel event concerns: those whose address

@@ -375,6 +375,27 @@ func TestAWatchProbesOnlyWhatChanged(t *testing.T) {
 	}
 }
 
+// The parent's Known is the newest verdict it heard, so after each verdict
+// the next Watch brings the checker's own back: that is no news of the
+// device, and does not probe it before its interval.
+func TestAWatchBringingTheCheckersOwnVerdictProbesNothing(t *testing.T) {
+	c := newChecker(t, Config{})
+	tg := target(devA, 0, time.Hour)
+	c.watch(tg)
+	c.Silent(t)
+	c.prober.fail(devA, "gone from sysfs")
+	c.round(time.Second)
+	v := next[*Changed](t, c.family).Verdicts[0]
+	c.Silent(t)
+	n := c.prober.count()
+	tg.Known = events.Verdict{Healthy: v.Healthy, Reason: v.Reason, Seq: v.Seq}
+	c.watch(tg) // the next scan, which saw nothing change in devA
+	c.Silent(t)
+	if got := c.prober.roundsSince(n); len(got) > 0 {
+		t.Errorf("a Watch that brought back the checker's own verdict probed %v", got)
+	}
+}
+
 // A kernel event names interfaces too: those whose link a target's check
 // reads, a function's own or, for a VF, its PF's, which takes every VF of
 // that PF (a VF's own interface is not checked, and takes none). A device
