@@ -69,6 +69,12 @@ type ProbeResult struct {
 	// Link is set when the link check failed (every check before it
 	// passed), or when only the link was probed (ProbeLinks).
 	Link bool
+	// Inconclusive is set when the probe failed for want of something
+	// this process needs to read (a file descriptor, memory: EMFILE,
+	// ENFILE, ENOMEM, ENOBUFS), not for anything about the device or its
+	// files. Such a result says nothing of the device's health; Reason
+	// says what could not be read.
+	Inconclusive bool
 	// Files is how many files the probe touched (readlink, stat and read
 	// calls), the cost the benchmarks compare.
 	Files int
@@ -116,7 +122,8 @@ func (r *Reader) ProbeAll(ts []ProbeTarget) []ProbeResult {
 func (r *Reader) ProbeLinks(ts []ProbeTarget) []ProbeResult {
 	return r.probeAll(ts, func(p *prober, t ProbeTarget) ProbeResult {
 		res := ProbeResult{Link: true}
-		if reason := p.linkCheck(t, &res.Files); reason != "" {
+		if reason, inconclusive := p.linkCheck(t, &res.Files); reason != "" {
+			res.Inconclusive = inconclusive
 			return res.fail(reason)
 		}
 		res.Healthy = true
@@ -204,11 +211,13 @@ type sharedLink struct {
 type linkVerdict struct {
 	// down is the operstate when it is not up ("down", "dormant"), "" when
 	// it is; noCarrier and gone are the other failures, failed a probe
-	// failure's text, which names the file.
-	down      string
-	noCarrier bool
-	gone      bool
-	failed    string
+	// failure's text, which names the file (inconclusive when
+	// ProbeResult.Inconclusive would be).
+	down         string
+	noCarrier    bool
+	gone         bool
+	failed       string
+	inconclusive bool
 }
 
 // reason phrases v for interface ifname, marked as the PF's when pf; ""
@@ -275,14 +284,14 @@ func (p *prober) probe(t ProbeTarget) ProbeResult {
 		case errors.Is(err, fs.ErrNotExist):
 			return res.fail("gone from sysfs")
 		case err != nil:
-			return res.fail("probe failed: cannot stat the function's directory: " + errText(err))
+			return res.failRead("cannot stat the function's directory", err)
 		case t.Driver != "":
 			return res.fail("driver unbound (was " + t.Driver + ")")
 		default:
 			return res.fail("no driver bound")
 		}
 	default:
-		return res.fail("probe failed: cannot read driver: " + errText(err))
+		return res.failRead("cannot read driver", err)
 	}
 
 	if t.VFIO {
@@ -294,7 +303,7 @@ func (p *prober) probe(t ProbeTarget) ProbeResult {
 			case errors.Is(err, fs.ErrNotExist):
 				return res.fail("no IOMMU group, so no /dev/vfio node")
 			case err != nil:
-				return res.fail("probe failed: cannot read iommu_group: " + errText(err))
+				return res.failRead("cannot read iommu_group", err)
 			}
 			group = linkBase(target)
 		}
@@ -314,12 +323,12 @@ func (p *prober) probe(t ProbeTarget) ProbeResult {
 		case errors.Is(err, fs.ErrNotExist):
 			return res.fail("/dev/vfio/" + group + " missing")
 		case err != nil:
-			return res.fail("probe failed: cannot stat /dev/vfio/" + group + ": " + errText(err))
+			return res.failRead("cannot stat /dev/vfio/"+group, err)
 		}
 	}
 
-	if reason := p.linkCheck(t, &res.Files); reason != "" {
-		res.Link = true
+	if reason, inconclusive := p.linkCheck(t, &res.Files); reason != "" {
+		res.Link, res.Inconclusive = true, inconclusive
 		return res.fail(reason)
 	}
 	res.Healthy = true
@@ -327,14 +336,15 @@ func (p *prober) probe(t ProbeTarget) ProbeResult {
 }
 
 // linkCheck makes t's link check, adding the files it touches to *files,
-// and says why it failed, "" when it passed or there is nothing to check.
-func (p *prober) linkCheck(t ProbeTarget, files *int) string {
+// and says why it failed, "" when it passed or there is nothing to check,
+// and whether the failure is inconclusive (ProbeResult.Inconclusive).
+func (p *prober) linkCheck(t ProbeTarget, files *int) (reason string, inconclusive bool) {
 	if !t.Link {
-		return ""
+		return "", false
 	}
 	ifname, pf := t.LinkInterface()
 	if ifname == "" {
-		return ""
+		return "", false
 	}
 	var v linkVerdict
 	if sl := p.shared[ifname]; pf && sl != nil {
@@ -348,9 +358,9 @@ func (p *prober) linkCheck(t ProbeTarget, files *int) string {
 		// (the host-device CNI moves it into the pod's namespace), or udev
 		// renames it. The next scan has no interface, or the new name, to
 		// check; that the function is there and bound is checked above.
-		return ""
+		return "", false
 	}
-	return v.reason(ifname, pf)
+	return v.reason(ifname, pf), v.inconclusive
 }
 
 // link reads whether interface ifname is up with carrier, adding the files
@@ -366,7 +376,7 @@ func (p *prober) link(ifname string, files *int) linkVerdict {
 	case errors.Is(err, fs.ErrNotExist):
 		return linkVerdict{gone: true}
 	case err != nil:
-		return linkVerdict{failed: "probe failed: cannot read " + rel("operstate") + ": " + errText(err)}
+		return linkVerdict{failed: "probe failed: cannot read " + rel("operstate") + ": " + errText(err), inconclusive: resourceErr(err)}
 	case n == len(p.buf):
 		return linkVerdict{failed: "probe failed: " + rel("operstate") + ": longer than any value the kernel writes there"}
 	}
@@ -388,7 +398,7 @@ func (p *prober) link(ifname string, files *int) linkVerdict {
 	case errors.Is(err, fs.ErrNotExist):
 		return linkVerdict{gone: true}
 	case err != nil:
-		return linkVerdict{failed: "probe failed: cannot read " + rel("carrier") + ": " + errText(err)}
+		return linkVerdict{failed: "probe failed: cannot read " + rel("carrier") + ": " + errText(err), inconclusive: resourceErr(err)}
 	case n == len(p.buf):
 		return linkVerdict{failed: "probe failed: " + rel("carrier") + ": longer than any value the kernel writes there"}
 	}
@@ -405,6 +415,24 @@ func (res ProbeResult) fail(reason string) ProbeResult {
 	res.Healthy = false
 	res.Reason = reason
 	return res
+}
+
+// failRead fails the probe because what could not be read, with err.
+func (res ProbeResult) failRead(what string, err error) ProbeResult {
+	res = res.fail("probe failed: " + what + ": " + errText(err))
+	res.Inconclusive = resourceErr(err)
+	return res
+}
+
+// resourceErr reports whether err says this process lacked what a read
+// needs (a file descriptor, memory), which says nothing of the file.
+func resourceErr(err error) bool {
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOMEM, syscall.ENOBUFS} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // validIfName reports whether s can be a network interface name: 1 to 15

@@ -85,6 +85,8 @@ func TestProbe(t *testing.T) {
 		faults map[string]error
 		want   string // "" for healthy
 		files  int
+		// inconclusive: the failure is this process's, not the device's
+		inconclusive bool
 	}{
 		{name: "iavf VF, PF link up", addr: probeIAVF, files: 3},
 		{name: "vfio VF, PF link up", addr: probeVFIO, files: 4},
@@ -212,6 +214,37 @@ func TestProbe(t *testing.T) {
 			want:   "probe failed: cannot read iommu_group: permission denied", files: 2,
 		},
 		{
+			name: "out of file descriptors at the driver link", addr: probeIAVF,
+			faults: map[string]error{probeIAVF + "/driver": syscall.EMFILE},
+			want:   "probe failed: cannot read driver: too many open files", files: 1,
+			inconclusive: true,
+		},
+		{
+			name: "out of file descriptors on the node", addr: probeVFIO,
+			mutate: func(r sysfsgen.Roots) error { return r.Unbind(probeVFIO) },
+			faults: map[string]error{"/devices/" + probeVFIO: syscall.ENFILE},
+			want:   "probe failed: cannot stat the function's directory: too many open files in system", files: 2,
+			inconclusive: true,
+		},
+		{
+			name: "out of memory at the vfio node", addr: probeVFIO,
+			faults: map[string]error{"/vfio/102": syscall.ENOMEM},
+			want:   "probe failed: cannot stat /dev/vfio/102: cannot allocate memory", files: 2,
+			inconclusive: true,
+		},
+		{
+			name: "out of file descriptors at the PF's operstate", addr: probeVFIO,
+			faults: map[string]error{"/ens785f0/operstate": syscall.EMFILE},
+			want:   "probe failed: cannot read net/ens785f0/operstate: too many open files", files: 3,
+			inconclusive: true,
+		},
+		{
+			name: "out of buffers at the carrier", addr: probeMgmtNIC,
+			faults: map[string]error{"/eno1/carrier": syscall.ENOBUFS},
+			want:   "probe failed: cannot read net/eno1/carrier: no buffer space available", files: 3,
+			inconclusive: true,
+		},
+		{
 			name: "operstate is a directory", addr: probeMgmtNIC,
 			mutate: func(r sysfsgen.Roots) error {
 				if err := r.RemoveAttr(probeMgmtNIC, "net/eno1/operstate"); err != nil {
@@ -302,9 +335,12 @@ func TestProbe(t *testing.T) {
 				r.fs = faultFS{faults: tc.faults}
 			}
 			got := r.Probe(target)
-			want := ProbeResult{Healthy: tc.want == "", Reason: tc.want, Files: tc.files, Link: isLinkReason(tc.want)}
+			want := ProbeResult{Healthy: tc.want == "", Reason: tc.want, Files: tc.files, Link: isLinkReason(tc.want), Inconclusive: tc.inconclusive}
 			if got != want {
 				t.Errorf("Probe(%+v)\n got %+v\nwant %+v", target, got, want)
+			}
+			if got := r.ProbeLinks([]ProbeTarget{target}); want.Link && (got[0].Reason != want.Reason || got[0].Inconclusive != want.Inconclusive) {
+				t.Errorf("ProbeLinks(%+v)\n got %+v\nwant the reason %q, inconclusive %v", target, got[0], want.Reason, want.Inconclusive)
 			}
 		})
 	}

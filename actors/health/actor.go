@@ -10,10 +10,13 @@
 // asked (a kernel event, a rescan), and when its hold-down or debounce ends.
 // A periodic round takes the devices due, and those due within a quarter of
 // their interval, so that devices of one interval stay in one round even
-// after a kernel event probed some of them early.
+// after a kernel event probed some of them early. A probe this process
+// cannot make for want of file descriptors or memory leaves every verdict
+// as it stands (sysfs.ProbeResult.Inconclusive).
 package health
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -145,8 +148,9 @@ type lifetime struct {
 	// recorded: each judges against the verdicts in the ledger.
 	persist ledger.Persister
 	// unrecorded counts the rounds in a row whose verdicts the ledger
-	// refused (supervise.FailureLevel).
-	unrecorded int
+	// refused, unprobed those with a probe this process could not make
+	// (sysfs.ProbeResult.Inconclusive) (supervise.FailureLevel).
+	unrecorded, unprobed int
 }
 
 type checker struct {
@@ -358,6 +362,7 @@ func (c *checker) round(ctx actor.Context, targets []Target, linkOnly []bool) {
 		return
 	}
 	results, linked := c.probe(targets, linkOnly)
+	c.inconclusive(results)
 	now := c.cfg.Now()
 	next := c.cfg.Interval
 	var changes []events.Payload
@@ -414,6 +419,29 @@ func (c *checker) recorded(ctx actor.Context, verdicts []Verdict, envs []events.
 	}
 }
 
+// inconclusive says when a round's probes could not be made for want of
+// what this process needs (file descriptors, memory), and when they can
+// again. Those devices keep their verdicts meanwhile: running out of file
+// descriptors says nothing of a device, and the ledger must not say that
+// every device went unhealthy.
+func (c *checker) inconclusive(results []sysfs.ProbeResult) {
+	n, reason := 0, ""
+	for _, r := range results {
+		if r.Inconclusive {
+			n, reason = n+1, cmp.Or(reason, r.Reason)
+		}
+	}
+	switch {
+	case n > 0:
+		c.life.unprobed++
+		c.cfg.Log.WithLevel(supervise.FailureLevel(c.life.unprobed)).Int("devices", n).Str("reason", reason).
+			Msg("cannot probe devices: their health stays as recorded until a probe can be made")
+	case c.life.unprobed > 0:
+		c.life.unprobed = 0
+		c.cfg.Log.Info().Msg("devices can be probed again")
+	}
+}
+
 // probe probes targets: fully, or, where linkOnly says so, the link alone,
 // completed by what the last full probe said of the rest (linked says
 // which). A device in its debounce or hold-down, or never probed, is
@@ -433,6 +461,9 @@ func (c *checker) probe(targets []Target, linkOnly []bool) (results []sysfs.Prob
 	if len(full) > 0 {
 		for k, r := range c.cfg.Prober.ProbeAll(full) {
 			results[fullAt[k]] = r
+			if r.Inconclusive {
+				continue // it says nothing of the device
+			}
 			d := c.state(targets[fullAt[k]], c.cfg.Now())
 			d.devFail = ""
 			if !r.Healthy && !r.Link {
@@ -456,6 +487,9 @@ func (c *checker) probe(targets []Target, linkOnly []bool) (results []sysfs.Prob
 // debounce or hold-down ends, if that is sooner.
 func (c *checker) judge(t Target, r sysfs.ProbeResult, now time.Time) (*Verdict, time.Duration) {
 	due := c.interval(t)
+	if r.Inconclusive {
+		return nil, due // no word on the device: its verdict stands
+	}
 	d := c.state(t, now)
 	if r.Healthy != d.raw {
 		d.raw, d.rawSince = r.Healthy, now

@@ -34,12 +34,16 @@ type fakeProber struct {
 	mu         sync.Mutex
 	failing    map[string]string // address → reason
 	linkDown   map[string]string // address → reason its link check fails
+	unreadable bool              // every probe is inconclusive
 	rounds     [][]string
 	linkRounds [][]string
 }
 
 func (p *fakeProber) ProbeAll(ts []sysfs.ProbeTarget) []sysfs.ProbeResult {
 	return p.answer(ts, &p.rounds, func(addr string) sysfs.ProbeResult {
+		if p.unreadable {
+			return outOfFiles
+		}
 		if why, bad := p.failing[addr]; bad {
 			return sysfs.ProbeResult{Reason: why}
 		}
@@ -52,6 +56,9 @@ func (p *fakeProber) ProbeAll(ts []sysfs.ProbeTarget) []sysfs.ProbeResult {
 
 func (p *fakeProber) ProbeLinks(ts []sysfs.ProbeTarget) []sysfs.ProbeResult {
 	return p.answer(ts, &p.linkRounds, func(addr string) sysfs.ProbeResult {
+		if p.unreadable {
+			return outOfFiles
+		}
 		why, down := p.linkDown[addr]
 		return sysfs.ProbeResult{Healthy: !down, Reason: why, Link: true}
 	})
@@ -92,6 +99,16 @@ func (p *fakeProber) fail(addr, reason string) {
 		p.failing = map[string]string{}
 	}
 	p.failing[addr] = reason
+}
+
+// outOfFiles is what a probe answers when the process has no file
+// descriptor left.
+var outOfFiles = sysfs.ProbeResult{Reason: "probe failed: cannot read driver: too many open files", Inconclusive: true}
+
+func (p *fakeProber) setUnreadable(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.unreadable = on
 }
 
 func (p *fakeProber) pass(addr string) {
@@ -521,12 +538,15 @@ func (l logLines) Write(p []byte) (int, error) {
 }
 
 // count drains the lines logged so far and counts those with message msg.
-func (l logLines) count(msg string) int {
+func (l logLines) count(msg string) int { return l.countAt("", msg) }
+
+// countAt is count of the lines at level ("": at any).
+func (l logLines) countAt(level, msg string) int {
 	n := 0
 	for {
 		select {
 		case line := <-l:
-			if bytes.Contains(line, []byte(`"message":"`+msg+`"`)) {
+			if bytes.Contains(line, []byte(`"message":"`+msg+`"`)) && (level == "" || bytes.Contains(line, []byte(`"level":"`+level+`"`))) {
 				n++
 			}
 		default:
@@ -827,5 +847,47 @@ func TestAStaleTickStartsNoRound(t *testing.T) {
 	c.Silent(t)
 	if n := c.prober.count(); n != probes {
 		t.Errorf("%d probe rounds after a stale tick, want none", n-probes)
+	}
+}
+
+// A probe this process cannot make (out of file descriptors) says nothing
+// of the device: no verdict changes, whichever way the device stood, and
+// the log says so once, then once when probes can be made again.
+func TestAnInconclusiveProbeKeepsTheVerdict(t *testing.T) {
+	logs := make(logLines, 64)
+	c := newChecker(t, Config{Log: zerolog.New(logs)})
+	c.watch(target(devA, 0, 0), target(devB, 0, 0))
+	c.Silent(t)
+	c.prober.fail(devB, "driver unbound (was vfio-pci)")
+	c.round(time.Second)
+	nextVerdict(t, c.family)
+	c.prober.pass(devB)
+
+	c.prober.setUnreadable(true)
+	for range 3 {
+		c.round(time.Second)
+		c.Silent(t)
+	}
+	c.NothingFor(t, 100*time.Millisecond) // a verdict is told once recorded
+	got := c.verdicts(t)
+	if !got[devA].Healthy || got[devB].Healthy {
+		t.Errorf("verdicts while no probe could be made: %+v, want devA healthy and devB unhealthy as before", got)
+	}
+	if rec := c.recorded(t); len(rec) != 1 {
+		t.Errorf("recorded %+v, want only devB's failure", rec)
+	}
+	const cannot, again = "cannot probe devices: their health stays as recorded until a probe can be made", "devices can be probed again"
+	if n := logs.countAt("error", cannot); n != 1 {
+		t.Errorf("%d error lines %q over three rounds, want 1", n, cannot)
+	}
+
+	c.prober.setUnreadable(false)
+	c.round(time.Second)
+	if v := nextVerdict(t, c.family); v.Address != devB || !v.Healthy {
+		t.Errorf("once probes can be made: %+v, want devB healthy", v)
+	}
+	c.Silent(t)
+	if n := logs.countAt("info", again); n != 1 {
+		t.Errorf("%d info lines %q, want 1", n, again)
 	}
 }
