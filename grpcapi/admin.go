@@ -13,9 +13,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 
 	"github.com/devledger/devledger/events"
 )
@@ -174,6 +176,9 @@ type AdminServer struct {
 	base       context.Context
 	cancelBase context.CancelFunc
 	sock       servedSocket
+	// spooling makes backups spool one at a time, so that each sees the
+	// room the one before it took.
+	spooling sync.Mutex
 }
 
 // NewAdminServer returns an admin server reading records and status; a nil
@@ -293,6 +298,18 @@ func (a *AdminServer) serveAcknowledge(w http.ResponseWriter, r *http.Request, a
 // killed daemon left is removed when the next one serves.
 const backupSpoolPattern = ".ledger-backup-*"
 
+// backupHeadroom is the room a spooled copy must leave on its disk, the
+// ledger's: one step of the ledger's growth (bbolt grows its file 16 MiB
+// at a time), so that appends made while the copy is spooled and streamed
+// do not fail for want of space.
+const backupHeadroom = 16 << 20
+
+// sizedBackup is a BackupSource that says how long its copy will be
+// (*store.Log: the file's size, at least the copy's).
+type sizedBackup interface {
+	SizeBytes() int64
+}
+
 // serveBackup streams a copy of the ledger file. The copy is read in one
 // transaction, spooled to a file beside the socket (the state dir, on the
 // ledger's disk), and streamed from there: the transaction lasts as long
@@ -303,22 +320,19 @@ const backupSpoolPattern = ".ledger-backup-*"
 // write timeout. A copy cut short is shorter than its Content-Length,
 // which the client checks.
 func (a *AdminServer) serveBackup(w http.ResponseWriter, r *http.Request, b BackupSource) {
-	spool, err := os.CreateTemp(filepath.Dir(a.Socket()), backupSpoolPattern)
-	if err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, adminTrailer{Error: "spool the copy: " + err.Error()})
+	spool, size, err := a.spoolBackup(b)
+	if errors.Is(err, errNoRoom) {
+		a.log.Warn().Err(err).Msg("backup refused")
+		writeJSON(w, http.StatusInsufficientStorage, adminTrailer{Error: err.Error()})
 		return
-	}
-	defer os.Remove(spool.Name())
-	defer spool.Close()
-	size, err := b.Backup(spool)
-	if err == nil {
-		_, err = spool.Seek(0, io.SeekStart)
 	}
 	if err != nil {
 		a.log.Warn().Err(err).Msg("backup failed")
 		writeJSON(w, http.StatusServiceUnavailable, adminTrailer{Error: err.Error()})
 		return
 	}
+	defer os.Remove(spool.Name())
+	defer spool.Close()
 	w.Header().Set("Content-Type", BackupContentType)
 	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 	w.WriteHeader(http.StatusOK)
@@ -328,6 +342,45 @@ func (a *AdminServer) serveBackup(w http.ResponseWriter, r *http.Request, b Back
 		return
 	}
 	a.log.Info().Int64("bytes", n).Msg("ledger backed up through the admin socket")
+}
+
+// errNoRoom refuses a backup whose spooled copy would fill the ledger's
+// disk: the daemon's own appends, and every Allocate, would fail until
+// the copy went.
+var errNoRoom = errors.New("no room for a copy of the ledger")
+
+// spoolBackup copies b into a file beside the socket and returns it, read
+// from its start, with its length. A copy that would leave the disk less
+// than backupHeadroom is refused (errNoRoom) before a byte is written.
+func (a *AdminServer) spoolBackup(b BackupSource) (*os.File, int64, error) {
+	a.spooling.Lock()
+	defer a.spooling.Unlock()
+	dir := filepath.Dir(a.Socket())
+	if sb, ok := b.(sizedBackup); ok {
+		var st unix.Statfs_t
+		if err := unix.Statfs(dir, &st); err != nil {
+			return nil, 0, fmt.Errorf("spool the copy: %w", err)
+		}
+		free, need := uint64(st.Bavail)*uint64(st.Bsize), uint64(max(sb.SizeBytes(), 0))+backupHeadroom
+		if free < need {
+			return nil, 0, fmt.Errorf("%w: spooled in %s it takes %d bytes and must leave %d for the ledger to grow, and %d are free",
+				errNoRoom, dir, need-backupHeadroom, backupHeadroom, free)
+		}
+	}
+	spool, err := os.CreateTemp(dir, backupSpoolPattern)
+	if err != nil {
+		return nil, 0, fmt.Errorf("spool the copy: %w", err)
+	}
+	size, err := b.Backup(spool)
+	if err == nil {
+		_, err = spool.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		spool.Close()
+		os.Remove(spool.Name())
+		return nil, 0, err
+	}
+	return spool, size, nil
 }
 
 // seqParam reads the sequence number in the query parameter name (0 when

@@ -15,9 +15,12 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/devledger/devledger/events"
 )
@@ -472,5 +475,48 @@ func TestAdminSnapshot(t *testing.T) {
 	_, sock = startAdmin(t, &genSource{last: 1, size: 8}, nil)
 	if _, ok, err := SnapshotFromAdmin(t.Context(), sock, 0); err == nil || ok {
 		t.Errorf("a daemon that serves no snapshots: %v, %v; want an error", ok, err)
+	}
+}
+
+// sizedBackupSource is a backupSource that says how long its copy is, as
+// the store says its file's size.
+type sizedBackupSource struct {
+	backupSource
+	said   atomic.Int64
+	called atomic.Bool
+}
+
+func (s *sizedBackupSource) SizeBytes() int64 { return s.said.Load() }
+
+func (s *sizedBackupSource) Backup(w io.Writer) (int64, error) {
+	s.called.Store(true)
+	return s.backupSource.Backup(w)
+}
+
+// The spooled copy lands on the ledger's disk: one that would fill it is
+// refused before a byte is written, or the daemon's own appends, and every
+// Allocate, would fail until the copy went.
+func TestAdminBackupNeedsRoomForItsCopy(t *testing.T) {
+	src := &sizedBackupSource{backupSource: backupSource{bytes: 64 << 10}}
+	_, sock := startAdmin(t, src, nil)
+	var st unix.Statfs_t
+	if err := unix.Statfs(filepath.Dir(sock), &st); err != nil {
+		t.Fatal(err)
+	}
+	src.said.Store(int64(st.Bavail) * int64(st.Bsize)) // all there is: nothing left to grow into
+	_, err := BackupFromAdmin(t.Context(), sock, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "507") || !strings.Contains(err.Error(), "no room") {
+		t.Errorf("a backup the disk has no room for: %v, want 507 saying so", err)
+	}
+	if src.called.Load() {
+		t.Error("the ledger was copied all the same")
+	}
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(sock), backupSpoolPattern)); len(left) > 0 {
+		t.Errorf("spooled copies left: %v", left)
+	}
+
+	src.said.Store(64 << 10)
+	if n, err := BackupFromAdmin(t.Context(), sock, io.Discard); err != nil || n != 64<<10 {
+		t.Errorf("a backup with room: %d, %v", n, err)
 	}
 }
