@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -223,8 +224,22 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return
 	}
+	// Every pool is asked at once, and the registrar meanwhile: one pool
+	// that does not answer in time (busy placing, restarting) leaves out
+	// its own series, not the others'.
+	asked := make(map[string]*actor.Future, len(kids.Pools))
 	for name, pid := range kids.Pools {
-		res, err := c.d.Ask(ctx, pid, &pool.Query{})
+		asked[name] = c.d.system.Root.RequestFuture(pid, &pool.Query{}, timeoutOf(ctx))
+	}
+	if reg, err := c.d.Status(ctx); err == nil {
+		for _, p := range reg.Pools {
+			if !p.NoDevices { // a pool not served is not registered, nor meant to be
+				ch <- prometheus.MustNewConstMetric(poolRegisteredDesc, prometheus.GaugeValue, b2f(p.Registered), p.Resource)
+			}
+		}
+	}
+	for name, f := range asked {
+		res, err := f.Result()
 		if err != nil {
 			continue
 		}
@@ -246,13 +261,6 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(poolAllocatedDesc, prometheus.GaugeValue, 0, name)
 		ch <- prometheus.MustNewConstMetric(poolFreeDesc, prometheus.GaugeValue, 0, name)
-	}
-	if st, err := c.d.Status(ctx); err == nil {
-		for _, p := range st.Pools {
-			if !p.NoDevices { // a pool not served is not registered, nor meant to be
-				ch <- prometheus.MustNewConstMetric(poolRegisteredDesc, prometheus.GaugeValue, b2f(p.Registered), p.Resource)
-			}
-		}
 	}
 }
 

@@ -492,6 +492,38 @@ func TestMetricsOfAPoolWithNoDevices(t *testing.T) {
 	}
 }
 
+// A pool that does not answer a scrape in time (its mailbox held here, as
+// a placement or a restart holds it) leaves out its own series only: the
+// other pools' and every pool's registration are still there.
+func TestAScrapeOutlivesAPoolThatDoesNotAnswer(t *testing.T) {
+	d, ctx, base := readyWithMetrics(t, sriovConfig)
+	kids, err := d.Children(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := kids.Pools[netPool]
+	proc, ok := d.system.ProcessRegistry.Get(held)
+	if held == nil || !ok {
+		t.Fatalf("no pool %s among %v", netPool, kids.Pools)
+	}
+	proc.SendSystemMessage(held, &actor.SuspendMailbox{})
+	defer proc.SendSystemMessage(held, &actor.ResumeMailbox{})
+
+	_, body := httpGet(t, base+"/metrics")
+	for _, want := range []string{
+		`devledger_pool_devices{health="healthy",pool="intel.com/sriov_vfio"} 5`,
+		`devledger_pool_registered{pool="intel.com/sriov_vfio"} 1`,
+		`devledger_pool_registered{pool="intel.com/sriov_net"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics with %s not answering lacks %q", netPool, want)
+		}
+	}
+	if strings.Contains(body, `devledger_pool_free_devices{pool="intel.com/sriov_net"}`) {
+		t.Errorf("/metrics has a series of %s, which did not answer", netPool)
+	}
+}
+
 // A config whose record cannot be written (the disk full for a while) is
 // tried again until it can: the file will not change again to ask. So is
 // the rejection of an invalid one, which would otherwise leave no trace in
