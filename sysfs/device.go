@@ -38,7 +38,8 @@ type Device struct {
 	Driver string `json:"driver,omitempty"`
 
 	// NUMANode is the NUMA node of the function, -1 when the kernel reports
-	// none or the attribute is unreadable.
+	// none, has no NUMA support (no numa_node attribute) or the attribute
+	// is unreadable.
 	NUMANode int `json:"numa_node"`
 
 	// IOMMUGroup is the number of the IOMMU group ("42"), or "" when the
@@ -105,8 +106,8 @@ type Device struct {
 	// Warnings lists, one per file, attributes that were missing or
 	// malformed, each starting with the file's path relative to the
 	// function's directory ("numa_node: \"x\" is not a NUMA node number").
-	// Optional attributes (driver, iommu_group, acpi_index, sriov_*) only
-	// warn when present and unreadable.
+	// Optional attributes (numa_node, driver, iommu_group, acpi_index,
+	// sriov_*) only warn when present and unreadable.
 	Warnings []string `json:"warnings,omitempty"`
 
 	// Incomplete says a read of the function, or of its PF, failed with

@@ -102,9 +102,11 @@ type entries struct {
 }
 
 // readFunction reads everything about the function addr. Every attribute
-// the kernel always provides (IDs, class, numa_node) warns when missing;
-// optional ones (driver, iommu_group, SR-IOV, acpi_index, net, ...) warn
-// only when present but unreadable or malformed.
+// the kernel always provides (IDs, class) warns when missing; optional
+// ones (numa_node, driver, iommu_group, SR-IOV, acpi_index, net, ...) warn
+// only when present but unreadable or malformed. numa_node is optional
+// because pci-sysfs.c defines it under CONFIG_NUMA only: a kernel built
+// without (some ARM and 32-bit ones) puts every function on no node.
 func (w *worker) readFunction(addr string) fnResult {
 	dir := w.sc.r.busDir + "/" + addr
 	res := fnResult{dev: Device{
@@ -181,7 +183,7 @@ func (w *worker) readFunction(addr string) fnResult {
 	d.ClassName, d.SubclassName = className(d.Class, w.sc.ids)
 	d.VendorName, d.DeviceName = w.sc.ids.names(d.Vendor, d.Device)
 
-	if b, ok := w.attr(d, dir, "numa_node", e.numaNode, true); ok {
+	if b, ok := w.attr(d, dir, "numa_node", e.numaNode, false); ok {
 		if n, ok := parseInt(b, -1, 1<<16); ok {
 			d.NUMANode = n
 		} else {

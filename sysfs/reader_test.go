@@ -416,3 +416,44 @@ func TestScanIgnoresNonAddresses(t *testing.T) {
 		t.Errorf("scan found %d functions, want 5", n)
 	}
 }
+
+// TestScanKernelWithoutNUMA reads a node whose kernel was built without
+// CONFIG_NUMA (some ARM and 32-bit kernels), where no PCI function has a
+// numa_node attribute: every function is on no node, as the SR-IOV plugin
+// reads it, and that is no fault of the function.
+func TestScanKernelWithoutNUMA(t *testing.T) {
+	roots := sysfsgen.TempNode(t, sysfsgen.Node{
+		WithoutNUMA: true,
+		Functions: []sysfsgen.Function{
+			{Address: "0000:01:00.0", Vendor: "15b3", Device: "101d", Class: "020000",
+				Driver: "mlx5_core", NUMANode: 0, IOMMUGroup: "3",
+				TotalVFs: 8, VFDevice: "101e",
+				Interfaces: []sysfsgen.Interface{{Name: "enP1p1s0f0np0"}},
+				VFs:        []sysfsgen.Function{{Driver: "vfio-pci", IOMMUGroup: "4"}}},
+			{Address: "0004:01:00.0", Vendor: "144d", Device: "a80a", Class: "010802",
+				Driver: "nvme", NUMANode: 0, IOMMUGroup: "9"},
+		},
+		VFIO: true,
+	})
+	// VFs made afresh have no numa_node either.
+	if err := roots.SetNumVFs("0000:01:00.0", 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := sampleReader(t, roots)
+	devs := scanOK(t, r)
+	if len(devs) != 4 {
+		t.Fatalf("scan found %d functions, want 4", len(devs))
+	}
+	for _, d := range devs {
+		if d.NUMANode != -1 || len(d.Warnings) > 0 || d.Incomplete {
+			t.Errorf("%s: NUMA node %d, warnings %q, incomplete %v; want -1, none, false", d.Address, d.NUMANode, d.Warnings, d.Incomplete)
+		}
+		one, err := r.Device(d.Address)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(one, d) {
+			t.Errorf("Device(%s) = %+v, scan read %+v", d.Address, one, d)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -62,7 +63,7 @@ func Build(dir string, n Node) (Roots, error) {
 			return Roots{}, fmt.Errorf("build node in %s: %w", dir, err)
 		}
 	}
-	b := &builder{r: r, nextIfindex: 2}
+	b := &builder{r: r, nextIfindex: 2, noNUMA: n.WithoutNUMA}
 	for _, f := range n.Functions {
 		if err := b.addFunction(f); err != nil {
 			return Roots{}, err
@@ -202,10 +203,11 @@ func inheritFromPF(vf, pf Function) Function {
 }
 
 // builder carries what must stay consistent across the functions of one
-// tree: the next free interface index.
+// tree: the next free interface index, and whether the kernel has NUMA.
 type builder struct {
 	r           Roots
 	nextIfindex int
+	noNUMA      bool
 }
 
 // addFunction writes f and, for a PF, its VFs.
@@ -280,6 +282,10 @@ func (b *builder) writeFunction(f Function, pf string) error {
 			strings.ToUpper(f.Vendor), strings.ToUpper(f.Device),
 			strings.ToUpper(svendor), strings.ToUpper(sdevice),
 			strings.ToUpper(f.Class[0:2]), strings.ToUpper(f.Class[2:4]), strings.ToUpper(f.Class[4:6]))},
+	}
+	if b.noNUMA {
+		// pci-sysfs.c defines numa_node under CONFIG_NUMA only.
+		attrs = slices.DeleteFunc(attrs, func(a struct{ name, value string }) bool { return a.name == "numa_node" })
 	}
 	if f.ACPIIndex != "" {
 		attrs = append(attrs, struct{ name, value string }{"acpi_index", f.ACPIIndex})

@@ -374,7 +374,9 @@ func (r Roots) SetNumVFs(pf string, n int, makeVF func(index int) Function) erro
 	if err := validate(Node{Functions: []Function{pfSpec}}); err != nil {
 		return fmt.Errorf("set %s sriov_numvfs to %d: %w", pf, n, err)
 	}
-	b := &builder{r: r, nextIfindex: r.nextIfindex()}
+	// VFs have a numa_node where their PF does: where the kernel has NUMA.
+	_, err = os.Stat(filepath.Join(dir, "numa_node"))
+	b := &builder{r: r, nextIfindex: r.nextIfindex(), noNUMA: errors.Is(err, fs.ErrNotExist)}
 	if err := b.addVFs(pfSpec, vfs); err != nil {
 		return fmt.Errorf("set %s sriov_numvfs to %d: %w", pf, n, err)
 	}

@@ -28,6 +28,12 @@ type Node struct {
 
 	// VhostNet creates dev/vhost-net and dev/net/tun.
 	VhostNet bool
+
+	// WithoutNUMA is a kernel built without CONFIG_NUMA (as some ARM and
+	// 32-bit ones are): no function has a numa_node attribute, whatever
+	// its NUMANode says. Roots.SetNumVFs keeps to it; functions added
+	// later with Roots.Add get one.
+	WithoutNUMA bool
 }
 
 // Function describes one PCI function.
