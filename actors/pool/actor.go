@@ -19,6 +19,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"tags.cncf.io/container-device-interface/specs-go"
 
@@ -106,7 +107,7 @@ type allocator struct {
 	placing []*placement
 	retry   *time.Timer
 
-	watchers map[chan []*pluginapi.Device]string // the socket of each stream
+	watchers map[chan []*pluginapi.Device]*watcher
 	// list is the last list built, nil once members or resource change;
 	// stale names its entries whose health changed since (see deviceList).
 	list  []*pluginapi.Device
@@ -203,14 +204,15 @@ func (p *allocator) call(ctx actor.Context, c any) {
 			m.reply <- struct{}{}
 			return
 		}
-		p.watchers[m.ch] = m.socket
-		push(m.ch, p.deviceList())
+		list := p.deviceList()
+		p.watchers[m.ch] = &watcher{socket: m.socket, sent: list}
+		push(m.ch, list)
 		m.reply <- struct{}{}
 	case *unwatchReq:
-		if socket, ok := p.watchers[m.ch]; ok {
+		if w, ok := p.watchers[m.ch]; ok {
 			close(m.ch)
 			delete(p.watchers, m.ch)
-			ctx.Send(ctx.Parent(), &registrar.Listing{Pool: p.name, Socket: socket})
+			ctx.Send(ctx.Parent(), &registrar.Listing{Pool: p.name, Socket: w.socket})
 		}
 	case *preferredReq:
 		resp, err := p.preferred(m.req)
@@ -242,7 +244,7 @@ func (p *allocator) refuseWaiting(ctx actor.Context) {
 
 // start rebuilds the pool from the ledger, places its members and serves.
 func (p *allocator) start(ctx actor.Context) {
-	p.watchers = map[chan []*pluginapi.Device]string{}
+	p.watchers = map[chan []*pluginapi.Device]*watcher{}
 	st := p.replayed
 	if st == nil {
 		s := p.replay()
@@ -906,6 +908,17 @@ func (p *allocator) deviceList() []*pluginapi.Device {
 	return list
 }
 
+// watcher is a ListAndWatch stream: the socket it came in on and the
+// last list it was handed.
+type watcher struct {
+	socket string
+	sent   []*pluginapi.Device
+}
+
+// broadcast hands each stream the list, unless it lists what the stream
+// was handed last: new facts the kubelet is not shown, a reload or a
+// retold hold change nothing it sees, and each list makes it write its
+// checkpoint again.
 func (p *allocator) broadcast() {
 	if len(p.watchers) == 0 {
 		// Nobody to tell: the next watcher gets a list built afresh.
@@ -913,9 +926,17 @@ func (p *allocator) broadcast() {
 		return
 	}
 	list := p.deviceList()
-	for ch := range p.watchers {
-		push(ch, list)
+	for ch, w := range p.watchers {
+		if !sameList(w.sent, list) {
+			push(ch, list)
+			w.sent = list
+		}
 	}
+}
+
+// sameList says whether a and b list the same devices, in the same order.
+func sameList(a, b []*pluginapi.Device) bool {
+	return slices.EqualFunc(a, b, func(x, y *pluginapi.Device) bool { return x == y || proto.Equal(x, y) })
 }
 
 // push hands the newest list to a watcher without blocking: a list the

@@ -35,7 +35,8 @@ type SetMembers struct {
 }
 
 // SetResource gives the pool its new definition (same name) after a
-// config change; the kubelet gets the device list again.
+// config change; the kubelet gets the device list again if it lists
+// anything anew (see broadcast).
 type SetResource struct{ Resource *config.Resource }
 
 // SetHealths are new verdicts for several members, applied together: the

@@ -1,0 +1,75 @@
+package pool
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/devledger/devledger/actors/pool/allocation"
+	"github.com/devledger/devledger/config"
+	"github.com/devledger/devledger/internal/actortest"
+)
+
+// listAndWatch opens a ListAndWatch stream on socket, as the kubelet does.
+func listAndWatch(t *testing.T, socket string) pluginapi.DevicePlugin_ListAndWatchClient {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	stream, err := pluginapi.NewDevicePluginClient(conn).ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream
+}
+
+// settled returns once the pool has applied what it was sent (a Query is
+// answered after the members taken are applied).
+func settled(t *testing.T, f *actortest.Family) {
+	t.Helper()
+	if _, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The kubelet gets a list only when what it lists changed: members with
+// new facts it is not shown (a rescan, a reload, a retold hold that ends
+// as it began) and a new definition that lists them the same send nothing,
+// as each list makes the kubelet write its checkpoint again. A health
+// change is the next list it gets.
+func TestListAndWatchSendsOnlyChangedLists(t *testing.T) {
+	f, _, socket := servingPool(t, t.TempDir(), member(x), member(y))
+	stream := listAndWatch(t, socket)
+	first, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := healths(first.Devices); len(h) != 2 || h[x] != pluginapi.Healthy || h[y] != pluginapi.Healthy {
+		t.Fatalf("first list %v, want %s and %s healthy", h, x, y)
+	}
+
+	rebound := member(x)
+	rebound.Device.Driver = "vfio-pci"
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{rebound, member(y)}, Reason: "scan: driver changed"})
+	settled(t, f)
+	f.Sys.Root.Send(f.Child, &SetResource{Resource: &config.Resource{Prefix: "example.com", Name: "vf", DeviceType: config.GenericPCI, AllocatePolicy: config.PolicyPacked}})
+	settled(t, f)
+	f.Sys.Root.Send(f.Child, &SetHealths{Changes: []SetHealth{{Address: y, Healthy: false, Reason: "link down", Seq: 1 << 40}}})
+	settled(t, f)
+
+	next, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := healths(next.Devices); len(h) != 2 || h[x] != pluginapi.Healthy || h[y] != pluginapi.Unhealthy {
+		t.Errorf("the list after %s failed is %v: the kubelet was sent a list that changed nothing first", y, h)
+	}
+}
