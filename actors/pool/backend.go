@@ -98,7 +98,7 @@ func (b *backend) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) 
 	case <-b.life.gone:
 		return stopped()
 	case <-grace.C:
-		return nil, fmt.Errorf("%w (pool %s did not answer in time)", ctx.Err(), b.pool)
+		return nil, fmt.Errorf("%w (pool %s did not answer the Allocate of %s in time)", ctx.Err(), b.pool, requested(req))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -99,7 +100,7 @@ type landing struct {
 // returns the error to refuse it with at once.
 func (p *allocator) allocate(ctx actor.Context, m *allocateReq) error {
 	if err := m.ctx.Err(); err != nil {
-		return fmt.Errorf("%w (pool %s did not take the Allocate in time)", err, p.name)
+		return fmt.Errorf("%w (pool %s did not take the Allocate of %s in time)", err, p.name, requested(m.req))
 	}
 	devices, devs, err := p.grant(m.req)
 	if err != nil {
@@ -259,12 +260,12 @@ func (p *allocator) land(ctx actor.Context, id uint64, f *flight, l landing) {
 			p.ranking()
 		}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		err = fmt.Errorf("%s: the allocation was not recorded before the call's deadline: %w", p.name, err)
+		err = fmt.Errorf("%s: the allocation of %s was not recorded before the call's deadline: %w", p.name, strings.Join(f.ids, ","), err)
 	default:
-		err = fmt.Errorf("%w: %s: the ledger could not record the allocation: %v", grpcapi.ErrUnavailable, p.name, err)
+		err = fmt.Errorf("%w: %s: the ledger could not record the allocation of %s: %v", grpcapi.ErrUnavailable, p.name, strings.Join(f.ids, ","), err)
 	}
 	if err != nil {
-		p.cfg.Log.Error().Err(err).Str("pool", p.name).Msg("allocation not recorded; the kubelet's call failed")
+		p.cfg.Log.Error().Err(err).Str("pool", p.name).Strs("devices", f.ids).Msg("allocation not recorded; the kubelet's call failed")
 		p.answer(f.reply, f.started, nil, err)
 	}
 	p.letGo(ctx, f.ids)
@@ -294,8 +295,8 @@ func (p *allocator) drainPending(ctx actor.Context) {
 		default:
 		}
 		delete(p.life.pending, id)
-		p.cfg.Log.Error().Str("pool", p.name).Msg("the ledger did not answer an Allocate as the pool stopped")
-		p.answer(f.reply, f.started, nil, fmt.Errorf("%w: pool %s stopped before the ledger answered", grpcapi.ErrUnavailable, p.name))
+		p.cfg.Log.Error().Str("pool", p.name).Strs("devices", f.ids).Msg("the ledger did not answer an Allocate as the pool stopped")
+		p.answer(f.reply, f.started, nil, fmt.Errorf("%w: pool %s stopped before the ledger answered the Allocate of %s", grpcapi.ErrUnavailable, p.name, strings.Join(f.ids, ",")))
 		// A goroutine, as the mailbox dies with the pool: it only relays
 		// the late answer to the parent, touching no pool state.
 		root, parent, name := ctx.ActorSystem().Root, ctx.Parent(), p.name
@@ -305,6 +306,16 @@ func (p *allocator) drainPending(ctx actor.Context) {
 			}
 		}()
 	}
+}
+
+// requested names the devices of req, for errors that would otherwise
+// not say which Allocate failed: "0000:3b:02.0,0000:3b:02.1".
+func requested(req *pluginapi.AllocateRequest) string {
+	var ids []string
+	for _, cr := range req.ContainerRequests {
+		ids = append(ids, cr.DevicesIds...)
+	}
+	return strings.Join(ids, ",")
 }
 
 // recorded is what the parent hears of an Allocate's events, each a

@@ -505,3 +505,38 @@ func TestAnAllocationIsSupersededOnce(t *testing.T) {
 		}
 	}
 }
+
+// An Allocate that fails for want of time names its devices, in the
+// kubelet's error and in the pool's log line: the kubelet logs the error
+// with the pod, and an operator matches the two by the devices.
+func TestAFailedAllocateNamesItsDevices(t *testing.T) {
+	logs := &actortest.Log{}
+	f, g, allocated := poolWithAllocateHeld(t, func(c *Config) {
+		c.CallTimeout = 100 * time.Millisecond
+		c.Log = zerolog.New(logs)
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if r := awaitReply(t, allocateVia(f, ctx, y)); r.err == nil || !strings.Contains(r.err.Error(), y) {
+		t.Errorf("an Allocate of %s past its deadline: %v, want an error naming %s", y, r.err, y)
+	}
+
+	stopped := make(chan struct{})
+	go func() {
+		f.Sys.Root.PoisonFuture(f.Child).Wait()
+		close(stopped)
+	}()
+	select {
+	case err := <-allocated:
+		if err == nil || !strings.Contains(err.Error(), x) {
+			t.Errorf("the Allocate of %s pending as the pool stopped: %v, want an error naming %s", x, err, x)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Allocate was never answered")
+	}
+	<-stopped
+	g.release()
+	if n := logs.Count("error", x); n != 1 {
+		t.Errorf("%d error lines name %s, want 1:\n%s", n, x, logs)
+	}
+}
