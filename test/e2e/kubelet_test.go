@@ -297,7 +297,11 @@ func (k *kubelet) kill(t testing.TB) {
 			t.Fatalf("kubelet: keep %s through the kill: %v", sock, err)
 		}
 		defer func() {
-			if err := syscall.Unmount(sock, 0); err != nil {
+			// Detached, not unmounted: a daemon dialling the socket
+			// holds the mount for the length of its connect, and a plain
+			// unmount then fails (EBUSY), leaving a socket that no later
+			// kubelet can replace.
+			if err := syscall.Unmount(sock, syscall.MNT_DETACH); err != nil {
 				t.Errorf("kubelet: unmount %s: %v", sock, err)
 			}
 		}()
