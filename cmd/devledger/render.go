@@ -110,7 +110,6 @@ type jsonPrinter struct {
 	w     *bufio.Writer
 	lines bool
 	n     int
-	buf   []byte
 }
 
 func (p *jsonPrinter) event(e events.Envelope) error {
