@@ -327,8 +327,10 @@ func TestALockedStartLeavesAMarkRewrittenSince(t *testing.T) {
 	defer l.Close()
 	done := make(chan error, 1)
 	go func() { _, err := Start(n.opts); done <- err }()
+	// The mark as written, not only created: a write of ours between its
+	// create and its write would be overwritten.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		if _, err := os.Stat(opening); err == nil {
+		if b, err := os.ReadFile(opening); err == nil && strings.HasSuffix(string(b), "\n") {
 			break
 		}
 		if time.Now().After(deadline) {
