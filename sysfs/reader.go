@@ -173,10 +173,15 @@ func (r *Reader) Scan() ([]Device, error) {
 		if rootErr := r.checkRoot(); rootErr != nil {
 			return nil, rootErr
 		}
-		if errors.Is(err, fs.ErrNotExist) {
+		// The root is there, and may have come since the listing failed
+		// (a hostPath mounted as the scan began): list again before
+		// taking no bus/pci/devices for no PCI functions.
+		if names, err = r.fs.readDirNames(r.busDir); errors.Is(err, fs.ErrNotExist) {
 			return []Device{}, nil
 		}
-		return nil, fmt.Errorf("list PCI functions in %s: %w", r.busDir, err)
+		if err != nil {
+			return nil, fmt.Errorf("list PCI functions in %s: %w", r.busDir, err)
+		}
 	}
 	addrs := names[:0]
 	for _, n := range names {

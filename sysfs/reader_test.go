@@ -3,11 +3,13 @@ package sysfs
 import (
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	goldenfile "github.com/devledger/devledger/internal/golden"
@@ -395,6 +397,39 @@ func TestScanRoots(t *testing.T) {
 				t.Errorf("Scan() = %#v, want an empty, non-nil list", devs)
 			}
 		})
+	}
+}
+
+// firstListingFails is osFS whose first listing of a dir ending in
+// bus/pci/devices fails as if the root were not there yet.
+type firstListingFails struct {
+	osFS
+	failed *bool
+}
+
+func (f firstListingFails) readDirNames(path string) ([]string, error) {
+	if strings.HasSuffix(path, "bus/pci/devices") && !*f.failed {
+		*f.failed = true
+		return nil, &fs.PathError{Op: "open", Path: path, Err: syscall.ENOENT}
+	}
+	return f.osFS.readDirNames(path)
+}
+
+// A root that comes as a scan begins (a hostPath mounted, a tree moved
+// back) fails the listing, then is there when the scan checks it: the
+// scan lists again, and does not take the node for one with no PCI bus.
+func TestScanOfARootThatCameMeanwhile(t *testing.T) {
+	roots := sysfsgen.TempScenario(t, sysfsgen.ScenarioGPU)
+	r := testReader(t, roots, Options{})
+	want, err := r.Scan()
+	if err != nil || len(want) == 0 {
+		t.Fatalf("Scan: %d functions, %v", len(want), err)
+	}
+	var failed bool
+	r.fs = firstListingFails{failed: &failed}
+	got, err := r.Scan()
+	if err != nil || !failed || len(got) != len(want) {
+		t.Errorf("Scan after a listing that failed: %d functions, %v (failed once: %v); want %d", len(got), err, failed, len(want))
 	}
 }
 
