@@ -149,8 +149,13 @@ type lifetime struct {
 	persist ledger.Persister
 	// unrecorded counts the rounds in a row whose verdicts the ledger
 	// refused, unprobed those with a probe this process could not make
-	// (sysfs.ProbeResult.Inconclusive) (supervise.FailureLevel).
+	// (sysfs.ProbeResult.Inconclusive) since every device was last
+	// probed (supervise.FailureLevel).
 	unrecorded, unprobed int
+	// inconclusive are the devices whose last probe this process could
+	// not make: the outage the log tells of lasts until each has had a
+	// full probe it could make, or is no longer watched.
+	inconclusive map[string]bool
 }
 
 type checker struct {
@@ -300,6 +305,11 @@ func (c *checker) watch(ts []Target, seen Seen) []Target {
 	}
 	c.targets = slices.Clone(ts)
 	c.life.targets = c.targets
+	for addr := range c.life.inconclusive {
+		if !slices.ContainsFunc(ts, func(t Target) bool { return t.Probe.Address == addr }) {
+			delete(c.life.inconclusive, addr) // no probe will end its outage
+		}
+	}
 	named, _ := c.named(seen.Addresses, seen.Interfaces)
 	kept := make(map[string]time.Time, len(ts))
 	var changed []Target
@@ -362,7 +372,7 @@ func (c *checker) round(ctx actor.Context, targets []Target, linkOnly []bool) {
 		return
 	}
 	results, linked := c.probe(targets, linkOnly)
-	c.inconclusive(results)
+	c.inconclusive(targets, results, linked)
 	now := c.cfg.Now()
 	next := c.cfg.Interval
 	var changes []events.Payload
@@ -420,15 +430,25 @@ func (c *checker) recorded(ctx actor.Context, verdicts []Verdict, envs []events.
 }
 
 // inconclusive says when a round's probes could not be made for want of
-// what this process needs (file descriptors, memory), and when they can
-// again. Those devices keep their verdicts meanwhile: running out of file
-// descriptors says nothing of a device, and the ledger must not say that
-// every device went unhealthy.
-func (c *checker) inconclusive(results []sysfs.ProbeResult) {
+// what this process needs (file descriptors, memory), and when every
+// device they missed has been probed again. Those devices keep their
+// verdicts meanwhile: running out of file descriptors says nothing of a
+// device, and the ledger must not say that every device went unhealthy.
+// A link check alone (linked) ends no device's outage: the rest of its
+// probe is still the one it could not make.
+func (c *checker) inconclusive(targets []Target, results []sysfs.ProbeResult, linked []bool) {
 	n, reason := 0, ""
-	for _, r := range results {
-		if r.Inconclusive {
+	for i, r := range results {
+		addr := targets[i].Probe.Address
+		switch {
+		case r.Inconclusive:
 			n, reason = n+1, cmp.Or(reason, r.Reason)
+			if c.life.inconclusive == nil {
+				c.life.inconclusive = map[string]bool{}
+			}
+			c.life.inconclusive[addr] = true
+		case !linked[i]:
+			delete(c.life.inconclusive, addr)
 		}
 	}
 	switch {
@@ -436,7 +456,7 @@ func (c *checker) inconclusive(results []sysfs.ProbeResult) {
 		c.life.unprobed++
 		c.cfg.Log.WithLevel(supervise.FailureLevel(c.life.unprobed)).Int("devices", n).Str("reason", reason).
 			Msg("cannot probe devices: their health stays as recorded until a probe can be made")
-	case c.life.unprobed > 0:
+	case c.life.unprobed > 0 && len(c.life.inconclusive) == 0:
 		c.life.unprobed = 0
 		c.cfg.Log.Info().Msg("devices can be probed again")
 	}
@@ -473,7 +493,7 @@ func (c *checker) probe(targets []Target, linkOnly []bool) (results []sysfs.Prob
 	}
 	if len(links) > 0 {
 		for k, r := range c.cfg.Prober.ProbeLinks(links) {
-			if d := c.devices[targets[linkAt[k]].Probe.Address]; d.devFail != "" {
+			if d := c.devices[targets[linkAt[k]].Probe.Address]; d.devFail != "" && !r.Inconclusive {
 				r = sysfs.ProbeResult{Reason: d.devFail}
 			}
 			results[linkAt[k]] = r

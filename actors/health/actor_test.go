@@ -543,16 +543,31 @@ func (l logLines) count(msg string) int { return l.countAt("", msg) }
 // countAt is count of the lines at level ("": at any).
 func (l logLines) countAt(level, msg string) int {
 	n := 0
+	for _, line := range l.drain() {
+		n += countLine(line, level, msg)
+	}
+	return n
+}
+
+// drain returns the lines logged so far.
+func (l logLines) drain() [][]byte {
+	var out [][]byte
 	for {
 		select {
 		case line := <-l:
-			if bytes.Contains(line, []byte(`"message":"`+msg+`"`)) && (level == "" || bytes.Contains(line, []byte(`"level":"`+level+`"`))) {
-				n++
-			}
+			out = append(out, line)
 		default:
-			return n
+			return out
 		}
 	}
+}
+
+// countLine is 1 when line has message msg at level ("": at any), else 0.
+func countLine(line []byte, level, msg string) int {
+	if bytes.Contains(line, []byte(`"message":"`+msg+`"`)) && (level == "" || bytes.Contains(line, []byte(`"level":"`+level+`"`))) {
+		return 1
+	}
+	return 0
 }
 
 func TestFailedAppendDecidesNothingAndRetries(t *testing.T) {
@@ -889,5 +904,61 @@ func TestAnInconclusiveProbeKeepsTheVerdict(t *testing.T) {
 	c.Silent(t)
 	if n := logs.countAt("info", again); n != 1 {
 		t.Errorf("%d info lines %q, want 1", n, again)
+	}
+}
+
+// A round that probes some devices conclusively says nothing of those it
+// did not probe: while full probes cannot be made, a link notification
+// (its link check answered from the last full probe, or read) or a uevent
+// of another device does not end the outage in the log, and the next
+// round does not log it at error again.
+func TestAnInconclusiveOutageIsLoggedOnceAcrossLinkRounds(t *testing.T) {
+	logs := make(logLines, 64)
+	c := newChecker(t, Config{Log: zerolog.New(logs)})
+	onPF := func(addr, pf string) Target {
+		tg := target(addr, 0, 0)
+		tg.Probe.Link, tg.Probe.PFInterface = true, pf
+		return tg
+	}
+	c.prober.fail(devB, "driver unbound (was vfio-pci)")
+	c.watch(onPF(devA, "ens1f0"), onPF(devB, "ens1f1"))
+	if v := nextVerdict(t, c.family); v.Address != devB || v.Healthy {
+		t.Fatalf("verdict %+v, want devB unhealthy", *v)
+	}
+	c.Silent(t)
+
+	c.prober.setUnreadable(true)
+	c.round(time.Second)
+	c.Silent(t)
+	// devB's link check alone, completed by its last full probe.
+	c.Sys.Root.Send(c.Child, &Probe{Reason: "link", Interfaces: []string{"ens1f1"}})
+	c.Silent(t)
+	c.round(time.Second)
+	c.Silent(t)
+	const cannot, again = "cannot probe devices: their health stays as recorded until a probe can be made", "devices can be probed again"
+	var infos, errs int
+	for _, line := range logs.drain() {
+		infos += countLine(line, "info", again)
+		errs += countLine(line, "error", cannot)
+	}
+	if infos != 0 {
+		t.Errorf("%d info lines %q while no full probe could be made, want none", infos, again)
+	}
+	if errs != 1 {
+		t.Errorf("%d error lines %q in one outage, want 1", errs, cannot)
+	}
+
+	// Probes can be made again, but the first round names devB alone:
+	// devA has not been probed since.
+	c.prober.setUnreadable(false)
+	c.Sys.Root.Send(c.Child, &Probe{Reason: "uevent", Addresses: []string{devB}})
+	c.Silent(t)
+	if n := logs.countAt("info", again); n != 0 {
+		t.Errorf("%d info lines %q with devA not probed since, want none", n, again)
+	}
+	c.round(time.Second)
+	c.Silent(t)
+	if n := logs.countAt("info", again); n != 1 {
+		t.Errorf("%d info lines %q once every device was probed, want 1", n, again)
 	}
 }
