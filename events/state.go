@@ -197,12 +197,7 @@ func NewState() State {
 // on an unknown device creates it, present, and a membership change naming
 // an unknown pool or device creates them. A payload may be a catalog value or
 // a pointer to one.
-func Apply(s State, e Envelope) State { return apply(s, e, false) }
-
-// apply is Apply. owned says that e's slices belong to no one else (the
-// payload was decoded for this call only), so the state may keep them
-// without a copy.
-func apply(s State, e Envelope, owned bool) State {
+func Apply(s State, e Envelope) State {
 	s.Seq = e.Seq
 	s.Time = e.Time
 	switch p := payloadValue(e.Payload).(type) {
@@ -405,20 +400,14 @@ func apply(s State, e Envelope, owned bool) State {
 			s.Pools[name] = pool
 		}
 	case DevicesAllocated:
-		ids := p.DeviceIDs
-		if !owned {
-			ids = slices.Clone(ids)
-		}
+		ids := slices.Clone(p.DeviceIDs)
 		for _, seq := range p.Supersedes {
 			s.release(seq)
 		}
 		s.Allocations[e.Seq] = Allocation{Seq: e.Seq, Pool: p.Pool, DeviceIDs: ids, At: e.Time}
 		hold(s.Holders, e.Seq, ids)
 	case AllocationRecovered:
-		ids := p.DeviceIDs
-		if !owned {
-			ids = slices.Clone(ids)
-		}
+		ids := slices.Clone(p.DeviceIDs)
 		s.Allocations[e.Seq] = Allocation{Seq: e.Seq, Pool: p.Pool, DeviceIDs: ids, At: e.Time, Recovered: true,
 			Binding: &Binding{Namespace: p.Namespace, Pod: p.Pod, Container: p.Container, At: e.Time}}
 		hold(s.Holders, e.Seq, ids)
