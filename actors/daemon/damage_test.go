@@ -388,10 +388,15 @@ func TestAcknowledgedDamageDoesNotHideNewDamage(t *testing.T) {
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
 	n.opts.MetricsAddr, n.opts.SnapshotCheck = "127.0.0.1:0", 10*time.Millisecond
 	ctx := waitCtx(t)
-	// allocate allocates times from pool, then stops d, which takes a
-	// snapshot: the start reads none of the records allocated.
-	allocate := func(d *Daemon, pool string, times int) {
+	// allocate allocates times from pool, registered by a start at or
+	// after since (not an endpoint of the daemon before, which the
+	// stand-in may still list), then stops d, which takes a snapshot: the
+	// start reads none of the records allocated.
+	allocate := func(d *Daemon, since time.Time, pool string, times int) {
 		t.Helper()
+		if _, err := n.kubelet.RegisteredAfter(ctx, []string{pool}, since); err != nil {
+			t.Fatal(err)
+		}
 		devs, err := n.kubelet.WaitDevices(ctx, pool, func(ds []*pluginapi.Device) bool { return len(ds) > 0 })
 		if err != nil {
 			t.Fatal(err)
@@ -405,8 +410,9 @@ func TestAcknowledgedDamageDoesNotHideNewDamage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	allocate(n.start(t), vfioPool, 40)
+	allocate(n.start(t), time.Time{}, vfioPool, 40)
 	flipAll(t, n.opts.StateDir, "PCIDEVICE_INTEL_COM_SRIOV_VFIO")
+	started := time.Now()
 	d := n.start(t)
 	waitReadyzSays(t, ctx, "http://"+d.metricsAddr, http.StatusServiceUnavailable, "the ledger is damaged")
 	for len(damageRecorded(t, d)) < 32 { // the check's records land
@@ -415,7 +421,7 @@ func TestAcknowledgedDamageDoesNotHideNewDamage(t *testing.T) {
 	if _, err := d.AcknowledgeDamage(ctx, "old allocations lost; accepted"); err != nil {
 		t.Fatal(err)
 	}
-	allocate(d, netPool, 3)
+	allocate(d, started, netPool, 3)
 	flipAll(t, n.opts.StateDir, "PCIDEVICE_INTEL_COM_SRIOV_NET") // new damage, later in the file
 	d = n.start(t)
 	waitReadyzSays(t, ctx, "http://"+d.metricsAddr, http.StatusServiceUnavailable, "the ledger is damaged")
