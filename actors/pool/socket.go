@@ -3,6 +3,7 @@ package pool
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -31,10 +32,18 @@ func SocketBase(resource string) string {
 const suffixLen = len(".0123abcd.sock")
 
 // socketBaseIn is SocketBase cut short when a name in dir would not fit a
-// socket path (the kubelet takes any endpoint name).
+// socket path (the kubelet takes any endpoint name). A cut name ends in a
+// hash of the whole resource name: two pools whose names share all that
+// fits would otherwise share a base, and each take the other's sockets
+// for its own stale ones.
 func socketBaseIn(dir, resource string) string {
 	base := SocketBase(resource)
 	if room := grpcapi.MaxSocketPath - len(filepath.Join(dir, "x")) + 1 - suffixLen; len(base) > room && room > 0 {
+		h := fnv.New32a()
+		h.Write([]byte(resource))
+		if tag := fmt.Sprintf("-%08x", h.Sum32()); room > len(tag) {
+			return base[:room-len(tag)] + tag
+		}
 		base = base[:room]
 	}
 	return base

@@ -114,6 +114,11 @@ func TestLongResourceNamesFit(t *testing.T) {
 	if p := newSocketPath(dir, "intel.com/sriov_net"); !IsSocketName("intel.com/sriov_net", filepath.Base(p)) {
 		t.Errorf("a short name was cut: %s", p)
 	}
+	// Two long names alike in all that fits keep apart.
+	other := long[:len(long)-1] + "m"
+	if p := newSocketPath(dir, other); isSocketIn(dir, long, filepath.Base(p)) || isSocketIn(dir, other, filepath.Base(path)) {
+		t.Errorf("%s and %s take each other's sockets (%s, %s)", long, other, filepath.Base(path), filepath.Base(p))
+	}
 }
 
 // Asked to serve anew wherever it serves (a restarted registrar knows no
