@@ -305,9 +305,15 @@ func (c *checker) watch(ts []Target, seen Seen) []Target {
 	}
 	c.targets = slices.Clone(ts)
 	c.life.targets = c.targets
-	for addr := range c.life.inconclusive {
-		if !slices.ContainsFunc(ts, func(t Target) bool { return t.Probe.Address == addr }) {
-			delete(c.life.inconclusive, addr) // no probe will end its outage
+	if len(c.life.inconclusive) > 0 {
+		watched := make(map[string]bool, len(ts))
+		for _, t := range ts {
+			watched[t.Probe.Address] = true
+		}
+		for addr := range c.life.inconclusive {
+			if !watched[addr] {
+				delete(c.life.inconclusive, addr) // no probe will end its outage
+			}
 		}
 	}
 	named, _ := c.named(seen.Addresses, seen.Interfaces)
