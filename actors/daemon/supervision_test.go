@@ -561,3 +561,49 @@ func TestAMoveThereAndBackWhileAPoolRestartsKeepsTheDevicesPool(t *testing.T) {
 		t.Errorf("after the restart %s is not in %s (it names pool %q)", m, a, s.Devices[m].Pool)
 	}
 }
+
+// A restarted node starts from the ledger, which has every allocation
+// recorded before it: a pool's AllocationRecorded still in its mailbox
+// from before the crash changes nothing. (Folded again, the allocation
+// it names, superseded since, held its device once more.)
+func TestARestartedNodeIgnoresAnAllocationItReplayed(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.WatchConfig = false
+	d, ctx, _ := superviseNode(t, n, vfioPool)
+	devs, err := n.kubelet.WaitDevices(ctx, vfioPool, func(ds []*pluginapi.Device) bool { return len(ds) == 5 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := devs[0].ID
+	for range 2 { // the second supersedes the first
+		if _, err := n.kubelet.Allocate(ctx, vfioPool, []string{dev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var first events.Envelope
+	if err := d.rec.Log().Read(1, func(e events.Envelope) error {
+		if a, ok := e.Payload.(events.DevicesAllocated); ok && first.Seq == 0 && slices.Equal(a.DeviceIDs, []string{dev}) {
+			first = e
+		}
+		return nil
+	}); err != nil || first.Seq == 0 {
+		t.Fatalf("the first allocation of %s: %v", dev, err)
+	}
+	want := ledgerState(t, d).Holders[dev]
+	if len(want) != 1 || want[0] == first.Seq {
+		t.Fatalf("the ledger's holders of %s: %v; want the second allocation only", dev, want)
+	}
+	crashed := time.Now()
+	d.Send(&node.Crash{Reason: "test"})
+	d.Send(&pool.AllocationRecorded{Pool: vfioPool, Event: first})
+	if _, err := n.kubelet.RegisteredAfter(ctx, []string{vfioPool, netPool}, crashed); err != nil {
+		t.Fatal(err)
+	}
+	res, err := d.Ask(ctx, d.node, &node.Query{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.(*node.Status).Holds[dev]; !slices.Equal(got, want) {
+		t.Errorf("after the crash the node holds %s by %v, the ledger by %v", dev, got, want)
+	}
+}

@@ -321,6 +321,9 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 		// The registrar asks once (NeedSocket) for each socket that is gone.
 		ctx.Send(n.registrar, &registrar.Reconcile{})
 	case *pool.AllocationRecorded:
+		if n.replayedAlready(m.Event) {
+			break
+		}
 		ctx.Send(n.reconciler, &reconciler.Allocated{Seq: m.Event.Seq})
 		a := m.Event.Payload.(events.DevicesAllocated)
 		ids := slices.Clone(a.DeviceIDs)
@@ -334,7 +337,9 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 			ctx.Send(n.reconciler, &reconciler.Allocated{Seq: seq})
 		}
 	case *reconciler.Recorded:
-		n.reconciled(ctx, m.Event)
+		if !n.replayedAlready(m.Event) {
+			n.reconciled(ctx, m.Event)
+		}
 	case *registrar.NeedDesires:
 		for _, name := range slices.Sorted(maps.Keys(n.pools)) {
 			ctx.Send(n.pools[name], &pool.Reserve{Seq: n.cfg.Recorder.Log().LastSeq()})
@@ -378,6 +383,13 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 			Sockets: n.sockets, Reconciler: n.reconciler, ConfigWatch: n.configwatch, Pools: maps.Clone(n.pools),
 			Configured: slices.Sorted(maps.Keys(n.resources)), Placed: n.placed})
 	}
+}
+
+// replayedAlready says e, a record a child told of, is in the ledger this
+// incarnation replayed as it started: one its last incarnation's children
+// sent before it crashed. Folded again, it would undo what followed it.
+func (n *coordinator) replayedAlready(e events.Envelope) bool {
+	return e.Seq <= n.replayed.Seq
 }
 
 // reconciled folds e, a change to a live allocation that the reconciler
