@@ -74,20 +74,29 @@ func (c *watcher) Receive(ctx actor.Context) {
 			c.w = nil
 		}
 	case *fswatch.Error:
-		c.cfg.Log.Warn().Err(m.Err).Msg("config watch error")
+		// Events were lost (an overflow): a change to the config may be
+		// among them. The parent reads the file and compares.
+		c.cfg.Log.Warn().Err(m.Err).Msg("the config watch lost events; reading the config again")
+		c.changed(ctx, "the config watch lost events")
 	case *fswatch.Event:
 		if !c.concerns(m.Name) {
 			return
 		}
-		c.gen++
-		c.last = fmt.Sprintf("%s %s", m.Op, filepath.Base(m.Name))
-		gen, self, root := c.gen, ctx.Self(), ctx.ActorSystem().Root
-		time.AfterFunc(c.cfg.Quiet, func() { root.Send(self, &settled{gen: gen}) })
+		c.changed(ctx, fmt.Sprintf("config file changed (%s %s)", m.Op, filepath.Base(m.Name)))
 	case *settled:
 		if m.gen == c.gen {
-			ctx.Send(ctx.Parent(), &Changed{Reason: "config file changed (" + c.last + ")"})
+			ctx.Send(ctx.Parent(), &Changed{Reason: c.last})
 		}
 	}
+}
+
+// changed asks for a reload once changes have paused for Quiet; reason
+// is the last change's.
+func (c *watcher) changed(ctx actor.Context, reason string) {
+	c.gen++
+	c.last = reason
+	gen, self, root := c.gen, ctx.Self(), ctx.ActorSystem().Root
+	time.AfterFunc(c.cfg.Quiet, func() { root.Send(self, &settled{gen: gen}) })
 }
 
 // concerns reports whether a change to name may change the config: the file

@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/fsnotify/fsnotify"
 	"github.com/rs/zerolog"
 
+	"github.com/devledger/devledger/actors/internal/fswatch"
 	"github.com/devledger/devledger/internal/actortest"
 )
 
@@ -170,5 +172,19 @@ func TestAWatcherAsksForALookWhenItStarts(t *testing.T) {
 	path := plainFile(t, dir)
 	write(t, path, `{"resourceList": [{"resourceName": "changed before the watch"}]}`)
 	f := spawnWatching(t, Config{Path: path, Quiet: quiet, Log: zerolog.Nop()})
+	f.NothingFor(t, 2*quiet)
+}
+
+// An overflow loses events, a ConfigMap's ..data swap perhaps among them:
+// the watcher asks its parent to read the file again, which finds a
+// change that was not heard, and nothing when there was none.
+func TestAWatchThatLostEventsAsksForALook(t *testing.T) {
+	dir := t.TempDir()
+	path := plainFile(t, dir)
+	f := spawnWatching(t, Config{Path: path, Quiet: quiet, Log: zerolog.Nop()})
+	f.Sys.Root.Send(f.Child, &fswatch.Error{Err: fsnotify.ErrEventOverflow})
+	if m := next[*Changed](t, f); !strings.Contains(m.Reason, "lost events") {
+		t.Errorf("Changed{%q} after an overflow, want it to say events were lost", m.Reason)
+	}
 	f.NothingFor(t, 2*quiet)
 }
