@@ -1101,6 +1101,59 @@ func TestANodeThatStopsWhileRecordingAConfigAnswersWhatItHeld(t *testing.T) {
 	}
 }
 
+// A SIGTERM that comes while a SIGHUP's reload waits for the disk begins
+// the stop at once, not when the reload gives up 10 s later: the stop may
+// need 22 of the 30 s the kubelet gives it. The config is read before the
+// node stops, in one piece, and the stop is clean.
+func TestASignalDuringAReloadThatWaitsForTheDiskStopsAtOnce(t *testing.T) {
+	n, d, ctx, release := reloadWhileTheWriterWaits(t)
+	sig, signal := context.WithCancel(context.Background())
+	defer signal()
+	hup := make(chan os.Signal)
+	served := make(chan error, 1)
+	go func() { served <- d.serve(sig, hup) }()
+	hup <- syscall.SIGHUP // taken: the reload is asked of the node
+	signal()
+	// Well within the reload's own 10 s: a stop that waited for it would
+	// begin only once it gave up.
+	begun, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	waitFor(begun, t, "the stop to begin while the reload waits", func() bool { return d.background.Err() != nil })
+	release()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("serve: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the daemon did not stop")
+	}
+	l, err := store.Open(filepath.Join(n.opts.StateDir, LedgerFileName), store.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var stopped *events.DaemonStopped
+	if err := l.Read(0, func(e events.Envelope) error {
+		if p, ok := e.Payload.(events.DaemonStopped); ok {
+			stopped = &p
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if stopped == nil || !stopped.Clean {
+		t.Errorf("DaemonStopped %+v, want a clean stop", stopped)
+	}
+	st, err := l.Replay(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := node.Digest([]byte(dpdkConfig)); st.Config.SHA256 != want {
+		t.Errorf("the config in the ledger is %.12s, want the reloaded one's %.12s", st.Config.SHA256, want)
+	}
+}
+
 // reloadWhileTheWriterWaits starts a node on sriovConfig, holds the
 // store's writer (a guarded append whose check waits for release) and
 // writes dpdkConfig to the config file.

@@ -563,9 +563,28 @@ func (d *Daemon) Reload(ctx context.Context, reason string) (*node.ReloadResult,
 // Send delivers msg (node.Rescan, node.ProbeHealth) to the node coordinator.
 func (d *Daemon) Send(msg any) { d.system.Root.Send(d.node, msg) }
 
-// Ask sends a request to an actor and waits for the reply within ctx.
+// Ask sends a request to an actor and waits for the reply within ctx:
+// until its deadline, or until it is cancelled.
 func (d *Daemon) Ask(ctx context.Context, pid *actor.PID, msg any) (any, error) {
-	return d.system.Root.RequestFuture(pid, msg, timeoutOf(ctx)).Result()
+	f := d.system.Root.RequestFuture(pid, msg, timeoutOf(ctx))
+	if ctx.Done() == nil {
+		return f.Result()
+	}
+	type answer struct {
+		res any
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		res, err := f.Result()
+		ch <- answer{res, err}
+	}()
+	select {
+	case a := <-ch:
+		return a.res, a.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // Status implements grpcapi.StatusSource: every configured pool and whether
@@ -947,17 +966,28 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	return d.serve(ctx, hup)
+}
+
+// serve runs the started daemon until ctx ends or it fails, reloading
+// the config at each signal on hup.
+func (d *Daemon) serve(ctx context.Context, hup <-chan os.Signal) error {
 	for {
 		select {
 		case <-hup:
-			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			// Within ctx: a reload waiting on a slow disk must not hold
+			// back a SIGTERM, whose stop needs all the time it has. The
+			// node reads the config before it stops, or not at all.
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			res, err := d.Reload(rctx, "SIGHUP")
 			switch {
+			case err != nil && ctx.Err() != nil:
+				// Cut short by the stop, which says why.
 			case err != nil:
 				d.log.Error().Err(err).Msg("reload on SIGHUP")
 			case res.Unchanged:
 				// Nothing changes, so nothing else says the signal came.
-				d.log.Info().Str("config", opts.ConfigPath).Msg("SIGHUP: config unchanged")
+				d.log.Info().Str("config", d.opts.ConfigPath).Msg("SIGHUP: config unchanged")
 			}
 			cancel()
 		case <-ctx.Done():
