@@ -3,6 +3,8 @@ package store_test
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -74,5 +76,41 @@ func TestAppendFaultOnAFullDisk(t *testing.T) {
 	}
 	if want := int(stuck) + 1; n != want {
 		t.Errorf("read %d events, want %d: those acknowledged before the disk was full, and the one after", n, want)
+	}
+}
+
+// A salvage the disk cuts short leaves nothing under the name it was to
+// write: a new ledger holding only the first part of what was salvaged
+// would verify as sound, and read as the whole.
+func TestSalvageCutShortByAFullDiskLeavesNoLedger(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := store.Open(src, store.Options{Node: "n", BootID: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		envs := make([]events.Envelope, 500)
+		for j := range envs {
+			envs[j] = events.New(events.DeviceRemoved{Address: "0000:3b:02.1", Reason: strings.Repeat("x", 200)},
+				time.Unix(int64(i*500+j), 0), "b")
+		}
+		if _, err := l.Append(context.Background(), envs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	disk := storetest.NewFullDisk(t, 256<<10)
+	out := filepath.Join(disk.Dir, "salvaged.db")
+	_, err = store.Salvage(src, out)
+	if !errors.Is(err, syscall.ENOSPC) || !strings.HasPrefix(err.Error(), "salvage into "+out+": ") {
+		t.Fatalf("salvage onto a full disk: %v, want ENOSPC, named after %s", err, out)
+	}
+	if _, err := os.Lstat(out); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a salvage that failed left %s (%v)", out, err)
+	}
+	if left, _ := os.ReadDir(disk.Dir); len(left) != 0 {
+		t.Errorf("a salvage that failed left %d files in %s: %v", len(left), disk.Dir, left)
 	}
 }

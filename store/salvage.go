@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"syscall"
@@ -62,7 +63,10 @@ type LostRange struct {
 // events before it) to the last the ledger says it reached, so that the new
 // ledger is whole and the loss is in it. Of the snapshots, only the one
 // retention kept before the first event is copied: the daemon takes new
-// ones.
+// ones. The new ledger appears at out only once it is complete: it is
+// built in a temporary directory beside out (".NAME.salvage-*", left
+// behind only by a salvage killed while it ran), and on error nothing is
+// at out.
 func Salvage(path, out string) (SalvageReport, error) {
 	var rep SalvageReport
 	if _, err := os.Lstat(out); err == nil {
@@ -76,11 +80,31 @@ func Salvage(path, out string) (SalvageReport, error) {
 		return rep, fmt.Errorf("salvage %s: %w", path, err)
 	}
 	defer unmap()
+	// The new ledger is built under a temporary name beside out and
+	// linked into place only once complete: one cut short (a full disk,
+	// a kill) must not be left under out, where it would verify as a
+	// sound ledger holding only part of what was salvaged.
+	tmpDir, err := os.MkdirTemp(filepath.Dir(out), "."+filepath.Base(out)+".salvage-*")
+	if err != nil {
+		return rep, fmt.Errorf("salvage into %s: %w", out, err)
+	}
+	defer os.RemoveAll(tmpDir)
+	building := filepath.Join(tmpDir, filepath.Base(out))
 	err = whileMapped(path, func() (err error) {
-		rep, err = salvage(data, path, out)
+		rep, err = salvage(data, path, building)
+		if err != nil && !errors.Is(err, ErrNotLedger) {
+			// Named after out: the temporary name is gone on return.
+			err = fmt.Errorf("salvage into %s: %w", out, unnamed(err))
+		}
 		return err
 	})
-	return rep, err
+	if err != nil {
+		return rep, err
+	}
+	if err := placeNew(building, out); err != nil {
+		return rep, fmt.Errorf("salvage into %s: %w", out, err)
+	}
+	return rep, nil
 }
 
 // whileMapped runs fn, which reads the file at path mapped: should the
@@ -529,7 +553,7 @@ func (l *Log) importRecords(keys, values [][]byte) error {
 		return b.SetSequence(last)
 	})
 	if err != nil {
-		return fmt.Errorf("salvage into %s: %w", l.path, err)
+		return err
 	}
 	if l.firstSeq.Load() == 0 {
 		first, _ := keySeq(keys[0])

@@ -292,6 +292,26 @@ func create(path string, opts Options) error {
 	return syncDir(dir)
 }
 
+// placeNew puts the complete file tmp in place at path, which must not
+// exist: a hard link, which fails rather than replace a file made
+// meanwhile (a rename where the file system has no links), then a sync of
+// path's directory. tmp is left for the caller to remove.
+func placeNew(tmp, path string) error {
+	err := os.Link(tmp, path)
+	if errors.Is(err, fs.ErrExist) {
+		return errors.New("it exists")
+	}
+	if err != nil {
+		if _, serr := os.Lstat(path); !errors.Is(serr, fs.ErrNotExist) {
+			return err
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			return err
+		}
+	}
+	return syncDir(filepath.Dir(path))
+}
+
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {

@@ -229,7 +229,6 @@ func runLedgerSalvage(args []string, stdout, stderr io.Writer) error {
 	}
 	rep, err := store.Salvage(*db, *out)
 	if err != nil {
-		os.Remove(*out)
 		if errors.Is(err, store.ErrNotLedger) {
 			return usageErr(err) // nothing in it to salvage
 		}
