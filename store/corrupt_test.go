@@ -832,3 +832,49 @@ func TestAFormat4SnapshotOfMoreThan32AcknowledgedIsNoDamage(t *testing.T) {
 		t.Fatalf("check of a format-4 snapshot: %q, %v; want no damage", found, err)
 	}
 }
+
+// A key damaged into one past the events' counter, amid the records, is
+// named where it lies: the counter, and the records after it, are sound.
+func TestADamagedKeyAmidTheRecordsIsNotTheCounter(t *testing.T) {
+	const n, bad = 30, 12
+	path := markedLedger(t, n)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every copy of #12's key (bbolt's freed pages keep old ones) becomes
+	// 2^56+12: the record's checksum, over its key, fails too.
+	hits := 0
+	for off := 0; ; {
+		i := bytes.Index(b[off:], []byte(marker(bad)))
+		if i < 0 {
+			break
+		}
+		if k := bytes.LastIndex(b[max(0, off+i-100):off+i], seqKey(bad)); k >= 0 {
+			b[max(0, off+i-100)+k] = 0x01
+			hits++
+		}
+		off += i + 1
+	}
+	if hits == 0 {
+		t.Fatalf("the key of #%d not found in %s", bad, path)
+	}
+	damaged := filepath.Join(t.TempDir(), "key.db")
+	if err := os.WriteFile(damaged, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := Open(damaged, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var read uint64
+	err = l.Read(0, func(e events.Envelope) error { read = e.Seq; return nil })
+	var ce *CorruptError
+	if !errors.As(err, &ce) || ce.Seq != bad || read != bad-1 || strings.Contains(err.Error(), "counter") {
+		t.Fatalf("read: %v after #%d, want the record at #%d missing, after #%d", err, read, bad, bad-1)
+	}
+	if _, err := l.Check(context.Background()); !errors.As(err, &ce) || ce.Seq != bad {
+		t.Fatalf("check: %v, want the record at #%d missing", err, bad)
+	}
+}

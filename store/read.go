@@ -97,6 +97,11 @@ func (l *Log) scan(tx *bolt.Tx, from, until uint64, clamp bool, visit func(seq u
 			return l.corrupt(expect, fmt.Sprintf("events key %x is not a sequence", k), nil)
 		}
 		if seq > last {
+			if expect <= last {
+				// Out of order, with records still to come up to the
+				// counter: a damaged key, not a counter behind.
+				return l.corrupt(expect, fmt.Sprintf("record missing (the next key says seq %d, past the ledger's last seq %d)", seq, last), nil)
+			}
 			return counterBehind(l.path, last)
 		}
 		if seq > until {
