@@ -840,6 +840,63 @@ func TestMoveWhileDownIsRecordedAtStart(t *testing.T) {
 	wantReasons(t, d, seq+1, dev, map[string]string{one: "daemon start; moved to " + net + ": " + dev, net: "daemon start; moved from " + one + ": " + dev})
 }
 
+// A pool the config dropped while no daemon ran is recorded as it is at a
+// reload: its members' removal, with the allocations that still hold
+// them, ahead of the config that drops it. A device's history says it
+// left the pool, not only that it joined another.
+func TestAPoolDroppedWhileDownRecordsItsMembersLeaving(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.WatchConfig = false
+	d := n.start(t)
+	ctx := waitCtx(t)
+	devs, err := n.kubelet.WaitDevices(ctx, vfioPool, func(ds []*pluginapi.Device) bool { return len(ds) == 5 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := devs[0].ID
+	a, err := n.kubelet.Allocate(ctx, vfioPool, []string{dev})
+	if err != nil || len(a.ContainerResponses) != 1 {
+		t.Fatalf("allocate %s: %v", dev, err)
+	}
+	if err := d.Stop(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+	seq := d.rec.Log().LastSeq()
+	members := replayStopped(t, n.opts.StateDir).Pools[vfioPool].Members
+	if err := os.WriteFile(n.opts.ConfigPath, []byte(dpdkConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d = n.start(t)
+	waitLedger(ctx, t, d, "the devices in the new pool", func(s events.State) bool { return s.Devices[dev].Pool == "intel.com/dpdk" })
+	var removed *events.PoolMembershipChanged
+	if err := d.rec.Log().Read(seq+1, func(e events.Envelope) error {
+		switch p := e.Payload.(type) {
+		case events.PoolMembershipChanged:
+			if p.Pool == vfioPool {
+				removed = &p
+			}
+		case events.ConfigApplied:
+			if removed == nil {
+				t.Errorf("#%d: the config that drops %s, and no record of its members leaving before it", e.Seq, vfioPool)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if removed == nil {
+		t.FailNow()
+	}
+	if !slices.Equal(removed.Removed, members) || len(removed.Added) > 0 {
+		t.Errorf("%s's members leaving: +%v -%v, want -%v", vfioPool, removed.Added, removed.Removed, members)
+	}
+	for _, want := range []string{"removed from the config", "still held: " + dev + " by #"} {
+		if !strings.Contains(removed.Reason, want) {
+			t.Errorf("the reason %q does not say %q", removed.Reason, want)
+		}
+	}
+}
+
 // A move is two records, one per pool. A daemon killed between them leaves
 // the device listed by both pools; the start after finishes the move: the
 // pool it left, with no device now so not served, records that it left.

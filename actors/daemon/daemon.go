@@ -338,15 +338,22 @@ func Start(opts Options) (_ *Daemon, err error) {
 		if st.Config.SHA256 != "" {
 			applied.Changes = node.ConfigChanges(before, applied.Pools, nil, nil)
 		}
-		start = append(start, applied)
-		// A pool the config dropped while no daemon ran has no pool to
-		// remove what a killed run left under its name: the kubelet's
-		// plugin watcher would dial it again and again.
 		for _, name := range slices.Sorted(maps.Keys(before)) {
-			if !slices.ContainsFunc(applied.Pools, func(p events.PoolSpec) bool { return p.Resource == name }) {
-				pool.CleanStaleSockets(node.SocketDir(opts.KubeletDir, mode), name, d.log)
+			if slices.ContainsFunc(applied.Pools, func(p events.PoolSpec) bool { return p.Resource == name }) {
+				continue
 			}
+			// A pool the config dropped while no daemon ran: its members
+			// leave it as at a reload, ahead of the config (where they
+			// go, the first scan's records say).
+			if ms := st.Pools[name].Members; len(ms) > 0 {
+				start = append(start, node.PoolRemoved(name, ms, &st, "pool removed from the config while no daemon ran", nil))
+			}
+			// It has no pool to remove what a killed run left under its
+			// name: the kubelet's plugin watcher would dial it again and
+			// again.
+			pool.CleanStaleSockets(node.SocketDir(opts.KubeletDir, mode), name, d.log)
 		}
+		start = append(start, applied)
 	}
 	// Record the damage the replay went past (a meta page, a snapshot).
 	start = append(start, newDamage(st.Ledger, l.Damages(), "at start; the daemon serves the state rebuilt from what could be read")...)
