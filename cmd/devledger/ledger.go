@@ -54,13 +54,29 @@ func openLedgerWaiting(lf *ledgerFlags, wait time.Duration) (*store.Log, error) 
 	switch {
 	case err == nil:
 		return l, nil
-	case lf.db != "" && isDir(lf.db):
-		return nil, usageErrf("--db %s is a directory: --db names a ledger file; --state-dir %s reads the ledger in a state dir", lf.db, lf.db)
+	case lf.misnamed() != nil:
+		return nil, lf.misnamed()
 	case errors.Is(err, store.ErrNoLedger), errors.Is(err, store.ErrNotLedger), errors.Is(err, store.ErrNewerFormat):
 		return nil, usageErr(err)
 	default:
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
+}
+
+// misnamed is the usage error for a ledger file given as --state-dir, or
+// a state dir given as --db, each with the flag that reads it; nil
+// otherwise.
+func (lf *ledgerFlags) misnamed() error {
+	if lf.db != "" {
+		if isDir(lf.db) {
+			return usageErrf("--db %s is a directory: --db names a ledger file; --state-dir %s reads the ledger in a state dir", lf.db, lf.db)
+		}
+		return nil
+	}
+	if fi, err := os.Stat(lf.stateDir); err == nil && !fi.IsDir() {
+		return usageErrf("--state-dir %s is not a directory: --state-dir names the daemon's state dir (the ledger is DIR/%s); --db %s reads a ledger file", lf.stateDir, ledgerFileName, lf.stateDir)
+	}
+	return nil
 }
 
 // isDir says whether path is a directory.

@@ -110,6 +110,9 @@ func runLedgerAcknowledge(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := lf.misnamed(); err != nil {
+		return err
+	}
 	path := lf.path()
 	where := path
 	problems, err := acknowledgeInFile(path, *note)
