@@ -72,6 +72,9 @@ func runLedgerBackup(args []string, stdout, stderr io.Writer) error {
 			return 0, err
 		}
 		sock := grpcapi.AdminSocketPath(filepath.Dir(src))
+		if serr := lockedWithoutDaemon(err, sock); serr != nil {
+			return 0, serr
+		}
 		src = "the daemon (" + sock + ")"
 		return grpcapi.BackupFromAdmin(context.Background(), sock, w)
 	}
@@ -118,6 +121,9 @@ func runLedgerAcknowledge(args []string, stdout, stderr io.Writer) error {
 	problems, err := acknowledgeInFile(path, *note)
 	if errors.Is(err, store.ErrLocked) {
 		sock := grpcapi.AdminSocketPath(filepath.Dir(path))
+		if serr := lockedWithoutDaemon(err, sock); serr != nil {
+			return serr
+		}
 		where = "the daemon (" + sock + ")"
 		problems, err = grpcapi.AcknowledgeDamageThroughAdmin(context.Background(), sock, *note)
 	}
@@ -133,6 +139,19 @@ func runLedgerAcknowledge(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "  %s\n", p)
 	}
 	return nil
+}
+
+// lockedWithoutDaemon is the error for a ledger whose lock someone holds
+// (locked) when no daemon listens on its admin socket sock: a tool still
+// reading it, or a daemon starting or stopping. It names the lock first,
+// which a bare dial error of the socket would hide. nil when a daemon
+// listens there.
+func lockedWithoutDaemon(locked error, sock string) error {
+	serr := grpcapi.AdminListening(context.Background(), sock)
+	if serr == nil {
+		return nil
+	}
+	return fmt.Errorf("%w; and the daemon's admin socket does not answer: %v", locked, serr)
 }
 
 // acknowledgeInFile appends the acknowledgement to a ledger no daemon

@@ -119,6 +119,29 @@ func TestLedgerBackupOfADamagedFile(t *testing.T) {
 	}
 }
 
+// A ledger someone else holds while no daemon answers on its admin socket
+// (a dump still reading it, a daemon starting): backup and acknowledge say
+// that the file is locked, not only that the socket refused them.
+func TestLedgerCommandsOnALockedFileWithoutADaemon(t *testing.T) {
+	db := sampleCopy(t)
+	holder, err := store.Open(db, store.Options{BootID: "holder"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Close() })
+	dir := filepath.Dir(db)
+	for _, args := range [][]string{
+		{"ledger", "backup", "--state-dir", dir, "--out", filepath.Join(t.TempDir(), "copy.db")},
+		{"ledger", "backup", "--state-dir", dir, "--out", "-"},
+		{"ledger", "acknowledge", "--state-dir", dir},
+	} {
+		code, _, stderr := runCLI(t, args...)
+		if code != exitFailure || !strings.Contains(stderr, "is locked by another process") || !strings.Contains(stderr, "admin socket does not answer") {
+			t.Errorf("%q: exit %d: %s", args, code, stderr)
+		}
+	}
+}
+
 // ledger salvage names what it lost and exits 1, or exits 0 when it lost
 // nothing; dump reads what it wrote, the losses as EventLost.
 func TestLedgerSalvage(t *testing.T) {
