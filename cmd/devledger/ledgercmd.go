@@ -109,6 +109,8 @@ func runLedgerAcknowledge(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("ledger acknowledge", "[--state-dir DIR | --db FILE] [--note TEXT]", stdout)
 	var lf ledgerFlags
 	lf.register(fs)
+	// Unlike the other tools', acknowledge's --db is written to.
+	fs.Lookup("db").Usage = "record the acknowledgement in this ledger `FILE` instead of the state dir's"
 	note := fs.String("note", "", "what was done about the damage (`TEXT`), kept in the ledger with the acknowledgement")
 	if err := parseFlags(fs, args); err != nil {
 		return err

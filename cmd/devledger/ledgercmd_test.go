@@ -247,6 +247,15 @@ func TestLedgerAcknowledgeInFile(t *testing.T) {
 	}
 }
 
+// acknowledge writes to the file --db names: its help must not call it a
+// read, as the read-only tools' help does.
+func TestLedgerAcknowledgeHelpSaysItWrites(t *testing.T) {
+	_, help, _ := runCLI(t, "ledger", "acknowledge", "-h")
+	if strings.Contains(help, "read this ledger") || !strings.Contains(help, "record the acknowledgement in this ledger FILE") {
+		t.Errorf("ledger acknowledge -h:\n%s", help)
+	}
+}
+
 // scan --db shows the damage the daemon recorded and no operator
 // acknowledged, and stops showing it once acknowledged.
 func TestScanShowsUnacknowledgedDamage(t *testing.T) {
