@@ -422,3 +422,17 @@ func TestAnEndGivenToTheSecondKeepsThatSecond(t *testing.T) {
 		t.Errorf("replay --diff over the second of #2 does not show its device:\n%s", out)
 	}
 }
+
+// A rejected config's line counts its errors in words that agree with the
+// count.
+func TestARejectedConfigCountsItsErrors(t *testing.T) {
+	for errs, want := range map[int]string{1: "1 error: e1", 2: "2 errors: e1"} {
+		p := events.ConfigRejected{Path: "config.json"}
+		for i := range errs {
+			p.Errors = append(p.Errors, fmt.Sprintf("e%d", i+1))
+		}
+		if got := describe(events.Envelope{Seq: 1, Payload: p}); got != want {
+			t.Errorf("%d errors: %q, want %q", errs, got, want)
+		}
+	}
+}

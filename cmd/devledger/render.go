@@ -174,7 +174,7 @@ func describe(e events.Envelope) string {
 		if len(p.Errors) == 0 {
 			return p.Path
 		}
-		return fmt.Sprintf("%d errors: %s", len(p.Errors), p.Errors[0])
+		return fmt.Sprintf("%s: %s", counted(len(p.Errors), "error", "errors"), p.Errors[0])
 	case events.DeviceDiscovered:
 		return deviceLine(p.Device)
 	case events.DeviceChanged:

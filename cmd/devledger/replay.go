@@ -178,7 +178,7 @@ func printState(w io.Writer, s events.State, at time.Time, notes stateNotes) err
 		if d.Reboots > 0 {
 			crashes += ", " + counted(d.Reboots, "node reboot", "node reboots")
 		}
-		fmt.Fprintf(b, "Daemon:  %s, boot %s, %s, %d starts%s\n", d.Version, d.BootID, run, d.Starts, crashes)
+		fmt.Fprintf(b, "Daemon:  %s, boot %s, %s, %s%s\n", d.Version, d.BootID, run, counted(d.Starts, "start", "starts"), crashes)
 	}
 	if s.Config.Path != "" {
 		fmt.Fprintf(b, "Config:  %s (sha256 %.12s), applied %s, %d rejected since\n", s.Config.Path, s.Config.SHA256, s.Config.AppliedAt.UTC().Format(time.RFC3339), s.Config.Rejections)
