@@ -40,7 +40,11 @@ func (p diffEnd) beyond(e events.Envelope) bool {
 func parseDiffRange(value string, now time.Time) (from, to diffEnd, err error) {
 	t1, t2, ok := strings.Cut(value, "..")
 	if !ok || t1 == "" {
-		return from, to, usageErrf("--diff %q: want T1..T2, each a time (RFC 3339, or a duration before now: 2h, 7d) or a sequence ('#N'); T2 left out is the end", value)
+		hint := ""
+		if !ok && value != "" {
+			hint = fmt.Sprintf(" (what changed since %s: --diff %s..)", value, value)
+		}
+		return from, to, usageErrf("--diff %q: want T1..T2, each a time (RFC 3339, or a duration before now: 2h, 7d) or a sequence ('#N'); T2 left out is the end%s", value, hint)
 	}
 	if from, err = parseDiffEnd(t1, now); err != nil {
 		return from, to, err

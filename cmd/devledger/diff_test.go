@@ -348,6 +348,7 @@ func TestDiffBadInput(t *testing.T) {
 		{"bad sequence", []string{"--diff", "#x..#5"}, `"#x" is not a sequence number`},
 		{"sequence zero", []string{"--diff", "#0..#5"}, `"#0" is not a sequence number`},
 		{"one point", []string{"--diff", "2026-11-24T09:00:00Z"}, "want T1..T2"},
+		{"one point, shown the range it may mean", []string{"--diff", "2h"}, "(what changed since 2h: --diff 2h..)"},
 		{"no T1", []string{"--diff", "..#5"}, "want T1..T2"},
 		{"T2 past the end", []string{"--diff", "#1..#100"}, "#100 is past the end: the ledger ends at #58"},
 		{"T1 past the end", []string{"--diff", "#100.."}, "#100 is past the end: the ledger ends at #58"},
