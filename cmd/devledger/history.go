@@ -146,6 +146,13 @@ func (ps *podSelection) unknown() error {
 		flag = "--pod " + ps.namespace + "/" + ps.pod
 	case ps.pod != "":
 		flag = "--pod " + ps.pod
+	default:
+		namespaces := map[string]bool{}
+		for name := range ps.pods {
+			ns, _, _ := strings.Cut(name, "/")
+			namespaces[ns] = true
+		}
+		return usageErrf("%s: no allocation or conflict names it; the ledger's namespaces: %s", flag, someNames(slices.Sorted(maps.Keys(namespaces))))
 	}
 	return usageErrf("%s: no allocation or conflict names it; the ledger's pods: %s", flag, someNames(slices.Sorted(maps.Keys(ps.pods))))
 }
