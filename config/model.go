@@ -50,8 +50,9 @@ var deviceTypes = []DeviceType{NetDevice, Accelerator, AuxNetDevice, GenericPCI}
 type AllocatePolicy string
 
 const (
-	// PolicyNone prefers nothing and leaves the choice to the kubelet, as
-	// the SR-IOV plugin does. It is the default.
+	// PolicyNone weighs no groups: the lowest addresses go first. It is
+	// the default. (The SR-IOV plugin's default answers nothing and leaves
+	// the choice to the kubelet.)
 	PolicyNone AllocatePolicy = "none"
 	// PolicyPacked prefers devices that share a PF (or a PCI parent) with
 	// devices already allocated, keeping whole PFs free.
