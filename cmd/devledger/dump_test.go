@@ -173,7 +173,7 @@ func TestDumpBadInput(t *testing.T) {
 		{"unknown device", []string{"dump", "--db", db, "--device", "3b:1f.1"}, exitUsage, "the ledger's devices: 0000:3b:00.0, "},
 		{"unknown pool", []string{"dump", "--db", db, "--pool", "intel.com/nope"}, exitUsage, "the ledger's pools: intel.com/sriov_net, intel.com/sriov_vfio, nvidia.com/gpu"},
 		{"unknown pod", []string{"dump", "--db", db, "--pod", "Dpdk-testpmd-7d9f"}, exitUsage, "no allocation or conflict names it; the ledger's pods: "},
-		{"unknown namespace", []string{"dump", "--db", db, "--namespace", "Telco"}, exitUsage, "--namespace Telco: no allocation or conflict names it; the ledger's namespaces: "},
+		{"unknown namespace, shown the namespaces", []string{"dump", "--db", db, "--namespace", "Telco"}, exitUsage, "--namespace Telco: no allocation or conflict names it; the ledger's namespaces: ml, telco"},
 		{"unknown pod in a namespace", []string{"dump", "--db", db, "--pod", "ml/dpdk-testpmd-7d9f"}, exitUsage, "telco/dpdk-testpmd-7d9f"},
 		{"unknown namespace", []string{"dump", "--db", db, "--namespace", "nope"}, exitUsage, "--namespace nope: no allocation"},
 		{"since after until", []string{"dump", "--db", db, "--since", "1h", "--until", "2h"}, exitUsage, "no event can be in between"},
