@@ -57,7 +57,9 @@ type LostRange struct {
 // it may be, into a new ledger at out (which must not exist), each under
 // its own sequence. It reads the file twice: the way bbolt does, as far as
 // that goes, and then page by page, so that events past a damaged page are
-// found too. Every record is verified (checksum, decoding, sequence). A
+// found too. Every record is verified (checksum, decoding, sequence); one
+// of a type or schema version this build does not know (a newer
+// devledger's, after a rollback) is intact, and copied as it is. A
 // sequence with no intact record gets an events.EventLost in its place,
 // from the first event found (from #1 when no snapshot found stands for the
 // events before it) to the last the ledger says it reached, so that the new
@@ -287,13 +289,22 @@ func (r *SalvageReport) lose(seq uint64, typ events.Type, seen bool) {
 	}
 }
 
+// readable decodes rec, a record whose checksum holds, as far as salvage
+// needs: its header. One of a type or schema version this build does not
+// know was written by a newer devledger (a rollback): it is intact, and is
+// copied as it is, not taken for lost.
+func readable(rec []byte) (events.Envelope, bool) {
+	e, err := events.Unmarshal(rec)
+	return e, err == nil || errors.Is(err, events.ErrUnknownType) || errors.Is(err, events.ErrUnknownVersion)
+}
+
 // latest is the record, of several intact ones for one sequence, stamped
 // latest: after a torn meta page bbolt wrote a second history over the
 // first, and the later one is what the ledger went on from.
 func latest(cands [][]byte) []byte {
 	best, bestTime := cands[0], time.Time{}
 	for _, c := range cands {
-		if e, err := events.Unmarshal(c); err == nil && e.Time.After(bestTime) {
+		if e, ok := readable(c); ok && e.Time.After(bestTime) {
 			best, bestTime = c, e.Time
 		}
 	}
@@ -315,7 +326,7 @@ func salvageTree(path string, tree map[uint64][]byte, found map[uint64][][]byte)
 	defer l.Close()
 	// Damage ends this read; the pages' read finds what lies past it.
 	_ = l.ReadRaw(0, func(seq uint64, rec []byte) error {
-		if e, err := events.Unmarshal(rec); err == nil && e.Seq == seq {
+		if e, ok := readable(rec); ok && e.Seq == seq {
 			i := slices.IndexFunc(found[seq], func(c []byte) bool { return bytes.Equal(c, rec) })
 			if i >= 0 {
 				tree[seq] = found[seq][i]
@@ -454,9 +465,9 @@ func salvageLeaf(p []byte, depth int, kept *slab, found map[uint64][][]byte, dam
 			kept.undo(kv)
 			continue
 		}
-		ev, err := events.Unmarshal(rec)
+		ev, ok := readable(rec)
 		switch {
-		case err != nil || ev.Seq != seq:
+		case !ok || ev.Seq != seq:
 			if _, err := decodeSnapshot(k, v); err == nil {
 				snaps[seq], keep = v, true
 			}

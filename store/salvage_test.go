@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/devledger/devledger/events"
+	bolt "go.etcd.io/bbolt"
 )
 
 // Salvage on the damaged corpus: the new ledger verifies, holds at each
@@ -574,4 +576,62 @@ func mappedCopy(t *testing.T, src string) (path string, data, b []byte) {
 	}
 	t.Cleanup(unmap)
 	return path, data, b
+}
+
+// A ledger a newer devledger wrote to holds records this build cannot
+// decode (a type it does not know, a schema version past its own): they
+// are intact all the same, and salvage copies them as they are, rather
+// than put an EventLost in their place as if no record of them were left.
+func TestSalvageKeepsANewerDevledgersEvents(t *testing.T) {
+	path := markedLedger(t, 30)
+	newer := map[uint64][]byte{}
+	rewrite(t, path, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEvents)
+		for seq := uint64(31); seq <= 33; seq++ {
+			e := ev(int(seq), events.DeviceRemoved{Address: "0000:3b:00.1", Reason: marker(int(seq))})
+			e.Seq = seq
+			rec, err := events.Marshal(e)
+			if err != nil {
+				return err
+			}
+			switch seq {
+			case 31: // a type of the same length, as the layout stays
+				rec = bytes.Replace(rec, []byte(events.TypeDeviceRemoved), []byte("DeviceRebound"), 1)
+				newer[seq] = rec
+			case 32: // the schema version after the type's name, one past this build's
+				i := bytes.Index(rec, []byte(events.TypeDeviceRemoved)) + len(events.TypeDeviceRemoved)
+				rec[i] = byte(events.CurrentVersion(events.TypeDeviceRemoved) + 1)
+				newer[seq] = rec
+			}
+			if err := b.Put(seqKey(seq), appendValue(nil, seq, rec)); err != nil {
+				return err
+			}
+		}
+		return b.SetSequence(33)
+	})
+	flipInFile(t, path, marker(20))
+	for seq, rec := range newer {
+		if _, err := events.Unmarshal(rec); !errors.Is(err, events.ErrUnknownType) && !errors.Is(err, events.ErrUnknownVersion) {
+			t.Fatalf("#%d reads as %v, want it unknown to this build", seq, err)
+		}
+	}
+
+	out := filepath.Join(t.TempDir(), "salvaged.db")
+	rep, err := Salvage(path, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.FirstSeq != 1 || rep.LastSeq != 33 || len(rep.Lost) != 1 || rep.Lost[0].From != 20 || rep.Lost[0].To != 20 {
+		t.Errorf("salvage report %+v, want #1-#33 with #20 lost", rep)
+	}
+	l, err := Open(out, Options{ReadOnly: true, LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for seq, want := range newer {
+		if got := readRawAt(t, l, seq); !bytes.Equal(got, want) {
+			t.Errorf("#%d in the salvaged ledger is not the newer devledger's record as written (%q)", seq, got)
+		}
+	}
 }
