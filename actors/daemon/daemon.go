@@ -581,6 +581,9 @@ func (d *Daemon) Ask(ctx context.Context, pid *actor.PID, msg any) (any, error) 
 		res any
 		err error
 	}
+	// A future's wait takes no context: it waits here, and ends by the
+	// future's own timeout if ctx ends first. Plumbing between a caller
+	// and a mailbox; it holds no actor state.
 	ch := make(chan answer, 1)
 	go func() {
 		res, err := f.Result()
