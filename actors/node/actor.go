@@ -385,27 +385,6 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 	}
 }
 
-// PoolRemoved records that the config dropped the pool name, whose
-// members were removed; why says when, and moves where each device goes
-// (nil when not known yet). It names the live allocations of the pool,
-// in allocs, that still hold a member: they stay live until their
-// containers go, and a pool the device joins lists it as held until then.
-func PoolRemoved(name string, removed []string, allocs *events.State, why string, moves map[string]string) events.PoolMembershipChanged {
-	var held []string
-	for _, addr := range removed {
-		for _, seq := range allocs.Holders[addr] {
-			if a := allocs.Allocations[seq]; a.Pool == name && a.Claimed() {
-				held = append(held, fmt.Sprintf("%s by #%d", addr, seq))
-			}
-		}
-	}
-	reason := why + pool.MovedList("moved to", removed, moves)
-	if len(held) > 0 {
-		reason += "; still held: " + strings.Join(held, ", ")
-	}
-	return events.PoolMembershipChanged{Pool: name, Removed: slices.Clone(removed), Reason: reason}
-}
-
 // replayedAlready says e, a record a child told of, is in the ledger this
 // incarnation replayed as it started: one its last incarnation's children
 // sent before it crashed. Folded again, it would undo what followed it.

@@ -1,9 +1,12 @@
 package node
 
 import (
+	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
+	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/events"
 )
@@ -49,4 +52,25 @@ func ConfigChanges(before map[string]string, pools []events.PoolSpec, was, now m
 		}
 	}
 	return out
+}
+
+// PoolRemoved records that the config dropped the pool name, whose
+// members were removed; why says when, and moves where each device goes
+// (nil when not known yet). It names the live allocations of the pool,
+// in allocs, that still hold a member: they stay live until their
+// containers go, and a pool the device joins lists it as held until then.
+func PoolRemoved(name string, removed []string, allocs *events.State, why string, moves map[string]string) events.PoolMembershipChanged {
+	var held []string
+	for _, addr := range removed {
+		for _, seq := range allocs.Holders[addr] {
+			if a := allocs.Allocations[seq]; a.Pool == name && a.Claimed() {
+				held = append(held, fmt.Sprintf("%s by #%d", addr, seq))
+			}
+		}
+	}
+	reason := why + pool.MovedList("moved to", removed, moves)
+	if len(held) > 0 {
+		reason += "; still held: " + strings.Join(held, ", ")
+	}
+	return events.PoolMembershipChanged{Pool: name, Removed: slices.Clone(removed), Reason: reason}
 }
