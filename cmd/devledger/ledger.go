@@ -51,11 +51,13 @@ func openLedger(lf *ledgerFlags) (*store.Log, error) {
 func openLedgerWaiting(lf *ledgerFlags, wait time.Duration) (*store.Log, error) {
 	path := lf.path()
 	l, err := store.Open(path, store.Options{ReadOnly: true, LockTimeout: wait})
-	switch {
-	case err == nil:
+	if err == nil {
 		return l, nil
-	case lf.misnamed() != nil:
-		return nil, lf.misnamed()
+	}
+	if merr := lf.misnamed(); merr != nil {
+		return nil, merr
+	}
+	switch {
 	case errors.Is(err, store.ErrNoLedger), errors.Is(err, store.ErrNotLedger), errors.Is(err, store.ErrNewerFormat):
 		return nil, usageErr(err)
 	default:
