@@ -131,8 +131,11 @@ func (x *Index) Mark(held iter.Seq[string]) {
 //  2. one NUMA node: the node most must-include devices sit on, if any
 //     sits on a known node, else the node with the most free candidates
 //     among those with enough for the request (any node when none has
-//     enough); other or unknown nodes come after. This holds with
-//     excludeTopology too, where the kubelet aligns nothing itself;
+//     enough); then the other known nodes, the one with the most free
+//     candidates first, so that what one node cannot hold spans as few
+//     nodes as it can; unknown nodes last, as the kubelet's own fallback
+//     takes them. This holds with excludeTopology too, where the kubelet
+//     aligns nothing itself;
 //  3. the pool's policy over groups (a VF's PF, else the PCI bus
 //     "0000:3b"), a group's load being its held members plus what this
 //     answer already took from it:
@@ -243,11 +246,11 @@ func (x *Index) Preferred(res *config.Resource, pending iter.Seq[string], availa
 		return nil, fmt.Errorf("preferred allocation for %s: size %d of %d distinct available and must-include devices: %w", res.FullName(), size, distinct, ErrInvalidRequest)
 	}
 
-	node := x.preferredNode(must, cands, need)
+	ranks := x.nodeRanks(must, cands, need)
 	if need == 1 && len(cands) > 0 {
-		return append(strays, x.named(append(must, pickOne(res.AllocatePolicy, cands, node)))...), nil
+		return append(strays, x.named(append(must, pickOne(res.AllocatePolicy, cands, ranks)))...), nil
 	}
-	return append(strays, x.named(append(must, pickAll(res.AllocatePolicy, cands, node, load, need)...))...), nil
+	return append(strays, x.named(append(must, pickAll(res.AllocatePolicy, cands, ranks, load, need)...))...), nil
 }
 
 // named is the IDs of positions ps.
@@ -261,16 +264,17 @@ func (x *Index) named(ps []int32) []string {
 
 // pickAll takes up to need candidates, tier by tier (tierOf); load (nil
 // when the policy weighs none) is by group.
-func pickAll(policy config.AllocatePolicy, cands []candidate, node int32, load []int, need int) []int32 {
+func pickAll(policy config.AllocatePolicy, cands []candidate, ranks []int32, load []int, need int) []int32 {
 	var out []int32
 	tier := make([]candidate, 0, len(cands))
-	for t := 0; t < 4 && len(out) < need; t++ {
+	for t, left := 0, len(cands); left > 0 && len(out) < need; t++ {
 		tier = tier[:0]
 		for _, c := range cands {
-			if tierOf(c, node) == t {
+			if tierOf(c, ranks) == t {
 				tier = append(tier, c)
 			}
 		}
+		left -= len(tier)
 		out = append(out, pick(policy, tier, load, need-len(out))...)
 	}
 	return out
@@ -279,8 +283,8 @@ func pickAll(policy config.AllocatePolicy, cands []candidate, node int32, load [
 // pickOne is pickAll for the usual request, one device: the first
 // candidate of the first tier by the policy's order, with no tier built.
 // cands is not empty.
-func pickOne(policy config.AllocatePolicy, cands []candidate, node int32) int32 {
-	return slices.MinFunc(cands, firstOrder(policy, node)).pos
+func pickOne(policy config.AllocatePolicy, cands []candidate, ranks []int32) int32 {
+	return slices.MinFunc(cands, firstOrder(policy, ranks)).pos
 }
 
 // candidate is a member Preferred may offer: its position, NUMA node and
@@ -305,27 +309,51 @@ func groupOf(d *sysfs.Device) string {
 	return d.Address
 }
 
-// preferredNode is the NUMA node Preferred favours (its rank 2), -1 for
-// none.
-func (x *Index) preferredNode(must []int32, cands []candidate, need int) int32 {
+// nodeRanks is the order in which Preferred takes NUMA nodes (its rank
+// 2), as each node's rank at node+1: the node it favours 0, the other
+// known nodes after it by their free candidates, most first (the lowest
+// node on a tie), unknown nodes (-1, at 0) last.
+func (x *Index) nodeRanks(must []int32, cands []candidate, need int) []int32 {
 	count := make([]int, x.nodes)
 	for _, i := range must {
 		if n := x.members[i].numa; n >= 0 {
 			count[n]++
 		}
 	}
-	if n := busiest(count, 0); n >= 0 {
-		return n
-	}
+	node := busiest(count, 0)
+	free := make([]int, x.nodes)
 	for _, c := range cands {
 		if c.numa >= 0 && !c.held {
-			count[c.numa]++
+			free[c.numa]++
 		}
 	}
-	if n := busiest(count, need); n >= 0 {
-		return n
+	if node < 0 {
+		node = busiest(free, need)
 	}
-	return busiest(count, 0)
+	if node < 0 {
+		node = busiest(free, 0)
+	}
+	order := make([]int32, x.nodes)
+	for n := range order {
+		order[n] = int32(n)
+	}
+	slices.SortFunc(order, func(a, b int32) int {
+		switch {
+		case a == b:
+			return 0
+		case a == node:
+			return -1
+		case b == node:
+			return 1
+		}
+		return cmp.Or(cmp.Compare(free[b], free[a]), cmp.Compare(a, b))
+	})
+	ranks := make([]int32, x.nodes+1)
+	ranks[0] = int32(x.nodes)
+	for r, n := range order {
+		ranks[n+1] = int32(r)
+	}
+	return ranks
 }
 
 // busiest returns the node with the highest count of at least atLeast,
@@ -340,12 +368,16 @@ func busiest(count []int, atLeast int) int32 {
 	return best
 }
 
-// firstOrder is the order of pickOne and pick: by tier, then packed by
-// (-load, group, address), spread by (load, group, address), none by
-// address.
-func firstOrder(policy config.AllocatePolicy, node int32) func(a, b candidate) int {
+// firstOrder is the order of pickOne and pick: by tier (none with nil
+// ranks), then packed by (-load, group, address), spread by (load, group,
+// address), none by address.
+func firstOrder(policy config.AllocatePolicy, ranks []int32) func(a, b candidate) int {
 	return func(a, b candidate) int {
-		if t := cmp.Compare(tierOf(a, node), tierOf(b, node)); t != 0 || policy != config.PolicyPacked && policy != config.PolicySpread {
+		t := 0
+		if ranks != nil {
+			t = cmp.Compare(tierOf(a, ranks), tierOf(b, ranks))
+		}
+		if t != 0 || policy != config.PolicyPacked && policy != config.PolicySpread {
 			return cmp.Or(t, cmp.Compare(a.pos, b.pos))
 		}
 		l := cmp.Compare(a.load, b.load)
@@ -356,15 +388,12 @@ func firstOrder(policy config.AllocatePolicy, node int32) func(a, b candidate) i
 	}
 }
 
-// tierOf is c's tier: 0 free on node, 1 free elsewhere, 2 held on node,
-// 3 held elsewhere; with no node (-1), 0 free and 2 held.
-func tierOf(c candidate, node int32) int {
-	i := 0
-	if node >= 0 && c.numa != node {
-		i = 1
-	}
+// tierOf is c's tier: its node's rank (nodeRanks) if free, that plus
+// the number of ranks if held.
+func tierOf(c candidate, ranks []int32) int {
+	i := int(ranks[max(c.numa+1, 0)])
 	if c.held {
-		i += 2
+		i += len(ranks)
 	}
 	return i
 }
@@ -383,7 +412,7 @@ func pick(policy config.AllocatePolicy, tier []candidate, load []int, need int) 
 			tier[i].load = int32(load[tier[i].group])
 		}
 	}
-	slices.SortFunc(tier, firstOrder(policy, -1))
+	slices.SortFunc(tier, firstOrder(policy, nil))
 	out := make([]int32, 0, need)
 	for _, c := range tier[:need] {
 		if load != nil {

@@ -146,6 +146,33 @@ func TestPreferred(t *testing.T) {
 			want:      []string{"0000:af:02.0", "0000:af:02.1", "0000:3b:02.0"},
 		},
 		{
+			// Node 0 holds four, node 1 three, node 2 one with the lowest
+			// address: the two that node 0 cannot hold come from node 1,
+			// so the pod spans two nodes, not three.
+			name:      "NUMA overflow takes the next fullest node",
+			members:   func(m map[string]Member) { numa(m, 2, "0000:3b:02.0") },
+			available: []string{"0000:3b:02.0", "0000:3b:0a.0", "0000:3b:0a.1", "0000:3b:0a.2", "0000:3b:0a.3", "0000:af:02.0", "0000:af:02.1", "0000:af:02.2"},
+			size:      6,
+			want:      []string{"0000:3b:0a.0", "0000:3b:0a.1", "0000:3b:0a.2", "0000:3b:0a.3", "0000:af:02.0", "0000:af:02.1"},
+		},
+		{
+			// The kubelet's best-effort alignment hands over a node's
+			// devices as must-include and asks for the rest.
+			name:      "NUMA overflow after must-include fills their node",
+			members:   func(m map[string]Member) { numa(m, 2, "0000:3b:02.0") },
+			available: []string{"0000:3b:02.0", "0000:af:02.0", "0000:af:02.1", "0000:af:02.2"},
+			must:      []string{"0000:3b:0a.0", "0000:3b:0a.1", "0000:3b:0a.2", "0000:3b:0a.3"},
+			size:      6,
+			want:      []string{"0000:3b:0a.0", "0000:3b:0a.1", "0000:3b:0a.2", "0000:3b:0a.3", "0000:af:02.0", "0000:af:02.1"},
+		},
+		{
+			name:      "NUMA overflow takes known nodes before unknown ones",
+			members:   func(m map[string]Member) { numa(m, -1, "0000:3b:02.0") },
+			available: []string{"0000:3b:02.0", "0000:3b:0a.0", "0000:3b:0a.1", "0000:af:02.0"},
+			size:      3,
+			want:      []string{"0000:3b:0a.0", "0000:3b:0a.1", "0000:af:02.0"},
+		},
+		{
 			name: "NUMA tie goes to the lower node",
 			available: []string{
 				"0000:af:02.0", "0000:af:02.1", "0000:3b:0a.0", "0000:3b:0a.1",
@@ -441,10 +468,14 @@ func TestPickOneIsPickAllOfOne(t *testing.T) {
 			cands = slices.CompactFunc(slices.SortedFunc(slices.Values(cands), func(a, b candidate) int { return cmp.Compare(a.pos, b.pos) }),
 				func(a, b candidate) bool { return a.pos == b.pos })
 			r.Shuffle(len(cands), func(a, b int) { cands[a], cands[b] = cands[b], cands[a] })
-			node := int32(r.IntN(3) - 1)
-			want := pickAll(policy, slices.Clone(cands), node, slices.Clone(load), 1)
-			if got := pickOne(policy, slices.Clone(cands), node); len(want) != 1 || got != want[0] {
-				t.Fatalf("%s, case %d, node %d: pickOne = %d, pickAll of one = %v\ncandidates %+v\nloads %v", policy, i, node, got, want, cands, load)
+			// Nodes -1, 0 and 1 in a random order, as nodeRanks gives them.
+			ranks := make([]int32, 3)
+			for n, r := range r.Perm(3) {
+				ranks[n] = int32(r)
+			}
+			want := pickAll(policy, slices.Clone(cands), ranks, slices.Clone(load), 1)
+			if got := pickOne(policy, slices.Clone(cands), ranks); len(want) != 1 || got != want[0] {
+				t.Fatalf("%s, case %d, ranks %v: pickOne = %d, pickAll of one = %v\ncandidates %+v\nloads %v", policy, i, ranks, got, want, cands, load)
 			}
 		}
 	}
