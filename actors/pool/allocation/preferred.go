@@ -121,10 +121,12 @@ func (x *Index) Mark(held iter.Seq[string]) {
 }
 
 // Preferred answers GetPreferredAllocation for one container of the pool
-// res: up to size IDs, mustInclude first (in order, each once), then the
-// best of the other available IDs among the indexed members. A device is
-// held when Mark marked it or pending yields it (the devices of Allocates
-// under way, some more than once). Candidates rank by, in this order:
+// res: up to size IDs, mustInclude first (each once, those that are not
+// members before those that are, each in the order given; the kubelet
+// reads the answer as a set), then the best of the other available IDs
+// among the indexed members. A device is held when Mark marked it or
+// pending yields it (the devices of Allocates under way, some more than
+// once). Candidates rank by, in this order:
 //
 //  1. not held: a held device is offered only when the free ones run out
 //     (the kubelet thinks it free; our ledger may not have seen it go);
