@@ -1102,6 +1102,9 @@ func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID
 				n.stopPool(ctx, name, pid, n.members[name])
 			}
 			delete(n.members, name)
+			// One waiting to start waits no more: added again, it starts
+			// for the reload that adds it.
+			delete(n.deferred, name)
 		}
 		for _, spec := range applied.Pools {
 			if pid := n.pools[spec.Resource]; pid != nil && old[spec.Resource] != spec.Definition {
