@@ -174,11 +174,17 @@ type coordinator struct {
 	leaving map[string][]leave
 	// gen counts placements (a pool spawned again gets a fresh name by
 	// it); stopping are the pools told to stop, by PID Id, until they
-	// have; deferred are the pools waiting for one of their name to stop,
-	// with why they start.
+	// have; deferred are the pools waiting for one of their name to stop.
 	gen      uint64
 	stopping map[string]poolStopped
-	deferred map[string]string
+	deferred map[string]deferral
+}
+
+// deferral is why a pool waiting for one of its name to stop starts, and
+// where the devices placed in it meanwhile came from (see moves).
+type deferral struct {
+	reason string
+	moves  map[string]string
 }
 
 // held is a message held back while the node persists, with its sender.
@@ -583,7 +589,7 @@ func (n *coordinator) start(ctx actor.Context) {
 	n.join = map[string]sysfs.Device{}
 	rc := n.cfg.Reconcile
 	n.resources, _ = poolsOf(n.cfg.Config)
-	n.leaving, n.stopping, n.deferred = map[string][]leave{}, map[string]poolStopped{}, map[string]string{}
+	n.leaving, n.stopping, n.deferred = map[string][]leave{}, map[string]poolStopped{}, map[string]deferral{}
 	n.allocs = st.LiveAllocations()
 	n.healthy = st.Health()
 	log := n.cfg.Log
@@ -697,17 +703,23 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool, seen
 		case running && (changed || !sameDevices(prev, ms)):
 			n.setMembers(ctx, pid, ms, reason, moves(pm.Name, before, owner))
 		case !running && serve && n.isStopping(pm.Name):
-			// Spawned once the one of its name has stopped, for this reason.
-			if _, ok := n.deferred[pm.Name]; !ok {
-				n.deferred[pm.Name] = n.startReason(reason)
+			// Spawned once the one of its name has stopped, for this reason,
+			// naming where what joined it meanwhile came from.
+			d, ok := n.deferred[pm.Name]
+			if !ok {
+				d = deferral{reason: n.startReason(reason), moves: map[string]string{}}
 			}
+			maps.Copy(d.moves, moves(pm.Name, before, owner))
+			n.deferred[pm.Name] = d
 		case !running && serve:
-			why := n.startReason(reason)
+			why, mv := n.startReason(reason), moves(pm.Name, before, owner)
 			if d, ok := n.deferred[pm.Name]; ok {
-				why = d
+				why = d.reason
+				mv = maps.Clone(d.moves)
+				maps.Copy(mv, moves(pm.Name, before, owner))
 			}
 			delete(n.deferred, pm.Name)
-			n.spawnPool(ctx, res, ms, moves(pm.Name, before, owner), why)
+			n.spawnPool(ctx, res, ms, mv, why)
 		case !running && !n.placed:
 			// Not served (no devices yet, as after a reboot before the
 			// VFs are made): what a killed run left under its name goes

@@ -23,6 +23,7 @@ import (
 
 const (
 	vfioPool = "intel.com/sriov_vfio"
+	netPool  = "intel.com/sriov_net"
 	vfioSpec = `{"resourceName": "sriov_vfio", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]}}`
 	netSpec  = `{"resourceName": "sriov_net", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["iavf"]}}`
 )
@@ -194,5 +195,52 @@ func TestAPoolAddedBackWhileItsNameStopsStartsForTheLastReload(t *testing.T) {
 	last := ms[len(ms)-1]
 	if len(last.Added) == 0 || !strings.HasPrefix(last.Reason, "reload: add 2") {
 		t.Errorf("the pool's first record after it started again: added %v, reason %q; want its members, for \"reload: add 2\"", last.Added, last.Reason)
+	}
+}
+
+// Devices placed in a pool while it waits for one of its name to stop
+// are named in its first record with the pool they came from, as that
+// pool's record names where they went.
+func TestAPoolThatWaitedNamesWhereItsDevicesCameFrom(t *testing.T) {
+	both := `{"resourceList": [` + vfioSpec + `, ` + netSpec + `]}`
+	netOnly := `{"resourceList": [` + netSpec + `]}`
+	// Above the net pool, the vfio pool takes its VFs too.
+	wider := `{"resourceList": [` + strings.Replace(vfioSpec, `, "drivers": ["vfio-pci"]`, "", 1) + `, ` + netSpec + `]}`
+	n := startDeferNode(t, both)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	reg, err := n.kubelet.WaitRegistered(ctx, vfioPool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.waitPool(ctx, t, vfioPool)
+	net := n.waitPool(ctx, t, netPool)
+	release := holdStop(ctx, t, reg.Endpoint)
+
+	n.reload(ctx, t, netOnly, "drop") // the pool stops, held
+	n.reload(ctx, t, wider, "wider")  // waits for it, taking the net VFs
+	release()
+	if st := n.waitPool(ctx, t, vfioPool); st.Members <= net.Members {
+		t.Fatalf("%s started with %d members, want its own and %s's %d", vfioPool, st.Members, netPool, net.Members)
+	}
+
+	var moved []string
+	for _, m := range n.memberships(t, netPool) {
+		if strings.Contains(m.Reason, "moved to "+vfioPool) {
+			moved = m.Removed
+		}
+	}
+	if len(moved) == 0 {
+		t.Fatalf("%s recorded no move to %s", netPool, vfioPool)
+	}
+	ms := n.memberships(t, vfioPool)
+	last := ms[len(ms)-1]
+	for _, addr := range moved {
+		if !strings.Contains(last.Reason, addr) {
+			t.Errorf("%s's first record does not say where %s came from: %q", vfioPool, addr, last.Reason)
+		}
+	}
+	if !strings.Contains(last.Reason, "moved from "+netPool) {
+		t.Errorf("%s's first record names no move from %s: %q", vfioPool, netPool, last.Reason)
 	}
 }
