@@ -723,16 +723,22 @@ func (r *registrar) kubeletReported(ctx actor.Context, m *KubeletReported) {
 		return
 	}
 	// The plugin watcher may speak first of a new kubelet.
-	r.observeKubelet(false)
+	cur := r.observeKubelet(false)
 	d, ok := r.desired[m.Pool]
 	if !ok || d.socket != m.Socket {
 		r.cfg.Log.Debug().Str("pool", m.Pool).Str("socket", m.Socket).Bool("registered", m.Registered).Msg("kubelet reported on a socket the pool has left")
 		return
 	}
 	if m.Registered {
-		if r.downSince.IsZero() {
-			r.acknowledge(ctx, m.Pool, d)
+		if !r.downSince.IsZero() {
+			if cur.present() {
+				return // it refused its socket: a notice from before it went
+			}
+			// Only a running kubelet's plugin watcher registers. With no
+			// kubelet.sock (removed by hand) no recheck would find it.
+			r.restarted("the kubelet's plugin watcher registered a pool; the kubelet is back")
 		}
+		r.acknowledge(ctx, m.Pool, d)
 		return
 	}
 	r.failures[m.Pool]++

@@ -1231,3 +1231,40 @@ func TestASocketRemovedDuringItsRegisterIsFoundGone(t *testing.T) {
 		t.Errorf("parent heard %+v, want a new socket in place of the lost %s", *m, sock)
 	}
 }
+
+// A kubelet.sock removed by hand while the kubelet runs has the kubelet
+// recorded gone (nothing tells that from a clean stop), and no recheck
+// finds it again. Its plugin watcher still registers what serves in
+// plugins_registry: only a running kubelet does that, so the outage ends
+// and the pool is registered.
+func TestAPluginWatcherRegistrationEndsAKubeletSocketRemovedByHand(t *testing.T) {
+	r, _ := registeredInWatcherMode(t, time.Hour, true)
+	r.await(t, "registered", registered(gpu))
+	if err := os.Remove(r.kubelet.RegistrationSocket()); err != nil {
+		t.Fatal(err)
+	}
+	r.Sys.Root.Send(r.Child, &CheckKubelet{Why: "kubelet.sock was removed"})
+	r.await(t, "unregistered with the kubelet recorded gone", func(st *Status) bool { return !st.Pools[gpu].Registered })
+
+	const nic = "example.com/nic"
+	nicSock := filepath.Join(r.kubelet.Dir(), "example.com_nic.sock")
+	touch(t, nicSock)
+	r.Sys.Root.Send(r.Child, &Desire{Pool: nic, Socket: nicSock})
+	r.Sys.Root.Send(r.Child, &KubeletReported{Pool: nic, Socket: nicSock, Registered: true})
+	r.await(t, "registered by the running kubelet's plugin watcher", func(st *Status) bool {
+		return st.Pools[nic].Registered && st.Pools[gpu].Registered
+	})
+	got := r.awaitRecorded(t, 4)
+	if len(got) != 4 {
+		t.Fatalf("recorded %+v, want 4 events", got)
+	}
+	if _, ok := got[1].(events.KubeletStopped); !ok {
+		t.Errorf("recorded second %+v, want KubeletStopped", got[1])
+	}
+	if k, ok := got[2].(events.KubeletRestarted); !ok || k.StoppedAt.IsZero() {
+		t.Errorf("recorded third %+v, want KubeletRestarted ending the stop", got[2])
+	}
+	if want := (events.PluginRegistered{Pool: nic, Socket: nicSock, Mode: "watcher"}); got[3] != want {
+		t.Errorf("recorded last %+v, want %+v", got[3], want)
+	}
+}
