@@ -23,7 +23,8 @@ import (
 // Config is what the watcher needs.
 type Config struct {
 	// Dirs are the directories to watch (device-plugins/, and
-	// plugins_registry/ in watcher mode). Missing ones are created.
+	// plugins_registry/ in watcher mode). Missing ones are created, mode
+	// 0750 as the kubelet makes them.
 	Dirs []string
 	// KubeletSocket is the kubelet's registration socket; its creation
 	// means a new kubelet.
@@ -93,7 +94,9 @@ func (s *watcher) rewatch(ctx actor.Context) {
 
 func (s *watcher) start(ctx actor.Context) error {
 	for _, dir := range s.cfg.Dirs {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		// 0750, as the kubelet makes them: a dir made here outlives the
+		// kubelet's own MkdirAll, which leaves an existing one as it is.
+		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return fmt.Errorf("socket watcher: %w", err)
 		}
 	}

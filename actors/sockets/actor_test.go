@@ -163,8 +163,13 @@ func TestARemovedDirectoryIsWatchedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	next[*Ready](t, f)
-	if fi, err := os.Stat(d.registry); err != nil || !fi.IsDir() {
+	fi, err := os.Stat(d.registry)
+	if err != nil || !fi.IsDir() {
 		t.Fatalf("%s not made again: %v", d.registry, err)
+	}
+	// As the kubelet makes it: others may not list or reach the sockets.
+	if perm := fi.Mode().Perm(); perm&0o007 != 0 {
+		t.Errorf("%s made again with mode %v, want no access for others (the kubelet's 0750)", d.registry, perm)
 	}
 	sock := filepath.Join(d.registry, "example.com_nic.sock")
 	touch(t, sock)
