@@ -1,8 +1,10 @@
 // Package configwatch is the config watcher actor: it watches the directory
 // of the config file, not the file itself, so it sees an edit in place, a
 // file replaced by rename, and a Kubernetes ConfigMap update (the mounted
-// file is a symlink through ..data, which the kubelet swaps atomically). A
-// burst of changes becomes one reload request to its parent.
+// file is a symlink through ..data, which the kubelet swaps atomically).
+// The directory itself replaced (removed, or renamed away, and made again)
+// is watched from the one above until it is back. A burst of changes
+// becomes one reload request to its parent.
 package configwatch
 
 import (
@@ -51,13 +53,19 @@ type watcher struct {
 	w    *fsnotify.Watcher
 	gen  int
 	last string
+	// away says the config's directory went, taking its watch: the
+	// watch is on the directory above until it is back.
+	away bool
 }
+
+// ops are the changes watched for.
+const ops = fsnotify.Create | fsnotify.Write | fsnotify.Remove | fsnotify.Rename | fsnotify.Chmod
 
 // Receive implements actor.Actor.
 func (c *watcher) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		w, err := fswatch.Watch(ctx, fsnotify.Create|fsnotify.Write|fsnotify.Remove|fsnotify.Rename|fsnotify.Chmod, filepath.Dir(c.cfg.Path))
+		w, err := fswatch.Watch(ctx, ops, filepath.Dir(c.cfg.Path))
 		if err != nil {
 			// Without a watch the config can still be reloaded by SIGHUP;
 			// say so rather than crash-loop on a directory that is absent.
@@ -79,6 +87,10 @@ func (c *watcher) Receive(ctx actor.Context) {
 		c.cfg.Log.Warn().Err(m.Err).Msg("the config watch lost events; reading the config again")
 		c.changed(ctx, "the config watch lost events")
 	case *fswatch.Event:
+		if filepath.Clean(m.Name) == filepath.Dir(c.cfg.Path) && m.Has(fsnotify.Create|fsnotify.Remove|fsnotify.Rename) {
+			c.watchAgain(ctx)
+			return
+		}
 		if !c.concerns(m.Name) {
 			return
 		}
@@ -88,6 +100,35 @@ func (c *watcher) Receive(ctx actor.Context) {
 			ctx.Send(ctx.Parent(), &Changed{Reason: c.last})
 		}
 	}
+}
+
+// watchAgain watches the config's directory anew after it was removed or
+// renamed away (its watch went with it), or came back: from the directory
+// above while it is away, so that its return is heard. The one above is
+// watched first, so a directory made in between is found either way.
+func (c *watcher) watchAgain(ctx actor.Context) {
+	if c.w != nil {
+		c.w.Close()
+		c.w = nil
+	}
+	dir := filepath.Dir(c.cfg.Path)
+	w, err := fswatch.Watch(ctx, ops, filepath.Dir(dir))
+	if err != nil {
+		c.cfg.Log.Error().Err(err).Str("dir", dir).Msg("the config's directory went; not watching the config; reload it with SIGHUP")
+		return
+	}
+	c.w = w
+	if err := w.Add(dir); err != nil {
+		if !c.away {
+			c.cfg.Log.Warn().Str("dir", dir).Msg("the config's directory went; watching for it to come back")
+		}
+		c.away = true
+		return
+	}
+	_ = w.Remove(filepath.Dir(dir))
+	c.away = false
+	c.cfg.Log.Info().Str("dir", dir).Msg("the config's directory was replaced; watching the new one")
+	c.changed(ctx, "the config's directory was replaced")
 }
 
 // changed asks for a reload once changes have paused for Quiet; reason

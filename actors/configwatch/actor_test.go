@@ -188,3 +188,42 @@ func TestAWatchThatLostEventsAsksForALook(t *testing.T) {
 	}
 	f.NothingFor(t, 2*quiet)
 }
+
+// The config's directory removed, or renamed away, takes its watch with
+// it (a hostPath config replaced whole): the watcher watches the one made
+// in its place, asks for a look at once, and hears its changes after.
+func TestAReplacedDirectoryIsWatchedAgain(t *testing.T) {
+	tests := []struct {
+		name    string
+		replace func(t *testing.T, dir string)
+	}{
+		{"removed, then made again", func(t *testing.T, dir string) {
+			if err := os.RemoveAll(dir); err != nil {
+				t.Fatal(err)
+			}
+			plainFile(t, dir)
+		}},
+		{"renamed away, a new one renamed in", func(t *testing.T, dir string) {
+			next := dir + ".new"
+			plainFile(t, next)
+			rename(t, dir, dir+".old")
+			rename(t, next, dir)
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "config")
+			path := plainFile(t, dir)
+			f := spawnWatching(t, Config{Path: path, Quiet: quiet, Log: zerolog.Nop()})
+			tc.replace(t, dir)
+			next[*Changed](t, f)
+			// A change the replacing makes none of, so that a Changed the
+			// replacing asked for late is not taken for its.
+			if err := os.Chmod(path, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			for !strings.Contains(next[*Changed](t, f).Reason, "CHMOD config.json") {
+			}
+		})
+	}
+}
