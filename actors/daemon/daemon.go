@@ -255,10 +255,12 @@ func Start(opts Options) (_ *Daemon, err error) {
 			}
 		}
 		d.stopKernel()
-		l.Close()
+		// Before the lock goes: the next start may take it at once, and
+		// writes its own pid file.
 		if settled {
 			os.Remove(filepath.Join(opts.StateDir, PIDFileName))
 		}
+		l.Close()
 	}()
 	// The kernel's notifications open before the first read of sysfs, so
 	// a change between the two asks for a rescan once the actors run. That
@@ -788,13 +790,14 @@ func (d *Daemon) drain(ctx context.Context, reason string, failed bool) error {
 		d.log.Warn().Err(err).Msg("admin socket stop")
 	}
 	d.system.Shutdown()
-	if err := d.ledger.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("close ledger: %w", err))
-	}
 	if stopped {
 		// Else the ledger has this run running, and the next start takes
-		// when it was last alive from the file.
+		// when it was last alive from the file. Before the lock goes: the
+		// next start may take it at once, and writes its own.
 		os.Remove(filepath.Join(d.opts.StateDir, PIDFileName))
+	}
+	if err := d.ledger.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close ledger: %w", err))
 	}
 	return errors.Join(errs...)
 }

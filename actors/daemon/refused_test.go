@@ -6,12 +6,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/devledger/devledger/events"
@@ -190,5 +193,74 @@ func TestAStartWithARejectedConfigRemovesThePIDFile(t *testing.T) {
 	if _, err := os.Stat(pid); !os.IsNotExist(err) {
 		data, _ := os.ReadFile(pid)
 		t.Errorf("pid file %q left after a start that recorded its clean stop (%v)", data, err)
+	}
+}
+
+// nextStartAtClose writes, once the ledger's lock has gone ("ledger
+// closed" is logged just after), the pid file a start waiting for the
+// lock writes once it has it, and returns that file's content.
+func nextStartAtClose(t *testing.T, n *testNode) []byte {
+	t.Helper()
+	next := []byte("pid 1, boot next-start, started 2030-01-01T00:00:00Z\n")
+	closed := func(line []byte) {
+		if bytes.Contains(line, []byte(`"message":"ledger closed"`)) && !replacePIDFile(n.opts.StateDir, next) {
+			t.Error("cannot write the next start's pid file")
+		}
+	}
+	n.opts.Logger = zerolog.New(io.MultiWriter(zerolog.NewTestWriter(t), lineHook(closed))).Level(zerolog.InfoLevel)
+	return next
+}
+
+// lineHook calls itself with each log line zerolog writes.
+type lineHook func([]byte)
+
+func (h lineHook) Write(p []byte) (int, error) {
+	h(p)
+	return len(p), nil
+}
+
+// A daemon that stops, or a start that fails once recorded, removes its
+// pid file while it still holds the ledger: a start that takes the lock
+// the moment it goes writes its own, which must stay.
+func TestThePIDFileGoesBeforeTheLedgersLock(t *testing.T) {
+	tests := []struct {
+		name string
+		run  func(*testing.T, *testNode)
+	}{
+		{"a stop", func(t *testing.T, n *testNode) {
+			d, err := Start(n.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Stop(context.Background(), "test"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"a start that fails once recorded", func(t *testing.T, n *testNode) {
+			taken, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer taken.Close()
+			n.opts.MetricsAddr = taken.Addr().String()
+			if d, err := Start(n.opts); err == nil {
+				d.Stop(context.Background(), "test over")
+				t.Fatal("Start served with its metrics address taken")
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+			want := nextStartAtClose(t, n)
+			tc.run(t, n)
+			got, err := os.ReadFile(filepath.Join(n.opts.StateDir, PIDFileName))
+			if err != nil {
+				t.Fatalf("the next start's pid file is gone: %v", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("pid file says %q, want the next start's %q", got, want)
+			}
+		})
 	}
 }
