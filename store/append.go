@@ -94,15 +94,17 @@ func (l *Log) append(ctx context.Context, g *Guard, envs []events.Envelope) ([]e
 // Sync returns once every append queued before it has been answered,
 // committed or failed, or when ctx ends: a read after it sees what those
 // calls wrote. It is how an actor that starts again reads what its last
-// incarnation recorded without waiting for the answers.
+// incarnation recorded without waiting for the answers. It returns nil
+// only in the first case: a ctx that has ended when the writer takes the
+// call, ahead of the appends of its batch, is ctx.Err().
 func (l *Log) Sync(ctx context.Context) error {
-	answered := make(chan struct{})
-	if err := l.enqueue(ctx, &appendReq{ctx: ctx, done: func([]events.Envelope, error) { close(answered) }}); err != nil {
+	answered := make(chan error, 1)
+	if err := l.enqueue(ctx, &appendReq{ctx: ctx, done: func(_ []events.Envelope, err error) { answered <- err }}); err != nil {
 		return err
 	}
 	select {
-	case <-answered:
-		return nil
+	case err := <-answered:
+		return err
 	case <-ctx.Done():
 		return ctx.Err()
 	}

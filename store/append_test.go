@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -653,4 +654,80 @@ func TestSyncWaitsForTheAppendsQueuedBefore(t *testing.T) {
 	if len(answered) != 2 || l.LastSeq() != 2 {
 		t.Fatalf("Sync returned with %d of the 2 appends before it answered, the ledger at seq %d", len(answered), l.LastSeq())
 	}
+}
+
+// Sync whose ctx has ended when the writer takes it, in a batch behind an
+// append, does not return nil before that append commits: the writer
+// answers it ctx.Err() as it takes it, ahead of the commit, and Sync may
+// see that answer and the end of its ctx at once.
+func TestSyncWhoseCtxEndedInTheWriterDoesNotReportSuccess(t *testing.T) {
+	l := openTestLog(t)
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	bg := context.Background()
+	// Which of two ready cases a select takes is chance: try often enough
+	// that the wrong one is taken at least once.
+	for i := range 32 {
+		// The first append's answer holds the writer, so what comes next
+		// queues into one batch: an append, the Sync, and a guarded
+		// append whose guard, shown the first, holds the writer between
+		// its answer to the Sync and the commit.
+		entered, release := make(chan struct{}), make(chan struct{})
+		if err := l.AppendAsync(bg, []events.Envelope{ev(3*i, events.KubeletRestarted{Socket: "a"})}, func([]events.Envelope, error) {
+			close(entered)
+			<-release
+		}); err != nil {
+			t.Fatal(err)
+		}
+		<-entered
+		if err := l.AppendAsync(bg, []events.Envelope{ev(3*i+1, events.KubeletRestarted{Socket: "b"})}, func(_ []events.Envelope, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		ctx := &gatedCtx{Context: ended, gate: make(chan struct{})}
+		synced := make(chan error, 1)
+		go func() { synced <- l.Sync(ctx) }()
+		waitFor(t, func() bool { return len(l.reqs) == 2 })
+		var got error
+		uncommitted := l.LastSeq() + 1
+		g := Guard{After: l.LastSeq(), Check: func(events.Envelope) error {
+			close(ctx.gate)
+			got = <-synced
+			return nil
+		}}
+		guarded := make(chan error, 1)
+		if err := l.AppendAsyncGuarded(bg, g, []events.Envelope{ev(3*i+2, events.KubeletRestarted{Socket: "c"})}, func(_ []events.Envelope, err error) {
+			guarded <- err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { return len(l.reqs) == 3 })
+		close(release)
+		if err := <-guarded; err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(got, context.Canceled) {
+			t.Fatalf("try %d: Sync with an ended ctx returned %v before seq %d committed, want context.Canceled", i, got, uncommitted)
+		}
+	}
+}
+
+// gatedCtx is an ended context whose Done, after its first call (Sync
+// queueing the call), waits for gate before it answers: Sync's select
+// then finds the writer's answer and the end of its ctx both ready.
+type gatedCtx struct {
+	context.Context
+	calls atomic.Int32
+	gate  chan struct{}
+}
+
+func (c *gatedCtx) Done() <-chan struct{} {
+	if c.calls.Add(1) == 1 {
+		return nil // queue the call, which an ended ctx might not
+	}
+	<-c.gate
+	return c.Context.Done()
 }
