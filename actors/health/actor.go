@@ -514,7 +514,18 @@ func (c *checker) probe(targets []Target, linkOnly []bool) (results []sysfs.Prob
 func (c *checker) judge(t Target, r sysfs.ProbeResult, now time.Time) (*Verdict, time.Duration) {
 	due := c.interval(t)
 	if r.Inconclusive {
-		return nil, due // no word on the device: its verdict stands
+		// No word on the device: its verdict stands, and a debounce or
+		// hold-down under way is still judged when it ends.
+		if d := c.devices[t.Probe.Address]; d != nil && d.Healthy != d.raw {
+			wait := t.HoldDown
+			if d.Healthy {
+				wait = t.Debounce
+			}
+			if wait -= now.Sub(d.rawSince); wait > 0 {
+				due = min(due, wait)
+			}
+		}
+		return nil, due
 	}
 	d := c.state(t, now)
 	if r.Healthy != d.raw {

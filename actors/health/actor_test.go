@@ -962,3 +962,48 @@ func TestAnInconclusiveOutageIsLoggedOnceAcrossLinkRounds(t *testing.T) {
 		t.Errorf("%d info lines %q once every device was probed, want 1", n, again)
 	}
 }
+
+// A probe that cannot be made inside a debounce or hold-down does not put
+// off its end to the device's next interval: the round at its end still
+// comes, and a device that kept failing is unhealthy then, not an interval
+// later. The debounce is short, as the round at its end runs on a real
+// timer; the clock the verdict is judged by is the test's.
+func TestAnInconclusiveProbeDoesNotPutOffAHoldDownOrDebounce(t *testing.T) {
+	for _, tc := range []struct {
+		name               string
+		debounce, holdDown time.Duration
+		failFirst          bool
+		want               Verdict
+	}{
+		{"debounce", 100 * time.Millisecond, 0, false, Verdict{Address: devA, Reason: "gone from sysfs"}},
+		{"hold-down", 0, 100 * time.Millisecond, true, Verdict{Address: devA, Healthy: true, Reason: "probes passed for 100ms"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newChecker(t, Config{}) // interval: an hour
+			if tc.failFirst {
+				c.prober.fail(devA, "gone from sysfs")
+				c.watch(target(devA, tc.debounce, tc.holdDown))
+				if v := nextVerdict(t, c.family); v.Healthy {
+					t.Fatalf("verdict %+v, want unhealthy", *v)
+				}
+				c.prober.pass(devA)
+				c.round(time.Millisecond) // the hold-down starts
+			} else {
+				c.watch(target(devA, tc.debounce, tc.holdDown))
+				c.Silent(t)
+				c.prober.fail(devA, "gone from sysfs")
+				c.round(time.Millisecond) // the debounce starts
+			}
+			c.Silent(t)
+			c.prober.setUnreadable(true)
+			c.round(time.Millisecond) // a uevent, say, while out of files
+			c.Silent(t)
+			c.prober.setUnreadable(false)
+			c.clock.advance(tc.debounce + tc.holdDown)
+			// No Probe: the checker's own round, when it ends, decides.
+			if v := nextVerdict(t, c.family); *v != tc.want {
+				t.Errorf("verdict %+v, want %+v", *v, tc.want)
+			}
+		})
+	}
+}
