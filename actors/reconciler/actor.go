@@ -227,6 +227,13 @@ func (r *reconciler) start(ctx actor.Context) {
 	r.st = st.Clone()
 	if first {
 		r.life.away = !r.available()
+		if r.cfg.Self.Name == "" {
+			// A kubelet that was up before the daemon and has not synced
+			// its pods yet is then caught only by KubeletSettle, which a
+			// daemon start does not begin: its first round may release
+			// the allocations of pods not listed yet (after a reboot).
+			r.cfg.Log.Warn().Msg("this daemon's pod is unknown (POD_NAMESPACE, POD_NAME unset): a kubelet that has not synced its pods from the API server cannot be told apart, and bound pods it does not list yet may be taken as gone")
+		}
 	}
 	r.schedule(ctx, 0)
 	r.life.persist.Resume(func(m any) { r.handle(ctx, m) })

@@ -510,6 +510,38 @@ func TestAKubeletThatDoesNotListThisDaemonReleasesNothing(t *testing.T) {
 	}
 }
 
+// A daemon that does not know its own pod (POD_NAME unset, as in a
+// manifest that dropped the downward API) cannot tell a kubelet that has
+// not synced its pods at its start: it says so once, as it starts, and a
+// daemon that knows its pod does not.
+func TestADaemonThatDoesNotKnowItsPodSaysSo(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		self Pod
+		want int
+	}{
+		{name: "no pod: warned once", want: 1},
+		{name: "its pod: no warning", self: Pod{Namespace: "devledger", Name: "devledger-x7k2p"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const pool, dev = "example.com/vf", "0000:3b:02.1"
+			_, rec, _, replayed := ledgerWithAllocation(t, pool, dev)
+			lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+				return &podresourcesapi.ListPodResourcesResponse{}, nil
+			})
+			var log actortest.Log
+			f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed, Self: tc.self,
+				Interval: 10 * time.Millisecond, AfterAllocate: time.Hour, LeakGrace: time.Hour, Log: zerolog.New(&log)}))
+			// Restarted, it is still the same daemon: no second warning.
+			f.Sys.Root.Send(f.Child, &Crash{Reason: "test"})
+			awaitStatus(t, f, func(st *Status) bool { return st.Rounds >= 2 })
+			if n := log.Count("warn", "POD_NAME unset"); n != tc.want {
+				t.Errorf("the log warns %d times that the daemon's pod is unknown, want %d:\n%s", n, tc.want, log.String())
+			}
+		})
+	}
+}
+
 // Retention may drop events the reconciler's fold has not read yet (it
 // reads at its rounds and queries): it then folds the ledger's state,
 // which holds them, and does not crash. Here the node goes on after the
