@@ -293,12 +293,17 @@ func (d *Daemon) serveMetrics(ln net.Listener) {
 }
 
 // oldestEventTime is the Unix time of the ledger's oldest event, 0 when it
-// has none (or it cannot be read).
+// has none (or it cannot be read). An event a newer devledger wrote still
+// tells its time: after a rollback, retention stops at the first one, and
+// it is the oldest kept from then on.
 func oldestEventTime(l *store.Log) float64 {
 	var at time.Time
 	stop := errors.New("stop")
-	_ = l.Read(l.FirstSeq(), func(e events.Envelope) error {
-		at = e.Time
+	_ = l.ReadRaw(l.FirstSeq(), func(_ uint64, rec []byte) error {
+		e, err := events.Unmarshal(rec)
+		if err == nil || errors.Is(err, events.ErrUnknownType) || errors.Is(err, events.ErrUnknownVersion) {
+			at = e.Time
+		}
 		return stop
 	})
 	if at.IsZero() {

@@ -654,3 +654,29 @@ func TestAReloadOfARejectedFileSaysRejected(t *testing.T) {
 		t.Errorf("reload of the config in force after a rejection: %+v, %v; want it applied", res, err)
 	}
 }
+
+// After a rollback, retention stops at the first event a newer devledger
+// wrote, which then is the oldest the ledger keeps: the gauge shows its
+// time, which this build reads though it cannot read the event.
+func TestOldestEventTimeOfANewerDevledgersEvent(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, LedgerFileName)
+	l, err := store.Open(path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	appendNewerEvent(t, dir)
+	after := time.Now()
+	l, err = store.Open(path, store.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if got := oldestEventTime(l); got < float64(before.Unix()) || got > float64(after.Unix()+1) {
+		t.Errorf("oldest event time = %v, want the newer event's, between %v and %v", got, before.Unix(), after.Unix()+1)
+	}
+}
