@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -177,8 +176,9 @@ type AdminServer struct {
 	cancelBase context.CancelFunc
 	sock       servedSocket
 	// spooling makes backups spool one at a time, so that each sees the
-	// room the one before it took.
-	spooling sync.Mutex
+	// room the one before it took. A channel of one, not a mutex: a
+	// backup waiting for its turn ends with its client, or at Stop.
+	spooling chan struct{}
 }
 
 // NewAdminServer returns an admin server reading records and status; a nil
@@ -192,6 +192,7 @@ func NewAdminServer(records RecordSource, status StatusSource, opts AdminServerO
 		status:       status,
 		writeTimeout: opts.WriteTimeout,
 		log:          opts.Logger.With().Str("component", "admin").Logger(),
+		spooling:     make(chan struct{}, 1),
 	}
 	a.base, a.cancelBase = context.WithCancel(context.Background())
 	mux := http.NewServeMux()
@@ -320,7 +321,7 @@ type sizedBackup interface {
 // write timeout. A copy cut short is shorter than its Content-Length,
 // which the client checks.
 func (a *AdminServer) serveBackup(w http.ResponseWriter, r *http.Request, b BackupSource) {
-	spool, size, err := a.spoolBackup(b)
+	spool, size, err := a.spoolBackup(r.Context(), b)
 	if errors.Is(err, errNoRoom) {
 		a.log.Warn().Err(err).Msg("backup refused")
 		writeJSON(w, http.StatusInsufficientStorage, adminTrailer{Error: err.Error()})
@@ -352,9 +353,14 @@ var errNoRoom = errors.New("no room for a copy of the ledger")
 // spoolBackup copies b into a file beside the socket and returns it, read
 // from its start, with its length. A copy that would leave the disk less
 // than backupHeadroom is refused (errNoRoom) before a byte is written.
-func (a *AdminServer) spoolBackup(b BackupSource) (*os.File, int64, error) {
-	a.spooling.Lock()
-	defer a.spooling.Unlock()
+// Waiting for another backup's spool ends with ctx.
+func (a *AdminServer) spoolBackup(ctx context.Context, b BackupSource) (*os.File, int64, error) {
+	select {
+	case a.spooling <- struct{}{}:
+	case <-ctx.Done():
+		return nil, 0, fmt.Errorf("wait for another backup's copy: %w", ctx.Err())
+	}
+	defer func() { <-a.spooling }()
 	dir := filepath.Dir(a.Socket())
 	if sb, ok := b.(sizedBackup); ok {
 		var st unix.Statfs_t

@@ -520,3 +520,84 @@ func TestAdminBackupNeedsRoomForItsCopy(t *testing.T) {
 		t.Errorf("a backup with room: %d, %v", n, err)
 	}
 }
+
+// gatedBackup is a backupSource whose copy waits for gate, having said on
+// entered that it began; calls counts the copies begun.
+type gatedBackup struct {
+	backupSource
+	entered, gate chan struct{}
+	calls         atomic.Int32
+}
+
+func (g *gatedBackup) Backup(w io.Writer) (int64, error) {
+	if g.calls.Add(1) == 1 {
+		close(g.entered)
+	}
+	<-g.gate
+	return g.backupSource.Backup(w)
+}
+
+// A backup waiting for another's spool ends when its client goes away,
+// rather than spool a whole copy of the ledger for nobody, holding a long
+// read transaction, once the other is done.
+func TestAdminBackupWaitingForAnotherEndsWithItsClient(t *testing.T) {
+	src := &gatedBackup{backupSource: backupSource{bytes: 64 << 10}, entered: make(chan struct{}), gate: make(chan struct{})}
+	a := NewAdminServer(src, nil, AdminServerOptions{})
+	active, closed := make(chan struct{}, 8), make(chan struct{}, 8)
+	a.srv.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateActive:
+			active <- struct{}{}
+		case http.StateClosed:
+			closed <- struct{}{}
+		}
+	}
+	sock := AdminSocketPath(shortDir(t))
+	if err := a.Serve(sock); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		a.Stop(ctx)
+	})
+	var opened sync.Once
+	release := func() { opened.Do(func() { close(src.gate) }) }
+	t.Cleanup(release)
+	ctx := testCtx(t)
+	wait := func(ch <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			t.Fatalf("%s: %v", what, ctx.Err())
+		}
+	}
+
+	first := make(chan error, 1)
+	go func() {
+		_, err := BackupFromAdmin(ctx, sock, io.Discard)
+		first <- err
+	}()
+	wait(active, "the first backup's request")
+	wait(src.entered, "the first backup's copy")
+	gone, leave := context.WithCancel(ctx)
+	second := make(chan error, 1)
+	go func() {
+		_, err := BackupFromAdmin(gone, sock, io.Discard)
+		second <- err
+	}()
+	wait(active, "the second backup's request")
+	leave()
+	if err := <-second; err == nil {
+		t.Fatal("a backup whose client went away succeeded")
+	}
+	wait(closed, "the second backup's handler, its client gone, while the first spools")
+	release()
+	if err := <-first; err != nil {
+		t.Errorf("the first backup: %v", err)
+	}
+	if n := src.calls.Load(); n != 1 {
+		t.Errorf("%d copies spooled, want only the first's", n)
+	}
+}
