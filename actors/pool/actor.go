@@ -695,7 +695,16 @@ func (p *allocator) replay() events.State {
 // is in force: not if st has a config without it (its parent stops it
 // next); else it was up to st.Seq, where the change's guard starts.
 func (p *allocator) placeAfterReplay(ctx actor.Context, st *events.State, m *SetMembers, start bool) bool {
+	old := p.members
 	p.setMemberList(listed(st.Pools[p.name].Members, m.Members, p.members))
+	if !start {
+		// A retry: the members the ledger has now, with m's facts, are
+		// the pool's whether or not m is recorded this time, so the
+		// kubelet and the CNI hear of them now (setMembers, diffing
+		// against these, would not).
+		p.syncDeviceInfo(old)
+		p.broadcast()
+	}
 	if _, inForce := st.Pools[p.name]; !inForce && st.Config.SHA256 != "" {
 		p.cfg.Log.Info().Str("pool", p.name).Msg("the pool was dropped from the config; its members are not recorded")
 		return false

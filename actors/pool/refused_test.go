@@ -3,12 +3,15 @@ package pool
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/actors/pool/allocation"
@@ -235,20 +238,7 @@ func TestARefusedChangeKeepsTheFactsOfItsMembers(t *testing.T) {
 		Log: zerolog.New(logs).Level(zerolog.DebugLevel),
 	}))
 	actortest.Next[*Serving](t, f)
-	if err := l.Sync(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	// The disk fills, and so do the pages bbolt has free.
-	disk.Fill(t)
-	for i := 0; ; i++ {
-		e := events.New(events.DeviceHealthChanged{Address: "0000:00:01.0", Healthy: i%2 == 0, Reason: "filler"}, time.Now(), "boot-1")
-		if _, err := l.Append(context.Background(), e); err != nil {
-			break
-		}
-		if i > 5000 {
-			t.Fatal("the ledger never filled")
-		}
-	}
+	fillLedger(t, disk, l)
 	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{vfio(x, "12")}, Reason: "test", Gen: 1})
 	// Five refusals: the next retry is 1.6 s away.
 	for deadline := time.Now().Add(10 * time.Second); logs.Count("", "cannot record a membership change") < 5; time.Sleep(5 * time.Millisecond) {
@@ -269,5 +259,103 @@ func TestARefusedChangeKeepsTheFactsOfItsMembers(t *testing.T) {
 	}
 	if !slices.Equal(nodes, []string{"/dev/vfio/vfio", "/dev/vfio/13"}) {
 		t.Errorf("Allocate of vfio-bound %s answered device nodes %v, want /dev/vfio/vfio and /dev/vfio/13", y, nodes)
+	}
+}
+
+// fillLedger fills the disk under l, and then the pages bbolt has free:
+// the next append that needs a page is refused.
+func fillLedger(t *testing.T, disk *storetest.FullDisk, l *store.Log) {
+	t.Helper()
+	if err := l.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	disk.Fill(t)
+	for i := 0; ; i++ {
+		e := events.New(events.DeviceHealthChanged{Address: "0000:00:01.0", Healthy: i%2 == 0, Reason: "filler"}, time.Now(), "boot-1")
+		if _, err := l.Append(context.Background(), e); err != nil {
+			break
+		}
+		if i > 5000 {
+			t.Fatal("the ledger never filled")
+		}
+	}
+}
+
+// Each retry of a refused change gives the members the ledger lists the
+// facts the change brought (see listed), whether or not the ledger takes
+// it this time: the kubelet is shown them at once, and the device-info
+// file of a netDevice member follows them, as it would had the change been
+// recorded at the first try.
+func TestARetryShowsTheNewFactsOfItsMembers(t *testing.T) {
+	disk := storetest.NewFullDisk(t, 1<<20)
+	l, err := store.Open(filepath.Join(disk.Dir, "ledger.db"), store.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	logs := &actortest.Log{}
+	res := &config.Resource{Prefix: "example.com", Name: "net", DeviceType: config.NetDevice}
+	devinfo := t.TempDir()
+	f := actortest.Spawn(t, Props(Config{
+		Resource: res, Members: []allocation.Member{member(x), member(y)}, Recorder: ledger.NewRecorder(l, "boot-1", nil),
+		Replayed: &events.State{}, SocketDir: kubelettest.ShortTempDir(t), Mode: grpcapi.ModeLegacy, DevinfoDir: devinfo,
+		Log: zerolog.New(logs).Level(zerolog.DebugLevel),
+	}))
+	stream := listAndWatch(t, actortest.Next[*Serving](t, f).Socket)
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	fillLedger(t, disk, l)
+
+	// y leaves; x is seen on NUMA node 1, as a VF of a PF.
+	changed := member(x)
+	changed.Device.NUMANode, changed.Device.PF = 1, "0000:3b:00.0"
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{changed}, Reason: "test", Gen: 1})
+	for deadline := time.Now().Add(10 * time.Second); logs.Count("", "cannot record a membership change") < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the change was not refused twice:\n%s", logs)
+		}
+	}
+	lists := make(chan *pluginapi.ListAndWatchResponse, 1)
+	go func() {
+		next, _ := stream.Recv()
+		lists <- next
+	}()
+	select {
+	case <-time.After(10 * time.Second):
+		t.Errorf("no list after a retry gave %s new facts", x)
+	case next := <-lists:
+		numa := map[string][]int64{}
+		for _, d := range next.Devices {
+			for _, n := range d.GetTopology().GetNodes() {
+				numa[d.ID] = append(numa[d.ID], n.ID)
+			}
+		}
+		if len(next.Devices) != 2 || !slices.Equal(numa[x], []int64{1}) {
+			t.Errorf("the list after a refused retry has %d devices, %s on NUMA nodes %v; want %s and %s, %s on node 1", len(next.Devices), x, numa[x], x, y, x)
+		}
+	}
+
+	// The disk has room again: the change is recorded (the next retry
+	// may be a minute away).
+	disk.Free(t)
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		res, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.(*Status).Members == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the change was never recorded")
+		}
+	}
+	b, err := os.ReadFile(allocation.DeviceInfoPath(devinfo, res.FullName(), x))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"pf-pci-address":"0000:3b:00.0"`) {
+		t.Errorf("%s's device-info file after its new facts were placed: %s", x, b)
 	}
 }
