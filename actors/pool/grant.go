@@ -124,7 +124,10 @@ func (p *allocator) allocate(ctx actor.Context, m *allocateReq) error {
 	for i, ds := range devs {
 		answer, err := allocation.Respond(p.cfg.Resource, ds, p.cfg.Env)
 		if err != nil {
-			return fmt.Errorf("%w: Allocate for %s: %v", grpcapi.ErrInvalidRequest, p.name, err)
+			// The request names members, each once (grant): what Respond
+			// refuses is the node's or the pool's fault (Internal), not
+			// the kubelet's.
+			return fmt.Errorf("Allocate for %s: %w", p.name, err)
 		}
 		e := p.allocated(devices[i], i, answer, ended)
 		payloads = append(payloads, e)

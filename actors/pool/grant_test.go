@@ -12,6 +12,10 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/devledger/devledger/actors/ledger"
@@ -538,5 +542,33 @@ func TestAFailedAllocateNamesItsDevices(t *testing.T) {
 	g.release()
 	if n := logs.Count("error", x); n != 1 {
 		t.Errorf("%d error lines name %s, want 1:\n%s", n, x, logs)
+	}
+}
+
+// An Allocate whose answer the pool cannot build from its device's facts
+// (a vfio-bound device with no IOMMU group has no /dev/vfio node) is
+// refused Internal: the kubelet asked for a member, and the fault is the
+// node's, not its request's. Nothing is recorded.
+func TestAnAnswerTheNodeCannotGiveIsInternal(t *testing.T) {
+	bound := member(x)
+	bound.Device.Driver = "vfio-pci"
+	_, l, socket := servingPool(t, t.TempDir(), bound)
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	req := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{x}}}}
+	_, err = pluginapi.NewDevicePluginClient(conn).Allocate(context.Background(), req)
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "no IOMMU group") || strings.Contains(err.Error(), "invalid request") {
+		t.Errorf("Allocate of a vfio-bound device with no IOMMU group: %v, want Internal naming the missing group", err)
+	}
+	if err := l.Read(0, func(e events.Envelope) error {
+		if e.Type == events.TypeDevicesAllocated {
+			t.Errorf("#%d %s recorded for a refused Allocate", e.Seq, e.Type)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
