@@ -38,7 +38,7 @@ const suffixLen = len(".0123abcd.sock")
 // for its own stale ones.
 func socketBaseIn(dir, resource string) string {
 	base := SocketBase(resource)
-	if room := grpcapi.MaxSocketPath - len(filepath.Join(dir, "x")) + 1 - suffixLen; len(base) > room && room > 0 {
+	if room := socketRoom(dir); len(base) > room && room > 0 {
 		h := fnv.New32a()
 		h.Write([]byte(resource))
 		if tag := fmt.Sprintf("-%08x", h.Sum32()); room > len(tag) {
@@ -47,6 +47,11 @@ func socketBaseIn(dir, resource string) string {
 		base = base[:room]
 	}
 	return base
+}
+
+// socketRoom is the longest base a socket name in dir may have.
+func socketRoom(dir string) int {
+	return grpcapi.MaxSocketPath - len(filepath.Join(dir, "x")) + 1 - suffixLen
 }
 
 // newSocketPath returns a fresh socket path for resource in dir.
@@ -62,9 +67,15 @@ func IsSocketName(resource, name string) bool {
 	return name == base+".sock" || hasSuffixOf(name, base)
 }
 
-// isSocketIn is IsSocketName for a name in dir, a cut-short one included.
+// isSocketIn is IsSocketName for a name in dir, a cut-short one included:
+// this build's, or one an older build cut with no hash (a killed daemon
+// left it; nothing else would remove it from plugins_registry/).
 func isSocketIn(dir, resource, name string) bool {
-	return IsSocketName(resource, name) || hasSuffixOf(name, socketBaseIn(dir, resource))
+	if IsSocketName(resource, name) || hasSuffixOf(name, socketBaseIn(dir, resource)) {
+		return true
+	}
+	base, room := SocketBase(resource), socketRoom(dir)
+	return len(base) > room && room > 0 && hasSuffixOf(name, base[:room])
 }
 
 // hasSuffixOf says whether name is base followed by a socket suffix.

@@ -114,6 +114,12 @@ func TestLongResourceNamesFit(t *testing.T) {
 	if p := newSocketPath(dir, "intel.com/sriov_net"); !IsSocketName("intel.com/sriov_net", filepath.Base(p)) {
 		t.Errorf("a short name was cut: %s", p)
 	}
+	// A cut name of an older build (no hash; a killed daemon left it) is
+	// still the pool's, else nothing would ever remove it.
+	base := SocketBase(long)
+	if older := base[:len(filepath.Base(path))-suffixLen] + ".0badcafe.sock"; !isSocketIn(dir, long, older) {
+		t.Errorf("%s, cut short by an older build, is not known as a socket of %s", older, long)
+	}
 	// Two long names alike in all that fits keep apart.
 	other := long[:len(long)-1] + "m"
 	if p := newSocketPath(dir, other); isSocketIn(dir, long, filepath.Base(p)) || isSocketIn(dir, other, filepath.Base(path)) {
