@@ -91,6 +91,9 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := lf.oneLedger(fs); err != nil {
+		return err
+	}
 
 	now := time.Now()
 	var f eventFilter

@@ -32,6 +32,21 @@ func (lf *ledgerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&lf.db, "db", "", "read this ledger `FILE` (a copy taken off a node) instead of the state dir's")
 }
 
+// oneLedger refuses --db beside a --state-dir given on the command line
+// (fs parsed them): each names a ledger, and reading one of them while the
+// other is ignored would show an operator a history not the one asked for.
+func (lf *ledgerFlags) oneLedger(fs *flag.FlagSet) error {
+	if lf.db == "" {
+		return nil
+	}
+	stateDir := false
+	fs.Visit(func(f *flag.Flag) { stateDir = stateDir || f.Name == "state-dir" })
+	if stateDir {
+		return usageErrf("--state-dir and --db: give one of them")
+	}
+	return nil
+}
+
 // path is the ledger file the flags name.
 func (lf *ledgerFlags) path() string {
 	if lf.db != "" {

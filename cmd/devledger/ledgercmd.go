@@ -54,6 +54,9 @@ func runLedgerBackup(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := lf.oneLedger(fs); err != nil {
+		return err
+	}
 	if *out == "" {
 		return usageErrf("--out is required: where to write the copy")
 	}
@@ -113,6 +116,9 @@ func runLedgerAcknowledge(args []string, stdout, stderr io.Writer) error {
 	fs.Lookup("db").Usage = "record the acknowledgement in this ledger `FILE` instead of the state dir's"
 	note := fs.String("note", "", "what was done about the damage (`TEXT`), kept in the ledger with the acknowledgement")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := lf.oneLedger(fs); err != nil {
 		return err
 	}
 	if err := lf.misnamed(); err != nil {

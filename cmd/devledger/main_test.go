@@ -1,6 +1,9 @@
 package main
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -48,5 +51,27 @@ func TestDumpShortDeviceAddress(t *testing.T) {
 	_, full, _ := runCLI(t, "dump", "--db", db, "--device", "0000:3b:02.1")
 	if code != exitOK || short != full || !strings.Contains(full, "discovered") {
 		t.Errorf("--device 3B:02.1: exit %d, %q; the full address gives:\n%s", code, stderr, full)
+	}
+}
+
+// --state-dir and --db each name a ledger: given both, a tool refuses
+// rather than read (or, for acknowledge, write) one and ignore the other.
+func TestStateDirAndDBRefused(t *testing.T) {
+	db := sampleCopy(t)
+	stateDir := t.TempDir()
+	out := filepath.Join(t.TempDir(), "copy.db")
+	for _, args := range [][]string{
+		{"dump"}, {"replay"},
+		{"ledger", "backup", "--out", out},
+		{"ledger", "acknowledge"},
+	} {
+		args = append(args, "--state-dir", stateDir, "--db", db)
+		code, stdout, stderr := runCLI(t, args...)
+		if code != exitUsage || stdout != "" || !strings.Contains(stderr, "--state-dir and --db: give one of them") {
+			t.Errorf("%q: exit %d, stdout %.60q, stderr %q", args, code, stdout, stderr)
+		}
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("backup wrote %s: %v", out, err)
 	}
 }

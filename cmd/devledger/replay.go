@@ -29,6 +29,9 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 	if err := parseFlags(fs, joinDiffEnds(args)); err != nil {
 		return err
 	}
+	if err := lf.oneLedger(fs); err != nil {
+		return err
+	}
 	if *format != "table" && *format != "json" {
 		return usageErrf("--format %q: want table or json", *format)
 	}
