@@ -101,6 +101,17 @@ func (b *byteSize) Set(s string) error {
 	return nil
 }
 
+// check refuses, before anything is opened or created, a flag value the
+// daemon would refuse only after it opened (or made) its ledger.
+func (f *daemonFlags) check() error {
+	switch f.opts.Registration {
+	case "auto", "legacy", "watcher":
+	default:
+		return usageErrf("--registration %q: want auto, legacy or watcher", f.opts.Registration)
+	}
+	return nil
+}
+
 // logger builds the zerolog logger the flags ask for, writing to w.
 func (f *daemonFlags) logger(w io.Writer) (zerolog.Logger, error) {
 	level, err := logLevel(f.logLevel)
@@ -144,6 +155,9 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	var f daemonFlags
 	f.register(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := f.check(); err != nil {
 		return err
 	}
 	// A container started from the image with nothing mounted has no

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,5 +29,32 @@ func TestRunWithoutConfig(t *testing.T) {
 	}
 	if matches, _ := filepath.Glob(filepath.Join(dir, "state", "*")); len(matches) > 0 {
 		t.Errorf("state dir written before the config was found: %v", matches)
+	}
+}
+
+// A flag value run refuses is refused before the state dir or the
+// ledger is made: a typo leaves nothing behind on the node.
+func TestRunRefusesBadFlagsBeforeStart(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"registration", []string{"--registration", "bogus"}, `--registration "bogus": want auto, legacy or watcher`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			state := filepath.Join(dir, "state")
+			args := append([]string{"run", "--config", filepath.Join("..", "..", "testdata", "config", "devledger.json"),
+				"--sysfs-root", dir, "--kubelet-dir", filepath.Join(dir, "kubelet"), "--state-dir", state,
+				"--devinfo-dir", "-", "--cdi-spec-dir", "-", "--kernel-events=false", "--log-format", "json"}, tc.args...)
+			code, stdout, stderr := runCLI(t, args...)
+			if code != exitUsage || stdout != "" || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, stdout %q, stderr:\n%s", code, stdout, stderr)
+			}
+			if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("state dir made before the flags were checked: %v", err)
+			}
+		})
 	}
 }
