@@ -101,13 +101,32 @@ func (b *byteSize) Set(s string) error {
 	return nil
 }
 
+// minInterval is the shortest pace run takes for its periodic work: a
+// scan, a probe or a PodResources round more often than that (1ns, a
+// unit mistyped) runs back to back and takes a core for nothing, and
+// zero or less would silently mean a default, or no periodic scan.
+const minInterval = 10 * time.Millisecond
+
 // check refuses, before anything is opened or created, a flag value the
-// daemon would refuse only after it opened (or made) its ledger.
+// daemon would refuse only after it opened (or made) its ledger, or take
+// to mean something else.
 func (f *daemonFlags) check() error {
 	switch f.opts.Registration {
 	case "auto", "legacy", "watcher":
 	default:
 		return usageErrf("--registration %q: want auto, legacy or watcher", f.opts.Registration)
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"--scan-interval", f.opts.ScanInterval},
+		{"--probe-interval", f.opts.ProbeInterval},
+		{"--reconcile-interval", f.opts.ReconcileInterval},
+	} {
+		if d.v < minInterval {
+			return usageErrf("%s %s: want at least %s", d.flag, d.v, minInterval)
+		}
 	}
 	return nil
 }

@@ -41,6 +41,10 @@ func TestRunRefusesBadFlagsBeforeStart(t *testing.T) {
 		want string
 	}{
 		{"registration", []string{"--registration", "bogus"}, `--registration "bogus": want auto, legacy or watcher`},
+		{"scan interval", []string{"--scan-interval", "1ns"}, "--scan-interval 1ns: want at least 10ms"},
+		{"scan interval zero", []string{"--scan-interval", "0"}, "--scan-interval 0s: want at least 10ms"},
+		{"probe interval", []string{"--probe-interval", "1us"}, "--probe-interval 1µs: want at least 10ms"},
+		{"reconcile interval", []string{"--reconcile-interval", "-30s"}, "--reconcile-interval -30s: want at least 10ms"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
