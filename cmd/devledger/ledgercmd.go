@@ -200,6 +200,11 @@ func writeNew(path string, write func(*os.File) (int64, error)) (int64, error) {
 	tmp := fmt.Sprintf("%s.tmp-%d", path, os.Getpid())
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
+		// Named by the path asked for: the temporary name is ours.
+		err = fmt.Errorf("cannot create %s: %w", path, errnoOf(err))
+		if errors.Is(err, os.ErrNotExist) {
+			return 0, usageErrf("%w (no directory %s)", err, filepath.Dir(path))
+		}
 		return 0, err
 	}
 	defer os.Remove(tmp)

@@ -308,3 +308,16 @@ func TestToolsReadADaemonWhoseActorsDoNotAnswer(t *testing.T) {
 		}
 	}
 }
+
+// backup --out into a directory that does not exist is bad usage, said
+// with the path asked for, not the temporary name the copy is written
+// under first.
+func TestLedgerBackupIntoAMissingDir(t *testing.T) {
+	db := sampleCopy(t)
+	out := filepath.Join(t.TempDir(), "nodir", "copy.db")
+	code, stdout, stderr := runCLI(t, "ledger", "backup", "--db", db, "--out", out)
+	want := "cannot create " + out + ": no such file or directory (no directory " + filepath.Dir(out) + ")"
+	if code != exitUsage || stdout != "" || !strings.Contains(stderr, want) || strings.Contains(stderr, ".tmp-") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want %q", code, stdout, stderr, want)
+	}
+}
