@@ -165,8 +165,11 @@ func lockedWithoutDaemon(locked error, sock string) error {
 // acknowledgeInFile appends the acknowledgement to a ledger no daemon
 // holds, if it has damage waiting for one.
 func acknowledgeInFile(path, note string) ([]string, error) {
-	if _, err := os.Stat(path); err != nil {
-		return nil, usageErr(fmt.Errorf("ledger %s: %w", path, err))
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		// As the read-only tools say it.
+		return nil, usageErr(fmt.Errorf("%w at %s", store.ErrNoLedger, path))
+	} else if err != nil {
+		return nil, usageErr(fmt.Errorf("ledger %s: %w", path, errnoOf(err)))
 	}
 	l, err := store.Open(path, store.Options{BootID: "ledger-acknowledge", LockTimeout: time.Millisecond})
 	switch {
