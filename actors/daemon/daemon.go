@@ -365,6 +365,15 @@ func Start(opts Options) (_ *Daemon, err error) {
 	}
 	recorded, settled = true, true
 	writePIDFile(opts.StateDir, bootID)
+	// A pool last served elsewhere (a run in the other registration mode,
+	// or under another kubelet dir) and killed there left its socket where
+	// this run does not look: in plugins_registry/ the kubelet's plugin
+	// watcher would dial it again and again.
+	for _, name := range slices.Sorted(maps.Keys(st.Pools)) {
+		if dir := filepath.Dir(st.Pools[name].Registration.Socket); dir != "." && dir != node.SocketDir(opts.KubeletDir, mode) {
+			pool.CleanStaleSockets(dir, name, d.log)
+		}
+	}
 	for _, e := range envs {
 		st = events.Apply(st, e)
 	}

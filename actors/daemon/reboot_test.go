@@ -182,3 +182,40 @@ func TestRebootRemovesTheStaleSocketsOfPoolsWithNoDevicesYet(t *testing.T) {
 		return len(socketsIn(t, n.kubelet.PluginsRegistryDir())) == 0
 	})
 }
+
+// A run in watcher mode was killed, leaving its sockets in
+// plugins_registry/; the next run is in legacy mode (--registration
+// changed, or auto found no plugin watcher). Its pools serve in
+// device-plugins/, but the kubelet's plugin watcher would still dial what
+// the last run left: the start removes it.
+func TestAStartInTheOtherModeRemovesTheLastRunsSockets(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{PluginWatcher: true})
+	n.opts.Registration = "watcher"
+	d := n.start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, res := range []string{vfioPool, netPool} {
+		if _, err := n.kubelet.WaitRegistered(ctx, res); err != nil {
+			t.Fatal(err)
+		}
+	}
+	left := socketsIn(t, n.kubelet.PluginsRegistryDir())
+	if len(left) != 2 {
+		t.Fatalf("the pools serve on %v; want two sockets", left)
+	}
+	if err := d.Stop(ctx, "test: the run is killed"); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range left {
+		staleSocket(t, path) // what a killed run leaves
+	}
+	n.opts.Registration = "legacy"
+	d = n.start(t)
+	waitFullKubelet(t, n.kubelet, 10*time.Second)
+	if got := socketsIn(t, n.kubelet.PluginsRegistryDir()); len(got) != 0 {
+		t.Errorf("a legacy start left the watcher run's sockets %v", got)
+	}
+	if got := socketsIn(t, n.kubelet.DevicePluginDir()); len(got) != 2 {
+		t.Errorf("the pools serve on %v; want two sockets in device-plugins/", got)
+	}
+}
