@@ -66,8 +66,8 @@ type Device struct {
 
 	// Interfaces are the network interfaces of the function, from net/ or,
 	// for virtio functions, virtio*/net/, sorted by name within each; on a
-	// PF in switchdev mode, whose net/ also holds its VFs' representors,
-	// the uplink (port name "p<N>") comes first. PFInterface is the first
+	// PF in switchdev mode, whose net/ also holds its VFs' and SFs'
+	// representors, the uplink (port name "p<N>") comes first. PFInterface is the first
 	// interface of the PF for a VF ("" when unknown or not a VF), as the
 	// SR-IOV plugin names a VF's PF.
 	Interfaces  []NetInterface `json:"interfaces,omitempty"`

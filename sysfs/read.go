@@ -254,7 +254,7 @@ func (w *worker) readFunction(addr string) fnResult {
 
 	if e.net {
 		d.Interfaces = w.readInterfaces(d, dir, "net", d.Interfaces)
-		if e.totalVFs && len(d.Interfaces) > 1 {
+		if len(d.Interfaces) > 1 {
 			w.uplinkFirst(d, dir)
 		}
 	}
@@ -458,9 +458,12 @@ func (w *worker) readInterfaces(d *Device, dir, sub string, ifs []NetInterface) 
 
 // uplinkFirst moves the uplink of a PF in switchdev mode to the front of
 // its interfaces. In that mode the PF's net/ also lists the representors
-// of its VFs, which may sort before the uplink (eth10 before eth2); the
-// SR-IOV plugin names a VF's PF by the uplink: the interface with a switch
-// ID whose port name is "p<N>" (representors are "pf0vf3"). The kernel
+// of its VFs and SFs, which may sort before the uplink (eth10 before
+// eth2); the SR-IOV plugin names a VF's or SF's PF by the uplink: the
+// interface with a switch ID whose port name is "p<N>" (representors are
+// "pf0vf3", "pf0sf88"). A PF with SFs need not be SR-IOV capable (no
+// sriov_totalvfs when firmware has SR-IOV off), so any function with more
+// than one interface is looked at. The kernel
 // refuses both files (EOPNOTSUPP) on an interface that is no switch port;
 // another error leaves the read incomplete, as the uplink may be the
 // interface it failed on.

@@ -134,3 +134,37 @@ func TestSwitchdevUplinkReadFault(t *testing.T) {
 		}
 	}
 }
+
+// A ConnectX PF whose firmware has SR-IOV off (no sriov_totalvfs) can
+// still have SFs, and in switchdev mode their representors sit in its
+// net/ beside the uplink. The uplink comes first there too: it is what an
+// SF pool's pfNames names and what the PF's own link check reads.
+func TestSwitchdevUplinkFirstWithoutSRIOV(t *testing.T) {
+	const id = "0c42a1030065b7a2"
+	roots := sysfsgen.TempNode(t, sysfsgen.Node{Functions: []sysfsgen.Function{{
+		Address: "0000:5e:00.0", Vendor: "15b3", Device: "101d",
+		Class: "020000", Driver: "mlx5_core", IOMMUGroup: "40",
+		Aux: []string{"mlx5_core.eth.0", "mlx5_core.sf.2"},
+		Interfaces: []sysfsgen.Interface{
+			{Name: "eth2", SwitchID: id, PortName: "p0"},
+			{Name: "eth10", SwitchID: id, PortName: "pf0sf88"},
+		},
+	}}})
+	pf := byAddress(scanOK(t, sampleReader(t, roots)))["0000:5e:00.0"]
+	if pf.TotalVFs != -1 {
+		t.Fatalf("TotalVFs %d, want -1 (no sriov_totalvfs)", pf.TotalVFs)
+	}
+	var names []string
+	for _, ifc := range pf.Interfaces {
+		names = append(names, ifc.Name)
+	}
+	if want := []string{"eth2", "eth10"}; !slices.Equal(names, want) {
+		t.Errorf("PF interfaces %v, want %v", names, want)
+	}
+	if got := pf.ProbeTarget(true).Interface; got != "eth2" {
+		t.Errorf("probe interface %q, want the uplink eth2", got)
+	}
+	if len(pf.Warnings) > 0 || pf.Incomplete {
+		t.Errorf("PF warnings %q, incomplete %v", pf.Warnings, pf.Incomplete)
+	}
+}
