@@ -1,6 +1,7 @@
 package sysfs
 
 import (
+	"math"
 	"strconv"
 	"strings"
 )
@@ -154,22 +155,25 @@ func parsePKey(b []byte) (key string, empty, ok bool) {
 	return string(out[:]), false, true
 }
 
-// parseACPIIndex reads acpi_index: a decimal number that fits in 32 bits.
-// It is kept as text, the way selectors compare it.
+// parseACPIIndex reads acpi_index: a decimal number that fits in 64 bits.
+// The kernel prints (with %llu) the integer the firmware's _DSM returns,
+// and ACPI integers are 64 bits wide: nothing keeps it within 32. It is
+// kept as text, the way selectors compare it.
 func parseACPIIndex(b []byte) ([]byte, bool) {
 	b = trimSpace(b)
-	if len(b) == 0 || len(b) > 10 {
+	if len(b) == 0 || len(b) > 20 {
 		return nil, false
 	}
-	v := 0
+	var v uint64
 	for _, c := range b {
 		if c < '0' || c > '9' {
 			return nil, false
 		}
-		v = v*10 + int(c-'0')
-	}
-	if v > 0xffffffff {
-		return nil, false
+		d := uint64(c - '0')
+		if v > (math.MaxUint64-d)/10 {
+			return nil, false
+		}
+		v = v*10 + d
 	}
 	return b, true
 }

@@ -134,7 +134,9 @@ func TestParseWordAndACPIIndex(t *testing.T) {
 		}
 	}
 	for in, ok := range map[string]bool{
-		"1\n": true, "4294967295": true, "4294967296": false, "x1": false, "": false, "-1": false,
+		"1\n": true, "4294967295": true, "4294967296": true, "16777215": true,
+		"18446744073709551615\n": true, "18446744073709551616": false, "99999999999999999999": false,
+		"x1": false, "": false, "-1": false, "+1": false,
 	} {
 		if _, got := parseACPIIndex([]byte(in)); got != ok {
 			t.Errorf("parseACPIIndex(%q) ok = %v, want %v", in, got, ok)
