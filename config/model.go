@@ -70,9 +70,13 @@ const DefaultResourcePrefix = "intel.com"
 
 // Defaults of the health options. DefaultProbeInterval is the daemon's:
 // a pool that sets no probeInterval is probed at the daemon's interval.
+// MinProbeInterval is the shortest probeInterval accepted, the floor of
+// the daemon's --probe-interval: probes paced faster (1ns, a unit
+// mistyped) run back to back and take a core for nothing.
 const (
 	DefaultHoldDown      = 10 * time.Second
 	DefaultProbeInterval = 5 * time.Second
+	MinProbeInterval     = 10 * time.Millisecond
 )
 
 // Resource is one pool: a Kubernetes extended resource and the rules that
@@ -162,8 +166,8 @@ type Health struct {
 	// (debounce, default 0: every change counts).
 	Debounce time.Duration
 	// ProbeInterval is how often the device is probed (probeInterval);
-	// positive when set, 0 when not: then the daemon's --probe-interval
-	// (DefaultProbeInterval unless given) applies.
+	// at least MinProbeInterval when set, 0 when not: then the daemon's
+	// --probe-interval (DefaultProbeInterval unless given) applies.
 	ProbeInterval time.Duration
 }
 

@@ -340,8 +340,9 @@ func (d *decoder) strings(n *node, path string) (vals []string, idx []int) {
 	return vals, idx
 }
 
-// duration decodes a duration string ("10s"); null leaves def.
-func (d *decoder) duration(n *node, path string, def time.Duration, positive bool) time.Duration {
+// duration decodes a duration string ("10s"); null leaves def. A
+// negative one, or one under least, is refused.
+func (d *decoder) duration(n *node, path string, def, least time.Duration) time.Duration {
 	d.at(n)
 	s, ok := d.str(n, path)
 	if !ok {
@@ -355,8 +356,8 @@ func (d *decoder) duration(n *node, path string, def time.Duration, positive boo
 	case v < 0:
 		d.fail(path, quote(s), "must not be negative")
 		return def
-	case v == 0 && positive:
-		d.fail(path, quote(s), "must be positive")
+	case v < least:
+		d.fail(path, quote(s), "want at least "+least.String())
 		return def
 	}
 	return v
@@ -613,23 +614,23 @@ func (d *decoder) health(n *node, path string, h *Health) {
 		case "link":
 			h.Link = d.boolean(v, p)
 		case "holdDown":
-			h.HoldDown = d.durationField(v, p, h.HoldDown, false)
+			h.HoldDown = d.durationField(v, p, h.HoldDown, 0)
 		case "debounce":
-			h.Debounce = d.durationField(v, p, h.Debounce, false)
+			h.Debounce = d.durationField(v, p, h.Debounce, 0)
 		case "probeInterval":
-			h.ProbeInterval = d.durationField(v, p, h.ProbeInterval, true)
+			h.ProbeInterval = d.durationField(v, p, h.ProbeInterval, MinProbeInterval)
 		}
 	})
 }
 
 // durationField is duration with a type message that names the expected
 // form.
-func (d *decoder) durationField(n *node, path string, def time.Duration, positive bool) time.Duration {
+func (d *decoder) durationField(n *node, path string, def, least time.Duration) time.Duration {
 	if n.kind != kindString && n.kind != kindNull {
 		d.fail(path, n.literal(), `want a duration string such as "10s", got `+n.kind.describe())
 		return def
 	}
-	return d.duration(n, path, def, positive)
+	return d.duration(n, path, def, least)
 }
 
 func (d *decoder) cdi(n *node, path string, c *CDI) {

@@ -413,8 +413,20 @@ func TestErrors(t *testing.T) {
 			want: []string{
 				`c.json: resourceList[0].health.holdDown: "-1s": must not be negative`,
 				`c.json: resourceList[0].health.debounce: "soon": malformed duration: want a number with a unit, such as "10s" or "500ms"`,
-				`c.json: resourceList[0].health.probeInterval: "0": must be positive`,
+				`c.json: resourceList[0].health.probeInterval: "0": want at least 10ms`,
 				`c.json: resourceList[0].health.link: "yes": want true or false, got a string`,
+			},
+		},
+		{
+			// Probes paced under the daemon's floor for --probe-interval
+			// would run back to back; the floor itself is accepted.
+			name: "probe interval under the floor",
+			src: res(`{"resourceName": "a", "selectors": {"drivers": ["x"]}, "health": {"probeInterval": "1ns"}},
+  {"resourceName": "b", "selectors": {"drivers": ["y"]}, "health": {"probeInterval": "9.999ms"}},
+  {"resourceName": "c", "selectors": {"drivers": ["z"]}, "health": {"probeInterval": "10ms"}}`),
+			want: []string{
+				`c.json: resourceList[0].health.probeInterval: "1ns": want at least 10ms`,
+				`c.json: resourceList[1].health.probeInterval: "9.999ms": want at least 10ms`,
 			},
 		},
 		{
