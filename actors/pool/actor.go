@@ -57,6 +57,10 @@ type Config struct {
 	CDISpecDir string
 	// CallTimeout bounds every kubelet call (0: grpcapi.DefaultCallTimeout).
 	CallTimeout time.Duration
+	// RetryInitial and RetryMax bound the pause before the pool places its
+	// members again after the ledger refused a change of them, doubling
+	// from one to the other (0: 100 ms and a minute).
+	RetryInitial, RetryMax time.Duration
 	// ObserveAllocate, if set, hears each Allocate's duration and outcome.
 	ObserveAllocate func(pool string, took time.Duration, err error)
 	Log             zerolog.Logger
@@ -66,6 +70,12 @@ type Config struct {
 func Props(cfg Config) *actor.Props {
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = grpcapi.DefaultCallTimeout
+	}
+	if cfg.RetryInitial <= 0 {
+		cfg.RetryInitial = 100 * time.Millisecond
+	}
+	if cfg.RetryMax <= 0 {
+		cfg.RetryMax = time.Minute
 	}
 	replayed := handoff.First(cfg.Replayed)
 	life := newLifetime()
@@ -77,11 +87,13 @@ func Props(cfg Config) *actor.Props {
 
 // placement is a SetMembers taken (see place). id names its membership
 // change; one that changes no member has none and is durable at once.
+// refused is the ledger's answer to a change it refused.
 type placement struct {
 	m       *SetMembers
 	order   []string // its members' addresses, sorted
 	id      uint64
 	durable bool
+	refused error
 	start   bool
 }
 
@@ -607,8 +619,9 @@ func (p *allocator) inForce(seq uint64) store.Guard {
 
 // placedOne takes the store's answer to a membership change.
 func (p *allocator) placedOne(ctx actor.Context, m *placed) {
+	recorded := false
 	for _, pl := range p.placing {
-		if pl.id == m.id && !pl.durable {
+		if pl.id == m.id && !pl.durable && pl.refused == nil {
 			if errors.Is(m.err, errDropped) {
 				// The parent stops the pool next: nothing to place again.
 				p.cfg.Log.Info().Str("pool", p.name).Msg("the pool was dropped from the config; its last members are not recorded")
@@ -618,15 +631,45 @@ func (p *allocator) placedOne(ctx actor.Context, m *placed) {
 				p.forget(ctx)
 				return
 			}
-			if m.err != nil {
-				p.refused(ctx, m.err)
-				return
-			}
-			pl.durable = true
-			p.life.refusals = 0
+			pl.refused = m.err
+			pl.durable = m.err == nil
+			recorded = pl.durable
 		}
 	}
 	p.applyPlaced(ctx)
+	if len(p.placing) > 0 && p.placing[0].refused != nil {
+		p.afterRefusal(ctx)
+	} else if recorded {
+		p.life.refusals = 0
+	}
+}
+
+// afterRefusal waits, once the ledger refused the change at the head of
+// placing, for its answers to those after it: each is a diff on the one
+// before, and the ledger may take some (a disk that had room again). None
+// applies. If none was taken, the pool keeps its members (refused); if
+// one was, the ledger lists members the pool never placed, and it places
+// its last ones again at once (replace), against what the ledger lists.
+func (p *allocator) afterRefusal(ctx actor.Context) {
+	recorded := false
+	for _, pl := range p.placing[1:] {
+		if !pl.durable && pl.refused == nil {
+			return // an answer to come
+		}
+		recorded = recorded || (pl.id != 0 && pl.durable)
+	}
+	err := p.placing[0].refused
+	if !recorded {
+		p.refused(ctx, err)
+		return
+	}
+	p.cfg.Log.Warn().Err(err).Str("pool", p.name).Msg("cannot record a membership change, but a later one was recorded; placing the members again")
+	if p.retry != nil {
+		p.retry.Stop()
+	}
+	p.placing = nil
+	p.replace(ctx)
+	p.applyPlaced(ctx) // the calls that waited, if replace placed nothing
 }
 
 // applyPlaced applies the durable placements at the head, then, once
@@ -654,13 +697,14 @@ func (p *allocator) forget(ctx actor.Context) {
 }
 
 // refused takes a membership change the ledger refused (full disk, I/O
-// error). Neither it nor those after it (each a diff on the one before)
-// apply: the pool keeps its members, takes the waiting calls, and after a
-// pause (doubling, up to a minute) places its last members again (replace).
+// error), and those after it, none recorded (see afterRefusal). None
+// applies: the pool keeps its members, takes the waiting calls, and after
+// a pause (doubling, up to a minute) places its last members again
+// (replace).
 func (p *allocator) refused(ctx actor.Context, err error) {
 	p.forget(ctx)
 	p.life.refusals++
-	delay := supervise.Doubling(100*time.Millisecond, time.Minute, p.life.refusals)
+	delay := supervise.Doubling(p.cfg.RetryInitial, p.cfg.RetryMax, p.life.refusals)
 	p.cfg.Log.WithLevel(supervise.FailureLevel(p.life.refusals)).Err(err).Str("pool", p.name).Dur("retry_in_ms", delay).Msg("cannot record a membership change; the members stay as the ledger has them")
 	if p.retry != nil {
 		p.retry.Stop()

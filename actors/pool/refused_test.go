@@ -3,10 +3,12 @@ package pool
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -358,4 +360,104 @@ func TestARetryShowsTheNewFactsOfItsMembers(t *testing.T) {
 	if !strings.Contains(string(b), `"pf-pci-address":"0000:3b:00.0"`) {
 		t.Errorf("%s's device-info file after its new facts were placed: %s", x, b)
 	}
+}
+
+// A change the ledger refuses does not fail those queued behind it, each
+// a diff on the one before: the ledger may take a later one once the
+// disk has room, and then lists neither the members the pool had nor
+// those it placed. The pool takes what the ledger lists and places its
+// members again at once, not at a retry that may be a minute away; a
+// change that comes next is a diff on what the ledger lists. Here x and
+// y are members; the change that drops y is refused, the next, which
+// adds z, recorded.
+func TestAChangeRecordedAfterARefusedOneIsTakenAtOnce(t *testing.T) {
+	const z = "0000:3b:02.2"
+	disk := storetest.NewFullDisk(t, 1<<20)
+	// The test's append of three events, between the pool's two, commits
+	// in a batch of its own.
+	l, err := store.Open(filepath.Join(disk.Dir, "ledger.db"), store.Options{LockTimeout: time.Second, MaxBatch: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	rec := ledger.NewRecorder(l, "boot-1", nil)
+	res := &config.Resource{Prefix: "example.com", Name: "vf", DeviceType: config.GenericPCI}
+	f := actortest.Spawn(t, Props(Config{
+		Resource: res, Members: []allocation.Member{member(x), member(y)}, Recorder: rec,
+		Replayed: &events.State{}, SocketDir: kubelettest.ShortTempDir(t), Mode: grpcapi.ModeLegacy, Log: zerolog.Nop(),
+		RetryInitial: time.Hour, RetryMax: time.Hour, // no retry while the test runs
+	}))
+	actortest.Next[*Serving](t, f)
+	fillLedger(t, disk, l)
+
+	// The store's writer waits in the answer to an append of the test's
+	// while the pool queues both changes, with another append of the
+	// test's between them, in whose answer the writer waits while the
+	// test makes room on the disk.
+	type gate struct {
+		reached, open chan struct{}
+		release       func()
+	}
+	newGate := func() *gate {
+		g := &gate{reached: make(chan struct{}), open: make(chan struct{})}
+		g.release = sync.OnceFunc(func() { close(g.open) })
+		t.Cleanup(g.release)
+		return g
+	}
+	await := func(g *gate) {
+		t.Helper()
+		select {
+		case <-g.reached:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the store's writer never answered the test's append")
+		}
+	}
+	appendHeld := func(n int, g *gate) {
+		t.Helper()
+		envs := make([]events.Envelope, n)
+		for i := range envs {
+			envs[i] = events.New(events.KubeletRestarted{Socket: "marker"}, time.Now(), "boot-1")
+		}
+		if err := l.AppendAsync(context.Background(), envs, func([]events.Envelope, error) { close(g.reached); <-g.open }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := newGate()
+	appendHeld(1, held)
+	await(held)
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(x)}, Reason: "test", Gen: 1})
+	f.Drain(t)
+	full := newGate()
+	appendHeld(3, full)
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(x), member(z)}, Reason: "test", Gen: 2})
+	f.Drain(t)
+	held.release()
+	await(full)
+	disk.Free(t)
+	full.release()
+
+	agree := func(want ...string) {
+		t.Helper()
+		// Sync: the store answered what the pool queued; a Query waits
+		// for the members the pool places.
+		if err := l.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		r, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		members := slices.Sorted(maps.Keys(r.(*Status).Health))
+		st, err := rec.Replay()
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed := st.Pools[res.FullName()].Members
+		if !slices.Equal(members, listed) || !slices.Equal(members, want) {
+			t.Errorf("the pool has members %v, the ledger lists %v; want %v", members, listed, want)
+		}
+	}
+	agree(x, z)
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(x)}, Reason: "test", Gen: 3})
+	agree(x)
 }
