@@ -54,7 +54,7 @@ func TestMain(m *testing.M) {
 // lists bus/pci/devices, bus/pci/drivers and <dev>/vfio; then, for each
 // function, it lists the function's directory and, picking entries by name,
 // reads vendor, device, subsystem_vendor, subsystem_device, class,
-// numa_node, acpi_index, sriov_totalvfs and sriov_numvfs, reads the driver,
+// numa_node, acpi_index and sriov_totalvfs, reads the driver,
 // iommu_group, physfn and virtfn<N> links, lists net/ and virtio<N>/net/
 // and reads each interface's operstate, carrier and type, lists infiniband/
 // and, when an interface's type is 32, lists each port's pkeys/ and reads
@@ -109,7 +109,7 @@ func (bl *baseline) function(dir string) {
 	for _, e := range entries {
 		switch n := e.Name(); {
 		case n == "vendor", n == "device", n == "subsystem_vendor", n == "subsystem_device",
-			n == "class", n == "numa_node", n == "acpi_index", n == "sriov_totalvfs", n == "sriov_numvfs":
+			n == "class", n == "numa_node", n == "acpi_index", n == "sriov_totalvfs":
 			_, _ = bl.readFile(dir + "/" + n)
 		case n == "driver", n == "iommu_group", n == "physfn", strings.HasPrefix(n, "virtfn"):
 			_, _ = bl.readlink(dir + "/" + n)

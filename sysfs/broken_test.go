@@ -10,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
@@ -143,11 +144,11 @@ func TestBrokenAttributes(t *testing.T) {
 			warning: "iommu_group: link target",
 		},
 		{
+			// Not read: the VFs are the PF's virtfn links.
 			name:      "sriov_numvfs garbage",
 			addr:      pf,
 			breakTree: func(r sysfsgen.Roots) error { return r.WriteAttr(pf, "sriov_numvfs", "four") },
-			fix:       func(d *Device) { d.NumVFs = -1 },
-			warning:   `sriov_numvfs: "four" is not a VF count`,
+			fix:       func(*Device) {},
 		},
 		{
 			name:      "sriov_totalvfs negative",
@@ -310,6 +311,43 @@ func TestIncompleteReads(t *testing.T) {
 				t.Errorf("%s: warnings %q, want one saying %q", addr, w, tc.warning)
 			}
 		})
+	}
+}
+
+// The kernel reads sriov_numvfs under a lock that a write of it holds
+// until its VFs are gone, and a VF bound to vfio-pci goes only when its
+// user closes it: while a VM keeps one, the read waits, uninterruptibly.
+// A scan counts the PF's virtfn links instead, and never opens the file:
+// here a FIFO with no writer stands in for it, whose open waits as long.
+func TestScanNeverWaitsOnSriovNumVFs(t *testing.T) {
+	const pf = "0000:3b:00.0" // ice, four VFs
+	roots := sysfsgen.TempScenario(t, sysfsgen.ScenarioSRIOV)
+	path := filepath.Join(roots.DevicePath(pf), "sriov_numvfs")
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := sampleReader(t, roots)
+	done := make(chan []Device, 1)
+	go func() {
+		devs, _ := r.Scan()
+		done <- devs
+	}()
+	var devs []Device
+	select {
+	case devs = <-done:
+	case <-time.After(20 * time.Second):
+		// Let the waiting open through, so the test binary can end.
+		if f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+		t.Fatal("the scan waits on sriov_numvfs")
+	}
+	d := byAddress(devs)[pf]
+	if d.NumVFs != 4 || d.Incomplete || len(d.Warnings) > 0 {
+		t.Errorf("%s: %d VFs, incomplete %v, warnings %q; want its 4 virtfn links counted, read whole", pf, d.NumVFs, d.Incomplete, d.Warnings)
 	}
 }
 

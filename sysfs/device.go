@@ -54,11 +54,12 @@ type Device struct {
 	// ACPIIndex is the content of acpi_index, "" when absent.
 	ACPIIndex string `json:"acpi_index,omitempty"`
 
-	// SR-IOV. On a physical function with SR-IOV capability TotalVFs and
-	// NumVFs are read from sriov_totalvfs/sriov_numvfs (-1 when absent). On a
-	// virtual function PF is the physical function's address and VFIndex its
-	// index N from the PF's virtfnN link; on anything else PF is "" and
-	// VFIndex is -1.
+	// SR-IOV. On a physical function with SR-IOV capability TotalVFs is
+	// read from sriov_totalvfs and NumVFs counts its virtfnN links, the
+	// VFs enabled (sriov_numvfs, which is not read: see readFunction);
+	// both -1 when absent. On a virtual function PF is the physical
+	// function's address and VFIndex its index N from the PF's virtfnN
+	// link; on anything else PF is "" and VFIndex is -1.
 	TotalVFs int    `json:"sriov_totalvfs"`
 	NumVFs   int    `json:"sriov_numvfs"`
 	PF       string `json:"pf,omitempty"`

@@ -204,12 +204,13 @@ func (w *worker) readFunction(addr string) fnResult {
 			w.malformed(d, "sriov_totalvfs", b, "is not a VF count")
 		}
 	}
-	if b, ok := w.attr(d, dir, "sriov_numvfs", e.numVFs, false); ok {
-		if n, ok := parseInt(b, 0, 0xffff); ok {
-			d.NumVFs = n
-		} else {
-			w.malformed(d, "sriov_numvfs", b, "is not a VF count")
-		}
+	if e.numVFs {
+		// Its VFs are its virtfnN links: sriov_numvfs itself is not read.
+		// Since 2021 the kernel reads it under a lock that a write of
+		// sriov_numvfs holds until its VFs are gone, and a VF bound to
+		// vfio-pci goes only once its user (a VM) closes it: the read
+		// would wait as long, uninterruptibly, and the scan with it.
+		d.NumVFs = len(e.virtfns)
 	}
 
 	if e.driver {
