@@ -189,6 +189,10 @@ type historyFold struct {
 	// first of them.
 	inWindow       int
 	windowFirstSeq uint64
+	// priorSeq is the sequence of the state the fold started from: the
+	// snapshot retention kept when the ledger's first event is past #1,
+	// 0 when it starts from nothing.
+	priorSeq uint64
 	// stopped is set by the first event after --until, next.
 	stopped bool
 	next    events.Envelope
@@ -556,7 +560,7 @@ func (h *historyFold) event(e events.Envelope) error {
 // When a health spell open then began is no longer in the ledger, so it
 // is drawn from the snapshot's time, by which it had begun.
 func (h *historyFold) prior(s events.State, t time.Time) {
-	h.daemon = s.Daemon
+	h.daemon, h.priorSeq = s.Daemon, s.Seq
 	for _, addr := range slices.Sorted(maps.Keys(s.Devices)) {
 		d := s.Devices[addr]
 		l := h.lane(addr, t)

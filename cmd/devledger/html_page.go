@@ -138,6 +138,15 @@ func (p *pageWriter) header(lanes []*historyLane, total int) {
 	if filters := p.filters(); filters != "" {
 		p.printf("<p class=\"meta\">Filters: %s</p>\n", esc(filters))
 	}
+	if h.firstSeq > 1 && (h.f.since.IsZero() || !h.f.since.After(h.first)) {
+		// The page starts where the ledger does, not where the node's
+		// history did.
+		if h.priorSeq > 0 {
+			p.printf("<p class=\"note\">Retention dropped the events before #%d: the page starts at the first event kept, and an allocation or an unhealthy spell under way then is drawn from its left edge.</p>\n", h.firstSeq)
+		} else {
+			p.printf("<p class=\"note\">The events before #%d are missing, and no snapshot stands for them: the page draws the events kept alone.</p>\n", h.firstSeq)
+		}
+	}
 	if h.damage != nil {
 		p.printf("<p class=\"note\">The ledger is damaged; this page draws what could be read: %s</p>\n",
 			esc(strings.TrimSuffix(h.damage.Error(), " ("+errReadDamaged.Error()+")")))

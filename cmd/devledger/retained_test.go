@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -171,10 +172,41 @@ var retainedArgSets = [][]string{
 }
 
 // pageLosses are what the history page cannot name once retention dropped
-// it, besides the filters it names: the node that a DaemonStarted names, in
-// a lane's search keys the pods it went to before the window, and why a
-// leak was suspected.
-var pageLosses = regexp.MustCompile(`<p class="meta">Filters: [^<]*</p>|(: | of )worker-3| data-find="[^"]*"|leak suspected: [^\n"]*`)
+// it, besides the filters it names and its note of the cut: the node that
+// a DaemonStarted names, in a lane's search keys the pods it went to
+// before the window, and why a leak was suspected.
+var pageLosses = regexp.MustCompile(`<p class="meta">Filters: [^<]*</p>|<p class="note">Retention dropped [^<]*</p>\n|(: | of )worker-3| data-find="[^"]*"|leak suspected: [^\n"]*`)
+
+// TestPageSaysWhereTheEventsKeptBegin: after retention, the page says that
+// it starts at the first event kept, not where the node's history did: an
+// allocation made before the cut (the trainer's GPU, from 09:20) is drawn
+// from the left edge. A window that starts after the cut draws nothing
+// the cut changed, and says nothing of it.
+func TestPageSaysWhereTheEventsKeptBegin(t *testing.T) {
+	envs := sampleStory()
+	first := slices.IndexFunc(envs, func(e events.Envelope) bool { return e.Time.Hour() == 10 }) + 1
+	db := retainedCopy(t, envs, uint64(first))
+	note := fmt.Sprintf(`<p class="note">Retention dropped the events before #%d: `, first)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want bool
+	}{
+		{"whole", nil, true},
+		{"since before the cut", []string{"--since", "2026-11-24T09:00:00Z"}, true},
+		{"since after the cut", []string{"--since", "2026-11-24T11:00:00Z"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := runCLI(t, append([]string{"dump", "--db", db, "--format", "html"}, tc.args...)...)
+			if code != exitOK || strings.Contains(out, note) != tc.want {
+				t.Errorf("exit %d (%s): want the note %q: %t:\n%s", code, errOut, note, tc.want, out)
+			}
+		})
+	}
+	if _, out, _ := runCLI(t, "dump", "--db", sampleCopy(t), "--format", "html"); strings.Contains(out, "Retention dropped") {
+		t.Errorf("the page of a whole ledger speaks of retention:\n%s", out)
+	}
+}
 
 // TestLiveDumpAfterRetention: through a running daemon's admin socket, dump
 // starts from the snapshot the daemon serves, and says what it says of the
@@ -255,6 +287,9 @@ func TestDumpWithoutTheSnapshotBeforeTheEventsKept(t *testing.T) {
 		if code, _, errOut := runCLI(t, append([]string{"dump", "--db", db}, args...)...); code != exitOK || !strings.Contains(errOut, warning) {
 			t.Errorf("dump %v: exit %d, and no warning: %s", args, code, errOut)
 		}
+	}
+	if _, page, _ := runCLI(t, "dump", "--db", db, "--format", "html"); !strings.Contains(page, "The events before #30 are missing, and no snapshot stands for them") {
+		t.Errorf("the page does not say that the start is missing:\n%s", page)
 	}
 	// Retention keeps the snapshot where it cuts: without it the start is
 	// missing, which is damage, and no tool puts it on retention.
