@@ -499,9 +499,11 @@ func writeStatsTable(w io.Writer, o *statsOptions, rows []statsRow, total statsC
 // statsJSON is the document of dump --stats --format json. Its field names
 // are part of devledger's interface: every and bucket are there with
 // --every only; the counts beyond events are left out under --by type.
+// every is in nanoseconds, as every duration in devledger's JSON is
+// (held_for, age, downtime).
 type statsJSON struct {
 	By    string          `json:"by"`
-	Every string          `json:"every,omitempty"`
+	Every time.Duration   `json:"every,omitempty"`
 	Rows  []statsJSONRow  `json:"rows"`
 	Total statsJSONCounts `json:"total"`
 }
@@ -536,7 +538,7 @@ func writeStatsJSON(w io.Writer, o *statsOptions, rows []statsRow, total statsCo
 	}
 	doc := statsJSON{By: o.by, Rows: make([]statsJSONRow, len(rows)), Total: counts(total)}
 	if o.every > 0 {
-		doc.Every = o.every.String()
+		doc.Every = o.every
 	}
 	for i, r := range rows {
 		doc.Rows[i] = statsJSONRow{Group: r.group, statsJSONCounts: counts(r.statsCounts)}

@@ -76,7 +76,7 @@ func TestStatsBadUsage(t *testing.T) {
 // statsDoc is the JSON of dump --stats, as a reader decodes it.
 type statsDoc struct {
 	By    string        `json:"by"`
-	Every string        `json:"every"`
+	Every time.Duration `json:"every"`
 	Rows  []statsDocRow `json:"rows"`
 	Total statsDocRow   `json:"total"`
 }
@@ -155,7 +155,7 @@ func TestStatsCounts(t *testing.T) {
 		args []string
 		want statsDoc
 	}{
-		{"pool hourly", []string{"--by", "pool", "--every", "1h"}, statsDoc{By: "pool", Every: "1h0m0s",
+		{"pool hourly", []string{"--by", "pool", "--every", "1h"}, statsDoc{By: "pool", Every: time.Hour,
 			Rows: []statsDocRow{
 				// Membership, allocation, binding and two health changes
 				// of its devices.
@@ -165,7 +165,7 @@ func TestStatsCounts(t *testing.T) {
 				{Bucket: h11, Group: b, Events: 2, Allocations: 1, Devices: 1},
 			},
 			Total: statsDocRow{Events: 13, Allocations: 4, Devices: 5, Releases: 1, Conflicts: 1, Unhealthy: 2}}},
-		{"pod hourly", []string{"--by", "pod", "--every", "1h"}, statsDoc{By: "pod", Every: "1h0m0s",
+		{"pod hourly", []string{"--by", "pod", "--every", "1h"}, statsDoc{By: "pod", Every: time.Hour,
 			Rows: []statsDocRow{
 				{Bucket: h10, Group: "ns/pod-a", Events: 3, Allocations: 1, Devices: 2, Unhealthy: 1},
 				{Bucket: h10, Group: "ns/pod-b", Events: 1, Allocations: 1, Devices: 1},
@@ -202,7 +202,7 @@ func TestStatsCounts(t *testing.T) {
 				{Group: "0000:01:00.0", Events: 6, Allocations: 1, Devices: 1, Releases: 1, Unhealthy: 1},
 			},
 			Total: statsDocRow{Events: 6, Allocations: 1, Devices: 1, Releases: 1, Unhealthy: 1}}},
-		{"daily by type", []string{"--every", "1d", "--type", "DeviceHealthChanged"}, statsDoc{By: "type", Every: "24h0m0s",
+		{"daily by type", []string{"--every", "1d", "--type", "DeviceHealthChanged"}, statsDoc{By: "type", Every: 24 * time.Hour,
 			Rows:  []statsDocRow{{Bucket: "2026-01-01T00:00:00Z", Group: "DeviceHealthChanged", Events: 3}},
 			Total: statsDocRow{Events: 3}}},
 	}
