@@ -639,7 +639,11 @@ func printDiff(w io.Writer, d stateDiff) error {
 		return tw.Flush()
 	}
 	stamp := func(t time.Time) string { return t.UTC().Format(time.RFC3339) }
-	fmt.Fprintln(tw)
+	// The node's lines follow a blank line; each section below brings
+	// its own.
+	if d.Daemon != nil || d.Config != nil || d.Kubelet != nil || d.Attribution != nil || d.Ledger != nil {
+		fmt.Fprintln(tw)
+	}
 
 	if dd := d.Daemon; dd != nil {
 		var parts []string

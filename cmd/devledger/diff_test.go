@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -447,6 +448,20 @@ func TestDiffFoldBetweenMatchesFile(t *testing.T) {
 		}
 		if !errors.As(err, &ce) || ce.code != exitUsage || !strings.Contains(err.Error(), wantErr) {
 			t.Errorf("%s: error %v, want a usage error that says %q", spec, err, wantErr)
+		}
+	}
+}
+
+// TestDiffBlankLines: a diff that has no line about the node itself (only
+// pools, devices or allocations changed) leaves one blank line after its
+// heading, as one with such lines does, not two.
+func TestDiffBlankLines(t *testing.T) {
+	db := sampleCopy(t)
+	for from := 1; from < len(sampleStory()); from++ {
+		spec := fmt.Sprintf("#%d..#%d", from, from+1)
+		code, out, errOut := runCLI(t, "replay", "--db", db, "--diff", spec)
+		if code != exitOK || strings.Contains(out, "\n\n\n") {
+			t.Errorf("--diff %s: exit %d (%s), two blank lines in a row:\n%s", spec, code, errOut, out)
 		}
 	}
 }
