@@ -104,8 +104,9 @@ func (b *byteSize) Set(s string) error {
 // minInterval is the shortest pace run takes for its periodic work: a
 // scan, a probe or a PodResources round more often than that (1ns, a
 // unit mistyped) runs back to back and takes a core for nothing, and
-// zero or less would silently mean a default, or no periodic scan.
-const minInterval = 10 * time.Millisecond
+// zero or less would silently mean a default, or no periodic scan. It is
+// the floor of a pool's health.probeInterval too.
+const minInterval = config.MinProbeInterval
 
 // check refuses, before anything is opened or created, a flag value the
 // daemon would refuse only after it opened (or made) its ledger, or take
