@@ -123,5 +123,5 @@ func (b *backend) InfoRequested(resource, socket string) {
 
 // RegistrationStatus implements grpcapi.RegistrationObserver.
 func (b *backend) RegistrationStatus(resource, socket string, registered bool, reason string) {
-	b.root.Send(b.pid, &registrar.KubeletReported{Pool: b.pool, Socket: socket, Registered: registered, Reason: reason})
+	b.root.Send(b.pid, &registrar.KubeletReported{Pool: b.pool, Socket: socket, Registered: registered, Reason: reason, At: time.Now()})
 }

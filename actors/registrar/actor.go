@@ -731,8 +731,10 @@ func (r *registrar) kubeletReported(ctx actor.Context, m *KubeletReported) {
 	}
 	if m.Registered {
 		if !r.downSince.IsZero() {
-			if cur.present() {
-				return // it refused its socket: a notice from before it went
+			if cur.present() || m.At.Before(r.downSince) {
+				// From before it went (heard before the stop was, or it
+				// refused its socket since): the recheck decides.
+				return
 			}
 			// Only a running kubelet's plugin watcher registers. With no
 			// kubelet.sock (removed by hand) no recheck would find it.

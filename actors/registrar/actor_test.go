@@ -1250,7 +1250,7 @@ func TestAPluginWatcherRegistrationEndsAKubeletSocketRemovedByHand(t *testing.T)
 	nicSock := filepath.Join(r.kubelet.Dir(), "example.com_nic.sock")
 	touch(t, nicSock)
 	r.Sys.Root.Send(r.Child, &Desire{Pool: nic, Socket: nicSock})
-	r.Sys.Root.Send(r.Child, &KubeletReported{Pool: nic, Socket: nicSock, Registered: true})
+	r.Sys.Root.Send(r.Child, &KubeletReported{Pool: nic, Socket: nicSock, Registered: true, At: time.Now()})
 	r.await(t, "registered by the running kubelet's plugin watcher", func(st *Status) bool {
 		return st.Pools[nic].Registered && st.Pools[gpu].Registered
 	})
@@ -1266,5 +1266,30 @@ func TestAPluginWatcherRegistrationEndsAKubeletSocketRemovedByHand(t *testing.T)
 	}
 	if want := (events.PluginRegistered{Pool: nic, Socket: nicSock, Mode: "watcher"}); got[3] != want {
 		t.Errorf("recorded last %+v, want %+v", got[3], want)
+	}
+}
+
+// A registration notice the pool heard before the kubelet stopped (clean:
+// kubelet.sock went with it) may reach the registrar after the stop is
+// recorded, held in a restarting pool's mailbox. It is no sign of a
+// kubelet back: the stop stands, and the pool stays unregistered.
+func TestANoticeFromBeforeAStopEndsNoOutage(t *testing.T) {
+	r, sock := registeredInWatcherMode(t, time.Hour, true)
+	r.await(t, "registered", registered(gpu))
+	heard := time.Now()
+	if err := os.Remove(r.kubelet.RegistrationSocket()); err != nil {
+		t.Fatal(err)
+	}
+	r.Sys.Root.Send(r.Child, &CheckKubelet{Why: "kubelet.sock was removed"})
+	r.await(t, "unregistered with the kubelet recorded gone", func(st *Status) bool { return !st.Pools[gpu].Registered })
+	r.Sys.Root.Send(r.Child, &KubeletReported{Pool: gpu, Socket: sock, Registered: true, At: heard})
+	if st := r.status(t); st.Pools[gpu].Registered {
+		t.Errorf("a notice heard before the stop registered the pool: %+v", st.Pools[gpu])
+	}
+	got := r.recorded(t)
+	for _, p := range got {
+		if _, ok := p.(events.KubeletRestarted); ok {
+			t.Errorf("recorded %+v: a notice heard before the stop ended it", got)
+		}
 	}
 }

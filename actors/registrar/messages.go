@@ -35,13 +35,15 @@ type Listing struct {
 }
 
 // KubeletReported relays what the kubelet told a pool's socket in
-// plugin-watcher mode.
+// plugin-watcher mode, and when the pool's server heard it (At): it may
+// reach the registrar late, after a pool's mailbox held it.
 type KubeletReported struct {
 	Pool          string
 	Socket        string
 	InfoRequested bool
 	Registered    bool
 	Reason        string
+	At            time.Time
 }
 
 // NeedDesires is sent to the parent by a registrar restarted after a crash:
