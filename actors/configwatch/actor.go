@@ -87,7 +87,7 @@ func (c *watcher) Receive(ctx actor.Context) {
 		c.cfg.Log.Warn().Err(m.Err).Msg("the config watch lost events; reading the config again")
 		c.changed(ctx, "the config watch lost events")
 	case *fswatch.Event:
-		if filepath.Clean(m.Name) == filepath.Dir(c.cfg.Path) && m.Has(fsnotify.Create|fsnotify.Remove|fsnotify.Rename) {
+		if c.namesDir(m) {
 			c.watchAgain(ctx)
 			return
 		}
@@ -105,7 +105,8 @@ func (c *watcher) Receive(ctx actor.Context) {
 // watchAgain watches the config's directory anew after it was removed or
 // renamed away (its watch went with it), or came back: from the directory
 // above while it is away, so that its return is heard. The one above is
-// watched first, so a directory made in between is found either way.
+// watched first, so a directory made in between is found either way. One
+// above that cannot be watched (gone too) is logged: nothing is watched.
 func (c *watcher) watchAgain(ctx actor.Context) {
 	if c.w != nil {
 		c.w.Close()
@@ -129,6 +130,17 @@ func (c *watcher) watchAgain(ctx actor.Context) {
 	c.away = false
 	c.cfg.Log.Info().Str("dir", dir).Msg("the config's directory was replaced; watching the new one")
 	c.changed(ctx, "the config's directory was replaced")
+}
+
+// namesDir says whether ev names the config's directory made, removed
+// or renamed away, or, while that is away, the directory above removed
+// or renamed away, taking the watch that waits for it.
+func (c *watcher) namesDir(ev *fswatch.Event) bool {
+	name, dir := filepath.Clean(ev.Name), filepath.Dir(c.cfg.Path)
+	if name == dir {
+		return ev.Has(fsnotify.Create | fsnotify.Remove | fsnotify.Rename)
+	}
+	return c.away && name == filepath.Dir(dir) && ev.Has(fsnotify.Remove|fsnotify.Rename)
 }
 
 // changed asks for a reload once changes have paused for Quiet; reason

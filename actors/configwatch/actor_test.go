@@ -227,3 +227,31 @@ func TestAReplacedDirectoryIsWatchedAgain(t *testing.T) {
 		})
 	}
 }
+
+// The directory above the config's, watched while the config's is away,
+// can go too (the whole tree replaced): its watch goes with it, so the
+// watcher says it watches the config no more, rather than wait in
+// silence for a directory whose return it can no longer hear.
+func TestTheDirectoryAboveRemovedWhileAwayIsSaid(t *testing.T) {
+	above := filepath.Join(t.TempDir(), "etc")
+	dir := filepath.Join(above, "config")
+	path := plainFile(t, dir)
+	logs := &actortest.Log{}
+	spawnWatching(t, Config{Path: path, Quiet: quiet, Log: zerolog.New(logs)})
+	awaitLog := func(level, msg string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); logs.Count(level, msg) == 0; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("never logged %q at %s:\n%s", msg, level, logs)
+			}
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	awaitLog("warn", "watching for it to come back")
+	if err := os.RemoveAll(above); err != nil {
+		t.Fatal(err)
+	}
+	awaitLog("error", "reload it with SIGHUP")
+}
