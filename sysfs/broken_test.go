@@ -430,6 +430,10 @@ func TestReaderSeesMutations(t *testing.T) {
 				if _, ok := devs[vf]; ok || len(devs) != 11 {
 					t.Errorf("removed VF still found, or %d functions", len(devs))
 				}
+				// Its PF's virtfn link stays, dangling, as sriov_numvfs does.
+				if d := devs[pf]; d.NumVFs != 4 || len(d.Warnings) > 0 {
+					t.Errorf("PF after a VF removed alone: %d VFs, warnings %q; want 4, none", d.NumVFs, d.Warnings)
+				}
 			},
 		},
 		{

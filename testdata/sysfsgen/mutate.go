@@ -226,8 +226,9 @@ func (r Roots) groupHasVFIOMember(group string) bool {
 
 // Remove hot-unplugs the function at addr: its directory, its bus, driver and
 // IOMMU group links, the class links of its interfaces and, for a PF, all its
-// VFs. Removing a VF alone drops the PF's virtfn link to it but leaves
-// sriov_numvfs as it was, as the kernel's remove attribute does.
+// VFs. Removing a VF alone leaves the PF's virtfn link to it, dangling, and
+// sriov_numvfs as they were, as the kernel's remove attribute does: only
+// disabling SR-IOV (sriov_numvfs set to 0) removes the links.
 func (r Roots) Remove(addr string) error {
 	dir, err := r.functionDir(addr)
 	if err != nil {
@@ -235,21 +236,6 @@ func (r Roots) Remove(addr string) error {
 	}
 	if err := r.removeVFs(dir); err != nil {
 		return fmt.Errorf("remove %s: %w", addr, err)
-	}
-	if pf, err := os.Readlink(filepath.Join(dir, "physfn")); err == nil {
-		pfDir := filepath.Join(dir, pf)
-		links, _ := readNames(pfDir)
-		for _, l := range links {
-			if !strings.HasPrefix(l, "virtfn") {
-				continue
-			}
-			t, err := os.Readlink(filepath.Join(pfDir, l))
-			if err == nil && filepath.Base(t) == addr {
-				if err := os.Remove(filepath.Join(pfDir, l)); err != nil {
-					return fmt.Errorf("remove %s: %w", addr, err)
-				}
-			}
-		}
 	}
 	if err := r.Unbind(addr); err != nil {
 		return fmt.Errorf("remove %s: %w", addr, err)
@@ -288,8 +274,11 @@ func (r Roots) removeVFs(pfDir string) error {
 		if err != nil {
 			return err
 		}
-		if err := r.Remove(filepath.Base(t)); err != nil {
-			return err
+		// A VF removed alone before left its link dangling.
+		if _, err := os.Stat(filepath.Join(pfDir, n)); err == nil {
+			if err := r.Remove(filepath.Base(t)); err != nil {
+				return err
+			}
 		}
 		if err := removeIfPresent(filepath.Join(pfDir, n)); err != nil {
 			return err

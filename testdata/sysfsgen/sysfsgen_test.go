@@ -31,9 +31,12 @@ func checkTree(t *testing.T, root string) {
 			return nil
 		}
 		resolved, err := filepath.EvalSymlinks(path)
-		if err != nil {
+		if err != nil && !strings.HasPrefix(d.Name(), "virtfn") {
 			t.Errorf("%s -> %s: dangling", path, target)
 			return nil
+		}
+		if err != nil {
+			return nil // a VF removed alone: the kernel keeps its PF's link
 		}
 		realRoot, _ := filepath.EvalSymlinks(root)
 		if !strings.HasPrefix(resolved, realRoot+string(filepath.Separator)) {
@@ -53,6 +56,11 @@ func readTrim(t *testing.T, path string) string {
 		t.Fatalf("read: %v", err)
 	}
 	return strings.TrimSpace(string(b))
+}
+
+func statErr(path string) error {
+	_, err := os.Stat(path)
+	return err
 }
 
 func exists(path string) bool {
@@ -376,8 +384,12 @@ func TestMutations(t *testing.T) {
 			mutate: func(r Roots) error { return r.Remove(vfio) },
 			check: func(t *testing.T, r Roots) {
 				if exists(r.DevicePath(vfio)) || exists(filepath.Join(r.Sysfs, "bus/pci/devices", vfio)) ||
-					exists(filepath.Join(r.DevicePath(pf), "virtfn2")) || exists(filepath.Join(r.Sysfs, "kernel/iommu_groups/102")) {
+					exists(filepath.Join(r.Sysfs, "kernel/iommu_groups/102")) {
 					t.Error("VF or its links remain")
+				}
+				// The PF's link to it stays, dangling, until SR-IOV is disabled.
+				if target, err := os.Readlink(filepath.Join(r.DevicePath(pf), "virtfn2")); err != nil || filepath.Base(target) != vfio || !os.IsNotExist(statErr(filepath.Join(r.DevicePath(pf), "virtfn2"))) {
+					t.Errorf("the PF's virtfn2 link: %q, %v; want it dangling, to %s", target, err, vfio)
 				}
 				if got := readTrim(t, filepath.Join(r.DevicePath(pf), "sriov_numvfs")); got != "4" {
 					t.Errorf("sriov_numvfs = %s, want 4 (unchanged)", got)
