@@ -46,15 +46,15 @@ func (f *daemonFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.DevinfoDir, "devinfo-dir", "/var/run/k8s.cni.cncf.io/devinfo/dp", "`DIR` for device-info files of netDevice pools (\"-\": none)")
 	fs.StringVar(&o.CDISpecDir, "cdi-spec-dir", "/var/run/cdi", "`DIR` for the CDI spec of each pool with cdi.enabled (or every pool, --use-cdi), where container runtimes read them (\"-\": none)")
 	fs.StringVar(&o.Registration, "registration", "auto", "`MODE`: auto, legacy (kubelet.sock) or watcher (plugins_registry)")
-	fs.DurationVar(&o.ScanInterval, "scan-interval", 30*time.Second, "periodic rescan of sysfs")
-	fs.DurationVar(&o.ProbeInterval, "probe-interval", config.DefaultProbeInterval, "periodic health probe of the pools that set no health.probeInterval")
+	fs.DurationVar(&o.ScanInterval, "scan-interval", 30*time.Second, "periodic rescan of sysfs (at least 10ms)")
+	fs.DurationVar(&o.ProbeInterval, "probe-interval", config.DefaultProbeInterval, "periodic health probe of the pools that set no health.probeInterval (at least 10ms)")
 	fs.BoolVar(&o.WatchConfig, "watch-config", true, "reload the config file when it changes (a ConfigMap update too); off, only SIGHUP reloads it")
 	fs.BoolVar(&o.KernelEvents, "kernel-events", true, "react at once to kernel uevents and link changes (netlink); the periodic scan and probe run either way")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics, /healthz and /readyz on `ADDR` (\":9108\"; default off)")
 	fs.DurationVar(&o.RetainAge, "retain-age", defaultRetainAge, "drop ledger events older than this, once a snapshot holds them (0: keep them)")
 	o.RetainBytes = defaultRetainBytes
 	fs.Var((*byteSize)(&o.RetainBytes), "retain-size", "drop the oldest ledger events while the events kept take more than this (`SIZE`: 1Gi, 512Mi, bytes; 0: no bound)")
-	fs.DurationVar(&o.ReconcileInterval, "reconcile-interval", 30*time.Second, "periodic PodResources reconciliation")
+	fs.DurationVar(&o.ReconcileInterval, "reconcile-interval", 30*time.Second, "periodic PodResources reconciliation (at least 10ms)")
 	fs.DurationVar(&o.LeakGrace, "leak-grace", 5*time.Minute, "how long an allocation may stay unclaimed by any container before it is recorded as a leak suspect")
 	fs.StringVar(&f.logFormat, "log-format", "", "`FORMAT`: json or console (default: console on a terminal, json otherwise)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "`LEVEL`: debug, info, warn, error, or the SR-IOV device plugin's verbosity (a number; 4 and above is debug)")
@@ -127,6 +127,19 @@ func (f *daemonFlags) check() error {
 	} {
 		if d.v < minInterval {
 			return usageErrf("%s %s: want at least %s", d.flag, d.v, minInterval)
+		}
+	}
+	// A negative age would silently mean the default (--leak-grace) or
+	// no bound (--retain-age): say so instead.
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"--leak-grace", f.opts.LeakGrace},
+		{"--retain-age", f.opts.RetainAge},
+	} {
+		if d.v < 0 {
+			return usageErrf("%s %s: must not be negative", d.flag, d.v)
 		}
 	}
 	return nil
