@@ -265,6 +265,9 @@ func runLedgerSalvage(args []string, stdout, stderr io.Writer) error {
 	if _, err := os.Lstat(*out); err == nil {
 		return usageErrf("%s exists: name a new file", *out)
 	}
+	if _, err := os.Stat(filepath.Dir(*out)); errors.Is(err, os.ErrNotExist) {
+		return usageErrf("cannot create %s: %w (no directory %s)", *out, errnoOf(err), filepath.Dir(*out))
+	}
 	rep, err := store.Salvage(*db, *out)
 	if err != nil {
 		if errors.Is(err, store.ErrNotLedger) {

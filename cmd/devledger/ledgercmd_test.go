@@ -311,15 +311,19 @@ func TestToolsReadADaemonWhoseActorsDoNotAnswer(t *testing.T) {
 	}
 }
 
-// backup --out into a directory that does not exist is bad usage, said
-// with the path asked for, not the temporary name the copy is written
-// under first.
+// backup or salvage --out into a directory that does not exist is bad
+// usage, said with the path asked for, not the temporary name or place
+// the copy is written under first.
 func TestLedgerBackupIntoAMissingDir(t *testing.T) {
-	db := sampleCopy(t)
-	out := filepath.Join(t.TempDir(), "nodir", "copy.db")
-	code, stdout, stderr := runCLI(t, "ledger", "backup", "--db", db, "--out", out)
-	want := "cannot create " + out + ": no such file or directory (no directory " + filepath.Dir(out) + ")"
-	if code != exitUsage || stdout != "" || !strings.Contains(stderr, want) || strings.Contains(stderr, ".tmp-") {
-		t.Errorf("exit %d, stdout %q, stderr %q; want %q", code, stdout, stderr, want)
+	for _, cmd := range []string{"backup", "salvage"} {
+		t.Run(cmd, func(t *testing.T) {
+			db := sampleCopy(t)
+			out := filepath.Join(t.TempDir(), "nodir", "copy.db")
+			code, stdout, stderr := runCLI(t, "ledger", cmd, "--db", db, "--out", out)
+			want := "cannot create " + out + ": no such file or directory (no directory " + filepath.Dir(out) + ")"
+			if code != exitUsage || stdout != "" || !strings.Contains(stderr, want) || strings.Contains(stderr, ".tmp-") {
+				t.Errorf("exit %d, stdout %q, stderr %q; want %q", code, stdout, stderr, want)
+			}
+		})
 	}
 }
