@@ -64,6 +64,8 @@ func TestStateDirAndDBRefused(t *testing.T) {
 		{"dump"}, {"replay"},
 		{"ledger", "backup", "--out", out},
 		{"ledger", "acknowledge"},
+		// Before it reads a config or sysfs: neither is there.
+		{"scan", "--config", filepath.Join(stateDir, "none.json"), "--sysfs-root", filepath.Join(stateDir, "none")},
 	} {
 		args = append(args, "--state-dir", stateDir, "--db", db)
 		code, stdout, stderr := runCLI(t, args...)

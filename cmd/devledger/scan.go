@@ -70,6 +70,9 @@ func runScan(args []string, stdout, stderr io.Writer) error {
 	if *format != "table" && *format != "json" {
 		return usageErrf("--format %q: want table or json", *format)
 	}
+	if lf.stateDir != "" && lf.db != "" {
+		return usageErrf("--state-dir and --db: give one of them")
+	}
 	explainAddr := ""
 	if *explain != "" {
 		a, err := sysfs.NormalizeAddress(*explain)
@@ -123,9 +126,6 @@ func runScan(args []string, stdout, stderr io.Writer) error {
 
 	rep := newScanReport(devs, sel, warn.all)
 	rep.probeHealth(reader, devs, sel)
-	if lf.stateDir != "" && lf.db != "" {
-		return usageErrf("--state-dir and --db: give one of them")
-	}
 	// A ledger read through a damaged page is shown, then named.
 	var damage error
 	if lf.stateDir != "" || lf.db != "" {
