@@ -249,10 +249,13 @@ func (x *Index) Preferred(res *config.Resource, pending iter.Seq[string], availa
 	}
 
 	ranks := x.nodeRanks(must, cands, need)
-	if need == 1 && len(cands) > 0 {
-		return append(strays, x.named(append(must, pickOne(res.AllocatePolicy, cands, ranks)))...), nil
+	for i := range cands {
+		cands[i].tier = tierOf(cands[i], ranks)
 	}
-	return append(strays, x.named(append(must, pickAll(res.AllocatePolicy, cands, ranks, load, need)...))...), nil
+	if need == 1 && len(cands) > 0 {
+		return append(strays, x.named(append(must, pickOne(res.AllocatePolicy, cands)))...), nil
+	}
+	return append(strays, x.named(append(must, pickAll(res.AllocatePolicy, cands, load, need)...))...), nil
 }
 
 // named is the IDs of positions ps.
@@ -264,15 +267,15 @@ func (x *Index) named(ps []int32) []string {
 	return out
 }
 
-// pickAll takes up to need candidates, tier by tier (tierOf); load (nil
-// when the policy weighs none) is by group.
-func pickAll(policy config.AllocatePolicy, cands []candidate, ranks []int32, load []int, need int) []int32 {
+// pickAll takes up to need candidates, tier by tier; load (nil when the
+// policy weighs none) is by group.
+func pickAll(policy config.AllocatePolicy, cands []candidate, load []int, need int) []int32 {
 	var out []int32
 	tier := make([]candidate, 0, len(cands))
-	for t, left := 0, len(cands); left > 0 && len(out) < need; t++ {
+	for t, left := int32(0), len(cands); left > 0 && len(out) < need; t++ {
 		tier = tier[:0]
 		for _, c := range cands {
-			if tierOf(c, ranks) == t {
+			if c.tier == t {
 				tier = append(tier, c)
 			}
 		}
@@ -285,14 +288,14 @@ func pickAll(policy config.AllocatePolicy, cands []candidate, ranks []int32, loa
 // pickOne is pickAll for the usual request, one device: the first
 // candidate of the first tier by the policy's order, with no tier built.
 // cands is not empty.
-func pickOne(policy config.AllocatePolicy, cands []candidate, ranks []int32) int32 {
-	return slices.MinFunc(cands, firstOrder(policy, ranks)).pos
+func pickOne(policy config.AllocatePolicy, cands []candidate) int32 {
+	return slices.MinFunc(cands, firstOrder(policy)).pos
 }
 
 // candidate is a member Preferred may offer: its position, NUMA node and
-// group number in the Index.
+// group number in the Index, and its tier (tierOf) once ranked.
 type candidate struct {
-	pos, numa, group int32
+	pos, numa, group, tier int32
 	// load is the group's load when c is ranked (firstOrder reads it for
 	// packed and spread only).
 	load int32
@@ -370,15 +373,12 @@ func busiest(count []int, atLeast int) int32 {
 	return best
 }
 
-// firstOrder is the order of pickOne and pick: by tier (none with nil
-// ranks), then packed by (-load, group, address), spread by (load, group,
-// address), none by address.
-func firstOrder(policy config.AllocatePolicy, ranks []int32) func(a, b candidate) int {
+// firstOrder is the order of pickOne and pick: by tier, then packed by
+// (-load, group, address), spread by (load, group, address), none by
+// address.
+func firstOrder(policy config.AllocatePolicy) func(a, b candidate) int {
 	return func(a, b candidate) int {
-		t := 0
-		if ranks != nil {
-			t = cmp.Compare(tierOf(a, ranks), tierOf(b, ranks))
-		}
+		t := cmp.Compare(a.tier, b.tier)
 		if t != 0 || policy != config.PolicyPacked && policy != config.PolicySpread {
 			return cmp.Or(t, cmp.Compare(a.pos, b.pos))
 		}
@@ -392,10 +392,10 @@ func firstOrder(policy config.AllocatePolicy, ranks []int32) func(a, b candidate
 
 // tierOf is c's tier: its node's rank (nodeRanks) if free, that plus
 // the number of ranks if held.
-func tierOf(c candidate, ranks []int32) int {
-	i := int(ranks[max(c.numa+1, 0)])
+func tierOf(c candidate, ranks []int32) int32 {
+	i := ranks[max(c.numa+1, 0)]
 	if c.held {
-		i += len(ranks)
+		i += int32(len(ranks))
 	}
 	return i
 }
@@ -414,7 +414,7 @@ func pick(policy config.AllocatePolicy, tier []candidate, load []int, need int) 
 			tier[i].load = int32(load[tier[i].group])
 		}
 	}
-	slices.SortFunc(tier, firstOrder(policy, nil))
+	slices.SortFunc(tier, firstOrder(policy))
 	out := make([]int32, 0, need)
 	for _, c := range tier[:need] {
 		if load != nil {

@@ -473,8 +473,11 @@ func TestPickOneIsPickAllOfOne(t *testing.T) {
 			for n, r := range r.Perm(3) {
 				ranks[n] = int32(r)
 			}
-			want := pickAll(policy, slices.Clone(cands), ranks, slices.Clone(load), 1)
-			if got := pickOne(policy, slices.Clone(cands), ranks); len(want) != 1 || got != want[0] {
+			for j := range cands {
+				cands[j].tier = tierOf(cands[j], ranks)
+			}
+			want := pickAll(policy, slices.Clone(cands), slices.Clone(load), 1)
+			if got := pickOne(policy, slices.Clone(cands)); len(want) != 1 || got != want[0] {
 				t.Fatalf("%s, case %d, ranks %v: pickOne = %d, pickAll of one = %v\ncandidates %+v\nloads %v", policy, i, ranks, got, want, cands, load)
 			}
 		}
