@@ -226,12 +226,7 @@ func TestARefusedChangeKeepsTheFactsOfItsMembers(t *testing.T) {
 	vfio := func(addr, group string) allocation.Member {
 		return allocation.Member{Device: sysfs.Device{Address: addr, Driver: "vfio-pci", IOMMUGroup: group, NUMANode: 0}, Healthy: true}
 	}
-	disk := storetest.NewFullDisk(t, 1<<20)
-	l, err := store.Open(filepath.Join(disk.Dir, "ledger.db"), store.Options{LockTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	disk, l := fullDiskLedger(t, store.Options{})
 	logs := &actortest.Log{}
 	f := actortest.Spawn(t, Props(Config{
 		Resource: &config.Resource{Prefix: "example.com", Name: "vf", DeviceType: config.GenericPCI},
@@ -264,6 +259,20 @@ func TestARefusedChangeKeepsTheFactsOfItsMembers(t *testing.T) {
 	}
 }
 
+// fullDiskLedger opens a ledger, with opts, on a 1 MiB tmpfs of its own
+// that fillLedger can fill.
+func fullDiskLedger(t *testing.T, opts store.Options) (*storetest.FullDisk, *store.Log) {
+	t.Helper()
+	disk := storetest.NewFullDisk(t, 1<<20)
+	opts.LockTimeout = time.Second
+	l, err := store.Open(filepath.Join(disk.Dir, "ledger.db"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return disk, l
+}
+
 // fillLedger fills the disk under l, and then the pages bbolt has free:
 // the next append that needs a page is refused.
 func fillLedger(t *testing.T, disk *storetest.FullDisk, l *store.Log) {
@@ -289,12 +298,7 @@ func fillLedger(t *testing.T, disk *storetest.FullDisk, l *store.Log) {
 // file of a netDevice member follows them, as it would had the change been
 // recorded at the first try.
 func TestARetryShowsTheNewFactsOfItsMembers(t *testing.T) {
-	disk := storetest.NewFullDisk(t, 1<<20)
-	l, err := store.Open(filepath.Join(disk.Dir, "ledger.db"), store.Options{LockTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	disk, l := fullDiskLedger(t, store.Options{})
 	logs := &actortest.Log{}
 	res := &config.Resource{Prefix: "example.com", Name: "net", DeviceType: config.NetDevice}
 	devinfo := t.TempDir()
@@ -372,14 +376,9 @@ func TestARetryShowsTheNewFactsOfItsMembers(t *testing.T) {
 // adds z, recorded.
 func TestAChangeRecordedAfterARefusedOneIsTakenAtOnce(t *testing.T) {
 	const z = "0000:3b:02.2"
-	disk := storetest.NewFullDisk(t, 1<<20)
 	// The test's append of three events, between the pool's two, commits
 	// in a batch of its own.
-	l, err := store.Open(filepath.Join(disk.Dir, "ledger.db"), store.Options{LockTimeout: time.Second, MaxBatch: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	disk, l := fullDiskLedger(t, store.Options{MaxBatch: 3})
 	rec := ledger.NewRecorder(l, "boot-1", nil)
 	res := &config.Resource{Prefix: "example.com", Name: "vf", DeviceType: config.GenericPCI}
 	f := actortest.Spawn(t, Props(Config{
