@@ -70,8 +70,8 @@ func runScan(args []string, stdout, stderr io.Writer) error {
 	if *format != "table" && *format != "json" {
 		return usageErrf("--format %q: want table or json", *format)
 	}
-	if lf.stateDir != "" && lf.db != "" {
-		return usageErrf("--state-dir and --db: give one of them")
+	if err := lf.oneLedger(flags); err != nil {
+		return err
 	}
 	explainAddr := ""
 	if *explain != "" {
