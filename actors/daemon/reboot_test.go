@@ -211,11 +211,15 @@ func TestAStartInTheOtherModeRemovesTheLastRunsSockets(t *testing.T) {
 	}
 	n.opts.Registration = "legacy"
 	d = n.start(t)
-	waitFullKubelet(t, n.kubelet, 10*time.Second)
 	if got := socketsIn(t, n.kubelet.PluginsRegistryDir()); len(got) != 0 {
 		t.Errorf("a legacy start left the watcher run's sockets %v", got)
 	}
-	if got := socketsIn(t, n.kubelet.DevicePluginDir()); len(got) != 2 {
-		t.Errorf("the pools serve on %v; want two sockets in device-plugins/", got)
-	}
+	// The kubelet still lists the last run's devices, so wait for the
+	// sockets themselves: the pools serve after Start returns.
+	soon, cancelSoon := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelSoon()
+	waitFor(soon, t, "two sockets in device-plugins/", func() bool {
+		return len(socketsIn(t, n.kubelet.DevicePluginDir())) == 2
+	})
+	waitFullKubelet(t, n.kubelet, 10*time.Second)
 }
