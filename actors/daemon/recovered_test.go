@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
@@ -36,9 +37,12 @@ func TestLostAllocationIsRecoveredFromTheKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The allocation the backup will not have.
+	// The allocation the backup will not have. The kubelet may not yet
+	// have noticed the last run's stream end: wait for this run's
+	// registration, not any.
+	restarted := time.Now()
 	d = n.start(t)
-	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+	if _, err := n.kubelet.RegisteredAfter(ctx, []string{vfioPool}, restarted); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := n.kubelet.Allocate(ctx, vfioPool, []string{dev}); err != nil {
@@ -52,8 +56,9 @@ func TestLostAllocationIsRecoveredFromTheKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	restarted = time.Now()
 	d = n.start(t)
-	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+	if _, err := n.kubelet.RegisteredAfter(ctx, []string{vfioPool}, restarted); err != nil {
 		t.Fatal(err)
 	}
 	// Two rounds: one that finds the device in a container and in no
