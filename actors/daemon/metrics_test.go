@@ -442,9 +442,25 @@ func TestEventsTotalCountsTheStoresOwnEvents(t *testing.T) {
 		c := count()
 		return c[events.TypeSnapshotTaken] > 0 && c[events.TypeEventsDropped] > 0
 	})
-	_, body := httpGet(t, "http://"+d.metricsAddr+"/metrics")
+	// The daemon counts the store's own events once the call that
+	// appended them returns, a moment after the ledger shows them.
+	var body string
+	counted := func(typ events.Type) bool {
+		return strings.Contains(body, `devledger_events_total{type="`+string(typ)+`"} `)
+	}
+	for waiting := true; waiting; {
+		_, body = httpGet(t, "http://"+d.metricsAddr+"/metrics")
+		if counted(events.TypeSnapshotTaken) && counted(events.TypeEventsDropped) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			waiting = false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	for _, typ := range []events.Type{events.TypeSnapshotTaken, events.TypeEventsDropped} {
-		if !strings.Contains(body, `devledger_events_total{type="`+string(typ)+`"} `) {
+		if !counted(typ) {
 			t.Errorf("the ledger holds %s events; /metrics has no devledger_events_total for them:\n%s", typ, grepLines(body, "devledger_events_total"))
 		}
 	}
