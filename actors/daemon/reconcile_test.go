@@ -196,7 +196,9 @@ func TestAttributionRetriedWhenTheKubeletIsBack(t *testing.T) {
 	if err := n.kubelet.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	back, cancelBack := context.WithTimeout(ctx, 4*time.Second)
+	// The backoff's retry would come about 8 s after the restart: 6 s
+	// tells "at once" from it and leaves room on a loaded machine.
+	back, cancelBack := context.WithTimeout(ctx, 6*time.Second)
 	defer cancelBack()
 	waitLedger(back, t, d, "attribution back with the kubelet", func(s events.State) bool { return s.Attribution.Available })
 }
