@@ -338,8 +338,20 @@ func TestUnreachableKubeletIsRetriedOnTheSameSocket(t *testing.T) {
 	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
 	r.await(t, "failed twice", func(st *Status) bool { return st.Pools[gpu].Failures >= 2 })
 	r.Silent(t)
+	// The probe that records the kubelet gone sleeps and dials between
+	// retries: wait for its KubeletStopped, not for a count that more
+	// failures can reach first.
+	var got []events.Payload
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if got = r.recorded(t); slices.ContainsFunc(got, func(p events.Payload) bool {
+			_, ok := p.(events.KubeletStopped)
+			return ok
+		}) {
+			break
+		}
+	}
 	var failed, stopped int
-	for _, p := range r.awaitRecorded(t, 3) {
+	for _, p := range got {
 		switch p := p.(type) {
 		case events.RegistrationFailed:
 			if failed++; failed <= 2 && (p.Socket != sock || !strings.Contains(p.Error, grpcapi.ErrKubeletUnreachable.Error()) ||
