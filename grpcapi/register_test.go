@@ -106,7 +106,9 @@ func TestRegisterWithKubeletSilentIsNotUnreachable(t *testing.T) {
 	pluginapi.RegisterRegistrationServer(srv, silentRegistration{})
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	// Long enough to connect on a loaded machine: a deadline that ends
+	// before the connection is made reads as unreachable.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	err = RegisterWithKubelet(ctx, sock, testResource, "p.sock", nil)
 	if err == nil || errors.Is(err, ErrKubeletUnreachable) || !errors.Is(err, context.DeadlineExceeded) {
