@@ -101,8 +101,9 @@ func TestNoRegisterPollWhileTheKubeletIsRecordedGone(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	// A Register already out may still fail; let it land.
-	time.Sleep(300 * time.Millisecond)
+	// A Register already out may still fail (RegisterTimeout 100 ms);
+	// let it land, with room for a loaded machine.
+	time.Sleep(time.Second)
 	before := len(r.recorded(t))
 	time.Sleep(2 * time.Second)
 	got := r.recorded(t)
