@@ -161,7 +161,10 @@ func TestHandleFailureGivesUpOnTheMaxCrashesth(t *testing.T) {
 func TestHandleFailureStartsOverAfterAQuietWindow(t *testing.T) {
 	var g giveUps
 	logs := make(logLines, 64)
-	const window = 30 * time.Millisecond
+	// The first two crashes must fall inside one window, restart and all,
+	// on a loaded machine that stalls between them; the test then
+	// waits one out.
+	const window = time.Second
 	b := &supervise.Backoff{Initial: time.Millisecond, Max: 8 * time.Millisecond, Window: window,
 		MaxCrashes: 3, GiveUp: g.record, Log: zerolog.New(logs)}
 	sup := newFakeSupervisor()
