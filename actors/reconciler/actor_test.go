@@ -386,7 +386,13 @@ func TestAKubeletThatJustStartedReleasesNothingUntilItSettles(t *testing.T) {
 				a := now.Load()
 				return &podresourcesapi.ListPodResourcesResponse{PodResources: a.pods}, a.err
 			})
-			const settle = 500 * time.Millisecond
+			settle := 500 * time.Millisecond
+			if how == "timed out" {
+				// Released at once, not after the settle: an hour, so
+				// that a slow machine's release is not taken for one
+				// that waited for it.
+				settle = time.Hour
+			}
 			f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
 				Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, RetryMax: 50 * time.Millisecond,
 				KubeletSettle: settle, Log: zerolog.Nop()}))
