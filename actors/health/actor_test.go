@@ -796,7 +796,7 @@ func TestARoundWaitsForTheVerdictsBeforeIt(t *testing.T) {
 	}
 	probes := c.prober.count()
 	c.round(0)
-	r, err := c.Sys.Root.RequestFuture(c.Child, &Query{}, time.Second).Result()
+	r, err := c.Sys.Root.RequestFuture(c.Child, &Query{}, 10*time.Second).Result()
 	if err != nil {
 		t.Fatalf("a Query while a verdict is being recorded: %v", err)
 	}
