@@ -273,7 +273,7 @@ func TestARoundDoesNotHoldTheMailboxForItsRecord(t *testing.T) {
 		t.Fatal("the round's binding never reached the ledger")
 	}
 	f.Sys.Root.Send(f.Child, &Reconcile{})
-	res, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, time.Second).Result()
+	res, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 10*time.Second).Result()
 	if err != nil {
 		t.Fatalf("a Query while a round's events are being recorded: %v", err)
 	}
