@@ -97,7 +97,7 @@ func TestChangesSettleIntoOneReload(t *testing.T) {
 			last := time.Now()
 			write(t, path, `{"resourceList": [{"resourceName": "a"}]}`)
 			return last
-		}, "config.json", quiet},
+		}, "config.json", burstQuiet}, // a truncate, then a write
 		{"a burst of edits", plainFile, func(t *testing.T, _, path string) time.Time {
 			var last time.Time
 			for i := range 5 {
@@ -122,7 +122,7 @@ func TestChangesSettleIntoOneReload(t *testing.T) {
 				t.Fatal(err)
 			}
 			return swapped
-		}, "..data", quiet},
+		}, "..data", burstQuiet}, // a rename, then a removal
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
