@@ -698,7 +698,7 @@ func TestARegisteredPoolListedOnNoStreamRegistersAnew(t *testing.T) {
 	// after the probe the first end began and the one it asked for since:
 	// three probes of 1.5s, too close to next's 5s on a loaded machine.
 	send(&Listing{Pool: gpu, Socket: sock})
-	if m := nextWithin[*NeedSocket](t, r, 15*time.Second); m.Pool != gpu || m.Socket != sock || m.Lost {
+	if m := actortest.NextWithin[*NeedSocket](t, r.family, 15*time.Second); m.Pool != gpu || m.Socket != sock || m.Lost {
 		t.Errorf("parent heard %+v, want a new socket in place of %s", *m, sock)
 	}
 	why := "the kubelet holds no ListAndWatch stream of the socket"
@@ -733,23 +733,6 @@ func TestARegisteredPoolListedOnNoStreamRegistersAnew(t *testing.T) {
 	}
 	send(&KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
 	unlistedOn(sock+".3", 1, 7)
-}
-
-// nextWithin is next with a deadline of d, for a message that comes only
-// after probes of the kubelet.
-func nextWithin[T any](t *testing.T, r *registrarUnderTest, d time.Duration) (v T) {
-	t.Helper()
-	for deadline := time.Now().Add(d); ; time.Sleep(5 * time.Millisecond) {
-		if m, ok := r.Heard(); ok {
-			if v, ok = m.(T); !ok {
-				t.Fatalf("parent heard %#v, want a %T", m, v)
-			}
-			return v
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("parent heard no %T within %s", v, d)
-		}
-	}
 }
 
 // A kubelet that dies before it opened a ListAndWatch of a pool it

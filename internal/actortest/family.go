@@ -106,8 +106,16 @@ func (f *Family) Heard() (any, bool) {
 	}
 }
 
-// Next waits for the next message the parent hears, which must be a T.
-func Next[T any](t testing.TB, f *Family) (v T) {
+// Next waits up to 5 s for the next message the parent hears, which must
+// be a T.
+func Next[T any](t testing.TB, f *Family) T {
+	t.Helper()
+	return NextWithin[T](t, f, 5*time.Second)
+}
+
+// NextWithin is Next with a deadline of d, for a message that comes only
+// after slow work (probes, retries).
+func NextWithin[T any](t testing.TB, f *Family, d time.Duration) (v T) {
 	t.Helper()
 	select {
 	case m := <-f.heard:
@@ -115,8 +123,8 @@ func Next[T any](t testing.TB, f *Family) (v T) {
 		if v, ok = m.(T); !ok {
 			t.Fatalf("parent heard %#v, want a %T", m, v)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatalf("parent heard no %T within 5s", v)
+	case <-time.After(d):
+		t.Fatalf("parent heard no %T within %v", v, d)
 	}
 	return v
 }
