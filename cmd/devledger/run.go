@@ -129,18 +129,13 @@ func (f *daemonFlags) check() error {
 			return usageErrf("%s %s: want at least %s", d.flag, d.v, minInterval)
 		}
 	}
-	// A negative age would silently mean the default (--leak-grace) or
-	// no bound (--retain-age): say so instead.
-	for _, d := range []struct {
-		flag string
-		v    time.Duration
-	}{
-		{"--leak-grace", f.opts.LeakGrace},
-		{"--retain-age", f.opts.RetainAge},
-	} {
-		if d.v < 0 {
-			return usageErrf("%s %s: must not be negative", d.flag, d.v)
-		}
+	// A grace of 0 or less would silently mean the default, and a
+	// negative age no bound: say so instead.
+	if f.opts.LeakGrace <= 0 {
+		return usageErrf("--leak-grace %s: must be positive", f.opts.LeakGrace)
+	}
+	if f.opts.RetainAge < 0 {
+		return usageErrf("--retain-age %s: must not be negative", f.opts.RetainAge)
 	}
 	return nil
 }

@@ -45,7 +45,8 @@ func TestRunRefusesBadFlagsBeforeStart(t *testing.T) {
 		{"scan interval zero", []string{"--scan-interval", "0"}, "--scan-interval 0s: want at least 10ms"},
 		{"probe interval", []string{"--probe-interval", "1us"}, "--probe-interval 1µs: want at least 10ms"},
 		{"reconcile interval", []string{"--reconcile-interval", "-30s"}, "--reconcile-interval -30s: want at least 10ms"},
-		{"leak grace", []string{"--leak-grace", "-5m"}, "--leak-grace -5m0s: must not be negative"},
+		{"leak grace", []string{"--leak-grace", "-5m"}, "--leak-grace -5m0s: must be positive"},
+		{"leak grace zero", []string{"--leak-grace", "0"}, "--leak-grace 0s: must be positive"},
 		{"retain age", []string{"--retain-age", "-1h"}, "--retain-age -1h0m0s: must not be negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
