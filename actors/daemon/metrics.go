@@ -264,6 +264,12 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// metricsIdleTimeout closes a kept-alive connection that sends no next
+// request. With none, each such connection (anyone on the host network can
+// open them) holds one of the daemon's file descriptors for good; a
+// Prometheus scraping every minute or less keeps its own.
+var metricsIdleTimeout = 2 * time.Minute
+
 // serveMetrics serves /metrics, /healthz (the actors answer) and /readyz
 // (every pool registered) on ln.
 func (d *Daemon) serveMetrics(ln net.Listener) {
@@ -282,7 +288,7 @@ func (d *Daemon) serveMetrics(ln net.Listener) {
 	}
 	mux.HandleFunc("/healthz", probe(d.answers))
 	mux.HandleFunc("/readyz", probe(d.notReady))
-	d.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	d.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: metricsIdleTimeout}
 	d.metricsAddr = ln.Addr().String()
 	go func() {
 		if err := d.metricsSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -1,8 +1,10 @@
 package daemon
 
 import (
+	"bufio"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -53,6 +55,37 @@ func readyWithMetrics(t *testing.T, cfg string) (d *Daemon, ctx context.Context,
 	base = "http://" + d.metricsAddr
 	waitReadyz(t, ctx, base)
 	return d, ctx, base
+}
+
+// A client that keeps its connection open after a request and sends no
+// other is cut off once the idle timeout passes: on the host network,
+// connections left open would hold the daemon's file descriptors.
+func TestMetricsServerClosesIdleConnections(t *testing.T) {
+	defer func(was time.Duration) { metricsIdleTimeout = was }(metricsIdleTimeout)
+	metricsIdleTimeout = 200 * time.Millisecond
+	d, _, _ := readyWithMetrics(t, sriovConfig)
+	conn, err := net.Dial("tcp", d.metricsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: devledger\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Close {
+		t.Fatalf("/healthz = %d, close %v: want 200 on a kept connection", resp.StatusCode, resp.Close)
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := r.ReadByte(); err != io.EOF {
+		t.Errorf("reading an idle kept-alive connection: %v, want EOF (closed by the server)", err)
+	}
 }
 
 func TestMetricsHealthAndReadiness(t *testing.T) {
