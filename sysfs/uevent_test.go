@@ -265,6 +265,48 @@ func TestCoalesceQuietAndMax(t *testing.T) {
 			t.Errorf("after close: batch %+v", b)
 		}
 	})
+	// Quiet counts from the last event, not the first: a trickle that
+	// pauses for less than quiet stays one batch. A loaded machine that
+	// stalls it for quiet between two sends may cut one there, so each
+	// batch but the last needs such a pause.
+	t.Run("quiet from the last event", func(t *testing.T) {
+		const quiet, n = 100 * time.Millisecond, 30
+		in := make(chan KernelEvent)
+		out := Coalesce(in, quiet, time.Hour)
+		var before, after [n]time.Time // around each send
+		sent := make(chan struct{})
+		go func() {
+			defer close(sent)
+			for i := range n {
+				before[i] = time.Now()
+				in <- KernelEvent{Kind: KindLink, Action: "up", Interface: fmt.Sprintf("v%d", i)}
+				after[i] = time.Now()
+				time.Sleep(quiet / 10) // a trickle three quiet periods long
+			}
+		}()
+		batches := 0
+		for got := 0; got < n; batches++ {
+			select {
+			case b := <-out:
+				got += len(b)
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%d of %d events came out", got, n)
+			}
+		}
+		<-sent
+		close(in)
+		for range out {
+		}
+		pauses := 0
+		for i := 1; i < n; i++ {
+			if after[i].Sub(before[i-1]) >= quiet {
+				pauses++
+			}
+		}
+		if batches > pauses+1 {
+			t.Errorf("%d batches from a trickle that paused for %v %d times, want at most %d", batches, quiet, pauses, pauses+1)
+		}
+	})
 	t.Run("max", func(t *testing.T) {
 		in := make(chan KernelEvent)
 		out := Coalesce(in, time.Hour, 50*time.Millisecond)
