@@ -339,14 +339,22 @@ func TestUnreachableKubeletIsRetriedOnTheSameSocket(t *testing.T) {
 	r.await(t, "failed twice", func(st *Status) bool { return st.Pools[gpu].Failures >= 2 })
 	r.Silent(t)
 	// The probe that records the kubelet gone sleeps and dials between
-	// retries: wait for its KubeletStopped, not for a count that more
-	// failures can reach first.
+	// retries: wait for its KubeletStopped and the two failures, not for
+	// a count that more failures can reach first. The second failure's
+	// record may land after the stop's.
 	var got []events.Payload
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if got = r.recorded(t); slices.ContainsFunc(got, func(p events.Payload) bool {
-			_, ok := p.(events.KubeletStopped)
-			return ok
-		}) {
+		got = r.recorded(t)
+		failed, stopped := 0, 0
+		for _, p := range got {
+			switch p.(type) {
+			case events.RegistrationFailed:
+				failed++
+			case events.KubeletStopped:
+				stopped++
+			}
+		}
+		if failed >= 2 && stopped > 0 {
 			break
 		}
 	}
