@@ -180,25 +180,32 @@ func TestReconcilerErrorsThenRecovers(t *testing.T) {
 
 // When the kubelet comes back, pods are attributed again at once, not at
 // the end of a backoff that grew while PodResources failed: after about
-// 7 s of failures the next retry is 8 s away, and attribution must come
-// back well before that.
+// 9 s of failures the next retry is 6 s away, and attribution must come
+// back before that.
 func TestAttributionRetriedWhenTheKubeletIsBack(t *testing.T) {
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
 	n.kubelet.FailPodResources(errors.New("kubelet going down"))
 	d := n.start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	waitLedger(ctx, t, d, "attribution unavailable", func(s events.State) bool {
+	down := waitLedger(ctx, t, d, "attribution unavailable", func(s events.State) bool {
 		return !s.Attribution.Since.IsZero() && !s.Attribution.Available
 	})
-	time.Sleep(7 * time.Second) // failures at 0, 1, 3 and 7 s: the next at 15 s
+	// Failures at 0, 1, 3 and 7 s, the next List at 15 s. The kubelet
+	// comes back 2 s past the fourth, so that a late fourth List does
+	// not find it (and pass the test with no word of the kubelet's
+	// return), and 6 s before the fifth.
+	time.Sleep(time.Until(down.Attribution.Since.Add(9 * time.Second)))
 	n.kubelet.FailPodResources(nil)
 	if err := n.kubelet.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	// The backoff's retry would come about 8 s after the restart: 6 s
-	// tells "at once" from it and leaves room on a loaded machine.
-	back, cancelBack := context.WithTimeout(ctx, 6*time.Second)
+	// The backoff's first wait starts once the unavailability is
+	// recorded, each later one once a List failed: its fifth List comes
+	// no sooner than 1+2+4+8 s after the record's time, however late a
+	// loaded machine runs it, and its answer later still. Attribution
+	// back by then came with the kubelet.
+	back, cancelBack := context.WithDeadline(ctx, down.Attribution.Since.Add(15*time.Second))
 	defer cancelBack()
 	waitLedger(back, t, d, "attribution back with the kubelet", func(s events.State) bool { return s.Attribution.Available })
 }
