@@ -245,9 +245,10 @@ type RegistrationFailed struct {
 
 // KubeletRestarted records a new kubelet: its registration socket appeared
 // again, or a kubelet recorded gone answered again or registered a pool
-// through its plugin watcher. Every registration before it is void. StoppedAt is when the
-// kubelet before it was recorded gone (KubeletStopped), zero when no stop
-// was recorded: one that came back before anyone saw it go.
+// through its plugin watcher. Every registration before it is void.
+// StoppedAt is when the kubelet before it was recorded gone
+// (KubeletStopped), zero when no stop was recorded: one that came back
+// before anyone saw it go.
 type KubeletRestarted struct {
 	Socket    string    `json:"socket"`
 	StoppedAt time.Time `json:"stopped_at,omitzero"`

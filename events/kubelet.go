@@ -10,9 +10,10 @@ func init() {
 }
 
 // KubeletStopped records that the kubelet went away: the ListAndWatch
-// streams it held ended, or its registration socket was removed, and its
-// socket then refused a connection. Every registration is void from here;
-// the KubeletRestarted of the next kubelet ends the outage.
+// streams it held ended or never came, a Register did not reach it, or
+// its registration socket was removed, and its socket then refused a
+// connection, was gone or did not answer. Every registration is void
+// from here; the KubeletRestarted of the next kubelet ends the outage.
 type KubeletStopped struct {
 	Socket string `json:"socket"`
 	// Reason says what was seen: "its ListAndWatch streams ended and

@@ -81,7 +81,7 @@ func newMetrics(d *Daemon, st events.State, replayTook time.Duration) *metrics {
 	}
 	m.kubelet = f.NewCounter(prometheus.CounterOpts{Namespace: "devledger", Name: "kubelet_restarts_total", Help: "New kubelets seen (their registration socket appeared, or one recorded gone answered or registered a pool again)."})
 	m.kubeletDown = gauge("kubelet_down",
-		"1 from a recorded KubeletStopped (the kubelet's streams ended or its socket was removed, and the socket then refused a connection, was gone or did not answer) to the next kubelet.")
+		"1 from a recorded KubeletStopped (the kubelet's streams ended or never came, a Register did not reach it or its socket was removed, and the socket then refused a connection, was gone or did not answer) to the next kubelet.")
 	m.kubeletDown.Set(b2f(st.Kubelet.Down))
 	// The ledger's own, not the Recorder's: the store records snapshots
 	// and retention's drops itself.
