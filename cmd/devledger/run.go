@@ -55,7 +55,7 @@ func (f *daemonFlags) register(fs *flag.FlagSet) {
 	o.RetainBytes = defaultRetainBytes
 	fs.Var((*byteSize)(&o.RetainBytes), "retain-size", "drop the oldest ledger events while the events kept take more than this (`SIZE`: 1Gi, 512Mi, bytes; 0: no bound)")
 	fs.DurationVar(&o.ReconcileInterval, "reconcile-interval", 30*time.Second, "periodic PodResources reconciliation (at least 10ms)")
-	fs.DurationVar(&o.LeakGrace, "leak-grace", 5*time.Minute, "how long an allocation may stay unclaimed by any container before it is recorded as a leak suspect")
+	fs.DurationVar(&o.LeakGrace, "leak-grace", 5*time.Minute, "how long an allocation may stay unclaimed by any container before it is recorded as a leak suspect (more than 0)")
 	fs.StringVar(&f.logFormat, "log-format", "", "`FORMAT`: json or console (default: console on a terminal, json otherwise)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "`LEVEL`: debug, info, warn, error, or the SR-IOV device plugin's verbosity (a number; 4 and above is debug)")
 }
