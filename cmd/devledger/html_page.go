@@ -455,7 +455,8 @@ const pageLegend = `<div class="legend"><span><i class="sw bar" style="--h:205">
 	`<span><i class="sw bar merged"></i>merged allocations</span><span><i class="sw bar unbound leak"></i>leak suspected</span>` +
 	`<span><i class="sw hb"></i>healthy</span><span><i class="sw hb unhealthy"></i>unhealthy</span><span><i class="sw hb gone"></i>gone</span><span><i class="sw hb mixed"></i>merged spells</span>` +
 	`<span><i class="sw tk joined"></i>joined / <i class="sw tk left"></i>left a pool</span><span><i class="sw tk conflict"></i>conflict</span>` +
-	`<span><i class="sw ml daemon"></i>daemon start/stop</span><span><i class="sw ml kubelet"></i>kubelet restart</span><span><i class="sw ml config"></i>config</span><span><i class="sw ml podres"></i>pod attribution lost/back</span></div>`
+	`<span><i class="sw ml daemon"></i>daemon start/stop</span><span><i class="sw ml kubelet"></i>kubelet restart</span><span><i class="sw ml config"></i>config</span><span><i class="sw ml podres"></i>pod attribution lost/back</span>` +
+	`<span><i class="sw ml ledger"></i>ledger: events dropped, lost or damaged</span></div>`
 
 // pageStyle is the page's whole style sheet.
 const pageStyle = `

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -565,5 +566,35 @@ func TestHTMLUntilBeforeTheFirstEvent(t *testing.T) {
 	if !strings.Contains(page, want) || strings.Contains(page, "0001-01-01") || strings.Contains(page, `class="tl"`) {
 		i := strings.Index(page, "<header>")
 		t.Errorf("the page's header, want %q and no timeline:\n%s", want, page[i:min(i+400, len(page))])
+	}
+}
+
+// TestHTMLLegendNamesEveryMarker: each kind of marker a page draws across
+// the lanes (daemon, kubelet, config, pod attribution, the ledger's own)
+// has its entry in the legend, so that a grey line is not left unread.
+func TestHTMLLegendNamesEveryMarker(t *testing.T) {
+	const vfio, dev = "intel.com/sriov_vfio", "0000:3b:02.1"
+	s := &minuteStory{t0: time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)}
+	s.add(events.DaemonStarted{Version: "v1", PID: 1})
+	s.add(events.DeviceDiscovered{Device: storyVF(dev)})
+	s.add(events.PoolMembershipChanged{Pool: vfio, Added: []string{dev}, Reason: "daemon start"})
+	s.add(events.ConfigApplied{Path: "config.json", SHA256: "ab"})
+	s.add(events.KubeletRestarted{Socket: "kubelet.sock"})
+	s.add(events.AttributionChanged{Available: false, Reason: "PodResources unavailable"})
+	s.add(events.EventsDropped{FromSeq: 1, ToSeq: 1, Count: 1, Reason: "retain-age"})
+	s.add(events.EventLost{Reason: "checksum mismatch"})
+	page := htmlPage(t, s.write(t))
+	checkPage(t, page)
+	drawn := map[string]bool{}
+	for _, m := range regexp.MustCompile(`<span class="ml ([a-z]+)"`).FindAllStringSubmatch(page, -1) {
+		drawn[m[1]] = true
+	}
+	if len(drawn) < 5 {
+		t.Fatalf("the page draws markers of %v, want the five kinds this ledger has", slices.Sorted(maps.Keys(drawn)))
+	}
+	for class := range drawn {
+		if !strings.Contains(page, `<i class="sw ml `+class+`"></i>`) {
+			t.Errorf("the page draws %q markers; its legend has no entry for them", class)
+		}
 	}
 }
