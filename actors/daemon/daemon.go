@@ -746,6 +746,18 @@ func (d *Daemon) watchNode() {
 // the stop was clean.
 const stopRecordBudget = 2 * time.Second
 
+// stopRecordDeadline is when a stop's last writes, begun at now, give up:
+// at the stop's own deadline, or stopRecordBudget after now if that is
+// later (none, or one already past). A slow disk on a loaded node may need
+// more than the budget for the snapshot, and the stop has the time.
+func stopRecordDeadline(ctx context.Context, now time.Time) time.Time {
+	budget := now.Add(stopRecordBudget)
+	if dl, ok := ctx.Deadline(); ok && dl.After(budget) {
+		return dl
+	}
+	return budget
+}
+
 // Stop drains the daemon: pools stop taking requests and finish those in
 // flight, sockets are removed; then DaemonStopped is recorded, a snapshot
 // taken and the ledger closed. reason goes into DaemonStopped.
@@ -774,7 +786,7 @@ func (d *Daemon) drain(ctx context.Context, reason string, failed bool) error {
 		clean = false
 		d.log.Warn().Err(err).Msg("actors did not stop in time")
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopRecordBudget)
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), stopRecordDeadline(ctx, time.Now()))
 	defer cancel()
 	var errs []error
 	stopped := false

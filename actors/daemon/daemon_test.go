@@ -173,6 +173,48 @@ func TestStopPastItsDeadlineStillRecords(t *testing.T) {
 	}
 }
 
+// A stop with time to spare gives its last writes that time, not only the
+// 2 s it keeps for them past its deadline: a disk slower than that on a
+// loaded node still gets DaemonStopped and the snapshot written.
+func TestStopGivesItsLastWritesTheTimeItHas(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	d := n.start(t)
+	wait := waitCtx(t)
+	if _, err := n.kubelet.WaitRegistered(wait, vfioPool); err != nil {
+		t.Fatal(err)
+	}
+	release := holdWriter(wait, t, d.rec.Log())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- d.Stop(ctx, "test") }()
+	time.Sleep(2*stopRecordBudget + time.Second) // the disk holds the writes past the budget
+	release()
+	if err := <-stopped; err != nil {
+		t.Fatalf("Stop with a 20 s deadline, its writes held for %v: %v", 2*stopRecordBudget+time.Second, err)
+	}
+	l, err := store.Open(filepath.Join(n.opts.StateDir, LedgerFileName), store.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var stoppedRec, snapshot bool
+	if err := l.Read(0, func(e events.Envelope) error {
+		switch e.Payload.(type) {
+		case events.DaemonStopped:
+			stoppedRec = true
+		case events.SnapshotTaken:
+			snapshot = stoppedRec
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !stoppedRec || !snapshot {
+		t.Errorf("DaemonStopped recorded %v, a snapshot after it %v; want both", stoppedRec, snapshot)
+	}
+}
+
 // poolSockets lists the sockets of resource's names in dir.
 func poolSockets(t testing.TB, dir, resource string) []string {
 	t.Helper()
