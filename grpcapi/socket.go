@@ -27,9 +27,9 @@ const MaxSocketPath = 107
 // created under a name that starts with '.', and watches nothing in it.
 // Its start, though, walks every directory it finds in plugins_registry/
 // and watches it, dot or not; each socket made in such a directory would
-// be handled as a plugin (an error when the rename wins the race with the
-// watcher's stat, a registration of a path that is then gone when it
-// loses). So where the watcher looks (servedSocket.fresh), each socket
+// reach its handler, which stats it: an error in the kubelet's log when
+// the rename wins that race (when it loses, the name's dot has the socket
+// ignored). So where the watcher looks (servedSocket.fresh), each socket
 // gets the directory made anew, unwatched, and leaves it in place: a
 // directory that lives on after its creation is never a race for the
 // watcher's stat. Elsewhere (device-plugins/, which the kubelet does not

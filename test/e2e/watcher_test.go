@@ -88,9 +88,9 @@ func TestWatcherSocketRemoved(t *testing.T) {
 // again under a kubelet started while the daemon served. Its plugin
 // watcher walked plugins_registry/ at its start and watches every
 // directory it found there, hidden or not: none of the directories the
-// daemon makes its sockets in may be among them, or the watcher handles
-// each socket made there (an error when the rename wins the race, a
-// registration of a path that is gone when it loses).
+// daemon makes its sockets in may be among them, or the watcher stats
+// each socket made there (an error when the rename wins the race; the
+// socket's hidden name has it ignored when it loses).
 func TestWatcherNeverSeesASocketBeingMade(t *testing.T) {
 	r := startRig(t, "watcher")
 	r.k = r.k.restart(t, r.kopt)
