@@ -301,15 +301,21 @@ func (d *Daemon) serveMetrics(ln net.Listener) {
 // oldestEventTime is the Unix time of the ledger's oldest event, 0 when it
 // has none (or it cannot be read). An event a newer devledger wrote still
 // tells its time: after a rollback, retention stops at the first one, and
-// it is the oldest kept from then on.
+// it is the oldest kept from then on. An event without a time (the
+// EventLost a salvage puts in place of each event lost from the start of a
+// ledger) tells none: the oldest event that has one counts.
 func oldestEventTime(l *store.Log) float64 {
 	var at time.Time
 	stop := errors.New("stop")
 	_ = l.ReadRaw(l.FirstSeq(), func(_ uint64, rec []byte) error {
 		e, err := events.Unmarshal(rec)
-		if err == nil || errors.Is(err, events.ErrUnknownType) || errors.Is(err, events.ErrUnknownVersion) {
-			at = e.Time
+		if err != nil && !errors.Is(err, events.ErrUnknownType) && !errors.Is(err, events.ErrUnknownVersion) {
+			return stop
 		}
+		if e.Time.IsZero() {
+			return nil
+		}
+		at = e.Time
 		return stop
 	})
 	if at.IsZero() {

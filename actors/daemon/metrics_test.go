@@ -729,3 +729,23 @@ func TestOldestEventTimeOfANewerDevledgersEvent(t *testing.T) {
 		t.Errorf("oldest event time = %v, want the newer event's, between %v and %v", got, before.Unix(), after.Unix()+1)
 	}
 }
+
+// A salvage that lost the start of a ledger puts an EventLost without a
+// time at each lost sequence: the gauge shows the time of the oldest
+// event that has one, not 0, which says the ledger is empty.
+func TestOldestEventTimeAfterASalvageLostTheStart(t *testing.T) {
+	l, err := store.Open(filepath.Join(t.TempDir(), LedgerFileName), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	lost := events.New(events.EventLost{Reason: "no record of it in the damaged ledger"}, time.Time{}, "salvage")
+	if _, err := l.Append(context.Background(), lost, lost,
+		events.New(events.DaemonStarted{Version: "test", Node: "n"}, at, "boot")); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := oldestEventTime(l), float64(at.Unix()); got != want {
+		t.Errorf("oldest event time = %v, want %v (the first event with a time)", got, want)
+	}
+}
