@@ -573,6 +573,7 @@ func (r *registrar) answered(ctx actor.Context, m *registerResult) {
 func (r *registrar) failed(ctx actor.Context, pool string, d desire, err error, holds, action string) {
 	r.failures[pool]++
 	n := r.failures[pool]
+	level := repeatLevel(n, r.lastError[pool], err.Error())
 	r.lastError[pool] = err.Error()
 	delay := supervise.Doubling(r.cfg.RetryInitial, r.cfg.RetryMax, n)
 	if holds != "" && n == 1 {
@@ -582,7 +583,7 @@ func (r *registrar) failed(ctx actor.Context, pool string, d desire, err error, 
 	}
 	r.record(events.RegistrationFailed{Pool: pool, Socket: d.socket, Mode: string(r.cfg.Mode), Error: err.Error(), Attempt: n,
 		KubeletHolds: holds, Action: action}, nil)
-	ev := r.cfg.Log.Warn().Err(err).Str("pool", pool).Str("socket", d.socket).Int("attempt", n).Dur("retry_in_ms", delay).Str("action", action)
+	ev := r.cfg.Log.WithLevel(level).Err(err).Str("pool", pool).Str("socket", d.socket).Int("attempt", n).Dur("retry_in_ms", delay).Str("action", action)
 	if holds != "" {
 		ev = ev.Str("kubelet_holds", holds)
 	}
@@ -593,6 +594,17 @@ func (r *registrar) failed(ctx actor.Context, pool string, d desire, err error, 
 	}
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	r.retrying[pool] = time.AfterFunc(delay, func() { root.Send(self, &retry{pool: pool}) })
+}
+
+// repeatLevel is the level to log the n-th failure in a row of a pool's
+// registration, whose error was last before: a warning when the failures
+// begin or their reason changes, debug for each retry that fails the
+// same way (the ledger counts them).
+func repeatLevel(n int, last, err string) zerolog.Level {
+	if n > 1 && err == last {
+		return zerolog.DebugLevel
+	}
+	return zerolog.WarnLevel
 }
 
 // acknowledge records that the current kubelet has the pool registered.
@@ -744,6 +756,7 @@ func (r *registrar) kubeletReported(ctx actor.Context, m *KubeletReported) {
 		return
 	}
 	r.failures[m.Pool]++
+	level := repeatLevel(r.failures[m.Pool], r.lastError[m.Pool], m.Reason)
 	r.lastError[m.Pool] = m.Reason
 	failed := events.RegistrationFailed{Pool: m.Pool, Socket: m.Socket, Mode: string(grpcapi.ModeWatcher), Error: m.Reason,
 		Attempt: r.failures[m.Pool], Action: "the kubelet's plugin watcher tries again"}
@@ -752,7 +765,7 @@ func (r *registrar) kubeletReported(ctx actor.Context, m *KubeletReported) {
 		failed.KubeletHolds, failed.Action = m.Socket, "serving the pool on a new socket"
 	}
 	r.record(failed, nil)
-	r.cfg.Log.Warn().Str("pool", m.Pool).Str("socket", m.Socket).Str("reason", m.Reason).Str("action", failed.Action).Msg("kubelet refused the pool")
+	r.cfg.Log.WithLevel(level).Str("pool", m.Pool).Str("socket", m.Socket).Str("reason", m.Reason).Str("action", failed.Action).Msg("kubelet refused the pool")
 	if held {
 		r.needSocket(ctx, m.Pool, d, false, "the kubelet holds its socket already")
 	}

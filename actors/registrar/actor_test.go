@@ -253,7 +253,8 @@ func (r *registrarUnderTest) registers(pool string, boot int) int {
 // A Register the kubelet refuses is tried again with a doubling backoff,
 // each time on a new socket: the refused one may be held by the kubelet.
 func TestRejectedRegistrationIsRetriedWithBackoffOnNewSockets(t *testing.T) {
-	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
+	logs := &actortest.Log{}
+	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{}, func(c *Config) { c.Log = zerolog.New(logs).Level(zerolog.DebugLevel) })
 	const bad = "not-extended" // the kubelet wants a domain-prefixed name
 	srv, sock := r.serve(t, bad)
 	r.Sys.Root.Send(r.Child, &Desire{Pool: bad, Socket: sock})
@@ -293,6 +294,11 @@ func TestRejectedRegistrationIsRetriedWithBackoffOnNewSockets(t *testing.T) {
 	}
 	if !slices.Equal(attempts, []int{1, 2, 3, 4}) {
 		t.Errorf("attempts %v, want 1, 2, 3, 4", attempts)
+	}
+	// One warning for failures that repeat the same way; the ledger
+	// counts the attempts.
+	if warn, debug := logs.Count("warn", "registration failed"), logs.Count("debug", "registration failed"); warn != 1 || debug < 3 {
+		t.Errorf("logged %d warnings and %d debug lines for four failures alike, want 1 and at least 3:\n%s", warn, debug, logs)
 	}
 	// The backoff spaces the attempts: 10ms, 20ms, then 40ms.
 	if gap := rej[3].At.Sub(rej[2].At); gap < 40*time.Millisecond {
@@ -624,7 +630,8 @@ func TestRegistrationsWaitForTheKubelet(t *testing.T) {
 }
 
 func TestWatcherModeRecordsWhatTheKubeletReports(t *testing.T) {
-	r := newRegistrar(t, grpcapi.ModeWatcher, kubelettest.Options{})
+	logs := &actortest.Log{}
+	r := newRegistrar(t, grpcapi.ModeWatcher, kubelettest.Options{}, func(c *Config) { c.Log = zerolog.New(logs) })
 	sock := filepath.Join(r.kubelet.Dir(), "example.com_gpu.sock")
 	touch(t, sock) // never dialled in watcher mode, but looked for
 	send := func(m any) { r.Sys.Root.Send(r.Child, m) }
@@ -637,6 +644,9 @@ func TestWatcherModeRecordsWhatTheKubeletReports(t *testing.T) {
 	r.Silent(t)
 	if p := r.status(t).Pools[gpu]; p.Registered || p.Failures != 2 || p.LastError != "plugin rejected: bad version" {
 		t.Errorf("status after two refusals: %+v", p)
+	}
+	if n := logs.Count("warn", "kubelet refused the pool"); n != 1 {
+		t.Errorf("logged %d warnings for two refusals alike, want 1:\n%s", n, logs)
 	}
 	send(&KubeletReported{Pool: gpu, Socket: sock, Registered: true})
 	r.Silent(t)
