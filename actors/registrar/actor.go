@@ -540,7 +540,7 @@ func (r *registrar) answered(ctx actor.Context, m *registerResult) {
 			d.sent = false
 			r.desired[m.pool] = d
 		}
-		r.cfg.Log.Info().Str("pool", m.pool).Str("socket", m.socket).Msg("the kubelet restarted during the registration; registering anew")
+		r.cfg.Log.Info().Str("pool", m.pool).Str("socket", m.socket).Msg("the kubelet went or restarted during the registration; registering anew")
 		r.reconcile(ctx)
 	case m.err == nil && !r.downSince.IsZero():
 		// The registration went with the kubelet recorded gone; the
