@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -136,6 +137,17 @@ func (f *daemonFlags) check() error {
 	}
 	if f.opts.RetainAge < 0 {
 		return usageErrf("--retain-age %s: must not be negative", f.opts.RetainAge)
+	}
+	// A malformed address (9108 for :9108) is a flag mistake; a port
+	// another process holds is found only by listening, at start.
+	if a := f.opts.MetricsAddr; a != "" {
+		_, port, err := net.SplitHostPort(a)
+		if err == nil {
+			_, err = net.LookupPort("tcp", port)
+		}
+		if err != nil {
+			return usageErrf("--metrics-addr %q: want HOST:PORT or :PORT (:9108): %v", a, err)
+		}
 	}
 	return nil
 }

@@ -48,6 +48,8 @@ func TestRunRefusesBadFlagsBeforeStart(t *testing.T) {
 		{"leak grace", []string{"--leak-grace", "-5m"}, "--leak-grace -5m0s: must be positive"},
 		{"leak grace zero", []string{"--leak-grace", "0"}, "--leak-grace 0s: must be positive"},
 		{"retain age", []string{"--retain-age", "-1h"}, "--retain-age -1h0m0s: must not be negative"},
+		{"metrics addr without colon", []string{"--metrics-addr", "9108"}, `--metrics-addr "9108": want HOST:PORT or :PORT`},
+		{"metrics addr port out of range", []string{"--metrics-addr", ":91080"}, `--metrics-addr ":91080": want HOST:PORT or :PORT`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
