@@ -35,13 +35,18 @@ func (lf *ledgerFlags) register(fs *flag.FlagSet) {
 // oneLedger refuses --db beside a --state-dir given on the command line
 // (fs parsed them): each names a ledger, and reading one of them while the
 // other is ignored would show an operator a history not the one asked for.
+// An empty --db (a script's unset variable) is refused too: it would read
+// the node's own ledger in place of the copy meant.
 func (lf *ledgerFlags) oneLedger(fs *flag.FlagSet) error {
-	if lf.db == "" {
-		return nil
-	}
-	stateDir := false
-	fs.Visit(func(f *flag.Flag) { stateDir = stateDir || f.Name == "state-dir" })
-	if stateDir {
+	stateDir, db := false, false
+	fs.Visit(func(f *flag.Flag) {
+		stateDir = stateDir || f.Name == "state-dir"
+		db = db || f.Name == "db"
+	})
+	switch {
+	case db && lf.db == "":
+		return usageErrf("--db \"\": names no ledger file (without --db, the state dir's ledger is read)")
+	case db && stateDir:
 		return usageErrf("--state-dir and --db: give one of them")
 	}
 	return nil

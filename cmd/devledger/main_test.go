@@ -54,22 +54,44 @@ func TestDumpShortDeviceAddress(t *testing.T) {
 	}
 }
 
+// ledgerTools are the commands that take --state-dir and --db, each with
+// what else it needs: a backup writes out; scan is given a config and
+// sysfs under dir that are not there, so that it fails if it gets to them.
+func ledgerTools(dir, out string) [][]string {
+	return [][]string{
+		{"dump"}, {"replay"},
+		{"ledger", "backup", "--out", out},
+		{"ledger", "acknowledge"},
+		{"scan", "--config", filepath.Join(dir, "none.json"), "--sysfs-root", filepath.Join(dir, "none")},
+	}
+}
+
 // --state-dir and --db each name a ledger: given both, a tool refuses
 // rather than read (or, for acknowledge, write) one and ignore the other.
 func TestStateDirAndDBRefused(t *testing.T) {
 	db := sampleCopy(t)
 	stateDir := t.TempDir()
 	out := filepath.Join(t.TempDir(), "copy.db")
-	for _, args := range [][]string{
-		{"dump"}, {"replay"},
-		{"ledger", "backup", "--out", out},
-		{"ledger", "acknowledge"},
-		// Before it reads a config or sysfs: neither is there.
-		{"scan", "--config", filepath.Join(stateDir, "none.json"), "--sysfs-root", filepath.Join(stateDir, "none")},
-	} {
+	for _, args := range ledgerTools(stateDir, out) {
 		args = append(args, "--state-dir", stateDir, "--db", db)
 		code, stdout, stderr := runCLI(t, args...)
 		if code != exitUsage || stdout != "" || !strings.Contains(stderr, "--state-dir and --db: give one of them") {
+			t.Errorf("%q: exit %d, stdout %.60q, stderr %q", args, code, stdout, stderr)
+		}
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("backup wrote %s: %v", out, err)
+	}
+}
+
+// An empty --db (a script's unset variable) names no copy: a tool refuses
+// rather than read the state dir's ledger in its place.
+func TestEmptyDBRefused(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "copy.db")
+	for _, args := range ledgerTools(t.TempDir(), out) {
+		args = append(args, "--db", "")
+		code, stdout, stderr := runCLI(t, args...)
+		if code != exitUsage || stdout != "" || !strings.Contains(stderr, `--db "": names no ledger file`) {
 			t.Errorf("%q: exit %d, stdout %.60q, stderr %q", args, code, stdout, stderr)
 		}
 	}
