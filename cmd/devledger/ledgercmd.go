@@ -19,14 +19,17 @@ import (
 	"github.com/devledger/devledger/store"
 )
 
+// ledgerCommands are the commands of `devledger ledger`.
+var ledgerCommands = map[string]func([]string, io.Writer, io.Writer) error{
+	"backup":      runLedgerBackup,
+	"salvage":     runLedgerSalvage,
+	"acknowledge": runLedgerAcknowledge,
+}
+
 // runLedger is `devledger ledger`: what an operator does to the ledger file
-// itself (backup, salvage).
+// itself (backup, salvage, acknowledge).
 func runLedger(args []string, stdout, stderr io.Writer) error {
-	subs := map[string]func([]string, io.Writer, io.Writer) error{
-		"backup":      runLedgerBackup,
-		"salvage":     runLedgerSalvage,
-		"acknowledge": runLedgerAcknowledge,
-	}
+	subs := ledgerCommands
 	const usage = "usage: devledger ledger backup [--state-dir DIR | --db FILE] --out FILE\n" +
 		"       devledger ledger salvage --db FILE --out FILE\n" +
 		"       devledger ledger acknowledge [--state-dir DIR | --db FILE] [--note TEXT]\n"

@@ -244,7 +244,7 @@ func TestLedgerAcknowledgeInFile(t *testing.T) {
 	}
 	// Said as the read-only tools say it, the path once.
 	none := filepath.Join(t.TempDir(), "none.db")
-	if code, _, errOut := runCLI(t, "ledger", "acknowledge", "--db", none); code != exitUsage || errOut != "devledger ledger: no ledger at "+none+"\n" {
+	if code, _, errOut := runCLI(t, "ledger", "acknowledge", "--db", none); code != exitUsage || errOut != "devledger ledger acknowledge: no ledger at "+none+"\n" {
 		t.Errorf("acknowledge of a missing file: exit %d (%q), want %d", code, errOut, exitUsage)
 	}
 }

@@ -77,7 +77,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		code = ce.code
 	}
 	if !errors.As(err, new(loggedError)) {
-		fmt.Fprintf(stderr, "devledger %s: %v\n", args[0], err)
+		name := args[0]
+		if name == "ledger" && len(args) > 1 && ledgerCommands[args[1]] != nil {
+			name += " " + args[1]
+		}
+		fmt.Fprintf(stderr, "devledger %s: %v\n", name, err)
 	}
 	return code
 }
