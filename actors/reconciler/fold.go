@@ -118,12 +118,22 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 	keys := slices.SortedFunc(maps.Keys(reported), func(a, b key) int {
 		return cmp.Or(strings.Compare(a.resource, b.resource), strings.Compare(a.device, b.device))
 	})
+	// A device is one whichever pool names it: one that moved pools while
+	// held may be reported under both resources, each by a container.
+	under := map[string][]string{} // device → the resources reporting it, sorted
 	for _, k := range keys {
 		// The kubelet lists pods in no set order (a map's): sorted, a
 		// standing conflict reads the same every round.
+		slices.SortFunc(reported[k], func(a, b holderRef) int { return strings.Compare(a.String(), b.String()) })
+		under[k.device] = append(under[k.device], k.resource)
+	}
+	for _, k := range keys {
 		refs := reported[k]
-		slices.SortFunc(refs, func(a, b holderRef) int { return strings.Compare(a.String(), b.String()) })
-		if len(refs) > 1 {
+		if rs := under[k.device]; len(rs) > 1 {
+			if rs[0] == k.resource { // once per device
+				out.payloads = append(out.payloads, crossPool(k.device, rs, reported, holder, in, &out)...)
+			}
+		} else if len(refs) > 1 {
 			claims := make([]events.Claim, 0, len(refs))
 			names := make([]string, 0, len(refs))
 			bound := in.allocs[holder[k]].Binding
@@ -223,4 +233,37 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 		}
 	}
 	return out
+}
+
+// crossPool is the conflict of a device the kubelet reports under several
+// of our resources (rs, sorted): each container holds it, whichever pool
+// gave it out. It is recorded once as it appears, named after the pool of
+// the newest live allocation of it (the one that gave it out again), and
+// each allocation is the claim of the container it is bound to.
+func crossPool(device string, rs []string, reported map[key][]holderRef, holder map[key]uint64, in foldInput, out *foldResult) []events.Payload {
+	var claims []events.Claim
+	var names []string
+	pool, newest := rs[0], uint64(0)
+	for _, r := range rs {
+		k := key{r, device}
+		if holder[k] > newest {
+			pool, newest = r, holder[k]
+		}
+		bound := in.allocs[holder[k]].Binding
+		for _, ref := range reported[k] {
+			c := events.Claim{Namespace: ref.namespace, Pod: ref.pod, Container: ref.container}
+			if bound != nil && refOf(bound) == ref {
+				c.AllocationSeq = holder[k]
+			}
+			claims = append(claims, c)
+			names = append(names, ref.String()+" ("+r+")")
+		}
+	}
+	seenKey := conflictSeen + strings.Join(rs, ",") + "|" + device + "|" + strings.Join(names, ",")
+	out.seen[seenKey] = true
+	if in.seen[seenKey] {
+		return nil
+	}
+	return []events.Payload{events.AllocationConflict{Pool: pool, Device: device, Claims: claims,
+		Reason: fmt.Sprintf("the kubelet reports the device in %d containers of %d pools: %s", len(claims), len(rs), strings.Join(names, ", "))}}
 }

@@ -322,3 +322,38 @@ func TestAConflictReadsTheSameInAnyOrder(t *testing.T) {
 		}
 	}
 }
+
+// A device that moved pools while a container held it, and that the new
+// pool gave out when nothing there said it was held (the old allocation
+// was a leak suspect, claimed again since), is reported by the kubelet
+// under both resources: one device in two containers, a conflict,
+// recorded once while it stands, named after the pool that gave it out
+// last, each allocation the claim of its container.
+func TestADeviceClaimedInTwoPoolsIsAConflict(t *testing.T) {
+	const dpdk = "intel.com/dpdk"
+	pods := []*podresourcesapi.PodResources{pod("telco", "late", "app", vfio, "x"), pod("telco", "new", "app", dpdk, "x")}
+	allocs := map[uint64]events.Allocation{
+		10: {Seq: 10, Pool: vfio, DeviceIDs: []string{"x"}, At: t0.Add(-time.Hour), LeakSuspected: true,
+			Binding: &events.Binding{Namespace: "telco", Pod: "late", Container: "app"}},
+		20: {Seq: 20, Pool: dpdk, DeviceIDs: []string{"x"}, At: t0.Add(-time.Minute),
+			Binding: &events.Binding{Namespace: "telco", Pod: "new", Container: "app"}},
+	}
+	in := foldInput{pools: map[string]events.Pool{dpdk: {}}, allocs: allocs, now: t0, grace: 5 * time.Minute, seen: map[string]bool{}}
+	res := fold(in, pods)
+	if len(res.payloads) != 1 {
+		t.Fatalf("recorded %q, want the conflict alone", describe(res.payloads))
+	}
+	c, ok := res.payloads[0].(events.AllocationConflict)
+	if !ok || c.Pool != dpdk || c.Device != "x" || len(c.Claims) != 2 {
+		t.Fatalf("recorded %+v, want a conflict of x in %s with two claims", res.payloads[0], dpdk)
+	}
+	for _, cl := range c.Claims {
+		if want := map[string]uint64{"late": 10, "new": 20}[cl.Pod]; cl.AllocationSeq != want {
+			t.Errorf("claim of %s names allocation #%d, want #%d", cl.Pod, cl.AllocationSeq, want)
+		}
+	}
+	in.seen = res.seen
+	if got := describe(fold(in, pods).payloads); len(got) != 0 {
+		t.Errorf("the same conflict, listed again, recorded %q", got)
+	}
+}
