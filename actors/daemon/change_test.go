@@ -1085,6 +1085,44 @@ func TestUnclaimedAllocationDoesNotHoldAMovedDevice(t *testing.T) {
 	waitHealth(ctx, t, n.kubelet, dpdk, dev, pluginapi.Unhealthy)
 }
 
+// A device that moved while held, given out by its new pool while its
+// old allocation was a leak suspect, and then claimed by the old pool's
+// container after all: the kubelet reports it under both resources, and
+// the ledger records that double claim, under the pool that gave it out
+// again.
+func TestADeviceClaimedInTheOldPoolAndTheNewIsAConflict(t *testing.T) {
+	n, d, ctx := allocatedBeforeMove(t, func(o *Options) { o.LeakGrace = 200 * time.Millisecond })
+	const vfio, dpdk, dev = "intel.com/sriov_vfio", "intel.com/dpdk", movingDevice
+	n.reload(ctx, t, d, dpdkConfig)
+	for s := ledgerState(t, d); !slices.ContainsFunc(slices.Collect(maps.Values(s.Allocations)), func(a events.Allocation) bool { return a.LeakSuspected }); s = ledgerState(t, d) {
+		reconcileNow(ctx, t, d)
+	}
+	waitHealth(ctx, t, n.kubelet, dpdk, dev, pluginapi.Healthy)
+	mark := d.rec.Log().LastSeq()
+	if _, err := n.kubelet.Allocate(ctx, dpdk, []string{dev}); err != nil {
+		t.Fatal(err)
+	}
+	n.kubelet.SetPods([]*podresourcesapi.PodResources{
+		kubelettest.PodHolding("telco", "late", "app", vfio, dev),
+		kubelettest.PodHolding("telco", "new", "app", dpdk, dev),
+	})
+	reconcileNow(ctx, t, d)
+	reconcileNow(ctx, t, d)
+	var conflicts []events.AllocationConflict
+	if err := d.rec.Log().Read(mark+1, func(e events.Envelope) error {
+		if c, ok := e.Payload.(events.AllocationConflict); ok {
+			conflicts = append(conflicts, c)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(conflicts) != 1 || conflicts[0].Pool != dpdk || conflicts[0].Device != dev || len(conflicts[0].Claims) != 2 ||
+		!strings.Contains(conflicts[0].Reason, "telco/late/app") || !strings.Contains(conflicts[0].Reason, "telco/new/app") {
+		t.Errorf("conflicts %+v, want one in %s naming both containers", conflicts, dpdk)
+	}
+}
+
 // dpdkConfig is sriovConfig with sriov_vfio gone and its devices in a new
 // pool, dpdk.
 const dpdkConfig = `{"resourceList": [
