@@ -87,7 +87,9 @@ type ProbeResult struct {
 //
 // The checks, in order, stop at the first failure:
 //   - the function is listed under bus/pci/devices;
-//   - its driver link names t.Driver (none is healthy when t.Driver is "");
+//   - its driver link names t.Driver; with t.Driver "" the check fails
+//     whether a driver is bound ("driver is iavf (was none)") or not ("no
+//     driver bound");
 //   - when t.VFIO, <dev-root>/vfio/<group> exists (or, in vfio's
 //     no-IOMMU mode, <dev-root>/vfio/noiommu-<group>);
 //   - when t.Link, the interface's operstate is "up" (or "unknown", which
