@@ -33,7 +33,6 @@ import (
 	"github.com/devledger/devledger/actors/pool/allocation"
 	"github.com/devledger/devledger/actors/reconciler"
 	"github.com/devledger/devledger/actors/registrar"
-	"github.com/devledger/devledger/actors/sockets"
 	"github.com/devledger/devledger/actors/supervise"
 	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/events"
@@ -412,7 +411,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 	podres := grpcapi.NewPodResourcesClient(filepath.Join(opts.KubeletDir, "pod-resources", "kubelet.sock"))
 	props := node.Props(node.Config{
 		Config: cfg, ConfigPath: opts.ConfigPath, ConfigOptions: opts.ConfigOptions, WatchConfig: opts.WatchConfig, ConfigSHA256: node.Digest(cfgData), Env: env, Reader: reader, Recorder: d.rec, Replayed: &st, FirstScan: firstScan,
-		KubeletDir: opts.KubeletDir, Mode: mode, KubeletFilesystems: sockets.Filesystems(node.WatchedDirs(opts.KubeletDir, mode)),
+		KubeletDir: opts.KubeletDir, Mode: mode,
 		AllocEnv:   allocation.Env{DevRoot: opts.DevRoot, HasVhostNet: env.HasVhostNet},
 		DevinfoDir: devinfo, CDISpecDir: cdiDir, ScanInterval: opts.ScanInterval, ProbeInterval: opts.ProbeInterval,
 		CallTimeout: opts.CallTimeout, Supervisor: strategy, Log: d.log,

@@ -4,15 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/devledger/devledger/actors/node"
-	"github.com/devledger/devledger/actors/sockets"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/testdata/sysfsgen"
@@ -109,53 +105,5 @@ func TestAKubeletBackAfterARecordedOutageEndsIt(t *testing.T) {
 				t.Errorf("ledger kubelet %+v, want the outage ended", s.Kubelet)
 			}
 		})
-	}
-}
-
-// In its pod, the kubelet's device-plugins/ is a mount of the host's.
-// Removed on the host, it takes the mount with it, and the directory at
-// its path is then the container's own, on another filesystem: the
-// kubelet never sees a socket made there, nor the daemon the kubelet's
-// new directory. The daemon gives up, so that its pod restarts and
-// mounts that one. A symlink in the kubelet dir's path, turned to another
-// filesystem before the directory goes, stands in for the mount here.
-func TestAKubeletDirGoneToAnotherFilesystemStopsTheDaemon(t *testing.T) {
-	other, err := os.MkdirTemp("/dev/shm", "devledger-test-")
-	if err != nil {
-		t.Skipf("no second filesystem to turn to: %v", err)
-	}
-	t.Cleanup(func() { os.RemoveAll(other) })
-	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
-	host := n.opts.KubeletDir
-	if fs := sockets.Filesystems([]string{host, other}); fs[host] == fs[other] {
-		t.Skip("/dev/shm is on the test's own filesystem")
-	}
-	link := filepath.Join(kubelettest.ShortTempDir(t), "k")
-	if err := os.Symlink(host, link); err != nil {
-		t.Fatal(err)
-	}
-	n.opts.KubeletDir = link
-	d := n.start(t)
-	waitFullKubelet(t, n.kubelet, 5*time.Second)
-
-	if err := os.Symlink(other, link+".new"); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(link+".new", link); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.kubelet.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.RemoveAll(node.DevicePluginDir(host)); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-d.Fatal():
-		if !strings.Contains(err.Error(), "another filesystem") {
-			t.Errorf("the daemon gives up with %q, want it to name the move to another filesystem", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the daemon goes on watching a directory the kubelet cannot see")
 	}
 }

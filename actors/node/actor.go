@@ -63,9 +63,6 @@ type Config struct {
 	// KubeletDir is the kubelet's root dir (/var/lib/kubelet).
 	KubeletDir string
 	Mode       grpcapi.RegistrationMode
-	// KubeletFilesystems are the filesystems the watched dirs were on when
-	// the daemon started (sockets.Config.Filesystems).
-	KubeletFilesystems map[string]uint64
 	// AllocEnv is where device nodes are checked for Allocate answers.
 	AllocEnv   allocation.Env
 	DevinfoDir string
@@ -107,16 +104,6 @@ func SocketDir(kubeletDir string, mode grpcapi.RegistrationMode) string {
 		return PluginsRegistryDir(kubeletDir)
 	}
 	return DevicePluginDir(kubeletDir)
-}
-
-// WatchedDirs are the kubelet's directories the socket watcher watches in
-// the registration mode.
-func WatchedDirs(kubeletDir string, mode grpcapi.RegistrationMode) []string {
-	dirs := []string{DevicePluginDir(kubeletDir)}
-	if mode == grpcapi.ModeWatcher {
-		dirs = append(dirs, PluginsRegistryDir(kubeletDir))
-	}
-	return dirs
 }
 
 // Props returns the props of the node coordinator.
@@ -613,8 +600,12 @@ func (n *coordinator) start(ctx actor.Context) {
 		KubeletDownSince: st.Kubelet.DownSince,
 		Log:              log.With().Str("actor", "registrar").Logger(),
 	}))
-	n.sockets = n.spawn(ctx, "sockets", sockets.Props(sockets.Config{Dirs: WatchedDirs(n.cfg.KubeletDir, n.cfg.Mode), KubeletSocket: kubeletSock,
-		Filesystems: n.cfg.KubeletFilesystems, Log: log.With().Str("actor", "sockets").Logger()}))
+	dirs := []string{DevicePluginDir(n.cfg.KubeletDir)}
+	if n.cfg.Mode == grpcapi.ModeWatcher {
+		dirs = append(dirs, PluginsRegistryDir(n.cfg.KubeletDir))
+	}
+	n.sockets = n.spawn(ctx, "sockets", sockets.Props(sockets.Config{Dirs: dirs, KubeletSocket: kubeletSock,
+		Log: log.With().Str("actor", "sockets").Logger()}))
 	n.health = n.spawn(ctx, "health", health.Props(health.Config{Prober: n.cfg.Reader, Recorder: n.cfg.Recorder,
 		Interval: n.cfg.ProbeInterval, Known: st.Clone().Devices, Log: log.With().Str("actor", "health").Logger()}))
 	rc.Recorder, rc.Lister, rc.Replayed = n.cfg.Recorder, n.cfg.PodResources, st

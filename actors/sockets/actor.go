@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/fsnotify/fsnotify"
@@ -30,23 +29,7 @@ type Config struct {
 	// KubeletSocket is the kubelet's registration socket; its creation
 	// means a new kubelet.
 	KubeletSocket string
-	// Filesystems are the filesystems (device numbers) Dirs were on when
-	// the daemon started, of those there then (Filesystems). A dir found
-	// on another since is refused (see home).
-	Filesystems map[string]uint64
-	Log         zerolog.Logger
-}
-
-// Filesystems returns the filesystem each of dirs is on, for those that
-// exist.
-func Filesystems(dirs []string) map[string]uint64 {
-	out := make(map[string]uint64, len(dirs))
-	for _, dir := range dirs {
-		if fi, err := os.Stat(dir); err == nil {
-			out[dir] = uint64(fi.Sys().(*syscall.Stat_t).Dev)
-		}
-	}
-	return out
+	Log           zerolog.Logger
 }
 
 // KubeletAppeared is sent to the parent when KubeletSocket is created.
@@ -116,9 +99,6 @@ func (s *watcher) start(ctx actor.Context) error {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return fmt.Errorf("socket watcher: %w", err)
 		}
-		if err := s.home(dir); err != nil {
-			return err
-		}
 	}
 	w, err := fswatch.Watch(ctx, fsnotify.Create|fsnotify.Remove|fsnotify.Rename, s.cfg.Dirs...)
 	if err != nil {
@@ -128,24 +108,6 @@ func (s *watcher) start(ctx actor.Context) error {
 	// Watching already: a kubelet appearing from here on is an event.
 	_, statErr := os.Stat(s.cfg.KubeletSocket)
 	ctx.Send(ctx.Parent(), &Ready{KubeletPresent: statErr == nil})
-	return nil
-}
-
-// home refuses dir if it is on another filesystem than at start. In a
-// container the kubelet's directories are mounts of the host's, and one
-// removed on the host takes the mount with it: what is at its path then
-// is the container's own directory, which the kubelet never reads, nor
-// the one it makes anew. Only a new container mounts that one, so the
-// watcher crashes until the daemon gives up and its pod restarts.
-func (s *watcher) home(dir string) error {
-	want, ok := s.cfg.Filesystems[dir]
-	if !ok {
-		return nil
-	}
-	fs := Filesystems([]string{dir})
-	if got, ok := fs[dir]; ok && got != want {
-		return fmt.Errorf("socket watcher: %s is on another filesystem than at start (device %#x, was %#x): removed on the host, it took its mount in this container with it; restart the daemon to mount the kubelet's new one", dir, got, want)
-	}
 	return nil
 }
 
