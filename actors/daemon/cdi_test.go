@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -102,6 +103,36 @@ func TestCDINamesResolveThroughTheSpecsWritten(t *testing.T) {
 	waitFor(ctx, t, "the spec removed with its pool", func() bool {
 		entries, _ := os.ReadDir(n.opts.CDISpecDir)
 		return len(entries) == 0
+	})
+}
+
+// A reload that removes a CDI pool and moves its devices to another CDI
+// pool of the same kind: each device has the same name in both specs, and
+// a runtime resolves a name two specs define through neither. The removed
+// pool's spec is gone once the reload is answered, not when the pool has
+// stopped, after the pool the devices moved to may have written its own.
+func TestARemovedCDIPoolsSpecGoesBeforeItsDevicesMove(t *testing.T) {
+	cfg := strings.Replace(sriovConfig, `{"resourceName": "sriov_vfio",`, `{"resourceName": "sriov_vfio", "cdi": {"enabled": true},`, 1)
+	moved := strings.Replace(dpdkConfig, `{"resourceName": "dpdk",`, `{"resourceName": "dpdk", "cdi": {"enabled": true},`, 1)
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, cfg, kubelettest.Options{})
+	n.opts.WatchConfig = false
+	n.opts.CDISpecDir = filepath.Join(t.TempDir(), "cdi")
+	d := n.start(t)
+	ctx := waitCtx(t)
+	old := filepath.Join(n.opts.CDISpecDir, "devledger_intel.com_sriov_vfio.json")
+	waitFor(ctx, t, "the vfio pool's spec", func() bool { _, err := os.Stat(old); return err == nil })
+
+	n.reload(ctx, t, d, moved)
+	if _, err := os.Stat(old); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the removed pool's CDI spec is still there once the reload is answered (%v): the devices' names resolve through neither spec until the pool has stopped", err)
+	}
+	devs, err := n.kubelet.WaitDevices(ctx, "intel.com/dpdk", func(ds []*pluginapi.Device) bool { return len(ds) == 5 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "the moved devices' names resolving", func() bool {
+		c := resolver(t, n.opts.CDISpecDir)
+		return !slices.ContainsFunc(devs, func(dev *pluginapi.Device) bool { return c.GetDevice("intel.com/net-pci="+dev.ID) == nil })
 	})
 }
 

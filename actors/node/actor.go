@@ -300,11 +300,8 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 				n.place(ctx, m.pool+" stopped", true, health.Seen{})
 			}
 			// If none serves now, the CDI spec goes with the pool.
-			if dir := n.cfg.CDISpecDir; dir != "" && n.pools[m.pool] == nil {
-				prefix, name, _ := strings.Cut(m.pool, "/")
-				if err := allocation.RemoveCDISpec(dir, &config.Resource{Prefix: prefix, Name: name}); err != nil {
-					n.cfg.Log.Error().Err(err).Str("pool", m.pool).Msg("cannot remove the CDI spec of a pool that is gone")
-				}
+			if n.pools[m.pool] == nil {
+				n.removeCDISpec(m.pool)
 			}
 		}
 	case *sockets.Ready:
@@ -829,6 +826,16 @@ func (n *coordinator) stopPool(ctx actor.Context, name string, pid *actor.PID, m
 	delete(n.pools, name)
 }
 
+// removeCDISpec removes the CDI spec of pool, one that is gone.
+func (n *coordinator) removeCDISpec(pool string) {
+	if dir := n.cfg.CDISpecDir; dir != "" {
+		prefix, name, _ := strings.Cut(pool, "/")
+		if err := allocation.RemoveCDISpec(dir, &config.Resource{Prefix: prefix, Name: name}); err != nil {
+			n.cfg.Log.Error().Err(err).Str("pool", pool).Msg("cannot remove the CDI spec of a pool that is gone")
+		}
+	}
+}
+
 // removeStaleCDISpecs removes, at the first placement, the CDI specs of
 // pools that do not run with CDI now (they went while the daemon was down):
 // a runtime must not resolve a name to a device that is another pool's now.
@@ -1113,6 +1120,11 @@ func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID
 			if pid := n.pools[name]; pid != nil {
 				n.stopPool(ctx, name, pid, n.members[name])
 			}
+			// Its CDI spec goes now, not once it has stopped: the pools
+			// its devices move to write theirs at once, under the same
+			// names, and a runtime resolves a name two specs define
+			// through neither.
+			n.removeCDISpec(name)
 			delete(n.members, name)
 			// One waiting to start waits no more: added again, it starts
 			// for the reload that adds it.
