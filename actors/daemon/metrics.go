@@ -270,6 +270,13 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 // Prometheus scraping every minute or less keeps its own.
 var metricsIdleTimeout = 2 * time.Minute
 
+// metricsMaxHeaderBytes bounds a request's header. A scraper or a probe
+// sends a few hundred bytes; the net/http default, 1 MiB, let anyone on
+// the host network make the daemon buffer a megabyte per connection for
+// ReadHeaderTimeout, and a hundred such connections take the container
+// past its 128 MiB memory limit.
+const metricsMaxHeaderBytes = 8 << 10
+
 // serveMetrics serves /metrics, /healthz (the actors answer) and /readyz
 // (every pool registered) on ln.
 func (d *Daemon) serveMetrics(ln net.Listener) {
@@ -288,7 +295,8 @@ func (d *Daemon) serveMetrics(ln net.Listener) {
 	}
 	mux.HandleFunc("/healthz", probe(d.answers))
 	mux.HandleFunc("/readyz", probe(d.notReady))
-	d.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: metricsIdleTimeout}
+	d.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: metricsIdleTimeout,
+		MaxHeaderBytes: metricsMaxHeaderBytes}
 	d.metricsAddr = ln.Addr().String()
 	go func() {
 		if err := d.metricsSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

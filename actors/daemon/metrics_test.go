@@ -88,6 +88,30 @@ func TestMetricsServerClosesIdleConnections(t *testing.T) {
 	}
 }
 
+// A request whose header is far larger than a scraper's is refused (431)
+// before the server buffers it: the port is open on the host network.
+func TestMetricsServerRefusesAHugeHeader(t *testing.T) {
+	d, _, _ := readyWithMetrics(t, sriovConfig)
+	conn, err := net.Dial("tcp", d.metricsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	req := "GET /healthz HTTP/1.1\r\nHost: devledger\r\nX-Pad: " + strings.Repeat("a", 64<<10) + "\r\n\r\n"
+	if _, err := io.WriteString(conn, req); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("/healthz with a 64 KiB header = %d, want %d", resp.StatusCode, http.StatusRequestHeaderFieldsTooLarge)
+	}
+}
+
 func TestMetricsHealthAndReadiness(t *testing.T) {
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{Delayed: true})
 	n.opts.MetricsAddr = "127.0.0.1:0"
