@@ -29,7 +29,6 @@ var ledgerCommands = map[string]func([]string, io.Writer, io.Writer) error{
 // runLedger is `devledger ledger`: what an operator does to the ledger file
 // itself (backup, salvage, acknowledge).
 func runLedger(args []string, stdout, stderr io.Writer) error {
-	subs := ledgerCommands
 	const usage = "usage: devledger ledger backup [--state-dir DIR | --db FILE] --out FILE\n" +
 		"       devledger ledger salvage --db FILE --out FILE\n" +
 		"       devledger ledger acknowledge [--state-dir DIR | --db FILE] [--note TEXT]\n"
@@ -39,10 +38,10 @@ func runLedger(args []string, stdout, stderr io.Writer) error {
 	case args[0] == "-h" || args[0] == "--help":
 		io.WriteString(stdout, usage)
 		return flag.ErrHelp
-	case subs[args[0]] == nil:
+	case ledgerCommands[args[0]] == nil:
 		return usageErrf("unknown ledger command %q: want backup, salvage or acknowledge", args[0])
 	}
-	return subs[args[0]](args[1:], stdout, stderr)
+	return ledgerCommands[args[0]](args[1:], stdout, stderr)
 }
 
 // runLedgerBackup copies the ledger to --out: from the file when no daemon
