@@ -131,9 +131,10 @@ func (x *Index) Mark(held iter.Seq[string]) {
 //  1. not held: a held device is offered only when the free ones run out
 //     (the kubelet thinks it free; our ledger may not have seen it go);
 //  2. one NUMA node: the node most must-include devices sit on, if any
-//     sits on a known node, else the node with the most free candidates
-//     among those with enough for the request (any node when none has
-//     enough); then the other known nodes, the one with the most free
+//     sits on a known node, else, of the nodes with enough free
+//     candidates for the request, the one the policy (rank 3) would take
+//     its first device from, else the node with the most free
+//     candidates; then the other known nodes, the one with the most free
 //     candidates first, so that what one node cannot hold spans as few
 //     nodes as it can; unknown nodes last, as the kubelet's own fallback
 //     takes them. This holds with excludeTopology too, where the kubelet
@@ -248,7 +249,7 @@ func (x *Index) Preferred(res *config.Resource, pending iter.Seq[string], availa
 		return nil, fmt.Errorf("preferred allocation for %s: size %d of %d distinct available and must-include devices: %w", res.FullName(), size, distinct, ErrInvalidRequest)
 	}
 
-	ranks := x.nodeRanks(must, cands, need)
+	ranks := x.nodeRanks(res.AllocatePolicy, must, cands, need)
 	for i := range cands {
 		cands[i].tier = tierOf(cands[i], ranks)
 	}
@@ -317,15 +318,18 @@ func groupOf(d *sysfs.Device) string {
 // nodeRanks is the order in which Preferred takes NUMA nodes (its rank
 // 2), as each node's rank at node+1: the node it favours 0, the other
 // known nodes after it by their free candidates, most first (the lowest
-// node on a tie), unknown nodes (-1, at 0) last.
-func (x *Index) nodeRanks(must []int32, cands []candidate, need int) []int32 {
+// node on a tie), unknown nodes (-1, at 0) last. Any node that can hold
+// the request keeps it on one node, so policy chooses among them: taking
+// the node with the most free would scatter packed and none over every
+// node, and use up the node that a larger request needs whole.
+func (x *Index) nodeRanks(policy config.AllocatePolicy, must []int32, cands []candidate, need int) []int32 {
 	count := make([]int, x.nodes)
 	for _, i := range must {
 		if n := x.members[i].numa; n >= 0 {
 			count[n]++
 		}
 	}
-	node := busiest(count, 0)
+	node := busiest(count)
 	free := make([]int, x.nodes)
 	for _, c := range cands {
 		if c.numa >= 0 && !c.held {
@@ -333,10 +337,18 @@ func (x *Index) nodeRanks(must []int32, cands []candidate, need int) []int32 {
 		}
 	}
 	if node < 0 {
-		node = busiest(free, need)
+		first, order := -1, firstOrder(policy)
+		for i, c := range cands {
+			if c.numa >= 0 && !c.held && free[c.numa] >= need && (first < 0 || order(c, cands[first]) < 0) {
+				first = i
+			}
+		}
+		if first >= 0 {
+			node = cands[first].numa
+		}
 	}
 	if node < 0 {
-		node = busiest(free, 0)
+		node = busiest(free)
 	}
 	order := make([]int32, x.nodes)
 	for n := range order {
@@ -361,12 +373,12 @@ func (x *Index) nodeRanks(must []int32, cands []candidate, need int) []int32 {
 	return ranks
 }
 
-// busiest returns the node with the highest count of at least atLeast,
-// the lowest such node on a tie, or -1 when none qualifies.
-func busiest(count []int, atLeast int) int32 {
+// busiest returns the node with the highest count, the lowest such node
+// on a tie, or -1 when every count is 0.
+func busiest(count []int) int32 {
 	best, bestN := int32(-1), 0
 	for n, c := range count {
-		if c >= atLeast && c > bestN {
+		if c > bestN {
 			best, bestN = int32(n), c
 		}
 	}

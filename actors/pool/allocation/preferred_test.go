@@ -57,7 +57,7 @@ func TestPreferred(t *testing.T) {
 		want      []string
 	}{
 		{
-			name: "none takes lowest addresses on the fullest node",
+			name: "none takes the lowest addresses",
 			size: 2,
 			want: []string{"0000:3b:02.0", "0000:3b:02.1"},
 		},
@@ -179,6 +179,28 @@ func TestPreferred(t *testing.T) {
 			},
 			size: 2,
 			want: []string{"0000:3b:0a.0", "0000:3b:0a.1"},
+		},
+		{
+			// Both nodes can hold the request: which one is the policy's
+			// choice, not that of the node with more free devices.
+			name:      "none takes the lowest addresses when several nodes can hold the request",
+			available: []string{"0000:3b:02.0", "0000:3b:02.1", "0000:af:02.0", "0000:af:02.1", "0000:af:02.2"},
+			size:      2,
+			want:      []string{"0000:3b:02.0", "0000:3b:02.1"},
+		},
+		{
+			name:   "packed keeps to the PF with allocations on the node with fewer free",
+			policy: config.PolicyPacked,
+			held:   []string{"0000:af:02.0"},
+			size:   1,
+			want:   []string{"0000:af:02.1"},
+		},
+		{
+			name:   "spread takes the least used PF on a node with as many free",
+			policy: config.PolicySpread,
+			held:   []string{"0000:3b:02.0", "0000:3b:02.1", "0000:3b:0a.0", "0000:3b:0a.1"},
+			size:   2,
+			want:   []string{"0000:af:02.0", "0000:af:02.1"},
 		},
 		{
 			name:    "unknown NUMA nodes come after the preferred node",
