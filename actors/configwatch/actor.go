@@ -2,13 +2,15 @@
 // of the config file, not the file itself, so it sees an edit in place, a
 // file replaced by rename, and a Kubernetes ConfigMap update (the mounted
 // file is a symlink through ..data, which the kubelet swaps atomically).
-// The directory itself replaced (removed, or renamed away, and made again)
-// is watched from the one above until it is back. A burst of changes
-// becomes one reload request to its parent.
+// The directory itself replaced (removed, or renamed away, and made again),
+// or absent when the watcher starts, is watched from the one above until
+// it is back. A burst of changes becomes one reload request to its parent.
 package configwatch
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"time"
 
@@ -66,9 +68,17 @@ func (c *watcher) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		w, err := fswatch.Watch(ctx, ops, filepath.Dir(c.cfg.Path))
+		if errors.Is(err, fs.ErrNotExist) {
+			// The directory is away (replaced as this watcher started, or
+			// restarted): wait for it from the one above, as after a
+			// swap, rather than never watch it again.
+			c.watchAgain(ctx)
+			return
+		}
 		if err != nil {
 			// Without a watch the config can still be reloaded by SIGHUP;
-			// say so rather than crash-loop on a directory that is absent.
+			// say so rather than crash-loop on a watch it cannot make (the
+			// inotify limits reached).
 			c.cfg.Log.Error().Err(err).Msg("not watching the config; reload it with SIGHUP")
 			return
 		}

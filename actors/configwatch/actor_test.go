@@ -157,11 +157,33 @@ func TestUnrelatedFilesAreIgnored(t *testing.T) {
 }
 
 func TestMissingDirIsNoCrash(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "absent")
+	dir := filepath.Join(t.TempDir(), "absent", "config") // the one above absent too
 	f := spawnFamily(t, Props(Config{Path: filepath.Join(dir, "config.json"), Quiet: quiet, Log: zerolog.Nop()}))
 	f.Drain(t)
 	write(t, filepath.Join(dir, "config.json"), "{}") // created after the watcher gave up
 	f.NothingFor(t, 2*quiet)
+}
+
+// The config's directory away as the watcher starts (a host path replaced
+// while the daemon, or a crashed watcher, started) is waited for as after
+// a swap: once it is back, it is watched and read.
+func TestADirectoryAbsentAtStartIsWaitedFor(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "config")
+	path := filepath.Join(dir, "config.json")
+	logs := &actortest.Log{}
+	f := spawnFamily(t, Props(Config{Path: path, Quiet: quiet, Log: zerolog.New(logs)}))
+	for deadline := time.Now().Add(10 * time.Second); logs.Count("warn", "watching for it to come back") == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("never said it waits for the directory:\n%s", logs)
+		}
+	}
+	plainFile(t, dir)
+	next[*Changed](t, f)
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(next[*Changed](t, f).Reason, "CHMOD config.json") {
+	}
 }
 
 // A change made before the watch is in place (while the config in force
