@@ -207,6 +207,13 @@ type historyFold struct {
 	lanes   map[string]*historyLane
 	markers spanList
 	counts  map[string]*poolCounts
+	// untimed holds the markers of the events with no time that open the
+	// log (the EventLost a salvage puts in place of each event lost from
+	// its start) until the first event with a time says where they go;
+	// untimedFirstSeq and untimedCount are the first of them and how many.
+	untimed         spanList
+	untimedFirstSeq uint64
+	untimedCount    int
 }
 
 func newHistoryFold(f *eventFilter) *historyFold {
@@ -215,6 +222,7 @@ func newHistoryFold(f *eventFilter) *historyFold {
 		lanes:   map[string]*historyLane{},
 		markers: spanList{max: pageMaxMarkers},
 		counts:  map[string]*poolCounts{},
+		untimed: spanList{max: pageMaxMarkers},
 	}
 }
 
@@ -361,8 +369,42 @@ func allocationTitle(a laneAlloc) string {
 	return s
 }
 
+// opensUntimed reports whether e is one of the events with no time that
+// open a salvaged log: an EventLost before any event with a time. Drawn
+// at year 1, it would squeeze the whole history into the page's right
+// edge; it is drawn where the history it stands before starts.
+func (h *historyFold) opensUntimed(e events.Envelope) bool {
+	_, lost := e.Payload.(events.EventLost)
+	return lost && e.Time.IsZero() && h.firstSeq == 0
+}
+
+// placeUntimed draws the events with no time that opened the log at t,
+// the time of the first event with one.
+func (h *historyFold) placeUntimed(t time.Time) {
+	if h.untimedCount == 0 {
+		return
+	}
+	h.firstSeq = h.untimedFirstSeq
+	if h.within(t) {
+		h.windowFirstSeq, h.inWindow = h.untimedFirstSeq, h.untimedCount
+	}
+	for _, s := range h.untimed.spans {
+		s.from, s.to = t, t
+		h.addSpan(&h.markers, s)
+	}
+	h.markers.merged += h.untimed.merged
+}
+
 // event folds one event.
 func (h *historyFold) event(e events.Envelope) error {
+	if h.opensUntimed(e) {
+		if h.untimedCount == 0 {
+			h.untimedFirstSeq = e.Seq
+		}
+		h.untimedCount++
+		h.untimed.add(span{class: "ledger", title: describe(e)})
+		return nil
+	}
 	t := later(e.Time, h.last)
 	if !h.f.until.IsZero() && t.After(h.f.until) {
 		h.stopped, h.next = true, e
@@ -370,6 +412,7 @@ func (h *historyFold) event(e events.Envelope) error {
 	}
 	if h.firstSeq == 0 {
 		h.first, h.firstSeq = t, e.Seq
+		h.placeUntimed(t)
 	}
 	h.last, h.lastSeq = t, e.Seq
 	if h.within(t) {
@@ -849,10 +892,13 @@ func writeHistoryPage(w io.Writer, prs *priorStates, read func(func(events.Envel
 			// damage the table would name.
 			return nil
 		}
-		if prior != nil && (f.until.IsZero() || !e.Time.After(f.until)) {
-			h.prior(*prior, e.Time)
+		if prior != nil && !h.opensUntimed(e) {
+			// The state before the log, at the first event with a time.
+			if f.until.IsZero() || !e.Time.After(f.until) {
+				h.prior(*prior, e.Time)
+			}
+			prior = nil
 		}
-		prior = nil
 		if err := h.event(e); !errors.Is(err, errUntilReached) {
 			return err
 		}

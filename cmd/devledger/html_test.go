@@ -598,3 +598,77 @@ func TestHTMLLegendNamesEveryMarker(t *testing.T) {
 		}
 	}
 }
+
+// TestHTMLSalvagedLedgerWithItsStartLost: a salvage that lost the start
+// of a ledger puts an EventLost with no time in place of each event lost,
+// after the snapshot it kept or with none. The page draws them where the
+// history they stand before starts, and the allocation held across them
+// from when it was made: from year 1, the window squeezed every lane into
+// its right edge.
+func TestHTMLSalvagedLedgerWithItsStartLost(t *testing.T) {
+	const vfio, dev = "intel.com/sriov_vfio", "0000:3b:02.1"
+	t0 := time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
+	var envs []events.Envelope
+	add := func(p events.Payload) uint64 {
+		envs = append(envs, events.New(p, t0.Add(time.Duration(len(envs))*time.Minute), "boot-1"))
+		return uint64(len(envs))
+	}
+	lost := func() uint64 {
+		envs = append(envs, events.New(events.EventLost{Reason: "no record of it in the damaged ledger"}, time.Time{}, "salvage"))
+		return uint64(len(envs))
+	}
+	story := func() {
+		add(events.DaemonStarted{Version: "v1", PID: 1})
+		add(events.DeviceDiscovered{Device: storyVF(dev)})
+		add(events.PoolMembershipChanged{Pool: vfio, Added: []string{dev}, Reason: "daemon start"})
+	}
+
+	// No snapshot: the ledger's first events are lost.
+	lost()
+	lost()
+	story()
+	a := add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{dev}}) // 09:05
+	add(events.AllocationBound{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{dev}, Namespace: "telco", Pod: "pod-a", Container: "main"})
+	add(events.DevicesReleased{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{dev}, HeldFor: 2 * time.Minute}) // 09:07
+	noSnapshot := filepath.Join(t.TempDir(), ledgerFileName)
+	writeLedger(t, noSnapshot, envs)
+
+	// A snapshot before the events lost: the allocation was made before it.
+	envs = nil
+	story()
+	b := add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{dev}}) // 09:03
+	add(events.AllocationBound{AllocationSeq: b, Pool: vfio, DeviceIDs: []string{dev}, Namespace: "telco", Pod: "pod-b", Container: "main"})
+	first := lost()
+	lost()
+	add(events.DevicesReleased{AllocationSeq: b, Pool: vfio, DeviceIDs: []string{dev}, HeldFor: 4 * time.Minute}) // 09:07
+	withSnapshot := retainedCopy(t, envs, first)
+
+	for _, tc := range []struct {
+		name, db, meta, bar string
+	}{
+		{"no snapshot", noSnapshot, "2026-11-24 09:02:00 → 2026-11-24 09:07:00 UTC (5m) · 8 events (#1–#8)",
+			fmt.Sprintf("#%d intel.com/sriov_vfio\ntelco/pod-a/main\n09:05:00 → 09:07:00 (2m)", a)},
+		{"after a snapshot", withSnapshot, "2026-11-24 09:07:00 → 2026-11-24 09:30:00 UTC (23m) · 3 events (#6–#8)",
+			fmt.Sprintf("#%d intel.com/sriov_vfio\ntelco/pod-b/main\n09:03:00 → 09:07:00 (4m)", b)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Before the snapshot's and the retention's own events: the
+			// snapshot's carries the clock of the machine the test runs on.
+			page := htmlPage(t, tc.db, "--until", "2026-11-24T09:30:00Z")
+			checkPage(t, page)
+			if strings.Contains(page, "0001-") {
+				t.Errorf("the page draws year 1")
+			}
+			if !strings.Contains(page, `<p class="meta">`+tc.meta) {
+				i := strings.Index(page, "<header>")
+				t.Errorf("header, want %q:\n%s", tc.meta, page[i:min(i+400, len(page))])
+			}
+			if got := barTitles(page); !slices.Equal(got, []string{tc.bar}) {
+				t.Errorf("bars %q, want %q", got, tc.bar)
+			}
+			if n := strings.Count(page, `<span class="ml ledger" style="left:0%" title="`+tc.meta[11:19]+` an event lost: no record of it in the damaged ledger"></span>`); n != 2 {
+				t.Errorf("%d markers of the events lost at the window's start, want 2", n)
+			}
+		})
+	}
+}
