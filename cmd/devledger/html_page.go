@@ -409,6 +409,11 @@ func axisTicks(start, end time.Time) []axisTick {
 			break
 		}
 	}
+	// Longer than eight of the longest (a node whose clock started at
+	// 1970 before it synced): a multiple of it.
+	if total/step > 8 {
+		step *= (total + 8*step - 1) / (8 * step)
+	}
 	var ticks []axisTick
 	lastDay := ""
 	for t := start.UTC().Truncate(step); !t.After(end); t = t.Add(step) {

@@ -672,3 +672,20 @@ func TestHTMLSalvagedLedgerWithItsStartLost(t *testing.T) {
 		})
 	}
 }
+
+// TestHTMLAxisTicksBounded: the axis labels a handful of times however
+// long the window, also one of decades (a node's clock that started at
+// 1970 and synced later): a label a year would cover the axis.
+func TestHTMLAxisTicksBounded(t *testing.T) {
+	end := time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
+	for _, start := range []time.Time{
+		end.Add(-time.Hour),
+		end.Add(-30 * 24 * time.Hour),
+		end.AddDate(-5, 0, 0),
+		time.Unix(0, 0).UTC(),
+	} {
+		if ticks := axisTicks(start, end); len(ticks) < 2 || len(ticks) > 9 {
+			t.Errorf("%s to %s: %d labels", start.Format(time.DateOnly), end.Format(time.DateOnly), len(ticks))
+		}
+	}
+}
