@@ -491,6 +491,72 @@ func TestAppendAsyncKeepsOrder(t *testing.T) {
 	}
 }
 
+// A call that would take a batch past MaxBatch is carried to the next
+// commit, neither merged into an oversized one nor left out: with calls of
+// two events and MaxBatch three, each commit holds exactly one call, and
+// every call is answered with its own events, in order.
+func TestMaxBatchCarriesACallToTheNextCommit(t *testing.T) {
+	l := openTestLog(t, func(o *Options) { o.MaxBatch = 3 })
+	const calls = 6
+	type answer struct {
+		out []events.Envelope
+		err error
+	}
+	answers := make([]chan answer, calls)
+	for i := range answers {
+		answers[i] = make(chan answer, 1)
+	}
+	before := l.Commits()
+	// Hold the writer in its first commit, so that the calls after it
+	// queue and the batches form from what is queued.
+	l.writeMu.Lock()
+	queuedAll := make(chan error, 1)
+	go func() {
+		for i := range calls {
+			envs := []events.Envelope{
+				ev(2*i, events.KubeletRestarted{Socket: fmt.Sprintf("%d-a", i)}),
+				ev(2*i+1, events.KubeletRestarted{Socket: fmt.Sprintf("%d-b", i)}),
+			}
+			if err := l.AppendAsync(context.Background(), envs, func(out []events.Envelope, err error) {
+				answers[i] <- answer{out, err}
+			}); err != nil {
+				queuedAll <- err
+				return
+			}
+		}
+		queuedAll <- nil
+	}()
+	waitFor(t, func() bool { return len(l.reqs) == cap(l.reqs) })
+	l.writeMu.Unlock()
+	if err := <-queuedAll; err != nil {
+		t.Fatalf("AppendAsync: %v", err)
+	}
+
+	var want []string
+	for i, ch := range answers {
+		a := <-ch
+		if a.err != nil || len(a.out) != 2 {
+			t.Fatalf("call %d answered %d events, %v; want its 2", i, len(a.out), a.err)
+		}
+		for j, e := range a.out {
+			if seq := uint64(2*i + j + 1); e.Seq != seq {
+				t.Errorf("call %d event %d got seq %d, want %d", i, j, e.Seq, seq)
+			}
+		}
+		want = append(want, fmt.Sprintf("%d-a", i), fmt.Sprintf("%d-b", i))
+	}
+	var got []string
+	for _, e := range readAll(t, l, 0) {
+		got = append(got, e.Payload.(events.KubeletRestarted).Socket)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("ledger holds %v, want %v", got, want)
+	}
+	if n := l.Commits() - before; n != calls {
+		t.Errorf("%d commits for %d calls of 2 events under MaxBatch 3, want one each", n, calls)
+	}
+}
+
 // A guarded append is written only when its guard passes every event
 // committed after its After, and those of its batch ahead of it; it sees
 // none before, and a refusal fails that call alone, writing nothing of it.
