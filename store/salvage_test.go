@@ -56,11 +56,18 @@ func TestSalvage(t *testing.T) {
 			}
 			l := openVerified(t, out)
 			n := 0
+			var prev time.Time
 			if err := l.Read(0, func(e events.Envelope) error {
 				n++
+				defer func() { prev = e.Time }()
 				if _, lost := e.Payload.(events.EventLost); lost {
 					if !inRanges(e.Seq, tc.lost) {
 						t.Errorf("#%d lost, though it is intact", e.Seq)
+					}
+					// In the time of the event before it, so that the
+					// ledger's times still run forward.
+					if !e.Time.Equal(prev) {
+						t.Errorf("lost #%d at %v, want %v, the time of the event before it", e.Seq, e.Time, prev)
 					}
 					return nil
 				}
@@ -420,47 +427,52 @@ func TestSalvageIgnoresAnUncommittedRetentionPastDamage(t *testing.T) {
 
 // When the EventsDropped record of a retained ledger is damaged, salvage
 // still starts the new ledger from the snapshot retention kept, intact
-// before its first event, so that it replays.
+// before its first event, so that it replays; a cut at #1 leaves the
+// new ledger starting at #2, which is no start from scratch.
 func TestSalvageKeepsTheSnapshotOfADamagedDrop(t *testing.T) {
-	ctx := context.Background()
-	l := openTestLog(t)
-	testClock(l)
-	h := newHistory(5, 8)
-	envs := mustAppend(t, l, h.take(60)...)
-	if _, err := l.SaveSnapshot(ctx, foldAll(envs[:40]), "test"); err != nil {
-		t.Fatal(err)
-	}
-	if d, ok, err := l.Retain(ctx, Retention{MaxBytes: 1}); err != nil || !ok || d.ToSeq != 40 {
-		t.Fatalf("retain: %+v %v %v", d, ok, err)
-	}
-	for range 50 {
-		mustAppend(t, l, h.take(10)...)
-	}
-	path := l.Meta().Path
-	ro := reopen(t, l, Options{ReadOnly: true})
-	want, err := ro.Replay(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ro.Close()
-	flipInFile(t, path, "events over 1 bytes") // in the EventsDropped record
+	for _, cut := range []int{40, 1} {
+		t.Run(fmt.Sprintf("cut at #%d", cut), func(t *testing.T) {
+			ctx := context.Background()
+			l := openTestLog(t)
+			testClock(l)
+			h := newHistory(5, 8)
+			envs := mustAppend(t, l, h.take(60)...)
+			if _, err := l.SaveSnapshot(ctx, foldAll(envs[:cut]), "test"); err != nil {
+				t.Fatal(err)
+			}
+			if d, ok, err := l.Retain(ctx, Retention{MaxBytes: 1}); err != nil || !ok || d.ToSeq != uint64(cut) {
+				t.Fatalf("retain: %+v %v %v", d, ok, err)
+			}
+			for range 50 {
+				mustAppend(t, l, h.take(10)...)
+			}
+			path := l.Meta().Path
+			ro := reopen(t, l, Options{ReadOnly: true})
+			want, err := ro.Replay(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ro.Close()
+			flipInFile(t, path, "events over 1 bytes") // in the EventsDropped record
 
-	out := filepath.Join(t.TempDir(), "salvaged.db")
-	rep, err := Salvage(path, out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.FirstSeq != 41 || rep.Snapshot != 40 || rep.SnapshotLost != 0 || len(rep.Lost) != 1 {
-		t.Fatalf("salvage report %+v, want from #41 with the snapshot at #40, one record lost", rep)
-	}
-	got, err := openVerified(t, out).Replay(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The lost record changed nothing the fold keeps but the sequence.
-	want.Seq, want.Time = got.Seq, got.Time
-	if !got.Equal(want) {
-		t.Error("the salvaged ledger replays to another state")
+			out := filepath.Join(t.TempDir(), "salvaged.db")
+			rep, err := Salvage(path, out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.FirstSeq != uint64(cut+1) || rep.Snapshot != uint64(cut) || rep.SnapshotLost != 0 || len(rep.Lost) != 1 {
+				t.Fatalf("salvage report %+v, want from #%d with the snapshot at #%d, one record lost", rep, cut+1, cut)
+			}
+			got, err := openVerified(t, out).Replay(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The lost record changed nothing the fold keeps but the sequence.
+			want.Seq, want.Time = got.Seq, got.Time
+			if !got.Equal(want) {
+				t.Error("the salvaged ledger replays to another state")
+			}
+		})
 	}
 }
 
