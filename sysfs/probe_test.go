@@ -192,6 +192,13 @@ func TestProbe(t *testing.T) {
 			want:   "probe failed: cannot read net/eno1/carrier: input/output error", files: 3,
 		},
 		{
+			// Unregistered between its operstate and its carrier: the PF's
+			// port carries nothing now, whatever its operstate said.
+			name: "PF interface gone at its carrier", addr: probeVFIO,
+			faults: map[string]error{"/ens785f0/carrier": syscall.ENOENT},
+			want:   "no interface ens785f0 (PF)", files: 4,
+		},
+		{
 			name: "driver link unreadable", addr: probeIAVF,
 			faults: map[string]error{probeIAVF + "/driver": syscall.EACCES},
 			want:   "probe failed: cannot read driver: permission denied", files: 1,
