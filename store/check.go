@@ -14,7 +14,8 @@ import (
 
 // CheckReport is what Check found.
 type CheckReport struct {
-	// Events is the number of events verified (before FirstBad, if any).
+	// Events is the number of events verified: by Check, those before
+	// FirstBad (if any); by CheckAll, every one it read that is sound.
 	Events uint64
 	// Snapshots is the number of snapshots verified, and Newer of those
 	// passed over: of a format newer than this build reads (a rollback),
