@@ -34,7 +34,8 @@ import (
 // TestLiveEqualsReplay is the model-based check of DESIGN.md §1 (issue 15):
 // random sequences of what happens to a node (Allocates, also concurrent;
 // health flips; VFs rebound and moved between pools; config reloads that
-// move allocated devices; hot-unplug; pool and node crashes; rescans; a
+// move allocated devices; an allocation split across two pools by a
+// move, then superseded; hot-unplug; pool and node crashes; rescans; a
 // daemon restart, or a SIGKILL with Allocates in flight; pods that claim
 // allocations, or leave them; kubelet restarts; registrar crashes; in
 // half the seeds, a snapshot and retention dropping all it can, in steps) go
@@ -262,6 +263,39 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 	// again.
 	retains := rand.New(rand.NewPCG(seed, 0x72657461))
 	retaining := retains.IntN(2) == 0
+	// Now and then an allocation is split across pools and then
+	// superseded, drawn apart again: one container gets two devices of a
+	// pool, one of them moves to another pool (where the allocation still
+	// holds it), and an Allocate of the other ends the allocation, which
+	// frees the moved device in its new pool. Nothing else in a sequence
+	// makes an allocation that holds devices of two pools.
+	splits := rand.New(rand.NewPCG(seed, 0x73706c69))
+	split := func() string {
+		st := ledgerState(t, d)
+		for _, i := range splits.Perm(len(pools)) {
+			res := pools[i]
+			members := st.Pools[res].Members
+			movers := slices.DeleteFunc(slices.Clone(members), func(addr string) bool {
+				return !slices.Contains(vfs, addr) || removed[addr] || driver[addr] == ""
+			})
+			if len(movers) == 0 || len(members) < 2 {
+				continue
+			}
+			mover := movers[splits.IntN(len(movers))]
+			stays := slices.DeleteFunc(slices.Clone(members), func(addr string) bool { return addr == mover })
+			stay := stays[splits.IntN(len(stays))]
+			if _, err := n.kubelet.Allocate(ctx, res, []string{mover, stay}); err != nil {
+				return ""
+			}
+			what := fmt.Sprintf("split %s,%s of %s: %s", mover, stay, res, rebind(mover))
+			if diff := converge(t, n, d, pools, window); diff != "" {
+				fail("after %s, live state differs from the fold of the ledger:\n%s", what, diff)
+			}
+			_, _ = n.kubelet.Allocate(ctx, res, []string{stay})
+			return what + ", allocate " + stay
+		}
+		return ""
+	}
 	for range modelSteps {
 		step()
 		if retaining && retains.IntN(5) == 0 {
@@ -338,6 +372,14 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 				fail("the pools were not registered again after %s: %v", what, err)
 			}
 			history = append(history, what)
+		}
+		if splits.IntN(10) == 0 {
+			if what := split(); what != "" {
+				history = append(history, what)
+				if diff := converge(t, n, d, pools, window); diff != "" {
+					fail("live state differs from the fold of the ledger:\n%s", diff)
+				}
+			}
 		}
 		switch op := rng.IntN(12); op {
 		case 0, 1: // Allocates, from one to four clients at once; a
