@@ -1087,11 +1087,17 @@ func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID
 			continue
 		}
 		gone = append(gone, name)
-		if ms := n.members[name]; len(ms) > 0 {
-			removed := make([]string, len(ms))
-			for i, m := range ms {
-				removed[i] = m.Device.Address
-			}
+		var removed []string
+		for _, m := range n.members[name] {
+			removed = append(removed, m.Device.Address)
+		}
+		if !n.placed {
+			// Nothing is placed yet: its members are the ledger's, which
+			// leave it as at a start (where they go, the first scan's
+			// records say).
+			removed = n.replayed.Pools[name].Members
+		}
+		if len(removed) > 0 {
 			payloads = append(payloads, PoolRemoved(name, removed, &n.allocs, "pool removed from the config", now))
 		}
 	}
