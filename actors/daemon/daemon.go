@@ -208,7 +208,12 @@ func Start(opts Options) (_ *Daemon, err error) {
 			}
 			return nil, fmt.Errorf("%w: %s is held by %s", ErrLedgerLocked, path, holder(opts.StateDir, diedOpening))
 		}
-		os.Remove(opening)
+		// Damage keeps the mark: the next start must walk the pages
+		// again, not read them (a loop would hold it until it is killed
+		// for memory, and every other start would name nothing).
+		if !errors.Is(err, store.ErrCorrupt) {
+			os.Remove(opening)
+		}
 		return nil, fmt.Errorf("open ledger: %w%s", err, salvageHint(err))
 	}
 	if diedOpening {
