@@ -217,7 +217,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("open ledger: %w%s", err, salvageHint(err))
 	}
 	if diedOpening {
-		d.log.Warn().Str("path", path).Msg("the last start died opening or replaying the ledger; its pages were checked before reading it")
+		d.log.Warn().Str("path", path).Msg("the last start died opening or replaying the ledger, or found it damaged; its pages were checked before reading it")
 		// The mark may be gone since (a start that held the lock then
 		// failed removes its own): this replay needs one too.
 		mark()
