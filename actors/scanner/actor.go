@@ -197,10 +197,12 @@ type completeReads struct{ last map[string]sysfs.Device }
 // as read, by the ledger and the node alike. The reader has logged what
 // failed.
 //
-// A VF read as no VF, or another PF's, is being torn down: the kernel
-// takes the PF's virtfn link and the VF's physfn link before it unbinds
-// the VF's driver and removes its directory, which may take a while.
-// That read is no news either: a function stays a VF until it is gone.
+// A VF read as no VF, or another PF's, or as its PF's VF of no index
+// (the PF read whole lists it no more), is being torn down: the kernel
+// takes the PF's virtfn link, then the VF's physfn link, before it
+// unbinds the VF's driver and removes its directory, which may take a
+// while. That read is no news either: a function stays the VF it was
+// until it is gone.
 func (s *scanner) steady(devs []sysfs.Device) []sysfs.Device {
 	was := s.complete.last
 	s.complete.last = make(map[string]sysfs.Device, len(devs))
@@ -208,6 +210,8 @@ func (s *scanner) steady(devs []sysfs.Device) []sysfs.Device {
 		c, ok := was[d.Address]
 		switch {
 		case ok && c.PF != "" && d.PF != c.PF:
+			d = c
+		case ok && c.PF != "" && c.VFIndex >= 0 && d.VFIndex < 0 && !d.PFIncomplete:
 			d = c
 		case !d.Incomplete:
 		case ok && d.PFIncomplete:

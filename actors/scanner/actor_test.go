@@ -283,27 +283,27 @@ func TestScannerRecordsVFsMadeAnew(t *testing.T) {
 	}
 }
 
-// A VF being torn down loses its PF's virtfn link and its own physfn
-// link before its driver and directory go: a scan then reads it as no
-// VF. That is no news: it keeps its last read until it is gone.
+// A VF being torn down loses its PF's virtfn link, then its own physfn
+// link, before its driver and directory go: a scan then reads it as a VF
+// of no index, or as no VF. That is no news: it keeps its last read
+// until it is gone.
 func TestScannerKeepsAVFBeingTornDown(t *testing.T) {
 	const pf, vf = "0000:3b:00.0", "0000:3b:01.0"
 	fx := fixtureOf(t, sysfsgen.ScenarioSRIOV)
 	f := spawnFamily(t, Props(Config{Reader: fx.reader, Recorder: fx.recorder}))
 	was := byAddr(next[*Scanned](t, f).Devices)[vf]
 	last := fx.log.LastSeq()
-	if err := fx.roots.RemoveAttr(pf, "virtfn0"); err != nil {
-		t.Fatal(err)
-	}
-	if err := fx.roots.RemoveAttr(vf, "physfn"); err != nil {
-		t.Fatal(err)
-	}
-	f.Sys.Root.Send(f.Child, &Rescan{Reason: "tearing down"})
-	if got := byAddr(next[*Scanned](t, f).Devices)[vf]; !reflect.DeepEqual(got, was) {
-		t.Errorf("told %+v; want its last read %+v", got, was)
-	}
-	if got := fx.recorded(t, last); len(got) > 0 {
-		t.Errorf("recorded %q", got)
+	for _, step := range []struct{ dev, link string }{{pf, "virtfn0"}, {vf, "physfn"}} {
+		if err := fx.roots.RemoveAttr(step.dev, step.link); err != nil {
+			t.Fatal(err)
+		}
+		f.Sys.Root.Send(f.Child, &Rescan{Reason: "tearing down"})
+		if got := byAddr(next[*Scanned](t, f).Devices)[vf]; !reflect.DeepEqual(got, was) {
+			t.Errorf("%s gone: told %+v; want its last read %+v", step.link, got, was)
+		}
+		if got := fx.recorded(t, last); len(got) > 0 {
+			t.Errorf("%s gone: recorded %q", step.link, got)
+		}
 	}
 	f.Silent(t)
 }
