@@ -41,8 +41,9 @@ func Props(cfg Config) *actor.Props {
 	cfg.First = nil                // held by first until taken, not for good
 	persist := &ledger.Persister{} // outlives a restart
 	reads := &completeReads{}      // and so does this
+	removed := new([]string)       // and this
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &scanner{cfg: cfg, known: known(), first: first(), persist: persist, complete: reads}
+		return &scanner{cfg: cfg, known: known(), first: first(), persist: persist, complete: reads, removed: removed}
 	}, actor.WithDispatcher(supervise.Warm))
 }
 
@@ -58,9 +59,11 @@ type scanner struct {
 	unrecorded, unread int
 	// removed are the functions the kernel said it removed (Rescan), until
 	// a scan's events about them are durable: a scan that fails, or whose
-	// events the ledger refuses, leaves them to the next. A restart loses
-	// them (the replayed ledger may hold their removal already).
-	removed []string
+	// events the ledger refuses, leaves them to the next. They outlive a
+	// restart, which first settles the append in flight (clearing them
+	// if it recorded them), so the replayed ledger holds none of those
+	// kept.
+	removed *[]string
 	// persist holds the scans back while a scan's changes are being
 	// recorded: each diffs against the devices in the ledger.
 	persist *ledger.Persister
@@ -106,8 +109,8 @@ func (s *scanner) handle(ctx actor.Context, m any) {
 func (s *scanner) scan(ctx actor.Context, reason string, removed []string) {
 	defer s.schedule(ctx)
 	for _, addr := range removed {
-		if !slices.Contains(s.removed, addr) {
-			s.removed = append(s.removed, addr)
+		if !slices.Contains(*s.removed, addr) {
+			*s.removed = append(*s.removed, addr)
 			delete(s.complete.last, addr) // another function may be in its slot
 		}
 	}
@@ -129,9 +132,9 @@ func (s *scanner) scan(ctx actor.Context, reason string, removed []string) {
 		s.unread = 0
 	}
 	devs = s.steady(devs)
-	diff := Diff(s.known, devs, s.removed)
+	diff := Diff(s.known, devs, *s.removed)
 	if len(diff) == 0 {
-		s.removed = nil
+		*s.removed = nil
 		ctx.Send(ctx.Parent(), &Scanned{Devices: devs, Reason: reason})
 		return
 	}
@@ -141,7 +144,7 @@ func (s *scanner) scan(ctx actor.Context, reason string, removed []string) {
 			s.cfg.Log.WithLevel(supervise.FailureLevel(s.unrecorded)).Err(err).Int("changes", len(diff)).Msg("cannot record scan results; will retry")
 			return
 		}
-		s.unrecorded, s.removed = 0, nil
+		s.unrecorded, *s.removed = 0, nil
 		st := events.NewState()
 		st.Devices = s.known
 		healthSet := map[string]events.Device{}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -281,6 +283,78 @@ func TestScannerRecordsVFsMadeAnew(t *testing.T) {
 			f.Silent(t)
 		})
 	}
+}
+
+// The kernel's removals that no scan has recorded yet outlive a crash of
+// the scanner: here the scan they asked for fails (sysfs unreadable) and
+// the scanner then panics. The VFs were made anew meanwhile, so nothing
+// but those removals says they went: the restarted scanner records each
+// removed, then discovered.
+func TestScannerKeepsTheKernelsRemovalsThroughACrash(t *testing.T) {
+	const pf = "0000:3b:00.0"
+	vfs := []string{"0000:3b:01.0", "0000:3b:01.1", "0000:3b:01.2", "0000:3b:01.3"}
+	fx := fixtureOf(t, sysfsgen.ScenarioSRIOV)
+	crash := &crashOnce{what: "scan failed"}
+	f := spawnFamily(t, Props(Config{Reader: fx.reader, Recorder: fx.recorder, Log: zerolog.New(crash)}))
+	was := byAddr(next[*Scanned](t, f).Devices)
+	last := fx.log.LastSeq()
+	if err := fx.roots.SetNumVFs(pf, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.roots.SetNumVFs(pf, 4, func(i int) sysfsgen.Function {
+		f := sysfsgen.Function{Driver: was[vfs[i]].Driver}
+		for _, ifc := range was[vfs[i]].Interfaces {
+			f.Interfaces = append(f.Interfaces, sysfsgen.Interface{Name: ifc.Name})
+		}
+		return f
+	}); err != nil {
+		t.Fatal(err)
+	}
+	moved := fx.roots.Sysfs + ".moved"
+	if err := os.Rename(fx.roots.Sysfs, moved); err != nil {
+		t.Fatal(err)
+	}
+	f.Sys.Root.Send(f.Child, &Rescan{Reason: "kernel: 16 device events", Removed: vfs})
+	quiet := &ledger.Quiet{Done: make(chan struct{})}
+	f.Sys.Root.Send(f.Child, quiet) // taken by the restarted scanner
+	select {
+	case <-quiet.Done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the scanner never came to rest:\n%s", crash.log.String())
+	}
+	if n := crash.log.Count("", "scan failed"); n != 2 {
+		t.Fatalf("%d failed scans logged, want the crashed one and the restarted one's:\n%s", n, crash.log.String())
+	}
+	if err := os.Rename(moved, fx.roots.Sysfs); err != nil {
+		t.Fatal(err)
+	}
+	f.Sys.Root.Send(f.Child, &Rescan{Reason: "periodic"})
+	next[*Scanned](t, f)
+	var want []string
+	for _, vf := range vfs {
+		want = append(want, "DeviceRemoved "+vf, "DeviceDiscovered "+vf)
+	}
+	if got := fx.recorded(t, last); !slices.Equal(got, want) {
+		t.Errorf("recorded %q, want %q", got, want)
+	}
+	f.Silent(t)
+}
+
+// crashOnce is a log writer that panics at the first line that says
+// what, as a fault in the scanner past that line would; it writes every
+// line to log.
+type crashOnce struct {
+	what string
+	once sync.Once
+	log  actortest.Log
+}
+
+func (c *crashOnce) Write(p []byte) (int, error) {
+	n, err := c.log.Write(p)
+	if strings.Contains(string(p), c.what) {
+		c.once.Do(func() { panic("injected after: " + c.what) })
+	}
+	return n, err
 }
 
 // A VF being torn down loses its PF's virtfn link, then its own physfn
