@@ -113,6 +113,10 @@ type allocator struct {
 	// Set at start.
 	verdicts events.Health
 	holds    events.Holds // the pool's live allocations (the fold's)
+	// going are the members the newest placement taken drops, until it
+	// applies: listed unhealthy, so that while the ledger refuses the
+	// change the kubelet gives out no device gone from sysfs or moved.
+	going map[string]bool
 
 	// placing are the placements not applied yet, oldest first (see
 	// place); retry places again after a refusal (see refused).
@@ -587,6 +591,7 @@ func (p *allocator) place(ctx actor.Context, m *SetMembers, start bool) {
 		}
 	}
 	p.life.placed = m
+	p.setGoing()
 	pl := &placement{m: m, order: order, start: start, durable: true}
 	if len(added) > 0 || len(removed) > 0 {
 		p.life.nextID++
@@ -703,6 +708,7 @@ func (p *allocator) forget(ctx actor.Context) {
 // (replace).
 func (p *allocator) refused(ctx actor.Context, err error) {
 	p.forget(ctx)
+	p.broadcast() // the members it drops are listed unhealthy (going)
 	p.life.refusals++
 	delay := supervise.Doubling(p.cfg.RetryInitial, p.cfg.RetryMax, p.life.refusals)
 	p.cfg.Log.WithLevel(supervise.FailureLevel(p.life.refusals)).Err(err).Str("pool", p.name).Dur("retry_in_ms", delay).Msg("cannot record a membership change; the members stay as the ledger has them")
@@ -880,6 +886,47 @@ func holdList(hs []allocation.Hold) string {
 func (p *allocator) setMemberList(ms []allocation.Member) {
 	p.members, p.order = p.index(ms)
 	p.rank, p.list = nil, nil
+	p.setGoing()
+}
+
+// setGoing notes which members the newest placement taken drops (going);
+// the list's entries whose mark changes are built again.
+func (p *allocator) setGoing() {
+	going := map[string]bool{}
+	if pl := p.life.placed; pl != nil {
+		placed := make(map[string]bool, len(pl.Members))
+		for _, m := range pl.Members {
+			placed[m.Device.Address] = true
+		}
+		for _, addr := range p.order {
+			if !placed[addr] {
+				going[addr] = true
+			}
+		}
+	}
+	if p.list != nil {
+		for _, addr := range p.order {
+			if going[addr] != p.going[addr] {
+				p.stale = append(p.stale, addr)
+			}
+		}
+	}
+	p.going = going
+}
+
+// usable says whether the kubelet is told it may give out the member at
+// addr: its own facts allow it, and no placement taken drops it.
+func (p *allocator) usable(addr string) bool {
+	return p.members[addr].Usable() && !p.going[addr]
+}
+
+// listDevice is the ListAndWatch entry of the member at addr.
+func (p *allocator) listDevice(addr string) *pluginapi.Device {
+	m := *p.members[addr]
+	if p.going[addr] {
+		m.Healthy = false
+	}
+	return allocation.ListDevice(p.cfg.Resource, m)
 }
 
 // index is index with each member's newest verdict: its own, or one the
@@ -920,13 +967,13 @@ func (p *allocator) status() *Status {
 	st := &Status{Resource: p.name, Socket: p.socket, Members: len(p.order), Held: map[string][]uint64{}, Health: map[string]bool{}}
 	for addr, m := range p.members {
 		st.Health[addr] = m.Healthy
-		if m.Usable() { // as the kubelet sees it
+		if p.usable(addr) { // as the kubelet sees it
 			st.Healthy++
 		}
 		switch {
 		case len(p.holds.Holders[addr]) > 0:
 			st.Allocated++
-		case m.Usable() && !p.life.flying(addr):
+		case p.usable(addr) && !p.life.flying(addr):
 			st.Free++
 		}
 	}
@@ -944,7 +991,7 @@ func (p *allocator) deviceList() []*pluginapi.Device {
 	if p.list == nil {
 		p.list = make([]*pluginapi.Device, len(p.order))
 		for i, addr := range p.order {
-			p.list[i] = allocation.ListDevice(p.cfg.Resource, *p.members[addr])
+			p.list[i] = p.listDevice(addr)
 		}
 		p.stale = p.stale[:0]
 	}
@@ -954,7 +1001,7 @@ func (p *allocator) deviceList() []*pluginapi.Device {
 	list := slices.Clone(p.list)
 	for _, addr := range p.stale {
 		if i, ok := slices.BinarySearch(p.order, addr); ok {
-			list[i] = allocation.ListDevice(p.cfg.Resource, *p.members[addr])
+			list[i] = p.listDevice(addr)
 		}
 	}
 	p.list, p.stale = list, p.stale[:0]

@@ -183,9 +183,10 @@ func (p *allocator) allocated(ids []string, index int, answer events.ContainerAl
 				e.HeldElsewhere = append(e.HeldElsewhere, h.Seq)
 			}
 		}
-		// Listed unhealthy by its verdict, or as still arriving from a pool
-		// that may give it out; another pool's allocation is a conflict.
-		if !m.Healthy || (arriving && !conflict) {
+		// Listed unhealthy by its verdict, as leaving (going), or as still
+		// arriving from a pool that may give it out; another pool's
+		// allocation is a conflict.
+		if !m.Healthy || p.going[id] || (arriving && !conflict) {
 			e.Unhealthy = append(e.Unhealthy, id)
 		}
 	}

@@ -18,7 +18,7 @@ func listAllocator(addrs ...string) *allocator {
 	for i, a := range addrs {
 		ms[i] = allocation.Member{Device: sysfs.Device{Address: a, NUMANode: -1}, Healthy: true}
 	}
-	p := &allocator{cfg: &Config{Resource: &config.Resource{Prefix: "example.com", Name: "vf"}}, verdicts: events.Health{}}
+	p := &allocator{cfg: &Config{Resource: &config.Resource{Prefix: "example.com", Name: "vf"}}, verdicts: events.Health{}, life: newLifetime()}
 	p.members, p.order = index(ms)
 	return p
 }

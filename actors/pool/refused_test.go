@@ -325,23 +325,37 @@ func TestARetryShowsTheNewFactsOfItsMembers(t *testing.T) {
 			t.Fatalf("the change was not refused twice:\n%s", logs)
 		}
 	}
-	lists := make(chan *pluginapi.ListAndWatchResponse, 1)
+	// The first refusal lists y unhealthy, with the facts x had; a retry
+	// lists x's new ones.
+	lists := make(chan *pluginapi.ListAndWatchResponse, 8)
 	go func() {
-		next, _ := stream.Recv()
-		lists <- next
-	}()
-	select {
-	case <-time.After(10 * time.Second):
-		t.Errorf("no list after a retry gave %s new facts", x)
-	case next := <-lists:
-		numa := map[string][]int64{}
-		for _, d := range next.Devices {
-			for _, n := range d.GetTopology().GetNodes() {
-				numa[d.ID] = append(numa[d.ID], n.ID)
+		defer close(lists)
+		for {
+			next, err := stream.Recv()
+			if err != nil {
+				return
 			}
+			lists <- next
 		}
-		if len(next.Devices) != 2 || !slices.Equal(numa[x], []int64{1}) {
-			t.Errorf("the list after a refused retry has %d devices, %s on NUMA nodes %v; want %s and %s, %s on node 1", len(next.Devices), x, numa[x], x, y, x)
+	}()
+	timeout := time.After(10 * time.Second)
+	for shown := false; !shown; {
+		select {
+		case <-timeout:
+			t.Fatalf("no list after a retry gave %s new facts", x)
+		case next, ok := <-lists:
+			if !ok {
+				t.Fatal("the stream ended")
+			}
+			numa := map[string][]int64{}
+			for _, d := range next.Devices {
+				for _, n := range d.GetTopology().GetNodes() {
+					numa[d.ID] = append(numa[d.ID], n.ID)
+				}
+			}
+			if shown = slices.Equal(numa[x], []int64{1}); shown && len(next.Devices) != 2 {
+				t.Errorf("the list after a refused retry has %d devices; want %s and %s", len(next.Devices), x, y)
+			}
 		}
 	}
 
@@ -462,4 +476,82 @@ func TestAChangeRecordedAfterARefusedOneIsTakenAtOnce(t *testing.T) {
 	agree(x, z)
 	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(x)}, Reason: "test", Gen: 3})
 	agree(x)
+}
+
+// While the ledger refuses a change that drops a member (a device gone
+// from sysfs), the pool keeps it, as the ledger does, but lists it
+// unhealthy: the node tells the verdicts of a device it placed in no
+// pool to none, so the kubelet would otherwise give out a device that is
+// gone. Nothing is recorded of it; an Allocate of it that the kubelet
+// made before it heard says it gave out a device it listed unhealthy.
+func TestARefusedChangeListsTheMembersItDropsUnhealthy(t *testing.T) {
+	disk, l := fullDiskLedger(t, store.Options{})
+	logs := &actortest.Log{}
+	f := actortest.Spawn(t, Props(Config{
+		Resource: &config.Resource{Prefix: "example.com", Name: "vf", DeviceType: config.GenericPCI},
+		Members:  []allocation.Member{member(x), member(y)}, Recorder: ledger.NewRecorder(l, "boot-1", nil),
+		Replayed: &events.State{}, SocketDir: kubelettest.ShortTempDir(t), Mode: grpcapi.ModeLegacy,
+		RetryInitial: time.Hour, RetryMax: time.Hour, // no retry while the test runs
+		Log: zerolog.New(logs).Level(zerolog.DebugLevel),
+	}))
+	socket := actortest.Next[*Serving](t, f).Socket
+	stream := listAndWatch(t, socket)
+	if first, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	} else if h := healths(first.Devices); h[y] != pluginapi.Healthy {
+		t.Fatalf("first list %v, want %s healthy", h, y)
+	}
+	fillLedger(t, disk, l)
+
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(x)}, Reason: "scan: y removed", Gen: 1})
+	for deadline := time.Now().Add(10 * time.Second); logs.Count("", "cannot record a membership change") < 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the change was not refused:\n%s", logs)
+		}
+	}
+	res, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := res.(*Status); st.Members != 2 || st.Healthy != 1 {
+		t.Errorf("after the refusal: %d members, %d healthy; want 2 members (the ledger's), 1 healthy", st.Members, st.Healthy)
+	}
+	want := map[string]string{x: pluginapi.Healthy, y: pluginapi.Unhealthy}
+	fresh, err := listAndWatch(t, socket).Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := healths(fresh.Devices); !maps.Equal(h, want) {
+		t.Errorf("a stream opened after the refusal lists %v, want %v", h, want)
+	}
+	lists := make(chan *pluginapi.ListAndWatchResponse, 1)
+	go func() {
+		next, _ := stream.Recv()
+		lists <- next
+	}()
+	select {
+	case <-time.After(10 * time.Second):
+		t.Errorf("the open stream was not told that %s is going", y)
+	case next := <-lists:
+		if h := healths(next.GetDevices()); !maps.Equal(h, want) {
+			t.Errorf("the open stream lists %v after the refusal, want %v", h, want)
+		}
+	}
+
+	disk.Free(t)
+	if r := awaitReply(t, allocateVia(f, context.Background(), y)); r.err != nil {
+		t.Fatalf("Allocate of %s: %v", y, r.err)
+	}
+	var unhealthy []string
+	if err := l.Read(0, func(e events.Envelope) error {
+		if a, ok := e.Payload.(events.DevicesAllocated); ok {
+			unhealthy = a.Unhealthy
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(unhealthy, []string{y}) {
+		t.Errorf("the Allocate of %s recorded unhealthy %v, want %s", y, unhealthy, y)
+	}
 }
