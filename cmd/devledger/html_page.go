@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"html"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -396,12 +397,11 @@ var axisSteps = []time.Duration{
 	91 * 24 * time.Hour, 364 * 24 * time.Hour,
 }
 
-// axisTicks picks at most 8 round times in start..end (UTC) to label.
-func axisTicks(start, end time.Time) []axisTick {
+// axisStep is the spacing of the axis labels of start..end (end after
+// start): the shortest of axisSteps that labels it at most eight times,
+// else a multiple of the longest.
+func axisStep(start, end time.Time) time.Duration {
 	total := end.Sub(start)
-	if total <= 0 {
-		return []axisTick{{at: start, label: start.UTC().Format("Jan 2 15:04:05")}}
-	}
 	step := axisSteps[len(axisSteps)-1]
 	for _, s := range axisSteps {
 		if total/s <= 8 {
@@ -410,10 +410,23 @@ func axisTicks(start, end time.Time) []axisTick {
 		}
 	}
 	// Longer than eight of the longest (a node whose clock started at
-	// 1970 before it synced): a multiple of it.
+	// 1970 before it synced): a multiple of it. Counted in seconds, as
+	// total saturates past 292 years (and total+8*step overflows past
+	// 284), and no longer than a Duration holds.
 	if total/step > 8 {
-		step *= (total + 8*step - 1) / (8 * step)
+		secs, per := end.Unix()-start.Unix(), int64(8*step/time.Second)
+		step *= time.Duration(min((secs+per-1)/per, int64(math.MaxInt64/step)))
 	}
+	return step
+}
+
+// axisTicks picks at most 8 round times in start..end (UTC) to label.
+func axisTicks(start, end time.Time) []axisTick {
+	total := end.Sub(start)
+	if total <= 0 {
+		return []axisTick{{at: start, label: start.UTC().Format("Jan 2 15:04:05")}}
+	}
+	step := axisStep(start, end)
 	var ticks []axisTick
 	lastDay := ""
 	for t := start.UTC().Truncate(step); !t.After(end); t = t.Add(step) {

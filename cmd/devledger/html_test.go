@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -686,6 +687,30 @@ func TestHTMLAxisTicksBounded(t *testing.T) {
 	} {
 		if ticks := axisTicks(start, end); len(ticks) < 2 || len(ticks) > 9 {
 			t.Errorf("%s to %s: %d labels", start.Format(time.DateOnly), end.Format(time.DateOnly), len(ticks))
+		}
+	}
+}
+
+// TestHTMLAxisStepCenturies: a window of centuries, up to the whole span
+// the ledger's times can take (1678 to 2262), is labelled a handful of
+// times too. Its length saturates a time.Duration at 292 years, and a
+// step worked out from the saturated length must not overflow: a
+// negative step would send the axis back in time for ever.
+func TestHTMLAxisStepCenturies(t *testing.T) {
+	end := time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
+	for _, w := range []struct{ start, end time.Time }{
+		{end.AddDate(-285, 0, 0), end},
+		{end.AddDate(-300, 0, 0), end},
+		{time.Unix(0, math.MinInt64).UTC(), time.Unix(0, math.MaxInt64).UTC()},
+	} {
+		name := w.start.Format(time.DateOnly) + " to " + w.end.Format(time.DateOnly)
+		step := axisStep(w.start, w.end)
+		if step <= 0 {
+			t.Errorf("%s: step %s", name, step)
+			continue // axisTicks would never end
+		}
+		if ticks := axisTicks(w.start, w.end); len(ticks) < 2 || len(ticks) > 9 {
+			t.Errorf("%s: %d labels", name, len(ticks))
 		}
 	}
 }
