@@ -48,10 +48,11 @@ const LedgerFileName = "ledger.db"
 const PIDFileName = "devledger.pid"
 
 // OpeningFileName is the mark a start leaves in the state dir while it
-// opens and replays the ledger. The next start finding it knows that one
-// died there (killed for memory, say, by a loop in the file's pages, which
-// bbolt follows for ever) and has the store walk the pages before bbolt
-// reads them (store.Options.CheckPages), so it names the damage instead.
+// opens and replays the ledger, and keeps when it finds the ledger damaged.
+// The next start finding it knows that one died there (killed for memory,
+// say, by a loop in the file's pages, which bbolt follows for ever) or
+// found damage, and has the store walk the pages before bbolt reads them
+// (store.Options.CheckPages), so it names the damage instead.
 const OpeningFileName = "ledger.opening"
 
 // ErrBadConfig is wrapped by Start's error when the config file is missing
@@ -1167,7 +1168,7 @@ func holder(stateDir string, opening bool) string {
 			// then it names the run before.
 			why += "; " + PIDFileName + " names the run before it: " + pid
 		}
-		return "another process, likely a start still opening or replaying it (" + why + "), or a tool reading it after a start died there"
+		return "another process, likely a start still opening or replaying it (" + why + "), or a tool reading it after a start died there or found it damaged"
 	case !named:
 		return "another process (no " + PIDFileName + " says which)"
 	}

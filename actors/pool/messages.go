@@ -82,7 +82,10 @@ type Status struct {
 	Resource string
 	Socket   string
 	Members  int
-	Healthy  int
+	// Healthy counts the members the kubelet is told are healthy: healthy
+	// by their verdict, held by no other pool, and not dropped by a
+	// change the ledger has not taken yet.
+	Healthy int
 	// Allocated counts the members a live allocation holds, Free those
 	// it can give out now (healthy, unheld, not being allocated).
 	Allocated, Free int
