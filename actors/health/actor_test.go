@@ -214,6 +214,22 @@ func openLog(t *testing.T) *store.Log {
 	return l
 }
 
+// Silent checks that the parent heard nothing more once the checker is at
+// rest: what it handled, and the appends those started, landed and told.
+// The family's own Silent does not wait for an append in flight, so a
+// verdict recorded a round early would pass for the next round's.
+func (c *checkerUnderTest) Silent(t *testing.T) {
+	t.Helper()
+	quiet := &ledger.Quiet{Done: make(chan struct{})}
+	c.Sys.Root.Send(c.Child, quiet)
+	select {
+	case <-quiet.Done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the checker never came to rest: an append still in flight")
+	}
+	c.family.Silent(t)
+}
+
 func (c *checkerUnderTest) watch(targets ...Target) {
 	c.Sys.Root.Send(c.Child, &Watch{Targets: targets})
 }
