@@ -732,6 +732,40 @@ func TestEachTargetAtItsOwnInterval(t *testing.T) {
 	}
 }
 
+// A device a kernel event probed a little early stays in the periodic round
+// of its interval: the round takes those due within a quarter of their
+// interval, rather than probing them a few moments later in a round of
+// their own. The timer is real (the interval short); the clock the rounds
+// are judged by is the test's.
+func TestADeviceProbedEarlyStaysInItsIntervalsRound(t *testing.T) {
+	const interval = 400 * time.Millisecond
+	c := newChecker(t, Config{})
+	a, b := target(devA, 0, 0), target(devB, 0, 0)
+	a.Interval, b.Interval = interval, interval
+	c.watch(a, b)
+	c.Silent(t)
+	c.clock.advance(interval / 8)
+	c.Sys.Root.Send(c.Child, &Probe{Reason: "uevent", Addresses: []string{devA}})
+	c.Silent(t)
+	c.clock.advance(interval - interval/8) // devB is due, devA an eighth later
+	deadline := time.Now().Add(10 * time.Second)
+	for c.prober.count() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no periodic round in 10s with a %v interval: rounds %v", interval, c.prober.roundsSince(0))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.prober.mu.Lock()
+	rounds := slices.Clone(c.prober.rounds)
+	c.prober.mu.Unlock()
+	if !slices.Equal(rounds[1], []string{devA}) {
+		t.Fatalf("the uevent probed %v, want %s", rounds[1], devA)
+	}
+	if !slices.Equal(rounds[2], []string{devA, devB}) {
+		t.Errorf("the periodic round probed %v, want %s and %s together", rounds[2], devA, devB)
+	}
+}
+
 // Link notifications, however many, never put off a device's full probe at
 // its interval: what only the full probe sees (a /dev/vfio node gone, whose
 // uevent asks for nothing) is seen in time.
