@@ -191,7 +191,6 @@ func TestDesiredPoolIsRegistered(t *testing.T) {
 func TestRegisteredIsRecordedAfterThePoolsServing(t *testing.T) {
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { close(release) }) })
 	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{}, func(c *Config) {
 		first := true
 		c.Recorder.Observe(func([]events.Envelope) { // on the store's writer: holds it
@@ -202,6 +201,9 @@ func TestRegisteredIsRecordedAfterThePoolsServing(t *testing.T) {
 			}
 		})
 	})
+	// After newRegistrar's, so it runs before them: closing the ledger
+	// waits for the writer this test holds.
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
 	_, sock := r.serve(t, gpu)
 	serving := events.PluginServing{Pool: gpu, Socket: sock, Mode: "legacy"}
 	if err := r.cfg.Recorder.RecordAsync(context.Background(), nil, []events.Payload{serving}, func([]events.Envelope, error) {}); err != nil {
