@@ -283,14 +283,17 @@ func TestRejectedRegistrationIsRetriedWithBackoffOnNewSockets(t *testing.T) {
 		t.Errorf("status %+v, want unregistered with the kubelet's reason %q", st.Pools[bad], reason)
 	}
 	var attempts []int
+	// The backoff doubles from RetryInitial up to RetryMax, and the ledger
+	// says how long each retry waits.
+	delays := []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond, 40 * time.Millisecond}
 	for i, p := range r.awaitRecorded(t, 4)[:4] {
 		f, ok := p.(events.RegistrationFailed)
 		if !ok {
 			t.Fatalf("recorded %T, want only RegistrationFailed", p)
 		}
 		if f.Pool != bad || f.Socket != sockets[i] || f.Mode != "legacy" || !strings.Contains(f.Error, reason) ||
-			f.KubeletHolds != "" || !strings.HasPrefix(f.Action, "registering on a new socket in ") {
-			t.Errorf("recorded %+v, want the kubelet's reason %q on %s and what comes next", f, reason, sockets[i])
+			f.KubeletHolds != "" || f.Action != "registering on a new socket in "+delays[i].String() {
+			t.Errorf("recorded %+v, want the kubelet's reason %q on %s, and a new socket in %v", f, reason, sockets[i], delays[i])
 		}
 		attempts = append(attempts, f.Attempt)
 	}
