@@ -222,3 +222,36 @@ func TestAKubeletThatTakesItsSocketWithItIsRecordedGone(t *testing.T) {
 		}
 	}
 }
+
+// A pool backing off after a kubelet that did not answer registers with
+// the next kubelet as soon as it appears: the backoff and the failures
+// were the last kubelet's. Waiting out the backoff (up to RetryMax, 30s
+// by default) would leave the new kubelet without the pool meanwhile.
+func TestANewKubeletEndsThePoolsBackoff(t *testing.T) {
+	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{}, func(c *Config) {
+		c.RegisterTimeout = 100 * time.Millisecond
+		c.RetryInitial, c.RetryMax = time.Hour, time.Hour
+	})
+	if err := r.kubelet.Stop(); err != nil { // kubelet.sock stays, refusing
+		t.Fatal(err)
+	}
+	srv, sock := r.serve(t, gpu)
+	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
+	r.await(t, "failed once", func(st *Status) bool { return st.Pools[gpu].Failures == 1 })
+
+	if err := r.kubelet.Boot(); err != nil { // deletes sock, then makes kubelet.sock
+		t.Fatal(err)
+	}
+	r.Sys.Root.Send(r.Child, &KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
+	need := next[*NeedSocket](t, r.family)
+	if !need.Lost || need.Socket != sock {
+		t.Fatalf("NeedSocket %+v, want the lost %s", *need, sock)
+	}
+	sock2 := r.reserve(t, srv, need)
+	st := r.await(t, "registered with the new kubelet", func(st *Status) bool {
+		return st.Pools[gpu].Registered && st.Pools[gpu].Socket == sock2
+	})
+	if p := st.Pools[gpu]; p.Failures != 0 || p.LastError != "" {
+		t.Errorf("status %+v, want no failures once registered", p)
+	}
+}
