@@ -249,6 +249,14 @@ func (x *Index) Preferred(res *config.Resource, pending iter.Seq[string], availa
 		return nil, fmt.Errorf("preferred allocation for %s: size %d of %d distinct available and must-include devices: %w", res.FullName(), size, distinct, ErrInvalidRequest)
 	}
 
+	if need == 1 && len(must) == 0 {
+		// The usual request, one device and none it must include: the
+		// node nodeRanks favours is that of the policy's first free
+		// candidate on a known node, which pickOne then takes.
+		if i := firstFit(res.AllocatePolicy, cands, nil, 1); i >= 0 {
+			return append(strays, x.ids[cands[i].pos]), nil
+		}
+	}
 	ranks := x.nodeRanks(res.AllocatePolicy, must, cands, need)
 	for i := range cands {
 		cands[i].tier = tierOf(cands[i], ranks)
@@ -337,13 +345,7 @@ func (x *Index) nodeRanks(policy config.AllocatePolicy, must []int32, cands []ca
 		}
 	}
 	if node < 0 {
-		first, order := -1, firstOrder(policy)
-		for i, c := range cands {
-			if c.numa >= 0 && !c.held && free[c.numa] >= need && (first < 0 || order(c, cands[first]) < 0) {
-				first = i
-			}
-		}
-		if first >= 0 {
+		if first := firstFit(policy, cands, free, need); first >= 0 {
 			node = cands[first].numa
 		}
 	}
@@ -371,6 +373,20 @@ func (x *Index) nodeRanks(policy config.AllocatePolicy, must []int32, cands []ca
 		ranks[n+1] = int32(r)
 	}
 	return ranks
+}
+
+// firstFit is the index in cands of the free candidate on a known node
+// that policy takes first (firstOrder, before tiers are set), of the
+// nodes with at least need free candidates by free (any node when free
+// is nil); -1 when there is none.
+func firstFit(policy config.AllocatePolicy, cands []candidate, free []int, need int) int {
+	first, order := -1, firstOrder(policy)
+	for i, c := range cands {
+		if c.numa >= 0 && !c.held && (free == nil || free[c.numa] >= need) && (first < 0 || order(c, cands[first]) < 0) {
+			first = i
+		}
+	}
+	return first
 }
 
 // busiest returns the node with the highest count, the lowest such node
