@@ -500,7 +500,7 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 					fail("live state differs from the fold of the ledger:\n%s", diff)
 				}
 				if double := unrecordedConflicts(t, d); len(double) > 0 {
-					fail("devices held by two live allocations, with no conflict in the ledger:\n%s", strings.Join(double, "\n"))
+					fail("devices held by two live allocations, with no conflict in the ledger:\n%s\nthe ledger:\n%s", strings.Join(double, "\n"), ledgerText(t, d))
 				}
 			}
 		}
@@ -844,27 +844,39 @@ func ungranted(t *testing.T, d *Daemon, since uint64, granted []string) []string
 // one's DevicesAllocated names the other in HeldElsewhere, or an
 // AllocationConflict of the device claims both. The earlier one may also
 // have been a suspected leak that no container claimed when the later
-// one was recorded: such an allocation keeps no device from another
-// pool (heldByAnother). A pair whose later allocation retention dropped
+// one was recorded (granted, or recovered for a container the kubelet
+// lists): such an allocation keeps no device from another pool
+// (heldByAnother). A pair whose later allocation retention dropped
 // is let pass: its event is not read.
 func unrecordedConflicts(t *testing.T, d *Daemon) []string {
 	t.Helper()
 	st, first := foldStart(t, d)
 	type pair struct{ older, newer uint64 }
 	recorded := map[pair]bool{}
+	// unclaimed passes the allocation at seq holding ids beside another
+	// that no container claims: a leak suspect keeps no device from
+	// another pool.
+	unclaimed := func(ids []string, seq uint64) {
+		for _, id := range ids {
+			for _, other := range st.Holders[id] {
+				if !st.Allocations[other].Claimed() {
+					recorded[pair{other, seq}] = true
+				}
+			}
+		}
+	}
 	err := d.rec.Log().Read(first, func(e events.Envelope) error {
 		switch p := e.Payload.(type) {
 		case events.DevicesAllocated:
 			for _, seq := range p.HeldElsewhere {
 				recorded[pair{seq, e.Seq}] = true
 			}
-			for _, id := range p.DeviceIDs {
-				for _, seq := range st.Holders[id] {
-					if !st.Allocations[seq].Claimed() {
-						recorded[pair{seq, e.Seq}] = true
-					}
-				}
-			}
+			unclaimed(p.DeviceIDs, e.Seq)
+		case events.AllocationRecovered:
+			// A container the kubelet lists holds a device no live
+			// allocation of its pool holds (its allocation was
+			// superseded by one of part of its devices): the same rule.
+			unclaimed(p.DeviceIDs, e.Seq)
 		case events.AllocationConflict:
 			for _, a := range p.Claims {
 				for _, b := range p.Claims {
@@ -891,6 +903,21 @@ func unrecordedConflicts(t *testing.T, d *Daemon) []string {
 		}
 	}
 	return out
+}
+
+// ledgerText is every event of the ledger, a line each, for a failure
+// that a sequence's steps alone do not explain.
+func ledgerText(t *testing.T, d *Daemon) string {
+	t.Helper()
+	var b strings.Builder
+	err := d.rec.Log().Read(d.ledger.FirstSeq(), func(e events.Envelope) error {
+		fmt.Fprintf(&b, "#%d %s %+v\n", e.Seq, e.Type, e.Payload)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }
 
 // served are the pools of pools that the ledger lists devices of: those
