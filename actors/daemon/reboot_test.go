@@ -210,7 +210,7 @@ func TestAStartInTheOtherModeRemovesTheLastRunsSockets(t *testing.T) {
 		staleSocket(t, path) // what a killed run leaves
 	}
 	n.opts.Registration = "legacy"
-	d = n.start(t)
+	n.start(t) // its cleanup stops it
 	if got := socketsIn(t, n.kubelet.PluginsRegistryDir()); len(got) != 0 {
 		t.Errorf("a legacy start left the watcher run's sockets %v", got)
 	}
