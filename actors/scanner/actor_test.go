@@ -238,18 +238,7 @@ func TestScannerRecordsVFsMadeAnew(t *testing.T) {
 			f := spawnFamily(t, Props(Config{Reader: fx.reader, Recorder: fx.recorder}))
 			was := byAddr(next[*Scanned](t, f).Devices)
 			last := fx.log.LastSeq()
-			if err := fx.roots.SetNumVFs(pf, 0, nil); err != nil {
-				t.Fatal(err)
-			}
-			if err := fx.roots.SetNumVFs(pf, 4, func(i int) sysfsgen.Function {
-				f := sysfsgen.Function{Driver: was[vfs[i]].Driver}
-				for _, ifc := range was[vfs[i]].Interfaces {
-					f.Interfaces = append(f.Interfaces, sysfsgen.Interface{Name: ifc.Name})
-				}
-				return f
-			}); err != nil {
-				t.Fatal(err)
-			}
+			remakeVFs(t, fx, pf, vfs, was)
 			rescan := &Rescan{Reason: "kernel: 16 device events", Removed: vfs}
 			if failed {
 				moved := fx.roots.Sysfs + ".moved"
@@ -298,18 +287,7 @@ func TestScannerKeepsTheKernelsRemovalsThroughACrash(t *testing.T) {
 	f := spawnFamily(t, Props(Config{Reader: fx.reader, Recorder: fx.recorder, Log: zerolog.New(crash)}))
 	was := byAddr(next[*Scanned](t, f).Devices)
 	last := fx.log.LastSeq()
-	if err := fx.roots.SetNumVFs(pf, 0, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := fx.roots.SetNumVFs(pf, 4, func(i int) sysfsgen.Function {
-		f := sysfsgen.Function{Driver: was[vfs[i]].Driver}
-		for _, ifc := range was[vfs[i]].Interfaces {
-			f.Interfaces = append(f.Interfaces, sysfsgen.Interface{Name: ifc.Name})
-		}
-		return f
-	}); err != nil {
-		t.Fatal(err)
-	}
+	remakeVFs(t, fx, pf, vfs, was)
 	moved := fx.roots.Sysfs + ".moved"
 	if err := os.Rename(fx.roots.Sysfs, moved); err != nil {
 		t.Fatal(err)
@@ -423,6 +401,24 @@ func unreadable(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 	if err := os.Mkdir(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// remakeVFs has the kernel take pf's VFs away and make four again, each
+// bound to the driver and named as vfs[i] was in was.
+func remakeVFs(t *testing.T, fx *fixture, pf string, vfs []string, was map[string]sysfs.Device) {
+	t.Helper()
+	if err := fx.roots.SetNumVFs(pf, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.roots.SetNumVFs(pf, 4, func(i int) sysfsgen.Function {
+		f := sysfsgen.Function{Driver: was[vfs[i]].Driver}
+		for _, ifc := range was[vfs[i]].Interfaces {
+			f.Interfaces = append(f.Interfaces, sysfsgen.Interface{Name: ifc.Name})
+		}
+		return f
+	}); err != nil {
 		t.Fatal(err)
 	}
 }
