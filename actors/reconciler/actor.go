@@ -116,6 +116,9 @@ type lifetime struct {
 	// unrecorded counts the rounds in a row whose events the ledger
 	// refused: the first is logged as an error, the others at debug.
 	unrecorded int
+	// quiets are the Quiets that came while a round's List was out: the
+	// round may record, so they are answered once it has (see quiet).
+	quiets []*ledger.Quiet
 }
 
 type reconciler struct {
@@ -152,10 +155,20 @@ func (r *reconciler) Receive(ctx actor.Context) {
 		r.closing = true
 		r.timer.Stop()
 		r.life.persist.Settle()
+		// The round out ends with this incarnation: nothing it owes is left.
+		for _, q := range r.life.quiets {
+			close(q.Done)
+		}
+		r.life.quiets = nil
 	case *ledger.Landed:
 		r.life.persist.Land(m, func(m any) { r.handle(ctx, m) })
 	case *Crash:
 		panic("reconciler: injected crash: " + m.Reason)
+	case *ledger.Quiet:
+		// Held in order behind what an append holds, as any message.
+		if !r.life.persist.Hold(&quiet{m}) {
+			r.handle(ctx, &quiet{m})
+		}
 	case *Query:
 		if !r.life.persist.Busy() {
 			// Not while a round's events are in flight: read now, the
@@ -200,9 +213,27 @@ func (r *reconciler) handle(ctx actor.Context, m any) {
 	case *listed:
 		if m == r.listing {
 			r.listed(ctx, m)
+			waiting := r.life.quiets
+			r.life.quiets = nil
+			for _, q := range waiting {
+				if !r.life.persist.Hold(&quiet{q}) {
+					r.handle(ctx, &quiet{q})
+				}
+			}
+		}
+	case *quiet:
+		if r.listing != nil {
+			r.life.quiets = append(r.life.quiets, m.q)
+		} else {
+			close(m.q.Done)
 		}
 	}
 }
+
+// quiet is a ledger.Quiet on its way through the actor: at rest means no
+// round's List out either, whose answer the round records (a test that
+// waits for the reconciler waits for its round).
+type quiet struct{ q *ledger.Quiet }
 
 func (r *reconciler) start(ctx actor.Context) {
 	r.told = map[uint64]bool{}

@@ -749,3 +749,54 @@ func TestALedgerThatRefusesRoundsIsLoggedOnce(t *testing.T) {
 		t.Errorf("%d rounds (%d lists) the ledger refused logged %d errors, want %d rounds logging 1:\n%s", all, lists.Load(), errorLines, 4, log.String())
 	}
 }
+
+// A Quiet that comes while a round's List is out is answered once the
+// round has recorded what it found, not before: a test that waits for the
+// reconciler to be at rest must not take a round in flight for none (the
+// daemon's model test then raced its next step against the round).
+func TestAQuietWaitsForTheRoundOut(t *testing.T) {
+	const pool, dev = "example.com/vf", "0000:3b:02.1"
+	l, rec, seq, replayed := ledgerWithAllocation(t, pool, dev)
+	listing, answer := make(chan struct{}, 1), make(chan struct{})
+	pods := &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{
+		kubelettest.PodHolding("ns", "pod-a", "main", pool, dev)}}
+	lister := listerFunc(func(ctx context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+		select {
+		case listing <- struct{}{}:
+		default:
+		}
+		select {
+		case <-answer:
+			return pods, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed, CallTimeout: time.Minute,
+		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, Log: zerolog.Nop()}))
+	select {
+	case <-listing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first round never listed")
+	}
+	q := &ledger.Quiet{Done: make(chan struct{})}
+	f.Sys.Root.Send(f.Child, q)
+	// The reconciler takes its mailbox meanwhile: a Query is answered.
+	if _, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 10*time.Second).Result(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-q.Done:
+		t.Fatal("a Quiet was answered while the round's List was out")
+	default:
+	}
+	close(answer)
+	select {
+	case <-q.Done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Quiet was never answered after the round")
+	}
+	if b := bindings(t, l); len(b) != 1 {
+		t.Errorf("at rest, the ledger has bindings %v, want the round's binding of #%d", b, seq)
+	}
+}
