@@ -97,6 +97,71 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 		}
 	}
 
+	// Each allocation's container first: a conflict names the allocations
+	// of its containers as the round leaves them bound (bound), and the
+	// round records their bindings after it.
+	var attributed []events.Payload
+	bound := map[uint64]holderRef{}
+	for _, seq := range slices.Sorted(maps.Keys(in.allocs)) {
+		a := in.allocs[seq]
+		// ref is the container that holds it: the one it is bound to
+		// while that reports a device of it, or else the only one that
+		// reports its first device reported. Two containers reporting
+		// one device (a conflict, recorded first) bind it to neither.
+		var ref *holderRef
+		holdsAny, claimed, supersededBy := false, false, uint64(0)
+		for _, id := range a.DeviceIDs {
+			k := key{a.Pool, id}
+			if h := holder[k]; h != seq {
+				supersededBy = max(supersededBy, h)
+				continue
+			}
+			holdsAny = true
+			refs := reported[k]
+			claimed = claimed || len(refs) > 0
+			if b := a.Binding; b != nil && slices.Contains(refs, refOf(b)) {
+				r := refOf(b)
+				ref = &r
+			} else if ref == nil && len(refs) == 1 {
+				ref = &refs[0]
+			}
+		}
+		if ref != nil {
+			bound[seq] = *ref
+		} else if b := a.Binding; b != nil {
+			bound[seq] = refOf(b)
+		}
+		held := in.now.Sub(a.At)
+		switch {
+		case !holdsAny && supersededBy != 0:
+			delete(bound, seq)
+			attributed = append(attributed, events.DevicesReleased{AllocationSeq: seq, Pool: a.Pool,
+				DeviceIDs: slices.Clone(a.DeviceIDs), HeldFor: held, Reason: fmt.Sprintf("superseded by allocation #%d", supersededBy)})
+		case ref != nil:
+			if b := a.Binding; b == nil || b.Namespace != ref.namespace || b.Pod != ref.pod || b.Container != ref.container {
+				attributed = append(attributed, events.AllocationBound{AllocationSeq: seq, Pool: a.Pool,
+					DeviceIDs: slices.Clone(a.DeviceIDs), Namespace: ref.namespace, Pod: ref.pod, Container: ref.container})
+			}
+		case claimed:
+			// Only containers in conflict hold it: the conflict says so.
+		case a.Binding != nil && in.settling && !listed[[2]string{a.Binding.Namespace, a.Binding.Pod}]:
+			// Its pod may be one the new kubelet has not synced: wait.
+		case a.Binding != nil:
+			b := a.Binding
+			delete(bound, seq)
+			attributed = append(attributed, events.DevicesReleased{AllocationSeq: seq, Pool: a.Pool,
+				DeviceIDs: slices.Clone(a.DeviceIDs), HeldFor: held,
+				Reason: fmt.Sprintf("%s/%s/%s no longer holds it", b.Namespace, b.Pod, b.Container)})
+		case !a.LeakSuspected && held > in.grace && !in.settling:
+			// A suspect stops holding its devices against other pools
+			// (events.Allocation.Claimed): only a kubelet that has its
+			// pods back can say that no container claims it.
+			attributed = append(attributed, events.AllocationLeakSuspected{AllocationSeq: seq, Pool: a.Pool,
+				DeviceIDs: slices.Clone(a.DeviceIDs), Age: held,
+				Reason: fmt.Sprintf("no container has claimed it for %s", held.Round(time.Second))})
+		}
+	}
+
 	out := foldResult{seen: map[string]bool{}}
 	if in.settling {
 		// The pods of a conflict recorded may be ones the kubelet has
@@ -131,16 +196,16 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 		refs := reported[k]
 		if rs := under[k.device]; len(rs) > 1 {
 			if rs[0] == k.resource { // once per device
-				out.payloads = append(out.payloads, crossPool(k.device, rs, reported, holder, in, &out)...)
+				out.payloads = append(out.payloads, crossPool(k.device, rs, reported, holder, bound, in, &out)...)
 			}
 		} else if len(refs) > 1 {
 			claims := make([]events.Claim, 0, len(refs))
 			names := make([]string, 0, len(refs))
-			bound := in.allocs[holder[k]].Binding
 			for _, r := range refs {
-				// The allocation is the claim of the container it is bound to.
+				// The allocation is the claim of the container the round
+				// leaves it bound to.
 				c := events.Claim{Namespace: r.namespace, Pod: r.pod, Container: r.container}
-				if bound != nil && refOf(bound) == r {
+				if to, ok := bound[holder[k]]; ok && to == r {
 					c.AllocationSeq = holder[k]
 				}
 				claims = append(claims, c)
@@ -180,58 +245,7 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 			Reason: "the kubelet reports " + g.ref.String() + " holding " + it + ", and the ledger has no live allocation of " + it})
 	}
 
-	for _, seq := range slices.Sorted(maps.Keys(in.allocs)) {
-		a := in.allocs[seq]
-		// ref is the container that holds it: the one it is bound to
-		// while that reports a device of it, or else the only one that
-		// reports its first device reported. Two containers reporting
-		// one device (a conflict, recorded above) bind it to neither.
-		var ref *holderRef
-		holdsAny, claimed, supersededBy := false, false, uint64(0)
-		for _, id := range a.DeviceIDs {
-			k := key{a.Pool, id}
-			if h := holder[k]; h != seq {
-				supersededBy = max(supersededBy, h)
-				continue
-			}
-			holdsAny = true
-			refs := reported[k]
-			claimed = claimed || len(refs) > 0
-			if b := a.Binding; b != nil && slices.Contains(refs, refOf(b)) {
-				r := refOf(b)
-				ref = &r
-			} else if ref == nil && len(refs) == 1 {
-				ref = &refs[0]
-			}
-		}
-		held := in.now.Sub(a.At)
-		switch {
-		case !holdsAny && supersededBy != 0:
-			out.payloads = append(out.payloads, events.DevicesReleased{AllocationSeq: seq, Pool: a.Pool,
-				DeviceIDs: slices.Clone(a.DeviceIDs), HeldFor: held, Reason: fmt.Sprintf("superseded by allocation #%d", supersededBy)})
-		case ref != nil:
-			if b := a.Binding; b == nil || b.Namespace != ref.namespace || b.Pod != ref.pod || b.Container != ref.container {
-				out.payloads = append(out.payloads, events.AllocationBound{AllocationSeq: seq, Pool: a.Pool,
-					DeviceIDs: slices.Clone(a.DeviceIDs), Namespace: ref.namespace, Pod: ref.pod, Container: ref.container})
-			}
-		case claimed:
-			// Only containers in conflict hold it: the conflict says so.
-		case a.Binding != nil && in.settling && !listed[[2]string{a.Binding.Namespace, a.Binding.Pod}]:
-			// Its pod may be one the new kubelet has not synced: wait.
-		case a.Binding != nil:
-			b := a.Binding
-			out.payloads = append(out.payloads, events.DevicesReleased{AllocationSeq: seq, Pool: a.Pool,
-				DeviceIDs: slices.Clone(a.DeviceIDs), HeldFor: held,
-				Reason: fmt.Sprintf("%s/%s/%s no longer holds it", b.Namespace, b.Pod, b.Container)})
-		case !a.LeakSuspected && held > in.grace && !in.settling:
-			// A suspect stops holding its devices against other pools
-			// (events.Allocation.Claimed): only a kubelet that has its
-			// pods back can say that no container claims it.
-			out.payloads = append(out.payloads, events.AllocationLeakSuspected{AllocationSeq: seq, Pool: a.Pool,
-				DeviceIDs: slices.Clone(a.DeviceIDs), Age: held,
-				Reason: fmt.Sprintf("no container has claimed it for %s", held.Round(time.Second))})
-		}
-	}
+	out.payloads = append(out.payloads, attributed...)
 	return out
 }
 
@@ -239,8 +253,9 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 // of our resources (rs, sorted): each container holds it, whichever pool
 // gave it out. It is recorded once as it appears, named after the pool of
 // the newest live allocation of it (the one that gave it out again), and
-// each allocation is the claim of the container it is bound to.
-func crossPool(device string, rs []string, reported map[key][]holderRef, holder map[key]uint64, in foldInput, out *foldResult) []events.Payload {
+// each allocation is the claim of the container the round leaves it bound
+// to (the one that alone reports it, if it was bound to none).
+func crossPool(device string, rs []string, reported map[key][]holderRef, holder map[key]uint64, bound map[uint64]holderRef, in foldInput, out *foldResult) []events.Payload {
 	var claims []events.Claim
 	var names []string
 	pool, newest := rs[0], uint64(0)
@@ -249,10 +264,9 @@ func crossPool(device string, rs []string, reported map[key][]holderRef, holder 
 		if holder[k] > newest {
 			pool, newest = r, holder[k]
 		}
-		bound := in.allocs[holder[k]].Binding
 		for _, ref := range reported[k] {
 			c := events.Claim{Namespace: ref.namespace, Pod: ref.pod, Container: ref.container}
-			if bound != nil && refOf(bound) == ref {
+			if to, ok := bound[holder[k]]; ok && to == ref {
 				c.AllocationSeq = holder[k]
 			}
 			claims = append(claims, c)

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -355,5 +356,32 @@ func TestADeviceClaimedInTwoPoolsIsAConflict(t *testing.T) {
 	in.seen = res.seen
 	if got := describe(fold(in, pods).payloads); len(got) != 0 {
 		t.Errorf("the same conflict, listed again, recorded %q", got)
+	}
+}
+
+// A conflict seen in the round that first attributes its allocations
+// names them: each is the claim of the container that alone reports it,
+// which the same round binds it to. Here the old pool's allocation was a
+// leak suspect when the new pool gave the device out, and neither was
+// bound yet.
+func TestAConflictNamesTheAllocationsTheRoundBinds(t *testing.T) {
+	const dpdk = "intel.com/dpdk"
+	pods := []*podresourcesapi.PodResources{pod("telco", "late", "app", vfio, "x"), pod("telco", "new", "app", dpdk, "x")}
+	allocs := map[uint64]events.Allocation{
+		10: {Seq: 10, Pool: vfio, DeviceIDs: []string{"x"}, At: t0.Add(-time.Hour), LeakSuspected: true},
+		20: {Seq: 20, Pool: dpdk, DeviceIDs: []string{"x"}, At: t0.Add(-time.Minute)},
+	}
+	res := fold(foldInput{pools: map[string]events.Pool{dpdk: {}}, allocs: allocs, now: t0, grace: 5 * time.Minute, seen: map[string]bool{}}, pods)
+	if got, want := describe(res.payloads)[1:], []string{"bound #10 telco/late/app", "bound #20 telco/new/app"}; !slices.Equal(got, want) {
+		t.Errorf("after the conflict, recorded %q, want %q", got, want)
+	}
+	c, ok := res.payloads[0].(events.AllocationConflict)
+	if !ok {
+		t.Fatalf("recorded first %+v, want the conflict", res.payloads[0])
+	}
+	for _, cl := range c.Claims {
+		if want := map[string]uint64{"late": 10, "new": 20}[cl.Pod]; cl.AllocationSeq != want {
+			t.Errorf("claim of %s names allocation #%d, want #%d", cl.Pod, cl.AllocationSeq, want)
+		}
 	}
 }
