@@ -875,10 +875,15 @@ func unrecordedConflicts(t *testing.T, d *Daemon) []string {
 		case events.AllocationRecovered:
 			// A container the kubelet lists holds a device no live
 			// allocation of its pool holds: its allocation was superseded
-			// by one of part of its devices, and the pool ended it whole
-			// (partial reuse, a known gap: see the closing notes of issue
-			// 15). Another pool may have given the device out meanwhile,
-			// as free; the recovery records no conflict with that one.
+			// by one of part of its devices, and the pool ended it whole.
+			// The model's pods go on listing the old container after the
+			// Allocate; a real kubelet frees a container's devices only
+			// with its pod, all at once, and the one case where it gives
+			// out part of them (a finished init container's, reused by a
+			// later container of the same pod) is one PodResources does
+			// not list. Another pool may have given the device out
+			// meanwhile, as free; the recovery records no conflict with
+			// that one.
 			for _, id := range p.DeviceIDs {
 				for _, other := range st.Holders[id] {
 					recorded[pair{other, e.Seq}] = true
