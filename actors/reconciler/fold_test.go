@@ -110,6 +110,19 @@ func TestFold(t *testing.T) {
 			want: []string{"released #10 after 1h0m0s: superseded by allocation #20", "bound #20 telco/new/app"},
 		},
 		{
+			name: "allocated again in part: the older allocation stays while its container holds the rest",
+			allocs: map[uint64]events.Allocation{
+				10: {Pool: vfio, DeviceIDs: []string{"a", "b"}, At: t0.Add(-time.Hour), Binding: bound("telco", "old", "app")},
+				20: {Pool: vfio, DeviceIDs: []string{"a"}, At: t0.Add(-time.Minute), Binding: bound("telco", "new", "app")},
+			},
+			pods: []*podresourcesapi.PodResources{pod("telco", "old", "app", vfio, "b"), pod("telco", "new", "app", vfio, "a")},
+		},
+		{
+			name:   "bound to a container that reports a device of it, though another alone reports another: it stays bound",
+			allocs: map[uint64]events.Allocation{10: {Pool: vfio, DeviceIDs: []string{"a", "b"}, At: t0, Binding: bound("n", "x", "c")}},
+			pods:   []*podresourcesapi.PodResources{pod("n", "y", "c", vfio, "a"), pod("n", "x", "c", vfio, "b")},
+		},
+		{
 			name:   "a device in a container and in no live allocation, first seen: nothing yet (its allocation may be on its way)",
 			allocs: map[uint64]events.Allocation{},
 			pods:   []*podresourcesapi.PodResources{pod("ml", "p", "c", vfio, "z")},
@@ -383,5 +396,26 @@ func TestAConflictNamesTheAllocationsTheRoundBinds(t *testing.T) {
 		if want := map[string]uint64{"late": 10, "new": 20}[cl.Pod]; cl.AllocationSeq != want {
 			t.Errorf("claim of %s names allocation #%d, want #%d", cl.Pod, cl.AllocationSeq, want)
 		}
+	}
+}
+
+// A device reported under two pools is a conflict named after the pool
+// of its newest live allocation, whichever of the pools' names sorts
+// first.
+func TestACrossPoolConflictIsNamedAfterTheNewestAllocation(t *testing.T) {
+	const dpdk = "intel.com/dpdk" // sorts before vfio
+	pods := []*podresourcesapi.PodResources{pod("telco", "old", "app", dpdk, "x"), pod("telco", "new", "app", vfio, "x")}
+	allocs := map[uint64]events.Allocation{
+		10: {Seq: 10, Pool: dpdk, DeviceIDs: []string{"x"}, At: t0.Add(-time.Hour),
+			Binding: &events.Binding{Namespace: "telco", Pod: "old", Container: "app"}},
+		20: {Seq: 20, Pool: vfio, DeviceIDs: []string{"x"}, At: t0.Add(-time.Minute),
+			Binding: &events.Binding{Namespace: "telco", Pod: "new", Container: "app"}},
+	}
+	res := fold(foldInput{pools: map[string]events.Pool{vfio: {}}, allocs: allocs, now: t0, grace: 5 * time.Minute, seen: map[string]bool{}}, pods)
+	if len(res.payloads) != 1 {
+		t.Fatalf("recorded %q, want the conflict alone", describe(res.payloads))
+	}
+	if c, ok := res.payloads[0].(events.AllocationConflict); !ok || c.Pool != vfio {
+		t.Errorf("recorded %+v, want a conflict named after %s, whose allocation #20 is the newest", res.payloads[0], vfio)
 	}
 }
