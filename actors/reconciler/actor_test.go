@@ -800,3 +800,78 @@ func TestAQuietWaitsForTheRoundOut(t *testing.T) {
 		t.Errorf("at rest, the ledger has bindings %v, want the round's binding of #%d", b, seq)
 	}
 }
+
+// The node hears of every change to a live allocation that a round
+// records, the first of a round's events included: the binding, then the
+// release once its pod is gone.
+func TestTheParentHearsOfEachBindingAndRelease(t *testing.T) {
+	const pool, dev = "example.com/vf", "0000:3b:02.1"
+	_, rec, seq, replayed := ledgerWithAllocation(t, pool, dev)
+	var pods atomic.Pointer[[]*podresourcesapi.PodResources]
+	pods.Store(&[]*podresourcesapi.PodResources{kubelettest.PodHolding("ns", "pod-a", "main", pool, dev)})
+	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+		return &podresourcesapi.ListPodResourcesResponse{PodResources: *pods.Load()}, nil
+	})
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
+		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, Log: zerolog.Nop()}))
+	if got := actortest.Next[*Recorded](t, f); got.Event.Type != events.TypeAllocationBound {
+		t.Fatalf("the node heard of #%d (%s), want the binding of #%d", got.Event.Seq, got.Event.Type, seq)
+	}
+	pods.Store(&[]*podresourcesapi.PodResources{}) // the pod is gone
+	f.Sys.Root.Send(f.Child, &Reconcile{})
+	got := actortest.Next[*Recorded](t, f)
+	if r, ok := got.Event.Payload.(events.DevicesReleased); !ok || r.AllocationSeq != seq {
+		t.Fatalf("the node heard of #%d (%s), want the release of #%d", got.Event.Seq, got.Event.Type, seq)
+	}
+}
+
+// An allocation recovered from the kubelet is attributed as any other:
+// released once its container lets go of it.
+func TestARecoveredAllocationIsReleasedWhenItsContainerGoes(t *testing.T) {
+	const pool, dev, lost = "example.com/vf", "0000:3b:02.1", "0000:3b:02.2"
+	_, rec, _, replayed := ledgerWithAllocation(t, pool, dev)
+	var pods atomic.Pointer[[]*podresourcesapi.PodResources]
+	pods.Store(&[]*podresourcesapi.PodResources{kubelettest.PodHolding("ns", "pod-b", "main", pool, lost)})
+	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+		return &podresourcesapi.ListPodResourcesResponse{PodResources: *pods.Load()}, nil
+	})
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
+		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, Log: zerolog.Nop()}))
+	awaitStatus(t, f, func(st *Status) bool { return st.Rounds >= 1 })
+	f.Sys.Root.Send(f.Child, &Reconcile{}) // the second sight recovers it
+	recovered := actortest.Next[*Recorded](t, f)
+	if _, ok := recovered.Event.Payload.(events.AllocationRecovered); !ok {
+		t.Fatalf("the node heard of #%d (%s), want the recovery of %s", recovered.Event.Seq, recovered.Event.Type, lost)
+	}
+	pods.Store(&[]*podresourcesapi.PodResources{}) // pod-b is gone
+	f.Sys.Root.Send(f.Child, &Reconcile{})
+	st := awaitStatus(t, f, func(st *Status) bool { _, live := st.Allocations[recovered.Event.Seq]; return !live })
+	if _, live := st.Allocations[recovered.Event.Seq]; live {
+		t.Errorf("the recovered allocation #%d is live after its container went: %+v", recovered.Event.Seq, st)
+	}
+}
+
+// A reconciler that starts on a ledger whose kubelet restarted a moment
+// ago (the node restarted after it) lets the kubelet settle: a bound pod
+// it does not list yet is not taken as gone.
+func TestAReconcilerStartedAfterAKubeletRestartLetsItSettle(t *testing.T) {
+	const pool, dev = "example.com/vf", "0000:3b:02.1"
+	_, rec, seq, _ := ledgerWithAllocation(t, pool, dev)
+	if _, err := rec.Record(context.Background(),
+		events.AllocationBound{AllocationSeq: seq, Pool: pool, DeviceIDs: []string{dev}, Namespace: "ns", Pod: "pod-a", Container: "main"},
+		events.KubeletRestarted{Socket: "kubelet.sock"}); err != nil {
+		t.Fatal(err)
+	}
+	replayed, err := rec.Replay()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+		return &podresourcesapi.ListPodResourcesResponse{}, nil // no pod synced yet
+	})
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
+		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, KubeletSettle: time.Hour, Log: zerolog.Nop()}))
+	if st := awaitStatus(t, f, func(st *Status) bool { return st.Rounds >= 1 }); st.Allocations[seq] != "ns/pod-a/main" {
+		t.Errorf("a round while the kubelet settles let go of #%d: %+v", seq, st)
+	}
+}
