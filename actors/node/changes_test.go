@@ -2,6 +2,7 @@ package node
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/devledger/devledger/events"
@@ -42,5 +43,20 @@ func TestConfigChanges(t *testing.T) {
 	want = []events.PoolChange{{Pool: "a/b", Change: "changed", Fields: []string{`allocatePolicy: (none) → "packed"`}}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ConfigChanges before placement:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// A pool the config drops names the live allocations that still hold its
+// devices; a leak suspect, which no container claims, holds none.
+func TestPoolRemovedNamesTheClaimedHoldsOnly(t *testing.T) {
+	const x, y, a = "0000:3b:02.0", "0000:3b:02.1", "example.com/a"
+	st := events.NewState()
+	st.Allocations[7] = events.Allocation{Seq: 7, Pool: a, DeviceIDs: []string{x},
+		Binding: &events.Binding{Namespace: "ns", Pod: "p", Container: "c"}}
+	st.Allocations[9] = events.Allocation{Seq: 9, Pool: a, DeviceIDs: []string{y}, LeakSuspected: true}
+	st.Holders[x], st.Holders[y] = []uint64{7}, []uint64{9}
+	got := PoolRemoved(a, []string{x, y}, &st, "pool removed from the config", nil)
+	if !strings.HasSuffix(got.Reason, "; still held: "+x+" by #7") {
+		t.Errorf("reason %q, want it to end in the hold of %s by #7 alone", got.Reason, x)
 	}
 }

@@ -113,3 +113,21 @@ func TestMovedDeviceHeldUntilItsOldPoolLetsGo(t *testing.T) {
 		t.Errorf("the old c stopped: let go of %v, x usable in the new c %v; want x, true", got, usable(x, c))
 	}
 }
+
+// A pool's own live allocation of a device does not hold it against that
+// pool (it gives it out again, superseding it), only against the others.
+func TestAPoolsOwnAllocationIsNoHoldElsewhere(t *testing.T) {
+	const x = "0000:3b:02.0"
+	const a, b = "example.com/a", "example.com/b"
+	st := events.NewState()
+	st.Allocations[7] = events.Allocation{Seq: 7, Pool: a, DeviceIDs: []string{x},
+		Binding: &events.Binding{Namespace: "ns", Pod: "p", Container: "c"}}
+	st.Holders[x] = []uint64{7}
+	n := &coordinator{pools: map[string]*actor.PID{}, leaving: map[string][]leave{}, allocs: st}
+	if hs := n.heldElsewhere(x, a); len(hs) != 0 {
+		t.Errorf("x in a, which holds it by #7, is held elsewhere by %v, want none", hs)
+	}
+	if hs := n.heldElsewhere(x, b); len(hs) != 1 || hs[0].Pool != a || hs[0].Seq != 7 {
+		t.Errorf("x in b is held by %v, want a's #7", hs)
+	}
+}
