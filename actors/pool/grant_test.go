@@ -48,8 +48,9 @@ func request(containers ...[]string) *pluginapi.AllocateRequest {
 }
 
 // A grant holds the devices of each container, with their facts; a request
-// that names no container, a container with no device, or a device that is
-// not a member is refused as invalid, naming what is wrong.
+// that names no container, a container with no device, a device that is
+// not a member, or a device twice (in one container or two) is refused as
+// invalid, naming what is wrong.
 func TestGrantChecksTheRequest(t *testing.T) {
 	p := testPool()
 	devices, devs, err := p.grant(request([]string{"0000:3b:02.1"}, []string{"0000:3b:02.0", "0000:3b:02.2"}))
@@ -71,6 +72,8 @@ func TestGrantChecksTheRequest(t *testing.T) {
 		{"no container", request(), "Allocate for example.com/vf has no container requests"},
 		{"an empty container", request([]string{"0000:3b:02.0"}, nil), "container request 1 names no device"},
 		{"a stranger", request([]string{"0000:3b:02.0", "0000:af:00.1"}), `device "0000:af:00.1" is not in the pool`},
+		{"a device twice in a container", request([]string{"0000:3b:02.0", "0000:3b:02.0"}), `container request 0 asks for device "0000:3b:02.0", which the request names already`},
+		{"a device in two containers", request([]string{"0000:3b:02.1"}, []string{"0000:3b:02.0", "0000:3b:02.1"}), `container request 1 asks for device "0000:3b:02.1", which the request names already`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := p.grant(tc.req)
