@@ -575,3 +575,20 @@ func TestAnAnswerTheNodeCannotGiveIsInternal(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A device an Allocate has in flight is not counted free: the pool gives
+// it out to no other call, so the metrics do not offer it either.
+func TestADeviceInFlightIsNotFree(t *testing.T) {
+	f, g, allocated := poolWithAllocateHeld(t)
+	res, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := res.(*Status); st.Free != 1 || st.Allocated != 0 {
+		t.Errorf("with an Allocate of %s in flight: %d free, %d allocated; want 1 free (%s), 0 allocated", x, st.Free, st.Allocated, y)
+	}
+	g.release()
+	if err := <-allocated; err != nil {
+		t.Fatal(err)
+	}
+}
