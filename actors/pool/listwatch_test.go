@@ -73,3 +73,40 @@ func TestListAndWatchSendsOnlyChangedLists(t *testing.T) {
 		t.Errorf("the list after %s failed is %v: the kubelet was sent a list that changed nothing first", y, h)
 	}
 }
+
+// The kubelet hears of a membership change as soon as it applies: a
+// device that joins is the next list's, and one that leaves is not.
+func TestListAndWatchFollowsTheMembers(t *testing.T) {
+	f, _, socket := servingPool(t, t.TempDir(), member(x))
+	stream := listAndWatch(t, socket)
+	first, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := healths(first.Devices); len(h) != 1 || h[x] != pluginapi.Healthy {
+		t.Fatalf("first list %v, want %s healthy", h, x)
+	}
+	for _, tc := range []struct {
+		name    string
+		members []allocation.Member
+		want    []string
+	}{
+		{"a device joins", []allocation.Member{member(x), member(y)}, []string{x, y}},
+		{"a device leaves", []allocation.Member{member(y)}, []string{y}},
+	} {
+		f.Sys.Root.Send(f.Child, &SetMembers{Members: tc.members, Reason: "test: " + tc.name})
+		next, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("%s: no list came: %v", tc.name, err)
+		}
+		h := healths(next.Devices)
+		if len(h) != len(tc.want) {
+			t.Errorf("%s: list %v, want %v healthy", tc.name, h, tc.want)
+		}
+		for _, addr := range tc.want {
+			if h[addr] != pluginapi.Healthy {
+				t.Errorf("%s: list %v, want %v healthy", tc.name, h, tc.want)
+			}
+		}
+	}
+}
