@@ -110,3 +110,24 @@ func TestListAndWatchFollowsTheMembers(t *testing.T) {
 		}
 	}
 }
+
+// Verdicts that come together are applied together: the kubelet's next
+// list has every one of them.
+func TestListAndWatchTakesEveryVerdictOfABatch(t *testing.T) {
+	f, _, socket := servingPool(t, t.TempDir(), member(x), member(y))
+	stream := listAndWatch(t, socket)
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	f.Sys.Root.Send(f.Child, &SetHealths{Changes: []SetHealth{
+		{Address: x, Healthy: false, Reason: "link down", Seq: 1 << 40},
+		{Address: y, Healthy: false, Reason: "link down", Seq: 1<<40 + 1},
+	}})
+	next, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := healths(next.Devices); len(h) != 2 || h[x] != pluginapi.Unhealthy || h[y] != pluginapi.Unhealthy {
+		t.Errorf("the list after %s and %s failed together is %v, want both unhealthy", x, y, h)
+	}
+}
