@@ -131,3 +131,26 @@ func TestListAndWatchTakesEveryVerdictOfABatch(t *testing.T) {
 		t.Errorf("the list after %s and %s failed together is %v, want both unhealthy", x, y, h)
 	}
 }
+
+// A ListAndWatch that reaches a restarted pool through its predecessor's
+// server is ended at once, with no list: the kubelet then takes the
+// registration of the server the pool serves on now.
+func TestAStreamOfAnEarlierIncarnationIsEnded(t *testing.T) {
+	f, _, first := servingPool(t, t.TempDir(), member(x))
+	f.Sys.Root.Send(f.Child, &Crash{Reason: "test"})
+	for {
+		if _, ok := actortest.Next[any](t, f).(*Serving); ok {
+			break
+		}
+	}
+	ch, reply := make(chan []*pluginapi.Device, 1), make(chan struct{}, 1)
+	f.Sys.Root.Send(f.Child, &watchReq{ch: ch, reply: reply, incarnation: 1, socket: first})
+	select {
+	case <-reply:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pool never answered the stream")
+	}
+	if list, open := <-ch; open {
+		t.Errorf("a stream of the first incarnation was handed %v and kept open, want it ended", healths(list))
+	}
+}
