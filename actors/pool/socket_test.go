@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi"
@@ -156,5 +157,26 @@ func TestReserveAnywhereRecordsALostSocket(t *testing.T) {
 	}
 	if !slices.Equal(lost, []string{second}) {
 		t.Errorf("SocketLost of %v, want of %s alone", lost, second)
+	}
+}
+
+// A Reserve of a socket the pool no longer serves on (one the registrar
+// asked about before the pool moved) changes nothing: the pool does not
+// move again, so the kubelet is not asked to register it once more.
+func TestReserveOfAnOldSocketIsIgnored(t *testing.T) {
+	f, _, first := servingPool(t, t.TempDir(), member(x))
+	f.Sys.Root.Send(f.Child, &Reserve{Socket: first})
+	second := actortest.Next[*Serving](t, f).Socket
+	if second == first {
+		t.Fatalf("served on %s again, want a new socket", first)
+	}
+	f.Sys.Root.Send(f.Child, &Reserve{Socket: first})
+	f.Silent(t)
+	res, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.(*Status).Socket; got != second {
+		t.Errorf("the pool serves on %s, want %s still", got, second)
 	}
 }
