@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -178,5 +179,28 @@ func TestReserveOfAnOldSocketIsIgnored(t *testing.T) {
 	}
 	if got := res.(*Status).Socket; got != second {
 		t.Errorf("the pool serves on %s, want %s still", got, second)
+	}
+}
+
+// A pool withdrawn for want of devices records PluginWithdrawn, naming
+// its socket and why: the fold lists it as serving until then.
+func TestAWithdrawnPoolRecordsIt(t *testing.T) {
+	f, l, socket := servingPool(t, t.TempDir(), member(x))
+	f.Sys.Root.Send(f.Child, &Withdraw{Reason: "no devices"})
+	f.Drain(t)
+	if err := l.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var withdrawn []events.PluginWithdrawn
+	if err := l.Read(1, func(e events.Envelope) error {
+		if p, ok := e.Payload.(events.PluginWithdrawn); ok {
+			withdrawn = append(withdrawn, p)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := (events.PluginWithdrawn{Pool: "example.com/vf", Socket: socket, Reason: "no devices"}); len(withdrawn) != 1 || !reflect.DeepEqual(withdrawn[0], want) {
+		t.Errorf("recorded %+v, want %+v alone", withdrawn, want)
 	}
 }
