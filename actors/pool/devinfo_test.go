@@ -151,7 +151,8 @@ func TestAnUnwritableDeviceInfoRefusesTheAllocate(t *testing.T) {
 // its facts become: in RDMA exclusive mode the RDMA device leaves the
 // host's sysfs for the pod's network namespace, and a CNI that sets the
 // pod's sandbox up again must still read it there. A device no one holds
-// follows its facts.
+// follows its facts. A held device that has lost its file gets one again
+// when the pool starts.
 func TestAHeldDeviceKeepsItsDeviceInfo(t *testing.T) {
 	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
 	if err != nil {
@@ -199,6 +200,19 @@ func TestAHeldDeviceKeepsItsDeviceInfo(t *testing.T) {
 	}
 	if c := content(y); strings.Contains(c, "rdma-device") {
 		t.Errorf("free y's device-info file after its RDMA device left: %s", c)
+	}
+
+	// A held device whose file is gone gets one again as the pool starts
+	// again: without it, the CNI cannot set the pod's sandbox up.
+	if err := os.Remove(allocation.DeviceInfoPath(devinfo, res.FullName(), x)); err != nil {
+		t.Fatal(err)
+	}
+	f.Sys.Root.Send(f.Child, &Crash{Reason: "test"})
+	if _, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 10*time.Second).Result(); err != nil {
+		t.Fatal(err)
+	}
+	if c := content(x); !strings.Contains(c, `"pci-address":"`+x+`"`) {
+		t.Errorf("held x's device-info file written again at the restart: %s", c)
 	}
 }
 
