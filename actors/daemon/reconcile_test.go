@@ -133,6 +133,48 @@ func TestReconcilerFollowsPods(t *testing.T) {
 	}
 }
 
+// A restarted reconciler has forgotten the allocations it was told of:
+// the node tells it them again, so the container that holds a device
+// allocated before the restart is bound to that allocation, not taken
+// for one the ledger lacks (AllocationRecovered, a second allocation).
+func TestARestartedReconcilerStillAttributesEarlierAllocations(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	d := n.start(t)
+	ctx := waitCtx(t)
+	const vfio, dev = "intel.com/sriov_vfio", "0000:3b:01.2"
+	if _, err := n.kubelet.WaitRegistered(ctx, vfio); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.kubelet.Allocate(ctx, vfio, []string{dev}); err != nil {
+		t.Fatal(err)
+	}
+	held := ledgerState(t, d).Holders[dev]
+	if len(held) != 1 {
+		t.Fatalf("%s has holders %v after its Allocate, want one", dev, held)
+	}
+	kids, err := d.Children(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.system.Root.Send(kids.Reconciler, &reconciler.Crash{Reason: "test"})
+	n.kubelet.SetPods([]*podresourcesapi.PodResources{kubelettest.PodHolding("telco", "dpdk-0", "app", vfio, dev)})
+	var s events.State
+	waitFor(ctx, t, "a binding after the reconciler restarted", func() bool {
+		reconcileNow(ctx, t, d)
+		s = ledgerState(t, d)
+		for _, a := range s.Allocations {
+			if a.Binding != nil {
+				return true
+			}
+		}
+		return false
+	})
+	a := s.Allocations[held[0]]
+	if a.Binding == nil || a.Binding.Pod != "dpdk-0" || len(s.Allocations) != 1 {
+		t.Errorf("allocations %+v; want #%d alone, bound to telco/dpdk-0/app", s.Allocations, held[0])
+	}
+}
+
 func TestReconcilerWithoutPodResources(t *testing.T) {
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{NoPodResources: true})
 	d := n.start(t)
