@@ -455,6 +455,15 @@ func TestApply(t *testing.T) {
 			},
 		},
 		{
+			name:  "KubeletRestarted after a second stop adds that outage to the downtime",
+			setup: []Payload{KubeletStopped{Socket: "kubelet.sock"}, KubeletRestarted{Socket: "kubelet.sock"}, KubeletStopped{Socket: "kubelet.sock"}},
+			event: KubeletRestarted{Socket: "kubelet.sock", StoppedAt: at(eventSeq - 1)},
+			want: func(s *State) {
+				s.Kubelet = KubeletState{Restarts: 2, LastRestart: at(eventSeq), Outages: 2, Downtime: 2 * time.Second,
+					LastOutage: Span{From: at(eventSeq - 1), To: at(eventSeq)}}
+			},
+		},
+		{
 			name:  "SocketLost: that pool neither serves nor is registered",
 			event: SocketLost{Pool: poolB, Socket: "b.sock"},
 			want: func(s *State) {
