@@ -323,6 +323,9 @@ func TestCloneSharesNothing(t *testing.T) {
 		ev(g.seq+1, ConfigRejected{Errors: []string{"e"}}),
 		ev(g.seq+2, DevicesAllocated{Pool: poolA, DeviceIDs: []string{dev1}}),
 		ev(g.seq+3, AllocationBound{AllocationSeq: g.seq + 2, Pool: poolA, Pod: "p"}),
+		ev(g.seq+4, LedgerDamaged{Problem: "p1"}),
+		ev(g.seq+5, DamageAcknowledged{Problems: []string{"p1"}}),
+		ev(g.seq+6, LedgerDamaged{Problem: "p2"}),
 	)
 	orig := g.s
 	before, _ := MarshalState(orig)
@@ -359,6 +362,7 @@ func TestCloneSharesNothing(t *testing.T) {
 	for _, h := range c.Holders {
 		h[0] = 0
 	}
+	c.Ledger.Damage[0], c.Ledger.Acknowledged[0] = "changed", "changed"
 	c = fold(c, genStream(8, 500)...)
 	if after, _ := MarshalState(orig); string(after) != string(before) {
 		t.Fatal("changing the clone changed the original")
