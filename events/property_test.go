@@ -413,6 +413,11 @@ func TestEqual(t *testing.T) {
 	p.Members = append(make([]string, 0, 8), p.Members...)
 	o.Pools[poolA] = p
 	o.Config.LastError = []string{}
+	a := s.Allocations[allocSeq]
+	a.DeviceIDs = nil
+	s.Allocations[allocSeq] = a
+	a.DeviceIDs = []string{}
+	o.Allocations[allocSeq] = a
 	if !s.Equal(o) {
 		t.Error("a state differs from itself in another zone")
 	}
@@ -432,7 +437,7 @@ func TestEqualComparesEveryTimeByInstant(t *testing.T) {
 	for _, p := range []Payload{
 		AllocationBound{AllocationSeq: 9, Pool: poolA, DeviceIDs: []string{dev1}, Namespace: "ns", Pod: "p", Container: "c"},
 		KubeletStopped{Socket: "k.sock"}, KubeletRestarted{Socket: "k.sock"}, KubeletStopped{Socket: "k.sock"},
-		AttributionChanged{Available: false},
+		AttributionChanged{Available: false}, DaemonStopped{Reason: "SIGTERM"},
 	} {
 		es = append(es, ev(uint64(len(es)+1), p))
 	}
