@@ -90,3 +90,33 @@ func TestAllocationClaimed(t *testing.T) {
 		}
 	}
 }
+
+// TestHoldsFollowRecoveredAllocations: an allocation the kubelet reported
+// and the ledger lacked holds its devices in its pool's Holds as in the
+// fold, until an allocation that supersedes it; Holds keep their own
+// copy of the devices.
+func TestHoldsFollowRecoveredAllocations(t *testing.T) {
+	s := NewState()
+	hs := map[string]Holds{poolA: NewHolds(), poolB: NewHolds()}
+	ids := []string{dev1, dev2}
+	for _, e := range []Envelope{
+		ev(1, AllocationRecovered{Pool: poolA, DeviceIDs: ids, Namespace: "ns", Pod: "p", Container: "c"}),
+		ev(2, AllocationRecovered{Pool: poolB, DeviceIDs: []string{dev3}, Namespace: "ns", Pod: "q", Container: "c"}),
+		ev(3, DevicesAllocated{Pool: poolB, DeviceIDs: []string{dev3}, Supersedes: []uint64{2}}),
+	} {
+		s = Apply(s, e)
+		for pool, h := range hs {
+			h.Apply(pool, e)
+			if want := s.Holds(pool); !reflect.DeepEqual(h, want) {
+				t.Fatalf("after event #%d (%s), pool %s:\nholds %v\nfold  %v", e.Seq, e.Type, pool, h, want)
+			}
+		}
+	}
+	if got := hs[poolA].Devices[1]; len(got) != 2 {
+		t.Fatalf("pool A holds %v of the recovered allocation, want its 2 devices", got)
+	}
+	ids[0] = "changed"
+	if got := hs[poolA].Devices[1]; got[0] != dev1 {
+		t.Errorf("pool A's holds changed with the event's devices: %v", got)
+	}
+}
