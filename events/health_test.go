@@ -54,3 +54,36 @@ func TestHealthLearnsTheFold(t *testing.T) {
 		}
 	}
 }
+
+// TestHealthLearn: Learn takes a verdict only if it is newer than the
+// one known, and says whether it did; a device's Verdict is all of its
+// health, reason included.
+func TestHealthLearn(t *testing.T) {
+	h := Health{}
+	for _, tc := range []struct {
+		v    Verdict
+		want bool
+	}{
+		{Verdict{Healthy: true, Seq: 5}, true},
+		{Verdict{Healthy: false, Reason: "older", Seq: 4}, false},
+		{Verdict{Healthy: false, Reason: "as new", Seq: 5}, false},
+		{Verdict{Healthy: false, Reason: "link down", Seq: 6}, true},
+	} {
+		if got := h.Learn("a", tc.v); got != tc.want {
+			t.Errorf("learning %+v: %v, want %v", tc.v, got, tc.want)
+		}
+	}
+	want := Verdict{Healthy: false, Reason: "link down", Seq: 6}
+	if h["a"] != want {
+		t.Errorf("learnt %+v, want %+v", h["a"], want)
+	}
+	d := Device{Healthy: false, HealthReason: "link down", HealthSeq: 6}
+	if d.Verdict() != want {
+		t.Errorf("device verdict %+v, want %+v", d.Verdict(), want)
+	}
+	s := NewState()
+	s.Devices["a"] = d
+	if got := s.Health()["a"]; got != want {
+		t.Errorf("the fold's health of a: %+v, want %+v", got, want)
+	}
+}
