@@ -364,6 +364,18 @@ func TestDumpPoolSelectsTheHealthChangesOfItsMembers(t *testing.T) {
 		if got := jsonlSeqs(t, out); !slices.Equal(got, seqs) {
 			t.Errorf("dump --pool %s --type DeviceHealthChanged: %v, want %v", pool, got, seqs)
 		}
+		// --stats counts the same events.
+		code, out, errOut = runCLI(t, "dump", "--db", sampleLedgerPath, "--pool", pool, "--type", "DeviceHealthChanged", "--stats", "--format", "json")
+		if code != exitOK {
+			t.Fatalf("%s --stats: exit %d: %s", pool, code, errOut)
+		}
+		var doc statsDoc
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Fatal(err)
+		}
+		if doc.Total.Events != len(seqs) {
+			t.Errorf("dump --pool %s --type DeviceHealthChanged --stats: %d events, want %d", pool, doc.Total.Events, len(seqs))
+		}
 	}
 }
 
