@@ -397,6 +397,8 @@ func TestAnEndGivenToTheSecondKeepsThatSecond(t *testing.T) {
 		"2026-11-30T09:00:01Z":      {2},
 		"2026-11-30T10:00:01+01:00": {2},
 		"2026-11-30T09:00:01.3Z":    nil,
+		// An end at the event's own instant takes it in.
+		"2026-11-30T09:00:01.4Z": {2},
 		// A decimal comma, which time.Parse takes as ISO 8601 does.
 		"2026-11-30T09:00:01,3Z": nil,
 		// Lowercase, as RFC 3339 allows.
