@@ -414,3 +414,52 @@ func TestAnAllocationBoundAgainIsEachPodsInItsTurn(t *testing.T) {
 		t.Errorf("--stats --by pod: pod-a %+v, pod-b %+v", a, b)
 	}
 }
+
+// TestPodStoryTellsHowItsAllocationsEnded: a pod's story keeps the events
+// that end or doubt its allocations although they are not its own: a leak
+// suspected before the pod claimed the allocation, the allocation that
+// superseded it, and a config that only took one of its devices out of a
+// pool.
+func TestPodStoryTellsHowItsAllocationsEnded(t *testing.T) {
+	const vfio, gpu = "intel.com/sriov_vfio", "nvidia.com/gpu"
+	const vf, card = "0000:3b:02.1", "0000:af:00.0"
+	t0 := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	var envs []events.Envelope
+	add := func(p events.Payload) uint64 {
+		envs = append(envs, events.New(p, t0.Add(time.Duration(len(envs))*time.Minute), "boot-1"))
+		return uint64(len(envs))
+	}
+	add(events.DaemonStarted{Version: "v0.3.0", PID: 1})
+	add(events.DeviceDiscovered{Device: events.DeviceFacts{Address: vf, Vendor: "8086", Device: "1889", Driver: "vfio-pci"}})
+	add(events.DeviceDiscovered{Device: events.DeviceFacts{Address: card, Vendor: "10de", Device: "2330", Driver: "vfio-pci"}})
+	add(events.PoolMembershipChanged{Pool: vfio, Added: []string{vf}, Reason: "daemon start"})
+	add(events.PoolMembershipChanged{Pool: gpu, Added: []string{card}, Reason: "daemon start"})
+	a := add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{vf}})
+	leak := add(events.AllocationLeakSuspected{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{vf}, Age: 5 * time.Minute, Reason: "no container has claimed it for 5m0s"})
+	toA := add(events.AllocationBound{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{vf}, Namespace: "telco", Pod: "cnf-0", Container: "main"})
+	b := add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{vf}, Supersedes: []uint64{a}})
+	add(events.AllocationBound{AllocationSeq: b, Pool: vfio, DeviceIDs: []string{vf}, Namespace: "telco", Pod: "cnf-1", Container: "main"})
+	c := add(events.DevicesAllocated{Pool: gpu, DeviceIDs: []string{card}})
+	toC := add(events.AllocationBound{AllocationSeq: c, Pool: gpu, DeviceIDs: []string{card}, Namespace: "telco", Pod: "cnf-0", Container: "main"})
+	config := add(events.ConfigApplied{Path: "c.json", SHA256: "ab", Changes: []events.PoolChange{{Pool: gpu, Change: "removed", Left: []string{card}}}})
+	left := add(events.PoolMembershipChanged{Pool: gpu, Removed: []string{card}, Reason: "reload: SIGHUP"})
+	released := add(events.DevicesReleased{AllocationSeq: c, Pool: gpu, DeviceIDs: []string{card}, HeldFor: time.Hour, Reason: "pod deleted"})
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, db, envs)
+
+	code, out, errOut := runCLI(t, "dump", "--db", db, "--pod", "telco/cnf-0", "--format", "jsonl")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if got, want := jsonlSeqs(t, out), []uint64{a, leak, toA, b, c, toC, config, left, released}; !slices.Equal(got, want) {
+		t.Errorf("the pod's story has events %v, want %v", got, want)
+	}
+	// The plain table names what the config moved.
+	code, out, errOut = runCLI(t, "dump", "--db", db, "--type", "ConfigApplied")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if want := "removed " + gpu + ": -" + card; !strings.Contains(out, want) {
+		t.Errorf("dump --type ConfigApplied does not say %q:\n%s", want, out)
+	}
+}
