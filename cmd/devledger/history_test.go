@@ -463,3 +463,54 @@ func TestPodStoryTellsHowItsAllocationsEnded(t *testing.T) {
 		t.Errorf("dump --type ConfigApplied does not say %q:\n%s", want, out)
 	}
 }
+
+// TestDeviceStoryNamesItsHolders: a device's story names what holds it
+// when its health changes (an allocation no pod claims by its sequence,
+// and not one a later allocation superseded), every claim of a conflict,
+// and the plain table gives a release's time held to the second.
+func TestDeviceStoryNamesItsHolders(t *testing.T) {
+	const vfio, dev = "intel.com/sriov_vfio", "0000:3b:02.1"
+	t0 := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	var envs []events.Envelope
+	add := func(p events.Payload) uint64 {
+		envs = append(envs, events.New(p, t0.Add(time.Duration(len(envs))*time.Minute), "boot-1"))
+		return uint64(len(envs))
+	}
+	add(events.DaemonStarted{Version: "v0.3.0", PID: 1})
+	add(events.DeviceDiscovered{Device: events.DeviceFacts{Address: dev, Vendor: "8086", Device: "1889", Driver: "vfio-pci"}})
+	add(events.PoolMembershipChanged{Pool: vfio, Added: []string{dev}, Reason: "daemon start"})
+	a := add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{dev}})
+	add(events.DeviceHealthChanged{Address: dev, Reason: "link down"})
+	add(events.DeviceHealthChanged{Address: dev, Healthy: true, Reason: "link up"})
+	add(events.AllocationBound{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{dev}, Namespace: "telco", Pod: "cnf-0", Container: "main"})
+	b := add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{dev}, Supersedes: []uint64{a}})
+	add(events.AllocationBound{AllocationSeq: b, Pool: vfio, DeviceIDs: []string{dev}, Namespace: "telco", Pod: "cnf-1", Container: "main"})
+	add(events.DeviceHealthChanged{Address: dev, Reason: "driver unbound"})
+	add(events.AllocationConflict{Pool: vfio, Device: dev, Claims: []events.Claim{
+		{AllocationSeq: b, Namespace: "telco", Pod: "cnf-1", Container: "main"}, {Namespace: "ml", Pod: "train-0", Container: "worker"}},
+		Reason: "the kubelet reports the device in 2 containers"})
+	add(events.DevicesReleased{AllocationSeq: b, Pool: vfio, DeviceIDs: []string{dev}, HeldFor: 90 * time.Second, Reason: "pod deleted"})
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, db, envs)
+
+	code, out, errOut := runCLI(t, "dump", "--db", db, "--device", dev)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("unhealthy: link down; held by #%d (unbound)\n", a),
+		"unhealthy: driver unbound; held by telco/cnf-1/main\n",
+		fmt.Sprintf("conflict between #%d telco/cnf-1/main and ml/train-0/worker: ", b),
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the story does not say %q:\n%s", want, out)
+		}
+	}
+	code, out, errOut = runCLI(t, "dump", "--db", db, "--type", "DevicesReleased")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if want := "after 1m30s\n"; !strings.Contains(out, want) {
+		t.Errorf("dump --type DevicesReleased does not say %q:\n%s", want, out)
+	}
+}
