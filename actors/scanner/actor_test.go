@@ -3,6 +3,7 @@ package scanner
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -119,6 +120,10 @@ func TestScannerRecordsWhatChanged(t *testing.T) {
 	changed := next[*Scanned](t, f)
 	if !changed.Changed || slices.Contains(addresses(changed.Devices), "0000:ab:00.0") {
 		t.Errorf("rescan after a removal: Changed %v, devices %v", changed.Changed, addresses(changed.Devices))
+	}
+	// Health is set by a removal, not by a change of driver.
+	if _, ok := changed.HealthSet["0000:ab:00.0"]; !ok || len(changed.HealthSet) != 1 {
+		t.Errorf("rescan after a removal set the health of %v, want only 0000:ab:00.0's", slices.Sorted(maps.Keys(changed.HealthSet)))
 	}
 	if got, want := fx.recorded(t, last), []string{"DeviceChanged 0000:9a:00.0", "DeviceRemoved 0000:ab:00.0"}; !slices.Equal(got, want) {
 		t.Errorf("rescan recorded %q, want %q", got, want)

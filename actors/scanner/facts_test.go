@@ -120,6 +120,7 @@ func TestDiffCarriesFreshFacts(t *testing.T) {
 
 func TestChangedFields(t *testing.T) {
 	base := FactsOf(vf("0000:3b:01.0", "iavf"))
+	base.Interfaces = []string{"ens785f0v0"}
 	tests := []struct {
 		name   string
 		change func(*events.DeviceFacts)
@@ -128,6 +129,7 @@ func TestChangedFields(t *testing.T) {
 		{"same", func(*events.DeviceFacts) {}, nil},
 		{"nil and empty slices are the same", func(f *events.DeviceFacts) { f.RDMADevices = []string{} }, nil},
 		{"one slice element", func(f *events.DeviceFacts) { f.Interfaces = []string{"ens785f0v9"} }, []string{"interfaces"}},
+		{"one slice element more", func(f *events.DeviceFacts) { f.Interfaces = append(f.Interfaces, "ens785f0v9") }, []string{"interfaces"}},
 		{"several fields, in field order", func(f *events.DeviceFacts) {
 			f.PFInterface, f.Vendor, f.VFIndex = "ens785f1", "15b3", 3
 		}, []string{"vendor", "vf_index", "pf_interface"}},
