@@ -617,3 +617,85 @@ func TestAScanListingNoFunctionIsAFailedRead(t *testing.T) {
 		t.Errorf("read again, recorded %q", got)
 	}
 }
+
+// The kernel's removals are kept through a scan whose changes the ledger
+// refuses (here a full disk), and that scan is retried at the next tick:
+// until the disk has room nothing is told, and then the VFs made anew are
+// recorded removed, then discovered.
+func TestScannerKeepsTheKernelsRemovalsThroughARefusedAppend(t *testing.T) {
+	const pf = "0000:3b:00.0"
+	vfs := []string{"0000:3b:01.0", "0000:3b:01.1", "0000:3b:01.2", "0000:3b:01.3"}
+	const interval = 20 * time.Millisecond
+	disk := storetest.NewFullDisk(t, 1<<20)
+	roots := sysfsgen.TempScenario(t, sysfsgen.ScenarioSRIOV)
+	l, err := store.Open(filepath.Join(disk.Dir, "ledger.db"), store.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	fx := &fixture{roots: roots, log: l, recorder: ledger.NewRecorder(l, "boot-1", nil),
+		reader: sysfs.New(sysfs.Options{SysfsRoot: roots.Sysfs, DevRoot: roots.Dev, PCIIDsPath: filepath.Join(t.TempDir(), "none")})}
+	var log actortest.Log
+	f := spawnFamily(t, Props(Config{Reader: fx.reader, Recorder: fx.recorder, Interval: interval, Log: zerolog.New(&log)}))
+	first := next[*Scanned](t, f)
+	was := byAddr(first.Devices)
+
+	// bbolt writes into pages the file has until it needs more: use them
+	// up with changes that change nothing.
+	disk.Fill(t)
+	same := events.DeviceChanged{Device: FactsOf(was[pf])}
+	refused := false
+	for i := 0; i < 5000 && !refused; i++ {
+		_, err := fx.recorder.Record(context.Background(), same)
+		refused = err != nil
+	}
+	if !refused {
+		t.Fatal("the ledger recorded on a full disk")
+	}
+	last := fx.log.LastSeq()
+
+	remakeVFs(t, fx, pf, vfs, was)
+	f.Sys.Root.Send(f.Child, &Rescan{Reason: "kernel: 16 device events", Removed: vfs})
+	quiet := &ledger.Quiet{Done: make(chan struct{})}
+	f.Sys.Root.Send(f.Child, quiet)
+	select {
+	case <-quiet.Done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the scanner never came to rest:\n%s", log.String())
+	}
+	if log.Count("", "cannot record scan results") == 0 {
+		t.Fatalf("the rescan was not refused:\n%s", log.String())
+	}
+	f.Drain(t)
+	for _, ok := f.Heard(); ok; _, ok = f.Heard() { // scans before the rescan
+	}
+	f.NothingFor(t, 5*interval) // each retry refused again
+
+	disk.Free(t)
+	m := next[*Scanned](t, f)
+	if !m.Changed || m.Reason != "periodic" {
+		t.Errorf("once the disk has room: Changed %v, Reason %q; want true, periodic", m.Changed, m.Reason)
+	}
+	var want []string
+	for _, vf := range vfs {
+		want = append(want, "DeviceRemoved "+vf, "DeviceDiscovered "+vf)
+	}
+	if got := fx.recorded(t, last); !slices.Equal(got, want) {
+		t.Errorf("recorded %q, want %q", got, want)
+	}
+
+	// Recorded, the ledger's next refusal is news again: an error.
+	disk.Fill(t)
+	for refused := false; !refused; {
+		_, err := fx.recorder.Record(context.Background(), same)
+		refused = err != nil
+	}
+	if err := fx.roots.Unbind(vfs[0]); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); log.Count("error", "cannot record scan results") < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a refusal after a recorded scan was not logged as an error:\n%s", log.String())
+		}
+	}
+}
