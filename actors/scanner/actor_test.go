@@ -699,3 +699,47 @@ func TestScannerKeepsTheKernelsRemovalsThroughARefusedAppend(t *testing.T) {
 		}
 	}
 }
+
+// A function the kernel removed may come back as another card in its
+// slot: the old card's last complete read does not stand in for the new
+// one's incomplete read (here its acpi_index refuses every read). The
+// new card is recorded as read.
+func TestScannerForgetsTheLastReadOfAFunctionTheKernelRemoved(t *testing.T) {
+	const gpu = "0000:18:00.0"
+	fx := newFixture(t)
+	f := spawnFamily(t, Props(Config{Reader: fx.reader, Recorder: fx.recorder}))
+	was := byAddr(next[*Scanned](t, f).Devices)[gpu]
+	last := fx.log.LastSeq()
+	if err := fx.roots.Remove(gpu); err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.roots.Add(sysfsgen.Function{Address: gpu, Vendor: "10de", Device: "2331", Class: "030200",
+		Driver: "vfio-pci", NUMANode: was.NUMANode, IOMMUGroup: was.IOMMUGroup}); err != nil {
+		t.Fatal(err)
+	}
+	acpi := filepath.Join(fx.roots.DevicePath(gpu), "acpi_index")
+	if err := os.RemoveAll(acpi); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(acpi, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f.Sys.Root.Send(f.Child, &Rescan{Reason: "kernel: 2 device events", Removed: []string{gpu}})
+	if told := byAddr(next[*Scanned](t, f).Devices)[gpu]; told.Device != "2331" {
+		t.Errorf("the parent was told %s is device %q, want the new card's 2331", gpu, told.Device)
+	}
+	if got, want := fx.recorded(t, last), []string{"DeviceRemoved " + gpu, "DeviceDiscovered " + gpu}; !slices.Equal(got, want) {
+		t.Errorf("recorded %q, want %q", got, want)
+	}
+	var discovered events.DeviceFacts
+	_ = fx.log.Read(last+1, func(e events.Envelope) error {
+		if p, ok := e.Payload.(events.DeviceDiscovered); ok {
+			discovered = p.Device
+		}
+		return nil
+	})
+	if discovered.Device != "2331" {
+		t.Errorf("recorded %s discovered as device %q, want the new card's 2331", gpu, discovered.Device)
+	}
+	f.Silent(t)
+}
