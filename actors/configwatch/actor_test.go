@@ -57,6 +57,15 @@ func configMap(t *testing.T, dir string) string {
 	return filepath.Join(dir, "config.json")
 }
 
+// linkedFile is a config file that is a symlink to another file in the
+// same dir (one config of several, picked by the link).
+func linkedFile(t *testing.T, dir string) string {
+	t.Helper()
+	write(t, filepath.Join(dir, "real.json"), `{"resourceList": []}`)
+	symlink(t, "real.json", filepath.Join(dir, "config.json"))
+	return filepath.Join(dir, "config.json")
+}
+
 func write(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -123,6 +132,11 @@ func TestChangesSettleIntoOneReload(t *testing.T) {
 			}
 			return swapped
 		}, "..data", burstQuiet}, // a rename, then a removal
+		{"the file it links to edited", linkedFile, func(t *testing.T, dir, _ string) time.Time {
+			last := time.Now()
+			write(t, filepath.Join(dir, "real.json"), `{"resourceList": [{"resourceName": "d"}]}`)
+			return last
+		}, "real.json", burstQuiet}, // a truncate, then a write
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
