@@ -260,6 +260,9 @@ func TestAReplacedDirectoryIsWatchedAgain(t *testing.T) {
 			}
 			for !strings.Contains(next[*Changed](t, f).Reason, "CHMOD config.json") {
 			}
+			// The one above, watched while it was away, is watched no more.
+			write(t, filepath.Join(filepath.Dir(dir), "config.json"), "{}")
+			f.NothingFor(t, 2*quiet)
 		})
 	}
 }
