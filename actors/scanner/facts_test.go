@@ -1,6 +1,7 @@
 package scanner
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -83,6 +84,24 @@ func TestDiff(t *testing.T) {
 				t.Errorf("Diff =\n  %q\nwant\n  %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// Removals are sorted by address every time, not in the order a map
+// happens to give them: one run of a two-removal case passes by chance
+// half the time.
+func TestDiffSortsRemovalsEveryTime(t *testing.T) {
+	ledger := map[string]events.Device{}
+	var want []string
+	for i := range 8 {
+		d := vf(fmt.Sprintf("0000:3b:01.%d", i), "iavf")
+		ledger[d.Address] = known(true, d)
+		want = append(want, "DeviceRemoved "+d.Address)
+	}
+	for range 20 {
+		if got := summary(Diff(ledger, nil, nil)); !slices.Equal(got, want) {
+			t.Fatalf("Diff =\n  %q\nwant\n  %q", got, want)
+		}
 	}
 }
 
