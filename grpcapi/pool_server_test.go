@@ -271,6 +271,9 @@ func TestAllocateAndPreferredErrors(t *testing.T) {
 		{"deadline from backend", func(context.Context, *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 			return nil, fmt.Errorf("ask pool: %w", context.DeadlineExceeded)
 		}, codes.DeadlineExceeded, "ask pool: context deadline exceeded"},
+		{"canceled from backend", func(context.Context, *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+			return nil, fmt.Errorf("ask pool: %w", context.Canceled)
+		}, codes.Canceled, "ask pool: context canceled"},
 		{"backend honours the deadline", func(ctx context.Context, _ *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 			<-ctx.Done()
 			return nil, ctx.Err()
