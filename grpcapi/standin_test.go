@@ -2,6 +2,7 @@ package grpcapi_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -126,6 +127,26 @@ func TestStandinLegacyRegistrationAndRestart(t *testing.T) {
 		t.Fatalf("re-registration: %v", err)
 	}
 	checkServing(t, k)
+}
+
+// A second Register of a socket the kubelet is still connected to is
+// refused as "already connected", which the registrar tells apart from
+// other rejections: it must not retry the same path.
+func TestStandinRegisterTwiceIsAlreadyConnected(t *testing.T) {
+	k := kubelettest.Start(t, "", kubelettest.Options{})
+	const name = "example.com_nic.sock"
+	s := standinPool(t, grpcapi.PoolServerOptions{Mode: grpcapi.ModeLegacy})
+	if err := s.Serve(filepath.Join(k.DevicePluginDir(), name)); err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if err := grpcapi.RegisterWithKubelet(standinCtx(t), k.RegistrationSocket(), standinResource, name, nil); err != nil {
+		t.Fatalf("RegisterWithKubelet: %v", err)
+	}
+	checkServing(t, k)
+	err := grpcapi.RegisterWithKubelet(standinCtx(t), k.RegistrationSocket(), standinResource, name, nil)
+	if !errors.Is(err, grpcapi.ErrAlreadyConnected) || !errors.Is(err, grpcapi.ErrRegistrationRejected) {
+		t.Fatalf("second RegisterWithKubelet = %v, want ErrAlreadyConnected and ErrRegistrationRejected", err)
+	}
 }
 
 func TestStandinWatcherRegistration(t *testing.T) {
