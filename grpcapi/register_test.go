@@ -126,6 +126,48 @@ func (silentRegistration) Register(ctx context.Context, _ *pluginapi.RegisterReq
 	return nil, ctx.Err()
 }
 
+// A kubelet that goes away while it holds the Register (a restart) has
+// not rejected it: the answer is Unavailable, which leaves open whether it
+// took the Register, and is not a rejection.
+func TestRegisterWithKubeletGoneMidCallIsNotRejected(t *testing.T) {
+	sock := filepath.Join(shortDir(t), "kubelet.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	entered := make(chan struct{}, 1)
+	srv := grpc.NewServer()
+	pluginapi.RegisterRegistrationServer(srv, heldRegistration{entered: entered})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	errc := make(chan error, 1)
+	go func() { errc <- RegisterWithKubelet(testCtx(t), sock, testResource, "p.sock", nil) }()
+	select {
+	case <-entered:
+	case <-testCtx(t).Done():
+		t.Fatal("the Register never reached the kubelet")
+	}
+	srv.Stop()
+	err = <-errc
+	if err == nil || errors.Is(err, ErrRegistrationRejected) || errors.Is(err, ErrKubeletUnreachable) {
+		t.Errorf("RegisterWithKubelet with a kubelet gone mid-call = %v, want an error that is neither a rejection nor unreachable", err)
+	}
+}
+
+// heldRegistration takes a Register, says so on entered, and holds it
+// until the call ends.
+type heldRegistration struct {
+	pluginapi.UnimplementedRegistrationServer
+	entered chan<- struct{}
+}
+
+func (r heldRegistration) Register(ctx context.Context, _ *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
+	r.entered <- struct{}{}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
 func TestRegisterWithKubeletWaitsForTheSocket(t *testing.T) {
 	sock := filepath.Join(shortDir(t), "kubelet.sock")
 	errc := make(chan error, 1)
@@ -141,8 +183,14 @@ func TestRegisterWithKubeletWaitsForTheSocket(t *testing.T) {
 }
 
 func TestRegisterWithKubeletRefusesAPathAsEndpoint(t *testing.T) {
-	err := RegisterWithKubelet(testCtx(t), "unused.sock", testResource, "dir/p.sock", nil)
-	if err == nil || errors.Is(err, ErrRegistrationRejected) {
+	sock := filepath.Join(shortDir(t), "kubelet.sock")
+	k := &fakeKubelet{supported: []string{"v1beta1"}}
+	serveFakeKubelet(t, sock, k)
+	err := RegisterWithKubelet(testCtx(t), sock, testResource, "dir/p.sock", nil)
+	if err == nil || errors.Is(err, ErrRegistrationRejected) || errors.Is(err, ErrKubeletUnreachable) {
 		t.Errorf("RegisterWithKubelet with endpoint dir/p.sock = %v, want a usage error", err)
+	}
+	if got := k.requests(); len(got) != 0 {
+		t.Errorf("the kubelet was asked %v; a path as endpoint must not reach it", got)
 	}
 }
