@@ -596,16 +596,27 @@ func TestStopCutsShortAStuckCall(t *testing.T) {
 		return nil, ctx.Err()
 	})
 	s, path := startPool(t, b, PoolServerOptions{CallTimeout: time.Minute})
+	// The caller waits as long as it takes, as the kubelet does: only Stop
+	// can end the call.
+	callCtx, endCall := context.WithCancel(context.Background())
+	t.Cleanup(endCall)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := pluginapi.NewDevicePluginClient(dialTest(t, path)).Allocate(testCtx(t), &pluginapi.AllocateRequest{})
+		_, err := pluginapi.NewDevicePluginClient(dialTest(t, path)).Allocate(callCtx, &pluginapi.AllocateRequest{})
 		errc <- err
 	}()
 	<-entered
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if err := s.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Stop with a stuck call: %v, want DeadlineExceeded", err)
+	stopc := make(chan error, 1)
+	go func() { stopc <- s.Stop(ctx) }()
+	select {
+	case err := <-stopc:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Stop with a stuck call: %v, want DeadlineExceeded", err)
+		}
+	case <-testCtx(t).Done():
+		t.Fatal("Stop waited for the stuck call past its own deadline")
 	}
 	if err := <-errc; err == nil {
 		t.Error("the stuck Allocate succeeded")
