@@ -116,9 +116,6 @@ type lifetime struct {
 	// unrecorded counts the rounds in a row whose events the ledger
 	// refused: the first is logged as an error, the others at debug.
 	unrecorded int
-	// quiets are the Quiets that came while a round's List was out: the
-	// round may record, so they are answered once it has (see quiet).
-	quiets []*ledger.Quiet
 }
 
 type reconciler struct {
@@ -140,8 +137,11 @@ type reconciler struct {
 	again      bool       // a round was asked for while one was out
 	timer      wake.Timer // the next round's
 	rounds     int
-	life       *lifetime
-	closing    bool // ending: a round settled now starts no new one
+	// quiets came while a round's List was out: the round may record, so
+	// they are answered once it has (see quieting).
+	quiets  []*ledger.Quiet
+	life    *lifetime
+	closing bool // ending: a round settled now starts no new one
 	// unsynced: the last list lacked Self (logged once per change).
 	unsynced bool
 }
@@ -156,19 +156,16 @@ func (r *reconciler) Receive(ctx actor.Context) {
 		r.timer.Stop()
 		r.life.persist.Settle()
 		// The round out ends with this incarnation: nothing it owes is left.
-		for _, q := range r.life.quiets {
+		for _, q := range r.quiets {
 			close(q.Done)
 		}
-		r.life.quiets = nil
+		r.quiets = nil
 	case *ledger.Landed:
 		r.life.persist.Land(m, func(m any) { r.handle(ctx, m) })
 	case *Crash:
 		panic("reconciler: injected crash: " + m.Reason)
 	case *ledger.Quiet:
-		// Held in order behind what an append holds, as any message.
-		if !r.life.persist.Hold(&quiet{m}) {
-			r.handle(ctx, &quiet{m})
-		}
+		r.quiet(ctx, m)
 	case *Query:
 		if !r.life.persist.Busy() {
 			// Not while a round's events are in flight: read now, the
@@ -213,27 +210,33 @@ func (r *reconciler) handle(ctx actor.Context, m any) {
 	case *listed:
 		if m == r.listing {
 			r.listed(ctx, m)
-			waiting := r.life.quiets
-			r.life.quiets = nil
+			waiting := r.quiets
+			r.quiets = nil
 			for _, q := range waiting {
-				if !r.life.persist.Hold(&quiet{q}) {
-					r.handle(ctx, &quiet{q})
-				}
+				r.quiet(ctx, q)
 			}
 		}
-	case *quiet:
+	case *quieting:
 		if r.listing != nil {
-			r.life.quiets = append(r.life.quiets, m.q)
+			r.quiets = append(r.quiets, m.q)
 		} else {
 			close(m.q.Done)
 		}
 	}
 }
 
-// quiet is a ledger.Quiet on its way through the actor: at rest means no
-// round's List out either, whose answer the round records (a test that
-// waits for the reconciler waits for its round).
-type quiet struct{ q *ledger.Quiet }
+// quieting is a ledger.Quiet on its way through the actor: at rest means
+// no round's List out either, whose answer the round records (a test
+// that waits for the reconciler waits for its round).
+type quieting struct{ q *ledger.Quiet }
+
+// quiet takes q in order, held behind what an append holds as any
+// message is.
+func (r *reconciler) quiet(ctx actor.Context, q *ledger.Quiet) {
+	if !r.life.persist.Hold(&quieting{q}) {
+		r.handle(ctx, &quieting{q})
+	}
+}
 
 func (r *reconciler) start(ctx actor.Context) {
 	r.told = map[uint64]bool{}
