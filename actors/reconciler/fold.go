@@ -97,9 +97,9 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 		}
 	}
 
-	// Each allocation's container first: a conflict names the allocations
-	// of its containers as the round leaves them bound (bound), and the
-	// round records their bindings after it.
+	// Each allocation's container first: a conflict names the allocation
+	// of a container that reports a device it holds (bound), which the
+	// round binds to it, and records the bindings after the conflict.
 	var attributed []events.Payload
 	bound := map[uint64]holderRef{}
 	for _, seq := range slices.Sorted(maps.Keys(in.allocs)) {
@@ -128,13 +128,10 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 		}
 		if ref != nil {
 			bound[seq] = *ref
-		} else if b := a.Binding; b != nil {
-			bound[seq] = refOf(b)
 		}
 		held := in.now.Sub(a.At)
 		switch {
 		case !holdsAny && supersededBy != 0:
-			delete(bound, seq)
 			attributed = append(attributed, events.DevicesReleased{AllocationSeq: seq, Pool: a.Pool,
 				DeviceIDs: slices.Clone(a.DeviceIDs), HeldFor: held, Reason: fmt.Sprintf("superseded by allocation #%d", supersededBy)})
 		case ref != nil:
@@ -148,7 +145,6 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 			// Its pod may be one the new kubelet has not synced: wait.
 		case a.Binding != nil:
 			b := a.Binding
-			delete(bound, seq)
 			attributed = append(attributed, events.DevicesReleased{AllocationSeq: seq, Pool: a.Pool,
 				DeviceIDs: slices.Clone(a.DeviceIDs), HeldFor: held,
 				Reason: fmt.Sprintf("%s/%s/%s no longer holds it", b.Namespace, b.Pod, b.Container)})
