@@ -287,7 +287,7 @@ func TestErrors(t *testing.T) {
 		},
 		{
 			name: "malformed VF ranges",
-			src:  res(`{"resourceName": "a", "selectors": {"pfNames": ["eth0#1-", "eth0#-1", "eth0#1,,2", "eth0#1#2", "eth0#99999", "eth0#1-2-3"]}}`),
+			src:  res(`{"resourceName": "a", "selectors": {"pfNames": ["eth0#1-", "eth0#-1", "eth0#1,,2", "eth0#1#2", "eth0#99999", "eth0#1-2-3", "eth0#3-2", "eth0#65536"]}}`),
 			want: []string{
 				`c.json: resourceList[0].selectors.pfNames[0]: "eth0#1-": malformed function range: missing index`,
 				`c.json: resourceList[0].selectors.pfNames[1]: "eth0#-1": malformed function range: missing index`,
@@ -295,6 +295,8 @@ func TestErrors(t *testing.T) {
 				`c.json: resourceList[0].selectors.pfNames[3]: "eth0#1#2": more than one '#'`,
 				`c.json: resourceList[0].selectors.pfNames[4]: "eth0#99999": function index 99999 out of range (0-65535)`,
 				`c.json: resourceList[0].selectors.pfNames[5]: "eth0#1-2-3": malformed function index "2-3": want a number`,
+				`c.json: resourceList[0].selectors.pfNames[6]: "eth0#3-2": range end before start`,
+				`c.json: resourceList[0].selectors.pfNames[7]: "eth0#65536": function index 65536 out of range (0-65535)`,
 			},
 		},
 		{
@@ -894,6 +896,7 @@ func TestPFSelectorIncludes(t *testing.T) {
 		{raw: "0000:86:00.0#0-1,3,4", in: []int{0, 1, 3, 4}, out: []int{2, 5}, addr: true},
 		{raw: "10000:01:00.0#3", in: []int{3}, out: []int{0}, addr: true},
 		{raw: "p0#1-1", in: []int{1}, out: []int{0, 2}},
+		{raw: "p0#65535", in: []int{65535}, out: []int{65534}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.raw, func(t *testing.T) {
