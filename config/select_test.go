@@ -204,6 +204,14 @@ func TestSelect(t *testing.T) {
 			devs:      []sysfs.Device{fn("0000:01:00.0", func(d *sysfs.Device) { d.ACPIIndex = "101" }), fn("0000:01:00.1", nil)},
 			want:      []string{"0000:01:00.0=intel.com/a"},
 		},
+		{
+			// Parse warns that such an ID never matches; the plugin
+			// compares every value as written.
+			name:      "values compared case-sensitively",
+			resources: `{"resourceName": "a", "selectors": {"devices": ["154C"]}}, {"resourceName": "b", "selectors": {"drivers": ["IAVF"]}}, {"resourceName": "c", "selectors": {"drivers": ["vfio-pci"]}}`,
+			devs:      node,
+			want:      []string{"0000:3b:0a.1=intel.com/c", "0000:3b:0a.2=intel.com/c"},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
