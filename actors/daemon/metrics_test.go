@@ -3,6 +3,7 @@ package daemon
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -771,5 +772,92 @@ func TestOldestEventTimeAfterASalvageLostTheStart(t *testing.T) {
 	}
 	if got, want := oldestEventTime(l), float64(at.Unix()); got != want {
 		t.Errorf("oldest event time = %v, want %v (the first event with a time)", got, want)
+	}
+}
+
+// The kubelet's outage shows in the metrics as the ledger records it:
+// devledger_kubelet_down is 1 from the recorded KubeletStopped, and the
+// next kubelet both ends it and counts as one restart.
+func TestKubeletMetricsFollowAnOutage(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.MetricsAddr = "127.0.0.1:0"
+	d := n.start(t)
+	ctx := waitCtx(t)
+	base := "http://" + d.metricsAddr
+	waitReadyz(t, ctx, base)
+	scrape := func() string {
+		_, body := httpGet(t, base+"/metrics")
+		return body
+	}
+	restarts := func(body string) string { return grepLines(body, "devledger_kubelet_restarts_total ") }
+	before := restarts(scrape())
+	if !strings.Contains(scrape(), "devledger_kubelet_down 0\n") {
+		t.Fatalf("/metrics with the kubelet up lacks devledger_kubelet_down 0:\n%s", grepLines(scrape(), "devledger_kubelet"))
+	}
+
+	if err := n.kubelet.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "devledger_kubelet_down 1", func() bool { return strings.Contains(scrape(), "devledger_kubelet_down 1\n") })
+	if got := restarts(scrape()); got != before {
+		t.Errorf("a kubelet gone moved the restarts: %q, was %q", got, before)
+	}
+
+	if err := n.kubelet.Boot(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "devledger_kubelet_down 0", func() bool { return strings.Contains(scrape(), "devledger_kubelet_down 0\n") })
+	var was float64
+	if _, err := fmt.Sscan(strings.TrimPrefix(before, "devledger_kubelet_restarts_total "), &was); err != nil {
+		t.Fatalf("devledger_kubelet_restarts_total before the outage: %q: %v", before, err)
+	}
+	if got, want := restarts(scrape()), fmt.Sprintf("devledger_kubelet_restarts_total %g", was+1); got != want {
+		t.Errorf("after the kubelet came back: %q, want %q", got, want)
+	}
+}
+
+// Each per-pool counter moves on its own event once the event is in the
+// ledger, under the pool the event names, and no other counter moves.
+func TestPoolCountersCountTheirEvents(t *testing.T) {
+	d, ctx, base := readyWithMetrics(t, sriovConfig)
+	counters := []string{"allocations_total", "releases_total", "leak_suspects_total", "allocation_conflicts_total",
+		"unhealthy_allocations_total", "registrations_total", "registration_failures_total"}
+	for _, tc := range []struct {
+		name    string
+		payload func(pool string) events.Payload
+		want    map[string]int // the rest stay 0
+	}{
+		{"an allocation and what it says", func(pool string) events.Payload {
+			return events.DevicesAllocated{Pool: pool, Supersedes: []uint64{1, 2}, HeldElsewhere: []uint64{3}, Unhealthy: []string{"a", "b", "c"}}
+		}, map[string]int{"allocations_total": 1, "releases_total": 2, "allocation_conflicts_total": 1, "unhealthy_allocations_total": 3}},
+		{"a release", func(pool string) events.Payload { return events.DevicesReleased{Pool: pool} },
+			map[string]int{"releases_total": 1}},
+		{"a leak", func(pool string) events.Payload { return events.AllocationLeakSuspected{Pool: pool} },
+			map[string]int{"leak_suspects_total": 1}},
+		{"a conflict", func(pool string) events.Payload { return events.AllocationConflict{Pool: pool} },
+			map[string]int{"allocation_conflicts_total": 1}},
+		{"a registration", func(pool string) events.Payload { return events.PluginRegistered{Pool: pool} },
+			map[string]int{"registrations_total": 1}},
+		{"a refused registration", func(pool string) events.Payload { return events.RegistrationFailed{Pool: pool} },
+			map[string]int{"registration_failures_total": 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// A pool of its own, so that the daemon's own events do not count.
+			pool := "example.com/" + strings.ReplaceAll(tc.name, " ", "_")
+			if _, err := d.rec.Record(ctx, tc.payload(pool)); err != nil {
+				t.Fatal(err)
+			}
+			_, body := httpGet(t, base+"/metrics")
+			for _, c := range counters {
+				prefix := `devledger_` + c + `{pool="` + pool + `"} `
+				got := strings.TrimPrefix(grepLines(body, prefix), prefix)
+				if got == "" {
+					got = "0"
+				}
+				if want := strconv.Itoa(tc.want[c]); got != want {
+					t.Errorf("devledger_%s of %s = %s, want %s", c, pool, got, want)
+				}
+			}
+		})
 	}
 }
