@@ -358,6 +358,31 @@ func TestAdminBackup(t *testing.T) {
 	}
 }
 
+// A copy spooled by a daemon killed while it streamed a backup would take
+// the ledger's disk for good: the next daemon to serve the socket removes
+// it, and only it.
+func TestAdminServeRemovesACopyAKilledDaemonLeft(t *testing.T) {
+	dir := shortDir(t)
+	left := filepath.Join(dir, ".ledger-backup-1234")
+	kept := filepath.Join(dir, "ledger.db")
+	for _, f := range []string{left, kept} {
+		if err := os.WriteFile(f, []byte("copy"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := NewAdminServer(&backupSource{bytes: 1}, nil, AdminServerOptions{})
+	if err := a.Serve(AdminSocketPath(dir)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Stop(context.Background()) })
+	if _, err := os.Stat(left); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the copy a stopped daemon left is still there: %v", err)
+	}
+	if _, err := os.Stat(kept); err != nil {
+		t.Errorf("the ledger beside it: %v", err)
+	}
+}
+
 // The copy's read is over before the client gets a byte: a client that
 // reads slowly (kubectl exec through the API server) does not hold the
 // ledger's read transaction, which would hold an append that must grow the
