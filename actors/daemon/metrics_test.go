@@ -564,6 +564,11 @@ func TestMetricsOfAPoolWithNoDevices(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+	// Not served, so neither registered nor meant to be: a 0 would page
+	// whoever alerts on a pool the kubelet does not know.
+	if got := grepLines(body, `devledger_pool_registered{pool="intel.com/sriov_net"}`); got != "" {
+		t.Errorf("/metrics has %q for a pool not served", got)
+	}
 }
 
 // A pool that does not answer a scrape in time (its mailbox held here, as
