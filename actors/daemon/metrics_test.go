@@ -705,6 +705,7 @@ func TestAStopThatCouldNotBeRecordedLeavesThePIDFile(t *testing.T) {
 func TestAReloadOfARejectedFileSaysRejected(t *testing.T) {
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
 	n.opts.WatchConfig = false
+	n.opts.MetricsAddr = "127.0.0.1:0"
 	d := n.start(t)
 	ctx := waitCtx(t)
 	if _, err := n.kubelet.WaitRegistered(ctx, netPool); err != nil {
@@ -731,6 +732,24 @@ func TestAReloadOfARejectedFileSaysRejected(t *testing.T) {
 	}
 	if res, err := d.Reload(ctx, "revert"); err != nil || !res.Applied {
 		t.Errorf("reload of the config in force after a rejection: %+v, %v; want it applied", res, err)
+	}
+	// The metrics say so too, stamped with the time the ledger has.
+	var applied time.Time
+	if err := d.rec.Log().ReadRaw(d.rec.Log().FirstSeq(), func(_ uint64, rec []byte) error {
+		if e, err := events.Unmarshal(rec); err == nil && e.Type == events.TypeConfigApplied {
+			applied = e.Time
+		}
+		return nil
+	}); err != nil || applied.IsZero() {
+		t.Fatalf("no ConfigApplied in the ledger: %v", err)
+	}
+	_, body := httpGet(t, "http://"+d.metricsAddr+"/metrics")
+	if got := grepLines(body, "devledger_config_last_reload_successful "); got != "devledger_config_last_reload_successful 1" {
+		t.Errorf("after the config in force came back: %q, want 1", got)
+	}
+	at, err := strconv.ParseFloat(strings.TrimPrefix(grepLines(body, "devledger_config_last_reload_timestamp_seconds "), "devledger_config_last_reload_timestamp_seconds "), 64)
+	if want := float64(applied.UnixNano()) / 1e9; err != nil || at != want {
+		t.Errorf("devledger_config_last_reload_timestamp_seconds = %v, %v; want %v, the recorded ConfigApplied's", at, err, want)
 	}
 }
 
