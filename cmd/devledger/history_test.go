@@ -311,12 +311,8 @@ func TestPodStoryFollowsItsDevices(t *testing.T) {
 	const vfio, net = "intel.com/sriov_vfio", "intel.com/sriov_net"
 	const held, other = "0000:3b:02.1", "0000:3b:02.2"
 	t0 := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
-	var envs []events.Envelope
-	add := func(p events.Payload) uint64 {
-		e := events.New(p, t0.Add(time.Duration(len(envs))*time.Minute), "boot-1")
-		envs = append(envs, e)
-		return uint64(len(envs))
-	}
+	l := &timeline{t0: t0}
+	add := l.add
 	vf := func(addr, driver string) events.DeviceFacts {
 		return events.DeviceFacts{Address: addr, Vendor: "8086", Device: "1889", Class: "020000", Driver: driver, PF: "0000:3b:00.0", VFIndex: 1}
 	}
@@ -341,7 +337,7 @@ func TestPodStoryFollowsItsDevices(t *testing.T) {
 	add(events.DeviceDiscovered{Device: vf(held, "iavf")}) // after the pod
 	add(events.DeviceHealthChanged{Address: held, Reason: "after the pod"})
 	db := filepath.Join(t.TempDir(), "ledger.db")
-	writeLedger(t, db, envs)
+	writeLedger(t, db, l.envs)
 
 	code, out, errOut := runCLI(t, "dump", "--db", db, "--pod", "telco/cnf-0", "--format", "jsonl")
 	if code != exitOK {
@@ -364,11 +360,8 @@ func TestPodStoryFollowsItsDevices(t *testing.T) {
 func TestAnAllocationBoundAgainIsEachPodsInItsTurn(t *testing.T) {
 	const vfio, dev = "intel.com/sriov_vfio", "0000:3b:02.1"
 	t0 := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
-	var envs []events.Envelope
-	add := func(p events.Payload) uint64 {
-		envs = append(envs, events.New(p, t0.Add(time.Duration(len(envs))*time.Minute), "boot-1"))
-		return uint64(len(envs))
-	}
+	l := &timeline{t0: t0}
+	add := l.add
 	add(events.DaemonStarted{Version: "v0.3.0", PID: 1})
 	add(events.DeviceDiscovered{Device: events.DeviceFacts{Address: dev, Vendor: "8086", Device: "1889", Driver: "vfio-pci"}})
 	add(events.PoolMembershipChanged{Pool: vfio, Added: []string{dev}, Reason: "daemon start"})
@@ -380,7 +373,7 @@ func TestAnAllocationBoundAgainIsEachPodsInItsTurn(t *testing.T) {
 	sickB := add(events.DeviceHealthChanged{Address: dev, Reason: "while pod-b held it"})
 	released := add(events.DevicesReleased{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{dev}, HeldFor: time.Hour, Reason: "telco/pod-b/main no longer holds it"})
 	db := filepath.Join(t.TempDir(), "ledger.db")
-	writeLedger(t, db, envs)
+	writeLedger(t, db, l.envs)
 
 	for pod, want := range map[string][]uint64{
 		"telco/pod-a": {a, toA, sickA, wellA, toB, released},
@@ -424,11 +417,8 @@ func TestPodStoryTellsHowItsAllocationsEnded(t *testing.T) {
 	const vfio, gpu = "intel.com/sriov_vfio", "nvidia.com/gpu"
 	const vf, card = "0000:3b:02.1", "0000:af:00.0"
 	t0 := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
-	var envs []events.Envelope
-	add := func(p events.Payload) uint64 {
-		envs = append(envs, events.New(p, t0.Add(time.Duration(len(envs))*time.Minute), "boot-1"))
-		return uint64(len(envs))
-	}
+	l := &timeline{t0: t0}
+	add := l.add
 	add(events.DaemonStarted{Version: "v0.3.0", PID: 1})
 	add(events.DeviceDiscovered{Device: events.DeviceFacts{Address: vf, Vendor: "8086", Device: "1889", Driver: "vfio-pci"}})
 	add(events.DeviceDiscovered{Device: events.DeviceFacts{Address: card, Vendor: "10de", Device: "2330", Driver: "vfio-pci"}})
@@ -445,7 +435,7 @@ func TestPodStoryTellsHowItsAllocationsEnded(t *testing.T) {
 	left := add(events.PoolMembershipChanged{Pool: gpu, Removed: []string{card}, Reason: "reload: SIGHUP"})
 	released := add(events.DevicesReleased{AllocationSeq: c, Pool: gpu, DeviceIDs: []string{card}, HeldFor: time.Hour, Reason: "pod deleted"})
 	db := filepath.Join(t.TempDir(), "ledger.db")
-	writeLedger(t, db, envs)
+	writeLedger(t, db, l.envs)
 
 	code, out, errOut := runCLI(t, "dump", "--db", db, "--pod", "telco/cnf-0", "--format", "jsonl")
 	if code != exitOK {
@@ -471,11 +461,8 @@ func TestPodStoryTellsHowItsAllocationsEnded(t *testing.T) {
 func TestDeviceStoryNamesItsHolders(t *testing.T) {
 	const vfio, dev = "intel.com/sriov_vfio", "0000:3b:02.1"
 	t0 := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
-	var envs []events.Envelope
-	add := func(p events.Payload) uint64 {
-		envs = append(envs, events.New(p, t0.Add(time.Duration(len(envs))*time.Minute), "boot-1"))
-		return uint64(len(envs))
-	}
+	l := &timeline{t0: t0}
+	add := l.add
 	add(events.DaemonStarted{Version: "v0.3.0", PID: 1})
 	add(events.DeviceDiscovered{Device: events.DeviceFacts{Address: dev, Vendor: "8086", Device: "1889", Driver: "vfio-pci"}})
 	add(events.PoolMembershipChanged{Pool: vfio, Added: []string{dev}, Reason: "daemon start"})
@@ -491,7 +478,7 @@ func TestDeviceStoryNamesItsHolders(t *testing.T) {
 		Reason: "the kubelet reports the device in 2 containers"})
 	add(events.DevicesReleased{AllocationSeq: b, Pool: vfio, DeviceIDs: []string{dev}, HeldFor: 90 * time.Second, Reason: "pod deleted"})
 	db := filepath.Join(t.TempDir(), "ledger.db")
-	writeLedger(t, db, envs)
+	writeLedger(t, db, l.envs)
 
 	code, out, errOut := runCLI(t, "dump", "--db", db, "--device", dev)
 	if code != exitOK {
@@ -513,4 +500,16 @@ func TestDeviceStoryNamesItsHolders(t *testing.T) {
 	if want := "after 1m30s\n"; !strings.Contains(out, want) {
 		t.Errorf("dump --type DevicesReleased does not say %q:\n%s", want, out)
 	}
+}
+
+// timeline is a ledger's events, one boot's, a minute apart from t0.
+type timeline struct {
+	t0   time.Time
+	envs []events.Envelope
+}
+
+// add appends p and returns its sequence.
+func (l *timeline) add(p events.Payload) uint64 {
+	l.envs = append(l.envs, events.New(p, l.t0.Add(time.Duration(len(l.envs))*time.Minute), "boot-1"))
+	return uint64(len(l.envs))
 }
