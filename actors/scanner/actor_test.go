@@ -259,9 +259,8 @@ func TestScannerRecordsVFsMadeAnew(t *testing.T) {
 			}
 			f.Sys.Root.Send(f.Child, rescan)
 			m := next[*Scanned](t, f)
-			var want []string
+			want := madeAnew(vfs)
 			for _, vf := range vfs {
-				want = append(want, "DeviceRemoved "+vf, "DeviceDiscovered "+vf)
 				if d := m.HealthSet[vf]; !d.Present || !d.Healthy {
 					t.Errorf("%s told %+v, want present and healthy", vf, d)
 				}
@@ -313,11 +312,7 @@ func TestScannerKeepsTheKernelsRemovalsThroughACrash(t *testing.T) {
 	}
 	f.Sys.Root.Send(f.Child, &Rescan{Reason: "periodic"})
 	next[*Scanned](t, f)
-	var want []string
-	for _, vf := range vfs {
-		want = append(want, "DeviceRemoved "+vf, "DeviceDiscovered "+vf)
-	}
-	if got := fx.recorded(t, last); !slices.Equal(got, want) {
+	if got, want := fx.recorded(t, last), madeAnew(vfs); !slices.Equal(got, want) {
 		t.Errorf("recorded %q, want %q", got, want)
 	}
 	f.Silent(t)
@@ -408,6 +403,16 @@ func unreadable(t *testing.T, path string) {
 	if err := os.Mkdir(path, 0o755); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// madeAnew is what a scan records of vfs removed and made again: each
+// removed, then discovered.
+func madeAnew(vfs []string) []string {
+	var out []string
+	for _, vf := range vfs {
+		out = append(out, "DeviceRemoved "+vf, "DeviceDiscovered "+vf)
+	}
+	return out
 }
 
 // remakeVFs has the kernel take pf's VFs away and make four again, each
@@ -676,11 +681,7 @@ func TestScannerKeepsTheKernelsRemovalsThroughARefusedAppend(t *testing.T) {
 	if !m.Changed || m.Reason != "periodic" {
 		t.Errorf("once the disk has room: Changed %v, Reason %q; want true, periodic", m.Changed, m.Reason)
 	}
-	var want []string
-	for _, vf := range vfs {
-		want = append(want, "DeviceRemoved "+vf, "DeviceDiscovered "+vf)
-	}
-	if got := fx.recorded(t, last); !slices.Equal(got, want) {
+	if got, want := fx.recorded(t, last), madeAnew(vfs); !slices.Equal(got, want) {
 		t.Errorf("recorded %q, want %q", got, want)
 	}
 
