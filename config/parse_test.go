@@ -590,6 +590,13 @@ func TestWarnings(t *testing.T) {
 			},
 		},
 		{
+			name: "PCI address in upper case",
+			src:  res(`{"resourceName": "a", "selectors": {"pciAddresses": ["0000:3b:02.1", "0000:3B:02.2"]}}`),
+			want: []string{
+				`c.json: resourceList[0].selectors.pciAddresses[1]: "0000:3B:02.2": matched without case here; the SR-IOV plugin compares it exactly and so matches no device, as the kernel writes addresses in lower case`,
+			},
+		},
+		{
 			name: "repeated PF",
 			src:  res(`{"resourceName": "a", "selectors": {"pfNames": ["eth0#0-1", "ETH0#5"]}}`),
 			want: []string{

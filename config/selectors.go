@@ -214,6 +214,9 @@ func (d *decoder) checkValues(key string, list []string, idx []int, n *node, pat
 				d.fail(p, quote(v), "malformed PCI address, want DOMAIN:BUS:DEVICE.FUNCTION such as 0000:3b:02.1")
 				continue
 			}
+			if v != strings.ToLower(v) {
+				d.warn(p, quote(v), "matched without case here; the SR-IOV plugin compares it exactly and so matches no device, as the kernel writes addresses in lower case")
+			}
 		case fieldPFNames, fieldRootDevices:
 			sel, msg := parsePFSelector(v, key == fieldRootDevices)
 			if msg != "" {
