@@ -4,10 +4,13 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/devledger/devledger/actors/daemon"
 )
 
 // TestRunPermissionDenied starts devledger run where it lacks the access it
@@ -79,6 +82,15 @@ func TestRunPermissionDenied(t *testing.T) {
 			},
 		},
 		{
+			name:  "CDI spec dir not writable with --use-cdi",
+			extra: []string{"--use-cdi"},
+			setup: func(t *testing.T, l permLayout) string {
+				mkdir(t, l.cdi)
+				chmod(t, l.cdi, 0o500)
+				return "cannot write " + l.cdi + " (--cdi-spec-dir): permission denied; devledger must run as root or with write access to " + l.cdi
+			},
+		},
+		{
 			name: "sysfs root not readable",
 			setup: func(t *testing.T, l permLayout) string {
 				chmod(t, l.sysfs, 0o100)
@@ -102,7 +114,7 @@ func TestRunPermissionDenied(t *testing.T) {
 			l := newPermLayout(t)
 			want := tc.setup(t, l)
 			args := append([]string{"run", "--config", l.config, "--sysfs-root", l.sysfs,
-				"--kubelet-dir", l.kubelet, "--state-dir", l.state, "--devinfo-dir", l.devinfo,
+				"--kubelet-dir", l.kubelet, "--state-dir", l.state, "--devinfo-dir", l.devinfo, "--cdi-spec-dir", l.cdi,
 				"--registration", "legacy", "--log-format", "json", "--kernel-events=false"}, tc.extra...)
 			code, stdout, stderr := runCLI(t, args...)
 			if code != exitFailure {
@@ -140,7 +152,7 @@ func TestRunPermissionDenied(t *testing.T) {
 // with: the state dir and the devinfo dir do not exist yet (the daemon
 // makes them).
 type permLayout struct {
-	config, sysfs, kubelet, devicePlugins, pluginsRegistry, state, devinfo string
+	config, sysfs, kubelet, devicePlugins, pluginsRegistry, state, devinfo, cdi string
 }
 
 func newPermLayout(t *testing.T) permLayout {
@@ -158,6 +170,7 @@ func newPermLayout(t *testing.T) permLayout {
 		kubelet: filepath.Join(root, "kubelet"),
 		state:   filepath.Join(root, "lib", "state"),
 		devinfo: filepath.Join(root, "run", "devinfo"),
+		cdi:     filepath.Join(root, "run", "cdi"),
 	}
 	l.devicePlugins = filepath.Join(l.kubelet, "device-plugins")
 	l.pluginsRegistry = filepath.Join(l.kubelet, "plugins_registry")
@@ -197,4 +210,39 @@ func ownerBitsAccess(path string, mode uint32) error {
 		return unix.EACCES
 	}
 	return nil
+}
+
+// The CDI spec dir is needed, and checked at start, when a pool of the
+// config answers with CDI names, as much as with --use-cdi.
+func TestNeededDirsTakeTheCDISpecDirWhenAPoolUsesCDI(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, cdi string) string {
+		path := filepath.Join(dir, name)
+		src := `{"resourceList": [{"resourceName": "a", "selectors": {"drivers": ["vfio-pci"]}},
+			{"resourceName": "b", "selectors": {"drivers": ["iavf"]}` + cdi + `}]}`
+		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	cases := []struct {
+		name, config string
+		useCDI, want bool
+	}{
+		{"no pool uses CDI", write("plain.json", ""), false, false},
+		{"one pool sets cdi.enabled", write("cdi.json", `, "cdi": {"enabled": true}`), false, true},
+		{"--use-cdi", write("plain2.json", ""), true, true},
+		{"a config that does not load, with --use-cdi", filepath.Join("testdata", "e2e", "bad.json"), true, true},
+		{"a config that does not load", filepath.Join("testdata", "e2e", "bad.json"), false, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var o daemon.Options
+			o.ConfigPath, o.ConfigOptions.UseCDI, o.CDISpecDir = tc.config, tc.useCDI, "/var/run/cdi"
+			got := slices.ContainsFunc(neededDirs(o), func(d neededDir) bool { return d.role == "--cdi-spec-dir" })
+			if got != tc.want {
+				t.Errorf("the CDI spec dir needed: %v, want %v", got, tc.want)
+			}
+		})
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -259,8 +260,9 @@ type neededDir struct {
 
 // neededDirs are the directories the daemon with these options reads and
 // writes: the sysfs root, the state dir, the kubelet's socket dirs (it
-// watches them, and serves and removes its sockets there), and the
-// device-info dir.
+// watches them, and serves and removes its sockets there), the
+// device-info dir, and the CDI spec dir when a pool answers with CDI names
+// (--use-cdi, or cdi.enabled in the config at start).
 func neededDirs(o daemon.Options) []neededDir {
 	dirs := []neededDir{
 		{path: o.SysfsRoot, role: "--sysfs-root", read: true},
@@ -279,10 +281,17 @@ func neededDirs(o daemon.Options) []neededDir {
 	if o.DevinfoDir != "-" {
 		dirs = append(dirs, neededDir{path: o.DevinfoDir, role: "--devinfo-dir", write: true})
 	}
-	if o.CDISpecDir != "-" && o.CDISpecDir != "" && o.ConfigOptions.UseCDI {
+	if o.CDISpecDir != "-" && o.CDISpecDir != "" && (o.ConfigOptions.UseCDI || configUsesCDI(o)) {
 		dirs = append(dirs, neededDir{path: o.CDISpecDir, role: "--cdi-spec-dir", write: true})
 	}
 	return dirs
+}
+
+// configUsesCDI says whether a pool of the config the daemon starts with
+// sets cdi.enabled. A config that does not load is the daemon's to report.
+func configUsesCDI(o daemon.Options) bool {
+	cfg, err := config.Load(o.ConfigPath, o.ConfigOptions)
+	return err == nil && slices.ContainsFunc(cfg.Resources, func(r config.Resource) bool { return r.CDI.Enabled })
 }
 
 // accessible says whether this process may use path with mode (unix.R_OK,
