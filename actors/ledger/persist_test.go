@@ -1,6 +1,7 @@
 package ledger_test
 
 import (
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/devledger/devledger/actors/ledger"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/internal/actortest"
+	"github.com/devledger/devledger/store"
 )
 
 // persisting is an actor that records one event per *record it gets and
@@ -26,10 +28,18 @@ func persistingProps(rec *ledger.Recorder) *actor.Props {
 }
 
 type (
-	record struct{ addr string }
+	// record asks for one event; then, when set, is the address of a
+	// record the continuation persists in its turn.
+	record struct{ addr, then string }
 	note   struct{ text string }
 	crash  struct{}
 )
+
+// refused is what the parent hears of a record the ledger did not take.
+type refused struct {
+	addr string
+	err  error
+}
 
 // landedAt is what the parent hears of a record that landed.
 type landedAt struct {
@@ -59,9 +69,13 @@ func (a *persisting) handle(ctx actor.Context, m any) {
 	case *record:
 		a.persist.Persist(ctx, a.rec, nil, []events.Payload{discovered(m.addr)}, func(envs []events.Envelope, err error) {
 			if err != nil {
-				panic(err)
+				ctx.Send(ctx.Parent(), &refused{addr: m.addr, err: err})
+				return
 			}
 			ctx.Send(ctx.Parent(), &landedAt{addr: m.addr, seq: envs[0].Seq})
+			if m.then != "" {
+				a.handle(ctx, &record{addr: m.then})
+			}
 		})
 	case *note:
 		ctx.Send(ctx.Parent(), m)
@@ -162,4 +176,56 @@ func TestPersisterSettlesAsTheActorStopsOrRestarts(t *testing.T) {
 	if m := actortest.Next[*landedAt](t, f); m.addr != "0000:3b:00.1" {
 		t.Errorf("landed %+v, want the record in flight as the actor stopped", *m)
 	}
+}
+
+// A Quiet that comes while nothing is in flight is answered at once.
+func TestPersisterAnswersQuietWhenIdle(t *testing.T) {
+	f := actortest.Spawn(t, persistingProps(ledger.NewRecorder(openLog(t), "boot-1", nil)))
+	quiet := &ledger.Quiet{Done: make(chan struct{})}
+	f.Sys.Root.Send(f.Child, quiet)
+	select {
+	case <-quiet.Done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Quiet not answered by an actor with nothing in flight")
+	}
+}
+
+// An append the store does not take (the ledger closed) is answered at
+// once with the store's error, and leaves nothing in flight: what comes
+// next is handled, not held for an answer that never comes.
+func TestPersisterAnswersAnAppendNotTaken(t *testing.T) {
+	l := openLog(t)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f := actortest.Spawn(t, persistingProps(ledger.NewRecorder(l, "boot-1", nil)))
+	f.Sys.Root.Send(f.Child, &record{addr: "0000:3b:00.0"})
+	f.Sys.Root.Send(f.Child, &note{text: "after"})
+	if m := actortest.Next[*refused](t, f); m.addr != "0000:3b:00.0" || !errors.Is(m.err, store.ErrClosed) {
+		t.Errorf("refused %+v, want the record, with store.ErrClosed", *m)
+	}
+	if m := actortest.Next[*note](t, f); m.text != "after" {
+		t.Errorf("note %q, want after", m.text)
+	}
+}
+
+// A continuation that persists again keeps what is held waiting for its
+// own record too.
+func TestPersisterHoldsForARecordItsContinuationMakes(t *testing.T) {
+	rec, held, release := heldRecorder(t)
+	f := actortest.Spawn(t, persistingProps(rec))
+	f.Sys.Root.Send(f.Child, &record{addr: "0000:3b:00.0", then: "0000:3b:00.1"})
+	waitHeld(t, held)
+	f.Sys.Root.Send(f.Child, &note{text: "held"})
+	f.Silent(t)
+	release()
+	for _, want := range []string{"0000:3b:00.0", "0000:3b:00.1"} {
+		if m := actortest.Next[*landedAt](t, f); m.addr != want {
+			t.Errorf("landed %+v, want %s", *m, want)
+		}
+	}
+	if m := actortest.Next[*note](t, f); m.text != "held" {
+		t.Errorf("note %q, want held", m.text)
+	}
+	f.Silent(t)
 }
