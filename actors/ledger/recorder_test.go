@@ -241,3 +241,52 @@ func TestReplayReadsWhatWasQueuedBefore(t *testing.T) {
 		t.Fatal("Replay did not return once the records were written")
 	}
 }
+
+// RecordAsync of nothing answers at once: an actor that persists nothing
+// is not left waiting for an answer.
+func TestRecordAsyncNothingAnswers(t *testing.T) {
+	r := ledger.NewRecorder(openLog(t), "boot-1", nil)
+	answered := false
+	err := r.RecordAsync(context.Background(), nil, nil, func(envs []events.Envelope, err error) {
+		answered = true
+		if envs != nil || err != nil {
+			t.Errorf("done(%v, %v), want nil, nil", envs, err)
+		}
+	})
+	if err != nil || !answered {
+		t.Errorf("RecordAsync of nothing = %v, answered %v; want nil, answered", err, answered)
+	}
+}
+
+// A guard that refuses fails the record with its error, and nothing is
+// written or observed.
+func TestRecordAsyncHonoursTheGuard(t *testing.T) {
+	l := openLog(t)
+	r := ledger.NewRecorder(l, "boot-1", nil)
+	if _, err := r.Record(context.Background(), discovered("0000:3b:02.0")); err != nil {
+		t.Fatal(err)
+	}
+	r.Observe(func([]events.Envelope) { t.Error("observer called for a refused record") })
+	errStale := errors.New("stale")
+	g := &store.Guard{After: 0, Check: func(events.Envelope) error { return errStale }}
+	answered := make(chan error, 1)
+	if err := r.RecordAsync(context.Background(), g, []events.Payload{discovered("0000:3b:02.1")}, func(envs []events.Envelope, err error) {
+		if envs != nil {
+			t.Errorf("refused record answered with envelopes %v", envs)
+		}
+		answered <- err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-answered:
+		if !errors.Is(err, errStale) || !strings.Contains(err.Error(), string(events.TypeDeviceDiscovered)) {
+			t.Errorf("answer %v, want the guard's error, naming %s", err, events.TypeDeviceDiscovered)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer")
+	}
+	if got := l.LastSeq(); got != 1 {
+		t.Errorf("last seq %d after a refused record, want 1", got)
+	}
+}
