@@ -287,6 +287,9 @@ func TestPanickingActorIsRestartedThenGivenUpOn(t *testing.T) {
 func TestDefaultBackoffGivesUpOnTheFifthCrash(t *testing.T) {
 	var g giveUps
 	b := supervise.DefaultBackoff(zerolog.Nop(), g.record)
+	if b.Window != time.Minute {
+		t.Errorf("crashes counted within %v, the docs promise a minute", b.Window)
+	}
 	b.Initial, b.Max = time.Millisecond, time.Millisecond
 	sup := newFakeSupervisor()
 	child := actor.NewPID("test", "child")
@@ -301,5 +304,25 @@ func TestDefaultBackoffGivesUpOnTheFifthCrash(t *testing.T) {
 	b.HandleFailure(nil, sup, child, rs, "fifth crash", nil)
 	if got := g.list(); len(got) != 1 || got[0] != "fifth crash" {
 		t.Fatalf("GiveUp calls = %v, want one on the fifth crash", got)
+	}
+}
+
+// A failure that repeats is logged at error once, then at debug.
+func TestFailureLevel(t *testing.T) {
+	tests := []struct {
+		name string
+		n    int
+		want zerolog.Level
+	}{
+		{"the first failure is an error", 1, zerolog.ErrorLevel},
+		{"the second is debug", 2, zerolog.DebugLevel},
+		{"so are later ones", 10, zerolog.DebugLevel},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := supervise.FailureLevel(tc.n); got != tc.want {
+				t.Errorf("FailureLevel(%d) = %v, want %v", tc.n, got, tc.want)
+			}
+		})
 	}
 }
