@@ -1,6 +1,7 @@
 package fswatch
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -53,4 +54,61 @@ func TestWatchForwardsOnlyTheOpsAskedFor(t *testing.T) {
 			t.Fatalf("heard %v, want %v", got.Event, w)
 		}
 	}
+}
+
+// Errors (an overflow: events were lost) reach the actor, which must
+// list its directories again.
+func TestWatchForwardsErrors(t *testing.T) {
+	dir := t.TempDir()
+	watchers := make(chan *fsnotify.Watcher, 1)
+	f := actortest.Spawn(t, actor.PropsFromFunc(func(ctx actor.Context) {
+		switch m := ctx.Message().(type) {
+		case *actor.Started:
+			w, err := Watch(ctx, fsnotify.Create, dir)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			t.Cleanup(func() { w.Close() })
+			watchers <- w
+		case *Error:
+			ctx.Send(ctx.Parent(), m)
+		}
+	}))
+	w := <-watchers
+	w.Errors <- fsnotify.ErrEventOverflow
+	if got := actortest.Next[*Error](t, f); !errors.Is(got.Err, fsnotify.ErrEventOverflow) {
+		t.Fatalf("heard %v, want the overflow", got.Err)
+	}
+}
+
+// A directory that cannot be watched leaves no watcher behind: an actor
+// that tries again until the directory appears must not use up the
+// node's inotify instances.
+func TestWatchLeavesNoWatcherOnError(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing")
+	openFDs := func() int {
+		t.Helper()
+		fds, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skip("no /proc/self/fd:", err)
+		}
+		return len(fds)
+	}
+	f := actortest.Spawn(t, actor.PropsFromFunc(func(ctx actor.Context) {
+		if _, ok := ctx.Message().(*actor.Started); !ok {
+			return
+		}
+		before := openFDs()
+		for range 3 {
+			if w, err := Watch(ctx, fsnotify.Create, t.TempDir(), missing); err == nil {
+				w.Close()
+				t.Error("watching a missing directory succeeded")
+			}
+		}
+		if after := openFDs(); after != before {
+			t.Errorf("%d files open after three failed watches, %d before", after, before)
+		}
+	}))
+	f.Drain(t)
 }
