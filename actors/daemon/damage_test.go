@@ -354,6 +354,26 @@ func TestALockedStartLeavesAMarkRewrittenSince(t *testing.T) {
 	}
 }
 
+// A start refused the lock takes its own mark away: it never opened the
+// ledger, and a mark left behind would have the next start walk the
+// pages and warn that a start died there, and every start refused in
+// between name a start still opening it as the holder.
+func TestALockedStartRemovesItsOwnMark(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.start(t).Stop(context.Background(), "test")
+	l, err := store.Open(filepath.Join(n.opts.StateDir, LedgerFileName), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := Start(n.opts); !errors.Is(err, ErrLedgerLocked) {
+		t.Fatalf("start: %v, want the ledger locked", err)
+	}
+	if _, err := os.Stat(filepath.Join(n.opts.StateDir, OpeningFileName)); !os.IsNotExist(err) {
+		t.Errorf("a start refused the lock left its mark: %v", err)
+	}
+}
+
 // crossEventsRoot points the second element of the events bucket's root
 // branch at the first one's page (bbolt's file format 2: a 16-byte page
 // header, its flags at 8, then 16-byte elements, their page id at 8).
