@@ -119,6 +119,38 @@ func TestARefusedStartLeavesTheCrashedRunsPIDFile(t *testing.T) {
 	}
 }
 
+// The start after a run that was killed records that run's crash ahead of
+// its own start, and when the run was last alive from the pid file's
+// mark when that is later than the run's last event (a quiet node's run
+// records nothing for hours and touches the mark every few seconds).
+func TestAStartRecordsTheKilledRunsCrashAtItsLastMark(t *testing.T) {
+	lastAlive := time.Now().Add(time.Hour).Truncate(time.Second) // past every event of the run
+	n, killed, _ := killedRun(t, lastAlive)
+	d := n.start(t)
+	var crashed []events.DaemonCrashed
+	var startedAt uint64
+	err := d.rec.Log().Read(1, func(e events.Envelope) error {
+		switch p := e.Payload.(type) {
+		case events.DaemonCrashed:
+			crashed = append(crashed, p)
+		case events.DaemonStarted:
+			if e.BootID == d.rec.BootID() {
+				startedAt = uint64(len(crashed))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(crashed) != 1 || startedAt != 1 {
+		t.Fatalf("the ledger has %d crashes, %d before this start's DaemonStarted; want the killed run's one, before it", len(crashed), startedAt)
+	}
+	if c := crashed[0]; c.BootID != killed.rec.BootID() || !c.LastAlive.Equal(lastAlive) {
+		t.Errorf("crash recorded of boot %s last alive %v, want boot %s last alive %v (the pid file's mark)", c.BootID, c.LastAlive, killed.rec.BootID(), lastAlive)
+	}
+}
+
 // A start writes its pid file only once the ledger has its start (and the
 // crashed run's end): killed before, while it opens or replays the ledger
 // (the OOM kill ledger.opening is for), it must leave the crashed run's
