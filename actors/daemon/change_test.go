@@ -840,6 +840,25 @@ func TestMoveWhileDownIsRecordedAtStart(t *testing.T) {
 	wantReasons(t, d, seq+1, dev, map[string]string{one: "daemon start; moved to " + net + ": " + dev, net: "daemon start; moved from " + one + ": " + dev})
 }
 
+// The same config file read with other options (here --resource-prefix)
+// makes other pools: the start records the config again, and the ledger's
+// pools are the ones served, not the last run's.
+func TestAStartWithOtherConfigOptionsRecordsItsPools(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.WatchConfig = false
+	if err := n.start(t).Stop(context.Background(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	n.opts.ConfigOptions.ResourcePrefix = "example.com"
+	d := n.start(t)
+	ctx := waitCtx(t)
+	waitLedger(ctx, t, d, "the pools of the new prefix, and none of the old", func(s events.State) bool {
+		_, old := s.Pools[vfioPool]
+		_, now := s.Pools["example.com/sriov_vfio"]
+		return now && !old
+	})
+}
+
 // A pool the config dropped while no daemon ran is recorded as it is at a
 // reload: its members' removal, with the allocations that still hold
 // them, ahead of the config that drops it. A device's history says it
