@@ -15,6 +15,7 @@ import (
 
 	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/internal/actortest"
 	"github.com/devledger/devledger/store"
@@ -333,6 +334,23 @@ func TestStopRightAfterStartIsClean(t *testing.T) {
 	}
 	if stops != 12 {
 		t.Errorf("%d stops recorded, want 12", stops)
+	}
+}
+
+// A clean stop takes the admin socket away: one left there is what a
+// killed daemon leaves (docs/operations.md), and nothing answers on it.
+func TestStopRemovesTheAdminSocket(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	d := n.start(t)
+	sock := grpcapi.AdminSocketPath(n.opts.StateDir)
+	if _, err := os.Stat(sock); err != nil {
+		t.Fatalf("the running daemon's admin socket: %v", err)
+	}
+	if err := d.Stop(waitCtx(t), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("the admin socket after a clean stop: %v, want it gone", err)
 	}
 }
 
