@@ -156,6 +156,13 @@ func TestLedgerSalvage(t *testing.T) {
 		t.Errorf("dump of the salvaged ledger: exit %d, %d EventLost\n%s", code, strings.Count(stdout, "EventLost"), stdout)
 	}
 
+	// One event lost is a loss as much as many: exit 1 all the same.
+	out = filepath.Join(dir, "one-lost.db")
+	code, stdout, stderr = runCLI(t, "ledger", "salvage", "--db", filepath.Join(damagedDir, "event-byte-flipped.db"), "--out", out)
+	if code != exitFailure || !strings.Contains(stdout, "(1 event)") || !strings.Contains(stderr, "1 event lost") {
+		t.Errorf("salvage of a ledger with one event's record damaged: exit %d\n%s%s", code, stdout, stderr)
+	}
+
 	out = filepath.Join(dir, "whole.db")
 	code, stdout, stderr = runCLI(t, "ledger", "salvage", "--db", filepath.Join(damagedDir, "meta1-zeroed.db"), "--out", out)
 	if code != exitOK || strings.Contains(stdout, "lost") {
