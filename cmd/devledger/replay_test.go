@@ -88,8 +88,11 @@ func TestLiveReplayAfterRetention(t *testing.T) {
 	if d, ok, err := l.Retain(ctx, store.Retention{MaxBytes: 1}); err != nil || !ok || d.ToSeq != 40 {
 		t.Fatalf("retain: %+v %v %v", d, ok, err)
 	}
+	last := fmt.Sprint(l.LastSeq())
 	l.Close()
-	args := [][]string{{"replay"}, {"replay", "--until-seq", "45"}, {"replay", "--diff", "#40..#50"}, {"replay", "--diff", "#44.."}}
+	// --until-seq at the ledger's last event is the whole ledger, not a
+	// point past its end.
+	args := [][]string{{"replay"}, {"replay", "--until-seq", "45"}, {"replay", "--until-seq", last}, {"replay", "--diff", "#40..#50"}, {"replay", "--diff", "#44.."}}
 	offline := make([]string, len(args))
 	for i, a := range args {
 		code, out, errOut := runCLI(t, append(a, "--state-dir", dir)...)
