@@ -187,6 +187,7 @@ func TestDumpBadInput(t *testing.T) {
 		{"unknown flag", []string{"dump", "--frobnicate"}, exitUsage, "frobnicate"},
 		{"unknown command", []string{"frobnicate"}, exitUsage, "unknown command"},
 		{"replay bad seq", []string{"replay", "--db", db, "--until-seq", "100000"}, exitUsage, "ends at"},
+		{"replay negative age", []string{"replay", "--db", db, "--until-time", "-30m"}, exitUsage, "--until-time \"-30m\""},
 		{"replay both bounds", []string{"replay", "--db", db, "--until-seq", "3", "--until-time", "1h"}, exitUsage, "one of them"},
 		{"replay missing", []string{"replay", "--db", filepath.Join(dir, "nope.db")}, exitUsage, "no ledger at"},
 	}
