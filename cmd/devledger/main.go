@@ -1,6 +1,7 @@
 // Command devledger is the devledger node daemon and its operator tools:
 // run (the daemon), dump (the history), replay (the state at a point in the
-// history), scan (discovery and pool selection as a dry run) and demo.
+// history), scan (discovery and pool selection as a dry run), ledger (the
+// file itself: backup, salvage, acknowledge), demo and version.
 //
 // Exit codes: 0 ok, 1 runtime failure, 2 bad usage, bad input or bad config.
 package main
