@@ -48,11 +48,13 @@ const LedgerFileName = "ledger.db"
 const PIDFileName = "devledger.pid"
 
 // OpeningFileName is the mark a start leaves in the state dir while it
-// opens and replays the ledger, and keeps when it finds the ledger damaged.
-// The next start finding it knows that one died there (killed for memory,
-// say, by a loop in the file's pages, which bbolt follows for ever) or
-// found damage, and has the store walk the pages before bbolt reads them
-// (store.Options.CheckPages), so it names the damage instead.
+// opens and replays the ledger, and keeps when the store refuses to open
+// it as damaged. The next start finding it knows that one died there
+// (killed for memory, say, by a loop in the file's pages, which bbolt
+// follows for ever) or found damage, and has the store walk the pages
+// before bbolt reads them (store.Options.CheckPages), so it names the
+// damage instead. A replay that fails takes the mark away: it read every
+// page it reached, and the next start's replay names the same record.
 const OpeningFileName = "ledger.opening"
 
 // ErrBadConfig is wrapped by Start's error when the config file is missing
