@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,12 +19,31 @@ import (
 // A lost tail is found: a backup put back in place lacks an allocation a
 // pod still holds. After the start, the kubelet's PodResources report the
 // pod; the daemon records the allocation as recovered from the kubelet,
-// bound to the pod, and its pool holds the device again (the next Allocate
-// of it supersedes the recovered one); the pod's end releases it.
+// bound to the pod, and its pool holds the device again; the pod's end
+// releases it.
 func TestLostAllocationIsRecoveredFromTheKubelet(t *testing.T) {
-	const dev = "0000:3b:01.2"
-	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
 	ctx := waitCtx(t)
+	n, d, seq := recoverLostAllocation(ctx, t)
+	// The pod goes, and with it the recovered allocation.
+	n.kubelet.SetPods(nil)
+	reconcileNow(ctx, t, d)
+	waitLedger(ctx, t, d, "the recovered allocation released", func(s events.State) bool {
+		_, live := s.Allocations[seq]
+		return !live
+	})
+}
+
+// recoveredDev is the device recoverLostAllocation recovers.
+const recoveredDev = "0000:3b:01.2"
+
+// recoverLostAllocation puts back a backup that lacks the allocation of
+// recoveredDev a pod still holds, starts the daemon on it and waits for
+// the allocation recovered from the kubelet, which its pool holds; it
+// returns the allocation's sequence.
+func recoverLostAllocation(ctx context.Context, t *testing.T) (*testNode, *Daemon, uint64) {
+	t.Helper()
+	const dev = recoveredDev
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
 	ledger := filepath.Join(n.opts.StateDir, LedgerFileName)
 	d := n.start(t)
 	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
@@ -88,11 +108,36 @@ func TestLostAllocationIsRecoveredFromTheKubelet(t *testing.T) {
 		t.Errorf("the pool holds %s by %v, want the recovered #%d", dev, held, seq)
 	}
 
-	// The pod goes, and with it the recovered allocation.
-	n.kubelet.SetPods(nil)
-	reconcileNow(ctx, t, d)
-	waitLedger(ctx, t, d, "the recovered allocation released", func(s events.State) bool {
+	return n, d, seq
+}
+
+// The pool's next Allocate of a recovered allocation's device supersedes
+// it, as any allocation of the pool's that held the device: the kubelet
+// gives out only a device it holds free.
+func TestAnAllocateSupersedesARecoveredAllocation(t *testing.T) {
+	ctx := waitCtx(t)
+	n, d, seq := recoverLostAllocation(ctx, t)
+	if _, err := n.kubelet.Allocate(ctx, vfioPool, []string{recoveredDev}); err != nil {
+		t.Fatal(err)
+	}
+	s := waitLedger(ctx, t, d, "the recovered allocation superseded", func(s events.State) bool {
 		_, live := s.Allocations[seq]
 		return !live
 	})
+	held := s.Holders[recoveredDev]
+	if len(held) != 1 || held[0] <= seq {
+		t.Fatalf("%s held by %v, want the new allocation alone", recoveredDev, held)
+	}
+	var a events.DevicesAllocated
+	if err := d.rec.Log().Read(held[0], func(e events.Envelope) error {
+		if e.Seq == held[0] {
+			a = e.Payload.(events.DevicesAllocated)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a.Supersedes, []uint64{seq}) {
+		t.Errorf("#%d supersedes %v, want the recovered #%d", held[0], a.Supersedes, seq)
+	}
 }
