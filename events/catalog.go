@@ -388,9 +388,12 @@ type Claim struct {
 	Container     string `json:"container,omitempty"`
 }
 
-// AllocationConflict records a device claimed twice: allocated again while a
-// live allocation holds it, reported by the kubelet in two containers, or in a
-// container while the ledger says it is free.
+// AllocationConflict records a device the kubelet reports in two or more
+// containers at once, of one pool or of two (the device moved while held).
+// The reconciler records it. An Allocate that gives out a device another
+// pool's live allocation holds says so in its own DevicesAllocated
+// (HeldElsewhere), and a container holding a device the ledger says is
+// free is an AllocationRecovered.
 type AllocationConflict struct {
 	Pool   string  `json:"pool"`
 	Device string  `json:"device"`
