@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -320,5 +321,138 @@ func TestReplayUntilBeforeTheEventsKept(t *testing.T) {
 	want := "replay " + db + " to 2026-11-24T09:00:00Z: history dropped by retention: the oldest event kept is #30"
 	if code != exitFailure || out != "" || !strings.Contains(errOut, want) {
 		t.Errorf("exit %d, %q, %q; want exit %d saying %q", code, out, errOut, exitFailure, want)
+	}
+}
+
+// olderSnapshotOnly is a ledger that keeps the sample story's events from
+// first on, whose snapshot at first-1 this build cannot read (spoil
+// rewrites it: a newer devledger's, or damaged bytes), beside a readable
+// older snapshot at older that no longer has its events after it.
+func olderSnapshotOnly(t *testing.T, first, older uint64, spoil func(v []byte) []byte) string {
+	t.Helper()
+	db := filepath.Join(kubelettest.ShortTempDir(t), ledgerFileName) // beside an admin socket
+	l, err := store.Open(db, store.Options{Node: "worker-3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := l.Append(ctx, sampleStory()...); err != nil {
+		t.Fatal(err)
+	}
+	for _, seq := range []uint64{older, first - 1} {
+		at, err := l.Replay(seq)
+		if err == nil {
+			_, err = l.SaveSnapshot(ctx, at, "test")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Retention removes the snapshots before its cut: keep the older one
+	// to put back.
+	bdb, err := bolt.Open(db, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []byte
+	err = bdb.View(func(tx *bolt.Tx) error {
+		kept = slices.Clone(tx.Bucket([]byte("snapshots")).Get(binary.BigEndian.AppendUint64(nil, older)))
+		return nil
+	})
+	if cerr := bdb.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil || kept == nil {
+		t.Fatalf("the snapshot at #%d: %v", older, err)
+	}
+	if l, err = store.Open(db, store.Options{Node: "worker-3"}); err != nil {
+		t.Fatal(err)
+	}
+	d, ok, err := l.Retain(ctx, store.Retention{MaxBytes: 1, Now: retainedAt})
+	if cerr := l.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil || !ok || d.ToSeq != first-1 {
+		t.Fatalf("retain before #%d: %+v %v %v", first, d, ok, err)
+	}
+	if bdb, err = bolt.Open(db, 0o600, &bolt.Options{Timeout: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	err = bdb.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("snapshots"))
+		if err := b.Put(binary.BigEndian.AppendUint64(nil, older), kept); err != nil {
+			return err
+		}
+		key := binary.BigEndian.AppendUint64(nil, first-1)
+		return b.Put(key, spoil(slices.Clone(b.Get(key))))
+	})
+	if cerr := bdb.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// TestToolsRefuseAnOlderSnapshotForTheOneBeforeTheEventsKept: when the
+// snapshot before the first event kept cannot be read (a newer
+// devledger's, or damaged) and an older one can, the tools do not fold
+// the events kept onto the older state (the events between are gone):
+// dump tells the events from the events alone and warns, and replay
+// refuses, naming the snapshot (the file) or the start missing (through
+// a running daemon).
+func TestToolsRefuseAnOlderSnapshotForTheOneBeforeTheEventsKept(t *testing.T) {
+	const first, older = 30, 20
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	newer := func(v []byte) []byte {
+		rec := regexp.MustCompile(`^\{"format":\d+,`).ReplaceAll(v[4:], []byte(`{"format":99,`))
+		key := binary.BigEndian.AppendUint64(nil, first-1)
+		sum := crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, rec)
+		return append(binary.BigEndian.AppendUint32(nil, sum), rec...)
+	}
+	damaged := func(v []byte) []byte {
+		v[len(v)/2] ^= 0xff
+		return v
+	}
+	const warning = "warning: no readable snapshot holds the state before #30, the first event kept"
+	const missing = "the events before #30 are missing, and no snapshot this build reads at #29 stands for them"
+	for _, tc := range []struct {
+		name      string
+		spoil     func([]byte) []byte
+		dumpCode  int
+		replayErr string
+	}{
+		{"newer", newer, exitOK, "the snapshot at #29: unsupported snapshot format 99"},
+		{"damaged", damaged, exitFailure, "corrupt at seq 29: snapshot: "}, // shown, then the damage named
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := olderSnapshotOnly(t, first, older, tc.spoil)
+			code, out, errOut := runCLI(t, "dump", "--db", db)
+			if code != tc.dumpCode || !strings.Contains(errOut, warning) || !strings.Contains(errOut, missing) {
+				t.Errorf("dump: exit %d, %q; want exit %d and the warning %q", code, errOut, tc.dumpCode, warning)
+			}
+			if !regexp.MustCompile(`(?m)^ +30 +\d\d:\d\d:\d\d `).MatchString(out) {
+				t.Errorf("dump does not show the events kept:\n%s", out)
+			}
+			// The store's replay of the file refuses too, naming the
+			// snapshot it could not read.
+			code, out, errOut = runCLI(t, "replay", "--db", db)
+			if code != exitFailure || out != "" || !strings.Contains(errOut, tc.replayErr) {
+				t.Errorf("replay: exit %d, %q:\n%s\nwant exit %d naming %q", code, errOut, out, exitFailure, tc.replayErr)
+			}
+			serveLedger(t, filepath.Dir(db), db)
+			code, _, errOut = runCLI(t, "dump", "--state-dir", filepath.Dir(db))
+			if code != exitOK || !strings.Contains(errOut, warning) {
+				t.Errorf("dump through the admin socket: exit %d, %q; want the warning", code, errOut)
+			}
+			code, out, errOut = runCLI(t, "replay", "--state-dir", filepath.Dir(db))
+			if code != exitFailure || out != "" || !strings.Contains(errOut, missing) {
+				t.Errorf("replay through the admin socket: exit %d, %q:\n%s\nwant exit %d naming %q", code, errOut, out, exitFailure, missing)
+			}
+		})
 	}
 }
