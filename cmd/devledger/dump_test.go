@@ -304,6 +304,78 @@ func TestDumpBehindAPF(t *testing.T) {
 	}
 }
 
+// TestDumpBehindOneOfTwoPFs: on a node of two PFs, each with a VF that
+// has a netdev, --iface with --pf picks the family when the interface is
+// the PF's own, and refuses an interface of the other family rather than
+// show the PF's family and ignore --iface.
+func TestDumpBehindOneOfTwoPFs(t *testing.T) {
+	t0 := time.Date(2026, 11, 24, 8, 0, 0, 0, time.UTC)
+	var envs []events.Envelope
+	add := func(p events.Payload) uint64 {
+		envs = append(envs, events.New(p, t0.Add(time.Duration(len(envs))*time.Second), "boot-1"))
+		return uint64(len(envs))
+	}
+	pf := func(addr, ifname string) events.DeviceFacts {
+		return events.DeviceFacts{Address: addr, Vendor: "8086", Device: "1592", Class: "020000", Driver: "ice",
+			VFIndex: -1, Interfaces: []string{ifname}}
+	}
+	vf := func(addr, pfAddr, pfIface string) events.DeviceFacts {
+		return events.DeviceFacts{Address: addr, Vendor: "8086", Device: "1889", Class: "020000", Driver: "iavf",
+			PF: pfAddr, PFInterface: pfIface, Interfaces: []string{pfIface + "v0"}}
+	}
+	add(events.DaemonStarted{Version: "v0.1.0", Node: "worker-3", PID: 1, Registration: "legacy"})
+	devs := []events.DeviceFacts{
+		pf("0000:3b:00.0", "ens1f0"), vf("0000:3b:02.0", "0000:3b:00.0", "ens1f0"),
+		pf("0000:3b:00.1", "ens1f1"), vf("0000:3b:0a.0", "0000:3b:00.1", "ens1f1"),
+	}
+	seqsOf := map[string][]uint64{}
+	for _, d := range devs {
+		seqsOf[d.Address] = append(seqsOf[d.Address], add(events.DeviceDiscovered{Device: d}))
+	}
+	for _, d := range devs {
+		seqsOf[d.Address] = append(seqsOf[d.Address], add(events.DeviceHealthChanged{Address: d.Address, Healthy: false, Reason: "link down"}))
+	}
+	family := func(addrs ...string) []uint64 {
+		var seqs []uint64
+		for _, a := range addrs {
+			seqs = append(seqs, seqsOf[a]...)
+		}
+		slices.Sort(seqs)
+		return seqs
+	}
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, db, envs)
+
+	for _, tc := range []struct {
+		args []string
+		want []uint64
+	}{
+		{[]string{"--iface", "ens1f1", "--pf", "0000:3b:00.1"}, family("0000:3b:00.1", "0000:3b:0a.0")},
+		{[]string{"--iface", "ens1f0", "--pf", "0000:3b:00.0"}, family("0000:3b:00.0", "0000:3b:02.0")},
+		{[]string{"--iface", "ens1f1v0"}, family("0000:3b:0a.0")},
+	} {
+		code, out, errOut := runCLI(t, append([]string{"dump", "--db", db, "--format", "jsonl"}, tc.args...)...)
+		if code != exitOK {
+			t.Errorf("%v: exit %d: %s", tc.args, code, errOut)
+			continue
+		}
+		if got := jsonlSeqs(t, out); !slices.Equal(got, tc.want) {
+			t.Errorf("%v: events %v, want %v", tc.args, got, tc.want)
+		}
+	}
+	for _, args := range [][]string{
+		{"--iface", "ens1f1", "--pf", "0000:3b:00.0"},
+		{"--iface", "ens1f1v0", "--pf", "0000:3b:00.0"},
+		{"--iface", "ens1f0", "--pf", "0000:3b:00.1"},
+	} {
+		want := "devledger dump: --iface " + args[1] + " and --pf " + args[3] + ": the interface is not the PF's"
+		code, out, errOut := runCLI(t, append([]string{"dump", "--db", db}, args...)...)
+		if code != exitUsage || out != "" || !strings.Contains(errOut, want) {
+			t.Errorf("%v: exit %d, %q:\n%s\nwant exit %d and %q", args, code, errOut, out, exitUsage, want)
+		}
+	}
+}
+
 // jsonlSeqs returns the sequence numbers of dump --format jsonl's output.
 func jsonlSeqs(t *testing.T, out string) []uint64 {
 	t.Helper()
