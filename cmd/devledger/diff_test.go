@@ -343,6 +343,7 @@ func TestDiffBadInput(t *testing.T) {
 		{"T1 equals T2", []string{"--diff", "2026-11-24T10:00:00Z..2026-11-24T10:00:00Z"}, "must come before"},
 		{"durations reversed", []string{"--diff", "1h..2h"}, "must come before"},
 		{"sequences reversed", []string{"--diff", "#30..#20"}, "T1 (#30) must come before T2 (#20)"},
+		{"sequences equal", []string{"--diff", "#5..#5"}, "T1 (#5) must come before T2 (#5)"},
 		{"sequence after time", []string{"--diff", "#50..2026-11-24T09:00:00Z"}, "T1 (#50) comes after T2 (2026-11-24T09:00:00Z, last event #20)"},
 		{"bad time", []string{"--diff", "yesterday..1h"}, `"yesterday" is neither a time`},
 		{"time with no zone", []string{"--diff", "#1..2026-11-24T09:00:00"}, `--diff "2026-11-24T09:00:00": a time with no zone is no point in time: add Z for UTC (2026-11-24T09:00:00Z)`},
