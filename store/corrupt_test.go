@@ -437,6 +437,12 @@ func TestDamagedSnapshotPastRetentionIsNamed(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Seq != 40 || errors.Is(err, ErrHistoryDropped) {
 		t.Fatalf("replay: %v, want the damaged snapshot at 40 named", err)
 	}
+	if _, ok, err := ro.SnapshotAt(40); ok || !errors.As(err, &ce) || ce.Seq != 40 {
+		t.Errorf("SnapshotAt(40): %v, %v; want the damaged snapshot at 40 named", ok, err)
+	}
+	if _, ok, err := ro.SnapshotAt(39); ok || err != nil {
+		t.Errorf("SnapshotAt(39), where there is none: %v, %v; want false and no error", ok, err)
+	}
 }
 
 // A snapshot of a newer format that retention left as the only way
@@ -467,6 +473,12 @@ func TestNewerSnapshotPastRetentionIsNamed(t *testing.T) {
 			!strings.Contains(err.Error(), "#40") || !strings.Contains(err.Error(), "a newer devledger wrote it") {
 			t.Errorf("replay %s: %v, want the snapshot at #40 named as a newer devledger's", name, err)
 		}
+	}
+	if _, ok, err := ro.SnapshotAt(40); ok || errors.Is(err, ErrCorrupt) || !errors.Is(err, events.ErrSnapshotFormat) || !strings.Contains(err.Error(), "#40") {
+		t.Errorf("SnapshotAt(40): %v, %v; want the snapshot at #40 named as a newer devledger's", ok, err)
+	}
+	if err := ro.Damage(); err != nil {
+		t.Errorf("a newer snapshot noted as damage: %v", err)
 	}
 }
 

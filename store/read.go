@@ -183,6 +183,33 @@ func (l *Log) LatestSnapshot(atOrBefore uint64) (events.State, bool, error) {
 	return s, ok, err
 }
 
+// SnapshotAt returns the snapshot stored at sequence seq; false when
+// there is none there (never one at 0). One there that cannot be read is an error saying
+// why: a *CorruptError (ErrCorrupt) when it is damaged, noted as
+// LatestSnapshot notes it (Damage); one wrapping events.ErrSnapshotFormat
+// when a newer devledger wrote it (a rollback, not damage).
+func (l *Log) SnapshotAt(seq uint64) (events.State, bool, error) {
+	if seq == 0 {
+		return events.State{}, false, nil
+	}
+	if err := l.enter(); err != nil {
+		return events.State{}, false, err
+	}
+	defer l.leave()
+	var (
+		s  events.State
+		ok bool
+	)
+	err := l.view(func(tx *bolt.Tx) error {
+		var skipped, err error
+		if s, ok, skipped, err = l.latestSnapshot(tx, seq, seq); err != nil {
+			return err
+		}
+		return skipped
+	})
+	return s, ok, err
+}
+
 // LatestSnapshotSeq is the sequence of the newest snapshot at or before
 // atOrBefore (0: the newest of all), without reading the snapshot: cheap
 // enough to ask on a timer. False when there is none (or on ErrClosed).

@@ -50,6 +50,10 @@ func TestSnapshotsAndReplay(t *testing.T) {
 		if seq, ok := l.LatestSnapshotSeq(tc.atOrBefore); ok != tc.ok || seq != tc.want {
 			t.Errorf("LatestSnapshotSeq(%d) = %d, %v; want %d, %v", tc.atOrBefore, seq, ok, tc.want, tc.ok)
 		}
+		exact := tc.ok && tc.want == tc.atOrBefore
+		if s, ok, err := l.SnapshotAt(tc.atOrBefore); err != nil || ok != exact || ok && s.Seq != tc.want {
+			t.Errorf("SnapshotAt(%d) = seq %d, %v, %v; want %v", tc.atOrBefore, s.Seq, ok, err, exact)
+		}
 	}
 
 	for _, until := range []uint64{1, 59, 60, 61, 119, 120, 150, 151, 200, 201} {

@@ -116,11 +116,21 @@ type eventSource interface {
 	close() error
 }
 
+// snapshotExplainer is a source that can say why the snapshot at a
+// sequence cannot be read: a ledger file can; the admin socket answers
+// only the newest snapshot the daemon reads.
+type snapshotExplainer interface {
+	// unreadableSnapshot is why the snapshot at seq cannot be read; nil
+	// when it can, or when there is none there.
+	unreadableSnapshot(seq uint64) error
+}
+
 // foldFrom is the state a fold of src's events starts from, first being
 // the first event it read: the empty state when that is the ledger's first
 // event, else the snapshot that retention kept at the sequence before it.
-// Retention always keeps that one: without it (damaged, or a newer
-// devledger's) the start is missing.
+// Retention always keeps that one: without it the start is missing, and
+// where it is there but cannot be read, the error says why (a newer
+// devledger wrote it, or it is damaged), when src can tell.
 func foldFrom(src eventSource, first uint64) (events.State, error) {
 	if first <= 1 {
 		return events.NewState(), nil
@@ -130,6 +140,16 @@ func foldFrom(src eventSource, first uint64) (events.State, error) {
 		return s, err
 	}
 	if !ok || s.Seq != first-1 {
+		if why, can := src.(snapshotExplainer); can {
+			switch err := why.unreadableSnapshot(first - 1); {
+			case errors.Is(err, events.ErrSnapshotFormat):
+				return s, fmt.Errorf("%w; it stands for the events before #%d, which retention dropped: read the ledger with that version, or take the events from #%d on alone", err, first, first)
+			case errors.Is(err, store.ErrCorrupt):
+				return s, fmt.Errorf("the snapshot at #%d, which stands for the events before #%d, is damaged: %w", first-1, first, err)
+			case err != nil:
+				return s, err
+			}
+		}
 		return s, fmt.Errorf("the events before #%d are missing, and no snapshot this build reads at #%d stands for them", first, first-1)
 	}
 	return s, nil
@@ -185,6 +205,11 @@ func (s fileSource) close() error { return s.l.Close() }
 
 func (s fileSource) snapshot(atOrBefore uint64) (events.State, bool, error) {
 	return s.l.LatestSnapshot(atOrBefore)
+}
+
+func (s fileSource) unreadableSnapshot(seq uint64) error {
+	_, _, err := s.l.SnapshotAt(seq)
+	return err
 }
 
 func (s fileSource) read(fn func(events.Envelope) error) error {

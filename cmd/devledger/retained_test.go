@@ -424,16 +424,30 @@ func TestToolsRefuseAnOlderSnapshotForTheOneBeforeTheEventsKept(t *testing.T) {
 		name      string
 		spoil     func([]byte) []byte
 		dumpCode  int
+		dumpWhy   []string // in the warning, for the file
 		replayErr string
 	}{
-		{"newer", newer, exitOK, "the snapshot at #29: unsupported snapshot format 99"},
-		{"damaged", damaged, exitFailure, "corrupt at seq 29: snapshot: "}, // shown, then the damage named
+		{"newer", newer, exitOK, []string{
+			"the snapshot at #29: unsupported snapshot format 99",
+			"a newer devledger wrote it",
+			"read the ledger with that version, or take the events from #30 on alone",
+		}, "the snapshot at #29: unsupported snapshot format 99"},
+		{"damaged", damaged, exitFailure, []string{
+			"the snapshot at #29, which stands for the events before #30, is damaged: ",
+			"corrupt at seq 29: snapshot: ",
+		}, "corrupt at seq 29: snapshot: "}, // shown, then the damage named
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := olderSnapshotOnly(t, first, older, tc.spoil)
 			code, out, errOut := runCLI(t, "dump", "--db", db)
-			if code != tc.dumpCode || !strings.Contains(errOut, warning) || !strings.Contains(errOut, missing) {
-				t.Errorf("dump: exit %d, %q; want exit %d and the warning %q", code, errOut, tc.dumpCode, warning)
+			warned, _, _ := strings.Cut(errOut, "\n")
+			if code != tc.dumpCode || !strings.Contains(warned, warning) || strings.Contains(errOut, missing) {
+				t.Errorf("dump: exit %d, %q; want exit %d and the warning %q, not that the events are missing", code, errOut, tc.dumpCode, warning)
+			}
+			for _, why := range tc.dumpWhy {
+				if !strings.Contains(warned, why) {
+					t.Errorf("dump: the warning %q does not say %q", warned, why)
+				}
 			}
 			if !regexp.MustCompile(`(?m)^ +30 +\d\d:\d\d:\d\d `).MatchString(out) {
 				t.Errorf("dump does not show the events kept:\n%s", out)
