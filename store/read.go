@@ -184,10 +184,11 @@ func (l *Log) LatestSnapshot(atOrBefore uint64) (events.State, bool, error) {
 }
 
 // SnapshotAt returns the snapshot stored at sequence seq; false when
-// there is none there (never one at 0). One there that cannot be read is an error saying
-// why: a *CorruptError (ErrCorrupt) when it is damaged, noted as
-// LatestSnapshot notes it (Damage); one wrapping events.ErrSnapshotFormat
-// when a newer devledger wrote it (a rollback, not damage).
+// there is none there (never one at 0). One there that cannot be read is
+// an error saying why: a *CorruptError (ErrCorrupt) when it is damaged,
+// noted as LatestSnapshot notes it (Damage); one wrapping
+// events.ErrSnapshotFormat when a newer devledger wrote it (a rollback,
+// not damage).
 func (l *Log) SnapshotAt(seq uint64) (events.State, bool, error) {
 	if seq == 0 {
 		return events.State{}, false, nil

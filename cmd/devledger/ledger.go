@@ -165,9 +165,10 @@ func foldFrom(src eventSource, first uint64) (events.State, error) {
 type priorStates struct {
 	src eventSource
 	// missingAt is the first event kept when the ledger holds no readable
-	// snapshot before it (a salvage lost it, or it is damaged), why in
-	// missing: the passes then start from the empty state and the tool
-	// warns (warnMissing), but still shows every event.
+	// snapshot before it (a salvage lost it, it is damaged, or a newer
+	// devledger wrote it), why in missing: the passes then start from the
+	// empty state and the tool warns (warnMissing), but still shows every
+	// event.
 	missingAt uint64
 	missing   error
 }
