@@ -145,7 +145,7 @@ func (p *pageWriter) header(lanes []*historyLane, total int) {
 		if h.priorSeq > 0 {
 			p.printf("<p class=\"note\">Retention dropped the events before #%d: the page starts at the first event kept, and an allocation or an unhealthy spell under way then is drawn from its left edge.</p>\n", h.firstSeq)
 		} else {
-			p.printf("<p class=\"note\">The events before #%d are missing, and no snapshot stands for them: the page draws the events kept alone.</p>\n", h.firstSeq)
+			p.printf("<p class=\"note\">The events before #%d are missing, and no snapshot this devledger can read stands for them (the warning on stderr says why): the page draws the events kept alone.</p>\n", h.firstSeq)
 		}
 	}
 	if h.damage != nil {

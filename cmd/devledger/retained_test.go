@@ -289,7 +289,7 @@ func TestDumpWithoutTheSnapshotBeforeTheEventsKept(t *testing.T) {
 			t.Errorf("dump %v: exit %d, and no warning: %s", args, code, errOut)
 		}
 	}
-	if _, page, _ := runCLI(t, "dump", "--db", db, "--format", "html"); !strings.Contains(page, "The events before #30 are missing, and no snapshot stands for them") {
+	if _, page, _ := runCLI(t, "dump", "--db", db, "--format", "html"); !strings.Contains(page, "The events before #30 are missing, and no snapshot this devledger can read stands for them") {
 		t.Errorf("the page does not say that the start is missing:\n%s", page)
 	}
 	// Retention keeps the snapshot where it cuts: without it the start is
