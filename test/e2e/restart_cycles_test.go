@@ -200,6 +200,11 @@ func TestLegacyDoubleRegisterByHand(t *testing.T) {
 	r.d = startDaemon(t, r.node, "legacy")
 	took := r.k.waitFull(t, "the daemon restart after a double Register", r.d.started)
 	logFigure(t, "legacy", "all-registered-after-double-register", took)
+	// The kubelet's stale endpoint keeps the DPDK pool at full capacity,
+	// so capacity cannot say when the new socket's Register was taken;
+	// until it is, the kubelet sends the pool's calls to the old socket,
+	// which is gone. The ledger says it.
+	waitPoolsRegistered(t, r, 10*time.Second, "the second daemon", func(s ledgerState) bool { return s.Daemon.Starts == 2 })
 	if now := poolSocket(t, devicePluginsDir, resDPDK); now == sock {
 		t.Errorf("the new daemon serves %s on %s, the path the kubelet holds", resDPDK, now)
 	}
