@@ -178,3 +178,47 @@ func (noResources) GetAllocatableMemory(klog.Logger) []*podresourcesapi.Containe
 func (noResources) GetDynamicResources(klog.Logger, *v1.Pod, *v1.Container) []*podresourcesapi.DynamicResource {
 	return nil
 }
+
+// TestLegacyPodDeletedReleases deletes a running pod: the kubelet drops
+// it from its active pods, so its PodResources no longer lists it, and
+// the ledger must end the pod's allocation as released by the container
+// that held it (not leave it live, nor end it only when another pod is
+// given the devices). The kubelet then gives the same VFs to a new pod,
+// whose allocation the ledger binds to it.
+func TestLegacyPodDeletedReleases(t *testing.T) {
+	r, pod, a := startRebootRig(t)
+	seq := waitBound(t, r, pod, 10*time.Second)
+	r.pods.remove(pod)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, live := replay(t, r.node.stateDir).Allocations[uintKey(seq)]; !live {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ledger: allocation #%d of the deleted pod %s still live after 30s", seq, pod.Name)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	released := 0
+	for _, e := range allocationHistory(t, r.node.stateDir) {
+		if e.Type != "DevicesReleased" {
+			continue
+		}
+		released++
+		ids := slices.Sorted(slices.Values(e.Payload.DeviceIDs))
+		want := pod.Namespace + "/" + pod.Name + "/" + pod.Spec.Containers[0].Name + " no longer holds it"
+		if e.Payload.AllocationSeq != seq || e.Payload.Reason != want || !slices.Equal(ids, a.devices[resDPDK]) {
+			t.Errorf("ledger #%d: DevicesReleased %+v, want allocation #%d of %v released as %q", e.Seq, e.Payload, seq, a.devices[resDPDK], want)
+		}
+	}
+	if released != 1 {
+		t.Errorf("ledger: %d DevicesReleased, want 1", released)
+	}
+
+	repl, b := admitDPDK(t, r)
+	newSeq := waitBound(t, r, repl, 10*time.Second)
+	if newSeq == seq {
+		t.Errorf("ledger: the new pod %s is bound to the deleted pod's allocation #%d", repl.Name, seq)
+	}
+	t.Logf("the deleted pod held %v; the new pod got %v", a.devices[resDPDK], b.devices[resDPDK])
+}
