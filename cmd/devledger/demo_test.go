@@ -298,3 +298,90 @@ func TestDemoInterrupted(t *testing.T) {
 		})
 	}
 }
+
+// TestDemoFails runs the demo with a daemon that does not do its part: it
+// ends with exit 1 and says which step failed, with the daemon's last log
+// lines, never with the claim the step failed to bear out, and leaves
+// nothing behind.
+func TestDemoFails(t *testing.T) {
+	bin := devledgerBinary(t)
+	cases := []struct {
+		name string
+		// daemon is the script the demo starts as its daemon; "" for
+		// one that does not exist.
+		daemon string
+		want   string
+		// never is what the demo must not say.
+		never string
+		log   bool
+	}{
+		{
+			name: "the daemon cannot start",
+			want: "devledger demo: start the daemon: ",
+		},
+		{
+			// The daemon after the SIGKILL starts on an empty ledger:
+			// the allocations are not there to replay.
+			name: "the replay loses the allocations",
+			daemon: `#!/bin/sh
+if [ -e "$0.started" ]; then
+	prev=
+	for a in "$@"; do
+		if [ "$prev" = --state-dir ]; then rm -f "$a/` + ledgerFileName + `"; fi
+		prev=$a
+	done
+fi
+touch "$0.started"
+exec ` + bin + ` "$@"
+`,
+			want:  "devledger demo: live allocations differ after replay: before [#",
+			never: "replayed the ledger: the same",
+			log:   true,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			exe := filepath.Join(t.TempDir(), "devledger-daemon")
+			if tc.daemon != "" {
+				if err := os.WriteFile(exe, []byte(tc.daemon), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			demoExecutable = func() (string, error) { return exe, nil }
+			t.Cleanup(func() { demoExecutable = os.Executable })
+			tmp := kubelettest.ShortTempDir(t)
+			t.Setenv("TMPDIR", tmp)
+
+			code, out, errOut := runCLI(t, "demo")
+			if code != exitFailure {
+				t.Errorf("exit %d, want %d", code, exitFailure)
+			}
+			if !strings.Contains(errOut, tc.want) {
+				t.Errorf("stderr does not say %q:\n%s", tc.want, errOut)
+			}
+			if tc.never != "" && strings.Contains(out, tc.never) {
+				t.Errorf("the demo says %q:\n%s", tc.never, out)
+			}
+			if got := strings.Contains(errOut, "the daemon's last log lines:\n"); got != tc.log {
+				t.Errorf("the daemon's log on stderr: %v, want %v:\n%s", got, tc.log, errOut)
+			}
+			if strings.Contains(out, "Done in") {
+				t.Errorf("the demo says it is done:\n%s", out)
+			}
+			for _, m := range regexp.MustCompile(`pid (\d+), ledger`).FindAllStringSubmatch(out, -1) {
+				pid, _ := strconv.Atoi(m[1])
+				if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+					t.Errorf("the daemon (pid %d) is still there after the demo exited: kill 0: %v", pid, err)
+					syscall.Kill(-pid, syscall.SIGKILL)
+				}
+			}
+			entries, err := os.ReadDir(tmp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range entries {
+				t.Errorf("the demo left %s behind in TMPDIR", e.Name())
+			}
+		})
+	}
+}
