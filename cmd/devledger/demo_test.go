@@ -33,7 +33,7 @@ func TestDemo(t *testing.T) {
 		"registered after",
 		"PCIDEVICE_INTEL_COM_SRIOV_VFIO=",
 		"/dev/vfio/vfio",
-		"is refused",
+		"is refused: invalid request: Allocate for intel.com/sriov_vfio: device \"0000:99:00.0\" is not in the pool",
 		"the kubelet sees it Unhealthy",
 		"Healthy",
 		"The kubelet restarts",
@@ -44,11 +44,17 @@ func TestDemo(t *testing.T) {
 		"sockets left behind: 0",
 		"DevicesAllocated",
 		"KubeletRestarted",
+		// The SIGKILL, found by the daemon started after it.
+		"DaemonCrashed",
 		"DaemonStopped",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the demo never says %q:\n%s", want, out)
 		}
+	}
+	// The pools register again after the kubelet's restart, each.
+	if !regexp.MustCompile(`The kubelet restarts[^\n]*\n(  \S+ +registered after [^\n]*\n){3}\n`).MatchString(out) {
+		t.Errorf("the pools do not register again after the kubelet restarts:\n%s", out)
 	}
 	// Under -race on two shared cores the demo is slower than on a
 	// newcomer's machine; the 10 s promise is checked without -race.
