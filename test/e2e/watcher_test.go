@@ -63,6 +63,38 @@ func TestWatcherDaemonSIGKILL(t *testing.T) {
 	killDaemon(t, startRig(t, "watcher"))
 }
 
+// TestWatcherDaemonSIGTERM stops the daemon cleanly in watcher mode, as
+// TestLegacyDaemonSIGTERM does in legacy mode: the plugin watcher sees
+// every pool's socket go and the kubelet drops allocatable to zero; the
+// daemon leaves nothing of its own in plugins_registry/, neither a socket
+// nor one of the private directories it makes them in, which a kubelet
+// started later would walk and watch.
+func TestWatcherDaemonSIGTERM(t *testing.T) {
+	r := startRig(t, "watcher")
+	if code := r.d.signal(t, syscall.SIGTERM, 30*time.Second); code != 0 {
+		t.Errorf("devledger exit code after SIGTERM = %d, want 0", code)
+	}
+	took := r.k.waitCapacity(t, "allocatable zero", r.d.stopped, 30*time.Second, func(_, a counts) bool {
+		return equalCounts(a, noneAllocatable)
+	})
+	logFigure(t, "watcher", "unhealthy-after-sigterm", took)
+	if socks := socketsIn(t, pluginsRegistryDir); len(socks) != 0 {
+		t.Errorf("plugins_registry/ still holds %v after SIGTERM", socks)
+	}
+	entries, err := os.ReadDir(pluginsRegistryDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".devledger-") {
+			t.Errorf("plugins_registry/ still holds devledger's %s after SIGTERM", e.Name())
+		}
+	}
+	if s := replay(t, r.node.stateDir); s.Daemon.Running {
+		t.Errorf("ledger: daemon still running after SIGTERM")
+	}
+}
+
 // TestWatcherSocketRemoved removes one pool's socket from plugins_registry/
 // while the kubelet runs: the plugin watcher deregisters the pool, the
 // daemon serves it on a new socket, and the watcher registers that one.
