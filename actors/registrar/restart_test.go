@@ -4,12 +4,14 @@ import (
 	"os"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/internal/actortest"
 )
 
 // The daemon starts with no kubelet.sock. The kubelet then starts: it
@@ -254,4 +256,59 @@ func TestANewKubeletEndsThePoolsBackoff(t *testing.T) {
 	if p := st.Pools[gpu]; p.Failures != 0 || p.LastError != "" {
 		t.Errorf("status %+v, want no failures once registered", p)
 	}
+}
+
+// A kubelet that acknowledges a pool's Register on kubelet.sock and then
+// never opens a ListAndWatch of it (it answers Register first, as before
+// 1.25, and its connection to the pool hangs) has no endpoint for the
+// pool: nothing would bring the pool back. Its ListGrace passes with no
+// stream, a check finds the kubelet answering, and a grace later the
+// pool serves on a new socket, the ledger saying why, and registers again.
+func TestARegisterNeverListedRegistersAgainInLegacyMode(t *testing.T) {
+	const grace = 50 * time.Millisecond
+	hang, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{AsyncRegister: true,
+		BeforeConnect: func(string, string) {
+			first := false
+			once.Do(func() { first = true })
+			if first {
+				close(hang)
+				<-release
+			}
+		}}, func(c *Config) { c.ListGrace = grace })
+	t.Cleanup(func() { close(release) }) // before the kubelet's Close waits for it
+	srv, sock := r.serve(t, gpu)
+	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
+	<-hang
+	r.await(t, "registered", registered(gpu))
+
+	// The kubelet is checked before the second grace (a probe can take a
+	// second or two).
+	need := actortest.NextWithin[*NeedSocket](t, r.family, 15*time.Second)
+	if need.Pool != gpu || need.Socket != sock || need.Lost {
+		t.Fatalf("NeedSocket %+v, want a new socket in place of %s", *need, sock)
+	}
+	why := "the kubelet holds no ListAndWatch stream of the socket"
+	want := []events.Payload{
+		events.PluginRegistered{Pool: gpu, Socket: sock, Mode: "legacy"},
+		events.RegistrationFailed{Pool: gpu, Socket: sock, Mode: "legacy", Error: why, Attempt: 1,
+			Action: "serving the pool on a new socket"},
+	}
+	if got := r.awaitRecorded(t, len(want)); !reflect.DeepEqual(got, want) {
+		t.Errorf("recorded %+v, want %+v", got, want)
+	}
+	sock2 := r.reserve(t, srv, need)
+	// The first connection still hangs: the kubelet's endpoint is the
+	// second Register's.
+	reg, err := r.kubelet.WaitRegistered(ctxFor(t), gpu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reg.Endpoint != sock2 || reg.Mode != kubelettest.ModeLegacy {
+		t.Errorf("kubelet registered %s in %s mode, want %s in legacy mode", reg.Endpoint, reg.Mode, sock2)
+	}
+	r.await(t, "registered again on the new socket", func(st *Status) bool {
+		return st.Pools[gpu].Registered && st.Pools[gpu].Socket == sock2
+	})
 }
