@@ -167,20 +167,7 @@ func (l *Log) decoded(seq uint64, e events.Envelope, err error) (events.Envelope
 // none. One that fails its checksum or does not decode is passed over for
 // the one before it, and noted (Damage): never silently.
 func (l *Log) LatestSnapshot(atOrBefore uint64) (events.State, bool, error) {
-	if err := l.enter(); err != nil {
-		return events.State{}, false, err
-	}
-	defer l.leave()
-	var (
-		s  events.State
-		ok bool
-	)
-	err := l.view(func(tx *bolt.Tx) error {
-		var err error
-		s, ok, _, err = l.latestSnapshot(tx, atOrBefore, 0)
-		return err
-	})
-	return s, ok, err
+	return l.snapshotBetween(0, atOrBefore, false)
 }
 
 // SnapshotAt returns the snapshot stored at sequence seq; false when
@@ -193,6 +180,13 @@ func (l *Log) SnapshotAt(seq uint64) (events.State, bool, error) {
 	if seq == 0 {
 		return events.State{}, false, nil
 	}
+	return l.snapshotBetween(seq, seq, true)
+}
+
+// snapshotBetween is latestSnapshot in a read transaction: the newest
+// snapshot from floor to atOrBefore that can be read. strict fails with
+// why the newest one there was passed over, if it was.
+func (l *Log) snapshotBetween(floor, atOrBefore uint64, strict bool) (events.State, bool, error) {
 	if err := l.enter(); err != nil {
 		return events.State{}, false, err
 	}
@@ -203,10 +197,11 @@ func (l *Log) SnapshotAt(seq uint64) (events.State, bool, error) {
 	)
 	err := l.view(func(tx *bolt.Tx) error {
 		var skipped, err error
-		if s, ok, skipped, err = l.latestSnapshot(tx, seq, seq); err != nil {
-			return err
+		s, ok, skipped, err = l.latestSnapshot(tx, atOrBefore, floor)
+		if err == nil && strict {
+			err = skipped
 		}
-		return skipped
+		return err
 	})
 	return s, ok, err
 }
