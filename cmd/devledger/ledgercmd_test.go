@@ -20,7 +20,7 @@ import (
 
 // ledger backup of a running daemon goes through its admin socket, and of
 // a stopped one reads the file; either copy holds every event the ledger
-// held, and verifies. It never writes over a file.
+// held, verifies, and is private. It never writes over a file.
 func TestE2ELedgerBackup(t *testing.T) {
 	n := sriovNode(t, "legacy", kubelettest.Options{})
 	p, _ := n.startRegistered(t, sriovPools)
@@ -36,6 +36,7 @@ func TestE2ELedgerBackup(t *testing.T) {
 		t.Errorf("backup of a running daemon said:\n%s", said)
 	}
 	checkCopy(t, out, live)
+	checkMode(t, out, 0o600) // private, as the ledger: it names every pod
 	if code, _, stderr := cli(t, "ledger", "backup", "--state-dir", n.stateDir, "--out", out); code != exitUsage || !strings.Contains(stderr, "exists") {
 		t.Errorf("backup over an existing file: exit %d, %q", code, stderr)
 	}
@@ -62,6 +63,7 @@ func TestE2ELedgerBackup(t *testing.T) {
 		t.Errorf("backup of a stopped daemon's ledger said:\n%s", said)
 	}
 	checkCopy(t, out, stopped)
+	checkMode(t, out, 0o600)
 }
 
 // checkCopy checks that the ledger at path verifies and holds want's events
