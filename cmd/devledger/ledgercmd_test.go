@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -64,6 +65,50 @@ func TestE2ELedgerBackup(t *testing.T) {
 	}
 	checkCopy(t, out, stopped)
 	checkMode(t, out, 0o600)
+}
+
+// ledger acknowledge on a node whose daemon holds the ledger goes through
+// its admin socket: the daemon records the acknowledgement, with the
+// operator's note, and the command says what was acknowledged, and where.
+func TestE2ELedgerAcknowledgeThroughTheDaemon(t *testing.T) {
+	n := sriovNode(t, "legacy", kubelettest.Options{})
+	p, _ := n.startRegistered(t, sriovPools)
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t); code != exitOK {
+		t.Fatalf("SIGTERM: exit %d", code)
+	}
+	// Damage as the daemon's check records it, for the next run to hold.
+	const problem = "ledger ledger.db is corrupt at seq 3: checksum mismatch"
+	l, err := store.Open(n.ledgerPath(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Append(context.Background(), events.New(events.LedgerDamaged{Problem: problem, Seq: 3}, time.Now(), "test"))
+	if cerr := l.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	n.startRegistered(t, sriovPools)
+	const note = "restored from last night's backup"
+	said := cliOK(t, "ledger", "acknowledge", "--state-dir", n.stateDir, "--note", note)
+	if !strings.Contains(said, "the daemon (") || !strings.Contains(said, "acknowledged 1 damage") || !strings.Contains(said, problem) {
+		t.Errorf("acknowledge through the daemon said:\n%s", said)
+	}
+	var acked []events.DamageAcknowledged
+	for _, e := range n.ledgerEvents(t) {
+		if a, ok := e.Payload.(events.DamageAcknowledged); ok {
+			acked = append(acked, a)
+		}
+	}
+	if len(acked) != 1 || acked[0].Note != note || !slices.Equal(acked[0].Problems, []string{problem}) {
+		t.Errorf("the ledger records %+v, want one acknowledgement of %q noting %q", acked, problem, note)
+	}
+	if said := cliOK(t, "ledger", "acknowledge", "--state-dir", n.stateDir); !strings.Contains(said, "no damage waits") {
+		t.Errorf("a second acknowledge said:\n%s", said)
+	}
 }
 
 // checkCopy checks that the ledger at path verifies and holds want's events
