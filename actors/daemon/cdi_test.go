@@ -150,11 +150,18 @@ func waitFor(ctx context.Context, t *testing.T, what string, ok func() bool) {
 
 // At start the daemon removes the CDI specs it wrote for pools that do not
 // serve with CDI now (gone from the config while it was down), and leaves
-// other programs' specs alone.
+// other programs' specs alone; in a dir whose name a glob would misread
+// too.
 func TestStaleCDISpecsGoAtStart(t *testing.T) {
+	for _, dir := range []string{"cdi", "cdi[1]"} {
+		t.Run(dir, func(t *testing.T) { staleCDISpecsGoAtStart(t, dir) })
+	}
+}
+
+func staleCDISpecsGoAtStart(t *testing.T, dir string) {
 	cfg := strings.Replace(sriovConfig, `{"resourceName": "sriov_vfio",`, `{"resourceName": "sriov_vfio", "cdi": {"enabled": true},`, 1)
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, cfg, kubelettest.Options{})
-	n.opts.CDISpecDir = filepath.Join(t.TempDir(), "cdi")
+	n.opts.CDISpecDir = filepath.Join(t.TempDir(), dir)
 	if err := os.MkdirAll(n.opts.CDISpecDir, 0o755); err != nil {
 		t.Fatal(err)
 	}

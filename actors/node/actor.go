@@ -850,9 +850,14 @@ func (n *coordinator) removeStaleCDISpecs() {
 			keep[allocation.CDISpecPath(dir, r)] = true
 		}
 	}
-	paths, _ := filepath.Glob(filepath.Join(dir, allocation.CDISpecGlob))
-	for _, p := range paths {
-		if keep[p] {
+	// Listed, not globbed: the dir's own name may hold [, * or ?.
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		n.cfg.Log.Error().Err(err).Str("dir", dir).Msg("cannot list the CDI spec dir for stale specs")
+	}
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		if ok, _ := filepath.Match(allocation.CDISpecGlob, e.Name()); !ok || keep[p] {
 			continue
 		}
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
