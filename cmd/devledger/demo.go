@@ -114,8 +114,9 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	defer stopSignals()
 	ctx, cancel := context.WithTimeout(sigCtx, 60*time.Second)
 	defer cancel()
-	err := d.run(ctx)
-	d.cleanup()
+	// Deferred, so that a step that panics still stops the daemon, which
+	// runs in a process group of its own and would outlive the demo.
+	err := func() error { defer d.cleanup(); return d.run(ctx) }()
 	if err != nil && sigCtx.Err() != nil {
 		if *keep != "" {
 			return fmt.Errorf("interrupted by %v; the daemon is stopped, what it did so far is kept in %s", context.Cause(sigCtx), d.dir)
@@ -445,6 +446,9 @@ func (d *demo) allocate(ctx context.Context, resource string, n int) ([]string, 
 	if err != nil {
 		return nil, fmt.Errorf("GetPreferredAllocation %s: %w", resource, err)
 	}
+	if len(pref.ContainerResponses) != 1 {
+		return nil, fmt.Errorf("GetPreferredAllocation %s: %d container responses to one container request", resource, len(pref.ContainerResponses))
+	}
 	ids := pref.ContainerResponses[0].DeviceIDs
 	start := time.Now()
 	resp, err := d.kubelet.Allocate(ctx, resource, ids)
@@ -452,6 +456,9 @@ func (d *demo) allocate(ctx context.Context, resource string, n int) ([]string, 
 		return nil, fmt.Errorf("Allocate %s: %w", resource, err)
 	}
 	took := time.Since(start)
+	if len(resp.ContainerResponses) != 1 {
+		return nil, fmt.Errorf("Allocate %s: %d container responses to one container request", resource, len(resp.ContainerResponses))
+	}
 	cr := resp.ContainerResponses[0]
 	d.say("  %s: %s allocated in %s (durable in the ledger before the answer)", resource, strings.Join(ids, ","), took.Round(100*time.Microsecond))
 	keys := make([]string, 0, len(cr.Envs))
