@@ -49,6 +49,14 @@ import (
 // oldest events, a fold of the records needs the snapshot at the
 // sequence before the first one served.
 //
+// GET /v1/snapshot?at=N&exact=1 asks for the snapshot at sequence N and
+// no other: 200 with it, as above; 404 with the trailer object and
+// "kind":"none" when there is none at N; 422 with the trailer object when
+// there is one the daemon cannot read, its error saying why and its
+// "kind" saying what that is: "newer_format" (a newer devledger wrote it:
+// a rollback) or "damaged". A daemon older than exact ignores it and
+// answers as without it (SnapshotAtFromAdmin tells).
+//
 // GET /v1/status answers 200 with an AdminStatus as JSON, or 503 with the
 // trailer object when the daemon cannot say.
 const (
@@ -103,6 +111,27 @@ type SnapshotSource interface {
 	LatestSnapshot(atOrBefore uint64) (events.State, bool, error)
 }
 
+// ExactSnapshotSource reads the snapshot at one sequence for GET
+// /v1/snapshot?exact=1. *store.Log implements it: false when there is
+// none at seq; one there that cannot be read is an error wrapping
+// events.ErrSnapshotFormat when a newer devledger wrote it, or one
+// AdminServerOptions.SnapshotDamaged tells as damage.
+type ExactSnapshotSource interface {
+	SnapshotAt(seq uint64) (events.State, bool, error)
+}
+
+// The kinds of an answer to GET /v1/snapshot?exact=1 without a snapshot,
+// in its trailer object.
+const (
+	// SnapshotNone: there is no snapshot at the sequence (404).
+	SnapshotNone = "none"
+	// SnapshotNewerFormat: a newer devledger wrote the snapshot, in a
+	// format the daemon does not read (422).
+	SnapshotNewerFormat = "newer_format"
+	// SnapshotDamaged: the snapshot is damaged (422).
+	SnapshotDamaged = "damaged"
+)
+
 // DamageAcknowledger takes an operator's acknowledgement of the damage
 // recorded in the ledger, for POST /v1/damage/acknowledge (`devledger
 // ledger acknowledge`). The daemon implements it beside StatusSource: it
@@ -150,6 +179,9 @@ type AdminPoolStatus struct {
 type adminTrailer struct {
 	OK    bool   `json:"ok"`
 	Error string `json:"error,omitempty"`
+	// Kind says what Error is, where a client acts on it (SnapshotNone,
+	// SnapshotNewerFormat, SnapshotDamaged).
+	Kind string `json:"kind,omitempty"`
 }
 
 // AdminServerOptions configures an AdminServer; the zero value is usable.
@@ -158,6 +190,11 @@ type AdminServerOptions struct {
 	// DefaultAdminWriteTimeout.
 	WriteTimeout time.Duration
 	Logger       zerolog.Logger
+	// SnapshotDamaged says whether an error of ExactSnapshotSource's
+	// SnapshotAt is damage to the snapshot (the daemon:
+	// errors.Is(err, store.ErrCorrupt)); nil tells none as damage, and
+	// such an error is answered 503.
+	SnapshotDamaged func(error) bool
 }
 
 // AdminServer serves the admin socket. It reads records from a
@@ -168,6 +205,7 @@ type AdminServer struct {
 	records      RecordSource
 	status       StatusSource
 	writeTimeout time.Duration
+	damaged      func(error) bool
 	log          zerolog.Logger
 	srv          *http.Server
 	// base is every request's parent context; Stop cancels it so that
@@ -191,6 +229,7 @@ func NewAdminServer(records RecordSource, status StatusSource, opts AdminServerO
 		records:      records,
 		status:       status,
 		writeTimeout: opts.WriteTimeout,
+		damaged:      opts.SnapshotDamaged,
 		log:          opts.Logger.With().Str("component", "admin").Logger(),
 		spooling:     make(chan struct{}, 1),
 	}
@@ -409,6 +448,17 @@ func (a *AdminServer) serveSnapshot(w http.ResponseWriter, r *http.Request, snap
 	if !ok {
 		return
 	}
+	if q := r.URL.Query().Get("exact"); q != "" {
+		exact, err := strconv.ParseBool(q)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, adminTrailer{Error: fmt.Sprintf("exact=%q: want 1 or 0", q)})
+			return
+		}
+		if exact {
+			a.serveExactSnapshot(w, snaps, at)
+			return
+		}
+	}
 	st, ok, err := snaps.LatestSnapshot(at)
 	if err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, adminTrailer{Error: err.Error()})
@@ -418,6 +468,34 @@ func (a *AdminServer) serveSnapshot(w http.ResponseWriter, r *http.Request, snap
 		writeJSON(w, http.StatusNotFound, adminTrailer{Error: fmt.Sprintf("no snapshot at or before seq %d", at)})
 		return
 	}
+	a.writeSnapshot(w, st)
+}
+
+// serveExactSnapshot answers the snapshot at seq and no other, or why
+// there is none to answer.
+func (a *AdminServer) serveExactSnapshot(w http.ResponseWriter, snaps SnapshotSource, seq uint64) {
+	exact, ok := snaps.(ExactSnapshotSource)
+	if !ok {
+		writeJSON(w, http.StatusNotImplemented, adminTrailer{Error: "this ledger cannot read the snapshot at one sequence"})
+		return
+	}
+	st, ok, err := exact.SnapshotAt(seq)
+	switch {
+	case errors.Is(err, events.ErrSnapshotFormat):
+		writeJSON(w, http.StatusUnprocessableEntity, adminTrailer{Error: err.Error(), Kind: SnapshotNewerFormat})
+	case err != nil && a.damaged != nil && a.damaged(err):
+		writeJSON(w, http.StatusUnprocessableEntity, adminTrailer{Error: err.Error(), Kind: SnapshotDamaged})
+	case err != nil:
+		writeJSON(w, http.StatusServiceUnavailable, adminTrailer{Error: err.Error()})
+	case !ok:
+		writeJSON(w, http.StatusNotFound, adminTrailer{Error: fmt.Sprintf("no snapshot at seq %d", seq), Kind: SnapshotNone})
+	default:
+		a.writeSnapshot(w, st)
+	}
+}
+
+// writeSnapshot answers st, 200.
+func (a *AdminServer) writeSnapshot(w http.ResponseWriter, st events.State) {
 	body, err := events.MarshalState(st)
 	if err != nil {
 		writeJSON(w, http.StatusInternalServerError, adminTrailer{Error: err.Error()})

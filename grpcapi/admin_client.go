@@ -120,18 +120,95 @@ func SnapshotFromAdmin(ctx context.Context, socketPath string, atOrBefore uint64
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); resp.StatusCode == http.StatusNotFound && mt == "application/json" {
 		return events.State{}, false, nil // a daemon of an older version answers in text
 	}
-	if err := adminAnswerOK(resp, "application/json"); err != nil {
-		return fail(err)
-	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxAdminRecord+1))
-	if err != nil {
-		return fail(err)
-	}
-	st, err := events.UnmarshalState(body)
+	st, err := readSnapshotAnswer(resp)
 	if err != nil {
 		return fail(err)
 	}
 	return st, true, nil
+}
+
+// ErrExactSnapshotUnsupported is SnapshotAtFromAdmin's error for a
+// daemon that cannot answer for the snapshot at one sequence: one older
+// than GET /v1/snapshot?exact=1, which ignores exact.
+var ErrExactSnapshotUnsupported = errors.New("the daemon cannot answer for the snapshot at one sequence (an older devledger)")
+
+// ErrSnapshotDamaged is what an UnreadableSnapshotError of kind
+// SnapshotDamaged is (errors.Is).
+var ErrSnapshotDamaged = errors.New("damaged snapshot")
+
+// UnreadableSnapshotError is the daemon's answer that the snapshot at Seq
+// is there but it cannot read it: errors.Is finds events.ErrSnapshotFormat
+// in one of Kind SnapshotNewerFormat, ErrSnapshotDamaged in one of Kind
+// SnapshotDamaged. Its text is the daemon's, as the store says it of the
+// file.
+type UnreadableSnapshotError struct {
+	Seq    uint64
+	Kind   string
+	Reason string
+}
+
+func (e *UnreadableSnapshotError) Error() string { return e.Reason }
+
+func (e *UnreadableSnapshotError) Is(target error) bool {
+	return target == events.ErrSnapshotFormat && e.Kind == SnapshotNewerFormat ||
+		target == ErrSnapshotDamaged && e.Kind == SnapshotDamaged
+}
+
+// SnapshotAtFromAdmin reads the snapshot at sequence seq, and no other,
+// from the daemon serving the admin socket at socketPath; false when the
+// daemon has none there. One there the daemon cannot read is an
+// *UnreadableSnapshotError saying why. A daemon older than this call
+// answers the newest it reads at or before seq: a snapshot at seq is
+// still that one, but anything else (an older one, or none) is an error
+// wrapping ErrExactSnapshotUnsupported, as it cannot tell none from one
+// it cannot read.
+func SnapshotAtFromAdmin(ctx context.Context, socketPath string, seq uint64) (events.State, bool, error) {
+	fail := func(err error) (events.State, bool, error) {
+		return events.State{}, false, fmt.Errorf("read the snapshot at #%d through admin socket %s: %w", seq, socketPath, err)
+	}
+	resp, err := adminGet(ctx, socketPath, "/v1/snapshot?at="+strconv.FormatUint(seq, 10)+"&exact=1")
+	if err != nil {
+		return fail(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusUnprocessableEntity {
+		var t adminTrailer
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		_ = json.Unmarshal(body, &t)
+		switch {
+		case resp.StatusCode == http.StatusNotFound && t.Kind == SnapshotNone:
+			return events.State{}, false, nil
+		case resp.StatusCode == http.StatusNotFound:
+			return fail(ErrExactSnapshotUnsupported)
+		case t.Kind == SnapshotNewerFormat, t.Kind == SnapshotDamaged:
+			return events.State{}, false, &UnreadableSnapshotError{Seq: seq, Kind: t.Kind, Reason: t.Error}
+		}
+		return fail(fmt.Errorf("%s: %q", resp.Status, body))
+	}
+	if resp.StatusCode == http.StatusNotImplemented {
+		return fail(fmt.Errorf("%w: %w", ErrExactSnapshotUnsupported, adminAnswerOK(resp, "")))
+	}
+	st, err := readSnapshotAnswer(resp)
+	if err != nil {
+		return fail(err)
+	}
+	if st.Seq != seq {
+		return fail(fmt.Errorf("%w: it answered the snapshot at #%d", ErrExactSnapshotUnsupported, st.Seq))
+	}
+	return st, true, nil
+}
+
+// readSnapshotAnswer reads the snapshot a 200 answer of GET /v1/snapshot
+// carries, or the daemon's error.
+func readSnapshotAnswer(resp *http.Response) (events.State, error) {
+	if err := adminAnswerOK(resp, "application/json"); err != nil {
+		return events.State{}, err
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxAdminRecord+1))
+	if err != nil {
+		return events.State{}, err
+	}
+	return events.UnmarshalState(body)
 }
 
 // ReadStatusFromAdmin asks the daemon serving the admin socket at

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"math"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -500,6 +502,110 @@ func TestAdminSnapshot(t *testing.T) {
 	_, sock = startAdmin(t, &genSource{last: 1, size: 8}, nil)
 	if _, ok, err := SnapshotFromAdmin(t.Context(), sock, 0); err == nil || ok {
 		t.Errorf("a daemon that serves no snapshots: %v, %v; want an error", ok, err)
+	}
+}
+
+// exactSource is a snapSource that reads the snapshot at one sequence:
+// those in unreadable are there but cannot be read, for the error kept.
+type exactSource struct {
+	snapSource
+	unreadable map[uint64]error
+}
+
+func (s *exactSource) SnapshotAt(seq uint64) (events.State, bool, error) {
+	if err := s.unreadable[seq]; err != nil {
+		return events.State{}, false, err
+	}
+	st, ok := s.snaps[seq]
+	return st, ok, nil
+}
+
+// errFakeDamage is the damage an exactSource's daemon tells as such.
+var errFakeDamage = errors.New("ledger x is corrupt at seq 60: snapshot: checksum mismatch")
+
+// GET /v1/snapshot?exact=1 answers the snapshot at one sequence, or says
+// there is none there, or why the one there cannot be read (a newer
+// devledger's, or damaged); a daemon that cannot answer so (an older one
+// ignores exact) is told apart from one with none there.
+func TestAdminSnapshotAt(t *testing.T) {
+	at := func(seq uint64) events.State {
+		s := events.NewState()
+		s.Seq = seq
+		return s
+	}
+	src := &exactSource{
+		snapSource: snapSource{genSource: genSource{last: 100, size: 8}, snaps: map[uint64]events.State{40: at(40)}},
+		unreadable: map[uint64]error{
+			50: fmt.Errorf("ledger x: the snapshot at #50: %w 99: a newer devledger wrote it", events.ErrSnapshotFormat),
+			60: errFakeDamage,
+			70: errors.New("ledger x: ledger closed"),
+		},
+	}
+	a := NewAdminServer(src, nil, AdminServerOptions{SnapshotDamaged: func(err error) bool { return errors.Is(err, errFakeDamage) }})
+	sock := AdminSocketPath(shortDir(t))
+	if err := a.Serve(sock); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Stop(context.Background()) })
+
+	if st, ok, err := SnapshotAtFromAdmin(t.Context(), sock, 40); err != nil || !ok || st.Seq != 40 {
+		t.Errorf("the snapshot at #40: seq %d, %v, %v", st.Seq, ok, err)
+	}
+	if _, ok, err := SnapshotAtFromAdmin(t.Context(), sock, 41); err != nil || ok {
+		t.Errorf("none at #41: %v, %v; want none, no error", ok, err)
+	}
+	var why *UnreadableSnapshotError
+	_, _, err := SnapshotAtFromAdmin(t.Context(), sock, 50)
+	if !errors.Is(err, events.ErrSnapshotFormat) || errors.Is(err, ErrSnapshotDamaged) || !errors.As(err, &why) || err.Error() != src.unreadable[50].Error() {
+		t.Errorf("a newer devledger's at #50: %v; want the daemon's reason, told a newer format", err)
+	}
+	_, _, err = SnapshotAtFromAdmin(t.Context(), sock, 60)
+	if !errors.Is(err, ErrSnapshotDamaged) || errors.Is(err, events.ErrSnapshotFormat) || err.Error() != errFakeDamage.Error() {
+		t.Errorf("a damaged one at #60: %v; want the daemon's reason, told damaged", err)
+	}
+	_, _, err = SnapshotAtFromAdmin(t.Context(), sock, 70)
+	if err == nil || errors.As(err, &why) || errors.Is(err, ErrExactSnapshotUnsupported) || !strings.Contains(err.Error(), "ledger closed") {
+		t.Errorf("a failure at #70: %v; want it, told neither unreadable nor unsupported", err)
+	}
+	// Without exact the endpoint answers as before.
+	if st, ok, err := SnapshotFromAdmin(t.Context(), sock, 60); err != nil || !ok || st.Seq != 40 {
+		t.Errorf("the newest at or before #60: seq %d, %v, %v; want #40", st.Seq, ok, err)
+	}
+
+	// A daemon whose ledger reads no snapshot at one sequence.
+	_, plain := startAdmin(t, &src.snapSource, nil)
+	if _, _, err := SnapshotAtFromAdmin(t.Context(), plain, 40); !errors.Is(err, ErrExactSnapshotUnsupported) {
+		t.Errorf("a ledger without SnapshotAt: %v; want ErrExactSnapshotUnsupported", err)
+	}
+
+	// A daemon older than exact answers the newest it reads at or
+	// before: the one asked for is still right; anything else cannot be
+	// told from none, or from one it could not read.
+	older := AdminSocketPath(shortDir(t))
+	lis, err := net.Listen("unix", older)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.ParseUint(r.URL.Query().Get("at"), 10, 64)
+		st, ok, _ := src.LatestSnapshot(n)
+		if !ok {
+			writeJSON(w, http.StatusNotFound, adminTrailer{Error: fmt.Sprintf("no snapshot at or before seq %d", n)})
+			return
+		}
+		body, _ := events.MarshalState(st)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(body)
+	})}
+	go srv.Serve(lis)
+	t.Cleanup(func() { srv.Close() })
+	if st, ok, err := SnapshotAtFromAdmin(t.Context(), older, 40); err != nil || !ok || st.Seq != 40 {
+		t.Errorf("an older daemon, the snapshot at #40: seq %d, %v, %v", st.Seq, ok, err)
+	}
+	for _, seq := range []uint64{39, 50} {
+		if _, ok, err := SnapshotAtFromAdmin(t.Context(), older, seq); ok || !errors.Is(err, ErrExactSnapshotUnsupported) {
+			t.Errorf("an older daemon, #%d: %v, %v; want ErrExactSnapshotUnsupported", seq, ok, err)
+		}
 	}
 }
 
