@@ -433,7 +433,10 @@ func Start(opts Options) (_ *Daemon, err error) {
 	}
 	d.watchNode()
 
-	d.admin = grpcapi.NewAdminServer(l, d, grpcapi.AdminServerOptions{Logger: d.log})
+	d.admin = grpcapi.NewAdminServer(l, d, grpcapi.AdminServerOptions{
+		Logger:          d.log,
+		SnapshotDamaged: func(err error) bool { return errors.Is(err, store.ErrCorrupt) },
+	})
 	if err := d.admin.Serve(grpcapi.AdminSocketPath(opts.StateDir)); err != nil {
 		d.log.Warn().Err(err).Msg("admin socket not served; dump on this node must wait for the daemon to stop")
 	}

@@ -17,6 +17,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/testdata/sysfsgen"
@@ -158,10 +159,22 @@ func TestDamagedSnapshotIsPassedOverAtStart(t *testing.T) {
 	allocateAndStop(t, ctx, n)
 	want := replayStopped(t, n.opts.StateDir)
 	flipAll(t, n.opts.StateDir, `"holders"`) // only snapshots say it
+	l, err := store.Open(filepath.Join(n.opts.StateDir, LedgerFileName), store.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, ok := l.LatestSnapshotSeq(0)
+	if err := l.Close(); err != nil || !ok {
+		t.Fatalf("the newest snapshot: %v, %v", ok, err)
+	}
 
 	d := n.start(t)
 	base := "http://" + d.metricsAddr
 	waitReadyzSays(t, ctx, base, http.StatusServiceUnavailable, "snapshot")
+	// The admin socket tells the snapshot damaged, as dump names it.
+	if _, _, err := grpcapi.SnapshotAtFromAdmin(ctx, grpcapi.AdminSocketPath(n.opts.StateDir), snap); !errors.Is(err, grpcapi.ErrSnapshotDamaged) {
+		t.Errorf("the snapshot at #%d through the admin socket: %v; want it told damaged", snap, err)
+	}
 	ds := damageRecorded(t, d)
 	if len(ds) == 0 || !strings.Contains(ds[0].Problem, "snapshot") {
 		t.Fatalf("recorded %+v, want the snapshot's damage", ds)
