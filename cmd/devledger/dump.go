@@ -319,11 +319,11 @@ func (k *knownNames) unknown(f *eventFilter) error {
 	return nil
 }
 
-// readFailed names the ledger in a read error; a corrupt record's error
-// names it already.
+// readFailed names the ledger in a read error; a corrupt record's error,
+// or damage read around, names it already.
 func readFailed(lf *ledgerFlags, err error) error {
 	var coded *codeError
-	if err != nil && !errors.Is(err, store.ErrCorrupt) && !errors.As(err, &coded) {
+	if err != nil && !errors.Is(err, store.ErrCorrupt) && !errors.Is(err, errReadDamaged) && !errors.As(err, &coded) {
 		return fmt.Errorf("read %s: %w", lf.path(), err)
 	}
 	return err

@@ -422,7 +422,9 @@ func serveLedger(t *testing.T, dir, db string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	admin := grpcapi.NewAdminServer(l, fakeAdminStatus{}, grpcapi.AdminServerOptions{})
+	admin := grpcapi.NewAdminServer(l, fakeAdminStatus{}, grpcapi.AdminServerOptions{
+		SnapshotDamaged: func(err error) bool { return errors.Is(err, store.ErrCorrupt) },
+	})
 	if err := admin.Serve(grpcapi.AdminSocketPath(dir)); err != nil {
 		t.Fatal(err)
 	}

@@ -117,8 +117,8 @@ type eventSource interface {
 }
 
 // snapshotExplainer is a source that can say why the snapshot at a
-// sequence cannot be read: a ledger file can; the admin socket answers
-// only the newest snapshot the daemon reads.
+// sequence cannot be read: a ledger file can, and so can a daemon's admin
+// socket (one older than GET /v1/snapshot?exact=1 cannot).
 type snapshotExplainer interface {
 	// unreadableSnapshot is why the snapshot at seq cannot be read; nil
 	// when it can, or when there is none there.
@@ -144,7 +144,7 @@ func foldFrom(src eventSource, first uint64) (events.State, error) {
 			switch err := why.unreadableSnapshot(first - 1); {
 			case errors.Is(err, events.ErrSnapshotFormat):
 				return s, fmt.Errorf("%w; it stands for the events before #%d, which retention dropped: read the ledger with that version, or take the events from #%d on alone", err, first, first)
-			case errors.Is(err, store.ErrCorrupt):
+			case errors.Is(err, store.ErrCorrupt), errors.Is(err, grpcapi.ErrSnapshotDamaged):
 				return s, fmt.Errorf("the snapshot at #%d, which stands for the events before #%d, is damaged: %w", first-1, first, err)
 			case err != nil:
 				return s, err
@@ -283,11 +283,21 @@ func readDamaged(l *store.Log) error {
 
 // adminSource reads the ledger of a running daemon through its admin socket:
 // the daemon holds the file's lock, but serves the same records.
-type adminSource struct{ socket string }
+type adminSource struct {
+	socket string
+	// damaged is the damaged snapshot unreadableSnapshot was told of:
+	// each read names it after its events, as a file's reads name the
+	// damage the file's Log noted (readDamaged).
+	damaged *error
+}
+
+func newAdminSource(socket string) adminSource {
+	return adminSource{socket: socket, damaged: new(error)}
+}
 
 func (s adminSource) read(fn func(events.Envelope) error) error {
 	var next uint64
-	return grpcapi.ReadRecordsFromAdmin(context.Background(), s.socket, 0, func(rec []byte) error {
+	err := grpcapi.ReadRecordsFromAdmin(context.Background(), s.socket, 0, func(rec []byte) error {
 		if next == 0 {
 			// The oldest the daemon keeps: what the first record says.
 			first, _ := events.Unmarshal(rec)
@@ -300,12 +310,30 @@ func (s adminSource) read(fn func(events.Envelope) error) error {
 		next++
 		return fn(e)
 	})
+	if err == nil && *s.damaged != nil {
+		err = fmt.Errorf("%w (%w)", *s.damaged, errReadDamaged)
+	}
+	return err
 }
 
 func (s adminSource) close() error { return nil }
 
 func (s adminSource) snapshot(atOrBefore uint64) (events.State, bool, error) {
 	return grpcapi.SnapshotFromAdmin(context.Background(), s.socket, atOrBefore)
+}
+
+// unreadableSnapshot is the daemon's reason; nil from a daemon that
+// cannot say (older than GET /v1/snapshot?exact=1), as from one with
+// none there.
+func (s adminSource) unreadableSnapshot(seq uint64) error {
+	_, _, err := grpcapi.SnapshotAtFromAdmin(context.Background(), s.socket, seq)
+	switch {
+	case errors.Is(err, grpcapi.ErrExactSnapshotUnsupported):
+		return nil
+	case errors.Is(err, grpcapi.ErrSnapshotDamaged):
+		*s.damaged = err
+	}
+	return err
 }
 
 // openSource opens the ledger the flags name: the file, or, when a running
@@ -329,7 +357,7 @@ func openSource(lf *ledgerFlags) (eventSource, error) {
 	// operator most needs the ledger) still serves its records.
 	serr := grpcapi.AdminListening(context.Background(), sock)
 	if serr == nil {
-		return adminSource{socket: sock}, nil
+		return newAdminSource(sock), nil
 	}
 	l, err = openLedger(lf)
 	if err == nil {

@@ -403,8 +403,8 @@ func olderSnapshotOnly(t *testing.T, first, older uint64, spoil func(v []byte) [
 // devledger's, or damaged) and an older one can, the tools do not fold
 // the events kept onto the older state (the events between are gone):
 // dump tells the events from the events alone and warns, and replay
-// refuses, naming the snapshot (the file) or the start missing (through
-// a running daemon).
+// refuses, each naming the snapshot and why it cannot be read, from the
+// file as through a running daemon's admin socket.
 func TestToolsRefuseAnOlderSnapshotForTheOneBeforeTheEventsKept(t *testing.T) {
 	const first, older = 30, 20
 	castagnoli := crc32.MakeTable(crc32.Castagnoli)
@@ -440,6 +440,7 @@ func TestToolsRefuseAnOlderSnapshotForTheOneBeforeTheEventsKept(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			db := olderSnapshotOnly(t, first, older, tc.spoil)
 			code, out, errOut := runCLI(t, "dump", "--db", db)
+			fileSaid := errOut
 			warned, _, _ := strings.Cut(errOut, "\n")
 			if code != tc.dumpCode || !strings.Contains(warned, warning) || strings.Contains(errOut, missing) {
 				t.Errorf("dump: exit %d, %q; want exit %d and the warning %q, not that the events are missing", code, errOut, tc.dumpCode, warning)
@@ -458,14 +459,34 @@ func TestToolsRefuseAnOlderSnapshotForTheOneBeforeTheEventsKept(t *testing.T) {
 			if code != exitFailure || out != "" || !strings.Contains(errOut, tc.replayErr) {
 				t.Errorf("replay: exit %d, %q:\n%s\nwant exit %d naming %q", code, errOut, out, exitFailure, tc.replayErr)
 			}
-			serveLedger(t, filepath.Dir(db), db)
-			code, _, errOut = runCLI(t, "dump", "--state-dir", filepath.Dir(db))
-			if code != exitOK || !strings.Contains(errOut, warning) {
-				t.Errorf("dump through the admin socket: exit %d, %q; want the warning", code, errOut)
+			code, out, errOut = runCLI(t, "replay", "--db", db, "--diff", "#30..#31")
+			if code != exitFailure || out != "" || !strings.Contains(errOut, tc.replayErr) {
+				t.Errorf("replay --diff: exit %d, %q:\n%s\nwant exit %d naming %q", code, errOut, out, exitFailure, tc.replayErr)
 			}
-			code, out, errOut = runCLI(t, "replay", "--state-dir", filepath.Dir(db))
-			if code != exitFailure || out != "" || !strings.Contains(errOut, missing) {
-				t.Errorf("replay through the admin socket: exit %d, %q:\n%s\nwant exit %d naming %q", code, errOut, out, exitFailure, missing)
+			// Through a running daemon's admin socket the tools say the
+			// same, with the same exit codes.
+			serveLedger(t, filepath.Dir(db), db)
+			code, out, errOut = runCLI(t, "dump", "--state-dir", filepath.Dir(db))
+			warned, _, _ = strings.Cut(errOut, "\n")
+			if code != tc.dumpCode || !strings.Contains(warned, warning) || strings.Contains(errOut, missing) {
+				t.Errorf("dump through the admin socket: exit %d, %q; want exit %d and the warning %q, not that the events are missing", code, errOut, tc.dumpCode, warning)
+			}
+			for _, why := range tc.dumpWhy {
+				if !strings.Contains(warned, why) {
+					t.Errorf("dump through the admin socket: the warning %q does not say %q", warned, why)
+				}
+			}
+			if !regexp.MustCompile(`(?m)^ +30 +\d\d:\d\d:\d\d `).MatchString(out) {
+				t.Errorf("dump through the admin socket does not show the events kept:\n%s", out)
+			}
+			if errOut != fileSaid {
+				t.Errorf("dump through the admin socket says\n%s\nand from the file\n%s", errOut, fileSaid)
+			}
+			for _, args := range [][]string{{"replay"}, {"replay", "--diff", "#30..#31"}} {
+				code, out, errOut = runCLI(t, append(args, "--state-dir", filepath.Dir(db))...)
+				if code != exitFailure || out != "" || !strings.Contains(errOut, tc.replayErr) || strings.Contains(errOut, missing) {
+					t.Errorf("%v through the admin socket: exit %d, %q:\n%s\nwant exit %d naming %q", args, code, errOut, out, exitFailure, tc.replayErr)
+				}
 			}
 		})
 	}
