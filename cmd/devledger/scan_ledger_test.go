@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
@@ -154,4 +155,96 @@ func scanLedgerJSON(t *testing.T, out string) scanLedgerReport {
 		t.Fatalf("scan JSON: %v", err)
 	}
 	return rep
+}
+
+// TestScanAgainstAWrittenLedger reads a ledger written event by event,
+// in which the daemon left what a running node leaves: a device it saw
+// go that scan finds again, devices absent from sysfs (one pooled, one
+// pooled and then removed, one never pooled), a pool whose registration
+// the kubelet refused, and one it never served. Only what the ledger
+// still offers counts as the ledger's, and the differing devices are
+// shown in address order.
+func TestScanAgainstAWrittenLedger(t *testing.T) {
+	r := sysfsgen.TempScenario(t, sysfsgen.ScenarioSRIOV)
+	args := scanArgs(r, scanConfigs[sysfsgen.ScenarioSRIOV])
+	var now scanReport
+	if err := json.Unmarshal([]byte(cliOK(t, append(args, "--format", "json")...)), &now); err != nil {
+		t.Fatal(err)
+	}
+	const (
+		back      = "0000:3b:01.2" // removed in the ledger, in sysfs again
+		offered   = "0000:01:00.0" // pooled in the ledger, not in sysfs
+		withdrawn = "0000:99:00.0" // pooled, then removed
+		unpooled  = "0000:98:00.0" // present, in no pool
+		refused   = "intel.com/intel_sriov_netdevice"
+		unserved  = "intel.com/intel_sriov_dpdk_extra"
+		pfPool    = "intel.com/intel_pf"
+		sock      = "/var/lib/kubelet/device-plugins/devledger-netdevice.sock"
+	)
+	t0 := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	var envs []events.Envelope
+	add := func(p events.Payload) {
+		envs = append(envs, events.New(p, t0.Add(time.Duration(len(envs))*time.Second), "b"))
+	}
+	var specs []events.PoolSpec
+	for _, p := range now.Pools {
+		specs = append(specs, events.PoolSpec{Resource: p.Name, DeviceType: p.DeviceType})
+	}
+	add(events.ConfigApplied{Path: "config.yaml", Pools: specs})
+	join := func(pool, addr string) {
+		add(events.DeviceDiscovered{Device: events.DeviceFacts{Address: addr}})
+		add(events.PoolMembershipChanged{Pool: pool, Added: []string{addr}, Reason: "config applied"})
+	}
+	for _, p := range now.Pools {
+		for _, addr := range p.Members {
+			join(p.Name, addr)
+		}
+	}
+	add(events.DeviceRemoved{Address: back, Reason: "gone from sysfs"})
+	join(pfPool, offered)
+	join(pfPool, withdrawn)
+	add(events.DeviceRemoved{Address: withdrawn})
+	add(events.DeviceDiscovered{Device: events.DeviceFacts{Address: unpooled}})
+	add(events.PluginServing{Pool: refused, Socket: sock, Mode: "legacy"})
+	add(events.RegistrationFailed{Pool: refused, Socket: sock, Mode: "legacy", Error: "kubelet refused", Attempt: 1})
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, db, envs)
+
+	table := cliOK(t, append(args, "--db", db)...)
+	var pooled int
+	for _, p := range now.Pools {
+		pooled += p.Count
+	}
+	want := fmt.Sprintf("ledger through #%d: it agrees with this scan on %d of %d pooled devices\n\n"+
+		"%s  pool - in this scan, %s in the ledger\n  this scan  not found in sysfs\n  ledger     healthy (#",
+		len(envs), pooled-1, pooled+1, offered, pfPool)
+	if !strings.Contains(table, want) {
+		t.Errorf("scan --db has no\n%s\n---\n%s", want, table)
+	}
+	want = fmt.Sprintf("\n%s  pool intel.com/intel_sriov_dpdk in this scan, - in the ledger\n  this scan  healthy\n  ledger     removed\n", back)
+	if !strings.Contains(table, want) {
+		t.Errorf("scan --db has no block\n%s\n---\n%s", want, table)
+	}
+	explain := cliOK(t, append(args, "--db", db, "--explain", back)...)
+	if want := "  ledger:      removed, pool -\n"; !strings.Contains(explain, want) {
+		t.Errorf("scan --explain %s says no %q:\n%s", back, want, explain)
+	}
+	for _, line := range []string{
+		`^  ` + regexp.QuoteMeta(refused) + ` +not registered \(1 failure: kubelet refused\) +` + regexp.QuoteMeta(sock) + `$`,
+		`^  ` + regexp.QuoteMeta(unserved) + ` +not serving +-$`,
+	} {
+		if !regexp.MustCompile("(?m)" + line).MatchString(table) {
+			t.Errorf("scan --db has no line matching %s:\n%s", line, table)
+		}
+	}
+
+	rep := scanLedgerJSON(t, cliOK(t, append(args, "--db", db, "--format", "json")...))
+	if len(rep.LedgerOnly) != 1 || rep.LedgerOnly[0].Address != offered {
+		t.Errorf("JSON ledger_only %+v, want %s alone", rep.LedgerOnly, offered)
+	}
+	for _, p := range rep.Pools {
+		if p.Name == unserved && p.Registration != nil {
+			t.Errorf("JSON pool %s: registration %+v, want none", p.Name, *p.Registration)
+		}
+	}
 }
