@@ -417,7 +417,8 @@ func TestScanWarningsOnce(t *testing.T) {
 }
 
 // A function whose read failed (here numa_node is a directory: EISDIR)
-// is marked incomplete in the JSON, and only that one.
+// is marked incomplete in the JSON, and only that one; the warning names
+// the function and the file, on stderr and in the function's warnings.
 func TestScanMarksAnIncompleteRead(t *testing.T) {
 	r := sysfsgen.TempScenario(t, sysfsgen.ScenarioSRIOV)
 	const addr = "0000:02:00.0"
@@ -444,6 +445,14 @@ func TestScanMarksAnIncompleteRead(t *testing.T) {
 	}
 	if !slices.Equal(marked, []string{addr}) {
 		t.Errorf("devices marked incomplete: %v, want %s alone", marked, addr)
+	}
+	if want := "warning: " + addr + ": numa_node: "; !strings.HasPrefix(stderr, want) || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("stderr %q, want one line starting %q", stderr, want)
+	}
+	for _, d := range rep.Devices {
+		if d.Address == addr && (len(d.Warnings) != 1 || !strings.HasPrefix(d.Warnings[0], "numa_node: ")) {
+			t.Errorf("%s: JSON warnings %q, want one on numa_node", addr, d.Warnings)
+		}
 	}
 }
 
