@@ -439,20 +439,25 @@ func TestToolsRefuseAnOlderSnapshotForTheOneBeforeTheEventsKept(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := olderSnapshotOnly(t, first, older, tc.spoil)
-			code, out, errOut := runCLI(t, "dump", "--db", db)
-			fileSaid := errOut
-			warned, _, _ := strings.Cut(errOut, "\n")
-			if code != tc.dumpCode || !strings.Contains(warned, warning) || strings.Contains(errOut, missing) {
-				t.Errorf("dump: exit %d, %q; want exit %d and the warning %q, not that the events are missing", code, errOut, tc.dumpCode, warning)
-			}
-			for _, why := range tc.dumpWhy {
-				if !strings.Contains(warned, why) {
-					t.Errorf("dump: the warning %q does not say %q", warned, why)
+			// checkDump checks what dump said; via names how it read.
+			checkDump := func(via string, code int, out, errOut string) {
+				t.Helper()
+				warned, _, _ := strings.Cut(errOut, "\n")
+				if code != tc.dumpCode || !strings.Contains(warned, warning) || strings.Contains(errOut, missing) {
+					t.Errorf("dump%s: exit %d, %q; want exit %d and the warning %q, not that the events are missing", via, code, errOut, tc.dumpCode, warning)
+				}
+				for _, why := range tc.dumpWhy {
+					if !strings.Contains(warned, why) {
+						t.Errorf("dump%s: the warning %q does not say %q", via, warned, why)
+					}
+				}
+				if !regexp.MustCompile(`(?m)^ +30 +\d\d:\d\d:\d\d `).MatchString(out) {
+					t.Errorf("dump%s does not show the events kept:\n%s", via, out)
 				}
 			}
-			if !regexp.MustCompile(`(?m)^ +30 +\d\d:\d\d:\d\d `).MatchString(out) {
-				t.Errorf("dump does not show the events kept:\n%s", out)
-			}
+			code, out, errOut := runCLI(t, "dump", "--db", db)
+			fileSaid := errOut
+			checkDump("", code, out, errOut)
 			// The store's replay of the file refuses too, naming the
 			// snapshot it could not read.
 			code, out, errOut = runCLI(t, "replay", "--db", db)
@@ -467,18 +472,7 @@ func TestToolsRefuseAnOlderSnapshotForTheOneBeforeTheEventsKept(t *testing.T) {
 			// same, with the same exit codes.
 			serveLedger(t, filepath.Dir(db), db)
 			code, out, errOut = runCLI(t, "dump", "--state-dir", filepath.Dir(db))
-			warned, _, _ = strings.Cut(errOut, "\n")
-			if code != tc.dumpCode || !strings.Contains(warned, warning) || strings.Contains(errOut, missing) {
-				t.Errorf("dump through the admin socket: exit %d, %q; want exit %d and the warning %q, not that the events are missing", code, errOut, tc.dumpCode, warning)
-			}
-			for _, why := range tc.dumpWhy {
-				if !strings.Contains(warned, why) {
-					t.Errorf("dump through the admin socket: the warning %q does not say %q", warned, why)
-				}
-			}
-			if !regexp.MustCompile(`(?m)^ +30 +\d\d:\d\d:\d\d `).MatchString(out) {
-				t.Errorf("dump through the admin socket does not show the events kept:\n%s", out)
-			}
+			checkDump(" through the admin socket", code, out, errOut)
 			if errOut != fileSaid {
 				t.Errorf("dump through the admin socket says\n%s\nand from the file\n%s", errOut, fileSaid)
 			}
