@@ -535,13 +535,26 @@ func (p *podList) newPod(resourceName string, n int64) *v1.Pod {
 // out: the plugins' sockets.
 func socketsIn(t testing.TB, dir string) []string {
 	t.Helper()
+	return namesIn(t, dir, func(e os.DirEntry) bool { return e.Type()&os.ModeSocket != 0 && e.Name() != "kubelet.sock" })
+}
+
+// privateDirsIn lists the private directories devledger makes its sockets
+// in (.devledger-*) that dir holds.
+func privateDirsIn(t testing.TB, dir string) []string {
+	t.Helper()
+	return namesIn(t, dir, func(e os.DirEntry) bool { return strings.HasPrefix(e.Name(), ".devledger-") })
+}
+
+// namesIn lists the base names of the entries of dir that keep keeps.
+func namesIn(t testing.TB, dir string, keep func(os.DirEntry) bool) []string {
+	t.Helper()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatalf("read %s: %v", dir, err)
 	}
 	var out []string
 	for _, e := range entries {
-		if e.Type()&os.ModeSocket != 0 && e.Name() != "kubelet.sock" {
+		if keep(e) {
 			out = append(out, e.Name())
 		}
 	}

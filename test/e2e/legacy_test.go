@@ -63,10 +63,10 @@ func TestLegacyKubeletRestart(t *testing.T) {
 	restartKubelet(t, startRig(t, "legacy"))
 }
 
-// TestLegacyDaemonSIGTERM stops the daemon cleanly: its sockets go, the
-// kubelet sees the ListAndWatch streams end and marks every device
-// unhealthy (capacity stays, allocatable drops to zero), and a new pod is
-// refused.
+// TestLegacyDaemonSIGTERM stops the daemon cleanly: its sockets and their
+// private directories go, the kubelet sees the ListAndWatch streams end
+// and marks every device unhealthy (capacity stays, allocatable drops to
+// zero), and a new pod is refused.
 func TestLegacyDaemonSIGTERM(t *testing.T) {
 	r := startRig(t, "legacy")
 	if code := r.d.signal(t, syscall.SIGTERM, 30*time.Second); code != 0 {
@@ -78,6 +78,9 @@ func TestLegacyDaemonSIGTERM(t *testing.T) {
 	logFigure(t, "legacy", "unhealthy-after-sigterm", took)
 	if socks := socketsIn(t, devicePluginsDir); len(socks) != 0 {
 		t.Errorf("device-plugins/ still holds %v after SIGTERM", socks)
+	}
+	if dirs := privateDirsIn(t, devicePluginsDir); len(dirs) != 0 {
+		t.Errorf("device-plugins/ still holds devledger's %v after SIGTERM", dirs)
 	}
 	_, err := r.k.admit(t, r.pods.newPod(resDPDK, 1))
 	if err == nil || !strings.Contains(err.Error(), "no healthy devices") {
