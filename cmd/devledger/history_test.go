@@ -359,12 +359,8 @@ func TestPodStoryFollowsItsDevices(t *testing.T) {
 // came while the other did.
 func TestAnAllocationBoundAgainIsEachPodsInItsTurn(t *testing.T) {
 	const vfio, dev = "intel.com/sriov_vfio", "0000:3b:02.1"
-	t0 := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
-	l := &timeline{t0: t0}
+	l := pooledVF(vfio, dev)
 	add := l.add
-	add(events.DaemonStarted{Version: "v0.3.0", PID: 1})
-	add(events.DeviceDiscovered{Device: events.DeviceFacts{Address: dev, Vendor: "8086", Device: "1889", Driver: "vfio-pci"}})
-	add(events.PoolMembershipChanged{Pool: vfio, Added: []string{dev}, Reason: "daemon start"})
 	a := add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{dev}})
 	toA := add(events.AllocationBound{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{dev}, Namespace: "telco", Pod: "pod-a", Container: "main"})
 	sickA := add(events.DeviceHealthChanged{Address: dev, Reason: "while pod-a held it"})
@@ -460,12 +456,8 @@ func TestPodStoryTellsHowItsAllocationsEnded(t *testing.T) {
 // and the plain table gives a release's time held to the second.
 func TestDeviceStoryNamesItsHolders(t *testing.T) {
 	const vfio, dev = "intel.com/sriov_vfio", "0000:3b:02.1"
-	t0 := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
-	l := &timeline{t0: t0}
+	l := pooledVF(vfio, dev)
 	add := l.add
-	add(events.DaemonStarted{Version: "v0.3.0", PID: 1})
-	add(events.DeviceDiscovered{Device: events.DeviceFacts{Address: dev, Vendor: "8086", Device: "1889", Driver: "vfio-pci"}})
-	add(events.PoolMembershipChanged{Pool: vfio, Added: []string{dev}, Reason: "daemon start"})
 	a := add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{dev}})
 	add(events.DeviceHealthChanged{Address: dev, Reason: "link down"})
 	add(events.DeviceHealthChanged{Address: dev, Healthy: true, Reason: "link up"})
@@ -506,6 +498,16 @@ func TestDeviceStoryNamesItsHolders(t *testing.T) {
 type timeline struct {
 	t0   time.Time
 	envs []events.Envelope
+}
+
+// pooledVF is a timeline that starts with a daemon start, the discovery of
+// the vfio-pci VF dev and its joining pool, at 2026-11-30 09:00 UTC.
+func pooledVF(pool, dev string) *timeline {
+	l := &timeline{t0: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)}
+	l.add(events.DaemonStarted{Version: "v0.3.0", PID: 1})
+	l.add(events.DeviceDiscovered{Device: events.DeviceFacts{Address: dev, Vendor: "8086", Device: "1889", Driver: "vfio-pci"}})
+	l.add(events.PoolMembershipChanged{Pool: pool, Added: []string{dev}, Reason: "daemon start"})
+	return l
 }
 
 // add appends p and returns its sequence.
