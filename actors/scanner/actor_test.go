@@ -32,6 +32,19 @@ func spawnFamily(t *testing.T, props *actor.Props) *family { return actortest.Sp
 
 func next[T any](t *testing.T, f *family) T { return actortest.Next[T](t, f) }
 
+// atRest waits until the scanner has answered a Quiet sent now, failing
+// with its log after 10 s.
+func atRest(t *testing.T, f *family, log *actortest.Log) {
+	t.Helper()
+	quiet := &ledger.Quiet{Done: make(chan struct{})}
+	f.Sys.Root.Send(f.Child, quiet)
+	select {
+	case <-quiet.Done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the scanner never came to rest:\n%s", log.String())
+	}
+}
+
 type fixture struct {
 	roots    sysfsgen.Roots
 	reader   *sysfs.Reader
@@ -297,13 +310,7 @@ func TestScannerKeepsTheKernelsRemovalsThroughACrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Sys.Root.Send(f.Child, &Rescan{Reason: "kernel: 16 device events", Removed: vfs})
-	quiet := &ledger.Quiet{Done: make(chan struct{})}
-	f.Sys.Root.Send(f.Child, quiet) // taken by the restarted scanner
-	select {
-	case <-quiet.Done:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the scanner never came to rest:\n%s", crash.log.String())
-	}
+	atRest(t, f, &crash.log) // taken by the restarted scanner
 	if n := crash.log.Count("", "scan failed"); n != 2 {
 		t.Fatalf("%d failed scans logged, want the crashed one and the restarted one's:\n%s", n, crash.log.String())
 	}
@@ -547,13 +554,7 @@ func TestALedgerThatRefusesScansIsLoggedOnce(t *testing.T) {
 	for i := range scans - 1 { // and the start's
 		f.Sys.Root.Send(f.Child, &Rescan{Reason: fmt.Sprint("try ", i)})
 	}
-	quiet := &ledger.Quiet{Done: make(chan struct{})}
-	f.Sys.Root.Send(f.Child, quiet)
-	select {
-	case <-quiet.Done:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the scanner never came to rest:\n%s", log.String())
-	}
+	atRest(t, f, &log)
 	all, errorLines := log.Count("", "cannot record scan results"), log.Count("error", "cannot record scan results")
 	if all != scans || errorLines != 1 {
 		t.Errorf("%d scans the ledger refused logged %d lines, %d of them errors; want %d lines, 1 error:\n%s", scans, all, errorLines, scans, log.String())
@@ -661,13 +662,7 @@ func TestScannerKeepsTheKernelsRemovalsThroughARefusedAppend(t *testing.T) {
 
 	remakeVFs(t, fx, pf, vfs, was)
 	f.Sys.Root.Send(f.Child, &Rescan{Reason: "kernel: 16 device events", Removed: vfs})
-	quiet := &ledger.Quiet{Done: make(chan struct{})}
-	f.Sys.Root.Send(f.Child, quiet)
-	select {
-	case <-quiet.Done:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the scanner never came to rest:\n%s", log.String())
-	}
+	atRest(t, f, &log)
 	if log.Count("", "cannot record scan results") == 0 {
 		t.Fatalf("the rescan was not refused:\n%s", log.String())
 	}
