@@ -238,7 +238,7 @@ func (d *demo) run(ctx context.Context) error {
 		kubelettest.PodHolding("telco", "dpdk-0", "testpmd", "intel.com/sriov_vfio", vfs...),
 		kubelettest.PodHolding("ml", "trainer-0", "main", "nvidia.com/gpu", gpus...),
 	})
-	bound, err := d.liveAllocations(func(s events.State) bool {
+	bound, err := d.liveAllocations(ctx, "every allocation bound to its pod", func(s events.State) bool {
 		for _, a := range s.Allocations {
 			if a.Binding == nil {
 				return false
@@ -270,7 +270,7 @@ func (d *demo) run(ctx context.Context) error {
 	d.step("The daemon is killed (SIGKILL) and started again")
 	// The pools may register again before the restart is durable, and the
 	// kill would take it along: the history shown at the end has it.
-	before, err := d.liveAllocations(func(s events.State) bool { return s.Kubelet.Restarts > 0 })
+	before, err := d.liveAllocations(ctx, "the kubelet's restart", func(s events.State) bool { return s.Kubelet.Restarts > 0 })
 	if err != nil {
 		return err
 	}
@@ -286,7 +286,7 @@ func (d *demo) run(ctx context.Context) error {
 	if err := d.waitPools(ctx, restarted); err != nil {
 		return err
 	}
-	after, err := d.liveAllocations(nil)
+	after, err := d.liveAllocations(ctx, "", nil)
 	if err != nil {
 		return err
 	}
@@ -513,11 +513,14 @@ func (d *demo) unbindRebind(ctx context.Context, resource, addr, driver string) 
 
 // liveAllocations are the live allocations the ledger holds, read through
 // the running daemon's admin socket as `devledger dump` reads them, once
-// its fold passes until (nil: at once), or after five seconds of asking;
-// each with the container it is bound to.
-func (d *demo) liveAllocations(until func(events.State) bool) ([]string, error) {
+// its fold passes until (nil: at once); each with the container it is
+// bound to. A fold that has not passed until after five seconds of asking
+// fails the step, naming what it waited for.
+func (d *demo) liveAllocations(ctx context.Context, what string, until func(events.State) bool) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	var s events.State
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for {
 		src, err := openSource(&ledgerFlags{stateDir: d.state})
 		if err != nil {
 			return nil, err
@@ -527,8 +530,13 @@ func (d *demo) liveAllocations(until func(events.State) bool) ([]string, error) 
 		if err != nil {
 			return nil, err
 		}
-		if until == nil || until(s) || time.Now().After(deadline) {
+		if until == nil || until(s) {
 			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the ledger does not show %s: %w", what, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	var out []string

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 )
 
@@ -389,5 +391,26 @@ exec ` + bin + ` "$@"
 				t.Errorf("the demo left %s behind in TMPDIR", e.Name())
 			}
 		})
+	}
+}
+
+// A step that waits for the ledger fails when the fold never shows what
+// it waits for, rather than print what it found as if it were the story.
+func TestDemoStepWaitsForTheLedger(t *testing.T) {
+	dir := t.TempDir()
+	writeSampleLedger(t, filepath.Join(dir, ledgerFileName))
+	d := &demo{state: dir}
+	live, err := d.liveAllocations(context.Background(), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(live) == 0 {
+		t.Fatal("no live allocations read from the sample ledger")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	got, err := d.liveAllocations(ctx, "the pods gone", func(s events.State) bool { return len(s.Allocations) == 0 })
+	if want := "the ledger does not show the pods gone: context deadline exceeded"; err == nil || err.Error() != want {
+		t.Fatalf("liveAllocations = %v, %v; want the error %q", got, err, want)
 	}
 }
