@@ -177,7 +177,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 	if err := opts.ConfigOptions.Check(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
-	if err := stateDir(opts.StateDir); err != nil {
+	if err := stateDir(opts.StateDir, opts.KubeletDir); err != nil {
 		return nil, err
 	}
 	if _, err := os.Stat(opts.SysfsRoot); err != nil {
@@ -454,9 +454,24 @@ func Start(opts Options) (_ *Daemon, err error) {
 }
 
 // stateDir makes dir, root's alone, when it is missing. One that exists
-// (it may be shared, /var/lib say) is refused only if others may write to
-// it: they could replace the ledger.
-func stateDir(dir string) error {
+// (it may be shared, /var/lib say) is refused if others may write to it
+// (they could replace the ledger), or if it is one of the kubelet's socket
+// dirs under kubeletDir: the kubelet removes the sockets in device-plugins/
+// at each start, the admin socket with them (older kubelets remove every
+// file there but their checkpoint, the ledger too), and its plugin watcher
+// takes every socket in plugins_registry/ for a plugin's.
+func stateDir(dir, kubeletDir string) error {
+	kubelets := []string{node.DevicePluginDir(kubeletDir), node.PluginsRegistryDir(kubeletDir)}
+	refuse := func(k string) error {
+		return fmt.Errorf("state dir %s: is the kubelet's %s dir, which the kubelet empties or reads as its own; use a dir of devledger's own, such as /var/lib/devledger", dir, filepath.Base(k))
+	}
+	if abs, err := filepath.Abs(dir); err == nil && kubeletDir != "" {
+		for _, k := range kubelets {
+			if abs == k {
+				return refuse(k)
+			}
+		}
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("state dir %s: %w", dir, err)
 	}
@@ -466,6 +481,11 @@ func stateDir(dir string) error {
 	}
 	if !fi.IsDir() {
 		return fmt.Errorf("state dir %s: not a directory", dir)
+	}
+	for _, k := range kubelets {
+		if kfi, err := os.Stat(k); err == nil && kubeletDir != "" && os.SameFile(fi, kfi) {
+			return refuse(k)
+		}
 	}
 	if fi.Mode().Perm()&0o022 != 0 && fi.Mode()&os.ModeSticky == 0 {
 		return fmt.Errorf("state dir %s: mode %v lets others write to it; use a directory only root can write to (chmod go-w)", dir, fi.Mode().Perm())

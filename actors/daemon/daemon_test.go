@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/devledger/devledger/actors/node"
 	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi"
@@ -268,7 +271,7 @@ func TestStartWithMetricsAddrInUse(t *testing.T) {
 func TestStateDirMode(t *testing.T) {
 	base := t.TempDir()
 	fresh := filepath.Join(base, "fresh")
-	if err := stateDir(fresh); err != nil {
+	if err := stateDir(fresh, ""); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Stat(fresh); err != nil || fi.Mode().Perm() != 0o700 {
@@ -278,7 +281,7 @@ func TestStateDirMode(t *testing.T) {
 	if err := os.Mkdir(shared, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := stateDir(shared); err != nil {
+	if err := stateDir(shared, ""); err != nil {
 		t.Fatal(err)
 	}
 	if fi, _ := os.Stat(shared); fi.Mode().Perm() != 0o755 {
@@ -291,8 +294,43 @@ func TestStateDirMode(t *testing.T) {
 	if err := os.Chmod(open, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	if err := stateDir(open); err == nil || !strings.Contains(err.Error(), open) || !strings.Contains(err.Error(), "others write") {
+	if err := stateDir(open, ""); err == nil || !strings.Contains(err.Error(), open) || !strings.Contains(err.Error(), "others write") {
 		t.Errorf("world-writable state dir: %v", err)
+	}
+}
+
+// The ledger is never kept in the kubelet's socket dirs, by any path to
+// them: the kubelet would remove the admin socket (an older one the ledger
+// too) or take it for a plugin's. A dir of its own below them is taken.
+func TestStateDirIsNotTheKubelets(t *testing.T) {
+	kdir := t.TempDir()
+	plugins, registry := node.DevicePluginDir(kdir), node.PluginsRegistryDir(kdir)
+	if err := os.Mkdir(plugins, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "state")
+	if err := os.Symlink(plugins, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ dir, want string }{
+		{plugins, "device-plugins"},
+		{plugins + "/", "device-plugins"},
+		{link, "device-plugins"},
+		{registry, "plugins_registry"}, // not made yet
+	} {
+		_, err := Start(Options{StateDir: tc.dir, KubeletDir: kdir, SysfsRoot: t.TempDir(), Logger: zerolog.Nop()})
+		if err == nil || !strings.Contains(err.Error(), tc.dir) || !strings.Contains(err.Error(), "the kubelet's "+tc.want+" dir") {
+			t.Errorf("Start with --state-dir %s: %v; want it refused as the kubelet's %s dir", tc.dir, err, tc.want)
+		}
+	}
+	if left, err := os.ReadDir(plugins); err != nil || len(left) != 0 {
+		t.Errorf("a refused start left %v in device-plugins/ (%v)", left, err)
+	}
+	if _, err := os.Stat(registry); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a refused start made plugins_registry/: %v", err)
+	}
+	if err := stateDir(filepath.Join(plugins, "devledger"), kdir); err != nil {
+		t.Errorf("a dir of its own in device-plugins/: %v", err)
 	}
 }
 
