@@ -592,6 +592,36 @@ func SnapshotMatches(fold, snap State, format int) bool {
 		// Its fold kept the last 32; they are the last 32 of this one.
 		fold.Ledger.Acknowledged = acked[len(acked)-32:]
 	}
+	if format < 5 {
+		fold, snap = fold.Clone(), snap.Clone()
+		// Builds that wrote format 4 or older cleared a device's pool when
+		// it left one, though another pool still listed it.
+		for addr, d := range fold.Devices {
+			if s, ok := snap.Devices[addr]; ok && s.Pool == "" && d.Pool != "" {
+				if _, listed := slices.BinarySearch(fold.Pools[d.Pool].Members, addr); listed {
+					d.Pool = ""
+					fold.Devices[addr] = d
+				}
+			}
+		}
+	}
+	if format < 4 {
+		// Some builds that wrote format 3 let a late PluginServing or
+		// PluginRegistered set a pool's registration for a socket it no
+		// longer served, and bring back, by its name alone, a pool the
+		// config had dropped.
+		for name, p := range snap.Pools {
+			if _, ok := fold.Pools[name]; !ok && p.Spec == (PoolSpec{Resource: name}) && len(p.Members) == 0 {
+				delete(snap.Pools, name)
+			}
+		}
+		for _, s := range []*State{&fold, &snap} {
+			for name, p := range s.Pools {
+				p.Registration = Registration{}
+				s.Pools[name] = p
+			}
+		}
+	}
 	return fold.Equal(snap)
 }
 

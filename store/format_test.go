@@ -1,7 +1,9 @@
 package store
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/devledger/devledger/events"
 	goldenfile "github.com/devledger/devledger/internal/golden"
+	bolt "go.etcd.io/bbolt"
 )
 
 // fixtureV1 is a ledger written by this package at format version 1 and
@@ -99,5 +102,109 @@ func TestFormatV1FixtureStillReads(t *testing.T) {
 	}
 	if !s.Equal(wantState) {
 		t.Error("replayed state differs from the fold of the generated history")
+	}
+}
+
+// A node upgraded in place keeps the snapshots its older build took, each
+// the fold of that build. Where the fold's rules changed since within one
+// snapshot format, the check must take the older rule's answer for a
+// snapshot of that format, not call it damage: the daemon's check after
+// start would record a LedgerDamaged for it and stay unready until an
+// operator acknowledged what is no damage. Each case is a history an
+// older build recorded, and what its fold then held that this one's does
+// not (as its own replay of such a ledger shows); stored as the current
+// format, the same snapshot is still a mismatch.
+func TestCheckTakesAnOlderBuildsSnapshotAsItsFoldHeldIt(t *testing.T) {
+	a := events.PoolSpec{Resource: "x.io/a", DeviceType: "genericPCI"}
+	b := events.PoolSpec{Resource: "x.io/b", DeviceType: "genericPCI"}
+	const dev = "0000:3b:01.0"
+	for _, tc := range []struct {
+		name    string
+		format  int
+		history []events.Payload
+		// asItFolded makes this build's fold of history the older one's.
+		asItFolded func(s *events.State, envs []events.Envelope)
+	}{
+		{
+			name:   "a registration answered late",
+			format: 3,
+			history: []events.Payload{
+				events.DaemonStarted{Version: "old"},
+				events.ConfigApplied{Path: "c", SHA256: "1", Pools: []events.PoolSpec{a, b}},
+				events.PluginServing{Pool: a.Resource, Socket: "a1.sock", Mode: "legacy"},
+				events.PluginServing{Pool: b.Resource, Socket: "b1.sock", Mode: "legacy"},
+				// The kubelet restarted: a serves a new socket, then the
+				// answer to its Register on the old one comes.
+				events.PluginServing{Pool: a.Resource, Socket: "a2.sock", Mode: "legacy"},
+				events.PluginRegistered{Pool: a.Resource, Socket: "a1.sock", Mode: "legacy"},
+				// A reload drops b, then the answer to its Register comes.
+				events.ConfigApplied{Path: "c", SHA256: "2", Pools: []events.PoolSpec{a}},
+				events.PluginRegistered{Pool: b.Resource, Socket: "b1.sock", Mode: "legacy"},
+				events.DaemonStopped{Reason: "signal: SIGTERM", Clean: true},
+			},
+			asItFolded: func(s *events.State, envs []events.Envelope) {
+				pa := s.Pools[a.Resource]
+				pa.Registration.Socket, pa.Registration.RegisteredAt = "a1.sock", envs[5].Time
+				s.Pools[a.Resource] = pa
+				s.Pools[b.Resource] = events.Pool{Spec: events.PoolSpec{Resource: b.Resource},
+					Registration: events.Registration{Socket: "b1.sock", Mode: "legacy", RegisteredAt: envs[7].Time}}
+			},
+		},
+		{
+			name:   "a device left one of two pools that listed it",
+			format: 4,
+			history: []events.Payload{
+				events.DaemonStarted{Version: "old"},
+				events.ConfigApplied{Path: "c", SHA256: "1", Pools: []events.PoolSpec{a, b}},
+				events.DeviceDiscovered{Device: events.DeviceFacts{Address: dev, Vendor: "8086", Device: "1889", Driver: "vfio-pci"}},
+				events.PoolMembershipChanged{Pool: a.Resource, Added: []string{dev}},
+				// A move to b and back, while b restarted: a's leave and
+				// join come before b's join and leave.
+				events.PoolMembershipChanged{Pool: a.Resource, Removed: []string{dev}},
+				events.PoolMembershipChanged{Pool: a.Resource, Added: []string{dev}},
+				events.PoolMembershipChanged{Pool: b.Resource, Added: []string{dev}},
+				events.PoolMembershipChanged{Pool: b.Resource, Removed: []string{dev}},
+				events.DaemonStopped{Reason: "signal: SIGTERM", Clean: true},
+			},
+			asItFolded: func(s *events.State, _ []events.Envelope) {
+				d := s.Devices[dev]
+				d.Pool = ""
+				s.Devices[dev] = d
+			},
+		},
+	} {
+		for _, format := range []int{tc.format, 5} {
+			t.Run(fmt.Sprintf("%s, format %d", tc.name, format), func(t *testing.T) {
+				l := openTestLog(t)
+				var envs []events.Envelope
+				for i, p := range tc.history {
+					envs = append(envs, ev(i, p))
+				}
+				envs = mustAppend(t, l, envs...)
+				fold := foldAll(envs)
+				old := fold.Clone()
+				tc.asItFolded(&old, envs)
+				if old.Equal(fold) {
+					t.Fatal("the older build's fold is this one's")
+				}
+				rec, err := events.MarshalState(old)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rec = bytes.Replace(rec, []byte(`{"format":5,`), fmt.Appendf(nil, `{"format":%d,`, format), 1)
+				if err := l.db.Update(func(tx *bolt.Tx) error {
+					return tx.Bucket(bucketSnapshots).Put(seqKey(old.Seq), appendValue(nil, old.Seq, rec))
+				}); err != nil {
+					t.Fatal(err)
+				}
+				_, problems, err := l.CheckAll(context.Background(), 32, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if mismatch := len(problems) > 0; mismatch != (format == 5) {
+					t.Errorf("check of the snapshot as format %d: %q; want a mismatch only as format 5", format, problems)
+				}
+			})
+		}
 	}
 }
