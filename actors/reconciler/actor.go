@@ -100,6 +100,9 @@ type lifetime struct {
 	// the ledger recorded the kubelet stopped. stopAnswered is the
 	// recorded stop (its DownSince) whose first answer set kubeletAt.
 	kubeletAt, stopAnswered time.Time
+	// restartRead is the ledger's KubeletRestarted time (LastRestart)
+	// that kubeletAt last took in.
+	restartRead time.Time
 	// seen are the last round's findings (foldInput.seen): a standing
 	// conflict is recorded once, not again by each incarnation. A node
 	// coordinator that restarts spawns the reconciler anew, with a
@@ -407,10 +410,19 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	// ledger says (KubeletRestarted), which a reconciler its parent
 	// starts again reads, or from the first answer after it was away or
 	// recorded stopped.
-	back := r.life.kubeletAt
-	if last := r.st.Kubelet.LastRestart; last.After(back) {
-		back = last
+	if last := r.st.Kubelet.LastRestart; !last.Equal(r.life.restartRead) {
+		// The event's time is the wall clock's, which NTP may step
+		// between then and now: its age, read once and never below
+		// zero, becomes a time on this process's clock, which steps do
+		// not move. Compared by the wall, a clock stepped back since
+		// would keep the kubelet settling for as long as the step, and
+		// one stepped forward would end its settle at once.
+		r.life.restartRead = last
+		if at := now.Add(-max(now.Sub(last), 0)); at.After(r.life.kubeletAt) {
+			r.life.kubeletAt = at
+		}
 	}
+	back := r.life.kubeletAt
 	settle := r.cfg.KubeletSettle - now.Sub(back)
 	if settle > 0 {
 		r.schedule(ctx, settle) // a round once the kubelet has its pods

@@ -481,6 +481,33 @@ func TestAnAnswerAfterTheLedgerSaysTheKubeletStoppedSettles(t *testing.T) {
 	}
 }
 
+// A kubelet restart recorded while the node's clock ran hours ahead,
+// which NTP then stepped back: the kubelet settles for KubeletSettle from
+// then, not for as long as the step, and a pod gone meanwhile is released.
+func TestAKubeletRestartStampedAheadOfASteppedClockSettles(t *testing.T) {
+	const pool, dev = "example.com/vf", "0000:3b:02.1"
+	l, rec, seq, replayed := ledgerWithAllocation(t, pool, dev)
+	var pods atomic.Pointer[[]*podresourcesapi.PodResources]
+	pods.Store(&[]*podresourcesapi.PodResources{kubelettest.PodHolding("ns", "pod-a", "main", pool, dev)})
+	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+		return &podresourcesapi.ListPodResourcesResponse{PodResources: *pods.Load()}, nil
+	})
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
+		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, KubeletSettle: 100 * time.Millisecond, Log: zerolog.Nop()}))
+	awaitStatus(t, f, func(st *Status) bool { return st.Allocations[seq] == "ns/pod-a/main" })
+
+	ahead := time.Now().Add(8 * time.Hour)
+	if _, err := l.Append(context.Background(), events.New(events.KubeletRestarted{Socket: "kubelet.sock"}, ahead, "boot-1")); err != nil {
+		t.Fatal(err)
+	}
+	pods.Store(&[]*podresourcesapi.PodResources{}) // the pod is gone
+	f.Sys.Root.Send(f.Child, &Reconcile{})
+	awaitStatus(t, f, func(st *Status) bool { _, live := st.Allocations[seq]; return !live })
+	if released, _ := releaseOf(t, l, seq); released.IsZero() {
+		t.Errorf("#%d was not released: the kubelet still settles by the clock before its step", seq)
+	}
+}
+
 // A kubelet restarted while the API server is away lists static pods
 // alone, past any settle time: while it does not list the daemon's own
 // pod, no bound allocation whose pod it does not list is released; once it
