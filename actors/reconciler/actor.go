@@ -129,7 +129,10 @@ type reconciler struct {
 	// told are the allocations a round may attribute (Allocated, live at
 	// the first start, or recovered here): the pool and the node hold one
 	// before they hear of its binding, release or leak.
-	told     map[uint64]bool
+	told map[uint64]bool
+	// since is when each allocation attributed began, on this process's
+	// clock (see heldSince).
+	since    map[uint64]time.Time
 	failures int
 	// listing is the answer the List out will fill (nil: none is out);
 	// another, an earlier incarnation's, is not taken.
@@ -243,6 +246,7 @@ func (r *reconciler) quiet(ctx actor.Context, q *ledger.Quiet) {
 
 func (r *reconciler) start(ctx actor.Context) {
 	r.told = map[uint64]bool{}
+	r.since = map[uint64]time.Time{}
 	st := r.replayed
 	if st == nil {
 		// Restarted: the ledger may have allocations its pool has not
@@ -428,7 +432,7 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 		r.schedule(ctx, settle) // a round once the kubelet has its pods
 	}
 	r.synced(m.resp.GetPodResources())
-	res := fold(foldInput{pools: r.st.Pools, allocs: r.attributed(), now: now, grace: r.cfg.LeakGrace, seen: r.life.seen,
+	res := fold(foldInput{pools: r.st.Pools, allocs: r.heldSince(now), now: now, grace: r.cfg.LeakGrace, seen: r.life.seen,
 		settling: settle > 0 || r.unsynced}, m.resp.GetPodResources())
 	payloads = append(payloads, res.payloads...)
 	if len(payloads) == 0 {
@@ -540,6 +544,31 @@ func (r *reconciler) attributed() map[uint64]events.Allocation {
 		}
 	}
 	return out
+}
+
+// heldSince is attributed with each allocation's At on this process's
+// clock: its age by the wall clock when a round first met it, never below
+// zero, counted on from then by the monotonic clock. NTP may step the wall
+// clock by hours (or years, after a dead CMOS battery) while an allocation
+// is live: its age by the wall would then pass LeakGrace at once, or not
+// for as long as the step.
+func (r *reconciler) heldSince(now time.Time) map[uint64]events.Allocation {
+	allocs := r.attributed()
+	for seq, a := range allocs {
+		at, ok := r.since[seq]
+		if !ok {
+			at = now.Add(-max(now.Sub(a.At), 0))
+			r.since[seq] = at
+		}
+		a.At = at
+		allocs[seq] = a
+	}
+	for seq := range r.since {
+		if _, ok := allocs[seq]; !ok {
+			delete(r.since, seq)
+		}
+	}
+	return allocs
 }
 
 var errStale = errors.New("an allocation landed since the round")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -505,6 +506,45 @@ func TestAKubeletRestartStampedAheadOfASteppedClockSettles(t *testing.T) {
 	awaitStatus(t, f, func(st *Status) bool { _, live := st.Allocations[seq]; return !live })
 	if released, _ := releaseOf(t, l, seq); released.IsZero() {
 		t.Errorf("#%d was not released: the kubelet still settles by the clock before its step", seq)
+	}
+}
+
+// An allocation recorded while the node's clock ran hours ahead, which
+// NTP then stepped back, and that no container claims: it is suspected
+// once LeakGrace has passed from when the reconciler met it, not once the
+// clock has caught up with its stamp.
+func TestAnAllocationStampedAheadOfASteppedClockIsSuspected(t *testing.T) {
+	const pool, dev = "example.com/vf", "0000:3b:02.1"
+	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ahead := time.Now().Add(8 * time.Hour)
+	var seq uint64
+	for _, p := range []events.Payload{
+		events.ConfigApplied{Path: "config.json", SHA256: "1", Pools: []events.PoolSpec{{Resource: pool}}},
+		events.DevicesAllocated{Pool: pool, DeviceIDs: []string{dev}},
+	} {
+		e, err := l.Append(context.Background(), events.New(p, ahead, "boot-1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq = e[0].Seq
+	}
+	rec := ledger.NewRecorder(l, "boot-2", nil)
+	replayed, err := rec.Replay()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+		return &podresourcesapi.ListPodResourcesResponse{}, nil // no container claims it
+	})
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
+		Interval: 20 * time.Millisecond, AfterAllocate: time.Hour, LeakGrace: 100 * time.Millisecond, Log: zerolog.Nop()}))
+	st := awaitStatus(t, f, func(st *Status) bool { return slices.Contains(st.Suspects, seq) })
+	if !slices.Contains(st.Suspects, seq) {
+		t.Errorf("#%d is not suspected after %d rounds: its age is counted from a stamp ahead of the stepped clock", seq, st.Rounds)
 	}
 }
 
