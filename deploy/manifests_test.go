@@ -394,6 +394,9 @@ func TestHardening(t *testing.T) {
 				t.Fatalf("%d containers and %d init containers, want one container", len(pod.Containers), len(pod.InitContainers))
 			}
 			c := pod.Containers[0]
+			if c.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
+				t.Errorf("terminationMessagePolicy %q: a pod that exits on a bad config would not say why in its status", c.TerminationMessagePolicy)
+			}
 			if want := image.Repository + ":" + deploy.Version; c.Image != want {
 				t.Errorf("image %q, want %q (deploy/VERSION)", c.Image, want)
 			}
