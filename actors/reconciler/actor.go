@@ -103,6 +103,10 @@ type lifetime struct {
 	// restartRead is the ledger's KubeletRestarted time (LastRestart)
 	// that kubeletAt last took in.
 	restartRead time.Time
+	// since is when each live allocation a round met began, on this
+	// process's clock (see heldSince). It outlives an incarnation: one
+	// restarted would read the allocation's age by the wall clock again.
+	since map[uint64]time.Time
 	// seen are the last round's findings (foldInput.seen): a standing
 	// conflict is recorded once, not again by each incarnation. A node
 	// coordinator that restarts spawns the reconciler anew, with a
@@ -129,10 +133,7 @@ type reconciler struct {
 	// told are the allocations a round may attribute (Allocated, live at
 	// the first start, or recovered here): the pool and the node hold one
 	// before they hear of its binding, release or leak.
-	told map[uint64]bool
-	// since is when each allocation attributed began, on this process's
-	// clock (see heldSince).
-	since    map[uint64]time.Time
+	told     map[uint64]bool
 	failures int
 	// listing is the answer the List out will fill (nil: none is out);
 	// another, an earlier incarnation's, is not taken.
@@ -246,7 +247,9 @@ func (r *reconciler) quiet(ctx actor.Context, q *ledger.Quiet) {
 
 func (r *reconciler) start(ctx actor.Context) {
 	r.told = map[uint64]bool{}
-	r.since = map[uint64]time.Time{}
+	if r.life.since == nil {
+		r.life.since = map[uint64]time.Time{}
+	}
 	st := r.replayed
 	if st == nil {
 		// Restarted: the ledger may have allocations its pool has not
@@ -555,17 +558,19 @@ func (r *reconciler) attributed() map[uint64]events.Allocation {
 func (r *reconciler) heldSince(now time.Time) map[uint64]events.Allocation {
 	allocs := r.attributed()
 	for seq, a := range allocs {
-		at, ok := r.since[seq]
+		at, ok := r.life.since[seq]
 		if !ok {
 			at = now.Add(-max(now.Sub(a.At), 0))
-			r.since[seq] = at
+			r.life.since[seq] = at
 		}
 		a.At = at
 		allocs[seq] = a
 	}
-	for seq := range r.since {
-		if _, ok := allocs[seq]; !ok {
-			delete(r.since, seq)
+	for seq := range r.life.since {
+		// One live but not told of yet (a restarted incarnation waits
+		// for the parent) keeps its time.
+		if _, live := r.st.Allocations[seq]; !live {
+			delete(r.life.since, seq)
 		}
 	}
 	return allocs

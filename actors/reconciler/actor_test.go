@@ -548,6 +548,58 @@ func TestAnAllocationStampedAheadOfASteppedClockIsSuspected(t *testing.T) {
 	}
 }
 
+// An allocation recorded while the node's clock ran hours ahead, which
+// NTP then stepped back: a reconciler restarted after LeakGrace has passed
+// from when the first incarnation met it counts on from then, not from a
+// fresh reading of the wall clock, which would start its grace over.
+func TestAnAllocationsGraceOutlivesAReconcilerRestart(t *testing.T) {
+	const pool, dev = "example.com/vf", "0000:3b:02.1"
+	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	var clock atomic.Pointer[time.Time]
+	clock.Store(&start)
+	var seq uint64
+	for _, p := range []events.Payload{
+		events.ConfigApplied{Path: "config.json", SHA256: "1", Pools: []events.PoolSpec{{Resource: pool}}},
+		events.DevicesAllocated{Pool: pool, DeviceIDs: []string{dev}},
+	} {
+		e, err := l.Append(context.Background(), events.New(p, start.Add(8*time.Hour), "boot-1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq = e[0].Seq
+	}
+	rec := ledger.NewRecorder(l, "boot-2", nil)
+	replayed, err := rec.Replay()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+		return &podresourcesapi.ListPodResourcesResponse{}, nil // no container claims it
+	})
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed, Now: func() time.Time { return *clock.Load() },
+		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, Log: zerolog.Nop()}))
+	if st := awaitStatus(t, f, func(st *Status) bool { return st.Rounds > 0 }); len(st.Suspects) != 0 {
+		t.Fatalf("suspected at once: %+v", st)
+	}
+	later := start.Add(2 * time.Hour)
+	clock.Store(&later)
+	f.Sys.Root.Send(f.Child, &Crash{Reason: "test"})
+	actortest.Next[*NeedTold](t, f)
+	// A round before the parent tells of the allocation again.
+	awaitStatus(t, f, func(st *Status) bool { return st.Rounds > 0 })
+	f.Sys.Root.Send(f.Child, &Allocated{Seq: seq})
+	f.Sys.Root.Send(f.Child, &Reconcile{})
+	st := awaitStatus(t, f, func(st *Status) bool { return slices.Contains(st.Suspects, seq) })
+	if !slices.Contains(st.Suspects, seq) {
+		t.Errorf("#%d is not suspected two hours after the reconciler met it: its restart started the grace over", seq)
+	}
+}
+
 // A kubelet restarted while the API server is away lists static pods
 // alone, past any settle time: while it does not list the daemon's own
 // pod, no bound allocation whose pod it does not list is released; once it
