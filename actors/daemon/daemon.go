@@ -456,21 +456,10 @@ func Start(opts Options) (_ *Daemon, err error) {
 // stateDir makes dir, root's alone, when it is missing. One that exists
 // (it may be shared, /var/lib say) is refused if others may write to it
 // (they could replace the ledger), or if it is one of the kubelet's socket
-// dirs under kubeletDir: the kubelet removes the sockets in device-plugins/
-// at each start, the admin socket with them (older kubelets remove every
-// file there but their checkpoint, the ledger too), and its plugin watcher
-// takes every socket in plugins_registry/ for a plugin's.
+// dirs under kubeletDir, by any path (see kubelets).
 func stateDir(dir, kubeletDir string) error {
-	kubelets := []string{node.DevicePluginDir(kubeletDir), node.PluginsRegistryDir(kubeletDir)}
-	refuse := func(k string) error {
-		return fmt.Errorf("state dir %s: is the kubelet's %s dir, which the kubelet empties or reads as its own; use a dir of devledger's own, such as /var/lib/devledger", dir, filepath.Base(k))
-	}
-	if abs, err := filepath.Abs(dir); err == nil && kubeletDir != "" {
-		for _, k := range kubelets {
-			if abs == k {
-				return refuse(k)
-			}
-		}
+	if err := notKubelets(dir, kubeletDir, filepath.Abs); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("state dir %s: %w", dir, err)
@@ -482,15 +471,63 @@ func stateDir(dir, kubeletDir string) error {
 	if !fi.IsDir() {
 		return fmt.Errorf("state dir %s: not a directory", dir)
 	}
-	for _, k := range kubelets {
-		if kfi, err := os.Stat(k); err == nil && kubeletDir != "" && os.SameFile(fi, kfi) {
-			return refuse(k)
+	// The same dir by another path: a symlink, or a bind mount (a
+	// hostPath of the kubelet's dir mounted at the state dir's path).
+	for _, k := range kubelets(kubeletDir) {
+		if kfi, err := os.Stat(k); err == nil && os.SameFile(fi, kfi) {
+			return kubeletsDir(dir, "", k)
 		}
+	}
+	// Below the registry through a symlink.
+	if err := notKubelets(dir, kubeletDir, filepath.EvalSymlinks); err != nil {
+		return err
 	}
 	if fi.Mode().Perm()&0o022 != 0 && fi.Mode()&os.ModeSticky == 0 {
 		return fmt.Errorf("state dir %s: mode %v lets others write to it; use a directory only root can write to (chmod go-w)", dir, fi.Mode().Perm())
 	}
 	return nil
+}
+
+// kubelets are the kubelet's socket dirs under kubeletDir (none for ""),
+// which no state dir may be: the kubelet removes the sockets in
+// device-plugins/ at each start, the admin socket with them (older
+// kubelets remove every file there but their checkpoint, the ledger too),
+// and its plugin watcher takes every socket in plugins_registry/, and in
+// the dirs below it, for a plugin's. The last is the registry.
+func kubelets(kubeletDir string) []string {
+	if kubeletDir == "" {
+		return nil
+	}
+	return []string{node.DevicePluginDir(kubeletDir), node.PluginsRegistryDir(kubeletDir)}
+}
+
+// notKubelets refuses dir if it is one of the kubelet's socket dirs, or
+// below the registry, with every path made comparable by resolve.
+func notKubelets(dir, kubeletDir string, resolve func(string) (string, error)) error {
+	ks := kubelets(kubeletDir)
+	abs := func(path string) (string, bool) {
+		r, err := resolve(path)
+		if err == nil {
+			r, err = filepath.Abs(r)
+		}
+		return r, err == nil
+	}
+	d, ok := abs(dir)
+	for i, k := range ks {
+		rk, kok := abs(k)
+		switch {
+		case !ok || !kok:
+		case d == rk:
+			return kubeletsDir(dir, "", k)
+		case i == len(ks)-1 && strings.HasPrefix(d, rk+string(filepath.Separator)):
+			return kubeletsDir(dir, "below ", k)
+		}
+	}
+	return nil
+}
+
+func kubeletsDir(dir, where, k string) error {
+	return fmt.Errorf("state dir %s: is %sthe kubelet's %s dir, which the kubelet empties or reads as its own; use a dir of devledger's own, such as /var/lib/devledger", dir, where, filepath.Base(k))
 }
 
 // openKernel opens the kernel's notifications; nil when it cannot.

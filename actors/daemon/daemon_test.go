@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -323,6 +324,26 @@ func TestStateDirIsNotTheKubelets(t *testing.T) {
 			t.Errorf("Start with --state-dir %s: %v; want it refused as the kubelet's %s dir", tc.dir, err, tc.want)
 		}
 	}
+	// A hostPath of device-plugins/ mounted at the state dir's path: the
+	// same dir, by no path that leads to it.
+	if os.Geteuid() == 0 {
+		bound := filepath.Join(t.TempDir(), "state")
+		if err := os.Mkdir(bound, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mount(plugins, bound, "", syscall.MS_BIND, ""); err != nil {
+			t.Logf("no bind mount (%v): the hostPath case is not checked", err)
+		} else {
+			t.Cleanup(func() {
+				if err := syscall.Unmount(bound, syscall.MNT_DETACH); err != nil {
+					t.Errorf("unmount %s: %v", bound, err)
+				}
+			})
+			if err := stateDir(bound, kdir); err == nil || !strings.Contains(err.Error(), "the kubelet's device-plugins dir") {
+				t.Errorf("--state-dir %s, device-plugins/ mounted there: %v; want it refused", bound, err)
+			}
+		}
+	}
 	if left, err := os.ReadDir(plugins); err != nil || len(left) != 0 {
 		t.Errorf("a refused start left %v in device-plugins/ (%v)", left, err)
 	}
@@ -331,6 +352,21 @@ func TestStateDirIsNotTheKubelets(t *testing.T) {
 	}
 	if err := stateDir(filepath.Join(plugins, "devledger"), kdir); err != nil {
 		t.Errorf("a dir of its own in device-plugins/: %v", err)
+	}
+	// The plugin watcher walks the dirs below plugins_registry/ too.
+	below := filepath.Join(registry, "devledger")
+	if err := stateDir(below, kdir); err == nil || !strings.Contains(err.Error(), "below the kubelet's plugins_registry dir") {
+		t.Errorf("--state-dir %s: %v; want it refused as below plugins_registry", below, err)
+	}
+	if err := os.Mkdir(registry, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	regLink := filepath.Join(t.TempDir(), "registry")
+	if err := os.Symlink(registry, regLink); err != nil {
+		t.Fatal(err)
+	}
+	if err := stateDir(filepath.Join(regLink, "devledger"), kdir); err == nil || !strings.Contains(err.Error(), "below the kubelet's plugins_registry dir") {
+		t.Errorf("--state-dir %s: %v; want it refused as below plugins_registry", filepath.Join(regLink, "devledger"), err)
 	}
 }
 
