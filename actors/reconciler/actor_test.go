@@ -104,6 +104,35 @@ func ledgerWithAllocation(t *testing.T, pool, dev string) (*store.Log, *ledger.R
 	return l, rec, envs[1].Seq, replayed
 }
 
+// ledgerAllocatedAt is ledgerWithAllocation with both events stamped at,
+// as a node whose clock NTP has since stepped recorded them; a restarted
+// daemon's recorder reads it back.
+func ledgerAllocatedAt(t *testing.T, pool, dev string, at time.Time) (*ledger.Recorder, uint64, events.State) {
+	t.Helper()
+	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	envs, err := l.Append(context.Background(),
+		events.New(events.ConfigApplied{Path: "config.json", SHA256: "1", Pools: []events.PoolSpec{{Resource: pool}}}, at, "boot-1"),
+		events.New(events.DevicesAllocated{Pool: pool, DeviceIDs: []string{dev}}, at, "boot-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := ledger.NewRecorder(l, "boot-2", nil)
+	replayed, err := rec.Replay()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec, envs[1].Seq, replayed
+}
+
+// noPods is a kubelet that lists no pods: no container claims anything.
+var noPods = listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+	return &podresourcesapi.ListPodResourcesResponse{}, nil
+})
+
 // A round records nothing about an allocation that another allocation of
 // its device superseded after the round read the ledger: the pods it
 // listed may predate the new allocation. It is stale, and a round that
@@ -514,33 +543,8 @@ func TestAKubeletRestartStampedAheadOfASteppedClockSettles(t *testing.T) {
 // once LeakGrace has passed from when the reconciler met it, not once the
 // clock has caught up with its stamp.
 func TestAnAllocationStampedAheadOfASteppedClockIsSuspected(t *testing.T) {
-	const pool, dev = "example.com/vf", "0000:3b:02.1"
-	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	ahead := time.Now().Add(8 * time.Hour)
-	var seq uint64
-	for _, p := range []events.Payload{
-		events.ConfigApplied{Path: "config.json", SHA256: "1", Pools: []events.PoolSpec{{Resource: pool}}},
-		events.DevicesAllocated{Pool: pool, DeviceIDs: []string{dev}},
-	} {
-		e, err := l.Append(context.Background(), events.New(p, ahead, "boot-1"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		seq = e[0].Seq
-	}
-	rec := ledger.NewRecorder(l, "boot-2", nil)
-	replayed, err := rec.Replay()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
-		return &podresourcesapi.ListPodResourcesResponse{}, nil // no container claims it
-	})
-	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
+	rec, seq, replayed := ledgerAllocatedAt(t, "example.com/vf", "0000:3b:02.1", time.Now().Add(8*time.Hour))
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: noPods, Replayed: &replayed,
 		Interval: 20 * time.Millisecond, AfterAllocate: time.Hour, LeakGrace: 100 * time.Millisecond, Log: zerolog.Nop()}))
 	st := awaitStatus(t, f, func(st *Status) bool { return slices.Contains(st.Suspects, seq) })
 	if !slices.Contains(st.Suspects, seq) {
@@ -553,35 +557,11 @@ func TestAnAllocationStampedAheadOfASteppedClockIsSuspected(t *testing.T) {
 // from when the first incarnation met it counts on from then, not from a
 // fresh reading of the wall clock, which would start its grace over.
 func TestAnAllocationsGraceOutlivesAReconcilerRestart(t *testing.T) {
-	const pool, dev = "example.com/vf", "0000:3b:02.1"
-	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
 	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	var clock atomic.Pointer[time.Time]
 	clock.Store(&start)
-	var seq uint64
-	for _, p := range []events.Payload{
-		events.ConfigApplied{Path: "config.json", SHA256: "1", Pools: []events.PoolSpec{{Resource: pool}}},
-		events.DevicesAllocated{Pool: pool, DeviceIDs: []string{dev}},
-	} {
-		e, err := l.Append(context.Background(), events.New(p, start.Add(8*time.Hour), "boot-1"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		seq = e[0].Seq
-	}
-	rec := ledger.NewRecorder(l, "boot-2", nil)
-	replayed, err := rec.Replay()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
-		return &podresourcesapi.ListPodResourcesResponse{}, nil // no container claims it
-	})
-	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed, Now: func() time.Time { return *clock.Load() },
+	rec, seq, replayed := ledgerAllocatedAt(t, "example.com/vf", "0000:3b:02.1", start.Add(8*time.Hour))
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: noPods, Replayed: &replayed, Now: func() time.Time { return *clock.Load() },
 		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, Log: zerolog.Nop()}))
 	if st := awaitStatus(t, f, func(st *Status) bool { return st.Rounds > 0 }); len(st.Suspects) != 0 {
 		t.Fatalf("suspected at once: %+v", st)
