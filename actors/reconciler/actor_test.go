@@ -128,6 +128,25 @@ func ledgerAllocatedAt(t *testing.T, pool, dev string, at time.Time) (*ledger.Re
 	return rec, envs[1].Seq, replayed
 }
 
+// kubeletPods is a kubelet whose listed pods a test sets as it goes.
+type kubeletPods struct {
+	pods atomic.Pointer[[]*podresourcesapi.PodResources]
+}
+
+func listing(pods ...*podresourcesapi.PodResources) *kubeletPods {
+	k := &kubeletPods{}
+	k.set(pods...)
+	return k
+}
+
+func (k *kubeletPods) set(pods ...*podresourcesapi.PodResources) { k.pods.Store(&pods) }
+
+func (k *kubeletPods) lister() listerFunc {
+	return func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+		return &podresourcesapi.ListPodResourcesResponse{PodResources: *k.pods.Load()}, nil
+	}
+}
+
 // noPods is a kubelet that lists no pods: no container claims anything.
 var noPods = listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
 	return &podresourcesapi.ListPodResourcesResponse{}, nil
@@ -480,11 +499,8 @@ func TestAKubeletThatJustStartedReleasesNothingUntilItSettles(t *testing.T) {
 func TestAnAnswerAfterTheLedgerSaysTheKubeletStoppedSettles(t *testing.T) {
 	const pool, dev = "example.com/vf", "0000:3b:02.1"
 	l, rec, seq, replayed := ledgerWithAllocation(t, pool, dev)
-	var pods atomic.Pointer[[]*podresourcesapi.PodResources]
-	pods.Store(&[]*podresourcesapi.PodResources{kubelettest.PodHolding("ns", "pod-a", "main", pool, dev)})
-	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
-		return &podresourcesapi.ListPodResourcesResponse{PodResources: *pods.Load()}, nil
-	})
+	pods := listing(kubelettest.PodHolding("ns", "pod-a", "main", pool, dev))
+	lister := pods.lister()
 	const settle = 500 * time.Millisecond
 	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
 		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, KubeletSettle: settle, Log: zerolog.Nop()}))
@@ -493,7 +509,7 @@ func TestAnAnswerAfterTheLedgerSaysTheKubeletStoppedSettles(t *testing.T) {
 	if _, err := rec.Record(context.Background(), events.KubeletStopped{Socket: "kubelet.sock", Reason: "kubelet.sock refuses connections"}); err != nil {
 		t.Fatal(err)
 	}
-	pods.Store(&[]*podresourcesapi.PodResources{}) // the new kubelet has no pod yet
+	pods.set() // the new kubelet has no pod yet
 	back := time.Now()
 	f.Sys.Root.Send(f.Child, &Reconcile{})
 	st := awaitStatus(t, f, func(st *Status) bool { return st.Rounds >= 2 })
@@ -517,11 +533,8 @@ func TestAnAnswerAfterTheLedgerSaysTheKubeletStoppedSettles(t *testing.T) {
 func TestAKubeletRestartStampedAheadOfASteppedClockSettles(t *testing.T) {
 	const pool, dev = "example.com/vf", "0000:3b:02.1"
 	l, rec, seq, replayed := ledgerWithAllocation(t, pool, dev)
-	var pods atomic.Pointer[[]*podresourcesapi.PodResources]
-	pods.Store(&[]*podresourcesapi.PodResources{kubelettest.PodHolding("ns", "pod-a", "main", pool, dev)})
-	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
-		return &podresourcesapi.ListPodResourcesResponse{PodResources: *pods.Load()}, nil
-	})
+	pods := listing(kubelettest.PodHolding("ns", "pod-a", "main", pool, dev))
+	lister := pods.lister()
 	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
 		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, KubeletSettle: 100 * time.Millisecond, Log: zerolog.Nop()}))
 	awaitStatus(t, f, func(st *Status) bool { return st.Allocations[seq] == "ns/pod-a/main" })
@@ -530,7 +543,7 @@ func TestAKubeletRestartStampedAheadOfASteppedClockSettles(t *testing.T) {
 	if _, err := l.Append(context.Background(), events.New(events.KubeletRestarted{Socket: "kubelet.sock"}, ahead, "boot-1")); err != nil {
 		t.Fatal(err)
 	}
-	pods.Store(&[]*podresourcesapi.PodResources{}) // the pod is gone
+	pods.set() // the pod is gone
 	f.Sys.Root.Send(f.Child, &Reconcile{})
 	awaitStatus(t, f, func(st *Status) bool { _, live := st.Allocations[seq]; return !live })
 	if released, _ := releaseOf(t, l, seq); released.IsZero() {
@@ -589,17 +602,14 @@ func TestAKubeletThatDoesNotListThisDaemonReleasesNothing(t *testing.T) {
 	l, rec, seq, replayed := ledgerWithAllocation(t, pool, dev)
 	self := kubelettest.Pod("devledger", "devledger-x7k2p", kubelettest.Container("devledger"))
 	static := kubelettest.Pod("kube-system", "etcd-node-1", kubelettest.Container("etcd"))
-	var pods atomic.Pointer[[]*podresourcesapi.PodResources]
-	pods.Store(&[]*podresourcesapi.PodResources{self, kubelettest.PodHolding("ns", "pod-a", "main", pool, dev)})
-	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
-		return &podresourcesapi.ListPodResourcesResponse{PodResources: *pods.Load()}, nil
-	})
+	pods := listing(self, kubelettest.PodHolding("ns", "pod-a", "main", pool, dev))
+	lister := pods.lister()
 	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
 		Interval: 20 * time.Millisecond, AfterAllocate: time.Hour, LeakGrace: time.Hour, KubeletSettle: 50 * time.Millisecond,
 		Self: Pod{Namespace: "devledger", Name: "devledger-x7k2p"}, Log: zerolog.Nop()}))
 	awaitStatus(t, f, func(st *Status) bool { return st.Allocations[seq] == "ns/pod-a/main" })
 
-	pods.Store(&[]*podresourcesapi.PodResources{static}) // the kubelet restarts, no API server
+	pods.set(static) // the kubelet restarts, no API server
 	f.Sys.Root.Send(f.Child, &Reconcile{KubeletBack: true})
 	time.Sleep(300 * time.Millisecond) // six times its settle
 	st := awaitStatus(t, f, func(st *Status) bool { return true })
@@ -608,7 +618,7 @@ func TestAKubeletThatDoesNotListThisDaemonReleasesNothing(t *testing.T) {
 	if st.Allocations[seq] != "ns/pod-a/main" {
 		t.Fatalf("a kubelet that does not list the daemon's pod let go of #%d: %q", seq, st.Allocations[seq])
 	}
-	pods.Store(&[]*podresourcesapi.PodResources{static, self}) // synced: pod-a is gone indeed
+	pods.set(static, self) // synced: pod-a is gone indeed
 	awaitStatus(t, f, func(st *Status) bool { _, live := st.Allocations[seq]; return !live })
 	if _, reason := releaseOf(t, l, seq); reason != "ns/pod-a/main no longer holds it" {
 		t.Errorf("#%d released for %q", seq, reason)
@@ -906,17 +916,14 @@ func TestAQuietWaitsForTheRoundOut(t *testing.T) {
 func TestTheParentHearsOfEachBindingAndRelease(t *testing.T) {
 	const pool, dev = "example.com/vf", "0000:3b:02.1"
 	_, rec, seq, replayed := ledgerWithAllocation(t, pool, dev)
-	var pods atomic.Pointer[[]*podresourcesapi.PodResources]
-	pods.Store(&[]*podresourcesapi.PodResources{kubelettest.PodHolding("ns", "pod-a", "main", pool, dev)})
-	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
-		return &podresourcesapi.ListPodResourcesResponse{PodResources: *pods.Load()}, nil
-	})
+	pods := listing(kubelettest.PodHolding("ns", "pod-a", "main", pool, dev))
+	lister := pods.lister()
 	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
 		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, Log: zerolog.Nop()}))
 	if got := actortest.Next[*Recorded](t, f); got.Event.Type != events.TypeAllocationBound {
 		t.Fatalf("the node heard of #%d (%s), want the binding of #%d", got.Event.Seq, got.Event.Type, seq)
 	}
-	pods.Store(&[]*podresourcesapi.PodResources{}) // the pod is gone
+	pods.set() // the pod is gone
 	f.Sys.Root.Send(f.Child, &Reconcile{})
 	got := actortest.Next[*Recorded](t, f)
 	if r, ok := got.Event.Payload.(events.DevicesReleased); !ok || r.AllocationSeq != seq {
@@ -929,11 +936,8 @@ func TestTheParentHearsOfEachBindingAndRelease(t *testing.T) {
 func TestARecoveredAllocationIsReleasedWhenItsContainerGoes(t *testing.T) {
 	const pool, dev, lost = "example.com/vf", "0000:3b:02.1", "0000:3b:02.2"
 	_, rec, _, replayed := ledgerWithAllocation(t, pool, dev)
-	var pods atomic.Pointer[[]*podresourcesapi.PodResources]
-	pods.Store(&[]*podresourcesapi.PodResources{kubelettest.PodHolding("ns", "pod-b", "main", pool, lost)})
-	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
-		return &podresourcesapi.ListPodResourcesResponse{PodResources: *pods.Load()}, nil
-	})
+	pods := listing(kubelettest.PodHolding("ns", "pod-b", "main", pool, lost))
+	lister := pods.lister()
 	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
 		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, Log: zerolog.Nop()}))
 	awaitStatus(t, f, func(st *Status) bool { return st.Rounds >= 1 })
@@ -942,7 +946,7 @@ func TestARecoveredAllocationIsReleasedWhenItsContainerGoes(t *testing.T) {
 	if _, ok := recovered.Event.Payload.(events.AllocationRecovered); !ok {
 		t.Fatalf("the node heard of #%d (%s), want the recovery of %s", recovered.Event.Seq, recovered.Event.Type, lost)
 	}
-	pods.Store(&[]*podresourcesapi.PodResources{}) // pod-b is gone
+	pods.set() // pod-b is gone
 	f.Sys.Root.Send(f.Child, &Reconcile{})
 	st := awaitStatus(t, f, func(st *Status) bool { _, live := st.Allocations[recovered.Event.Seq]; return !live })
 	if _, live := st.Allocations[recovered.Event.Seq]; live {
