@@ -102,6 +102,13 @@ type Options struct {
 	// A test blocks in it to hold one registration back while another
 	// overtakes it, as the kubelet's concurrent registrations can.
 	BeforeConnect func(resource, socket string)
+	// ConnectError, if set, is called by every registration right after
+	// BeforeConnect; an error it returns fails the registration there, as
+	// the device manager's RegisterPlugin fails when it cannot reach the
+	// plugin. The plugin watcher keeps such a socket as registered and
+	// never tries it again until it is re-created (kubelets 1.35.4 and
+	// 1.34.4; later ones try again).
+	ConnectError func(resource, socket string) error
 	// Logger receives one line per state change; nil logs nothing. In tests,
 	// zerolog.New(zerolog.NewTestWriter(t)) puts it in the test output.
 	Logger *zerolog.Logger

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -318,6 +319,43 @@ func TestWatcherRejectsInvalidPlugin(t *testing.T) {
 				t.Errorf("retry: NotifyRegistrationStatus = %v", st)
 			}
 		})
+	}
+}
+
+// A registration that fails in the device manager (ConnectError) leaves
+// the socket registered with the plugin watcher, which never tries it
+// again: kubelets 1.35.4 and 1.34.4. A socket created anew is registered.
+func TestWatcherKeepsASocketWhoseConnectFailed(t *testing.T) {
+	ctx := testContext(t)
+	var fails atomic.Int32
+	k := kubelettest.Start(t, "", kubelettest.Options{Logger: testLogger(t), PluginWatcher: true,
+		ConnectError: func(string, string) error {
+			if fails.Add(1) == 1 {
+				return errors.New("failed to dial device plugin: refused")
+			}
+			return nil
+		}})
+	info := &registerapi.PluginInfo{Type: registerapi.DevicePlugin, Name: nic, SupportedVersions: []string{pluginapi.Version}}
+	socket := filepath.Join(k.PluginsRegistryDir(), "nic.sock")
+	p := startFakePlugin(t, fakeConfig{socket: socket, info: info})
+	want := "RegisterPlugin error -- plugin registration failed with err: failed to dial device plugin: refused"
+	if st := p.nextStatus(ctx, t); st.GetPluginRegistered() || st.GetError() != want {
+		t.Errorf("NotifyRegistrationStatus = %v, want not registered with %q", st, want)
+	}
+	// A retry would come 500 ms later: give it three times that.
+	select {
+	case st := <-p.reg.statuses:
+		t.Fatalf("the plugin watcher tried the socket again: %v", st)
+	case <-time.After(1500 * time.Millisecond):
+	}
+	if k.Connected(nic) || p.reg.getInfos.Load() != 1 {
+		t.Errorf("connected %v after %d GetInfo calls, want neither connected nor asked again", k.Connected(nic), p.reg.getInfos.Load())
+	}
+	p.stop()
+	socket2 := filepath.Join(k.PluginsRegistryDir(), "nic2.sock")
+	startFakePlugin(t, fakeConfig{socket: socket2, info: info})
+	if reg, err := k.WaitRegistered(ctx, nic); err != nil || reg.Endpoint != socket2 {
+		t.Fatalf("registration on a new socket: %+v, %v", reg, err)
 	}
 }
 

@@ -134,6 +134,12 @@ func (k *Kubelet) connect(b *boot, resource, socket string, mode Mode, requested
 	if k.opts.BeforeConnect != nil {
 		k.opts.BeforeConnect(resource, socket)
 	}
+	if k.opts.ConnectError != nil {
+		if err := k.opts.ConnectError(resource, socket); err != nil {
+			_ = conn.Close()
+			return Registration{}, err
+		}
+	}
 	e := &endpoint{resource: resource, socket: socket, conn: conn, client: client, opts: opts}
 	e.ctx, e.cancel = context.WithCancel(b.ctx)
 
