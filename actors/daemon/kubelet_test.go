@@ -2,8 +2,11 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,5 +108,55 @@ func TestAKubeletBackAfterARecordedOutageEndsIt(t *testing.T) {
 				t.Errorf("ledger kubelet %+v, want the outage ended", s.Kubelet)
 			}
 		})
+	}
+}
+
+// A kubelet of 1.35.4 or 1.34.4 whose device manager fails a registration
+// its plugin watcher began keeps the socket as registered and never tries
+// it again. The pool serves on a new socket a grace later, which the
+// plugin watcher registers; the ledger shows the refusal, then the
+// renewal.
+func TestARegistrationThePluginWatcherKeepsFailedIsRenewed(t *testing.T) {
+	var fails atomic.Int32
+	kopts := kubelettest.Options{PluginWatcher: true, ConnectError: func(resource, _ string) error {
+		if resource == netPool && fails.Add(1) == 1 {
+			return errors.New("failed to dial device plugin: context deadline exceeded")
+		}
+		return nil
+	}}
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kopts)
+	n.opts.Registration = "watcher"
+	d := n.start(t)
+	waitFullKubelet(t, n.kubelet, 20*time.Second)
+	readyWithin(t, d, 10*time.Second, "the pool renewed")
+
+	var refused, renewed *events.RegistrationFailed
+	var registeredAfter bool
+	if err := d.rec.Log().Read(1, func(e events.Envelope) error {
+		switch p := e.Payload.(type) {
+		case events.RegistrationFailed:
+			if p.Pool != netPool {
+				break
+			}
+			if refused == nil {
+				refused = &p
+			} else if renewed == nil {
+				renewed = &p
+			}
+		case events.PluginRegistered:
+			registeredAfter = registeredAfter || (p.Pool == netPool && renewed != nil && p.Socket != renewed.Socket)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if refused == nil || !strings.Contains(refused.Error, "plugin registration failed") {
+		t.Fatalf("recorded refusal %+v, want the device manager's", refused)
+	}
+	if renewed == nil || renewed.Socket != refused.Socket || renewed.Action != "serving the pool on a new socket" {
+		t.Errorf("recorded renewal %+v, want the pool served anew in place of %s", renewed, refused.Socket)
+	}
+	if !registeredAfter {
+		t.Error("no PluginRegistered of the pool on a new socket after the renewal")
 	}
 }

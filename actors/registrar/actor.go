@@ -176,6 +176,10 @@ type registrar struct {
 	listing  map[string]int
 	unlisted map[string]*time.Timer
 	drops    map[string]int
+	// refused holds, per pool whose socket the plugin watcher refused,
+	// the timer of the grace after which it serves on a new one (see
+	// refusedFor).
+	refused  map[string]*time.Timer
 	restarts int  // new kubelets seen
 	waiting  bool // the missing kubelet socket was logged
 }
@@ -191,6 +195,7 @@ func (r *registrar) Receive(ctx actor.Context) {
 		r.listing = map[string]int{}
 		r.unlisted = map[string]*time.Timer{}
 		r.drops = map[string]int{}
+		r.refused = map[string]*time.Timer{}
 		if r.crashed {
 			// Nothing, not even the ledger, says which socket a Register
 			// went out on: every pool serves on a new one (NeedDesires),
@@ -234,6 +239,8 @@ func (r *registrar) Receive(ctx actor.Context) {
 		r.listed(ctx, m)
 	case *unlisted:
 		r.unlistedFor(ctx, m)
+	case *refusedGrace:
+		r.refusedFor(ctx, m)
 	case *KubeletAppeared:
 		r.observeKubelet(true)
 		r.reconcile(ctx)
@@ -275,6 +282,9 @@ func (r *registrar) stopTimers() {
 		t.Stop()
 	}
 	for _, t := range r.unlisted {
+		t.Stop()
+	}
+	for _, t := range r.refused {
 		t.Stop()
 	}
 }
@@ -611,6 +621,7 @@ func repeatLevel(n int, last, err string) zerolog.Level {
 func (r *registrar) acknowledge(ctx actor.Context, pool string, d desire) {
 	d.acked, d.by = true, r.kubelet
 	r.desired[pool] = d
+	r.cancelRefused(pool)
 	r.failures[pool] = 0
 	delete(r.lastError, pool)
 	socket, mode := d.socket, string(r.cfg.Mode)
@@ -719,6 +730,14 @@ func (r *registrar) forgetSocket(pool string) {
 		delete(r.listing, d.socket)
 	}
 	r.cancelUnlisted(pool)
+	r.cancelRefused(pool)
+}
+
+func (r *registrar) cancelRefused(pool string) {
+	if t := r.refused[pool]; t != nil {
+		t.Stop()
+	}
+	delete(r.refused, pool)
 }
 
 func (r *registrar) cancelUnlisted(pool string) {
@@ -768,7 +787,45 @@ func (r *registrar) kubeletReported(ctx actor.Context, m *KubeletReported) {
 	r.cfg.Log.WithLevel(level).Str("pool", m.Pool).Str("socket", m.Socket).Str("reason", m.Reason).Str("action", failed.Action).Msg("kubelet refused the pool")
 	if held {
 		r.needSocket(ctx, m.Pool, d, false, "the kubelet holds its socket already")
+		return
 	}
+	if r.refused[m.Pool] == nil {
+		self, root, socket, kubelet := ctx.Self(), ctx.ActorSystem().Root, m.Socket, r.kubelet
+		r.refused[m.Pool] = time.AfterFunc(r.listGrace(m.Pool), func() {
+			root.Send(self, &refusedGrace{pool: m.Pool, socket: socket, kubelet: kubelet})
+		})
+	}
+}
+
+// refusedFor takes a grace that passed since the plugin watcher refused
+// the pool's socket, with the socket still not registered. Kubelets
+// 1.35.4 and 1.34.4 keep a socket whose registration the device manager
+// failed as registered, and never try it again; later ones do, and
+// usually register it within the grace. The pool serves on a new socket,
+// which every plugin watcher registers: on a kubelet that would have
+// tried again, the old socket was never registered, so nothing is lost.
+// The grace doubles like the ListGrace (drops).
+func (r *registrar) refusedFor(ctx actor.Context, m *refusedGrace) {
+	d, ok := r.desired[m.pool]
+	if !ok || d.socket != m.socket {
+		return // of a socket left since
+	}
+	delete(r.refused, m.pool)
+	if r.isRegistered(m.pool) || r.kubelet != m.kubelet || !r.downSince.IsZero() {
+		// Registered, or a kubelet other than the one that refused: a new
+		// kubelet's plugin watcher tries every socket afresh.
+		return
+	}
+	grace := r.listGrace(m.pool)
+	r.failures[m.pool]++
+	r.drops[m.pool]++
+	why := "the kubelet's plugin watcher did not register the socket it refused"
+	r.lastError[m.pool] = why
+	action := "serving the pool on a new socket"
+	r.record(events.RegistrationFailed{Pool: m.pool, Socket: d.socket, Mode: string(r.cfg.Mode), Error: why,
+		Attempt: r.drops[m.pool], Action: action}, nil)
+	r.cfg.Log.Warn().Str("pool", m.pool).Str("socket", d.socket).Dur("grace_ms", grace).Str("action", action).Msg("the kubelet did not register the pool it refused")
+	r.needSocket(ctx, m.pool, d, false, why)
 }
 
 func (r *registrar) status() *Status {

@@ -88,6 +88,13 @@ type unlisted struct {
 	checked      bool
 }
 
+// refusedGrace says a grace passed since the plugin watcher refused the
+// pool's socket, in watcher mode; kubelet is the one that refused.
+type refusedGrace struct {
+	pool, socket string
+	kubelet      kubeletID
+}
+
 type recheck struct{ n int } // dial a kubelet recorded gone, if n is the newest timer
 
 type stopRecorded struct{ at time.Time } // the KubeletStopped is durable, at its time
