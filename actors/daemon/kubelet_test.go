@@ -129,6 +129,10 @@ func TestARegistrationThePluginWatcherKeepsFailedIsRenewed(t *testing.T) {
 	d := n.start(t)
 	waitFullKubelet(t, n.kubelet, 20*time.Second)
 	readyWithin(t, d, 10*time.Second, "the pool renewed")
+	// The registrar records a registration without waiting for it.
+	waitLedger(waitCtx(t), t, d, "the pool's registration", func(s events.State) bool {
+		return !s.Pools[netPool].Registration.RegisteredAt.IsZero()
+	})
 
 	var refused, renewed *events.RegistrationFailed
 	var registeredAfter bool
