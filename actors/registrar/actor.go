@@ -711,16 +711,23 @@ func (r *registrar) unlistedFor(ctx actor.Context, m *unlisted) {
 		r.graceAgain(ctx, m.pool, true)
 		return
 	}
-	grace := r.listGrace(m.pool)
-	r.failures[m.pool]++
-	r.drops[m.pool]++
-	why := "the kubelet holds no ListAndWatch stream of the socket"
-	r.lastError[m.pool] = why
+	r.renew(ctx, m.pool, d, "the kubelet holds no ListAndWatch stream of the socket", "the kubelet dropped the pool's registration")
+}
+
+// renew serves the pool on a new socket for want of what the kubelet
+// should have done with this one (why, msg for the log), recorded as a
+// RegistrationFailed; it counts among the pool's drops, which double the
+// next grace.
+func (r *registrar) renew(ctx actor.Context, pool string, d desire, why, msg string) {
+	grace := r.listGrace(pool)
+	r.failures[pool]++
+	r.drops[pool]++
+	r.lastError[pool] = why
 	action := "serving the pool on a new socket"
-	r.record(events.RegistrationFailed{Pool: m.pool, Socket: d.socket, Mode: string(r.cfg.Mode), Error: why,
-		Attempt: r.drops[m.pool], Action: action}, nil)
-	r.cfg.Log.Warn().Str("pool", m.pool).Str("socket", d.socket).Dur("grace_ms", grace).Str("action", action).Msg("the kubelet dropped the pool's registration")
-	r.needSocket(ctx, m.pool, d, false, why)
+	r.record(events.RegistrationFailed{Pool: pool, Socket: d.socket, Mode: string(r.cfg.Mode), Error: why,
+		Attempt: r.drops[pool], Action: action}, nil)
+	r.cfg.Log.Warn().Str("pool", pool).Str("socket", d.socket).Dur("grace_ms", grace).Str("action", action).Msg(msg)
+	r.needSocket(ctx, pool, d, false, why)
 }
 
 // forgetSocket forgets the streams and ListGrace of the pool's socket,
@@ -816,16 +823,7 @@ func (r *registrar) refusedFor(ctx actor.Context, m *refusedGrace) {
 		// kubelet's plugin watcher tries every socket afresh.
 		return
 	}
-	grace := r.listGrace(m.pool)
-	r.failures[m.pool]++
-	r.drops[m.pool]++
-	why := "the kubelet's plugin watcher did not register the socket it refused"
-	r.lastError[m.pool] = why
-	action := "serving the pool on a new socket"
-	r.record(events.RegistrationFailed{Pool: m.pool, Socket: d.socket, Mode: string(r.cfg.Mode), Error: why,
-		Attempt: r.drops[m.pool], Action: action}, nil)
-	r.cfg.Log.Warn().Str("pool", m.pool).Str("socket", d.socket).Dur("grace_ms", grace).Str("action", action).Msg("the kubelet did not register the pool it refused")
-	r.needSocket(ctx, m.pool, d, false, why)
+	r.renew(ctx, m.pool, d, "the kubelet's plugin watcher did not register the socket it refused", "the kubelet did not register the pool it refused")
 }
 
 func (r *registrar) status() *Status {
