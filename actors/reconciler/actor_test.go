@@ -500,9 +500,8 @@ func TestAnAnswerAfterTheLedgerSaysTheKubeletStoppedSettles(t *testing.T) {
 	const pool, dev = "example.com/vf", "0000:3b:02.1"
 	l, rec, seq, replayed := ledgerWithAllocation(t, pool, dev)
 	pods := listing(kubelettest.PodHolding("ns", "pod-a", "main", pool, dev))
-	lister := pods.lister()
 	const settle = 500 * time.Millisecond
-	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: pods.lister(), Replayed: &replayed,
 		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, KubeletSettle: settle, Log: zerolog.Nop()}))
 	awaitStatus(t, f, func(st *Status) bool { return st.Allocations[seq] == "ns/pod-a/main" })
 
@@ -534,8 +533,7 @@ func TestAKubeletRestartStampedAheadOfASteppedClockSettles(t *testing.T) {
 	const pool, dev = "example.com/vf", "0000:3b:02.1"
 	l, rec, seq, replayed := ledgerWithAllocation(t, pool, dev)
 	pods := listing(kubelettest.PodHolding("ns", "pod-a", "main", pool, dev))
-	lister := pods.lister()
-	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: pods.lister(), Replayed: &replayed,
 		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, KubeletSettle: 100 * time.Millisecond, Log: zerolog.Nop()}))
 	awaitStatus(t, f, func(st *Status) bool { return st.Allocations[seq] == "ns/pod-a/main" })
 
@@ -603,8 +601,7 @@ func TestAKubeletThatDoesNotListThisDaemonReleasesNothing(t *testing.T) {
 	self := kubelettest.Pod("devledger", "devledger-x7k2p", kubelettest.Container("devledger"))
 	static := kubelettest.Pod("kube-system", "etcd-node-1", kubelettest.Container("etcd"))
 	pods := listing(self, kubelettest.PodHolding("ns", "pod-a", "main", pool, dev))
-	lister := pods.lister()
-	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: pods.lister(), Replayed: &replayed,
 		Interval: 20 * time.Millisecond, AfterAllocate: time.Hour, LeakGrace: time.Hour, KubeletSettle: 50 * time.Millisecond,
 		Self: Pod{Namespace: "devledger", Name: "devledger-x7k2p"}, Log: zerolog.Nop()}))
 	awaitStatus(t, f, func(st *Status) bool { return st.Allocations[seq] == "ns/pod-a/main" })
@@ -917,8 +914,7 @@ func TestTheParentHearsOfEachBindingAndRelease(t *testing.T) {
 	const pool, dev = "example.com/vf", "0000:3b:02.1"
 	_, rec, seq, replayed := ledgerWithAllocation(t, pool, dev)
 	pods := listing(kubelettest.PodHolding("ns", "pod-a", "main", pool, dev))
-	lister := pods.lister()
-	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: pods.lister(), Replayed: &replayed,
 		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, Log: zerolog.Nop()}))
 	if got := actortest.Next[*Recorded](t, f); got.Event.Type != events.TypeAllocationBound {
 		t.Fatalf("the node heard of #%d (%s), want the binding of #%d", got.Event.Seq, got.Event.Type, seq)
@@ -937,8 +933,7 @@ func TestARecoveredAllocationIsReleasedWhenItsContainerGoes(t *testing.T) {
 	const pool, dev, lost = "example.com/vf", "0000:3b:02.1", "0000:3b:02.2"
 	_, rec, _, replayed := ledgerWithAllocation(t, pool, dev)
 	pods := listing(kubelettest.PodHolding("ns", "pod-b", "main", pool, lost))
-	lister := pods.lister()
-	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: pods.lister(), Replayed: &replayed,
 		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, Log: zerolog.Nop()}))
 	awaitStatus(t, f, func(st *Status) bool { return st.Rounds >= 1 })
 	f.Sys.Root.Send(f.Child, &Reconcile{}) // the second sight recovers it
