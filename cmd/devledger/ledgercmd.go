@@ -47,7 +47,8 @@ func runLedger(args []string, stdout, stderr io.Writer) error {
 // runLedgerBackup copies the ledger to --out: from the file when no daemon
 // holds it, else through the running daemon's admin socket. The copy is
 // consistent (one read transaction), written under a temporary name,
-// synced, put in place only if --out does not exist, and verified.
+// synced, verified, and put in place only if it verifies and --out does
+// not exist.
 func runLedgerBackup(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("ledger backup", "[--state-dir DIR | --db FILE] --out FILE", stdout)
 	var lf ledgerFlags
@@ -93,11 +94,29 @@ func runLedgerBackup(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "backed up %s to stdout: %d bytes; check it with devledger replay --verify --db FILE\n", src, n)
 		return nil
 	}
-	n, err := writeNew(*out, func(f *os.File) (int64, error) { return backup(f) })
-	if err != nil {
-		return err
-	}
-	rep, err := verifyCopy(*out)
+	var rep store.CheckReport
+	n, err := writeNew(*out, func(f *os.File) (int64, error) { return backup(f) }, func(tmp string) error {
+		// Checked before it takes --out's name: a copy that does not
+		// verify must not stand where a backup job looks for a sound one.
+		var err error
+		rep, err = verifyCopy(tmp, *out)
+		var bad *store.CorruptError
+		if !errors.As(err, &bad) {
+			if err != nil {
+				return fmt.Errorf("back up %s: %w; %s was not written", src, err, *out)
+			}
+			return nil
+		}
+		// The copy holds the ledger's pages as they are: the damage is
+		// the ledger's, and is named so.
+		bad.Path = lf.path()
+		again := "devledger ledger salvage --db " + lf.path() + " --out FILE"
+		if src != lf.path() {
+			// The daemon holds the file, which salvage cannot open.
+			again = "devledger ledger backup --state-dir " + filepath.Dir(lf.path()) + " --out - > COPY, then devledger ledger salvage --db COPY --out FILE"
+		}
+		return fmt.Errorf("back up %s: %w; %s was not written\n  to copy every intact event: %s", src, bad, *out, again)
+	})
 	if err != nil {
 		return err
 	}
@@ -195,10 +214,10 @@ func acknowledgeInFile(path, note string) ([]string, error) {
 }
 
 // writeNew creates path, which must not exist, with what write writes:
-// under a temporary name beside it, synced, then linked into place (a
-// link fails rather than replace a file made meanwhile), and the
-// directory synced. Nothing is left behind on failure.
-func writeNew(path string, write func(*os.File) (int64, error)) (int64, error) {
+// under a temporary name beside it, synced, passed by check, then linked
+// into place (a link fails rather than replace a file made meanwhile),
+// and the directory synced. Nothing is left behind on failure.
+func writeNew(path string, write func(*os.File) (int64, error), check func(tmp string) error) (int64, error) {
 	if _, err := os.Lstat(path); err == nil {
 		return 0, usageErrf("%s exists: name a new file", path)
 	}
@@ -220,6 +239,9 @@ func writeNew(path string, write func(*os.File) (int64, error)) (int64, error) {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
+	if err == nil {
+		err = check(tmp)
+	}
 	if err != nil {
 		return n, err
 	}
@@ -233,16 +255,17 @@ func writeNew(path string, write func(*os.File) (int64, error)) (int64, error) {
 	return n, nil
 }
 
-// verifyCopy checks a ledger just written, as replay --verify does.
-func verifyCopy(path string) (store.CheckReport, error) {
+// verifyCopy checks a ledger just written at path, as replay --verify
+// does; its errors call it name.
+func verifyCopy(path, name string) (store.CheckReport, error) {
 	l, err := store.Open(path, store.Options{ReadOnly: true, LockTimeout: time.Second})
 	if err != nil {
-		return store.CheckReport{}, fmt.Errorf("the copy %s does not open: %w", path, err)
+		return store.CheckReport{}, fmt.Errorf("the copy %s does not open: %w", name, err)
 	}
 	defer l.Close()
 	rep, err := l.Check(context.Background())
 	if err != nil {
-		return rep, fmt.Errorf("the copy %s does not verify: %w", path, err)
+		return rep, fmt.Errorf("the copy %s does not verify: %w", name, err)
 	}
 	return rep, nil
 }
@@ -277,7 +300,7 @@ func runLedgerSalvage(args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	check, err := verifyCopy(*out)
+	check, err := verifyCopy(*out, *out)
 	if err != nil {
 		return err
 	}

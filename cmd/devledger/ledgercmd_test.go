@@ -166,6 +166,30 @@ func TestLedgerBackupOfADamagedFile(t *testing.T) {
 	}
 }
 
+// ledger backup of a file whose pages bbolt reads but whose records do
+// not verify (a byte flipped in an event) copies it, finds the damage in
+// the copy, and puts nothing at --out: a backup job must not find a copy
+// that fails replay --verify where it looks for a sound one. The error
+// names the damage as the ledger's, and the salvage.
+func TestLedgerBackupThatDoesNotVerifyWritesNothing(t *testing.T) {
+	db := filepath.Join(damagedDir, "event-byte-flipped.db")
+	dir := t.TempDir()
+	out := filepath.Join(dir, "copy.db")
+	code, stdout, stderr := runCLI(t, "ledger", "backup", "--db", db, "--out", out)
+	for _, want := range []string{
+		"ledger " + db + " is corrupt at seq 29: checksum mismatch",
+		out + " was not written",
+		"devledger ledger salvage --db " + db + " --out FILE",
+	} {
+		if code != exitFailure || stdout != "" || !strings.Contains(stderr, want) {
+			t.Errorf("exit %d, stdout %q, stderr %q; want %q", code, stdout, stderr, want)
+		}
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("left in --out's dir: %v", left)
+	}
+}
+
 // A ledger someone else holds while no daemon answers on its admin socket
 // (a dump still reading it, a daemon starting): backup and acknowledge say
 // that the file is locked, not only that the socket refused them.
