@@ -35,7 +35,8 @@ func (r Roots) functionDir(addr string) (string, error) {
 
 // Bind binds the function at addr to driver, unbinding it first from the
 // driver it has (see Unbind). Binding creates no interfaces or other
-// children: add them with AddInterface. Binding to vfio-pci creates
+// children: add them with AddInterface. Binding to vfio-pci, or to one of
+// its vendor variants (mlx5_vfio_pci, nvgrace_gpu_vfio_pci), creates
 // dev/vfio/<group> (noiommu-<group> in vfio's no-IOMMU mode) when the
 // function is in an IOMMU group.
 func (r Roots) Bind(addr, driver string) error {
@@ -68,7 +69,7 @@ func (r Roots) Bind(addr, driver string) error {
 	if err := relLink(dir, filepath.Join(drv, addr)); err != nil {
 		return fmt.Errorf("bind %s to %s: %w", addr, driver, err)
 	}
-	if driver == "vfio-pci" {
+	if isVFIODriver(driver) {
 		if group := groupOf(dir); group != "" {
 			if err := touch(filepath.Join(r.Dev, "vfio", r.groupNode(group))); err != nil {
 				return fmt.Errorf("bind %s to %s: %w", addr, driver, err)
@@ -119,8 +120,9 @@ func (r Roots) groupNode(group string) string {
 // Unbind unbinds the function at addr from its driver, if it has one. As on
 // a real node, what the driver created goes with it: the net/ interfaces,
 // infiniband/ devices, virtio, vdpa, uio and auxiliary children (and their
-// class/ and bus/ links, and a uio device's dev/ node). Unbinding the last vfio-pci member of an IOMMU
-// group removes its dev/vfio node.
+// class/ and bus/ links, and a uio device's dev/ node). Unbinding the last
+// member of an IOMMU group bound to vfio-pci or a variant of it removes
+// its dev/vfio node.
 func (r Roots) Unbind(addr string) error {
 	dir, err := r.functionDir(addr)
 	if err != nil {
@@ -140,7 +142,7 @@ func (r Roots) Unbind(addr string) error {
 	if err := removeIfPresent(filepath.Join(r.Sysfs, "bus", "pci", "drivers", driver, addr)); err != nil {
 		return fmt.Errorf("unbind %s: %w", addr, err)
 	}
-	if driver == "vfio-pci" {
+	if isVFIODriver(driver) {
 		if group := groupOf(dir); group != "" && !r.groupHasVFIOMember(group) {
 			if err := removeIfPresent(filepath.Join(r.Dev, "vfio", r.groupNode(group))); err != nil {
 				return fmt.Errorf("unbind %s: %w", addr, err)
@@ -209,7 +211,7 @@ func (r Roots) removeClassLinks(child string) error {
 }
 
 // groupHasVFIOMember reports whether a function of IOMMU group is still
-// bound to vfio-pci.
+// bound to vfio-pci or a variant of it.
 func (r Roots) groupHasVFIOMember(group string) bool {
 	members, err := readNames(filepath.Join(r.Sysfs, "kernel", "iommu_groups", group, "devices"))
 	if err != nil {
@@ -217,11 +219,19 @@ func (r Roots) groupHasVFIOMember(group string) bool {
 	}
 	for _, m := range members {
 		target, err := os.Readlink(filepath.Join(r.Sysfs, "bus", "pci", "devices", m, "driver"))
-		if err == nil && filepath.Base(target) == "vfio-pci" {
+		if err == nil && isVFIODriver(filepath.Base(target)) {
 			return true
 		}
 	}
 	return false
+}
+
+// isVFIODriver reports whether the kernel gives a function bound to driver
+// a vfio group node: vfio-pci and its variants, which register with vfio
+// as vfio-pci does and whose names end in "_vfio_pci" (or "-vfio-pci").
+func isVFIODriver(driver string) bool {
+	d := strings.ReplaceAll(driver, "-", "_")
+	return d == "vfio_pci" || strings.HasSuffix(d, "_vfio_pci")
 }
 
 // Remove hot-unplugs the function at addr: its directory, its bus, driver and

@@ -16,8 +16,8 @@ type Node struct {
 	DefaultRouteInterface string
 
 	// VFIO creates dev/vfio/vfio (the vfio module is loaded). dev/vfio/<group>
-	// is created for every IOMMU group with a member bound to vfio-pci
-	// whether or not VFIO is set.
+	// is created for every IOMMU group with a member bound to vfio-pci (or
+	// a variant of it) whether or not VFIO is set.
 	VFIO bool
 
 	// VFIONoIOMMU runs vfio in its unsafe no-IOMMU mode, as in a virtual

@@ -371,6 +371,26 @@ func TestMutations(t *testing.T) {
 			},
 		},
 		{
+			// The kernel gives a function on a vfio-pci variant driver its
+			// group node as it does one on vfio-pci, and takes it when the
+			// group's last such member is unbound.
+			name: "bind and unbind a vfio-pci variant",
+			mutate: func(r Roots) error {
+				if err := r.Bind(iavf, "mlx5_vfio_pci"); err != nil {
+					return err
+				}
+				if !exists(filepath.Join(r.Dev, "vfio", "100")) {
+					return errors.New("no dev/vfio/100 after binding mlx5_vfio_pci")
+				}
+				return r.Unbind(iavf)
+			},
+			check: func(t *testing.T, r Roots) {
+				if exists(filepath.Join(r.Dev, "vfio", "100")) {
+					t.Error("dev/vfio/100 remains after its only member left mlx5_vfio_pci")
+				}
+			},
+		},
+		{
 			name:   "bind to a new driver creates it",
 			mutate: func(r Roots) error { return r.Bind(vfio, "dpdk_fake") },
 			check: func(t *testing.T, r Roots) {
