@@ -3,6 +3,7 @@ package sysfs
 import (
 	"errors"
 	"io/fs"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -327,6 +328,13 @@ func (p *prober) probe(t ProbeTarget) ProbeResult {
 		case err != nil:
 			return res.failRead("cannot stat /dev/vfio/"+group, err)
 		}
+		member, drv, err := p.groupBlocker(group, addr, &res.Files)
+		switch {
+		case err != nil:
+			return res.failRead("cannot read IOMMU group "+group, err)
+		case member != "":
+			return res.fail("IOMMU group " + group + " cannot be opened: " + member + " in it is bound to " + quoteName(drv))
+		}
 	}
 
 	if reason, inconclusive := p.linkCheck(t, &res.Files); reason != "" {
@@ -335,6 +343,41 @@ func (p *prober) probe(t ProbeTarget) ProbeResult {
 	}
 	res.Healthy = true
 	return res
+}
+
+// groupBlocker finds a function other than addr in IOMMU group group
+// that keeps vfio from opening the group, and its driver: one bound to a
+// driver that uses the kernel's DMA API. The kernel hands a group to a
+// user (VFIO_GROUP_SET_CONTAINER, or an iommufd bind) only when every
+// function in it is unbound or on a driver that manages no DMA of its
+// own: a vfio driver, pci-stub, or pcieport on a bridge. A GPU on
+// vfio-pci whose audio function stays on snd_hda_intel is such a case:
+// every VM given the GPU fails to start. "" when there is none.
+func (p *prober) groupBlocker(group, addr string, files *int) (member, driver string, err error) {
+	dir := p.r.sysfsRoot + "/kernel/iommu_groups/" + group + "/devices"
+	names, err := p.fs.readDirNames(dir)
+	*files++
+	if err != nil {
+		return "", "", err
+	}
+	slices.Sort(names)
+	for _, m := range names {
+		if m == addr {
+			continue
+		}
+		target, err := p.fs.readlink(dir + "/" + m + "/driver")
+		*files++
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue // unbound, or gone meanwhile
+		case err != nil:
+			return "", "", err
+		}
+		if drv := linkBase(target); !IsVFIODriver(drv) && drv != "pci-stub" && drv != "pcieport" {
+			return m, drv, nil
+		}
+	}
+	return "", "", nil
 }
 
 // linkCheck makes t's link check, adding the files it touches to *files,

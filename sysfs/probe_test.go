@@ -89,13 +89,13 @@ func TestProbe(t *testing.T) {
 		inconclusive bool
 	}{
 		{name: "iavf VF, PF link up", addr: probeIAVF, files: 3},
-		{name: "vfio VF, PF link up", addr: probeVFIO, files: 4},
+		{name: "vfio VF, PF link up", addr: probeVFIO, files: 5},
 		{name: "PF", addr: probePF, files: 3},
 		{name: "NIC, own link up", addr: probeMgmtNIC, files: 3},
-		{name: "no link check", addr: probeVFIO, target: func(t *ProbeTarget) { t.Link = false }, files: 2},
+		{name: "no link check", addr: probeVFIO, target: func(t *ProbeTarget) { t.Link = false }, files: 3},
 		{name: "group read when not given", addr: probeVFIO,
-			target: func(t *ProbeTarget) { t.IOMMUGroup = "" }, files: 5},
-		{name: "short address", addr: probeVFIO, target: func(t *ProbeTarget) { t.Address = "3B:01.2" }, files: 4},
+			target: func(t *ProbeTarget) { t.IOMMUGroup = "" }, files: 6},
+		{name: "short address", addr: probeVFIO, target: func(t *ProbeTarget) { t.Address = "3B:01.2" }, files: 5},
 		{name: "link down, not asked", addr: probeDownVF, target: func(t *ProbeTarget) { t.Link = false }, files: 1},
 		// Free VFs are down on the host (the SR-IOV CNI sets a VF down as
 		// it hands it back), and a held one's interface is in its pod.
@@ -141,15 +141,33 @@ func TestProbe(t *testing.T) {
 			mutate: func(r sysfsgen.Roots) error { return os.Remove(filepath.Join(r.Dev, "vfio", "102")) },
 			want:   "/dev/vfio/102 missing", files: 3, // and noiommu-102
 		},
+		// vfio opens a group only when no function in it is on a driver
+		// that uses the DMA API: a GPU's audio function left on its sound
+		// driver keeps every VM from the GPU.
+		{
+			name: "group shared with a function on a kernel driver", addr: probeVFIO,
+			mutate: addToGroup102("snd_hda_intel"),
+			want:   `IOMMU group 102 cannot be opened: 0000:3b:0f.1 in it is bound to snd_hda_intel`, files: 4,
+		},
+		{name: "group shared with an unbound function", addr: probeVFIO, mutate: addToGroup102(""), files: 6},
+		{name: "group shared with a function on vfio-pci", addr: probeVFIO, mutate: addToGroup102("vfio-pci"), files: 6},
+		{name: "group shared with a function on a vfio variant", addr: probeVFIO, mutate: addToGroup102("mlx5_vfio_pci"), files: 6},
+		{name: "group shared with a function on pci-stub", addr: probeVFIO, mutate: addToGroup102("pci-stub"), files: 6},
+		{name: "group shared with a bridge on pcieport", addr: probeVFIO, mutate: addToGroup102("pcieport"), files: 6},
+		{
+			name: "group unreadable", addr: probeVFIO,
+			faults: map[string]error{"/iommu_groups/102/devices": syscall.EACCES},
+			want:   "probe failed: cannot read IOMMU group 102: permission denied", files: 3,
+		},
 		{
 			name: "PF link down", addr: probeVFIO,
 			mutate: func(r sysfsgen.Roots) error { return r.SetLinkDown("ens785f0") },
-			want:   "link down on ens785f0 (PF)", files: 3,
+			want:   "link down on ens785f0 (PF)", files: 4,
 		},
 		{
 			name: "PF link lower layer down", addr: probeVFIO,
 			mutate: func(r sysfsgen.Roots) error { return r.SetOperState("ens785f0", "lowerlayerdown") },
-			want:   "link down on ens785f0 (PF, lowerlayerdown)", files: 3,
+			want:   "link down on ens785f0 (PF, lowerlayerdown)", files: 4,
 		},
 		{
 			name: "own link down", addr: probeMgmtNIC,
@@ -169,7 +187,7 @@ func TestProbe(t *testing.T) {
 		{
 			name: "PF no carrier", addr: probeVFIO,
 			mutate: func(r sysfsgen.Roots) error { return r.SetCarrier("ens785f0", false) },
-			want:   "no carrier on ens785f0 (PF)", files: 4,
+			want:   "no carrier on ens785f0 (PF)", files: 5,
 		},
 		{
 			name: "operstate unknown with carrier counts as up", addr: probeMgmtNIC,
@@ -184,7 +202,7 @@ func TestProbe(t *testing.T) {
 		{
 			name: "operstate unreadable", addr: probeVFIO,
 			faults: map[string]error{"/ens785f0/operstate": syscall.EACCES},
-			want:   "probe failed: cannot read net/ens785f0/operstate: permission denied", files: 3,
+			want:   "probe failed: cannot read net/ens785f0/operstate: permission denied", files: 4,
 		},
 		{
 			name: "carrier unreadable", addr: probeMgmtNIC,
@@ -196,7 +214,7 @@ func TestProbe(t *testing.T) {
 			// port carries nothing now, whatever its operstate said.
 			name: "PF interface gone at its carrier", addr: probeVFIO,
 			faults: map[string]error{"/ens785f0/carrier": syscall.ENOENT},
-			want:   "no interface ens785f0 (PF)", files: 4,
+			want:   "no interface ens785f0 (PF)", files: 5,
 		},
 		{
 			name: "driver link unreadable", addr: probeIAVF,
@@ -242,7 +260,7 @@ func TestProbe(t *testing.T) {
 		{
 			name: "out of file descriptors at the PF's operstate", addr: probeVFIO,
 			faults: map[string]error{"/ens785f0/operstate": syscall.EMFILE},
-			want:   "probe failed: cannot read net/ens785f0/operstate: too many open files", files: 3,
+			want:   "probe failed: cannot read net/ens785f0/operstate: too many open files", files: 4,
 			inconclusive: true,
 		},
 		{
@@ -294,7 +312,7 @@ func TestProbe(t *testing.T) {
 		{
 			name: "PF interface gone", addr: probeVFIO,
 			target: func(t *ProbeTarget) { t.PFInterface = "ens9f9" },
-			want:   "no interface ens9f9 (PF)", files: 3,
+			want:   "no interface ens9f9 (PF)", files: 4,
 		},
 		{
 			name: "interface name climbing out", addr: probeMgmtNIC,
@@ -350,6 +368,16 @@ func TestProbe(t *testing.T) {
 				t.Errorf("ProbeLinks(%+v)\n got %+v\nwant the reason %q, inconclusive %v", target, got[0], want.Reason, want.Inconclusive)
 			}
 		})
+	}
+}
+
+// addToGroup102 hot-plugs a function bound to driver ("" for none) into
+// probeVFIO's IOMMU group, as a second function of one card behind a
+// port without ACS is.
+func addToGroup102(driver string) func(sysfsgen.Roots) error {
+	return func(r sysfsgen.Roots) error {
+		return r.Add(sysfsgen.Function{Address: "0000:3b:0f.1", Vendor: "10de", Device: "22ba",
+			Class: "040300", Driver: driver, IOMMUGroup: "102"})
 	}
 }
 
@@ -518,7 +546,8 @@ func TestIsVFIODriver(t *testing.T) {
 }
 
 // probeBaseline performs the file operations a probe round performs, with
-// os.Readlink, os.Stat and an open, one read and a close (what osFS does),
+// os.Readlink, os.Stat, a directory listing and an open, one read and a
+// close (what osFS does),
 // and parses nothing: it follows a target's fields and stops where a probe
 // stops, with the cheapest comparisons that tell (the driver link's last
 // element against the target's driver, operstate's bytes against "up\n"
@@ -533,6 +562,7 @@ type probeBaseline struct {
 	readlink   func(string) (string, error)
 	stat       func(string) error
 	read       func(string, []byte) (int, error)
+	list       func(string) ([]string, error)
 }
 
 func newProbeBaseline(roots sysfsgen.Roots, workers int) *probeBaseline {
@@ -541,6 +571,7 @@ func newProbeBaseline(roots sysfsgen.Roots, workers int) *probeBaseline {
 		readlink: os.Readlink,
 		stat:     func(p string) error { _, err := os.Stat(p); return err },
 		read:     osFS{}.readFile,
+		list:     osFS{}.readDirNames,
 	}
 }
 
@@ -574,6 +605,21 @@ func (bl *probeBaseline) target(t *ProbeTarget, pfOnce map[string]*sync.Once, bu
 	if t.VFIO {
 		if bl.stat(bl.dev+"/vfio/"+t.IOMMUGroup) != nil && bl.stat(bl.dev+"/vfio/noiommu-"+t.IOMMUGroup) != nil {
 			return
+		}
+		members := bl.sysfs + "/kernel/iommu_groups/" + t.IOMMUGroup + "/devices"
+		names, err := bl.list(members)
+		if err != nil {
+			return
+		}
+		for _, m := range names {
+			if m == t.Address {
+				continue
+			}
+			if target, err := bl.readlink(members + "/" + m + "/driver"); err == nil {
+				if d := target[strings.LastIndexByte(target, '/')+1:]; !IsVFIODriver(d) && d != "pci-stub" && d != "pcieport" {
+					return
+				}
+			}
 		}
 	}
 	if !t.Link {
@@ -695,6 +741,7 @@ func TestProbeBaselineReadsSameFiles(t *testing.T) {
 			bl.readlink = func(p string) (string, error) { theirs.add("readlink", p); return os.Readlink(p) }
 			bl.stat = func(p string) error { theirs.add("stat", p); _, err := os.Stat(p); return err }
 			bl.read = func(p string, buf []byte) (int, error) { theirs.add("read", p); return osFS{}.readFile(p, buf) }
+			bl.list = func(p string) ([]string, error) { theirs.add("list", p); return osFS{}.readDirNames(p) }
 			bl.run(ts)
 
 			slices.Sort(ours.ops)
