@@ -210,8 +210,25 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	// nothing.
 	var known knownNames
 	held := newHoldings()
-	if tp, ok := p.(*tablePrinter); ok && tp.story {
+	tp, _ := p.(*tablePrinter)
+	if tp != nil && tp.story {
 		tp.holders = held.of
+	}
+	// A device's story names what held the device where the events shown
+	// begin: its allocation may predate --since, or the events retention
+	// kept, and the story would read as if nothing held it.
+	begun := tp == nil || !tp.story || f.device == ""
+	var lastSeq uint64
+	begin := func(next uint64) {
+		if begun {
+			return
+		}
+		begun = true
+		if h := held.of(f.device); h != "" && next != 0 {
+			tp.start = fmt.Sprintf("(held by %s before #%d)", h, next)
+		} else if h != "" {
+			tp.start = fmt.Sprintf("(held by %s after #%d, the last event)", h, lastSeq)
+		}
 	}
 	// With --pool, the fold says which pool a device is in.
 	var st events.State
@@ -227,6 +244,10 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 		if printed == 0 {
 			known.note(e, &f)
 		}
+		if f.since.IsZero() || !e.Time.Before(f.since) {
+			begin(e.Seq)
+		}
+		lastSeq = e.Seq
 		held.note(e)
 		matched := f.match(e)
 		if f.poolOf != nil {
@@ -246,6 +267,9 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	}))
 	if errors.Is(readErr, errStop) {
 		readErr = nil
+	}
+	if readErr == nil {
+		begin(0)
 	}
 	if readErr == nil && printed == 0 {
 		if err := known.unknown(&f); err != nil {

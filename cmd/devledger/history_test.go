@@ -515,3 +515,52 @@ func (l *timeline) add(p events.Payload) uint64 {
 	l.envs = append(l.envs, events.New(p, l.t0.Add(time.Duration(len(l.envs))*time.Minute), "boot-1"))
 	return uint64(len(l.envs))
 }
+
+// TestDeviceStoryNamesTheHolderWhereItBegins: a device's story whose
+// events begin after the allocation that holds it (at --since, or at the
+// events retention kept) says what held it there, also when no event of
+// the device falls in the window, rather than reading as if nothing did.
+func TestDeviceStoryNamesTheHolderWhereItBegins(t *testing.T) {
+	const vfio, dev = "intel.com/sriov_vfio", "0000:3b:02.1"
+	l := pooledVF(vfio, dev) // #1-#3 from 09:00, a minute apart
+	a := l.add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{dev}})
+	l.add(events.AllocationBound{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{dev}, Namespace: "telco", Pod: "cnf-0", Container: "main"})
+	l.add(events.KubeletRestarted{Socket: "/var/lib/kubelet/device-plugins/kubelet.sock"}) // #6, 09:05
+	l.add(events.DeviceHealthChanged{Address: dev, Reason: "link down"})                   // #7, 09:06
+	l.add(events.DevicesReleased{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{dev}, HeldFor: 4 * time.Minute})
+	full := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, full, l.envs)
+	cut := retainedCopy(t, l.envs, 6)
+
+	const held = "(held by telco/cnf-0/main before #6)\n"
+	cases := []struct {
+		name string
+		args []string
+		want string // "" for no line saying what held it
+	}{
+		{"whole ledger", []string{"--db", full}, ""},
+		{"since after the allocation", []string{"--db", full, "--since", "2026-11-30T09:05:00Z"}, held},
+		{"window without an event of it", []string{"--db", full, "--since", "2026-11-30T09:05:00Z", "--until", "2026-11-30T09:05:30Z"}, held + "(no events)\n"},
+		{"since after the release", []string{"--db", full, "--since", "2026-11-30T09:08:00Z"}, ""},
+		{"window between its events", []string{"--db", full, "--since", "2026-11-30T09:06:30Z", "--until", "2026-11-30T09:06:40Z"},
+			"(held by telco/cnf-0/main before #8)\n(no events)\n"},
+		{"retention dropped the allocation", []string{"--db", cut}, held},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := runCLI(t, append([]string{"dump", "--device", dev}, tc.args...)...)
+			if code != exitOK {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			if tc.want == "" {
+				if strings.Contains(out, "(held by") {
+					t.Errorf("the story names a holder where nothing held the device:\n%s", out)
+				}
+				return
+			}
+			if !strings.Contains(out, "WHAT HAPPENED\n"+tc.want) {
+				t.Errorf("the story does not begin with %q:\n%s", tc.want, out)
+			}
+		})
+	}
+}

@@ -32,6 +32,9 @@ type tablePrinter struct {
 	// holders, in a story, names what holds a device when its health
 	// changes; nil when unknown.
 	holders func(addr string) string
+	// start, in a device's story, says what held the device where the
+	// events shown begin; "" when nothing did.
+	start string
 }
 
 // eventWidth is the width of the event type column: the longest type name
@@ -52,6 +55,9 @@ const (
 func (p *tablePrinter) writeHeader() {
 	if p.story {
 		fmt.Fprintf(p.w, storyRow, "SEQ", "TIME", "WHAT HAPPENED")
+		if p.start != "" {
+			fmt.Fprintln(p.w, p.start)
+		}
 	} else {
 		fmt.Fprintf(p.w, tableRow, "SEQ", "TIME", eventWidth, "EVENT", "DETAIL")
 	}
