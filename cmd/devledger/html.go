@@ -272,9 +272,13 @@ func (h *historyFold) advance(l *historyLane, t time.Time) {
 		if l.health == healthUnhealthy || l.health == healthGone {
 			st.unhealthy += d
 		}
+		// Busy is a share of the time in the pool the device is in,
+		// whichever pool's allocation holds it (it may have moved).
+		if len(l.open) > 0 {
+			st.busy += d
+		}
 	}
 	if len(l.open) > 0 {
-		l.stat(l.open[0].pool).busy += d
 		l.busy += d
 	}
 }

@@ -716,3 +716,32 @@ func TestHTMLAxisStepCenturies(t *testing.T) {
 		}
 	}
 }
+
+// TestHTMLBusyCountsInThePoolTheDeviceIsIn: a device a config moved to
+// another pool while a pod held it is busy in the pool it is in, the one
+// whose time the busy share is of; counted in the pool it was allocated
+// from, it made the pool it left look busy with another pool's device and
+// the pool it joined look idle while its only device was held.
+func TestHTMLBusyCountsInThePoolTheDeviceIsIn(t *testing.T) {
+	const vfio, net, idle, moved = "intel.com/sriov_vfio", "intel.com/sriov_net", "0000:3b:02.1", "0000:3b:02.2"
+	s := &minuteStory{t0: time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)}
+	s.add(events.DaemonStarted{Version: "v1", PID: 1})
+	s.add(events.DeviceDiscovered{Device: storyVF(idle)})
+	s.add(events.DeviceDiscovered{Device: storyVF(moved)})
+	s.add(events.PoolMembershipChanged{Pool: vfio, Added: []string{idle, moved}, Reason: "daemon start"})
+	a := s.add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{moved}})
+	s.add(events.AllocationBound{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{moved}, Namespace: "telco", Pod: "cnf-0", Container: "main"})
+	s.add(events.PoolMembershipChanged{Pool: vfio, Removed: []string{moved}, Reason: "config applied"})
+	s.add(events.PoolMembershipChanged{Pool: net, Added: []string{moved}, Reason: "config applied"}) // 09:07
+	for range 4 {
+		s.add(events.KubeletRestarted{Socket: "/var/lib/kubelet/device-plugins/kubelet.sock"})
+	}
+	db := s.write(t)
+
+	facts := checkPage(t, htmlPage(t, db, "--since", "2026-11-24T09:07:00Z"))
+	for pool, want := range map[string]string{vfio: "0.0%", net: "100.0%"} {
+		if got := facts.summary[pool]; len(got) < 2 || got[1] != want {
+			t.Errorf("summary of %s %q, want busy %s", pool, got, want)
+		}
+	}
+}
