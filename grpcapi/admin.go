@@ -533,13 +533,26 @@ func (a *AdminServer) serveRecords(w http.ResponseWriter, r *http.Request) {
 	t := adminTrailer{OK: err == nil}
 	if err != nil {
 		t.Error = err.Error()
-		a.log.Warn().Err(err).Uint64("from", from).Msg("record stream ended early")
+		ev := a.log.Warn()
+		if a.base.Err() == nil && clientLeft(r, err) {
+			// dump --limit, or dump into head: the caller read what it
+			// wanted, as it may on every run.
+			ev = a.log.Debug()
+		}
+		ev.Err(err).Uint64("from", from).Msg("record stream ended early")
 	}
 	body, _ := json.Marshal(t)
 	_ = rc.SetWriteDeadline(time.Now().Add(a.writeTimeout))
 	if _, err := w.Write(append(append([]byte{0}, body...), '\n')); err == nil {
 		_ = rc.Flush()
 	}
+}
+
+// clientLeft says whether err ended a stream because its client hung up:
+// its request's context ended (which the daemon's stop does too), or the
+// write met a closed connection.
+func clientLeft(r *http.Request, err error) bool {
+	return r.Context().Err() != nil || errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET)
 }
 
 // streamRecords writes the frames of the records at or after from, a chunk

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
 	"github.com/devledger/devledger/events"
@@ -193,6 +194,63 @@ func TestAdminCallerStops(t *testing.T) {
 	if err != errEnough {
 		t.Errorf("ReadRecordsFromAdmin = %v, want the callback's own error", err)
 	}
+}
+
+func TestAdminCallerThatStopsIsNoWarning(t *testing.T) {
+	// dump --limit, or dump piped into head, hangs up mid-stream on any
+	// ledger longer than the socket buffers: the client's choice, made
+	// on every such run, which the daemon's log must not warn of.
+	var logs syncBuffer
+	a := NewAdminServer(&genSource{last: math.MaxUint64, size: 100}, nil,
+		AdminServerOptions{Logger: zerolog.New(&logs)})
+	path := AdminSocketPath(shortDir(t))
+	if err := a.Serve(path); err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	errEnough := errors.New("enough")
+	var n int
+	err := ReadRecordsFromAdmin(testCtx(t), path, 1, func([]byte) error {
+		if n++; n == 3_000 {
+			return errEnough
+		}
+		return nil
+	})
+	if err != errEnough {
+		t.Fatalf("ReadRecordsFromAdmin = %v, want the callback's own error", err)
+	}
+	ctx := testCtx(t)
+	for !strings.Contains(logs.String(), "record stream ended early") {
+		if ctx.Err() != nil {
+			t.Fatalf("the stream's end was never logged; log:\n%s", logs.String())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := a.Stop(ctx); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "record stream ended early") && !strings.Contains(line, `"level":"debug"`) {
+			t.Errorf("a caller that stopped reading is logged as %s, want debug", line)
+		}
+	}
+}
+
+// syncBuffer is a log sink a test reads while a server writes to it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func TestAdminStopEndsAStream(t *testing.T) {
