@@ -122,6 +122,9 @@ func runScan(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	sel := cfg.Select(devs, env)
+	for _, w := range sharedGroups(devs, sel) {
+		warn.add(w)
+	}
 	warn.flush(stderr)
 
 	rep := newScanReport(devs, sel, warn.all)
@@ -160,6 +163,43 @@ func runScan(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	return damage
+}
+
+// sharedGroups warns of each IOMMU group that holds more than one pooled
+// vfio-bound device (functions of a card behind a port without ACS, or a
+// GPU pooled with its audio function): vfio lets one user at a time open
+// a group, so each device is offered, but of two pods given devices of
+// one group the second fails to start.
+func sharedGroups(devs []sysfs.Device, sel *config.Selection) []string {
+	byGroup := map[string][]string{}
+	for i := range devs {
+		d, pool := &devs[i], sel.Devices[i].Pool
+		if pool != "" && d.IOMMUGroup != "" && sysfs.IsVFIODriver(d.Driver) {
+			byGroup[d.IOMMUGroup] = append(byGroup[d.IOMMUGroup], d.Address+" ("+pool+")")
+		}
+	}
+	var out []string
+	for _, g := range slices.SortedFunc(maps.Keys(byGroup), byNumber) {
+		m := byGroup[g]
+		if len(m) < 2 {
+			continue
+		}
+		list := strings.Join(m[:min(len(m), 3)], ", ")
+		if len(m) > 3 {
+			list += fmt.Sprintf(" and %d more", len(m)-3)
+		}
+		out = append(out, fmt.Sprintf("IOMMU group %s holds %d pooled vfio devices, %s: "+
+			"vfio lets one pod at a time open the group, and a second pod given one of them fails to start", g, len(m), list))
+	}
+	return out
+}
+
+// byNumber orders decimal strings by their value.
+func byNumber(a, b string) int {
+	if len(a) != len(b) {
+		return len(a) - len(b)
+	}
+	return strings.Compare(a, b)
 }
 
 // warningList keeps warnings in the order they were found, each once,

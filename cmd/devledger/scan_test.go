@@ -416,6 +416,61 @@ func TestScanWarningsOnce(t *testing.T) {
 	}
 }
 
+// Two pooled vfio devices in one IOMMU group (a GPU pooled with its
+// audio function) each look healthy, but only one pod at a time can open
+// their group: scan warns, naming both, on stderr and in the JSON. A
+// group whose other function is on a kernel driver holds one pooled
+// device, warns of nothing, and its GPU is unhealthy, the probe naming
+// the function that keeps the group closed.
+func TestScanWarnsOfSharedIOMMUGroups(t *testing.T) {
+	r := sysfsgen.TempScenario(t, sysfsgen.ScenarioGPU)
+	for _, f := range []sysfsgen.Function{
+		{Address: "0000:9a:00.1", Driver: "vfio-pci", IOMMUGroup: "52"},
+		{Address: "0000:ab:00.1", Driver: "snd_hda_intel", IOMMUGroup: "53"},
+	} {
+		f.Vendor, f.Device, f.Class, f.NUMANode = "10de", "22a3", "040300", 1
+		if err := r.Add(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(cfg, []byte(`{"resourceList": [
+  {"resourceName": "gpu", "resourcePrefix": "nvidia.com", "deviceType": "genericPCI", "selectors": {"devices": ["2330"], "drivers": ["vfio-pci"]}},
+  {"resourceName": "audio", "resourcePrefix": "nvidia.com", "deviceType": "genericPCI", "selectors": {"devices": ["22a3"], "drivers": ["vfio-pci"]}}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, "scan", "--config", cfg, "--sysfs-root", r.Sysfs, "--dev-root", r.Dev,
+		"--proc-root", r.Proc, "--pci-ids", samplePCIIDs, "--format", "json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	const want = "IOMMU group 52 holds 2 pooled vfio devices, 0000:9a:00.0 (nvidia.com/gpu), 0000:9a:00.1 (nvidia.com/audio): " +
+		"vfio lets one pod at a time open the group, and a second pod given one of them fails to start"
+	if stderr != "warning: "+want+"\n" {
+		t.Errorf("stderr %q, want the warning %q alone", stderr, want)
+	}
+	var rep scanReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rep.Warnings, []string{want}) {
+		t.Errorf("JSON warnings %q", rep.Warnings)
+	}
+	health := map[string][2]string{}
+	for _, d := range rep.Devices {
+		health[d.Address] = [2]string{d.Health, d.HealthReason}
+	}
+	for addr, w := range map[string][2]string{
+		"0000:9a:00.0": {scanHealthy, ""},
+		"0000:9a:00.1": {scanHealthy, ""},
+		"0000:ab:00.0": {scanUnhealthy, "IOMMU group 53 cannot be opened: 0000:ab:00.1 in it is bound to snd_hda_intel"},
+	} {
+		if health[addr] != w {
+			t.Errorf("%s: health %q, want %q", addr, health[addr], w)
+		}
+	}
+}
+
 // A function whose read failed (here numa_node is a directory: EISDIR)
 // is marked incomplete in the JSON, and only that one; the warning names
 // the function and the file, on stderr and in the function's warnings.
