@@ -89,13 +89,16 @@ func behindOf(pfOf map[string]string, ifaces map[string]map[string]bool, iface, 
 	return set, nil
 }
 
+// someNamesShown is how many names someNames lists.
+const someNamesShown = 8
+
 // someNames lists names for an error message, the first eight of them.
 func someNames(names []string) string {
 	switch {
 	case len(names) == 0:
 		return "none"
-	case len(names) > 8:
-		return strings.Join(names[:8], ", ") + fmt.Sprintf(" and %d more", len(names)-8)
+	case len(names) > someNamesShown:
+		return strings.Join(names[:someNamesShown], ", ") + fmt.Sprintf(" and %d more", len(names)-someNamesShown)
 	}
 	return strings.Join(names, ", ")
 }

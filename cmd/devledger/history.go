@@ -32,17 +32,19 @@ type podSelection struct {
 	// device in a spell (health, driver, moves, unplug, a config that
 	// moves it) is part of the pod's story.
 	held map[string][]spell
-	// elsewhere holds the allocations bound to a pod that does not match
-	// now.
+	// elsewhere holds the live allocations bound to a pod that does not
+	// match now.
 	elsewhere map[uint64]bool
 	// lastSeq is the last event collect saw. A second pass through a live
 	// daemon's admin socket stops there: events appended since could bind
 	// allocations that collect never saw.
 	lastSeq uint64
-	// pods are the pods (namespace/name) collect saw bound to an
-	// allocation or claiming a device; named, whether one matched.
-	pods  map[string]bool
-	named bool
+	// pods and namespaces are some of the pods (namespace/name) and
+	// namespaces collect saw bound to an allocation or claiming a device,
+	// for the error that lists them when none matched; named, whether one
+	// matched (then they are no longer kept).
+	pods, namespaces nameSample
+	named            bool
 	// damaged is set when collect read around damage: what it could not
 	// read may name the pod.
 	damaged bool
@@ -64,7 +66,49 @@ func newPodSelection(pod, namespace string) (*podSelection, error) {
 		pod, namespace = name, ns
 	}
 	return &podSelection{pod: pod, namespace: namespace, seqs: map[uint64]struct{}{}, held: map[string][]spell{},
-		elsewhere: map[uint64]bool{}, pods: map[string]bool{}}, nil
+		elsewhere: map[uint64]bool{}}, nil
+}
+
+// maxSampledNames bounds a nameSample: a node runs many more pods over
+// the life of its ledger than an error can usefully list.
+const maxSampledNames = 1024
+
+// nameSample keeps names for an error that lists some of them (as
+// someNames does): every one up to maxSampledNames, and past that only
+// the first few in sorted order, so that memory does not grow with the
+// log.
+type nameSample struct {
+	names map[string]bool
+	// over is set once more than maxSampledNames were added.
+	over bool
+}
+
+func (s *nameSample) add(name string) {
+	if s.names[name] {
+		return
+	}
+	if s.names == nil {
+		s.names = map[string]bool{}
+	}
+	s.names[name] = true
+	switch {
+	case !s.over && len(s.names) > maxSampledNames:
+		s.over = true
+		for _, n := range slices.Sorted(maps.Keys(s.names))[someNamesShown:] {
+			delete(s.names, n)
+		}
+	case s.over && len(s.names) > someNamesShown:
+		delete(s.names, slices.Max(slices.Collect(maps.Keys(s.names))))
+	}
+}
+
+// list is someNames of the names added.
+func (s *nameSample) list() string {
+	names := slices.Sorted(maps.Keys(s.names))
+	if s.over {
+		return someNames(names) + fmt.Sprintf(" and over %d more", maxSampledNames-someNamesShown)
+	}
+	return someNames(names)
 }
 
 // spell is a stretch of the log, from one sequence to another, inclusive,
@@ -127,9 +171,14 @@ func (ps *podSelection) names(namespace, pod string) bool {
 
 // saw notes a pod collect met, and whether it is one asked for.
 func (ps *podSelection) saw(namespace, pod string) bool {
-	ps.pods[namespace+"/"+pod] = true
 	named := ps.names(namespace, pod)
 	ps.named = ps.named || named
+	if ps.named {
+		ps.pods, ps.namespaces = nameSample{}, nameSample{}
+		return named
+	}
+	ps.pods.add(namespace + "/" + pod)
+	ps.namespaces.add(namespace)
 	return named
 }
 
@@ -147,14 +196,9 @@ func (ps *podSelection) unknown() error {
 	case ps.pod != "":
 		flag = "--pod " + ps.pod
 	default:
-		namespaces := map[string]bool{}
-		for name := range ps.pods {
-			ns, _, _ := strings.Cut(name, "/")
-			namespaces[ns] = true
-		}
-		return usageErrf("%s: no allocation or conflict names it; the ledger's namespaces: %s", flag, someNames(slices.Sorted(maps.Keys(namespaces))))
+		return usageErrf("%s: no allocation or conflict names it; the ledger's namespaces: %s", flag, ps.namespaces.list())
 	}
-	return usageErrf("%s: no allocation or conflict names it; the ledger's pods: %s", flag, someNames(slices.Sorted(maps.Keys(ps.pods))))
+	return usageErrf("%s: no allocation or conflict names it; the ledger's pods: %s", flag, ps.pods.list())
 }
 
 // collect is the first pass: it remembers every allocation bound to a
@@ -186,9 +230,11 @@ func (ps *podSelection) collect(prs *priorStates) error {
 			}
 		case events.DevicesReleased:
 			ps.end(p.AllocationSeq, e.Seq)
+			delete(ps.elsewhere, p.AllocationSeq)
 		case events.DevicesAllocated:
 			for _, seq := range p.Supersedes {
 				ps.end(seq, e.Seq)
+				delete(ps.elsewhere, seq)
 			}
 		}
 		return nil

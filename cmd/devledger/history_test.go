@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/store"
+	"github.com/devledger/devledger/store/storetest"
 )
 
 // TestHistoryGolden pins the history queries: a device's life, a pod's and
@@ -560,6 +562,66 @@ func TestDeviceStoryNamesTheHolderWhereItBegins(t *testing.T) {
 			}
 			if !strings.Contains(out, "WHAT HAPPENED\n"+tc.want) {
 				t.Errorf("the story does not begin with %q:\n%s", tc.want, out)
+			}
+		})
+	}
+}
+
+// TestPodSelectionKeepsNoNameOfEveryPod: what the first pass keeps of the
+// pods it does not select (the allocations bound to them, the names for
+// the error that lists some) stays bounded when every allocation of the
+// log goes to a pod of its own, as batch jobs do; a pod the ledger never
+// names is still an error that lists some names.
+func TestPodSelectionKeepsNoNameOfEveryPod(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := store.Open(db, store.Options{Node: "synth-node"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var devices []string
+	for i := range 64 {
+		devices = append(devices, fmt.Sprintf("0000:3b:%02x.%d", 2+i/8, i%8))
+	}
+	pools := map[string][]string{"intel.com/pool": devices}
+	answer := func(string, []string) events.ContainerAllocation { return events.ContainerAllocation{} }
+	h := storetest.NewPodHistory(3, pools, answer, "synth-boot", time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	if _, err := storetest.Grow(context.Background(), l, events.NewState(), h, 20_000, storetest.GrowOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	names, last := map[string]bool{}, ""
+	if err := l.Read(0, func(e events.Envelope) error {
+		if b, ok := e.Payload.(events.AllocationBound); ok {
+			last = b.Namespace + "/" + b.Pod
+			names[last] = true
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pods := len(names)
+	first := slices.Sorted(maps.Keys(names))[:someNamesShown]
+	if pods < 4*maxSampledNames {
+		t.Fatalf("the history binds %d pods, want many more than %d", pods, maxSampledNames)
+	}
+	for _, tc := range []struct{ name, pod, namespace, wantErr string }{
+		{name: "the last pod", pod: last},
+		{name: "an unknown pod", pod: "batch/nope", wantErr: fmt.Sprintf("the ledger's pods: %s and over %d more", strings.Join(first, ", "), maxSampledNames-someNamesShown)},
+		{name: "an unknown namespace", namespace: "nope", wantErr: "the ledger's namespaces: batch"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sel, err := newPodSelection(tc.pod, tc.namespace)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sel.collect(&priorStates{src: fileSource{l}}); err != nil {
+				t.Fatal(err)
+			}
+			if kept := len(sel.elsewhere) + len(sel.pods.names) + len(sel.namespaces.names); kept > 200+maxSampledNames {
+				t.Errorf("the first pass kept %d allocations and names of others, of %d pods", kept, pods)
+			}
+			err = sel.unknown()
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("unknown() = %v, want %q", err, tc.wantErr)
 			}
 		})
 	}

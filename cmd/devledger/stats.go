@@ -166,7 +166,7 @@ type statsTally struct {
 //
 // Memory grows with the rows (groups × buckets) and with what the node
 // holds at a time (its devices, pools and live allocations), not with the
-// log; --by pod also keeps the pod of every bound allocation, as --pod does.
+// log; --by pod also keeps the pod of every bound allocation.
 func runStats(w io.Writer, lf *ledgerFlags, prs *priorStates, read func(func(events.Envelope) error) error, f *eventFilter, o *statsOptions) error {
 	t := &statsTally{o: o, f: f, base: *f, state: events.NewState(), rows: map[statsKey]*statsCounts{}}
 	t.base.pool, t.base.pods = "", nil
