@@ -626,3 +626,62 @@ func TestPodSelectionKeepsNoNameOfEveryPod(t *testing.T) {
 		})
 	}
 }
+
+// TestReplayInsideADowntimeSaysTheRunHadStopped: a run crashes after its
+// last event (at 09:04), its pid file last marked 09:06, and the next
+// start records the crash at 10:00. replay --until-time at 09:30 folds
+// a state that has the run running; it says the run was not, from the
+// crash the next start recorded, read from the file and through a
+// daemon's stream alike. Before its last-alive mark, or with no crash
+// recorded after, the run reads as running.
+func TestReplayInsideADowntimeSaysTheRunHadStopped(t *testing.T) {
+	l := pooledVF("intel.com/sriov_vfio", "0000:3b:02.1")
+	l.add(events.DeviceHealthChanged{Address: "0000:3b:02.1", Healthy: false, Reason: "link down on ens1f0 (PF)"})
+	last := l.add(events.DeviceHealthChanged{Address: "0000:3b:02.1", Healthy: true})
+	t0 := l.t0
+	crashed := events.New(events.DaemonCrashed{LastSeq: last, LastAlive: t0.Add(6 * time.Minute)}, t0.Add(time.Hour), "boot-1")
+	restarted := events.New(events.DaemonStarted{Version: "v0.3.0", PID: 2}, t0.Add(time.Hour), "boot-1")
+	envs := append(slices.Clone(l.envs), crashed, restarted)
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, db, envs)
+	const down = "NOT running: it started 2026-11-30T09:00:00Z and crashed or was killed, last alive 2026-11-30T09:06:00Z (as the next start recorded, #6)"
+
+	for _, tc := range []struct {
+		at   string
+		want string
+	}{
+		{"2026-11-30T09:30:00Z", down},
+		{"2026-11-30T09:05:00Z", "running since 2026-11-30T09:00:00Z"}, // before its last mark
+		{"2026-11-30T10:30:00Z", "running since 2026-11-30T10:00:00Z"}, // the next run
+	} {
+		code, stdout, stderr := runCLI(t, "replay", "--db", db, "--until-time", tc.at)
+		if code != exitOK || !strings.Contains(stdout, tc.want) {
+			t.Errorf("replay --until-time %s: exit %d, want %q in:\n%s%s", tc.at, code, tc.want, stdout, stderr)
+		}
+		at, err := time.Parse(time.RFC3339, tc.at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var folded []events.Envelope
+		for i, e := range envs {
+			e.Seq = uint64(i + 1)
+			folded = append(folded, e)
+		}
+		s, next, err := foldSourceAhead(sliceSource(folded), 0, at, crashLookahead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		crash, seq := crashBefore(next, s, at)
+		if (crash != nil) != (tc.want == down) || crash != nil && seq != 6 {
+			t.Errorf("through a stream at %s: crash %+v at #%d", tc.at, crash, seq)
+		}
+	}
+
+	// No crash recorded after the point (the run went on, or the ledger
+	// ends there): running.
+	alive := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, alive, l.envs)
+	if _, stdout, _ := runCLI(t, "replay", "--db", alive, "--until-time", "2026-11-30T09:30:00Z"); strings.Contains(stdout, "NOT running: it started 2026-11-30T09:00:00Z and crashed") {
+		t.Errorf("a ledger with no crash recorded reads:\n%s", stdout)
+	}
+}

@@ -79,6 +79,9 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 			return err
 		}
 		notes = fileNotes(src.l, &lf, s, *untilSeq == 0 && at.IsZero())
+		if !at.IsZero() && s.Daemon.Running {
+			notes.crash, notes.crashSeq = crashBefore(readAhead(src.l, s.Seq), s, at)
+		}
 		// Shown, then named.
 		defer func() {
 			if rerr == nil {
@@ -91,8 +94,12 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 		if *verify {
 			return usageErrf("--verify reads the file itself, which the running daemon holds: verify a copy (--db) or stop the daemon")
 		}
-		if s, err = foldSource(src, *untilSeq, at); err != nil {
+		var next []events.Envelope
+		if s, next, err = foldSourceAhead(src, *untilSeq, at, crashLookahead); err != nil {
 			return err
+		}
+		if !at.IsZero() && s.Daemon.Running {
+			notes.crash, notes.crashSeq = crashBefore(next, s, at)
 		}
 	}
 	if *format == "json" {
@@ -120,6 +127,50 @@ type stateNotes struct {
 	ended     bool
 	copy      bool
 	lastAlive time.Time
+	// crash, at sequence crashSeq, is what a later start recorded of the
+	// run the state has running, when that run was last alive before the
+	// point asked for: it was no longer running then, which the fold up
+	// to that point cannot know (only the next start records a crash).
+	crash    *events.DaemonCrashed
+	crashSeq uint64
+}
+
+// crashLookahead is how many events past the point asked for replay
+// reads for the next start's record of a crash: the crashed run's
+// events end at the point, and what comes between is a tool's (an
+// acknowledgement) at most.
+const crashLookahead = 64
+
+// readAhead is up to crashLookahead events of l after seq; what cannot
+// be read ends it (the note it serves is the only loss).
+func readAhead(l *store.Log, seq uint64) []events.Envelope {
+	var next []events.Envelope
+	_ = l.Read(seq+1, func(e events.Envelope) error {
+		next = append(next, e)
+		if len(next) == crashLookahead {
+			return errStop
+		}
+		return nil
+	})
+	return next
+}
+
+// crashBefore finds, in the events next after s, the crash a start
+// recorded of the run s has running, when that run recorded nothing past
+// s and was last alive before at.
+func crashBefore(next []events.Envelope, s events.State, at time.Time) (*events.DaemonCrashed, uint64) {
+	for _, e := range next {
+		switch p := e.Payload.(type) {
+		case events.DaemonCrashed:
+			if p.LastSeq <= s.Seq && p.LastAlive.Before(at) {
+				return &p, e.Seq
+			}
+			return nil, 0
+		case events.DaemonStarted, events.DaemonStopped:
+			return nil, 0
+		}
+	}
+	return nil, 0
 }
 
 // fileNotes are the notes on s, folded from the file of l that lf names;
@@ -166,6 +217,9 @@ func printState(w io.Writer, s events.State, at time.Time, notes stateNotes) err
 			run = "stopped since " + d.StoppedAt.UTC().Format(time.RFC3339)
 		case !d.Running: // a ledger from before stops were folded
 			run = "stopped, started " + d.StartedAt.UTC().Format(time.RFC3339)
+		case notes.crash != nil:
+			run = "NOT running: it started " + d.StartedAt.UTC().Format(time.RFC3339) + " and crashed or was killed, last alive " +
+				notes.crash.LastAlive.UTC().Format(time.RFC3339) + fmt.Sprintf(" (as the next start recorded, #%d)", notes.crashSeq)
 		case notes.copy:
 			run += " in this copy (a run killed before it recorded its stop reads the same)"
 		case notes.ended:
@@ -372,9 +426,23 @@ func replayLedgerFile(said io.Writer, l *store.Log, path string, verify bool, un
 // snapshot before it, when retention dropped older ones), up to untilSeq
 // or the time at (whichever is set).
 func foldSource(src eventSource, untilSeq uint64, at time.Time) (events.State, error) {
+	s, _, err := foldSourceAhead(src, untilSeq, at, 0)
+	return s, err
+}
+
+// foldSourceAhead is foldSource that also returns up to ahead events past
+// the point.
+func foldSourceAhead(src eventSource, untilSeq uint64, at time.Time, ahead int) (events.State, []events.Envelope, error) {
 	s := events.NewState()
 	var last uint64
+	var next []events.Envelope
 	err := src.read(func(e events.Envelope) error {
+		if len(next) > 0 {
+			if next = append(next, e); len(next) >= ahead {
+				return errStop
+			}
+			return nil
+		}
 		if last == 0 {
 			var err error
 			if s, err = foldFrom(src, e.Seq); err != nil {
@@ -385,7 +453,11 @@ func foldSource(src eventSource, untilSeq uint64, at time.Time) (events.State, e
 			}
 		}
 		if untilSeq > 0 && e.Seq > untilSeq || !at.IsZero() && e.Time.After(at) {
-			return errStop
+			if ahead == 0 {
+				return errStop
+			}
+			next = append(next, e)
+			return nil
 		}
 		if err := foldable(e); err != nil {
 			return err
@@ -395,12 +467,12 @@ func foldSource(src eventSource, untilSeq uint64, at time.Time) (events.State, e
 		return nil
 	})
 	if err != nil && !errors.Is(err, errStop) {
-		return s, err
+		return s, nil, err
 	}
-	if untilSeq > last && err == nil {
-		return s, usageErrf("--until-seq %d: the ledger ends at #%d", untilSeq, last)
+	if untilSeq > last && err == nil && len(next) == 0 {
+		return s, nil, usageErrf("--until-seq %d: the ledger ends at #%d", untilSeq, last)
 	}
-	return s, nil
+	return s, next, nil
 }
 
 // snapshotsChecked says how many snapshots a check verified, and how many
