@@ -260,15 +260,33 @@ func writeNew(path string, write func(*os.File) (int64, error), check func(tmp s
 func verifyCopy(path, name string) (store.CheckReport, error) {
 	l, err := store.Open(path, store.Options{ReadOnly: true, LockTimeout: time.Second})
 	if err != nil {
-		return store.CheckReport{}, fmt.Errorf("the copy %s does not open: %w", name, err)
+		return store.CheckReport{}, fmt.Errorf("the copy %s does not open: %w", name, renamed(err, path, name))
 	}
 	defer l.Close()
 	rep, err := l.Check(context.Background())
 	if err != nil {
-		return rep, fmt.Errorf("the copy %s does not verify: %w", name, err)
+		return rep, fmt.Errorf("the copy %s does not verify: %w", name, renamed(err, path, name))
 	}
 	return rep, nil
 }
+
+// renamed is err with the file it names as from named to instead: the
+// store names the file it opened, a temporary one that is gone by the
+// time the error is read.
+func renamed(err error, from, to string) error {
+	if from == to {
+		return err
+	}
+	return &renamedError{err: err, from: from, to: to}
+}
+
+type renamedError struct {
+	err      error
+	from, to string
+}
+
+func (e *renamedError) Error() string { return strings.ReplaceAll(e.err.Error(), e.from, e.to) }
+func (e *renamedError) Unwrap() error { return e.err }
 
 // runLedgerSalvage copies every intact event of a damaged ledger into a
 // new one (store.Salvage), verifies the new one, and reports what was lost.

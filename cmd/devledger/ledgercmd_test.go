@@ -190,6 +190,20 @@ func TestLedgerBackupThatDoesNotVerifyWritesNothing(t *testing.T) {
 	}
 }
 
+// ledger backup of a ledger whose copy does not verify for a reason other
+// than damage (an event of a newer devledger, after a rollback) names the
+// copy by --out, not by the temporary name it was checked under, which
+// is gone when the error is read.
+func TestLedgerBackupNamesTheCopyByOut(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	future, _ := ledgerFromTheFuture(t, db)
+	out := filepath.Join(t.TempDir(), "copy.db")
+	code, _, stderr := runCLI(t, "ledger", "backup", "--db", db, "--out", out)
+	if code != exitFailure || !strings.Contains(stderr, "ledger "+out+": #"+itoa(future)) || strings.Contains(stderr, ".tmp-") {
+		t.Errorf("exit %d, stderr %q; want the copy named %s, no temporary name", code, stderr, out)
+	}
+}
+
 // A ledger someone else holds while no daemon answers on its admin socket
 // (a dump still reading it, a daemon starting): backup and acknowledge say
 // that the file is locked, not only that the socket refused them.
