@@ -95,17 +95,22 @@ func runLedgerBackup(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	var rep store.CheckReport
-	n, err := writeNew(*out, func(f *os.File) (int64, error) { return backup(f) }, func(tmp string) error {
+	n, err := writeNew(*out, func(f *os.File) (int64, error) { return backup(f) }, func(tmp string) (bool, error) {
 		// Checked before it takes --out's name: a copy that does not
 		// verify must not stand where a backup job looks for a sound one.
 		var err error
 		rep, err = verifyCopy(tmp, *out)
+		if errors.Is(err, events.ErrUnknownType) || errors.Is(err, events.ErrUnknownVersion) {
+			// After a rollback: events a newer devledger wrote, which
+			// this release cannot check. No damage: the copy is kept.
+			return true, fmt.Errorf("back up %s: %w; %s holds the copy: check it with that newer devledger (replay --verify)", src, err, *out)
+		}
 		var bad *store.CorruptError
 		if !errors.As(err, &bad) {
 			if err != nil {
-				return fmt.Errorf("back up %s: %w; %s was not written", src, err, *out)
+				return false, fmt.Errorf("back up %s: %w; %s was not written", src, err, *out)
 			}
-			return nil
+			return false, nil
 		}
 		// The copy holds the ledger's pages as they are: the damage is
 		// the ledger's, and is named so.
@@ -115,7 +120,7 @@ func runLedgerBackup(args []string, stdout, stderr io.Writer) error {
 			// The daemon holds the file, which salvage cannot open.
 			again = "devledger ledger backup --state-dir " + filepath.Dir(lf.path()) + " --out - > COPY, then devledger ledger salvage --db COPY --out FILE"
 		}
-		return fmt.Errorf("back up %s: %w; %s was not written\n  to copy every intact event: %s", src, bad, *out, again)
+		return false, fmt.Errorf("back up %s: %w; %s was not written\n  to copy every intact event: %s", src, bad, *out, again)
 	})
 	if err != nil {
 		return err
@@ -216,8 +221,10 @@ func acknowledgeInFile(path, note string) ([]string, error) {
 // writeNew creates path, which must not exist, with what write writes:
 // under a temporary name beside it, synced, passed by check, then linked
 // into place (a link fails rather than replace a file made meanwhile),
-// and the directory synced. Nothing is left behind on failure.
-func writeNew(path string, write func(*os.File) (int64, error), check func(tmp string) error) (int64, error) {
+// and the directory synced. Nothing is left behind on failure, but for
+// a file check fails and keeps (keep): it is linked, and its error
+// returned.
+func writeNew(path string, write func(*os.File) (int64, error), check func(tmp string) (keep bool, err error)) (int64, error) {
 	if _, err := os.Lstat(path); err == nil {
 		return 0, usageErrf("%s exists: name a new file", path)
 	}
@@ -239,10 +246,11 @@ func writeNew(path string, write func(*os.File) (int64, error), check func(tmp s
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
+	keep := false
 	if err == nil {
-		err = check(tmp)
+		keep, err = check(tmp)
 	}
-	if err != nil {
+	if err != nil && !keep {
 		return n, err
 	}
 	if err := os.Link(tmp, path); err != nil {
@@ -252,7 +260,7 @@ func writeNew(path string, write func(*os.File) (int64, error), check func(tmp s
 		d.Sync()
 		d.Close()
 	}
-	return n, nil
+	return n, err
 }
 
 // verifyCopy checks a ledger just written at path, as replay --verify

@@ -193,14 +193,25 @@ func TestLedgerBackupThatDoesNotVerifyWritesNothing(t *testing.T) {
 // ledger backup of a ledger whose copy does not verify for a reason other
 // than damage (an event of a newer devledger, after a rollback) names the
 // copy by --out, not by the temporary name it was checked under, which
-// is gone when the error is read.
+// is gone when the error is read. Such a copy is no damage: it is kept
+// at --out, whole, and the error says so (exit 1: this release could
+// not verify it).
 func TestLedgerBackupNamesTheCopyByOut(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "ledger.db")
-	future, _ := ledgerFromTheFuture(t, db)
+	future, after := ledgerFromTheFuture(t, db)
 	out := filepath.Join(t.TempDir(), "copy.db")
 	code, _, stderr := runCLI(t, "ledger", "backup", "--db", db, "--out", out)
-	if code != exitFailure || !strings.Contains(stderr, "ledger "+out+": #"+itoa(future)) || strings.Contains(stderr, ".tmp-") {
-		t.Errorf("exit %d, stderr %q; want the copy named %s, no temporary name", code, stderr, out)
+	if code != exitFailure || !strings.Contains(stderr, "ledger "+out+": #"+itoa(future)) || strings.Contains(stderr, ".tmp-") ||
+		!strings.Contains(stderr, out+" holds the copy: check it with that newer devledger") {
+		t.Errorf("exit %d, stderr %q; want the copy named %s, kept, no temporary name", code, stderr, out)
+	}
+	l, err := store.Open(out, store.Options{ReadOnly: true, LockTimeout: time.Second})
+	if err != nil {
+		t.Fatalf("the kept copy: %v", err)
+	}
+	defer l.Close()
+	if got := l.LastSeq(); got != after {
+		t.Errorf("the kept copy ends at #%d, the ledger at #%d", got, after)
 	}
 }
 
