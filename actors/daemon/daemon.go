@@ -579,7 +579,7 @@ type kernelPlan struct {
 // churn does not rescan the node. An overflow rescans and probes all.
 func planKernelBatch(batch []sysfs.KernelEvent) kernelPlan {
 	var p kernelPlan
-	var addrs, ifaces []string
+	var addrs, ifaces, down []string
 	for _, e := range batch {
 		switch {
 		case e.Kind == sysfs.KindOverflow:
@@ -588,6 +588,9 @@ func planKernelBatch(batch []sysfs.KernelEvent) kernelPlan {
 			p.links++
 			if e.Interface != "" {
 				ifaces = append(ifaces, e.Interface)
+				if e.Action == "down" {
+					down = append(down, e.Interface)
+				}
 			}
 		case e.PCIAddress != "":
 			p.devices++
@@ -611,7 +614,8 @@ func planKernelBatch(batch []sysfs.KernelEvent) kernelPlan {
 		p.removed = slices.Compact(slices.Sorted(slices.Values(p.removed)))
 	}
 	if !p.overflow && (len(addrs) > 0 || len(ifaces) > 0) {
-		p.probe = &node.ProbeHealth{Addresses: slices.Compact(slices.Sorted(slices.Values(addrs))), Interfaces: slices.Compact(slices.Sorted(slices.Values(ifaces)))}
+		p.probe = &node.ProbeHealth{Addresses: slices.Compact(slices.Sorted(slices.Values(addrs))), Interfaces: slices.Compact(slices.Sorted(slices.Values(ifaces))),
+			Down: slices.Compact(slices.Sorted(slices.Values(down)))}
 	}
 	return p
 }

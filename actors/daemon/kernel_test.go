@@ -19,6 +19,7 @@ func TestPlanKernelBatch(t *testing.T) {
 	unbind := sysfs.KernelEvent{Kind: sysfs.KindUevent, Action: "unbind", Subsystem: "pci", PCIAddress: "0000:3b:02.0", Driver: "vfio-pci"}
 	veth := sysfs.KernelEvent{Kind: sysfs.KindUevent, Action: "add", Subsystem: "net", Interface: "veth3f2a", DevPath: "/devices/virtual/net/veth3f2a"}
 	pfDown := sysfs.KernelEvent{Kind: sysfs.KindLink, Action: "down", Interface: "ens785f0"}
+	pfUp := sysfs.KernelEvent{Kind: sysfs.KindLink, Action: "up", Interface: "ens785f0"}
 	lost := sysfs.KernelEvent{Kind: sysfs.KindOverflow, Action: "uevent socket"}
 	vfRemove, vfNetRemove := vfAdd, vfNet
 	vfRemove.Action, vfNetRemove.Action = "remove", "remove"
@@ -34,9 +35,13 @@ func TestPlanKernelBatch(t *testing.T) {
 			&node.ProbeHealth{Addresses: []string{"0000:3b:02.0", "0000:3b:02.1"}, Interfaces: []string{"ens785f0v1"}}, nil},
 		{"a VF made anew", []sysfs.KernelEvent{vfNetRemove, vfRemove, vfRemove, vfAdd, vfNet}, "kernel: 5 device events",
 			&node.ProbeHealth{Addresses: []string{"0000:3b:02.1"}, Interfaces: []string{"ens785f0v1"}}, []string{"0000:3b:02.1"}},
-		{"a PF's link down", []sysfs.KernelEvent{pfDown, pfDown}, "", &node.ProbeHealth{Interfaces: []string{"ens785f0"}}, nil},
+		{"a PF's link down", []sysfs.KernelEvent{pfDown, pfDown}, "", &node.ProbeHealth{Interfaces: []string{"ens785f0"}, Down: []string{"ens785f0"}}, nil},
+		// Up again by the probe: the drop is passed on for the link
+		// checks to count.
+		{"a PF's link flaps", []sysfs.KernelEvent{pfDown, pfUp}, "", &node.ProbeHealth{Interfaces: []string{"ens785f0"}, Down: []string{"ens785f0"}}, nil},
+		{"a PF's link up", []sysfs.KernelEvent{pfUp}, "", &node.ProbeHealth{Interfaces: []string{"ens785f0"}}, nil},
 		{"pods' veths only", []sysfs.KernelEvent{veth, veth}, "", nil, nil},
-		{"veths and a link", []sysfs.KernelEvent{veth, pfDown}, "", &node.ProbeHealth{Interfaces: []string{"ens785f0"}}, nil},
+		{"veths and a link", []sysfs.KernelEvent{veth, pfDown}, "", &node.ProbeHealth{Interfaces: []string{"ens785f0"}, Down: []string{"ens785f0"}}, nil},
 		{"events lost", []sysfs.KernelEvent{vfAdd, lost, pfDown}, "kernel: events lost, 1 device events", &node.ProbeHealth{}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -87,6 +87,11 @@ type Probe struct {
 	Reason     string
 	Addresses  []string
 	Interfaces []string
+	// Down are the interfaces the kernel reported down since it last
+	// asked: a link that went down and up again before the probe (a
+	// flapping port) fails the link check of the targets that read it,
+	// before their probe's own result is judged.
+	Down []string
 }
 
 // Changed is sent to the parent once per probe round in which verdicts
@@ -186,7 +191,7 @@ func (c *checker) Receive(ctx actor.Context) {
 		c.schedule(ctx, c.cfg.Interval)
 		if ts := c.life.targets; ts != nil {
 			c.watch(ts, Seen{})
-			c.round(ctx, c.targets, nil)
+			c.round(ctx, c.targets, nil, nil)
 		}
 		c.life.persist.Resume(func(m any) { c.handle(ctx, m) })
 	case *actor.Stopping, *actor.Restarting:
@@ -214,18 +219,18 @@ func (c *checker) Receive(ctx actor.Context) {
 func (c *checker) handle(ctx actor.Context, m any) {
 	switch m := m.(type) {
 	case *Watch:
-		c.round(ctx, c.watch(m.Targets, m.Seen), nil)
+		c.round(ctx, c.watch(m.Targets, m.Seen), nil, nil)
 	case *Probe:
 		targets, linkOnly := c.targets, []bool(nil)
 		if len(m.Addresses) > 0 || len(m.Interfaces) > 0 {
 			targets, linkOnly = c.named(m.Addresses, m.Interfaces)
 		}
-		c.round(ctx, targets, linkOnly)
+		c.round(ctx, targets, linkOnly, m.Down)
 	case *wake.Tick:
 		if !c.timer.Take(m) {
 			return // stale (see wake)
 		}
-		c.round(ctx, c.dueNow(), nil)
+		c.round(ctx, c.dueNow(), nil, nil)
 		c.scheduleNext(ctx)
 	}
 }
@@ -372,8 +377,10 @@ func (c *checker) named(addrs, ifaces []string) (targets []Target, linkOnly []bo
 // sooner when its hold-down or debounce ends first; a round comes no later
 // than the first of those. The targets linkOnly marks have their link
 // checked alone when their last full probe passed the other checks (or
-// failed them: that failure stands).
-func (c *checker) round(ctx actor.Context, targets []Target, linkOnly []bool) {
+// failed them: that failure stands). A target whose link check reads an
+// interface in down, and whose probe passed, is judged failed first: the
+// drop the kernel reported was over before the probe could see it.
+func (c *checker) round(ctx actor.Context, targets []Target, linkOnly []bool, down []string) {
 	if len(targets) == 0 {
 		return
 	}
@@ -384,7 +391,17 @@ func (c *checker) round(ctx actor.Context, targets []Target, linkOnly []bool) {
 	var changes []events.Payload
 	var verdicts []Verdict
 	for i, t := range targets {
-		v, due := c.judge(t, results[i], now)
+		var v *Verdict
+		due := c.interval(t)
+		if link, pf := t.Probe.LinkInterface(); t.Probe.Link && results[i].Healthy && slices.Contains(down, link) {
+			reason := "link down on " + link + ", briefly: the kernel reported it, the probe after it found the link up"
+			if pf {
+				reason = "link down on " + link + " (PF), briefly: the kernel reported it, the probe after it found the link up"
+			}
+			v, due = c.judge(t, sysfs.ProbeResult{Reason: reason, Link: true}, now)
+		}
+		after, dueAfter := c.judge(t, results[i], now)
+		v, due = cmp.Or(v, after), min(due, dueAfter)
 		at := now.Add(due)
 		if prev, ok := c.next[t.Probe.Address]; ok && linked[i] && prev.Before(at) {
 			// A link check alone never puts off the full probe: what

@@ -516,6 +516,49 @@ func TestLinkNotificationChecksTheLinkAlone(t *testing.T) {
 	}
 }
 
+// A link that goes down and up again within one batch of kernel events
+// (a flapping port) is up by the probe the batch asks for: the drop the
+// kernel reported fails the link check first. A healthy device turns
+// unhealthy (no debounce), once; a drop inside its hold-down starts the
+// hold-down over; a device whose debounce outlasts the drop records
+// nothing; and a device whose link check reads another interface is not
+// touched.
+func TestAShortLinkDropTheKernelReportedCounts(t *testing.T) {
+	const devC = "0000:3b:01.2"
+	c := newChecker(t, Config{})
+	withPF := func(addr, pf string, debounce time.Duration) Target {
+		tg := target(addr, debounce, time.Hour)
+		tg.Probe.Link, tg.Probe.PFInterface = true, pf
+		return tg
+	}
+	c.watch(withPF(devA, "ens1f0", 0), withPF(devB, "ens1f0", time.Second), withPF(devC, "ens2f0", 0))
+	c.Silent(t)
+	flap := func(after time.Duration) {
+		c.clock.advance(after)
+		c.Sys.Root.Send(c.Child, &Probe{Reason: "link", Interfaces: []string{"ens1f0"}, Down: []string{"ens1f0"}})
+	}
+	const brief = "link down on ens1f0 (PF), briefly: the kernel reported it, the probe after it found the link up"
+	flap(time.Second)
+	if v := nextVerdict(t, c.family); v.Address != devA || v.Healthy || v.Reason != brief {
+		t.Fatalf("a drop: verdict %+v, want devA unhealthy, %q", *v, brief)
+	}
+	c.Silent(t) // devB's debounce outlasts the drop; devC reads another link
+
+	flap(30 * time.Minute) // inside the hour's hold-down: it starts over
+	c.Silent(t)
+	c.round(31 * time.Minute) // the first hold-down would have ended
+	c.Silent(t)
+	c.round(30 * time.Minute) // an hour after the second drop
+	if v := nextVerdict(t, c.family); v.Address != devA || !v.Healthy {
+		t.Fatalf("after the hold-down: verdict %+v, want devA healthy", *v)
+	}
+	c.Silent(t)
+	got := c.recorded(t)
+	if len(got) != 2 {
+		t.Errorf("recorded %+v, want devA down and up again", got)
+	}
+}
+
 func TestVerdictsStartFromTheLedger(t *testing.T) {
 	const devC = "0000:3b:01.2"
 	unbound := "driver unbound (was vfio-pci)"

@@ -365,7 +365,7 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 	case *ReloadConfig:
 		n.reload(ctx, m.Reason, sender)
 	case *ProbeHealth:
-		ctx.Send(n.health, &health.Probe{Reason: "asked", Addresses: m.Addresses, Interfaces: m.Interfaces})
+		ctx.Send(n.health, &health.Probe{Reason: "asked", Addresses: m.Addresses, Interfaces: m.Interfaces, Down: m.Down})
 	case *Crash:
 		panic(fmt.Sprintf("node: injected crash: %s", m.Reason))
 	case *Query:

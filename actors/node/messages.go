@@ -16,6 +16,8 @@ type Rescan struct {
 type ProbeHealth struct {
 	Addresses  []string
 	Interfaces []string
+	// Down are the interfaces the kernel reported down (health.Probe).
+	Down []string
 }
 
 // Children asks for the PIDs of the node's actors; the reply is a *ChildPIDs.
