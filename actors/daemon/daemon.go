@@ -579,8 +579,12 @@ type kernelPlan struct {
 // churn does not rescan the node. An overflow rescans and probes all.
 func planKernelBatch(batch []sysfs.KernelEvent) kernelPlan {
 	var p kernelPlan
-	var addrs, ifaces, down []string
+	var addrs, ifaces, down, moved []string
 	for _, e := range batch {
+		if e.Interface != "" && (e.Kind == sysfs.KindLink && e.Action == "remove" ||
+			e.Kind == sysfs.KindUevent && e.Subsystem == "net" && (e.Action == "add" || e.Action == "remove" || e.Action == "move")) {
+			moved = append(moved, e.Interface)
+		}
 		switch {
 		case e.Kind == sysfs.KindOverflow:
 			p.overflow = true
@@ -610,6 +614,11 @@ func planKernelBatch(batch []sysfs.KernelEvent) kernelPlan {
 	case p.devices > 0:
 		p.rescan = fmt.Sprintf("kernel: %d device events", p.devices)
 	}
+	// An interface that came or left in the batch was not dropped: the
+	// kernel closes one it moves between namespaces (the host-device CNI
+	// handing a function to a pod, or taking it back), reporting it down
+	// on the way, and the probe finds it gone, or up as the CNI left it.
+	down = slices.DeleteFunc(down, func(i string) bool { return slices.Contains(moved, i) })
 	if p.removed != nil {
 		p.removed = slices.Compact(slices.Sorted(slices.Values(p.removed)))
 	}

@@ -20,6 +20,13 @@ func TestPlanKernelBatch(t *testing.T) {
 	veth := sysfs.KernelEvent{Kind: sysfs.KindUevent, Action: "add", Subsystem: "net", Interface: "veth3f2a", DevPath: "/devices/virtual/net/veth3f2a"}
 	pfDown := sysfs.KernelEvent{Kind: sysfs.KindLink, Action: "down", Interface: "ens785f0"}
 	pfUp := sysfs.KernelEvent{Kind: sysfs.KindLink, Action: "up", Interface: "ens785f0"}
+	ownNetAdd := sysfs.KernelEvent{Kind: sysfs.KindUevent, Action: "add", Subsystem: "net", PCIAddress: "0000:3b:00.1", Interface: "ens785f1",
+		DevPath: "/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.1/net/ens785f1"}
+	ownNetRemove := ownNetAdd
+	ownNetRemove.Action = "remove"
+	ownDown := sysfs.KernelEvent{Kind: sysfs.KindLink, Action: "down", Interface: "ens785f1"}
+	ownUp, ownGone := ownDown, ownDown
+	ownUp.Action, ownGone.Action = "up", "remove"
 	lost := sysfs.KernelEvent{Kind: sysfs.KindOverflow, Action: "uevent socket"}
 	vfRemove, vfNetRemove := vfAdd, vfNet
 	vfRemove.Action, vfNetRemove.Action = "remove", "remove"
@@ -40,6 +47,12 @@ func TestPlanKernelBatch(t *testing.T) {
 		// checks to count.
 		{"a PF's link flaps", []sysfs.KernelEvent{pfDown, pfUp}, "", &node.ProbeHealth{Interfaces: []string{"ens785f0"}, Down: []string{"ens785f0"}}, nil},
 		{"a PF's link up", []sysfs.KernelEvent{pfUp}, "", &node.ProbeHealth{Interfaces: []string{"ens785f0"}}, nil},
+		// The host-device CNI moves a function's own interface into a
+		// pod (the kernel closes it first), and back again: no drop.
+		{"an interface into a pod", []sysfs.KernelEvent{ownDown, ownGone, ownNetRemove}, "kernel: 1 device events",
+			&node.ProbeHealth{Addresses: []string{"0000:3b:00.1"}, Interfaces: []string{"ens785f1"}}, nil},
+		{"an interface back from a pod", []sysfs.KernelEvent{ownNetAdd, ownDown, ownUp}, "kernel: 1 device events",
+			&node.ProbeHealth{Addresses: []string{"0000:3b:00.1"}, Interfaces: []string{"ens785f1"}}, nil},
 		{"pods' veths only", []sysfs.KernelEvent{veth, veth}, "", nil, nil},
 		{"veths and a link", []sysfs.KernelEvent{veth, pfDown}, "", &node.ProbeHealth{Interfaces: []string{"ens785f0"}, Down: []string{"ens785f0"}}, nil},
 		{"events lost", []sysfs.KernelEvent{vfAdd, lost, pfDown}, "kernel: events lost, 1 device events", &node.ProbeHealth{}, nil},
