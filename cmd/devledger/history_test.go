@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -683,5 +684,43 @@ func TestReplayInsideADowntimeSaysTheRunHadStopped(t *testing.T) {
 	writeLedger(t, alive, l.envs)
 	if _, stdout, _ := runCLI(t, "replay", "--db", alive, "--until-time", "2026-11-30T09:30:00Z"); strings.Contains(stdout, "NOT running: it started 2026-11-30T09:00:00Z and crashed") {
 		t.Errorf("a ledger with no crash recorded reads:\n%s", stdout)
+	}
+}
+
+// failingSource serves its events, then fails, as a daemon's stream does
+// when it meets a record it cannot read.
+type failingSource struct {
+	sliceSource
+	err error
+}
+
+func (s failingSource) read(fn func(events.Envelope) error) error {
+	if err := s.sliceSource.read(fn); err != nil {
+		return err
+	}
+	return s.err
+}
+
+// TestReplayThroughADaemonReadsAheadOnlyWhatItCan: the look ahead for a
+// crash reads past the point through a daemon's stream; a record there
+// that the daemon cannot read ends the look ahead, not the replay, which
+// stopped at the point before it did.
+func TestReplayThroughADaemonReadsAheadOnlyWhatItCan(t *testing.T) {
+	envs := sampleEnvelopes(t)
+	if len(envs) < 3 {
+		t.Fatalf("%d sample events", len(envs))
+	}
+	src := failingSource{sliceSource(envs), errors.New("the daemon says: record damaged")}
+	want, err := foldSource(src, 2, time.Time{})
+	if err != nil {
+		t.Fatalf("fold to #2 alone: %v", err)
+	}
+	s, next, err := foldSourceAhead(src, 2, time.Time{}, crashLookahead)
+	if err != nil || s.Seq != want.Seq || len(next) != len(envs)-2 {
+		t.Errorf("fold to #2 reading ahead: state at #%d (want #%d), %d events ahead, error %v", s.Seq, want.Seq, len(next), err)
+	}
+	at := envs[1].Time
+	if _, _, err := foldSourceAhead(src, 0, at, crashLookahead); err != nil && envs[len(envs)-1].Time.After(at) {
+		t.Errorf("fold to %s reading ahead: %v", at, err)
 	}
 }

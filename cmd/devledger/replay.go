@@ -467,6 +467,11 @@ func foldSourceAhead(src eventSource, untilSeq uint64, at time.Time, ahead int) 
 		return nil
 	})
 	if err != nil && !errors.Is(err, errStop) {
+		if len(next) > 0 {
+			// Past the point: what cannot be read there ends the look
+			// ahead, not the fold (as readAhead does of a file).
+			return s, next, nil
+		}
 		return s, nil, err
 	}
 	if untilSeq > last && err == nil && len(next) == 0 {
