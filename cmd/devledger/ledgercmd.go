@@ -100,9 +100,10 @@ func runLedgerBackup(args []string, stdout, stderr io.Writer) error {
 		// verify must not stand where a backup job looks for a sound one.
 		var err error
 		rep, err = verifyCopy(tmp, *out)
-		if errors.Is(err, events.ErrUnknownType) || errors.Is(err, events.ErrUnknownVersion) {
-			// After a rollback: events a newer devledger wrote, which
-			// this release cannot check. No damage: the copy is kept.
+		if errors.Is(err, events.ErrUnknownType) || errors.Is(err, events.ErrUnknownVersion) || errors.Is(err, store.ErrNewerFormat) {
+			// After a rollback, or from a newer daemon: events, or a
+			// file, a newer devledger wrote, which this release cannot
+			// check. No damage: the copy is kept.
 			return true, fmt.Errorf("back up %s: %w; %s holds the copy: check it with that newer devledger (replay --verify)", src, err, *out)
 		}
 		var bad *store.CorruptError

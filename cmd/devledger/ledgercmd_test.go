@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,6 +19,7 @@ import (
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/testdata/sysfsgen"
+	bolt "go.etcd.io/bbolt"
 )
 
 // ledger backup of a running daemon goes through its admin socket, and of
@@ -411,6 +414,69 @@ func TestToolsReadADaemonWhoseActorsDoNotAnswer(t *testing.T) {
 		if code != exitOK || out == "" {
 			t.Errorf("%s on a live node whose actors do not answer: exit %d: %s", args[0], code, strings.TrimSpace(errOut))
 		}
+	}
+}
+
+// newerBackup is a daemon's ledger whose backup is of a newer devledger's
+// file format: what an older CLI receives from a newer daemon.
+type newerBackup struct {
+	*store.Log
+	file string
+}
+
+func (b newerBackup) Backup(w io.Writer) (int64, error) {
+	f, err := os.Open(b.file)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return io.Copy(w, f)
+}
+
+// ledger backup through a daemon of a newer release, whose file format
+// this release does not read, keeps the copy: a faithful one, which that
+// release can check. It says so and exits 1.
+func TestLedgerBackupKeepsACopyOfANewerFormat(t *testing.T) {
+	dir := kubelettest.ShortTempDir(t)
+	db := filepath.Join(dir, ledgerFileName)
+	writeSampleLedger(t, db)
+	newer := filepath.Join(t.TempDir(), "newer.db")
+	writeSampleLedger(t, newer)
+	bdb, err := bolt.Open(newer, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bdb.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("meta")).Put([]byte("format_version"), []byte("99"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := bdb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := store.Open(db, store.Options{Node: "worker-3"}) // holds the lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	admin := grpcapi.NewAdminServer(newerBackup{l, newer}, wedgedStatus{}, grpcapi.AdminServerOptions{})
+	if err := admin.Serve(grpcapi.AdminSocketPath(dir)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Stop(context.Background()) })
+
+	out := filepath.Join(t.TempDir(), "copy.db")
+	code, _, stderr := runCLI(t, "ledger", "backup", "--state-dir", dir, "--out", out)
+	if code != exitFailure || !strings.Contains(stderr, "has format version 99") ||
+		!strings.Contains(stderr, out+" holds the copy") || strings.Contains(stderr, ".tmp-") {
+		t.Errorf("exit %d, stderr %q; want the copy kept at %s", code, stderr, out)
+	}
+	want, err := os.ReadFile(newer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(out); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("the copy at --out: %d bytes, %v; want the daemon's %d", len(got), err, len(want))
 	}
 }
 
