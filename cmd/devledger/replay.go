@@ -95,7 +95,11 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 			return usageErrf("--verify reads the file itself, which the running daemon holds: verify a copy (--db) or stop the daemon")
 		}
 		var next []events.Envelope
-		if s, next, err = foldSourceAhead(src, *untilSeq, at, crashLookahead); err != nil {
+		ahead := 0
+		if !at.IsZero() {
+			ahead = crashLookahead // for crashBefore
+		}
+		if s, next, err = foldSourceAhead(src, *untilSeq, at, ahead); err != nil {
 			return err
 		}
 		if !at.IsZero() && s.Daemon.Running {
@@ -456,7 +460,9 @@ func foldSourceAhead(src eventSource, untilSeq uint64, at time.Time, ahead int) 
 			if ahead == 0 {
 				return errStop
 			}
-			next = append(next, e)
+			if next = append(next, e); len(next) >= ahead {
+				return errStop
+			}
 			return nil
 		}
 		if err := foldable(e); err != nil {
