@@ -47,8 +47,8 @@ func runLedger(args []string, stdout, stderr io.Writer) error {
 // runLedgerBackup copies the ledger to --out: from the file when no daemon
 // holds it, else through the running daemon's admin socket. The copy is
 // consistent (one read transaction), written under a temporary name,
-// synced, verified, and put in place only if it verifies and --out does
-// not exist.
+// synced, verified, and put in place only if --out does not exist and it
+// verifies, or holds what only a newer devledger can verify.
 func runLedgerBackup(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("ledger backup", "[--state-dir DIR | --db FILE] --out FILE", stdout)
 	var lf ledgerFlags

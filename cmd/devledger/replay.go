@@ -441,35 +441,31 @@ func foldSourceAhead(src eventSource, untilSeq uint64, at time.Time, ahead int) 
 	var last uint64
 	var next []events.Envelope
 	err := src.read(func(e events.Envelope) error {
-		if len(next) > 0 {
-			if next = append(next, e); len(next) >= ahead {
-				return errStop
+		if len(next) == 0 { // not past the point yet
+			if last == 0 {
+				var err error
+				if s, err = foldFrom(src, e.Seq); err != nil {
+					return err
+				}
+				if untilSeq > 0 && untilSeq < s.Seq || !at.IsZero() && s.Time.After(at) {
+					return fmt.Errorf("replay to before #%d: %w", e.Seq, store.ErrHistoryDropped)
+				}
 			}
-			return nil
-		}
-		if last == 0 {
-			var err error
-			if s, err = foldFrom(src, e.Seq); err != nil {
-				return err
+			if past := untilSeq > 0 && e.Seq > untilSeq || !at.IsZero() && e.Time.After(at); !past {
+				if err := foldable(e); err != nil {
+					return err
+				}
+				s = events.Apply(s, e)
+				last = e.Seq
+				return nil
 			}
-			if untilSeq > 0 && untilSeq < s.Seq || !at.IsZero() && s.Time.After(at) {
-				return fmt.Errorf("replay to before #%d: %w", e.Seq, store.ErrHistoryDropped)
-			}
-		}
-		if untilSeq > 0 && e.Seq > untilSeq || !at.IsZero() && e.Time.After(at) {
 			if ahead == 0 {
 				return errStop
 			}
-			if next = append(next, e); len(next) >= ahead {
-				return errStop
-			}
-			return nil
 		}
-		if err := foldable(e); err != nil {
-			return err
+		if next = append(next, e); len(next) >= ahead {
+			return errStop
 		}
-		s = events.Apply(s, e)
-		last = e.Seq
 		return nil
 	})
 	if err != nil && !errors.Is(err, errStop) {
