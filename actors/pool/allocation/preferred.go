@@ -68,6 +68,10 @@ type Index struct {
 	// held marks them and what Mark was given last, by position.
 	elsewhere []int32
 	held      []bool
+	// siblings, by position, are the vfio-bound members of the member's
+	// IOMMU group, itself included, where the group has more than one;
+	// nil when no group does (vfio gives a group to one pod at a time).
+	siblings [][]int32
 }
 
 // ranked is what ranking reads of one member.
@@ -87,6 +91,7 @@ func NewIndex(members map[string]*Member) *Index {
 	}
 	groups := slices.Compact(slices.Sorted(slices.Values(names)))
 	x.groups = len(groups)
+	x.siblings = iommuSiblings(ids, members)
 	off := 0
 	for i, id := range ids {
 		m := members[id]
@@ -102,6 +107,46 @@ func NewIndex(members map[string]*Member) *Index {
 		}
 	}
 	return x
+}
+
+// iommuSiblings is Index.siblings of the members, by the positions of
+// ids.
+func iommuSiblings(ids []string, members map[string]*Member) [][]int32 {
+	var byGroup map[string][]int32
+	for i, id := range ids {
+		if d := &members[id].Device; d.IOMMUGroup != "" && sysfs.IsVFIODriver(d.Driver) {
+			if byGroup == nil {
+				byGroup = make(map[string][]int32)
+			}
+			byGroup[d.IOMMUGroup] = append(byGroup[d.IOMMUGroup], int32(i))
+		}
+	}
+	var out [][]int32
+	for _, ps := range byGroup {
+		if len(ps) < 2 {
+			continue
+		}
+		if out == nil {
+			out = make([][]int32, len(ids))
+		}
+		for _, p := range ps {
+			out[p] = ps
+		}
+	}
+	return out
+}
+
+// siblingHeld says whether a member that shares i's IOMMU group is held.
+func (x *Index) siblingHeld(i int32, held []bool) bool {
+	if x.siblings == nil {
+		return false
+	}
+	for _, p := range x.siblings[i] {
+		if p != i && held[p] {
+			return true
+		}
+	}
+	return false
 }
 
 // Mark notes the members held now: those held yields (some more than
@@ -129,7 +174,9 @@ func (x *Index) Mark(held iter.Seq[string]) {
 // once). Candidates rank by, in this order:
 //
 //  1. not held: a held device is offered only when the free ones run out
-//     (the kubelet thinks it free; our ledger may not have seen it go);
+//     (the kubelet thinks it free; our ledger may not have seen it go),
+//     and so is a vfio-bound one whose IOMMU group a held member shares
+//     (vfio gives a group to one pod at a time: the second would fail);
 //  2. one NUMA node: the node most must-include devices sit on, if any
 //     sits on a known node, else, of the nodes with enough free
 //     candidates for the request, the one the policy (rank 3) would take
@@ -233,7 +280,7 @@ func (x *Index) Preferred(res *config.Resource, pending iter.Seq[string], availa
 		taken[i] = true
 		seen++
 		if m := &x.members[i]; m.usable {
-			c := candidate{pos: i, numa: m.numa, group: m.group, held: isHeld[i]}
+			c := candidate{pos: i, numa: m.numa, group: m.group, held: isHeld[i] || x.siblingHeld(i, isHeld)}
 			if weighed {
 				c.load = int32(load[c.group])
 			}

@@ -98,6 +98,39 @@ func TestPreferred(t *testing.T) {
 			want:    []string{"0000:3b:02.1", "0000:3b:02.3", "0000:3b:0a.0"},
 		},
 		{
+			// vfio gives a group to one pod at a time: a device whose
+			// group a held one shares would fail in the pod it went to.
+			name:      "a vfio device whose IOMMU group a held one shares comes last",
+			members:   func(m map[string]Member) { iommu(m, "7", "0000:3b:02.0", "0000:3b:02.1") },
+			held:      []string{"0000:3b:02.0"},
+			available: without(all, "0000:3b:02.0"),
+			size:      3,
+			want:      []string{"0000:3b:02.2", "0000:3b:02.3", "0000:3b:0a.0"},
+		},
+		{
+			name:      "a vfio device whose IOMMU group a held one shares, when nothing else is free",
+			members:   func(m map[string]Member) { iommu(m, "7", "0000:3b:02.0", "0000:3b:02.1") },
+			held:      []string{"0000:3b:02.0"},
+			available: []string{"0000:3b:02.1"},
+			size:      1,
+			want:      []string{"0000:3b:02.1"},
+		},
+		{
+			name: "functions on a kernel driver share an IOMMU group as they please",
+			members: func(m map[string]Member) {
+				iommu(m, "7", "0000:3b:02.0", "0000:3b:02.1")
+				for _, a := range []string{"0000:3b:02.0", "0000:3b:02.1"} {
+					e := m[a]
+					e.Device.Driver = "iavf"
+					m[a] = e
+				}
+			},
+			held:      []string{"0000:3b:02.0"},
+			available: without(all, "0000:3b:02.0"),
+			size:      1,
+			want:      []string{"0000:3b:02.1"},
+		},
+		{
 			name: "held by another pool's allocation never offered",
 			members: func(m map[string]Member) {
 				e := m["0000:3b:02.0"]
@@ -319,6 +352,19 @@ func unhealthy(m map[string]Member, ids ...string) {
 	for _, id := range ids {
 		e := m[id]
 		e.Healthy = false
+		m[id] = e
+	}
+}
+
+// without is ids less drop.
+func without(ids []string, drop ...string) []string {
+	return slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return slices.Contains(drop, id) })
+}
+
+func iommu(m map[string]Member, group string, ids ...string) {
+	for _, id := range ids {
+		e := m[id]
+		e.Device.IOMMUGroup = group
 		m[id] = e
 	}
 }
