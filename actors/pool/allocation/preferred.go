@@ -176,7 +176,8 @@ func (x *Index) Mark(held iter.Seq[string]) {
 //  1. not held: a held device is offered only when the free ones run out
 //     (the kubelet thinks it free; our ledger may not have seen it go),
 //     and so is a vfio-bound one whose IOMMU group a held member shares
-//     (vfio gives a group to one pod at a time: the second would fail);
+//     (vfio gives a group to one pod at a time: the second would fail),
+//     unless that member is a must-include one, given to this container;
 //  2. one NUMA node: the node most must-include devices sit on, if any
 //     sits on a known node, else, of the nodes with enough free
 //     candidates for the request, the one the policy (rank 3) would take
@@ -264,6 +265,16 @@ func (x *Index) Preferred(res *config.Resource, pending iter.Seq[string], availa
 			}
 		}
 	}
+	// A must-include device goes to this container, which opens its
+	// group itself: that it is held (an init container's, which the
+	// kubelet hands on) keeps no sibling from the same container.
+	blocking := isHeld
+	if x.siblings != nil && len(must) > 0 {
+		blocking = slices.Clone(isHeld)
+		for _, i := range must {
+			blocking[i] = false
+		}
+	}
 	cands := make([]candidate, 0, len(available))
 	for _, id := range available {
 		i, ok := x.pos[id]
@@ -280,7 +291,7 @@ func (x *Index) Preferred(res *config.Resource, pending iter.Seq[string], availa
 		taken[i] = true
 		seen++
 		if m := &x.members[i]; m.usable {
-			c := candidate{pos: i, numa: m.numa, group: m.group, held: isHeld[i] || x.siblingHeld(i, isHeld)}
+			c := candidate{pos: i, numa: m.numa, group: m.group, held: isHeld[i] || x.siblingHeld(i, blocking)}
 			if weighed {
 				c.load = int32(load[c.group])
 			}

@@ -116,6 +116,18 @@ func TestPreferred(t *testing.T) {
 			want:      []string{"0000:3b:02.1"},
 		},
 		{
+			// The kubelet hands an init container's devices on to the
+			// next container as must-include: the same pod, which opens
+			// the group itself.
+			name:      "a held must-include device's IOMMU group sibling is not held back",
+			members:   func(m map[string]Member) { iommu(m, "7", "0000:3b:02.0", "0000:3b:02.1") },
+			held:      []string{"0000:3b:02.0"},
+			available: without(all, "0000:3b:02.0"),
+			must:      []string{"0000:3b:02.0"},
+			size:      2,
+			want:      []string{"0000:3b:02.0", "0000:3b:02.1"},
+		},
+		{
 			name: "functions on a kernel driver share an IOMMU group as they please",
 			members: func(m map[string]Member) {
 				iommu(m, "7", "0000:3b:02.0", "0000:3b:02.1")
