@@ -46,9 +46,10 @@ func runLedger(args []string, stdout, stderr io.Writer) error {
 
 // runLedgerBackup copies the ledger to --out: from the file when no daemon
 // holds it, else through the running daemon's admin socket. The copy is
-// consistent (one read transaction), written under a temporary name,
-// synced, verified, and put in place only if --out does not exist and it
-// verifies, or holds what only a newer devledger can verify.
+// consistent (one read transaction). To a file it is written under a
+// temporary name, synced, verified, and put in place only if --out does
+// not exist and it verifies, or holds what only a newer devledger can
+// verify; to stdout ("-") it is not verified (the receiving end does).
 func runLedgerBackup(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("ledger backup", "[--state-dir DIR | --db FILE] --out FILE", stdout)
 	var lf ledgerFlags
