@@ -136,16 +136,55 @@ func (r *Reader) ProbeLinks(ts []ProbeTarget) []ProbeResult {
 
 func (r *Reader) probeAll(ts []ProbeTarget, probe func(*prober, ProbeTarget) ProbeResult) []ProbeResult {
 	results := make([]ProbeResult, len(ts))
-	shared := sharedPFLinks(ts)
+	shared, groups := sharedPFLinks(ts), sharedGroups(ts)
 	workers := r.workers
 	if len(ts) < probeParallelMin {
 		workers = 1
 	}
 	inParallel(workers, len(ts), func() func(int) {
 		p := r.newProber(shared)
+		p.groups = groups
 		return func(i int) { results[i] = probe(p, ts[i]) }
 	})
 	return results
+}
+
+// sharedGroups has an entry for each IOMMU group that more than one
+// vfio target of a round names, nil when there is none: what keeps a
+// group closed is the same for every function in it, read once a round
+// (a group of all the VFs of a PF behind a port without ACS would
+// otherwise cost each VF a read of every other).
+func sharedGroups(ts []ProbeTarget) map[string]*sharedGroup {
+	var seen map[string]bool
+	var shared map[string]*sharedGroup
+	for i := range ts {
+		t := &ts[i]
+		if !t.VFIO || t.IOMMUGroup == "" {
+			continue
+		}
+		if seen == nil {
+			seen = make(map[string]bool)
+		}
+		if !seen[t.IOMMUGroup] {
+			seen[t.IOMMUGroup] = true
+			continue
+		}
+		if shared == nil {
+			shared = make(map[string]*sharedGroup)
+		}
+		if shared[t.IOMMUGroup] == nil {
+			shared[t.IOMMUGroup] = &sharedGroup{}
+		}
+	}
+	return shared
+}
+
+// sharedGroup is groupBlocker's answer for one group, taken once per
+// round.
+type sharedGroup struct {
+	once           sync.Once
+	member, driver string
+	err            error
 }
 
 // inParallel calls do(i) for every i in [0, n) on at most workers
@@ -252,6 +291,7 @@ type prober struct {
 	r      *Reader
 	fs     fileSystem
 	shared map[string]*sharedLink
+	groups map[string]*sharedGroup
 	buf    [64]byte
 }
 
@@ -328,7 +368,15 @@ func (p *prober) probe(t ProbeTarget) ProbeResult {
 		case err != nil:
 			return res.failRead("cannot stat /dev/vfio/"+group, err)
 		}
-		member, drv, err := p.groupBlocker(group, addr, &res.Files)
+		var member, drv string
+		if sg := p.groups[t.IOMMUGroup]; sg != nil {
+			// A vfio target is never the blocker of its own group (its
+			// driver was checked first), so one answer serves them all.
+			sg.once.Do(func() { sg.member, sg.driver, sg.err = p.groupBlocker(group, "", &res.Files) })
+			member, drv, err = sg.member, sg.driver, sg.err
+		} else {
+			member, drv, err = p.groupBlocker(group, addr, &res.Files)
+		}
 		switch {
 		case err != nil:
 			return res.failRead("cannot read IOMMU group "+group, err)

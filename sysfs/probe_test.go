@@ -455,6 +455,61 @@ func TestProbeAllMatchesProbe(t *testing.T) {
 	}
 }
 
+// TestProbeAllReadsASharedGroupOnce: three vfio targets in one IOMMU
+// group (probeVFIO and two functions hot-plugged into its group) share
+// one reading of the group per round, a listing and a driver link per
+// function, where each would read every other; and share its verdict,
+// once a function of the group is on a kernel driver.
+func TestProbeAllReadsASharedGroupOnce(t *testing.T) {
+	roots := sysfsgen.TempScenario(t, sysfsgen.ScenarioSRIOV)
+	for _, a := range []string{"0000:3b:0f.1", "0000:3b:0f.2"} {
+		if err := roots.Add(sysfsgen.Function{Address: a, Vendor: "8086", Device: "1889", Class: "020000",
+			Driver: "vfio-pci", IOMMUGroup: "102"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := sampleReader(t, roots)
+	targets := probeTargets(scanOK(t, r))
+	ts := []ProbeTarget{targets[probeVFIO], targets["0000:3b:0f.1"], targets["0000:3b:0f.2"]}
+	for _, blocked := range []bool{false, true} {
+		if blocked {
+			if err := roots.Add(sysfsgen.Function{Address: "0000:3b:0f.3", Vendor: "8086", Device: "1889", Class: "020000",
+				Driver: "iavf", IOMMUGroup: "102"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var rc recorder
+		r.fs = recordingFS{rc: &rc}
+		res := r.ProbeAll(ts)
+		lists, links := 0, 0
+		for _, op := range rc.ops {
+			switch {
+			case strings.HasPrefix(op, "list ") && strings.HasSuffix(op, "/iommu_groups/102/devices"):
+				lists++
+			case strings.HasPrefix(op, "readlink ") && strings.Contains(op, "/iommu_groups/102/devices/"):
+				links++
+			}
+		}
+		if want := 4; lists != 1 || links > want {
+			t.Errorf("blocked=%v: the group listed %d times, %d driver links read; want once, at most %d", blocked, lists, links, want)
+		}
+		files := 0
+		for i := range res {
+			files += res[i].Files
+			want := ""
+			if blocked {
+				want = "IOMMU group 102 cannot be opened: 0000:3b:0f.3 in it is bound to iavf"
+			}
+			if res[i].Reason != want {
+				t.Errorf("blocked=%v: %s: %+v, want reason %q", blocked, ts[i].Address, res[i], want)
+			}
+		}
+		if files != len(rc.ops) {
+			t.Errorf("blocked=%v: Files adds up to %d, %d operations recorded", blocked, files, len(rc.ops))
+		}
+	}
+}
+
 // TestProbeAllReadsPFLinkOnce checks that the VFs of a PF without
 // interfaces of their own share one reading of the PF's link per round,
 // whatever its verdict.
@@ -583,17 +638,54 @@ func (bl *probeBaseline) run(ts []ProbeTarget) {
 			pfOnce[t.PFInterface] = new(sync.Once)
 		}
 	}
+	// So is what keeps an IOMMU group that several targets name closed.
+	groups, groupOnce := map[string]int{}, map[string]*sharedBlock{}
+	for i := range ts {
+		if t := &ts[i]; t.VFIO && t.IOMMUGroup != "" {
+			if groups[t.IOMMUGroup]++; groups[t.IOMMUGroup] == 2 {
+				groupOnce[t.IOMMUGroup] = &sharedBlock{}
+			}
+		}
+	}
 	workers := bl.workers
 	if len(ts) < probeParallelMin {
 		workers = 1
 	}
 	inParallel(workers, len(ts), func() func(int) {
 		var buf [64]byte
-		return func(i int) { bl.target(&ts[i], pfOnce, buf[:]) }
+		return func(i int) { bl.target(&ts[i], pfOnce, groupOnce, buf[:]) }
 	})
 }
 
-func (bl *probeBaseline) target(t *ProbeTarget, pfOnce map[string]*sync.Once, buf []byte) {
+// sharedBlock is whether a group several targets name is closed, read
+// once a round.
+type sharedBlock struct {
+	once    sync.Once
+	blocked bool
+}
+
+// blocked lists group and reads the driver of each member but skip,
+// stopping at the first one that keeps the group closed.
+func (bl *probeBaseline) blocked(group, skip string) bool {
+	members := bl.sysfs + "/kernel/iommu_groups/" + group + "/devices"
+	names, err := bl.list(members)
+	if err != nil {
+		return true
+	}
+	for _, m := range names {
+		if m == skip {
+			continue
+		}
+		if target, err := bl.readlink(members + "/" + m + "/driver"); err == nil {
+			if d := target[strings.LastIndexByte(target, '/')+1:]; !IsVFIODriver(d) && d != "pci-stub" && d != "pcieport" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (bl *probeBaseline) target(t *ProbeTarget, pfOnce map[string]*sync.Once, groupOnce map[string]*sharedBlock, buf []byte) {
 	dir := bl.sysfs + "/bus/pci/devices/" + t.Address
 	if target, err := bl.readlink(dir + "/driver"); err != nil {
 		if bl.stat(dir) != nil || t.Driver != "" {
@@ -606,20 +698,13 @@ func (bl *probeBaseline) target(t *ProbeTarget, pfOnce map[string]*sync.Once, bu
 		if bl.stat(bl.dev+"/vfio/"+t.IOMMUGroup) != nil && bl.stat(bl.dev+"/vfio/noiommu-"+t.IOMMUGroup) != nil {
 			return
 		}
-		members := bl.sysfs + "/kernel/iommu_groups/" + t.IOMMUGroup + "/devices"
-		names, err := bl.list(members)
-		if err != nil {
+		if sb := groupOnce[t.IOMMUGroup]; sb != nil {
+			sb.once.Do(func() { sb.blocked = bl.blocked(t.IOMMUGroup, "") })
+			if sb.blocked {
+				return
+			}
+		} else if bl.blocked(t.IOMMUGroup, t.Address) {
 			return
-		}
-		for _, m := range names {
-			if m == t.Address {
-				continue
-			}
-			if target, err := bl.readlink(members + "/" + m + "/driver"); err == nil {
-				if d := target[strings.LastIndexByte(target, '/')+1:]; !IsVFIODriver(d) && d != "pci-stub" && d != "pcieport" {
-					return
-				}
-			}
 		}
 	}
 	if !t.Link {
