@@ -101,7 +101,7 @@ type ProbeResult struct {
 // Probe never panics and never returns an error: whatever cannot be read
 // is a failed probe whose Reason names the file.
 func (r *Reader) Probe(t ProbeTarget) ProbeResult {
-	p := r.newProber(nil)
+	p := r.newProber(nil, nil)
 	return p.probe(t)
 }
 
@@ -142,8 +142,7 @@ func (r *Reader) probeAll(ts []ProbeTarget, probe func(*prober, ProbeTarget) Pro
 		workers = 1
 	}
 	inParallel(workers, len(ts), func() func(int) {
-		p := r.newProber(shared)
-		p.groups = groups
+		p := r.newProber(shared, groups)
 		return func(i int) { results[i] = probe(p, ts[i]) }
 	})
 	return results
@@ -155,25 +154,36 @@ func (r *Reader) probeAll(ts []ProbeTarget, probe func(*prober, ProbeTarget) Pro
 // (a group of all the VFs of a PF behind a port without ACS would
 // otherwise cost each VF a read of every other).
 func sharedGroups(ts []ProbeTarget) map[string]*sharedGroup {
+	return sharedBy[sharedGroup](ts, func(t *ProbeTarget) string {
+		if !t.VFIO {
+			return ""
+		}
+		return t.IOMMUGroup
+	})
+}
+
+// sharedBy has a new V for each key that more than one target of ts
+// gives (key "" gives none), nil when there is none.
+func sharedBy[V any](ts []ProbeTarget, key func(*ProbeTarget) string) map[string]*V {
 	var seen map[string]bool
-	var shared map[string]*sharedGroup
+	var shared map[string]*V
 	for i := range ts {
-		t := &ts[i]
-		if !t.VFIO || t.IOMMUGroup == "" {
+		k := key(&ts[i])
+		if k == "" {
 			continue
 		}
 		if seen == nil {
 			seen = make(map[string]bool)
 		}
-		if !seen[t.IOMMUGroup] {
-			seen[t.IOMMUGroup] = true
+		if !seen[k] {
+			seen[k] = true
 			continue
 		}
 		if shared == nil {
-			shared = make(map[string]*sharedGroup)
+			shared = make(map[string]*V)
 		}
-		if shared[t.IOMMUGroup] == nil {
-			shared[t.IOMMUGroup] = &sharedGroup{}
+		if shared[k] == nil {
+			shared[k] = new(V)
 		}
 	}
 	return shared
@@ -219,28 +229,12 @@ func inParallel(workers, n int, setup func() (do func(i int))) {
 // sharedPFLinks has an entry for each PF interface that more than one
 // target of a round checks, nil when there is none.
 func sharedPFLinks(ts []ProbeTarget) map[string]*sharedLink {
-	var seen map[string]bool
-	var shared map[string]*sharedLink
-	for i := range ts {
-		t := &ts[i]
-		if !t.Link || t.PFInterface == "" {
-			continue
+	return sharedBy[sharedLink](ts, func(t *ProbeTarget) string {
+		if !t.Link {
+			return ""
 		}
-		if seen == nil {
-			seen = make(map[string]bool)
-		}
-		if !seen[t.PFInterface] {
-			seen[t.PFInterface] = true
-			continue
-		}
-		if shared == nil {
-			shared = make(map[string]*sharedLink)
-		}
-		if shared[t.PFInterface] == nil {
-			shared[t.PFInterface] = &sharedLink{}
-		}
-	}
-	return shared
+		return t.PFInterface
+	})
 }
 
 // sharedLink is the verdict on one interface's link, taken once per round.
@@ -295,8 +289,8 @@ type prober struct {
 	buf    [64]byte
 }
 
-func (r *Reader) newProber(shared map[string]*sharedLink) *prober {
-	return &prober{r: r, fs: r.fs, shared: shared}
+func (r *Reader) newProber(shared map[string]*sharedLink, groups map[string]*sharedGroup) *prober {
+	return &prober{r: r, fs: r.fs, shared: shared, groups: groups}
 }
 
 func (p *prober) probe(t ProbeTarget) ProbeResult {
