@@ -1,6 +1,7 @@
 package sysfs
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -493,20 +494,11 @@ func TestProbeAllReadsASharedGroupOnce(t *testing.T) {
 		if want := 4; lists != 1 || links > want {
 			t.Errorf("blocked=%v: the group listed %d times, %d driver links read; want once, at most %d", blocked, lists, links, want)
 		}
-		files := 0
-		for i := range res {
-			files += res[i].Files
-			want := ""
-			if blocked {
-				want = "IOMMU group 102 cannot be opened: 0000:3b:0f.3 in it is bound to iavf"
-			}
-			if res[i].Reason != want {
-				t.Errorf("blocked=%v: %s: %+v, want reason %q", blocked, ts[i].Address, res[i], want)
-			}
+		want := ""
+		if blocked {
+			want = "IOMMU group 102 cannot be opened: 0000:3b:0f.3 in it is bound to iavf"
 		}
-		if files != len(rc.ops) {
-			t.Errorf("blocked=%v: Files adds up to %d, %d operations recorded", blocked, files, len(rc.ops))
-		}
+		checkRound(t, fmt.Sprintf("blocked=%v", blocked), ts, res, len(rc.ops), want)
 	}
 }
 
@@ -537,20 +529,28 @@ func TestProbeAllReadsPFLinkOnce(t *testing.T) {
 		if reads != 1 {
 			t.Errorf("down=%v: ens801f0/operstate read %d times, want once: %q", down, reads, rc.ops)
 		}
-		files := 0
-		for i := range res {
-			files += res[i].Files
-			wantReason := ""
-			if down {
-				wantReason = "link down on ens801f0 (PF)"
-			}
-			if res[i].Reason != wantReason || res[i].Healthy == down {
-				t.Errorf("down=%v: %s: %+v, want reason %q", down, ts[i].Address, res[i], wantReason)
-			}
+		want := ""
+		if down {
+			want = "link down on ens801f0 (PF)"
 		}
-		if files != len(rc.ops) {
-			t.Errorf("down=%v: Files add up to %d, %d operations", down, files, len(rc.ops))
+		checkRound(t, fmt.Sprintf("down=%v", down), ts, res, len(rc.ops), want)
+	}
+}
+
+// checkRound checks a round's results of ts: each has the reason want
+// ("" and healthy, or unhealthy), and their Files add up to the ops the
+// round made.
+func checkRound(t *testing.T, round string, ts []ProbeTarget, res []ProbeResult, ops int, want string) {
+	t.Helper()
+	files := 0
+	for i := range res {
+		files += res[i].Files
+		if res[i].Reason != want || res[i].Healthy != (want == "") {
+			t.Errorf("%s: %s: %+v, want reason %q", round, ts[i].Address, res[i], want)
 		}
+	}
+	if files != ops {
+		t.Errorf("%s: Files add up to %d, %d operations recorded", round, files, ops)
 	}
 }
 
