@@ -145,6 +145,20 @@ func (h *holdings) note(e events.Envelope) {
 	}
 }
 
+// superseded are the devices of the live allocations e, a
+// DevicesAllocated, supersedes (before note takes e in).
+func (h *holdings) superseded(e events.Envelope) []string {
+	p, ok := e.Payload.(events.DevicesAllocated)
+	if !ok {
+		return nil
+	}
+	var ids []string
+	for _, seq := range p.Supersedes {
+		ids = append(ids, h.devices[seq]...)
+	}
+	return ids
+}
+
 func (h *holdings) end(seq uint64) {
 	delete(h.devices, seq)
 	delete(h.bound, seq)

@@ -34,6 +34,10 @@ type eventFilter struct {
 	// poolOf, with pool, is the pool a device is a member of as the event
 	// being matched happens: a health change names no pool of its own.
 	poolOf func(addr string) string
+	// superseded, if set, are the devices of the allocations the event
+	// being matched ends by superseding them (holdings.superseded): an
+	// allocation of only some of their devices names none of the others.
+	superseded func(e events.Envelope) []string
 }
 
 func (f *eventFilter) match(e events.Envelope) bool {
@@ -49,16 +53,24 @@ func (f *eventFilter) match(e events.Envelope) bool {
 	if f.pool != "" && e.Pool() != f.pool && !f.healthOf(e, f.pool) {
 		return false
 	}
-	if f.device != "" && !slices.Contains(e.Devices(), f.device) {
+	if f.device != "" && !slices.Contains(e.Devices(), f.device) && !slices.Contains(f.endsHolds(e), f.device) {
 		return false
 	}
 	if f.pods != nil && !f.pods.match(e) {
 		return false
 	}
-	if f.behind != nil && !slices.ContainsFunc(e.Devices(), func(addr string) bool { return f.behind[addr] }) {
+	if f.behind != nil && !slices.ContainsFunc(slices.Concat(e.Devices(), f.endsHolds(e)), func(addr string) bool { return f.behind[addr] }) {
 		return false
 	}
 	return true
+}
+
+// endsHolds are the devices whose allocations e ends by superseding them.
+func (f *eventFilter) endsHolds(e events.Envelope) []string {
+	if f.superseded == nil {
+		return nil
+	}
+	return f.superseded(e)
 }
 
 // healthOf says whether e is a health change of a member of pool.
@@ -210,6 +222,7 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	// nothing.
 	var known knownNames
 	held := newHoldings()
+	f.superseded = held.superseded
 	tp, _ := p.(*tablePrinter)
 	if tp != nil && tp.story {
 		tp.holders = held.of
@@ -248,8 +261,8 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 			begin(e.Seq)
 		}
 		lastSeq = e.Seq
+		matched := f.match(e) // before note: what e supersedes held then
 		held.note(e)
-		matched := f.match(e)
 		if f.poolOf != nil {
 			st = events.Apply(st, e)
 		}

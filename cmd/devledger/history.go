@@ -358,6 +358,11 @@ func tell(e events.Envelope, about string) string {
 		if about == "" {
 			return fmt.Sprintf("#%d allocated %s (%s)", e.Seq, strings.Join(p.DeviceIDs, ","), p.Pool) + allocatedNotes(p)
 		}
+		if !slices.Contains(p.DeviceIDs, about) {
+			// It supersedes an allocation that held about: the whole of
+			// that allocation ends here.
+			return fmt.Sprintf("released (superseded by allocation #%d, of %s)", e.Seq, strings.Join(p.DeviceIDs, ","))
+		}
 		others := slices.DeleteFunc(slices.Clone(p.DeviceIDs), func(id string) bool { return id == about })
 		if len(others) > 0 {
 			return fmt.Sprintf("allocated (#%d, with %s)", e.Seq, strings.Join(others, ",")) + allocatedNotes(p)

@@ -497,6 +497,45 @@ func TestDeviceStoryNamesItsHolders(t *testing.T) {
 	}
 }
 
+// TestDeviceStoryTellsTheAllocationThatEndedItsHold: the kubelet hands a
+// finished init container's devices on to the pod's app container, and
+// an app container that asks for fewer gets an Allocate of only some of
+// them; that allocation supersedes the init container's whole, so the
+// devices it does not name are free from then on. Their story must say
+// so, not end on the init container's allocation as if it still held
+// them, as the state (replay) does not.
+func TestDeviceStoryTellsTheAllocationThatEndedItsHold(t *testing.T) {
+	const vfio, reused, left = "intel.com/sriov_vfio", "0000:3b:02.1", "0000:3b:02.2"
+	l := pooledVF(vfio, reused)
+	add := l.add
+	add(events.DeviceDiscovered{Device: events.DeviceFacts{Address: left, Vendor: "8086", Device: "1889", Driver: "vfio-pci", PF: "0000:3b:00.0", VFIndex: 1}})
+	add(events.PoolMembershipChanged{Pool: vfio, Added: []string{left}, Reason: "daemon start"})
+	initAlloc := add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{reused, left}})
+	app := add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{reused}, Supersedes: []uint64{initAlloc}})
+	add(events.AllocationBound{AllocationSeq: app, Pool: vfio, DeviceIDs: []string{reused}, Namespace: "ml", Pod: "train-0", Container: "app"})
+	sick := add(events.DeviceHealthChanged{Address: left, Reason: "link down"})
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, db, l.envs)
+
+	// Its PF's story too: the reused device has no PF.
+	for _, which := range [][]string{{"--device", left}, {"--pf", "0000:3b:00.0"}} {
+		code, out, errOut := runCLI(t, append([]string{"dump", "--db", db, "--format", "jsonl"}, which...)...)
+		if code != exitOK {
+			t.Fatalf("%s: exit %d: %s", which, code, errOut)
+		}
+		if got, want := jsonlSeqs(t, out), []uint64{4, 5, initAlloc, app, sick}; !slices.Equal(got, want) {
+			t.Errorf("%s: the story has events %v, want %v", which, got, want)
+		}
+	}
+	code, out, errOut := runCLI(t, "dump", "--db", db, "--device", left)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if want := fmt.Sprintf("released (superseded by allocation #%d, of %s)\n", app, reused); !strings.Contains(out, want) {
+		t.Errorf("the story does not say %q:\n%s", want, out)
+	}
+}
+
 // timeline is a ledger's events, one boot's, a minute apart from t0.
 type timeline struct {
 	t0   time.Time
