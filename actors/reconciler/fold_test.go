@@ -118,6 +118,27 @@ func TestFold(t *testing.T) {
 			pods: []*podresourcesapi.PodResources{pod("telco", "old", "app", vfio, "b"), pod("telco", "new", "app", vfio, "a")},
 		},
 		{
+			// PodResources names a pod by namespace and name: a StatefulSet's
+			// pod made again while the old one still terminates is listed twice.
+			name: "a pod made again under its name, the old one still listed: each allocation bound to it",
+			allocs: map[uint64]events.Allocation{
+				10: {Pool: vfio, DeviceIDs: []string{"a"}, At: t0.Add(-time.Hour), Binding: bound("db", "db-0", "main")},
+				20: {Pool: vfio, DeviceIDs: []string{"b"}, At: t0.Add(-time.Minute)},
+			},
+			pods: []*podresourcesapi.PodResources{pod("db", "db-0", "main", vfio, "a"), pod("db", "db-0", "main", vfio, "b")},
+			want: []string{"bound #20 db/db-0/main"},
+		},
+		{
+			name: "and the old one gone: its allocation released, though a kubelet just started lists the name",
+			allocs: map[uint64]events.Allocation{
+				10: {Pool: vfio, DeviceIDs: []string{"a"}, At: t0.Add(-time.Hour), Binding: bound("db", "db-0", "main")},
+				20: {Pool: vfio, DeviceIDs: []string{"b"}, At: t0.Add(-time.Minute), Binding: bound("db", "db-0", "main")},
+			},
+			pods:     []*podresourcesapi.PodResources{pod("db", "db-0", "main", vfio, "b")},
+			settling: true,
+			want:     []string{"released #10 after 1h0m0s: db/db-0/main no longer holds it"},
+		},
+		{
 			name:   "bound to a container that reports a device of it, though another alone reports another: it stays bound",
 			allocs: map[uint64]events.Allocation{10: {Pool: vfio, DeviceIDs: []string{"a", "b"}, At: t0, Binding: bound("n", "x", "c")}},
 			pods:   []*podresourcesapi.PodResources{pod("n", "y", "c", vfio, "a"), pod("n", "x", "c", vfio, "b")},
