@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -222,4 +223,62 @@ func TestAStartInTheOtherModeRemovesTheLastRunsSockets(t *testing.T) {
 		return len(socketsIn(t, n.kubelet.DevicePluginDir())) == 2
 	})
 	waitFullKubelet(t, n.kubelet, 10*time.Second)
+}
+
+// A card moved out of its slot, and another kind put in, across a reboot:
+// the address of a held VF now holds another vendor's VF. The start
+// records the held one removed (its allocation lost) and the new one
+// discovered, not one device whose vendor changed: the history at the
+// address, the allocation and the new device's health are not the old
+// device's.
+func TestAnotherKindOfDeviceAtAHeldAddressIsAnotherDevice(t *testing.T) {
+	const held = "0000:af:01.1"
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.ScanInterval = time.Hour
+	setKernelBootID(t, n, "6a1c1f0e-4d52-4c1b-9d0e-1f2a3b4c5d6e")
+	d := n.start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.kubelet.Allocate(ctx, vfioPool, []string{held}); err != nil {
+		t.Fatal(err)
+	}
+	seq := waitLedger(ctx, t, d, "the allocation", func(s events.State) bool { return len(s.Holders[held]) == 1 }).Holders[held][0]
+	mark := d.rec.Log().LastSeq()
+
+	rebootNode(ctx, t, n, d, "0d9e8f7a-6b5c-4d3e-8f1a-2b3c4d5e6f70")
+	if err := n.roots.Remove("0000:af:00.0"); err != nil {
+		t.Fatal(err)
+	}
+	cx6 := sysfsgen.Function{
+		Address: "0000:af:00.0", Vendor: "15b3", Device: "101d", SubsystemVendor: "15b3", SubsystemDevice: "0016",
+		Class: "020000", Driver: "mlx5_core", NUMANode: 1, IOMMUGroup: "40",
+		TotalVFs: 8, VFOffset: 8, VFStride: 1, VFDevice: "101e",
+		Interfaces: []sysfsgen.Interface{{Name: "ens801f0np0"}},
+		VFs:        []sysfsgen.Function{{Driver: "mlx5_core", IOMMUGroup: "140"}, {Driver: "vfio-pci", IOMMUGroup: "141"}},
+	}
+	if err := n.roots.Add(cx6); err != nil {
+		t.Fatal(err)
+	}
+	d = n.start(t)
+	after := waitLedger(ctx, t, d, "the new VF recorded", func(s events.State) bool {
+		return s.Devices[held].Facts.Vendor == "15b3"
+	})
+	if a, live := after.Allocations[seq]; !live || !a.Lost {
+		t.Errorf("allocation #%d of the VF that left the node is %+v (live %v); want it live and lost", seq, a, live)
+	}
+	var story []string
+	if err := d.rec.Log().Read(mark+1, func(e events.Envelope) error {
+		if e.Subject == held && e.Type != events.TypeDeviceHealthChanged {
+			story = append(story, string(e.Type))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{string(events.TypeDeviceRemoved), string(events.TypeDeviceDiscovered)}; !slices.Equal(story, want) {
+		t.Errorf("the start recorded %v for %s; want %v", story, held, want)
+	}
 }

@@ -1,6 +1,7 @@
 package scanner
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -74,6 +75,8 @@ func Diff(known map[string]events.Device, scanned []sysfs.Device, removed []stri
 		} else if slices.Contains(removed, d.Address) {
 			out = append(out, events.DeviceRemoved{Address: d.Address, Reason: "the kernel removed it, and it was back by the next scan"},
 				events.DeviceDiscovered{Device: facts})
+		} else if other := anotherDevice(k.Facts, d); other != "" {
+			out = append(out, events.DeviceRemoved{Address: d.Address, Reason: other}, events.DeviceDiscovered{Device: facts})
 		} else if ch := ChangedFields(k.Facts, facts); len(ch) > 0 {
 			out = append(out, events.DeviceChanged{Device: facts, Changed: ch})
 		}
@@ -89,4 +92,21 @@ func Diff(known map[string]events.Device, scanned []sysfs.Device, removed []stri
 		out = append(out, events.DeviceRemoved{Address: addr, Reason: "gone from sysfs"})
 	}
 	return out
+}
+
+// anotherDevice says why d, scanned at the address of the device known as
+// k, is another device, "" when it may be the same one. A function's
+// vendor and device IDs are read from its config space as the kernel
+// enumerates it, so IDs that differ mean the function at the address went
+// and another came (a card moved or swapped across a reboot, a slot
+// renumbered by a firmware change): its history, health and holders are
+// not the old one's. IDs a read missed say nothing.
+func anotherDevice(k events.DeviceFacts, d sysfs.Device) string {
+	if d.Incomplete || k.Vendor == "" || k.Device == "" || d.Vendor == "" || d.Device == "" {
+		return ""
+	}
+	if k.Vendor == d.Vendor && k.Device == d.Device {
+		return ""
+	}
+	return fmt.Sprintf("another device took its address: %s:%s where %s:%s was", d.Vendor, d.Device, k.Vendor, k.Device)
 }

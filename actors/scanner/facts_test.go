@@ -42,6 +42,8 @@ func TestDiff(t *testing.T) {
 	moved.Interfaces = []sysfs.NetInterface{{Name: "ens785f0v1", OperState: "up"}}
 	movedDown := moved
 	movedDown.Interfaces = []sysfs.NetInterface{{Name: "ens785f0v1", OperState: "down"}}
+	swapped := a
+	swapped.Vendor, swapped.Device = "15b3", "101e"
 	unread := a
 	unread.Vendor, unread.Driver, unread.Incomplete = "", "", true
 	tests := []struct {
@@ -74,6 +76,9 @@ func TestDiff(t *testing.T) {
 		{"a device read incompletely is discovered with what was read",
 			map[string]events.Device{a.Address: known(false, a)}, []sysfs.Device{unread},
 			[]string{"DeviceDiscovered 0000:3b:01.0"}},
+		{"another kind of device at a known address is that one removed and this one discovered",
+			map[string]events.Device{a.Address: known(true, a), b.Address: known(true, b)}, []sysfs.Device{swapped, b},
+			[]string{"DeviceRemoved 0000:3b:01.0", "DeviceDiscovered 0000:3b:01.0"}},
 		{"removals come after the rest, sorted by address",
 			map[string]events.Device{c.Address: known(true, c), b.Address: known(true, b)}, []sysfs.Device{a},
 			[]string{"DeviceDiscovered 0000:3b:01.0", "DeviceRemoved 0000:3b:01.1", "DeviceRemoved 0000:3b:01.2"}},
@@ -134,6 +139,18 @@ func TestDiffCarriesFreshFacts(t *testing.T) {
 	removed := Diff(map[string]events.Device{a.Address: known(true, a)}, nil, nil)
 	if r := removed[0].(events.DeviceRemoved); r.Reason == "" {
 		t.Errorf("DeviceRemoved has no reason: %+v", r)
+	}
+	swapped := a
+	swapped.Vendor, swapped.Device = "15b3", "101e"
+	ps = Diff(map[string]events.Device{a.Address: known(true, a)}, []sysfs.Device{swapped}, nil)
+	if len(ps) != 2 {
+		t.Fatalf("Diff of another device at the address = %v, want its removal and discovery", summary(ps))
+	}
+	if r := ps[0].(events.DeviceRemoved); !strings.Contains(r.Reason, "15b3:101e where 8086:1889 was") {
+		t.Errorf("DeviceRemoved of a device another took the address of says %q; want both IDs", r.Reason)
+	}
+	if got := ps[1].(events.DeviceDiscovered).Device; !reflect.DeepEqual(got, FactsOf(swapped)) {
+		t.Errorf("DeviceDiscovered carries %+v, want the scanned facts %+v", got, FactsOf(swapped))
 	}
 }
 
