@@ -2,9 +2,11 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,7 +89,9 @@ func makeVFs(t *testing.T, n *testNode) {
 // admits a pod again after its pool registered starts it on the devices it
 // checkpointed, without an Allocate, so the pod that comes back is still
 // the one bound, with no release and no recovery (test/e2e/reboot_test.go
-// has both orders with the kubelet's own device manager).
+// has both orders with the kubelet's own device manager). The pool,
+// emptied at the start, names the allocation that still holds its member,
+// as a pool that serves on does.
 func TestARebootIsRecordedAndKeepsWhatTheKubeletCheckpointed(t *testing.T) {
 	const held, bootBefore, bootAfter = "0000:3b:01.2", "6a1c1f0e-4d52-4c1b-9d0e-1f2a3b4c5d6e", "0d9e8f7a-6b5c-4d3e-8f1a-2b3c4d5e6f70"
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
@@ -139,6 +143,10 @@ func TestARebootIsRecordedAndKeepsWhatTheKubeletCheckpointed(t *testing.T) {
 			t.Errorf("#%d released allocation #%d: %s", e.Seq, p.AllocationSeq, p.Reason)
 		case events.AllocationRecovered:
 			t.Errorf("#%d recovered %v for %s/%s: %s", e.Seq, p.DeviceIDs, p.Namespace, p.Pod, p.Reason)
+		case events.PoolMembershipChanged:
+			if want := fmt.Sprintf("still held: %s by #%d", held, seq); slices.Contains(p.Removed, held) && !strings.Contains(p.Reason, want) {
+				t.Errorf("#%d removed %s from %s saying %q; want it to say %q", e.Seq, held, p.Pool, p.Reason, want)
+			}
 		}
 		return nil
 	}); err != nil {

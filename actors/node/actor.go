@@ -893,10 +893,11 @@ func (n *coordinator) isStopping(name string) bool {
 }
 
 // emptied is what a pool left with no devices at a start, so not spawned,
-// cannot record itself: that its ledger members left, and that it serves no
-// more (a crash came between its withdrawal and the record). Its members
-// are the fold's: a crash between the two records of a move leaves a device
-// listed by the pool it left as well as the one it joined.
+// cannot record itself: that its ledger members left, with the live
+// allocations that still hold them, and that it serves no more (a crash
+// came between its withdrawal and the record). Its members are the fold's:
+// a crash between the two records of a move leaves a device listed by the
+// pool it left as well as the one it joined.
 func (n *coordinator) emptied(name string, owner map[string]string) []events.Payload {
 	removed := n.replayed.Pools[name].Members
 	to := map[string]string{}
@@ -907,8 +908,9 @@ func (n *coordinator) emptied(name string, owner map[string]string) []events.Pay
 	}
 	var payloads []events.Payload
 	if len(removed) > 0 {
-		reason := n.startReason("") + pool.MovedList("moved to", removed, to) + "; the pool has no devices and is not served"
-		payloads = append(payloads, events.PoolMembershipChanged{Pool: name, Removed: slices.Clone(removed), Reason: reason})
+		c := PoolRemoved(name, removed, &n.allocs, n.startReason(""), to)
+		c.Reason += "; the pool has no devices and is not served"
+		payloads = append(payloads, c)
 	}
 	if reg := n.replayed.Pools[name].Registration; reg.Serving {
 		payloads = append(payloads, events.PluginWithdrawn{Pool: name, Socket: reg.Socket, Reason: "no devices at the node's start"})
