@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -395,6 +396,50 @@ func TestCheckNamesADamagedMetaPage(t *testing.T) {
 				t.Fatalf("Check: %v, want meta page %d named", err, id)
 			}
 		})
+	}
+}
+
+// A copy of the file made while the daemon wrote to it can read the
+// meta page of one transaction and, where that transaction had its bucket
+// directory, a page a later one wrote there: a page of events. That is
+// damage, named as such and salvageable, not a file of someone else's.
+func TestACopyWithEventsWhereTheBucketDirectoryWasIsDamage(t *testing.T) {
+	const n = 200
+	path := markedLedger(t, n)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := os.Getpagesize()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, _, _ := (&Log{path: path}).newestMeta(f, size)
+	f.Close()
+	root := int(binary.LittleEndian.Uint64(meta[pageHeader+16:]))
+	// The page of the first event, as bbolt would have written it over
+	// the directory's: under the directory's page id.
+	events := bytes.Index(b, []byte(marker(1))) / size
+	copy(b[root*size:(root+1)*size], b[events*size:(events+1)*size])
+	binary.LittleEndian.PutUint64(b[root*size:], uint64(root))
+	torn := filepath.Join(t.TempDir(), "torn.db")
+	if err := os.WriteFile(torn, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, ro := range []bool{true, false} {
+		l, err := Open(torn, Options{ReadOnly: ro})
+		if err == nil {
+			l.Close()
+		}
+		if !errors.Is(err, ErrCorrupt) || errors.Is(err, ErrNotLedger) || !strings.Contains(err.Error(), "the bucket directory is damaged") {
+			t.Errorf("open (read-only %v): %v, want the bucket directory named damaged", ro, err)
+		}
+	}
+	rep, err := Salvage(torn, filepath.Join(t.TempDir(), "salvaged.db"))
+	if err != nil || rep.Events != n || len(rep.Lost) != 0 {
+		t.Fatalf("salvage: %v, %+v; want all %d events", err, rep, n)
 	}
 }
 

@@ -405,6 +405,10 @@ func readMeta(db *bolt.DB, path string) (Meta, error) {
 		}
 		b := tx.Bucket(bucketMeta)
 		if b == nil || !bytes.Equal(b.Get(metaKind), metaKindValue) {
+			if k := plainTopKey(tx); k != nil {
+				return &CorruptError{Path: path, Reason: fmt.Sprintf("the bucket directory is damaged: it holds key %x, which is not a bucket: "+
+					"its page holds other data (as a copy made while the daemon wrote to the file can)", k)}
+			}
 			return newError(ErrNotLedger, "%s is not a devledger ledger: bbolt database without devledger meta", path)
 		}
 		raw := b.Get(metaFormat)
@@ -432,6 +436,20 @@ func readMeta(db *bolt.DB, path string) (Meta, error) {
 		return nil
 	}))
 	return m, err
+}
+
+// plainTopKey returns the first key at the top of tx that is not a
+// bucket, nil when there is none. bbolt keeps only buckets there: a plain
+// key is a page of other data (events, say) where the bucket directory
+// should be, not a database of someone else's.
+func plainTopKey(tx *bolt.Tx) []byte {
+	c := tx.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if v != nil {
+			return bytes.Clone(k)
+		}
+	}
+	return nil
 }
 
 // loadBounds reads the first and last sequence from the file. The last is
