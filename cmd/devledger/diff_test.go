@@ -320,6 +320,9 @@ func TestDiffGolden(t *testing.T) {
 		// As the issue writes it: two words.
 		{"diff_morning", []string{"--diff", "#1", "2026-11-24T10:00:10Z"}},
 		{"diff_morning_json", []string{"--diff", "#1", "2026-11-24T10:00:10Z", "--format", "json"}},
+		// The same point given in another zone: the same answer, in UTC.
+		{"diff_morning", []string{"--diff", "#1..2026-11-24T15:30:10+05:30"}},
+		{"diff_morning_json", []string{"--diff", "#1..2026-11-24T02:00:10-08:00", "--format", "json"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,13 +8,15 @@ import (
 )
 
 // parseTimeFlag reads a point in time given as RFC 3339 ("2026-11-24T09:00:00Z")
-// or as a duration before now ("2h", "90m", "7d").
+// or as a duration before now ("2h", "90m", "7d"). The point is in UTC, as
+// every time the tools print, whatever zone it was given in or the reading
+// machine is in.
 func parseTimeFlag(name, value string, now time.Time) (time.Time, error) {
 	if t, err := parseRFC3339(time.RFC3339Nano, value); err == nil {
-		return t, nil
+		return t.UTC(), nil
 	}
 	if d, err := parseAge(value); err == nil {
-		return now.Add(-d), nil
+		return now.Add(-d).UTC(), nil
 	}
 	if err := zoneless(name, value); err != nil {
 		return time.Time{}, err
