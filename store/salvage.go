@@ -94,7 +94,7 @@ func Salvage(path, out string) (SalvageReport, error) {
 	building := filepath.Join(tmpDir, filepath.Base(out))
 	err = whileMapped(path, func() (err error) {
 		rep, err = salvage(data, path, building)
-		if err != nil && !errors.Is(err, ErrNotLedger) {
+		if err != nil && !errors.Is(err, ErrNotLedger) && !errors.Is(err, ErrNewerFormat) {
 			// Named after out: the temporary name is gone on return.
 			err = fmt.Errorf("salvage into %s: %w", out, unnamed(err))
 		}
@@ -132,7 +132,10 @@ func salvage(data []byte, path, out string) (SalvageReport, error) {
 	snaps := map[uint64][]byte{}
 	salvagePages(data, found, damaged, snaps)
 	tree := map[uint64][]byte{}
-	node, treeLast, counted := salvageTree(path, tree, found)
+	node, treeLast, counted, err := salvageTree(path, tree, found)
+	if err != nil {
+		return rep, err
+	}
 	// Events retention dropped stay dropped, though their pages may
 	// still hold them: the ledger starts after the newest drop it
 	// recorded, from the snapshot that drop kept. A drop's transaction
@@ -318,10 +321,15 @@ func latest(cands [][]byte) []byte {
 // its newest meta page, with no damage there or in the counter (then
 // nothing committed lies beyond, though records before it be damaged). A
 // record the pages gave already (found) is kept as that one, else copied.
-func salvageTree(path string, tree map[uint64][]byte, found map[uint64][][]byte) (node string, last uint64, counted bool) {
+func salvageTree(path string, tree map[uint64][]byte, found map[uint64][][]byte) (node string, last uint64, counted bool, err error) {
 	l, err := Open(path, Options{ReadOnly: true, LockTimeout: time.Second})
+	if errors.Is(err, ErrNewerFormat) {
+		// No damage, and a layout this build does not know: its pages
+		// are not to be read as this format's.
+		return "", 0, false, fmt.Errorf("%w: salvage it with a devledger that reads that format", err)
+	}
 	if err != nil {
-		return "", 0, false
+		return "", 0, false, nil
 	}
 	defer l.Close()
 	// Damage ends this read; the pages' read finds what lies past it.
@@ -336,7 +344,7 @@ func salvageTree(path string, tree map[uint64][]byte, found map[uint64][][]byte)
 		}
 		return nil
 	})
-	return l.Meta().Node, l.LastSeq(), l.Damage() == nil
+	return l.Meta().Node, l.LastSeq(), l.Damage() == nil, nil
 }
 
 // salvagePages reads every leaf page of the file (and the inline pages of

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -543,6 +544,25 @@ func TestSalvageOfNoFileSaysWhy(t *testing.T) {
 	}
 	if _, err := os.Lstat(out); err == nil {
 		t.Error("a salvage that failed wrote its output")
+	}
+}
+
+// A ledger of a newer devledger's file format is no damage, and its pages
+// are of a layout this build does not know: salvage refuses it, as the
+// reading tools do, rather than copy what it finds on them into a ledger
+// of this build's format.
+func TestSalvageRefusesANewerFormat(t *testing.T) {
+	path := markedLedger(t, 30)
+	rewrite(t, path, func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put(metaFormat, []byte(strconv.Itoa(FormatVersion+1)))
+	})
+	out := filepath.Join(t.TempDir(), "salvaged.db")
+	_, err := Salvage(path, out)
+	if !errors.Is(err, ErrNewerFormat) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("salvage: %v, want ErrNewerFormat naming %s", err, path)
+	}
+	if _, err := os.Lstat(out); err == nil {
+		t.Error("a salvage of a newer format wrote a ledger")
 	}
 }
 

@@ -323,8 +323,8 @@ func runLedgerSalvage(args []string, stdout, stderr io.Writer) error {
 	}
 	rep, err := store.Salvage(*db, *out)
 	if err != nil {
-		if errors.Is(err, store.ErrNotLedger) {
-			return usageErr(err) // nothing in it to salvage
+		if errors.Is(err, store.ErrNotLedger) || errors.Is(err, store.ErrNewerFormat) {
+			return usageErr(err) // nothing in it to salvage, or not for this build
 		}
 		return err
 	}
