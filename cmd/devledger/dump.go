@@ -232,6 +232,7 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	// kept, and the story would read as if nothing held it.
 	begun := tp == nil || !tp.story || f.device == ""
 	var lastSeq uint64
+	var lastTime time.Time
 	begin := func(next uint64) {
 		if begun {
 			return
@@ -260,7 +261,7 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 		if f.since.IsZero() || !e.Time.Before(f.since) {
 			begin(e.Seq)
 		}
-		lastSeq = e.Seq
+		lastSeq, lastTime = e.Seq, e.Time
 		matched := f.match(e) // before note: what e supersedes held then
 		held.note(e)
 		if f.poolOf != nil {
@@ -287,6 +288,17 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	if readErr == nil && printed == 0 {
 		if err := known.unknown(&f); err != nil {
 			return err
+		}
+		// A copy read days after it was made has nothing in the last
+		// hours: say so, rather than leave "(no events)" to read as
+		// a quiet node.
+		if f.pods == nil && lastSeq != 0 && lastTime.Before(f.since) {
+			fromNow := ""
+			if _, err := parseAge(*since); err == nil {
+				fromNow = " (" + *since + " counts back from now)"
+			}
+			fmt.Fprintf(stderr, "devledger dump: warning: the ledger ends before --since %s%s: its last event, #%d, is at %s\n",
+				f.since.Format(time.RFC3339), fromNow, lastSeq, lastTime.UTC().Format(time.RFC3339))
 		}
 	}
 	if err := p.end(); err != nil && readErr == nil {

@@ -148,6 +148,29 @@ func TestDumpJSONLinesAreEnvelopes(t *testing.T) {
 	}
 }
 
+// A copy read days after it was made, asked for its last hours, says
+// where it ends rather than "(no events)" alone, which reads as a quiet
+// node; a --since the events reach says nothing more.
+func TestDumpSinceAfterTheLedgerEnds(t *testing.T) {
+	db := sampleCopy(t)
+	for _, tc := range []struct{ since, says string }{
+		{"2h", " (2h counts back from now): its last event, #58, is at 2026-11-24T15:00:00Z"},
+		{"2026-11-24T15:00:01Z", "the ledger ends before --since 2026-11-24T15:00:01Z: its last event, #58, is at 2026-11-24T15:00:00Z"},
+		{"2026-11-24T07:00:01-08:00", "the ledger ends before --since 2026-11-24T15:00:01Z: its last event"},
+		{"2026-11-24T15:00:00Z", ""},
+	} {
+		code, stdout, stderr := runCLI(t, "dump", "--db", db, "--since", tc.since)
+		switch {
+		case code != exitOK:
+			t.Errorf("--since %s: exit %d: %s", tc.since, code, stderr)
+		case tc.says == "" && (stderr != "" || !strings.Contains(stdout, "DevicesReleased")):
+			t.Errorf("--since %s: %q on stderr, want none; out:\n%s", tc.since, stderr, stdout)
+		case tc.says != "" && (!strings.Contains(stderr, tc.says) || !strings.Contains(stdout, "(no events)")):
+			t.Errorf("--since %s: %q on stderr, want %q", tc.since, stderr, tc.says)
+		}
+	}
+}
+
 func TestDumpBadInput(t *testing.T) {
 	dir := t.TempDir()
 	text := filepath.Join(dir, "notes.txt")
