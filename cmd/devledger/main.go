@@ -15,6 +15,8 @@ import (
 	"runtime/debug"
 	"sort"
 	"strings"
+
+	"github.com/devledger/devledger/store"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=...".
@@ -83,8 +85,28 @@ func run(args []string, stdout, stderr io.Writer) int {
 			name += " " + args[1]
 		}
 		fmt.Fprintf(stderr, "devledger %s: %v\n", name, err)
+		if hint := salvageHint(name, err); hint != "" {
+			fmt.Fprintln(stderr, hint)
+		}
 	}
 	return code
+}
+
+// salvageHint is the way out of damage a reading tool (dump, replay,
+// scan) met in a ledger file: salvage copies every intact event into a
+// new one. "" for anything else: damage a running daemon served (the
+// error names its socket; the daemon records and names it itself),
+// errors that are no damage (events a newer devledger wrote), and
+// commands that give their own way out.
+func salvageHint(name string, err error) string {
+	var bad *store.CorruptError
+	if name != "dump" && name != "replay" && name != "scan" || !errors.As(err, &bad) {
+		return ""
+	}
+	if fi, serr := os.Stat(bad.Path); serr != nil || !fi.Mode().IsRegular() {
+		return ""
+	}
+	return "  to copy every intact event: devledger ledger salvage --db " + bad.Path + " --out FILE"
 }
 
 func usage(w io.Writer, cmds map[string]command) {

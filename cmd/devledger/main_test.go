@@ -2,11 +2,16 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/store"
 )
 
 // Help goes to stdout with exit 0, so that `devledger run -h | less`
@@ -97,5 +102,42 @@ func TestEmptyDBRefused(t *testing.T) {
 	}
 	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("backup wrote %s: %v", out, err)
+	}
+}
+
+// TestSalvageHintOnlyForAFileItRead: damage a reading tool met in a ledger
+// file names salvage of that file; damage named after anything else (a
+// daemon's admin socket, whose file salvage cannot open while it runs),
+// and commands with a way out of their own, name none.
+func TestSalvageHintOnlyForAFileItRead(t *testing.T) {
+	dir := kubelettest.ShortTempDir(t)
+	file := filepath.Join(dir, "ledger.db")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "admin.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	damage := func(path string) error {
+		return fmt.Errorf("read: %w", &store.CorruptError{Path: path, Seq: 7, Reason: "checksum mismatch"})
+	}
+	for _, c := range []struct {
+		cmd  string
+		err  error
+		want string
+	}{
+		{"dump", damage(file), "  to copy every intact event: devledger ledger salvage --db " + file + " --out FILE"},
+		{"replay", damage(file), "  to copy every intact event: devledger ledger salvage --db " + file + " --out FILE"},
+		{"dump", damage(sock), ""},
+		{"dump", damage(filepath.Join(dir, "gone.db")), ""},
+		{"ledger", damage(file), ""},
+		{"dump", errors.New("read: broken pipe"), ""},
+	} {
+		if got := salvageHint(c.cmd, c.err); got != c.want {
+			t.Errorf("salvageHint(%s, %v) = %q, want %q", c.cmd, c.err, got, c.want)
+		}
 	}
 }

@@ -102,6 +102,10 @@ func TestRollbackReadsANewerLedger(t *testing.T) {
 	if code != exitFailure || !strings.Contains(stderr, "#"+itoa(future)) || !strings.Contains(stderr, futureType) || !strings.Contains(stderr, "a newer devledger wrote it") {
 		t.Errorf("replay: exit %d, %q", code, stderr)
 	}
+	// No damage: nothing to salvage.
+	if strings.Contains(stderr, "salvage") {
+		t.Errorf("replay of a newer devledger's events points at salvage: %q", stderr)
+	}
 
 	// Through a running daemon's admin socket (this build older than the
 	// daemon), replay, --diff and scan say the same.
