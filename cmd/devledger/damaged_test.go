@@ -290,3 +290,26 @@ func TestDamagedLedgerPageUntilBeforeTheDamage(t *testing.T) {
 		})
 	}
 }
+
+// A point past the last event read through a meta page fallen back to an
+// older transaction may be among the events the damage hides: replay
+// names the damage and exits 1, not 2 as if the point were a mistake.
+func TestDamagedLedgerPointPastWhatCouldBeRead(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "meta1-zeroed.db")
+	if err := os.WriteFile(db, mustRead(t, filepath.Join(damagedDir, "meta1-zeroed.db")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"replay", "--until-seq", "10"},
+		{"replay", "--diff", "#1..#10"},
+		{"replay", "--diff", "#1..#10", "--format", "json"},
+	} {
+		code, stdout, stderr := runCLI(t, append(args, "--db", db)...)
+		if code != exitFailure || !strings.Contains(stderr, "meta page 1 is damaged") || !strings.Contains(stderr, "what could be read ends at #0") {
+			t.Errorf("%s: exit %d, %q; want exit 1 naming the damage", strings.Join(args, " "), code, stderr)
+		}
+		if stdout != "" {
+			t.Errorf("%s: printed %q", strings.Join(args, " "), stdout)
+		}
+	}
+}

@@ -148,7 +148,7 @@ func replayDiff(stdout, said io.Writer, lf *ledgerFlags, spec, format string, ve
 func diffLedgerFile(said io.Writer, l *store.Log, path string, verify bool, from, to diffEnd) (a, b events.State, err error) {
 	for _, p := range []diffEnd{from, to} {
 		if p.seq > l.LastSeq() {
-			return a, b, usageErrf("--diff: %s is past the end: the ledger ends at #%d", p.text, l.LastSeq())
+			return a, b, pastTheEnd(l, fmt.Sprintf("--diff: %s is past the end", p.text))
 		}
 	}
 	if a, err = replayLedgerFile(said, l, path, verify, from.seq, from.at); err != nil {

@@ -402,7 +402,7 @@ func replayLedgerFile(said io.Writer, l *store.Log, path string, verify bool, un
 			path, rep.Events, rep.FirstSeq, rep.LastSeq, snapshotsChecked(rep))
 	}
 	if untilSeq > l.LastSeq() {
-		return events.State{}, usageErrf("--until-seq %d: the ledger ends at #%d", untilSeq, l.LastSeq())
+		return events.State{}, pastTheEnd(l, fmt.Sprintf("--until-seq %d", untilSeq))
 	}
 	var s events.State
 	var err error
@@ -424,6 +424,17 @@ func replayLedgerFile(said io.Writer, l *store.Log, path string, verify bool, un
 		return s, fmt.Errorf("replay %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// pastTheEnd is the error for a point, given as what, past the last event
+// of l: bad input, unless reads went past damage (a meta page fallen back
+// to an older transaction hides the newest events), where the point may
+// be among what the damage hides: the damage is named then (exit 1).
+func pastTheEnd(l *store.Log, what string) error {
+	if err := l.Damage(); err != nil {
+		return fmt.Errorf("%s: what could be read ends at #%d: %w", what, l.LastSeq(), err)
+	}
+	return usageErrf("%s: the ledger ends at #%d", what, l.LastSeq())
 }
 
 // foldSource folds a stream of events from the first one (from the
