@@ -36,7 +36,9 @@ func (lf *ledgerFlags) register(fs *flag.FlagSet) {
 // (fs parsed them): each names a ledger, and reading one of them while the
 // other is ignored would show an operator a history not the one asked for.
 // An empty --db (a script's unset variable) is refused too: it would read
-// the node's own ledger in place of the copy meant.
+// the node's own ledger in place of the copy meant; and so is an empty
+// --state-dir, which would read (for acknowledge, write) the ledger.db of
+// the directory the tool runs in, or for scan, no ledger at all.
 func (lf *ledgerFlags) oneLedger(fs *flag.FlagSet) error {
 	stateDir, db := false, false
 	fs.Visit(func(f *flag.Flag) {
@@ -46,6 +48,8 @@ func (lf *ledgerFlags) oneLedger(fs *flag.FlagSet) error {
 	switch {
 	case db && lf.db == "":
 		return usageErrf("--db \"\": names no ledger file (without --db, the state dir's ledger is read)")
+	case stateDir && lf.stateDir == "":
+		return usageErrf("--state-dir \"\": names no state dir (the daemon's is %s)", defaultStateDir)
 	case db && stateDir:
 		return usageErrf("--state-dir and --db: give one of them")
 	}

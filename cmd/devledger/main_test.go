@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -86,6 +87,30 @@ func TestStateDirAndDBRefused(t *testing.T) {
 	}
 	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("backup wrote %s: %v", out, err)
+	}
+}
+
+// An empty --state-dir (a script's unset variable) names no state dir: a
+// tool refuses rather than read, or for acknowledge write, the ledger.db
+// of the directory it runs in.
+func TestEmptyStateDirRefused(t *testing.T) {
+	cwd := t.TempDir()
+	writeSampleLedger(t, filepath.Join(cwd, ledgerFileName))
+	before := mustRead(t, filepath.Join(cwd, ledgerFileName))
+	t.Chdir(cwd)
+	out := filepath.Join(t.TempDir(), "copy.db")
+	for _, args := range ledgerTools(t.TempDir(), out) {
+		args = append(args, "--state-dir", "")
+		code, stdout, stderr := runCLI(t, args...)
+		if code != exitUsage || stdout != "" || !strings.Contains(stderr, `--state-dir "": names no state dir`) {
+			t.Errorf("%q: exit %d, stdout %.60q, stderr %q", args, code, stdout, stderr)
+		}
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("backup wrote %s: %v", out, err)
+	}
+	if !bytes.Equal(mustRead(t, filepath.Join(cwd, ledgerFileName)), before) {
+		t.Errorf("a tool wrote to the ledger of the directory it ran in")
 	}
 }
 
