@@ -213,3 +213,17 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	}
 	return nil
 }
+
+// refuseEmpty refuses each flag of without given on the command line with
+// an empty value (a script's unset variable), which the flag would take as
+// left out: the tool would answer another question, the one without says,
+// and exit 0.
+func refuseEmpty(fs *flag.FlagSet, without map[string]string) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if what, ok := without[f.Name]; ok && err == nil && f.Value.String() == "" {
+			err = usageErrf("--%s \"\": names nothing (without it, %s)", f.Name, what)
+		}
+	})
+	return err
+}

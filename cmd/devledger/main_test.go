@@ -13,6 +13,7 @@ import (
 
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/store"
+	"github.com/devledger/devledger/testdata/sysfsgen"
 )
 
 // Help goes to stdout with exit 0, so that `devledger run -h | less`
@@ -111,6 +112,32 @@ func TestEmptyStateDirRefused(t *testing.T) {
 	}
 	if !bytes.Equal(mustRead(t, filepath.Join(cwd, ledgerFileName)), before) {
 		t.Errorf("a tool wrote to the ledger of the directory it ran in")
+	}
+}
+
+// An empty point or device (a script's unset variable) names none: replay
+// and scan refuse it rather than answer another question (the state at
+// the end, not at a time; the state, not a diff; every device, not one)
+// with exit 0.
+func TestEmptyPointRefused(t *testing.T) {
+	db := sampleCopy(t)
+	roots, err := sysfsgen.BuildScenario(t.TempDir(), sysfsgen.ScenarioSRIOV)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"replay", "--db", db, "--until-time", ""}, `--until-time "": names nothing`},
+		{[]string{"replay", "--db", db, "--diff", "", "--format", "json"}, `--diff "": names nothing`},
+		{[]string{"replay", "--db", db, "--diff=", "--until-seq", "5"}, `--diff "": names nothing`},
+		{scanArgs(roots, scanConfigs["sriov"], "--explain", "", "--format", "json"), `--explain "": names nothing`},
+	} {
+		code, stdout, stderr := runCLI(t, tc.args...)
+		if code != exitUsage || stdout != "" || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%q: exit %d, stdout %.60q, stderr %q; want exit 2 saying %q", tc.args, code, stdout, stderr, tc.want)
+		}
 	}
 }
 

@@ -32,6 +32,9 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 	if err := lf.oneLedger(fs); err != nil {
 		return err
 	}
+	if err := refuseEmpty(fs, map[string]string{"until-time": "replay folds the whole ledger", "diff": "replay prints the state, not what changed"}); err != nil {
+		return err
+	}
 	if *format != "table" && *format != "json" {
 		return usageErrf("--format %q: want table or json", *format)
 	}

@@ -73,6 +73,9 @@ func runScan(args []string, stdout, stderr io.Writer) error {
 	if err := lf.oneLedger(flags); err != nil {
 		return err
 	}
+	if err := refuseEmpty(flags, map[string]string{"explain": "scan lists every device"}); err != nil {
+		return err
+	}
 	explainAddr := ""
 	if *explain != "" {
 		a, err := sysfs.NormalizeAddress(*explain)
