@@ -319,8 +319,7 @@ func (l *Log) commit(batch []*appendReq) {
 	})
 	if err != nil {
 		err = fmt.Errorf("append to ledger %s: %w", l.path, err)
-		l.failures.Add(1)
-		l.fault.Store(&err)
+		l.failed(err)
 		for _, r := range live {
 			r.finish(nil, err)
 		}
@@ -328,7 +327,7 @@ func (l *Log) commit(batch []*appendReq) {
 	}
 	l.advance(live[0].out[0].Seq, next-1)
 	l.commits.Add(1)
-	l.fault.Store(nil)
+	l.recorded()
 	for _, r := range live {
 		r.finish(r.out, nil)
 	}

@@ -71,7 +71,7 @@ func (l *Log) SaveSnapshot(ctx context.Context, s events.State, reason string) (
 		return 0, fmt.Errorf("save snapshot to ledger %s: %w", l.path, err)
 	}
 	l.advance(stored.Seq, stored.Seq)
-	l.fault.Store(nil) // its SnapshotTaken is an append that went through
+	l.recorded() // its SnapshotTaken is an append that went through
 	l.log.Info().Str("path", l.path).Uint64("snapshot_seq", s.Seq).Int("bytes", len(rec)).
 		Uint64("seq", stored.Seq).Str("reason", reason).Msg("ledger snapshot saved")
 	return stored.Seq, nil

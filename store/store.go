@@ -694,6 +694,23 @@ func (l *Log) AppendFault() error {
 	return nil
 }
 
+// failed notes an append transaction that failed; the first of a run
+// says so, the others add nothing to the log but their callers' lines.
+func (l *Log) failed(err error) {
+	l.failures.Add(1)
+	if l.fault.Swap(&err) == nil {
+		l.log.Error().Err(err).Str("path", l.path).Msg("the ledger cannot record")
+	}
+}
+
+// recorded notes an append that went through: the first after a run of
+// failures ends the outage in the log, whichever append it was.
+func (l *Log) recorded() {
+	if l.fault.Swap(nil) != nil {
+		l.log.Info().Str("path", l.path).Msg("the ledger records again")
+	}
+}
+
 // AppendFailures: see AppendFault.
 func (l *Log) AppendFailures() uint64 { return l.failures.Load() }
 

@@ -931,8 +931,7 @@ func (d *Daemon) snapshotLoop() {
 			// on a quiet node nothing else would, and /readyz stays false.
 			if d.ledger.AppendFault() != nil {
 				if err := d.snapshot(d.background, "retrying the ledger after a failed append"); err == nil {
-					d.log.Info().Msg("the ledger records again")
-					took = true
+					took = true // the store says the ledger records again
 				}
 			} else if d.ledger.LastSeq()-last >= d.opts.SnapshotEvery {
 				if err := d.snapshot(d.background, fmt.Sprintf("%d events since the last", d.ledger.LastSeq()-last)); err != nil {

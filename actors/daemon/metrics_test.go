@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -22,6 +23,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/internal/actortest"
 	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/store/storetest"
 	"github.com/devledger/devledger/testdata/sysfsgen"
@@ -435,6 +437,55 @@ func TestReadyzFollowsTheLedgersAppends(t *testing.T) {
 	_, body = httpGet(t, base+"/metrics")
 	if !strings.Contains(body, "devledger_ledger_append_failing 0") {
 		t.Errorf("/metrics still says the ledger is failing")
+	}
+}
+
+// A full disk is one incident in the log however many appends it fails:
+// a line when the ledger stops recording and one when it records again,
+// both naming the file, though an Allocate (not the daemon's retry at its
+// snapshot check) is the first append that goes through.
+func TestAFullDiskLogsWhenTheLedgerRecordsAgain(t *testing.T) {
+	disk := storetest.NewFullDisk(t, 2<<20)
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.StateDir = filepath.Join(disk.Dir, "state")
+	n.opts.SnapshotCheck = time.Hour // no retry of its own: an Allocate tries the disk
+	logs := &actortest.Log{}
+	n.opts.Logger = zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), logs)).Level(zerolog.InfoLevel)
+	n.start(t)
+	ctx := waitCtx(t)
+	listed, err := n.kubelet.WaitDevices(ctx, vfioPool, func(ds []*pluginapi.Device) bool { return len(ds) > 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := []string{listed[0].ID}
+
+	disk.Fill(t)
+	failures := 0
+	for i := 0; i < 2000 && failures < 3; i++ { // bbolt fills its free pages first
+		if _, err := n.kubelet.Allocate(ctx, vfioPool, dev); status.Code(err) == codes.Unavailable {
+			failures++
+		} else if failures > 0 {
+			t.Fatalf("Allocate on a full disk went through after %d failures: %v", failures, err)
+		}
+	}
+	if failures < 3 {
+		t.Fatalf("Allocate on a full disk failed %d times, want 3", failures)
+	}
+	disk.Free(t)
+	if _, err := n.kubelet.Allocate(ctx, vfioPool, dev); err != nil {
+		t.Fatalf("Allocate once the disk has room: %v", err)
+	}
+	path := strconv.Quote(filepath.Join(n.opts.StateDir, LedgerFileName))
+	waitFor(ctx, t, "a line saying the ledger records again", func() bool {
+		return logs.Count("info", `"message":"the ledger records again"`) > 0
+	})
+	for _, l := range []struct{ level, msg string }{
+		{"error", "the ledger cannot record"},
+		{"info", "the ledger records again"},
+	} {
+		if got := logs.Count(l.level, `"path":`+path+`,"message":"`+l.msg+`"`); got != 1 {
+			t.Errorf("%d lines %q at %s naming the ledger over the outage, want 1:\n%s", got, l.msg, l.level, logs)
+		}
 	}
 }
 
