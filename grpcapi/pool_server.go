@@ -45,8 +45,9 @@ const DefaultCallTimeout = 10 * time.Second
 type PoolServerOptions struct {
 	// Mode is ModeLegacy (also when empty) or ModeWatcher.
 	Mode RegistrationMode
-	// Observer hears GetInfo and NotifyRegistrationStatus in watcher mode;
-	// nil ignores them.
+	// Observer hears GetInfo and NotifyRegistrationStatus in watcher mode,
+	// and logs them (the server's own lines are then debug); nil ignores
+	// them.
 	Observer RegistrationObserver
 	// CallTimeout bounds each Allocate and GetPreferredAllocation call into
 	// the backend; zero means DefaultCallTimeout.
@@ -372,10 +373,16 @@ func (r registrationService) GetInfo(ctx context.Context, _ *registerapi.InfoReq
 func (r registrationService) NotifyRegistrationStatus(ctx context.Context, st *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
 	s := r.s
 	socket := s.callSocket(ctx)
+	// An observer tells the story (the registrar: once, not per retry of
+	// the plugin watcher); a line here would say it again.
+	ok, refused := zerolog.InfoLevel, zerolog.WarnLevel
+	if s.observer != nil {
+		ok, refused = zerolog.DebugLevel, zerolog.DebugLevel
+	}
 	if st.PluginRegistered {
-		s.log.Info().Str("socket", socket).Msg("kubelet registered the pool")
+		s.log.WithLevel(ok).Str("socket", socket).Msg("kubelet registered the pool")
 	} else {
-		s.log.Warn().Str("socket", socket).Str("reason", st.Error).Msg("kubelet rejected the pool")
+		s.log.WithLevel(refused).Str("socket", socket).Str("reason", st.Error).Msg("kubelet rejected the pool")
 	}
 	if s.observer != nil {
 		s.observer.RegistrationStatus(s.resource, socket, st.PluginRegistered, st.Error)

@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/internal/actortest"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
 
@@ -111,20 +113,55 @@ func TestAKubeletBackAfterARecordedOutageEndsIt(t *testing.T) {
 	}
 }
 
+// failingConnects is a kubelet with a plugin watcher whose device
+// manager fails the first n registrations of pool (every one for n < 0)
+// as when it cannot reach the socket: the plugin watcher, as in kubelets
+// 1.35.4 and 1.34.4, then never tries that socket again.
+func failingConnects(pool string, n int32) kubelettest.Options {
+	var fails atomic.Int32
+	return kubelettest.Options{PluginWatcher: true, ConnectError: func(resource, _ string) error {
+		if resource == pool && (n < 0 || fails.Add(1) <= n) {
+			return errors.New("failed to dial device plugin: context deadline exceeded")
+		}
+		return nil
+	}}
+}
+
+// In watcher mode the plugin watcher's word on a socket is one line, the
+// registrar's, which the ledger's record matches: the pool's server that
+// heard it says it again only at debug.
+func TestAWatcherRegistrationIsOneLine(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, failingConnects(netPool, 1))
+	n.opts.Registration = "watcher"
+	logs := &actortest.Log{}
+	n.opts.Logger = zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), logs)).Level(zerolog.InfoLevel)
+	d := n.start(t)
+	waitFullKubelet(t, n.kubelet, 20*time.Second)
+	readyWithin(t, d, 10*time.Second, "the pool renewed")
+	waitLedger(waitCtx(t), t, d, "the pools' registrations", func(s events.State) bool {
+		return !s.Pools[netPool].Registration.RegisteredAt.IsZero() && !s.Pools[vfioPool].Registration.RegisteredAt.IsZero()
+	})
+	if got := logs.Count("", "plugin registration failed with err: failed to dial"); got != 1 {
+		t.Errorf("%d lines for one refusal, want 1:\n%s", got, logs)
+	}
+	registered := 0
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, `"pool":"`+vfioPool+`"`) && strings.Contains(line, "registered") {
+			registered++
+		}
+	}
+	if registered != 1 {
+		t.Errorf("%d lines for one registration of %s, want 1:\n%s", registered, vfioPool, logs)
+	}
+}
+
 // A kubelet of 1.35.4 or 1.34.4 whose device manager fails a registration
 // its plugin watcher began keeps the socket as registered and never tries
 // it again. The pool serves on a new socket a grace later, which the
 // plugin watcher registers; the ledger shows the refusal, then the
 // renewal.
 func TestARegistrationThePluginWatcherKeepsFailedIsRenewed(t *testing.T) {
-	var fails atomic.Int32
-	kopts := kubelettest.Options{PluginWatcher: true, ConnectError: func(resource, _ string) error {
-		if resource == netPool && fails.Add(1) == 1 {
-			return errors.New("failed to dial device plugin: context deadline exceeded")
-		}
-		return nil
-	}}
-	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kopts)
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, failingConnects(netPool, 1))
 	n.opts.Registration = "watcher"
 	d := n.start(t)
 	waitFullKubelet(t, n.kubelet, 20*time.Second)
