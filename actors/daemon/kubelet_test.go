@@ -155,6 +155,27 @@ func TestAWatcherRegistrationIsOneLine(t *testing.T) {
 	}
 }
 
+// A kubelet that refuses every socket of a pool the same way brings a
+// refusal and a renewal each round, with a doubling grace: the log warns
+// of each once, as the same failure again is news to no one (each is at
+// debug, and in the ledger).
+func TestRefusalsAlikeWarnOnce(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, failingConnects(netPool, -1))
+	n.opts.Registration = "watcher"
+	logs := &actortest.Log{}
+	n.opts.Logger = zerolog.New(logs).Level(zerolog.DebugLevel)
+	n.start(t)
+	const refused, renewed = "kubelet refused the pool", "the kubelet did not register the pool it refused"
+	waitFor(waitCtx(t), t, "three refusals and two renewals", func() bool {
+		return logs.Count("", refused) >= 3 && logs.Count("", renewed) >= 2
+	})
+	for _, msg := range []string{refused, renewed} {
+		if warned := logs.Count("warn", msg); warned != 1 {
+			t.Errorf("%d warnings %q over the rounds, want 1:\n%s", warned, msg, logs)
+		}
+	}
+}
+
 // A kubelet of 1.35.4 or 1.34.4 whose device manager fails a registration
 // its plugin watcher began keeps the socket as registered and never tries
 // it again. The pool serves on a new socket a grace later, which the

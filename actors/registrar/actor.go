@@ -168,6 +168,9 @@ type registrar struct {
 	retrying  map[string]*time.Timer // waiting for a retry
 	failures  map[string]int
 	lastError map[string]string
+	// warned holds, per pool not registered since, the failures logged
+	// at warn (see repeatLevel).
+	warned map[string]map[string]bool
 	// listing counts the kubelet's ListAndWatch streams by socket;
 	// unlisted holds, per registered pool with none on its socket, the
 	// timer of its ListGrace, and drops counts the pool's renewals for
@@ -192,6 +195,7 @@ func (r *registrar) Receive(ctx actor.Context) {
 		r.retrying = map[string]*time.Timer{}
 		r.failures = map[string]int{}
 		r.lastError = map[string]string{}
+		r.warned = map[string]map[string]bool{}
 		r.listing = map[string]int{}
 		r.unlisted = map[string]*time.Timer{}
 		r.drops = map[string]int{}
@@ -234,6 +238,7 @@ func (r *registrar) Receive(ctx actor.Context) {
 		delete(r.drops, m.Pool)
 		delete(r.failures, m.Pool)
 		delete(r.lastError, m.Pool)
+		delete(r.warned, m.Pool)
 		r.cancelRetry(m.Pool)
 	case *Listing:
 		r.listed(ctx, m)
@@ -316,6 +321,7 @@ func (r *registrar) observeKubelet(created bool) kubeletID {
 	}
 	// The drops were the last kubelet's: this one starts at one grace.
 	clear(r.drops)
+	clear(r.warned) // what this kubelet says is news
 	// A Register out was meant for a kubelet before this one. Left to
 	// run, it waits for the socket path to answer and reaches this one,
 	// whose start removed the pool's socket: it would dial that path for
@@ -583,7 +589,7 @@ func (r *registrar) answered(ctx actor.Context, m *registerResult) {
 func (r *registrar) failed(ctx actor.Context, pool string, d desire, err error, holds, action string) {
 	r.failures[pool]++
 	n := r.failures[pool]
-	level := repeatLevel(n, r.lastError[pool], err.Error())
+	level := r.repeatLevel(pool, err.Error())
 	r.lastError[pool] = err.Error()
 	delay := supervise.Doubling(r.cfg.RetryInitial, r.cfg.RetryMax, n)
 	if holds != "" && n == 1 {
@@ -606,14 +612,19 @@ func (r *registrar) failed(ctx actor.Context, pool string, d desire, err error, 
 	r.retrying[pool] = time.AfterFunc(delay, func() { root.Send(self, &retry{pool: pool}) })
 }
 
-// repeatLevel is the level to log the n-th failure in a row of a pool's
-// registration, whose error was last before: a warning when the failures
-// begin or their reason changes, debug for each retry that fails the
-// same way (the ledger counts them).
-func repeatLevel(n int, last, err string) zerolog.Level {
-	if n > 1 && err == last {
+// repeatLevel is the level to log a failure of the pool's registration
+// that says why: a warning the first time it says so since the pool was
+// last registered (or a new kubelet came), debug each time it comes
+// again (the ledger counts them). A pool whose renewals alternate two
+// failures, a refusal and the renewal it brings, so logs each once.
+func (r *registrar) repeatLevel(pool, why string) zerolog.Level {
+	if r.warned[pool][why] {
 		return zerolog.DebugLevel
 	}
+	if r.warned[pool] == nil {
+		r.warned[pool] = map[string]bool{}
+	}
+	r.warned[pool][why] = true
 	return zerolog.WarnLevel
 }
 
@@ -624,6 +635,7 @@ func (r *registrar) acknowledge(ctx actor.Context, pool string, d desire) {
 	r.cancelRefused(pool)
 	r.failures[pool] = 0
 	delete(r.lastError, pool)
+	delete(r.warned, pool)
 	socket, mode := d.socket, string(r.cfg.Mode)
 	r.record(events.PluginRegistered{Pool: pool, Socket: socket, Mode: mode}, func(e events.Envelope) {
 		r.cfg.Log.Info().Str("pool", pool).Str("socket", socket).Uint64("seq", e.Seq).Msg("pool registered with the kubelet")
@@ -726,7 +738,7 @@ func (r *registrar) renew(ctx actor.Context, pool string, d desire, why, msg str
 	action := "serving the pool on a new socket"
 	r.record(events.RegistrationFailed{Pool: pool, Socket: d.socket, Mode: string(r.cfg.Mode), Error: why,
 		Attempt: r.drops[pool], Action: action}, nil)
-	r.cfg.Log.Warn().Str("pool", pool).Str("socket", d.socket).Dur("grace_ms", grace).Str("action", action).Msg(msg)
+	r.cfg.Log.WithLevel(r.repeatLevel(pool, why)).Str("pool", pool).Str("socket", d.socket).Dur("grace_ms", grace).Str("action", action).Msg(msg)
 	r.needSocket(ctx, pool, d, false, why)
 }
 
@@ -782,7 +794,7 @@ func (r *registrar) kubeletReported(ctx actor.Context, m *KubeletReported) {
 		return
 	}
 	r.failures[m.Pool]++
-	level := repeatLevel(r.failures[m.Pool], r.lastError[m.Pool], m.Reason)
+	level := r.repeatLevel(m.Pool, m.Reason)
 	r.lastError[m.Pool] = m.Reason
 	failed := events.RegistrationFailed{Pool: m.Pool, Socket: m.Socket, Mode: string(grpcapi.ModeWatcher), Error: m.Reason,
 		Attempt: r.failures[m.Pool], Action: "the kubelet's plugin watcher tries again"}
