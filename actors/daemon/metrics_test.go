@@ -443,7 +443,8 @@ func TestReadyzFollowsTheLedgersAppends(t *testing.T) {
 // A full disk is one incident in the log however many appends it fails:
 // a line when the ledger stops recording and one when it records again,
 // both naming the file, though an Allocate (not the daemon's retry at its
-// snapshot check) is the first append that goes through.
+// snapshot check) is the first append that goes through; and a line for
+// each Allocate it fails.
 func TestAFullDiskLogsWhenTheLedgerRecordsAgain(t *testing.T) {
 	disk := storetest.NewFullDisk(t, 2<<20)
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
@@ -470,6 +471,11 @@ func TestAFullDiskLogsWhenTheLedgerRecordsAgain(t *testing.T) {
 	}
 	if failures < 3 {
 		t.Fatalf("Allocate on a full disk failed %d times, want 3", failures)
+	}
+	// Each failed Allocate is one line, naming the pool and the device.
+	const failed = "the ledger could not record the allocation of "
+	if got, named := logs.Count("", failed), logs.Count("", `"pool":"`+vfioPool+`","error":"unavailable: `+vfioPool+`: `+failed+dev[0]); got != failures || named != failures {
+		t.Errorf("%d lines (%d naming the pool and the device) for %d failed Allocates, want one each:\n%s", got, named, failures, logs)
 	}
 	disk.Free(t)
 	if _, err := n.kubelet.Allocate(ctx, vfioPool, dev); err != nil {

@@ -268,8 +268,7 @@ func (p *allocator) land(ctx actor.Context, id uint64, f *flight, l landing) {
 	default:
 		err = fmt.Errorf("%w: %s: the ledger could not record the allocation of %s: %v", grpcapi.ErrUnavailable, p.name, strings.Join(f.ids, ","), err)
 	}
-	if err != nil {
-		p.cfg.Log.Error().Err(err).Str("pool", p.name).Strs("devices", f.ids).Msg("allocation not recorded; the kubelet's call failed")
+	if err != nil { // the pool's server logs the failed call, with err
 		p.answer(f.reply, f.started, nil, err)
 	}
 	p.letGo(ctx, f.ids)
