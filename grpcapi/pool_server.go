@@ -291,16 +291,19 @@ func (d devicePluginService) ListAndWatch(_ *pluginapi.Empty, stream grpc.Server
 	s := d.s
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
+	// A pool serves on a new socket after each renewal, and streams on the
+	// old one may still be open: each line names the stream's.
+	log := s.log.With().Str("socket", s.callSocket(ctx)).Logger()
 	lists, err := s.backend.WatchDevices(ctx)
 	if err != nil {
-		s.log.Warn().Err(err).Msg("cannot watch the pool's devices")
+		log.Warn().Err(err).Msg("cannot watch the pool's devices")
 		return backendStatus(err)
 	}
-	s.log.Info().Msg("kubelet opened ListAndWatch")
+	log.Info().Msg("kubelet opened ListAndWatch")
 	for {
 		select {
 		case <-ctx.Done():
-			s.log.Info().Msg("kubelet closed ListAndWatch")
+			log.Info().Msg("kubelet closed ListAndWatch")
 			return status.FromContextError(ctx.Err()).Err()
 		case <-s.stopping:
 			return status.Errorf(codes.Unavailable, "pool %s: server stopping", s.resource)
@@ -309,16 +312,16 @@ func (d devicePluginService) ListAndWatch(_ *pluginapi.Empty, stream grpc.Server
 				if ctx.Err() != nil {
 					return status.FromContextError(ctx.Err()).Err()
 				}
-				s.log.Info().Msg("pool stopped publishing devices; ending ListAndWatch")
+				log.Info().Msg("pool stopped publishing devices; ending ListAndWatch")
 				return status.Errorf(codes.Unavailable, "pool %s stopped serving its devices", s.resource)
 			}
 			msg, err := s.lists.encode(list)
 			if err != nil {
-				s.log.Error().Err(err).Msg("cannot encode the device list; ending ListAndWatch")
+				log.Error().Err(err).Msg("cannot encode the device list; ending ListAndWatch")
 				return status.Errorf(codes.Internal, "pool %s: %v", s.resource, err)
 			}
 			if err := stream.SendMsg(msg); err != nil {
-				s.log.Info().Err(err).Msg("ListAndWatch send failed")
+				log.Info().Err(err).Msg("ListAndWatch send failed")
 				return err
 			}
 		}

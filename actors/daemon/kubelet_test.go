@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -111,6 +112,37 @@ func TestAKubeletBackAfterARecordedOutageEndsIt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// After a kubelet restart a pool serves on a new socket: the lines of a
+// ListAndWatch stream name the socket it is on, as the registrar's lines
+// of the registration do.
+func TestListAndWatchLinesNameTheirSocket(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	logs := &actortest.Log{}
+	n.opts.Logger = zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), logs)).Level(zerolog.InfoLevel)
+	n.start(t)
+	ctx := waitCtx(t)
+	opened := func(socket string) bool {
+		return logs.Count("info", `"socket":`+strconv.Quote(socket)+`,"message":"kubelet opened ListAndWatch"`) > 0
+	}
+	first, err := n.kubelet.WaitRegistered(ctx, vfioPool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "a line of the stream on "+first.Endpoint, func() bool { return opened(first.Endpoint) })
+	if err := n.kubelet.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	var again kubelettest.Registration
+	waitFor(ctx, t, "the pool registered on a new socket", func() bool {
+		again, err = n.kubelet.WaitRegistered(ctx, vfioPool)
+		return err != nil || again.Endpoint != first.Endpoint
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "a line of the stream on "+again.Endpoint, func() bool { return opened(again.Endpoint) })
 }
 
 // failingConnects is a kubelet with a plugin watcher whose device
