@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -675,24 +676,28 @@ func TestPodSelectionKeepsNoNameOfEveryPod(t *testing.T) {
 // daemon's stream alike. Before its last-alive mark, or with no crash
 // recorded after, the run reads as running.
 func TestReplayInsideADowntimeSaysTheRunHadStopped(t *testing.T) {
-	l := pooledVF("intel.com/sriov_vfio", "0000:3b:02.1")
+	const pool, sock = "intel.com/sriov_vfio", "/var/lib/kubelet/device-plugins/intel.com_sriov_vfio.sock"
+	l := pooledVF(pool, "0000:3b:02.1")
+	l.add(events.PluginServing{Pool: pool, Socket: sock, Mode: "legacy"})
+	l.add(events.PluginRegistered{Pool: pool, Socket: sock, Mode: "legacy"})
 	l.add(events.DeviceHealthChanged{Address: "0000:3b:02.1", Healthy: false, Reason: "link down on ens1f0 (PF)"})
 	last := l.add(events.DeviceHealthChanged{Address: "0000:3b:02.1", Healthy: true})
 	t0 := l.t0
-	crashed := events.New(events.DaemonCrashed{LastSeq: last, LastAlive: t0.Add(6 * time.Minute)}, t0.Add(time.Hour), "boot-1")
+	crashed := events.New(events.DaemonCrashed{LastSeq: last, LastAlive: t0.Add(8 * time.Minute)}, t0.Add(time.Hour), "boot-1")
 	restarted := events.New(events.DaemonStarted{Version: "v0.3.0", PID: 2}, t0.Add(time.Hour), "boot-1")
 	envs := append(slices.Clone(l.envs), crashed, restarted)
 	db := filepath.Join(t.TempDir(), "ledger.db")
 	writeLedger(t, db, envs)
-	const down = "NOT running: it started 2026-11-30T09:00:00Z and crashed or was killed, last alive 2026-11-30T09:06:00Z (as the next start recorded, #6)"
+	const down = "NOT running: it started 2026-11-30T09:00:00Z and crashed or was killed, last alive 2026-11-30T09:08:00Z (as the next start recorded, #8)"
 
 	for _, tc := range []struct {
-		at   string
-		want string
+		at         string
+		want       string
+		registered bool
 	}{
-		{"2026-11-30T09:30:00Z", down},
-		{"2026-11-30T09:05:00Z", "running since 2026-11-30T09:00:00Z"}, // before its last mark
-		{"2026-11-30T10:30:00Z", "running since 2026-11-30T10:00:00Z"}, // the next run
+		{"2026-11-30T09:30:00Z", down, false},
+		{"2026-11-30T09:07:00Z", "running since 2026-11-30T09:00:00Z", true},  // before its last mark
+		{"2026-11-30T10:30:00Z", "running since 2026-11-30T10:00:00Z", false}, // the next run, not registered yet
 	} {
 		code, stdout, stderr := runCLI(t, "replay", "--db", db, "--until-time", tc.at)
 		if code != exitOK || !strings.Contains(stdout, tc.want) {
@@ -712,8 +717,23 @@ func TestReplayInsideADowntimeSaysTheRunHadStopped(t *testing.T) {
 			t.Fatal(err)
 		}
 		crash, seq := crashBefore(next, s, at)
-		if (crash != nil) != (tc.want == down) || crash != nil && seq != 6 {
+		if (crash != nil) != (tc.want == down) || crash != nil && seq != 8 {
 			t.Errorf("through a stream at %s: crash %+v at #%d", tc.at, crash, seq)
+		}
+		// The pool was served and registered only while a run was.
+		if served := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(pool) + `\b.*registered \(legacy\)`).MatchString(stdout); served != tc.registered {
+			t.Errorf("replay --until-time %s: pool registered %v, the run %q:\n%s", tc.at, served, tc.want, stdout)
+		}
+		// JSON says what the table says.
+		code, stdout, stderr = runCLI(t, "replay", "--db", db, "--until-time", tc.at, "--format", "json")
+		var st events.State
+		if err := json.Unmarshal([]byte(stdout), &st); code != exitOK || err != nil {
+			t.Fatalf("replay --until-time %s --format json: exit %d, %v: %s", tc.at, code, err, stderr)
+		}
+		if reg := st.Pools[pool].Registration; st.Daemon.Running != (tc.want != down) || reg.Registered != tc.registered ||
+			tc.want == down && (st.Daemon.Crashes != 1 || st.Seq != last || !st.Daemon.StoppedAt.Equal(t0.Add(8*time.Minute))) {
+			t.Errorf("replay --until-time %s --format json: running %v, registered %v, %d crashed, stopped at %v, at #%d; the run %q",
+				tc.at, st.Daemon.Running, reg.Registered, st.Daemon.Crashes, st.Daemon.StoppedAt, st.Seq, tc.want)
 		}
 	}
 

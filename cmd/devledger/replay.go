@@ -109,6 +109,9 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 			notes.crash, notes.crashSeq = crashBefore(next, s, at)
 		}
 	}
+	if notes.crash != nil {
+		s = withCrash(s, *notes.crash, notes.crashSeq)
+	}
 	if *format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -147,6 +150,17 @@ type stateNotes struct {
 // events end at the point, and what comes between is a tool's (an
 // acknowledgement) at most.
 const crashLookahead = 64
+
+// withCrash is s, the fold up to a point, with crash folded in, which the
+// next start recorded at seq of the run s has running: that run had
+// stopped by the point, so no daemon ran and no pool was served or
+// registered there, in JSON as in the table. s keeps its own last event.
+func withCrash(s events.State, crash events.DaemonCrashed, seq uint64) events.State {
+	last, at := s.Seq, s.Time
+	s = events.Apply(s, events.Envelope{Seq: seq, Payload: crash})
+	s.Seq, s.Time = last, at
+	return s
+}
 
 // readAhead is up to crashLookahead events of l after seq; what cannot
 // be read ends it (the note it serves is the only loss).
@@ -220,13 +234,13 @@ func printState(w io.Writer, s events.State, at time.Time, notes stateNotes) err
 	if d.BootID != "" {
 		run := "running since " + d.StartedAt.UTC().Format(time.RFC3339)
 		switch {
+		case notes.crash != nil:
+			run = "NOT running: it started " + d.StartedAt.UTC().Format(time.RFC3339) + " and crashed or was killed, last alive " +
+				notes.crash.LastAlive.UTC().Format(time.RFC3339) + fmt.Sprintf(" (as the next start recorded, #%d)", notes.crashSeq)
 		case !d.Running && !d.StoppedAt.IsZero():
 			run = "stopped since " + d.StoppedAt.UTC().Format(time.RFC3339)
 		case !d.Running: // a ledger from before stops were folded
 			run = "stopped, started " + d.StartedAt.UTC().Format(time.RFC3339)
-		case notes.crash != nil:
-			run = "NOT running: it started " + d.StartedAt.UTC().Format(time.RFC3339) + " and crashed or was killed, last alive " +
-				notes.crash.LastAlive.UTC().Format(time.RFC3339) + fmt.Sprintf(" (as the next start recorded, #%d)", notes.crashSeq)
 		case notes.copy:
 			run += " in this copy (a run killed before it recorded its stop reads the same)"
 		case notes.ended:
