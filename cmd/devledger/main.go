@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 
@@ -58,6 +59,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case len(args) == 0:
 		usage(stderr, cmds)
 		return exitUsage
+	case args[0] == "help" && len(args) > 1:
+		// `devledger help dump` is `devledger dump -h`; `help ledger
+		// backup`, `ledger backup -h`.
+		if _, ok := cmds[args[1]]; !ok {
+			fmt.Fprintf(stderr, "devledger help: unknown command %q\n", args[1])
+			usage(stderr, cmds)
+			return exitUsage
+		}
+		return run(append(slices.Clone(args[1:]), "-h"), stdout, stderr)
 	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
 		usage(stdout, cmds)
 		return exitOK

@@ -28,6 +28,17 @@ func TestHelpOnStdout(t *testing.T) {
 	if code, stdout, stderr := runCLI(t); code != exitUsage || stdout != "" || !strings.HasPrefix(stderr, "usage: devledger") {
 		t.Errorf("no command: exit %d, stdout %q, stderr %.40q", code, stdout, stderr)
 	}
+	// help COMMAND is COMMAND -h; help of no such command is bad usage.
+	for _, args := range [][]string{{"dump"}, {"ledger", "backup"}} {
+		_, want, _ := runCLI(t, append(args, "-h")...)
+		code, stdout, stderr := runCLI(t, append([]string{"help"}, args...)...)
+		if code != exitOK || stdout != want || stderr != "" {
+			t.Errorf("help %q: exit %d, stdout %.60q, stderr %q; want %s -h's %.60q", args, code, stdout, stderr, args, want)
+		}
+	}
+	if code, stdout, stderr := runCLI(t, "help", "nosuch"); code != exitUsage || stdout != "" || !strings.Contains(stderr, `unknown command "nosuch"`) {
+		t.Errorf("help nosuch: exit %d, stdout %.40q, stderr %.60q", code, stdout, stderr)
+	}
 }
 
 // A bad flag or value is said once, on stderr, with where to look.
