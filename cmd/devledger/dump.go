@@ -106,6 +106,15 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	if err := lf.oneLedger(fs); err != nil {
 		return err
 	}
+	if err := refuseEmpty(fs, map[string]string{
+		"since": "dump prints from the first event", "until": "dump prints to the last event",
+		"pool": "dump prints every pool's events", "device": "dump prints every device's events",
+		"pod": "dump prints every pod's events", "namespace": "dump prints every namespace's events",
+		"iface": "dump prints every interface's events", "pf": "dump prints every PF's events",
+		"type": "dump prints events of every type",
+	}); err != nil {
+		return err
+	}
 
 	now := time.Now()
 	var f eventFilter

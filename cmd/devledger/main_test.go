@@ -126,10 +126,10 @@ func TestEmptyStateDirRefused(t *testing.T) {
 	}
 }
 
-// An empty point or device (a script's unset variable) names none: replay
-// and scan refuse it rather than answer another question (the state at
-// the end, not at a time; the state, not a diff; every device, not one)
-// with exit 0.
+// An empty point, device or filter (a script's unset variable) names
+// none: replay, scan and dump refuse it rather than answer another
+// question (the state at the end, not at a time; the state, not a diff;
+// every device, not one; the whole history, not a window) with exit 0.
 func TestEmptyPointRefused(t *testing.T) {
 	db := sampleCopy(t)
 	roots, err := sysfsgen.BuildScenario(t.TempDir(), sysfsgen.ScenarioSRIOV)
@@ -144,6 +144,13 @@ func TestEmptyPointRefused(t *testing.T) {
 		{[]string{"replay", "--db", db, "--diff", "", "--format", "json"}, `--diff "": names nothing`},
 		{[]string{"replay", "--db", db, "--diff=", "--until-seq", "5"}, `--diff "": names nothing`},
 		{scanArgs(roots, scanConfigs["sriov"], "--explain", "", "--format", "json"), `--explain "": names nothing`},
+		{[]string{"dump", "--db", db, "--since", ""}, `--since "": names nothing`},
+		{[]string{"dump", "--db", db, "--until=", "--format", "jsonl"}, `--until "": names nothing`},
+		{[]string{"dump", "--db", db, "--device", ""}, `--device "": names nothing`},
+		{[]string{"dump", "--db", db, "--pool", "", "--stats"}, `--pool "": names nothing`},
+		{[]string{"dump", "--db", db, "--pod", ""}, `--pod "": names nothing`},
+		{[]string{"dump", "--db", db, "--pf", ""}, `--pf "": names nothing`},
+		{[]string{"dump", "--db", db, "--type", ""}, `--type "": names nothing`},
 	} {
 		code, stdout, stderr := runCLI(t, tc.args...)
 		if code != exitUsage || stdout != "" || !strings.Contains(stderr, tc.want) {
