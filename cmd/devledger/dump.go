@@ -301,7 +301,9 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 		// A copy read days after it was made has nothing in the last
 		// hours: say so, rather than leave "(no events)" to read as
 		// a quiet node.
-		if f.pods == nil && lastSeq != 0 && lastTime.Before(f.since) {
+		// A running daemon's ledger (its admin socket) has not ended:
+		// nothing in the window is a quiet node, and "(no events)" says so.
+		if _, live := src.(adminSource); !live && f.pods == nil && lastSeq != 0 && lastTime.Before(f.since) {
 			fromNow := ""
 			if _, err := parseAge(*since); err == nil {
 				fromNow = " (" + *since + " counts back from now)"

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi/kubelettest"
 	goldenfile "github.com/devledger/devledger/internal/golden"
 	"github.com/devledger/devledger/store"
 )
@@ -168,6 +169,20 @@ func TestDumpSinceAfterTheLedgerEnds(t *testing.T) {
 		case tc.says != "" && (!strings.Contains(stderr, tc.says) || !strings.Contains(stdout, "(no events)")):
 			t.Errorf("--since %s: %q on stderr, want %q", tc.since, stderr, tc.says)
 		}
+	}
+}
+
+// On a live node, read through the daemon's admin socket, nothing since
+// --since is a quiet node, which "(no events)" says: the ledger has not
+// ended, and a warning would say it had.
+func TestDumpSinceOnALiveNodeNamesNoEnd(t *testing.T) {
+	dir := kubelettest.ShortTempDir(t)
+	db := filepath.Join(dir, ledgerFileName)
+	writeSampleLedger(t, db)
+	serveLedger(t, dir, db)
+	code, stdout, stderr := runCLI(t, "dump", "--state-dir", dir, "--since", "2h")
+	if code != exitOK || stderr != "" || !strings.Contains(stdout, "(no events)") {
+		t.Errorf("dump --since 2h of a live node: exit %d, stderr %q, want none; out:\n%s", code, stderr, stdout)
 	}
 }
 
