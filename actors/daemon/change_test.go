@@ -987,6 +987,53 @@ func wantReasons(t *testing.T, d *Daemon, seq uint64, dev string, want map[strin
 	}
 }
 
+// A pool of the config that no device joins (a pfNames range with a
+// typo, one an earlier pool's range covers) is not served, and the log
+// names it, once: at the start, and for a reload that adds one, in one
+// line for all of them, whatever the number of pools.
+func TestAPoolWithNoDevicesIsNamedInTheLog(t *testing.T) {
+	cfg := `{"resourceList": [
+	  {"resourceName": "sriov_vfio", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]}},
+	  {"resourceName": "vfio_again", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]}},
+	  {"resourceName": "typo", "selectors": {"pfNames": ["ens9f9"]}}
+	]}`
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, cfg, kubelettest.Options{})
+	logs := &actortest.Log{}
+	n.opts.Logger = zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), logs)).Level(zerolog.InfoLevel)
+	d := n.start(t)
+	ctx := waitCtx(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, "intel.com/sriov_vfio"); err != nil {
+		t.Fatal(err)
+	}
+	const line = `"message":"pools have no devices and are not served"`
+	// Logged as the first scan is placed, which a pool's registration
+	// follows; waited for all the same.
+	for logs.Count("info", line) == 0 && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	if got, want := logs.Count("info", line), 1; got != want {
+		t.Fatalf("%d lines say which pools have no devices at the start, want %d:\n%s", got, want, logs)
+	}
+	if !strings.Contains(logs.String(), `"pools":["intel.com/vfio_again","intel.com/typo"]`) {
+		t.Errorf("the start's line does not name both pools with no devices:\n%s", logs)
+	}
+
+	added := strings.Replace(cfg, `"resourceList": [`, `"resourceList": [
+	  {"resourceName": "gone_nic", "selectors": {"pciAddresses": ["0000:99:00.0"]}},`, 1)
+	if err := os.WriteFile(n.opts.ConfigPath, []byte(added), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := d.Reload(ctx, "test"); err != nil || !res.Applied {
+		t.Fatalf("reload = %+v, %v", res, err)
+	}
+	if got, want := logs.Count("info", line), 2; got != want {
+		t.Fatalf("%d lines say which pools have no devices after a reload that adds one, want %d:\n%s", got, want, logs)
+	}
+	if !strings.Contains(logs.String(), `"pools":["intel.com/gone_nic"]`) {
+		t.Errorf("the reload's line does not name the pool it added, alone:\n%s", logs)
+	}
+}
+
 // SIGHUP reloads the config, here with the file watcher off (only SIGHUP
 // reloads then): the pool the new config adds serves and registers. A
 // SIGHUP that finds the file unchanged says so, once.

@@ -155,6 +155,9 @@ type coordinator struct {
 	devices []sysfs.Device
 	pools   map[string]*actor.PID
 	members map[string][]allocation.Member
+	// unserved are the pools of the config that the last placement left
+	// unserved for want of devices: the log has named them.
+	unserved map[string]bool
 	// owner maps a pooled device to its pool.
 	owner map[string]string
 	// join is what a device looked like when it joined its pool: health
@@ -661,6 +664,11 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool, seen
 	var targets []health.Target
 	var emptied []events.Payload // what the pools this start leaves unspawned cannot record
 	var emptiedPools []string
+	// idle are the pools this placement leaves unserved for want of
+	// devices that the last one did not, and that no other line names:
+	// one line names them all.
+	var idle []string
+	unserved := map[string]bool{}
 	for _, pm := range pools {
 		res := pm.Resource
 		devs := members[pm.Name]
@@ -691,6 +699,7 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool, seen
 		if !serve {
 			delete(n.deferred, pm.Name)
 		}
+		named := running // a pool that served says so as it withdraws
 		switch {
 		case running && !serve:
 			// The last device left: the pool records it, withdraws, stops.
@@ -724,17 +733,31 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool, seen
 			pool.CleanStaleSockets(SocketDir(n.cfg.KubeletDir, n.cfg.Mode), pm.Name, n.cfg.Log)
 			if ps := n.emptied(pm.Name, owner); len(ps) > 0 {
 				emptied, emptiedPools = append(emptied, ps...), append(emptiedPools, pm.Name)
+				named = true // once its records land
+			}
+		}
+		// An auxNetDevice pool serves none of its devices yet: not for want
+		// of them.
+		if !serve && res.DeviceType != config.AuxNetDevice {
+			unserved[pm.Name] = true
+			if !named && !n.unserved[pm.Name] {
+				idle = append(idle, pm.Name)
 			}
 		}
 	}
+	n.unserved = unserved
 	if len(emptied) > 0 {
 		n.life.persist.Persist(ctx, n.cfg.Recorder, nil, emptied, func(_ []events.Envelope, err error) {
 			if err != nil {
 				n.cfg.Log.Error().Err(err).Strs("pools", emptiedPools).Msg("cannot record that pools have no devices")
-				return
+				emptiedPools = nil
 			}
-			n.cfg.Log.Info().Strs("pools", emptiedPools).Msg("pools have no devices and are not served")
+			if quiet := slices.Concat(emptiedPools, idle); len(quiet) > 0 {
+				n.cfg.Log.Info().Strs("pools", quiet).Msg("pools have no devices and are not served")
+			}
 		})
+	} else if len(idle) > 0 {
+		n.cfg.Log.Info().Strs("pools", idle).Msg("pools have no devices and are not served")
 	}
 	maps.DeleteFunc(n.join, func(addr string, _ sysfs.Device) bool {
 		_, ok := owner[addr]
