@@ -732,10 +732,25 @@ func (d *Daemon) notReady(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("actors do not answer: %w", err)
 	}
-	if i := slices.IndexFunc(st.Pools, func(p grpcapi.AdminPoolStatus) bool { return !p.Registered && !p.NoDevices }); i >= 0 {
-		return fmt.Errorf("pool %s is not registered with the kubelet", st.Pools[i].Resource)
+	// Every pool that waits, not the first alone: a kubelet that refuses
+	// some of many pools would otherwise show them one at a time.
+	var waiting []string
+	served := 0
+	for _, p := range st.Pools {
+		if !p.NoDevices {
+			served++
+			if !p.Registered {
+				waiting = append(waiting, p.Resource)
+			}
+		}
 	}
-	return nil
+	switch len(waiting) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("pool %s is not registered with the kubelet", waiting[0])
+	}
+	return fmt.Errorf("%d of %d pools served are not registered with the kubelet: %s", len(waiting), served, strings.Join(waiting, ", "))
 }
 
 // answers says whether every actor answers (/healthz): the node names its

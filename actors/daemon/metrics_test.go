@@ -126,9 +126,11 @@ func TestMetricsHealthAndReadiness(t *testing.T) {
 	if code, body := httpGet(t, base+"/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz = %d %s", code, body)
 	}
-	// No kubelet yet: nothing is registered, so not ready.
-	if code, body := httpGet(t, base+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not registered") {
-		t.Errorf("/readyz without a kubelet = %d %q, want 503 naming a pool", code, body)
+	// No kubelet yet: nothing is registered, so not ready, and /readyz
+	// names every pool that waits, not the first alone.
+	if code, body := httpGet(t, base+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not registered") ||
+		!strings.Contains(body, "intel.com/sriov_vfio") || !strings.Contains(body, "intel.com/sriov_net") {
+		t.Errorf("/readyz without a kubelet = %d %q, want 503 naming both pools", code, body)
 	}
 	_, body := httpGet(t, base+"/metrics")
 	for _, want := range []string{
