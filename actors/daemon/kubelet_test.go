@@ -143,6 +143,14 @@ func TestListAndWatchLinesNameTheirSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(ctx, t, "a line of the stream on "+again.Endpoint, func() bool { return opened(again.Endpoint) })
+	// A kubelet's start removes every plugin's socket: each pool says it
+	// made its socket again, as news, not as a warning per pool.
+	waitFor(ctx, t, "each pool's line of its socket lost", func() bool {
+		return logs.Count("", "socket lost; re-creating it") == 2
+	})
+	if warned := logs.Count("warn", "socket lost"); warned != 0 {
+		t.Errorf("a kubelet restart: %d warnings of a socket lost, want none:\n%s", warned, logs)
+	}
 }
 
 // failingConnects is a kubelet with a plugin watcher whose device

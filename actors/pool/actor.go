@@ -427,7 +427,9 @@ func (p *allocator) announce(ctx actor.Context, lost string, seq uint64) {
 	var payloads []events.Payload
 	if lost != "" {
 		payloads = append(payloads, events.SocketLost{Pool: p.name, Socket: lost})
-		p.cfg.Log.Warn().Str("pool", p.name).Str("socket", lost).Msg("socket lost; re-creating it")
+		// Info: every kubelet start in legacy mode removes every plugin's
+		// socket, a warning per pool at each; the pool heals it here.
+		p.cfg.Log.Info().Str("pool", p.name).Str("socket", lost).Msg("socket lost; re-creating it")
 	}
 	payloads = append(payloads, events.PluginServing{Pool: p.name, Socket: p.socket, Mode: mode})
 	// No wait for the fsync: the socket serves already, and the store
