@@ -111,10 +111,19 @@ func replayDiff(stdout, said io.Writer, lf *ledgerFlags, spec, format string, ve
 	}
 	defer src.close()
 	var a, b events.State
+	// The events past each point, for the crash the next start recorded
+	// of a run the point's state has running (see crashedBy).
+	var aNext, bNext []events.Envelope
 	switch src := src.(type) {
 	case fileSource:
 		if a, b, err = diffLedgerFile(said, src.l, lf.path(), verify, from, to); err != nil {
 			return err
+		}
+		if !from.at.IsZero() && a.Daemon.Running {
+			aNext = readAhead(src.l, a.Seq)
+		}
+		if !to.at.IsZero() && b.Daemon.Running {
+			bNext = readAhead(src.l, b.Seq)
 		}
 		// Shown, then named.
 		defer func() {
@@ -126,13 +135,18 @@ func replayDiff(stdout, said io.Writer, lf *ledgerFlags, spec, format string, ve
 		if verify {
 			return usageErrf("--verify reads the file itself, which the running daemon holds: verify a copy (--db) or stop the daemon")
 		}
-		if a, b, err = foldBetween(src, from, to); err != nil {
+		ahead := 0
+		if !from.at.IsZero() || !to.at.IsZero() {
+			ahead = crashLookahead
+		}
+		if a, b, aNext, bNext, err = foldBetweenAhead(src, from, to, ahead); err != nil {
 			return err
 		}
 	}
 	if a.Seq > b.Seq {
 		return usageErrf("--diff: T1 (%s) comes after T2 (%s)", foldedEnd(from, a.Seq), foldedEnd(to, b.Seq))
 	}
+	a, b = crashedBy(a, from.at, aNext), crashedBy(b, to.at, bNext)
 	d := diffStates(a, b)
 	d.From.At, d.To.At = givenAt(from.at), givenAt(to.at)
 	if format == "json" {
@@ -158,15 +172,48 @@ func diffLedgerFile(said io.Writer, l *store.Log, path string, verify bool, from
 	return a, b, err
 }
 
+// crashedBy is s, the fold up to at, with the crash folded in that the
+// next start recorded, in next, of the run s has running, when that run
+// was last alive before at: it had stopped by then (see crashBefore and
+// withCrash, which replay --until-time uses alike). A point given as a
+// sequence is an event's, which a running daemon recorded.
+func crashedBy(s events.State, at time.Time, next []events.Envelope) events.State {
+	if at.IsZero() || !s.Daemon.Running {
+		return s
+	}
+	if crash, seq := crashBefore(next, s, at); crash != nil {
+		return withCrash(s, *crash, seq)
+	}
+	return s
+}
+
 // foldBetween folds a stream of events once, from the first, keeping the
 // state at from on the way to the state at to: one read, so a running
 // daemon's appends between two reads cannot make the ends disagree.
 func foldBetween(src eventSource, from, to diffEnd) (a, b events.State, err error) {
+	a, b, _, _, err = foldBetweenAhead(src, from, to, 0)
+	return a, b, err
+}
+
+// foldBetweenAhead is foldBetween that also returns up to ahead events
+// past each point (those past from are among those folded into b), read
+// on past to in the same read; what cannot be read past to ends that look
+// ahead, not the fold.
+func foldBetweenAhead(src eventSource, from, to diffEnd, ahead int) (a, b events.State, aNext, bNext []events.Envelope, err error) {
 	s := events.NewState()
 	taken, stopped := false, false
 	var last uint64
 	err = src.read(func(e events.Envelope) error {
-		if last == 0 && !stopped {
+		if stopped {
+			if len(aNext) < ahead {
+				aNext = append(aNext, e)
+			}
+			if bNext = append(bNext, e); len(bNext) >= ahead {
+				return errStop
+			}
+			return nil
+		}
+		if last == 0 {
 			var err error
 			if s, err = foldFrom(src, e.Seq); err != nil {
 				return err
@@ -179,9 +226,15 @@ func foldBetween(src eventSource, from, to diffEnd) (a, b events.State, err erro
 			// Apply reuses the state's maps: the copy is what stays.
 			a, taken = s.Clone(), true
 		}
+		if taken && len(aNext) < ahead {
+			aNext = append(aNext, e)
+		}
 		if to.beyond(e) {
 			stopped = true
-			return errStop
+			if bNext = append(bNext, e); len(bNext) >= ahead {
+				return errStop
+			}
+			return nil
 		}
 		if err := foldable(e); err != nil {
 			return err
@@ -190,18 +243,18 @@ func foldBetween(src eventSource, from, to diffEnd) (a, b events.State, err erro
 		last = e.Seq
 		return nil
 	})
-	if err != nil && !errors.Is(err, errStop) {
-		return a, s, err
+	if err != nil && !errors.Is(err, errStop) && !stopped {
+		return a, s, nil, nil, err
 	}
 	switch {
 	case !stopped && max(from.seq, to.seq) > last:
-		return a, s, usageErrf("--diff: #%d is past the end: the ledger ends at #%d", max(from.seq, to.seq), last)
+		return a, s, nil, nil, usageErrf("--diff: #%d is past the end: the ledger ends at #%d", max(from.seq, to.seq), last)
 	case !taken && stopped:
-		return a, s, usageErrf("--diff: T1 (%s) comes after T2 (%s)", describeEnd(from), foldedEnd(to, last))
+		return a, s, nil, nil, usageErrf("--diff: T1 (%s) comes after T2 (%s)", describeEnd(from), foldedEnd(to, last))
 	case !taken:
 		a = s.Clone()
 	}
-	return a, s, nil
+	return a, s, aNext, bNext, nil
 }
 
 // stateDiff is what differs between two folded states. Its JSON is the
@@ -248,8 +301,9 @@ func changed(from, to string) *change {
 
 // daemonDiff counts the daemon runs that began and ended between the
 // points. Each run ends in a DaemonStopped or, recorded by the next start,
-// a DaemonCrashed: a run that crashed after T1 and has not been followed by
-// a start by T2 still counts as running then.
+// a DaemonCrashed: a run last alive before a point given as a time, whose
+// crash the next start recorded after it, had stopped by then (crashedBy);
+// one that no start has followed yet still counts as running.
 type daemonDiff struct {
 	Starts      int     `json:"starts,omitempty"`
 	Stops       int     `json:"stops,omitempty"`

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/store/storetest"
 )
@@ -736,6 +738,44 @@ func TestReplayInsideADowntimeSaysTheRunHadStopped(t *testing.T) {
 				tc.at, st.Daemon.Running, reg.Registered, st.Daemon.Crashes, st.Daemon.StoppedAt, st.Seq, tc.want)
 		}
 	}
+
+	// replay --diff says the same of its ends, from the file and through
+	// a daemon's stream.
+	diffAt := func(t *testing.T, where ...string) {
+		t.Helper()
+		for _, tc := range []struct {
+			diff       string
+			then, now  bool
+			crashes    int
+			registered *change
+		}{
+			{"2026-11-30T09:07:00Z..2026-11-30T09:30:00Z", true, false, 1, &change{From: "registered (legacy)", To: ""}},
+			{"2026-11-30T09:30:00Z..2026-11-30T10:30:00Z", false, true, 0, nil},
+			{"#5..2026-11-30T09:30:00Z", true, false, 1, &change{From: "registered (legacy)", To: ""}},
+		} {
+			code, stdout, stderr := runCLI(t, append([]string{"replay", "--diff", tc.diff, "--format", "json"}, where...)...)
+			var d stateDiff
+			if err := json.Unmarshal([]byte(stdout), &d); code != exitOK || err != nil || d.Daemon == nil {
+				t.Fatalf("replay --diff %s %v: exit %d, %v: %s%s", tc.diff, where, code, err, stdout, stderr)
+			}
+			var reg *change
+			for _, p := range d.Pools {
+				if p.Resource == pool {
+					reg = p.Registration
+				}
+			}
+			if d.Daemon.RunningThen != tc.then || d.Daemon.RunningNow != tc.now || d.Daemon.Crashes != tc.crashes || !reflect.DeepEqual(reg, tc.registered) {
+				t.Errorf("replay --diff %s %v: running then %v, now %v, %d crashed, registration %+v; want %v, %v, %d, %+v:\n%s",
+					tc.diff, where, d.Daemon.RunningThen, d.Daemon.RunningNow, d.Daemon.Crashes, reg, tc.then, tc.now, tc.crashes, tc.registered, stdout)
+			}
+		}
+	}
+	diffAt(t, "--db", db)
+	dir := kubelettest.ShortTempDir(t)
+	live := filepath.Join(dir, ledgerFileName)
+	writeLedger(t, live, envs)
+	serveLedger(t, dir, live)
+	diffAt(t, "--state-dir", dir)
 
 	// No crash recorded after the point (the run went on, or the ledger
 	// ends there): running.
