@@ -61,13 +61,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	case args[0] == "help" && len(args) > 1:
 		// `devledger help dump` is `devledger dump -h`; `help ledger
-		// backup`, `ledger backup -h`.
+		// backup`, `ledger backup -h`. Only the names: a flag after them
+		// (`help ledger acknowledge --note`) would take -h for its value,
+		// and the command would run.
 		if _, ok := cmds[args[1]]; !ok {
 			fmt.Fprintf(stderr, "devledger help: unknown command %q\n", args[1])
 			usage(stderr, cmds)
 			return exitUsage
 		}
-		return run(append(slices.Clone(args[1:]), "-h"), stdout, stderr)
+		names := args[1:2]
+		if len(args) > 2 && !strings.HasPrefix(args[2], "-") {
+			names = args[1:3]
+		}
+		return run(append(slices.Clone(names), "-h"), stdout, stderr)
 	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
 		usage(stdout, cmds)
 		return exitOK

@@ -29,11 +29,19 @@ func TestHelpOnStdout(t *testing.T) {
 		t.Errorf("no command: exit %d, stdout %q, stderr %.40q", code, stdout, stderr)
 	}
 	// help COMMAND is COMMAND -h; help of no such command is bad usage.
-	for _, args := range [][]string{{"dump"}, {"ledger", "backup"}} {
-		_, want, _ := runCLI(t, append(args, "-h")...)
-		code, stdout, stderr := runCLI(t, append([]string{"help"}, args...)...)
+	// Flags after the names are not the command's to run: --note would
+	// take -h for its value, and acknowledge.
+	db := sampleCopy(t)
+	for _, tc := range []struct{ help, cmd []string }{
+		{[]string{"dump"}, []string{"dump"}},
+		{[]string{"ledger", "backup"}, []string{"ledger", "backup"}},
+		{[]string{"dump", "--db", db, "--pod"}, []string{"dump"}},
+		{[]string{"ledger", "acknowledge", "--db", db, "--note"}, []string{"ledger", "acknowledge"}},
+	} {
+		_, want, _ := runCLI(t, append(tc.cmd, "-h")...)
+		code, stdout, stderr := runCLI(t, append([]string{"help"}, tc.help...)...)
 		if code != exitOK || stdout != want || stderr != "" {
-			t.Errorf("help %q: exit %d, stdout %.60q, stderr %q; want %s -h's %.60q", args, code, stdout, stderr, args, want)
+			t.Errorf("help %q: exit %d, stdout %.60q, stderr %q; want %s -h's %.60q", tc.help, code, stdout, stderr, tc.cmd, want)
 		}
 	}
 	if code, stdout, stderr := runCLI(t, "help", "nosuch"); code != exitUsage || stdout != "" || !strings.Contains(stderr, `unknown command "nosuch"`) {
