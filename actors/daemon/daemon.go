@@ -732,11 +732,22 @@ func (d *Daemon) notReady(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("actors do not answer: %w", err)
 	}
-	// Every pool that waits, not the first alone: a kubelet that refuses
-	// some of many pools would otherwise show them one at a time.
+	return unregistered(st.Pools)
+}
+
+// readyzNamesShown is how many pools not registered /readyz names; the
+// count says how many there are, devledger_pool_registered each.
+const readyzNamesShown = 8
+
+// unregistered says which of pools, served, the kubelet has not
+// registered, nil when none: the count of them and the first
+// readyzNamesShown by name, so that a kubelet that refuses some of many
+// pools shows more than one at a time, and one that refuses all of 256
+// does not fill the answer.
+func unregistered(pools []grpcapi.AdminPoolStatus) error {
 	var waiting []string
 	served := 0
-	for _, p := range st.Pools {
+	for _, p := range pools {
 		if !p.NoDevices {
 			served++
 			if !p.Registered {
@@ -750,7 +761,11 @@ func (d *Daemon) notReady(ctx context.Context) error {
 	case 1:
 		return fmt.Errorf("pool %s is not registered with the kubelet", waiting[0])
 	}
-	return fmt.Errorf("%d of %d pools served are not registered with the kubelet: %s", len(waiting), served, strings.Join(waiting, ", "))
+	names := strings.Join(waiting[:min(len(waiting), readyzNamesShown)], ", ")
+	if more := len(waiting) - readyzNamesShown; more > 0 {
+		names += fmt.Sprintf(" and %d more", more)
+	}
+	return fmt.Errorf("%d of %d pools served are not registered with the kubelet: %s", len(waiting), served, names)
 }
 
 // answers says whether every actor answers (/healthz): the node names its

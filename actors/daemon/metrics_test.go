@@ -22,6 +22,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/internal/actortest"
 	"github.com/devledger/devledger/store"
@@ -350,6 +351,39 @@ func TestRetentionDropsABacklogInSteps(t *testing.T) {
 
 // /healthz asks every actor, pools included: one whose mailbox no longer
 // turns makes it fail, named, and it is 200 again once that one answers.
+// /readyz names the pools the kubelet has not registered, with their
+// count, and no more than a few of them: a node of 256 pools with no
+// kubelet yet answers in one short line, not 256 names.
+func TestReadyzNamesSomeOfManyPoolsNotRegistered(t *testing.T) {
+	var pools []grpcapi.AdminPoolStatus
+	for i := range 256 {
+		pools = append(pools, grpcapi.AdminPoolStatus{Resource: fmt.Sprintf("intel.com/sriov_vf_range_%03d", i)})
+	}
+	pools = append(pools, grpcapi.AdminPoolStatus{Resource: "intel.com/typo", NoDevices: true})
+	for _, tc := range []struct {
+		name  string
+		pools []grpcapi.AdminPoolStatus
+		want  string
+	}{
+		{"none", nil, ""},
+		{"one", pools[:1], "pool intel.com/sriov_vf_range_000 is not registered with the kubelet"},
+		{"two", pools[:2], "2 of 2 pools served are not registered with the kubelet: intel.com/sriov_vf_range_000, intel.com/sriov_vf_range_001"},
+		{"256", pools, "256 of 256 pools served are not registered with the kubelet: intel.com/sriov_vf_range_000, " +
+			"intel.com/sriov_vf_range_001, intel.com/sriov_vf_range_002, intel.com/sriov_vf_range_003, intel.com/sriov_vf_range_004, " +
+			"intel.com/sriov_vf_range_005, intel.com/sriov_vf_range_006, intel.com/sriov_vf_range_007 and 248 more"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ""
+			if err := unregistered(tc.pools); err != nil {
+				got = err.Error()
+			}
+			if got != tc.want {
+				t.Errorf("unregistered = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestHealthzNamesAnActorThatDoesNotAnswer(t *testing.T) {
 	d, ctx, base := readyWithMetrics(t, sriovConfig)
 	kids, err := d.Children(ctx)
