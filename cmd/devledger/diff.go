@@ -27,6 +27,9 @@ type diffEnd struct {
 	text string
 }
 
+// given says whether the end is a point, not the end of the ledger.
+func (p diffEnd) given() bool { return p.seq > 0 || !p.at.IsZero() }
+
 // beyond says whether e comes after the point: not folded into its state.
 func (p diffEnd) beyond(e events.Envelope) bool {
 	return p.seq > 0 && e.Seq > p.seq || !p.at.IsZero() && e.Time.After(p.at)
@@ -119,10 +122,10 @@ func replayDiff(stdout, said io.Writer, lf *ledgerFlags, spec, format string, ve
 		if a, b, err = diffLedgerFile(said, src.l, lf.path(), verify, from, to); err != nil {
 			return err
 		}
-		if !from.at.IsZero() && a.Daemon.Running {
+		if a.Daemon.Running { // T1 is always a point
 			aNext = readAhead(src.l, a.Seq)
 		}
-		if !to.at.IsZero() && b.Daemon.Running {
+		if to.given() && b.Daemon.Running {
 			bNext = readAhead(src.l, b.Seq)
 		}
 		// Shown, then named.
@@ -135,18 +138,14 @@ func replayDiff(stdout, said io.Writer, lf *ledgerFlags, spec, format string, ve
 		if verify {
 			return usageErrf("--verify reads the file itself, which the running daemon holds: verify a copy (--db) or stop the daemon")
 		}
-		ahead := 0
-		if !from.at.IsZero() || !to.at.IsZero() {
-			ahead = crashLookahead
-		}
-		if a, b, aNext, bNext, err = foldBetweenAhead(src, from, to, ahead); err != nil {
+		if a, b, aNext, bNext, err = foldBetweenAhead(src, from, to, crashLookahead); err != nil {
 			return err
 		}
 	}
 	if a.Seq > b.Seq {
 		return usageErrf("--diff: T1 (%s) comes after T2 (%s)", foldedEnd(from, a.Seq), foldedEnd(to, b.Seq))
 	}
-	a, b = crashedBy(a, from.at, aNext), crashedBy(b, to.at, bNext)
+	a, b = crashedBy(a, from, aNext), crashedBy(b, to, bNext)
 	d := diffStates(a, b)
 	d.From.At, d.To.At = givenAt(from.at), givenAt(to.at)
 	if format == "json" {
@@ -172,12 +171,12 @@ func diffLedgerFile(said io.Writer, l *store.Log, path string, verify bool, from
 	return a, b, err
 }
 
-// crashedBy is s, the fold up to at, with the crash folded in that the
+// crashedBy is s, the fold up to end, with the crash folded in that the
 // next start recorded, in next, of the run s has running, when that run
-// was last alive before at: it had stopped by then (see crashBefore and
-// withCrash, which replay --until-time uses alike). A point given as a
-// sequence is an event's, which a running daemon recorded.
-func crashedBy(s events.State, at time.Time, next []events.Envelope) events.State {
+// was last alive before end: it had stopped by then (see crashBefore and
+// withCrash, which replay uses alike). The end of the ledger is no point.
+func crashedBy(s events.State, end diffEnd, next []events.Envelope) events.State {
+	at := pointTime(s, end.seq, end.at)
 	if at.IsZero() || !s.Daemon.Running {
 		return s
 	}
@@ -301,8 +300,8 @@ func changed(from, to string) *change {
 
 // daemonDiff counts the daemon runs that began and ended between the
 // points. Each run ends in a DaemonStopped or, recorded by the next start,
-// a DaemonCrashed: a run last alive before a point given as a time, whose
-// crash the next start recorded after it, had stopped by then (crashedBy);
+// a DaemonCrashed: a run last alive before a point, whose crash the next
+// start recorded after it, had stopped by then (crashedBy);
 // one that no start has followed yet still counts as running.
 type daemonDiff struct {
 	Starts      int     `json:"starts,omitempty"`

@@ -786,6 +786,57 @@ func TestReplayInsideADowntimeSaysTheRunHadStopped(t *testing.T) {
 	}
 }
 
+// An offline ledger acknowledge, between a run's last event and the
+// start that records its crash, is a point no daemon ran at: replay
+// --until-seq there, and replay --diff to it, say the run had stopped,
+// as --until-time at the same moment does, from the file and through a
+// daemon's stream. At the run's own last event it was running.
+func TestReplayAtAnEventOfADowntimeSaysTheRunHadStopped(t *testing.T) {
+	const pool, sock = "intel.com/sriov_vfio", "/var/lib/kubelet/device-plugins/intel.com_sriov_vfio.sock"
+	l := pooledVF(pool, "0000:3b:02.1")
+	l.add(events.PluginServing{Pool: pool, Socket: sock, Mode: "legacy"})
+	last := l.add(events.PluginRegistered{Pool: pool, Socket: sock, Mode: "legacy"}) // #5, at 09:04
+	t0 := l.t0
+	acked := events.New(events.DamageAcknowledged{Note: "offline"}, t0.Add(30*time.Minute), "ledger-acknowledge") // #6
+	crashed := events.New(events.DaemonCrashed{BootID: "boot-1", LastSeq: last, LastAlive: t0.Add(6 * time.Minute)}, t0.Add(time.Hour), "boot-2")
+	restarted := events.New(events.DaemonStarted{Version: "v0.3.0", PID: 2}, t0.Add(time.Hour), "boot-2")
+	envs := append(slices.Clone(l.envs), acked, crashed, restarted)
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, db, envs)
+	dir := kubelettest.ShortTempDir(t)
+	live := filepath.Join(dir, ledgerFileName)
+	writeLedger(t, live, envs)
+	serveLedger(t, dir, live)
+
+	for _, where := range [][]string{{"--db", db}, {"--state-dir", dir}} {
+		for _, tc := range []struct {
+			until   string
+			running bool
+		}{
+			{"5", true},
+			{"6", false},
+		} {
+			code, stdout, stderr := runCLI(t, append([]string{"replay", "--until-seq", tc.until, "--format", "json"}, where...)...)
+			var st events.State
+			if err := json.Unmarshal([]byte(stdout), &st); code != exitOK || err != nil {
+				t.Fatalf("replay --until-seq %s %v: exit %d, %v: %s", tc.until, where, code, err, stderr)
+			}
+			if reg := st.Pools[pool].Registration; st.Daemon.Running != tc.running || reg.Registered != tc.running {
+				t.Errorf("replay --until-seq %s %v: running %v, registered %v; want %v", tc.until, where, st.Daemon.Running, reg.Registered, tc.running)
+			}
+		}
+		code, stdout, stderr := runCLI(t, append([]string{"replay", "--diff", "#5..#6", "--format", "json"}, where...)...)
+		var d stateDiff
+		if err := json.Unmarshal([]byte(stdout), &d); code != exitOK || err != nil || d.Daemon == nil {
+			t.Fatalf("replay --diff #5..#6 %v: exit %d, %v: %s%s", where, code, err, stdout, stderr)
+		}
+		if !d.Daemon.RunningThen || d.Daemon.RunningNow || d.Daemon.Crashes != 1 {
+			t.Errorf("replay --diff #5..#6 %v: running then %v, now %v, %d crashed; want true, false, 1:\n%s",
+				where, d.Daemon.RunningThen, d.Daemon.RunningNow, d.Daemon.Crashes, stdout)
+		}
+	}
+}
+
 // failingSource serves its events, then fails, as a daemon's stream does
 // when it meets a record it cannot read.
 type failingSource struct {

@@ -82,8 +82,8 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 			return err
 		}
 		notes = fileNotes(src.l, &lf, s, *untilSeq == 0 && at.IsZero())
-		if !at.IsZero() && s.Daemon.Running {
-			notes.crash, notes.crashSeq = crashBefore(readAhead(src.l, s.Seq), s, at)
+		if point := pointTime(s, *untilSeq, at); !point.IsZero() && s.Daemon.Running {
+			notes.crash, notes.crashSeq = crashBefore(readAhead(src.l, s.Seq), s, point)
 		}
 		// Shown, then named.
 		defer func() {
@@ -99,14 +99,14 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 		}
 		var next []events.Envelope
 		ahead := 0
-		if !at.IsZero() {
+		if *untilSeq > 0 || !at.IsZero() {
 			ahead = crashLookahead // for crashBefore
 		}
 		if s, next, err = foldSourceAhead(src, *untilSeq, at, ahead); err != nil {
 			return err
 		}
-		if !at.IsZero() && s.Daemon.Running {
-			notes.crash, notes.crashSeq = crashBefore(next, s, at)
+		if point := pointTime(s, *untilSeq, at); !point.IsZero() && s.Daemon.Running {
+			notes.crash, notes.crashSeq = crashBefore(next, s, point)
 		}
 	}
 	if notes.crash != nil {
@@ -146,7 +146,8 @@ type stateNotes struct {
 }
 
 // crashLookahead is how many events past the point asked for replay
-// reads for the next start's record of a crash: the crashed run's
+// (and each end of replay --diff) reads for the next start's record of a
+// crash: the crashed run's
 // events end at the point, and what comes between is a tool's (an
 // acknowledgement) at most.
 const crashLookahead = 64
@@ -162,8 +163,20 @@ func withCrash(s events.State, crash events.DaemonCrashed, seq uint64) events.St
 	return s
 }
 
+// pointTime is the time of the point s was folded to, for crashBefore:
+// at, or, for a point given as a sequence, its event's time (an event a
+// tool recorded while no daemon ran, as an offline ledger acknowledge,
+// comes after the run's last); zero for the ledger's end.
+func pointTime(s events.State, untilSeq uint64, at time.Time) time.Time {
+	if untilSeq > 0 {
+		return s.Time
+	}
+	return at
+}
+
 // readAhead is up to crashLookahead events of l after seq; what cannot
-// be read ends it (the note it serves is the only loss).
+// be read ends it (a crash past the damage is not folded in: the state
+// reads as the fold up to the point alone says).
 func readAhead(l *store.Log, seq uint64) []events.Envelope {
 	var next []events.Envelope
 	_ = l.Read(seq+1, func(e events.Envelope) error {
