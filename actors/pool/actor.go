@@ -427,9 +427,15 @@ func (p *allocator) announce(ctx actor.Context, lost string, seq uint64) {
 	var payloads []events.Payload
 	if lost != "" {
 		payloads = append(payloads, events.SocketLost{Pool: p.name, Socket: lost})
-		// Info: every kubelet start in legacy mode removes every plugin's
-		// socket, a warning per pool at each; the pool heals it here.
-		p.cfg.Log.Info().Str("pool", p.name).Str("socket", lost).Msg("socket lost; re-creating it")
+		// News in legacy mode, where every kubelet start removes every
+		// plugin's socket (a warning per pool at each); the kubelet
+		// removes nothing from plugins_registry/, so there something
+		// else did. The pool heals it here either way.
+		level := zerolog.InfoLevel
+		if mode == string(grpcapi.ModeWatcher) {
+			level = zerolog.WarnLevel
+		}
+		p.cfg.Log.WithLevel(level).Str("pool", p.name).Str("socket", lost).Msg("socket lost; re-creating it")
 	}
 	payloads = append(payloads, events.PluginServing{Pool: p.name, Socket: p.socket, Mode: mode})
 	// No wait for the fsync: the socket serves already, and the store

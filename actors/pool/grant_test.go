@@ -278,6 +278,12 @@ func TestACDIPoolWithNoSpecDirRefusesAllocate(t *testing.T) {
 // members on it; it returns once the pool serves, with its socket.
 func servingPool(t *testing.T, dir string, members ...allocation.Member) (f *actortest.Family, l *store.Log, socket string) {
 	t.Helper()
+	return servingPoolIn(t, dir, grpcapi.ModeLegacy, zerolog.Nop(), members...)
+}
+
+// servingPoolIn is servingPool registering in mode, logging to log.
+func servingPoolIn(t *testing.T, dir string, mode grpcapi.RegistrationMode, log zerolog.Logger, members ...allocation.Member) (f *actortest.Family, l *store.Log, socket string) {
+	t.Helper()
 	l, err := store.Open(filepath.Join(dir, "ledger.db"), store.Options{LockTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -286,7 +292,7 @@ func servingPool(t *testing.T, dir string, members ...allocation.Member) (f *act
 	f = actortest.Spawn(t, Props(Config{
 		Resource: &config.Resource{Prefix: "example.com", Name: "vf", DeviceType: config.GenericPCI},
 		Members:  members, Recorder: ledger.NewRecorder(l, "boot-1", nil), Replayed: &events.State{},
-		SocketDir: kubelettest.ShortTempDir(t), Mode: grpcapi.ModeLegacy, Log: zerolog.Nop(),
+		SocketDir: kubelettest.ShortTempDir(t), Mode: mode, Log: log,
 	}))
 	return f, l, actortest.Next[*Serving](t, f).Socket
 }

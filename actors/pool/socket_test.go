@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
@@ -158,6 +160,25 @@ func TestReserveAnywhereRecordsALostSocket(t *testing.T) {
 	}
 	if !slices.Equal(lost, []string{second}) {
 		t.Errorf("SocketLost of %v, want of %s alone", lost, second)
+	}
+}
+
+// A lost socket is news where the kubelet empties the socket's dir at
+// each start (device-plugins/, legacy mode), every pool's at once; in
+// plugins_registry/ (watcher mode) the kubelet removes nothing, so
+// something else did: a warning.
+func TestALostSocketWarnsWhereNoKubeletRemovesIt(t *testing.T) {
+	for mode, level := range map[grpcapi.RegistrationMode]string{grpcapi.ModeLegacy: "info", grpcapi.ModeWatcher: "warn"} {
+		logs := &actortest.Log{}
+		f, _, socket := servingPoolIn(t, t.TempDir(), mode, zerolog.New(logs), member(x))
+		if err := os.Remove(socket); err != nil {
+			t.Fatal(err)
+		}
+		f.Sys.Root.Send(f.Child, &Reserve{})
+		actortest.Next[*Serving](t, f)
+		if n := logs.Count(level, "socket lost; re-creating it"); n != 1 {
+			t.Errorf("%s mode: %d %s lines of the socket lost, want 1:\n%s", mode, n, level, logs)
+		}
 	}
 }
 
