@@ -521,17 +521,20 @@ func TestLinkNotificationChecksTheLinkAlone(t *testing.T) {
 // kernel reported fails the link check first. A healthy device turns
 // unhealthy (no debounce), once; a drop inside its hold-down starts the
 // hold-down over; a device whose debounce outlasts the drop records
-// nothing; and a device whose link check reads another interface is not
-// touched.
+// nothing; a device whose link check reads another interface, or whose
+// link is not checked, is not touched; and a drop the probe still sees
+// is judged by the probe's own reason.
 func TestAShortLinkDropTheKernelReportedCounts(t *testing.T) {
-	const devC = "0000:3b:01.2"
+	const devC, devD = "0000:3b:01.2", "0000:3b:01.3"
 	c := newChecker(t, Config{})
 	withPF := func(addr, pf string, debounce time.Duration) Target {
 		tg := target(addr, debounce, time.Hour)
 		tg.Probe.Link, tg.Probe.PFInterface = true, pf
 		return tg
 	}
-	c.watch(withPF(devA, "ens1f0", 0), withPF(devB, "ens1f0", time.Second), withPF(devC, "ens2f0", 0))
+	unchecked := withPF(devD, "ens1f0", 0)
+	unchecked.Probe.Link, unchecked.Probe.VF = false, true
+	c.watch(withPF(devA, "ens1f0", 0), withPF(devB, "ens1f0", time.Second), withPF(devC, "ens2f0", 0), unchecked)
 	c.Silent(t)
 	flap := func(after time.Duration) {
 		c.clock.advance(after)
@@ -553,9 +556,20 @@ func TestAShortLinkDropTheKernelReportedCounts(t *testing.T) {
 		t.Fatalf("after the hold-down: verdict %+v, want devA healthy", *v)
 	}
 	c.Silent(t)
+
+	// A batch naming devD by its address: its probe passes and its link
+	// is not its to answer for. devA's link is still down.
+	const down = "link down on ens1f0 (PF)"
+	c.prober.setLink(devA, down)
+	c.clock.advance(time.Second)
+	c.Sys.Root.Send(c.Child, &Probe{Reason: "link", Addresses: []string{devD}, Interfaces: []string{"ens1f0"}, Down: []string{"ens1f0"}})
+	if v := nextVerdict(t, c.family); v.Address != devA || v.Healthy || v.Reason != down {
+		t.Fatalf("a drop the probe sees: verdict %+v, want devA unhealthy, %q", *v, down)
+	}
+	c.Silent(t)
 	got := c.recorded(t)
-	if len(got) != 2 {
-		t.Errorf("recorded %+v, want devA down and up again", got)
+	if len(got) != 3 {
+		t.Errorf("recorded %+v, want devA down, up and down again", got)
 	}
 }
 
