@@ -27,6 +27,8 @@ func TestPlanKernelBatch(t *testing.T) {
 	ownDown := sysfs.KernelEvent{Kind: sysfs.KindLink, Action: "down", Interface: "ens785f1"}
 	ownUp, ownGone := ownDown, ownDown
 	ownUp.Action, ownGone.Action = "up", "remove"
+	ownRenamed := ownNetAdd
+	ownRenamed.Action = "move"
 	lost := sysfs.KernelEvent{Kind: sysfs.KindOverflow, Action: "uevent socket"}
 	vfRemove, vfNetRemove := vfAdd, vfNet
 	vfRemove.Action, vfNetRemove.Action = "remove", "remove"
@@ -52,6 +54,13 @@ func TestPlanKernelBatch(t *testing.T) {
 		{"an interface into a pod", []sysfs.KernelEvent{ownDown, ownGone, ownNetRemove}, "kernel: 1 device events",
 			&node.ProbeHealth{Addresses: []string{"0000:3b:00.1"}, Interfaces: []string{"ens785f1"}}, nil},
 		{"an interface back from a pod", []sysfs.KernelEvent{ownNetAdd, ownDown, ownUp}, "kernel: 1 device events",
+			&node.ProbeHealth{Addresses: []string{"0000:3b:00.1"}, Interfaces: []string{"ens785f1"}}, nil},
+		// The link notification alone tells of the move (its uevent
+		// comes in another batch).
+		{"an interface into a pod, its link only", []sysfs.KernelEvent{ownDown, ownGone}, "",
+			&node.ProbeHealth{Interfaces: []string{"ens785f1"}}, nil},
+		// A rename closes the interface too.
+		{"an interface renamed", []sysfs.KernelEvent{ownDown, ownRenamed}, "kernel: 1 device events",
 			&node.ProbeHealth{Addresses: []string{"0000:3b:00.1"}, Interfaces: []string{"ens785f1"}}, nil},
 		{"pods' veths only", []sysfs.KernelEvent{veth, veth}, "", nil, nil},
 		{"veths and a link", []sysfs.KernelEvent{veth, pfDown}, "", &node.ProbeHealth{Interfaces: []string{"ens785f0"}, Down: []string{"ens785f0"}}, nil},
