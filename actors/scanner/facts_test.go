@@ -140,17 +140,46 @@ func TestDiffCarriesFreshFacts(t *testing.T) {
 	if r := removed[0].(events.DeviceRemoved); r.Reason == "" {
 		t.Errorf("DeviceRemoved has no reason: %+v", r)
 	}
-	swapped := a
-	swapped.Vendor, swapped.Device = "15b3", "101e"
-	ps = Diff(map[string]events.Device{a.Address: known(true, a)}, []sysfs.Device{swapped}, nil)
-	if len(ps) != 2 {
-		t.Fatalf("Diff of another device at the address = %v, want its removal and discovery", summary(ps))
-	}
-	if r := ps[0].(events.DeviceRemoved); !strings.Contains(r.Reason, "15b3:101e where 8086:1889 was") {
-		t.Errorf("DeviceRemoved of a device another took the address of says %q; want both IDs", r.Reason)
-	}
-	if got := ps[1].(events.DeviceDiscovered).Device; !reflect.DeepEqual(got, FactsOf(swapped)) {
-		t.Errorf("DeviceDiscovered carries %+v, want the scanned facts %+v", got, FactsOf(swapped))
+	// IDs that differ at the address are another device; IDs a read
+	// missed, on either side, say nothing.
+	for _, tc := range []struct {
+		name                     string
+		vendor, device           string
+		incomplete, knownMissing bool
+		another                  string // "": not another device
+	}{
+		{name: "both IDs differ", vendor: "15b3", device: "101e", another: "15b3:101e where 8086:1889 was"},
+		{name: "the vendor differs", vendor: "15b3", device: "1889", another: "15b3:1889 where 8086:1889 was"},
+		{name: "the device ID differs", vendor: "8086", device: "1592", another: "8086:1592 where 8086:1889 was"},
+		{name: "an incomplete scan", vendor: "15b3", device: "101e", incomplete: true},
+		{name: "the vendor unread", vendor: "", device: "101e"},
+		{name: "the device ID unread", vendor: "15b3", device: ""},
+		{name: "the known device ID unread", vendor: "15b3", device: "101e", knownMissing: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			swapped := a
+			swapped.Vendor, swapped.Device, swapped.Incomplete = tc.vendor, tc.device, tc.incomplete
+			k := known(true, a)
+			if tc.knownMissing {
+				k.Facts.Device = ""
+			}
+			ps := Diff(map[string]events.Device{a.Address: k}, []sysfs.Device{swapped}, nil)
+			if tc.another == "" {
+				if slices.Contains(summary(ps), "DeviceRemoved "+a.Address) {
+					t.Errorf("Diff = %v, want no removal", summary(ps))
+				}
+				return
+			}
+			if len(ps) != 2 {
+				t.Fatalf("Diff of another device at the address = %v, want its removal and discovery", summary(ps))
+			}
+			if r := ps[0].(events.DeviceRemoved); !strings.Contains(r.Reason, tc.another) {
+				t.Errorf("DeviceRemoved of a device another took the address of says %q; want %q", r.Reason, tc.another)
+			}
+			if got := ps[1].(events.DeviceDiscovered).Device; !reflect.DeepEqual(got, FactsOf(swapped)) {
+				t.Errorf("DeviceDiscovered carries %+v, want the scanned facts %+v", got, FactsOf(swapped))
+			}
+		})
 	}
 }
 
