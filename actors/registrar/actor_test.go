@@ -695,6 +695,43 @@ func TestWatcherModeRecordsWhatTheKubeletReports(t *testing.T) {
 	}
 }
 
+// A failure warned of once is news again after the pool registered, from
+// a new kubelet, and once the pool left the config and came back: only
+// repeats in between log at debug.
+func TestARefusalWarnsAgainAfterARegistrationOrANewKubelet(t *testing.T) {
+	logs := &actortest.Log{}
+	r := newRegistrar(t, grpcapi.ModeWatcher, kubelettest.Options{}, func(c *Config) { c.Log = zerolog.New(logs).Level(zerolog.DebugLevel) })
+	sock := filepath.Join(r.kubelet.Dir(), "example.com_gpu.sock")
+	touch(t, sock)
+	send := func(m any) { r.Sys.Root.Send(r.Child, m) }
+	const refused = "kubelet refused the pool"
+	refuse := func(step string, warnings int) {
+		t.Helper()
+		send(&KubeletReported{Pool: gpu, Socket: sock, Reason: "plugin rejected: bad version"})
+		r.Silent(t)
+		if n := logs.Count("warn", refused); n != warnings {
+			t.Fatalf("%s: %d warnings of the refusal, want %d:\n%s", step, n, warnings, logs)
+		}
+	}
+	send(&Desire{Pool: gpu, Socket: sock})
+	refuse("the first refusal", 1)
+	refuse("the same again", 1)
+	send(&KubeletReported{Pool: gpu, Socket: sock, Registered: true})
+	r.await(t, "registered", registered(gpu))
+	refuse("after the pool registered", 2)
+	if err := r.kubelet.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	send(&KubeletAppeared{Socket: r.kubelet.RegistrationSocket()})
+	refuse("from a new kubelet", 3)
+	send(&Undesire{Pool: gpu})
+	send(&Desire{Pool: gpu, Socket: sock})
+	refuse("after the pool left the config and came back", 4)
+	if n := logs.Count("debug", refused); n != 1 {
+		t.Errorf("%d debug lines of the refusal, want 1 (the repeat):\n%s", n, logs)
+	}
+}
+
 // The kubelet lists a pool it registered on a ListAndWatch of the pool's
 // socket. Once none is left there, past the grace and with the kubelet
 // answering, it has dropped the pool's endpoint: the pool serves on a new
