@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/internal/actortest"
 	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/store/storetest"
 )
@@ -19,9 +22,12 @@ import (
 // On a full disk an append fails with the disk's error and writes nothing;
 // the log says it cannot record (AppendFault) and counts the failure, and
 // once there is room again the next append succeeds and clears the fault.
+// The log says when the ledger stops recording and when it records again,
+// once each.
 func TestAppendFaultOnAFullDisk(t *testing.T) {
 	disk := storetest.NewFullDisk(t, 1<<20)
-	l, err := store.Open(filepath.Join(disk.Dir, "ledger.db"), store.Options{Node: "n", BootID: "b"})
+	logs := &actortest.Log{}
+	l, err := store.Open(filepath.Join(disk.Dir, "ledger.db"), store.Options{Node: "n", BootID: "b", Logger: zerolog.New(logs)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,13 +75,20 @@ func TestAppendFaultOnAFullDisk(t *testing.T) {
 	if err := l.AppendFault(); err != nil {
 		t.Errorf("AppendFault after a good append: %v", err)
 	}
+	if err := appendOne(9002); err != nil {
+		t.Fatal(err)
+	}
+	const stopped, again = "the ledger cannot record", "the ledger records again"
+	if s, a := logs.Count("error", stopped), logs.Count("info", again); s != 1 || a != 1 {
+		t.Errorf("logged %d lines that the ledger cannot record and %d that it records again, want 1 and 1:\n%s", s, a, logs)
+	}
 	// Every acknowledged event reads back, and nothing else.
 	n := 0
 	if err := l.Read(0, func(e events.Envelope) error { n++; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if want := int(stuck) + 1; n != want {
-		t.Errorf("read %d events, want %d: those acknowledged before the disk was full, and the one after", n, want)
+	if want := int(stuck) + 2; n != want {
+		t.Errorf("read %d events, want %d: those acknowledged before the disk was full, and the two after", n, want)
 	}
 }
 
