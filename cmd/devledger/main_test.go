@@ -209,6 +209,7 @@ func TestSalvageHintOnlyForAFileItRead(t *testing.T) {
 	}{
 		{"dump", damage(file), "  to copy every intact event: devledger ledger salvage --db " + file + " --out FILE"},
 		{"replay", damage(file), "  to copy every intact event: devledger ledger salvage --db " + file + " --out FILE"},
+		{"scan", damage(file), "  to copy every intact event: devledger ledger salvage --db " + file + " --out FILE"},
 		{"dump", damage(sock), ""},
 		{"dump", damage(filepath.Join(dir, "gone.db")), ""},
 		{"ledger", damage(file), ""},
