@@ -676,7 +676,8 @@ func TestPodSelectionKeepsNoNameOfEveryPod(t *testing.T) {
 // a state that has the run running; it says the run was not, from the
 // crash the next start recorded, read from the file and through a
 // daemon's stream alike. Before its last-alive mark, or with no crash
-// recorded after, the run reads as running.
+// recorded after, the run reads as running. A tool's record between the
+// two is read past.
 func TestReplayInsideADowntimeSaysTheRunHadStopped(t *testing.T) {
 	const pool, sock = "intel.com/sriov_vfio", "/var/lib/kubelet/device-plugins/intel.com_sriov_vfio.sock"
 	l := pooledVF(pool, "0000:3b:02.1")
@@ -783,6 +784,24 @@ func TestReplayInsideADowntimeSaysTheRunHadStopped(t *testing.T) {
 	writeLedger(t, alive, l.envs)
 	if _, stdout, _ := runCLI(t, "replay", "--db", alive, "--until-time", "2026-11-30T09:30:00Z"); strings.Contains(stdout, "NOT running: it started 2026-11-30T09:00:00Z and crashed") {
 		t.Errorf("a ledger with no crash recorded reads:\n%s", stdout)
+	}
+
+	// A tool's record (an acknowledgement at 09:45) between the run's
+	// last event and the crash the next start recorded is read past, from
+	// the file and through a daemon.
+	ack := events.New(events.DamageAcknowledged{Problems: []string{"checksum mismatch at #3"}}, t0.Add(45*time.Minute), "tool")
+	acked := append(slices.Clone(l.envs), ack, crashed, restarted)
+	ackedDB := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, ackedDB, acked)
+	ackedDir := kubelettest.ShortTempDir(t)
+	writeLedger(t, filepath.Join(ackedDir, ledgerFileName), acked)
+	serveLedger(t, ackedDir, filepath.Join(ackedDir, ledgerFileName))
+	downPastAck := strings.Replace(down, "#8)", "#9)", 1)
+	for _, where := range [][]string{{"--db", ackedDB}, {"--state-dir", ackedDir}} {
+		code, stdout, stderr := runCLI(t, append([]string{"replay", "--until-time", "2026-11-30T09:30:00Z"}, where...)...)
+		if code != exitOK || !strings.Contains(stdout, downPastAck) {
+			t.Errorf("replay --until-time past an acknowledgement %v: exit %d, want %q in:\n%s%s", where, code, downPastAck, stdout, stderr)
+		}
 	}
 }
 
