@@ -539,6 +539,40 @@ func TestDeviceStoryTellsTheAllocationThatEndedItsHold(t *testing.T) {
 	}
 }
 
+// TestPodSelectionForgetsASupersededAllocation: the first pass keeps the
+// allocations bound to other pods while they are live; one that an app
+// container's allocation supersedes (an init container's, handed on) ends
+// there and is not kept, as one released is not.
+func TestPodSelectionForgetsASupersededAllocation(t *testing.T) {
+	const vfio, dev = "intel.com/sriov_vfio", "0000:3b:02.1"
+	l := pooledVF(vfio, dev)
+	for i := range 50 {
+		pod := fmt.Sprintf("job-%d", i)
+		init := l.add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{dev}})
+		l.add(events.AllocationBound{AllocationSeq: init, Pool: vfio, DeviceIDs: []string{dev}, Namespace: "batch", Pod: pod, Container: "init"})
+		app := l.add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{dev}, Supersedes: []uint64{init}})
+		l.add(events.AllocationBound{AllocationSeq: app, Pool: vfio, DeviceIDs: []string{dev}, Namespace: "batch", Pod: pod, Container: "app"})
+		l.add(events.DevicesReleased{AllocationSeq: app, Pool: vfio, DeviceIDs: []string{dev}, Reason: "pod gone"})
+	}
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, db, l.envs)
+	lg, err := store.Open(db, store.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lg.Close()
+	sel, err := newPodSelection("batch/job-0", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sel.collect(&priorStates{src: fileSource{lg}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(sel.elsewhere); n != 0 {
+		t.Errorf("the first pass kept %d allocations of other pods, all ended", n)
+	}
+}
+
 // timeline is a ledger's events, one boot's, a minute apart from t0.
 type timeline struct {
 	t0   time.Time
