@@ -416,19 +416,24 @@ func TestScanWarningsOnce(t *testing.T) {
 	}
 }
 
-// Two pooled vfio devices in one IOMMU group (a GPU pooled with its
-// audio function) each look healthy, but only one pod at a time can open
-// their group: scan warns, naming both, on stderr and in the JSON. A
-// group whose other function is on a kernel driver holds one pooled
-// device, warns of nothing, and its GPU is unhealthy, the probe naming
-// the function that keeps the group closed.
+// Pooled vfio devices in one IOMMU group (a GPU pooled with its audio
+// functions) each look healthy, but only one pod at a time can open
+// their group: scan warns, naming the first three and counting the rest,
+// on stderr and in the JSON; a vfio function of the group that no pool
+// takes is not counted. A group whose other function is on a kernel
+// driver, pooled or not, holds one pooled vfio device, warns of nothing,
+// and its GPU is unhealthy, the probe naming the function that keeps the
+// group closed.
 func TestScanWarnsOfSharedIOMMUGroups(t *testing.T) {
 	r := sysfsgen.TempScenario(t, sysfsgen.ScenarioGPU)
 	for _, f := range []sysfsgen.Function{
 		{Address: "0000:9a:00.1", Driver: "vfio-pci", IOMMUGroup: "52"},
+		{Address: "0000:9a:00.2", Driver: "vfio-pci", IOMMUGroup: "52"},
+		{Address: "0000:9a:00.3", Driver: "vfio-pci", IOMMUGroup: "52"},
+		{Address: "0000:9a:00.4", Driver: "vfio-pci", IOMMUGroup: "52", Device: "22a4"}, // in no pool
 		{Address: "0000:ab:00.1", Driver: "snd_hda_intel", IOMMUGroup: "53"},
 	} {
-		f.Vendor, f.Device, f.Class, f.NUMANode = "10de", "22a3", "040300", 1
+		f.Vendor, f.Device, f.Class, f.NUMANode = "10de", cmp.Or(f.Device, "22a3"), "040300", 1
 		if err := r.Add(f); err != nil {
 			t.Fatal(err)
 		}
@@ -436,7 +441,8 @@ func TestScanWarnsOfSharedIOMMUGroups(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "config.json")
 	if err := os.WriteFile(cfg, []byte(`{"resourceList": [
   {"resourceName": "gpu", "resourcePrefix": "nvidia.com", "deviceType": "genericPCI", "selectors": {"devices": ["2330"], "drivers": ["vfio-pci"]}},
-  {"resourceName": "audio", "resourcePrefix": "nvidia.com", "deviceType": "genericPCI", "selectors": {"devices": ["22a3"], "drivers": ["vfio-pci"]}}]}`), 0o600); err != nil {
+  {"resourceName": "audio", "resourcePrefix": "nvidia.com", "deviceType": "genericPCI", "selectors": {"devices": ["22a3"], "drivers": ["vfio-pci"]}},
+  {"resourceName": "host_audio", "resourcePrefix": "nvidia.com", "deviceType": "genericPCI", "selectors": {"devices": ["22a3"], "drivers": ["snd_hda_intel"]}}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	code, stdout, stderr := runCLI(t, "scan", "--config", cfg, "--sysfs-root", r.Sysfs, "--dev-root", r.Dev,
@@ -444,7 +450,8 @@ func TestScanWarnsOfSharedIOMMUGroups(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	const want = "IOMMU group 52 holds 2 pooled vfio devices, 0000:9a:00.0 (nvidia.com/gpu), 0000:9a:00.1 (nvidia.com/audio): " +
+	const want = "IOMMU group 52 holds 4 pooled vfio devices, 0000:9a:00.0 (nvidia.com/gpu), 0000:9a:00.1 (nvidia.com/audio), " +
+		"0000:9a:00.2 (nvidia.com/audio) and 1 more: " +
 		"vfio lets one pod at a time open the group, and a second pod given one of them fails to start"
 	if stderr != "warning: "+want+"\n" {
 		t.Errorf("stderr %q, want the warning %q alone", stderr, want)
