@@ -172,6 +172,23 @@ func TestDumpSinceAfterTheLedgerEnds(t *testing.T) {
 	}
 }
 
+// A point is held in UTC, as the tools print every time, whether given in
+// another zone or as a duration before a now in the reading machine's.
+func TestTimeFlagIsInUTC(t *testing.T) {
+	pst := time.FixedZone("PST", -8*3600)
+	now := time.Date(2026, 11, 24, 9, 0, 0, 0, pst)
+	for _, tc := range []struct{ value, want string }{
+		{"2026-11-24T07:00:01-08:00", "2026-11-24T15:00:01Z"},
+		{"2h", "2026-11-24T15:00:00Z"},
+		{"1d", "2026-11-23T17:00:00Z"},
+	} {
+		got, err := parseTimeFlag("since", tc.value, now)
+		if err != nil || got.Location() != time.UTC || got.Format(time.RFC3339) != tc.want {
+			t.Errorf("parseTimeFlag(%q) = %v (%v), %v; want %s", tc.value, got, got.Location(), err, tc.want)
+		}
+	}
+}
+
 // On a live node, read through the daemon's admin socket, nothing since
 // --since is a quiet node, which "(no events)" says: the ledger has not
 // ended, and a warning would say it had.
