@@ -95,17 +95,7 @@ func makeVFs(t *testing.T, n *testNode) {
 func TestARebootIsRecordedAndKeepsWhatTheKubeletCheckpointed(t *testing.T) {
 	const held, bootBefore, bootAfter = "0000:3b:01.2", "6a1c1f0e-4d52-4c1b-9d0e-1f2a3b4c5d6e", "0d9e8f7a-6b5c-4d3e-8f1a-2b3c4d5e6f70"
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
-	n.opts.ScanInterval = time.Hour
-	setKernelBootID(t, n, bootBefore)
-	d := n.start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.kubelet.Allocate(ctx, vfioPool, []string{held}); err != nil {
-		t.Fatal(err)
-	}
+	d, ctx := bootAndAllocate(t, n, bootBefore, held)
 	pod := []*podresourcesapi.PodResources{kubelettest.PodHolding("telco", "dpdk-0", "app", vfioPool, held)}
 	n.kubelet.SetPods(pod)
 	reconcileNow(ctx, t, d)
@@ -242,17 +232,7 @@ func TestAStartInTheOtherModeRemovesTheLastRunsSockets(t *testing.T) {
 func TestAnotherKindOfDeviceAtAHeldAddressIsAnotherDevice(t *testing.T) {
 	const held = "0000:af:01.1"
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
-	n.opts.ScanInterval = time.Hour
-	setKernelBootID(t, n, "6a1c1f0e-4d52-4c1b-9d0e-1f2a3b4c5d6e")
-	d := n.start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.kubelet.Allocate(ctx, vfioPool, []string{held}); err != nil {
-		t.Fatal(err)
-	}
+	d, ctx := bootAndAllocate(t, n, "6a1c1f0e-4d52-4c1b-9d0e-1f2a3b4c5d6e", held)
 	seq := waitLedger(ctx, t, d, "the allocation", func(s events.State) bool { return len(s.Holders[held]) == 1 }).Holders[held][0]
 	mark := d.rec.Log().LastSeq()
 
@@ -289,4 +269,23 @@ func TestAnotherKindOfDeviceAtAHeldAddressIsAnotherDevice(t *testing.T) {
 	if want := []string{string(events.TypeDeviceRemoved), string(events.TypeDeviceDiscovered)}; !slices.Equal(story, want) {
 		t.Errorf("the start recorded %v for %s; want %v", story, held, want)
 	}
+}
+
+// bootAndAllocate starts n's daemon under the kernel boot id boot, with
+// scans an hour apart (the test rescans by hand), and allocates dev of
+// vfioPool; the context ends with the test, 30 s at most.
+func bootAndAllocate(t *testing.T, n *testNode, boot, dev string) (*Daemon, context.Context) {
+	t.Helper()
+	n.opts.ScanInterval = time.Hour
+	setKernelBootID(t, n, boot)
+	d := n.start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.kubelet.Allocate(ctx, vfioPool, []string{dev}); err != nil {
+		t.Fatal(err)
+	}
+	return d, ctx
 }
