@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -104,6 +105,15 @@ func TestSRIOVPluginSamplesParseUnchanged(t *testing.T) {
 			file:      "sriov-operator-node.json",
 			names:     []string{"intel.com/intel_vf_net", "intel.com/intel_vf_dpdk"},
 			selectors: []int{1, 1},
+			warnings:  operatorWarnings(2),
+		},
+		{
+			file: "sriov-operator-mellanox.json",
+			names: []string{
+				"intel.com/mlx_rdma", "intel.com/mlx_dpdk", "intel.com/mlx_vhost_vdpa", "intel.com/mlx_virtio_vdpa",
+			},
+			selectors: []int{1, 1, 1, 1},
+			warnings:  operatorWarnings(4),
 		},
 	}
 	for _, tc := range tests {
@@ -137,6 +147,20 @@ func TestSRIOVPluginSamplesParseUnchanged(t *testing.T) {
 			}
 		})
 	}
+}
+
+// operatorWarnings are the warnings for n resources as the
+// sriov-network-operator writes them: it marshals the plugin's own structs,
+// whose IsRdma and NeedVhostNet carry no JSON tag, and SelectorObj too.
+func operatorWarnings(n int) []string {
+	var w []string
+	for i := range n {
+		w = append(w,
+			fmt.Sprintf(`resourceList[%d].selectors.IsRdma: read as "isRdma": field names are case-sensitive here; the SR-IOV plugin ignores case`, i),
+			fmt.Sprintf(`resourceList[%d].selectors.NeedVhostNet: read as "needVhostNet": field names are case-sensitive here; the SR-IOV plugin ignores case`, i),
+			fmt.Sprintf("resourceList[%d].SelectorObj: ignored: an internal field of the SR-IOV plugin, not configuration", i))
+	}
+	return w
 }
 
 // auxUnsupported is the warning for an auxNetDevice pool.

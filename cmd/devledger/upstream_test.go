@@ -111,32 +111,45 @@ func TestLogLevel(t *testing.T) {
 // scan takes the SR-IOV device plugin's config flags too, so that a
 // migration can be checked against the config a node runs with today:
 // docs/migrating.md's checks, on the sriov node, with the upstream
-// DaemonSet's sample config and with one as the sriov-network-operator
-// renders it for a node (prefix openshift.io, VF ranges of PFs).
+// DaemonSet's sample config and with configs as the sriov-network-operator
+// renders them for a node (prefix openshift.io, VF ranges of PFs, its
+// IsRdma, NeedVhostNet and SelectorObj keys), on the mellanox node for
+// RDMA, vfio-pci and both vDPA types.
 func TestScanUpstreamFlags(t *testing.T) {
-	r, err := sysfsgen.BuildScenario(t.TempDir(), sysfsgen.ScenarioSRIOV)
-	if err != nil {
-		t.Fatal(err)
+	nodes := map[string]sysfsgen.Roots{}
+	for _, name := range []string{sysfsgen.ScenarioSRIOV, sysfsgen.ScenarioMellanox} {
+		r, err := sysfsgen.BuildScenario(t.TempDir(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[name] = r
 	}
 	cases := []struct {
 		config string
+		node   string
 		prefix []string
 		want   map[string][]string
 	}{
-		{config: "sriov-deployment-configmap.json", want: map[string][]string{
+		{config: "sriov-deployment-configmap.json", node: sysfsgen.ScenarioSRIOV, want: map[string][]string{
 			"intel.com/intel_sriov_netdevice": {"0000:3b:01.0", "0000:3b:01.1", "0000:af:01.0"},
 			"intel.com/intel_sriov_dpdk":      nil, // its pfNames are not on this node
 			"intel.com/mlnx_sriov_rdma":       nil,
 			"intel.com/brcm_sriov_bnxt":       nil,
 		}},
-		{config: "sriov-operator-node.json", prefix: []string{"--resource-prefix", "openshift.io"}, want: map[string][]string{
+		{config: "sriov-operator-node.json", node: sysfsgen.ScenarioSRIOV, prefix: []string{"--resource-prefix", "openshift.io"}, want: map[string][]string{
 			"openshift.io/intel_vf_net":  {"0000:3b:01.0", "0000:3b:01.1"},
 			"openshift.io/intel_vf_dpdk": {"0000:3b:01.2", "0000:3b:01.3", "0000:af:01.1", "0000:af:01.2", "0000:af:01.3"},
+		}},
+		{config: "sriov-operator-mellanox.json", node: sysfsgen.ScenarioMellanox, prefix: []string{"--resource-prefix", "openshift.io"}, want: map[string][]string{
+			"openshift.io/mlx_rdma":        {"0000:5e:00.2", "0000:5e:00.3"},
+			"openshift.io/mlx_dpdk":        {"0000:5e:00.4"},
+			"openshift.io/mlx_vhost_vdpa":  {"0000:5e:00.5"},
+			"openshift.io/mlx_virtio_vdpa": {"0000:5e:00.6"},
 		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.config, func(t *testing.T) {
-			args := scanArgs(r, filepath.Join("..", tc.config), append(tc.prefix, "--format", "json")...)
+			args := scanArgs(nodes[tc.node], filepath.Join("..", tc.config), append(tc.prefix, "--format", "json")...)
 			args[slices.Index(args, "--config")] = "--config-file"
 			code, stdout, stderr := runCLI(t, args...)
 			if code != 0 {
