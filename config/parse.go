@@ -270,13 +270,15 @@ func (d *decoder) fields(n *node, path string, known, ignored []string, visit fu
 				continue
 			}
 			seen[canon] = key
-			if canon != key {
+			if canon != key && !pluginSpelling[key] {
 				d.warn(p, "", fmt.Sprintf("read as %q: field names are case-sensitive here; the SR-IOV plugin ignores case", canon))
 			}
 			visit(canon, v, p)
 			d.at(v)
 		case slices.ContainsFunc(ignored, func(k string) bool { return strings.EqualFold(k, key) }):
-			d.warn(p, "", "ignored: an internal field of the SR-IOV plugin, not configuration")
+			if !pluginSpelling[key] || v.kind != kindNull {
+				d.warn(p, "", "ignored: an internal field of the SR-IOV plugin, not configuration")
+			}
 		default:
 			msg := "unknown field"
 			if s := suggest(key, known); s != "" {
@@ -401,6 +403,13 @@ var resourceFields = []string{
 	"resourceName", "resourcePrefix", "deviceType", "excludeTopology", "selectors", "additionalInfo",
 	"allocatePolicy", "health", "cdi", "advertiseEmpty",
 }
+
+// pluginSpelling are keys as the SR-IOV plugin's own Go types write them,
+// with no JSON tag: the sriov-network-operator marshals those types, so
+// every selector object it writes holds "IsRdma" and "NeedVhostNet", and
+// every resource "SelectorObj": null. They are read (or, null, dropped)
+// with no warning: nobody wrote them by hand, and nobody can change them.
+var pluginSpelling = map[string]bool{"IsRdma": true, "NeedVhostNet": true, "SelectorObj": true}
 
 // resourceIgnored are keys that appear in configs generated from the SR-IOV
 // plugin's own ResourceConfig struct (its documentation shows one); the
