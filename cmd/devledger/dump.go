@@ -299,10 +299,9 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		// A copy read days after it was made has nothing in the last
-		// hours: say so, rather than leave "(no events)" to read as
-		// a quiet node.
-		// A running daemon's ledger (its admin socket) has not ended:
-		// nothing in the window is a quiet node, and "(no events)" says so.
+		// hours: say so, rather than leave "(no events)" to read as a
+		// quiet node. A running daemon's ledger (its admin socket) has
+		// not ended: there "(no events)" is a quiet node, and says so.
 		if _, live := src.(adminSource); !live && f.pods == nil && lastSeq != 0 && lastTime.Before(f.since) {
 			fromNow := ""
 			if _, err := parseAge(*since); err == nil {
