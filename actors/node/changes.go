@@ -56,9 +56,10 @@ func ConfigChanges(before map[string]string, pools []events.PoolSpec, was, now m
 
 // PoolRemoved records that the pool name lost the members removed (the
 // config dropped it, or a start found none of them there); why says when,
-// and moves where each device goes (nil when not known yet). It names the live allocations of the pool,
-// in allocs, that still hold a member: they stay live until their
-// containers go, and a pool the device joins lists it as held until then.
+// and moves where each device goes (nil when not known yet). It names the
+// live allocations of the pool, in allocs, that still hold a member: they
+// stay live until their containers go, and a pool the device joins lists
+// it as held until then.
 func PoolRemoved(name string, removed []string, allocs *events.State, why string, moves map[string]string) events.PoolMembershipChanged {
 	var held []string
 	for _, addr := range removed {
