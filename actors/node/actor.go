@@ -752,12 +752,10 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool, seen
 				n.cfg.Log.Error().Err(err).Strs("pools", emptiedPools).Msg("cannot record that pools have no devices")
 				emptiedPools = nil
 			}
-			if quiet := slices.Concat(emptiedPools, idle); len(quiet) > 0 {
-				n.cfg.Log.Info().Strs("pools", quiet).Msg("pools have no devices and are not served")
-			}
+			n.logUnserved(slices.Concat(emptiedPools, idle))
 		})
-	} else if len(idle) > 0 {
-		n.cfg.Log.Info().Strs("pools", idle).Msg("pools have no devices and are not served")
+	} else {
+		n.logUnserved(idle)
 	}
 	maps.DeleteFunc(n.join, func(addr string, _ sysfs.Device) bool {
 		_, ok := owner[addr]
@@ -769,6 +767,14 @@ func (n *coordinator) place(ctx actor.Context, reason string, changed bool, seen
 	}
 	n.placed = true
 	ctx.Send(n.health, &health.Watch{Targets: targets, Seen: seen})
+}
+
+// logUnserved is the one line that names the pools a placement leaves
+// unserved for want of devices; nothing when there are none.
+func (n *coordinator) logUnserved(pools []string) {
+	if len(pools) > 0 {
+		n.cfg.Log.Info().Strs("pools", pools).Msg("pools have no devices and are not served")
+	}
 }
 
 // sameDevices says whether a and b list the same devices with the same
