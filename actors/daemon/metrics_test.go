@@ -349,8 +349,6 @@ func TestRetentionDropsABacklogInSteps(t *testing.T) {
 	}
 }
 
-// /healthz asks every actor, pools included: one whose mailbox no longer
-// turns makes it fail, named, and it is 200 again once that one answers.
 // /readyz names the pools the kubelet has not registered, with their
 // count, and no more than a few of them: a node of 256 pools with no
 // kubelet yet answers in one short line, not 256 names.
@@ -384,6 +382,8 @@ func TestReadyzNamesSomeOfManyPoolsNotRegistered(t *testing.T) {
 	}
 }
 
+// /healthz asks every actor, pools included: one whose mailbox no longer
+// turns makes it fail, named, and it is 200 again once that one answers.
 func TestHealthzNamesAnActorThatDoesNotAnswer(t *testing.T) {
 	d, ctx, base := readyWithMetrics(t, sriovConfig)
 	kids, err := d.Children(ctx)
