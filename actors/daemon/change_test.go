@@ -1008,9 +1008,7 @@ func TestAPoolWithNoDevicesIsNamedInTheLog(t *testing.T) {
 	const line = `"message":"pools have no devices and are not served"`
 	// Logged as the first scan is placed, which a pool's registration
 	// follows; waited for all the same.
-	for logs.Count("info", line) == 0 && ctx.Err() == nil {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(ctx, t, "the line naming the pools with no devices", func() bool { return logs.Count("info", line) > 0 })
 	if got, want := logs.Count("info", line), 1; got != want {
 		t.Fatalf("%d lines say which pools have no devices at the start, want %d:\n%s", got, want, logs)
 	}
