@@ -59,8 +59,11 @@ func (f *eventFilter) match(e events.Envelope) bool {
 	if f.pods != nil && !f.pods.match(e) {
 		return false
 	}
-	if f.behind != nil && !slices.ContainsFunc(slices.Concat(e.Devices(), f.endsHolds(e)), func(addr string) bool { return f.behind[addr] }) {
-		return false
+	if f.behind != nil {
+		behind := func(addr string) bool { return f.behind[addr] }
+		if !slices.ContainsFunc(e.Devices(), behind) && !slices.ContainsFunc(f.endsHolds(e), behind) {
+			return false
+		}
 	}
 	return true
 }
