@@ -427,10 +427,11 @@ func (p *allocator) announce(ctx actor.Context, lost string, seq uint64) {
 	var payloads []events.Payload
 	if lost != "" {
 		payloads = append(payloads, events.SocketLost{Pool: p.name, Socket: lost})
-		// News in legacy mode, where every kubelet start removes every
-		// plugin's socket (a warning per pool at each); the kubelet
-		// removes nothing from plugins_registry/, so there something
-		// else did. The pool heals it here either way.
+		// Info in legacy mode, where every kubelet start removes every
+		// plugin's socket (a warning would come from each pool at each
+		// start); a warning in watcher mode, as the kubelet removes
+		// nothing from plugins_registry/, so something else did. The
+		// pool heals it here either way.
 		level := zerolog.InfoLevel
 		if mode == string(grpcapi.ModeWatcher) {
 			level = zerolog.WarnLevel
