@@ -169,16 +169,18 @@ func TestReserveAnywhereRecordsALostSocket(t *testing.T) {
 // something else did: a warning.
 func TestALostSocketWarnsWhereNoKubeletRemovesIt(t *testing.T) {
 	for mode, level := range map[grpcapi.RegistrationMode]string{grpcapi.ModeLegacy: "info", grpcapi.ModeWatcher: "warn"} {
-		logs := &actortest.Log{}
-		f, _, socket := servingPoolIn(t, t.TempDir(), mode, zerolog.New(logs), member(x))
-		if err := os.Remove(socket); err != nil {
-			t.Fatal(err)
-		}
-		f.Sys.Root.Send(f.Child, &Reserve{})
-		actortest.Next[*Serving](t, f)
-		if n := logs.Count(level, "socket lost; re-creating it"); n != 1 {
-			t.Errorf("%s mode: %d %s lines of the socket lost, want 1:\n%s", mode, n, level, logs)
-		}
+		t.Run(string(mode), func(t *testing.T) {
+			logs := &actortest.Log{}
+			f, _, socket := servingPoolIn(t, t.TempDir(), mode, zerolog.New(logs), member(x))
+			if err := os.Remove(socket); err != nil {
+				t.Fatal(err)
+			}
+			f.Sys.Root.Send(f.Child, &Reserve{})
+			actortest.Next[*Serving](t, f)
+			if n := logs.Count(level, "socket lost; re-creating it"); n != 1 {
+				t.Errorf("%d %s lines of the socket lost, want 1:\n%s", n, level, logs)
+			}
+		})
 	}
 }
 
