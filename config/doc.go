@@ -29,7 +29,9 @@
 // MaxDepth, is refused before decoding. Findings that the SR-IOV plugin
 // would accept silently (a field name in another case, a selector field the
 // device type ignores, a DDP profile, which cannot be read here) load with
-// a warning in Config.Warnings.
+// a warning in Config.Warnings; the keys the plugin's own types write, as
+// the sriov-network-operator's configs hold them ("IsRdma",
+// "NeedVhostNet", "SelectorObj": null), load without one.
 //
 // # Selection
 //

@@ -246,8 +246,9 @@ func (d *decoder) wrongType(n *node, path, want string) {
 // fields walks the keys of object n. A key equal to one of known is handed
 // to visit. A key equal to one of them but for case is accepted with a
 // warning (the SR-IOV plugin decodes with encoding/json, which ignores
-// case). Keys in ignored are accepted with a warning and dropped. Any
-// other key is an unknown field.
+// case), but for the plugin's own spellings (pluginSpelling). Keys in
+// ignored are accepted with a warning and dropped, quietly when null and
+// spelled as the plugin writes them. Any other key is an unknown field.
 func (d *decoder) fields(n *node, path string, known, ignored []string, visit func(key string, v *node, path string)) {
 	seen := map[string]string{}
 	for i, key := range n.keys {
