@@ -147,9 +147,8 @@ type stateNotes struct {
 
 // crashLookahead is how many events past the point asked for replay
 // (and each end of replay --diff) reads for the next start's record of a
-// crash: the crashed run's
-// events end at the point, and what comes between is a tool's (an
-// acknowledgement) at most.
+// crash: the crashed run's events end at the point, and what comes
+// between is a tool's (an acknowledgement) at most.
 const crashLookahead = 64
 
 // withCrash is s, the fold up to a point, with crash folded in, which the
