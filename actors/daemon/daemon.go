@@ -92,13 +92,17 @@ type Options struct {
 	SnapshotEvery uint64
 	SnapshotCheck time.Duration
 	// RetainAge and RetainBytes are store.Retention's limits, applied to
-	// events a snapshot holds, after each snapshot and at least hourly.
-	// Zero keeps everything.
+	// events a snapshot holds, after each snapshot and at least hourly;
+	// RetainAge from an hour after the start on (retainAgeSettle). Zero
+	// keeps everything.
 	RetainAge   time.Duration
 	RetainBytes int64
 	// retainChunk is store.Retention.MaxDrop (default retainChunk).
 	retainChunk int
-	CallTimeout time.Duration
+	// retainAgeSettle is how long a run waits before RetainAge drops
+	// anything (default retainAgeSettle).
+	retainAgeSettle time.Duration
+	CallTimeout     time.Duration
 	// ReconcileInterval paces PodResources rounds (default 30s); an
 	// allocation no container claims within LeakGrace (default 5m) is
 	// recorded as a leak suspect.
@@ -941,6 +945,7 @@ func (d *Daemon) snapshotLoop() {
 	alive := time.NewTicker(aliveEvery)
 	defer alive.Stop()
 	var retained time.Time
+	started := time.Now()
 	checked := false
 	for {
 		select {
@@ -975,7 +980,7 @@ func (d *Daemon) snapshotLoop() {
 			// Retention: after a snapshot (which makes events
 			// droppable), else hourly.
 			if took || time.Since(retained) >= time.Hour {
-				d.retain()
+				d.retain(time.Since(started) >= cmp.Or(d.opts.retainAgeSettle, retainAgeSettle))
 				retained = time.Now()
 			}
 		}
@@ -1062,12 +1067,16 @@ func (d *Daemon) AcknowledgeDamage(ctx context.Context, note string) ([]string, 
 	return dm, nil
 }
 
-// retain drops what the retention options say; the store logs it.
-func (d *Daemon) retain() {
-	if d.opts.RetainAge <= 0 && d.opts.RetainBytes <= 0 {
+// retain drops what the retention options say, by age only if byAge;
+// the store logs it.
+func (d *Daemon) retain(byAge bool) {
+	r := store.Retention{MaxAge: d.opts.RetainAge, MaxBytes: d.opts.RetainBytes, MaxDrop: cmp.Or(d.opts.retainChunk, retainChunk)}
+	if !byAge {
+		r.MaxAge = 0
+	}
+	if r.MaxAge <= 0 && r.MaxBytes <= 0 {
 		return
 	}
-	r := store.Retention{MaxAge: d.opts.RetainAge, MaxBytes: d.opts.RetainBytes, MaxDrop: cmp.Or(d.opts.retainChunk, retainChunk)}
 	for {
 		_, dropped, err := d.ledger.Retain(d.background, r)
 		if err != nil && !errors.Is(err, context.Canceled) { // by the stop
@@ -1080,6 +1089,14 @@ func (d *Daemon) retain() {
 		d.metrics.storeRecorded(events.TypeEventsDropped)
 	}
 }
+
+// retainAgeSettle is how long a run counts on this process's clock
+// before the age bound drops anything: a node that boots with its clock
+// ahead, which NTP steps back minutes later, reads every event before the
+// boot as old until then, and the cut would take them all up to the last
+// run's stop snapshot. The size bound does not read the clock, and does
+// not wait.
+const retainAgeSettle = time.Hour
 
 // retainChunk is about the most events one retention transaction drops
 // (store.Retention.MaxDrop): every Allocate waits for it, and dropping a

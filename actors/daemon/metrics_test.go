@@ -289,6 +289,73 @@ func TestRetentionBoundsTheLedger(t *testing.T) {
 	}
 }
 
+// A node that boots with its clock ahead reads every event before the
+// boot as older than the age bound until NTP steps the clock back, minutes
+// later: the age bound waits an hour after each start, so a start drops
+// no history by age then. Here the events of the first run are older than
+// the bound at the second start, as under a clock ahead by more than the
+// bound; once the wait is over, they go.
+func TestRetentionByAgeWaitsAfterAStart(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.SnapshotEvery, n.opts.SnapshotCheck = 5, 10*time.Millisecond
+	d := n.start(t)
+	ctx := waitCtx(t)
+	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Stop(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+	dropsAndSnapshots := func(d *Daemon, after uint64) (drops []events.EventsDropped, snapshots int) {
+		if err := d.rec.Log().Read(0, func(e events.Envelope) error {
+			switch p := e.Payload.(type) {
+			case events.EventsDropped:
+				drops = append(drops, p)
+			case events.SnapshotTaken:
+				if e.Seq > after {
+					snapshots++
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return drops, snapshots
+	}
+
+	n.opts.RetainAge = time.Nanosecond
+	d = n.start(t)
+	began := d.rec.Log().LastSeq()
+	if _, err := n.kubelet.WaitRegistered(ctx, vfioPool); err != nil {
+		t.Fatal(err)
+	}
+	// The first tick after the start retains; a snapshot taken at a
+	// later tick (one of any two) comes after it.
+	devs := []string{"0000:3b:01.2", "0000:3b:01.3"}
+	for i := 0; ; i++ {
+		drops, snapshots := dropsAndSnapshots(d, began)
+		if len(drops) > 0 {
+			t.Fatalf("a start dropped %+v by age at once", drops)
+		}
+		if snapshots >= 2 {
+			break
+		}
+		if _, err := n.kubelet.Allocate(ctx, vfioPool, devs[i%2:i%2+1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Stop(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+
+	n.opts.retainAgeSettle = time.Nanosecond
+	d = n.start(t)
+	waitFor(ctx, t, "a drop by age once the start's wait is over", func() bool {
+		drops, _ := dropsAndSnapshots(d, 0)
+		return len(drops) > 0 && strings.Contains(drops[0].Reason, "older than")
+	})
+}
+
 // A pass with much to drop (here a bound set on a ledger of several
 // snapshots) drops it in steps, one EventsDropped each, each taking up
 // where the one before stopped: the Allocates between the steps do not
