@@ -463,6 +463,42 @@ func TestRetention(t *testing.T) {
 	}
 }
 
+// An event stamped while the clock ran ahead (years ahead at a boot, then
+// stepped back) is not old until the clock passes its time again, and the
+// age bound keeps the events after it meanwhile: the cut never passes an
+// event it does not know is old.
+func TestRetentionByAgeStopsAtAnEventStampedAhead(t *testing.T) {
+	ctx := context.Background()
+	l := openTestLog(t)
+	testClock(l)
+	h := newHistory(9, 24)
+	envs := mustAppend(t, l, h.take(100)...)
+	snapshot := func() {
+		t.Helper()
+		if _, err := l.SaveSnapshot(ctx, foldAll(envs), "test"); err != nil {
+			t.Fatal(err)
+		}
+		envs = append(envs, readAll(t, l, l.LastSeq())...)
+	}
+	snapshot() // at 100
+	ahead := h.take(1)[0]
+	ahead.Time = ahead.Time.AddDate(3, 0, 0)
+	envs = append(envs, mustAppend(t, l, ahead)...)
+	envs = append(envs, mustAppend(t, l, h.take(98)...)...)
+	snapshot() // at 200
+	last := envs[len(envs)-1].Time
+
+	for _, tc := range []struct {
+		now  time.Time
+		want uint64
+	}{{last.Add(24 * time.Hour), 100}, {ahead.Time.Add(2 * time.Hour), 200}} {
+		d, dropped, err := l.Retain(ctx, Retention{MaxAge: time.Hour, Now: tc.now})
+		if err != nil || !dropped || d.ToSeq != tc.want {
+			t.Errorf("retain at %s: dropped %v %+v, %v; want up to #%d (#102 is stamped %s)", tc.now, dropped, d, err, tc.want, ahead.Time)
+		}
+	}
+}
+
 // TestLongReplay covers the two-stage fold that long replays take.
 func TestLongReplay(t *testing.T) {
 	const n = 3*pipelineMin + 100
