@@ -656,6 +656,24 @@ func TestApply(t *testing.T) {
 	}
 }
 
+// A node that reboots with its clock behind (an RTC kept in local time
+// west of UTC, a board with none) records the kubelet back before the
+// stop its last boot recorded: that outage lasted no time the ledger can
+// tell, and must not take from the sum of the others, which replay
+// prints as the kubelet's downtime.
+func TestAKubeletBackBeforeItsStopAddsNoDowntime(t *testing.T) {
+	const sock = "kubelet.sock"
+	back := ev(41, KubeletRestarted{Socket: sock, StoppedAt: at(40)})
+	back.Time = at(40).Add(-5 * time.Hour)
+	s := fold(NewState(), ev(1, KubeletStopped{Socket: sock}), ev(31, KubeletRestarted{Socket: sock, StoppedAt: at(1)}),
+		ev(40, KubeletStopped{Socket: sock}), back)
+	want := KubeletState{Restarts: 2, LastRestart: back.Time, Outages: 2, Downtime: 30 * time.Second,
+		LastOutage: Span{From: at(40), To: back.Time}}
+	if !reflect.DeepEqual(s.Kubelet, want) {
+		t.Errorf("kubelet %+v, want %+v", s.Kubelet, want)
+	}
+}
+
 func setDevice(s *State, addr string, change func(d *Device)) {
 	d := s.Devices[addr]
 	change(&d)

@@ -87,7 +87,8 @@ type KubeletState struct {
 	Down      bool      `json:"down,omitempty"`
 	DownSince time.Time `json:"down_since,omitzero"`
 	// Outages counts the recorded stops that ended, Downtime their
-	// length; LastOutage is the last that ended.
+	// length (none for one whose end is stamped before its start: the
+	// clock stepped back); LastOutage is the last that ended, as stamped.
 	Outages    int           `json:"outages,omitempty"`
 	Downtime   time.Duration `json:"downtime,omitempty"`
 	LastOutage Span          `json:"last_outage,omitzero"`
@@ -384,7 +385,9 @@ func Apply(s State, e Envelope) State {
 			// Only a recorded stop makes an outage: a ledger of a build
 			// that recorded none folds as before.
 			k.Outages++
-			k.Downtime += e.Time.Sub(k.DownSince)
+			// A restart stamped before its stop (a node rebooted with
+			// its clock behind) lasted no time the ledger can tell.
+			k.Downtime += max(e.Time.Sub(k.DownSince), 0)
 			k.LastOutage = Span{From: k.DownSince, To: e.Time}
 			k.Down, k.DownSince = false, time.Time{}
 		}
@@ -591,6 +594,11 @@ func SnapshotMatches(fold, snap State, format int) bool {
 	if acked := fold.Ledger.Acknowledged; format < 5 && len(acked) > 32 {
 		// Its fold kept the last 32; they are the last 32 of this one.
 		fold.Ledger.Acknowledged = acked[len(acked)-32:]
+	}
+	if format <= 5 && snap.Kubelet.Downtime < fold.Kubelet.Downtime {
+		// Builds that wrote format 5 or older took an outage whose end
+		// the clock stamped before its start from the downtime.
+		fold.Kubelet.Downtime = snap.Kubelet.Downtime
 	}
 	if format < 5 {
 		fold, snap = fold.Clone(), snap.Clone()

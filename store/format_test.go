@@ -187,24 +187,61 @@ func TestCheckTakesAnOlderBuildsSnapshotAsItsFoldHeldIt(t *testing.T) {
 				if old.Equal(fold) {
 					t.Fatal("the older build's fold is this one's")
 				}
-				rec, err := events.MarshalState(old)
-				if err != nil {
-					t.Fatal(err)
-				}
-				rec = bytes.Replace(rec, []byte(`{"format":5,`), fmt.Appendf(nil, `{"format":%d,`, format), 1)
-				if err := l.db.Update(func(tx *bolt.Tx) error {
-					return tx.Bucket(bucketSnapshots).Put(seqKey(old.Seq), appendValue(nil, old.Seq, rec))
-				}); err != nil {
-					t.Fatal(err)
-				}
-				_, problems, err := l.CheckAll(context.Background(), 32, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
+				problems := checkWithSnapshot(t, l, old, format)
 				if mismatch := len(problems) > 0; mismatch != (format == 5) {
 					t.Errorf("check of the snapshot as format %d: %q; want a mismatch only as format 5", format, problems)
 				}
 			})
 		}
 	}
+}
+
+// Builds that wrote snapshot format 5 before this one took an outage of
+// the kubelet whose end the clock stamped before its start (a node
+// rebooted with its clock behind) from the downtime; this fold counts it
+// as none. A snapshot such a build took right after (the stop's, at the
+// upgrade) holds the lower sum, and the check must take it, not record
+// damage and keep /readyz false; a higher one is still a mismatch.
+func TestCheckTakesAnOlderBuildsDowntimeAfterAClockStep(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		downtime time.Duration
+		mismatch bool
+	}{{"lower, as an older build summed it", -5 * time.Hour, false}, {"higher", 5 * time.Hour, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := openTestLog(t)
+			stop := ev(1, events.KubeletStopped{Socket: "kubelet.sock"})
+			back := ev(2, events.KubeletRestarted{Socket: "kubelet.sock", StoppedAt: stop.Time})
+			back.Time = stop.Time.Add(-5 * time.Hour)
+			envs := mustAppend(t, l, ev(0, events.DaemonStarted{Version: "old"}), stop, back,
+				ev(3, events.DaemonStopped{Reason: "signal: SIGTERM", Clean: true}))
+			snap := foldAll(envs)
+			snap.Kubelet.Downtime = tc.downtime
+			problems := checkWithSnapshot(t, l, snap, 5)
+			if mismatch := len(problems) > 0; mismatch != tc.mismatch {
+				t.Errorf("check of a snapshot with the downtime %s, the fold's %s: %q", tc.downtime, foldAll(envs).Kubelet.Downtime, problems)
+			}
+		})
+	}
+}
+
+// checkWithSnapshot stores s as a snapshot of the given format and
+// returns the problems CheckAll finds.
+func checkWithSnapshot(t *testing.T, l *Log, s events.State, format int) []error {
+	t.Helper()
+	rec, err := events.MarshalState(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec = bytes.Replace(rec, []byte(`{"format":5,`), fmt.Appendf(nil, `{"format":%d,`, format), 1)
+	if err := l.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSnapshots).Put(seqKey(s.Seq), appendValue(nil, s.Seq, rec))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, problems, err := l.CheckAll(context.Background(), 32, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return problems
 }
