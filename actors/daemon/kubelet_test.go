@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/devledger/devledger/actors/node"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/internal/actortest"
@@ -261,4 +262,40 @@ func TestARegistrationThePluginWatcherKeepsFailedIsRenewed(t *testing.T) {
 	if !registeredAfter {
 		t.Error("no PluginRegistered of the pool on a new socket after the renewal")
 	}
+}
+
+// A kubelet that restarts while the disk stalls under a record of the
+// node's (here a reload's ConfigApplied) gets every pool again at once:
+// what the node only passes on between the kubelet's side and the
+// registrar does not wait for the node's record to be durable.
+func TestAKubeletRestartedWhileTheNodeRecordsGetsEveryPool(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.WatchConfig = false
+	d := n.start(t)
+	ctx := supervisionCtx(t)
+	waitFullKubelet(t, n.kubelet, 10*time.Second)
+	release := holdWriter(ctx, t, d.rec.Log())
+	// The same pools, another file: a ConfigApplied the writer holds.
+	if err := os.WriteFile(n.opts.ConfigPath, []byte(sriovConfig+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reloaded := d.system.Root.RequestFuture(d.node, &node.ReloadConfig{Reason: "test"}, time.Minute)
+	// Children is answered after the reload was taken: its record waits.
+	if _, err := d.Children(ctx); err != nil {
+		t.Fatal(err)
+	}
+	since := time.Now()
+	if err := n.kubelet.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := n.kubelet.RegisteredAfter(wait, []string{vfioPool, netPool}, since); err != nil {
+		t.Errorf("with the node's record held by the disk: %v", err)
+	}
+	release()
+	if res, err := reloaded.Result(); err != nil || !res.(*node.ReloadResult).Applied {
+		t.Fatalf("reload = %+v, %v; want it applied", res, err)
+	}
+	waitFullKubelet(t, n.kubelet, 10*time.Second)
 }

@@ -252,6 +252,14 @@ func (n *coordinator) Receive(ctx actor.Context) {
 	case *Query, *Children, *Crash, *actor.Terminated:
 		// Terminated only ends a stop the node asked for before, and must
 		// not wait for a restart that would find no stop to end.
+	case *sockets.Ready, *sockets.KubeletAppeared, *sockets.KubeletGone, *sockets.SocketRemoved,
+		*registrar.Listing, *registrar.KubeletReported, *pool.Serving,
+		*registrar.NeedSocket, *registrar.NeedDesires:
+		// Passed on between the kubelet's side and the registrar, which
+		// does not wait for the ledger: a kubelet that restarts while the
+		// disk stalls under the node's record gets every pool at once. A
+		// pool the record drops is undesired once it lands, and its
+		// PluginServing's guard refuses it.
 	default:
 		if n.life.persist.Hold(held{ctx.Message(), ctx.Sender()}) {
 			return
