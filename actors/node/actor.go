@@ -346,6 +346,10 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 		}
 		n.allocs = events.Apply(n.allocs, m.Event)
 		n.retellHolds(ctx, m.Pool, ids, fmt.Sprintf("allocation #%d of %s holds it", m.Event.Seq, m.Pool))
+	case *pool.AllocationAbandoned:
+		if !n.replayedAlready(m.Event) {
+			n.reconciled(ctx, m.Event)
+		}
 	case *reconciler.NeedTold:
 		for seq := range n.allocs.Allocations {
 			ctx.Send(n.reconciler, &reconciler.Allocated{Seq: seq})
@@ -407,10 +411,12 @@ func (n *coordinator) replayedAlready(e events.Envelope) bool {
 }
 
 // reconciled folds e, a change to a live allocation that the reconciler
-// recorded (see reconciler.Recorded). A release or a recovery goes to the
-// allocation's pool, for its holds. When whether a container claims the
-// allocation changes, so does whether it holds its devices in the pools
-// they moved to: those pools hear their members again.
+// recorded (see reconciler.Recorded), or a pool's release of one whose
+// Allocate the kubelet gave up on (pool.AllocationAbandoned). A release
+// or a recovery goes to the allocation's pool, for its holds. When
+// whether a container claims the allocation changes, so does whether it
+// holds its devices in the pools they moved to: those pools hear their
+// members again.
 func (n *coordinator) reconciled(ctx actor.Context, e events.Envelope) {
 	var seq uint64
 	var name, what string

@@ -201,6 +201,8 @@ func (p *allocator) Receive(ctx actor.Context) {
 		}
 	case *registrar.KubeletReported: // from the backend, after Serving
 		ctx.Send(ctx.Parent(), m)
+	case *abandoned: // never held: what it releases is durable already
+		p.abandon(ctx, m)
 	}
 }
 
@@ -235,7 +237,7 @@ func (p *allocator) call(ctx actor.Context, c any) {
 		m.reply <- preferredReply{resp: resp, err: err}
 	case *allocateReq:
 		if err := p.allocate(ctx, m); err != nil {
-			p.answer(m.reply, m.started, nil, err)
+			p.answer(m.reply, m.started, allocateReply{err: err})
 		}
 	case *queryReq:
 		ctx.Send(m.from, p.status())
@@ -248,7 +250,7 @@ func (p *allocator) refuseWaiting(ctx actor.Context) {
 	for _, c := range p.life.waiting {
 		switch m := c.(type) {
 		case *allocateReq:
-			p.answer(m.reply, m.started, nil, err)
+			p.answer(m.reply, m.started, allocateReply{err: err})
 		case *preferredReq:
 			m.reply <- preferredReply{err: err}
 		case *queryReq:

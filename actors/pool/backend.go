@@ -69,7 +69,9 @@ func (b *backend) WatchDevices(ctx context.Context) (<-chan []*pluginapi.Device,
 // Allocate implements grpcapi.PoolBackend: the pool answers once the
 // allocation is durable, or refuses it. Past the call's deadline the
 // events may be committing, so it waits one timeout more (the store
-// answers within a commit) rather than fail an allocation the ledger holds.
+// answers within a commit) rather than fail an allocation the ledger holds;
+// past that (a disk that stalls) the kubelet is told the call failed, and
+// the pool releases the allocation should it land.
 func (b *backend) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	reply := make(chan allocateReply, 1)
 	b.root.Send(b.pid, &allocateReq{ctx: ctx, req: req, reply: reply, started: time.Now()})
@@ -98,6 +100,9 @@ func (b *backend) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) 
 	case <-b.life.gone:
 		return stopped()
 	case <-grace.C:
+		// The kubelet is told the call failed: what it allocates, should
+		// it land, is the pool's to release.
+		b.root.Send(b.pid, &abandoned{reply: reply})
 		return nil, fmt.Errorf("%w (pool %s did not answer the Allocate of %s in time)", ctx.Err(), b.pool, requested(req))
 	}
 }

@@ -85,6 +85,9 @@ type flight struct {
 	resp       *pluginapi.AllocateResponse
 	reply      chan<- allocateReply
 	started    time.Time
+	// abandoned says the backend gave up waiting (see abandon): the
+	// kubelet was told the call failed.
+	abandoned bool
 	// landed receives the store's answer, once; the actor reads it when
 	// the landed message comes, or waits on it when it stops.
 	landed chan landing
@@ -246,7 +249,11 @@ func (p *allocator) land(ctx actor.Context, id uint64, f *flight, l landing) {
 			p.holds.Apply(p.name, e)
 		}
 		p.marked = false
-		p.answer(f.reply, f.started, f.resp, nil)
+		if f.abandoned { // its answer goes nowhere, but counts as refused
+			p.answer(f.reply, f.started, allocateReply{err: fmt.Errorf("%s: the kubelet gave up on the Allocate of %s before the ledger recorded it: %w", p.name, strings.Join(f.ids, ","), context.DeadlineExceeded)})
+		} else {
+			p.answer(f.reply, f.started, allocateReply{resp: f.resp, envs: l.envs})
+		}
 		// Logging comes after the answer.
 		for _, e := range l.envs {
 			a := e.Payload.(events.DevicesAllocated)
@@ -259,6 +266,9 @@ func (p *allocator) land(ctx actor.Context, id uint64, f *flight, l landing) {
 			}
 			ev.Str("pool", p.name).Strs("devices", a.DeviceIDs).Uint64("seq", e.Seq).Msg("devices allocated")
 		}
+		if f.abandoned {
+			p.releaseUnheard(ctx, l.envs)
+		}
 		// Marked now, with the kubelet answered, not when it asks next.
 		if p.rank != nil {
 			p.ranking()
@@ -269,7 +279,7 @@ func (p *allocator) land(ctx actor.Context, id uint64, f *flight, l landing) {
 		err = fmt.Errorf("%w: %s: the ledger could not record the allocation of %s: %v", grpcapi.ErrUnavailable, p.name, strings.Join(f.ids, ","), err)
 	}
 	if err != nil { // the pool's server logs the failed call, with err
-		p.answer(f.reply, f.started, nil, err)
+		p.answer(f.reply, f.started, allocateReply{err: err})
 	}
 	p.letGo(ctx, f.ids)
 }
@@ -299,7 +309,7 @@ func (p *allocator) drainPending(ctx actor.Context) {
 		}
 		delete(p.life.pending, id)
 		p.cfg.Log.Error().Str("pool", p.name).Strs("devices", f.ids).Msg("the ledger did not answer an Allocate as the pool stopped")
-		p.answer(f.reply, f.started, nil, fmt.Errorf("%w: pool %s stopped before the ledger answered the Allocate of %s", grpcapi.ErrUnavailable, p.name, strings.Join(f.ids, ",")))
+		p.answer(f.reply, f.started, allocateReply{err: fmt.Errorf("%w: pool %s stopped before the ledger answered the Allocate of %s", grpcapi.ErrUnavailable, p.name, strings.Join(f.ids, ","))})
 		// A goroutine, as the mailbox dies with the pool: it only relays
 		// the late answer to the parent, touching no pool state.
 		root, parent, name := ctx.ActorSystem().Root, ctx.Parent(), p.name
@@ -336,10 +346,66 @@ func recorded(pool string, envs []events.Envelope) []*AllocationRecorded {
 // woken by the reply, waits for this one's processor: yielding it lets the
 // kubelet have its answer before the pool logs and goes on (about 25 µs
 // sooner through the kubelet's device manager).
-func (p *allocator) answer(reply chan<- allocateReply, started time.Time, resp *pluginapi.AllocateResponse, err error) {
+func (p *allocator) answer(reply chan<- allocateReply, started time.Time, r allocateReply) {
 	if p.cfg.ObserveAllocate != nil {
-		p.cfg.ObserveAllocate(p.name, time.Since(started), err)
+		p.cfg.ObserveAllocate(p.name, time.Since(started), r.err)
 	}
-	reply <- allocateReply{resp: resp, err: err}
+	reply <- r
 	runtime.Gosched()
+}
+
+// abandon notes that the backend gave up waiting for the Allocate answered
+// on m.reply, as it does when the ledger takes longer than a call may (a
+// disk that stalls): the kubelet was told the call failed, keeps the
+// devices free and fails the pod, so no container will claim what the
+// call's events allocate. One still pending is released once it lands;
+// one answered that the backend did not read is released now; one not
+// taken yet is refused when it is, its deadline past.
+func (p *allocator) abandon(ctx actor.Context, m *abandoned) {
+	for _, f := range p.life.pending {
+		if f.reply == m.reply {
+			f.abandoned = true
+			return
+		}
+	}
+	select {
+	case r := <-m.reply:
+		if r.err == nil {
+			p.releaseUnheard(ctx, r.envs)
+		}
+	default:
+	}
+}
+
+// releaseUnheard records that the allocations of envs, durable after the
+// kubelet was told their Allocate failed, hold nothing. The parent hears
+// of each release as of the reconciler's, and tells the pool.
+func (p *allocator) releaseUnheard(ctx actor.Context, envs []events.Envelope) {
+	payloads := make([]events.Payload, 0, len(envs))
+	seqs := make([]uint64, 0, len(envs))
+	for _, e := range envs {
+		a := e.Payload.(events.DevicesAllocated)
+		payloads = append(payloads, events.DevicesReleased{AllocationSeq: e.Seq, Pool: p.name, DeviceIDs: slices.Clone(a.DeviceIDs),
+			Reason: "the kubelet gave up on its Allocate before the ledger recorded it"})
+		seqs = append(seqs, e.Seq)
+	}
+	log := p.cfg.Log.With().Str("pool", p.name).Uints64("allocations", seqs).Logger()
+	log.Warn().Msg("the kubelet gave up on an Allocate the ledger recorded late; releasing it")
+	// Straight to the parent: a pool that stops meanwhile has nothing
+	// to apply, and the node must still hear of it.
+	root, parent, name := ctx.ActorSystem().Root, ctx.Parent(), p.name
+	unrecorded := func(err error) {
+		log.Error().Err(err).Msg("cannot record the release of an Allocate the kubelet gave up on; it stays live until an Allocate of its devices supersedes it")
+	}
+	if err := p.cfg.Recorder.RecordAsync(context.Background(), nil, payloads, func(out []events.Envelope, err error) {
+		if err != nil {
+			unrecorded(err)
+			return
+		}
+		for _, e := range out {
+			root.Send(parent, &AllocationAbandoned{Pool: name, Event: e})
+		}
+	}); err != nil {
+		unrecorded(err)
+	}
 }

@@ -598,3 +598,55 @@ func TestADeviceInFlightIsNotFree(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A disk that stalls past a call's grace while an Allocate's events
+// commit: the kubelet is told the Allocate failed, keeps the devices free
+// and fails the pod, and the events land later. No container will claim
+// that allocation, so the pool releases it, saying why, and its parent
+// hears of the release (and tells the pool, which then holds nothing). So too for one answered just as
+// the backend gave up, an answer the backend never read.
+func TestAnAllocateTheKubeletGaveUpOnIsReleased(t *testing.T) {
+	released := func(t *testing.T, f *actortest.Family, l *store.Log, seq uint64) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			st, err := l.Replay(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, live := st.Allocations[seq]; !live {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("allocation #%d, whose Allocate the kubelet gave up on, stays live in the ledger", seq)
+			}
+		}
+		m := actortest.Next[*AllocationAbandoned](t, f)
+		if r, ok := m.Event.Payload.(events.DevicesReleased); !ok || r.AllocationSeq != seq || !strings.Contains(r.Reason, "gave up") {
+			t.Fatalf("the parent heard %+v, want the release of #%d", m.Event.Payload, seq)
+		}
+		f.Sys.Root.Send(f.Child, &Reconciled{Event: m.Event}) // as the node does
+		res, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if held := res.(*Status).Held; len(held) != 0 {
+			t.Errorf("the pool holds %v, want nothing", held)
+		}
+	}
+	t.Run("pending", func(t *testing.T) {
+		f, g, allocated := poolWithAllocateHeld(t, func(c *Config) { c.CallTimeout = 100 * time.Millisecond })
+		if err := <-allocated; status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("an Allocate held past its grace: %v, want DeadlineExceeded", err)
+		}
+		g.release()
+		m := actortest.Next[*AllocationRecorded](t, f)
+		released(t, f, g.log, m.Event.Seq)
+	})
+	t.Run("answered unread", func(t *testing.T) {
+		f, l, _ := servingPool(t, t.TempDir(), member(x))
+		reply := allocateVia(f, context.Background(), x)
+		m := actortest.Next[*AllocationRecorded](t, f)
+		f.Sys.Root.Send(f.Child, &abandoned{reply: reply})
+		released(t, f, l, m.Event.Seq)
+	})
+}

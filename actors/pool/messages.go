@@ -119,6 +119,15 @@ type AllocationRecorded struct {
 	Event events.Envelope
 }
 
+// AllocationAbandoned tells the parent the pool released an allocation
+// whose Allocate the kubelet was told had failed (its events landed after
+// the call gave up, as on a disk that stalls). Event is the
+// DevicesReleased, for the node to fold as it folds the reconciler's.
+type AllocationAbandoned struct {
+	Pool  string
+	Event events.Envelope
+}
+
 // LetGo tells the parent the pool no longer lists Devices and has no
 // Allocate of them under way: a pool they moved to may give them out. Gen
 // is the newest SetMembers applied; From the pool's PID (new if re-added).
@@ -172,7 +181,13 @@ type allocateReq struct {
 type allocateReply struct {
 	resp *pluginapi.AllocateResponse
 	err  error
+	// envs are the events of an answer given, for abandon.
+	envs []events.Envelope
 }
+
+// abandoned says the backend gave up waiting for the Allocate it sent with
+// reply, and told the kubelet the call failed (see allocator.abandon).
+type abandoned struct{ reply chan allocateReply }
 
 // landed says the store answered flight id (see flight.landed).
 type landed struct{ id uint64 }
