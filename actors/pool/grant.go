@@ -267,7 +267,7 @@ func (p *allocator) land(ctx actor.Context, id uint64, f *flight, l landing) {
 			ev.Str("pool", p.name).Strs("devices", a.DeviceIDs).Uint64("seq", e.Seq).Msg("devices allocated")
 		}
 		if f.abandoned {
-			p.releaseUnheard(ctx, l.envs)
+			p.releaser(ctx)(l.envs)
 		}
 		// Marked now, with the kubelet answered, not when it asks next.
 		if p.rank != nil {
@@ -310,12 +310,17 @@ func (p *allocator) drainPending(ctx actor.Context) {
 		delete(p.life.pending, id)
 		p.cfg.Log.Error().Str("pool", p.name).Strs("devices", f.ids).Msg("the ledger did not answer an Allocate as the pool stopped")
 		p.answer(f.reply, f.started, allocateReply{err: fmt.Errorf("%w: pool %s stopped before the ledger answered the Allocate of %s", grpcapi.ErrUnavailable, p.name, strings.Join(f.ids, ","))})
-		// A goroutine, as the mailbox dies with the pool: it only relays
-		// the late answer to the parent, touching no pool state.
-		root, parent, name := ctx.ActorSystem().Root, ctx.Parent(), p.name
+		// A goroutine, as the mailbox dies with the pool: it relays the
+		// late answer to the parent and releases what it allocates (the
+		// kubelet was told the call failed), touching no pool state.
+		root, parent, name, release := ctx.ActorSystem().Root, ctx.Parent(), p.name, p.releaser(ctx)
 		go func() {
-			for _, m := range recorded(name, (<-f.landed).envs) {
+			envs := (<-f.landed).envs
+			for _, m := range recorded(name, envs) {
 				root.Send(parent, m)
+			}
+			if len(envs) > 0 {
+				release(envs)
 			}
 		}()
 	}
@@ -371,41 +376,45 @@ func (p *allocator) abandon(ctx actor.Context, m *abandoned) {
 	select {
 	case r := <-m.reply:
 		if r.err == nil {
-			p.releaseUnheard(ctx, r.envs)
+			p.releaser(ctx)(r.envs)
 		}
 	default:
 	}
 }
 
-// releaseUnheard records that the allocations of envs, durable after the
-// kubelet was told their Allocate failed, hold nothing. The parent hears
-// of each release as of the reconciler's, and tells the pool.
-func (p *allocator) releaseUnheard(ctx actor.Context, envs []events.Envelope) {
-	payloads := make([]events.Payload, 0, len(envs))
-	seqs := make([]uint64, 0, len(envs))
-	for _, e := range envs {
-		a := e.Payload.(events.DevicesAllocated)
-		payloads = append(payloads, events.DevicesReleased{AllocationSeq: e.Seq, Pool: p.name, DeviceIDs: slices.Clone(a.DeviceIDs),
-			Reason: "the kubelet gave up on its Allocate before the ledger recorded it"})
-		seqs = append(seqs, e.Seq)
-	}
-	log := p.cfg.Log.With().Str("pool", p.name).Uints64("allocations", seqs).Logger()
-	log.Warn().Msg("the kubelet gave up on an Allocate the ledger recorded late; releasing it")
-	// Straight to the parent: a pool that stops meanwhile has nothing
-	// to apply, and the node must still hear of it.
-	root, parent, name := ctx.ActorSystem().Root, ctx.Parent(), p.name
-	unrecorded := func(err error) {
-		log.Error().Err(err).Msg("cannot record the release of an Allocate the kubelet gave up on; it stays live until an Allocate of its devices supersedes it")
-	}
-	if err := p.cfg.Recorder.RecordAsync(context.Background(), nil, payloads, func(out []events.Envelope, err error) {
-		if err != nil {
+// releaser returns what records that the allocations of the envs it is
+// given, durable after the kubelet was told their Allocate failed, hold
+// nothing. The parent hears of each release as of the reconciler's, and
+// tells the pool. It touches no pool state: a pool that stops may leave
+// it to a goroutine.
+func (p *allocator) releaser(ctx actor.Context) func(envs []events.Envelope) {
+	root, parent, name, rec, plog := ctx.ActorSystem().Root, ctx.Parent(), p.name, p.cfg.Recorder, p.cfg.Log
+	return func(envs []events.Envelope) {
+		payloads := make([]events.Payload, 0, len(envs))
+		seqs := make([]uint64, 0, len(envs))
+		for _, e := range envs {
+			a := e.Payload.(events.DevicesAllocated)
+			payloads = append(payloads, events.DevicesReleased{AllocationSeq: e.Seq, Pool: name, DeviceIDs: slices.Clone(a.DeviceIDs),
+				Reason: "the kubelet gave up on its Allocate before the ledger recorded it"})
+			seqs = append(seqs, e.Seq)
+		}
+		log := plog.With().Str("pool", name).Uints64("allocations", seqs).Logger()
+		log.Warn().Msg("the kubelet gave up on an Allocate the ledger recorded late; releasing it")
+		unrecorded := func(err error) {
+			log.Error().Err(err).Msg("cannot record the release of an Allocate the kubelet gave up on; it stays live until an Allocate of its devices supersedes it")
+		}
+		// Straight to the parent: a pool that stops meanwhile has
+		// nothing to apply, and the node must still hear of it.
+		if err := rec.RecordAsync(context.Background(), nil, payloads, func(out []events.Envelope, err error) {
+			if err != nil {
+				unrecorded(err)
+				return
+			}
+			for _, e := range out {
+				root.Send(parent, &AllocationAbandoned{Pool: name, Event: e})
+			}
+		}); err != nil {
 			unrecorded(err)
-			return
 		}
-		for _, e := range out {
-			root.Send(parent, &AllocationAbandoned{Pool: name, Event: e})
-		}
-	}); err != nil {
-		unrecorded(err)
 	}
 }

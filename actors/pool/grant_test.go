@@ -186,7 +186,8 @@ func TestAllocateAfterItsDeadlineIsRefused(t *testing.T) {
 
 // A pool stopped for good while the ledger does not answer waits for it no
 // longer than a call may: the kubelet hears Unavailable, and should the
-// allocation land after all, the parent still hears of it.
+// allocation land after all, the parent still hears of it, and of its
+// release: the kubelet was told the call failed.
 func TestStoppingPoolDoesNotWaitForeverForTheLedger(t *testing.T) {
 	f, g, allocated := poolWithAllocateHeld(t, func(c *Config) { c.CallTimeout = 100 * time.Millisecond })
 	stopped := make(chan struct{})
@@ -204,8 +205,12 @@ func TestStoppingPoolDoesNotWaitForeverForTheLedger(t *testing.T) {
 	}
 	<-stopped
 	g.release()
-	if m := actortest.Next[*AllocationRecorded](t, f); !slices.Equal(m.Event.Payload.(events.DevicesAllocated).DeviceIDs, []string{x}) {
+	m := actortest.Next[*AllocationRecorded](t, f)
+	if !slices.Equal(m.Event.Payload.(events.DevicesAllocated).DeviceIDs, []string{x}) {
 		t.Errorf("AllocationRecorded %+v, want %s", *m, x)
+	}
+	if r, ok := actortest.Next[*AllocationAbandoned](t, f).Event.Payload.(events.DevicesReleased); !ok || r.AllocationSeq != m.Event.Seq {
+		t.Errorf("the parent heard %+v, want the release of #%d", r, m.Event.Seq)
 	}
 }
 
