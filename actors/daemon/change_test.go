@@ -68,6 +68,26 @@ func waitHealth(ctx context.Context, t *testing.T, k *kubelettest.Kubelet, resou
 	return time.Now()
 }
 
+// flapLink takes the link ifname down and up again, telling the daemon of
+// each change as the kernel's link notifications do, and waits each time
+// for the kubelet to see ids of resource unhealthy, then healthy.
+func flapLink(ctx context.Context, t *testing.T, n *testNode, d *Daemon, ifname, resource string, ids []string) {
+	t.Helper()
+	for _, up := range []bool{false, true} {
+		set, want := n.roots.SetLinkDown, pluginapi.Unhealthy
+		if up {
+			set, want = n.roots.SetLinkUp, pluginapi.Healthy
+		}
+		if err := set(ifname); err != nil {
+			t.Fatal(err)
+		}
+		d.Send(&node.ProbeHealth{Interfaces: []string{ifname}})
+		for _, id := range ids {
+			waitHealth(ctx, t, n.kubelet, resource, id, want)
+		}
+	}
+}
+
 func TestHealthUnbindRebind(t *testing.T) {
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, healthConfig, kubelettest.Options{})
 	n.opts.ScanInterval = time.Hour // changes are seen by probes and explicit rescans
@@ -1408,19 +1428,7 @@ func TestLinkNotificationAloneMovesHealth(t *testing.T) {
 	const vfio = "intel.com/sriov_vfio"
 	list := waitDevicesAll(ctx, t, n.kubelet, vfio, pluginapi.Healthy)
 	ofPF := vfsOf(t, n.roots, list, "0000:3b:00.0")
-	for _, up := range []bool{false, true} {
-		set, want := n.roots.SetLinkDown, pluginapi.Unhealthy
-		if up {
-			set, want = n.roots.SetLinkUp, pluginapi.Healthy
-		}
-		if err := set("ens785f0"); err != nil {
-			t.Fatal(err)
-		}
-		d.Send(&node.ProbeHealth{Interfaces: []string{"ens785f0"}})
-		for _, id := range ofPF {
-			waitHealth(ctx, t, n.kubelet, vfio, id, want)
-		}
-	}
+	flapLink(ctx, t, n, d, "ens785f0", vfio, ofPF)
 	changes := 0
 	if err := d.rec.Log().Read(0, func(e events.Envelope) error {
 		if h, ok := e.Payload.(events.DeviceHealthChanged); ok && slices.Contains(ofPF, h.Address) {
