@@ -589,7 +589,7 @@ func (r *registrar) answered(ctx actor.Context, m *registerResult) {
 func (r *registrar) failed(ctx actor.Context, pool string, d desire, err error, holds, action string) {
 	r.failures[pool]++
 	n := r.failures[pool]
-	level := r.repeatLevel(pool, err.Error())
+	level := r.repeatLevel(pool, d.socket, err.Error())
 	r.lastError[pool] = err.Error()
 	delay := supervise.Doubling(r.cfg.RetryInitial, r.cfg.RetryMax, n)
 	if holds != "" && n == 1 {
@@ -616,8 +616,14 @@ func (r *registrar) failed(ctx actor.Context, pool string, d desire, err error, 
 // that says why: a warning the first time it says so since the pool was
 // last registered (or a new kubelet came), debug each time it comes
 // again (the ledger counts them). A pool whose renewals alternate two
-// failures, a refusal and the renewal it brings, so logs each once.
-func (r *registrar) repeatLevel(pool, why string) zerolog.Level {
+// failures, a refusal and the renewal it brings, so logs each once. Why
+// may name the socket the failure was about (a dial's error names its
+// path), which each renewal makes anew: its name is not part of what is
+// compared, or every retry would warn, and be kept, as news.
+func (r *registrar) repeatLevel(pool, socket, why string) zerolog.Level {
+	if socket != "" {
+		why = strings.ReplaceAll(why, filepath.Base(socket), "")
+	}
 	if r.warned[pool][why] {
 		return zerolog.DebugLevel
 	}
@@ -738,7 +744,7 @@ func (r *registrar) renew(ctx actor.Context, pool string, d desire, why, msg str
 	action := "serving the pool on a new socket"
 	r.record(events.RegistrationFailed{Pool: pool, Socket: d.socket, Mode: string(r.cfg.Mode), Error: why,
 		Attempt: r.drops[pool], Action: action}, nil)
-	r.cfg.Log.WithLevel(r.repeatLevel(pool, why)).Str("pool", pool).Str("socket", d.socket).Dur("grace_ms", grace).Str("action", action).Msg(msg)
+	r.cfg.Log.WithLevel(r.repeatLevel(pool, d.socket, why)).Str("pool", pool).Str("socket", d.socket).Dur("grace_ms", grace).Str("action", action).Msg(msg)
 	r.needSocket(ctx, pool, d, false, why)
 }
 
@@ -794,7 +800,7 @@ func (r *registrar) kubeletReported(ctx actor.Context, m *KubeletReported) {
 		return
 	}
 	r.failures[m.Pool]++
-	level := r.repeatLevel(m.Pool, m.Reason)
+	level := r.repeatLevel(m.Pool, m.Socket, m.Reason)
 	r.lastError[m.Pool] = m.Reason
 	failed := events.RegistrationFailed{Pool: m.Pool, Socket: m.Socket, Mode: string(grpcapi.ModeWatcher), Error: m.Reason,
 		Attempt: r.failures[m.Pool], Action: "the kubelet's plugin watcher tries again"}

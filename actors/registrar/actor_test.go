@@ -2,6 +2,7 @@ package registrar
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -1366,4 +1367,45 @@ func TestANoticeFromBeforeAStopEndsNoOutage(t *testing.T) {
 			t.Errorf("recorded %+v: a notice heard before the stop ended it", got)
 		}
 	}
+}
+
+// A failure that names the pool's socket (a dial's error names the path)
+// names a new one at each retry, as the pool serves on a new socket each
+// time: it is the same failure all the same, warned of once.
+func TestFailuresThatNameTheSocketWarnOnce(t *testing.T) {
+	refusal := func(socket string) string {
+		return "failed to dial device plugin: dial unix " + socket + ": connect: permission denied"
+	}
+	t.Run("legacy", func(t *testing.T) {
+		logs := &actortest.Log{}
+		r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{ConnectError: func(_, socket string) error {
+			return errors.New(refusal(socket))
+		}}, func(c *Config) { c.Log = zerolog.New(logs).Level(zerolog.DebugLevel) })
+		srv, sock := r.serve(t, gpu)
+		r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
+		for range 4 {
+			r.reserve(t, srv, next[*NeedSocket](t, r.family))
+		}
+		r.await(t, "failed four times", func(st *Status) bool { return st.Pools[gpu].Failures >= 4 })
+		if warn, debug := logs.Count("warn", "registration failed"), logs.Count("debug", "registration failed"); warn != 1 || debug < 3 {
+			t.Errorf("logged %d warnings and %d debug lines for four failures alike but for their socket, want 1 and at least 3:\n%s", warn, debug, logs)
+		}
+	})
+	t.Run("watcher", func(t *testing.T) {
+		logs := &actortest.Log{}
+		r := newRegistrar(t, grpcapi.ModeWatcher, kubelettest.Options{}, func(c *Config) { c.Log = zerolog.New(logs) })
+		for i := range 3 {
+			sock := filepath.Join(r.kubelet.Dir(), fmt.Sprintf("example.com_gpu.%d.sock", i))
+			touch(t, sock)
+			r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
+			r.Sys.Root.Send(r.Child, &KubeletReported{Pool: gpu, Socket: sock, Reason: "RegisterPlugin error -- plugin registration failed with err: " + refusal(sock)})
+		}
+		r.Silent(t)
+		if p := r.status(t).Pools[gpu]; p.Failures != 3 {
+			t.Fatalf("status after three refusals: %+v", p)
+		}
+		if n := logs.Count("warn", "kubelet refused the pool"); n != 1 {
+			t.Errorf("logged %d warnings for three refusals alike but for their socket, want 1:\n%s", n, logs)
+		}
+	})
 }
