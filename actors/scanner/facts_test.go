@@ -143,10 +143,11 @@ func TestDiffCarriesFreshFacts(t *testing.T) {
 	// IDs that differ at the address are another device; IDs a read
 	// missed, on either side, say nothing.
 	for _, tc := range []struct {
-		name                     string
-		vendor, device           string
-		incomplete, knownMissing bool
-		another                  string // "": not another device
+		name           string
+		vendor, device string
+		incomplete     bool
+		knownMissing   string // the known ID unread: "vendor" or "device"
+		another        string // "": not another device
 	}{
 		{name: "both IDs differ", vendor: "15b3", device: "101e", another: "15b3:101e where 8086:1889 was"},
 		{name: "the vendor differs", vendor: "15b3", device: "1889", another: "15b3:1889 where 8086:1889 was"},
@@ -154,13 +155,17 @@ func TestDiffCarriesFreshFacts(t *testing.T) {
 		{name: "an incomplete scan", vendor: "15b3", device: "101e", incomplete: true},
 		{name: "the vendor unread", vendor: "", device: "101e"},
 		{name: "the device ID unread", vendor: "15b3", device: ""},
-		{name: "the known device ID unread", vendor: "15b3", device: "101e", knownMissing: true},
+		{name: "the known vendor unread", vendor: "15b3", device: "101e", knownMissing: "vendor"},
+		{name: "the known device ID unread", vendor: "15b3", device: "101e", knownMissing: "device"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			swapped := a
 			swapped.Vendor, swapped.Device, swapped.Incomplete = tc.vendor, tc.device, tc.incomplete
 			k := known(true, a)
-			if tc.knownMissing {
+			switch tc.knownMissing {
+			case "vendor":
+				k.Facts.Vendor = ""
+			case "device":
 				k.Facts.Device = ""
 			}
 			ps := Diff(map[string]events.Device{a.Address: k}, []sysfs.Device{swapped}, nil)
