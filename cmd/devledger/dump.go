@@ -305,7 +305,7 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 		// hours: say so, rather than leave "(no events)" to read as a
 		// quiet node. A running daemon's ledger (its admin socket) has
 		// not ended: there "(no events)" is a quiet node, and says so.
-		if _, live := src.(adminSource); !live && f.pods == nil && lastSeq != 0 && lastTime.Before(f.since) {
+		if _, live := src.(adminSource); !live && lastSeq != 0 && lastTime.Before(f.since) {
 			fromNow := ""
 			if _, err := parseAge(*since); err == nil {
 				fromNow = " (" + *since + " counts back from now)"
