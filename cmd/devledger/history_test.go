@@ -778,32 +778,11 @@ func TestReplayInsideADowntimeSaysTheRunHadStopped(t *testing.T) {
 	// a daemon's stream.
 	diffAt := func(t *testing.T, where ...string) {
 		t.Helper()
-		for _, tc := range []struct {
-			diff       string
-			then, now  bool
-			crashes    int
-			registered *change
-		}{
+		checkDiffRuns(t, pool, where, []diffRuns{
 			{"2026-11-30T09:07:00Z..2026-11-30T09:30:00Z", true, false, 1, &change{From: "registered (legacy)", To: ""}},
 			{"2026-11-30T09:30:00Z..2026-11-30T10:30:00Z", false, true, 0, nil},
 			{"#5..2026-11-30T09:30:00Z", true, false, 1, &change{From: "registered (legacy)", To: ""}},
-		} {
-			code, stdout, stderr := runCLI(t, append([]string{"replay", "--diff", tc.diff, "--format", "json"}, where...)...)
-			var d stateDiff
-			if err := json.Unmarshal([]byte(stdout), &d); code != exitOK || err != nil || d.Daemon == nil {
-				t.Fatalf("replay --diff %s %v: exit %d, %v: %s%s", tc.diff, where, code, err, stdout, stderr)
-			}
-			var reg *change
-			for _, p := range d.Pools {
-				if p.Resource == pool {
-					reg = p.Registration
-				}
-			}
-			if d.Daemon.RunningThen != tc.then || d.Daemon.RunningNow != tc.now || d.Daemon.Crashes != tc.crashes || !reflect.DeepEqual(reg, tc.registered) {
-				t.Errorf("replay --diff %s %v: running then %v, now %v, %d crashed, registration %+v; want %v, %v, %d, %+v:\n%s",
-					tc.diff, where, d.Daemon.RunningThen, d.Daemon.RunningNow, d.Daemon.Crashes, reg, tc.then, tc.now, tc.crashes, tc.registered, stdout)
-			}
-		}
+		})
 	}
 	diffAt(t, "--db", db)
 	dir := kubelettest.ShortTempDir(t)
@@ -890,6 +869,76 @@ func TestReplayAtAnEventOfADowntimeSaysTheRunHadStopped(t *testing.T) {
 	}
 }
 
+// replay --diff reads past tool records (offline acknowledgements) that
+// lie past each end inside a downtime, to the crash the next start
+// recorded, through a daemon's stream as from the file: an end inside
+// the downtime reads as stopped however many such records follow it.
+func TestDiffReadsPastToolRecordsInADowntime(t *testing.T) {
+	const pool, sock = "intel.com/sriov_vfio", "/var/lib/kubelet/device-plugins/intel.com_sriov_vfio.sock"
+	l := pooledVF(pool, "0000:3b:02.1")
+	l.add(events.PluginServing{Pool: pool, Socket: sock, Mode: "legacy"})
+	last := l.add(events.PluginRegistered{Pool: pool, Socket: sock, Mode: "legacy"}) // #5, at 09:04
+	t0 := l.t0
+	envs := append(slices.Clone(l.envs),
+		events.New(events.DamageAcknowledged{Note: "first look"}, t0.Add(45*time.Minute), "ledger-acknowledge"),  // #6
+		events.New(events.DamageAcknowledged{Note: "second look"}, t0.Add(50*time.Minute), "ledger-acknowledge"), // #7
+		events.New(events.DaemonCrashed{BootID: "boot-1", LastSeq: last, LastAlive: t0.Add(6 * time.Minute)}, t0.Add(time.Hour), "boot-2"),
+		events.New(events.DaemonStarted{Version: "v0.3.0", PID: 2}, t0.Add(time.Hour), "boot-2"))
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, db, envs)
+	dir := kubelettest.ShortTempDir(t)
+	writeLedger(t, filepath.Join(dir, ledgerFileName), envs)
+	serveLedger(t, dir, filepath.Join(dir, ledgerFileName))
+
+	for _, where := range [][]string{{"--db", db}, {"--state-dir", dir}} {
+		checkDiffRuns(t, pool, where, []diffRuns{
+			// T2 before both records: the crash lies two past it.
+			{"#5..2026-11-30T09:40:00Z", true, false, 1, &change{From: "registered (legacy)", To: ""}},
+			{"#5..2026-11-30T09:47:00Z", true, false, 1, &change{From: "registered (legacy)", To: ""}},
+			// T1 before both, T2 between them (stopped, as the case
+			// above shows): T1's crash lies past the first event past
+			// T2, and T1 reads stopped as T2 does.
+			{"2026-11-30T09:30:00Z..2026-11-30T09:47:00Z", false, false, 0, nil},
+		})
+	}
+}
+
+// diffRuns is what replay --diff SPEC says of the daemon's runs and of
+// a pool's registration between its ends.
+type diffRuns struct {
+	diff       string
+	then, now  bool
+	crashes    int
+	registered *change
+}
+
+// checkDiffRuns runs replay --diff --format json on the ledger where
+// names, for each of cases, and checks what it says of the runs and of
+// pool's registration.
+func checkDiffRuns(t *testing.T, pool string, where []string, cases []diffRuns) {
+	t.Helper()
+	for _, tc := range cases {
+		code, stdout, stderr := runCLI(t, append([]string{"replay", "--diff", tc.diff, "--format", "json"}, where...)...)
+		var d stateDiff
+		if err := json.Unmarshal([]byte(stdout), &d); code != exitOK || err != nil {
+			t.Fatalf("replay --diff %s %v: exit %d, %v: %s%s", tc.diff, where, code, err, stdout, stderr)
+		}
+		if d.Daemon == nil { // running at both ends alike, no run began or ended
+			d.Daemon = &daemonDiff{}
+		}
+		var reg *change
+		for _, p := range d.Pools {
+			if p.Resource == pool {
+				reg = p.Registration
+			}
+		}
+		if d.Daemon.RunningThen != tc.then || d.Daemon.RunningNow != tc.now || d.Daemon.Crashes != tc.crashes || !reflect.DeepEqual(reg, tc.registered) {
+			t.Errorf("replay --diff %s %v: running then %v, now %v, %d crashed, registration %+v; want %v, %v, %d, %+v:\n%s",
+				tc.diff, where, d.Daemon.RunningThen, d.Daemon.RunningNow, d.Daemon.Crashes, reg, tc.then, tc.now, tc.crashes, tc.registered, stdout)
+		}
+	}
+}
+
 // failingSource serves its events, then fails, as a daemon's stream does
 // when it meets a record it cannot read.
 type failingSource struct {
@@ -925,5 +974,10 @@ func TestReplayThroughADaemonReadsAheadOnlyWhatItCan(t *testing.T) {
 	at := envs[1].Time
 	if _, _, err := foldSourceAhead(src, 0, at, crashLookahead); err != nil && envs[len(envs)-1].Time.After(at) {
 		t.Errorf("fold to %s reading ahead: %v", at, err)
+	}
+	// replay --diff alike: the record past T2 ends its look ahead.
+	a, b, _, bNext, err := foldBetweenAhead(src, diffEnd{seq: 1, text: "#1"}, diffEnd{seq: 2, text: "#2"}, crashLookahead)
+	if err != nil || a.Seq != 1 || b.Seq != want.Seq || len(bNext) != len(envs)-2 {
+		t.Errorf("fold #1..#2 reading ahead: states at #%d and #%d (want #1 and #%d), %d events ahead, error %v", a.Seq, b.Seq, want.Seq, len(bNext), err)
 	}
 }
