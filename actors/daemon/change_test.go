@@ -1015,7 +1015,8 @@ func TestAPoolWithNoDevicesIsNamedInTheLog(t *testing.T) {
 	cfg := `{"resourceList": [
 	  {"resourceName": "sriov_vfio", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]}},
 	  {"resourceName": "vfio_again", "selectors": {"vendors": ["8086"], "devices": ["1889"], "drivers": ["vfio-pci"]}},
-	  {"resourceName": "typo", "selectors": {"pfNames": ["ens9f9"]}}
+	  {"resourceName": "typo", "selectors": {"pfNames": ["ens9f9"]}},
+	  {"resourceName": "sf", "deviceType": "auxNetDevice", "selectors": {"vendors": ["8086"], "auxTypes": ["sf"]}}
 	]}`
 	n := newTestNode(t, sysfsgen.ScenarioSRIOV, cfg, kubelettest.Options{})
 	logs := &actortest.Log{}
@@ -1049,6 +1050,23 @@ func TestAPoolWithNoDevicesIsNamedInTheLog(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `"pools":["intel.com/gone_nic"]`) {
 		t.Errorf("the reload's line does not name the pool it added, alone:\n%s", logs)
+	}
+
+	// A served pool whose last device leaves says so itself, as it
+	// withdraws: no other line names it.
+	emptied := strings.Replace(added, `{"resourceName": "sriov_vfio", "selectors": {"vendors": ["8086"], "devices": ["1889"]`,
+		`{"resourceName": "sriov_vfio", "selectors": {"vendors": ["8086"], "devices": ["ffff"]`, 1)
+	if err := os.WriteFile(n.opts.ConfigPath, []byte(emptied), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := d.Reload(ctx, "test"); err != nil || !res.Applied {
+		t.Fatalf("reload = %+v, %v", res, err)
+	}
+	waitFor(ctx, t, "the emptied pool's own line", func() bool {
+		return logs.Count("info", `"message":"pool withdrawn: it has no devices"`) > 0
+	})
+	if got, want := logs.Count("info", line), 2; got != want {
+		t.Errorf("%d lines say which pools have no devices after a reload that empties a served one, want %d:\n%s", got, want, logs)
 	}
 }
 

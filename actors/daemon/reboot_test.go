@@ -10,12 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devledger/devledger/actors/node"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/internal/actortest"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
 
@@ -171,10 +173,18 @@ func TestRebootRemovesTheStaleSocketsOfPoolsWithNoDevicesYet(t *testing.T) {
 	for _, path := range left {
 		staleSocket(t, path) // what the unclean stop left
 	}
+	logs := &actortest.Log{}
+	n.opts.Logger = zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), logs)).Level(zerolog.InfoLevel)
 	d = n.start(t)
 	waitLedger(ctx, t, d, "the pools emptied at the start", func(s events.State) bool {
 		return len(s.Pools[vfioPool].Members) == 0 && len(s.Pools["intel.com/sriov_net"].Members) == 0
 	})
+	// One line names each, once its records landed.
+	const line = `"message":"pools have no devices and are not served"`
+	waitFor(ctx, t, "the line naming the emptied pools", func() bool { return logs.Count("info", line) > 0 })
+	if got, all := logs.Count("info", line), logs.String(); got != 1 || !strings.Contains(all, `"pools":["intel.com/sriov_vfio","intel.com/sriov_net"],`+line) {
+		t.Errorf("%d lines say which pools have no devices, want one naming each emptied pool once:\n%s", got, all)
+	}
 	soon, cancelSoon := context.WithTimeout(ctx, 5*time.Second)
 	defer cancelSoon()
 	waitFor(soon, t, "the stale sockets removed", func() bool {
