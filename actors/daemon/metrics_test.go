@@ -433,6 +433,11 @@ func TestReadyzNamesSomeOfManyPoolsNotRegistered(t *testing.T) {
 		{"none", nil, ""},
 		{"one", pools[:1], "pool intel.com/sriov_vf_range_000 is not registered with the kubelet"},
 		{"two", pools[:2], "2 of 2 pools served are not registered with the kubelet: intel.com/sriov_vf_range_000, intel.com/sriov_vf_range_001"},
+		{"two of three", append([]grpcapi.AdminPoolStatus{{Resource: "intel.com/sriov_net", Registered: true}}, pools[:2]...),
+			"2 of 3 pools served are not registered with the kubelet: intel.com/sriov_vf_range_000, intel.com/sriov_vf_range_001"},
+		{"eight", pools[:8], "8 of 8 pools served are not registered with the kubelet: intel.com/sriov_vf_range_000, " +
+			"intel.com/sriov_vf_range_001, intel.com/sriov_vf_range_002, intel.com/sriov_vf_range_003, intel.com/sriov_vf_range_004, " +
+			"intel.com/sriov_vf_range_005, intel.com/sriov_vf_range_006, intel.com/sriov_vf_range_007"},
 		{"256", pools, "256 of 256 pools served are not registered with the kubelet: intel.com/sriov_vf_range_000, " +
 			"intel.com/sriov_vf_range_001, intel.com/sriov_vf_range_002, intel.com/sriov_vf_range_003, intel.com/sriov_vf_range_004, " +
 			"intel.com/sriov_vf_range_005, intel.com/sriov_vf_range_006, intel.com/sriov_vf_range_007 and 248 more"},
