@@ -157,6 +157,8 @@ func TestEmptyPointRefused(t *testing.T) {
 		{[]string{"dump", "--db", db, "--device", ""}, `--device "": names nothing`},
 		{[]string{"dump", "--db", db, "--pool", "", "--stats"}, `--pool "": names nothing`},
 		{[]string{"dump", "--db", db, "--pod", ""}, `--pod "": names nothing`},
+		{[]string{"dump", "--db", db, "--namespace", ""}, `--namespace "": names nothing`},
+		{[]string{"dump", "--db", db, "--iface", ""}, `--iface "": names nothing`},
 		{[]string{"dump", "--db", db, "--pf", ""}, `--pf "": names nothing`},
 		{[]string{"dump", "--db", db, "--type", ""}, `--type "": names nothing`},
 	} {
