@@ -114,7 +114,8 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 		"pool": "dump prints every pool's events", "device": "dump prints every device's events",
 		"pod": "dump prints every pod's events", "namespace": "dump prints every namespace's events",
 		"iface": "dump prints every interface's events", "pf": "dump prints every PF's events",
-		"type": "dump prints events of every type",
+		"type": "dump prints events of every type", "by": "dump --stats counts per event type",
+		"every": "dump --stats counts the whole span in one row per group",
 	}); err != nil {
 		return err
 	}

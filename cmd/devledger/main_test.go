@@ -161,6 +161,8 @@ func TestEmptyPointRefused(t *testing.T) {
 		{[]string{"dump", "--db", db, "--iface", ""}, `--iface "": names nothing`},
 		{[]string{"dump", "--db", db, "--pf", ""}, `--pf "": names nothing`},
 		{[]string{"dump", "--db", db, "--type", ""}, `--type "": names nothing`},
+		{[]string{"dump", "--db", db, "--stats", "--by", ""}, `--by "": names nothing`},
+		{[]string{"dump", "--db", db, "--stats", "--by", "pod", "--every="}, `--every "": names nothing`},
 	} {
 		code, stdout, stderr := runCLI(t, tc.args...)
 		if code != exitUsage || stdout != "" || !strings.Contains(stderr, tc.want) {
