@@ -176,6 +176,12 @@ func TestDumpSinceAfterTheLedgerEnds(t *testing.T) {
 			}
 		}
 	}
+	// A ledger with no events has no last event to name.
+	empty := filepath.Join(t.TempDir(), "empty.db")
+	writeLedger(t, empty, nil)
+	if code, stdout, stderr := runCLI(t, "dump", "--db", empty, "--since", "2h"); code != exitOK || stderr != "" || !strings.Contains(stdout, "(no events)") {
+		t.Errorf("--since 2h on a ledger with no events: exit %d, %q on stderr; want 0, none:\n%s", code, stderr, stdout)
+	}
 }
 
 // A point is held in UTC, as the tools print every time, whether given in
