@@ -146,6 +146,9 @@ func replayDiff(stdout, said io.Writer, lf *ledgerFlags, spec, format string, ve
 		return usageErrf("--diff: T1 (%s) comes after T2 (%s)", foldedEnd(from, a.Seq), foldedEnd(to, b.Seq))
 	}
 	a, b = crashedBy(a, from, aNext), crashedBy(b, to, bNext)
+	if src, ok := src.(fileSource); ok {
+		a, b = endedBy(src.l, lf, a, from), endedBy(src.l, lf, b, to)
+	}
 	d := diffStates(a, b)
 	d.From.At, d.To.At = givenAt(from.at), givenAt(to.at)
 	if format == "json" {
@@ -182,6 +185,17 @@ func crashedBy(s events.State, end diffEnd, next []events.Envelope) events.State
 	}
 	if crash, seq := crashBefore(next, s, at); crash != nil {
 		return withCrash(s, *crash, seq)
+	}
+	return s
+}
+
+// endedBy is s, the fold of the state dir's ledger up to end, with the
+// crash folded in that the next start will record of the run s has
+// running, when s is the ledger's last state and that run ended before
+// end, or end is the ledger's end (see endedRun).
+func endedBy(l *store.Log, lf *ledgerFlags, s events.State, end diffEnd) events.State {
+	if crash := endedRun(l, lf, s, pointTime(s, end.seq, end.at)); crash != nil {
+		return withCrash(s, *crash, s.Seq)
 	}
 	return s
 }

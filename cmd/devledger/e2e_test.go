@@ -343,8 +343,17 @@ func TestE2ESIGKILLThenRestart(t *testing.T) {
 		// It recorded no stop: the ledger has it running, and replay,
 		// which no daemon holds the file from, says it is not, and since
 		// when, as the next start will record it: the later of its last
-		// event and its pid file's mark (here made older than the event);
-		// of a copy, it cannot tell.
+		// event and its pid file's mark (here made older than the event),
+		// in JSON as in the table, with no pool served or registered; of
+		// a copy, it cannot tell.
+		if d := before.Daemon; d.Running || d.Crashes != 1 || d.StoppedAt.Before(d.LastAt) || d.StoppedAt.After(killed) {
+			t.Errorf("replay --format json of a killed daemon's state dir: %+v, want it not running, crashed once, last alive after its last event, before the kill", d)
+		}
+		for name, p := range before.Pools {
+			if p.Registration.Serving || p.Registration.Registered {
+				t.Errorf("replay --format json of a killed daemon's state dir: pool %s %+v, want it neither served nor registered", name, p.Registration)
+			}
+		}
 		old := before.Daemon.LastAt.Add(-time.Hour)
 		if err := os.Chtimes(filepath.Join(n.stateDir, "devledger.pid"), old, old); err != nil {
 			t.Fatal(err)
@@ -352,6 +361,20 @@ func TestE2ESIGKILLThenRestart(t *testing.T) {
 		want := "and ended with no stop recorded (crashed or killed), last alive " + before.Daemon.LastAt.UTC().Format(time.RFC3339)
 		if out := cliOK(t, "replay", "--state-dir", n.stateDir); !strings.Contains(out, want) {
 			t.Errorf("replay of a killed daemon's state dir, want %q:\n%s", want, out)
+		}
+		// So do a point after it was last alive and the end of --diff.
+		later := time.Now().UTC().Format(time.RFC3339Nano)
+		if out := cliOK(t, "replay", "--state-dir", n.stateDir, "--until-time", later); !strings.Contains(out, want) || strings.Contains(out, "registered (") {
+			t.Errorf("replay --until-time after a killed daemon was last alive, want %q and no pool registered:\n%s", want, out)
+		}
+		var diff struct {
+			Daemon struct {
+				Then bool `json:"running_then"`
+				Now  bool `json:"running_now"`
+			} `json:"daemon"`
+		}
+		if out := cliOK(t, "replay", "--state-dir", n.stateDir, "--diff", "#1..", "--format", "json"); json.Unmarshal([]byte(out), &diff) != nil || !diff.Daemon.Then || diff.Daemon.Now {
+			t.Errorf("replay --diff #1.. of a killed daemon's state dir, want it running then, not now:\n%s", out)
 		}
 		copied := filepath.Join(t.TempDir(), "copy.db")
 		if data, err := os.ReadFile(n.ledgerPath()); err != nil {
@@ -375,7 +398,8 @@ func TestE2ESIGKILLThenRestart(t *testing.T) {
 		p2.kill(t)
 		after := replayJSON(t, n)
 
-		if after.Daemon.Starts != before.Daemon.Starts+1 || after.Daemon.BootID == before.Daemon.BootID || !after.Daemon.Running ||
+		// Killed again: the first crash recorded, the second told.
+		if after.Daemon.Starts != before.Daemon.Starts+1 || after.Daemon.BootID == before.Daemon.BootID || after.Daemon.Running ||
 			after.Daemon.Crashes != before.Daemon.Crashes+1 {
 			t.Errorf("daemon after the restart: %+v; before: %+v", after.Daemon, before.Daemon)
 		}

@@ -84,6 +84,12 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 		notes = fileNotes(src.l, &lf, s, *untilSeq == 0 && at.IsZero())
 		if point := pointTime(s, *untilSeq, at); !point.IsZero() && s.Daemon.Running {
 			notes.crash, notes.crashSeq = crashBefore(readAhead(src.l, s.Seq), s, point)
+			if notes.crash == nil {
+				notes.endCrash = endedRun(src.l, &lf, s, point)
+			}
+		}
+		if notes.endCrash != nil {
+			s = withCrash(s, *notes.endCrash, s.Seq)
 		}
 		// Shown, then named.
 		defer func() {
@@ -132,11 +138,11 @@ type stateNotes struct {
 	first events.Envelope
 	// ended: no daemon holds the file (the state dir's) or it is a copy
 	// (--db), and the state is the ledger's last: a run it has running
-	// recorded no stop. lastAlive is when that run was last alive, as the
-	// next start records it (daemon.Crashed).
-	ended     bool
-	copy      bool
-	lastAlive time.Time
+	// recorded no stop. endCrash, of the state dir's ledger, is the crash
+	// the next start will record of that run (see endedRun); folded in.
+	ended    bool
+	copy     bool
+	endCrash *events.DaemonCrashed
 	// crash, at sequence crashSeq, is what a later start recorded of the
 	// run the state has running, when that run was last alive before the
 	// point asked for: it was no longer running then, which the fold up
@@ -220,11 +226,28 @@ func fileNotes(l *store.Log, lf *ledgerFlags, s events.State, last bool) stateNo
 		return n
 	}
 	n.ended, n.copy = true, lf.db != ""
-	if !n.copy {
-		boot, at := daemon.LastAlive(lf.stateDir)
-		n.lastAlive = daemon.Crashed(&s, boot, at).LastAlive
-	}
+	n.endCrash = endedRun(l, lf, s, time.Time{})
 	return n
+}
+
+// endedRun is the crash the next start will record of the run s has
+// running, s being the last state of the state dir's ledger, which no
+// daemon holds (else it is read through the daemon's socket): that run
+// ended with no stop recorded, last alive as daemon.Crashed says. A point
+// (not zero) must come after that. It is nil for a copy (--db), whose
+// daemon may run on, and for any other s. Folded in (withCrash), the
+// state says what the table does: no daemon runs, and no pool is served
+// or registered.
+func endedRun(l *store.Log, lf *ledgerFlags, s events.State, point time.Time) *events.DaemonCrashed {
+	if lf.db != "" || !s.Daemon.Running || s.Seq != l.LastSeq() {
+		return nil
+	}
+	boot, at := daemon.LastAlive(lf.stateDir)
+	c := daemon.Crashed(&s, boot, at)
+	if !point.IsZero() && !c.LastAlive.Before(point) {
+		return nil
+	}
+	return &c
 }
 
 // printState renders a folded state as aligned tables.
@@ -249,6 +272,9 @@ func printState(w io.Writer, s events.State, at time.Time, notes stateNotes) err
 		case notes.crash != nil:
 			run = "NOT running: it started " + d.StartedAt.UTC().Format(time.RFC3339) + " and crashed or was killed, last alive " +
 				notes.crash.LastAlive.UTC().Format(time.RFC3339) + fmt.Sprintf(" (as the next start recorded, #%d)", notes.crashSeq)
+		case notes.endCrash != nil:
+			run = "NOT running: it started " + d.StartedAt.UTC().Format(time.RFC3339) + " and ended with no stop recorded (crashed or killed), last alive " +
+				notes.endCrash.LastAlive.UTC().Format(time.RFC3339)
 		case !d.Running && !d.StoppedAt.IsZero():
 			run = "stopped since " + d.StoppedAt.UTC().Format(time.RFC3339)
 		case !d.Running: // a ledger from before stops were folded
@@ -257,9 +283,6 @@ func printState(w io.Writer, s events.State, at time.Time, notes stateNotes) err
 			run += " in this copy (a run killed before it recorded its stop reads the same)"
 		case notes.ended:
 			run = "NOT running: it started " + d.StartedAt.UTC().Format(time.RFC3339) + " and ended with no stop recorded (crashed or killed)"
-			if !notes.lastAlive.IsZero() {
-				run += ", last alive " + notes.lastAlive.UTC().Format(time.RFC3339)
-			}
 		}
 		crashes := ""
 		if d.Crashes > 0 {

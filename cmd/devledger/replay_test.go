@@ -93,9 +93,11 @@ func TestLiveReplayAfterRetention(t *testing.T) {
 	// --until-seq at the ledger's last event is the whole ledger, not a
 	// point past its end.
 	args := [][]string{{"replay"}, {"replay", "--until-seq", "45"}, {"replay", "--until-seq", last}, {"replay", "--diff", "#40..#50"}, {"replay", "--diff", "#44.."}}
+	// The file is read as a copy (--db): of the state dir no daemon
+	// holds, replay tells the run the ledger has running as ended.
 	offline := make([]string, len(args))
 	for i, a := range args {
-		code, out, errOut := runCLI(t, append(a, "--state-dir", dir)...)
+		code, out, errOut := runCLI(t, append(a, "--db", db)...)
 		if code != exitOK {
 			t.Fatalf("%v on the file: exit %d: %s", a, code, errOut)
 		}
@@ -105,8 +107,8 @@ func TestLiveReplayAfterRetention(t *testing.T) {
 	serveLedger(t, dir, db)
 	for i, a := range args {
 		code, live, errOut := runCLI(t, append(a, "--state-dir", dir)...)
-		// Read from the file, which no daemon held then, the run the
-		// ledger has running is over; through the socket, it serves.
+		// Read from a copy, the run the ledger has running may be over;
+		// through the socket, it serves.
 		if i == 0 {
 			live, offline[i] = withoutDaemonLine(live), withoutDaemonLine(offline[i])
 		}
