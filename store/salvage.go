@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -384,7 +385,8 @@ func (s *slab) copy(b []byte) []byte {
 
 func (s *slab) undo(b []byte) { s.buf = s.buf[:len(s.buf)-len(b)] }
 
-// mapFile maps the file at path read-only; unmap ends the mapping.
+// mapFile maps the file at path read-only, or reads it where the OS maps
+// no file as unix does (mapRegular); unmap ends the mapping.
 // Opened without blocking: a FIFO would wait for a writer before its
 // mode could be seen.
 func mapFile(path string) (data []byte, unmap func(), err error) {
@@ -409,11 +411,21 @@ func mapFile(path string) (data []byte, unmap func(), err error) {
 	if int64(int(fi.Size())) != fi.Size() {
 		return nil, nil, fmt.Errorf("%d bytes: too large to map", fi.Size())
 	}
-	data, err = syscall.Mmap(int(f.Fd()), 0, int(fi.Size()), syscall.PROT_READ, syscall.MAP_SHARED)
-	if err != nil {
-		return nil, nil, fmt.Errorf("map: %w", err)
+	return mapRegular(f, int(fi.Size()))
+}
+
+// readRegular reads the first size bytes of the regular file f into
+// memory: mapRegular where the OS maps no file as unix does (Windows,
+// where the tools read a copy of a node's ledger). A file cut short
+// meanwhile is an error here, not a fault.
+func readRegular(f *os.File, size int) (data []byte, unmap func(), err error) {
+	data = make([]byte, size)
+	if _, err := io.ReadFull(f, data); errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil, nil, errors.New("the file was cut short while it was read")
+	} else if err != nil {
+		return nil, nil, fmt.Errorf("read: %w", err)
 	}
-	return data, func() { syscall.Munmap(data) }, nil
+	return data, func() {}, nil
 }
 
 // unnamed is err without the path an fs.PathError names: the caller

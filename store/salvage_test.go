@@ -10,7 +10,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -38,53 +37,63 @@ func TestSalvage(t *testing.T) {
 		{name: "last-events-page-garbage", lost: [][2]uint64{{45, 58}}},
 		{name: "event-byte-flipped", lost: [][2]uint64{{29, 29}}},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			out := filepath.Join(t.TempDir(), "salvaged.db")
-			rep, err := Salvage(filepath.Join(corpus, "damaged", tc.name+".db"), out)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if rep.FirstSeq != 1 || rep.LastSeq != uint64(len(sound)) {
-				t.Errorf("salvaged #%d-#%d, want #1-#%d", rep.FirstSeq, rep.LastSeq, len(sound))
-			}
-			var gotLost [][2]uint64
-			for _, r := range rep.Lost {
-				gotLost = append(gotLost, [2]uint64{r.From, r.To})
-			}
-			if len(gotLost) != len(tc.lost) || len(tc.lost) > 0 && gotLost[0] != tc.lost[0] {
-				t.Errorf("lost %v, want %v", gotLost, tc.lost)
-			}
-			l := openVerified(t, out)
-			n := 0
-			var prev time.Time
-			if err := l.Read(0, func(e events.Envelope) error {
-				n++
-				defer func() { prev = e.Time }()
-				if _, lost := e.Payload.(events.EventLost); lost {
-					if !inRanges(e.Seq, tc.lost) {
-						t.Errorf("#%d lost, though it is intact", e.Seq)
+	// As the file is read where it is not mapped (Windows): the same.
+	for _, read := range []struct {
+		name string
+		fn   func(*os.File, int) ([]byte, func(), error)
+	}{{"mapped", mapRegular}, {"read", readRegular}} {
+		t.Run(read.name, func(t *testing.T) {
+			defer func(was func(*os.File, int) ([]byte, func(), error)) { mapRegular = was }(mapRegular)
+			mapRegular = read.fn
+			for _, tc := range tests {
+				t.Run(tc.name, func(t *testing.T) {
+					out := filepath.Join(t.TempDir(), "salvaged.db")
+					rep, err := Salvage(filepath.Join(corpus, "damaged", tc.name+".db"), out)
+					if err != nil {
+						t.Fatal(err)
 					}
-					// In the time of the event before it, so that the
-					// ledger's times still run forward.
-					if !e.Time.Equal(prev) {
-						t.Errorf("lost #%d at %v, want %v, the time of the event before it", e.Seq, e.Time, prev)
+					if rep.FirstSeq != 1 || rep.LastSeq != uint64(len(sound)) {
+						t.Errorf("salvaged #%d-#%d, want #1-#%d", rep.FirstSeq, rep.LastSeq, len(sound))
 					}
-					return nil
-				}
-				if inRanges(e.Seq, tc.lost) {
-					t.Errorf("#%d kept, though its page was destroyed", e.Seq)
-				}
-				raw := readRawAt(t, l, e.Seq)
-				if string(raw) != string(sound[e.Seq-1]) {
-					t.Errorf("#%d differs from the sound ledger's", e.Seq)
-				}
-				return nil
-			}); err != nil {
-				t.Fatal(err)
-			}
-			if n != len(sound) {
-				t.Errorf("%d events in the salvaged ledger, want %d", n, len(sound))
+					var gotLost [][2]uint64
+					for _, r := range rep.Lost {
+						gotLost = append(gotLost, [2]uint64{r.From, r.To})
+					}
+					if len(gotLost) != len(tc.lost) || len(tc.lost) > 0 && gotLost[0] != tc.lost[0] {
+						t.Errorf("lost %v, want %v", gotLost, tc.lost)
+					}
+					l := openVerified(t, out)
+					n := 0
+					var prev time.Time
+					if err := l.Read(0, func(e events.Envelope) error {
+						n++
+						defer func() { prev = e.Time }()
+						if _, lost := e.Payload.(events.EventLost); lost {
+							if !inRanges(e.Seq, tc.lost) {
+								t.Errorf("#%d lost, though it is intact", e.Seq)
+							}
+							// In the time of the event before it, so that the
+							// ledger's times still run forward.
+							if !e.Time.Equal(prev) {
+								t.Errorf("lost #%d at %v, want %v, the time of the event before it", e.Seq, e.Time, prev)
+							}
+							return nil
+						}
+						if inRanges(e.Seq, tc.lost) {
+							t.Errorf("#%d kept, though its page was destroyed", e.Seq)
+						}
+						raw := readRawAt(t, l, e.Seq)
+						if string(raw) != string(sound[e.Seq-1]) {
+							t.Errorf("#%d differs from the sound ledger's", e.Seq)
+						}
+						return nil
+					}); err != nil {
+						t.Fatal(err)
+					}
+					if n != len(sound) {
+						t.Errorf("%d events in the salvaged ledger, want %d", n, len(sound))
+					}
+				})
 			}
 		})
 	}
@@ -518,9 +527,7 @@ func TestSalvageOfNoFileSaysWhy(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out.db")
 	fifo := filepath.Join(dir, "fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	mkfifo(t, fifo)
 	for _, c := range []struct{ path, want string }{
 		{dir, "a directory, not a ledger file"},
 		{filepath.Join(dir, "missing.db"), "no such file"},
@@ -665,5 +672,22 @@ func TestSalvageKeepsANewerDevledgersEvents(t *testing.T) {
 		if got := readRawAt(t, l, seq); !bytes.Equal(got, want) {
 			t.Errorf("#%d in the salvaged ledger is not the newer devledger's record as written (%q)", seq, got)
 		}
+	}
+}
+
+// Where the file is read, not mapped (Windows), one cut short while it
+// is read is the salvage's error, as a fault is where it is mapped.
+func TestReadingAFileCutShortIsItsError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	if err := os.WriteFile(path, make([]byte, 4096), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, _, err := readRegular(f, 8192); err == nil || !strings.Contains(err.Error(), "cut short") {
+		t.Errorf("a file of 4096 bytes read as 8192: %v, want it cut short", err)
 	}
 }

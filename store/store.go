@@ -312,18 +312,6 @@ func placeNew(tmp, path string) error {
 	return syncDir(filepath.Dir(path))
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
-}
-
 // bbolt's file layout, as far as sniff needs it: every page starts with a
 // 16-byte header; pages 0 and 1 are meta pages whose first field is a magic
 // number, stored in the machine's byte order. The page size (1 KiB to

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"testing"
 )
@@ -26,11 +25,11 @@ func NewFullDisk(tb testing.TB, size int) *FullDisk {
 		tb.Skip("mounting a small tmpfs to fill needs root")
 	}
 	dir := tb.TempDir()
-	if err := syscall.Mount("devledger-full", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=0755,size="+strconv.Itoa(size)); err != nil {
+	if err := mountTmpfs(dir, size); err != nil {
 		tb.Skipf("cannot mount a tmpfs at %s: %v", dir, err)
 	}
 	tb.Cleanup(func() {
-		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+		if err := unmount(dir); err != nil {
 			tb.Errorf("unmount %s: %v", dir, err)
 		}
 	})
