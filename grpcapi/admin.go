@@ -13,10 +13,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
-	"golang.org/x/sys/unix"
 
 	"github.com/devledger/devledger/events"
 )
@@ -402,11 +402,11 @@ func (a *AdminServer) spoolBackup(ctx context.Context, b BackupSource) (*os.File
 	defer func() { <-a.spooling }()
 	dir := filepath.Dir(a.Socket())
 	if sb, ok := b.(sizedBackup); ok {
-		var st unix.Statfs_t
-		if err := unix.Statfs(dir, &st); err != nil {
+		free, err := freeBytes(dir)
+		if err != nil {
 			return nil, 0, fmt.Errorf("spool the copy: %w", err)
 		}
-		free, need := uint64(st.Bavail)*uint64(st.Bsize), uint64(max(sb.SizeBytes(), 0))+backupHeadroom
+		need := uint64(max(sb.SizeBytes(), 0)) + backupHeadroom
 		if free < need {
 			return nil, 0, fmt.Errorf("%w: spooled in %s it takes %d bytes and must leave %d for the ledger to grow, and %d are free",
 				errNoRoom, dir, need-backupHeadroom, backupHeadroom, free)
@@ -552,7 +552,7 @@ func (a *AdminServer) serveRecords(w http.ResponseWriter, r *http.Request) {
 // its request's context ended (which the daemon's stop does too), or the
 // write met a closed connection.
 func clientLeft(r *http.Request, err error) bool {
-	return r.Context().Err() != nil || errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET)
+	return r.Context().Err() != nil || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // streamRecords writes the frames of the records at or after from, a chunk

@@ -99,8 +99,7 @@ func makePrivateDir(dir string, fresh bool) error {
 // isPrivateDir reports whether fi is a directory (not a link) of ours,
 // mode 0700.
 func isPrivateDir(fi os.FileInfo) bool {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	return fi.IsDir() && fi.Mode().Perm() == 0o700 && ok && int(st.Uid) == os.Geteuid()
+	return fi.IsDir() && fi.Mode().Perm() == 0o700 && ownedByUs(fi)
 }
 
 // privateListener is a unix listener whose socket file was made private

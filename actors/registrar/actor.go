@@ -150,11 +150,11 @@ func statKubelet(path string) kubeletID {
 	if err != nil {
 		return kubeletID{}
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
+	dev, ino, ok := fileID(fi)
 	if !ok {
 		return kubeletID{ino: 1, mtime: fi.ModTime().UnixNano()}
 	}
-	return kubeletID{dev: uint64(st.Dev), ino: st.Ino, mtime: fi.ModTime().UnixNano()}
+	return kubeletID{dev: dev, ino: ino, mtime: fi.ModTime().UnixNano()}
 }
 
 type registrar struct {
