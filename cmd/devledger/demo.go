@@ -92,6 +92,9 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := daemonHere(); err != nil {
+		return err
+	}
 	d := &demo{out: stdout, began: time.Now()}
 	if *keep != "" {
 		if err := keepDir(*keep); err != nil {
@@ -341,7 +344,7 @@ func (d *demo) startDaemon() error {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// A group of its own: Ctrl-C in a terminal signals the demo alone,
 	// which stops the daemon itself, in order, before it cleans up.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	inOwnGroup(cmd)
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("start the daemon: %w", err)
@@ -373,10 +376,7 @@ func (d *demo) stopDaemon() error {
 // dir it removes.
 func (d *demo) cleanup() {
 	if d.daemon != nil && d.daemon.ProcessState == nil {
-		group := -d.daemon.Process.Pid
-		syscall.Kill(group, syscall.SIGTERM)
-		// A stopped process acts on SIGTERM only once continued.
-		syscall.Kill(group, syscall.SIGCONT)
+		terminateGroup(d.daemon.Process)
 		exited := make(chan struct{})
 		go func() {
 			d.daemon.Wait()
@@ -385,7 +385,7 @@ func (d *demo) cleanup() {
 		select {
 		case <-exited:
 		case <-time.After(10 * time.Second):
-			syscall.Kill(group, syscall.SIGKILL)
+			killGroup(d.daemon.Process)
 			<-exited
 		}
 	}

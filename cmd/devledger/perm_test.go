@@ -6,9 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/devledger/devledger/actors/daemon"
 )
@@ -207,7 +206,7 @@ func ownerBitsAccess(path string, mode uint32) error {
 		return err
 	}
 	if owner := uint32(fi.Mode().Perm() >> 6); owner&mode != mode {
-		return unix.EACCES
+		return syscall.EACCES
 	}
 	return nil
 }

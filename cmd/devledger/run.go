@@ -19,7 +19,6 @@ import (
 
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
-	"golang.org/x/sys/unix"
 
 	"github.com/devledger/devledger/actors/daemon"
 	"github.com/devledger/devledger/actors/node"
@@ -198,6 +197,9 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := daemonHere(); err != nil {
+		return err
+	}
 	if err := f.check(); err != nil {
 		return err
 	}
@@ -294,13 +296,12 @@ func configUsesCDI(o daemon.Options) bool {
 	return err == nil && slices.ContainsFunc(cfg.Resources, func(r config.Resource) bool { return r.CDI.Enabled })
 }
 
-// accessible says whether this process may use path with mode (unix.R_OK,
-// W_OK, X_OK), as the kernel would decide it for its effective user: root
-// and CAP_DAC_OVERRIDE pass whatever the modes, a read-only mount fails
-// writes. Tests replace it to play a user that modes apply to.
-var accessible = func(path string, mode uint32) error {
-	return unix.Faccessat(unix.AT_FDCWD, path, mode, unix.AT_EACCESS)
-}
+// accessible says whether this process may use path with mode
+// (accessRead, accessWrite, accessSearch), as the kernel would decide it
+// for its effective user: root and CAP_DAC_OVERRIDE pass whatever the
+// modes, a read-only mount fails writes. Tests replace it to play a user
+// that modes apply to.
+var accessible = access
 
 // checkAccess checks, before the daemon starts, that it may read and write
 // each directory it needs. The error names every path it may not use and
@@ -356,7 +357,7 @@ func (d neededDir) check() (accessDenied, bool) {
 			return accessDenied{}, true
 		}
 		// The daemon creates it, and whatever is missing above it.
-		if err := accessible(parent, unix.W_OK|unix.X_OK); err != nil {
+		if err := accessible(parent, accessWrite|accessSearch); err != nil {
 			return accessDenied{fmt.Sprintf("cannot create %s (%s) in %s: %v", d.path, d.role, parent, err), "write", parent}, false
 		}
 		return accessDenied{}, true
@@ -369,10 +370,10 @@ func (d neededDir) check() (accessDenied, bool) {
 	}
 	var readErr, writeErr error
 	if d.read {
-		readErr = accessible(d.path, unix.R_OK|unix.X_OK)
+		readErr = accessible(d.path, accessRead|accessSearch)
 	}
 	if d.write {
-		writeErr = accessible(d.path, unix.W_OK|unix.X_OK)
+		writeErr = accessible(d.path, accessWrite|accessSearch)
 	}
 	verb, reason := "", readErr
 	switch {
@@ -407,6 +408,13 @@ func existingParent(path string) (string, bool) {
 		}
 		parent = up
 	}
+}
+
+// errDaemonNotHere is why the daemon (run, demo) does not run on goos, an
+// operator's machine, and what does.
+func errDaemonNotHere(goos string) error {
+	return fmt.Errorf("the daemon runs on a Linux node, not on %s: here, dump, replay and ledger "+
+		"(backup, salvage, acknowledge) read a copy of a node's ledger, given with --db FILE", goos)
 }
 
 // errnoOf is the system's reason in a path error, whose text would name

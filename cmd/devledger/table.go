@@ -8,7 +8,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/mattn/go-isatty"
-	"golang.org/x/sys/unix"
 )
 
 // Tables: dump, replay (and its --diff) and dump --stats write their
@@ -23,8 +22,8 @@ var terminalWidth = func(w io.Writer) int {
 	if !ok || !isatty.IsTerminal(f.Fd()) {
 		return 0
 	}
-	if ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ); err == nil && ws.Col > 0 {
-		return int(ws.Col)
+	if n := terminalColumns(f); n > 0 {
+		return n
 	}
 	if n, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && n > 0 {
 		return n
