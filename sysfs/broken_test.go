@@ -326,9 +326,7 @@ func TestScanNeverWaitsOnSriovNumVFs(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mkfifo(path, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	mkfifo(t, path)
 	r := sampleReader(t, roots)
 	done := make(chan []Device, 1)
 	go func() {

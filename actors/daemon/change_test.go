@@ -1099,18 +1099,14 @@ func TestSIGHUPReloads(t *testing.T) {
 	if err := os.WriteFile(n.opts.ConfigPath, []byte(v2), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
+	sighup(t)
 	if _, err := n.kubelet.WaitRegistered(wctx, "intel.com/e810_port"); err != nil {
 		t.Fatalf("the pool of the config reloaded on SIGHUP: %v", err)
 	}
 	if strings.Contains(logs.String(), "config unchanged") {
 		t.Fatalf("a reload that changed the config said it was unchanged:\n%s", logs)
 	}
-	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
+	sighup(t)
 	for !strings.Contains(logs.String(), `"message":"SIGHUP: config unchanged"`) {
 		select {
 		case <-wctx.Done():

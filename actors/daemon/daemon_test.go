@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -331,11 +330,11 @@ func TestStateDirIsNotTheKubelets(t *testing.T) {
 		if err := os.Mkdir(bound, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		if err := syscall.Mount(plugins, bound, "", syscall.MS_BIND, ""); err != nil {
+		if err := bindMount(plugins, bound); err != nil {
 			t.Logf("no bind mount (%v): the hostPath case is not checked", err)
 		} else {
 			t.Cleanup(func() {
-				if err := syscall.Unmount(bound, syscall.MNT_DETACH); err != nil {
+				if err := unmount(bound); err != nil {
 					t.Errorf("unmount %s: %v", bound, err)
 				}
 			})
