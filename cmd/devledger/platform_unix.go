@@ -14,10 +14,6 @@ import (
 // serves a Linux node; the tools that read a ledger file run wherever an
 // operator reads a copy of one.
 
-// daemonHere is nil: the daemon (run, and the demo that starts it) runs
-// here.
-func daemonHere() error { return nil }
-
 // The access modes accessible checks.
 const (
 	accessRead   = unix.R_OK

@@ -12,10 +12,6 @@ import (
 // serves a Linux node; the tools that read a ledger file run wherever an
 // operator reads a copy of one.
 
-// daemonHere refuses the daemon (run, and the demo that starts it): it
-// serves a Linux node's devices over unix sockets.
-func daemonHere() error { return errDaemonNotHere("windows") }
-
 // The access modes accessible checks, as unix numbers them; access is
 // never asked here (the daemon does not run).
 const (

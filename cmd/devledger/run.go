@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -410,11 +411,21 @@ func existingParent(path string) (string, bool) {
 	}
 }
 
-// errDaemonNotHere is why the daemon (run, demo) does not run on goos, an
-// operator's machine, and what does.
-func errDaemonNotHere(goos string) error {
+// daemonHere refuses the daemon (run, and the demo that starts it) on an
+// operator's Mac or Windows machine, saying what runs there instead: it
+// serves a Linux node's devices, from its sysfs, over unix sockets (a
+// Mac's temp dir and a pool's socket name alone exceed the 104 bytes it
+// allows a socket's path).
+func daemonHere() error {
+	if runtime.GOOS == "linux" {
+		return nil
+	}
+	name := map[string]string{"darwin": "macOS", "windows": "Windows"}[runtime.GOOS]
+	if name == "" {
+		name = runtime.GOOS
+	}
 	return fmt.Errorf("the daemon runs on a Linux node, not on %s: here, dump, replay and ledger "+
-		"(backup, salvage, acknowledge) read a copy of a node's ledger, given with --db FILE", goos)
+		"(backup, salvage, acknowledge) read a copy of a node's ledger, given with --db FILE", name)
 }
 
 // errnoOf is the system's reason in a path error, whose text would name
