@@ -61,8 +61,8 @@
 //     of the log.
 //   - Retention drops only events the newest snapshot already holds, oldest
 //     first, and records an EventsDropped event in the same transaction.
-//     The file does not shrink (bbolt reuses freed pages; compaction would be
-//     an offline bbolt.Compact into a new file and a rename, not done here).
+//     The file does not shrink (bbolt reuses freed pages); CompactTo writes
+//     a copy without them, verified, to put in its place offline.
 //
 // # Opening
 //

@@ -50,8 +50,8 @@ type Retention struct {
 // no longer be replayed (ErrHistoryDropped).
 //
 // The file does not shrink: bbolt reuses the freed pages for new events.
-// Returning the space to the file system needs an offline compaction
-// (bbolt.Compact into a new file, then a rename), which the store does not do.
+// Returning the space to the file system takes a compacted copy
+// (CompactTo) put in place of the file while no daemon holds it.
 func (l *Log) Retain(ctx context.Context, r Retention) (events.EventsDropped, bool, error) {
 	var d events.EventsDropped
 	if l.readOnly {

@@ -254,11 +254,7 @@ func TestSalvageKeepsTheSnapshotBeforeTheOldestEvent(t *testing.T) {
 // the test, and fails it unless the ledger verifies.
 func openVerified(t *testing.T, path string) *Log {
 	t.Helper()
-	l, err := Open(path, Options{ReadOnly: true, LockTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
+	l := openReadOnly(t, path)
 	if _, err := l.Check(t.Context()); err != nil {
 		t.Fatalf("the salvaged ledger does not verify: %v", err)
 	}

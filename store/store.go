@@ -604,7 +604,8 @@ func (l *Log) FirstSeq() uint64 { return l.firstSeq.Load() }
 func (l *Log) Meta() Meta { return l.meta }
 
 // SizeBytes is the size of the ledger file. bbolt never shrinks a file:
-// space freed by retention is reused for new events, not returned.
+// space freed by retention is reused for new events, not returned (a
+// compacted copy, CompactTo, is the way to return it).
 func (l *Log) SizeBytes() int64 {
 	fi, err := os.Stat(l.path)
 	if err != nil {
