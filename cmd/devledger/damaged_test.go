@@ -144,8 +144,9 @@ func layoutOf(t *testing.T, path string, sound []byte) ledgerLayout {
 	return l
 }
 
-// TestDamagedLedgers runs every reading command over each damaged file:
-// none crashes, each exits 1 (damage, named) or 2 (not a ledger), and
+// TestDamagedLedgers runs every reading command, and ledger compact, over
+// each damaged file: none crashes, each exits 1 (damage, named) or 2 (not
+// a ledger), compact writes nothing, and
 // what each says is pinned in testdata/damaged.golden, the table of
 // damage against what every tool says.
 func TestDamagedLedgers(t *testing.T) {
@@ -182,6 +183,7 @@ func TestDamagedLedgers(t *testing.T) {
 		if err := os.WriteFile(db, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
+		out := filepath.Join(t.TempDir(), "compact.db")
 		for _, args := range [][]string{
 			{"dump", "--db", db},
 			// The first passes of --pod and --iface read around damage too.
@@ -192,6 +194,7 @@ func TestDamagedLedgers(t *testing.T) {
 			{"replay", "--db", db},
 			{"replay", "--verify", "--db", db},
 			scanArgs(roots, scanConfigs["sriov"], "--db", db),
+			{"ledger", "compact", "--db", db, "--out", out},
 		} {
 			code, stdout, stderr := runCLI(t, args...)
 			cmd := strings.Join(args[:slices.Index(args, "--db")], " ")
@@ -204,11 +207,14 @@ func TestDamagedLedgers(t *testing.T) {
 			if strings.Contains(stderr, "panic") || strings.Contains(stderr, "goroutine ") {
 				t.Errorf("%s: %s crashed:\n%s", c.name, cmd, stderr)
 			}
-			said := strings.ReplaceAll(strings.TrimSpace(stderr), db, "FILE")
+			said := strings.ReplaceAll(strings.ReplaceAll(strings.TrimSpace(stderr), db, "FILE"), out, "OUT")
 			fmt.Fprintf(&table, "%-16s exit %d, %d lines out; %s\n", cmd, code, strings.Count(stdout, "\n"), said)
 		}
 		if data, err := os.ReadFile(db); err != nil || !bytes.Equal(data, mustRead(t, src)) {
 			t.Errorf("%s: a reading tool changed the file", c.name)
+		}
+		if left, _ := os.ReadDir(filepath.Dir(out)); len(left) != 0 {
+			t.Errorf("%s: ledger compact left %v", c.name, left)
 		}
 		table.WriteString("\n")
 	}

@@ -22,24 +22,26 @@ import (
 // ledgerCommands are the commands of `devledger ledger`.
 var ledgerCommands = map[string]func([]string, io.Writer, io.Writer) error{
 	"backup":      runLedgerBackup,
+	"compact":     runLedgerCompact,
 	"salvage":     runLedgerSalvage,
 	"acknowledge": runLedgerAcknowledge,
 }
 
 // runLedger is `devledger ledger`: what an operator does to the ledger file
-// itself (backup, salvage, acknowledge).
+// itself (backup, compact, salvage, acknowledge).
 func runLedger(args []string, stdout, stderr io.Writer) error {
 	const usage = "usage: devledger ledger backup [--state-dir DIR | --db FILE] --out FILE\n" +
+		"       devledger ledger compact [--state-dir DIR | --db FILE] --out FILE\n" +
 		"       devledger ledger salvage --db FILE --out FILE\n" +
 		"       devledger ledger acknowledge [--state-dir DIR | --db FILE] [--note TEXT]\n"
 	switch {
 	case len(args) == 0:
-		return usageErrf("a ledger command is required: backup, salvage or acknowledge")
+		return usageErrf("a ledger command is required: backup, compact, salvage or acknowledge")
 	case args[0] == "-h" || args[0] == "--help":
 		io.WriteString(stdout, usage)
 		return flag.ErrHelp
 	case ledgerCommands[args[0]] == nil:
-		return usageErrf("unknown ledger command %q: want backup, salvage or acknowledge", args[0])
+		return usageErrf("unknown ledger command %q: want backup, compact, salvage or acknowledge", args[0])
 	}
 	return ledgerCommands[args[0]](args[1:], stdout, stderr)
 }
@@ -130,6 +132,77 @@ func runLedgerBackup(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "backed up %s to %s: %d bytes, %d events (#%d-#%d), %s; verified\n",
 		src, *out, n, rep.Events, rep.FirstSeq, rep.LastSeq, snapshotsChecked(rep))
 	return nil
+}
+
+// runLedgerCompact writes a compacted copy of a ledger no daemon holds to
+// --out (store.Log.CompactTo): the same events, snapshots and meta, byte
+// for byte, without the pages retention freed, verified before it takes
+// --out's name. A running daemon's ledger is refused: a copy can take
+// its place only while no daemon writes to it (docs/operations.md says
+// how to put it in place). So are damage, with the salvage that copies
+// every intact event, and events of a newer devledger, which this
+// release cannot verify.
+func runLedgerCompact(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("ledger compact", "[--state-dir DIR | --db FILE] --out FILE", stdout)
+	var lf ledgerFlags
+	lf.register(fs)
+	out := fs.String("out", "", "write the compacted ledger to `FILE`, which must not exist")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := lf.oneLedger(fs); err != nil {
+		return err
+	}
+	switch {
+	case *out == "":
+		return usageErrf("--out is required: where to write the compacted ledger")
+	case *out == "-":
+		return usageErrf("--out -: a compacted ledger is written to a file, to be put in place of the ledger")
+	}
+	if _, err := os.Lstat(*out); err == nil {
+		return usageErrf("%s exists: name a new file", *out)
+	}
+	if _, err := os.Stat(filepath.Dir(*out)); errors.Is(err, os.ErrNotExist) {
+		return usageErrf("cannot create %s: %w (no directory %s)", *out, errnoOf(err), filepath.Dir(*out))
+	}
+	src := lf.path()
+	salvage := "\n  to copy every intact event: devledger ledger salvage --db " + src + " --out FILE"
+	l, err := openLedgerWaiting(&lf, time.Millisecond)
+	if errors.Is(err, store.ErrLocked) {
+		sock := grpcapi.AdminSocketPath(filepath.Dir(src))
+		if serr := lockedWithoutDaemon(err, sock); serr != nil {
+			return serr
+		}
+		return fmt.Errorf("compact %s: the daemon (%s) holds it: stop it first; a compacted copy can take the ledger's place only while no daemon writes to it (docs/operations.md, \"Compacting it\")", src, sock)
+	}
+	if errors.Is(err, store.ErrCorrupt) {
+		return fmt.Errorf("%w; %s was not written%s", err, *out, salvage)
+	}
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	rep, err := l.CompactTo(context.Background(), *out)
+	switch {
+	case errors.Is(err, events.ErrUnknownType) || errors.Is(err, events.ErrUnknownVersion):
+		return fmt.Errorf("compact %s: %w; %s was not written: compact it with that newer devledger", src, err, *out)
+	case errors.Is(err, store.ErrCorrupt):
+		return fmt.Errorf("compact %s: %w; %s was not written%s", src, err, *out, salvage)
+	case err != nil:
+		return err
+	}
+	fmt.Fprintf(stdout, "compacted %s into %s: %d bytes of the ledger's %d (%d%%); %d events (#%d-#%d), %s; verified\n",
+		src, *out, rep.After, rep.Before, percentOf(rep.After, rep.Before), rep.Check.Events, rep.Check.FirstSeq, rep.Check.LastSeq, snapshotsChecked(rep.Check))
+	return nil
+}
+
+// percentOf is part as a whole percentage of whole, rounded up: a copy
+// of a few bytes is not 0% of the ledger.
+func percentOf(part, whole int64) int64 {
+	if whole <= 0 {
+		return 100
+	}
+	return (part*100 + whole - 1) / whole
 }
 
 // runLedgerAcknowledge records that an operator took note of the damage

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -18,6 +21,7 @@ import (
 	"github.com/devledger/devledger/grpcapi"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/store"
+	"github.com/devledger/devledger/store/storetest"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 	bolt "go.etcd.io/bbolt"
 )
@@ -232,6 +236,7 @@ func TestLedgerCommandsOnALockedFileWithoutADaemon(t *testing.T) {
 	for _, args := range [][]string{
 		{"ledger", "backup", "--state-dir", dir, "--out", filepath.Join(t.TempDir(), "copy.db")},
 		{"ledger", "backup", "--state-dir", dir, "--out", "-"},
+		{"ledger", "compact", "--state-dir", dir, "--out", filepath.Join(t.TempDir(), "compact.db")},
 		{"ledger", "acknowledge", "--state-dir", dir},
 	} {
 		code, _, stderr := runCLI(t, args...)
@@ -502,7 +507,7 @@ func TestLedgerBackupKeepsACopyOfANewerFormat(t *testing.T) {
 // usage, said with the path asked for, not the temporary name or place
 // the copy is written under first.
 func TestLedgerBackupIntoAMissingDir(t *testing.T) {
-	for _, cmd := range []string{"backup", "salvage"} {
+	for _, cmd := range []string{"backup", "compact", "salvage"} {
 		t.Run(cmd, func(t *testing.T) {
 			db := sampleCopy(t)
 			out := filepath.Join(t.TempDir(), "nodir", "copy.db")
@@ -510,6 +515,127 @@ func TestLedgerBackupIntoAMissingDir(t *testing.T) {
 			want := "cannot create " + out + ": no such file or directory (no directory " + filepath.Dir(out) + ")"
 			if code != exitUsage || stdout != "" || !strings.Contains(stderr, want) || strings.Contains(stderr, ".tmp-") {
 				t.Errorf("exit %d, stdout %q, stderr %q; want %q", code, stdout, stderr, want)
+			}
+		})
+	}
+}
+
+// swollenLedger is a ledger in its own state dir that held 50,000
+// events of pods coming and going on four pools of 32 devices, a
+// snapshot every 5,000, of which retention kept the last 512 KiB or so
+// (a --retain-size lowered to free disk): the file keeps its size.
+func swollenLedger(t *testing.T) string {
+	t.Helper()
+	db := filepath.Join(kubelettest.ShortTempDir(t), ledgerFileName) // beside an admin socket
+	l, err := store.Open(db, store.Options{Node: "worker-3", BootID: "boot-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	pools := map[string][]string{}
+	for p := range 4 {
+		for i := range 32 {
+			pools[fmt.Sprintf("intel.com/pool%d", p)] = append(pools[fmt.Sprintf("intel.com/pool%d", p)], fmt.Sprintf("0000:%02x:%02x.%d", 0x3b+p, 1+i/8, i%8))
+		}
+	}
+	answer := func(pool string, ids []string) events.ContainerAllocation {
+		return events.ContainerAllocation{Envs: map[string]string{"PCIDEVICE_INTEL_COM_" + strings.ToUpper(pool[len("intel.com/"):]): strings.Join(ids, ",")},
+			Devices: []events.DeviceNode{{ContainerPath: "/dev/vfio/vfio", HostPath: "/dev/vfio/vfio", Permissions: "rw"}}}
+	}
+	h := storetest.NewPodHistory(3, pools, answer, "boot-1", time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
+	ctx := context.Background()
+	if _, err := storetest.Grow(ctx, l, events.NewState(), h, 50_000, storetest.GrowOptions{SnapshotEvery: 5_000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := l.Retain(ctx, store.Retention{MaxBytes: 512 << 10, Now: retainedAt}); err != nil || !ok {
+		t.Fatalf("retain: %v %v", ok, err)
+	}
+	return db
+}
+
+// TestLedgerCompact: ledger compact of a ledger retention emptied writes
+// a far smaller file that every tool reads as it reads the ledger, and
+// says so with both sizes; it never writes over a file.
+func TestLedgerCompact(t *testing.T) {
+	db := swollenLedger(t)
+	out := filepath.Join(t.TempDir(), "compact.db")
+	code, stdout, stderr := runCLI(t, "ledger", "compact", "--db", db, "--out", out)
+	if code != exitOK || stderr != "" {
+		t.Fatalf("exit %d: %s%s", code, stdout, stderr)
+	}
+	before, after := int64(len(mustRead(t, db))), int64(len(mustRead(t, out)))
+	t.Logf("%s", stdout)
+	want := regexp.MustCompile(`^compacted ` + regexp.QuoteMeta(db) + ` into ` + regexp.QuoteMeta(out) +
+		fmt.Sprintf(`: %d bytes of the ledger's %d \(%d%%\); \d+ events \(#\d+-#50001\), \d+ snapshots?; verified\n$`, after, before, percentOf(after, before)))
+	if !want.MatchString(stdout) {
+		t.Errorf("it says %q; want it to match %s", stdout, want)
+	}
+	if after*4 > before {
+		t.Errorf("%d bytes compacted to %d: want a quarter at most", before, after)
+	}
+	if fi, err := os.Stat(out); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the copy: %v, %v; want mode 0600", fi.Mode(), err)
+	}
+	for _, args := range [][]string{
+		{"dump", "--format", "jsonl"},
+		{"dump", "--pool", "intel.com/pool2"},
+		{"replay", "--format", "json"},
+		{"replay", "--verify"},
+	} {
+		wantCode, want, wantErr := runCLI(t, append(args, "--db", db)...)
+		code, got, gotErr := runCLI(t, append(args, "--db", out)...)
+		got, gotErr = strings.ReplaceAll(got, out, db), strings.ReplaceAll(gotErr, out, db)
+		if wantCode != exitOK || code != wantCode || got != want || gotErr != wantErr {
+			t.Errorf("%q of the copy: exit %d, %d bytes, %q; of the ledger: exit %d, %d bytes, %q", args, code, len(got), gotErr, wantCode, len(want), wantErr)
+		}
+	}
+	if code, _, stderr := runCLI(t, "ledger", "compact", "--db", db, "--out", out); code != exitUsage || !strings.Contains(stderr, out+" exists: name a new file") {
+		t.Errorf("compact over an existing file: exit %d, %q", code, stderr)
+	}
+}
+
+// ledger compact refuses what it cannot copy as the ledger, naming why,
+// and writes nothing.
+func TestLedgerCompactRefuses(t *testing.T) {
+	dir := t.TempDir()
+	newerFormat := filepath.Join(dir, "newer-format.db")
+	writeNewerFormatLedger(t, newerFormat)
+	newerEvents := filepath.Join(dir, "newer-events.db")
+	ledgerFromTheFuture(t, newerEvents)
+
+	// A daemon's: it holds the lock and answers on its admin socket.
+	live := kubelettest.ShortTempDir(t)
+	holder, err := store.Open(filepath.Join(live, ledgerFileName), store.Options{Node: "worker-3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Close() })
+	lis, err := net.Listen("unix", grpcapi.AdminSocketPath(live))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+
+	out := filepath.Join(t.TempDir(), "compact.db")
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		says string
+	}{
+		{"a newer devledger's format", []string{"--db", newerFormat, "--out", out}, exitUsage, "has format version 99"},
+		{"a newer devledger's events", []string{"--db", newerEvents, "--out", out}, exitFailure, out + " was not written: compact it with that newer devledger"},
+		{"a running daemon's", []string{"--state-dir", live, "--out", out}, exitFailure, "the daemon (" + grpcapi.AdminSocketPath(live) + ") holds it: stop it first"},
+		{"no --out", []string{"--db", newerFormat}, exitUsage, "--out is required"},
+		{"stdout", []string{"--db", newerFormat, "--out", "-"}, exitUsage, "--out -: a compacted ledger is written to a file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, append([]string{"ledger", "compact"}, tc.args...)...)
+			if code != tc.code || stdout != "" || !strings.Contains(stderr, tc.says) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit %d saying %q", code, stdout, stderr, tc.code, tc.says)
+			}
+			if left, _ := os.ReadDir(filepath.Dir(out)); len(left) != 0 {
+				t.Errorf("left in --out's dir: %v", left)
 			}
 		})
 	}

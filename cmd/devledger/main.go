@@ -1,7 +1,7 @@
 // Command devledger is the devledger node daemon and its operator tools:
 // run (the daemon), dump (the history), replay (the state at a point in the
 // history), scan (discovery and pool selection as a dry run), ledger (the
-// file itself: backup, salvage, acknowledge), demo and version.
+// file itself: backup, compact, salvage, acknowledge), demo and version.
 //
 // Exit codes: 0 ok, 1 runtime failure, 2 bad usage, bad input or bad config.
 package main
@@ -44,7 +44,7 @@ func commands() map[string]command {
 	return map[string]command{
 		"demo":    {"the whole daemon on a bundled sample node, with a kubelet stand-in", runDemo},
 		"dump":    {"print the ledger's history of events", runDump},
-		"ledger":  {"the ledger file itself: backup (also of a running daemon's), salvage (of a damaged one), acknowledge (damage the daemon found)", runLedger},
+		"ledger":  {"the ledger file itself: backup (also of a running daemon's), compact (return the space retention freed), salvage (of a damaged one), acknowledge (damage the daemon found)", runLedger},
 		"replay":  {"fold the ledger up to a point and print the state then", runReplay},
 		"run":     {"the daemon: serve the node's devices to the kubelet and record everything", runRun},
 		"scan":    {"discovery and pool selection as a dry run", runScan},

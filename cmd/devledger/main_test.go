@@ -81,12 +81,13 @@ func TestDumpShortDeviceAddress(t *testing.T) {
 }
 
 // ledgerTools are the commands that take --state-dir and --db, each with
-// what else it needs: a backup writes out; scan is given a config and
+// what else it needs: a backup or a compaction writes out; scan is given a config and
 // sysfs under dir that are not there, so that it fails if it gets to them.
 func ledgerTools(dir, out string) [][]string {
 	return [][]string{
 		{"dump"}, {"replay"},
 		{"ledger", "backup", "--out", out},
+		{"ledger", "compact", "--out", out},
 		{"ledger", "acknowledge"},
 		{"scan", "--config", filepath.Join(dir, "none.json"), "--sysfs-root", filepath.Join(dir, "none")},
 	}
