@@ -131,9 +131,12 @@ type allocator struct {
 	// cdiWritten are the entries of the CDI spec this incarnation last
 	// wrote, by device; nil when it wrote none (see ensureCDISpec).
 	cdiWritten map[string]specs.Device
-	server     *grpcapi.PoolServer
-	socket     string    // where server serves now (see SocketBase)
-	life       *lifetime // outlives this incarnation, numbered life.incarnations
+	// unread are the replies of the Allocates drainPending answered as
+	// the pool stopped for good; their backends may have given up.
+	unread []chan allocateReply
+	server *grpcapi.PoolServer
+	socket string    // where server serves now (see SocketBase)
+	life   *lifetime // outlives this incarnation, numbered life.incarnations
 }
 
 // Receive implements actor.Actor.
@@ -155,6 +158,11 @@ func (p *allocator) Receive(ctx actor.Context) {
 		// Every incarnation's server finishes its calls (each bounded by
 		// the call timeout) before the parent hears the pool is gone.
 		p.life.draining.Wait()
+		// Those calls have returned: an answer drainPending gave that is
+		// still unread went to a backend that gave up.
+		for _, reply := range p.unread {
+			p.releaseUnread(ctx, reply)
+		}
 	case *SetMembers:
 		p.place(ctx, m, false)
 	case *placed:

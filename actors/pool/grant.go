@@ -83,7 +83,7 @@ type flight struct {
 	ids        []string // every container's devices
 	supersedes []uint64 // the allocations its events end
 	resp       *pluginapi.AllocateResponse
-	reply      chan<- allocateReply
+	reply      chan allocateReply
 	started    time.Time
 	// abandoned says the backend gave up waiting (see abandon): the
 	// kubelet was told the call failed.
@@ -288,22 +288,32 @@ func (p *allocator) land(ctx actor.Context, id uint64, f *flight, l landing) {
 // the kubelet gets every answer and the parent hears of every allocation
 // before the pool is gone. The call timeout bounds the whole wait (a hung
 // disk): one still pending then is answered Unavailable, and should it
-// land after all, the parent still hears of it.
+// land after all, the parent still hears of it and of its release. One
+// that lands in time after its backend gave up is released once the
+// pool's servers are done (Stopped), its answer unread.
 func (p *allocator) drainPending(ctx actor.Context) {
 	wait, cancel := context.WithTimeout(context.Background(), p.cfg.CallTimeout)
 	defer cancel()
+	// A backend that gives up meanwhile tells a mailbox that is going:
+	// what is answered here, Stopped looks at again (see unread).
+	land := func(id uint64, f *flight, l landing) {
+		p.land(ctx, id, f, l)
+		if l.err == nil && !f.abandoned {
+			p.unread = append(p.unread, f.reply)
+		}
+	}
 	for _, id := range slices.Sorted(maps.Keys(p.life.pending)) {
 		f := p.life.pending[id]
 		select {
 		case l := <-f.landed:
-			p.land(ctx, id, f, l)
+			land(id, f, l)
 			continue
 		case <-wait.Done():
 		}
 		// Past the deadline: land only what has landed already.
 		select {
 		case l := <-f.landed:
-			p.land(ctx, id, f, l)
+			land(id, f, l)
 			continue
 		default:
 		}
@@ -373,8 +383,14 @@ func (p *allocator) abandon(ctx actor.Context, m *abandoned) {
 			return
 		}
 	}
+	p.releaseUnread(ctx, m.reply)
+}
+
+// releaseUnread releases the allocation answered on reply if that answer
+// is still there: the backend gave up on the call without reading it.
+func (p *allocator) releaseUnread(ctx actor.Context, reply chan allocateReply) {
 	select {
-	case r := <-m.reply:
+	case r := <-reply:
 		if r.err == nil {
 			p.releaser(ctx)(r.envs)
 		}

@@ -655,3 +655,40 @@ func TestAnAllocateTheKubeletGaveUpOnIsReleased(t *testing.T) {
 		released(t, f, l, m.Event.Seq)
 	})
 }
+
+// A pool stopped for good after an Allocate's deadline, while its events
+// commit on a disk that stalls: the backend gives up as the pool waits
+// for them (its abandoned message reaches a mailbox that is going), the
+// kubelet hears DeadlineExceeded, and the allocation lands before the
+// wait ends. The pool answers it, but no one reads that answer: it must
+// be released all the same, or the ledger keeps it live though the
+// kubelet keeps the devices free.
+func TestAStoppingPoolReleasesWhatLandsAfterTheKubeletGaveUp(t *testing.T) {
+	const timeout = 600 * time.Millisecond
+	f, g, allocated := poolWithAllocateHeld(t, func(c *Config) { c.CallTimeout = timeout })
+	// The call's deadline is one timeout after it came and the backend
+	// gives up one more after that: the pool stops between the two, and
+	// waits one timeout for the Allocate, past the backend's giving up.
+	time.Sleep(3 * timeout / 2)
+	go f.Sys.Root.PoisonFuture(f.Child).Wait()
+	select {
+	case err := <-allocated:
+		if status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("the Allocate the backend gave up on as the pool stopped: %v, want DeadlineExceeded", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Allocate was never answered")
+	}
+	g.release()
+	m := actortest.Next[*AllocationRecorded](t, f)
+	if r, ok := actortest.Next[*AllocationAbandoned](t, f).Event.Payload.(events.DevicesReleased); !ok || r.AllocationSeq != m.Event.Seq {
+		t.Errorf("the parent heard %+v, want the release of #%d", r, m.Event.Seq)
+	}
+	st, err := g.log.Replay(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, live := st.Allocations[m.Event.Seq]; live {
+		t.Errorf("allocation #%d, whose Allocate the kubelet was told failed, is live in the ledger", m.Event.Seq)
+	}
+}
