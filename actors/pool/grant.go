@@ -411,7 +411,7 @@ func (p *allocator) releaser(ctx actor.Context) func(envs []events.Envelope) {
 		for _, e := range envs {
 			a := e.Payload.(events.DevicesAllocated)
 			payloads = append(payloads, events.DevicesReleased{AllocationSeq: e.Seq, Pool: name, DeviceIDs: slices.Clone(a.DeviceIDs),
-				Reason: "the kubelet gave up on its Allocate before the ledger recorded it"})
+				HeldFor: time.Since(e.Time), Reason: "the kubelet gave up on its Allocate before the ledger recorded it"})
 			seqs = append(seqs, e.Seq)
 		}
 		log := plog.With().Str("pool", name).Uints64("allocations", seqs).Logger()

@@ -626,8 +626,8 @@ func TestAnAllocateTheKubeletGaveUpOnIsReleased(t *testing.T) {
 			}
 		}
 		m := actortest.Next[*AllocationAbandoned](t, f)
-		if r, ok := m.Event.Payload.(events.DevicesReleased); !ok || r.AllocationSeq != seq || !strings.Contains(r.Reason, "gave up") {
-			t.Fatalf("the parent heard %+v, want the release of #%d", m.Event.Payload, seq)
+		if r, ok := m.Event.Payload.(events.DevicesReleased); !ok || r.AllocationSeq != seq || !strings.Contains(r.Reason, "gave up") || r.HeldFor <= 0 {
+			t.Fatalf("the parent heard %+v, want the release of #%d, held for the time since it was stamped", m.Event.Payload, seq)
 		}
 		f.Sys.Root.Send(f.Child, &Reconciled{Event: m.Event}) // as the node does
 		res, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result()
