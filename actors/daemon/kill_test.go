@@ -204,23 +204,37 @@ func (f saved) restore(t *testing.T) {
 // before release. A failing test releases it at its end.
 func holdWriter(ctx context.Context, t *testing.T, log *store.Log) (release func()) {
 	t.Helper()
-	held, open := make(chan struct{}), make(chan struct{})
-	release = sync.OnceFunc(func() { close(open) })
-	t.Cleanup(release)
-	err := log.AppendAsyncGuarded(ctx, store.Guard{After: log.LastSeq() - 1, Check: func(events.Envelope) error {
-		close(held)
-		<-open
-		return errors.New("refused by the test")
-	}}, []events.Envelope{events.New(events.KubeletStopped{}, time.Now(), "test")}, func([]events.Envelope, error) {})
-	if err != nil {
-		t.Fatal(err)
-	}
+	held, release := queueHold(ctx, t, log, log.LastSeq()-1, func(events.Envelope) bool { return true })
 	select {
 	case <-held:
 	case <-ctx.Done():
 		t.Fatalf("the store's writer never took the holding append: %v", ctx.Err())
 	}
 	return release
+}
+
+// queueHold queues a guarded append that holds log's writer, from the
+// first event its check is shown (those committed after after, then
+// those of the calls of its batch ahead of it) that at takes, until
+// release; held closes then. The append is refused; should at take none
+// of them, it is written.
+func queueHold(ctx context.Context, t *testing.T, log *store.Log, after uint64, at func(events.Envelope) bool) (held <-chan struct{}, release func()) {
+	t.Helper()
+	holding, open := make(chan struct{}), make(chan struct{})
+	release = sync.OnceFunc(func() { close(open) })
+	t.Cleanup(release)
+	err := log.AppendAsyncGuarded(ctx, store.Guard{After: after, Check: func(e events.Envelope) error {
+		if !at(e) {
+			return nil
+		}
+		close(holding)
+		<-open
+		return errors.New("refused by the test")
+	}}, []events.Envelope{events.New(events.KubeletStopped{}, time.Now(), "test")}, func([]events.Envelope, error) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return holding, release
 }
 
 // A pool the config drops while no daemon runs has no pool at the next

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/devledger/devledger/actors/node"
@@ -605,5 +607,68 @@ func TestARestartedNodeIgnoresAnAllocationItReplayed(t *testing.T) {
 	}
 	if got := res.(*node.Status).Holds[dev]; !slices.Equal(got, want) {
 		t.Errorf("after the crash the node holds %s by %v, the ledger by %v", dev, got, want)
+	}
+}
+
+// An Allocate whose events the disk holds, once their commit has begun,
+// past the call's grace: the kubelet hears DeadlineExceeded, and once the
+// allocation lands its pool releases it. Every actor (pool, node,
+// reconciler) then agrees with the ledger, where it is not live.
+func TestAnAllocateThatLandsAfterTheKubeletGaveUpIsReleasedEverywhere(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.WatchConfig = false
+	n.opts.CallTimeout = time.Second
+	d, ctx, kids := superviseNode(t, n, vfioPool)
+	devs, err := n.kubelet.WaitDevices(ctx, vfioPool, func(ds []*pluginapi.Device) bool { return len(ds) == 5 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := devs[0].ID
+	free := func() int {
+		res, err := d.Ask(ctx, kids.Pools[vfioPool], &pool.Query{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.(*pool.Status).Free
+	}
+	log := d.rec.Log()
+	// The writer is held while the Allocate's events queue; a second
+	// hold, queued behind them, holds the batch that begins their commit.
+	first := holdWriter(ctx, t, log)
+	wasFree := free()
+	allocated := make(chan error, 1)
+	go func() {
+		_, err := n.kubelet.Allocate(ctx, vfioPool, []string{dev})
+		allocated <- err
+	}()
+	waitFor(ctx, t, "the Allocate in flight", func() bool { return free() < wasFree })
+	held, second := queueHold(ctx, t, log, log.LastSeq(), func(e events.Envelope) bool { return e.Type == events.TypeDevicesAllocated })
+	first()
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the Allocate's events were not committed in the batch held")
+	}
+	if err := <-allocated; status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("an Allocate whose commit the disk held past its grace: %v, want DeadlineExceeded", err)
+	}
+	second()
+	waitFor(ctx, t, "the pool's release of the allocation", func() bool {
+		released := false
+		if err := log.Read(1, func(e events.Envelope) error {
+			if r, ok := e.Payload.(events.DevicesReleased); ok && slices.Equal(r.DeviceIDs, []string{dev}) {
+				released = true
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return released
+	})
+	if held := ledgerState(t, d).Holders[dev]; len(held) > 0 {
+		t.Errorf("the ledger's holders of %s: %v, want none", dev, held)
+	}
+	if diff := converge(t, n, d, []string{vfioPool, netPool}, 5*time.Second); diff != "" {
+		t.Errorf("after the pool released an allocation the kubelet gave up on, live state differs from the fold of the ledger:\n%s", diff)
 	}
 }
