@@ -576,24 +576,30 @@ func (r *reconciler) heldSince(now time.Time) map[uint64]events.Allocation {
 	return allocs
 }
 
-var errStale = errors.New("an allocation landed since the round")
+var errStale = errors.New("an allocation landed or ended since the round")
 
 // staleBy guards a round's payloads: a DevicesAllocated of a device they
-// name makes them stale. (One that supersedes an allocation they name
-// allocates one of its devices: a pool supersedes only what holds them.)
+// name makes them stale (one that supersedes an allocation they name
+// allocates one of its devices: a pool supersedes only what holds them),
+// and so does a pool's DevicesReleased of one (an allocation that landed
+// after the kubelet gave up on its Allocate).
 func staleBy(payloads []events.Payload) func(events.Envelope) error {
 	devices := map[string]bool{}
 	for _, p := range payloads {
 		addAll(devices, events.Envelope{Payload: p}.Devices())
 	}
 	return func(e events.Envelope) error {
-		a, ok := e.Payload.(events.DevicesAllocated)
-		if !ok {
-			return nil
+		var ids []string
+		what := "allocated"
+		switch p := e.Payload.(type) {
+		case events.DevicesAllocated:
+			ids = p.DeviceIDs
+		case events.DevicesReleased:
+			ids, what = p.DeviceIDs, "released"
 		}
-		for _, id := range a.DeviceIDs {
+		for _, id := range ids {
 			if devices[id] {
-				return fmt.Errorf("%w: #%d allocated %s", errStale, e.Seq, id)
+				return fmt.Errorf("%w: #%d %s %s", errStale, e.Seq, what, id)
 			}
 		}
 		return nil

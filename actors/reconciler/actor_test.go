@@ -81,6 +81,18 @@ func releaseOf(t *testing.T, l *store.Log, seq uint64) (at time.Time, reason str
 	return at, reason
 }
 
+// holdCommits holds l's writer on a commit (of a KubeletRestarted) for
+// d: what is queued meanwhile commits after it.
+func holdCommits(t *testing.T, l *store.Log, d time.Duration) {
+	t.Helper()
+	held := make(chan struct{})
+	if err := l.AppendAsync(context.Background(), []events.Envelope{events.New(events.KubeletRestarted{Socket: "k"}, time.Now(), "boot-1")},
+		func([]events.Envelope, error) { <-held }); err != nil {
+		t.Error(err)
+	}
+	time.AfterFunc(d, func() { close(held) })
+}
+
 // ledgerWithAllocation opens a ledger holding one allocation of dev in
 // pool, and returns it with its Recorder, the allocation's sequence and
 // the ledger's state.
@@ -168,14 +180,9 @@ func TestARoundDoesNotRecordWhatWentStale(t *testing.T) {
 	second := make(chan uint64, 1)
 	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
 		once.Do(func() {
-			// Hold the store's writer on a commit, and queue a new
-			// allocation of dev behind it: the round reads the ledger
-			// without it, and its events queue after it.
-			held := make(chan struct{})
-			if err := l.AppendAsync(context.Background(), []events.Envelope{events.New(events.KubeletRestarted{Socket: "k"}, time.Now(), "boot-1")},
-				func([]events.Envelope, error) { <-held }); err != nil {
-				t.Error(err)
-			}
+			// A new allocation of dev, behind a held commit: the round
+			// reads the ledger without it, and its events queue after it.
+			holdCommits(t, l, 300*time.Millisecond)
 			if err := l.AppendAsync(context.Background(), []events.Envelope{events.New(events.DevicesAllocated{Pool: pool, DeviceIDs: []string{dev}, Supersedes: []uint64{first}}, time.Now(), "boot-1")},
 				func(envs []events.Envelope, err error) {
 					if err == nil {
@@ -184,7 +191,6 @@ func TestARoundDoesNotRecordWhatWentStale(t *testing.T) {
 				}); err != nil {
 				t.Error(err)
 			}
-			time.AfterFunc(300*time.Millisecond, func() { close(held) })
 		})
 		return pods, nil
 	})
@@ -268,6 +274,43 @@ func TestARoundIsStaleByWhatLandsWhileItLists(t *testing.T) {
 		if b.Pod != "pod-b" {
 			t.Errorf("#%d binds allocation #%d to %s, which the list of before it showed", e, b.AllocationSeq, b.Pod)
 		}
+	}
+}
+
+// A pool releases an allocation whose Allocate the kubelet gave up on
+// once it lands late: a round that read the ledger before that release
+// must not record anything of the allocation, which is no longer live
+// (here it would be a leak suspect: no pod holds it). The round is stale,
+// as for an allocation that lands while it lists.
+func TestARoundIsStaleByAReleaseThatLandsWhileItLists(t *testing.T) {
+	const pool, dev = "example.com/vf", "0000:3b:02.1"
+	l, rec, first, replayed := ledgerWithAllocation(t, pool, dev)
+	var once sync.Once
+	lister := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+		once.Do(func() {
+			// The pool's release, behind a held commit: the round reads
+			// the ledger without it, and its events queue after it.
+			holdCommits(t, l, 300*time.Millisecond)
+			if err := rec.RecordAsync(context.Background(), nil, []events.Payload{events.DevicesReleased{AllocationSeq: first, Pool: pool, DeviceIDs: []string{dev},
+				Reason: "the kubelet gave up on its Allocate before the ledger recorded it"}}, func([]events.Envelope, error) {}); err != nil {
+				t.Error(err)
+			}
+		})
+		return &podresourcesapi.ListPodResourcesResponse{}, nil
+	})
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: lister, Replayed: &replayed,
+		Interval: time.Hour, AfterAllocate: 10 * time.Millisecond, LeakGrace: time.Nanosecond, Log: zerolog.Nop()}))
+	f.Sys.Root.Send(f.Child, &Allocated{Seq: first})
+	if st := awaitStatus(t, f, func(st *Status) bool { return st.Rounds > 0 }); st.Rounds == 0 || len(st.Allocations) > 0 {
+		t.Fatalf("after the round: %+v, want a round done and nothing live", st)
+	}
+	if err := l.Read(0, func(e events.Envelope) error {
+		if s, ok := e.Payload.(events.AllocationLeakSuspected); ok {
+			t.Errorf("#%d suspects allocation #%d of a leak after its release", e.Seq, s.AllocationSeq)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 
