@@ -191,8 +191,8 @@ func crashedBy(s events.State, end diffEnd, next []events.Envelope) events.State
 
 // endedBy is s, the fold of the state dir's ledger up to end, with the
 // crash folded in that the next start will record of the run s has
-// running, when s is the ledger's last state and that run ended before
-// end, or end is the ledger's end (see endedRun).
+// running, when that run is the ledger's last and ended before end, or
+// end is the ledger's end (see endedRun).
 func endedBy(l *store.Log, lf *ledgerFlags, s events.State, end diffEnd) events.State {
 	if crash := endedRun(l, lf, s, pointTime(s, end.seq, end.at)); crash != nil {
 		return withCrash(s, *crash, s.Seq)

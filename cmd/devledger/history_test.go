@@ -869,6 +869,45 @@ func TestReplayAtAnEventOfADowntimeSaysTheRunHadStopped(t *testing.T) {
 	}
 }
 
+// A state dir whose daemon was killed and whose ledger ends with a tool's
+// record (an offline ledger acknowledge): the next start records the
+// crash of that run all the same, so a point after the run was last
+// alive and before the tool's record says it had stopped, as the end
+// does, in replay and at either end of --diff. At its own last event
+// it was running.
+func TestReplayOfAStateDirEndingInAToolRecordFoldsTheCrashToCome(t *testing.T) {
+	const pool, sock = "intel.com/sriov_vfio", "/var/lib/kubelet/device-plugins/intel.com_sriov_vfio.sock"
+	l := pooledVF(pool, "0000:3b:02.1")
+	l.add(events.PluginServing{Pool: pool, Socket: sock, Mode: "legacy"})
+	l.add(events.PluginRegistered{Pool: pool, Socket: sock, Mode: "legacy"})                                        // #5, at 09:04
+	acked := events.New(events.DamageAcknowledged{Note: "offline"}, l.t0.Add(30*time.Minute), "ledger-acknowledge") // #6
+	dir := kubelettest.ShortTempDir(t)
+	writeLedger(t, filepath.Join(dir, ledgerFileName), append(slices.Clone(l.envs), acked))
+
+	for _, tc := range []struct {
+		args    []string
+		running bool
+	}{
+		{[]string{"--until-seq", "5"}, true},
+		{[]string{"--until-time", "2026-11-30T09:20:00Z"}, false},
+		{[]string{"--until-seq", "6"}, false},
+		{nil, false},
+	} {
+		code, stdout, stderr := runCLI(t, append([]string{"replay", "--state-dir", dir, "--format", "json"}, tc.args...)...)
+		var st events.State
+		if err := json.Unmarshal([]byte(stdout), &st); code != exitOK || err != nil {
+			t.Fatalf("replay %v: exit %d, %v: %s", tc.args, code, err, stderr)
+		}
+		if reg := st.Pools[pool].Registration; st.Daemon.Running != tc.running || reg.Registered != tc.running {
+			t.Errorf("replay %v: running %v, registered %v; want %v", tc.args, st.Daemon.Running, reg.Registered, tc.running)
+		}
+	}
+	checkDiffRuns(t, pool, []string{"--state-dir", dir}, []diffRuns{
+		{"#5..2026-11-30T09:20:00Z", true, false, 1, &change{From: "registered (legacy)", To: ""}},
+		{"2026-11-30T09:20:00Z..", false, false, 0, nil},
+	})
+}
+
 // replay --diff reads past tool records (offline acknowledgements) that
 // lie past each end inside a downtime, to the crash the next start
 // recorded, through a daemon's stream as from the file: an end inside

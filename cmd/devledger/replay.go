@@ -231,15 +231,15 @@ func fileNotes(l *store.Log, lf *ledgerFlags, s events.State, last bool) stateNo
 }
 
 // endedRun is the crash the next start will record of the run s has
-// running, s being the last state of the state dir's ledger, which no
-// daemon holds (else it is read through the daemon's socket): that run
-// ended with no stop recorded, last alive as daemon.Crashed says. A point
-// (not zero) must come after that. It is nil for a copy (--db), whose
-// daemon may run on, and for any other s. Folded in (withCrash), the
-// state says what the table does: no daemon runs, and no pool is served
-// or registered.
+// running, s being a state of the state dir's ledger, which no daemon
+// holds (else it is read through the daemon's socket), past which that
+// run is the ledger's last (see lastRun): that run ended with no stop
+// recorded, last alive as daemon.Crashed says. A point (not zero) must
+// come after that. It is nil for a copy (--db), whose daemon may run on,
+// and for any other s. Folded in (withCrash), the state says what the
+// table does: no daemon runs, and no pool is served or registered.
 func endedRun(l *store.Log, lf *ledgerFlags, s events.State, point time.Time) *events.DaemonCrashed {
-	if lf.db != "" || !s.Daemon.Running || s.Seq != l.LastSeq() {
+	if lf.db != "" || !s.Daemon.Running || !lastRun(l, s) {
 		return nil
 	}
 	boot, at := daemon.LastAlive(lf.stateDir)
@@ -248,6 +248,32 @@ func endedRun(l *store.Log, lf *ledgerFlags, s events.State, point time.Time) *e
 		return nil
 	}
 	return &c
+}
+
+// lastRun says whether the run s has running recorded nothing past s,
+// and no other run began after it: the events of l past s, if any, are
+// records of a tool (an offline ledger acknowledge), which the next
+// start reads past to record that run's crash. What cannot be read
+// there says no.
+func lastRun(l *store.Log, s events.State) bool {
+	if s.Seq == l.LastSeq() {
+		return true
+	}
+	last := true
+	err := l.Read(s.Seq+1, func(e events.Envelope) error {
+		switch e.Payload.(type) {
+		case events.DaemonStarted, events.DaemonStopped, events.DaemonCrashed:
+			last = false
+		}
+		if e.BootID == s.Daemon.BootID {
+			last = false
+		}
+		if !last {
+			return errStop
+		}
+		return nil
+	})
+	return last && err == nil
 }
 
 // printState renders a folded state as aligned tables.
