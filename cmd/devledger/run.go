@@ -416,16 +416,19 @@ func existingParent(path string) (string, bool) {
 // serves a Linux node's devices, from its sysfs, over unix sockets (a
 // Mac's temp dir and a pool's socket name alone exceed the 104 bytes it
 // allows a socket's path).
-func daemonHere() error {
-	if runtime.GOOS == "linux" {
+func daemonHere() error { return daemonOn(runtime.GOOS) }
+
+// daemonOn is daemonHere on the system goos names.
+func daemonOn(goos string) error {
+	if goos == "linux" {
 		return nil
 	}
-	name := map[string]string{"darwin": "macOS", "windows": "Windows"}[runtime.GOOS]
+	name := map[string]string{"darwin": "macOS", "windows": "Windows"}[goos]
 	if name == "" {
-		name = runtime.GOOS
+		name = goos
 	}
 	return fmt.Errorf("the daemon runs on a Linux node, not on %s: here, dump, replay and ledger "+
-		"(backup, salvage, acknowledge) read a copy of a node's ledger, given with --db FILE", name)
+		"(backup, compact, salvage, acknowledge) read a copy of a node's ledger, given with --db FILE", name)
 }
 
 // errnoOf is the system's reason in a path error, whose text would name

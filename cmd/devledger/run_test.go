@@ -67,3 +67,23 @@ func TestRunRefusesBadFlagsBeforeStart(t *testing.T) {
 		})
 	}
 }
+
+// Off Linux, run and demo stop at once, naming the OS as operators know
+// it and every ledger command, which reads a copy there as on a node.
+func TestDaemonOffLinuxNamesWhatRunsThere(t *testing.T) {
+	if err := daemonOn("linux"); err != nil {
+		t.Errorf("on linux: %v", err)
+	}
+	for goos, name := range map[string]string{"darwin": "macOS", "windows": "Windows", "freebsd": "freebsd"} {
+		err := daemonOn(goos)
+		if err == nil || !strings.Contains(err.Error(), "not on "+name+":") {
+			t.Errorf("on %s: %v, want it refused, naming %s", goos, err, name)
+			continue
+		}
+		for cmd := range ledgerCommands {
+			if !strings.Contains(err.Error(), cmd) {
+				t.Errorf("on %s: %q does not name ledger %s", goos, err, cmd)
+			}
+		}
+	}
+}
