@@ -174,7 +174,7 @@ func sameIn(where string, a, b bucketed) error {
 	kb, vb := cb.First()
 	for ka != nil || kb != nil {
 		switch {
-		case ka == nil:
+		case ka == nil || kb != nil && bytes.Compare(ka, kb) > 0:
 			return fmt.Errorf("%s: key %x, which the ledger lacks", bucketPath(where), kb)
 		case kb == nil || !bytes.Equal(ka, kb):
 			return fmt.Errorf("%s: lacks key %x", bucketPath(where), ka)

@@ -287,6 +287,11 @@ func TestSameContentsNamesTheDifference(t *testing.T) {
 			"bucket snapshots: sequence 7, the ledger's 0"},
 		{"a bucket more", func(tx *bolt.Tx) error { _, err := tx.CreateBucket([]byte("x")); return err },
 			"the bucket directory: key 78, which the ledger lacks"},
+		{"a bucket more, first", func(tx *bolt.Tx) error { _, err := tx.CreateBucket([]byte("a")); return err },
+			"the bucket directory: key 61, which the ledger lacks"},
+		{"a key more, between", func(tx *bolt.Tx) error {
+			return tx.Bucket(bucketMeta).Put([]byte("a"), []byte("x"))
+		}, "bucket meta: key 61, which the ledger lacks"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := sameContents(write(same), write(tc.change))
