@@ -640,3 +640,21 @@ func TestLedgerCompactRefuses(t *testing.T) {
 		})
 	}
 }
+
+// percentOf rounds up, as ledger compact says it: a copy of a few bytes
+// is not 0% of the ledger. TestLedgerCompact reads its figure through
+// percentOf itself, so only this pins it.
+func TestPercentOfRoundsUp(t *testing.T) {
+	for _, tc := range []struct{ part, whole, want int64 }{
+		{1048576, 16777216, 7}, // 6.25%, as docs/operations.md shows it
+		{1, 16777216, 1},
+		{0, 16777216, 0},
+		{4096, 4096, 100},
+		{4097, 4096, 101},
+		{4096, 0, 100},
+	} {
+		if got := percentOf(tc.part, tc.whole); got != tc.want {
+			t.Errorf("percentOf(%d, %d) = %d, want %d", tc.part, tc.whole, got, tc.want)
+		}
+	}
+}
