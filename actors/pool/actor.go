@@ -245,7 +245,7 @@ func (p *allocator) call(ctx actor.Context, c any) {
 		m.reply <- preferredReply{resp: resp, err: err}
 	case *allocateReq:
 		if err := p.allocate(ctx, m); err != nil {
-			p.answer(m.reply, m.started, allocateReply{err: err})
+			p.answer(m.reply, allocateReply{err: err})
 		}
 	case *queryReq:
 		ctx.Send(m.from, p.status())
@@ -258,7 +258,7 @@ func (p *allocator) refuseWaiting(ctx actor.Context) {
 	for _, c := range p.life.waiting {
 		switch m := c.(type) {
 		case *allocateReq:
-			p.answer(m.reply, m.started, allocateReply{err: err})
+			p.answer(m.reply, allocateReply{err: err})
 		case *preferredReq:
 			m.reply <- preferredReply{err: err}
 		case *queryReq:
@@ -297,7 +297,7 @@ func (p *allocator) start(ctx actor.Context) {
 
 	CleanStaleSockets(p.cfg.SocketDir, p.name, p.cfg.Log)
 	b := &backend{root: ctx.ActorSystem().Root, pid: ctx.Self(), timeout: p.cfg.CallTimeout, pool: p.name,
-		life: p.life, incarnation: p.life.incarnations}
+		life: p.life, incarnation: p.life.incarnations, observe: p.cfg.ObserveAllocate}
 	p.server = grpcapi.NewPoolServer(p.name, b, grpcapi.PoolServerOptions{Mode: p.cfg.Mode, Observer: b,
 		CallTimeout: p.cfg.CallTimeout, Logger: p.cfg.Log, PrivateDirKey: SocketBase(p.name) + ".sock"})
 	p.socket = newSocketPath(p.cfg.SocketDir, p.name)

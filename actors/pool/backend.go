@@ -24,6 +24,9 @@ type backend struct {
 	// incarnation made this backend's server; a later one refuses the
 	// streams opened on it (see call).
 	incarnation uint64
+	// observe, if set, hears each Allocate's duration and the outcome the
+	// kubelet got (Config.ObserveAllocate).
+	observe func(pool string, took time.Duration, err error)
 }
 
 // await waits for the pool's answer on reply, within ctx's deadline (or
@@ -71,10 +74,20 @@ func (b *backend) WatchDevices(ctx context.Context) (<-chan []*pluginapi.Device,
 // events may be committing, so it waits one timeout more (the store
 // answers within a commit) rather than fail an allocation the ledger holds;
 // past that (a disk that stalls) the kubelet is told the call failed, and
-// the pool releases the allocation should it land.
+// the pool releases the allocation should it land. Each call is observed
+// here, once, with what the kubelet gets, when it gets it.
 func (b *backend) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	started := time.Now()
+	resp, err := b.allocate(ctx, req)
+	if b.observe != nil {
+		b.observe(b.pool, time.Since(started), err)
+	}
+	return resp, err
+}
+
+func (b *backend) allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	reply := make(chan allocateReply, 1)
-	b.root.Send(b.pid, &allocateReq{ctx: ctx, req: req, reply: reply, started: time.Now()})
+	b.root.Send(b.pid, &allocateReq{ctx: ctx, req: req, reply: reply})
 	// A pool stopped for good answered what it had taken before it went:
 	// an answer waiting beats "stopped".
 	stopped := func() (*pluginapi.AllocateResponse, error) {

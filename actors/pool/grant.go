@@ -84,7 +84,6 @@ type flight struct {
 	supersedes []uint64 // the allocations its events end
 	resp       *pluginapi.AllocateResponse
 	reply      chan allocateReply
-	started    time.Time
 	// abandoned says the backend gave up waiting (see abandon): the
 	// kubelet was told the call failed.
 	abandoned bool
@@ -150,7 +149,7 @@ func (p *allocator) allocate(ctx actor.Context, m *allocateReq) error {
 	l := p.life
 	l.nextID++
 	id := l.nextID
-	f := &flight{ids: ids, supersedes: supersedes, resp: resp, reply: m.reply, started: m.started, landed: make(chan landing, 1)}
+	f := &flight{ids: ids, supersedes: supersedes, resp: resp, reply: m.reply, landed: make(chan landing, 1)}
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	if err := p.cfg.Recorder.RecordAsync(m.ctx, nil, payloads, func(envs []events.Envelope, err error) {
 		f.landed <- landing{envs: envs, err: err}
@@ -250,9 +249,9 @@ func (p *allocator) land(ctx actor.Context, id uint64, f *flight, l landing) {
 		}
 		p.marked = false
 		if f.abandoned { // its answer goes nowhere, but counts as refused
-			p.answer(f.reply, f.started, allocateReply{err: fmt.Errorf("%s: the kubelet gave up on the Allocate of %s before the ledger recorded it: %w", p.name, strings.Join(f.ids, ","), context.DeadlineExceeded)})
+			p.answer(f.reply, allocateReply{err: fmt.Errorf("%s: the kubelet gave up on the Allocate of %s before the ledger recorded it: %w", p.name, strings.Join(f.ids, ","), context.DeadlineExceeded)})
 		} else {
-			p.answer(f.reply, f.started, allocateReply{resp: f.resp, envs: l.envs})
+			p.answer(f.reply, allocateReply{resp: f.resp, envs: l.envs})
 		}
 		// Logging comes after the answer.
 		for _, e := range l.envs {
@@ -279,7 +278,7 @@ func (p *allocator) land(ctx actor.Context, id uint64, f *flight, l landing) {
 		err = fmt.Errorf("%w: %s: the ledger could not record the allocation of %s: %v", grpcapi.ErrUnavailable, p.name, strings.Join(f.ids, ","), err)
 	}
 	if err != nil { // the pool's server logs the failed call, with err
-		p.answer(f.reply, f.started, allocateReply{err: err})
+		p.answer(f.reply, allocateReply{err: err})
 	}
 	p.letGo(ctx, f.ids)
 }
@@ -319,7 +318,7 @@ func (p *allocator) drainPending(ctx actor.Context) {
 		}
 		delete(p.life.pending, id)
 		p.cfg.Log.Error().Str("pool", p.name).Strs("devices", f.ids).Msg("the ledger did not answer an Allocate as the pool stopped")
-		p.answer(f.reply, f.started, allocateReply{err: fmt.Errorf("%w: pool %s stopped before the ledger answered the Allocate of %s", grpcapi.ErrUnavailable, p.name, strings.Join(f.ids, ","))})
+		p.answer(f.reply, allocateReply{err: fmt.Errorf("%w: pool %s stopped before the ledger answered the Allocate of %s", grpcapi.ErrUnavailable, p.name, strings.Join(f.ids, ","))})
 		// A goroutine, as the mailbox dies with the pool: it relays the
 		// late answer to the parent and releases what it allocates (the
 		// kubelet was told the call failed), touching no pool state.
@@ -356,15 +355,12 @@ func recorded(pool string, envs []events.Envelope) []*AllocationRecorded {
 	return out
 }
 
-// answer reports how long a kubelet's Allocate took, then replies: a
-// scrape of the metrics after the answer counts it. The caller's goroutine,
-// woken by the reply, waits for this one's processor: yielding it lets the
-// kubelet have its answer before the pool logs and goes on (about 25 µs
-// sooner through the kubelet's device manager).
-func (p *allocator) answer(reply chan<- allocateReply, started time.Time, r allocateReply) {
-	if p.cfg.ObserveAllocate != nil {
-		p.cfg.ObserveAllocate(p.name, time.Since(started), r.err)
-	}
+// answer replies to a kubelet's Allocate (the backend observes how long
+// it took, and what the kubelet got). The caller's goroutine, woken by the
+// reply, waits for this one's processor: yielding it lets the kubelet
+// have its answer before the pool logs and goes on (about 25 µs sooner
+// through the kubelet's device manager).
+func (p *allocator) answer(reply chan<- allocateReply, r allocateReply) {
 	reply <- r
 	runtime.Gosched()
 }

@@ -88,7 +88,7 @@ func TestGrantChecksTheRequest(t *testing.T) {
 // returns the channel its answer comes on.
 func allocateVia(f *actortest.Family, ctx context.Context, ids ...string) chan allocateReply {
 	reply := make(chan allocateReply, 1)
-	f.Sys.Root.Send(f.Child, &allocateReq{ctx: ctx, req: request(ids), reply: reply, started: time.Now()})
+	f.Sys.Root.Send(f.Child, &allocateReq{ctx: ctx, req: request(ids), reply: reply})
 	return reply
 }
 
@@ -498,7 +498,7 @@ func TestAnAllocationIsSupersededOnce(t *testing.T) {
 	// The Allocate of x, under way, ends #100: the one of y does not.
 	concurrent := allocateVia(f, context.Background(), y)
 	twoContainers := make(chan allocateReply, 1)
-	f.Sys.Root.Send(f.Child, &allocateReq{ctx: context.Background(), req: request([]string{z}, []string{w}), reply: twoContainers, started: time.Now()})
+	f.Sys.Root.Send(f.Child, &allocateReq{ctx: context.Background(), req: request([]string{z}, []string{w}), reply: twoContainers})
 	g.release()
 	if err := <-allocated; err != nil {
 		t.Fatal(err)
@@ -690,5 +690,41 @@ func TestAStoppingPoolReleasesWhatLandsAfterTheKubeletGaveUp(t *testing.T) {
 	}
 	if _, live := st.Allocations[m.Event.Seq]; live {
 		t.Errorf("allocation #%d, whose Allocate the kubelet was told failed, is live in the ledger", m.Event.Seq)
+	}
+}
+
+// An Allocate is observed once, with what the kubelet got, when it got
+// it: one that a stalled disk held past its grace counts as
+// DeadlineExceeded while the disk still stalls (an alert on the
+// histogram then fires during the stall, not after it), and not again
+// when its allocation lands and is released.
+func TestAnAllocateIsObservedAsTheKubeletGotIt(t *testing.T) {
+	type observed struct {
+		pool string
+		err  error
+	}
+	seen := make(chan observed, 4)
+	f, g, allocated := poolWithAllocateHeld(t, func(c *Config) {
+		c.CallTimeout = 100 * time.Millisecond
+		c.ObserveAllocate = func(pool string, _ time.Duration, err error) { seen <- observed{pool, err} }
+	})
+	if err := <-allocated; status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("an Allocate held past its grace: %v, want DeadlineExceeded", err)
+	}
+	select {
+	case o := <-seen:
+		if o.pool != "example.com/vf" || grpcapi.Code(o.err) != codes.DeadlineExceeded {
+			t.Errorf("observed %s with %v (%s), want example.com/vf with DeadlineExceeded", o.pool, o.err, grpcapi.Code(o.err))
+		}
+	default:
+		t.Fatal("the kubelet was told DeadlineExceeded, and the Allocate is not observed while its append is held")
+	}
+	g.release()
+	m := actortest.Next[*AllocationRecorded](t, f)
+	actortest.Next[*AllocationAbandoned](t, f)
+	select {
+	case o := <-seen:
+		t.Errorf("observed again once the allocation #%d landed: %s with %v", m.Event.Seq, o.pool, o.err)
+	default:
 	}
 }

@@ -2,7 +2,6 @@ package pool
 
 import (
 	"context"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -172,10 +171,9 @@ type preferredReply struct {
 // actor takes after its deadline is refused, and one whose events have not
 // begun to be committed by then writes nothing.
 type allocateReq struct {
-	ctx     context.Context
-	req     *pluginapi.AllocateRequest
-	reply   chan allocateReply
-	started time.Time
+	ctx   context.Context
+	req   *pluginapi.AllocateRequest
+	reply chan allocateReply
 }
 
 type allocateReply struct {
