@@ -983,7 +983,7 @@ func (p *allocator) setHealth(m *SetHealth) bool {
 }
 
 func (p *allocator) status() *Status {
-	st := &Status{Resource: p.name, Socket: p.socket, Members: len(p.order), Held: map[string][]uint64{}, Health: map[string]bool{}}
+	st := &Status{Resource: p.name, Socket: p.socket, Members: len(p.order), Pending: len(p.life.pending), Held: map[string][]uint64{}, Health: map[string]bool{}}
 	for addr, m := range p.members {
 		st.Health[addr] = m.Healthy
 		if p.usable(addr) { // as the kubelet sees it

@@ -88,6 +88,9 @@ type Status struct {
 	// Allocated counts the members a live allocation holds, Free those
 	// it can give out now (healthy, unheld, not being allocated).
 	Allocated, Free int
+	// Pending counts the Allocates whose events are queued with the
+	// store, not yet answered by it.
+	Pending int
 	// Held maps a device to the live allocations holding it.
 	Held map[string][]uint64
 	// Health is each member's health verdict (whatever holds it).
