@@ -19,6 +19,8 @@ import (
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/devledger/devledger/actors/health"
 	"github.com/devledger/devledger/actors/node"
@@ -37,8 +39,10 @@ import (
 // move allocated devices; an allocation split across two pools by a
 // move, then superseded; Allocates in flight while a rebind or a reload
 // moves their devices; hot-unplug; pool and node crashes; rescans; a
-// daemon restart, or a SIGKILL with Allocates in flight; pods that claim
-// allocations, or leave them; kubelet restarts; registrar crashes; in
+// daemon restart, or a SIGKILL with Allocates in flight; a disk that
+// stalls past the grace of Allocates in flight, alone or through a pool
+// crash, a reload or a restart; pods that claim allocations, or leave
+// them; kubelet restarts; registrar crashes; in
 // half the seeds, a snapshot and retention dropping all it can, in steps) go
 // through a real daemon, registered through kubelet.sock or (half the
 // seeds) the kubelet's plugin watcher, and at every quiet point each
@@ -126,6 +130,9 @@ var modelConfigs = map[string]string{"sriov": sriovConfig, "widened": widenedCon
 // modelSteps is how many operations one sequence makes.
 const modelSteps = 20
 
+// modelCallTimeout bounds the model's kubelet calls (see stall).
+const modelCallTimeout = 250 * time.Millisecond
+
 func runModel(t *testing.T, seed uint64, window time.Duration) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	// A restart's kind, and what is in flight at a kill, are drawn apart:
@@ -158,6 +165,11 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 		}
 	}})
 	n.opts.ScanInterval, n.opts.ProbeInterval, n.opts.KernelEvents = time.Hour, time.Hour, false
+	// A disk stall (see stall) lasts two call timeouts before the kubelet
+	// gives up: short, so that a stall costs a sequence half a second.
+	// An Allocate that outlasts it elsewhere, under load, fails as the
+	// kubelet's would, and every check holds all the same.
+	n.opts.CallTimeout = modelCallTimeout
 	n.opts.Registration = mode
 	// Rounds come when the model asks (and when a kubelet appears); an
 	// allocation no container claims by the next is a leak suspect.
@@ -410,6 +422,182 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 		}
 		return desc
 	}
+	// Now and then the disk stalls, drawn apart again: the store's writer
+	// is held while a few Allocates queue their events, and the batch
+	// that begins their commit is held past the calls' grace, so the
+	// kubelet is told DeadlineExceeded and each pool must release what
+	// lands after. Sometimes, while it is held, the pool crashes, a
+	// reload moves or removes it, or the daemon stops and starts again.
+	// Every Allocate answered OK must be in the ledger, and every one
+	// the daemon told DeadlineExceeded that landed anyway released, but
+	// across a stop, which may close the ledger before a release is
+	// recorded. (The allocation then stays live, unclaimed, as a leak
+	// suspect; so may one whose call the kubelet dropped, its plugin's
+	// stream ended by a crash, just before the answer was read: the
+	// server cannot tell.)
+	stalls := rand.New(rand.NewPCG(seed, 0x73746c6c))
+	stall := func() bool {
+		type call struct {
+			pool string
+			ids  []string
+			err  error
+		}
+		var calls []*call
+		for range 1 + stalls.IntN(3) {
+			res := pools[stalls.IntN(len(pools))]
+			devs := n.kubelet.Devices(res)
+			if len(devs) == 0 {
+				continue
+			}
+			calls = append(calls, &call{pool: res, ids: []string{devs[stalls.IntN(len(devs))].ID}})
+		}
+		if len(calls) == 0 {
+			return false
+		}
+		log := d.rec.Log()
+		since := log.LastSeq()
+		first := holdWriter(ctx, t, log)
+		var what []string
+		returned := make(chan struct{}, len(calls))
+		var wg sync.WaitGroup
+		for _, c := range calls {
+			what = append(what, "allocate "+strings.Join(c.ids, ",")+" of "+c.pool)
+			wg.Go(func() {
+				_, c.err = n.kubelet.Allocate(ctx, c.pool, c.ids)
+				returned <- struct{}{}
+			})
+		}
+		// Each call is pending (its events queued behind the hold) or
+		// answered (refused at once) before the second hold queues; or
+		// its deadline is past, and it writes nothing. (A pool placing
+		// members holds its calls until the ledger has the placement.)
+		kids, err := d.Children(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		answered := 0
+		queued, cancel := context.WithTimeout(ctx, modelCallTimeout)
+		for queued.Err() == nil {
+			pending := 0
+			for _, p := range pools {
+				if kids.Pools[p] == nil {
+					continue
+				}
+				if res, err := d.Ask(queued, kids.Pools[p], &pool.Query{}); err == nil {
+					pending += res.(*pool.Status).Pending
+				}
+			}
+		drain:
+			for {
+				select {
+				case <-returned:
+					answered++
+				default:
+					break drain
+				}
+			}
+			if pending+answered == len(calls) {
+				break
+			}
+			select {
+			case <-queued.Done():
+			case <-time.After(time.Millisecond):
+			}
+		}
+		cancel()
+		// The second hold, queued behind their events, holds the batch
+		// that begins their commit: past the calls' deadline they are
+		// written all the same.
+		held, second := queueHold(ctx, t, log, log.LastSeq()-1, func(events.Envelope) bool { return true })
+		first()
+		select {
+		case <-held:
+		case <-ctx.Done():
+			fail("stall: the store's writer never took the second hold")
+		}
+		stopped := false
+		var reloaded *node.ReloadResult
+		var reloadErr, stopErr error
+		var beside sync.WaitGroup
+		// The disk is let go once the kubelet gave up (the pool releases
+		// what lands), or, while a crash, a reload or a stop is under
+		// way, at a time drawn (perhaps before: answered as it lands).
+		letGo := func() { wg.Wait(); second() }
+		switch stalls.IntN(6) {
+		case 0: // a pool crashes, before or after its backend gives up
+			p := calls[stalls.IntN(len(calls))].pool
+			if crashes[p] >= 3 || kids.Pools[p] == nil {
+				break
+			}
+			if stalls.IntN(2) == 0 {
+				wg.Wait()
+			}
+			crash(d, kids.Pools[p], "model")
+			crashes[p]++
+			what = append(what, "crash "+p)
+		case 1: // a reload moves or removes the pools' devices
+			what = append(what, "reload ("+writeConfig(stalls)+")")
+			beside.Go(func() { reloaded, reloadErr = d.Reload(ctx, "model") })
+			letGo = func() { time.Sleep(time.Duration(stalls.IntN(5)) * modelCallTimeout / 2); second() }
+		case 2: // the daemon stops
+			what = append(what, "restart")
+			stopped = true
+			beside.Go(func() { stopErr = d.Stop(ctx, "model") })
+			letGo = func() { time.Sleep(time.Duration(stalls.IntN(5)) * modelCallTimeout / 2); second() }
+		}
+		letGo()
+		wg.Wait()
+		beside.Wait()
+		desc := "stall: " + strings.Join(what, ", ")
+		history = append(history, desc)
+		if reloadErr != nil || reloaded != nil && !reloaded.Applied && !reloaded.Unchanged {
+			fail("reload = %+v, %v", reloaded, reloadErr)
+		}
+		if stopErr != nil {
+			fail("stop: %v", stopErr)
+		}
+		var granted, failed []string
+		var told []string
+		for _, c := range calls {
+			told = append(told, fmt.Sprintf("%s %v: %v", c.pool, c.ids, status.Code(c.err)))
+			if c.err == nil {
+				granted = append(granted, fmt.Sprintf("%s 0 %s", c.pool, strings.Join(c.ids, ",")))
+			} else if status.Code(c.err) == codes.DeadlineExceeded {
+				failed = append(failed, fmt.Sprintf("%s 0 %s", c.pool, strings.Join(c.ids, ",")))
+			}
+		}
+		history[len(history)-1] += " [" + strings.Join(told, "; ") + "]"
+		// Two calls of one device: the second is refused while the
+		// first is in flight, so what lands is the one granted.
+		failed = slices.DeleteFunc(failed, func(f string) bool { return slices.Contains(granted, f) })
+		if stopped {
+			restarted := time.Now()
+			d = n.start(t)
+			if err := registeredAgain(restarted); err != nil {
+				fail("the pools were not registered again after a restart: %v", err)
+			}
+			clear(crashes)
+		}
+		if missing := ungranted(t, d, since, granted); len(missing) > 0 {
+			fail("Allocates answered OK with no DevicesAllocated of the pool they were sent to in the ledger: %v", missing)
+		}
+		if !stopped {
+			wait, cancel := context.WithTimeout(ctx, window)
+			defer cancel()
+			for {
+				live := unreleased(t, d, since, failed)
+				if len(live) == 0 {
+					break
+				}
+				select {
+				case <-wait.Done():
+					fail("Allocates the kubelet was told DeadlineExceeded, whose allocations landed and are live in the ledger: %v\nthe ledger:\n%s", live, ledgerText(t, d))
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}
+		return true
+	}
 	for range modelSteps {
 		step()
 		if retaining && retains.IntN(5) == 0 {
@@ -503,6 +691,13 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 				}
 				if double := unrecordedConflicts(t, d, podsNow); len(double) > 0 {
 					fail("devices held by two live allocations, with no conflict in the ledger:\n%s\nthe ledger:\n%s", strings.Join(double, "\n"), ledgerText(t, d))
+				}
+			}
+		}
+		if stalls.IntN(20) == 0 {
+			if stall() { // in history already, with what the kubelet was told
+				if diff := converge(t, n, d, pools, window); diff != "" {
+					fail("live state differs from the fold of the ledger:\n%s", diff)
 				}
 			}
 		}
@@ -838,6 +1033,27 @@ func ungranted(t *testing.T, d *Daemon, since uint64, granted []string) []string
 			continue
 		}
 		recorded[g]--
+	}
+	return out
+}
+
+// unreleased are the live allocations of the fold that DevicesAllocated
+// events after since record for failed ("pool index ids": one container
+// of an Allocate the kubelet was told failed), each "#seq pool ids".
+func unreleased(t *testing.T, d *Daemon, since uint64, failed []string) []string {
+	t.Helper()
+	st := ledgerState(t, d)
+	var out []string
+	err := d.rec.Log().Read(since+1, func(e events.Envelope) error {
+		if a, ok := e.Payload.(events.DevicesAllocated); ok && slices.Contains(failed, fmt.Sprintf("%s %d %s", a.Pool, a.ContainerIndex, strings.Join(a.DeviceIDs, ","))) {
+			if _, live := st.Allocations[e.Seq]; live {
+				out = append(out, fmt.Sprintf("#%d %s %s", e.Seq, a.Pool, strings.Join(a.DeviceIDs, ",")))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
