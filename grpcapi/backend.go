@@ -43,6 +43,20 @@ type DeadlineKeeper interface {
 	KeepsDeadlines()
 }
 
+// callKey keys the kubelet call's own context in the one a backend gets.
+type callKey struct{}
+
+// CallEnded says whether the kubelet call behind ctx, a context a
+// PoolServer handed its backend, has ended: the kubelet went away or gave
+// up at its own deadline, or a server stopping cut the call short. An
+// answer given after it reaches no one. The server's own deadline does
+// not end the call (a DeadlineKeeper's late answer still reaches a
+// kubelet that waits). A context of no call never ends.
+func CallEnded(ctx context.Context) bool {
+	call, ok := ctx.Value(callKey{}).(context.Context)
+	return ok && call.Err() != nil
+}
+
 // RegistrationObserver hears what the kubelet says about a pool in
 // plugin-watcher mode: GetInfo was called (the kubelet found the socket), and
 // NotifyRegistrationStatus reported the outcome.

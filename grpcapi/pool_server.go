@@ -233,7 +233,7 @@ func (s *PoolServer) Stop(ctx context.Context) error {
 // the deadline wins: an Allocate the ledger already holds is not reported
 // as failed.
 func callBackend[T comparable](s *PoolServer, ctx context.Context, method string, call func(context.Context) (T, error)) (T, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	ctx, cancel := context.WithTimeout(context.WithValue(ctx, callKey{}, ctx), s.timeout)
 	defer cancel()
 	type result struct {
 		v   T

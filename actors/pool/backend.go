@@ -88,19 +88,31 @@ func (b *backend) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) 
 func (b *backend) allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	reply := make(chan allocateReply, 1)
 	b.root.Send(b.pid, &allocateReq{ctx: ctx, req: req, reply: reply})
+	// An answer read once the kubelet's call has ended (it went away or
+	// gave up, or the pool's server, stopping, cut the call short: the
+	// kubelet heard it failed) reaches no one: it is put back, unread,
+	// for the pool to release what it allocates (see abandon).
+	answer := func(r allocateReply) (*pluginapi.AllocateResponse, error) {
+		if r.err != nil || !grpcapi.CallEnded(ctx) {
+			return r.resp, r.err
+		}
+		reply <- r
+		b.root.Send(b.pid, &abandoned{reply: reply})
+		return nil, fmt.Errorf("%w: the call to pool %s ended before the Allocate of %s was answered", context.Canceled, b.pool, requested(req))
+	}
 	// A pool stopped for good answered what it had taken before it went:
 	// an answer waiting beats "stopped".
 	stopped := func() (*pluginapi.AllocateResponse, error) {
 		select {
 		case r := <-reply:
-			return r.resp, r.err
+			return answer(r)
 		default:
 			return nil, fmt.Errorf("%w: pool %s has stopped", grpcapi.ErrUnavailable, b.pool)
 		}
 	}
 	select {
 	case r := <-reply:
-		return r.resp, r.err
+		return answer(r)
 	case <-b.life.gone:
 		return stopped()
 	case <-ctx.Done():
@@ -109,7 +121,7 @@ func (b *backend) allocate(ctx context.Context, req *pluginapi.AllocateRequest) 
 	defer grace.Stop()
 	select {
 	case r := <-reply:
-		return r.resp, r.err
+		return answer(r)
 	case <-b.life.gone:
 		return stopped()
 	case <-grace.C:

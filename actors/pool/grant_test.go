@@ -728,3 +728,56 @@ func TestAnAllocateIsObservedAsTheKubeletGotIt(t *testing.T) {
 	default:
 	}
 }
+
+// A pool that crashes while an Allocate's events commit on a disk that
+// stalls: its server stops, waiting one call timeout for the call, then
+// cuts it short, and the kubelet hears the call failed. The allocation
+// lands in the next incarnation while the backend still waits out its
+// grace; the answer it reads then goes nowhere, so the pool must release
+// the allocation, as for one the backend gave up on.
+func TestAnAllocateCutShortByACrashIsReleased(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	f, g, allocated := poolWithAllocateHeld(t, func(c *Config) { c.CallTimeout = timeout })
+	f.Sys.Root.Send(f.Child, &Crash{Reason: "test"})
+	select {
+	case err := <-allocated:
+		if code := status.Code(err); code == codes.OK || code == codes.DeadlineExceeded {
+			t.Fatalf("an Allocate whose server stopped under it: %v, want the call cut short", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Allocate was never answered")
+	}
+	// Within the backend's grace: the call came less than two timeouts
+	// ago.
+	g.release()
+	// The next incarnation asks for its members and serves meanwhile.
+	var recorded *AllocationRecorded
+	var released *AllocationAbandoned
+	for deadline := time.After(10 * time.Second); released == nil; {
+		m, ok := f.Heard()
+		switch m := m.(type) {
+		case *AllocationRecorded:
+			recorded = m
+		case *AllocationAbandoned:
+			released = m
+		}
+		if ok {
+			continue
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("the parent heard of no release of the allocation (recorded: %v)", recorded != nil)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if r, ok := released.Event.Payload.(events.DevicesReleased); recorded == nil || !ok || r.AllocationSeq != recorded.Event.Seq {
+		t.Fatalf("the parent heard %+v, want the release of the allocation recorded (%+v)", released.Event.Payload, recorded)
+	}
+	st, err := g.log.Replay(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, live := st.Allocations[recorded.Event.Seq]; live {
+		t.Errorf("allocation #%d, whose Allocate the kubelet was told failed, is live in the ledger", recorded.Event.Seq)
+	}
+}
