@@ -131,12 +131,9 @@ type allocator struct {
 	// cdiWritten are the entries of the CDI spec this incarnation last
 	// wrote, by device; nil when it wrote none (see ensureCDISpec).
 	cdiWritten map[string]specs.Device
-	// unread are the replies of the Allocates drainPending answered as
-	// the pool stopped for good; their backends may have given up.
-	unread []chan allocateReply
-	server *grpcapi.PoolServer
-	socket string    // where server serves now (see SocketBase)
-	life   *lifetime // outlives this incarnation, numbered life.incarnations
+	server     *grpcapi.PoolServer
+	socket     string    // where server serves now (see SocketBase)
+	life       *lifetime // outlives this incarnation, numbered life.incarnations
 }
 
 // Receive implements actor.Actor.
@@ -158,9 +155,9 @@ func (p *allocator) Receive(ctx actor.Context) {
 		// Every incarnation's server finishes its calls (each bounded by
 		// the call timeout) before the parent hears the pool is gone.
 		p.life.draining.Wait()
-		// Those calls have returned: an answer drainPending gave that is
-		// still unread went to a backend that gave up.
-		for _, reply := range p.unread {
+		// Those calls have returned: an answer granted that is still
+		// unread went to a backend that gave up (see unread).
+		for _, reply := range p.life.unread {
 			p.releaseUnread(ctx, reply)
 		}
 	case *SetMembers:

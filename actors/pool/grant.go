@@ -51,6 +51,12 @@ type lifetime struct {
 	// draining counts the servers of stopped incarnations finishing their
 	// calls, which a pool stopped for good waits for.
 	draining sync.WaitGroup
+	// unread are the replies of Allocates answered as granted that their
+	// backends had not read when last looked at. A backend that gives up
+	// tells the pool (abandoned), but a pool stopped for good never reads
+	// that message: once its servers are done, it releases what is still
+	// unread here.
+	unread []chan allocateReply
 }
 
 func newLifetime() *lifetime {
@@ -252,6 +258,7 @@ func (p *allocator) land(ctx actor.Context, id uint64, f *flight, l landing) {
 			p.answer(f.reply, allocateReply{err: fmt.Errorf("%s: the kubelet gave up on the Allocate of %s before the ledger recorded it: %w", p.name, strings.Join(f.ids, ","), context.DeadlineExceeded)})
 		} else {
 			p.answer(f.reply, allocateReply{resp: f.resp, envs: l.envs})
+			p.life.unread = append(slices.DeleteFunc(p.life.unread, func(r chan allocateReply) bool { return len(r) == 0 }), f.reply)
 		}
 		// Logging comes after the answer.
 		for _, e := range l.envs {
@@ -295,24 +302,18 @@ func (p *allocator) drainPending(ctx actor.Context) {
 	defer cancel()
 	// A backend that gives up meanwhile tells a mailbox that is going:
 	// what is answered here, Stopped looks at again (see unread).
-	land := func(id uint64, f *flight, l landing) {
-		p.land(ctx, id, f, l)
-		if l.err == nil && !f.abandoned {
-			p.unread = append(p.unread, f.reply)
-		}
-	}
 	for _, id := range slices.Sorted(maps.Keys(p.life.pending)) {
 		f := p.life.pending[id]
 		select {
 		case l := <-f.landed:
-			land(id, f, l)
+			p.land(ctx, id, f, l)
 			continue
 		case <-wait.Done():
 		}
 		// Past the deadline: land only what has landed already.
 		select {
 		case l := <-f.landed:
-			land(id, f, l)
+			p.land(ctx, id, f, l)
 			continue
 		default:
 		}

@@ -781,3 +781,27 @@ func TestAnAllocateCutShortByACrashIsReleased(t *testing.T) {
 		t.Errorf("allocation #%d, whose Allocate the kubelet was told failed, is live in the ledger", recorded.Event.Seq)
 	}
 }
+
+// An Allocate granted whose backend gave up before reading the answer
+// (its grace ended as the allocation landed), in a pool then stopped for
+// good before it read the backend's abandoned message: the answer is
+// still unread once the pool's servers are done, and the pool releases
+// the allocation, as it does one its drain answered.
+func TestAStoppedPoolReleasesAnAnswerNoBackendRead(t *testing.T) {
+	f, l, _ := servingPool(t, t.TempDir(), member(x))
+	allocateVia(f, context.Background(), x) // its reply is never read
+	m := actortest.Next[*AllocationRecorded](t, f)
+	if _, err := f.Sys.Root.PoisonFuture(f.Child).Result(); err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := actortest.Next[*AllocationAbandoned](t, f).Event.Payload.(events.DevicesReleased); !ok || r.AllocationSeq != m.Event.Seq {
+		t.Errorf("the parent heard %+v, want the release of #%d", r, m.Event.Seq)
+	}
+	st, err := l.Replay(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, live := st.Allocations[m.Event.Seq]; live {
+		t.Errorf("allocation #%d, whose answer no one read, is live in the ledger", m.Event.Seq)
+	}
+}
