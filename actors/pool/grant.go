@@ -18,6 +18,7 @@ import (
 	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi"
+	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/sysfs"
 )
 
@@ -399,35 +400,64 @@ func (p *allocator) releaseUnread(ctx actor.Context, reply chan allocateReply) {
 // given, durable after the kubelet was told their Allocate failed, hold
 // nothing. The parent hears of each release as of the reconciler's, and
 // tells the pool. It touches no pool state: a pool that stops may leave
-// it to a goroutine.
+// it to a goroutine. Each release is guarded: the kubelet, told the call
+// failed, may have given the devices to another pod meanwhile, whose
+// Allocate ended the allocation already (endedBy).
 func (p *allocator) releaser(ctx actor.Context) func(envs []events.Envelope) {
 	root, parent, name, rec, plog := ctx.ActorSystem().Root, ctx.Parent(), p.name, p.cfg.Recorder, p.cfg.Log
 	return func(envs []events.Envelope) {
-		payloads := make([]events.Payload, 0, len(envs))
 		seqs := make([]uint64, 0, len(envs))
 		for _, e := range envs {
-			a := e.Payload.(events.DevicesAllocated)
-			payloads = append(payloads, events.DevicesReleased{AllocationSeq: e.Seq, Pool: name, DeviceIDs: slices.Clone(a.DeviceIDs),
-				HeldFor: time.Since(e.Time), Reason: "the kubelet gave up on its Allocate before the ledger recorded it"})
 			seqs = append(seqs, e.Seq)
 		}
 		log := plog.With().Str("pool", name).Uints64("allocations", seqs).Logger()
 		log.Warn().Msg("the kubelet gave up on an Allocate the ledger recorded late; releasing it")
-		unrecorded := func(err error) {
-			log.Error().Err(err).Msg("cannot record the release of an Allocate the kubelet gave up on; it stays live until an Allocate of its devices supersedes it")
-		}
-		// Straight to the parent: a pool that stops meanwhile has
-		// nothing to apply, and the node must still hear of it.
-		if err := rec.RecordAsync(context.Background(), nil, payloads, func(out []events.Envelope, err error) {
-			if err != nil {
+		for _, e := range envs {
+			a := e.Payload.(events.DevicesAllocated)
+			release := events.DevicesReleased{AllocationSeq: e.Seq, Pool: name, DeviceIDs: slices.Clone(a.DeviceIDs),
+				HeldFor: time.Since(e.Time), Reason: "the kubelet gave up on its Allocate before the ledger recorded it"}
+			unrecorded := func(err error) {
+				if errors.Is(err, errEnded) {
+					log.Debug().Err(err).Msg("an Allocate the kubelet gave up on needs no release")
+					return
+				}
+				log.Error().Err(err).Msg("cannot record the release of an Allocate the kubelet gave up on; it stays live until an Allocate of its devices supersedes it")
+			}
+			// Straight to the parent: a pool that stops meanwhile has
+			// nothing to apply, and the node must still hear of it.
+			g := store.Guard{After: e.Seq, Check: endedBy(e.Seq)}
+			if err := rec.RecordAsync(context.Background(), &g, []events.Payload{release}, func(out []events.Envelope, err error) {
+				if err != nil {
+					unrecorded(err)
+					return
+				}
+				for _, e := range out {
+					root.Send(parent, &AllocationAbandoned{Pool: name, Event: e})
+				}
+			}); err != nil {
 				unrecorded(err)
-				return
 			}
-			for _, e := range out {
-				root.Send(parent, &AllocationAbandoned{Pool: name, Event: e})
-			}
-		}); err != nil {
-			unrecorded(err)
 		}
+	}
+}
+
+// errEnded refuses a release of an allocation a later event ended.
+var errEnded = errors.New("the allocation has ended already")
+
+// endedBy is a guard's check that refuses a record once an event ends the
+// allocation seq: its release, or an Allocate that supersedes it.
+func endedBy(seq uint64) func(events.Envelope) error {
+	return func(e events.Envelope) error {
+		switch p := e.Payload.(type) {
+		case events.DevicesReleased:
+			if p.AllocationSeq == seq {
+				return fmt.Errorf("%w (released by #%d)", errEnded, e.Seq)
+			}
+		case events.DevicesAllocated:
+			if slices.Contains(p.Supersedes, seq) {
+				return fmt.Errorf("%w (superseded by #%d)", errEnded, e.Seq)
+			}
+		}
+		return nil
 	}
 }

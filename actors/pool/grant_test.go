@@ -805,3 +805,35 @@ func TestAStoppedPoolReleasesAnAnswerNoBackendRead(t *testing.T) {
 		t.Errorf("allocation #%d, whose answer no one read, is live in the ledger", m.Event.Seq)
 	}
 }
+
+// The backend hands back an answer it read after the kubelet's call
+// ended, and the pool releases that allocation; the kubelet, told the
+// call failed, may meanwhile have given the devices to another pod, whose
+// Allocate superseded it. The release must then record nothing: the
+// ledger would tell of an allocation ended twice.
+func TestAReleaseOfAnAllocationEndedMeanwhileRecordsNothing(t *testing.T) {
+	f, l, _ := servingPool(t, t.TempDir(), member(x))
+	first := allocateVia(f, context.Background(), x)
+	ended := actortest.Next[*AllocationRecorded](t, f).Event.Seq
+	if r := awaitReply(t, allocateVia(f, context.Background(), x)); r.err != nil {
+		t.Fatal(r.err)
+	}
+	actortest.Next[*AllocationRecorded](t, f)
+	f.Sys.Root.Send(f.Child, &abandoned{reply: first})
+	// Whatever the pool queued with the store is durable, or refused,
+	// once an append queued after it is answered.
+	if _, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(context.Background(), events.New(events.KubeletRestarted{Socket: "marker"}, time.Now(), "boot-1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Read(ended+1, func(e events.Envelope) error {
+		if r, ok := e.Payload.(events.DevicesReleased); ok && r.AllocationSeq == ended {
+			t.Errorf("#%d releases allocation #%d, which an Allocate superseded before", e.Seq, ended)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
