@@ -255,9 +255,9 @@ func (p *allocator) land(ctx actor.Context, id uint64, f *flight, l landing) {
 			p.holds.Apply(p.name, e)
 		}
 		p.marked = false
-		if f.abandoned { // its answer goes nowhere, but counts as refused
-			p.answer(f.reply, allocateReply{err: fmt.Errorf("%s: the kubelet gave up on the Allocate of %s before the ledger recorded it: %w", p.name, strings.Join(f.ids, ","), context.DeadlineExceeded)})
-		} else {
+		// One the backend gave up on has no reader (the backend counted
+		// it as the kubelet's DeadlineExceeded): it is released below.
+		if !f.abandoned {
 			p.answer(f.reply, allocateReply{resp: f.resp, envs: l.envs})
 			p.life.unread = append(slices.DeleteFunc(p.life.unread, func(r chan allocateReply) bool { return len(r) == 0 }), f.reply)
 		}
