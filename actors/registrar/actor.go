@@ -230,7 +230,7 @@ func (r *registrar) Receive(ctx actor.Context) {
 		// a pool that keeps being refused keeps backing off.
 		r.forgetSocket(m.Pool)
 		r.desired[m.Pool] = desire{socket: m.Socket}
-		r.cancelRetry(m.Pool)
+		stopTimer(r.retrying, m.Pool)
 		r.reconcile(ctx)
 	case *Undesire:
 		r.forgetSocket(m.Pool)
@@ -239,7 +239,7 @@ func (r *registrar) Receive(ctx actor.Context) {
 		delete(r.failures, m.Pool)
 		delete(r.lastError, m.Pool)
 		delete(r.warned, m.Pool)
-		r.cancelRetry(m.Pool)
+		stopTimer(r.retrying, m.Pool)
 	case *Listing:
 		r.listed(ctx, m)
 	case *unlisted:
@@ -281,17 +281,21 @@ func (r *registrar) Receive(ctx actor.Context) {
 	}
 }
 
-// stopTimers stops the retries and ListGraces waiting to fire.
+// stopTimers stops the retries and graces waiting to fire.
 func (r *registrar) stopTimers() {
-	for _, t := range r.retrying {
+	for _, timers := range []map[string]*time.Timer{r.retrying, r.unlisted, r.refused} {
+		for _, t := range timers {
+			t.Stop()
+		}
+	}
+}
+
+// stopTimer stops and forgets the pool's timer in timers, if any.
+func stopTimer(timers map[string]*time.Timer, pool string) {
+	if t := timers[pool]; t != nil {
 		t.Stop()
 	}
-	for _, t := range r.unlisted {
-		t.Stop()
-	}
-	for _, t := range r.refused {
-		t.Stop()
-	}
+	delete(timers, pool)
 }
 
 // observeKubelet stats the kubelet's socket. A kubelet other than the one
@@ -316,7 +320,7 @@ func (r *registrar) observeKubelet(created bool) kubeletID {
 	}
 	r.restarted("kubelet restarted; registering every pool again")
 	for pool := range r.retrying {
-		r.cancelRetry(pool)
+		stopTimer(r.retrying, pool)
 		r.failures[pool] = 0
 	}
 	// The drops were the last kubelet's: this one starts at one grace.
@@ -638,7 +642,7 @@ func (r *registrar) repeatLevel(pool, socket, why string) zerolog.Level {
 func (r *registrar) acknowledge(ctx actor.Context, pool string, d desire) {
 	d.acked, d.by = true, r.kubelet
 	r.desired[pool] = d
-	r.cancelRefused(pool)
+	stopTimer(r.refused, pool)
 	r.failures[pool] = 0
 	delete(r.lastError, pool)
 	delete(r.warned, pool)
@@ -663,7 +667,7 @@ func (r *registrar) listed(ctx actor.Context, m *Listing) {
 		// ends with no word once the pool stops, and its count would stay.
 		if d, ok := r.desired[m.Pool]; ok && d.socket == m.Socket {
 			r.listing[m.Socket]++
-			r.cancelUnlisted(m.Pool)
+			stopTimer(r.unlisted, m.Pool)
 			delete(r.drops, m.Pool)
 		}
 		return
@@ -754,22 +758,8 @@ func (r *registrar) forgetSocket(pool string) {
 	if d, ok := r.desired[pool]; ok {
 		delete(r.listing, d.socket)
 	}
-	r.cancelUnlisted(pool)
-	r.cancelRefused(pool)
-}
-
-func (r *registrar) cancelRefused(pool string) {
-	if t := r.refused[pool]; t != nil {
-		t.Stop()
-	}
-	delete(r.refused, pool)
-}
-
-func (r *registrar) cancelUnlisted(pool string) {
-	if t := r.unlisted[pool]; t != nil {
-		t.Stop()
-	}
-	delete(r.unlisted, pool)
+	stopTimer(r.unlisted, pool)
+	stopTimer(r.refused, pool)
 }
 
 // kubeletReported takes what the plugin watcher told a pool (watcher mode).
@@ -870,11 +860,4 @@ func (r *registrar) record(p events.Payload, done func(events.Envelope)) {
 	if err := r.cfg.Recorder.RecordAsync(context.Background(), nil, []events.Payload{p}, landed); err != nil {
 		landed(nil, err)
 	}
-}
-
-func (r *registrar) cancelRetry(pool string) {
-	if t := r.retrying[pool]; t != nil {
-		t.Stop()
-	}
-	delete(r.retrying, pool)
 }
