@@ -530,39 +530,35 @@ func (c *checker) probe(targets []Target, linkOnly []bool) (results []sysfs.Prob
 // debounce or hold-down ends, if that is sooner.
 func (c *checker) judge(t Target, r sysfs.ProbeResult, now time.Time) (*Verdict, time.Duration) {
 	due := c.interval(t)
-	if r.Inconclusive {
-		// No word on the device: its verdict stands, and a debounce or
-		// hold-down under way is still judged when it ends.
-		if d := c.devices[t.Probe.Address]; d != nil && d.Healthy != d.raw {
-			wait := t.HoldDown
-			if d.Healthy {
-				wait = t.Debounce
-			}
-			if wait -= now.Sub(d.rawSince); wait > 0 {
-				due = min(due, wait)
-			}
+	// An inconclusive result is no word on the device: its verdict
+	// stands, and a debounce or hold-down under way is still judged
+	// when it ends.
+	d := c.devices[t.Probe.Address]
+	if !r.Inconclusive {
+		d = c.state(t, now)
+		if r.Healthy != d.raw {
+			d.raw, d.rawSince = r.Healthy, now
 		}
+	}
+	if d == nil || d.Healthy == d.raw {
 		return nil, due
 	}
-	d := c.state(t, now)
-	if r.Healthy != d.raw {
-		d.raw, d.rawSince = r.Healthy, now
+	wait := t.HoldDown
+	if d.Healthy {
+		wait = t.Debounce
 	}
-	switch {
-	case d.Healthy && !d.raw:
-		if wait := t.Debounce - now.Sub(d.rawSince); wait > 0 {
-			return nil, min(due, wait)
-		}
+	if wait -= now.Sub(d.rawSince); wait > 0 {
+		return nil, min(due, wait)
+	}
+	if r.Inconclusive {
+		return nil, due
+	}
+	if !d.raw {
 		return &Verdict{Address: t.Probe.Address, Healthy: false, Reason: r.Reason}, due
-	case !d.Healthy && d.raw:
-		if wait := t.HoldDown - now.Sub(d.rawSince); wait > 0 {
-			return nil, min(due, wait)
-		}
-		reason := "probes pass"
-		if t.HoldDown > 0 {
-			reason = fmt.Sprintf("probes passed for %s", t.HoldDown)
-		}
-		return &Verdict{Address: t.Probe.Address, Healthy: true, Reason: reason}, due
 	}
-	return nil, due
+	reason := "probes pass"
+	if t.HoldDown > 0 {
+		reason = fmt.Sprintf("probes passed for %s", t.HoldDown)
+	}
+	return &Verdict{Address: t.Probe.Address, Healthy: true, Reason: reason}, due
 }
