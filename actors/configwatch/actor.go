@@ -44,9 +44,7 @@ type settled struct{ gen int }
 
 // Props returns the props of a config watcher.
 func Props(cfg Config) *actor.Props {
-	if cfg.Quiet <= 0 {
-		cfg.Quiet = 100 * time.Millisecond
-	}
+	supervise.OrDefault(&cfg.Quiet, 100*time.Millisecond)
 	return actor.PropsFromProducer(func() actor.Actor { return &watcher{cfg: cfg} }, actor.WithDispatcher(supervise.Warm))
 }
 

@@ -132,9 +132,7 @@ type device struct {
 
 // Props returns the props of a health checker.
 func Props(cfg Config) *actor.Props {
-	if cfg.Interval <= 0 {
-		cfg.Interval = 5 * time.Second
-	}
+	supervise.OrDefault(&cfg.Interval, 5*time.Second)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

@@ -68,15 +68,9 @@ type Config struct {
 
 // Props returns the props of a pool allocator.
 func Props(cfg Config) *actor.Props {
-	if cfg.CallTimeout <= 0 {
-		cfg.CallTimeout = grpcapi.DefaultCallTimeout
-	}
-	if cfg.RetryInitial <= 0 {
-		cfg.RetryInitial = 100 * time.Millisecond
-	}
-	if cfg.RetryMax <= 0 {
-		cfg.RetryMax = time.Minute
-	}
+	supervise.OrDefault(&cfg.CallTimeout, grpcapi.DefaultCallTimeout)
+	supervise.OrDefault(&cfg.RetryInitial, 100*time.Millisecond)
+	supervise.OrDefault(&cfg.RetryMax, time.Minute)
 	replayed := handoff.First(cfg.Replayed)
 	life := newLifetime()
 	shared := &cfg // a reload's SetResource outlives a restart

@@ -72,12 +72,12 @@ type Pod struct{ Namespace, Name string }
 
 // Props returns the props of a reconciler.
 func Props(cfg Config) *actor.Props {
-	orDefault(&cfg.Interval, 30*time.Second)
-	orDefault(&cfg.AfterAllocate, 2*time.Second)
-	orDefault(&cfg.LeakGrace, 5*time.Minute)
-	orDefault(&cfg.RetryMax, 5*time.Minute)
-	orDefault(&cfg.CallTimeout, 10*time.Second)
-	orDefault(&cfg.KubeletSettle, time.Minute)
+	supervise.OrDefault(&cfg.Interval, 30*time.Second)
+	supervise.OrDefault(&cfg.AfterAllocate, 2*time.Second)
+	supervise.OrDefault(&cfg.LeakGrace, 5*time.Minute)
+	supervise.OrDefault(&cfg.RetryMax, 5*time.Minute)
+	supervise.OrDefault(&cfg.CallTimeout, 10*time.Second)
+	supervise.OrDefault(&cfg.KubeletSettle, time.Minute)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -609,11 +609,5 @@ func staleBy(payloads []events.Payload) func(events.Envelope) error {
 func addAll(set map[string]bool, ids []string) {
 	for _, id := range ids {
 		set[id] = true
-	}
-}
-
-func orDefault(d *time.Duration, def time.Duration) {
-	if *d <= 0 {
-		*d = def
 	}
 }

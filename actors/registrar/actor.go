@@ -69,24 +69,14 @@ type NeedSocket struct {
 
 // Props returns the props of a registrar.
 func Props(cfg Config) *actor.Props {
-	if cfg.RegisterTimeout <= 0 {
-		cfg.RegisterTimeout = 10 * time.Second
-	}
-	if cfg.RetryInitial <= 0 {
-		cfg.RetryInitial = 200 * time.Millisecond
-	}
-	if cfg.RetryMax <= 0 {
-		cfg.RetryMax = 30 * time.Second
-	}
-	if cfg.ListGrace <= 0 {
-		cfg.ListGrace = time.Second
-	}
+	supervise.OrDefault(&cfg.RegisterTimeout, 10*time.Second)
+	supervise.OrDefault(&cfg.RetryInitial, 200*time.Millisecond)
+	supervise.OrDefault(&cfg.RetryMax, 30*time.Second)
+	supervise.OrDefault(&cfg.ListGrace, time.Second)
 	if cfg.Mode == "" {
 		cfg.Mode = grpcapi.ModeLegacy
 	}
-	if cfg.recheckEvery <= 0 {
-		cfg.recheckEvery = 5 * time.Second
-	}
+	supervise.OrDefault(&cfg.recheckEvery, 5*time.Second)
 	if cfg.redial == nil {
 		cfg.redial = dialKubelet
 	}

@@ -55,6 +55,14 @@ func FailureLevel(n int) zerolog.Level {
 	return zerolog.ErrorLevel
 }
 
+// OrDefault sets *d to def unless *d is positive: a zero (or negative)
+// duration in an actor's Config asks for its default.
+func OrDefault(d *time.Duration, def time.Duration) {
+	if *d <= 0 {
+		*d = def
+	}
+}
+
 // Doubling is the n-th (n ≥ 1) of the waits that start at initial and
 // double up to limit.
 func Doubling(initial, limit time.Duration, n int) time.Duration {
