@@ -586,7 +586,9 @@ var errStale = errors.New("an allocation landed or ended since the round")
 func staleBy(payloads []events.Payload) func(events.Envelope) error {
 	devices := map[string]bool{}
 	for _, p := range payloads {
-		addAll(devices, events.Envelope{Payload: p}.Devices())
+		for _, id := range (events.Envelope{Payload: p}).Devices() {
+			devices[id] = true
+		}
 	}
 	return func(e events.Envelope) error {
 		var ids []string
@@ -603,11 +605,5 @@ func staleBy(payloads []events.Payload) func(events.Envelope) error {
 			}
 		}
 		return nil
-	}
-}
-
-func addAll(set map[string]bool, ids []string) {
-	for _, id := range ids {
-		set[id] = true
 	}
 }
