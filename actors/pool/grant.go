@@ -432,7 +432,7 @@ func (p *allocator) releaser(ctx actor.Context) func(envs []events.Envelope) {
 					return
 				}
 				for _, e := range out {
-					root.Send(parent, &AllocationAbandoned{Pool: name, Event: e})
+					root.Send(parent, &AllocationAbandoned{Event: e})
 				}
 			}); err != nil {
 				unrecorded(err)

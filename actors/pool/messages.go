@@ -125,10 +125,7 @@ type AllocationRecorded struct {
 // whose Allocate the kubelet was told had failed (its events landed after
 // the call gave up, as on a disk that stalls). Event is the
 // DevicesReleased, for the node to fold as it folds the reconciler's.
-type AllocationAbandoned struct {
-	Pool  string
-	Event events.Envelope
-}
+type AllocationAbandoned struct{ Event events.Envelope }
 
 // LetGo tells the parent the pool no longer lists Devices and has no
 // Allocate of them under way: a pool they moved to may give them out. Gen
