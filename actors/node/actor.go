@@ -72,11 +72,12 @@ type Config struct {
 	ScanInterval  time.Duration
 	ProbeInterval time.Duration
 	CallTimeout   time.Duration
-	// PodResources feeds the reconciler that Reconcile configures (the node
-	// fills in its Recorder, Lister, Pools and Replayed).
+	// ObserveAllocate is each pool's (pool.Config.ObserveAllocate).
 	ObserveAllocate func(pool string, took time.Duration, err error)
-	PodResources    reconciler.Lister
-	Reconcile       reconciler.Config
+	// PodResources feeds the reconciler that Reconcile configures (the node
+	// fills in its Recorder, Lister, Replayed and Log).
+	PodResources reconciler.Lister
+	Reconcile    reconciler.Config
 	// Supervisor supervises the node's children.
 	Supervisor actor.SupervisorStrategy
 	Log        zerolog.Logger
