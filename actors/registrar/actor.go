@@ -159,7 +159,7 @@ type registrar struct {
 	failures  map[string]int
 	lastError map[string]string
 	// warned holds, per pool not registered since, the failures logged
-	// at warn (see repeatLevel).
+	// at warn (see failure).
 	warned map[string]map[string]bool
 	// listing counts the kubelet's ListAndWatch streams by socket;
 	// unlisted holds, per registered pool with none on its socket, the
@@ -581,10 +581,8 @@ func (r *registrar) answered(ctx actor.Context, m *registerResult) {
 // failed records a failed attempt and schedules the next; holds is the
 // socket path the kubelet refused as held already, action what comes next.
 func (r *registrar) failed(ctx actor.Context, pool string, d desire, err error, holds, action string) {
-	r.failures[pool]++
+	level := r.failure(pool, d.socket, err.Error())
 	n := r.failures[pool]
-	level := r.repeatLevel(pool, d.socket, err.Error())
-	r.lastError[pool] = err.Error()
 	delay := supervise.Doubling(r.cfg.RetryInitial, r.cfg.RetryMax, n)
 	if holds != "" && n == 1 {
 		delay = 0 // nothing to wait for: the new socket is free
@@ -606,15 +604,18 @@ func (r *registrar) failed(ctx actor.Context, pool string, d desire, err error, 
 	r.retrying[pool] = time.AfterFunc(delay, func() { root.Send(self, &retry{pool: pool}) })
 }
 
-// repeatLevel is the level to log a failure of the pool's registration
-// that says why: a warning the first time it says so since the pool was
-// last registered (or a new kubelet came), debug each time it comes
-// again (the ledger counts them). A pool whose renewals alternate two
-// failures, a refusal and the renewal it brings, so logs each once. Why
-// may name the socket the failure was about (a dial's error names its
-// path), which each renewal makes anew: its name is not part of what is
-// compared, or every retry would warn, and be kept, as news.
-func (r *registrar) repeatLevel(pool, socket, why string) zerolog.Level {
+// failure counts a failure of the pool's registration that says why, and
+// returns the level to log it at: a warning the first time it says so
+// since the pool was last registered (or a new kubelet came), debug each
+// time it comes again (the ledger counts them). A pool whose renewals
+// alternate two failures, a refusal and the renewal it brings, so logs
+// each once. Why may name the socket the failure was about (a dial's
+// error names its path), which each renewal makes anew: its name is not
+// part of what is compared, or every retry would warn, and be kept, as
+// news.
+func (r *registrar) failure(pool, socket, why string) zerolog.Level {
+	r.failures[pool]++
+	r.lastError[pool] = why
 	if socket != "" {
 		why = strings.ReplaceAll(why, filepath.Base(socket), "")
 	}
@@ -732,13 +733,12 @@ func (r *registrar) unlistedFor(ctx actor.Context, m *unlisted) {
 // next grace.
 func (r *registrar) renew(ctx actor.Context, pool string, d desire, why, msg string) {
 	grace := r.listGrace(pool)
-	r.failures[pool]++
+	level := r.failure(pool, d.socket, why)
 	r.drops[pool]++
-	r.lastError[pool] = why
 	action := "serving the pool on a new socket"
 	r.record(events.RegistrationFailed{Pool: pool, Socket: d.socket, Mode: string(r.cfg.Mode), Error: why,
 		Attempt: r.drops[pool], Action: action}, nil)
-	r.cfg.Log.WithLevel(r.repeatLevel(pool, d.socket, why)).Str("pool", pool).Str("socket", d.socket).Dur("grace_ms", grace).Str("action", action).Msg(msg)
+	r.cfg.Log.WithLevel(level).Str("pool", pool).Str("socket", d.socket).Dur("grace_ms", grace).Str("action", action).Msg(msg)
 	r.needSocket(ctx, pool, d, false, why)
 }
 
@@ -779,9 +779,7 @@ func (r *registrar) kubeletReported(ctx actor.Context, m *KubeletReported) {
 		r.acknowledge(ctx, m.Pool, d)
 		return
 	}
-	r.failures[m.Pool]++
-	level := r.repeatLevel(m.Pool, m.Socket, m.Reason)
-	r.lastError[m.Pool] = m.Reason
+	level := r.failure(m.Pool, m.Socket, m.Reason)
 	failed := events.RegistrationFailed{Pool: m.Pool, Socket: m.Socket, Mode: string(grpcapi.ModeWatcher), Error: m.Reason,
 		Attempt: r.failures[m.Pool], Action: "the kubelet's plugin watcher tries again"}
 	held := strings.Contains(m.Reason, "already connected")
