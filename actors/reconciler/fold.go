@@ -190,31 +190,9 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 	}
 	for _, k := range keys {
 		refs := reported[k]
-		if rs := under[k.device]; len(rs) > 1 {
-			if rs[0] == k.resource { // once per device
-				out.payloads = append(out.payloads, crossPool(k.device, rs, reported, holder, bound, in, &out)...)
-			}
-		} else if len(refs) > 1 {
-			claims := make([]events.Claim, 0, len(refs))
-			names := make([]string, 0, len(refs))
-			for _, r := range refs {
-				// The allocation is the claim of the container the round
-				// leaves it bound to.
-				c := events.Claim{Namespace: r.namespace, Pod: r.pod, Container: r.container}
-				if to, ok := bound[holder[k]]; ok && to == r {
-					c.AllocationSeq = holder[k]
-				}
-				claims = append(claims, c)
-				names = append(names, r.String())
-			}
-			seenKey := conflictSeen + k.resource + "|" + k.device + "|" + strings.Join(names, ",")
-			out.seen[seenKey] = true
-			if !in.seen[seenKey] {
-				out.payloads = append(out.payloads, events.AllocationConflict{
-					Pool: k.resource, Device: k.device, Claims: claims,
-					Reason: fmt.Sprintf("the kubelet reports the device in %d containers: %s", len(refs), strings.Join(names, ", ")),
-				})
-			}
+		// Once per device: under its first resource when several report it.
+		if rs := under[k.device]; len(rs) > 1 && rs[0] == k.resource || len(rs) == 1 && len(refs) > 1 {
+			out.payloads = append(out.payloads, conflict(k.device, rs, reported, holder, bound, in, &out)...)
 		}
 		if holder[k] == 0 {
 			// The ledger lost it or released it too soon: the kubelet's
@@ -245,13 +223,14 @@ func fold(in foldInput, pods []*podresourcesapi.PodResources) foldResult {
 	return out
 }
 
-// crossPool is the conflict of a device the kubelet reports under several
-// of our resources (rs, sorted): each container holds it, whichever pool
-// gave it out. It is recorded once as it appears, named after the pool of
-// the newest live allocation of it (the one that gave it out again), and
-// each allocation is the claim of the container the round leaves it bound
-// to (the one that alone reports it, if it was bound to none).
-func crossPool(device string, rs []string, reported map[key][]holderRef, holder map[key]uint64, bound map[uint64]holderRef, in foldInput, out *foldResult) []events.Payload {
+// conflict is the conflict of a device the kubelet reports in more than
+// one container, under one or several of our resources (rs, sorted):
+// each container holds it, whichever pool gave it out. It is recorded
+// once as it appears, named after the pool of the newest live allocation
+// of it (the one that gave it out again), and each allocation is the
+// claim of the container the round leaves it bound to (the one that
+// alone reports it, if it was bound to none).
+func conflict(device string, rs []string, reported map[key][]holderRef, holder map[key]uint64, bound map[uint64]holderRef, in foldInput, out *foldResult) []events.Payload {
 	var claims []events.Claim
 	var names []string
 	pool, newest := rs[0], uint64(0)
@@ -266,7 +245,11 @@ func crossPool(device string, rs []string, reported map[key][]holderRef, holder 
 				c.AllocationSeq = holder[k]
 			}
 			claims = append(claims, c)
-			names = append(names, ref.String()+" ("+r+")")
+			name := ref.String()
+			if len(rs) > 1 {
+				name += " (" + r + ")"
+			}
+			names = append(names, name)
 		}
 	}
 	seenKey := conflictSeen + strings.Join(rs, ",") + "|" + device + "|" + strings.Join(names, ",")
@@ -274,6 +257,9 @@ func crossPool(device string, rs []string, reported map[key][]holderRef, holder 
 	if in.seen[seenKey] {
 		return nil
 	}
-	return []events.Payload{events.AllocationConflict{Pool: pool, Device: device, Claims: claims,
-		Reason: fmt.Sprintf("the kubelet reports the device in %d containers of %d pools: %s", len(claims), len(rs), strings.Join(names, ", "))}}
+	reason := fmt.Sprintf("the kubelet reports the device in %d containers: %s", len(claims), strings.Join(names, ", "))
+	if len(rs) > 1 {
+		reason = fmt.Sprintf("the kubelet reports the device in %d containers of %d pools: %s", len(claims), len(rs), strings.Join(names, ", "))
+	}
+	return []events.Payload{events.AllocationConflict{Pool: pool, Device: device, Claims: claims, Reason: reason}}
 }
