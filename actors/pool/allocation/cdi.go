@@ -3,6 +3,8 @@ package allocation
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -171,5 +173,9 @@ func CDIConflicts(dir string, res *config.Resource) []error {
 // RemoveCDISpec removes the pool's CDI spec file from dir; a missing file
 // is no error.
 func RemoveCDISpec(dir string, res *config.Resource) error {
-	return removeFile("CDI spec", CDISpecPath(dir, res))
+	path := CDISpecPath(dir, res)
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove CDI spec %s: %w", path, err)
+	}
+	return nil
 }

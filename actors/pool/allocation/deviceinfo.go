@@ -178,12 +178,3 @@ func holds(path string, data []byte) bool {
 	n, err := syscall.Read(fd, buf)
 	return err == nil && n == len(data) && bytes.Equal(buf[:n], data)
 }
-
-// removeFile removes path (what names it in errors); a missing file is no
-// error.
-func removeFile(what, path string) error {
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove %s %s: %w", what, path, err)
-	}
-	return nil
-}
