@@ -164,6 +164,22 @@ func (h *holdings) end(seq uint64) {
 	delete(h.bound, seq)
 }
 
+// boundTo says what the live allocations bound to a container of a pod
+// that names matches hold, one line each in sequence order: "#12 held
+// 0000:3b:02.1 for telco/cnf-0/main".
+func (h *holdings) boundTo(names func(namespace, pod string) bool) []string {
+	var lines []string
+	for _, seq := range slices.Sorted(maps.Keys(h.bound)) {
+		b := h.bound[seq]
+		ns, rest, _ := strings.Cut(b, "/")
+		pod, _, _ := strings.Cut(rest, "/")
+		if names(ns, pod) {
+			lines = append(lines, fmt.Sprintf("#%d held %s for %s", seq, strings.Join(h.devices[seq], ","), b))
+		}
+	}
+	return lines
+}
+
 // of names what holds addr: "telco/cnf-0/main", "#12 (unbound)", or ""
 // for nothing.
 func (h *holdings) of(addr string) string {

@@ -241,9 +241,10 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 		tp.holders = held.of
 	}
 	// A device's story names what held the device where the events shown
-	// begin: its allocation may predate --since, or the events retention
-	// kept, and the story would read as if nothing held it.
-	begun := tp == nil || !tp.story || f.device == ""
+	// begin, and a pod's what the pod held there: the allocation may
+	// predate --since, or the events retention kept, and the story would
+	// read as if nothing held it.
+	begun := tp == nil || !tp.story || (f.device == "" && f.pods == nil)
 	var lastSeq uint64
 	var lastTime time.Time
 	begin := func(next uint64) {
@@ -251,11 +252,22 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 			return
 		}
 		begun = true
-		if h := held.of(f.device); h != "" && next != 0 {
-			tp.start = fmt.Sprintf("(held by %s before #%d)", h, next)
-		} else if h != "" {
-			tp.start = fmt.Sprintf("(held by %s after #%d, the last event)", h, lastSeq)
+		where := fmt.Sprintf("before #%d", next)
+		if next == 0 {
+			where = fmt.Sprintf("after #%d, the last event", lastSeq)
 		}
+		var lines []string
+		switch {
+		case f.device != "":
+			if h := held.of(f.device); h != "" {
+				lines = append(lines, fmt.Sprintf("(held by %s %s)", h, where))
+			}
+		default:
+			for _, l := range held.boundTo(f.pods.names) {
+				lines = append(lines, fmt.Sprintf("(%s %s)", l, where))
+			}
+		}
+		tp.start = strings.Join(lines, "\n")
 	}
 	// With --pool, the fold says which pool a device is in.
 	var st events.State

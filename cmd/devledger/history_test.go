@@ -1020,3 +1020,66 @@ func TestReplayThroughADaemonReadsAheadOnlyWhatItCan(t *testing.T) {
 		t.Errorf("fold #1..#2 reading ahead: states at #%d and #%d (want #1 and #%d), %d events ahead, error %v", a.Seq, b.Seq, want.Seq, len(bNext), err)
 	}
 }
+
+// TestPodStoryNamesWhatItHeldWhereItBegins: a pod's story whose events
+// begin inside one of its allocations (at --since, or at the events
+// retention kept) says what the pod held there, also when none of its
+// events falls in the window: "(no events)" alone would read as if the
+// pod held nothing then. A pod made again under the same name holds its
+// own allocation; the one before it is over and is not named.
+func TestPodStoryNamesWhatItHeldWhereItBegins(t *testing.T) {
+	const vfio, dev, other = "intel.com/sriov_vfio", "0000:3b:02.1", "0000:3b:02.2"
+	l := pooledVF(vfio, dev) // #1-#3 from 09:00, a minute apart
+	l.add(events.DeviceDiscovered{Device: events.DeviceFacts{Address: other, Vendor: "8086", Device: "1889", Driver: "vfio-pci"}})
+	l.add(events.PoolMembershipChanged{Pool: vfio, Added: []string{other}, Reason: "daemon start"})
+	a := l.add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{dev}}) // #6, 09:05
+	l.add(events.AllocationBound{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{dev}, Namespace: "telco", Pod: "cnf-0", Container: "main"})
+	l.add(events.KubeletRestarted{Socket: "/var/lib/kubelet/device-plugins/kubelet.sock"}) // #8, 09:07
+	l.add(events.DevicesReleased{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{dev}, HeldFor: 3 * time.Minute})
+	b := l.add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{dev, other}}) // #10, 09:09
+	l.add(events.AllocationBound{AllocationSeq: b, Pool: vfio, DeviceIDs: []string{dev, other}, Namespace: "telco", Pod: "cnf-0", Container: "main"})
+	l.add(events.KubeletRestarted{Socket: "/var/lib/kubelet/device-plugins/kubelet.sock"}) // #12, 09:11
+	full := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, full, l.envs)
+	cut := retainedCopy(t, l.envs, 8)
+
+	const first = "(#6 held 0000:3b:02.1 for telco/cnf-0/main before #8)\n"
+	cases := []struct {
+		name string
+		args []string
+		want string // "" for no line saying what the pod held
+	}{
+		{"whole ledger", []string{"--db", full}, ""},
+		{"since inside its first allocation", []string{"--db", full, "--since", "2026-11-30T09:06:30Z"},
+			"(#6 held 0000:3b:02.1 for telco/cnf-0/main before #8)\n"},
+		{"window without an event of it", []string{"--db", full, "--since", "2026-11-30T09:06:30Z", "--until", "2026-11-30T09:07:30Z"},
+			"(#6 held 0000:3b:02.1 for telco/cnf-0/main before #8)\n(no events)\n"},
+		{"between its two allocations", []string{"--db", full, "--since", "2026-11-30T09:08:30Z", "--until", "2026-11-30T09:08:40Z"}, ""},
+		{"since inside the pod made again", []string{"--db", full, "--since", "2026-11-30T09:10:30Z"},
+			"(#10 held 0000:3b:02.1,0000:3b:02.2 for telco/cnf-0/main before #12)\n(no events)\n"},
+		{"by namespace", []string{"--db", full, "--namespace", "telco", "--since", "2026-11-30T09:06:30Z", "--until", "2026-11-30T09:07:30Z"},
+			"(#6 held 0000:3b:02.1 for telco/cnf-0/main before #8)\n(no events)\n"},
+		{"retention dropped the allocation", []string{"--db", cut}, first},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"dump"}, tc.args...)
+			if !slices.Contains(args, "--namespace") {
+				args = append(args, "--pod", "telco/cnf-0")
+			}
+			code, out, errOut := runCLI(t, args...)
+			if code != exitOK {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			if tc.want == "" {
+				if strings.Contains(out, " held ") {
+					t.Errorf("the story names a hold where the pod held nothing:\n%s", out)
+				}
+				return
+			}
+			if !strings.Contains(out, "WHAT HAPPENED\n"+tc.want) {
+				t.Errorf("the story does not begin with %q:\n%s", tc.want, out)
+			}
+		})
+	}
+}
