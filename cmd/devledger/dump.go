@@ -243,7 +243,9 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	// A device's story names what held the device where the events shown
 	// begin, and a pod's what the pod held there: the allocation may
 	// predate --since, or the events retention kept, and the story would
-	// read as if nothing held it.
+	// read as if nothing held it. A device's story also says so of an
+	// unhealthy spell the device is in there.
+	var health deviceHealth
 	begun := tp == nil || !tp.story || (f.device == "" && f.pods == nil)
 	var lastSeq uint64
 	var lastTime time.Time
@@ -262,6 +264,9 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 			if h := held.of(f.device); h != "" {
 				lines = append(lines, fmt.Sprintf("(held by %s %s)", h, where))
 			}
+			if v := health.spell(f.device); v != "" {
+				lines = append(lines, fmt.Sprintf("(%s; %s)", v, where))
+			}
 		default:
 			for _, l := range held.boundTo(f.pods.names) {
 				lines = append(lines, fmt.Sprintf("(%s %s)", l, where))
@@ -277,6 +282,9 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	prior := func(s events.State) {
 		known.prior(s, &f)
 		held.prior(s)
+		if !begun && f.device != "" {
+			health.prior(s, f.device)
+		}
 		st = s
 	}
 	readErr := read(prs.around(prior, func(e events.Envelope) error {
@@ -289,6 +297,9 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 		lastSeq, lastTime = e.Seq, e.Time
 		matched := f.match(e) // before note: what e supersedes held then
 		held.note(e)
+		if !begun && f.device != "" {
+			health.note(e, f.device)
+		}
 		if f.poolOf != nil {
 			st = events.Apply(st, e)
 		}
@@ -426,4 +437,61 @@ func newPrinter(format string, w io.Writer, wide, story bool, about string) (pri
 		return &jsonPrinter{w: bw}, nil
 	}
 	return nil, usageErrf("--format %q: want table, json or jsonl, or html", format)
+}
+
+// deviceHealth follows one device's health verdict, by the fold, up to
+// where a story about it begins.
+type deviceHealth struct {
+	s events.State
+	// at is when the verdict was made; zero when it came from the state
+	// before the first event (a snapshot), which does not say.
+	at time.Time
+}
+
+// prior takes addr's verdict in s, the state before the first event.
+func (h *deviceHealth) prior(s events.State, addr string) {
+	h.s = events.NewState()
+	if d, ok := s.Devices[addr]; ok {
+		h.s.Devices[addr] = d
+	}
+}
+
+// note folds e in if it is one of the events that give addr a verdict.
+func (h *deviceHealth) note(e events.Envelope, addr string) {
+	switch e.Payload.(type) {
+	case events.DeviceDiscovered, events.DeviceChanged, events.DeviceRemoved, events.DeviceHealthChanged:
+	default:
+		return
+	}
+	if !slices.Contains(e.Devices(), addr) {
+		return
+	}
+	was := h.s.Devices[addr].HealthSeq
+	h.s = events.Apply(h.s, e)
+	if h.s.Devices[addr].HealthSeq != was {
+		h.at = e.Time
+	}
+}
+
+// spell says what is wrong with addr, "" when it is healthy: "unhealthy
+// since #9 at 2026-12-01T03:30:00Z: link down on ens1f0 (PF)", "removed
+// since #30 at ...: gone from sysfs".
+func (h *deviceHealth) spell(addr string) string {
+	d, ok := h.s.Devices[addr]
+	if !ok || d.Healthy {
+		return ""
+	}
+	what, reason := "unhealthy", d.HealthReason
+	if !d.Present {
+		what = "removed"
+		reason = strings.TrimPrefix(strings.TrimPrefix(reason, "removed"), ": ")
+	}
+	// A snapshot older than the verdict's sequence in the fold has none.
+	if d.HealthSeq != 0 {
+		what += fmt.Sprintf(" since #%d", d.HealthSeq)
+	}
+	if !h.at.IsZero() {
+		what += " at " + h.at.UTC().Format(time.RFC3339)
+	}
+	return withReason(what, ": ", reason)
 }

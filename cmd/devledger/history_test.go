@@ -622,7 +622,7 @@ func TestDeviceStoryNamesTheHolderWhereItBegins(t *testing.T) {
 		{"window without an event of it", []string{"--db", full, "--since", "2026-11-30T09:05:00Z", "--until", "2026-11-30T09:05:30Z"}, held + "(no events)\n"},
 		{"since after the release", []string{"--db", full, "--since", "2026-11-30T09:08:00Z"}, ""},
 		{"window between its events", []string{"--db", full, "--since", "2026-11-30T09:06:30Z", "--until", "2026-11-30T09:06:40Z"},
-			"(held by telco/cnf-0/main before #8)\n(no events)\n"},
+			"(held by telco/cnf-0/main before #8)\n(unhealthy since #7 at 2026-11-30T09:06:00Z: link down; before #8)\n(no events)\n"},
 		{"retention dropped the allocation", []string{"--db", cut}, held},
 	}
 	for _, tc := range cases {
@@ -1074,6 +1074,58 @@ func TestPodStoryNamesWhatItHeldWhereItBegins(t *testing.T) {
 			if tc.want == "" {
 				if strings.Contains(out, " held ") {
 					t.Errorf("the story names a hold where the pod held nothing:\n%s", out)
+				}
+				return
+			}
+			if !strings.Contains(out, "WHAT HAPPENED\n"+tc.want) {
+				t.Errorf("the story does not begin with %q:\n%s", tc.want, out)
+			}
+		})
+	}
+}
+
+// TestDeviceStorySaysItWasUnhealthyWhereItBegins: asked why a device was
+// unhealthy at a time, a device's story whose window falls inside the
+// spell (or begins after the events retention kept) says the device was
+// unhealthy there, since when and why, rather than "(no events)" alone.
+func TestDeviceStorySaysItWasUnhealthyWhereItBegins(t *testing.T) {
+	const vfio, dev = "intel.com/sriov_vfio", "0000:3b:02.1"
+	l := pooledVF(vfio, dev) // #1-#3 from 09:00, a minute apart
+	a := l.add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{dev}})
+	l.add(events.AllocationBound{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{dev}, Namespace: "telco", Pod: "cnf-0", Container: "main"})
+	l.add(events.DeviceHealthChanged{Address: dev, Reason: "link down on ens1f0 (PF)"})    // #6, 09:05
+	l.add(events.KubeletRestarted{Socket: "/var/lib/kubelet/device-plugins/kubelet.sock"}) // #7, 09:06
+	l.add(events.DeviceHealthChanged{Address: dev, Healthy: true, Reason: "probes passed for 30s"})
+	l.add(events.DevicesReleased{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{dev}, HeldFor: 5 * time.Minute})
+	l.add(events.DeviceRemoved{Address: dev, Reason: "gone from sysfs"})                   // #10, 09:09
+	l.add(events.KubeletRestarted{Socket: "/var/lib/kubelet/device-plugins/kubelet.sock"}) // #11, 09:10
+	full := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, full, l.envs)
+	cut := retainedCopy(t, l.envs, 7)
+
+	const spell = "(unhealthy since #6 at 2026-11-30T09:05:00Z: link down on ens1f0 (PF); before #7)\n"
+	cases := []struct {
+		name string
+		args []string
+		want string // "" for no line saying it was unhealthy
+	}{
+		{"whole ledger", []string{"--db", full}, ""},
+		{"window inside the spell", []string{"--db", full, "--since", "2026-11-30T09:05:30Z", "--until", "2026-11-30T09:06:30Z"},
+			"(held by telco/cnf-0/main before #7)\n" + spell + "(no events)\n"},
+		{"since after the spell", []string{"--db", full, "--since", "2026-11-30T09:07:30Z"}, ""},
+		{"since after the device went", []string{"--db", full, "--since", "2026-11-30T09:09:30Z"},
+			"(removed since #10 at 2026-11-30T09:09:00Z: gone from sysfs; before #11)\n(no events)\n"},
+		{"retention cut inside the spell", []string{"--db", cut}, "(held by telco/cnf-0/main before #7)\n(unhealthy since #6: link down on ens1f0 (PF); before #7)\n"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := runCLI(t, append([]string{"dump", "--device", dev}, tc.args...)...)
+			if code != exitOK {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			if tc.want == "" {
+				if strings.Contains(out, " since #") {
+					t.Errorf("the story says the device was unhealthy where it was not:\n%s", out)
 				}
 				return
 			}
