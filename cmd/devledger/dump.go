@@ -236,9 +236,11 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	var known knownNames
 	held := newHoldings()
 	f.superseded = held.superseded
+	spells := unhealthySpells{}
 	tp, _ := p.(*tablePrinter)
 	if tp != nil && tp.story {
 		tp.holders = held.of
+		tp.unhealthyFor = spells.ends
 	}
 	// A device's story names what held the device where the events shown
 	// begin, and a pod's what the pod held there: the allocation may
@@ -264,7 +266,7 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 			if h := held.of(f.device); h != "" {
 				lines = append(lines, fmt.Sprintf("(held by %s %s)", h, where))
 			}
-			if v := health.spell(f.device); v != "" {
+			if v := health.spell(f.device, spells); v != "" {
 				lines = append(lines, fmt.Sprintf("(%s; %s)", v, where))
 			}
 		default:
@@ -282,6 +284,7 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	prior := func(s events.State) {
 		known.prior(s, &f)
 		held.prior(s)
+		spells.prior(s)
 		if !begun && f.device != "" {
 			health.prior(s, f.device)
 		}
@@ -303,11 +306,14 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 		if f.poolOf != nil {
 			st = events.Apply(st, e)
 		}
+		if matched {
+			if err := p.event(e); err != nil {
+				return err
+			}
+		}
+		spells.note(e) // after p.event: a healthy verdict ends a spell
 		if !matched {
 			return nil
-		}
-		if err := p.event(e); err != nil {
-			return err
 		}
 		printed++
 		if *limit > 0 && printed >= *limit {
@@ -441,12 +447,7 @@ func newPrinter(format string, w io.Writer, wide, story bool, about string) (pri
 
 // deviceHealth follows one device's health verdict, by the fold, up to
 // where a story about it begins.
-type deviceHealth struct {
-	s events.State
-	// at is when the verdict was made; zero when it came from the state
-	// before the first event (a snapshot), which does not say.
-	at time.Time
-}
+type deviceHealth struct{ s events.State }
 
 // prior takes addr's verdict in s, the state before the first event.
 func (h *deviceHealth) prior(s events.State, addr string) {
@@ -460,23 +461,17 @@ func (h *deviceHealth) prior(s events.State, addr string) {
 func (h *deviceHealth) note(e events.Envelope, addr string) {
 	switch e.Payload.(type) {
 	case events.DeviceDiscovered, events.DeviceChanged, events.DeviceRemoved, events.DeviceHealthChanged:
-	default:
-		return
-	}
-	if !slices.Contains(e.Devices(), addr) {
-		return
-	}
-	was := h.s.Devices[addr].HealthSeq
-	h.s = events.Apply(h.s, e)
-	if h.s.Devices[addr].HealthSeq != was {
-		h.at = e.Time
+		if slices.Contains(e.Devices(), addr) {
+			h.s = events.Apply(h.s, e)
+		}
 	}
 }
 
 // spell says what is wrong with addr, "" when it is healthy: "unhealthy
 // since #9 at 2026-12-01T03:30:00Z: link down on ens1f0 (PF)", "removed
-// since #30 at ...: gone from sysfs".
-func (h *deviceHealth) spell(addr string) string {
+// since ...: gone from sysfs", with the reason of the last verdict and
+// the start of the spell as spells has it.
+func (h *deviceHealth) spell(addr string, spells unhealthySpells) string {
 	d, ok := h.s.Devices[addr]
 	if !ok || d.Healthy {
 		return ""
@@ -487,11 +482,67 @@ func (h *deviceHealth) spell(addr string) string {
 		reason = strings.TrimPrefix(strings.TrimPrefix(reason, "removed"), ": ")
 	}
 	// A snapshot older than the verdict's sequence in the fold has none.
-	if d.HealthSeq != 0 {
-		what += fmt.Sprintf(" since #%d", d.HealthSeq)
-	}
-	if !h.at.IsZero() {
-		what += " at " + h.at.UTC().Format(time.RFC3339)
+	if began := spells[addr]; began.seq != 0 {
+		what += fmt.Sprintf(" since #%d", began.seq)
+		if !began.at.IsZero() {
+			what += " at " + began.at.UTC().Format(time.RFC3339)
+		}
 	}
 	return withReason(what, ": ", reason)
+}
+
+// unhealthySpells holds, per device, where its unhealthy spell began, from
+// the events read: the first unhealthy verdict after a healthy one, or the
+// device's removal. A spell that began before the first event read (a
+// snapshot's) is not in it: nothing says when it began.
+type unhealthySpells map[string]spellStart
+
+type spellStart struct {
+	seq uint64
+	at  time.Time
+}
+
+// prior takes the spells open in s, the state before the first event:
+// their start is the last verdict's sequence, at no known time.
+func (u unhealthySpells) prior(s events.State) {
+	for addr, d := range s.Devices {
+		if !d.Healthy {
+			u[addr] = spellStart{seq: d.HealthSeq}
+		}
+	}
+}
+
+func (u unhealthySpells) note(e events.Envelope) {
+	open := func(addr string) {
+		if _, ok := u[addr]; !ok {
+			u[addr] = spellStart{e.Seq, e.Time}
+		}
+	}
+	switch p := e.Payload.(type) {
+	case events.DeviceHealthChanged:
+		if p.Healthy {
+			delete(u, p.Address)
+		} else {
+			open(p.Address)
+		}
+	case events.DeviceRemoved:
+		open(p.Address)
+	case events.DeviceDiscovered:
+		delete(u, p.Device.Address)
+	}
+}
+
+// ends says for how long the device e, a healthy verdict, finds healthy
+// again was unhealthy; false when e is no such verdict or the spell's
+// start is unknown.
+func (u unhealthySpells) ends(e events.Envelope) (time.Duration, bool) {
+	p, ok := e.Payload.(events.DeviceHealthChanged)
+	if !ok || !p.Healthy {
+		return 0, false
+	}
+	began, ok := u[p.Address]
+	if !ok || began.at.IsZero() {
+		return 0, false
+	}
+	return e.Time.Sub(began.at), true
 }

@@ -1135,3 +1135,44 @@ func TestDeviceStorySaysItWasUnhealthyWhereItBegins(t *testing.T) {
 		})
 	}
 }
+
+// TestStorySaysHowLongADeviceWasUnhealthy: asked for how long a device
+// was unhealthy, a story says it where the device is healthy again,
+// counted from the verdict that began the spell (not from a later
+// unhealthy verdict with another reason), also when that verdict is
+// before --since; not where the spell began before the events read.
+func TestStorySaysHowLongADeviceWasUnhealthy(t *testing.T) {
+	const vfio, dev = "intel.com/sriov_vfio", "0000:3b:02.1"
+	l := pooledVF(vfio, dev) // #1-#3 from 09:00, a minute apart
+	a := l.add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{dev}})
+	l.add(events.AllocationBound{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{dev}, Namespace: "telco", Pod: "cnf-0", Container: "main"})
+	l.add(events.DeviceHealthChanged{Address: dev, Reason: "link down on ens1f0 (PF)"})      // #6, 09:05
+	l.add(events.DeviceHealthChanged{Address: dev, Reason: "driver unbound (was vfio-pci)"}) // #7, 09:06
+	l.add(events.DeviceHealthChanged{Address: dev, Healthy: true, Reason: "probes passed for 30s"})
+	full := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, full, l.envs)
+	cut := retainedCopy(t, l.envs, 7)
+
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"device", []string{"--db", full, "--device", dev}, "healthy again after 2m: probes passed for 30s; held by telco/cnf-0/main\n"},
+		{"since inside the spell", []string{"--db", full, "--device", dev, "--since", "2026-11-30T09:06:30Z"},
+			"healthy again after 2m: probes passed for 30s; held by telco/cnf-0/main\n"},
+		{"pod", []string{"--db", full, "--pod", "telco/cnf-0"}, "0000:3b:02.1 healthy again after 2m: probes passed for 30s; held by telco/cnf-0/main\n"},
+		{"retention cut inside the spell", []string{"--db", cut, "--device", dev}, "healthy again: probes passed for 30s; held by telco/cnf-0/main\n"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := runCLI(t, append([]string{"dump"}, tc.args...)...)
+			if code != exitOK {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			if !strings.HasSuffix(out, "09:07:00  "+tc.want) {
+				t.Errorf("the story does not end with %q:\n%s", tc.want, out)
+			}
+		})
+	}
+}

@@ -32,6 +32,9 @@ type tablePrinter struct {
 	// holders, in a story, names what holds a device when its health
 	// changes; nil when unknown.
 	holders func(addr string) string
+	// unhealthyFor, in a story, says for how long the device a healthy
+	// verdict is about was unhealthy; nil or false when unknown.
+	unhealthyFor func(e events.Envelope) (time.Duration, bool)
 	// start, in a device's story, says what held the device where the
 	// events shown begin; "" when nothing did.
 	start string
@@ -76,6 +79,11 @@ func (p *tablePrinter) event(e events.Envelope) error {
 	var err error
 	if p.story {
 		text := tell(e, p.about)
+		if p.unhealthyFor != nil {
+			if d, ok := p.unhealthyFor(e); ok {
+				text = strings.Replace(text, "healthy again", "healthy again after "+humanDuration(d), 1)
+			}
+		}
 		if h, ok := e.Payload.(events.DeviceHealthChanged); ok && p.holders != nil {
 			text = withReason(text, "; held by ", p.holders(h.Address))
 		}

@@ -97,6 +97,7 @@ func compareCut(t *testing.T, full string, envs []events.Envelope, first uint64,
 		code, got, errOut := runCLI(t, append([]string{"dump", "--db", db, "--until", until}, args...)...)
 		want, got = pageLosses.ReplaceAllString(want, ""), pageLosses.ReplaceAllString(got, "")
 		want, got = spellStarts.ReplaceAllString(want, "($1"), spellStarts.ReplaceAllString(got, "($1")
+		want, got = spellEnds.ReplaceAllString(want, "healthy again"), spellEnds.ReplaceAllString(got, "healthy again")
 		if code != wantCode || got != want {
 			t.Errorf("%v: kept from #%d (%s): exit %d (%s):\n%s\nwant, as the whole ledger says from then on (exit %d %s):\n%s",
 				args, first, since, code, errOut, got, wantCode, wantErr, want)
@@ -179,10 +180,13 @@ var retainedArgSets = [][]string{
 // before the window, and why a leak was suspected.
 var pageLosses = regexp.MustCompile(`<p class="meta">Filters: [^<]*</p>|<p class="note">Retention dropped [^<]*</p>\n|(: | of )worker-3| data-find="[^"]*"|leak suspected: [^\n"]*`)
 
-// spellStarts finds, in a device's story, when an unhealthy spell open
-// where the story begins started: the events kept after a cut inside it
-// do not say (the sequence they do).
-var spellStarts = regexp.MustCompile(`(?m)^\(((?:unhealthy|removed) since #\d+) at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`)
+// spellStarts finds, in a story, when an unhealthy spell open where the
+// story begins started, and spellEnds how long one that ends in it
+// lasted: the events kept after a cut inside the spell do not say.
+var (
+	spellStarts = regexp.MustCompile(`(?m)^\(((?:unhealthy|removed) since #\d+) at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`)
+	spellEnds   = regexp.MustCompile(`healthy again after [0-9dhms]+`)
+)
 
 // TestPageSaysWhereTheEventsKeptBegin: after retention, the page says that
 // it starts at the first event kept, not where the node's history did: an
