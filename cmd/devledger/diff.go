@@ -47,7 +47,7 @@ func parseDiffRange(value string, now time.Time) (from, to diffEnd, err error) {
 		if !ok && value != "" {
 			hint = fmt.Sprintf(" (what changed since %s: --diff %s..)", value, value)
 		}
-		return from, to, usageErrf("--diff %q: want T1..T2, each a time (RFC 3339, or a duration before now: 2h, 7d) or a sequence ('#N'); T2 left out is the end%s", value, hint)
+		return from, to, usageErrf("--diff %q: want T1..T2, each a time (RFC 3339, a UTC date for its end, or a duration before now: 2h, 7d) or a sequence ('#N'); T2 left out is the end%s", value, hint)
 	}
 	if from, err = parseDiffEnd(t1, now); err != nil {
 		return from, to, err
@@ -77,7 +77,7 @@ func parseDiffEnd(s string, now time.Time) (diffEnd, error) {
 		if zerr := zoneless("diff", s); zerr != nil {
 			return diffEnd{}, zerr
 		}
-		return diffEnd{}, usageErrf("--diff: %q is neither a time (RFC 3339: 2026-11-24T09:00:00Z, or a duration before now: 2h, 90m, 7d) nor a sequence number ('#N')", s)
+		return diffEnd{}, usageErrf("--diff: %q is neither a time (RFC 3339: 2026-11-24T09:00:00Z, a UTC date: 2026-11-24, or a duration before now: 2h, 90m, 7d) nor a sequence number ('#N')", s)
 	}
 	return diffEnd{at: at, text: s}, nil
 }

@@ -86,8 +86,8 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("dump", "[--state-dir DIR | --db FILE] [filters] [--format table|json|jsonl|html]\n       devledger dump [--state-dir DIR | --db FILE] [filters] --stats [--by type|pool|device|pod] [--every D] [--format table|json]", stdout)
 	var lf ledgerFlags
 	lf.register(fs)
-	since := fs.String("since", "", "only events at or after `T` (RFC 3339, or a duration before now: 2h, 7d)")
-	until := fs.String("until", "", "only events at or before `T` (RFC 3339, or a duration before now)")
+	since := fs.String("since", "", "only events at or after `T` (RFC 3339 in any zone: 2026-11-24T09:00:00Z, 2026-11-24 10:00:00+01:00; a UTC date, from its start: 2026-11-24; or a duration before now: 2h, 7d)")
+	until := fs.String("until", "", "only events at or before `T` (as --since; a date, to its end)")
 	pool := fs.String("pool", "", "only events of the pool `RESOURCE` (prefix/name), and the health changes of its members then")
 	device := fs.String("device", "", "only events that concern the PCI device `ADDR` (0000:3b:02.1)")
 	pod := fs.String("pod", "", "the story of pod `NAME` (or NAMESPACE/NAME): its allocations (allocated, bound, released, conflicts) and what befell their devices while it held them (health, driver, moves, unplug, configs that moved them)")

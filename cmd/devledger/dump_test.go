@@ -201,6 +201,46 @@ func TestTimeFlagIsInUTC(t *testing.T) {
 	}
 }
 
+// TestTimeFlagTakesWhatDatePrints: a point is taken as `date` writes it
+// for RFC 3339 (`date -u --rfc-3339=seconds`: a space for the "T", which
+// RFC 3339 allows) and as a bare date (`date -u +%F`), the UTC day: its
+// start as --since, its whole as --until, as a time given to the second
+// stands for that second.
+func TestTimeFlagTakesWhatDatePrints(t *testing.T) {
+	now := time.Date(2026, 12, 7, 16, 0, 0, 0, time.UTC)
+	for _, tc := range []struct{ value, since, until string }{
+		{"2026-12-01 05:00:00+00:00", "2026-12-01T05:00:00Z", "2026-12-01T05:00:00.999999999Z"},
+		{"2026-12-01 06:00:00.5+01:00", "2026-12-01T05:00:00.5Z", "2026-12-01T05:00:00.5Z"},
+		{"2026-12-01", "2026-12-01T00:00:00Z", "2026-12-01T23:59:59.999999999Z"},
+	} {
+		since, err := parseTimeFlag("since", tc.value, now)
+		if err != nil || since.Format(time.RFC3339Nano) != tc.since {
+			t.Errorf("parseTimeFlag(%q) = %v, %v; want %s", tc.value, since, err, tc.since)
+		}
+		until, err := parseUntilFlag("until", tc.value, now)
+		if err != nil || until.Format(time.RFC3339Nano) != tc.until {
+			t.Errorf("parseUntilFlag(%q) = %v, %v; want %s", tc.value, until, err, tc.until)
+		}
+	}
+	for _, bad := range []string{"2026-12-01 05:00:00", "2026-12-01  05:00:00Z", "2026-12-1", "2026-12-01Z"} {
+		if _, err := parseTimeFlag("since", bad, now); err == nil {
+			t.Errorf("parseTimeFlag(%q) took it", bad)
+		}
+	}
+
+	// A day's story, end to end: the allocation of 2026-11-24 10:30 and
+	// nothing of the day after.
+	db := sampleCopy(t)
+	code, out, errOut := runCLI(t, "dump", "--db", db, "--since", "2026-11-24", "--until", "2026-11-24", "--type", "DevicesAllocated", "--format", "jsonl")
+	if code != exitOK || !strings.Contains(out, `"type":"DevicesAllocated"`) {
+		t.Errorf("dump of a day: exit %d (%s):\n%s", code, errOut, out)
+	}
+	code, out, errOut = runCLI(t, "dump", "--db", db, "--since", "2026-11-25")
+	if code != exitOK || !strings.Contains(out, "(no events)") {
+		t.Errorf("dump from the day after: exit %d (%s):\n%s", code, errOut, out)
+	}
+}
+
 // On a live node, read through the daemon's admin socket, nothing since
 // --since is a quiet node, which "(no events)" says: the ledger has not
 // ended, and a warning would say it had.

@@ -21,7 +21,7 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 	var lf ledgerFlags
 	lf.register(fs)
 	untilSeq := fs.Uint64("until-seq", 0, "fold events up to and including sequence `N` (0: all)")
-	untilTime := fs.String("until-time", "", "fold events up to time `T` (RFC 3339, or a duration before now: 2h, 7d)")
+	untilTime := fs.String("until-time", "", "fold events up to time `T` (RFC 3339 in any zone: 2026-11-24T09:00:00Z, 2026-11-24 10:00:00+01:00; a UTC date, to its end: 2026-11-24; or a duration before now: 2h, 7d)")
 	format := fs.String("format", "table", "output `FORMAT`: table or json")
 	wide := fs.Bool("wide", false, "on a terminal, do not cut table rows to its width (into a file or a pipe nothing is ever cut)")
 	verify := fs.Bool("verify", false, "check every record (checksums, sequence, snapshots) first; exit 1 at the first bad one")
