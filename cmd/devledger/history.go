@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -322,11 +323,23 @@ func tell(e events.Envelope, about string) string {
 		}
 		return fmt.Sprintf("%sdiscovered (%s)", subjectPrefix(d.Address, about), strings.Join(facts, ", "))
 	case events.DeviceChanged:
-		s := subjectPrefix(p.Device.Address, about) + "changed " + strings.Join(p.Changed, ", ")
-		if slices.Contains(p.Changed, "driver") {
-			s += " (driver now " + dash(p.Device.Driver) + ")"
+		// What the change made of the facts an operator asks after: a
+		// reason names the driver or an interface, and a newer PCI ID
+		// database renames a device that stays at its address.
+		d := p.Device
+		var now []string
+		for _, f := range []struct{ name, value string }{
+			{"driver", dash(d.Driver)},
+			{"interfaces", dash(strings.Join(d.Interfaces, ","))},
+			{"vendor_name", strconv.Quote(d.VendorName)},
+			{"device_name", strconv.Quote(d.DeviceName)},
+		} {
+			if slices.Contains(p.Changed, f.name) {
+				now = append(now, f.name+" now "+f.value)
+			}
 		}
-		return s
+		s := subjectPrefix(d.Address, about) + "changed " + strings.Join(p.Changed, ", ")
+		return withReason(s, " ", parenthesized(strings.Join(now, "; ")))
 	case events.DeviceRemoved:
 		return withReason(subjectPrefix(p.Address, about)+"removed", ": ", p.Reason)
 	case events.DeviceHealthChanged:

@@ -1176,3 +1176,33 @@ func TestStorySaysHowLongADeviceWasUnhealthy(t *testing.T) {
 		})
 	}
 }
+
+// TestDeviceStoryNamesWhatAChangeMade: a device's story says what a change
+// made of the facts an operator asks after (the driver, the interfaces,
+// the names a newer PCI ID database gives), not only which changed: a
+// device renamed there is the same device at the same address.
+func TestDeviceStoryNamesWhatAChangeMade(t *testing.T) {
+	const vfio, dev = "intel.com/sriov_vfio", "0000:3b:02.1"
+	l := pooledVF(vfio, dev) // #1-#3 from 09:00, a minute apart
+	facts := events.DeviceFacts{Address: dev, Vendor: "8086", Device: "1889", Driver: "iavf", Interfaces: []string{"ens1f0v1"},
+		VendorName: "Intel Corporation", DeviceName: "Ethernet Adaptive Virtual Function (E810)"}
+	l.add(events.DeviceChanged{Device: facts, Changed: []string{"driver", "vfio_device", "interfaces"}})
+	l.add(events.DeviceChanged{Device: facts, Changed: []string{"device_name"}})
+	facts.Interfaces = nil
+	l.add(events.DeviceChanged{Device: facts, Changed: []string{"interfaces"}})
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, db, l.envs)
+	code, out, errOut := runCLI(t, "dump", "--db", db, "--device", dev, "--since", "2026-11-30T09:03:00Z")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		"09:03:00  changed driver, vfio_device, interfaces (driver now iavf; interfaces now ens1f0v1)\n",
+		"09:04:00  changed device_name (device_name now \"Ethernet Adaptive Virtual Function (E810)\")\n",
+		"09:05:00  changed interfaces (interfaces now -)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the story lacks %q:\n%s", want, out)
+		}
+	}
+}
