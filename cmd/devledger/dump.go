@@ -493,13 +493,17 @@ func (h *deviceHealth) spell(addr string, spells unhealthySpells) string {
 
 // unhealthySpells holds, per device, where its unhealthy spell began, from
 // the events read: the first unhealthy verdict after a healthy one, or the
-// device's removal. A spell that began before the first event read (a
-// snapshot's) is not in it: nothing says when it began.
+// device's removal; it ends as the fold makes the device healthy (a
+// healthy verdict, its discovery, a change of it while removed). A spell
+// open in the state before the first event read (a snapshot's) began at
+// no known time.
 type unhealthySpells map[string]spellStart
 
 type spellStart struct {
 	seq uint64
 	at  time.Time
+	// removed is set while the device is gone.
+	removed bool
 }
 
 // prior takes the spells open in s, the state before the first event:
@@ -507,28 +511,35 @@ type spellStart struct {
 func (u unhealthySpells) prior(s events.State) {
 	for addr, d := range s.Devices {
 		if !d.Healthy {
-			u[addr] = spellStart{seq: d.HealthSeq}
+			u[addr] = spellStart{seq: d.HealthSeq, removed: !d.Present}
 		}
 	}
 }
 
 func (u unhealthySpells) note(e events.Envelope) {
-	open := func(addr string) {
-		if _, ok := u[addr]; !ok {
-			u[addr] = spellStart{e.Seq, e.Time}
+	open := func(addr string, removed bool) {
+		sp, ok := u[addr]
+		if !ok {
+			sp = spellStart{seq: e.Seq, at: e.Time}
 		}
+		sp.removed = sp.removed || removed
+		u[addr] = sp
 	}
 	switch p := e.Payload.(type) {
 	case events.DeviceHealthChanged:
 		if p.Healthy {
 			delete(u, p.Address)
 		} else {
-			open(p.Address)
+			open(p.Address, false)
 		}
 	case events.DeviceRemoved:
-		open(p.Address)
+		open(p.Address, true)
 	case events.DeviceDiscovered:
 		delete(u, p.Device.Address)
+	case events.DeviceChanged:
+		if u[p.Device.Address].removed {
+			delete(u, p.Device.Address)
+		}
 	}
 }
 

@@ -1206,3 +1206,30 @@ func TestDeviceStoryNamesWhatAChangeMade(t *testing.T) {
 		}
 	}
 }
+
+// TestSpellOfADeviceBackAfterItsRemoval: a device removed, then found
+// changed (the fold takes it as back, and healthy), is not still in the
+// spell its removal began: a later one is counted from its own start.
+func TestSpellOfADeviceBackAfterItsRemoval(t *testing.T) {
+	const vfio, dev = "intel.com/sriov_vfio", "0000:3b:02.1"
+	l := pooledVF(vfio, dev) // #1-#3 from 09:00, a minute apart
+	l.add(events.DeviceRemoved{Address: dev, Reason: "gone from sysfs"})
+	l.add(events.DeviceChanged{Device: events.DeviceFacts{Address: dev, Vendor: "8086", Device: "1889", Driver: "iavf"}, Changed: []string{"driver"}})
+	l.add(events.DeviceHealthChanged{Address: dev, Reason: "link down on ens1f0 (PF)"}) // #6, 09:05
+	l.add(events.KubeletRestarted{Socket: "/var/lib/kubelet/device-plugins/kubelet.sock"})
+	l.add(events.DeviceHealthChanged{Address: dev, Healthy: true, Reason: "probes passed for 30s"}) // #8, 09:07
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, db, l.envs)
+	code, out, errOut := runCLI(t, "dump", "--db", db, "--device", dev, "--since", "2026-11-30T09:06:00Z")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		"(unhealthy since #6 at 2026-11-30T09:05:00Z: link down on ens1f0 (PF); before #7)\n",
+		"09:07:00  healthy again after 2m: probes passed for 30s\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the story lacks %q:\n%s", want, out)
+		}
+	}
+}
