@@ -94,25 +94,40 @@ func TestMetricsServerClosesIdleConnections(t *testing.T) {
 
 // A request whose header is far larger than a scraper's is refused (431)
 // before the server buffers it: the port is open on the host network.
+// net/http reads 4 KiB past MaxHeaderBytes before it refuses, so the
+// bound docs/operations.md gives is 12 KiB: a header just under it is
+// served, one just over it refused.
 func TestMetricsServerRefusesAHugeHeader(t *testing.T) {
 	d, _, _ := readyWithMetrics(t, sriovConfig)
-	conn, err := net.Dial("tcp", d.metricsAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	req := "GET /healthz HTTP/1.1\r\nHost: devledger\r\nX-Pad: " + strings.Repeat("a", 64<<10) + "\r\n\r\n"
-	if _, err := io.WriteString(conn, req); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
-		t.Errorf("/healthz with a 64 KiB header = %d, want %d", resp.StatusCode, http.StatusRequestHeaderFieldsTooLarge)
+	for _, tc := range []struct {
+		name string
+		pad  int
+		want int
+	}{
+		{"under 12 KiB", 11 << 10, http.StatusOK},
+		{"over 12 KiB", 13 << 10, http.StatusRequestHeaderFieldsTooLarge},
+		{"64 KiB", 64 << 10, http.StatusRequestHeaderFieldsTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", d.metricsAddr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			conn.SetDeadline(time.Now().Add(10 * time.Second))
+			req := "GET /healthz HTTP/1.1\r\nHost: devledger\r\nX-Pad: " + strings.Repeat("a", tc.pad) + "\r\n\r\n"
+			if _, err := io.WriteString(conn, req); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Errorf("/healthz with a %d-byte header = %d, want %d", tc.pad, resp.StatusCode, tc.want)
+			}
+		})
 	}
 }
 
