@@ -44,4 +44,7 @@ LABEL org.opencontainers.image.title="devledger" \
 # owner is enough, so the DaemonSet drops every capability, forbids
 # privilege escalation and keeps the root filesystem read-only.
 USER 0
-ENTRYPOINT ["/devledger", "run", "--config", "/etc/devledger/config.json"]
+# No --config: run reads /etc/devledger/config.json, else the SR-IOV device
+# plugin's /etc/pcidp/config.json, so that a DaemonSet written for that
+# plugin (its args, a --config-file among them) runs this image unchanged.
+ENTRYPOINT ["/devledger", "run"]

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/internal/image"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
 
@@ -92,6 +94,45 @@ func TestConfigFlagsResolve(t *testing.T) {
 	c.opts.ResourcePrefix = "Not_A_Prefix"
 	if _, err := resolve(c); err == nil || !strings.Contains(err.Error(), "--resource-prefix") {
 		t.Errorf("a bad --resource-prefix: %v", err)
+	}
+}
+
+// The image's entrypoint followed by the args of a DaemonSet written for
+// the SR-IOV device plugin: the config is found where that DaemonSet puts
+// it. The plugin's own DaemonSet passes no config flag and mounts the
+// ConfigMap at /etc/pcidp; the sriov-network-operator's passes
+// --config-file. An entrypoint that names a config itself takes the
+// first for devledger's own place, and refuses the second as two files.
+func TestImageEntrypointTakesUpstreamArgs(t *testing.T) {
+	entry := image.Entrypoint()
+	if len(entry) < 2 || entry[0] != image.BinaryPath || entry[1] != "run" {
+		t.Fatalf("image entrypoint %q, want %s run ...", entry, image.BinaryPath)
+	}
+	dir := t.TempDir()
+	own, upstream := filepath.Join(dir, "devledger.json"), filepath.Join(dir, "pcidp.json")
+	if err := os.WriteFile(upstream, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"the plugin's DaemonSet", []string{"--log-dir=sriovdp", "--log-level=10"}, upstream},
+		{"the operator's DaemonSet", []string{"--log-level=10", "--resource-prefix=openshift.io", "--config-file=/etc/pcidp/worker-1"}, "/etc/pcidp/worker-1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := newFlagSet("run", "", io.Discard)
+			var f daemonFlags
+			f.register(fs)
+			if err := parseFlags(fs, append(slices.Clone(entry[2:]), tc.args...)); err != nil {
+				t.Fatal(err)
+			}
+			got, err := f.config.resolve([]string{own, upstream})
+			if got != tc.want || err != nil {
+				t.Errorf("%q then %q: config %q, %v; want %s", entry, tc.args, got, err, tc.want)
+			}
+		})
 	}
 }
 

@@ -136,7 +136,7 @@ func TestDevledgerImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(cf.Config.Entrypoint, []string{"/devledger", "run", "--config", "/etc/devledger/config.json"}) {
+	if !slices.Equal(cf.Config.Entrypoint, []string{"/devledger", "run"}) {
 		t.Errorf("entrypoint %q", cf.Config.Entrypoint)
 	}
 	if len(cf.Config.Cmd) != 0 {

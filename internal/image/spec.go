@@ -14,9 +14,6 @@ import (
 const (
 	BinaryPath = "/devledger"
 	PCIIDsPath = "/usr/share/misc/pci.ids"
-	// ConfigPath is the config the entrypoint reads: the deploy/ manifests
-	// mount the devledger-config ConfigMap as the directory above it.
-	ConfigPath = "/etc/devledger/config.json"
 	// User is root, numerically (the image has no /etc/passwd). The
 	// kubelet's socket dirs are root-owned 0750/0700, and root is their
 	// owner: with every capability dropped, that is still enough.
@@ -131,10 +128,13 @@ func Devledger(b Build) (Spec, error) {
 	}, nil
 }
 
-// Entrypoint is the image's entrypoint: the daemon with the config the
-// ConfigMap provides.
+// Entrypoint is the image's entrypoint: the daemon, naming no config. Run
+// then reads /etc/devledger/config.json, else the SR-IOV device plugin's
+// /etc/pcidp/config.json, and takes a --config-file in the args: a
+// DaemonSet written for that plugin runs it with its args unchanged. The
+// deploy/ manifests give their own command and --config.
 func Entrypoint() []string {
-	return []string{BinaryPath, "run", "--config", ConfigPath}
+	return []string{BinaryPath, "run"}
 }
 
 // Labels are the image's org.opencontainers.image.* labels.
