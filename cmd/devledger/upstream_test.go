@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"io"
 	"os"
 	"path/filepath"
@@ -134,6 +135,28 @@ func TestImageEntrypointTakesUpstreamArgs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Every flag run takes is in docs/operations.md's table of them, where an
+// operator who meets it in a manifest or in run -h looks it up.
+func TestRunFlagsDocumented(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n### The daemon's flags\n")
+	if !ok {
+		t.Fatal(`docs/operations.md has no "### The daemon's flags"`)
+	}
+	section, _, _ = strings.Cut(section, "\n#")
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	var f daemonFlags
+	f.register(fs)
+	fs.VisitAll(func(fl *flag.Flag) {
+		if !strings.Contains(section, "`--"+fl.Name) {
+			t.Errorf("--%s (%s) is not in docs/operations.md's table of run's flags", fl.Name, fl.Usage)
+		}
+	})
 }
 
 func TestLogLevel(t *testing.T) {
