@@ -202,8 +202,13 @@ func newFlagSet(name, synopsis string, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: devledger %s %s\n\nflags:\n", name, synopsis)
-		fs.PrintDefaults()
+		fmt.Fprintln(fs.Output(), strings.TrimSpace("usage: devledger "+name+" "+synopsis))
+		some := false
+		fs.VisitAll(func(*flag.Flag) { some = true })
+		if some {
+			fmt.Fprint(fs.Output(), "\nflags:\n")
+			fs.PrintDefaults()
+		}
 	}
 	return fs
 }

@@ -70,6 +70,15 @@ func TestVersion(t *testing.T) {
 	}
 }
 
+// A command without flags says so in its help: no trailing space after
+// its name, and no "flags:" heading with nothing under it.
+func TestHelpOfACommandWithoutFlags(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "version", "-h")
+	if want := "usage: devledger version\n"; code != 0 || stdout != want || stderr != "" {
+		t.Errorf("version -h: exit %d, stdout %q, stderr %q; want exit 0 and %q", code, stdout, stderr, want)
+	}
+}
+
 // dump takes the short device address scan takes.
 func TestDumpShortDeviceAddress(t *testing.T) {
 	db := sampleCopy(t)
