@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"net"
 	"os"
@@ -130,6 +131,17 @@ func (f *daemonFlags) check() error {
 		if d.v < minInterval {
 			return usageErrf("%s %s: want at least %s", d.flag, d.v, minInterval)
 		}
+	}
+	// A sysfs root that names no directory (a typo, a mount missing from
+	// the manifest) is a flag mistake, as scan says of it; the daemon
+	// would make its state dir first, or take a file and scan nothing.
+	// One it may not read is the start's to name, with the others.
+	st, err := os.Stat(f.opts.SysfsRoot)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return usageErrf("--sysfs-root %s: no such directory", f.opts.SysfsRoot)
+	case err == nil && !st.IsDir():
+		return usageErrf("--sysfs-root %s: not a directory", f.opts.SysfsRoot)
 	}
 	// A grace of 0 or less would silently mean the default, and a
 	// negative age no bound: say so instead.

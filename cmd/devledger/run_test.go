@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestRunWithoutConfig is the image's entrypoint on a node where the
@@ -63,6 +64,47 @@ func TestRunRefusesBadFlagsBeforeStart(t *testing.T) {
 			}
 			if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("state dir made before the flags were checked: %v", err)
+			}
+		})
+	}
+}
+
+// A --sysfs-root that names no directory (a typo, a mount missing from a
+// manifest) is bad usage, as scan says of it: exit 2, before the state
+// dir is made.
+func TestRunRefusesMissingSysfsRoot(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, root := range []string{filepath.Join(dir, "host", "sys"), file} {
+		t.Run(filepath.Base(root), func(t *testing.T) {
+			state := filepath.Join(t.TempDir(), "state")
+			type result struct {
+				code           int
+				stdout, stderr string
+			}
+			done := make(chan result, 1)
+			go func() {
+				code, stdout, stderr := runCLI(t, "run", "--config", filepath.Join("..", "..", "testdata", "config", "devledger.json"),
+					"--sysfs-root", root, "--kubelet-dir", filepath.Join(dir, "kubelet"), "--state-dir", state,
+					"--devinfo-dir", "-", "--cdi-spec-dir", "-", "--kernel-events=false", "--log-format", "json")
+				done <- result{code, stdout, stderr}
+			}()
+			var code int
+			var stdout, stderr string
+			select {
+			case r := <-done:
+				code, stdout, stderr = r.code, r.stdout, r.stderr
+			case <-time.After(30 * time.Second):
+				t.Fatalf("run --sysfs-root %s still runs after 30s: it was taken", root)
+			}
+			if code != exitUsage || stdout != "" || !strings.Contains(stderr, "--sysfs-root "+root) {
+				t.Errorf("exit %d, stdout %q, stderr:\n%s", code, stdout, stderr)
+			}
+			if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("state dir made before the sysfs root was checked: %v", err)
 			}
 		})
 	}
