@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -259,6 +260,48 @@ func testScanTableWidth(t *testing.T, nodes *scanNodes) {
 				}) {
 					t.Errorf("line of %d columns, and not for a long pool name:\n%s", utf8.RuneCountInString(line), line)
 				}
+			}
+		})
+	}
+}
+
+// docs/operations.md checks a changed config against a node by handing
+// it to the pod's scan on standard input, as --config /dev/stdin: the
+// image has no shell and no tar. The file has no extension there, so its
+// form is read from its first byte; YAML and JSON scan as from their
+// files.
+func TestScanConfigFromStdin(t *testing.T) {
+	if _, err := os.Stat("/dev/stdin"); err != nil {
+		t.Skipf("no /dev/stdin here: %v", err)
+	}
+	r, err := sysfsgen.BuildScenario(t.TempDir(), sysfsgen.ScenarioSRIOV)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range []string{
+		filepath.Join(scanConfigDir, "sriov.yaml"),
+		filepath.Join("..", "..", "testdata", "config", "sriov-operator-node.json"),
+	} {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			roots := []string{"--sysfs-root", r.Sysfs, "--dev-root", r.Dev, "--proc-root", r.Proc, "--pci-ids", samplePCIIDs}
+			code, want, stderr := runCLI(t, append([]string{"scan", "--config", file}, roots...)...)
+			if code != 0 {
+				t.Fatalf("scan --config %s: exit %d\n%s", file, code, stderr)
+			}
+			in, err := os.Open(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer in.Close()
+			cmd := binaryCmd(t, append([]string{"scan", "--config", "/dev/stdin"}, roots...)...)
+			cmd.Stdin = in
+			var out, errOut bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &errOut
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("scan --config /dev/stdin < %s: %v\n%s", file, err, errOut.String())
+			}
+			if out.String() != want {
+				t.Errorf("scan --config /dev/stdin < %s says\n%s\nwhere scan --config %s says\n%s", file, out.String(), file, want)
 			}
 		})
 	}
