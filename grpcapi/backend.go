@@ -43,8 +43,15 @@ type DeadlineKeeper interface {
 	KeepsDeadlines()
 }
 
-// callKey keys the kubelet call's own context in the one a backend gets.
+// callKey keys the kubelet call (a kubeletCall) in the context a backend gets.
 type callKey struct{}
+
+// kubeletCall is the kubelet call's own context and the channel its server
+// closes as it cuts its calls short (PoolServer.cut).
+type kubeletCall struct {
+	ctx context.Context
+	cut <-chan struct{}
+}
 
 // CallEnded says whether the kubelet call behind ctx, a context a
 // PoolServer handed its backend, has ended: the kubelet went away or gave
@@ -53,8 +60,16 @@ type callKey struct{}
 // not end the call (a DeadlineKeeper's late answer still reaches a
 // kubelet that waits). A context of no call never ends.
 func CallEnded(ctx context.Context) bool {
-	call, ok := ctx.Value(callKey{}).(context.Context)
-	return ok && call.Err() != nil
+	c, ok := ctx.Value(callKey{}).(kubeletCall)
+	if !ok {
+		return false
+	}
+	select {
+	case <-c.cut:
+		return true
+	default:
+		return c.ctx.Err() != nil
+	}
 }
 
 // RegistrationObserver hears what the kubelet says about a pool in

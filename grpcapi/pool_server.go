@@ -90,6 +90,12 @@ type PoolServer struct {
 	// every call has finished.
 	drainOnce sync.Once
 	drained   chan struct{}
+	// cut is closed once Stop gives up waiting, before it cuts the calls
+	// short: gRPC tells the caller (the connection closes) before it
+	// cancels the call's context, and an answer read in between must
+	// count as reaching no one (CallEnded).
+	cutOnce sync.Once
+	cut     chan struct{}
 }
 
 // NewPoolServer returns a server for the pool named resource (the extended
@@ -114,6 +120,7 @@ func NewPoolServer(resource string, backend PoolBackend, opts PoolServerOptions)
 		srv:      grpc.NewServer(grpc.ForceServerCodecV2(newPoolCodec()), grpc.NumStreamWorkers(streamWorkers)),
 		stopping: make(chan struct{}),
 		drained:  make(chan struct{}),
+		cut:      make(chan struct{}),
 	}
 	s.sock.dirKey, s.sock.fresh = opts.PrivateDirKey, s.mode == ModeWatcher
 	pluginapi.RegisterDevicePluginServer(s.srv, devicePluginService{s: s})
@@ -218,6 +225,7 @@ func (s *PoolServer) Stop(ctx context.Context) error {
 	select {
 	case <-s.drained:
 	case <-ctx.Done():
+		s.cutOnce.Do(func() { close(s.cut) })
 		s.srv.Stop()
 		<-s.drained
 		return fmt.Errorf("stop pool %s: in-flight calls cut short: %w", s.resource, ctx.Err())
@@ -233,7 +241,7 @@ func (s *PoolServer) Stop(ctx context.Context) error {
 // the deadline wins: an Allocate the ledger already holds is not reported
 // as failed.
 func callBackend[T comparable](s *PoolServer, ctx context.Context, method string, call func(context.Context) (T, error)) (T, error) {
-	ctx, cancel := context.WithTimeout(context.WithValue(ctx, callKey{}, ctx), s.timeout)
+	ctx, cancel := context.WithTimeout(context.WithValue(ctx, callKey{}, kubeletCall{ctx: ctx, cut: s.cut}), s.timeout)
 	defer cancel()
 	type result struct {
 		v   T

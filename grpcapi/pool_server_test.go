@@ -655,3 +655,41 @@ func TestCloseLeavesCallsToFinish(t *testing.T) {
 	}
 	stopWithin(t, s, 5*time.Second)
 }
+
+// A call Stop cuts short has ended (CallEnded) by the time its caller
+// hears it failed: an answer the backend reads from then on reaches no
+// one, and a backend that hands back an allocation it read late (the
+// pool's) must not take it for delivered. gRPC closes the connection
+// before it cancels the calls on it, so each round is a chance to see
+// the caller's error first (about one in fifteen on a test machine:
+// a hundred rounds all but never miss it).
+func TestACallStopCutsShortHasEndedWhenItsCallerHears(t *testing.T) {
+	for round := range 100 {
+		b := newFakeBackend()
+		entered, heard := make(chan struct{}), make(chan struct{})
+		ended := make(chan bool, 1)
+		b.setAllocate(func(ctx context.Context, _ *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+			close(entered)
+			<-heard
+			ended <- CallEnded(ctx)
+			return &pluginapi.AllocateResponse{}, nil
+		})
+		s, path := startPool(t, b, PoolServerOptions{CallTimeout: time.Minute})
+		errc := make(chan error, 1)
+		go func() {
+			_, err := pluginapi.NewDevicePluginClient(dialTest(t, path)).Allocate(testCtx(t), &pluginapi.AllocateRequest{})
+			close(heard)
+			errc <- err
+		}()
+		<-entered
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		_ = s.Stop(ctx)
+		cancel()
+		if err := <-errc; err == nil {
+			t.Fatalf("round %d: the Allocate Stop cut short succeeded", round)
+		}
+		if !<-ended {
+			t.Fatalf("round %d: the call Stop cut short had not ended when its caller heard it failed", round)
+		}
+	}
+}
