@@ -1233,3 +1233,40 @@ func TestSpellOfADeviceBackAfterItsRemoval(t *testing.T) {
 		}
 	}
 }
+
+// replay of a state dir at a time a run was alive, its next record
+// after that time, folds no crash into it: a record of the same run, its
+// stop, or the crash a later start recorded with the run last alive
+// after the time asked for, each says the run went on past it. Only the
+// ledger's last run can have ended unrecorded.
+func TestReplayOfAStateDirFoldsNoCrashIntoARunThatWentOn(t *testing.T) {
+	const pool, dev = "intel.com/sriov_vfio", "0000:3b:02.1"
+	base := pooledVF(pool, dev) // #1-#3 from 09:00, a minute apart, boot-1
+	at := func(p events.Payload, minute int, boot string) events.Envelope {
+		return events.New(p, base.t0.Add(time.Duration(minute)*time.Minute), boot)
+	}
+	for _, tc := range []struct {
+		name  string
+		after []events.Envelope
+	}{
+		{"a record of the same run", []events.Envelope{
+			at(events.KubeletRestarted{Socket: "/var/lib/kubelet/device-plugins/kubelet.sock"}, 30, "boot-1")}},
+		{"its stop", []events.Envelope{at(events.DaemonStopped{Reason: "SIGTERM"}, 30, "boot-1")}},
+		{"a later start's record of its crash", []events.Envelope{
+			at(events.DaemonCrashed{BootID: "boot-1", LastSeq: 3, LastAlive: base.t0.Add(25 * time.Minute)}, 30, "boot-2"),
+			at(events.DaemonStarted{Version: "v0.3.0", PID: 2}, 30, "boot-2")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := kubelettest.ShortTempDir(t)
+			writeLedger(t, filepath.Join(dir, ledgerFileName), slices.Concat(base.envs, tc.after))
+			code, stdout, stderr := runCLI(t, "replay", "--state-dir", dir, "--format", "json", "--until-time", "2026-11-30T09:20:00Z")
+			var st events.State
+			if err := json.Unmarshal([]byte(stdout), &st); code != exitOK || err != nil {
+				t.Fatalf("exit %d, %v: %s", code, err, stderr)
+			}
+			if !st.Daemon.Running || st.Seq != 3 {
+				t.Errorf("at 09:20, state #%d: running %v; want #3, running (the run went on past 09:20)", st.Seq, st.Daemon.Running)
+			}
+		})
+	}
+}
