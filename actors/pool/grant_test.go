@@ -786,23 +786,31 @@ func TestAnAllocateCutShortByACrashIsReleased(t *testing.T) {
 // (its grace ended as the allocation landed), in a pool then stopped for
 // good before it read the backend's abandoned message: the answer is
 // still unread once the pool's servers are done, and the pool releases
-// the allocation, as it does one its drain answered.
+// the allocation, as it does one its drain answered. So it does each of
+// several: a later grant does not drop an earlier one still unread.
 func TestAStoppedPoolReleasesAnAnswerNoBackendRead(t *testing.T) {
-	f, l, _ := servingPool(t, t.TempDir(), member(x))
-	allocateVia(f, context.Background(), x) // its reply is never read
-	m := actortest.Next[*AllocationRecorded](t, f)
+	f, l, _ := servingPool(t, t.TempDir(), member(x), member(y))
+	granted := map[uint64]bool{}
+	for _, id := range []string{x, y} {
+		allocateVia(f, context.Background(), id) // its reply is never read
+		granted[actortest.Next[*AllocationRecorded](t, f).Event.Seq] = true
+	}
 	if _, err := f.Sys.Root.PoisonFuture(f.Child).Result(); err != nil {
 		t.Fatal(err)
 	}
-	if r, ok := actortest.Next[*AllocationAbandoned](t, f).Event.Payload.(events.DevicesReleased); !ok || r.AllocationSeq != m.Event.Seq {
-		t.Errorf("the parent heard %+v, want the release of #%d", r, m.Event.Seq)
+	for range len(granted) {
+		r, ok := actortest.Next[*AllocationAbandoned](t, f).Event.Payload.(events.DevicesReleased)
+		if !ok || !granted[r.AllocationSeq] {
+			t.Fatalf("the parent heard %+v, want the release of one of %v", r, granted)
+		}
+		delete(granted, r.AllocationSeq)
 	}
 	st, err := l.Replay(0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, live := st.Allocations[m.Event.Seq]; live {
-		t.Errorf("allocation #%d, whose answer no one read, is live in the ledger", m.Event.Seq)
+	for seq := range st.Allocations {
+		t.Errorf("allocation #%d, whose answer no one read, is live in the ledger", seq)
 	}
 }
 
@@ -835,5 +843,85 @@ func TestAReleaseOfAnAllocationEndedMeanwhileRecordsNothing(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A release of an Allocate the kubelet gave up on is guarded by its own
+// allocation: a release of that one recorded first (the reconciler's)
+// leaves nothing to record, and a release of another allocation recorded
+// meanwhile stops nothing. Either way the ledger then tells of the
+// allocation's end once.
+func TestAReleaseIsGuardedByItsOwnAllocation(t *testing.T) {
+	const pool = "example.com/vf"
+	for _, tc := range []struct {
+		name string
+		// meanwhile is recorded before the pool hears its backend gave
+		// up on the Allocate of x, allocation a; the pool serves x and y.
+		meanwhile func(t *testing.T, f *actortest.Family, a uint64) events.Payload
+	}{
+		{"its own release", func(t *testing.T, f *actortest.Family, a uint64) events.Payload {
+			return events.DevicesReleased{AllocationSeq: a, Pool: pool, DeviceIDs: []string{x}, Reason: "test"}
+		}},
+		{"another allocation's release", func(t *testing.T, f *actortest.Family, a uint64) events.Payload {
+			if r := awaitReply(t, allocateVia(f, context.Background(), y)); r.err != nil {
+				t.Fatal(r.err)
+			}
+			b := actortest.Next[*AllocationRecorded](t, f).Event.Seq
+			return events.DevicesReleased{AllocationSeq: b, Pool: pool, DeviceIDs: []string{y}, Reason: "test"}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, l, _ := servingPool(t, t.TempDir(), member(x), member(y))
+			unread := allocateVia(f, context.Background(), x)
+			a := actortest.Next[*AllocationRecorded](t, f).Event.Seq
+			if _, err := l.Append(context.Background(), events.New(tc.meanwhile(t, f, a), time.Now(), "boot-1")); err != nil {
+				t.Fatal(err)
+			}
+			f.Sys.Root.Send(f.Child, &abandoned{reply: unread})
+			// Whatever the pool queued with the store is durable, or
+			// refused, once an append queued after it is answered.
+			if _, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.Append(context.Background(), events.New(events.KubeletRestarted{Socket: "marker"}, time.Now(), "boot-1")); err != nil {
+				t.Fatal(err)
+			}
+			var ends []uint64
+			if err := l.Read(a+1, func(e events.Envelope) error {
+				if r, ok := e.Payload.(events.DevicesReleased); ok && r.AllocationSeq == a {
+					ends = append(ends, e.Seq)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if len(ends) != 1 {
+				t.Errorf("allocation #%d is released by %v, want once", a, ends)
+			}
+		})
+	}
+}
+
+// A Query counts the Allocates whose events the store has not answered
+// yet, and none once it has.
+func TestAQueryCountsTheAllocatesPending(t *testing.T) {
+	f, g, allocated := poolWithAllocateHeld(t)
+	pending := func() int {
+		t.Helper()
+		res, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.(*Status).Pending
+	}
+	if n := pending(); n != 1 {
+		t.Errorf("with an Allocate held by the store: %d pending, want 1", n)
+	}
+	g.release()
+	if err := <-allocated; err != nil {
+		t.Fatal(err)
+	}
+	if n := pending(); n != 0 {
+		t.Errorf("once the Allocate is answered: %d pending, want 0", n)
 	}
 }
