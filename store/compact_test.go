@@ -292,6 +292,13 @@ func TestSameContentsNamesTheDifference(t *testing.T) {
 		{"a key more, between", func(tx *bolt.Tx) error {
 			return tx.Bucket(bucketMeta).Put([]byte("a"), []byte("x"))
 		}, "bucket meta: key 61, which the ledger lacks"},
+		{"a bucket for a value", func(tx *bolt.Tx) error {
+			if err := tx.Bucket(bucketMeta).Delete(metaNode); err != nil {
+				return err
+			}
+			_, err := tx.Bucket(bucketMeta).CreateBucket(metaNode)
+			return err
+		}, "bucket meta: key 6e6f6465 is a bucket in one file and a value in the other"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := sameContents(write(same), write(tc.change))
