@@ -693,3 +693,55 @@ func TestACallStopCutsShortHasEndedWhenItsCallerHears(t *testing.T) {
 		}
 	}
 }
+
+// CallEnded tells a call whose caller went away from one that only ran
+// past the server's own deadline: the first's answer reaches no one, the
+// second's still reaches a caller that waits (the late answer of a
+// DeadlineKeeper, whose call the server does not end at its deadline).
+func TestCallEndedIsTheCallersEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		callerEnd bool
+	}{
+		{"the caller went away", true},
+		{"past the server's deadline", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newFakeBackend()
+			entered, ended := make(chan struct{}), make(chan bool, 1)
+			b.setAllocate(func(ctx context.Context, _ *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+				close(entered)
+				<-ctx.Done() // the server's deadline, or the caller's end
+				// The caller's end reaches the server a moment after
+				// the caller; the server's deadline is known at once.
+				for deadline := time.Now().Add(5 * time.Second); tc.callerEnd && !CallEnded(ctx) && time.Now().Before(deadline); {
+					time.Sleep(time.Millisecond)
+				}
+				ended <- CallEnded(ctx)
+				return nil, ctx.Err()
+			})
+			timeout := time.Minute
+			if !tc.callerEnd {
+				timeout = 20 * time.Millisecond
+			}
+			_, path := startPool(t, keeper{b}, PoolServerOptions{CallTimeout: timeout})
+			callCtx, endCall := context.WithCancel(testCtx(t))
+			defer endCall()
+			errc := make(chan error, 1)
+			go func() {
+				_, err := pluginapi.NewDevicePluginClient(dialTest(t, path)).Allocate(callCtx, &pluginapi.AllocateRequest{})
+				errc <- err
+			}()
+			<-entered
+			if tc.callerEnd {
+				endCall()
+			}
+			if got := <-ended; got != tc.callerEnd {
+				t.Errorf("CallEnded = %v, want %v", got, tc.callerEnd)
+			}
+			if err := <-errc; err == nil {
+				t.Error("the Allocate succeeded")
+			}
+		})
+	}
+}
