@@ -104,6 +104,9 @@ func TestCompactToKeepsEverything(t *testing.T) {
 			if rep.Check.FirstSeq < 8000 || rep.Check.LastSeq != l.LastSeq() || rep.Check.Snapshots == 0 {
 				t.Errorf("report %+v: want the events retention kept, from a snapshot", rep.Check)
 			}
+			if left, _ := os.ReadDir(filepath.Dir(out)); len(left) != 1 {
+				t.Errorf("out's dir holds %v, want the copy alone", left)
+			}
 			checkBolt(t, out)
 			c := openReadOnly(t, out)
 			if c.Meta().Node != "node-7" || !c.Meta().Created.Equal(l.Meta().Created) || c.FirstSeq() != l.FirstSeq() || c.LastSeq() != l.LastSeq() {
