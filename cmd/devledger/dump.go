@@ -251,11 +251,19 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	begun := tp == nil || !tp.story || (f.device == "" && f.pods == nil)
 	var lastSeq uint64
 	var lastTime time.Time
+	// dropped is the first event kept, when retention dropped those
+	// before it and --until falls before it: what held a device then, or
+	// its health, is not the state before that event, which may have come
+	// about after the window; the events that would tell are gone.
+	var dropped events.Envelope
 	begin := func(next uint64) {
 		if begun {
 			return
 		}
 		begun = true
+		if dropped.Seq != 0 {
+			return
+		}
 		where := fmt.Sprintf("before #%d", next)
 		if next == 0 {
 			where = fmt.Sprintf("after #%d, the last event", lastSeq)
@@ -293,6 +301,9 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	readErr := read(prs.around(prior, func(e events.Envelope) error {
 		if printed == 0 {
 			known.note(e, &f)
+		}
+		if lastSeq == 0 && e.Seq > 1 && !f.until.IsZero() && e.Time.After(f.until) {
+			dropped = e
 		}
 		if f.since.IsZero() || !e.Time.Before(f.since) {
 			begin(e.Seq)
@@ -335,7 +346,10 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 		// hours: say so, rather than leave "(no events)" to read as a
 		// quiet node. A running daemon's ledger (its admin socket) has
 		// not ended: there "(no events)" is a quiet node, and says so.
-		if _, live := src.(adminSource); !live && lastSeq != 0 && lastTime.Before(f.since) {
+		if dropped.Seq != 0 {
+			fmt.Fprintf(stderr, "devledger dump: warning: retention dropped the events before #%d, the first event kept (at %s): what happened by --until %s is not in the ledger\n",
+				dropped.Seq, dropped.Time.UTC().Format(time.RFC3339), untilText(f.until))
+		} else if _, live := src.(adminSource); !live && lastSeq != 0 && lastTime.Before(f.since) {
 			fromNow := ""
 			if _, err := parseAge(*since); err == nil {
 				fromNow = " (" + *since + " counts back from now)"

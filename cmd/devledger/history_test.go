@@ -1270,3 +1270,47 @@ func TestReplayOfAStateDirFoldsNoCrashIntoARunThatWentOn(t *testing.T) {
 		})
 	}
 }
+
+// TestStoryOfAWindowBeforeTheEventsKept: a story whose window ends before
+// the first event retention kept says nothing of what held the device or
+// the pod, or of its health, then: the state before that event (the
+// snapshot's) may have come about after the window, and the events that
+// would tell were dropped. It warns that they were, rather than leave
+// "(no events)" to read as a quiet spell.
+func TestStoryOfAWindowBeforeTheEventsKept(t *testing.T) {
+	const vfio, dev = "intel.com/sriov_vfio", "0000:3b:02.1"
+	l := pooledVF(vfio, dev)                                                  // #1-#3 from 09:00, a minute apart
+	a := l.add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{dev}}) // #4, 09:03
+	l.add(events.AllocationBound{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{dev}, Namespace: "telco", Pod: "cnf-0", Container: "main"})
+	l.add(events.DeviceHealthChanged{Address: dev, Reason: "link down on ens1f0 (PF)"})    // #6, 09:05
+	l.add(events.KubeletRestarted{Socket: "/var/lib/kubelet/device-plugins/kubelet.sock"}) // #7, 09:06
+	l.add(events.DeviceHealthChanged{Address: dev, Healthy: true, Reason: "probes passed for 30s"})
+	cut := retainedCopy(t, l.envs, 7)
+
+	const warning = "retention dropped the events before #7, the first event kept (at 2026-11-30T09:06:00Z)"
+	for _, args := range [][]string{
+		{"--device", dev, "--since", "2026-11-30T09:01:00Z", "--until", "2026-11-30T09:02:00Z"},
+		{"--device", dev, "--until", "2026-11-30T09:02:00Z"},
+		{"--pod", "telco/cnf-0", "--since", "2026-11-30T09:01:00Z", "--until", "2026-11-30T09:02:00Z"},
+		{"--pool", vfio, "--since", "2026-11-30T09:01:00Z", "--until", "2026-11-30T09:02:00Z", "--format", "jsonl"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			code, out, errOut := runCLI(t, append([]string{"dump", "--db", cut}, args...)...)
+			if code != exitOK {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			if strings.Contains(out, " held ") || strings.Contains(out, "held by") || strings.Contains(out, " since #") {
+				t.Errorf("the story tells of a window retention dropped:\n%s", out)
+			}
+			if !strings.Contains(errOut, warning) {
+				t.Errorf("no warning %q; stderr:\n%s", warning, errOut)
+			}
+		})
+	}
+
+	// A window the events kept reach into is told as before.
+	code, out, errOut := runCLI(t, "dump", "--db", cut, "--device", dev, "--since", "2026-11-30T09:01:00Z", "--until", "2026-11-30T09:06:30Z")
+	if code != exitOK || !strings.Contains(out, "(held by telco/cnf-0/main before #7)\n") || strings.Contains(errOut, warning) {
+		t.Errorf("a window reaching into the events kept: exit %d (%s):\n%s", code, errOut, out)
+	}
+}
