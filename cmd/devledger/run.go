@@ -135,10 +135,11 @@ func (f *daemonFlags) check() error {
 	// A sysfs root that names no directory (a typo, a mount missing from
 	// the manifest) is a flag mistake, as scan says of it; the daemon
 	// would make its state dir first, or take a file and scan nothing.
-	// One it may not read is the start's to name, with the others.
+	// A path through a file is no directory either (ENOTDIR). One it
+	// may not read is the start's to name, with the others.
 	st, err := os.Stat(f.opts.SysfsRoot)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
 		return usageErrf("--sysfs-root %s: no such directory", f.opts.SysfsRoot)
 	case err == nil && !st.IsDir():
 		return usageErrf("--sysfs-root %s: not a directory", f.opts.SysfsRoot)

@@ -78,7 +78,9 @@ func TestRunRefusesMissingSysfsRoot(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, root := range []string{filepath.Join(dir, "host", "sys"), file} {
+	// A path through the file names no directory either: the kernel
+	// answers "not a directory", not "no such file".
+	for _, root := range []string{filepath.Join(dir, "host", "sys"), file, filepath.Join(file, "sys")} {
 		t.Run(filepath.Base(root), func(t *testing.T) {
 			state := filepath.Join(t.TempDir(), "state")
 			type result struct {
