@@ -205,7 +205,7 @@ func (e loggedError) Error() string { return e.err.Error() }
 func (e loggedError) Unwrap() error { return e.err }
 
 func runRun(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("run", "--config FILE [flags]", stdout)
+	fs := newFlagSet("run", "[--config FILE] [flags]", stdout)
 	var f daemonFlags
 	f.register(fs)
 	if err := parseFlags(fs, args); err != nil {

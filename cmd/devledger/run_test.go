@@ -33,6 +33,16 @@ func TestRunWithoutConfig(t *testing.T) {
 	}
 }
 
+// run's help gives --config as what it is, optional: the image runs
+// `/devledger run` with no config named, and run then reads the default
+// places (TestRunWithoutConfig).
+func TestRunHelpSaysConfigIsOptional(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "run", "-h")
+	if want := "usage: devledger run [--config FILE] [flags]\n"; code != exitOK || !strings.HasPrefix(stdout, want) || stderr != "" {
+		t.Errorf("run -h: exit %d, stderr %q, stdout does not begin with %q:\n%s", code, stderr, want, stdout)
+	}
+}
+
 // A flag value run refuses is refused before the state dir or the
 // ledger is made: a typo leaves nothing behind on the node.
 func TestRunRefusesBadFlagsBeforeStart(t *testing.T) {
