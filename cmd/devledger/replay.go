@@ -59,12 +59,13 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 		return err
 	}
 	var at time.Time
+	readAt := time.Now()
 	if *untilTime != "" {
 		if *untilSeq != 0 {
 			return usageErrf("--until-seq and --until-time: give one of them")
 		}
 		var err error
-		if at, err = parseUntilFlag("until-time", *untilTime, time.Now()); err != nil {
+		if at, err = parseUntilFlag("until-time", *untilTime, readAt); err != nil {
 			return err
 		}
 	}
@@ -123,6 +124,7 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 		enc.SetIndent("", "  ")
 		return enc.Encode(s)
 	}
+	notes.readAt = readAt
 	out := tableOut(stdout, *wide)
 	if err := printState(out, s, at, notes); err != nil {
 		return err
@@ -133,6 +135,9 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 // stateNotes is what the tool knows beside the state it folded from a
 // ledger file.
 type stateNotes struct {
+	// readAt is when the ledger was read: nothing later is known, so no
+	// allocation is said to be held past it.
+	readAt time.Time
 	// first is the ledger's first event (zero for an empty one): a point
 	// before it is not "the empty ledger".
 	first events.Envelope
@@ -374,10 +379,14 @@ func printState(w io.Writer, s events.State, at time.Time, notes stateNotes) err
 	}
 
 	// HELD FOR is how long each allocation had been held at the point replayed
-	// to: the time asked for, else the last event's.
+	// to: the time asked for, else the last event's; a point still to come
+	// (today's date, the day's end) counts to now.
 	now := s.Time
 	if !at.IsZero() {
 		now = givenAt(at)
+		if r := notes.readAt; !r.IsZero() && now.After(r) {
+			now = r
+		}
 	}
 	seqs := sortedKeys(s.Allocations)
 	fmt.Fprintf(tw, "\nLIVE ALLOCATIONS (%d)\nSEQ\tPOOL\tDEVICES\tSINCE\tHELD FOR\tHELD BY\n", len(seqs))

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/store"
 )
@@ -140,4 +142,32 @@ func TestReplayVerifyJSONParses(t *testing.T) {
 func withoutDaemonLine(out string) string {
 	lines := strings.Split(out, "\n")
 	return strings.Join(slices.DeleteFunc(lines, func(l string) bool { return strings.HasPrefix(l, "Daemon: ") }), "\n")
+}
+
+// TestReplayHeldForCountsToNowAtTheLatest: asked for the state at a point
+// still to come (today's date, which stands for the day's end, or a time
+// later than now), replay says how long each live allocation has been
+// held until now: the ledger knows nothing later, and the end of today
+// would count hours that have not passed.
+func TestReplayHeldForCountsToNowAtTheLatest(t *testing.T) {
+	const vfio, dev = "intel.com/sriov_vfio", "0000:3b:02.1"
+	now := time.Now().UTC()
+	at := now.Add(-time.Minute)
+	envs := []events.Envelope{
+		events.New(events.DaemonStarted{Version: "v0.3.0", PID: 1}, at, "boot-1"),
+		events.New(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{dev}}, at, "boot-1"),
+	}
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, db, envs)
+
+	for _, point := range []string{now.Add(24 * time.Hour).Format(time.RFC3339), now.Format(time.DateOnly)} {
+		code, out, errOut := runCLI(t, "replay", "--db", db, "--until-time", point)
+		if code != exitOK {
+			t.Fatalf("replay --until-time %s: exit %d: %s", point, code, errOut)
+		}
+		row := regexp.MustCompile(`(?m)^#2 .* (\S+)\s+#2 \(unbound\)$`).FindStringSubmatch(out)
+		if row == nil || !strings.HasPrefix(row[1], "1m") || strings.ContainsAny(row[1], "hd") {
+			t.Errorf("replay --until-time %s: held for %q, want a minute (the allocation's age now):\n%s", point, row, out)
+		}
+	}
 }
