@@ -32,6 +32,7 @@ import (
 	"github.com/devledger/devledger/actors/pool"
 	"github.com/devledger/devledger/actors/pool/allocation"
 	"github.com/devledger/devledger/actors/reconciler"
+	"github.com/devledger/devledger/actors/reconciler/checkpoint"
 	"github.com/devledger/devledger/actors/registrar"
 	"github.com/devledger/devledger/actors/supervise"
 	"github.com/devledger/devledger/config"
@@ -428,7 +429,8 @@ func Start(opts Options) (_ *Daemon, err error) {
 		DevinfoDir: devinfo, CDISpecDir: cdiDir, ScanInterval: opts.ScanInterval, ProbeInterval: opts.ProbeInterval,
 		CallTimeout: opts.CallTimeout, Supervisor: strategy, Log: d.log,
 		PodResources: podres, ObserveAllocate: d.metrics.allocated,
-		Reconcile: reconciler.Config{Interval: opts.ReconcileInterval, LeakGrace: opts.LeakGrace, Self: opts.Pod},
+		Reconcile: reconciler.Config{Interval: opts.ReconcileInterval, LeakGrace: opts.LeakGrace, Self: opts.Pod,
+			Checkpoint: filepath.Join(node.DevicePluginDir(opts.KubeletDir), checkpoint.FileName)},
 	})
 	props.Configure(actor.WithGuardian(strategy))
 	d.node, err = d.system.Root.SpawnNamed(props, "node")

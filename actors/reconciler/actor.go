@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/devledger/devledger/actors/internal/handoff"
 	"github.com/devledger/devledger/actors/internal/wake"
 	"github.com/devledger/devledger/actors/ledger"
+	"github.com/devledger/devledger/actors/reconciler/checkpoint"
 	"github.com/devledger/devledger/actors/supervise"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/store"
@@ -62,6 +64,12 @@ type Config struct {
 	// missing from its list is not taken as gone either. Empty:
 	// KubeletSettle alone says.
 	Self Pod
+	// Checkpoint is the path of the kubelet device manager's checkpoint
+	// (<kubelet-dir>/device-plugins/kubelet_internal_checkpoint), read
+	// for the pod UID of each binding a round records: PodResources gives
+	// none. A file missing or unreadable leaves the UIDs empty, and is
+	// logged once each time that changes. Empty: no UIDs.
+	Checkpoint string
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	Log zerolog.Logger
@@ -123,6 +131,9 @@ type lifetime struct {
 	// unrecorded counts the rounds in a row whose events the ledger
 	// refused: the first is logged as an error, the others at debug.
 	unrecorded int
+	// checkpointFails is what kept the kubelet's checkpoint from being
+	// read last time ("" when it was read), logged when it changes.
+	checkpointFails string
 }
 
 type reconciler struct {
@@ -438,6 +449,7 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	res := fold(foldInput{pools: r.st.Pools, allocs: r.heldSince(now), now: now, grace: r.cfg.LeakGrace, seen: r.life.seen,
 		settling: settle > 0 || r.unsynced}, m.resp.GetPodResources())
 	payloads = append(payloads, res.payloads...)
+	r.podUIDs(payloads)
 	if len(payloads) == 0 {
 		r.recorded(ctx, res.seen, 0, nil, nil)
 		return
@@ -447,6 +459,69 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	r.life.persist.Persist(ctx, r.cfg.Recorder, &guard, payloads, func(envs []events.Envelope, err error) {
 		r.recorded(ctx, res.seen, len(payloads), envs, err)
 	})
+}
+
+// podUIDs fills in the pod UID of each binding among payloads from the
+// kubelet's checkpoint, read once if there is one. It is read after the
+// list: the kubelet writes a container's entry after our Allocate has
+// answered, so an allocation it names is in the ledger, and one that
+// landed since the list makes the round stale.
+func (r *reconciler) podUIDs(payloads []events.Payload) {
+	if r.cfg.Checkpoint == "" || !slices.ContainsFunc(payloads, func(p events.Payload) bool {
+		_, ok := p.(events.AllocationBound)
+		return ok
+	}) {
+		return
+	}
+	entries, err := checkpoint.Read(r.cfg.Checkpoint)
+	fails := ""
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		fails = "missing"
+	case errors.Is(err, checkpoint.ErrUnknownFormat):
+		fails = "not in a layout this daemon reads"
+	case err != nil:
+		fails = "unreadable"
+	}
+	if fails != r.life.checkpointFails {
+		if fails != "" {
+			r.cfg.Log.Warn().Err(err).Str("path", r.cfg.Checkpoint).
+				Msg("the kubelet's device checkpoint is " + fails + ": bindings are recorded without the pod's UID")
+		} else {
+			r.cfg.Log.Info().Str("path", r.cfg.Checkpoint).Msg("the kubelet's device checkpoint is read again: bindings carry the pod's UID")
+		}
+		r.life.checkpointFails = fails
+	}
+	if err != nil {
+		return
+	}
+	for i, p := range payloads {
+		if b, ok := p.(events.AllocationBound); ok {
+			b.UID = podUID(entries, b)
+			payloads[i] = b
+		}
+	}
+}
+
+// podUID is the UID of the one pod the checkpoint entries give b's
+// container name, resource and exact device set; "" when none does, or
+// when more than one pod does: the checkpoint names no pod, so it cannot
+// say which.
+func podUID(entries []checkpoint.Entry, b events.AllocationBound) string {
+	ids := slices.Clone(b.DeviceIDs)
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	uid := ""
+	for _, e := range entries {
+		if e.Resource != b.Pool || e.Container != b.Container || !slices.Equal(e.DeviceIDs, ids) || e.PodUID == uid {
+			continue
+		}
+		if uid != "" {
+			return ""
+		}
+		uid = e.PodUID
+	}
+	return uid
 }
 
 // synced notes whether pods lists Self (see Config.Self).
@@ -513,7 +588,7 @@ func (r *reconciler) tell(ctx actor.Context, e events.Envelope) {
 	case events.AllocationBound:
 		ctx.Send(ctx.Parent(), &Recorded{Event: e})
 		log.Info().Uint64("allocation", p.AllocationSeq).Str("pool", p.Pool).Str("pod", p.Namespace+"/"+p.Pod).
-			Str("container", p.Container).Uint64("seq", e.Seq).Msg("allocation bound to a container")
+			Str("uid", p.UID).Str("container", p.Container).Uint64("seq", e.Seq).Msg("allocation bound to a container")
 	case events.DevicesReleased:
 		ctx.Send(ctx.Parent(), &Recorded{Event: e})
 		log.Info().Uint64("allocation", p.AllocationSeq).Str("pool", p.Pool).Strs("devices", p.DeviceIDs).

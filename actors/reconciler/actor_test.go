@@ -2,8 +2,11 @@ package reconciler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -1014,5 +1017,139 @@ func TestAReconcilerStartedAfterAKubeletRestartLetsItSettle(t *testing.T) {
 		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, KubeletSettle: time.Hour, Log: zerolog.Nop()}))
 	if st := awaitStatus(t, f, func(st *Status) bool { return st.Rounds >= 1 }); st.Allocations[seq] != "ns/pod-a/main" {
 		t.Errorf("a round while the kubelet settles let go of #%d: %+v", seq, st)
+	}
+}
+
+// checkpointEntry is a container's devices as the kubelet's device
+// manager checkpoints them.
+type checkpointEntry struct {
+	uid, container, resource string
+	devices                  []string
+}
+
+// writeCheckpoint writes entries to path laid out as the kubelet's
+// device manager writes kubelet_internal_checkpoint (devices by NUMA
+// node, the allocation response, the registered devices, a checksum),
+// into a temporary file renamed into place as it does.
+func writeCheckpoint(t *testing.T, path string, entries ...checkpointEntry) {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString(`{"Data":{"PodDeviceEntries":[`)
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		ids, err := json.Marshal(e.devices)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, `{"PodUID":%q,"ContainerName":%q,"ResourceName":%q,"DeviceIDs":{"0":%s},"AllocResp":"CgA="}`,
+			e.uid, e.container, e.resource, ids)
+	}
+	b.WriteString(`],"RegisteredDevices":{}},"Checksum":1234567890}`)
+	writeAtomically(t, path, b.String())
+}
+
+func writeAtomically(t *testing.T, path, data string) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), ".tmp-checkpoint")
+	if err := os.WriteFile(tmp, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A binding carries the UID the kubelet's checkpoint gives the one pod
+// whose container of that name holds exactly the allocation's devices
+// of its resource; any other entry, or two pods that match, leave it
+// empty rather than guess.
+func TestABindingCarriesThePodUIDOfTheKubeletsCheckpoint(t *testing.T) {
+	const pool, dev, other = "example.com/vf", "0000:3b:02.1", "0000:3b:02.2"
+	const uid, uid2 = "6f0c1b9e-3d2a-4c55-9a51-2b7e8c1d4f00", "0d3e7a42-81b6-4f0e-b3c9-5e6f7a8b9c01"
+	for _, tc := range []struct {
+		name    string
+		entries []checkpointEntry
+		want    string
+	}{
+		{"match", []checkpointEntry{{uid2, "main", pool, []string{other}}, {uid, "main", pool, []string{dev}}, {uid2, "side", pool, []string{dev}}}, uid},
+		{"another container", []checkpointEntry{{uid, "side", pool, []string{dev}}}, ""},
+		{"another resource", []checkpointEntry{{uid, "main", "example.com/net", []string{dev}}}, ""},
+		{"more devices", []checkpointEntry{{uid, "main", pool, []string{dev, other}}}, ""},
+		{"two pods", []checkpointEntry{{uid, "main", pool, []string{dev}}, {uid2, "main", pool, []string{dev}}}, ""},
+		{"no entries", nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, rec, seq, replayed := ledgerWithAllocation(t, pool, dev)
+			path := filepath.Join(t.TempDir(), "kubelet_internal_checkpoint")
+			writeCheckpoint(t, path, tc.entries...)
+			pods := listing(kubelettest.PodHolding("db", "db-0", "main", pool, dev))
+			f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: pods.lister(), Replayed: &replayed, Checkpoint: path,
+				Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, Log: zerolog.Nop()}))
+			if got := actortest.Next[*Recorded](t, f); got.Event.Type != events.TypeAllocationBound {
+				t.Fatalf("recorded %s, want the binding of #%d", got.Event.Type, seq)
+			}
+			for _, b := range bindings(t, l) {
+				if b.AllocationSeq != seq || b.UID != tc.want {
+					t.Errorf("binding of #%d to %s/%s/%s has UID %q, want %q", b.AllocationSeq, b.Namespace, b.Pod, b.Container, b.UID, tc.want)
+				}
+			}
+			st, err := rec.Replay()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b := st.Allocations[seq].Binding; b == nil || b.UID != tc.want {
+				t.Errorf("the fold's binding of #%d is %+v, want UID %q", seq, b, tc.want)
+			}
+		})
+	}
+}
+
+// A checkpoint that is missing, unreadable or in a layout not read here
+// never keeps a binding from being recorded: it is recorded without a
+// UID. The log says so once each time the checkpoint's condition
+// changes, not each round.
+func TestACheckpointThatCannotBeReadLeavesTheUIDEmptyAndIsLoggedOnce(t *testing.T) {
+	const pool, dev, uid = "example.com/vf", "0000:3b:02.1", "6f0c1b9e-3d2a-4c55-9a51-2b7e8c1d4f00"
+	l, rec, _, replayed := ledgerWithAllocation(t, pool, dev)
+	path := filepath.Join(t.TempDir(), "kubelet_internal_checkpoint")
+	pods := listing()
+	var log actortest.Log
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: pods.lister(), Replayed: &replayed, Checkpoint: path,
+		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, Log: zerolog.New(&log)}))
+	awaitStatus(t, f, func(st *Status) bool { return st.Rounds >= 1 })
+
+	// Each round binds the allocation to another container of the pod.
+	steps := []struct {
+		checkpoint func()
+		wantUID    string
+	}{
+		{func() {}, ""}, // missing
+		{func() {}, ""},
+		{func() { writeCheckpoint(t, path, checkpointEntry{uid, "c2", pool, []string{dev}}) }, uid},
+		{func() { writeAtomically(t, path, `{"Data":{"PodDeviceEntries":[{"PodUID":"`) }, ""}, // torn
+		{func() {}, ""},
+		{func() { writeAtomically(t, path, `{"Data":{"PodDeviceEntries":null},"Checksum":1}`) }, ""},
+	}
+	for i, step := range steps {
+		step.checkpoint()
+		container := fmt.Sprintf("c%d", i)
+		pods.set(kubelettest.PodHolding("db", "db-0", container, pool, dev))
+		f.Sys.Root.Send(f.Child, &Reconcile{})
+		if got := actortest.Next[*Recorded](t, f); got.Event.Type != events.TypeAllocationBound {
+			t.Fatalf("round %d recorded %s, want a binding", i, got.Event.Type)
+		}
+		all := bindings(t, l)
+		last := all[slices.Max(slices.Collect(maps.Keys(all)))]
+		if last.Container != container || last.UID != step.wantUID {
+			t.Errorf("round %d bound to %s with UID %q, want %s with %q", i, last.Container, last.UID, container, step.wantUID)
+		}
+	}
+	if n := log.Count("warn", "device checkpoint"); n != 2 {
+		t.Errorf("the log warns %d times of the checkpoint, want 2 (missing, then torn):\n%s", n, log.String())
+	}
+	if n := log.Count("info", "device checkpoint is read again"); n != 2 {
+		t.Errorf("the log says %d times that the checkpoint is read again, want 2:\n%s", n, log.String())
 	}
 }

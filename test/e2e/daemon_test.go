@@ -223,10 +223,12 @@ type ledgerState struct {
 		Seq       uint64   `json:"seq"`
 		Pool      string   `json:"pool"`
 		DeviceIDs []string `json:"device_ids"`
-		// Binding is the container PodResources attributed it to.
+		// Binding is the container PodResources attributed it to, and
+		// its pod's UID as the device manager's checkpoint gives it.
 		Binding *struct {
 			Namespace string `json:"namespace"`
 			Pod       string `json:"pod"`
+			UID       string `json:"uid"`
 			Container string `json:"container"`
 		} `json:"binding"`
 	} `json:"allocations"`

@@ -2,16 +2,19 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubernetes/pkg/kubelet/apis/podresources"
@@ -221,4 +224,60 @@ func TestLegacyPodDeletedReleases(t *testing.T) {
 		t.Errorf("ledger: the new pod %s is bound to the deleted pod's allocation #%d", repl.Name, seq)
 	}
 	t.Logf("the deleted pod held %v; the new pod got %v", a.devices[resDPDK], b.devices[resDPDK])
+}
+
+// TestLegacyBindingCarriesThePodUID: the kubelet's device manager writes
+// its checkpoint (kubelet_internal_checkpoint, in device-plugins/) as it
+// allocates, and the daemon reads each bound pod's UID there, which
+// PodResources does not give. A pod deleted and made again under its
+// name, as a StatefulSet's is, gets the same devices and is bound with
+// its new UID; dump --pod UID tells the two apart.
+func TestLegacyBindingCarriesThePodUID(t *testing.T) {
+	r, pod, a := startRebootRig(t)
+	seq := waitBound(t, r, pod, 10*time.Second)
+	if b := replay(t, r.node.stateDir).Allocations[uintKey(seq)].Binding; b == nil || b.UID != string(pod.UID) {
+		t.Errorf("ledger: allocation #%d bound to %+v, want pod %s with UID %s", seq, b, pod.Name, pod.UID)
+	}
+
+	r.pods.remove(pod)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, live := replay(t, r.node.stateDir).Allocations[uintKey(seq)]; !live {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ledger: allocation #%d of the deleted pod %s still live after 30s", seq, pod.Name)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	again := pod.DeepCopy()
+	again.UID = types.UID("00000000-0000-4000-9000-000000000001")
+	b, err := r.k.admit(t, again)
+	if err != nil {
+		t.Fatalf("kubelet: admit %s again: %v", pod.Name, err)
+	}
+	if !slices.Equal(b.devices[resDPDK], a.devices[resDPDK]) {
+		t.Logf("the pod made again got %v, the first %v", b.devices[resDPDK], a.devices[resDPDK])
+	}
+	newSeq := waitBound(t, r, again, 10*time.Second)
+	if b := replay(t, r.node.stateDir).Allocations[uintKey(newSeq)].Binding; b == nil || b.UID != string(again.UID) {
+		t.Errorf("ledger: allocation #%d bound to %+v, want pod %s with its new UID %s", newSeq, b, again.Name, again.UID)
+	}
+
+	for uid, want := range map[types.UID]uint64{pod.UID: seq, again.UID: newSeq} {
+		out := devledger(t, "dump", "--state-dir", r.node.stateDir, "--pod", string(uid), "--format", "jsonl")
+		var bound []uint64
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			var e allocationEvent
+			if err := json.Unmarshal([]byte(line), &e); err != nil {
+				t.Fatalf("dump --format jsonl: %v: %s", err, line)
+			}
+			if e.Type == "AllocationBound" {
+				bound = append(bound, e.Payload.AllocationSeq)
+			}
+		}
+		if !slices.Equal(bound, []uint64{want}) {
+			t.Errorf("dump --pod %s: bindings of %v, want #%d's alone", uid, bound, want)
+		}
+	}
 }
