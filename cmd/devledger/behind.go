@@ -109,11 +109,17 @@ func someNames(names []string) string {
 // health change befell. It keeps live allocations only.
 type holdings struct {
 	devices map[uint64][]string
-	bound   map[uint64]string
+	bound   map[uint64]boundPod
 }
 
+// boundPod is the container a live allocation is bound to, and its pod's
+// UID where the ledger has it.
+type boundPod struct{ namespace, pod, container, uid string }
+
+func (b boundPod) String() string { return b.namespace + "/" + b.pod + "/" + b.container }
+
 func newHoldings() *holdings {
-	return &holdings{devices: map[uint64][]string{}, bound: map[uint64]string{}}
+	return &holdings{devices: map[uint64][]string{}, bound: map[uint64]boundPod{}}
 }
 
 // prior takes the live allocations of s, the state before the first event.
@@ -121,7 +127,7 @@ func (h *holdings) prior(s events.State) {
 	for seq, a := range s.Allocations {
 		h.devices[seq] = a.DeviceIDs
 		if b := a.Binding; b != nil {
-			h.bound[seq] = b.Namespace + "/" + b.Pod + "/" + b.Container
+			h.bound[seq] = boundPod{b.Namespace, b.Pod, b.Container, b.UID}
 		}
 	}
 }
@@ -135,10 +141,10 @@ func (h *holdings) note(e events.Envelope) {
 		h.devices[e.Seq] = p.DeviceIDs
 	case events.AllocationRecovered:
 		h.devices[e.Seq] = p.DeviceIDs
-		h.bound[e.Seq] = p.Namespace + "/" + p.Pod + "/" + p.Container
+		h.bound[e.Seq] = boundPod{p.Namespace, p.Pod, p.Container, ""}
 	case events.AllocationBound:
 		if _, live := h.devices[p.AllocationSeq]; live {
-			h.bound[p.AllocationSeq] = p.Namespace + "/" + p.Pod + "/" + p.Container
+			h.bound[p.AllocationSeq] = boundPod{p.Namespace, p.Pod, p.Container, p.UID}
 		}
 	case events.DevicesReleased:
 		h.end(p.AllocationSeq)
@@ -167,13 +173,11 @@ func (h *holdings) end(seq uint64) {
 // boundTo says what the live allocations bound to a container of a pod
 // that names matches hold, one line each in sequence order: "#12 held
 // 0000:3b:02.1 for telco/cnf-0/main".
-func (h *holdings) boundTo(names func(namespace, pod string) bool) []string {
+func (h *holdings) boundTo(names func(namespace, pod, uid string) bool) []string {
 	var lines []string
 	for _, seq := range slices.Sorted(maps.Keys(h.bound)) {
 		b := h.bound[seq]
-		ns, rest, _ := strings.Cut(b, "/")
-		pod, _, _ := strings.Cut(rest, "/")
-		if names(ns, pod) {
+		if names(b.namespace, b.pod, b.uid) {
 			lines = append(lines, fmt.Sprintf("#%d held %s for %s", seq, strings.Join(h.devices[seq], ","), b))
 		}
 	}
@@ -188,8 +192,8 @@ func (h *holdings) of(addr string) string {
 		if !slices.Contains(h.devices[seq], addr) {
 			continue
 		}
-		if b := h.bound[seq]; b != "" {
-			names = append(names, b)
+		if b, ok := h.bound[seq]; ok {
+			names = append(names, b.String())
 		} else {
 			names = append(names, fmt.Sprintf("#%d (unbound)", seq))
 		}

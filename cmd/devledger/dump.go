@@ -90,7 +90,7 @@ func runDump(args []string, stdout, stderr io.Writer) error {
 	until := fs.String("until", "", "only events at or before `T` (as --since; a date, to its end)")
 	pool := fs.String("pool", "", "only events of the pool `RESOURCE` (prefix/name), and the health changes of its members then")
 	device := fs.String("device", "", "only events that concern the PCI device `ADDR` (0000:3b:02.1)")
-	pod := fs.String("pod", "", "the story of pod `NAME` (or NAMESPACE/NAME): its allocations (allocated, bound, released, conflicts) and what befell their devices while it held them (health, driver, moves, unplug, configs that moved them)")
+	pod := fs.String("pod", "", "the story of pod `NAME` (or NAMESPACE/NAME, or the pod's UID where the ledger has it): its allocations (allocated, bound, released, conflicts) and what befell their devices while it held them (health, driver, moves, unplug, configs that moved them)")
 	namespace := fs.String("namespace", "", "only the allocations bound to pods of namespace `NS`")
 	iface := fs.String("iface", "", "only events of the devices behind network interface `NAME`: the function that has (or had) it and, for a PF, its VFs")
 	pf := fs.String("pf", "", "only events of the PF at `ADDR` and its VFs")

@@ -22,8 +22,12 @@ import (
 // allocation's events in a second pass. Memory grows with the matching
 // bindings, not with the log.
 type podSelection struct {
-	// pod and namespace are the names asked for; "" matches any.
-	pod, namespace string
+	// pod and namespace are the names asked for; "" matches any. uid is
+	// a pod UID asked for (a --pod of a UID's form), which a binding the
+	// kubelet's checkpoint gave it matches (or a pod of that name);
+	// uidPods are the pods (namespace/name) collect saw bound with it.
+	pod, namespace, uid string
+	uidPods             map[string]bool
 	// seqs holds the allocations bound to a matching pod.
 	seqs map[uint64]struct{}
 	// held lists, per device, the spells a selected allocation held it
@@ -52,10 +56,14 @@ type podSelection struct {
 }
 
 // newPodSelection parses the --pod and --namespace flags; pod may be
-// NAMESPACE/NAME. It returns nil when neither is given.
+// NAMESPACE/NAME, or a pod UID. It returns nil when neither is given.
 func newPodSelection(pod, namespace string) (*podSelection, error) {
 	if pod == "" && namespace == "" {
 		return nil, nil
+	}
+	if isPodUID(pod) {
+		return &podSelection{pod: pod, namespace: namespace, uid: pod, uidPods: map[string]bool{}, seqs: map[uint64]struct{}{},
+			held: map[string][]spell{}, elsewhere: map[uint64]bool{}}, nil
 	}
 	if ns, name, ok := strings.Cut(pod, "/"); ok {
 		if ns == "" || name == "" || strings.Contains(name, "/") {
@@ -68,6 +76,28 @@ func newPodSelection(pod, namespace string) (*podSelection, error) {
 	}
 	return &podSelection{pod: pod, namespace: namespace, seqs: map[uint64]struct{}{}, held: map[string][]spell{},
 		elsewhere: map[uint64]bool{}}, nil
+}
+
+// isPodUID reports whether s has the form of a pod's UID (an RFC 4122
+// UUID as the API server makes them: 36 characters, lower-case hex and
+// dashes). A pod may be named so as well; --pod takes it as either.
+func isPodUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, c := range s {
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // maxSampledNames bounds a nameSample: a node runs many more pods over
@@ -165,14 +195,18 @@ func (ps *podSelection) bound(alloc, at uint64, ids []string, matches bool) {
 	ps.hold(alloc, from, ids)
 }
 
-// names reports whether a container of namespace/pod is one asked for.
-func (ps *podSelection) names(namespace, pod string) bool {
-	return (ps.pod == "" || pod == ps.pod) && (ps.namespace == "" || namespace == ps.namespace)
+// names reports whether a container of namespace/pod, whose pod has uid
+// ("" when the ledger does not say), is one asked for.
+func (ps *podSelection) names(namespace, pod, uid string) bool {
+	return (ps.pod == "" || pod == ps.pod || ps.uid != "" && uid == ps.uid) && (ps.namespace == "" || namespace == ps.namespace)
 }
 
 // saw notes a pod collect met, and whether it is one asked for.
-func (ps *podSelection) saw(namespace, pod string) bool {
-	named := ps.names(namespace, pod)
+func (ps *podSelection) saw(namespace, pod, uid string) bool {
+	named := ps.names(namespace, pod, uid)
+	if named && ps.uid != "" && uid == ps.uid {
+		ps.uidPods[namespace+"/"+pod] = true
+	}
 	ps.named = ps.named || named
 	if ps.named {
 		ps.pods, ps.namespaces = nameSample{}, nameSample{}
@@ -210,7 +244,7 @@ func (ps *podSelection) collect(prs *priorStates) error {
 	prior := func(s events.State) {
 		for seq, a := range s.Allocations {
 			if b := a.Binding; b != nil {
-				ps.bound(seq, seq, a.DeviceIDs, ps.saw(b.Namespace, b.Pod))
+				ps.bound(seq, seq, a.DeviceIDs, ps.saw(b.Namespace, b.Pod, b.UID))
 			}
 		}
 	}
@@ -218,15 +252,15 @@ func (ps *podSelection) collect(prs *priorStates) error {
 		ps.lastSeq = e.Seq
 		switch p := e.Payload.(type) {
 		case events.AllocationBound:
-			ps.bound(p.AllocationSeq, e.Seq, p.DeviceIDs, ps.saw(p.Namespace, p.Pod))
+			ps.bound(p.AllocationSeq, e.Seq, p.DeviceIDs, ps.saw(p.Namespace, p.Pod, p.UID))
 		case events.AllocationRecovered:
-			if ps.saw(p.Namespace, p.Pod) {
+			if ps.saw(p.Namespace, p.Pod, "") {
 				ps.bound(e.Seq, e.Seq, p.DeviceIDs, true)
 			}
 		case events.AllocationConflict:
 			for _, c := range p.Claims {
 				if c.Pod != "" {
-					ps.saw(c.Namespace, c.Pod)
+					ps.saw(c.Namespace, c.Pod, "")
 				}
 			}
 		case events.DevicesReleased:
@@ -287,7 +321,7 @@ func (ps *podSelection) claimed(c events.Claim) bool {
 	if c.AllocationSeq != 0 && ps.selected(c.AllocationSeq) {
 		return true
 	}
-	return c.Pod != "" && ps.names(c.Namespace, c.Pod)
+	return c.Pod != "" && ps.names(c.Namespace, c.Pod, "")
 }
 
 // errPassDone ends the second pass at the first pass's last event.
@@ -388,7 +422,7 @@ func tell(e events.Envelope, about string) string {
 		}
 		return fmt.Sprintf("recovered from the kubelet (#%d, %s/%s/%s): %s", e.Seq, p.Namespace, p.Pod, p.Container, p.Reason)
 	case events.AllocationBound:
-		to := fmt.Sprintf("bound to %s/%s/%s", p.Namespace, p.Pod, p.Container)
+		to := "bound to " + podRef(p.Namespace, p.Pod, p.Container, p.UID)
 		if about == "" {
 			return fmt.Sprintf("#%d %s", p.AllocationSeq, to)
 		}

@@ -1314,3 +1314,68 @@ func TestStoryOfAWindowBeforeTheEventsKept(t *testing.T) {
 		t.Errorf("a window reaching into the events kept: exit %d (%s):\n%s", code, errOut, out)
 	}
 }
+
+// A pod deleted and made again under its name (a StatefulSet's db-0) is
+// one pod to --pod NAMESPACE/NAME, and two to --pod UID where the ledger
+// has their UIDs (the kubelet's checkpoint gave them): each UID's story
+// is its own allocation, and what befell the device while it held it.
+func TestDumpPodByUID(t *testing.T) {
+	const vfio, dev, other = "intel.com/sriov_vfio", "0000:3b:02.1", "0000:3b:02.2"
+	const uid1, uid2 = "6f0c1b9e-3d2a-4c55-9a51-2b7e8c1d4f00", "0d3e7a42-81b6-4f0e-b3c9-5e6f7a8b9c01"
+	l := pooledVF(vfio, dev)
+	add := l.add
+	add(events.DeviceDiscovered{Device: events.DeviceFacts{Address: other, Vendor: "8086", Device: "1889", Driver: "vfio-pci"}})
+	add(events.PoolMembershipChanged{Pool: vfio, Added: []string{other}, Reason: "config applied"})
+	a := add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{dev}})
+	toA := add(events.AllocationBound{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{dev}, Namespace: "db", Pod: "db-0", UID: uid1, Container: "main"})
+	endA := add(events.DevicesReleased{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{dev}, HeldFor: time.Hour, Reason: "db/db-0/main no longer holds it"})
+	b := add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{dev}})
+	toB := add(events.AllocationBound{AllocationSeq: b, Pool: vfio, DeviceIDs: []string{dev}, Namespace: "db", Pod: "db-0", UID: uid2, Container: "main"})
+	sickB := add(events.DeviceHealthChanged{Address: dev, Reason: "link down"})
+	c := add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{other}})
+	add(events.AllocationBound{AllocationSeq: c, Pool: vfio, DeviceIDs: []string{other}, Namespace: "db", Pod: "db-1", Container: "main"})
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, db, l.envs)
+
+	for _, tc := range []struct {
+		pod  string
+		want []uint64
+	}{
+		{"db/db-0", []uint64{a, toA, endA, b, toB, sickB}},
+		{uid1, []uint64{a, toA, endA}},
+		{uid2, []uint64{b, toB, sickB}},
+	} {
+		code, out, errOut := runCLI(t, "dump", "--db", db, "--pod", tc.pod, "--format", "jsonl")
+		if code != exitOK {
+			t.Fatalf("--pod %s: exit %d: %s", tc.pod, code, errOut)
+		}
+		if got := jsonlSeqs(t, out); !slices.Equal(got, tc.want) {
+			t.Errorf("--pod %s: events %v, want %v", tc.pod, got, tc.want)
+		}
+	}
+
+	code, out, errOut := runCLI(t, "dump", "--db", db, "--pod", uid2)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if want := "bound to db/db-0/main (uid " + uid2 + ")"; !strings.Contains(out, want) {
+		t.Errorf("the story of %s does not say %q:\n%s", uid2, want, out)
+	}
+
+	code, out, errOut = runCLI(t, "dump", "--db", db, "--pod", uid2, "--stats", "--by", "pod", "--format", "json")
+	if code != exitOK {
+		t.Fatalf("--stats: exit %d: %s", code, errOut)
+	}
+	var doc statsDoc
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Rows) != 1 || doc.Rows[0].Group != "db/db-0" || doc.Rows[0].Allocations != 1 || doc.Rows[0].Unhealthy != 1 {
+		t.Errorf("--stats --by pod --pod %s: rows %+v, want db/db-0 with 1 allocation and 1 unhealthy", uid2, doc.Rows)
+	}
+
+	const unknown = "00000000-0000-4000-8000-000000000000"
+	if code, _, errOut := runCLI(t, "dump", "--db", db, "--pod", unknown); code != exitUsage || !strings.Contains(errOut, unknown) {
+		t.Errorf("--pod %s, a UID no binding carries: exit %d (%s), want %d naming it", unknown, code, errOut, exitUsage)
+	}
+}

@@ -243,7 +243,7 @@ func describe(e events.Envelope) string {
 	case events.AllocationConflict:
 		return fmt.Sprintf("%s %s", p.Device, p.Reason)
 	case events.AllocationBound:
-		return fmt.Sprintf("#%d %s/%s/%s", p.AllocationSeq, p.Namespace, p.Pod, p.Container)
+		return fmt.Sprintf("#%d %s", p.AllocationSeq, podRef(p.Namespace, p.Pod, p.Container, p.UID))
 	case events.DaemonCrashed:
 		return fmt.Sprintf("boot %s crashed: last alive %s, its last event #%d", p.BootID, p.LastAlive.UTC().Format(time.RFC3339), p.LastSeq)
 	case events.AllocationRecovered:
@@ -304,4 +304,15 @@ func deviceLine(d events.DeviceFacts) string {
 		s += fmt.Sprintf(" vf%d", d.VFIndex)
 	}
 	return s
+}
+
+// podRef names a container as "namespace/pod/container", followed by its
+// pod's UID where the ledger has it (the kubelet's checkpoint gave it):
+// a pod deleted and made again under its name is another UID.
+func podRef(namespace, pod, container, uid string) string {
+	ref := namespace + "/" + pod + "/" + container
+	if uid != "" {
+		ref += " (uid " + uid + ")"
+	}
+	return ref
 }

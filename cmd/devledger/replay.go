@@ -435,7 +435,8 @@ func holder(a events.Allocation) string {
 		}
 		return fmt.Sprintf("#%d (unbound)", a.Seq)
 	}
-	return fmt.Sprintf("%s/%s/%s", a.Binding.Namespace, a.Binding.Pod, a.Binding.Container)
+	b := a.Binding
+	return podRef(b.Namespace, b.Pod, b.Container, b.UID)
 }
 
 func registration(r events.Registration) string {

@@ -363,7 +363,7 @@ func (t *statsTally) groups(e events.Envelope) []string {
 		if ps := t.f.pods; ps != nil {
 			gs = slices.DeleteFunc(gs, func(g string) bool {
 				ns, pod, ok := strings.Cut(g, "/")
-				return !ok || !ps.names(ns, pod)
+				return !ok || !ps.names(ns, pod, "") && !ps.uidPods[g]
 			})
 		}
 	}
