@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -235,6 +236,12 @@ func (d *demo) run(ctx context.Context) error {
 	if _, err := d.kubelet.Allocate(ctx, "intel.com/sriov_vfio", []string{"0000:99:00.0"}); err != nil {
 		d.say("  A request for 0000:99:00.0, which the pool lacks, is refused: %s", grpcMessage(err))
 	}
+
+	// The kubelet checkpoints each container's devices with its pod's UID
+	// (which PodResources does not give), as it allocates them.
+	d.kubelet.SetCheckpointEntries(
+		kubelettest.CheckpointEntry{PodUID: newPodUID(), Container: "testpmd", Resource: "intel.com/sriov_vfio", DeviceIDs: vfs},
+		kubelettest.CheckpointEntry{PodUID: newPodUID(), Container: "main", Resource: "nvidia.com/gpu", DeviceIDs: gpus})
 
 	d.step("The pods start: the kubelet's PodResources lists them, and the daemon binds each allocation to its pod")
 	d.kubelet.SetPods([]*podresourcesapi.PodResources{
@@ -544,11 +551,20 @@ func (d *demo) liveAllocations(ctx context.Context, what string, until func(even
 		a := s.Allocations[seq]
 		holder := "unbound"
 		if b := a.Binding; b != nil {
-			holder = "held by " + b.Namespace + "/" + b.Pod + "/" + b.Container
+			holder = "held by " + podRef(b.Namespace, b.Pod, b.Container, b.UID)
 		}
 		out = append(out, fmt.Sprintf("#%d %s %s, %s", seq, a.Pool, strings.Join(a.DeviceIDs, ","), holder))
 	}
 	return out, nil
+}
+
+// newPodUID is a UID as the API server gives a pod: a random UUID.
+func newPodUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40 // version 4
+	b[8] = b[8]&0x3f | 0x80 // RFC 4122 variant
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }
 
 func grpcMessage(err error) string {

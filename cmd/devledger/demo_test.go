@@ -42,7 +42,7 @@ func TestDemo(t *testing.T) {
 		"Healthy",
 		"The kubelet restarts",
 		"killed pid",
-		"intel.com/sriov_vfio 0000:3b:01.2, held by telco/dpdk-0/testpmd",
+		"intel.com/sriov_vfio 0000:3b:01.2, held by telco/dpdk-0/testpmd (uid ",
 		"replayed the ledger: the same 2 live allocations",
 		"unhealthy: driver unbound (was vfio-pci); held by telco/dpdk-0/testpmd",
 		"sockets left behind: 0",

@@ -20,6 +20,9 @@
 //     kubelet's plugin manager does; a removed socket deregisters its plugin.
 //   - pod-resources/kubelet.sock serves the v1 PodResourcesLister with the pods
 //     the test sets (SetPods), unless Options.NoPodResources.
+//   - device-plugins/kubelet_internal_checkpoint is rewritten on every device
+//     list, in the kubelet's device-manager layout, with the containers'
+//     devices and pod UIDs the test sets (SetCheckpointEntries).
 //
 // Restart behaves as a kubelet restart: connections to plugins are closed, the
 // registration server stops, every socket in device-plugins/ is deleted (the

@@ -137,6 +137,7 @@ type Kubelet struct {
 	bootedAt    time.Time
 	endpoints   map[string]*endpoint // by resource; the kubelet keeps stopped ones too
 	devices     map[string][]*pluginapi.Device
+	ckptEntries []CheckpointEntry // see SetCheckpointEntries
 	counts      map[string]int
 	history     []Registration
 	rejections  []Rejection
@@ -261,7 +262,9 @@ func (k *Kubelet) PodResourcesSocket() string {
 // CheckpointFile is <dir>/device-plugins/kubelet_internal_checkpoint. The
 // stand-in rewrites it (temp file, then rename) on every device list, as the
 // kubelet does, so that a plugin watching device-plugins/ sees the same file
-// traffic; its content is not the kubelet's format and nothing reads it back.
+// traffic, and on SetCheckpointEntries. Its content is in the kubelet's
+// layout (see SetCheckpointEntries for how it departs); the stand-in never
+// reads it back.
 func (k *Kubelet) CheckpointFile() string { return filepath.Join(k.DevicePluginDir(), CheckpointName) }
 
 // Up reports whether the kubelet is booted.

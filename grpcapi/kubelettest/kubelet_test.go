@@ -2,10 +2,12 @@ package kubelettest_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -670,5 +672,59 @@ func TestIsExtendedResourceName(t *testing.T) {
 				t.Errorf("IsExtendedResourceName(%q) = %v, want %v", tc.name, got, tc.want)
 			}
 		})
+	}
+}
+
+// The checkpoint is laid out as the kubelet's device manager writes it
+// (v2): Data.PodDeviceEntries, with each container's pod UID, name,
+// resource and devices by NUMA node, Data.RegisteredDevices, and a
+// Checksum; the entries null while none is set.
+func TestTheCheckpointHasTheKubeletsLayout(t *testing.T) {
+	ctx := testContext(t)
+	k := kubelettest.Start(t, "", kubelettest.Options{Logger: testLogger(t)})
+	startFakePlugin(t, fakeConfig{socket: filepath.Join(k.DevicePluginDir(), "nic.sock"), devices: []*pluginapi.Device{device("a", pluginapi.Healthy)}})
+	if err := register(ctx, k.RegistrationSocket(), pluginapi.Version, nic, "nic.sock"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.WaitDevices(ctx, nic, nil); err != nil {
+		t.Fatal(err)
+	}
+	type layout struct {
+		Data *struct {
+			PodDeviceEntries []struct {
+				PodUID, ContainerName, ResourceName string
+				DeviceIDs                           map[string][]string
+			}
+			RegisteredDevices map[string][]string
+		}
+		Checksum *uint64
+	}
+	read := func() (layout, string) {
+		t.Helper()
+		b, err := os.ReadFile(k.CheckpointFile())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var l layout
+		if err := json.Unmarshal(b, &l); err != nil {
+			t.Fatalf("%v: %s", err, b)
+		}
+		if l.Data == nil || l.Checksum == nil || !reflect.DeepEqual(l.Data.RegisteredDevices, map[string][]string{nic: {"a"}}) {
+			t.Errorf("checkpoint %s: want Data (RegisteredDevices %s: [a]) and Checksum", b, nic)
+		}
+		return l, string(b)
+	}
+	if _, b := read(); !strings.Contains(b, `"PodDeviceEntries":null`) {
+		t.Errorf("checkpoint with no entries %s: want PodDeviceEntries null", b)
+	}
+
+	k.SetCheckpointEntries(kubelettest.CheckpointEntry{PodUID: "u-1", Container: "main", Resource: nic, DeviceIDs: []string{"a"}})
+	l, b := read()
+	if len(l.Data.PodDeviceEntries) != 1 {
+		t.Fatalf("checkpoint %s: want one entry", b)
+	}
+	if e := l.Data.PodDeviceEntries[0]; e.PodUID != "u-1" || e.ContainerName != "main" || e.ResourceName != nic ||
+		!reflect.DeepEqual(e.DeviceIDs, map[string][]string{"-1": {"a"}}) {
+		t.Errorf("checkpoint entry %+v, want u-1's main holding a of %s (no NUMA node)", e, nic)
 	}
 }

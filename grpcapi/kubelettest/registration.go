@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -320,8 +321,10 @@ func cloneDevices(devs []*pluginapi.Device) []*pluginapi.Device {
 	return out
 }
 
-// checkpointLocked is the content of the stand-in's checkpoint: the device IDs
-// per resource, with resource's list replaced by list. k.mu must be held.
+// checkpointLocked is the content of the stand-in's checkpoint, in the
+// kubelet's device-manager layout (v2): the entries of SetCheckpointEntries,
+// and the device IDs per resource with resource's list replaced by list
+// (resource "" replaces none). k.mu must be held.
 func (k *Kubelet) checkpointLocked(resource string, list []*pluginapi.Device) []byte {
 	reg := make(map[string][]string, len(k.devices)+1)
 	ids := func(devs []*pluginapi.Device) []string {
@@ -335,11 +338,53 @@ func (k *Kubelet) checkpointLocked(resource string, list []*pluginapi.Device) []
 	for res, devs := range k.devices {
 		reg[res] = ids(devs)
 	}
-	reg[resource] = ids(list)
-	data, _ := json.Marshal(struct {
+	if resource != "" {
+		reg[resource] = ids(list)
+	}
+	type entry struct {
+		PodUID        string
+		ContainerName string
+		ResourceName  string
+		DeviceIDs     map[string][]string
+		AllocResp     []byte
+	}
+	var entries []entry // null when none, as the kubelet writes it
+	for _, e := range k.ckptEntries {
+		entries = append(entries, entry{PodUID: e.PodUID, ContainerName: e.Container, ResourceName: e.Resource,
+			DeviceIDs: map[string][]string{"-1": slices.Clone(e.DeviceIDs)}, AllocResp: []byte{}})
+	}
+	type data struct {
+		PodDeviceEntries  []entry
 		RegisteredDevices map[string][]string
-	}{reg})
-	return data
+	}
+	out, _ := json.Marshal(struct {
+		Data     data
+		Checksum uint64
+	}{Data: data{entries, reg}})
+	return out
+}
+
+// CheckpointEntry is one container's devices of one resource, as the
+// kubelet's device manager checkpoints them once it allocated them.
+type CheckpointEntry struct {
+	PodUID, Container, Resource string
+	DeviceIDs                   []string
+}
+
+// SetCheckpointEntries sets the allocations the checkpoint holds from now on
+// and writes it: the kubelet writes its checkpoint after each Allocate, with
+// every container's devices and its pod's UID, which PodResources does not
+// give. The stand-in departs from the kubelet here: the test says what was
+// allocated to whom; the entries carry no allocation response, their devices
+// no NUMA node; and its Checksum is 0, not the kubelet's hash of its structs.
+func (k *Kubelet) SetCheckpointEntries(entries ...CheckpointEntry) {
+	k.ckptMu.Lock()
+	defer k.ckptMu.Unlock()
+	k.mu.Lock()
+	k.ckptEntries = slices.Clone(entries)
+	ckpt := k.checkpointLocked("", nil)
+	k.mu.Unlock()
+	k.writeCheckpoint(ckpt)
 }
 
 // writeCheckpoint replaces the checkpoint file through a dot-named temp file
