@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -67,4 +68,32 @@ func TestAMissingCheckpointIsNotExist(t *testing.T) {
 	if !errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrUnknownFormat) {
 		t.Errorf("Read of a missing file = %v; want fs.ErrNotExist", err)
 	}
+}
+
+// FuzzParse: whatever the file holds, Parse returns entries or an error
+// and never panics; every entry it returns names a pod, a container and
+// a resource, and its devices sorted, each once.
+func FuzzParse(f *testing.F) {
+	for _, name := range []string{FileName, "no_entries"} {
+		b, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte(`{"Data":{"PodDeviceEntries":[{"PodUID":"u","ContainerName":"c","ResourceName":"r","DeviceIDs":{"0":["b","a"],"1":["a"]}}]},"Checksum":1}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		entries, err := Parse(b)
+		if err != nil {
+			return
+		}
+		for _, e := range entries {
+			if e.PodUID == "" || e.Container == "" || e.Resource == "" {
+				t.Errorf("entry %+v lacks a pod, container or resource", e)
+			}
+			if !slices.IsSorted(e.DeviceIDs) || len(slices.Compact(slices.Clone(e.DeviceIDs))) != len(e.DeviceIDs) {
+				t.Errorf("entry %+v: devices not sorted, each once", e)
+			}
+		}
+	})
 }
