@@ -78,26 +78,30 @@ func newPodSelection(pod, namespace string) (*podSelection, error) {
 		elsewhere: map[uint64]bool{}}, nil
 }
 
-// isPodUID reports whether s has the form of a pod's UID (an RFC 4122
-// UUID as the API server makes them: 36 characters, lower-case hex and
-// dashes). A pod may be named so as well; --pod takes it as either.
+// isPodUID reports whether s has the form of a pod's UID: an RFC 4122
+// UUID as the API server makes them (36 characters, lower-case hex and
+// dashes), or a static pod's as the kubelet makes it (32 lower-case hex
+// digits, a hash of its manifest). A pod may be named so as well; --pod
+// takes it as either.
 func isPodUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i, c := range s {
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+	hex := func(c rune) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' }
+	switch len(s) {
+	case 32:
+		for _, c := range s {
+			if !hex(c) {
 				return false
 			}
 		}
+		return true
+	case 36:
+		for i, c := range s {
+			if dash := i == 8 || i == 13 || i == 18 || i == 23; dash != (c == '-') || !dash && !hex(c) {
+				return false
+			}
+		}
+		return true
 	}
-	return true
+	return false
 }
 
 // maxSampledNames bounds a nameSample: a node runs many more pods over

@@ -1379,3 +1379,21 @@ func TestDumpPodByUID(t *testing.T) {
 		t.Errorf("--pod %s, a UID no binding carries: exit %d (%s), want %d naming it", unknown, code, errOut, exitUsage)
 	}
 }
+
+func TestIsPodUID(t *testing.T) {
+	for s, want := range map[string]bool{
+		"6f0c1b9e-3d2a-4c55-9a51-2b7e8c1d4f00": true,  // the API server's
+		"8c1d4f0a6f0c1b9e3d2a4c559a512b7e":     true,  // a static pod's (the kubelet's hash)
+		"6F0C1B9E-3D2A-4C55-9A51-2B7E8C1D4F00": false, // the API server writes lower case
+		"6f0c1b9e-3d2a-4c55-9a51-2b7e8c1d4f0":  false,
+		"6f0c1b9e03d2a-4c55-9a51-2b7e8c1d4f00": false,
+		"6f0c1b9e-3d2a-4c55-9a51-2b7e8c1d4fg0": false,
+		"8c1d4f0a6f0c1b9e3d2a4c559a512b7":      false,
+		"db-0":                                 false,
+		"":                                     false,
+	} {
+		if got := isPodUID(s); got != want {
+			t.Errorf("isPodUID(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
