@@ -173,3 +173,53 @@ func TestDocConfigPaths(t *testing.T) {
 		}
 	}
 }
+
+// flagRow is a row of the doc's table of run's flags: "| `--name ARG` |
+// default | DaemonSet | what |".
+var flagRow = regexp.MustCompile("(?m)^\\| `--([a-z-]+)[^`]*` \\| ([^|]*) \\| ([^|]*) \\|")
+
+// TestDocRunFlagsDaemonSet: the DaemonSet column of the doc's table of
+// run's flags gives each flag the base sets, with the value it sets, and
+// no other: an operator reads there what the pods run with.
+func TestDocRunFlagsDaemonSet(t *testing.T) {
+	_, section, ok := strings.Cut(operationsDoc(t), "\n### The daemon's flags\n")
+	if !ok {
+		t.Fatal(`the doc has no "### The daemon's flags"`)
+	}
+	section, _, _ = strings.Cut(section, "\n#")
+	documented := map[string]string{} // flag: the value the doc gives the DaemonSet
+	for _, row := range flagRow.FindAllStringSubmatch(section, -1) {
+		name, def, ds := row[1], strings.TrimSpace(row[2]), strings.TrimSpace(row[3])
+		if ds == "the same" {
+			ds = def
+		}
+		if ds != "" {
+			documented[name] = strings.Trim(ds, "`")
+		}
+	}
+	if len(documented) == 0 {
+		t.Fatal("read no DaemonSet values from the doc's table of run's flags")
+	}
+
+	c := render(t, output{dir: "base"}, map[string]bool{}).daemonSet.Spec.Template.Spec.Containers[0]
+	set := map[string]string{}
+	for _, a := range c.Args {
+		name, value, ok := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if !ok || !strings.HasPrefix(a, "--") {
+			t.Fatalf("base arg %q is not --flag=value", a)
+		}
+		set[name] = value
+	}
+	for name, value := range set {
+		if got, ok := documented[name]; !ok {
+			t.Errorf("the base sets --%s=%s; the doc's DaemonSet column leaves it empty", name, value)
+		} else if got != value {
+			t.Errorf("the base sets --%s=%s; the doc's DaemonSet column says %s", name, value, got)
+		}
+	}
+	for name, value := range documented {
+		if _, ok := set[name]; !ok {
+			t.Errorf("the doc's DaemonSet column gives --%s %s; the base does not set it", name, value)
+		}
+	}
+}
