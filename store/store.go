@@ -114,6 +114,9 @@ type Log struct {
 	// AppendFault).
 	failures atomic.Uint64
 	fault    atomic.Pointer[error]
+	// writeFault, set by tests only (writefault.go), fails every write
+	// transaction as a full disk would.
+	writeFault atomic.Pointer[error]
 
 	// mu guards closed; active counts calls in progress, which Close waits
 	// for.
@@ -573,7 +576,7 @@ func (l *Log) update(fn func(*bolt.Tx) error) (err error) {
 			err = &CorruptError{Path: l.path, Reason: boltProblem(p)}
 		}
 	}()
-	return l.db.Update(fn)
+	return l.db.Update(l.faulted(fn))
 }
 
 // enter registers a call in progress; it fails once Close has begun.
