@@ -254,7 +254,7 @@ func (n *coordinator) Receive(ctx actor.Context) {
 		// Terminated only ends a stop the node asked for before, and must
 		// not wait for a restart that would find no stop to end.
 	case *sockets.Ready, *sockets.KubeletAppeared, *sockets.KubeletGone, *sockets.SocketRemoved,
-		*registrar.Listing, *registrar.KubeletReported, *pool.Serving,
+		*registrar.Listing, *registrar.KubeletReported, *registrar.Unrecorded, *pool.Serving,
 		*registrar.NeedSocket, *registrar.NeedDesires:
 		// Passed on between the kubelet's side and the registrar, which
 		// does not wait for the ledger: a kubelet that restarts while the
@@ -290,7 +290,7 @@ func (n *coordinator) handle(ctx actor.Context, msg any, sender *actor.PID) {
 		if pid := n.pools[m.Pool]; pid != nil && pid.Equal(m.From) {
 			ctx.Send(n.registrar, &registrar.Desire{Pool: m.Pool, Socket: m.Socket})
 		}
-	case *registrar.Listing, *registrar.KubeletReported: // from a pool
+	case *registrar.Listing, *registrar.KubeletReported, *registrar.Unrecorded: // from a pool
 		ctx.Send(n.registrar, m)
 	case *pool.NeedMembers:
 		if pid := n.pools[m.Pool]; pid != nil { // its resource outlives the restart

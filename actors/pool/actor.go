@@ -116,6 +116,8 @@ type allocator struct {
 	// place); retry places again after a refusal (see refused).
 	placing []*placement
 	retry   *time.Timer
+	// serveWait is the timer of serveAgain's wait.
+	serveWait *time.Timer
 
 	watchers map[chan []*pluginapi.Device]*watcher
 	// list is the last list built, nil once members or resource change;
@@ -160,6 +162,8 @@ func (p *allocator) Receive(ctx actor.Context) {
 		p.placedOne(ctx, m)
 	case *replace:
 		p.replace(ctx)
+	case *serveAgain:
+		p.serveAgain(ctx, m.socket)
 	case *SetResource:
 		p.cfg.Resource = m.Resource
 		p.list = nil
@@ -445,9 +449,10 @@ func (p *allocator) announce(ctx actor.Context, lost string, seq uint64) {
 	// dropped since seq (a reload racing a new socket) records nothing.
 	guard := p.inForce(seq)
 	log, name, socket := p.cfg.Log, p.name, p.socket
+	self, root := ctx.Self(), ctx.ActorSystem().Root
 	p.recordAsync("PluginServing", &guard, payloads, func(seq uint64) {
 		log.Info().Str("pool", name).Str("socket", socket).Str("mode", mode).Uint64("seq", seq).Msg("pool serving")
-	})
+	}, func() { root.Send(self, &serveAgain{socket: socket}) })
 	ctx.Send(ctx.Parent(), &Serving{Pool: p.name, From: ctx.Self(), Socket: p.socket})
 }
 
@@ -459,13 +464,15 @@ func (p *allocator) withdraw(reason string) {
 	p.recordAsync("PluginWithdrawn", nil, []events.Payload{withdrawn}, func(seq uint64) {
 		log.Info().Str("pool", name).Str("socket", socket).Str("reason", reason).Uint64("seq", seq).
 			Msg("pool withdrawn: it has no devices")
-	})
+	}, nil)
 }
 
 // recordAsync records facts about now without waiting for the fsync (they
 // hold whether or not the ledger takes them). durable gets the last one's
 // sequence; what names them in the log if refused; g, if set, guards them.
-func (p *allocator) recordAsync(what string, g *store.Guard, payloads []events.Payload, durable func(seq uint64)) {
+// unrecorded, if set, hears of a refusal by the ledger (not by g, nor by
+// a ledger closed as the daemon stops).
+func (p *allocator) recordAsync(what string, g *store.Guard, payloads []events.Payload, durable func(seq uint64), unrecorded func()) {
 	log, name := p.cfg.Log, p.name
 	failed := func(err error) {
 		if errors.Is(err, errDropped) {
@@ -473,6 +480,9 @@ func (p *allocator) recordAsync(what string, g *store.Guard, payloads []events.P
 			return
 		}
 		log.Error().Err(err).Str("pool", name).Msg("cannot record " + what)
+		if unrecorded != nil && !errors.Is(err, store.ErrClosed) {
+			unrecorded()
+		}
 	}
 	landed := func(envs []events.Envelope, err error) {
 		if err != nil {
@@ -492,6 +502,9 @@ func (p *allocator) recordAsync(what string, g *store.Guard, payloads []events.P
 func (p *allocator) stop() {
 	if p.retry != nil {
 		p.retry.Stop()
+	}
+	if p.serveWait != nil {
+		p.serveWait.Stop()
 	}
 	for ch := range p.watchers {
 		close(ch)
@@ -1109,4 +1122,72 @@ func toPlugin(a events.ContainerAllocation) *pluginapi.ContainerAllocateResponse
 		r.CdiDevices = append(r.CdiDevices, &pluginapi.CDIDevice{Name: name})
 	}
 	return r
+}
+
+// errServedOn refuses serveAgain's record when a record of the pool's
+// serving landed after the state it was drawn from: it looks again.
+var errServedOn = errors.New("a record of the pool's serving landed meanwhile")
+
+// serveAgain records that the pool serves on socket, which the ledger
+// refused (the disk full): the socket serves whether written down or
+// not, and the ledger, and so a replay or a dump, would go on naming the
+// one before. While the ledger cannot record, it waits (doubling from
+// RetryInitial to RetryMax); once it can, it records PluginServing if
+// the ledger lacks it, and tells the registrar (Unrecorded), which then
+// records the socket's registration. A pool on another socket since, or
+// not serving, has nothing to record: a later announce recorded it.
+func (p *allocator) serveAgain(ctx actor.Context, socket string) {
+	p.serveWait = nil
+	if p.server == nil || p.socket != socket {
+		return
+	}
+	self, root, parent, name := ctx.Self(), ctx.ActorSystem().Root, ctx.Parent(), p.name
+	wait := func(err error) {
+		p.life.unserved++
+		delay := supervise.Doubling(p.cfg.RetryInitial, p.cfg.RetryMax, p.life.unserved)
+		// Debug: the refusal was logged where it came.
+		p.cfg.Log.Debug().Err(err).Str("pool", name).Str("socket", socket).Dur("retry_in_ms", delay).
+			Msg("the ledger lacks the socket the pool serves on; recording it once the ledger records again")
+		if p.serveWait != nil {
+			p.serveWait.Stop()
+		}
+		p.serveWait = time.AfterFunc(delay, func() { root.Send(self, &serveAgain{socket: socket}) })
+	}
+	if err := p.cfg.Recorder.Log().AppendFault(); err != nil {
+		wait(err)
+		return
+	}
+	p.life.unserved = 0
+	st := p.replay()
+	told := func() { root.Send(parent, &registrar.Unrecorded{Pool: name, Event: string(events.TypePluginServing)}) }
+	if reg := st.Pools[name].Registration; reg.Serving && reg.Socket == socket {
+		told()
+		return
+	}
+	mode := string(cmp.Or(p.cfg.Mode, grpcapi.ModeLegacy))
+	inForce := p.inForce(st.Seq)
+	guard := store.Guard{After: st.Seq, Check: func(e events.Envelope) error {
+		switch e.Payload.(type) {
+		case events.PluginServing, events.SocketLost, events.PluginWithdrawn:
+			if e.Pool() == name {
+				return fmt.Errorf("%w (#%d %s)", errServedOn, e.Seq, e.Type)
+			}
+		}
+		return inForce.Check(e)
+	}}
+	log := p.cfg.Log
+	err := p.cfg.Recorder.RecordAsync(context.Background(), &guard, []events.Payload{events.PluginServing{Pool: name, Socket: socket, Mode: mode}},
+		func(envs []events.Envelope, err error) {
+			switch {
+			case err == nil:
+				log.Info().Str("pool", name).Str("socket", socket).Str("mode", mode).Uint64("seq", envs[0].Seq).Msg("pool serving, recorded late")
+				told()
+			case errors.Is(err, errDropped), errors.Is(err, store.ErrClosed):
+			default: // the disk again, or a record meanwhile: look again
+				root.Send(self, &serveAgain{socket: socket})
+			}
+		})
+	if err != nil && !errors.Is(err, store.ErrClosed) {
+		wait(err)
+	}
 }

@@ -41,6 +41,7 @@ type lifetime struct {
 	gen          uint64
 	leaving      map[string]bool
 	refusals     int // membership changes refused in a row
+	unserved     int // records of the socket served refused in a row
 	incarnations uint64
 	// pending are the Allocates the store has not answered yet, by id: the
 	// answer may come to a later incarnation.

@@ -193,6 +193,10 @@ type landed struct{ id uint64 }
 // replace asks the pool to place its last members again (see refused).
 type replace struct{}
 
+// serveAgain asks the pool to record that it serves on socket, once the
+// ledger refused that record (see allocator.serveAgain).
+type serveAgain struct{ socket string }
+
 // queryReq is a Query, with whom to answer.
 type queryReq struct{ from *actor.PID }
 

@@ -9,6 +9,7 @@ package registrar
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"net"
 	"os"
@@ -27,6 +28,7 @@ import (
 	"github.com/devledger/devledger/actors/supervise"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi"
+	"github.com/devledger/devledger/store"
 )
 
 // Config is what the registrar needs.
@@ -175,12 +177,21 @@ type registrar struct {
 	refused  map[string]*time.Timer
 	restarts int  // new kubelets seen
 	waiting  bool // the missing kubelet socket was logged
+	// lacks counts the waits in a row for the ledger to record again
+	// after it refused a registration's record; again is the wait's
+	// timer (see lacking).
+	lacks int
+	again *time.Timer
+	// self and root send this actor what the store's writer answers.
+	self *actor.PID
+	root *actor.RootContext
 }
 
 // Receive implements actor.Actor.
 func (r *registrar) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
+		r.self, r.root = ctx.Self(), ctx.ActorSystem().Root
 		r.desired = map[string]desire{}
 		r.retrying = map[string]*time.Timer{}
 		r.failures = map[string]int{}
@@ -264,6 +275,10 @@ func (r *registrar) Receive(ctx actor.Context) {
 		r.reconcile(ctx)
 	case *Reconcile:
 		r.reconcile(ctx)
+	case *Unrecorded:
+		r.lacking(ctx, m)
+	case *recordAgain:
+		r.recordAgain(ctx)
 	case *Query:
 		ctx.Respond(r.status())
 	case *Crash:
@@ -277,6 +292,9 @@ func (r *registrar) stopTimers() {
 		for _, t := range timers {
 			t.Stop()
 		}
+	}
+	if r.again != nil {
+		r.again.Stop()
 	}
 }
 
@@ -837,15 +855,111 @@ func (r *registrar) status() *Status {
 // pool recorded before announcing its socket. done, if set, runs on the
 // store's writer once the event is durable; a failed append is logged.
 func (r *registrar) record(p events.Payload, done func(events.Envelope)) {
-	log, typ := r.cfg.Log, string(p.EventType())
+	log, typ, self, root := r.cfg.Log, string(p.EventType()), r.self, r.root
 	landed := func(envs []events.Envelope, err error) {
 		if err != nil {
 			log.Error().Err(err).Str("event", typ).Msg("cannot record registration event")
+			if !errors.Is(err, store.ErrClosed) { // the daemon stops
+				root.Send(self, &Unrecorded{Event: typ})
+			}
 		} else if done != nil {
 			done(envs[0])
 		}
 	}
 	if err := r.cfg.Recorder.RecordAsync(context.Background(), nil, []events.Payload{p}, landed); err != nil {
+		landed(nil, err)
+	}
+}
+
+// lacking takes a registration's record the ledger refused (the disk
+// full): the registration holds, but the ledger, and so a replay or a
+// dump, would go on telling the one before. Once the wait (doubling from
+// RetryInitial to RetryMax) is over and the ledger records again, the
+// registrar records what it lacks (see recordAgain).
+func (r *registrar) lacking(ctx actor.Context, m *Unrecorded) {
+	if r.again != nil {
+		return // a wait is under way
+	}
+	r.lacks++
+	wait := supervise.Doubling(r.cfg.RetryInitial, r.cfg.RetryMax, r.lacks)
+	// Debug: the refusal was logged where it came.
+	r.cfg.Log.Debug().Str("pool", m.Pool).Str("event", m.Event).Dur("retry_in_ms", wait).
+		Msg("the ledger may lack a registration; looking once the ledger records again")
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	r.again = time.AfterFunc(wait, func() { root.Send(self, &recordAgain{}) })
+}
+
+// errMovedOn refuses recordAgain's records when a registration's record
+// landed after the state they were drawn from: they are drawn again.
+var errMovedOn = errors.New("a registration was recorded meanwhile")
+
+// recordAgain ends lacking's wait. While the ledger cannot record, a
+// longer wait; once it can, level-triggered: the registrar compares the
+// ledger's registrations (the kubelet up or down, and for each pool the
+// ledger has serving on the socket the registrar knows, whether it is
+// registered) with its own and records, in one append, what makes the
+// first the second. The kubelet is not asked again: a pool's
+// registration holds, and a new socket would cut its calls in flight
+// short. A registration recorded meanwhile refuses the append, and the
+// registrar looks again.
+func (r *registrar) recordAgain(ctx actor.Context) {
+	r.again = nil
+	if err := r.cfg.Recorder.Log().AppendFault(); err != nil {
+		r.lacking(ctx, &Unrecorded{Event: "none: the ledger still cannot record"})
+		return
+	}
+	st, err := r.cfg.Recorder.Replay()
+	if err != nil {
+		r.lacking(ctx, &Unrecorded{Event: "none: the ledger cannot be read: " + err.Error()})
+		return
+	}
+	r.lacks = 0
+	var ps []events.Payload
+	socket, down := r.cfg.KubeletSocket, !r.downSince.IsZero()
+	kubelet := st.Kubelet.Down != down
+	switch {
+	case kubelet && down:
+		ps = append(ps, events.KubeletStopped{Socket: socket, Reason: "recorded late: the ledger could not record it when seen"})
+	case kubelet:
+		ps = append(ps, events.KubeletRestarted{Socket: socket, StoppedAt: st.Kubelet.DownSince})
+	}
+	// A pool's serving is the pool's to record (it knows its socket;
+	// the registrar's may be one it has left): a socket the ledger does
+	// not have the pool serving on waits for the pool's record, which
+	// tells the registrar (Unrecorded) once it lands.
+	mode := string(r.cfg.Mode)
+	for _, pool := range slices.Sorted(maps.Keys(r.desired)) {
+		d, reg := r.desired[pool], st.Pools[pool].Registration
+		if !reg.Serving || reg.Socket != d.socket {
+			continue
+		}
+		if r.isRegistered(pool) && !down && (!reg.Registered || kubelet) {
+			ps = append(ps, events.PluginRegistered{Pool: pool, Socket: d.socket, Mode: mode})
+		}
+	}
+	if len(ps) == 0 {
+		return
+	}
+	g := store.Guard{After: st.Seq, Check: func(e events.Envelope) error {
+		switch e.Payload.(type) {
+		case events.PluginServing, events.PluginRegistered, events.RegistrationFailed, events.SocketLost, events.PluginWithdrawn,
+			events.KubeletStopped, events.KubeletRestarted, events.ConfigApplied:
+			return fmt.Errorf("%w (#%d %s)", errMovedOn, e.Seq, e.Type)
+		}
+		return nil
+	}}
+	log, self, root := r.cfg.Log, ctx.Self(), ctx.ActorSystem().Root
+	landed := func(envs []events.Envelope, err error) {
+		switch {
+		case err == nil:
+			log.Info().Int("events", len(envs)).Uint64("seq", envs[len(envs)-1].Seq).Msg("recorded the registrations the ledger lacked")
+		case errors.Is(err, store.ErrClosed):
+		default:
+			log.Info().Err(err).Msg("cannot record the registrations the ledger lacks; trying again")
+			root.Send(self, &Unrecorded{Event: "the registrations the ledger lacked"})
+		}
+	}
+	if err := r.cfg.Recorder.RecordAsync(context.Background(), &g, ps, landed); err != nil {
 		landed(nil, err)
 	}
 }

@@ -51,6 +51,16 @@ type KubeletReported struct {
 // its Serving brings a Desire.
 type NeedDesires struct{}
 
+// Unrecorded says a pool's standing with the kubelet may be lacking in
+// the ledger: the pool's PluginServing was refused (the disk full) and
+// is recorded late, so a registration recorded before it was void.
+// Once the ledger records again, the registrar records what it lacks
+// (see recordAgain).
+type Unrecorded struct {
+	Pool  string
+	Event string
+}
+
 // Reconcile asks for a reconcile now: the socket watcher's watch is in
 // place, or a socket was removed.
 type Reconcile struct{}
@@ -94,6 +104,10 @@ type refusedGrace struct {
 	pool, socket string
 	kubelet      kubeletID
 }
+
+// recordAgain is the wait's end after a record the ledger refused (see
+// lacking).
+type recordAgain struct{}
 
 type recheck struct{ n int } // dial a kubelet recorded gone, if n is the newest timer
 
