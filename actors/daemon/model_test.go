@@ -30,6 +30,7 @@ import (
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/store"
+	"github.com/devledger/devledger/store/storetest"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
 
@@ -41,7 +42,8 @@ import (
 // moves their devices; hot-unplug; pool and node crashes; rescans; a
 // daemon restart, or a SIGKILL with Allocates in flight; a disk that
 // stalls past the grace of Allocates in flight, alone or through a pool
-// crash, a reload or a restart; pods that claim allocations, or leave
+// crash, a reload or a restart; a disk full for a while, the sequence
+// going on meanwhile; pods that claim allocations, or leave
 // them; kubelet restarts; registrar crashes; in
 // half the seeds, a snapshot and retention dropping all it can, in steps) go
 // through a real daemon, registered through kubelet.sock or (half the
@@ -174,6 +176,9 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 	// Rounds come when the model asks (and when a kubelet appears); an
 	// allocation no container claims by the next is a leak suspect.
 	n.opts.ReconcileInterval, n.opts.LeakGrace = time.Hour, 50*time.Millisecond
+	// Once the disk has room again (see fullDisk), the daemon retries the
+	// ledger at its next snapshot check.
+	n.opts.SnapshotCheck = 100 * time.Millisecond
 	d := n.start(t)
 	// Each step's waits get a window of their own: one for the whole
 	// sequence ran out under load before the step that waited, which then
@@ -598,6 +603,228 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 		}
 		return true
 	}
+	// Now and then the disk is full for a while, drawn apart again: the
+	// ledger refuses every write (storetest.RefuseWrites) while the
+	// sequence goes on, with Allocates, VFs unbound, bound, rebound or
+	// unplugged, a reload, a kubelet restart or a pool crash; then there
+	// is room again, half the time under Allocates in flight. Meanwhile
+	// every Allocate is answered with an error (none can be recorded),
+	// the ledger stays as it was and /readyz says the ledger cannot
+	// record, and every pool the ledger lists stays registered with a new
+	// kubelet. Of those in flight as room comes back, each answered OK is
+	// in the ledger and none refused (Unavailable, DeadlineExceeded) is
+	// live there. Once there is room the daemon is ready again by itself
+	// (its snapshot checks retry the disk), and once its scan and probe
+	// timers have come round (asked here: the model's come hourly), the
+	// ledger has what happened to the devices meanwhile (see
+	// sysfsDisagrees).
+	fulls := rand.New(rand.NewPCG(seed, 0x66756c6c))
+	fullDisk := func() {
+		log := d.rec.Log()
+		room := storetest.RefuseWrites(t, log)
+		defer room()
+		// What was being committed as the disk filled lands first.
+		if err := log.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		since, failures := log.LastSeq(), log.AppendFailures()
+		what := []string{}
+		var answeredOK []string
+		for range 1 + fulls.IntN(4) {
+			switch fulls.IntN(8) {
+			case 0, 1, 2: // Allocates from one to three clients at once
+				type call struct {
+					pool string
+					ids  []string
+					err  error
+				}
+				var calls []*call
+				for range 1 + fulls.IntN(3) {
+					res := pools[fulls.IntN(len(pools))]
+					if devs := n.kubelet.Devices(res); len(devs) > 0 {
+						calls = append(calls, &call{pool: res, ids: []string{devs[fulls.IntN(len(devs))].ID}})
+					}
+				}
+				var wg sync.WaitGroup
+				for _, c := range calls {
+					wg.Go(func() { _, c.err = n.kubelet.Allocate(ctx, c.pool, c.ids) })
+				}
+				wg.Wait()
+				for _, c := range calls {
+					what = append(what, fmt.Sprintf("allocate %s of %s [%v]", strings.Join(c.ids, ","), c.pool, status.Code(c.err)))
+					if c.err == nil {
+						answeredOK = append(answeredOK, c.pool+" "+strings.Join(c.ids, ","))
+					}
+				}
+			case 3: // a VF unbound, or bound again, and probed
+				vf := vfs[fulls.IntN(len(vfs))]
+				if removed[vf] {
+					continue
+				}
+				if driver[vf] == "" {
+					if err := n.roots.Bind(vf, "vfio-pci"); err != nil {
+						t.Fatal(err)
+					}
+					driver[vf] = "vfio-pci"
+					what = append(what, "bind "+vf)
+				} else {
+					if err := n.roots.Unbind(vf); err != nil {
+						t.Fatal(err)
+					}
+					driver[vf] = ""
+					what = append(what, "unbind "+vf)
+				}
+				d.Send(&node.ProbeHealth{Addresses: []string{vf}})
+			case 4: // a VF rebound to the other pool's driver, or unplugged
+				vf := vfs[fulls.IntN(len(vfs))]
+				if removed[vf] {
+					continue
+				}
+				if fulls.IntN(2) == 0 || len(removed) >= 2 {
+					what = append(what, rebind(vf))
+					continue
+				}
+				if err := n.roots.Remove(vf); err != nil {
+					t.Fatal(err)
+				}
+				removed[vf] = true
+				d.Send(&node.Rescan{Reason: "model"})
+				what = append(what, "unplug "+vf)
+			case 5: // a reload: it cannot be recorded, so not applied
+				desc := "reload (" + writeConfig(fulls) + ")"
+				res, err := d.Reload(ctx, "model")
+				if err == nil && res.Applied {
+					history = append(history, "full disk: "+strings.Join(append(what, desc), ", "))
+					fail("a reload was applied while the ledger refused every write: %+v", res)
+				}
+				what = append(what, desc)
+			case 6: // the kubelet restarts: every pool is registered again
+				booted := time.Now()
+				if err := n.kubelet.Restart(); err != nil {
+					t.Fatal(err)
+				}
+				what = append(what, "restart kubelet")
+				wait, cancel := context.WithTimeout(ctx, window)
+				_, err := n.kubelet.RegisteredAfter(wait, served(t, d, pools), booted)
+				cancel()
+				if err != nil {
+					history = append(history, "full disk: "+strings.Join(what, ", "))
+					fail("the pools were not registered again with the ledger refusing writes: %v", err)
+				}
+			case 7: // a pool crashes
+				p := pools[fulls.IntN(len(pools))]
+				kids, err := d.Children(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if crashes[p] >= 3 || kids.Pools[p] == nil {
+					continue
+				}
+				crash(d, kids.Pools[p], "model")
+				crashes[p]++
+				what = append(what, "crash "+p)
+			}
+		}
+		history = append(history, "full disk: "+strings.Join(what, ", "))
+		if len(answeredOK) > 0 {
+			fail("Allocates answered OK while the ledger refused every write: %v", answeredOK)
+		}
+		if log.LastSeq() != since {
+			fail("the ledger went from #%d to #%d while it refused every write", since, log.LastSeq())
+		}
+		if log.AppendFailures() > failures {
+			if err := d.notReady(ctx); err == nil || !strings.Contains(err.Error(), "the ledger cannot record") {
+				fail("/readyz with the ledger refusing writes: %v, want it to say the ledger cannot record", err)
+			}
+		}
+		// Half the time a few Allocates are under way as room comes
+		// back: each answered OK must be in the ledger, and none answered
+		// with an error live there (one the kubelet gave up on, released).
+		var edge []string
+		var granted, refused []string
+		if fulls.IntN(2) == 0 {
+			type call struct {
+				pool string
+				ids  []string
+				err  error
+			}
+			var calls []*call
+			for range 1 + fulls.IntN(3) {
+				res := pools[fulls.IntN(len(pools))]
+				if devs := n.kubelet.Devices(res); len(devs) > 0 {
+					calls = append(calls, &call{pool: res, ids: []string{devs[fulls.IntN(len(devs))].ID}})
+				}
+			}
+			var wg sync.WaitGroup
+			for _, c := range calls {
+				wg.Go(func() { _, c.err = n.kubelet.Allocate(ctx, c.pool, c.ids) })
+			}
+			time.Sleep(time.Duration(fulls.IntN(3000)) * time.Microsecond) // lets the calls and the room interleave
+			room()
+			wg.Wait()
+			// A call the transport cut short (Canceled: the kubelet
+			// closed its connection to a pool that registered anew, after
+			// a crash; Unavailable not of the pool's own making: the old
+			// server stopped under it) may have been answered OK as it
+			// went: the server cannot tell, and what it allocated may stay
+			// live. The pool's own refusals say "unavailable".
+			var unsure []string
+			for _, c := range calls {
+				edge = append(edge, fmt.Sprintf("allocate %s of %s [%v]", strings.Join(c.ids, ","), c.pool, status.Code(c.err)))
+				key := fmt.Sprintf("%s 0 %s", c.pool, strings.Join(c.ids, ","))
+				switch code := status.Code(c.err); {
+				case code == codes.OK:
+					granted = append(granted, key)
+				case code == codes.DeadlineExceeded,
+					code == codes.Unavailable && strings.HasPrefix(status.Convert(c.err).Message(), "unavailable"):
+					refused = append(refused, key)
+				default:
+					unsure = append(unsure, key)
+				}
+			}
+			// Two calls of one device: the second is refused while the
+			// first is in flight, so what lands is the other's.
+			refused = slices.DeleteFunc(refused, func(f string) bool { return slices.Contains(granted, f) || slices.Contains(unsure, f) })
+			history[len(history)-1] += ", room as " + strings.Join(edge, ", ")
+		}
+		room()
+		wait, cancel := context.WithTimeout(ctx, window)
+		defer cancel()
+		if missing := ungranted(t, d, since, granted); len(missing) > 0 {
+			fail("Allocates answered OK with no DevicesAllocated of the pool they were sent to in the ledger: %v", missing)
+		}
+		for live := unreleased(t, d, since, refused); len(live) > 0; live = unreleased(t, d, since, refused) {
+			select {
+			case <-wait.Done():
+				fail("Allocates answered with an error, whose allocations are live in the ledger: %v\nthe ledger:\n%s", live, ledgerText(t, d))
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		for !d.Ready(wait) {
+			select {
+			case <-wait.Done():
+				fail("not ready again once the ledger had room: %v", d.notReady(ctx))
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		// The scan and probe timers, come round: a probe may judge a
+		// VF before the scan that tells its new driver is applied.
+		for i := 0; ; i++ {
+			if i%10 == 0 {
+				d.Send(&node.Rescan{Reason: "model"})
+				d.Send(&node.ProbeHealth{Addresses: vfs})
+			}
+			diff := sysfsDisagrees(ledgerState(t, d), vfs, config, driver, removed)
+			if diff == "" {
+				break
+			}
+			select {
+			case <-wait.Done():
+				fail("once the ledger had room, it does not have what happened to the devices:\n%s", diff)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
 	for range modelSteps {
 		step()
 		if retaining && retains.IntN(5) == 0 {
@@ -699,6 +926,12 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 				if diff := converge(t, n, d, pools, window); diff != "" {
 					fail("live state differs from the fold of the ledger:\n%s", diff)
 				}
+			}
+		}
+		if fulls.IntN(25) == 0 {
+			fullDisk() // in history already
+			if diff := converge(t, n, d, pools, window); diff != "" {
+				fail("live state differs from the fold of the ledger:\n%s", diff)
 			}
 		}
 		switch op := rng.IntN(12); op {
@@ -1408,4 +1641,47 @@ func restrict(st events.State, name string) poolFold {
 		slices.Sort(f.held[id])
 	}
 	return f
+}
+
+// sysfsDisagrees says how the ledger's state st differs from what the
+// model did to the VFs vfs ("" when it agrees): an unplugged VF is gone
+// and in no pool; a bound one is in the pool config takes its driver to
+// (or none); an unbound one, if in a pool, unhealthy. (A VF in no pool
+// is not probed: its last verdict stays. One bound again is healthy only
+// after the pool's hold-down, 10 s of passing probes: not checked.)
+func sysfsDisagrees(st events.State, vfs []string, config string, driver map[string]string, removed map[string]bool) string {
+	poolOf := func(drv string) string {
+		switch {
+		case drv == "vfio-pci" || drv == "iavf" && config == "widened":
+			return vfioPool
+		case drv == "iavf" && config == "sriov":
+			return netPool
+		}
+		return ""
+	}
+	var b strings.Builder
+	for _, vf := range vfs {
+		dev, known := st.Devices[vf]
+		member := ""
+		for name, p := range st.Pools {
+			if slices.Contains(p.Members, vf) {
+				member += name
+			}
+		}
+		switch {
+		case removed[vf]:
+			if known && dev.Present || member != "" {
+				fmt.Fprintf(&b, "%s unplugged: present=%v, in pool %q\n", vf, dev.Present, member)
+			}
+		case !known || !dev.Present:
+			fmt.Fprintf(&b, "%s bound to %q: not present\n", vf, driver[vf])
+		case driver[vf] == "":
+			if member != "" && dev.Healthy {
+				fmt.Fprintf(&b, "%s unbound: healthy in pool %q\n", vf, member)
+			}
+		case member != poolOf(driver[vf]):
+			fmt.Fprintf(&b, "%s bound to %s (config %s): in pool %q, want %q\n", vf, driver[vf], config, member, poolOf(driver[vf]))
+		}
+	}
+	return b.String()
 }
