@@ -3,12 +3,17 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/devledger/devledger/actors/registrar"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/internal/actortest"
 	"github.com/devledger/devledger/store/storetest"
 	"github.com/devledger/devledger/testdata/sysfsgen"
 )
@@ -126,5 +131,58 @@ func TestRegistrationsMadeOnAFullDiskAreRecordedOnceThereIsRoom(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A kubelet that stops while the disk is full has its KubeletStopped
+// recorded late, once there is room; the KubeletRestarted of the next
+// kubelet names that record's time as the stop it ends, as it names a
+// stop recorded at once, so that dump's "back after" and the fold's
+// outage tell the same stretch.
+func TestAKubeletStopRecordedLateIsTheStopItsRestartEnds(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.SnapshotCheck = 20 * time.Millisecond // retries the disk
+	logs := &actortest.Log{}
+	n.opts.Logger = zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), logs)).Level(zerolog.InfoLevel)
+	d := n.start(t)
+	ctx := waitCtx(t)
+	if _, err := n.kubelet.WaitDevices(ctx, vfioPool, func(l []*pluginapi.Device) bool { return len(l) > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	waitLedger(ctx, t, d, "the pool registered", func(s events.State) bool { return s.Pools[vfioPool].Registration.Registered })
+
+	room := storetest.RefuseWrites(t, d.rec.Log())
+	if err := n.kubelet.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "the stop's record refused", func() bool {
+		return logs.Count("error", `"event":"KubeletStopped","message":"cannot record registration event"`) > 0
+	})
+	room()
+	down := waitLedger(ctx, t, d, "the kubelet recorded down", func(s events.State) bool { return s.Kubelet.Down })
+
+	if err := n.kubelet.Boot(); err != nil {
+		t.Fatal(err)
+	}
+	up := waitLedger(ctx, t, d, "the kubelet back", func(s events.State) bool { return !s.Kubelet.Down && s.Kubelet.Outages == 1 })
+	var stops []events.KubeletStopped
+	var restarted events.KubeletRestarted
+	if err := d.rec.Log().Read(0, func(e events.Envelope) error {
+		switch p := e.Payload.(type) {
+		case events.KubeletStopped:
+			stops = append(stops, p)
+		case events.KubeletRestarted:
+			restarted = p
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(stops) != 1 || !strings.Contains(stops[0].Reason, "recorded late") {
+		t.Errorf("KubeletStopped %+v, want one, saying it was recorded late", stops)
+	}
+	if !restarted.StoppedAt.Equal(down.Kubelet.DownSince) || !up.Kubelet.LastOutage.From.Equal(restarted.StoppedAt) {
+		t.Errorf("KubeletRestarted names a stop at %s; the ledger's stop is at %s (outage %+v)",
+			restarted.StoppedAt, down.Kubelet.DownSince, up.Kubelet.LastOutage)
 	}
 }

@@ -953,6 +953,11 @@ func (r *registrar) recordAgain(ctx actor.Context) {
 		switch {
 		case err == nil:
 			log.Info().Int("events", len(envs)).Uint64("seq", envs[len(envs)-1].Seq).Msg("recorded the registrations the ledger lacked")
+			// The stop's time is its record's, as in stopped: the next
+			// KubeletRestarted names that one.
+			if _, ok := envs[0].Payload.(events.KubeletStopped); ok {
+				root.Send(self, &stopRecorded{at: envs[0].Time})
+			}
 		case errors.Is(err, store.ErrClosed):
 		default:
 			log.Info().Err(err).Msg("cannot record the registrations the ledger lacks; trying again")
