@@ -1135,7 +1135,8 @@ var errServedOn = errors.New("a record of the pool's serving landed meanwhile")
 // RetryInitial to RetryMax); once it can, it records PluginServing if
 // the ledger lacks it, and tells the registrar (Unrecorded), which then
 // records the socket's registration. A pool on another socket since, or
-// not serving, has nothing to record: a later announce recorded it.
+// not serving, has nothing to record: a later announce recorded it; nor
+// has one the ledger's config dropped.
 func (p *allocator) serveAgain(ctx actor.Context, socket string) {
 	p.serveWait = nil
 	if p.server == nil || p.socket != socket {
@@ -1159,6 +1160,13 @@ func (p *allocator) serveAgain(ctx actor.Context, socket string) {
 	}
 	p.life.unserved = 0
 	st := p.replay()
+	if _, inForce := st.Pools[name]; !inForce && st.Config.SHA256 != "" {
+		// A reload dropped the pool (its parent stops it next): the
+		// fold would ignore its serving, and dump show it after the
+		// config that dropped it.
+		p.cfg.Log.Info().Str("pool", name).Msg("the pool was dropped from the config; PluginServing is not recorded")
+		return
+	}
 	told := func() { root.Send(parent, &registrar.Unrecorded{Pool: name, Event: string(events.TypePluginServing)}) }
 	if reg := st.Pools[name].Registration; reg.Serving && reg.Socket == socket {
 		told()

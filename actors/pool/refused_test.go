@@ -555,3 +555,46 @@ func TestARefusedChangeListsTheMembersItDropsUnhealthy(t *testing.T) {
 		t.Errorf("the Allocate of %s recorded unhealthy %v, want %s", y, unhealthy, y)
 	}
 }
+
+// A pool whose PluginServing a full disk refused, and that a reload
+// dropped before the disk had room, records no PluginServing late: its
+// parent stops it next, and the ledger would name a dropped pool
+// serving after the config that dropped it.
+func TestAPoolDroppedWhileItsServingWaitsRecordsNoneLate(t *testing.T) {
+	f, l, _ := servingPool(t, t.TempDir(), member(x))
+	ctx := context.Background()
+	apply := func(pools ...events.PoolSpec) {
+		t.Helper()
+		if _, err := l.Append(ctx, events.New(events.ConfigApplied{Path: "config.json", SHA256: "ab", Pools: pools}, time.Now(), "boot-1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply(events.PoolSpec{Resource: "example.com/vf", DeviceType: string(config.GenericPCI)})
+
+	room := storetest.RefuseWrites(t, l)
+	f.Sys.Root.Send(f.Child, &Reserve{})
+	second := actortest.Next[*Serving](t, f).Socket
+	// The pool queued the new socket's record before it said so.
+	if err := l.Sync(ctx); err != nil || l.AppendFault() == nil {
+		t.Fatalf("the new socket's record not refused (%v)", err)
+	}
+	room()
+	apply() // drops the pool
+	dropped := l.LastSeq()
+
+	// However soon the pool's wait ends, a serveAgain now finds the
+	// ledger as it will be; once the Query is answered it has run.
+	f.Sys.Root.Send(f.Child, &serveAgain{socket: second})
+	if _, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Read(dropped+1, func(e events.Envelope) error {
+		t.Errorf("#%d %s %+v recorded after the config that dropped the pool", e.Seq, e.Type, e.Payload)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
