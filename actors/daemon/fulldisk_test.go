@@ -181,6 +181,9 @@ func TestAKubeletStopRecordedLateIsTheStopItsRestartEnds(t *testing.T) {
 	if len(stops) != 1 || !strings.Contains(stops[0].Reason, "recorded late") {
 		t.Errorf("KubeletStopped %+v, want one, saying it was recorded late", stops)
 	}
+	if logs.Count("info", `"recorded":["KubeletStopped"]`) != 1 {
+		t.Errorf("no line names the KubeletStopped recorded late:\n%s", logs)
+	}
 	if !restarted.StoppedAt.Equal(down.Kubelet.DownSince) || !up.Kubelet.LastOutage.From.Equal(restarted.StoppedAt) {
 		t.Errorf("KubeletRestarted names a stop at %s; the ledger's stop is at %s (outage %+v)",
 			restarted.StoppedAt, down.Kubelet.DownSince, up.Kubelet.LastOutage)

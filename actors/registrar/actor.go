@@ -952,7 +952,13 @@ func (r *registrar) recordAgain(ctx actor.Context) {
 	landed := func(envs []events.Envelope, err error) {
 		switch {
 		case err == nil:
-			log.Info().Int("events", len(envs)).Uint64("seq", envs[len(envs)-1].Seq).Msg("recorded the registrations the ledger lacked")
+			// Named one by one: their times are this line's, not those
+			// of what they tell, and dump shows them so.
+			what := make([]string, len(envs))
+			for i, e := range envs {
+				what[i] = strings.TrimSpace(string(e.Type) + " " + e.Pool())
+			}
+			log.Info().Strs("recorded", what).Uint64("seq", envs[len(envs)-1].Seq).Msg("recorded the registrations the ledger lacked")
 			// The stop's time is its record's, as in stopped: the next
 			// KubeletRestarted names that one.
 			if _, ok := envs[0].Payload.(events.KubeletStopped); ok {
