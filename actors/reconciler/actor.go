@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -68,7 +69,10 @@ type Config struct {
 	// (<kubelet-dir>/device-plugins/kubelet_internal_checkpoint), read
 	// for the pod UID of each binding a round records: PodResources gives
 	// none. A file missing or unreadable leaves the UIDs empty, and is
-	// logged once each time that changes. Empty: no UIDs.
+	// logged once each time that changes; so does an entry read before
+	// the allocation was in the ledger, which is an earlier pod's (the
+	// kubelet writes the file after the Allocate, and not when a pod
+	// goes). Empty: no UIDs.
 	Checkpoint string
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -134,6 +138,9 @@ type lifetime struct {
 	// checkpointFails is what kept the kubelet's checkpoint from being
 	// read last time ("" when it was read), logged when it changes.
 	checkpointFails string
+	// checkpointSeen holds each entry of the checkpoint last read (by
+	// entryKey) with the ledger's end when it was first read (see podUID).
+	checkpointSeen map[string]uint64
 }
 
 type reconciler struct {
@@ -465,7 +472,11 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 // kubelet's checkpoint, read once if there is one. It is read after the
 // list: the kubelet writes a container's entry after our Allocate has
 // answered, so an allocation it names is in the ledger, and one that
-// landed since the list makes the round stale.
+// landed since the list makes the round stale. The kubelet does not
+// write the file when a pod goes, so it may still hold a deleted pod's
+// entry when the pod made again on the same devices is listed: each
+// entry is kept with the ledger's end when it was first read, and one
+// read before an allocation was in the ledger is not that allocation's.
 func (r *reconciler) podUIDs(payloads []events.Payload) {
 	if r.cfg.Checkpoint == "" || !slices.ContainsFunc(payloads, func(p events.Payload) bool {
 		_, ok := p.(events.AllocationBound)
@@ -495,25 +506,46 @@ func (r *reconciler) podUIDs(payloads []events.Payload) {
 	if err != nil {
 		return
 	}
+	// An allocation past the ledger's end now had not been answered
+	// when the file was read: the store ends a commit before its events
+	// land.
+	end := r.cfg.Recorder.Log().LastSeq()
+	seen := make(map[string]uint64, len(entries))
+	for _, e := range entries {
+		k := entryKey(e)
+		if at, ok := r.life.checkpointSeen[k]; ok {
+			seen[k] = at
+		} else {
+			seen[k] = end
+		}
+	}
+	r.life.checkpointSeen = seen
 	for i, p := range payloads {
 		if b, ok := p.(events.AllocationBound); ok {
-			b.UID = podUID(entries, b)
+			b.UID = podUID(entries, seen, b)
 			payloads[i] = b
 		}
 	}
 }
 
+// entryKey names a checkpoint entry by all it holds.
+func entryKey(e checkpoint.Entry) string {
+	return strings.Join(append([]string{e.PodUID, e.Container, e.Resource}, e.DeviceIDs...), "\x00")
+}
+
 // podUID is the UID of the one pod the checkpoint entries give b's
 // container name, resource and exact device set; "" when none does, or
 // when more than one pod does: the checkpoint names no pod, so it cannot
-// say which.
-func podUID(entries []checkpoint.Entry, b events.AllocationBound) string {
+// say which. An entry first read (seen) before b's allocation was in the
+// ledger is an earlier allocation's, and is passed over.
+func podUID(entries []checkpoint.Entry, seen map[string]uint64, b events.AllocationBound) string {
 	ids := slices.Clone(b.DeviceIDs)
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
 	uid := ""
 	for _, e := range entries {
-		if e.Resource != b.Pool || e.Container != b.Container || !slices.Equal(e.DeviceIDs, ids) || e.PodUID == uid {
+		if e.Resource != b.Pool || e.Container != b.Container || !slices.Equal(e.DeviceIDs, ids) || e.PodUID == uid ||
+			seen[entryKey(e)] < b.AllocationSeq {
 			continue
 		}
 		if uid != "" {

@@ -1153,3 +1153,68 @@ func TestACheckpointThatCannotBeReadLeavesTheUIDEmptyAndIsLoggedOnce(t *testing.
 		t.Errorf("the log says %d times that the checkpoint is read again, want 2:\n%s", n, log.String())
 	}
 }
+
+// The kubelet writes a container's checkpoint entry after our Allocate
+// has answered, and leaves a deleted pod's entries in the file until it
+// next writes it. A pod deleted and made again under its name, given the
+// same devices, is listed by PodResources before its entry is written:
+// a round then reads the old pod's entry, which matches the new pod's
+// binding in all but the UID. It is not taken: the reconciler read it
+// before the new allocation was in the ledger. An entry the kubelet
+// writes after the allocation is taken.
+func TestAPodMadeAgainOnItsDevicesIsNotGivenTheOldPodsUID(t *testing.T) {
+	const pool, dev = "example.com/vf", "0000:3b:02.1"
+	const uid1, uid2 = "6f0c1b9e-3d2a-4c55-9a51-2b7e8c1d4f00", "0d3e7a42-81b6-4f0e-b3c9-5e6f7a8b9c01"
+	l, rec, first, replayed := ledgerWithAllocation(t, pool, dev)
+	path := filepath.Join(t.TempDir(), "kubelet_internal_checkpoint")
+	writeCheckpoint(t, path, checkpointEntry{uid1, "main", pool, []string{dev}})
+	pods := listing(kubelettest.PodHolding("db", "db-0", "main", pool, dev))
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: pods.lister(), Replayed: &replayed, Checkpoint: path,
+		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, Log: zerolog.Nop()}))
+	bound := func(seq uint64, want string) {
+		t.Helper()
+		got := actortest.Next[*Recorded](t, f)
+		if b, ok := got.Event.Payload.(events.AllocationBound); !ok || b.AllocationSeq != seq || b.UID != want {
+			t.Fatalf("recorded %s %+v, want the binding of #%d with UID %q", got.Event.Type, got.Event.Payload, seq, want)
+		}
+	}
+	bound(first, uid1)
+
+	// db-0 is deleted; the kubelet does not write its checkpoint for that.
+	pods.set()
+	f.Sys.Root.Send(f.Child, &Reconcile{})
+	if got := actortest.Next[*Recorded](t, f); got.Event.Type != events.TypeDevicesReleased {
+		t.Fatalf("recorded %s, want the release of #%d", got.Event.Type, first)
+	}
+
+	// db-0 made again gets dev; the round runs before the kubelet has
+	// written the new pod's entry.
+	allocate := func() uint64 {
+		t.Helper()
+		envs, err := rec.Record(context.Background(), events.DevicesAllocated{Pool: pool, DeviceIDs: []string{dev}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Sys.Root.Send(f.Child, &Allocated{Seq: envs[0].Seq})
+		pods.set(kubelettest.PodHolding("db", "db-0", "main", pool, dev))
+		return envs[0].Seq
+	}
+	second := allocate()
+	f.Sys.Root.Send(f.Child, &Reconcile{})
+	bound(second, "")
+
+	// Deleted and made again once more, with the kubelet's entry for it
+	// written before the round.
+	pods.set()
+	f.Sys.Root.Send(f.Child, &Reconcile{})
+	if got := actortest.Next[*Recorded](t, f); got.Event.Type != events.TypeDevicesReleased {
+		t.Fatalf("recorded %s, want the release of #%d", got.Event.Type, second)
+	}
+	third := allocate()
+	writeCheckpoint(t, path, checkpointEntry{uid2, "main", pool, []string{dev}})
+	f.Sys.Root.Send(f.Child, &Reconcile{})
+	bound(third, uid2)
+	if n := len(bindings(t, l)); n != 3 {
+		t.Errorf("the ledger has %d bindings, want 3", n)
+	}
+}
