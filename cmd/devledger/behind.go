@@ -116,7 +116,9 @@ type holdings struct {
 // UID where the ledger has it.
 type boundPod struct{ namespace, pod, container, uid string }
 
-func (b boundPod) String() string { return b.namespace + "/" + b.pod + "/" + b.container }
+// String names it as a binding does (podRef): with its pod's UID where
+// the ledger has it.
+func (b boundPod) String() string { return podRef(b.namespace, b.pod, b.container, b.uid) }
 
 func newHoldings() *holdings {
 	return &holdings{devices: map[uint64][]string{}, bound: map[uint64]boundPod{}}

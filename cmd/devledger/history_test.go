@@ -1397,3 +1397,41 @@ func TestIsPodUID(t *testing.T) {
 		}
 	}
 }
+
+// Where a story names the holder of a device (a health change while it
+// was held, and the holdings at the start of a --since window), it names
+// it as the binding does, with the pod's UID where the ledger has it:
+// a pod made again under its name is another holder.
+func TestStoriesNameTheHolderWithItsUID(t *testing.T) {
+	const vfio, dev = "intel.com/sriov_vfio", "0000:3b:02.1"
+	const uid = "0d3e7a42-81b6-4f0e-b3c9-5e6f7a8b9c01"
+	l := pooledVF(vfio, dev)
+	a := l.add(events.DevicesAllocated{Pool: vfio, DeviceIDs: []string{dev}})
+	l.add(events.AllocationBound{AllocationSeq: a, Pool: vfio, DeviceIDs: []string{dev}, Namespace: "db", Pod: "db-0", UID: uid, Container: "main"})
+	l.add(events.DeviceHealthChanged{Address: dev, Reason: "link down"})
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, db, l.envs)
+	since := l.envs[len(l.envs)-1].Time.Format(time.RFC3339)
+
+	holder := "db/db-0/main (uid " + uid + ")"
+	for _, args := range [][]string{
+		{"--pod", uid},
+		{"--pod", "db/db-0"},
+		{"--device", dev},
+		{"--pod", "db/db-0", "--since", since},
+		{"--device", dev, "--since", since},
+	} {
+		code, out, errOut := runCLI(t, append([]string{"dump", "--db", db}, args...)...)
+		if code != exitOK {
+			t.Fatalf("dump %v: exit %d: %s", args, code, errOut)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if (strings.Contains(line, "held by") || strings.Contains(line, " held ")) && !strings.Contains(line, holder) {
+				t.Errorf("dump %v names the holder without its UID: %q, want %q", args, line, holder)
+			}
+		}
+		if !strings.Contains(out, "held by "+holder) && !strings.Contains(out, "for "+holder) {
+			t.Errorf("dump %v does not name the holder %q:\n%s", args, holder, out)
+		}
+	}
+}

@@ -263,7 +263,7 @@ func TestDumpStoryAfterRetentionNamesTheHolder(t *testing.T) {
 	story := slices.Insert(envs, len(envs)-1, fails)
 	db := retainedCopy(t, story, uint64(bound+2))
 	code, out, errOut := runCLI(t, "dump", "--db", db, "--device", "0000:af:00.0")
-	if code != exitOK || !strings.Contains(out, "unhealthy: driver unbound (was vfio-pci); held by ml/trainer-0/trainer\n") {
+	if code != exitOK || !strings.Contains(out, "unhealthy: driver unbound (was vfio-pci); held by ml/trainer-0/trainer (uid 9c2b-01de)\n") {
 		t.Errorf("exit %d (%s): the story does not name the trainer as the holder:\n%s", code, errOut, out)
 	}
 }
