@@ -67,8 +67,8 @@ type Config struct {
 	Self Pod
 	// Checkpoint is the path of the kubelet device manager's checkpoint
 	// (<kubelet-dir>/device-plugins/kubelet_internal_checkpoint), read
-	// for the pod UID of each binding a round records: PodResources gives
-	// none. A file missing or unreadable leaves the UIDs empty, and is
+	// for the pod UID of each binding a round records, and by the first
+	// round: PodResources gives none. A file missing or unreadable leaves the UIDs empty, and is
 	// logged once each time that changes; so does an entry read before
 	// the allocation was in the ledger, which is an earlier pod's (the
 	// kubelet writes the file after the Allocate, and not when a pod
@@ -140,7 +140,9 @@ type lifetime struct {
 	checkpointFails string
 	// checkpointSeen holds each entry of the checkpoint last read (by
 	// entryKey) with the ledger's end when it was first read (see podUID).
-	checkpointSeen map[string]uint64
+	// checkpointTried: the checkpoint was read once, at the first round.
+	checkpointSeen  map[string]uint64
+	checkpointTried bool
 }
 
 type reconciler struct {
@@ -477,13 +479,16 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 // entry when the pod made again on the same devices is listed: each
 // entry is kept with the ledger's end when it was first read, and one
 // read before an allocation was in the ledger is not that allocation's.
+// The first round reads it whatever it records: entries a daemon before
+// this one bound are older than what this one allocates.
 func (r *reconciler) podUIDs(payloads []events.Payload) {
-	if r.cfg.Checkpoint == "" || !slices.ContainsFunc(payloads, func(p events.Payload) bool {
+	if r.cfg.Checkpoint == "" || r.life.checkpointTried && !slices.ContainsFunc(payloads, func(p events.Payload) bool {
 		_, ok := p.(events.AllocationBound)
 		return ok
 	}) {
 		return
 	}
+	r.life.checkpointTried = true
 	entries, err := checkpoint.Read(r.cfg.Checkpoint)
 	fails := ""
 	switch {

@@ -1218,3 +1218,40 @@ func TestAPodMadeAgainOnItsDevicesIsNotGivenTheOldPodsUID(t *testing.T) {
 		t.Errorf("the ledger has %d bindings, want 3", n)
 	}
 }
+
+// So too across a daemon restart: the checkpoint still holds the entry
+// of a pod the last daemon bound and released, which this one has not
+// read. Its first round reads the file, so that the entry is known to
+// be older than any allocation made since.
+func TestAPodMadeAgainAfterADaemonRestartIsNotGivenTheOldPodsUID(t *testing.T) {
+	const pool, dev = "example.com/vf", "0000:3b:02.1"
+	const uid1 = "6f0c1b9e-3d2a-4c55-9a51-2b7e8c1d4f00"
+	_, rec, first, _ := ledgerWithAllocation(t, pool, dev)
+	if _, err := rec.Record(context.Background(),
+		events.AllocationBound{AllocationSeq: first, Pool: pool, DeviceIDs: []string{dev}, Namespace: "db", Pod: "db-0", UID: uid1, Container: "main"},
+		events.DevicesReleased{AllocationSeq: first, Pool: pool, DeviceIDs: []string{dev}, Reason: "db/db-0/main no longer holds it"}); err != nil {
+		t.Fatal(err)
+	}
+	replayed, err := rec.Replay()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "kubelet_internal_checkpoint")
+	writeCheckpoint(t, path, checkpointEntry{uid1, "main", pool, []string{dev}})
+	pods := listing()
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: pods.lister(), Replayed: &replayed, Checkpoint: path,
+		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, Log: zerolog.Nop()}))
+	awaitStatus(t, f, func(st *Status) bool { return st.Rounds >= 1 })
+
+	envs, err := rec.Record(context.Background(), events.DevicesAllocated{Pool: pool, DeviceIDs: []string{dev}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Sys.Root.Send(f.Child, &Allocated{Seq: envs[0].Seq})
+	pods.set(kubelettest.PodHolding("db", "db-0", "main", pool, dev))
+	f.Sys.Root.Send(f.Child, &Reconcile{})
+	got := actortest.Next[*Recorded](t, f)
+	if b, ok := got.Event.Payload.(events.AllocationBound); !ok || b.AllocationSeq != envs[0].Seq || b.UID != "" {
+		t.Fatalf("recorded %s %+v, want the binding of #%d without a UID", got.Event.Type, got.Event.Payload, envs[0].Seq)
+	}
+}
