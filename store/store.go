@@ -21,6 +21,8 @@ import (
 	"github.com/rs/zerolog"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/devledger/devledger/events"
 )
 
 // FormatVersion is the ledger format this build writes and the newest it
@@ -114,9 +116,9 @@ type Log struct {
 	// AppendFault).
 	failures atomic.Uint64
 	fault    atomic.Pointer[error]
-	// writeFault, set by tests only (writefault.go), fails every write
-	// transaction as a full disk would.
-	writeFault atomic.Pointer[error]
+	// writeFault, set by tests only (writefault.go), fails write
+	// transactions as a full disk would.
+	writeFault atomic.Pointer[writeFault]
 
 	// mu guards closed; active counts calls in progress, which Close waits
 	// for.
@@ -569,14 +571,18 @@ func (l *Log) view(fn func(*bolt.Tx) error) error { return viewRecover(l.db, l.p
 // turned into errors: the writer committing for everyone must not die of them.
 // A fault reading the mapped file is one too (see viewRecover); bbolt rolls
 // the transaction back as the panic unwinds.
-func (l *Log) update(fn func(*bolt.Tx) error) (err error) {
+func (l *Log) update(fn func(*bolt.Tx) error) error { return l.updateAppending(nil, fn) }
+
+// updateAppending is update for a transaction that appends the events
+// appended (see faulted).
+func (l *Log) updateAppending(appended []events.Envelope, fn func(*bolt.Tx) error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
 			err = &CorruptError{Path: l.path, Reason: boltProblem(p)}
 		}
 	}()
-	return l.db.Update(l.faulted(fn))
+	return l.db.Update(l.faulted(appended, fn))
 }
 
 // enter registers a call in progress; it fails once Close has begun.

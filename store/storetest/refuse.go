@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/store"
 	"github.com/devledger/devledger/store/internal/writefault"
 )
@@ -19,8 +20,19 @@ import (
 // has free.
 func RefuseWrites(tb testing.TB, l *store.Log) (room func()) {
 	tb.Helper()
-	writefault.Set(l, &fs.PathError{Op: "write", Path: l.Meta().Path, Err: syscall.ENOSPC})
-	room = sync.OnceFunc(func() { writefault.Set(l, nil) })
+	return RefuseSomeWrites(tb, l, nil)
+}
+
+// RefuseSomeWrites is RefuseWrites for a nearly full disk, where some
+// commits still fit in the pages bbolt has free and others do not: it
+// refuses only the write transactions refuse returns true for. refuse
+// is called once for each, one at a time, on the store's writer, with
+// the events it appends (a group commit's batch; nil for a snapshot, a
+// retention pass or a repair). A nil refuse refuses every write.
+func RefuseSomeWrites(tb testing.TB, l *store.Log, refuse func(appended []events.Envelope) bool) (room func()) {
+	tb.Helper()
+	writefault.Set(l, &fs.PathError{Op: "write", Path: l.Meta().Path, Err: syscall.ENOSPC}, refuse)
+	room = sync.OnceFunc(func() { writefault.Set(l, nil, nil) })
 	tb.Cleanup(room)
 	return room
 }

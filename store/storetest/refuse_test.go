@@ -76,3 +76,46 @@ func TestRefuseWritesFailsEveryWriteAndLeavesTheFile(t *testing.T) {
 		t.Errorf("the ledger reads back #%v, want #1 and #2: the sequence rolls back with a refused write", seqs)
 	}
 }
+
+// A nearly full disk refuses only the writes its predicate picks: here
+// those appending more than one event, and the snapshots; the others go
+// through, and the ledger holds exactly the events acknowledged.
+func TestRefuseSomeWritesRefusesOnlyThoseItPicks(t *testing.T) {
+	ctx := context.Background()
+	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{Node: "n", BootID: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	removed := func(i int) events.Envelope {
+		return events.New(events.DeviceRemoved{Address: "0000:3b:02.1", Reason: "test"}, time.Unix(int64(i), 0), "b")
+	}
+	var asked int
+	room := RefuseSomeWrites(t, l, func(appended []events.Envelope) bool {
+		asked++
+		return len(appended) != 1
+	})
+	if _, err := l.Append(ctx, removed(1)); err != nil {
+		t.Fatalf("a one-event append on a nearly full disk: %v", err)
+	}
+	if _, err := l.Append(ctx, removed(2), removed(3)); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("a two-event append: %v, want ENOSPC", err)
+	}
+	st, err := l.Replay(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.SaveSnapshot(ctx, st, "test"); !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("snapshot: %v, want ENOSPC", err)
+	}
+	if _, err := l.Append(ctx, removed(4)); err != nil {
+		t.Fatalf("a one-event append after refusals: %v", err)
+	}
+	if asked != 4 || l.LastSeq() != 2 || l.AppendFault() != nil {
+		t.Errorf("asked %d times, LastSeq %d, AppendFault %v; want 4, 2 and none", asked, l.LastSeq(), l.AppendFault())
+	}
+	room()
+	if _, err := l.Append(ctx, removed(5), removed(6)); err != nil {
+		t.Fatalf("a two-event append once there is room: %v", err)
+	}
+}

@@ -4,7 +4,12 @@
 // only packages under store/ can reach it.
 package writefault
 
-// Set, installed by package store, makes every write transaction of log
+import "github.com/devledger/devledger/events"
+
+// Set, installed by package store, makes the write transactions of log
 // (a *store.Log) fail with err, and write nothing, until it is called
-// again with a nil err.
-var Set func(log any, err error)
+// again with a nil err. A nil refuse fails every one; otherwise only
+// those it returns true for, called once per transaction, one at a time,
+// with the events the transaction appends (nil for a snapshot, a
+// retention pass or a repair).
+var Set func(log any, err error, refuse func(appended []events.Envelope) bool)
