@@ -178,7 +178,9 @@ type registrar struct {
 	restarts int  // new kubelets seen
 	waiting  bool // the missing kubelet socket was logged
 	// lacks counts the waits in a row for the ledger to record again
-	// after it refused a registration's record; again is the wait's
+	// after it refused a registration's record, until what the ledger
+	// lacked lands (not when it records someone else's: a nearly full
+	// disk takes small records and refuses others); again is the wait's
 	// timer (see lacking).
 	lacks int
 	again *time.Timer
@@ -266,6 +268,8 @@ func (r *registrar) Receive(ctx actor.Context) {
 		if !r.downSince.IsZero() {
 			r.downSince = m.at
 		}
+	case *lackRecorded:
+		r.lacks = 0
 	case *KubeletReported:
 		r.kubeletReported(ctx, m)
 	case *registerResult:
@@ -913,7 +917,6 @@ func (r *registrar) recordAgain(ctx actor.Context) {
 		r.lacking(ctx, &Unrecorded{Event: "none: the ledger cannot be read: " + err.Error()})
 		return
 	}
-	r.lacks = 0
 	var ps []events.Payload
 	socket, down := r.cfg.KubeletSocket, !r.downSince.IsZero()
 	kubelet := st.Kubelet.Down != down
@@ -938,6 +941,7 @@ func (r *registrar) recordAgain(ctx actor.Context) {
 		}
 	}
 	if len(ps) == 0 {
+		r.lacks = 0 // the ledger lacks nothing
 		return
 	}
 	g := store.Guard{After: st.Seq, Check: func(e events.Envelope) error {
@@ -964,9 +968,13 @@ func (r *registrar) recordAgain(ctx actor.Context) {
 			if _, ok := envs[0].Payload.(events.KubeletStopped); ok {
 				root.Send(self, &stopRecorded{at: envs[0].Time})
 			}
+			root.Send(self, &lackRecorded{})
 		case errors.Is(err, store.ErrClosed):
 		default:
-			log.Info().Err(err).Msg("cannot record the registrations the ledger lacks; trying again")
+			// Debug: the store logs the disk's refusal where it starts,
+			// and a longer wait follows each, so that a disk that takes
+			// only some records (nearly full) does not flood the log.
+			log.Debug().Err(err).Msg("cannot record the registrations the ledger lacks; trying again")
 			root.Send(self, &Unrecorded{Event: "the registrations the ledger lacked"})
 		}
 	}

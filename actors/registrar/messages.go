@@ -113,6 +113,10 @@ type recheck struct{ n int } // dial a kubelet recorded gone, if n is the newest
 
 type stopRecorded struct{ at time.Time } // the KubeletStopped is durable, at its time
 
+// lackRecorded says recordAgain's records are durable: the next refusal
+// waits from RetryInitial again.
+type lackRecorded struct{}
+
 // probed is the outcome of a dial of the kubelet's socket.
 type probed struct {
 	why     string

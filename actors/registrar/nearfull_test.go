@@ -1,0 +1,106 @@
+package registrar
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi"
+	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/internal/actortest"
+	"github.com/devledger/devledger/store/storetest"
+)
+
+// On a nearly full disk the ledger takes small records (here those
+// that are not the registrar's) and refuses others (the registrar's),
+// so that it records again between the registrar's tries. The
+// registrar's wait keeps doubling all the same while its records are
+// refused: it does not try, each time with a full replay, every
+// RetryInitial; nor does it log each try at info. Once there is room
+// it records the registration.
+func TestTheRegistrarsWaitGrowsOnADiskThatTakesOnlySomeRecords(t *testing.T) {
+	logs := &actortest.Log{}
+	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{}, func(c *Config) {
+		c.RetryInitial, c.RetryMax = 10*time.Millisecond, 10*time.Second
+		c.Log = zerolog.New(logs).Level(zerolog.DebugLevel)
+	})
+	_, sock := r.serve(t, gpu)
+	if _, err := r.cfg.Recorder.Record(context.Background(),
+		events.ConfigApplied{Path: "config.json", SHA256: "1", Pools: []events.PoolSpec{{Resource: gpu, DeviceType: "accelerator"}}},
+		events.PluginServing{Pool: gpu, Socket: sock, Mode: "legacy"}); err != nil {
+		t.Fatal(err)
+	}
+	var tries atomic.Int32
+	room := storetest.RefuseSomeWrites(t, r.log, func(appended []events.Envelope) bool {
+		for _, e := range appended {
+			if _, ok := e.Payload.(events.PluginRegistered); ok {
+				tries.Add(1)
+				return true
+			}
+		}
+		return false
+	})
+	// Others' small records, which the disk takes (in the daemon, among
+	// them the snapshot check's, which tries the disk).
+	stop, others := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(others)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			h := events.DeviceHealthChanged{Address: "0000:3b:02.1", Healthy: i%2 == 0, Reason: "test"}
+			// A batch with the registrar's record is refused too.
+			if _, err := r.cfg.Recorder.Record(context.Background(), h); err != nil && !errors.Is(err, syscall.ENOSPC) {
+				t.Errorf("a small record on a nearly full disk: %v", err)
+				return
+			}
+		}
+	}()
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		<-others
+	}()
+
+	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
+	r.await(t, "registered the pool", registered(gpu))
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) && tries.Load() < 40 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Doubling from 10ms, a second holds at most the first try and
+	// seven more; a wait that starts over at every record the ledger
+	// takes holds one every 10-20ms.
+	if n := tries.Load(); n > 10 {
+		t.Errorf("%d tries in a second to record the registration, want at most 10: the wait does not grow", n)
+	}
+	if n := logs.Count("info", "cannot record the registrations the ledger lacks"); n > 0 {
+		t.Errorf("%d info lines for the tries, want none (the store logs the disk, the registrar the refusal):\n%s", n, logs)
+	}
+	room()
+	want := events.PluginRegistered{Pool: gpu, Socket: sock, Mode: "legacy"}
+	ctx := ctxFor(t)
+	for {
+		if slices.Contains(r.recorded(t), events.Payload(want)) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("once there is room, the ledger still lacks %+v (%d tries):\n%s", want, tries.Load(), logs)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
