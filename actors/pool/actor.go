@@ -163,7 +163,9 @@ func (p *allocator) Receive(ctx actor.Context) {
 	case *replace:
 		p.replace(ctx)
 	case *serveAgain:
-		p.serveAgain(ctx, m.socket)
+		p.serveAgain(ctx, m.socket, m.refused)
+	case *servedLate:
+		p.life.unserved = 0
 	case *SetResource:
 		p.cfg.Resource = m.Resource
 		p.list = nil
@@ -452,7 +454,7 @@ func (p *allocator) announce(ctx actor.Context, lost string, seq uint64) {
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	p.recordAsync("PluginServing", &guard, payloads, func(seq uint64) {
 		log.Info().Str("pool", name).Str("socket", socket).Str("mode", mode).Uint64("seq", seq).Msg("pool serving")
-	}, func() { root.Send(self, &serveAgain{socket: socket}) })
+	}, func(err error) { root.Send(self, &serveAgain{socket: socket, refused: err}) })
 	ctx.Send(ctx.Parent(), &Serving{Pool: p.name, From: ctx.Self(), Socket: p.socket})
 }
 
@@ -472,7 +474,7 @@ func (p *allocator) withdraw(reason string) {
 // sequence; what names them in the log if refused; g, if set, guards them.
 // unrecorded, if set, hears of a refusal by the ledger (not by g, nor by
 // a ledger closed as the daemon stops).
-func (p *allocator) recordAsync(what string, g *store.Guard, payloads []events.Payload, durable func(seq uint64), unrecorded func()) {
+func (p *allocator) recordAsync(what string, g *store.Guard, payloads []events.Payload, durable func(seq uint64), unrecorded func(error)) {
 	log, name := p.cfg.Log, p.name
 	failed := func(err error) {
 		if errors.Is(err, errDropped) {
@@ -481,7 +483,7 @@ func (p *allocator) recordAsync(what string, g *store.Guard, payloads []events.P
 		}
 		log.Error().Err(err).Str("pool", name).Msg("cannot record " + what)
 		if unrecorded != nil && !errors.Is(err, store.ErrClosed) {
-			unrecorded()
+			unrecorded(err)
 		}
 	}
 	landed := func(envs []events.Envelope, err error) {
@@ -1136,8 +1138,12 @@ var errServedOn = errors.New("a record of the pool's serving landed meanwhile")
 // the ledger lacks it, and tells the registrar (Unrecorded), which then
 // records the socket's registration. A pool on another socket since, or
 // not serving, has nothing to record: a later announce recorded it; nor
-// has one the ledger's config dropped.
-func (p *allocator) serveAgain(ctx actor.Context, socket string) {
+// has one the ledger's config dropped. refused is the error of the
+// record tried last, if the ledger refused it: then it waits, though
+// the ledger may have taken another's record since, as a nearly full
+// disk takes small records and refuses others; the wait starts over
+// only once the record lands.
+func (p *allocator) serveAgain(ctx actor.Context, socket string, refused error) {
 	p.serveWait = nil
 	if p.server == nil || p.socket != socket {
 		return
@@ -1154,11 +1160,14 @@ func (p *allocator) serveAgain(ctx actor.Context, socket string) {
 		}
 		p.serveWait = time.AfterFunc(delay, func() { root.Send(self, &serveAgain{socket: socket}) })
 	}
+	if refused != nil {
+		wait(refused)
+		return
+	}
 	if err := p.cfg.Recorder.Log().AppendFault(); err != nil {
 		wait(err)
 		return
 	}
-	p.life.unserved = 0
 	st := p.replay()
 	if _, inForce := st.Pools[name]; !inForce && st.Config.SHA256 != "" {
 		// A reload dropped the pool (its parent stops it next): the
@@ -1169,6 +1178,7 @@ func (p *allocator) serveAgain(ctx actor.Context, socket string) {
 	}
 	told := func() { root.Send(parent, &registrar.Unrecorded{Pool: name, Event: string(events.TypePluginServing)}) }
 	if reg := st.Pools[name].Registration; reg.Serving && reg.Socket == socket {
+		p.life.unserved = 0
 		told()
 		return
 	}
@@ -1189,10 +1199,13 @@ func (p *allocator) serveAgain(ctx actor.Context, socket string) {
 			switch {
 			case err == nil:
 				log.Info().Str("pool", name).Str("socket", socket).Str("mode", mode).Uint64("seq", envs[0].Seq).Msg("pool serving, recorded late")
+				root.Send(self, &servedLate{})
 				told()
 			case errors.Is(err, errDropped), errors.Is(err, store.ErrClosed):
-			default: // the disk again, or a record meanwhile: look again
+			case errors.Is(err, errServedOn): // a record meanwhile: look again
 				root.Send(self, &serveAgain{socket: socket})
+			default: // the disk again
+				root.Send(self, &serveAgain{socket: socket, refused: err})
 			}
 		})
 	if err != nil && !errors.Is(err, store.ErrClosed) {

@@ -194,8 +194,16 @@ type landed struct{ id uint64 }
 type replace struct{}
 
 // serveAgain asks the pool to record that it serves on socket, once the
-// ledger refused that record (see allocator.serveAgain).
-type serveAgain struct{ socket string }
+// ledger refused that record (see allocator.serveAgain); refused is the
+// ledger's error if it refused the last try.
+type serveAgain struct {
+	socket  string
+	refused error
+}
+
+// servedLate says serveAgain's record landed: the next refusal waits
+// from RetryInitial again.
+type servedLate struct{}
 
 // queryReq is a Query, with whom to answer.
 type queryReq struct{ from *actor.PID }

@@ -1,0 +1,115 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/devledger/devledger/actors/ledger"
+	"github.com/devledger/devledger/actors/pool/allocation"
+	"github.com/devledger/devledger/config"
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi"
+	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/internal/actortest"
+	"github.com/devledger/devledger/store"
+	"github.com/devledger/devledger/store/storetest"
+)
+
+// On a nearly full disk the ledger takes small records (here others')
+// and refuses the pool's PluginServing, so that it records again
+// between the pool's tries. The pool's wait keeps doubling all the
+// same while its record is refused: it does not try, each time with a
+// full replay, at once or every RetryInitial. Once there is room it
+// records the socket it serves on, logged once.
+func TestAPoolsWaitGrowsOnADiskThatTakesOnlySomeRecords(t *testing.T) {
+	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := context.Background()
+	if _, err := l.Append(ctx, events.New(events.ConfigApplied{Path: "config.json", SHA256: "ab",
+		Pools: []events.PoolSpec{{Resource: "example.com/vf", DeviceType: string(config.GenericPCI)}}}, time.Now(), "boot-1")); err != nil {
+		t.Fatal(err)
+	}
+	logs := &actortest.Log{}
+	rec := ledger.NewRecorder(l, "boot-1", nil)
+	f := actortest.Spawn(t, Props(Config{
+		Resource: &config.Resource{Prefix: "example.com", Name: "vf", DeviceType: config.GenericPCI},
+		Members:  []allocation.Member{member(x)}, Recorder: rec, Replayed: &events.State{},
+		SocketDir: kubelettest.ShortTempDir(t), Mode: grpcapi.ModeLegacy, Log: zerolog.New(logs).Level(zerolog.InfoLevel),
+		RetryInitial: 10 * time.Millisecond, RetryMax: 10 * time.Second,
+	}))
+	actortest.Next[*Serving](t, f)
+
+	var tries atomic.Int32
+	room := storetest.RefuseSomeWrites(t, l, func(appended []events.Envelope) bool {
+		for _, e := range appended {
+			if _, ok := e.Payload.(events.PluginServing); ok {
+				tries.Add(1)
+				return true
+			}
+		}
+		return false
+	})
+	// Others' small records, which the disk takes (in the daemon, among
+	// them the snapshot check's, which tries the disk).
+	stop, others := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(others)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			h := events.DeviceHealthChanged{Address: "0000:af:00.0", Healthy: i%2 == 0, Reason: "test"}
+			// A batch with the pool's record is refused too.
+			if _, err := rec.Record(ctx, h); err != nil && !errors.Is(err, syscall.ENOSPC) {
+				t.Errorf("a small record on a nearly full disk: %v", err)
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); <-others }()
+
+	f.Sys.Root.Send(f.Child, &Reserve{})
+	second := actortest.Next[*Serving](t, f).Socket
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) && tries.Load() < 40 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Doubling from 10ms, a second holds at most the first try and
+	// seven more; a wait that starts over at every record the ledger
+	// takes holds one every 10-20ms, or none at all.
+	if n := tries.Load(); n > 10 {
+		t.Errorf("%d tries in a second to record PluginServing, want at most 10: the wait does not grow", n)
+	}
+	room()
+	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		st, err := rec.Replay()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reg := st.Pools["example.com/vf"].Registration; reg.Serving && reg.Socket == second {
+			break
+		}
+		select {
+		case <-waitCtx.Done():
+			t.Fatalf("once there is room, the ledger does not have the pool serving on %s (%d tries)", second, tries.Load())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if n := logs.Count("info", "pool serving, recorded late"); n != 1 {
+		t.Errorf("%d lines saying the serving was recorded late, want 1:\n%s", n, logs)
+	}
+}
