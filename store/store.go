@@ -116,6 +116,8 @@ type Log struct {
 	// AppendFault).
 	failures atomic.Uint64
 	fault    atomic.Pointer[error]
+	// edges says what the log last said of the faults (see failed).
+	edges faultEdges
 	// writeFault, set by tests only (writefault.go), fails write
 	// transactions as a full disk would.
 	writeFault atomic.Pointer[writeFault]
@@ -692,21 +694,66 @@ func (l *Log) AppendFault() error {
 	return nil
 }
 
+// faultEdges is what the log last said of the append faults: a nearly
+// full disk takes small commits and refuses larger ones, and a line at
+// each edge would come with every other append.
+type faultEdges struct {
+	mu sync.Mutex
+	// flapping is set once a fault came within flapQuiet of the ledger
+	// recording again; recoveredAt is when the log last said so, lastFail
+	// when an append last failed (the store's clock).
+	flapping              atomic.Bool
+	recoveredAt, lastFail time.Time
+}
+
+// flapQuiet is how long after the last failure a ledger whose faults
+// come and go records before the log says it records again.
+const flapQuiet = time.Minute
+
 // failed notes an append transaction that failed; the first of a run
 // says so, the others add nothing to the log but their callers' lines.
+// A run that starts within flapQuiet of the end of the last says, once,
+// that the ledger refuses some writes, and then nothing more until the
+// ledger has recorded for flapQuiet with none failing.
 func (l *Log) failed(err error) {
 	l.failures.Add(1)
-	if l.fault.Swap(&err) == nil {
+	first := l.fault.Swap(&err) == nil
+	e := &l.edges
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := l.now()
+	e.lastFail = now
+	switch {
+	case !first || e.flapping.Load():
+	case !e.recoveredAt.IsZero() && now.Sub(e.recoveredAt) < flapQuiet:
+		e.flapping.Store(true)
+		l.log.Warn().Err(err).Str("path", l.path).Uint64("failures", l.failures.Load()).Dur("quiet", flapQuiet).
+			Msg("the ledger refuses some writes and takes others (a nearly full disk?); it says when it has recorded for a while with none refused")
+	default:
 		l.log.Error().Err(err).Str("path", l.path).Msg("the ledger cannot record")
 	}
 }
 
 // recorded notes an append that went through: the first after a run of
-// failures ends the outage in the log, whichever append it was.
+// failures ends the outage in the log, whichever append it was; after
+// failures that came and went, the first flapQuiet after the last.
 func (l *Log) recorded() {
-	if l.fault.Swap(nil) != nil {
-		l.log.Info().Str("path", l.path).Msg("the ledger records again")
+	ended := l.fault.Swap(nil) != nil
+	e := &l.edges
+	if !ended && !e.flapping.Load() {
+		return
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := l.now()
+	if e.flapping.Load() {
+		if now.Sub(e.lastFail) < flapQuiet {
+			return
+		}
+		e.flapping.Store(false)
+	}
+	e.recoveredAt = now
+	l.log.Info().Str("path", l.path).Msg("the ledger records again")
 }
 
 // AppendFailures: see AppendFault.

@@ -1,0 +1,80 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/internal/actortest"
+	"github.com/devledger/devledger/store/internal/writefault"
+)
+
+// On a nearly full disk the ledger takes small commits and refuses
+// larger ones, so that every other append fails. The log says that the
+// ledger cannot record, that it records again, and, when faults come
+// back soon after, that it refuses some writes: three lines, not two a
+// flip. Once it has recorded for a minute with none refused, it says
+// it records again. AppendFault still tells each append's outcome.
+func TestTheLogDoesNotFlapOnADiskThatTakesOnlySomeWrites(t *testing.T) {
+	logs := &actortest.Log{}
+	l := openTestLog(t, func(o *Options) { o.Logger = zerolog.New(logs) })
+	clock := time.Date(2026, 12, 7, 18, 0, 0, 0, time.UTC)
+	l.now = func() time.Time { return clock }
+	writefault.Set(l, &fs.PathError{Op: "write", Path: l.path, Err: syscall.ENOSPC},
+		func(appended []events.Envelope) bool { return len(appended) > 1 })
+	t.Cleanup(func() { writefault.Set(l, nil, nil) })
+	ctx := context.Background()
+	removed := events.New(events.DeviceRemoved{Address: "0000:3b:02.1", Reason: "test"}, clock, "b")
+
+	for i := range 50 { // a flip a second
+		clock = clock.Add(time.Second)
+		if _, err := l.Append(ctx, removed); err != nil {
+			t.Fatalf("round %d: a small append: %v", i, err)
+		}
+		if l.AppendFault() != nil {
+			t.Fatalf("round %d: AppendFault %v after an append that went through", i, l.AppendFault())
+		}
+		if _, err := l.Append(ctx, removed, removed); !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("round %d: a large append: %v, want ENOSPC", i, err)
+		}
+		if l.AppendFault() == nil {
+			t.Fatalf("round %d: no AppendFault after a refused append", i)
+		}
+	}
+	const stopped, some, again = "the ledger cannot record", "the ledger refuses some writes", "the ledger records again"
+	if s, w, a := logs.Count("error", stopped), logs.Count("warn", some), logs.Count("info", again); s != 1 || w != 1 || a != 1 {
+		t.Errorf("over 50 flips, %d lines that the ledger cannot record, %d that it refuses some writes, %d that it records again; want 1 each:\n%s",
+			s, w, a, logs)
+	}
+	// Only small appends, for less than a minute: not over yet.
+	for range 5 {
+		clock = clock.Add(10 * time.Second)
+		if _, err := l.Append(ctx, removed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a := logs.Count("info", again); a != 1 {
+		t.Errorf("%d lines that the ledger records again 50 s after the last refusal, want still 1", a)
+	}
+	clock = clock.Add(10 * time.Second)
+	if _, err := l.Append(ctx, removed); err != nil {
+		t.Fatal(err)
+	}
+	if a := logs.Count("info", again); a != 2 {
+		t.Errorf("%d lines that the ledger records again a minute after the last refusal, want 2:\n%s", a, logs)
+	}
+	// A later outage, after a quiet spell, is an outage again.
+	clock = clock.Add(2 * time.Minute)
+	if _, err := l.Append(ctx, removed, removed); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatal(err)
+	}
+	if s := logs.Count("error", stopped); s != 2 {
+		t.Errorf("%d lines that the ledger cannot record after a quiet spell and a refusal, want 2:\n%s", s, logs)
+	}
+}
