@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -111,5 +113,57 @@ func TestAPoolsWaitGrowsOnADiskThatTakesOnlySomeRecords(t *testing.T) {
 	}
 	if n := logs.Count("info", "pool serving, recorded late"); n != 1 {
 		t.Errorf("%d lines saying the serving was recorded late, want 1:\n%s", n, logs)
+	}
+}
+
+// On a nearly full disk that refuses every other Allocate's record,
+// each refused Allocate is answered Unavailable, saying the ledger could
+// not record it, and each answered one is in the ledger, superseding
+// the one answered before it, not one refused.
+func TestAllocatesOnADiskThatTakesOnlySomeRecords(t *testing.T) {
+	f, l, _ := servingPool(t, t.TempDir(), member(x))
+	var n int
+	storetest.RefuseSomeWrites(t, l, func(appended []events.Envelope) bool {
+		for _, e := range appended {
+			if _, ok := e.Payload.(events.DevicesAllocated); ok {
+				n++
+				return n%2 == 0
+			}
+		}
+		return false
+	})
+	var answered []uint64
+	for i := range 10 {
+		r := awaitReply(t, allocateVia(f, context.Background(), x))
+		if i%2 == 1 {
+			if !errors.Is(r.err, grpcapi.ErrUnavailable) || !strings.Contains(r.err.Error(), "the ledger could not record the allocation") {
+				t.Fatalf("Allocate %d, its record refused: %v, want Unavailable saying the ledger could not record it", i, r.err)
+			}
+			continue
+		}
+		if r.err != nil {
+			t.Fatalf("Allocate %d, its record taken: %v", i, r.err)
+		}
+		answered = append(answered, actortest.Next[*AllocationRecorded](t, f).Event.Seq)
+	}
+	f.NothingFor(t, 50*time.Millisecond)
+	var inLedger []uint64
+	var supersedes [][]uint64
+	if err := l.Read(0, func(e events.Envelope) error {
+		if p, ok := e.Payload.(events.DevicesAllocated); ok {
+			inLedger = append(inLedger, e.Seq)
+			supersedes = append(supersedes, p.Supersedes)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(inLedger, answered) {
+		t.Fatalf("the ledger has allocations %v, the pool answered %v", inLedger, answered)
+	}
+	for i := 1; i < len(answered); i++ {
+		if !slices.Equal(supersedes[i], answered[i-1:i]) {
+			t.Errorf("allocation #%d supersedes %v, want #%d, the one answered before it", answered[i], supersedes[i], answered[i-1])
+		}
 	}
 }
