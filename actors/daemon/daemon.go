@@ -949,6 +949,11 @@ func (d *Daemon) snapshotLoop() {
 	var retained time.Time
 	started := time.Now()
 	checked := false
+	// refusals counts the due snapshots that failed in a row, and skip
+	// the checks to let pass before the next try: a nearly full disk
+	// takes events and refuses snapshots, the largest writes, and each
+	// try folds the ledger.
+	refusals, skip := 0, 0
 	for {
 		select {
 		case <-d.background.Done():
@@ -971,13 +976,25 @@ func (d *Daemon) snapshotLoop() {
 					took = true // the store says the ledger records again
 				}
 			} else if d.ledger.LastSeq()-last >= d.opts.SnapshotEvery {
-				if err := d.snapshot(d.background, fmt.Sprintf("%d events since the last", d.ledger.LastSeq()-last)); err != nil {
+				if skip > 0 {
+					skip--
+				} else if err := d.snapshot(d.background, fmt.Sprintf("%d events since the last", d.ledger.LastSeq()-last)); err != nil {
 					if !errors.Is(err, context.Canceled) { // by the stop, which takes one
-						d.log.Error().Err(err).Msg("snapshot failed")
+						refusals++
+						skip = min(1<<(refusals-1), snapshotSkipMax) - 1
+						level := zerolog.DebugLevel // its first failure said so
+						if refusals == 1 {
+							level = zerolog.ErrorLevel
+						}
+						d.log.WithLevel(level).Err(err).Int("failures", refusals).Dur("retry_in_ms", time.Duration(skip+1)*d.opts.SnapshotCheck).
+							Msg("snapshot failed")
 					}
 				} else {
 					took = true
 				}
+			}
+			if took {
+				refusals, skip = 0, 0
 			}
 			// Retention: after a snapshot (which makes events
 			// droppable), else hourly.
@@ -1091,6 +1108,10 @@ func (d *Daemon) retain(byAge bool) {
 		d.metrics.storeRecorded(events.TypeEventsDropped)
 	}
 }
+
+// snapshotSkipMax bounds the checks between tries of a snapshot that
+// keeps failing: 32, 16 minutes at the default check.
+const snapshotSkipMax = 32
 
 // retainAgeSettle is how long a run counts on this process's clock
 // before the age bound drops anything: a node that boots with its clock

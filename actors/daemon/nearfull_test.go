@@ -1,0 +1,61 @@
+package daemon
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi/kubelettest"
+	"github.com/devledger/devledger/internal/actortest"
+	"github.com/devledger/devledger/store/storetest"
+	"github.com/devledger/devledger/testdata/sysfsgen"
+)
+
+// On a nearly full disk that takes the events and refuses the
+// snapshots (the largest writes), a snapshot due is tried less and less
+// often, each try a fold of the ledger, and its failure is logged once
+// at error, not at every check. Once there is room it is taken.
+func TestASnapshotRefusedAgainAndAgainBacksOff(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	n.opts.SnapshotCheck = 5 * time.Millisecond
+	n.opts.SnapshotEvery = 1
+	logs := &actortest.Log{}
+	n.opts.Logger = zerolog.New(logs).Level(zerolog.InfoLevel)
+	d := n.start(t)
+	ctx := waitCtx(t)
+	waitLedger(ctx, t, d, "the pool registered", func(s events.State) bool { return s.Pools[vfioPool].Registration.Registered })
+
+	var tries atomic.Int32
+	room := storetest.RefuseSomeWrites(t, d.rec.Log(), func(appended []events.Envelope) bool {
+		if appended == nil {
+			tries.Add(1)
+			return true
+		}
+		return false
+	})
+	// An event, so that a snapshot is due.
+	if _, err := d.rec.Record(ctx, events.DeviceHealthChanged{Address: "0000:af:00.0", Healthy: true, Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) && tries.Load() < 100 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// A check every 5ms: up to 200 tries in a second if each check
+	// tries; doubling the checks skipped, about 8.
+	if n := tries.Load(); n == 0 || n > 20 {
+		t.Errorf("%d snapshots tried in a second, want between 1 and 20", n)
+	}
+	if n := logs.Count("error", "snapshot failed"); n != 1 {
+		t.Errorf("%d lines at error that the snapshot failed, want 1", n)
+	}
+	room()
+	snapped := d.rec.Log().LastSeq()
+	waitFor(ctx, t, "a snapshot once there is room", func() bool {
+		last, _ := d.rec.Log().LatestSnapshotSeq(0)
+		return last >= snapped
+	})
+}
