@@ -20,7 +20,7 @@ import (
 )
 
 // ledgerState folds the running daemon's ledger.
-func ledgerState(t *testing.T, d *Daemon) events.State {
+func ledgerState(t testing.TB, d *Daemon) events.State {
 	t.Helper()
 	s, err := d.rec.Replay()
 	if err != nil {
@@ -46,7 +46,7 @@ func waitLedger(ctx context.Context, t *testing.T, d *Daemon, what string, ok fu
 }
 
 // reconcileNow asks the reconciler for a round and waits until it is done.
-func reconcileNow(ctx context.Context, t *testing.T, d *Daemon) {
+func reconcileNow(ctx context.Context, t testing.TB, d *Daemon) {
 	t.Helper()
 	kids, err := d.Children(ctx)
 	if err != nil {

@@ -44,7 +44,7 @@ func crash(d *Daemon, pid *actor.PID, reason string) {
 	d.Ask(ctx, pid, &pool.Crash{Reason: reason})
 }
 
-func poolStatus(t *testing.T, ctx context.Context, d *Daemon, pid *actor.PID) *pool.Status {
+func poolStatus(t testing.TB, ctx context.Context, d *Daemon, pid *actor.PID) *pool.Status {
 	t.Helper()
 	res, err := d.Ask(ctx, pid, &pool.Query{})
 	if err != nil {
