@@ -199,7 +199,7 @@ func (r *reconciler) Receive(ctx actor.Context) {
 			// parent would never hear of them.
 			r.catchUp(ctx, nil)
 		}
-		st := &Status{Available: r.available(), Rounds: r.rounds, Allocations: map[uint64]string{}}
+		st := &Status{Available: r.available(), Rounds: r.rounds, Told: len(r.told), Allocations: map[uint64]string{}}
 		for seq, a := range r.st.Allocations {
 			st.Allocations[seq] = ""
 			if b := a.Binding; b != nil {
@@ -382,6 +382,7 @@ func (r *reconciler) round(ctx actor.Context) {
 func (r *reconciler) listed(ctx actor.Context, m *listed) {
 	r.listing = nil
 	r.catchUp(ctx, nil)
+	r.forgetEnded()
 	if m.err != nil {
 		r.failures++
 		if status.Code(m.err) == codes.Unavailable {
@@ -645,7 +646,7 @@ func (r *reconciler) tell(ctx actor.Context, e events.Envelope) {
 }
 
 // attributed returns the live allocations told of (the others wait for a
-// later round) and forgets those told of that are over.
+// later round).
 func (r *reconciler) attributed() map[uint64]events.Allocation {
 	out := make(map[uint64]events.Allocation, len(r.st.Allocations))
 	for seq, a := range r.st.Allocations {
@@ -653,12 +654,18 @@ func (r *reconciler) attributed() map[uint64]events.Allocation {
 			out[seq] = a
 		}
 	}
+	return out
+}
+
+// forgetEnded forgets the allocations told of that the fold has read
+// and that are over. Every round's answer does it, failed or not: while
+// PodResources fails, the pools go on allocating.
+func (r *reconciler) forgetEnded() {
 	for seq := range r.told {
 		if _, live := r.st.Allocations[seq]; !live && seq <= r.st.Seq {
 			delete(r.told, seq)
 		}
 	}
-	return out
 }
 
 // heldSince is attributed with each allocation's At on this process's

@@ -1255,3 +1255,43 @@ func TestAPodMadeAgainAfterADaemonRestartIsNotGivenTheOldPodsUID(t *testing.T) {
 		t.Fatalf("recorded %s %+v, want the binding of #%d without a UID", got.Event.Type, got.Event.Payload, envs[0].Seq)
 	}
 }
+
+// A node whose PodResources never answers (its socket not mounted in the
+// daemon's pod, say) still gives devices to pod after pod, for weeks:
+// the reconciler keeps no allocation it was told of once it has ended,
+// though no round succeeds.
+func TestAReconcilerWithoutPodResourcesForgetsAllocationsThatEnded(t *testing.T) {
+	const pool, dev = "example.com/vf", "0000:3b:02.1"
+	_, rec, prev, replayed := ledgerWithAllocation(t, pool, dev)
+	away := listerFunc(func(context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+		return nil, status.Error(codes.Unavailable, "no socket")
+	})
+	f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: away, Replayed: &replayed,
+		Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, RetryMax: time.Hour, Log: zerolog.Nop()}))
+	// Pod after pod gets dev: each allocation supersedes the last.
+	const allocations = 50
+	for range allocations {
+		envs, err := rec.Record(context.Background(), events.DevicesAllocated{Pool: pool, DeviceIDs: []string{dev}, Supersedes: []uint64{prev}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev = envs[0].Seq
+		f.Sys.Root.Send(f.Child, &Allocated{Seq: prev})
+	}
+	// A round, which fails as every one does here; at rest once it has.
+	f.Sys.Root.Send(f.Child, &Reconcile{})
+	q := &ledger.Quiet{Done: make(chan struct{})}
+	f.Sys.Root.Send(f.Child, q)
+	select {
+	case <-q.Done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the round never ended")
+	}
+	st := awaitStatus(t, f, func(*Status) bool { return true })
+	if st.Available || len(st.Allocations) != 1 {
+		t.Fatalf("after %d allocations of one device: %+v, want PodResources unavailable and one live allocation", allocations, st)
+	}
+	if st.Told > len(st.Allocations) {
+		t.Errorf("after %d allocations of one device the reconciler keeps %d as told of, want at most the %d live", allocations, st.Told, len(st.Allocations))
+	}
+}

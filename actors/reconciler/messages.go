@@ -33,6 +33,9 @@ type Status struct {
 	Available bool
 	// Rounds counts completed rounds.
 	Rounds int
+	// Told counts the allocations the reconciler keeps as told of (see
+	// Allocated): live ones, and ones it has not read in the ledger yet.
+	Told int
 }
 
 // Messages the reconciler sends to its parent.
