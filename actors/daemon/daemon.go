@@ -981,7 +981,7 @@ func (d *Daemon) snapshotLoop() {
 				} else if err := d.snapshot(d.background, fmt.Sprintf("%d events since the last", d.ledger.LastSeq()-last)); err != nil {
 					if !errors.Is(err, context.Canceled) { // by the stop, which takes one
 						refusals++
-						skip = min(1<<(refusals-1), snapshotSkipMax) - 1
+						skip = snapshotSkip(refusals)
 						level := zerolog.DebugLevel // its first failure said so
 						if refusals == 1 {
 							level = zerolog.ErrorLevel
@@ -1112,6 +1112,17 @@ func (d *Daemon) retain(byAge bool) {
 // snapshotSkipMax bounds the checks between tries of a snapshot that
 // keeps failing: 32, 16 minutes at the default check.
 const snapshotSkipMax = 32
+
+// snapshotSkip is how many checks to let pass after the due snapshot
+// failed refusals times in a row: 0, 1, 3, 7, … up to snapshotSkipMax-1,
+// however long the disk refuses.
+func snapshotSkip(refusals int) int {
+	n := 1
+	for i := 1; i < refusals && n < snapshotSkipMax; i++ {
+		n *= 2 // not 1<<(refusals-1): past 63 refusals that overflows
+	}
+	return min(n, snapshotSkipMax) - 1
+}
 
 // retainAgeSettle is how long a run counts on this process's clock
 // before the age bound drops anything: a node that boots with its clock

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,4 +59,19 @@ func TestASnapshotRefusedAgainAndAgainBacksOff(t *testing.T) {
 		last, _ := d.rec.Log().LatestSnapshotSeq(0)
 		return last >= snapped
 	})
+}
+
+// A disk that refuses snapshots for days: the checks let pass between
+// tries double up to the bound and stay there, the day after as the
+// first hours. Not, past the 63rd refusal, a wait with no end.
+func TestASnapshotRefusedForDaysIsStillTried(t *testing.T) {
+	for _, tc := range []struct{ refusals, skip int }{
+		{1, 0}, {2, 1}, {3, 3}, {6, 31}, {7, 31}, {63, 31}, {64, 31}, {65, 31}, {1000, 31},
+	} {
+		t.Run(fmt.Sprint(tc.refusals, " refusals"), func(t *testing.T) {
+			if got := snapshotSkip(tc.refusals); got != tc.skip {
+				t.Errorf("after %d refusals in a row, %d checks let pass, want %d", tc.refusals, got, tc.skip)
+			}
+		})
+	}
 }
