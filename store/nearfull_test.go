@@ -78,3 +78,39 @@ func TestTheLogDoesNotFlapOnADiskThatTakesOnlySomeWrites(t *testing.T) {
 		t.Errorf("%d lines that the ledger cannot record after a quiet spell and a refusal, want 2:\n%s", s, logs)
 	}
 }
+
+// Faults that came and went, then a quiet node: no append comes to say
+// that the ledger records again. NoteQuiet, called at each snapshot
+// check, says it once the last refusal is a minute past, and only then.
+func TestTheLogSaysTheLedgerRecordsAgainOnAQuietNode(t *testing.T) {
+	logs := &actortest.Log{}
+	l := openTestLog(t, func(o *Options) { o.Logger = zerolog.New(logs) })
+	clock := time.Date(2026, 12, 7, 18, 0, 0, 0, time.UTC)
+	l.now = func() time.Time { return clock }
+	writefault.Set(l, &fs.PathError{Op: "write", Path: l.path, Err: syscall.ENOSPC},
+		func(appended []events.Envelope) bool { return len(appended) > 1 })
+	t.Cleanup(func() { writefault.Set(l, nil, nil) })
+	ctx := context.Background()
+	removed := events.New(events.DeviceRemoved{Address: "0000:3b:02.1", Reason: "test"}, clock, "b")
+	for range 3 { // the ledger cannot record, records again, refuses some
+		clock = clock.Add(time.Second)
+		l.Append(ctx, removed, removed)
+		l.Append(ctx, removed)
+	}
+	const some, again = "the ledger refuses some writes", "the ledger records again"
+	if w, a := logs.Count("warn", some), logs.Count("info", again); w != 1 || a != 1 {
+		t.Fatalf("%d lines that the ledger refuses some writes, %d that it records again; want 1 each:\n%s", w, a, logs)
+	}
+	clock = clock.Add(30 * time.Second)
+	l.NoteQuiet()
+	if a := logs.Count("info", again); a != 1 {
+		t.Errorf("%d lines that the ledger records again 30 s after the last refusal, want still 1", a)
+	}
+	for range 3 {
+		clock = clock.Add(30 * time.Second)
+		l.NoteQuiet()
+	}
+	if a := logs.Count("info", again); a != 2 {
+		t.Errorf("%d lines that the ledger records again two minutes after the last refusal with no append, want 2:\n%s", a, logs)
+	}
+}

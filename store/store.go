@@ -756,6 +756,27 @@ func (l *Log) recorded() {
 	l.log.Info().Str("path", l.path).Msg("the ledger records again")
 }
 
+// NoteQuiet says that the ledger records again when faults that came
+// and went (see failed) are flapQuiet past and the last write went
+// through, if no append has said so yet: on a quiet node none may come
+// for hours, and the log would go on saying that the disk refuses some
+// writes. The daemon calls it at each snapshot check.
+func (l *Log) NoteQuiet() {
+	e := &l.edges
+	if !e.flapping.Load() {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := l.now()
+	if !e.flapping.Load() || l.fault.Load() != nil || now.Sub(e.lastFail) < flapQuiet {
+		return
+	}
+	e.flapping.Store(false)
+	e.recoveredAt = now
+	l.log.Info().Str("path", l.path).Msg("the ledger records again")
+}
+
 // AppendFailures: see AppendFault.
 func (l *Log) AppendFailures() uint64 { return l.failures.Load() }
 

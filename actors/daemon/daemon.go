@@ -967,6 +967,7 @@ func (d *Daemon) snapshotLoop() {
 				d.checkLedger()
 				checked = true
 			}
+			d.ledger.NoteQuiet() // a disk's faults, over with no append to say so
 			last, _ := d.ledger.LatestSnapshotSeq(0)
 			took := false
 			// While appends fail, a snapshot each tick retries the disk:
