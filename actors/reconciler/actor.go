@@ -68,11 +68,11 @@ type Config struct {
 	// Checkpoint is the path of the kubelet device manager's checkpoint
 	// (<kubelet-dir>/device-plugins/kubelet_internal_checkpoint), read
 	// for the pod UID of each binding a round records, and by the first
-	// round: PodResources gives none. A file missing or unreadable leaves the UIDs empty, and is
-	// logged once each time that changes; so does an entry read before
-	// the allocation was in the ledger, which is an earlier pod's (the
-	// kubelet writes the file after the Allocate, and not when a pod
-	// goes). Empty: no UIDs.
+	// round: PodResources gives none. A file missing or unreadable
+	// leaves the UIDs empty, and is logged once each time that changes;
+	// so does an entry read before the allocation was in the ledger,
+	// which is an earlier pod's (the kubelet writes the file after the
+	// Allocate, and not when a pod goes). Empty: no UIDs.
 	Checkpoint string
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -483,10 +483,11 @@ func (r *reconciler) listed(ctx actor.Context, m *listed) {
 // The first round reads it whatever it records: entries a daemon before
 // this one bound are older than what this one allocates.
 func (r *reconciler) podUIDs(payloads []events.Payload) {
-	if r.cfg.Checkpoint == "" || r.life.checkpointTried && !slices.ContainsFunc(payloads, func(p events.Payload) bool {
+	binds := slices.ContainsFunc(payloads, func(p events.Payload) bool {
 		_, ok := p.(events.AllocationBound)
 		return ok
-	}) {
+	})
+	if r.cfg.Checkpoint == "" || r.life.checkpointTried && !binds {
 		return
 	}
 	r.life.checkpointTried = true
