@@ -795,11 +795,15 @@ func (p *allocator) recordMembership(ctx actor.Context, id uint64, added, remove
 	m := p.life.placed
 	reason := m.Reason + MovedList("moved from", added, m.Moves) + MovedList("moved to", removed, m.Moves)
 	// The reason names the live allocations (they stay in the ledger) that
-	// hold a device leaving, and other pools' that hold one arriving.
+	// hold a device leaving, or the Allocate of it whose events are queued
+	// ahead of this change, and other pools' that hold one arriving.
 	var held, arrived []string
 	for _, addr := range removed {
 		for _, seq := range p.holds.Holders[addr] {
 			held = append(held, fmt.Sprintf("%s by #%d", addr, seq))
+		}
+		if p.life.flying(addr) {
+			held = append(held, addr+" by an Allocate under way")
 		}
 	}
 	for _, addr := range added {

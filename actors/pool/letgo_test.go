@@ -299,3 +299,32 @@ func TestLetGoWaitsForTheLastPlacement(t *testing.T) {
 	}
 	f.Silent(t)
 }
+
+// A device that leaves while an Allocate of it is under way is still held
+// when the ledger records the change, right after the allocation: the
+// change says so, as it does of a live allocation, so that the ledger
+// never reads as if the device left free.
+func TestAChangeNamesTheAllocateUnderWayOfADeviceLeaving(t *testing.T) {
+	f, g, allocated := poolWithAllocateHeld(t)
+	f.Sys.Root.Send(f.Child, &SetMembers{Members: []allocation.Member{member(y)}, Reason: "test", Gen: 7, Leaving: []string{x}})
+	f.Silent(t)
+	g.release()
+	if err := <-allocated; err != nil {
+		t.Fatalf("Allocate: %v", err)
+	}
+	actortest.Next[*AllocationRecorded](t, f)
+	actortest.Next[*LetGo](t, f)
+	var reason string
+	err := g.log.Read(1, func(e events.Envelope) error {
+		if c, ok := e.Payload.(events.PoolMembershipChanged); ok && slices.Equal(c.Removed, []string{x}) {
+			reason = c.Reason
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "still held: " + x + " by an Allocate under way"; !strings.HasSuffix(reason, want) {
+		t.Errorf("the change that took %s out records %q, want it to end %q", x, reason, want)
+	}
+}
