@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/devledger/devledger/actors/node"
 	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/sysfs"
@@ -45,9 +47,9 @@ const defaultProcRoot = "/proc"
 // with the daemon's rules and prints where each one would go, or with
 // --explain why one device went where it did. It changes nothing.
 func runScan(args []string, stdout, stderr io.Writer) error {
-	flags := newFlagSet("scan", "--config FILE [--sysfs-root DIR] [--dev-root DIR] [--proc-root DIR] [--pci-ids FILE] [--state-dir DIR | --db FILE] [--format table|json] [--explain ADDR]", stdout)
+	flags := newFlagSet("scan", "[--config FILE] [--resource-prefix PREFIX] [--use-cdi] [--sysfs-root DIR] [--dev-root DIR] [--proc-root DIR] [--pci-ids FILE] [--state-dir DIR | --db FILE] [--format table|json] [--explain ADDR]", stdout)
 	var cf configFlags
-	cf.register(flags, "the pool config `FILE` (the SR-IOV device plugin's schema, JSON or YAML)")
+	cf.register(flags, "the pool config `FILE` (the SR-IOV device plugin's schema, JSON or YAML); default: the file the ledger of --state-dir or --db last applied")
 	sysfsRoot := flags.String("sysfs-root", sysfs.DefaultSysfsRoot, "read PCI devices from the sysfs mounted at `DIR`")
 	devRoot := flags.String("dev-root", sysfs.DefaultDevRoot, "look for vfio/<group> and vhost-net under `DIR`")
 	procRoot := flags.String("proc-root", defaultProcRoot, "read the default route from net/route under `DIR`")
@@ -64,14 +66,15 @@ func runScan(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if configPath == "" {
-		return usageErrf("--config is required: the pool config to match devices against")
-	}
 	if *format != "table" && *format != "json" {
 		return usageErrf("--format %q: want table or json", *format)
 	}
 	if err := lf.oneLedger(flags); err != nil {
 		return err
+	}
+	ledgerNamed := lf.stateDir != "" || lf.db != ""
+	if configPath == "" && !ledgerNamed {
+		return usageErrf("--config is required: the pool config to match devices against (or --state-dir, for the config the daemon applied)")
 	}
 	if err := refuseEmpty(flags, map[string]string{"explain": "scan lists every device"}); err != nil {
 		return err
@@ -85,7 +88,24 @@ func runScan(args []string, stdout, stderr io.Writer) error {
 		explainAddr = a
 	}
 
+	// A ledger read through a damaged page is shown, then named.
+	var st events.State
+	var damage error
+	if ledgerNamed {
+		if st, err = readLedgerState(&lf); errors.Is(err, errReadDamaged) {
+			damage = err
+		} else if err != nil {
+			return err
+		}
+	}
 	var warn warningList
+	// unchanged: the config in force, as the daemon applied it.
+	unchanged := false
+	if configPath == "" {
+		if configPath, unchanged, err = configInForce(st.Config, lf.path(), stderr, &warn); err != nil {
+			return err
+		}
+	}
 	cfg, err := config.Load(configPath, cf.opts)
 	if err != nil {
 		var list config.ErrorList
@@ -99,6 +119,11 @@ func runScan(args []string, stdout, stderr io.Writer) error {
 	}
 	for _, w := range cfg.Warnings {
 		warn.add(w)
+	}
+	if unchanged {
+		if w := poolsUnlikeApplied(cfg, &st); w != "" {
+			warn.add(w)
+		}
 	}
 	warn.flush(stderr)
 
@@ -132,14 +157,8 @@ func runScan(args []string, stdout, stderr io.Writer) error {
 
 	rep := newScanReport(devs, sel, warn.all)
 	rep.probeHealth(reader, devs, sel)
-	// A ledger read through a damaged page is shown, then named.
-	var damage error
-	if lf.stateDir != "" || lf.db != "" {
-		if err := rep.readLedger(&lf); errors.Is(err, errReadDamaged) {
-			damage = err
-		} else if err != nil {
-			return err
-		}
+	if ledgerNamed {
+		rep.noteLedger(&st)
 	}
 	w := bufio.NewWriter(stdout)
 	if explainAddr != "" {
@@ -890,14 +909,14 @@ func writeJSON(w io.Writer, v any) error {
 	return nil
 }
 
-// readLedger reads the ledger lf names (the file from its newest snapshot,
-// or, when the daemon holds it, the events its admin socket serves) and
-// notes what it says of every device found, and of the pooled ones not
-// found.
-func (rep *scanReport) readLedger(lf *ledgerFlags) error {
+// readLedgerState folds the ledger lf names (the file from its newest
+// snapshot, or, when the daemon holds it, the events its admin socket
+// serves). A read through a damaged page returns the state and an error
+// that wraps errReadDamaged.
+func readLedgerState(lf *ledgerFlags) (events.State, error) {
 	src, err := openSource(lf)
 	if err != nil {
-		return err
+		return events.State{}, err
 	}
 	var st events.State
 	var damage error
@@ -911,8 +930,73 @@ func (rep *scanReport) readLedger(lf *ledgerFlags) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("read the ledger %s: %w", lf.path(), err)
+		return events.State{}, fmt.Errorf("read the ledger %s: %w", lf.path(), err)
 	}
+	return st, damage
+}
+
+// configInForce is the config file the ledger (at where) last recorded
+// applied, for a scan that names none: inside the daemon's pod, the file
+// its --config names, whichever overlay set it. It names the file on
+// stderr; one that changed since is scanned as it is now, with a warning.
+// unchanged says it has not.
+func configInForce(c events.ConfigState, where string, stderr io.Writer, warn *warningList) (path string, unchanged bool, err error) {
+	if c.Path == "" {
+		return "", false, usageErrf("the ledger %s records no config applied: name one with --config", where)
+	}
+	data, err := os.ReadFile(c.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", false, usageErrf("the config in force, %s (sha256 %s, applied %s), is not here: name a copy of it with --config", c.Path, shortSHA(c.SHA256), c.AppliedAt.UTC().Format(time.RFC3339))
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read the config in force: %w", err)
+	}
+	fmt.Fprintf(stderr, "the config in force: %s (sha256 %s, applied %s)\n", c.Path, shortSHA(c.SHA256), c.AppliedAt.UTC().Format(time.RFC3339))
+	now := node.Digest(data)
+	if now != c.SHA256 {
+		warn.add(fmt.Sprintf("%s changed since the daemon applied it (sha256 %s then, %s now): this scan reads it as it is now", c.Path, shortSHA(c.SHA256), shortSHA(now)))
+	}
+	return c.Path, now == c.SHA256, nil
+}
+
+// poolsUnlikeApplied says how the pools cfg read from the file in force
+// differ from those the daemon applied from it (st's), or "" when they do
+// not: the daemon's --resource-prefix or --use-cdi, which this scan was
+// not given.
+func poolsUnlikeApplied(cfg *config.Config, st *events.State) string {
+	var readOnly, changed []string
+	read := map[string]bool{}
+	for i := range cfg.Resources {
+		r := &cfg.Resources[i]
+		read[r.FullName()] = true
+		p, ok := st.Pools[r.FullName()]
+		switch {
+		case !ok:
+			readOnly = append(readOnly, r.FullName())
+		case p.Spec.Definition != r.Definition():
+			changed = append(changed, fmt.Sprintf("%s (here → applied: %s)", r.FullName(), strings.Join(config.DefinitionChanges(r.Definition(), p.Spec.Definition), ", ")))
+		}
+	}
+	var appliedOnly []string
+	for _, name := range slices.Sorted(maps.Keys(st.Pools)) {
+		if !read[name] {
+			appliedOnly = append(appliedOnly, name)
+		}
+	}
+	var differ []string
+	if len(readOnly)+len(appliedOnly) > 0 {
+		differ = append(differ, fmt.Sprintf("this scan reads %s where the daemon applied %s", orDash(strings.Join(readOnly, ", ")), orDash(strings.Join(appliedOnly, ", "))))
+	}
+	differ = append(differ, changed...)
+	if len(differ) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s: the daemon applied other pools from this file (%s): give scan the --resource-prefix and --use-cdi the daemon runs with", st.Config.Path, strings.Join(differ, "; "))
+}
+
+// noteLedger notes what the ledger's state st says of every device found,
+// and of the pooled ones not found.
+func (rep *scanReport) noteLedger(st *events.State) {
 	seq := st.Seq
 	rep.LedgerSeq = &seq
 	rep.LedgerDamage = st.Ledger.Damage
@@ -935,7 +1019,6 @@ func (rep *scanReport) readLedger(lf *ledgerFlags) error {
 			rep.LedgerOnly = append(rep.LedgerOnly, scanLedgerOnly{Address: addr, Ledger: newScanLedger(ld, true)})
 		}
 	}
-	return damage
 }
 
 // newScanLedger is ld as scan shows it; known is false when the ledger

@@ -101,6 +101,25 @@ func TestScanShowsTheLedgersVerdicts(t *testing.T) {
 		}
 	}
 
+	// Without --config, the config the daemon applied, named on stderr;
+	// read with another resource prefix than the daemon's, a warning.
+	noConfig := append([]string{"scan"}, args[3:]...)
+	code, out, stderr := cli(t, append(noConfig, "--state-dir", n.stateDir)...)
+	if code != exitOK || !strings.HasPrefix(stderr, "the config in force: "+n.config+" (sha256 ") || strings.Contains(stderr, "changed since") || strings.Contains(stderr, "other pools") {
+		t.Errorf("scan --state-dir without --config: exit %d, stderr %q; want the config in force named, and no warning of it", code, stderr)
+	}
+	if before := func(s string) string { return s[:strings.Index(s+"\nledger through", "\nledger through")] }; before(out) != before(table) {
+		t.Errorf("scan --state-dir without --config shows\n%s\nwant what --config %s shows\n%s", out, n.config, table)
+	}
+	_, _, stderr = cli(t, append(noConfig, "--state-dir", n.stateDir, "--resource-prefix", "example.com")...)
+	if want := "the daemon applied other pools from this file (this scan reads example.com/sriov_vfio, example.com/sriov_net, example.com/e810_port where the daemon applied intel.com/e810_port, intel.com/sriov_net, intel.com/sriov_vfio)"; !strings.Contains(stderr, want) {
+		t.Errorf("scan --state-dir --resource-prefix example.com warns\n%s\nwant %q", stderr, want)
+	}
+	_, _, stderr = cli(t, append(noConfig, "--state-dir", n.stateDir, "--use-cdi")...)
+	if want := "(" + vfioPool + " (here → applied: "; !strings.Contains(stderr, want) {
+		t.Errorf("scan --state-dir --use-cdi warns\n%s\nwant %q", stderr, want)
+	}
+
 	// Stopped; a VF goes from sysfs without the daemon seeing it.
 	p.signal(t, syscall.SIGTERM)
 	if code := p.wait(t); code != exitOK {
@@ -121,6 +140,22 @@ func TestScanShowsTheLedgersVerdicts(t *testing.T) {
 
 	if code, _, stderr := cli(t, append(file, "--state-dir", n.stateDir)...); code != exitUsage || !strings.Contains(stderr, "--state-dir and --db") {
 		t.Errorf("--state-dir with --db: exit %d, %q; want a usage error", code, stderr)
+	}
+
+	// The config in force changed since, or gone (a ledger copied off the
+	// node): scanned as it is now with a warning, or a usage error.
+	noConfigDB := append(noConfig, "--db", n.ledgerPath())
+	if err := os.WriteFile(n.config, []byte(`{"resourceList": [{"resourceName": "sriov_vfio", "selectors": {"drivers": ["vfio-pci"]}}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := cli(t, noConfigDB...); code != exitOK || !strings.Contains(stderr, "warning: "+n.config+" changed since the daemon applied it") {
+		t.Errorf("scan --db of a config changed since: exit %d, stderr %q; want a warning", code, stderr)
+	}
+	if err := os.Remove(n.config); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := cli(t, noConfigDB...); code != exitUsage || !strings.Contains(stderr, "the config in force, "+n.config+" (sha256 ") || !strings.Contains(stderr, "is not here: name a copy of it with --config") {
+		t.Errorf("scan --db of a config gone: exit %d, stderr %q; want a usage error naming it", code, stderr)
 	}
 }
 
