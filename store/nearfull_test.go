@@ -46,6 +46,13 @@ func TestTheLogDoesNotFlapOnADiskThatTakesOnlySomeWrites(t *testing.T) {
 		if l.AppendFault() == nil {
 			t.Fatalf("round %d: no AppendFault after a refused append", i)
 		}
+		// Unsteady from the warning on, whichever append came last.
+		if warned := logs.Count("warn", "the ledger refuses some writes") > 0; warned != (l.Unsteady() != nil) {
+			t.Fatalf("round %d: Unsteady %v with the warning logged %v", i, l.Unsteady(), warned)
+		}
+		if i > 0 && !errors.Is(l.Unsteady(), syscall.ENOSPC) {
+			t.Fatalf("round %d: Unsteady %v, want the last refusal", i, l.Unsteady())
+		}
 	}
 	const stopped, some, again = "the ledger cannot record", "the ledger refuses some writes", "the ledger records again"
 	if s, w, a := logs.Count("error", stopped), logs.Count("warn", some), logs.Count("info", again); s != 1 || w != 1 || a != 1 {
@@ -59,15 +66,15 @@ func TestTheLogDoesNotFlapOnADiskThatTakesOnlySomeWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if a := logs.Count("info", again); a != 1 {
-		t.Errorf("%d lines that the ledger records again 50 s after the last refusal, want still 1", a)
+	if a := logs.Count("info", again); a != 1 || l.Unsteady() == nil {
+		t.Errorf("%d lines that the ledger records again 50 s after the last refusal, want still 1; Unsteady %v, want the last refusal", a, l.Unsteady())
 	}
 	clock = clock.Add(10 * time.Second)
 	if _, err := l.Append(ctx, removed); err != nil {
 		t.Fatal(err)
 	}
-	if a := logs.Count("info", again); a != 2 {
-		t.Errorf("%d lines that the ledger records again a minute after the last refusal, want 2:\n%s", a, logs)
+	if a := logs.Count("info", again); a != 2 || l.Unsteady() != nil {
+		t.Errorf("%d lines that the ledger records again a minute after the last refusal, want 2; Unsteady %v, want nil:\n%s", a, l.Unsteady(), logs)
 	}
 	// A later outage, after a quiet spell, is an outage again.
 	clock = clock.Add(2 * time.Minute)
@@ -110,7 +117,7 @@ func TestTheLogSaysTheLedgerRecordsAgainOnAQuietNode(t *testing.T) {
 		clock = clock.Add(30 * time.Second)
 		l.NoteQuiet()
 	}
-	if a := logs.Count("info", again); a != 2 {
-		t.Errorf("%d lines that the ledger records again two minutes after the last refusal with no append, want 2:\n%s", a, logs)
+	if a := logs.Count("info", again); a != 2 || l.Unsteady() != nil {
+		t.Errorf("%d lines that the ledger records again two minutes after the last refusal with no append, want 2; Unsteady %v, want nil:\n%s", a, l.Unsteady(), logs)
 	}
 }

@@ -79,6 +79,11 @@ type Options struct {
 	// unless asked (it costs a fifth of a second at a million events)
 	// and can walk it later (Log.CheckPages).
 	CheckPages bool
+	// FaultQuiet is how long a ledger whose append faults came and went
+	// must record with none refused before it is steady again: before the
+	// log says it records again and Unsteady is nil. Zero or negative
+	// means DefaultFaultQuiet.
+	FaultQuiet time.Duration
 	// pageSize is the page size of a ledger Open creates; zero: bbolt's
 	// default, the OS's. Tests make ledgers of a larger host's pages.
 	pageSize int
@@ -161,6 +166,9 @@ func Open(path string, opts Options) (*Log, error) {
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = DefaultMaxBatch
 	}
+	if opts.FaultQuiet <= 0 {
+		opts.FaultQuiet = DefaultFaultQuiet
+	}
 	fi, err := os.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -211,6 +219,7 @@ func Open(path string, opts Options) (*Log, error) {
 		bootID:   opts.BootID,
 		maxBatch: opts.MaxBatch,
 		now:      time.Now,
+		edges:    faultEdges{quiet: opts.FaultQuiet},
 	}
 	// Before bbolt walks a page tree: damage it cannot survive keeps the
 	// file closed.
@@ -699,22 +708,24 @@ func (l *Log) AppendFault() error {
 // each edge would come with every other append.
 type faultEdges struct {
 	mu sync.Mutex
-	// flapping is set once a fault came within flapQuiet of the ledger
+	// flapping is set once a fault came within quiet of the ledger
 	// recording again; recoveredAt is when the log last said so, lastFail
-	// when an append last failed (the store's clock).
+	// when an append last failed (the store's clock), and lastErr why.
 	flapping              atomic.Bool
 	recoveredAt, lastFail time.Time
+	lastErr               error
+	quiet                 time.Duration // Options.FaultQuiet
 }
 
-// flapQuiet is how long after the last failure a ledger whose faults
-// come and go records before the log says it records again.
-const flapQuiet = time.Minute
+// DefaultFaultQuiet: see Options.FaultQuiet.
+const DefaultFaultQuiet = time.Minute
 
 // failed notes an append transaction that failed; the first of a run
 // says so, the others add nothing to the log but their callers' lines.
-// A run that starts within flapQuiet of the end of the last says, once,
-// that the ledger refuses some writes, and then nothing more until the
-// ledger has recorded for flapQuiet with none failing.
+// A run that starts within the quiet (Options.FaultQuiet) of the end of
+// the last says, once, that the ledger refuses some writes, and then
+// nothing more until the ledger has recorded for the quiet with none
+// failing.
 func (l *Log) failed(err error) {
 	l.failures.Add(1)
 	first := l.fault.Swap(&err) == nil
@@ -722,12 +733,12 @@ func (l *Log) failed(err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := l.now()
-	e.lastFail = now
+	e.lastFail, e.lastErr = now, err
 	switch {
 	case !first || e.flapping.Load():
-	case !e.recoveredAt.IsZero() && now.Sub(e.recoveredAt) < flapQuiet:
+	case !e.recoveredAt.IsZero() && now.Sub(e.recoveredAt) < e.quiet:
 		e.flapping.Store(true)
-		l.log.Warn().Err(err).Str("path", l.path).Uint64("failures", l.failures.Load()).Dur("quiet", flapQuiet).
+		l.log.Warn().Err(err).Str("path", l.path).Uint64("failures", l.failures.Load()).Dur("quiet", e.quiet).
 			Msg("the ledger refuses some writes and takes others (a nearly full disk?); it says when it has recorded for a while with none refused")
 	default:
 		l.log.Error().Err(err).Str("path", l.path).Msg("the ledger cannot record")
@@ -736,7 +747,7 @@ func (l *Log) failed(err error) {
 
 // recorded notes an append that went through: the first after a run of
 // failures ends the outage in the log, whichever append it was; after
-// failures that came and went, the first flapQuiet after the last.
+// failures that came and went, the first the quiet after the last.
 func (l *Log) recorded() {
 	ended := l.fault.Swap(nil) != nil
 	e := &l.edges
@@ -747,7 +758,7 @@ func (l *Log) recorded() {
 	defer e.mu.Unlock()
 	now := l.now()
 	if e.flapping.Load() {
-		if now.Sub(e.lastFail) < flapQuiet {
+		if now.Sub(e.lastFail) < e.quiet {
 			return
 		}
 		e.flapping.Store(false)
@@ -757,7 +768,7 @@ func (l *Log) recorded() {
 }
 
 // NoteQuiet says that the ledger records again when faults that came
-// and went (see failed) are flapQuiet past and the last write went
+// and went (see failed) are the quiet past and the last write went
 // through, if no append has said so yet: on a quiet node none may come
 // for hours, and the log would go on saying that the disk refuses some
 // writes. The daemon calls it at each snapshot check.
@@ -769,12 +780,29 @@ func (l *Log) NoteQuiet() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := l.now()
-	if !e.flapping.Load() || l.fault.Load() != nil || now.Sub(e.lastFail) < flapQuiet {
+	if !e.flapping.Load() || l.fault.Load() != nil || now.Sub(e.lastFail) < e.quiet {
 		return
 	}
 	e.flapping.Store(false)
 	e.recoveredAt = now
 	l.log.Info().Str("path", l.path).Msg("the ledger records again")
+}
+
+// Unsteady is the last refusal while faults come and go (see failed),
+// from the warning that the ledger refuses some writes until the log says
+// it records again; nil otherwise. Such a ledger may refuse the next
+// record whatever the last one did, and AppendFault flips with each.
+func (l *Log) Unsteady() error {
+	e := &l.edges
+	if !e.flapping.Load() {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.flapping.Load() {
+		return nil
+	}
+	return e.lastErr
 }
 
 // AppendFailures: see AppendFault.
