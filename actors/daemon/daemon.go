@@ -103,7 +103,9 @@ type Options struct {
 	// retainAgeSettle is how long a run waits before RetainAge drops
 	// anything (default retainAgeSettle).
 	retainAgeSettle time.Duration
-	CallTimeout     time.Duration
+	// faultQuiet is store.Options.FaultQuiet (default a minute).
+	faultQuiet  time.Duration
+	CallTimeout time.Duration
 	// ReconcileInterval paces PodResources rounds (default 30s); an
 	// allocation no container claims within LeakGrace (default 5m) is
 	// recorded as a leak suspect.
@@ -208,7 +210,7 @@ func Start(opts Options) (_ *Daemon, err error) {
 		mark()
 	}
 	l, err := store.Open(path, store.Options{Node: opts.Node, BootID: bootID, LockTimeout: time.Second,
-		CheckPages: diedOpening, Logger: d.log.With().Str("component", "ledger").Logger()})
+		CheckPages: diedOpening, FaultQuiet: opts.faultQuiet, Logger: d.log.With().Str("component", "ledger").Logger()})
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {
 			if b, _ := os.ReadFile(opening); strings.TrimSpace(string(b)) == bootID {
@@ -725,11 +727,15 @@ func (d *Daemon) Status(ctx context.Context) (grpcapi.AdminStatus, error) {
 func (d *Daemon) Ready(ctx context.Context) bool { return d.notReady(ctx) == nil }
 
 // notReady says why the daemon is not ready, nil when it is: nothing can
-// be recorded (Allocate fails), damage waits for an operator, the actors
+// be recorded (Allocate fails) or some records are refused (Allocate may
+// fail), damage waits for an operator, the actors
 // do not answer, or a pool served is not registered.
 func (d *Daemon) notReady(ctx context.Context) error {
 	if err := d.ledger.AppendFault(); err != nil {
 		return fmt.Errorf("the ledger cannot record: %w", err)
+	}
+	if err := d.ledger.Unsteady(); err != nil {
+		return fmt.Errorf("the ledger refuses some writes and takes others (a nearly full disk?), and may refuse an Allocate: the last refused: %w", err)
 	}
 	if dm := d.metrics.damage().Damage; len(dm) > 0 {
 		return fmt.Errorf("the ledger is damaged (%d not acknowledged; see devledger ledger acknowledge): %s", len(dm), dm[len(dm)-1])

@@ -179,6 +179,10 @@ func runModel(t *testing.T, seed uint64, window time.Duration) {
 	// Once the disk has room again (see fullDisk), the daemon retries the
 	// ledger at its next snapshot check.
 	n.opts.SnapshotCheck = 100 * time.Millisecond
+	// Full disks a step apart are a ledger that refuses some writes, not
+	// ready until it has recorded for faultQuiet (store.Log.Unsteady): a
+	// minute on a node, short here, so that the model sees it ready again.
+	n.opts.faultQuiet = 200 * time.Millisecond
 	d := n.start(t)
 	// Each step's waits get a window of their own: one for the whole
 	// sequence ran out under load before the step that waited, which then

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,4 +75,29 @@ func TestASnapshotRefusedForDaysIsStillTried(t *testing.T) {
 			}
 		})
 	}
+}
+
+// On a nearly full disk, refusals and records in turn: the daemon is not
+// ready from the warning that the ledger refuses some writes, though the
+// last record went through (the next Allocate may be refused), where
+// /readyz followed each append and flipped with it.
+func TestADaemonOnADiskThatTakesOnlySomeWritesIsNotReady(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	d := n.start(t)
+	ctx := waitCtx(t)
+	waitFor(ctx, t, "the daemon ready", func() bool { return d.Ready(ctx) })
+
+	var refuse atomic.Bool
+	room := storetest.RefuseSomeWrites(t, d.rec.Log(), func([]events.Envelope) bool { return refuse.Load() })
+	for i, refused := range []bool{true, false, true, false} {
+		refuse.Store(refused)
+		_, err := d.rec.Record(ctx, events.DeviceHealthChanged{Address: "0000:af:00.0", Healthy: true, Reason: fmt.Sprint("test ", i)})
+		if (err != nil) != refused {
+			t.Fatalf("record %d: %v, want refused %v", i, err, refused)
+		}
+	}
+	if err := d.notReady(ctx); err == nil || !strings.Contains(err.Error(), "the ledger refuses some writes and takes others") {
+		t.Errorf("after refusals and records in turn, the last recorded: not ready %v, want the ledger refusing some writes", err)
+	}
+	room()
 }
