@@ -32,7 +32,7 @@ type configFlags struct {
 func (c *configFlags) register(fs *flag.FlagSet, usage string) {
 	fs.StringVar(&c.path, "config", "", usage)
 	fs.StringVar(&c.upstreamPath, "config-file", "", "the SR-IOV device plugin's name for --config")
-	fs.StringVar(&c.opts.ResourcePrefix, "resource-prefix", "", "the resourcePrefix of a pool that sets none (default "+config.DefaultResourcePrefix+"), as the SR-IOV device plugin's flag")
+	fs.StringVar(&c.opts.ResourcePrefix, "resource-prefix", "", "the `PREFIX` of a pool that sets no resourcePrefix (default "+config.DefaultResourcePrefix+"), as the SR-IOV device plugin's flag")
 	fs.BoolVar(&c.opts.UseCDI, "use-cdi", false, "answer every pool's Allocate with CDI device names, as if each set cdi.enabled (the SR-IOV device plugin's flag); run writes the specs to its --cdi-spec-dir")
 }
 
