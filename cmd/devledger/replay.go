@@ -48,8 +48,9 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 		if *untilSeq != 0 || *untilTime != "" {
 			return usageErrf("--diff and --until-seq/--until-time: --diff names both of its points")
 		}
-		out := tableOut(stdout, *wide || *format == "json")
+		out := io.WriteCloser(nopCloser{stdout})
 		if *format != "json" {
+			out = tableOut(stdout, *wide)
 			said = out
 		}
 		err := replayDiff(out, said, &lf, *diff, *format, *verify, time.Now())

@@ -160,7 +160,11 @@ func runScan(args []string, stdout, stderr io.Writer) error {
 	if ledgerNamed {
 		rep.noteLedger(&st)
 	}
-	w := bufio.NewWriter(stdout)
+	out := io.WriteCloser(nopCloser{stdout})
+	if *format != "json" {
+		out = newEscaper(stdout)
+	}
+	w := bufio.NewWriter(out)
 	if explainAddr != "" {
 		i := slices.IndexFunc(rep.Devices, func(d scanDevice) bool { return d.Address == explainAddr })
 		if i < 0 {
@@ -182,6 +186,9 @@ func runScan(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if err := w.Flush(); err != nil {
+		return err
+	}
+	if err := out.Close(); err != nil {
 		return err
 	}
 	return damage
@@ -243,9 +250,11 @@ func (l *warningList) add(w string) {
 func (l *warningList) flush(w io.Writer) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	e := newEscaper(w)
 	for _, s := range l.all[l.printed:] {
-		fmt.Fprintln(w, "warning: "+s)
+		fmt.Fprintln(e, "warning: "+s)
 	}
+	e.Close()
 	l.printed = len(l.all)
 }
 
