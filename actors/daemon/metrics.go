@@ -270,6 +270,12 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 // Prometheus scraping every minute or less keeps its own.
 var metricsIdleTimeout = 2 * time.Minute
 
+// metricsReadTimeout bounds the reading of a whole request, its body
+// included. No handler reads a body, but the server reads one a request
+// announces before it answers: one that never comes would hold the
+// connection for good. A scraper's GET has none and is read at once.
+var metricsReadTimeout = 10 * time.Second
+
 // metricsMaxHeaderBytes bounds a request's header. A scraper or a probe
 // sends a few hundred bytes; the net/http default, 1 MiB, let anyone on
 // the host network make the daemon buffer a megabyte per connection for
@@ -295,8 +301,8 @@ func (d *Daemon) serveMetrics(ln net.Listener) {
 	}
 	mux.HandleFunc("/healthz", probe(d.answers))
 	mux.HandleFunc("/readyz", probe(d.notReady))
-	d.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: metricsIdleTimeout,
-		MaxHeaderBytes: metricsMaxHeaderBytes}
+	d.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: metricsReadTimeout,
+		IdleTimeout: metricsIdleTimeout, MaxHeaderBytes: metricsMaxHeaderBytes}
 	d.metricsAddr = ln.Addr().String()
 	go func() {
 		if err := d.metricsSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -61,6 +61,21 @@ func readyWithMetrics(t *testing.T, cfg string) (d *Daemon, ctx context.Context,
 	return d, ctx, base
 }
 
+// sendMetricsRequest opens a connection to d's metrics server and writes
+// req on it, byte for byte; the connection is closed when the test ends.
+func sendMetricsRequest(t *testing.T, d *Daemon, req string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", d.metricsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := io.WriteString(conn, req); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
 // A client that keeps its connection open after a request and sends no
 // other is cut off once the idle timeout passes: on the host network,
 // connections left open would hold the daemon's file descriptors.
@@ -68,14 +83,7 @@ func TestMetricsServerClosesIdleConnections(t *testing.T) {
 	defer func(was time.Duration) { metricsIdleTimeout = was }(metricsIdleTimeout)
 	metricsIdleTimeout = 200 * time.Millisecond
 	d, _, _ := readyWithMetrics(t, sriovConfig)
-	conn, err := net.Dial("tcp", d.metricsAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: devledger\r\n\r\n"); err != nil {
-		t.Fatal(err)
-	}
+	conn := sendMetricsRequest(t, d, "GET /healthz HTTP/1.1\r\nHost: devledger\r\n\r\n")
 	r := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(r, nil)
 	if err != nil {
@@ -89,6 +97,28 @@ func TestMetricsServerClosesIdleConnections(t *testing.T) {
 	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := r.ReadByte(); err != io.EOF {
 		t.Errorf("reading an idle kept-alive connection: %v, want EOF (closed by the server)", err)
+	}
+}
+
+// A request that announces a body and never sends it is cut off once the
+// read timeout passes: the server reads a body the handler left unread
+// before it answers, and without a bound it would wait for good, holding
+// a connection and its buffers for each such client on the host network.
+func TestMetricsServerCutsOffABodyThatNeverComes(t *testing.T) {
+	defer func(was time.Duration) { metricsReadTimeout = was }(metricsReadTimeout)
+	metricsReadTimeout = 200 * time.Millisecond
+	d, _, _ := readyWithMetrics(t, sriovConfig)
+	conn := sendMetricsRequest(t, d, "GET /healthz HTTP/1.1\r\nHost: devledger\r\nContent-Length: 64\r\n\r\n")
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	r := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		t.Fatalf("reading the answer to a request whose body never comes: %v, want one, then the connection closed", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if _, err := r.ReadByte(); err != io.EOF {
+		t.Errorf("after the answer: %v, want EOF (closed by the server)", err)
 	}
 }
 
