@@ -276,6 +276,12 @@ var metricsIdleTimeout = 2 * time.Minute
 // connection for good. A scraper's GET has none and is read at once.
 var metricsReadTimeout = 10 * time.Second
 
+// metricsWriteTimeout bounds the handling of a request and the writing
+// of its answer. A client that asks and does not read would else hold
+// the connection for good once its window is full. Every handler is
+// done in 2 s.
+var metricsWriteTimeout = 30 * time.Second
+
 // metricsMaxHeaderBytes bounds a request's header. A scraper or a probe
 // sends a few hundred bytes; the net/http default, 1 MiB, let anyone on
 // the host network make the daemon buffer a megabyte per connection for
@@ -302,7 +308,7 @@ func (d *Daemon) serveMetrics(ln net.Listener) {
 	mux.HandleFunc("/healthz", probe(d.answers))
 	mux.HandleFunc("/readyz", probe(d.notReady))
 	d.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: metricsReadTimeout,
-		IdleTimeout: metricsIdleTimeout, MaxHeaderBytes: metricsMaxHeaderBytes}
+		WriteTimeout: metricsWriteTimeout, IdleTimeout: metricsIdleTimeout, MaxHeaderBytes: metricsMaxHeaderBytes}
 	d.metricsAddr = ln.Addr().String()
 	go func() {
 		if err := d.metricsSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
