@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 )
 
 // rtfUp is the RTF_UP route flag: the route is usable.
@@ -21,32 +20,47 @@ const rtfUp = 0x1
 // consulted, like the SR-IOV plugin, which looks at IPv4 routes only: an
 // IPv6 default route learnt from router advertisements on a VF would
 // otherwise drop that VF from its pool. Lines that do not parse are
-// skipped; an unreadable file is an error.
+// skipped; an unreadable file is an error. The file is read a line at a
+// time, allocating nothing for a route that is not a default one: a node
+// with a full BGP table lists a million routes there, 128 MB.
 func DefaultRouteInterfaces(procRoot string) ([]string, error) {
 	path := filepath.Join(procRoot, "net", "route")
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read default routes: %w", err)
 	}
+	defer f.Close()
 	var out []string
-	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc := bufio.NewScanner(f)
 	header := true
 	for sc.Scan() {
 		if header {
 			header = false
 			continue
 		}
-		f := strings.Fields(sc.Text())
 		// Iface Destination Gateway Flags RefCnt Use Metric Mask ...
-		if len(f) < 8 || f[1] != "00000000" || f[7] != "00000000" {
+		var fields [8][]byte
+		n, rest := 0, sc.Bytes()
+		for ; n < len(fields); n++ {
+			rest = bytes.TrimLeft(rest, " \t")
+			if len(rest) == 0 {
+				break
+			}
+			end := bytes.IndexAny(rest, " \t")
+			if end < 0 {
+				end = len(rest)
+			}
+			fields[n], rest = rest[:end], rest[end:]
+		}
+		if n < len(fields) || string(fields[1]) != "00000000" || string(fields[7]) != "00000000" {
 			continue
 		}
-		flags, err := strconv.ParseUint(f[3], 16, 32)
+		flags, err := strconv.ParseUint(string(fields[3]), 16, 32)
 		if err != nil || flags&rtfUp == 0 {
 			continue
 		}
-		if !slices.Contains(out, f[0]) {
-			out = append(out, f[0])
+		if name := string(fields[0]); !slices.Contains(out, name) {
+			out = append(out, name)
 		}
 	}
 	if err := sc.Err(); err != nil {

@@ -1,9 +1,12 @@
 package config
 
 import (
+	"bufio"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"testing"
 )
 
@@ -93,5 +96,49 @@ func TestNewEnv(t *testing.T) {
 	}
 	if _, err := NewEnv(filepath.Join(proc, "missing"), dev); err == nil {
 		t.Error("NewEnv with a missing proc root: no error")
+	}
+}
+
+// TestDefaultRouteOfAFullRoutingTable: a node that holds a full BGP table
+// in its main table lists a million routes in net/route, 128 bytes each
+// (the kernel pads every line). They are read a line at a time: read
+// whole, the file alone would take the daemon's container past its
+// memory limit at every start. Here 200,000 routes (25 MB) are read in
+// less than 1 MiB.
+func TestDefaultRouteOfAFullRoutingTable(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "net"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(root, "net", "route"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := bufio.NewWriter(f)
+	line := func(s string) { fmt.Fprintf(w, "%-127s\n", s) }
+	line("Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT")
+	line("eno1\t00000000\t0101A8C0\t0003\t0\t0\t100\t00000000\t0\t0\t0")
+	const routes = 200_000
+	for i := range routes {
+		line(fmt.Sprintf("bgp0\t%08X\t0201A8C0\t0003\t0\t0\t20\t00FFFFFF\t0\t0\t0", i<<8))
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	got, err := DefaultRouteInterfaces(root)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, []string{"eno1"}) {
+		t.Errorf("got %q, want [eno1]", got)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
+		t.Errorf("reading %d routes allocated %d bytes, want under 1 MiB", routes, n)
 	}
 }
