@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -948,19 +949,32 @@ func readLedgerState(lf *ledgerFlags) (events.State, error) {
 // applied, for a scan that names none: inside the daemon's pod, the file
 // its --config names, whichever overlay set it. It names the file on
 // stderr; one that changed since is scanned as it is now, with a warning.
-// unchanged says it has not.
+// unchanged says it has not. The ledger keeps the path as the daemon was
+// given it: one relative to the directory the daemon ran in, or a stream
+// (run --config /dev/stdin), names no file scan can read, and is a usage
+// error.
 func configInForce(c events.ConfigState, where string, stderr io.Writer, warn *warningList) (path string, unchanged bool, err error) {
 	if c.Path == "" {
 		return "", false, usageErrf("the ledger %s records no config applied: name one with --config", where)
 	}
-	data, err := os.ReadFile(c.Path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", false, usageErrf("the config in force, %s (sha256 %s, applied %s), is not here: name a copy of it with --config", c.Path, shortSHA(c.SHA256), c.AppliedAt.UTC().Format(time.RFC3339))
+	named := fmt.Sprintf("%s (sha256 %s, applied %s)", c.Path, shortSHA(c.SHA256), c.AppliedAt.UTC().Format(time.RFC3339))
+	if !filepath.IsAbs(c.Path) {
+		return "", false, usageErrf("the config in force, %s, is named relative to the directory the daemon ran in: name it with --config", named)
 	}
+	fi, err := os.Stat(c.Path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", false, usageErrf("the config in force, %s, is not here: name a copy of it with --config", named)
+	case err != nil:
+		return "", false, fmt.Errorf("read the config in force: %w", err)
+	case !fi.Mode().IsRegular():
+		return "", false, usageErrf("the config in force, %s, is no file scan can read again: name a copy of it with --config", named)
+	}
+	data, err := os.ReadFile(c.Path)
 	if err != nil {
 		return "", false, fmt.Errorf("read the config in force: %w", err)
 	}
-	fmt.Fprintf(stderr, "the config in force: %s (sha256 %s, applied %s)\n", c.Path, shortSHA(c.SHA256), c.AppliedAt.UTC().Format(time.RFC3339))
+	fmt.Fprintf(stderr, "the config in force: %s\n", named)
 	now := node.Digest(data)
 	if now != c.SHA256 {
 		warn.add(fmt.Sprintf("%s changed since the daemon applied it (sha256 %s then, %s now): this scan reads it as it is now", c.Path, shortSHA(c.SHA256), shortSHA(now)))

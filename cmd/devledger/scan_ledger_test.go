@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -11,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devledger/devledger/actors/node"
+	"github.com/devledger/devledger/config"
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/testdata/sysfsgen"
@@ -282,4 +287,54 @@ func TestScanAgainstAWrittenLedger(t *testing.T) {
 			t.Errorf("JSON pool %s: registration %+v, want none", p.Name, *p.Registration)
 		}
 	}
+}
+
+// scan without --config reads the file the ledger last recorded applied
+// only where that path names the same file for scan as it did for the
+// daemon. A path relative to the directory the daemon ran in (run
+// --config config.json) would read whichever file of that name scan's
+// directory holds, and warn that the node's config changed; a stream
+// (run --config /dev/stdin) would be read from scan's own standard
+// input, or wait on it. Both are a usage error that says to name the
+// file with --config.
+func TestScanRefusesAConfigInForceItCannotReadAgain(t *testing.T) {
+	t.Parallel()
+	cfg := []byte(`{"resourceList": [{"resourceName": "sriov_vfio", "selectors": {"drivers": ["vfio-pci"]}}]}`)
+	for _, tc := range []struct {
+		name, path, want string
+	}{
+		{"relative", "config.json", "is named relative to the directory the daemon ran in: name it with --config"},
+		{"stdin", "/dev/stdin", "is no file scan can read again: name a copy of it with --config"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			db := filepath.Join(dir, "ledger.db")
+			writeLedger(t, db, []events.Envelope{events.New(node.ConfigApplied(tc.path, cfg, mustParse(t, cfg)), time.Now(), "boot")})
+			// Scan's directory holds another config.json; its standard
+			// input, another config.
+			other := []byte(`{"resourceList": [{"resourceName": "other", "selectors": {"drivers": ["iavf"]}}]}`)
+			if err := os.WriteFile(filepath.Join(dir, "config.json"), other, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cmd := binaryCmd(t, "scan", "--db", db, "--sysfs-root", filepath.Join(dir, "sys"))
+			cmd.Dir, cmd.Stdin = dir, bytes.NewReader(other)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != exitUsage || !strings.Contains(stderr.String(), "the config in force, "+tc.path+" (sha256 ") || !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("scan --db of a ledger whose config in force is %s: %v, stderr %q; want a usage error: %q", tc.path, err, stderr.String(), tc.want)
+			}
+		})
+	}
+}
+
+// mustParse is the config data holds.
+func mustParse(t *testing.T, data []byte) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse("config.json", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
