@@ -42,8 +42,13 @@ type foldInput struct {
 	settling bool
 }
 
-// conflictSeen starts the foldInput.seen keys of conflicts.
-const conflictSeen = "multi|"
+// conflictSeen starts the foldInput.seen keys of conflicts, and
+// conflictFirst those of conflicts seen once with a device that no live
+// allocation of a pool reporting it holds.
+const (
+	conflictSeen  = "multi|"
+	conflictFirst = "first|"
+)
 
 // foldResult is what a round records, and what it saw (foldInput.seen).
 type foldResult struct {
@@ -253,13 +258,31 @@ func conflict(device string, rs []string, reported map[key][]holderRef, holder m
 		}
 	}
 	seenKey := conflictSeen + strings.Join(rs, ",") + "|" + device + "|" + strings.Join(names, ",")
-	out.seen[seenKey] = true
 	if in.seen[seenKey] {
+		out.seen[seenKey] = true
 		return nil
 	}
+	if unheld(device, rs, holder) {
+		// A container may report a device whose allocation has not
+		// reached the reconciler yet (the kubelet lists it as the Allocate
+		// returns): as with a device lost, on a second sight, when its
+		// claim names the allocation if there is one.
+		firstKey := conflictFirst + seenKey
+		out.seen[firstKey] = true
+		if !in.seen[firstKey] {
+			return nil
+		}
+	}
+	out.seen[seenKey] = true
 	reason := fmt.Sprintf("the kubelet reports the device in %d containers: %s", len(claims), strings.Join(names, ", "))
 	if len(rs) > 1 {
 		reason = fmt.Sprintf("the kubelet reports the device in %d containers of %d pools: %s", len(claims), len(rs), strings.Join(names, ", "))
 	}
 	return []events.Payload{events.AllocationConflict{Pool: pool, Device: device, Claims: claims, Reason: reason}}
+}
+
+// unheld says whether a resource of rs reports device that no live
+// allocation of its pool holds.
+func unheld(device string, rs []string, holder map[key]uint64) bool {
+	return slices.ContainsFunc(rs, func(r string) bool { return holder[key{r, device}] == 0 })
 }

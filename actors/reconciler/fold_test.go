@@ -420,6 +420,43 @@ func TestAConflictNamesTheAllocationsTheRoundBinds(t *testing.T) {
 	}
 }
 
+// A conflict the kubelet reports before the round has heard of one of
+// its allocations (the pool answered the kubelet, which lists the
+// container at once, while the node's tell of the grant was still on
+// its way) is recorded a round later, as a recovery is: then it names
+// the allocation, which the same round binds. Recorded at first sight,
+// its claim named none, and the round that heard of the grant recorded
+// no conflict again, as the same one stood.
+func TestAConflictWaitsARoundForAnAllocationNotHeardOf(t *testing.T) {
+	const dpdk = "intel.com/dpdk"
+	pods := []*podresourcesapi.PodResources{pod("telco", "old", "app", vfio, "x"), pod("telco", "new", "app", dpdk, "x")}
+	recovered := events.Allocation{Seq: 10, Pool: vfio, DeviceIDs: []string{"x"}, At: t0.Add(-time.Minute), Recovered: true,
+		Binding: &events.Binding{Namespace: "telco", Pod: "old", Container: "app"}}
+	in := foldInput{pools: map[string]events.Pool{dpdk: {}}, allocs: map[uint64]events.Allocation{10: recovered},
+		now: t0, grace: 5 * time.Minute, seen: map[string]bool{}}
+	var conflicts []events.AllocationConflict
+	for round := range 3 {
+		if round == 1 { // told of the grant
+			in.allocs = map[uint64]events.Allocation{10: recovered, 20: {Seq: 20, Pool: dpdk, DeviceIDs: []string{"x"}, At: t0}}
+		}
+		res := fold(in, pods)
+		for _, p := range res.payloads {
+			if c, ok := p.(events.AllocationConflict); ok {
+				conflicts = append(conflicts, c)
+			}
+		}
+		in.seen = res.seen
+	}
+	if len(conflicts) != 1 {
+		t.Fatalf("recorded %d conflicts of x, want one", len(conflicts))
+	}
+	for _, cl := range conflicts[0].Claims {
+		if want := map[string]uint64{"old": 10, "new": 20}[cl.Pod]; cl.AllocationSeq != want {
+			t.Errorf("claim of %s names allocation #%d, want #%d", cl.Pod, cl.AllocationSeq, want)
+		}
+	}
+}
+
 // A device reported under two pools is a conflict named after the pool
 // of its newest live allocation, whichever of the pools' names sorts
 // first.
