@@ -532,11 +532,25 @@ func (p *allocator) stop() {
 	}()
 }
 
-// reserve serves on a new socket in place of m.Socket (see Reserve); the
-// kubelet's streams on the old one go on until it drops them.
+// reserve serves on a new socket in place of m.Socket (see Reserve). In
+// legacy mode the kubelet's streams on the old one go on until it drops
+// them. In watcher mode they end first: a kubelet before
+// kubernetes#135437 (one client per resource) whose plugin watcher
+// unregisters the old socket while registering the new one, in one pass,
+// may otherwise disconnect the new client, or lose track of it.
 func (p *allocator) reserve(ctx actor.Context, m *Reserve) {
 	if p.server == nil || (m.Socket != "" && m.Socket != p.socket) {
 		return
+	}
+	left, ended := p.socket, 0
+	if p.cfg.Mode == grpcapi.ModeWatcher {
+		for ch, w := range p.watchers {
+			if w.socket == left {
+				close(ch)
+				delete(p.watchers, ch)
+				ended++
+			}
+		}
 	}
 	lost := ""
 	if _, err := os.Stat(p.socket); m.Lost || (m.Socket == "" && errors.Is(err, fs.ErrNotExist)) {
@@ -547,6 +561,10 @@ func (p *allocator) reserve(ctx actor.Context, m *Reserve) {
 		panic(fmt.Errorf("pool %s: serve on a new socket %s: %w", p.name, p.socket, err))
 	}
 	p.announce(ctx, lost, m.Seq)
+	// Told after Serving, as the kubelet ending them would be.
+	for range ended {
+		ctx.Send(ctx.Parent(), &registrar.Listing{Pool: p.name, Socket: left})
+	}
 }
 
 // index maps ms by address (a later duplicate wins), addresses sorted.

@@ -5,12 +5,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/devledger/devledger/actors/pool/allocation"
+	"github.com/devledger/devledger/actors/registrar"
 	"github.com/devledger/devledger/config"
+	"github.com/devledger/devledger/grpcapi"
 	"github.com/devledger/devledger/internal/actortest"
 )
 
@@ -152,5 +157,44 @@ func TestAStreamOfAnEarlierIncarnationIsEnded(t *testing.T) {
 	}
 	if list, open := <-ch; open {
 		t.Errorf("a stream of the first incarnation was handed %v and kept open, want it ended", healths(list))
+	}
+}
+
+// In watcher mode a pool that moves to a new socket ends the kubelet's
+// streams on the one it leaves at once, and tells its parent so. The
+// kubelets before kubernetes#135437 (1.34 to 1.36) keep one client per
+// resource, and their plugin watcher unregisters the old socket and
+// registers the new one side by side in one pass: when the old client is
+// still theirs then, the unregistration may disconnect the new client, or
+// drop it from their books while it streams on, so that they never mark
+// the pool's devices unhealthy when the daemon stops. A client whose
+// stream ended is gone from their books before that pass.
+func TestAWatcherPoolEndsTheStreamsOfTheSocketItLeaves(t *testing.T) {
+	f, _, old := servingPoolIn(t, t.TempDir(), grpcapi.ModeWatcher, zerolog.Nop(), member(x))
+	stream := listAndWatch(t, old)
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	if l := actortest.Next[*registrar.Listing](t, f); !l.Open || l.Socket != old {
+		t.Fatalf("parent heard %+v, want the stream on %s open", l, old)
+	}
+	f.Sys.Root.Send(f.Child, &Reserve{Socket: old})
+	var ended *registrar.Listing
+	for ended == nil {
+		switch m := actortest.Next[any](t, f).(type) {
+		case *registrar.Listing:
+			ended = m
+		case *Serving:
+			if m.Socket == old {
+				t.Fatalf("served on %s again, want a new socket", old)
+			}
+		}
+	}
+	if ended.Open || ended.Socket != old {
+		t.Errorf("parent heard %+v, want the stream on %s ended", ended, old)
+	}
+	// The stream's deadline is far off: only the pool ends it sooner.
+	if list, err := stream.Recv(); err == nil || status.Code(err) == codes.DeadlineExceeded {
+		t.Errorf("the stream on the socket left got %v, %v; want it ended by the pool", healths(list.GetDevices()), err)
 	}
 }
