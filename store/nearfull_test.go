@@ -22,18 +22,12 @@ import (
 // flip. Once it has recorded for a minute with none refused, it says
 // it records again. AppendFault still tells each append's outcome.
 func TestTheLogDoesNotFlapOnADiskThatTakesOnlySomeWrites(t *testing.T) {
-	logs := &actortest.Log{}
-	l := openTestLog(t, func(o *Options) { o.Logger = zerolog.New(logs) })
-	clock := time.Date(2026, 12, 7, 18, 0, 0, 0, time.UTC)
-	l.now = func() time.Time { return clock }
-	writefault.Set(l, &fs.PathError{Op: "write", Path: l.path, Err: syscall.ENOSPC},
-		func(appended []events.Envelope) bool { return len(appended) > 1 })
-	t.Cleanup(func() { writefault.Set(l, nil, nil) })
+	l, logs, clock := nearlyFullLog(t)
 	ctx := context.Background()
-	removed := events.New(events.DeviceRemoved{Address: "0000:3b:02.1", Reason: "test"}, clock, "b")
+	removed := events.New(events.DeviceRemoved{Address: "0000:3b:02.1", Reason: "test"}, *clock, "b")
 
 	for i := range 50 { // a flip a second
-		clock = clock.Add(time.Second)
+		*clock = clock.Add(time.Second)
 		if _, err := l.Append(ctx, removed); err != nil {
 			t.Fatalf("round %d: a small append: %v", i, err)
 		}
@@ -61,7 +55,7 @@ func TestTheLogDoesNotFlapOnADiskThatTakesOnlySomeWrites(t *testing.T) {
 	}
 	// Only small appends, for less than a minute: not over yet.
 	for range 5 {
-		clock = clock.Add(10 * time.Second)
+		*clock = clock.Add(10 * time.Second)
 		if _, err := l.Append(ctx, removed); err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +63,7 @@ func TestTheLogDoesNotFlapOnADiskThatTakesOnlySomeWrites(t *testing.T) {
 	if a := logs.Count("info", again); a != 1 || l.Unsteady() == nil {
 		t.Errorf("%d lines that the ledger records again 50 s after the last refusal, want still 1; Unsteady %v, want the last refusal", a, l.Unsteady())
 	}
-	clock = clock.Add(10 * time.Second)
+	*clock = clock.Add(10 * time.Second)
 	if _, err := l.Append(ctx, removed); err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +71,7 @@ func TestTheLogDoesNotFlapOnADiskThatTakesOnlySomeWrites(t *testing.T) {
 		t.Errorf("%d lines that the ledger records again a minute after the last refusal, want 2; Unsteady %v, want nil:\n%s", a, l.Unsteady(), logs)
 	}
 	// A later outage, after a quiet spell, is an outage again.
-	clock = clock.Add(2 * time.Minute)
+	*clock = clock.Add(2 * time.Minute)
 	if _, err := l.Append(ctx, removed, removed); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatal(err)
 	}
@@ -90,17 +84,11 @@ func TestTheLogDoesNotFlapOnADiskThatTakesOnlySomeWrites(t *testing.T) {
 // that the ledger records again. NoteQuiet, called at each snapshot
 // check, says it once the last refusal is a minute past, and only then.
 func TestTheLogSaysTheLedgerRecordsAgainOnAQuietNode(t *testing.T) {
-	logs := &actortest.Log{}
-	l := openTestLog(t, func(o *Options) { o.Logger = zerolog.New(logs) })
-	clock := time.Date(2026, 12, 7, 18, 0, 0, 0, time.UTC)
-	l.now = func() time.Time { return clock }
-	writefault.Set(l, &fs.PathError{Op: "write", Path: l.path, Err: syscall.ENOSPC},
-		func(appended []events.Envelope) bool { return len(appended) > 1 })
-	t.Cleanup(func() { writefault.Set(l, nil, nil) })
+	l, logs, clock := nearlyFullLog(t)
 	ctx := context.Background()
-	removed := events.New(events.DeviceRemoved{Address: "0000:3b:02.1", Reason: "test"}, clock, "b")
+	removed := events.New(events.DeviceRemoved{Address: "0000:3b:02.1", Reason: "test"}, *clock, "b")
 	for range 3 { // the ledger cannot record, records again, refuses some
-		clock = clock.Add(time.Second)
+		*clock = clock.Add(time.Second)
 		l.Append(ctx, removed, removed)
 		l.Append(ctx, removed)
 	}
@@ -108,16 +96,82 @@ func TestTheLogSaysTheLedgerRecordsAgainOnAQuietNode(t *testing.T) {
 	if w, a := logs.Count("warn", some), logs.Count("info", again); w != 1 || a != 1 {
 		t.Fatalf("%d lines that the ledger refuses some writes, %d that it records again; want 1 each:\n%s", w, a, logs)
 	}
-	clock = clock.Add(30 * time.Second)
+	*clock = clock.Add(30 * time.Second)
 	l.NoteQuiet()
 	if a := logs.Count("info", again); a != 1 {
 		t.Errorf("%d lines that the ledger records again 30 s after the last refusal, want still 1", a)
 	}
 	for range 3 {
-		clock = clock.Add(30 * time.Second)
+		*clock = clock.Add(30 * time.Second)
 		l.NoteQuiet()
 	}
 	if a := logs.Count("info", again); a != 2 || l.Unsteady() != nil {
 		t.Errorf("%d lines that the ledger records again two minutes after the last refusal with no append, want 2; Unsteady %v, want nil:\n%s", a, l.Unsteady(), logs)
 	}
+}
+
+// NoteQuiet says nothing while the last write was refused, however long
+// ago: the ledger does not record again until an append goes through.
+// Once NoteQuiet has said it records again, faults back within a minute
+// are the same nearly full disk, as after an append that said so.
+func TestNoteQuietOnANodeWhoseLastWriteFailed(t *testing.T) {
+	l, logs, clock := nearlyFullLog(t)
+	ctx := context.Background()
+	removed := events.New(events.DeviceRemoved{Address: "0000:3b:02.1", Reason: "test"}, *clock, "b")
+	for range 3 { // the ledger cannot record, records again, refuses some
+		*clock = clock.Add(time.Second)
+		l.Append(ctx, removed)
+		l.Append(ctx, removed, removed)
+	}
+	const some, again = "the ledger refuses some writes", "the ledger records again"
+	if w, a := logs.Count("warn", some), logs.Count("info", again); w != 1 || a != 1 {
+		t.Fatalf("%d lines that the ledger refuses some writes, %d that it records again; want 1 each:\n%s", w, a, logs)
+	}
+	for range 4 {
+		*clock = clock.Add(time.Minute)
+		l.NoteQuiet()
+	}
+	if a := logs.Count("info", again); a != 1 {
+		t.Errorf("%d lines that the ledger records again while its last write is refused, want still 1:\n%s", a, logs)
+	}
+	if _, err := l.Append(ctx, removed); err != nil {
+		t.Fatal(err)
+	}
+	if a := logs.Count("info", again); a != 2 {
+		t.Errorf("%d lines that the ledger records again after an append went through, want 2:\n%s", a, logs)
+	}
+	// Faults back soon after the check said so are the same nearly full
+	// disk: the log says it refuses some writes, not that it cannot
+	// record.
+	*clock = clock.Add(time.Second)
+	l.Append(ctx, removed, removed)
+	*clock = clock.Add(time.Second)
+	l.Append(ctx, removed)
+	*clock = clock.Add(time.Minute)
+	l.NoteQuiet()
+	if a := logs.Count("info", again); a != 3 {
+		t.Fatalf("%d lines that the ledger records again a minute after a refusal, want 3:\n%s", a, logs)
+	}
+	*clock = clock.Add(10 * time.Second)
+	l.Append(ctx, removed, removed)
+	if s, w := logs.Count("error", "the ledger cannot record"), logs.Count("warn", some); s != 1 || w != 3 {
+		t.Errorf("refusals soon after the ledger was said to record again: %d lines that it cannot record, %d that it refuses some writes; want 1 and 3:\n%s",
+			s, w, logs)
+	}
+}
+
+// nearlyFullLog is a test ledger on a disk that takes appends of one
+// event and refuses larger ones, logging to logs, on a clock the test
+// moves.
+func nearlyFullLog(t *testing.T) (l *Log, logs *actortest.Log, clock *time.Time) {
+	t.Helper()
+	logs = &actortest.Log{}
+	l = openTestLog(t, func(o *Options) { o.Logger = zerolog.New(logs) })
+	clock = new(time.Time)
+	*clock = time.Date(2026, 12, 7, 18, 0, 0, 0, time.UTC)
+	l.now = func() time.Time { return *clock }
+	writefault.Set(l, &fs.PathError{Op: "write", Path: l.path, Err: syscall.ENOSPC},
+		func(appended []events.Envelope) bool { return len(appended) > 1 })
+	t.Cleanup(func() { writefault.Set(l, nil, nil) })
+	return l, logs, clock
 }
