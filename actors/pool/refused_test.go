@@ -598,3 +598,66 @@ func TestAPoolDroppedWhileItsServingWaitsRecordsNoneLate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A pool that a full disk kept from recording two sockets in a row
+// records, once there is room, only the one it serves on: the wait
+// for the first socket, ending late, records nothing. Else the ledger
+// would name the pool serving on a socket it left, after the one it
+// serves on if that wait ended last.
+func TestAPoolRecordsLateOnlyTheSocketItServesOn(t *testing.T) {
+	f, l, _ := servingPool(t, t.TempDir(), member(x))
+	ctx := context.Background()
+	if _, err := l.Append(ctx, events.New(events.ConfigApplied{Path: "config.json", SHA256: "ab",
+		Pools: []events.PoolSpec{{Resource: "example.com/vf", DeviceType: string(config.GenericPCI)}}}, time.Now(), "boot-1")); err != nil {
+		t.Fatal(err)
+	}
+	room := storetest.RefuseWrites(t, l)
+	f.Sys.Root.Send(f.Child, &Reserve{})
+	left := actortest.Next[*Serving](t, f).Socket
+	f.Sys.Root.Send(f.Child, &Reserve{})
+	serves := actortest.Next[*Serving](t, f).Socket
+	// The pool queued each socket's record before it said so.
+	if err := l.Sync(ctx); err != nil || l.AppendFault() == nil {
+		t.Fatalf("the new sockets' records not refused (%v)", err)
+	}
+	room()
+	// Another's record, which says the ledger records again (in the
+	// daemon, the snapshot check's retry does).
+	if _, err := l.Append(ctx, events.New(events.DeviceHealthChanged{Address: "0000:af:00.0", Healthy: true, Reason: "test"}, time.Now(), "boot-1")); err != nil {
+		t.Fatal(err)
+	}
+
+	// However soon the first socket's wait ends, a serveAgain for it now
+	// finds the ledger recording; once the Query is answered it has run.
+	f.Sys.Root.Send(f.Child, &serveAgain{socket: left})
+	if _, err := f.Sys.Root.RequestFuture(f.Child, &Query{}, 5*time.Second).Result(); err != nil {
+		t.Fatal(err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for recorded := false; !recorded; {
+		if err := l.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Read(0, func(e events.Envelope) error {
+			if s, ok := e.Payload.(events.PluginServing); ok {
+				switch s.Socket {
+				case left:
+					t.Fatalf("#%d PluginServing of %s, a socket the pool left before the ledger recorded it", e.Seq, left)
+				case serves:
+					recorded = true
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-waitCtx.Done():
+			if !recorded {
+				t.Fatalf("once there is room, no PluginServing of %s, the socket the pool serves on", serves)
+			}
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
