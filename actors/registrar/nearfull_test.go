@@ -104,3 +104,70 @@ func TestTheRegistrarsWaitGrowsOnADiskThatTakesOnlySomeRecords(t *testing.T) {
 		}
 	}
 }
+
+// A nearly full disk took the registrar's PluginRegistered and refused
+// the KubeletRestarted before it: the ledger has the kubelet down and
+// a pool registered. Once the ledger records again, the registrar
+// records the restart and, as the restart ends every registration in
+// the fold, the pool's registration after it; not that of a pool whose
+// Register is still under way.
+func TestTheRegistrarRecordsLateWhatARestartRecordedLateUndoes(t *testing.T) {
+	const nic = "example.com/nic"
+	connecting, release := make(chan struct{}), make(chan struct{})
+	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{BeforeConnect: func(resource, _ string) {
+		if resource == nic {
+			close(connecting)
+			<-release
+		}
+	}}, func(c *Config) { c.RegisterTimeout = time.Minute })
+	t.Cleanup(func() { close(release) }) // before the kubelet's, which waits for it
+	_, gpuSock := r.serve(t, gpu)
+	_, nicSock := r.serve(t, nic)
+	ctx := context.Background()
+	if _, err := r.cfg.Recorder.Record(ctx,
+		events.ConfigApplied{Path: "config.json", SHA256: "1", Pools: []events.PoolSpec{
+			{Resource: gpu, DeviceType: "accelerator"}, {Resource: nic, DeviceType: "netDevice"}}},
+		events.PluginServing{Pool: gpu, Socket: gpuSock, Mode: "legacy"},
+		events.PluginServing{Pool: nic, Socket: nicSock, Mode: "legacy"}); err != nil {
+		t.Fatal(err)
+	}
+	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: gpuSock})
+	r.await(t, "registered the pool", registered(gpu))
+	r.awaitRecorded(t, 4) // its PluginRegistered
+	r.Sys.Root.Send(r.Child, &Desire{Pool: nic, Socket: nicSock})
+	select {
+	case <-connecting:
+	case <-ctxFor(t).Done():
+		t.Fatalf("the kubelet never connects to %s", nic)
+	}
+	// What the disk took of a kubelet restart: the stop, and the
+	// registration after the restart it refused.
+	if _, err := r.cfg.Recorder.Record(ctx,
+		events.KubeletStopped{Socket: r.cfg.KubeletSocket, Reason: "test"},
+		events.PluginRegistered{Pool: gpu, Socket: gpuSock, Mode: "legacy"}); err != nil {
+		t.Fatal(err)
+	}
+
+	r.Sys.Root.Send(r.Child, &Unrecorded{Event: string(events.TypeKubeletRestarted)})
+	waitCtx := ctxFor(t)
+	for {
+		st, err := r.cfg.Recorder.Replay()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.Kubelet.Down {
+			if !st.Pools[gpu].Registration.Registered {
+				t.Errorf("the ledger has %s unregistered after the restart recorded late: %+v", gpu, r.recorded(t))
+			}
+			if st.Pools[nic].Registration.Registered {
+				t.Errorf("the ledger has %s registered while its Register is under way: %+v", nic, r.recorded(t))
+			}
+			return
+		}
+		select {
+		case <-waitCtx.Done():
+			t.Fatalf("the ledger still has the kubelet down: %+v", r.recorded(t))
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
