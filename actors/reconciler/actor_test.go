@@ -99,7 +99,7 @@ func holdCommits(t *testing.T, l *store.Log, d time.Duration) {
 // ledgerWithAllocation opens a ledger holding one allocation of dev in
 // pool, and returns it with its Recorder, the allocation's sequence and
 // the ledger's state.
-func ledgerWithAllocation(t *testing.T, pool, dev string) (*store.Log, *ledger.Recorder, uint64, events.State) {
+func ledgerWithAllocation(t *testing.T, pool string, devs ...string) (*store.Log, *ledger.Recorder, uint64, events.State) {
 	t.Helper()
 	l, err := store.Open(filepath.Join(t.TempDir(), "ledger.db"), store.Options{LockTimeout: time.Second})
 	if err != nil {
@@ -108,7 +108,7 @@ func ledgerWithAllocation(t *testing.T, pool, dev string) (*store.Log, *ledger.R
 	t.Cleanup(func() { _ = l.Close() })
 	rec := ledger.NewRecorder(l, "boot-1", nil)
 	envs, err := rec.Record(context.Background(), events.ConfigApplied{Path: "config.json", SHA256: "1", Pools: []events.PoolSpec{{Resource: pool}}},
-		events.DevicesAllocated{Pool: pool, DeviceIDs: []string{dev}})
+		events.DevicesAllocated{Pool: pool, DeviceIDs: devs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1072,19 +1072,28 @@ func TestABindingCarriesThePodUIDOfTheKubeletsCheckpoint(t *testing.T) {
 		name    string
 		entries []checkpointEntry
 		want    string
+		// allocated are the devices allocated and held, if not dev.
+		allocated []string
 	}{
-		{"match", []checkpointEntry{{uid2, "main", pool, []string{other}}, {uid, "main", pool, []string{dev}}, {uid2, "side", pool, []string{dev}}}, uid},
-		{"another container", []checkpointEntry{{uid, "side", pool, []string{dev}}}, ""},
-		{"another resource", []checkpointEntry{{uid, "main", "example.com/net", []string{dev}}}, ""},
-		{"more devices", []checkpointEntry{{uid, "main", pool, []string{dev, other}}}, ""},
-		{"two pods", []checkpointEntry{{uid, "main", pool, []string{dev}}, {uid2, "main", pool, []string{dev}}}, ""},
-		{"no entries", nil, ""},
+		{"match", []checkpointEntry{{uid2, "main", pool, []string{other}}, {uid, "main", pool, []string{dev}}, {uid2, "side", pool, []string{dev}}}, uid, nil},
+		{"another container", []checkpointEntry{{uid, "side", pool, []string{dev}}}, "", nil},
+		{"another resource", []checkpointEntry{{uid, "main", "example.com/net", []string{dev}}}, "", nil},
+		{"more devices", []checkpointEntry{{uid, "main", pool, []string{dev, other}}}, "", nil},
+		{"two pods", []checkpointEntry{{uid, "main", pool, []string{dev}}, {uid2, "main", pool, []string{dev}}}, "", nil},
+		{"no entries", nil, "", nil},
+		// The kubelet asks for devices in no order, and files them by
+		// NUMA node; the checkpoint is read sorted.
+		{"devices in another order", []checkpointEntry{{uid, "main", pool, []string{dev, other}}}, uid, []string{other, dev}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l, rec, seq, replayed := ledgerWithAllocation(t, pool, dev)
+			devs := tc.allocated
+			if devs == nil {
+				devs = []string{dev}
+			}
+			l, rec, seq, replayed := ledgerWithAllocation(t, pool, devs...)
 			path := filepath.Join(t.TempDir(), "kubelet_internal_checkpoint")
 			writeCheckpoint(t, path, tc.entries...)
-			pods := listing(kubelettest.PodHolding("db", "db-0", "main", pool, dev))
+			pods := listing(kubelettest.PodHolding("db", "db-0", "main", pool, devs...))
 			f := actortest.Spawn(t, Props(Config{Recorder: rec, Lister: pods.lister(), Replayed: &replayed, Checkpoint: path,
 				Interval: time.Hour, AfterAllocate: time.Hour, LeakGrace: time.Hour, Log: zerolog.Nop()}))
 			if got := actortest.Next[*Recorded](t, f); got.Event.Type != events.TypeAllocationBound {
