@@ -49,6 +49,8 @@ func TestAFileThatIsNotTheKubeletsCheckpointIsAnUnknownFormat(t *testing.T) {
 		{"v1 device list", `{"Data":{"PodDeviceEntries":[{"PodUID":"u","ContainerName":"c","ResourceName":"r","DeviceIDs":["a"]}],"RegisteredDevices":{}},"Checksum":1}`},
 		{"NUMA node not a number", `{"Data":{"PodDeviceEntries":[{"PodUID":"u","ContainerName":"c","ResourceName":"r","DeviceIDs":{"x":["a"]}}]},"Checksum":1}`},
 		{"entry without pod UID", `{"Data":{"PodDeviceEntries":[{"ContainerName":"c","ResourceName":"r","DeviceIDs":{"0":["a"]}}]},"Checksum":1}`},
+		{"entry without container", `{"Data":{"PodDeviceEntries":[{"PodUID":"u","ResourceName":"r","DeviceIDs":{"0":["a"]}}]},"Checksum":1}`},
+		{"entry without resource", `{"Data":{"PodDeviceEntries":[{"PodUID":"u","ContainerName":"c","DeviceIDs":{"0":["a"]}}]},"Checksum":1}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), FileName)
