@@ -31,13 +31,14 @@ func TestASnapshotRefusedAgainAndAgainBacksOff(t *testing.T) {
 	waitLedger(ctx, t, d, "the pool registered", func(s events.State) bool { return s.Pools[vfioPool].Registration.Registered })
 
 	var tries atomic.Int32
-	room := storetest.RefuseSomeWrites(t, d.rec.Log(), func(appended []events.Envelope) bool {
+	snapshots := func(appended []events.Envelope) bool { // and retention passes
 		if appended == nil {
 			tries.Add(1)
 			return true
 		}
 		return false
-	})
+	}
+	room := storetest.RefuseSomeWrites(t, d.rec.Log(), snapshots)
 	// An event, so that a snapshot is due.
 	if _, err := d.rec.Record(ctx, events.DeviceHealthChanged{Address: "0000:af:00.0", Healthy: true, Reason: "test"}); err != nil {
 		t.Fatal(err)
@@ -60,6 +61,21 @@ func TestASnapshotRefusedAgainAndAgainBacksOff(t *testing.T) {
 		last, _ := d.rec.Log().LatestSnapshotSeq(0)
 		return last >= snapped
 	})
+
+	// The snapshot taken ends the run: the disk's next refusal is the
+	// first of another, logged at error and tried again soon.
+	tries.Store(0)
+	storetest.RefuseSomeWrites(t, d.rec.Log(), snapshots)
+	if _, err := d.rec.Record(ctx, events.DeviceHealthChanged{Address: "0000:af:00.0", Healthy: false, Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	// A check logs its try's failure before the next check tries; one
+	// of the writes refused may be the retention pass after the last
+	// snapshot.
+	waitFor(ctx, t, "tries of the next snapshot", func() bool { return tries.Load() >= 3 })
+	if n := logs.Count("error", "snapshot failed"); n != 2 {
+		t.Errorf("%d lines at error that the snapshot failed, want 2: one for each run of refusals\n%s", n, logs)
+	}
 }
 
 // A disk that refuses snapshots for days: the checks let pass between
