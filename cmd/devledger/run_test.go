@@ -122,6 +122,28 @@ func TestRunRefusesMissingSysfsRoot(t *testing.T) {
 	}
 }
 
+// A --sysfs-root the flag check cannot stat for another reason than
+// that it names no directory (here a symlink loop; for a user, a dir on
+// the way it may not search) is left to the start, which names it: exit
+// 1, before the state dir is made.
+func TestRunNamesASysfsRootItCannotReach(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "sys")
+	if err := os.Symlink("sys", root); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "state")
+	code, stdout, stderr := runCLI(t, "run", "--config", filepath.Join("..", "..", "testdata", "config", "devledger.json"),
+		"--sysfs-root", root, "--kubelet-dir", filepath.Join(dir, "kubelet"), "--state-dir", state,
+		"--devinfo-dir", "-", "--cdi-spec-dir", "-", "--kernel-events=false", "--log-format", "json")
+	if code != exitFailure || stdout != "" || !strings.Contains(stderr, "cannot reach "+root+" (--sysfs-root)") {
+		t.Errorf("exit %d, stdout %q, stderr:\n%s", code, stdout, stderr)
+	}
+	if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("state dir made before the sysfs root was checked: %v", err)
+	}
+}
+
 // Off Linux, run and demo stop at once, naming the OS as operators know
 // it and every ledger command, which reads a copy there as on a node.
 func TestDaemonOffLinuxNamesWhatRunsThere(t *testing.T) {
