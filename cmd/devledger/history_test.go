@@ -1207,30 +1207,63 @@ func TestDeviceStoryNamesWhatAChangeMade(t *testing.T) {
 	}
 }
 
-// TestSpellOfADeviceBackAfterItsRemoval: a device removed, then found
-// changed (the fold takes it as back, and healthy), is not still in the
-// spell its removal began: a later one is counted from its own start.
+// TestSpellOfADeviceBackAfterItsRemoval: a spell ends where the fold
+// makes the device healthy, and only there. A device removed, then
+// found changed or discovered anew (the fold takes it as back, and
+// healthy), also after a verdict while it was gone, is not still in the
+// spell its removal began: a later one is counted from its own start. A
+// device changed while it is there (a driver bound anew) stays in its
+// spell.
 func TestSpellOfADeviceBackAfterItsRemoval(t *testing.T) {
 	const vfio, dev = "intel.com/sriov_vfio", "0000:3b:02.1"
-	l := pooledVF(vfio, dev) // #1-#3 from 09:00, a minute apart
-	l.add(events.DeviceRemoved{Address: dev, Reason: "gone from sysfs"})
-	l.add(events.DeviceChanged{Device: events.DeviceFacts{Address: dev, Vendor: "8086", Device: "1889", Driver: "iavf"}, Changed: []string{"driver"}})
-	l.add(events.DeviceHealthChanged{Address: dev, Reason: "link down on ens1f0 (PF)"}) // #6, 09:05
-	l.add(events.KubeletRestarted{Socket: "/var/lib/kubelet/device-plugins/kubelet.sock"})
-	l.add(events.DeviceHealthChanged{Address: dev, Healthy: true, Reason: "probes passed for 30s"}) // #8, 09:07
-	db := filepath.Join(t.TempDir(), "ledger.db")
-	writeLedger(t, db, l.envs)
-	code, out, errOut := runCLI(t, "dump", "--db", db, "--device", dev, "--since", "2026-11-30T09:06:00Z")
-	if code != exitOK {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
-	for _, want := range []string{
-		"(unhealthy since #6 at 2026-11-30T09:05:00Z: link down on ens1f0 (PF); before #7)\n",
-		"09:07:00  healthy again after 2m: probes passed for 30s\n",
+	facts := events.DeviceFacts{Address: dev, Vendor: "8086", Device: "1889", Driver: "iavf"}
+	removed := events.DeviceRemoved{Address: dev, Reason: "gone from sysfs"}
+	changed := events.DeviceChanged{Device: facts, Changed: []string{"driver"}}
+	down := events.DeviceHealthChanged{Address: dev, Reason: "link down on ens1f0 (PF)"}
+	for _, tc := range []struct {
+		name string
+		// before come after #1-#3 (09:00, a minute apart) and before
+		// the spell told, whose verdict is the last of them.
+		before []events.Payload
+		since  string
+		want   []string
+	}{
+		{"changed after its removal", []events.Payload{removed, changed, down}, "09:06", []string{ // #6, 09:05
+			"(unhealthy since #6 at 2026-11-30T09:05:00Z: link down on ens1f0 (PF); before #7)\n",
+			"09:07:00  healthy again after 2m: probes passed for 30s\n",
+		}},
+		{"discovered anew after its removal", []events.Payload{removed, events.DeviceDiscovered{Device: facts}, down}, "09:06", []string{
+			"(unhealthy since #6 at 2026-11-30T09:05:00Z: link down on ens1f0 (PF); before #7)\n",
+			"09:07:00  healthy again after 2m: probes passed for 30s\n",
+		}},
+		{"a verdict while it was gone", []events.Payload{removed, events.DeviceHealthChanged{Address: dev, Reason: "no such device"}, changed, down}, "09:07", []string{
+			"(unhealthy since #7 at 2026-11-30T09:06:00Z: link down on ens1f0 (PF); before #8)\n",
+			"09:08:00  healthy again after 2m: probes passed for 30s\n",
+		}},
+		{"changed while unhealthy", []events.Payload{down, changed}, "09:05", []string{ // #4, 09:03
+			"(unhealthy since #4 at 2026-11-30T09:03:00Z: link down on ens1f0 (PF); before #6)\n",
+			"09:06:00  healthy again after 3m: probes passed for 30s\n",
+		}},
 	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("the story lacks %q:\n%s", want, out)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			l := pooledVF(vfio, dev)
+			for _, p := range tc.before {
+				l.add(p)
+			}
+			l.add(events.KubeletRestarted{Socket: "/var/lib/kubelet/device-plugins/kubelet.sock"})
+			l.add(events.DeviceHealthChanged{Address: dev, Healthy: true, Reason: "probes passed for 30s"})
+			db := filepath.Join(t.TempDir(), "ledger.db")
+			writeLedger(t, db, l.envs)
+			code, out, errOut := runCLI(t, "dump", "--db", db, "--device", dev, "--since", "2026-11-30T"+tc.since+":00Z")
+			if code != exitOK {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(out, want) {
+					t.Errorf("the story lacks %q:\n%s", want, out)
+				}
+			}
+		})
 	}
 }
 
