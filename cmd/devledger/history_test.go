@@ -1346,6 +1346,14 @@ func TestStoryOfAWindowBeforeTheEventsKept(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "(held by telco/cnf-0/main before #7)\n") || strings.Contains(errOut, warning) {
 		t.Errorf("a window reaching into the events kept: exit %d (%s):\n%s", code, errOut, out)
 	}
+	// A ledger that kept every event dropped none before a window that
+	// ends before its first.
+	whole := filepath.Join(t.TempDir(), "ledger.db")
+	writeLedger(t, whole, l.envs)
+	code, out, errOut = runCLI(t, "dump", "--db", whole, "--device", dev, "--until", "2026-11-30T08:00:00Z")
+	if code != exitOK || strings.Contains(errOut, "retention dropped") {
+		t.Errorf("a window before the first event of a whole ledger: exit %d (%s):\n%s", code, errOut, out)
+	}
 }
 
 // A pod deleted and made again under its name (a StatefulSet's db-0) is
