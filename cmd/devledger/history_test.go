@@ -1187,7 +1187,7 @@ func TestDeviceStoryNamesWhatAChangeMade(t *testing.T) {
 	facts := events.DeviceFacts{Address: dev, Vendor: "8086", Device: "1889", Driver: "iavf", Interfaces: []string{"ens1f0v1"},
 		VendorName: "Intel Corporation", DeviceName: "Ethernet Adaptive Virtual Function (E810)"}
 	l.add(events.DeviceChanged{Device: facts, Changed: []string{"driver", "vfio_device", "interfaces"}})
-	l.add(events.DeviceChanged{Device: facts, Changed: []string{"device_name"}})
+	l.add(events.DeviceChanged{Device: facts, Changed: []string{"vendor_name", "device_name"}})
 	facts.Interfaces = nil
 	l.add(events.DeviceChanged{Device: facts, Changed: []string{"interfaces"}})
 	db := filepath.Join(t.TempDir(), "ledger.db")
@@ -1198,7 +1198,7 @@ func TestDeviceStoryNamesWhatAChangeMade(t *testing.T) {
 	}
 	for _, want := range []string{
 		"09:03:00  changed driver, vfio_device, interfaces (driver now iavf; interfaces now ens1f0v1)\n",
-		"09:04:00  changed device_name (device_name now \"Ethernet Adaptive Virtual Function (E810)\")\n",
+		"09:04:00  changed vendor_name, device_name (vendor_name now \"Intel Corporation\"; device_name now \"Ethernet Adaptive Virtual Function (E810)\")\n",
 		"09:05:00  changed interfaces (interfaces now -)\n",
 	} {
 		if !strings.Contains(out, want) {
@@ -1430,6 +1430,7 @@ func TestIsPodUID(t *testing.T) {
 		"6f0c1b9e03d2a-4c55-9a51-2b7e8c1d4f00": false,
 		"6f0c1b9e-3d2a-4c55-9a51-2b7e8c1d4fg0": false,
 		"8c1d4f0a6f0c1b9e3d2a4c559a512b7":      false,
+		"8c1d4f0a6f0c1b9e3d2a4c559a512b7g":     false, // 32 characters, not all hex
 		"db-0":                                 false,
 		"":                                     false,
 	} {
