@@ -1402,6 +1402,15 @@ func TestDumpPodByUID(t *testing.T) {
 	if want := "bound to db/db-0/main (uid " + uid2 + ")"; !strings.Contains(out, want) {
 		t.Errorf("the story of %s does not say %q:\n%s", uid2, want, out)
 	}
+	// Where the story begins after the binding, it says what the pod of
+	// that UID held there.
+	code, out, errOut = runCLI(t, "dump", "--db", db, "--pod", uid2, "--since", "2026-11-30T09:10:00Z") // #11 on
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if want := fmt.Sprintf("(#%d held %s for db/db-0/main (uid %s) before #%d)\n", b, dev, uid2, sickB); !strings.Contains(out, want) {
+		t.Errorf("the story of %s from #%d does not say %q:\n%s", uid2, sickB, want, out)
+	}
 
 	code, out, errOut = runCLI(t, "dump", "--db", db, "--pod", uid2, "--stats", "--by", "pod", "--format", "json")
 	if code != exitOK {
