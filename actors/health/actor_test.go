@@ -1070,6 +1070,38 @@ func TestAnInconclusiveOutageIsLoggedOnceAcrossLinkRounds(t *testing.T) {
 	}
 }
 
+// A probe that says nothing of the device (out of file descriptors)
+// once its debounce or hold-down is over decides nothing either: the
+// verdict waits for a probe that can be made, and takes its reason, not
+// the failed probe's.
+func TestAnInconclusiveProbeAtTheEndOfAHoldDownOrDebounceDecidesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name               string
+		debounce, holdDown time.Duration
+		failFirst          bool
+		want               Verdict
+	}{
+		{"debounce", 30 * time.Second, 0, false, Verdict{Address: devA, Reason: "gone from sysfs"}},
+		{"hold-down", 0, time.Minute, true, Verdict{Address: devA, Healthy: true, Reason: "probes passed for 1m0s"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newChecker(t, Config{}) // interval: an hour
+			c.startSpell(t, tc.debounce, tc.holdDown, tc.failFirst, time.Second)
+			c.prober.setUnreadable(true)
+			c.round(tc.debounce + tc.holdDown) // past its end
+			c.Silent(t)
+			if rec := c.recorded(t); len(rec) > 0 && rec[len(rec)-1].Healthy == tc.want.Healthy {
+				t.Errorf("recorded %+v after a probe that could not be made", rec)
+			}
+			c.prober.setUnreadable(false)
+			c.round(time.Second)
+			if v := nextVerdict(t, c.family); *v != tc.want {
+				t.Errorf("verdict %+v, want %+v", *v, tc.want)
+			}
+		})
+	}
+}
+
 // A probe that cannot be made inside a debounce or hold-down does not put
 // off its end to the device's next interval: the round at its end still
 // comes, and a device that kept failing is unhealthy then, not an interval
@@ -1087,21 +1119,7 @@ func TestAnInconclusiveProbeDoesNotPutOffAHoldDownOrDebounce(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newChecker(t, Config{}) // interval: an hour
-			if tc.failFirst {
-				c.prober.fail(devA, "gone from sysfs")
-				c.watch(target(devA, tc.debounce, tc.holdDown))
-				if v := nextVerdict(t, c.family); v.Healthy {
-					t.Fatalf("verdict %+v, want unhealthy", *v)
-				}
-				c.prober.pass(devA)
-				c.round(time.Millisecond) // the hold-down starts
-			} else {
-				c.watch(target(devA, tc.debounce, tc.holdDown))
-				c.Silent(t)
-				c.prober.fail(devA, "gone from sysfs")
-				c.round(time.Millisecond) // the debounce starts
-			}
-			c.Silent(t)
+			c.startSpell(t, tc.debounce, tc.holdDown, tc.failFirst, time.Millisecond)
 			c.prober.setUnreadable(true)
 			c.round(time.Millisecond) // a uevent, say, while out of files
 			c.Silent(t)
@@ -1113,4 +1131,25 @@ func TestAnInconclusiveProbeDoesNotPutOffAHoldDownOrDebounce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startSpell watches devA with debounce and holdDown and starts one of
+// them with a probe after after: a debounce (the device healthy, then
+// failing) or, with failFirst, a hold-down (unhealthy, then passing).
+func (c *checkerUnderTest) startSpell(t *testing.T, debounce, holdDown time.Duration, failFirst bool, after time.Duration) {
+	t.Helper()
+	if failFirst {
+		c.prober.fail(devA, "gone from sysfs")
+		c.watch(target(devA, debounce, holdDown))
+		if v := nextVerdict(t, c.family); v.Healthy {
+			t.Fatalf("verdict %+v, want unhealthy", *v)
+		}
+		c.prober.pass(devA)
+	} else {
+		c.watch(target(devA, debounce, holdDown))
+		c.Silent(t)
+		c.prober.fail(devA, "gone from sysfs")
+	}
+	c.round(after)
+	c.Silent(t)
 }
