@@ -1155,16 +1155,17 @@ var errServedOn = errors.New("a record of the pool's serving landed meanwhile")
 // serveAgain records that the pool serves on socket, which the ledger
 // refused (the disk full): the socket serves whether written down or
 // not, and the ledger, and so a replay or a dump, would go on naming the
-// one before. While the ledger cannot record, it waits (doubling from
-// RetryInitial to RetryMax); once it can, it records PluginServing if
-// the ledger lacks it, and tells the registrar (Unrecorded), which then
-// records the socket's registration. A pool on another socket since, or
-// not serving, has nothing to record: a later announce recorded it; nor
-// has one the ledger's config dropped. refused is the error of the
-// record tried last, if the ledger refused it: then it waits, though
-// the ledger may have taken another's record since, as a nearly full
-// disk takes small records and refuses others; the wait starts over
-// only once the record lands.
+// one before. It waits (doubling from RetryInitial to RetryMax), then
+// records PluginServing if the ledger lacks it, and tells the registrar
+// (Unrecorded), which then records the socket's registration. Its own
+// try tells whether the ledger records again: on a quiet node with room
+// for small records and none for a snapshot, no other record lands to
+// say so. A pool on another socket since, or not serving, has nothing
+// to record: a later announce recorded it; nor has one the ledger's
+// config dropped. refused is the error of the record tried last, if the
+// ledger refused it: then it waits, though the ledger may have taken
+// another's record since, as a nearly full disk takes small records and
+// refuses others; the wait starts over only once the record lands.
 func (p *allocator) serveAgain(ctx actor.Context, socket string, refused error) {
 	p.serveWait = nil
 	if p.server == nil || p.socket != socket {
@@ -1184,10 +1185,6 @@ func (p *allocator) serveAgain(ctx actor.Context, socket string, refused error) 
 	}
 	if refused != nil {
 		wait(refused)
-		return
-	}
-	if err := p.cfg.Recorder.Log().AppendFault(); err != nil {
-		wait(err)
 		return
 	}
 	st := p.replay()

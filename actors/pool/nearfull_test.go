@@ -95,21 +95,8 @@ func TestAPoolsWaitGrowsOnADiskThatTakesOnlySomeRecords(t *testing.T) {
 		t.Errorf("%d tries in a second to record PluginServing, want at most 10: the wait does not grow", n)
 	}
 	room()
-	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	for {
-		st, err := rec.Replay()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if reg := st.Pools["example.com/vf"].Registration; reg.Serving && reg.Socket == second {
-			break
-		}
-		select {
-		case <-waitCtx.Done():
-			t.Fatalf("once there is room, the ledger does not have the pool serving on %s (%d tries)", second, tries.Load())
-		case <-time.After(10 * time.Millisecond):
-		}
+	if !ledgerServes(t, rec, second) {
+		t.Fatalf("once there is room, the ledger does not have the pool serving on %s (%d tries)", second, tries.Load())
 	}
 	if n := logs.Count("info", "pool serving, recorded late"); n != 1 {
 		t.Errorf("%d lines saying the serving was recorded late, want 1:\n%s", n, logs)
@@ -165,5 +152,53 @@ func TestAllocatesOnADiskThatTakesOnlySomeRecords(t *testing.T) {
 		if !slices.Equal(supersedes[i], answered[i-1:i]) {
 			t.Errorf("allocation #%d supersedes %v, want #%d, the one answered before it", answered[i], supersedes[i], answered[i-1])
 		}
+	}
+}
+
+// A disk with room for small records and none for a snapshot, on a
+// quiet node: no other record lands to say the ledger records again
+// (the daemon's snapshot retry is refused, being the largest write).
+// The pool's record is small: it tries it at the end of each wait, and
+// lands it, rather than wait on another's record that never comes.
+func TestAPoolRecordsLateOnAQuietNodeWithRoomForSmallRecords(t *testing.T) {
+	f, l, _ := servingPool(t, t.TempDir(), member(x))
+	ctx := context.Background()
+	if _, err := l.Append(ctx, events.New(events.ConfigApplied{Path: "config.json", SHA256: "ab",
+		Pools: []events.PoolSpec{{Resource: "example.com/vf", DeviceType: string(config.GenericPCI)}}}, time.Now(), "boot-1")); err != nil {
+		t.Fatal(err)
+	}
+	storetest.RefuseWrites(t, l)
+	f.Sys.Root.Send(f.Child, &Reserve{})
+	serves := actortest.Next[*Serving](t, f).Socket
+	if err := l.Sync(ctx); err != nil || l.AppendFault() == nil {
+		t.Fatalf("the new socket's record not refused (%v)", err)
+	}
+	// Some room: small records fit, snapshots (and retention) do not.
+	storetest.RefuseSomeWrites(t, l, func(appended []events.Envelope) bool { return appended == nil })
+	if _, err := l.SaveSnapshot(ctx, events.NewState(), "test"); err == nil {
+		t.Fatal("a snapshot taken on a disk with no room for one")
+	}
+	if !ledgerServes(t, ledger.NewRecorder(l, "boot-1", nil), serves) {
+		t.Fatalf("the ledger still lacks the socket the pool serves on, %s", serves)
+	}
+}
+
+// ledgerServes waits, up to 5 s, for the ledger to have the pool
+// example.com/vf serving on socket, and says whether it came to.
+func ledgerServes(t *testing.T, rec *ledger.Recorder, socket string) bool {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err := rec.Replay()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reg := st.Pools["example.com/vf"].Registration; reg.Serving && reg.Socket == socket {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond) // polling the ledger
 	}
 }

@@ -897,10 +897,12 @@ func (r *registrar) lacking(ctx actor.Context, m *Unrecorded) {
 // landed after the state they were drawn from: they are drawn again.
 var errMovedOn = errors.New("a registration was recorded meanwhile")
 
-// recordAgain ends lacking's wait. While the ledger cannot record, a
-// longer wait; once it can, level-triggered: the registrar compares the
-// ledger's registrations (the kubelet up or down, and for each pool the
-// ledger has serving on the socket the registrar knows, whether it is
+// recordAgain ends lacking's wait. Its own try tells whether the ledger
+// records again (on a quiet node with room for small records and none
+// for a snapshot, no other record lands to say so); a refusal brings a
+// longer wait. Level-triggered: the registrar compares the ledger's
+// registrations (the kubelet up or down, and for each pool the ledger
+// has serving on the socket the registrar knows, whether it is
 // registered) with its own and records, in one append, what makes the
 // first the second. The kubelet is not asked again: a pool's
 // registration holds, and a new socket would cut its calls in flight
@@ -908,10 +910,6 @@ var errMovedOn = errors.New("a registration was recorded meanwhile")
 // registrar looks again.
 func (r *registrar) recordAgain(ctx actor.Context) {
 	r.again = nil
-	if err := r.cfg.Recorder.Log().AppendFault(); err != nil {
-		r.lacking(ctx, &Unrecorded{Event: "none: the ledger still cannot record"})
-		return
-	}
 	st, err := r.cfg.Recorder.Replay()
 	if err != nil {
 		r.lacking(ctx, &Unrecorded{Event: "none: the ledger cannot be read: " + err.Error()})

@@ -149,25 +149,65 @@ func TestTheRegistrarRecordsLateWhatARestartRecordedLateUndoes(t *testing.T) {
 	}
 
 	r.Sys.Root.Send(r.Child, &Unrecorded{Event: string(events.TypeKubeletRestarted)})
-	waitCtx := ctxFor(t)
+	st, ok := r.awaitFold(t, func(st events.State) bool { return !st.Kubelet.Down })
+	if !ok {
+		t.Fatalf("the ledger still has the kubelet down: %+v", r.recorded(t))
+	}
+	if !st.Pools[gpu].Registration.Registered {
+		t.Errorf("the ledger has %s unregistered after the restart recorded late: %+v", gpu, r.recorded(t))
+	}
+	if st.Pools[nic].Registration.Registered {
+		t.Errorf("the ledger has %s registered while its Register is under way: %+v", nic, r.recorded(t))
+	}
+}
+
+// A disk with room for small records and none for a snapshot, on a
+// quiet node: no other record lands to say the ledger records again
+// (the daemon's snapshot retry is refused, being the largest write).
+// The registrar's records are small: it tries them at the end of each
+// wait, and lands them, rather than wait on another's that never comes.
+func TestTheRegistrarRecordsLateOnAQuietNodeWithRoomForSmallRecords(t *testing.T) {
+	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
+	_, sock := r.serve(t, gpu)
+	ctx := context.Background()
+	if _, err := r.cfg.Recorder.Record(ctx,
+		events.ConfigApplied{Path: "config.json", SHA256: "1", Pools: []events.PoolSpec{{Resource: gpu, DeviceType: "accelerator"}}},
+		events.PluginServing{Pool: gpu, Socket: sock, Mode: "legacy"}); err != nil {
+		t.Fatal(err)
+	}
+	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
+	r.await(t, "registered the pool", registered(gpu))
+	r.awaitRecorded(t, 3) // its PluginRegistered
+	// The ledger has the kubelet stopped, the registrar has it up.
+	if _, err := r.cfg.Recorder.Record(ctx, events.KubeletStopped{Socket: r.cfg.KubeletSocket, Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	storetest.RefuseWrites(t, r.log)
+	if _, err := r.cfg.Recorder.Record(ctx, events.DeviceHealthChanged{Address: "0000:3b:02.1", Healthy: true, Reason: "test"}); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("a record on a full disk: %v", err)
+	}
+	// Some room: small records fit, snapshots (and retention) do not.
+	storetest.RefuseSomeWrites(t, r.log, func(appended []events.Envelope) bool { return appended == nil })
+
+	r.Sys.Root.Send(r.Child, &Unrecorded{Event: string(events.TypeKubeletRestarted)})
+	if _, ok := r.awaitFold(t, func(st events.State) bool { return !st.Kubelet.Down && st.Pools[gpu].Registration.Registered }); !ok {
+		t.Fatalf("the ledger still has the kubelet down or %s unregistered: %+v", gpu, r.recorded(t))
+	}
+}
+
+// awaitFold waits, up to 5 s, for the fold of the ledger to satisfy ok,
+// and returns it, with whether it came to.
+func (r *registrarUnderTest) awaitFold(t *testing.T, ok func(events.State) bool) (events.State, bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
 	for {
 		st, err := r.cfg.Recorder.Replay()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !st.Kubelet.Down {
-			if !st.Pools[gpu].Registration.Registered {
-				t.Errorf("the ledger has %s unregistered after the restart recorded late: %+v", gpu, r.recorded(t))
-			}
-			if st.Pools[nic].Registration.Registered {
-				t.Errorf("the ledger has %s registered while its Register is under way: %+v", nic, r.recorded(t))
-			}
-			return
+		if ok(st) || time.Now().After(deadline) {
+			return st, ok(st)
 		}
-		select {
-		case <-waitCtx.Done():
-			t.Fatalf("the ledger still has the kubelet down: %+v", r.recorded(t))
-		case <-time.After(10 * time.Millisecond):
-		}
+		time.Sleep(10 * time.Millisecond) // polling the ledger
 	}
 }
