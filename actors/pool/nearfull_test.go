@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -63,24 +62,7 @@ func TestAPoolsWaitGrowsOnADiskThatTakesOnlySomeRecords(t *testing.T) {
 	})
 	// Others' small records, which the disk takes (in the daemon, among
 	// them the snapshot check's, which tries the disk).
-	stop, others := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(others)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(2 * time.Millisecond):
-			}
-			h := events.DeviceHealthChanged{Address: "0000:af:00.0", Healthy: i%2 == 0, Reason: "test"}
-			// A batch with the pool's record is refused too.
-			if _, err := rec.Record(ctx, h); err != nil && !errors.Is(err, syscall.ENOSPC) {
-				t.Errorf("a small record on a nearly full disk: %v", err)
-				return
-			}
-		}
-	}()
-	defer func() { close(stop); <-others }()
+	defer storetest.RecordOthers(t, func(ctx context.Context, p events.Payload) error { _, err := rec.Record(ctx, p); return err }, "0000:af:00.0")()
 
 	f.Sys.Root.Send(f.Child, &Reserve{})
 	second := actortest.Next[*Serving](t, f).Socket

@@ -49,31 +49,7 @@ func TestTheRegistrarsWaitGrowsOnADiskThatTakesOnlySomeRecords(t *testing.T) {
 	})
 	// Others' small records, which the disk takes (in the daemon, among
 	// them the snapshot check's, which tries the disk).
-	stop, others := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(others)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(2 * time.Millisecond):
-			}
-			h := events.DeviceHealthChanged{Address: "0000:3b:02.1", Healthy: i%2 == 0, Reason: "test"}
-			// A batch with the registrar's record is refused too.
-			if _, err := r.cfg.Recorder.Record(context.Background(), h); err != nil && !errors.Is(err, syscall.ENOSPC) {
-				t.Errorf("a small record on a nearly full disk: %v", err)
-				return
-			}
-		}
-	}()
-	defer func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		<-others
-	}()
+	defer storetest.RecordOthers(t, func(ctx context.Context, p events.Payload) error { _, err := r.cfg.Recorder.Record(ctx, p); return err }, "0000:3b:02.1")()
 
 	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
 	r.await(t, "registered the pool", registered(gpu))

@@ -1,10 +1,13 @@
 package storetest
 
 import (
+	"context"
+	"errors"
 	"io/fs"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/devledger/devledger/events"
 	"github.com/devledger/devledger/store"
@@ -35,4 +38,31 @@ func RefuseSomeWrites(tb testing.TB, l *store.Log, refuse func(appended []events
 	room = sync.OnceFunc(func() { writefault.Set(l, nil, nil) })
 	tb.Cleanup(room)
 	return room
+}
+
+// RecordOthers records a small DeviceHealthChanged of addr every 2ms
+// through record until stop, as the other actors of a busy node would:
+// on a disk that refuses some writes (RefuseSomeWrites) the ledger takes
+// them, and a refusal (ENOSPC: a batch shared with a refused record) is
+// let pass; any other error fails tb. stop waits for the last record.
+func RecordOthers(tb testing.TB, record func(context.Context, events.Payload) error, addr string) (stop func()) {
+	tb.Helper()
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			h := events.DeviceHealthChanged{Address: addr, Healthy: i%2 == 0, Reason: "test"}
+			if err := record(context.Background(), h); err != nil && !errors.Is(err, syscall.ENOSPC) {
+				tb.Errorf("a small record on a nearly full disk: %v", err)
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done) }); <-stopped }
 }
