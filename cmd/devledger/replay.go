@@ -84,6 +84,13 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 			return err
 		}
 		notes = fileNotes(src.l, &lf, s, *untilSeq == 0 && at.IsZero())
+		notes.verdictAt = func(_ string, seq uint64) (t time.Time, ok bool) {
+			_ = src.l.Read(seq, func(e events.Envelope) error {
+				t, ok = e.Time, e.Seq == seq
+				return errStop
+			})
+			return t, ok
+		}
 		if point := pointTime(s, *untilSeq, at); !point.IsZero() && s.Daemon.Running {
 			notes.crash, notes.crashSeq = crashBefore(readAhead(src.l, s.Seq), s, point)
 			if notes.crash == nil {
@@ -110,9 +117,16 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 		if *untilSeq > 0 || !at.IsZero() {
 			ahead = crashLookahead // for crashBefore
 		}
-		if s, next, err = foldSourceAhead(src, *untilSeq, at, ahead); err != nil {
+		heard := verdictsHeard{}
+		hearing := hearingSource{src, func(e events.Envelope) {
+			if !(*untilSeq > 0 && e.Seq > *untilSeq || !at.IsZero() && e.Time.After(at)) {
+				heard.hear(e)
+			}
+		}}
+		if s, next, err = foldSourceAhead(hearing, *untilSeq, at, ahead); err != nil {
 			return err
 		}
+		notes.verdictAt = heard.at
 		if point := pointTime(s, *untilSeq, at); !point.IsZero() && s.Daemon.Running {
 			notes.crash, notes.crashSeq = crashBefore(next, s, point)
 		}
@@ -155,6 +169,67 @@ type stateNotes struct {
 	// to that point cannot know (only the next start records a crash).
 	crash    *events.DaemonCrashed
 	crashSeq uint64
+	// verdictAt is when the event at seq, the one that gave device addr
+	// its health, happened; false when no event read says (retention
+	// dropped it, or the fold began at a snapshot after it).
+	verdictAt func(addr string, seq uint64) (time.Time, bool)
+}
+
+// verdictsHeard keeps, by device, the last event read that judged it
+// unhealthy or removed it: the times a table of a state read through a
+// daemon's admin socket gives its unhealthy devices, which that source
+// cannot look up by sequence.
+type verdictsHeard map[string]heardVerdict
+
+type heardVerdict struct {
+	seq uint64
+	at  time.Time
+}
+
+func (v verdictsHeard) hear(e events.Envelope) {
+	switch p := e.Payload.(type) {
+	case events.DeviceRemoved:
+		v[p.Address] = heardVerdict{e.Seq, e.Time}
+	case events.DeviceHealthChanged:
+		if !p.Healthy {
+			v[p.Address] = heardVerdict{e.Seq, e.Time}
+		}
+	}
+}
+
+func (v verdictsHeard) at(addr string, seq uint64) (time.Time, bool) {
+	h, ok := v[addr]
+	return h.at, ok && h.seq == seq
+}
+
+// verdictOf is when dev, at addr, was judged unhealthy or removed, as
+// far as the events read say.
+func (n stateNotes) verdictOf(addr string, dev events.Device) (time.Time, bool) {
+	if n.verdictAt == nil || dev.HealthSeq == 0 || dev.Present && dev.Healthy {
+		return time.Time{}, false
+	}
+	return n.verdictAt(addr, dev.HealthSeq)
+}
+
+// hearingSource is an eventSource that lets hear see each event it reads.
+type hearingSource struct {
+	eventSource
+	hear func(events.Envelope)
+}
+
+// unreadableSnapshot is the source's own: hearing hides no error.
+func (s hearingSource) unreadableSnapshot(seq uint64) error {
+	if why, can := s.eventSource.(snapshotExplainer); can {
+		return why.unreadableSnapshot(seq)
+	}
+	return nil
+}
+
+func (s hearingSource) read(fn func(events.Envelope) error) error {
+	return s.eventSource.read(func(e events.Envelope) error {
+		s.hear(e)
+		return fn(e)
+	})
 }
 
 // crashLookahead is how many events past the point asked for replay
@@ -357,12 +432,22 @@ func printState(w io.Writer, s events.State, at time.Time, notes stateNotes) err
 	for _, addr := range sortedKeys(s.Devices) {
 		dev := s.Devices[addr]
 		health := "healthy"
+		var when string
+		if t, ok := notes.verdictOf(addr, dev); ok {
+			when = " " + t.UTC().Format(time.RFC3339)
+		}
 		switch {
 		case !dev.Present:
 			// The fold's reason for a removed device starts with "removed".
 			health = cmp.Or(dev.HealthReason, "removed")
+			if rest, ok := strings.CutPrefix(health, "removed"); ok {
+				health = "removed" + when + rest
+			}
 		case !dev.Healthy:
 			health = "unhealthy"
+			if when != "" {
+				health += " since" + when
+			}
 			if dev.HealthReason != "" {
 				health += ": " + dev.HealthReason
 			}

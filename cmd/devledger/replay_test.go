@@ -171,3 +171,108 @@ func TestReplayHeldForCountsToNowAtTheLatest(t *testing.T) {
 		}
 	}
 }
+
+// TestReplaySaysSinceWhenADeviceIsUnhealthy: the DEVICES table says when
+// an unhealthy device was judged so, and when a removed one went, from
+// the ledger file and through a running daemon's admin socket alike; at
+// a point before a later verdict, the verdict of that point; and no time
+// it cannot tell, once retention dropped the verdict's event.
+func TestReplaySaysSinceWhenADeviceIsUnhealthy(t *testing.T) {
+	t0 := time.Date(2026, 11, 24, 8, 0, 0, 0, time.UTC)
+	var envs []events.Envelope
+	add := func(at time.Duration, p events.Payload) {
+		envs = append(envs, events.New(p, t0.Add(at), "boot-1"))
+	}
+	vf := func(addr string) events.DeviceFacts {
+		return events.DeviceFacts{Address: addr, Vendor: "8086", Device: "1889", Class: "020000", Driver: "iavf", VFIndex: 0}
+	}
+	add(0, events.DaemonStarted{Version: "v0.1.0", Node: "worker-3", PID: 1, Registration: "legacy"})
+	add(time.Second, events.DeviceDiscovered{Device: vf("0000:3b:02.0")})
+	add(2*time.Second, events.DeviceDiscovered{Device: vf("0000:3b:02.1")})
+	add(time.Hour, events.DeviceHealthChanged{Address: "0000:3b:02.0", Reason: "link down"})
+	add(2*time.Hour, events.DeviceRemoved{Address: "0000:3b:02.1", Reason: "gone from sysfs"}) // #5
+	add(3*time.Hour, events.DeviceHealthChanged{Address: "0000:3b:02.0", Healthy: true, Reason: "link up"})
+	add(4*time.Hour, events.DeviceHealthChanged{Address: "0000:3b:02.0", Reason: "no carrier"}) // #7
+	add(5*time.Hour, events.DaemonStopped{Reason: "SIGTERM"})
+	dir := kubelettest.ShortTempDir(t)
+	db := filepath.Join(dir, ledgerFileName)
+	writeLedger(t, db, envs)
+
+	removed := "  removed 2026-11-24T10:00:00Z: gone from sysfs  "
+	cases := []struct {
+		args []string
+		vf0  string // the HEALTH of 0000:3b:02.0
+	}{
+		{nil, "  unhealthy since 2026-11-24T12:00:00Z: no carrier  "},
+		{[]string{"--until-seq", "6"}, "  healthy  "},
+		{[]string{"--until-time", "2026-11-24T10:30:00Z"}, "  unhealthy since 2026-11-24T09:00:00Z: link down  "},
+	}
+	row := func(out, addr string) string {
+		for line := range strings.Lines(out) {
+			if strings.HasPrefix(line, addr+" ") {
+				return line
+			}
+		}
+		return ""
+	}
+	offline := make([]string, len(cases))
+	for i, tc := range cases {
+		code, out, errOut := runCLI(t, append([]string{"replay", "--db", db}, tc.args...)...)
+		if code != exitOK || !strings.Contains(row(out, "0000:3b:02.0"), tc.vf0) || !strings.Contains(row(out, "0000:3b:02.1"), removed) {
+			t.Errorf("replay %v of the file: exit %d (%s), want %q and %q in:\n%s", tc.args, code, errOut, tc.vf0, removed, out)
+		}
+		offline[i] = out
+	}
+
+	// Through the admin socket the events are read in one pass, not
+	// looked up: the same times, and none from past the point.
+	func() {
+		serveLedger(t, dir, db)
+		for i, tc := range cases {
+			code, live, errOut := runCLI(t, append([]string{"replay", "--state-dir", dir}, tc.args...)...)
+			if code != exitOK || live != offline[i] {
+				t.Errorf("replay %v through the admin socket: exit %d (%s)\n%s\nwant, as from the file:\n%s", tc.args, code, errOut, live, offline[i])
+			}
+		}
+	}()
+}
+
+// Once retention dropped the event that removed a device, replay says it
+// was removed and why, with no time, from the file and through the admin
+// socket.
+func TestReplaySaysNoTimeOfAVerdictRetentionDropped(t *testing.T) {
+	t0 := time.Date(2026, 11, 24, 8, 0, 0, 0, time.UTC)
+	dir := kubelettest.ShortTempDir(t)
+	db := filepath.Join(dir, ledgerFileName)
+	writeLedger(t, db, []events.Envelope{
+		events.New(events.DaemonStarted{Version: "v0.1.0", Node: "worker-3", PID: 1, Registration: "legacy"}, t0, "boot-1"),
+		events.New(events.DeviceDiscovered{Device: events.DeviceFacts{Address: "0000:3b:02.1", Vendor: "8086", Device: "1889"}}, t0.Add(time.Second), "boot-1"),
+		events.New(events.DeviceRemoved{Address: "0000:3b:02.1", Reason: "gone from sysfs"}, t0.Add(time.Hour), "boot-1"),
+		events.New(events.DaemonStopped{Reason: "SIGTERM"}, t0.Add(2*time.Hour), "boot-1"),
+	})
+	l, err := store.Open(db, store.Options{Node: "worker-3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	at, err := l.Replay(3)
+	if err == nil {
+		_, err = l.SaveSnapshot(ctx, at, "test")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, ok, err := l.Retain(ctx, store.Retention{MaxBytes: 1}); err != nil || !ok || d.ToSeq != 3 {
+		t.Fatalf("retain: %+v %v %v", d, ok, err)
+	}
+	l.Close()
+	check := func(how string, args ...string) {
+		code, out, errOut := runCLI(t, append([]string{"replay"}, args...)...)
+		if code != exitOK || !strings.Contains(out, "  removed: gone from sysfs  ") {
+			t.Errorf("replay %s: exit %d (%s), want the removal without a time:\n%s", how, code, errOut, out)
+		}
+	}
+	check("of the file", "--db", db)
+	serveLedger(t, dir, db)
+	check("through the admin socket", "--state-dir", dir)
+}
