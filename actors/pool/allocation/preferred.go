@@ -219,10 +219,16 @@ func (x *Index) Preferred(res *config.Resource, pending iter.Seq[string], availa
 	var others map[string]struct{}
 	var must []int32    // what mustInclude gives
 	var strays []string // and what it gives that is not a member
+	// strayed marks strays: a client may name a message's worth of them.
+	var strayed map[string]bool
 	for _, id := range mustInclude {
 		i, ok := x.pos[id]
 		if !ok {
-			if !slices.Contains(strays, id) {
+			if !strayed[id] {
+				if strayed == nil {
+					strayed = make(map[string]bool)
+				}
+				strayed[id] = true
 				strays = append(strays, id)
 			}
 			continue
