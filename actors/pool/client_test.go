@@ -6,11 +6,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/devledger/devledger/grpcapi"
+	"github.com/devledger/devledger/internal/actortest"
 )
 
 // Calls from an odd or hostile client of a pool's socket: anything root
@@ -48,5 +52,52 @@ func TestManyStrayMustIncludesAreRefused(t *testing.T) {
 		ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: []string{y, x}, AllocationSize: 1}}})
 	if err != nil || len(resp.ContainerResponses) != 1 || len(resp.ContainerResponses[0].DeviceIDs) != 1 {
 		t.Errorf("the next GetPreferredAllocation: %v, %v", resp, err)
+	}
+}
+
+// An Allocate naming a device ID no real device has (a megabyte of it) is
+// refused as invalid with the ID cut and its length noted, in the error
+// the client gets and in the pool's log line: a client's text makes no
+// line or status message of its size.
+func TestAnOversizedDeviceIDIsQuotedCut(t *testing.T) {
+	logs := &actortest.Log{}
+	_, _, socket := servingPoolIn(t, t.TempDir(), grpcapi.ModeLegacy, zerolog.New(logs), member(x))
+	long := strings.Repeat("0000:3b:02.0", 1<<20/12)
+	_, err := dial(t, socket).Allocate(context.Background(), request([]string{x, long}))
+	st := status.Convert(err)
+	note := fmt.Sprintf("… (%d bytes) is not in the pool", len(long))
+	if msg := st.Message(); st.Code() != codes.InvalidArgument || !strings.Contains(msg, note) || len(msg) > 2*grpcapi.MaxQuotedID {
+		t.Errorf("Allocate of a %d-byte ID: %v, %d-byte message %.300q; want InvalidArgument saying %q", len(long), st.Code(), len(msg), msg, note)
+	}
+	var lines int
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "kubelet call failed") {
+			lines++
+			if !strings.Contains(line, note) || len(line) > 3*grpcapi.MaxQuotedID {
+				t.Errorf("%d-byte log line %.300q, want it to say %q", len(line), line, note)
+			}
+		}
+	}
+	if lines != 1 {
+		t.Errorf("%d log lines of the failed call, want 1", lines)
+	}
+}
+
+// An Allocate refused before its IDs are checked (it reached the pool
+// past its deadline) names the first of them, each cut as an unknown ID
+// is, and counts the rest.
+func TestAnAllocateOfManyIDsNamesTheFirst(t *testing.T) {
+	f, _, _ := servingPool(t, t.TempDir(), member(x))
+	ids := make([]string, 100)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%04d", i) + strings.Repeat("f", 1<<10)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := awaitReply(t, allocateVia(f, ctx, ids...)).err
+	want := fmt.Sprintf("0000%s… (%d bytes),0001", strings.Repeat("f", grpcapi.MaxQuotedID-4), len(ids[0]))
+	if msg := fmt.Sprint(err); !strings.Contains(msg, want) || !strings.Contains(msg, "0015") || strings.Contains(msg, "0016") ||
+		!strings.Contains(msg, " and 84 more") || len(msg) > 20*grpcapi.MaxQuotedID {
+		t.Errorf("Allocate of %d %d-byte IDs past its deadline: %d-byte error %.600q; want the first 16 cut, and 84 more", len(ids), len(ids[0]), len(msg), msg)
 	}
 }

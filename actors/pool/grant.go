@@ -223,7 +223,7 @@ func (p *allocator) grant(req *pluginapi.AllocateRequest) ([][]string, [][]sysfs
 		for _, id := range cr.DevicesIds {
 			m, ok := p.members[id]
 			if !ok {
-				return nil, nil, fmt.Errorf("%w: Allocate for %s: device %q is not in the pool", grpcapi.ErrInvalidRequest, p.name, id)
+				return nil, nil, fmt.Errorf("%w: Allocate for %s: device %s is not in the pool", grpcapi.ErrInvalidRequest, p.name, grpcapi.QuoteID(id))
 			}
 			if named[id] {
 				return nil, nil, fmt.Errorf("%w: Allocate for %s: container request %d asks for device %q, which the request names already", grpcapi.ErrInvalidRequest, p.name, i, id)
@@ -345,7 +345,7 @@ func requested(req *pluginapi.AllocateRequest) string {
 	for _, cr := range req.ContainerRequests {
 		ids = append(ids, cr.DevicesIds...)
 	}
-	return strings.Join(ids, ",")
+	return grpcapi.IDList(ids)
 }
 
 // recorded is what the parent hears of an Allocate's events, each a
