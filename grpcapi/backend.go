@@ -74,7 +74,9 @@ func CallEnded(ctx context.Context) bool {
 
 // RegistrationObserver hears what the kubelet says about a pool in
 // plugin-watcher mode: GetInfo was called (the kubelet found the socket), and
-// NotifyRegistrationStatus reported the outcome.
+// NotifyRegistrationStatus reported the outcome, with the reason given for
+// a refusal cut to MaxReason bytes (and its length noted): anything root
+// on the node can call it.
 type RegistrationObserver interface {
 	InfoRequested(resource, socket string)
 	RegistrationStatus(resource, socket string, registered bool, reason string)

@@ -1,7 +1,8 @@
 // Package grpcapi is devledger's thin edge toward the kubelet and local
 // tools. It translates calls into requests to the actors and holds no logic
 // of its own: it bounds every call with a deadline and maps errors to status
-// codes.
+// codes, and cuts what a client's text would put into a message, a log line
+// or the ledger (quote.go).
 //
 // What it owns:
 //   - PoolServer: one pool's DevicePlugin v1beta1 server on a unix socket,

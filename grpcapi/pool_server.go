@@ -383,7 +383,7 @@ func (r registrationService) GetInfo(ctx context.Context, _ *registerapi.InfoReq
 
 func (r registrationService) NotifyRegistrationStatus(ctx context.Context, st *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
 	s := r.s
-	socket := s.callSocket(ctx)
+	socket, why := s.callSocket(ctx), reason(st.Error)
 	// An observer tells the story (the registrar: once, not per retry of
 	// the plugin watcher); a line here would say it again.
 	ok, refused := zerolog.InfoLevel, zerolog.WarnLevel
@@ -393,10 +393,10 @@ func (r registrationService) NotifyRegistrationStatus(ctx context.Context, st *r
 	if st.PluginRegistered {
 		s.log.WithLevel(ok).Str("socket", socket).Msg("kubelet registered the pool")
 	} else {
-		s.log.WithLevel(refused).Str("socket", socket).Str("reason", st.Error).Msg("kubelet rejected the pool")
+		s.log.WithLevel(refused).Str("socket", socket).Str("reason", why).Msg("kubelet rejected the pool")
 	}
 	if s.observer != nil {
-		s.observer.RegistrationStatus(s.resource, socket, st.PluginRegistered, st.Error)
+		s.observer.RegistrationStatus(s.resource, socket, st.PluginRegistered, why)
 	}
 	return &registerapi.RegistrationStatusResponse{}, nil
 }

@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -12,12 +13,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/devledger/devledger/internal/actortest"
 )
 
 func devices(ids ...string) []*pluginapi.Device {
@@ -741,6 +745,74 @@ func TestCallEndedIsTheCallersEnd(t *testing.T) {
 			}
 			if err := <-errc; err == nil {
 				t.Error("the Allocate succeeded")
+			}
+		})
+	}
+}
+
+// The reason given to NotifyRegistrationStatus is logged and passed on
+// whole when the kubelet's plugin watcher gives it (its texts with the
+// longest socket path and resource name there are), and cut past
+// MaxReason bytes, its length noted, when a forged or buggy call gives
+// megabytes: anything root on the node can call it.
+func TestARefusalsReasonIsBounded(t *testing.T) {
+	sock := "/" + strings.Repeat("s", 106) // sun_path: 108 bytes with its NUL
+	name := strings.Repeat("d", 244) + "/" + strings.Repeat("n", 63)
+	huge := strings.Repeat("x", 4<<20-64)
+	want := func(reason string) string {
+		if reason == huge {
+			return huge[:MaxReason] + fmt.Sprintf("… (%d bytes)", len(huge))
+		}
+		return reason
+	}
+	reasons := []string{
+		// pkg/kubelet/pluginmanager/operationexecutor, with the errors of
+		// the device manager (pkg/kubelet/cm/devicemanager).
+		"RegisterPlugin error -- no handler registered for plugin type: DevicePlugin at socket " + sock,
+		`RegisterPlugin error -- plugin validation failed with err: invalid name of device plugin socket: the ResourceName "` + name + `" is invalid`,
+		`RegisterPlugin error -- plugin registration failed with err: failed to get device plugin options: rpc error: code = Unavailable desc = connection error: desc = "transport: Error while dialing: dial unix ` + sock + `: connect: connection refused"`,
+		"RegisterPlugin error -- plugin registration failed with err: device plugin already connected: " + sock,
+		huge,
+	}
+	for _, observed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("observed %v", observed), func(t *testing.T) {
+			var logs actortest.Log
+			opts := PoolServerOptions{Mode: ModeWatcher, Logger: zerolog.New(&logs).Level(zerolog.DebugLevel)}
+			obs := &fakeObserver{}
+			if observed {
+				opts.Observer = obs
+			}
+			_, path := startPool(t, newFakeBackend(), opts)
+			reg := registerapi.NewRegistrationClient(dialTest(t, path))
+			for _, r := range reasons {
+				if _, err := reg.NotifyRegistrationStatus(testCtx(t), &registerapi.RegistrationStatus{Error: r}); err != nil {
+					t.Fatalf("NotifyRegistrationStatus: %v", err)
+				}
+			}
+			var lines []string
+			for _, line := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(line, "kubelet rejected the pool") {
+					lines = append(lines, line)
+				}
+			}
+			if len(lines) != len(reasons) {
+				t.Fatalf("%d log lines for %d refusals", len(lines), len(reasons))
+			}
+			for i, r := range reasons {
+				var line struct{ Reason string }
+				if err := json.Unmarshal([]byte(lines[i]), &line); err != nil || line.Reason != want(r) {
+					t.Errorf("%d-byte log line %.200q (%v), want the reason %.200q", len(lines[i]), lines[i], err, want(r))
+				}
+			}
+			if !observed {
+				return
+			}
+			obs.mu.Lock()
+			defer obs.mu.Unlock()
+			for i, r := range reasons {
+				if i >= len(obs.status) || obs.status[i].reason != want(r) {
+					t.Errorf("the observer heard %d statuses; of refusal %d, want the reason %.200q", len(obs.status), i, want(r))
+				}
 			}
 		})
 	}

@@ -20,6 +20,13 @@ const MaxQuotedID = 256
 // rest.
 const maxListedIDs = 16
 
+// MaxReason is the most of the reason given to NotifyRegistrationStatus
+// that a pool's server logs or passes on. The kubelet's plugin watcher
+// gives a few texts of its own with the socket path (at most 107 bytes),
+// the resource name (at most 317) or an error of its device manager
+// naming the socket: a few hundred bytes.
+const MaxReason = 1024
+
 // clip cuts s to its first max bytes (at a character boundary) and returns
 // the note that says how long it was, or s whole and "".
 func clip(s string, max int) (string, string) {
@@ -58,4 +65,11 @@ func IDList(ids []string) string {
 		b.WriteString(s + note)
 	}
 	return b.String()
+}
+
+// reason is a reason a client gave, cut to MaxReason bytes with its length
+// noted.
+func reason(why string) string {
+	s, note := clip(why, MaxReason)
+	return s + note
 }

@@ -12,10 +12,14 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/devledger/devledger/actors/node"
 	"github.com/devledger/devledger/events"
+	"github.com/devledger/devledger/grpcapi"
 	"github.com/devledger/devledger/grpcapi/kubelettest"
 	"github.com/devledger/devledger/internal/actortest"
 	"github.com/devledger/devledger/testdata/sysfsgen"
@@ -298,4 +302,48 @@ func TestAKubeletRestartedWhileTheNodeRecordsGetsEveryPool(t *testing.T) {
 		t.Fatalf("reload = %+v, %v; want it applied", res, err)
 	}
 	waitFullKubelet(t, n.kubelet, 10*time.Second)
+}
+
+// A NotifyRegistrationStatus forged on a pool's socket (anything root on
+// the node can call it) with a megabyte's reason is recorded and logged
+// with the reason cut, its length noted.
+func TestAForgedRefusalIsRecordedCut(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{PluginWatcher: true})
+	n.opts.Registration = "watcher"
+	logs := &actortest.Log{}
+	n.opts.Logger = zerolog.New(logs).Level(zerolog.DebugLevel)
+	d := n.start(t)
+	ctx := waitCtx(t)
+	s := waitLedger(ctx, t, d, "the pool's registration", func(s events.State) bool { return s.Pools[netPool].Registration.Registered })
+	conn, err := grpc.NewClient("unix://"+s.Pools[netPool].Registration.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	huge := strings.Repeat("x", 1<<20)
+	if _, err := registerapi.NewRegistrationClient(conn).NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{Error: huge}); err != nil {
+		t.Fatal(err)
+	}
+	note := fmt.Sprintf("… (%d bytes)", len(huge))
+	var got *events.RegistrationFailed
+	waitFor(ctx, t, "the refusal recorded", func() bool {
+		if err := d.rec.Log().Read(1, func(e events.Envelope) error {
+			if p, ok := e.Payload.(events.RegistrationFailed); ok && p.Pool == netPool {
+				got = &p
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got != nil
+	})
+	if want := huge[:grpcapi.MaxReason] + note; got.Error != want {
+		t.Errorf("recorded a %d-byte reason %.200q, want %.200q", len(got.Error), got.Error, want)
+	}
+	waitFor(ctx, t, "the refusal logged", func() bool { return logs.Count("warn", "kubelet refused the pool") == 1 })
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "xxxxxxxx") && (len(line) > 2*grpcapi.MaxReason || !strings.Contains(line, note)) {
+			t.Errorf("%d-byte log line %.300q, want the reason cut, saying %q", len(line), line, note)
+		}
+	}
 }
