@@ -82,7 +82,10 @@ func RegisterWithKubelet(ctx context.Context, kubeletSocket, resource, endpointB
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return fmt.Errorf("register %s with the kubelet at %s: no answer: %w", resource, kubeletSocket, err)
 	}
-	st := status.Convert(err)
+	// The kubelet's own texts are short: whatever answers on its socket
+	// puts no more than MaxReason bytes of its own into the ledger or a log.
+	st := status.New(status.Code(err), reason(status.Convert(err).Message()))
+	err = st.Err()
 	switch st.Code() {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
 		return fmt.Errorf("register %s with the kubelet at %s: %w", resource, kubeletSocket, err)

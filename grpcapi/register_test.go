@@ -13,16 +13,19 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
 // fakeKubelet is a minimal kubelet Registration server: it checks the
 // version as the kubelet does, with the kubelet's wording, and records
-// every request.
+// every request. An answer, if set, is its answer to every Register.
 type fakeKubelet struct {
 	pluginapi.UnimplementedRegistrationServer
 	supported []string
+	answer    error
 
 	mu  sync.Mutex
 	got []*pluginapi.RegisterRequest
@@ -32,6 +35,9 @@ func (k *fakeKubelet) Register(_ context.Context, r *pluginapi.RegisterRequest) 
 	k.mu.Lock()
 	k.got = append(k.got, r)
 	k.mu.Unlock()
+	if k.answer != nil {
+		return nil, k.answer
+	}
 	if !slices.Contains(k.supported, r.Version) {
 		return nil, fmt.Errorf("requested API version %q is not supported by kubelet. Supported version is %q", r.Version, k.supported)
 	}
@@ -80,6 +86,31 @@ func TestRegisterWithKubeletRejected(t *testing.T) {
 	}
 	if reason := `requested API version "v1beta1" is not supported by kubelet. Supported version is ["v1"]`; !strings.Contains(err.Error(), reason) {
 		t.Errorf("error %q does not carry the kubelet's reason %q", err, reason)
+	}
+}
+
+// Whatever answers on the kubelet's socket puts no more than MaxReason
+// bytes of its own text into the error, which the registrar records and
+// logs: the rest is cut, its length noted.
+func TestRegisterWithKubeletCutsALongAnswer(t *testing.T) {
+	huge := strings.Repeat("x", 1<<20)
+	want := huge[:MaxReason] + fmt.Sprintf("… (%d bytes)", len(huge))
+	for _, tc := range []struct {
+		name     string
+		code     codes.Code
+		rejected bool
+	}{
+		{"a refusal", codes.Unknown, true},
+		{"unavailable", codes.Unavailable, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sock := filepath.Join(shortDir(t), "kubelet.sock")
+			serveFakeKubelet(t, sock, &fakeKubelet{answer: status.Error(tc.code, huge)})
+			err := RegisterWithKubelet(testCtx(t), sock, testResource, "p.sock", nil)
+			if msg := fmt.Sprint(err); errors.Is(err, ErrRegistrationRejected) != tc.rejected || !strings.Contains(msg, want) || len(msg) > 2*MaxReason {
+				t.Errorf("RegisterWithKubelet answered a %d-byte %v: %d-byte error %.200q, want the answer cut to %d bytes (rejected: %v)", len(huge), tc.code, len(msg), msg, MaxReason, tc.rejected)
+			}
+		})
 	}
 }
 
