@@ -180,6 +180,7 @@ func TestAWatcherPoolEndsTheStreamsOfTheSocketItLeaves(t *testing.T) {
 	}
 	f.Sys.Root.Send(f.Child, &Reserve{Socket: old})
 	var ended *registrar.Listing
+	var serving string
 	for ended == nil {
 		switch m := actortest.Next[any](t, f).(type) {
 		case *registrar.Listing:
@@ -188,6 +189,7 @@ func TestAWatcherPoolEndsTheStreamsOfTheSocketItLeaves(t *testing.T) {
 			if m.Socket == old {
 				t.Fatalf("served on %s again, want a new socket", old)
 			}
+			serving = m.Socket
 		}
 	}
 	if ended.Open || ended.Socket != old {
@@ -197,4 +199,50 @@ func TestAWatcherPoolEndsTheStreamsOfTheSocketItLeaves(t *testing.T) {
 	if list, err := stream.Recv(); err == nil || status.Code(err) == codes.DeadlineExceeded {
 		t.Errorf("the stream on the socket left got %v, %v; want it ended by the pool", healths(list.GetDevices()), err)
 	}
+	// The pool serves on: the kubelet's stream on the new socket hears
+	// the next verdict, and the stream it ended is not ended again.
+	stream = listAndWatch(t, serving)
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	if l := actortest.Next[*registrar.Listing](t, f); !l.Open || l.Socket != serving {
+		t.Fatalf("parent heard %+v, want the stream on %s open", l, serving)
+	}
+	f.Sys.Root.Send(f.Child, &SetHealths{Changes: []SetHealth{{Address: x, Healthy: false, Reason: "link down", Seq: 1 << 40}}})
+	next, err := stream.Recv()
+	if err != nil {
+		t.Fatalf("the stream on the new socket %s: %v, want the list after %s failed", serving, err, x)
+	}
+	if h := healths(next.Devices); h[x] != pluginapi.Unhealthy {
+		t.Errorf("the list after %s failed is %v, want it unhealthy", x, h)
+	}
+	f.Silent(t)
+}
+
+// In legacy mode the kubelet's streams on the socket a pool leaves go on
+// until the kubelet drops them: no plugin watcher unregisters the old
+// socket, and a stream ended before the new one is registered would have
+// the kubelet mark the pool's devices unhealthy meanwhile.
+func TestALegacyPoolKeepsTheStreamsOfTheSocketItLeaves(t *testing.T) {
+	f, _, old := servingPoolIn(t, t.TempDir(), grpcapi.ModeLegacy, zerolog.Nop(), member(x))
+	stream := listAndWatch(t, old)
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	if l := actortest.Next[*registrar.Listing](t, f); !l.Open || l.Socket != old {
+		t.Fatalf("parent heard %+v, want the stream on %s open", l, old)
+	}
+	f.Sys.Root.Send(f.Child, &Reserve{Socket: old})
+	if s := actortest.Next[*Serving](t, f); s.Socket == old {
+		t.Fatalf("served on %s again, want a new socket", old)
+	}
+	f.Sys.Root.Send(f.Child, &SetHealths{Changes: []SetHealth{{Address: x, Healthy: false, Reason: "link down", Seq: 1 << 40}}})
+	next, err := stream.Recv()
+	if err != nil {
+		t.Fatalf("the stream on the socket left: %v, want the list after %s failed", err, x)
+	}
+	if h := healths(next.Devices); h[x] != pluginapi.Unhealthy {
+		t.Errorf("the list after %s failed is %v, want it unhealthy", x, h)
+	}
+	f.Silent(t)
 }
