@@ -57,6 +57,11 @@ func TestTablesEscapeControlCharacters(t *testing.T) {
 	if err := r.AddInterface("0000:3b:01.3", sysfsgen.Interface{Name: hostileIface}); err != nil {
 		t.Fatal(err)
 	}
+	// A carrier no kernel writes: scan warns, naming the interface.
+	carrier := filepath.Join(r.Sysfs, "class", "net", hostileIface, "carrier")
+	if err := os.WriteFile(carrier, bytes.Repeat([]byte("1"), 4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	ids, err := os.ReadFile(samplePCIIDs)
 	if err != nil {
 		t.Fatal(err)
@@ -88,6 +93,9 @@ func TestTablesEscapeControlCharacters(t *testing.T) {
 			if !strings.Contains(piped, tc.want) {
 				t.Errorf("piped, the output lacks %q:\n%s", tc.want, piped)
 			}
+			if found := rawControls(errOut); len(found) > 0 {
+				t.Errorf("the warnings hold control characters %q:\n%s", found, errOut)
+			}
 			defer func(f func(io.Writer) int) { terminalWidth = f }(terminalWidth)
 			terminalWidth = func(io.Writer) int { return 200 }
 			_, term, _ := runCLI(t, tc.args...)
@@ -104,21 +112,29 @@ func TestTablesEscapeControlCharacters(t *testing.T) {
 // come in two writes (a table's buffer fills mid-character) is shown as
 // it is, or escaped, exactly as when it comes whole.
 func TestEscaperTakesCharactersSplitBetweenWrites(t *testing.T) {
-	const text = "eth0 … \u009b2J \x1b[0m \xff€ tail \xe2\x82"
-	var whole, bytewise bytes.Buffer
-	e := newEscaper(&whole)
-	e.Write([]byte(text))
-	e.Close()
-	e = newEscaper(&bytewise)
-	for i := range len(text) {
-		e.Write([]byte{text[i]})
-	}
-	e.Close()
-	const want = `eth0 … \u009b2J \x1b[0m \xff€ tail \xe2\x82`
-	if whole.String() != want {
-		t.Errorf("whole: %q, want %q", whole.String(), want)
-	}
-	if bytewise.String() != want {
-		t.Errorf("a byte a write: %q, want %q", bytewise.String(), want)
+	for _, tc := range []struct{ name, text, want string }{
+		{"a character split at the end", "eth0 … \u009b2J \x1b[0m \xff€ tail \xe2\x82", `eth0 … \u009b2J \x1b[0m \xff€ tail \xe2\x82`},
+		{"the edges of C0 and C1, a lone byte at the end", "\x7f~ \u009f\u00a0 é\xc3", `\x7f~ \u009f` + "\u00a0 é" + `\xc3`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var whole, bytewise bytes.Buffer
+			e := newEscaper(&whole)
+			e.Write([]byte(tc.text))
+			e.Close()
+			// One buffer for every write, as a bufio.Writer's.
+			e = newEscaper(&bytewise)
+			buf := make([]byte, 1)
+			for i := range len(tc.text) {
+				buf[0] = tc.text[i]
+				e.Write(buf)
+			}
+			e.Close()
+			if whole.String() != tc.want {
+				t.Errorf("whole: %q, want %q", whole.String(), tc.want)
+			}
+			if bytewise.String() != tc.want {
+				t.Errorf("a byte a write: %q, want %q", bytewise.String(), tc.want)
+			}
+		})
 	}
 }
