@@ -319,3 +319,29 @@ func TestDamagedLedgerPointPastWhatCouldBeRead(t *testing.T) {
 		}
 	}
 }
+
+// TestScanOfADamagedLedger: scan --db of a ledger read through a damaged
+// page shows what it could read, names the damage and fails, as dump
+// does: a verdict drawn from part of the ledger is not taken for the
+// whole.
+func TestScanOfADamagedLedger(t *testing.T) {
+	r := sysfsgen.TempScenario(t, sysfsgen.ScenarioSRIOV)
+	tried := 0
+	for _, c := range damagedCases {
+		db := filepath.Join(t.TempDir(), c.name+".db")
+		if err := os.WriteFile(db, mustRead(t, filepath.Join(damagedDir, c.name+".db")), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, said := runCLI(t, "dump", "--db", db); !strings.Contains(said, errReadDamaged.Error()) {
+			continue
+		}
+		tried++
+		code, out, said := runCLI(t, scanArgs(r, scanConfigs[sysfsgen.ScenarioSRIOV], "--db", db)...)
+		if code != exitFailure || !strings.Contains(said, errReadDamaged.Error()) || !strings.Contains(out, "0000:3b:01.0") {
+			t.Errorf("%s: scan --db: exit %d, stderr %q, want exit %d naming the damage after the devices:\n%s", c.name, code, said, exitFailure, out)
+		}
+	}
+	if tried == 0 {
+		t.Fatal("no damaged ledger is read through a damaged page")
+	}
+}
