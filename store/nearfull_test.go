@@ -110,6 +110,27 @@ func TestTheLogSaysTheLedgerRecordsAgainOnAQuietNode(t *testing.T) {
 	}
 }
 
+// The quiet is the ledger's option where it is given one: steady again
+// once it has recorded for that long with none refused.
+func TestTheQuietIsTheOptionGiven(t *testing.T) {
+	l, logs, clock := nearlyFullLog(t, func(o *Options) { o.FaultQuiet = 10 * time.Second })
+	ctx := context.Background()
+	removed := events.New(events.DeviceRemoved{Address: "0000:3b:02.1", Reason: "test"}, *clock, "b")
+	for range 3 { // the ledger cannot record, records again, refuses some
+		*clock = clock.Add(time.Second)
+		l.Append(ctx, removed, removed)
+		l.Append(ctx, removed)
+	}
+	if l.Unsteady() == nil {
+		t.Fatalf("Unsteady nil after faults came and went a second apart:\n%s", logs)
+	}
+	*clock = clock.Add(11 * time.Second)
+	l.NoteQuiet()
+	if a := logs.Count("info", "the ledger records again"); a != 2 || l.Unsteady() != nil {
+		t.Errorf("%d lines that the ledger records again 11 s after the last refusal with a quiet of 10 s, want 2; Unsteady %v, want nil:\n%s", a, l.Unsteady(), logs)
+	}
+}
+
 // NoteQuiet says nothing while the last write was refused, however long
 // ago: the ledger does not record again until an append goes through.
 // Once NoteQuiet has said it records again, faults back within a minute
@@ -163,10 +184,15 @@ func TestNoteQuietOnANodeWhoseLastWriteFailed(t *testing.T) {
 // nearlyFullLog is a test ledger on a disk that takes appends of one
 // event and refuses larger ones, logging to logs, on a clock the test
 // moves.
-func nearlyFullLog(t *testing.T) (l *Log, logs *actortest.Log, clock *time.Time) {
+func nearlyFullLog(t *testing.T, opts ...func(*Options)) (l *Log, logs *actortest.Log, clock *time.Time) {
 	t.Helper()
 	logs = &actortest.Log{}
-	l = openTestLog(t, func(o *Options) { o.Logger = zerolog.New(logs) })
+	l = openTestLog(t, func(o *Options) {
+		o.Logger = zerolog.New(logs)
+		for _, f := range opts {
+			f(o)
+		}
+	})
 	clock = new(time.Time)
 	*clock = time.Date(2026, 12, 7, 18, 0, 0, 0, time.UTC)
 	l.now = func() time.Time { return *clock }
