@@ -420,6 +420,27 @@ func TestAConflictNamesTheAllocationsTheRoundBinds(t *testing.T) {
 	}
 }
 
+// A device two containers report and no live allocation holds is a
+// conflict on the second sight, recorded with the recovery of the same
+// round: a first sight of it does not hold it back for good.
+func TestAConflictOfADeviceNoAllocationHoldsIsRecordedOnTheSecondSight(t *testing.T) {
+	pods := []*podresourcesapi.PodResources{pod("telco", "a", "app", vfio, "x"), pod("telco", "b", "app", vfio, "x")}
+	in := foldInput{pools: map[string]events.Pool{vfio: {}}, allocs: map[uint64]events.Allocation{},
+		now: t0, grace: 5 * time.Minute, seen: map[string]bool{}}
+	var rounds [][]string
+	for range 2 {
+		res := fold(in, pods)
+		rounds = append(rounds, describe(res.payloads))
+		in.seen = res.seen
+	}
+	if len(rounds[0]) != 0 {
+		t.Errorf("the first sight recorded %q, want nothing", rounds[0])
+	}
+	if !slices.ContainsFunc(rounds[1], func(d string) bool { return strings.HasPrefix(d, "conflict x: ") }) {
+		t.Errorf("the second sight recorded %q, want the conflict of x", rounds[1])
+	}
+}
+
 // A conflict the kubelet reports before the round has heard of one of
 // its allocations (the pool answered the kubelet, which lists the
 // container at once, while the node's tell of the grant was still on
