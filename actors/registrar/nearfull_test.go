@@ -3,6 +3,7 @@ package registrar
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"sync/atomic"
 	"syscall"
@@ -185,5 +186,44 @@ func (r *registrarUnderTest) awaitFold(t *testing.T, ok func(events.State) bool)
 			return st, ok(st)
 		}
 		time.Sleep(10 * time.Millisecond) // polling the ledger
+	}
+}
+
+// The kubelet goes while the disk is full: the registrar has it down,
+// the ledger up with the pool registered. Once the ledger records again
+// the registrar records the stop, and no registration after it: the
+// ledger must not have the pool registered with a kubelet that is gone.
+func TestTheRegistrarRecordsLateAStopAndNoRegistrationAfterIt(t *testing.T) {
+	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
+	_, sock := r.serve(t, gpu)
+	ctx := context.Background()
+	if _, err := r.cfg.Recorder.Record(ctx,
+		events.ConfigApplied{Path: "config.json", SHA256: "1", Pools: []events.PoolSpec{{Resource: gpu, DeviceType: "accelerator"}}},
+		events.PluginServing{Pool: gpu, Socket: sock, Mode: "legacy"}); err != nil {
+		t.Fatal(err)
+	}
+	send := func(m any) { r.Sys.Root.Send(r.Child, m) }
+	send(&Desire{Pool: gpu, Socket: sock})
+	send(&Listing{Pool: gpu, Socket: sock, Open: true})
+	r.await(t, "registered the pool", registered(gpu))
+	r.awaitRecorded(t, 3) // its PluginRegistered
+	room := storetest.RefuseWrites(t, r.log)
+	if err := r.kubelet.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(r.kubelet.RegistrationSocket()); err != nil {
+		t.Fatal(err)
+	}
+	send(&Listing{Pool: gpu, Socket: sock})              // its stream ended
+	send(&CheckKubelet{Why: "kubelet.sock was removed"}) // the socket watcher saw it go
+	r.await(t, "the kubelet down", func(st *Status) bool { return !st.Pools[gpu].Registered })
+	room()
+	st, ok := r.awaitFold(t, func(st events.State) bool { return st.Kubelet.Down })
+	if !ok {
+		t.Fatalf("the ledger still has the kubelet up: %+v", r.recorded(t))
+	}
+	// The stop and what the registrar records with it land together.
+	if st.Pools[gpu].Registration.Registered {
+		t.Errorf("the ledger has %s registered with the kubelet gone: %+v", gpu, r.recorded(t))
 	}
 }
