@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -438,10 +437,12 @@ func printState(w io.Writer, s events.State, at time.Time, notes stateNotes) err
 		}
 		switch {
 		case !dev.Present:
-			// The fold's reason for a removed device starts with "removed".
-			health = cmp.Or(dev.HealthReason, "removed")
-			if rest, ok := strings.CutPrefix(health, "removed"); ok {
-				health = "removed" + when + rest
+			// The fold's reason for a removal starts with "removed"; a
+			// verdict after it (a probe in flight as the device went)
+			// says neither why nor when the device went.
+			health = "removed"
+			if rest, ok := strings.CutPrefix(dev.HealthReason, "removed"); ok {
+				health += when + rest
 			}
 		case !dev.Healthy:
 			health = "unhealthy"

@@ -276,3 +276,48 @@ func TestReplaySaysNoTimeOfAVerdictRetentionDropped(t *testing.T) {
 	serveLedger(t, dir, db)
 	check("through the admin socket", "--state-dir", dir)
 }
+
+// A verdict that came after a device's removal (a probe in flight as it
+// went) holds the device's health: replay says the device is removed, not
+// the verdict's reason as its health, nor the verdict's time as when it
+// went; from the file and through the admin socket alike.
+func TestReplaySaysRemovedOfAVerdictAfterTheRemoval(t *testing.T) {
+	t0 := time.Date(2026, 11, 24, 8, 0, 0, 0, time.UTC)
+	cases := []struct {
+		name    string
+		verdict events.DeviceHealthChanged
+	}{
+		{"unhealthy", events.DeviceHealthChanged{Address: "0000:3b:02.1", Reason: "gone from sysfs"}},
+		{"healthy", events.DeviceHealthChanged{Address: "0000:3b:02.1", Healthy: true, Reason: "probes passed for 10s"}},
+		{"healthy with no reason", events.DeviceHealthChanged{Address: "0000:3b:02.1", Healthy: true}},
+	}
+	want := []string{"0000:3b:02.1", "8086:1889", "-", "0", "-", "removed", "-"}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := kubelettest.ShortTempDir(t)
+			db := filepath.Join(dir, ledgerFileName)
+			writeLedger(t, db, []events.Envelope{
+				events.New(events.DaemonStarted{Version: "v0.1.0", Node: "worker-3", PID: 1, Registration: "legacy"}, t0, "boot-1"),
+				events.New(events.DeviceDiscovered{Device: events.DeviceFacts{Address: "0000:3b:02.1", Vendor: "8086", Device: "1889"}}, t0.Add(time.Second), "boot-1"),
+				events.New(events.DeviceRemoved{Address: "0000:3b:02.1"}, t0.Add(time.Hour), "boot-1"),
+				events.New(tc.verdict, t0.Add(2*time.Hour), "boot-1"),
+				events.New(events.DaemonStopped{Reason: "SIGTERM"}, t0.Add(3*time.Hour), "boot-1"),
+			})
+			check := func(how string, args ...string) {
+				code, out, errOut := runCLI(t, append([]string{"replay"}, args...)...)
+				var row []string
+				for line := range strings.Lines(out) {
+					if strings.HasPrefix(line, "0000:3b:02.1 ") {
+						row = strings.Fields(line)
+					}
+				}
+				if code != exitOK || !slices.Equal(row, want) {
+					t.Errorf("replay %s: exit %d (%s), want the device removed, with no reason or time:\n%s", how, code, errOut, out)
+				}
+			}
+			check("of the file", "--db", db)
+			serveLedger(t, dir, db)
+			check("through the admin socket", "--state-dir", dir)
+		})
+	}
+}
