@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
@@ -32,7 +33,10 @@ func NewPodResourcesClient(path string) *PodResourcesClient {
 
 // List returns every pod's containers and the devices they hold. It fails
 // fast when the socket is absent or nothing listens on it; give ctx a
-// deadline for a kubelet that accepts and does not answer.
+// deadline for a kubelet that accepts and does not answer. An error
+// answered keeps its gRPC code, its text cut to MaxReason bytes (its
+// length noted): the caller records it, and anything root on the node
+// can answer on the socket.
 func (c *PodResourcesClient) List(ctx context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
 	conn, err := dialUnix(c.socket, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(podResourcesMaxMessage)))
 	if err != nil {
@@ -41,7 +45,8 @@ func (c *PodResourcesClient) List(ctx context.Context) (*podresourcesapi.ListPod
 	defer conn.Close()
 	resp, err := podresourcesapi.NewPodResourcesListerClient(conn).List(ctx, &podresourcesapi.ListPodResourcesRequest{})
 	if err != nil {
-		return nil, fmt.Errorf("list pod resources at %s: %w", c.socket, err)
+		st := status.New(status.Code(err), reason(status.Convert(err).Message()))
+		return nil, fmt.Errorf("list pod resources at %s: %w", c.socket, st.Err())
 	}
 	return resp, nil
 }

@@ -1,8 +1,16 @@
 package grpcapi
 
 import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
 	"testing"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devledger/devledger/grpcapi/kubelettest"
@@ -39,5 +47,36 @@ func TestPodResourcesListReachesAKubeletBack(t *testing.T) {
 		if len(resp.PodResources) != 1 || resp.PodResources[0].Name != "trainer-0" {
 			t.Fatalf("round %d: List answered %v", round, resp.PodResources)
 		}
+	}
+}
+
+// refusingLister answers every List with err.
+type refusingLister struct {
+	podresourcesapi.UnimplementedPodResourcesListerServer
+	err error
+}
+
+func (l refusingLister) List(context.Context, *podresourcesapi.ListPodResourcesRequest) (*podresourcesapi.ListPodResourcesResponse, error) {
+	return nil, l.err
+}
+
+// Whatever answers on the PodResources socket puts no more than MaxReason
+// bytes of its own text into List's error, which the reconciler records
+// (AttributionChanged) and logs; the answer's code is kept.
+func TestPodResourcesListCutsALongAnswer(t *testing.T) {
+	sock := filepath.Join(shortDir(t), "kubelet.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	huge := strings.Repeat("x", 1<<20)
+	podresourcesapi.RegisterPodResourcesListerServer(srv, refusingLister{err: status.Error(codes.Unavailable, huge)})
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	_, err = NewPodResourcesClient(sock).List(testCtx(t))
+	want := huge[:MaxReason] + fmt.Sprintf("… (%d bytes)", len(huge))
+	if msg := fmt.Sprint(err); status.Code(err) != codes.Unavailable || !strings.Contains(msg, want) || len(msg) > 2*MaxReason {
+		t.Errorf("List answered a %d-byte error: code %v, %d-byte error %.200q; want Unavailable, the answer cut to %d bytes", len(huge), status.Code(err), len(msg), msg, MaxReason)
 	}
 }

@@ -22,7 +22,8 @@ const maxListedIDs = 16
 
 // MaxReason is the most of the reason given to NotifyRegistrationStatus
 // that a pool's server logs or passes on, and of the text of the answer to
-// a Register that RegisterWithKubelet returns. The kubelet gives a few
+// a Register or a PodResources List that RegisterWithKubelet or
+// PodResourcesClient.List returns. The kubelet gives a few
 // texts of its own with the socket path (at most 107 bytes), the resource
 // name (at most 317) or an error of its device manager naming the socket:
 // a few hundred bytes.
