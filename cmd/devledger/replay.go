@@ -427,7 +427,7 @@ func printState(w io.Writer, s events.State, at time.Time, notes stateNotes) err
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", name, dash(p.Spec.DeviceType), len(p.Members), healthy, registration(p.Registration))
 	}
 
-	fmt.Fprintf(tw, "\nDEVICES (%d)\nADDRESS\tID\tDRIVER\tNUMA\tPOOL\tHEALTH\tHELD BY\n", len(s.Devices))
+	fmt.Fprintf(tw, "\nDEVICES (%d)\nADDRESS\tID\tDRIVER\tNUMA\tPOOL\tHELD BY\tHEALTH\n", len(s.Devices))
 	for _, addr := range sortedKeys(s.Devices) {
 		dev := s.Devices[addr]
 		health := "healthy"
@@ -462,7 +462,7 @@ func printState(w io.Writer, s events.State, at time.Time, notes stateNotes) err
 			holders = append(holders, holder(s.Allocations[seq]))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", addr, dash(idOf(dev.Facts)), dash(dev.Facts.Driver), numa,
-			dash(dev.Pool), health, dash(strings.Join(holders, ", ")))
+			dash(dev.Pool), dash(strings.Join(holders, ", ")), health)
 	}
 
 	// HELD FOR is how long each allocation had been held at the point replayed

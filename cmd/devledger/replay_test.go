@@ -198,14 +198,14 @@ func TestReplaySaysSinceWhenADeviceIsUnhealthy(t *testing.T) {
 	db := filepath.Join(dir, ledgerFileName)
 	writeLedger(t, db, envs)
 
-	removed := "  removed 2026-11-24T10:00:00Z: gone from sysfs  "
+	removed := "  removed 2026-11-24T10:00:00Z: gone from sysfs\n"
 	cases := []struct {
 		args []string
 		vf0  string // the HEALTH of 0000:3b:02.0
 	}{
-		{nil, "  unhealthy since 2026-11-24T12:00:00Z: no carrier  "},
-		{[]string{"--until-seq", "6"}, "  healthy  "},
-		{[]string{"--until-time", "2026-11-24T10:30:00Z"}, "  unhealthy since 2026-11-24T09:00:00Z: link down  "},
+		{nil, "  unhealthy since 2026-11-24T12:00:00Z: no carrier\n"},
+		{[]string{"--until-seq", "6"}, "  healthy\n"},
+		{[]string{"--until-time", "2026-11-24T10:30:00Z"}, "  unhealthy since 2026-11-24T09:00:00Z: link down\n"},
 	}
 	row := func(out, addr string) string {
 		for line := range strings.Lines(out) {
@@ -268,7 +268,7 @@ func TestReplaySaysNoTimeOfAVerdictRetentionDropped(t *testing.T) {
 	l.Close()
 	check := func(how string, args ...string) {
 		code, out, errOut := runCLI(t, append([]string{"replay"}, args...)...)
-		if code != exitOK || !strings.Contains(out, "  removed: gone from sysfs  ") {
+		if code != exitOK || !strings.Contains(out, "  removed: gone from sysfs\n") {
 			t.Errorf("replay %s: exit %d (%s), want the removal without a time:\n%s", how, code, errOut, out)
 		}
 	}
@@ -291,7 +291,7 @@ func TestReplaySaysRemovedOfAVerdictAfterTheRemoval(t *testing.T) {
 		{"healthy", events.DeviceHealthChanged{Address: "0000:3b:02.1", Healthy: true, Reason: "probes passed for 10s"}},
 		{"healthy with no reason", events.DeviceHealthChanged{Address: "0000:3b:02.1", Healthy: true}},
 	}
-	want := []string{"0000:3b:02.1", "8086:1889", "-", "0", "-", "removed", "-"}
+	want := []string{"0000:3b:02.1", "8086:1889", "-", "0", "-", "-", "removed"}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := kubelettest.ShortTempDir(t)
