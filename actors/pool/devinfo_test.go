@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/devledger/devledger/actors/ledger"
@@ -220,13 +218,8 @@ func TestAHeldDeviceKeepsItsDeviceInfo(t *testing.T) {
 // kubelet does, and fails the test if it fails.
 func allocateOver(t *testing.T, socket string, ids ...string) {
 	t.Helper()
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	req := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}
-	if _, err := pluginapi.NewDevicePluginClient(conn).Allocate(context.Background(), req); err != nil {
+	if _, err := dial(t, socket).Allocate(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -12,9 +12,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -567,13 +565,8 @@ func TestAnAnswerTheNodeCannotGiveIsInternal(t *testing.T) {
 	bound := member(x)
 	bound.Device.Driver = "vfio-pci"
 	_, l, socket := servingPool(t, t.TempDir(), bound)
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
 	req := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{x}}}}
-	_, err = pluginapi.NewDevicePluginClient(conn).Allocate(context.Background(), req)
+	_, err := dial(t, socket).Allocate(context.Background(), req)
 	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "no IOMMU group") || strings.Contains(err.Error(), "invalid request") {
 		t.Errorf("Allocate of a vfio-bound device with no IOMMU group: %v, want Internal naming the missing group", err)
 	}
