@@ -164,13 +164,7 @@ func TestAStreamOfAnEarlierIncarnationIsEnded(t *testing.T) {
 // stream ended is gone from their books before that pass.
 func TestAWatcherPoolEndsTheStreamsOfTheSocketItLeaves(t *testing.T) {
 	f, _, old := servingPoolIn(t, t.TempDir(), grpcapi.ModeWatcher, zerolog.Nop(), member(x))
-	stream := listAndWatch(t, old)
-	if _, err := stream.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	if l := actortest.Next[*registrar.Listing](t, f); !l.Open || l.Socket != old {
-		t.Fatalf("parent heard %+v, want the stream on %s open", l, old)
-	}
+	stream := watchOpened(t, f, old)
 	f.Sys.Root.Send(f.Child, &Reserve{Socket: old})
 	var ended *registrar.Listing
 	var serving string
@@ -194,13 +188,7 @@ func TestAWatcherPoolEndsTheStreamsOfTheSocketItLeaves(t *testing.T) {
 	}
 	// The pool serves on: the kubelet's stream on the new socket hears
 	// the next verdict, and the stream it ended is not ended again.
-	stream = listAndWatch(t, serving)
-	if _, err := stream.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	if l := actortest.Next[*registrar.Listing](t, f); !l.Open || l.Socket != serving {
-		t.Fatalf("parent heard %+v, want the stream on %s open", l, serving)
-	}
+	stream = watchOpened(t, f, serving)
 	f.Sys.Root.Send(f.Child, &SetHealths{Changes: []SetHealth{{Address: x, Healthy: false, Reason: "link down", Seq: 1 << 40}}})
 	next, err := stream.Recv()
 	if err != nil {
@@ -212,19 +200,27 @@ func TestAWatcherPoolEndsTheStreamsOfTheSocketItLeaves(t *testing.T) {
 	f.Silent(t)
 }
 
+// watchOpened opens a ListAndWatch stream on socket, reads its first
+// list, and has the pool's parent hear that it opened.
+func watchOpened(t *testing.T, f *actortest.Family, socket string) pluginapi.DevicePlugin_ListAndWatchClient {
+	t.Helper()
+	stream := listAndWatch(t, socket)
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	if l := actortest.Next[*registrar.Listing](t, f); !l.Open || l.Socket != socket {
+		t.Fatalf("parent heard %+v, want the stream on %s open", l, socket)
+	}
+	return stream
+}
+
 // In legacy mode the kubelet's streams on the socket a pool leaves go on
 // until the kubelet drops them: no plugin watcher unregisters the old
 // socket, and a stream ended before the new one is registered would have
 // the kubelet mark the pool's devices unhealthy meanwhile.
 func TestALegacyPoolKeepsTheStreamsOfTheSocketItLeaves(t *testing.T) {
 	f, _, old := servingPoolIn(t, t.TempDir(), grpcapi.ModeLegacy, zerolog.Nop(), member(x))
-	stream := listAndWatch(t, old)
-	if _, err := stream.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	if l := actortest.Next[*registrar.Listing](t, f); !l.Open || l.Socket != old {
-		t.Fatalf("parent heard %+v, want the stream on %s open", l, old)
-	}
+	stream := watchOpened(t, f, old)
 	f.Sys.Root.Send(f.Child, &Reserve{Socket: old})
 	if s := actortest.Next[*Serving](t, f); s.Socket == old {
 		t.Fatalf("served on %s again, want a new socket", old)
