@@ -3,7 +3,6 @@ package registrar
 import (
 	"context"
 	"errors"
-	"os"
 	"slices"
 	"sync/atomic"
 	"syscall"
@@ -145,13 +144,8 @@ func TestTheRegistrarRecordsLateWhatARestartRecordedLateUndoes(t *testing.T) {
 // wait, and lands them, rather than wait on another's that never comes.
 func TestTheRegistrarRecordsLateOnAQuietNodeWithRoomForSmallRecords(t *testing.T) {
 	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
-	_, sock := r.serve(t, gpu)
+	sock := r.servedAndRecorded(t)
 	ctx := context.Background()
-	if _, err := r.cfg.Recorder.Record(ctx,
-		events.ConfigApplied{Path: "config.json", SHA256: "1", Pools: []events.PoolSpec{{Resource: gpu, DeviceType: "accelerator"}}},
-		events.PluginServing{Pool: gpu, Socket: sock, Mode: "legacy"}); err != nil {
-		t.Fatal(err)
-	}
 	r.Sys.Root.Send(r.Child, &Desire{Pool: gpu, Socket: sock})
 	r.await(t, "registered the pool", registered(gpu))
 	r.awaitRecorded(t, 3) // its PluginRegistered
@@ -170,6 +164,19 @@ func TestTheRegistrarRecordsLateOnAQuietNodeWithRoomForSmallRecords(t *testing.T
 	if _, ok := r.awaitFold(t, func(st events.State) bool { return !st.Kubelet.Down && st.Pools[gpu].Registration.Registered }); !ok {
 		t.Fatalf("the ledger still has the kubelet down or %s unregistered: %+v", gpu, r.recorded(t))
 	}
+}
+
+// servedAndRecorded serves gpu in legacy mode and records the config and
+// its PluginServing, as a pool does; it returns the pool's socket.
+func (r *registrarUnderTest) servedAndRecorded(t *testing.T) string {
+	t.Helper()
+	_, sock := r.serve(t, gpu)
+	if _, err := r.cfg.Recorder.Record(context.Background(),
+		events.ConfigApplied{Path: "config.json", SHA256: "1", Pools: []events.PoolSpec{{Resource: gpu, DeviceType: "accelerator"}}},
+		events.PluginServing{Pool: gpu, Socket: sock, Mode: "legacy"}); err != nil {
+		t.Fatal(err)
+	}
+	return sock
 }
 
 // awaitFold waits, up to 5 s, for the fold of the ledger to satisfy ok,
@@ -195,27 +202,14 @@ func (r *registrarUnderTest) awaitFold(t *testing.T, ok func(events.State) bool)
 // ledger must not have the pool registered with a kubelet that is gone.
 func TestTheRegistrarRecordsLateAStopAndNoRegistrationAfterIt(t *testing.T) {
 	r := newRegistrar(t, grpcapi.ModeLegacy, kubelettest.Options{})
-	_, sock := r.serve(t, gpu)
-	ctx := context.Background()
-	if _, err := r.cfg.Recorder.Record(ctx,
-		events.ConfigApplied{Path: "config.json", SHA256: "1", Pools: []events.PoolSpec{{Resource: gpu, DeviceType: "accelerator"}}},
-		events.PluginServing{Pool: gpu, Socket: sock, Mode: "legacy"}); err != nil {
-		t.Fatal(err)
-	}
+	sock := r.servedAndRecorded(t)
 	send := func(m any) { r.Sys.Root.Send(r.Child, m) }
 	send(&Desire{Pool: gpu, Socket: sock})
 	send(&Listing{Pool: gpu, Socket: sock, Open: true})
 	r.await(t, "registered the pool", registered(gpu))
 	r.awaitRecorded(t, 3) // its PluginRegistered
 	room := storetest.RefuseWrites(t, r.log)
-	if err := r.kubelet.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(r.kubelet.RegistrationSocket()); err != nil {
-		t.Fatal(err)
-	}
-	send(&Listing{Pool: gpu, Socket: sock})              // its stream ended
-	send(&CheckKubelet{Why: "kubelet.sock was removed"}) // the socket watcher saw it go
+	r.kubeletGone(t, sock)
 	r.await(t, "the kubelet down", func(st *Status) bool { return !st.Pools[gpu].Registered })
 	room()
 	st, ok := r.awaitFold(t, func(st events.State) bool { return st.Kubelet.Down })

@@ -193,14 +193,7 @@ func TestAKubeletThatTakesItsSocketWithItIsRecordedGone(t *testing.T) {
 	send(&Desire{Pool: gpu, Socket: sock})
 	send(&Listing{Pool: gpu, Socket: sock, Open: true})
 	r.await(t, "registered", registered(gpu))
-	if err := r.kubelet.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(r.kubelet.RegistrationSocket()); err != nil {
-		t.Fatal(err)
-	}
-	send(&Listing{Pool: gpu, Socket: sock})              // its stream ended
-	send(&CheckKubelet{Why: "kubelet.sock was removed"}) // the socket watcher saw it go
+	r.kubeletGone(t, sock)
 	var stopped *events.KubeletStopped
 	deadline := time.Now().Add(5 * time.Second)
 	for stopped == nil && time.Now().Before(deadline) {
@@ -311,4 +304,19 @@ func TestARegisterNeverListedRegistersAgainInLegacyMode(t *testing.T) {
 	r.await(t, "registered again on the new socket", func(st *Status) bool {
 		return st.Pools[gpu].Registered && st.Pools[gpu].Socket == sock2
 	})
+}
+
+// kubeletGone stops the kubelet and removes its socket, and tells the
+// registrar what the pool and the socket watcher would: gpu's stream on
+// sock ended, kubelet.sock went.
+func (r *registrarUnderTest) kubeletGone(t *testing.T, sock string) {
+	t.Helper()
+	if err := r.kubelet.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(r.kubelet.RegistrationSocket()); err != nil {
+		t.Fatal(err)
+	}
+	r.Sys.Root.Send(r.Child, &Listing{Pool: gpu, Socket: sock})
+	r.Sys.Root.Send(r.Child, &CheckKubelet{Why: "kubelet.sock was removed"})
 }
