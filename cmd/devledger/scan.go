@@ -101,8 +101,8 @@ func runScan(args []string, stdout, stderr io.Writer) error {
 	}
 	var warn warningList
 	// unchanged: the config in force, as the daemon applied it.
-	unchanged := false
-	if configPath == "" {
+	unchanged, inForce := false, configPath == ""
+	if inForce {
 		if configPath, unchanged, err = configInForce(st.Config, lf.path(), stderr, &warn); err != nil {
 			return err
 		}
@@ -157,6 +157,7 @@ func runScan(args []string, stdout, stderr io.Writer) error {
 	warn.flush(stderr)
 
 	rep := newScanReport(devs, sel, warn.all)
+	rep.Config, rep.ConfigInForce = configPath, inForce
 	rep.probeHealth(reader, devs, sel)
 	if ledgerNamed {
 		rep.noteLedger(&st)
@@ -288,6 +289,11 @@ type scanReport struct {
 	Devices  []scanDevice `json:"devices"`
 	Pools    []scanPool   `json:"pools"`
 	Warnings []string     `json:"warnings"`
+	// Config is the config file the pools were matched against;
+	// ConfigInForce, that it is the one the ledger read recorded applied
+	// (scan given no --config).
+	Config        string `json:"config"`
+	ConfigInForce bool   `json:"config_in_force,omitempty"`
 	// LedgerSeq is the last event of the ledger read (--state-dir, --db),
 	// nil when none was; LedgerOnly are the devices that ledger has in a
 	// pool that this scan did not find.

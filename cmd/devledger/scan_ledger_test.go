@@ -116,6 +116,20 @@ func TestScanShowsTheLedgersVerdicts(t *testing.T) {
 	if before := func(s string) string { return s[:strings.Index(s+"\nledger through", "\nledger through")] }; before(out) != before(table) {
 		t.Errorf("scan --state-dir without --config shows\n%s\nwant what --config %s shows\n%s", out, n.config, table)
 	}
+	// JSON names the file too, and whether it is the config in force.
+	type named struct {
+		Config        string `json:"config"`
+		ConfigInForce bool   `json:"config_in_force"`
+	}
+	for _, tc := range []struct {
+		args    []string
+		inForce bool
+	}{{append(noConfig, "--state-dir", n.stateDir), true}, {append(args, "--state-dir", n.stateDir), false}} {
+		var got named
+		if err := json.Unmarshal([]byte(cliOK(t, append(tc.args, "--format", "json")...)), &got); err != nil || got.Config != n.config || got.ConfigInForce != tc.inForce {
+			t.Errorf("%v --format json names config %q, in force %v (%v); want %q, %v", tc.args, got.Config, got.ConfigInForce, err, n.config, tc.inForce)
+		}
+	}
 	_, _, stderr = cli(t, append(noConfig, "--state-dir", n.stateDir, "--resource-prefix", "example.com")...)
 	if want := "the daemon applied other pools from this file (this scan reads example.com/sriov_vfio, example.com/sriov_net, example.com/e810_port where the daemon applied intel.com/e810_port, intel.com/sriov_net, intel.com/sriov_vfio)"; !strings.Contains(stderr, want) {
 		t.Errorf("scan --state-dir --resource-prefix example.com warns\n%s\nwant %q", stderr, want)
