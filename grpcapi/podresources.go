@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/status"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
@@ -45,8 +44,7 @@ func (c *PodResourcesClient) List(ctx context.Context) (*podresourcesapi.ListPod
 	defer conn.Close()
 	resp, err := podresourcesapi.NewPodResourcesListerClient(conn).List(ctx, &podresourcesapi.ListPodResourcesRequest{})
 	if err != nil {
-		st := status.New(status.Code(err), reason(status.Convert(err).Message()))
-		return nil, fmt.Errorf("list pod resources at %s: %w", c.socket, st.Err())
+		return nil, fmt.Errorf("list pod resources at %s: %w", c.socket, clippedStatus(err).Err())
 	}
 	return resp, nil
 }

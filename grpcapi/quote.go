@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"google.golang.org/grpc/status"
 )
 
 // What a client of a pool's socket sends reaches errors, log lines and the
@@ -23,10 +25,10 @@ const maxListedIDs = 16
 // MaxReason is the most of the reason given to NotifyRegistrationStatus
 // that a pool's server logs or passes on, and of the text of the answer to
 // a Register or a PodResources List that RegisterWithKubelet or
-// PodResourcesClient.List returns. The kubelet gives a few
-// texts of its own with the socket path (at most 107 bytes), the resource
-// name (at most 317) or an error of its device manager naming the socket:
-// a few hundred bytes.
+// PodResourcesClient.List returns. The kubelet gives a few texts of its
+// own with the socket path (at most 107 bytes), the resource name (at
+// most 317) or an error of its device manager naming the socket: a few
+// hundred bytes.
 const MaxReason = 1024
 
 // clip cuts s to its first max bytes (at a character boundary) and returns
@@ -74,4 +76,10 @@ func IDList(ids []string) string {
 func reason(why string) string {
 	s, note := clip(why, MaxReason)
 	return s + note
+}
+
+// clippedStatus is err as a gRPC status of the same code, its message cut
+// as reason cuts it: the answer of a server on a socket we dial.
+func clippedStatus(err error) *status.Status {
+	return status.New(status.Code(err), reason(status.Convert(err).Message()))
 }

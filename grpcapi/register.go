@@ -84,7 +84,7 @@ func RegisterWithKubelet(ctx context.Context, kubeletSocket, resource, endpointB
 	}
 	// The kubelet's own texts are short: whatever answers on its socket
 	// puts no more than MaxReason bytes of its own into the ledger or a log.
-	st := status.New(status.Code(err), reason(status.Convert(err).Message()))
+	st := clippedStatus(err)
 	err = st.Err()
 	switch st.Code() {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:

@@ -118,7 +118,7 @@ func runReplay(args []string, stdout, stderr io.Writer) (rerr error) {
 		}
 		heard := verdictsHeard{}
 		hearing := hearingSource{src, func(e events.Envelope) {
-			if !(*untilSeq > 0 && e.Seq > *untilSeq || !at.IsZero() && e.Time.After(at)) {
+			if !pastPoint(e, *untilSeq, at) {
 				heard.hear(e)
 			}
 		}}
@@ -620,6 +620,12 @@ func foldSource(src eventSource, untilSeq uint64, at time.Time) (events.State, e
 	return s, err
 }
 
+// pastPoint says whether e comes after the point --until-seq untilSeq or
+// --until-time at names (0 and the zero time: none).
+func pastPoint(e events.Envelope, untilSeq uint64, at time.Time) bool {
+	return untilSeq > 0 && e.Seq > untilSeq || !at.IsZero() && e.Time.After(at)
+}
+
 // foldSourceAhead is foldSource that also returns up to ahead events past
 // the point.
 func foldSourceAhead(src eventSource, untilSeq uint64, at time.Time, ahead int) (events.State, []events.Envelope, error) {
@@ -637,7 +643,7 @@ func foldSourceAhead(src eventSource, untilSeq uint64, at time.Time, ahead int) 
 					return fmt.Errorf("replay to before #%d: %w", e.Seq, store.ErrHistoryDropped)
 				}
 			}
-			if past := untilSeq > 0 && e.Seq > untilSeq || !at.IsZero() && e.Time.After(at); !past {
+			if !pastPoint(e, untilSeq, at) {
 				if err := foldable(e); err != nil {
 					return err
 				}
