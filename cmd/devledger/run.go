@@ -428,12 +428,21 @@ func existingParent(path string) (string, bool) {
 // operator's Mac or Windows machine, saying what runs there instead: it
 // serves a Linux node's devices, from its sysfs, over unix sockets (a
 // Mac's temp dir and a pool's socket name alone exceed the 104 bytes it
-// allows a socket's path).
-func daemonHere() error { return daemonOn(runtime.GOOS) }
+// allows a socket's path). It refuses a 32-bit build too (armhf, 386):
+// protoactor-go's process registry picks a PID's bucket with
+// int(hash) % n, negative for half the hashes where int is 32 bits, so
+// the daemon would panic as its first actors spawn.
+func daemonHere() error { return daemonOn(runtime.GOOS, runtime.GOARCH, strconv.IntSize) }
 
-// daemonOn is daemonHere on the system goos names.
-func daemonOn(goos string) error {
+// daemonOn is daemonHere on the system goos names, on goarch, whose int
+// has intSize bits.
+func daemonOn(goos, goarch string, intSize int) error {
 	if goos == "linux" {
+		if intSize < 64 {
+			return fmt.Errorf("the daemon needs a 64-bit build (amd64, arm64, ppc64le, s390x, riscv64), "+
+				"not linux/%s: the actor library it is built on indexes with a signed int, and on 32 bits "+
+				"it panics; dump, replay and ledger read a copy of a node's ledger here, given with --db FILE", goarch)
+		}
 		return nil
 	}
 	name := map[string]string{"darwin": "macOS", "windows": "Windows"}[goos]
