@@ -223,3 +223,48 @@ func TestDocRunFlagsDaemonSet(t *testing.T) {
 		}
 	}
 }
+
+// TestTaskFuzzRunsEveryFuzzTarget: `task fuzz` names every Fuzz function
+// in the module, with its package: a target left out of it is run only on
+// its seed corpus, by go test.
+func TestTaskFuzzRunsEveryFuzzTarget(t *testing.T) {
+	task, err := os.ReadFile(filepath.Join("..", "Taskfile.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := map[string]bool{} // "./pkg FuzzX"
+	for _, m := range regexp.MustCompile(`-fuzz '\^(Fuzz\w+)\$' .* (\./\S+)`).FindAllStringSubmatch(string(task), -1) {
+		named[m[2]+" "+m[1]] = true
+	}
+	fuzzFunc := regexp.MustCompile(`(?m)^func (Fuzz\w+)\(f \*testing\.F\)`)
+	found := 0
+	err = filepath.WalkDir("..", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "testdata" || d.Name() == "e2e" || strings.HasPrefix(d.Name(), ".")) && path != ".." {
+			return filepath.SkipDir
+		}
+		if !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range fuzzFunc.FindAllStringSubmatch(string(src), -1) {
+			found++
+			pkg := "./" + filepath.ToSlash(filepath.Dir(strings.TrimPrefix(path, ".."+string(filepath.Separator))))
+			if !named[pkg+" "+m[1]] {
+				t.Errorf("%s: %s is not in task fuzz (want -fuzz '^%s$' ... %s)", path, m[1], m[1], pkg)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found == 0 {
+		t.Fatal("no Fuzz function found under the module")
+	}
+}
