@@ -23,9 +23,20 @@ func (r *Resource) Definition() string {
 	return string(def)
 }
 
+// SameDefinition reports whether two pool definitions (canonical JSON)
+// configure the same pool: DefinitionChanges names nothing between them.
+// A definition an older build recorded may differ from this build's of the
+// same entry in text alone, and a daemon upgraded on the node must not
+// take that for a new config.
+func SameDefinition(a, b string) bool { return a == b || len(DefinitionChanges(a, b)) == 0 }
+
 // DefinitionChanges lists, sorted, the fields where two pool definitions
 // (canonical JSON) differ, as "path: old → new". Objects are walked into (a
-// selector's change names it); a list of plain values is one field.
+// selector's change names it); a list of plain values is one field. What
+// an older build's definition holds or lacks only because of its build is
+// no change: where the pool and its selectors sat in the file (recorded
+// before Definition left it out), and a field added since at its zero
+// value, beside fields both name (a new selector's fields all count).
 func DefinitionChanges(old, new string) []string {
 	a, b := map[string]string{}, map[string]string{}
 	flattenJSON(old, a)
@@ -37,9 +48,17 @@ func DefinitionChanges(old, new string) []string {
 		x, inA := a[path]
 		y, inB := b[path]
 		switch {
+		case placement(path):
+			continue
 		case !inA:
+			if unwritten(path, y, a) {
+				continue
+			}
 			x = "(none)"
 		case !inB:
+			if unwritten(path, x, b) {
+				continue
+			}
 			y = "(none)"
 		case x == y:
 			continue
@@ -47,6 +66,34 @@ func DefinitionChanges(old, new string) []string {
 		out = append(out, fmt.Sprintf("%s: %s → %s", path, x, y))
 	}
 	return out
+}
+
+// placement reports whether path is where a pool or a selector sits in
+// the file, which an older build's definitions held.
+func placement(path string) bool {
+	return path == "path" || strings.HasPrefix(path, "selectors[") && strings.HasSuffix(path, "].path")
+}
+
+// unwritten reports whether a field that only one definition has, at
+// value, is one the other's build did not write: a zero value (no
+// additionalInfo key: any key there is the config's), in an object the
+// other definition has fields of.
+func unwritten(path, value string, other map[string]string) bool {
+	switch value {
+	case "false", "0", `""`, "null", "[]", "{}", `"0s"`:
+	default:
+		return false
+	}
+	if path == "additionalInfo" || strings.HasPrefix(path, "additionalInfo.") {
+		return false
+	}
+	parent := path[:max(strings.LastIndex(path, "."), 0)]
+	for p := range other {
+		if p[:max(strings.LastIndex(p, "."), 0)] == parent {
+			return true
+		}
+	}
+	return false
 }
 
 // flattenJSON puts each leaf of a JSON document into out, keyed by its

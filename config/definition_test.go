@@ -2,6 +2,7 @@ package config
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -35,5 +36,57 @@ func TestDefinitionChangesNamesFileFields(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("DefinitionChanges:\n got %q\nwant %q", got, want)
+	}
+}
+
+// A ledger an older build wrote holds its definitions: one written before
+// a field existed lacks it, and one written before Definition left out the
+// pool's place in the file has it. Neither is a change of the pool; a
+// field set, or a selector added, still is.
+func TestDefinitionChangesOfAnOlderBuild(t *testing.T) {
+	parse := func(doc string) string {
+		t.Helper()
+		c, err := Parse("sriov.json", []byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Resources[0].Definition()
+	}
+	now := parse(`{"resourceList":[{"resourceName":"x","selectors":{"vendors":["8086"]}}]}`)
+	older := strings.Replace(now, `"AdvertiseEmpty":false,`, "", 1)
+	placed := strings.Replace(strings.Replace(older, `"Path":""`, `"Path":"resourceList[0]"`, 1),
+		`"Path":""`, `"Path":"resourceList[0].selectors"`, 1)
+	if older == now || placed == older {
+		t.Fatalf("the test's older definitions are the current one: %s", now)
+	}
+	for _, tc := range []struct {
+		name, old, new string
+		want           []string // nil: the same pool
+	}{
+		{"a field added since, at its zero value", older, now, nil},
+		{"the place in the file too", placed, now, nil},
+		{"a field added since, set", older,
+			parse(`{"resourceList":[{"resourceName":"x","advertiseEmpty":true,"selectors":{"vendors":["8086"]}}]}`),
+			[]string{"advertiseEmpty: (none) → true"}},
+		{"a selector added, of zero values",
+			parse(`{"resourceList":[{"resourceName":"x","selectors":[{"vendors":["8086"]}]}]}`),
+			parse(`{"resourceList":[{"resourceName":"x","selectors":[{"vendors":["8086"]},{"isRdma":false}]}]}`),
+			[]string{"selectors[1].acpiIndexes: (none) → null", "selectors[1].auxTypes: (none) → null",
+				"selectors[1].ddpProfiles: (none) → null", "selectors[1].devices: (none) → null",
+				"selectors[1].drivers: (none) → null", "selectors[1].isRdma: (none) → false",
+				"selectors[1].linkTypes: (none) → null", "selectors[1].needVhostNet: (none) → false",
+				"selectors[1].pKeys: (none) → null", "selectors[1].pciAddresses: (none) → null",
+				"selectors[1].pfNames: (none) → null",
+				"selectors[1].rootDevices: (none) → null", "selectors[1].vdpaType: (none) → \"\"",
+				"selectors[1].vendors: (none) → null"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := DefinitionChanges(tc.old, tc.new); !slices.Equal(got, tc.want) {
+				t.Errorf("DefinitionChanges:\n got %q\nwant %q", got, tc.want)
+			}
+			if same := SameDefinition(tc.old, tc.new); same != (tc.want == nil) {
+				t.Errorf("SameDefinition = %v, want %v", same, tc.want == nil)
+			}
+		})
 	}
 }

@@ -1236,7 +1236,12 @@ func sameSpecs(specs []events.PoolSpec, st events.State) bool {
 		return false
 	}
 	for _, s := range specs {
-		if p, ok := st.Pools[s.Resource]; !ok || p.Spec != s {
+		// An older build may have written the same entry in other text.
+		p, ok := st.Pools[s.Resource]
+		if !ok || !config.SameDefinition(p.Spec.Definition, s.Definition) {
+			return false
+		}
+		if p.Spec.Definition = s.Definition; p.Spec != s {
 			return false
 		}
 	}

@@ -493,3 +493,40 @@ func TestStopCutsTheLedgerCheckShort(t *testing.T) {
 		t.Errorf("the cut check logged an error:\n%s", out)
 	}
 }
+
+// A ledger an older build wrote names each pool's definition as that build
+// wrote it: without the fields added since, and with the pool's place in
+// the file. A start on the same config file, the upgrade, records no
+// ConfigApplied: nothing changed.
+func TestAStartOnAnOlderBuildsDefinitionsRecordsNoConfig(t *testing.T) {
+	n := newTestNode(t, sysfsgen.ScenarioSRIOV, sriovConfig, kubelettest.Options{})
+	if err := n.start(t).Stop(waitCtx(t), "to age the ledger"); err != nil {
+		t.Fatal(err)
+	}
+	st := replayStopped(t, n.opts.StateDir)
+	older := events.ConfigApplied{Path: st.Config.Path, SHA256: st.Config.SHA256}
+	for i, res := range []string{"intel.com/sriov_vfio", "intel.com/sriov_net"} {
+		spec := st.Pools[res].Spec
+		spec.Definition = strings.Replace(strings.Replace(spec.Definition, `"AdvertiseEmpty":false,`, "", 1),
+			`"Path":""`, fmt.Sprintf(`"Path":"resourceList[%d]"`, i), 1)
+		older.Pools = append(older.Pools, spec)
+	}
+	l, err := store.Open(filepath.Join(n.opts.StateDir, LedgerFileName), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(waitCtx(t), events.New(older, time.Now(), "0lderb0075")); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	applied := replayStopped(t, n.opts.StateDir).Config.AppliedAt
+	if err := n.start(t).Stop(waitCtx(t), "upgraded"); err != nil {
+		t.Fatal(err)
+	}
+	if now := replayStopped(t, n.opts.StateDir); !now.Config.AppliedAt.Equal(applied) {
+		t.Errorf("the start recorded a ConfigApplied at %s over the older build's of %s: %s",
+			now.Config.AppliedAt, applied, now.Pools["intel.com/sriov_vfio"].Spec.Definition)
+	}
+}

@@ -37,7 +37,7 @@ func ConfigChanges(before map[string]string, pools []events.PoolSpec, was, now m
 		switch {
 		case !ok:
 			c.Change = "added"
-		case old != spec.Definition:
+		case !config.SameDefinition(old, spec.Definition):
 			c.Change, c.Fields = "changed", config.DefinitionChanges(old, spec.Definition)
 		case len(c.Joined) > 0 || len(c.Left) > 0:
 			c.Change = "members"

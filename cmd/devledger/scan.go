@@ -1002,7 +1002,7 @@ func poolsUnlikeApplied(cfg *config.Config, st *events.State) string {
 		switch {
 		case !ok:
 			readOnly = append(readOnly, r.FullName())
-		case p.Spec.Definition != r.Definition():
+		case !config.SameDefinition(p.Spec.Definition, r.Definition()):
 			changed = append(changed, fmt.Sprintf("%s (here → applied: %s)", r.FullName(), strings.Join(config.DefinitionChanges(r.Definition(), p.Spec.Definition), ", ")))
 		}
 	}
