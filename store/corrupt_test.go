@@ -939,3 +939,47 @@ func TestADamagedKeyAmidTheRecordsIsNotTheCounter(t *testing.T) {
 		t.Fatalf("check: %v, want the record at #%d missing", err, bad)
 	}
 }
+
+// A ledger cut short under the writer (an operator's truncate, a copy
+// back over it) faults the append that meets it and bbolt's rollback too,
+// which then never releases bbolt's writer lock. Every later append, and
+// Close, must still return: a failed one answers the request that caused
+// it, a hung one answers nothing.
+func TestAFileCutShortUnderTheWriterFailsWithoutAHang(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := Open(path, Options{Node: "node-7", BootID: "boot-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 50; i++ {
+		mustAppend(t, l, ev(i, events.DeviceRemoved{Address: "0000:3b:00.1", Reason: marker(i)}))
+	}
+	// The meta pages stay; the freelist and every data page go.
+	if err := os.Truncate(path, 2*int64(l.db.Info().PageSize)); err != nil {
+		t.Skipf("cannot cut the file short under its writer here: %v", err)
+	}
+	returns := func(what string, fn func() error) error {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- fn() }()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s did not return in 10s", what)
+			return nil
+		}
+	}
+	for i := range 3 {
+		err := returns(fmt.Sprintf("append %d", i+1), func() error {
+			_, err := l.Append(context.Background(), ev(100+i, events.DeviceRemoved{Address: "0000:3b:00.1"}))
+			return err
+		})
+		if !errors.Is(err, ErrCorrupt) {
+			t.Errorf("append %d to a file cut short: %v, want it corrupt", i+1, err)
+		}
+	}
+	if err := returns("close", l.Close); err == nil {
+		t.Error("close of a writer that lost bbolt's lock: nil, want an error saying so")
+	}
+}

@@ -121,6 +121,10 @@ type Log struct {
 	// AppendFault).
 	failures atomic.Uint64
 	fault    atomic.Pointer[error]
+	// stuck is the fault that left bbolt holding its writer lock: every
+	// write, and bbolt's Close, would wait for it forever, so they fail
+	// with it instead.
+	stuck atomic.Pointer[error]
 	// edges says what the log last said of the faults (see failed).
 	edges faultEdges
 	// writeFault, set by tests only (writefault.go), fails write
@@ -587,13 +591,22 @@ func (l *Log) update(fn func(*bolt.Tx) error) error { return l.updateAppending(n
 // updateAppending is update for a transaction that appends the events
 // appended (see faulted).
 func (l *Log) updateAppending(appended []events.Envelope, fn func(*bolt.Tx) error) (err error) {
+	if stuck := l.stuck.Load(); stuck != nil {
+		return *stuck
+	}
+	var tx *bolt.Tx
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
 			err = &CorruptError{Path: l.path, Reason: boltProblem(p)}
+			// A closed transaction has no DB: this one's rollback faulted
+			// too (or Begin did), and bbolt still holds its writer lock.
+			if tx == nil || tx.DB() != nil {
+				l.stuck.Store(&err)
+			}
 		}
 	}()
-	return l.db.Update(l.faulted(appended, fn))
+	return l.db.Update(l.faulted(appended, func(t *bolt.Tx) error { tx = t; return fn(t) }))
 }
 
 // enter registers a call in progress; it fails once Close has begun.
@@ -649,6 +662,9 @@ func (l *Log) Close() error {
 	if l.reqs != nil {
 		close(l.reqs)
 		<-l.writerDone
+	}
+	if stuck := l.stuck.Load(); stuck != nil {
+		return fmt.Errorf("close ledger %s: left open until the process ends, bbolt's writer lock lost to: %w", l.path, *stuck)
 	}
 	if err := l.db.Close(); err != nil {
 		return fmt.Errorf("close ledger %s: %w", l.path, err)
