@@ -209,9 +209,9 @@ func TestTornMetaPageIsRecordedAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// bbolt's meta pages are pages 0 and 1; the transaction id sits 64
-	// bytes into each (a 16-byte page header, then 48 bytes of meta).
-	const pageSize, txid = 4096, 64
+	// bbolt's meta pages 0 and 1 are of the OS's page size (64 KiB on some
+	// arm64 nodes), kept 24 bytes in; the transaction id is 64 bytes in.
+	pageSize, txid := int(binary.LittleEndian.Uint32(b[24:])), 64
 	newer := 0
 	if binary.LittleEndian.Uint64(b[pageSize+txid:]) > binary.LittleEndian.Uint64(b[txid:]) {
 		newer = 1
