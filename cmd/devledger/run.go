@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -431,17 +432,24 @@ func existingParent(path string) (string, bool) {
 // allows a socket's path). It refuses a 32-bit build too (armhf, 386):
 // protoactor-go's process registry picks a PID's bucket with
 // int(hash) % n, negative for half the hashes where int is 32 bits, so
-// the daemon would panic as its first actors spawn.
-func daemonHere() error { return daemonOn(runtime.GOOS, runtime.GOARCH, strconv.IntSize) }
+// the daemon would panic as its first actors spawn. And a big-endian one
+// (s390x): bbolt writes its pages in the machine's byte order, the
+// ledger's checks read them little-endian, and would find its own file
+// damaged.
+func daemonHere() error {
+	little := binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+	return daemonOn(runtime.GOOS, runtime.GOARCH, strconv.IntSize, little)
+}
 
 // daemonOn is daemonHere on the system goos names, on goarch, whose int
-// has intSize bits.
-func daemonOn(goos, goarch string, intSize int) error {
+// has intSize bits, little-endian or not.
+func daemonOn(goos, goarch string, intSize int, littleEndian bool) error {
 	if goos == "linux" {
-		if intSize < 64 {
-			return fmt.Errorf("the daemon needs a 64-bit build (amd64, arm64, ppc64le, s390x, riscv64), "+
-				"not linux/%s: the actor library it is built on indexes with a signed int, and on 32 bits "+
-				"it panics; dump, replay and ledger read a copy of a node's ledger here, given with --db FILE", goarch)
+		if intSize < 64 || !littleEndian {
+			return fmt.Errorf("the daemon needs a 64-bit little-endian build (amd64, arm64, ppc64le, riscv64), "+
+				"not linux/%s: the actor library it is built on panics where int has 32 bits, and the ledger's "+
+				"checks read bbolt's pages little-endian; dump, replay and ledger read a copy of a node's "+
+				"ledger on an operator's machine, given with --db FILE", goarch)
 		}
 		return nil
 	}

@@ -145,18 +145,22 @@ func TestRunNamesASysfsRootItCannotReach(t *testing.T) {
 }
 
 // A 32-bit build (armhf nodes run k3s) would panic as its first actors
-// spawn: run and demo stop at once, naming the architecture and what
-// does run there.
-func TestDaemonOn32BitsNamesWhatRunsThere(t *testing.T) {
-	for _, arch := range []string{"arm", "386"} {
-		err := daemonOn("linux", arch, 32)
-		if err == nil || !strings.Contains(err.Error(), "64-bit") || !strings.Contains(err.Error(), "not linux/"+arch+":") {
-			t.Errorf("linux/%s: %v, want it refused, naming linux/%s and 64-bit", arch, err, arch)
+// spawn, and a big-endian one (s390x) would find its own ledger damaged:
+// run and demo stop at once, naming the architecture and what does run.
+func TestDaemonOn32BitsOrBigEndianNamesWhatRunsThere(t *testing.T) {
+	for _, arch := range []struct {
+		name   string
+		bits   int
+		little bool
+	}{{"arm", 32, true}, {"386", 32, true}, {"s390x", 64, false}} {
+		err := daemonOn("linux", arch.name, arch.bits, arch.little)
+		if err == nil || !strings.Contains(err.Error(), "64-bit little-endian") || !strings.Contains(err.Error(), "not linux/"+arch.name+":") {
+			t.Errorf("linux/%s: %v, want it refused, naming linux/%s and 64-bit little-endian", arch.name, err, arch.name)
 			continue
 		}
 		for _, cmd := range []string{"dump", "replay", "ledger"} {
 			if !strings.Contains(err.Error(), cmd) {
-				t.Errorf("linux/%s: %q does not name %s", arch, err, cmd)
+				t.Errorf("linux/%s: %q does not name %s", arch.name, err, cmd)
 			}
 		}
 	}
@@ -165,11 +169,11 @@ func TestDaemonOn32BitsNamesWhatRunsThere(t *testing.T) {
 // Off Linux, run and demo stop at once, naming the OS as operators know
 // it and every ledger command, which reads a copy there as on a node.
 func TestDaemonOffLinuxNamesWhatRunsThere(t *testing.T) {
-	if err := daemonOn("linux", "arm64", 64); err != nil {
+	if err := daemonOn("linux", "arm64", 64, true); err != nil {
 		t.Errorf("on linux: %v", err)
 	}
 	for goos, name := range map[string]string{"darwin": "macOS", "windows": "Windows", "freebsd": "freebsd"} {
-		err := daemonOn(goos, "arm64", 64)
+		err := daemonOn(goos, "arm64", 64, true)
 		if err == nil || !strings.Contains(err.Error(), "not on "+name+":") {
 			t.Errorf("on %s: %v, want it refused, naming %s", goos, err, name)
 			continue
