@@ -509,6 +509,9 @@ func TestAStartOnAnOlderBuildsDefinitionsRecordsNoConfig(t *testing.T) {
 		spec := st.Pools[res].Spec
 		spec.Definition = strings.Replace(strings.Replace(spec.Definition, `"AdvertiseEmpty":false,`, "", 1),
 			`"Path":""`, fmt.Sprintf(`"Path":"resourceList[%d]"`, i), 1)
+		if !strings.Contains(spec.Definition, `"Path":"resourceList[`) || strings.Contains(spec.Definition, `"AdvertiseEmpty"`) {
+			t.Fatalf("the older build's definition of %s is not one: %s", res, spec.Definition)
+		}
 		older.Pools = append(older.Pools, spec)
 	}
 	l, err := store.Open(filepath.Join(n.opts.StateDir, LedgerFileName), store.Options{})
