@@ -1188,7 +1188,7 @@ func (n *coordinator) reload(ctx actor.Context, reason string, sender *actor.PID
 			delete(n.deferred, name)
 		}
 		for _, spec := range applied.Pools {
-			if pid := n.pools[spec.Resource]; pid != nil && old[spec.Resource] != spec.Definition {
+			if pid := n.pools[spec.Resource]; pid != nil && !config.SameDefinition(old[spec.Resource], spec.Definition) {
 				ctx.Send(pid, &pool.SetResource{Resource: next[spec.Resource]})
 			}
 		}
